@@ -1,0 +1,51 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+let logging: Target.Dependency = .product(name: "Logging", package: "swift-log")
+
+let package = Package(
+    name: "Ubiquity",
+    platforms: [.macOS(.v15)],
+    products: [
+        .library(name: "Ubiquity", targets: ["Ubiquity"]),
+        .executable(name: "ubiquity", targets: ["UbiquityCLI"]),
+        .executable(name: "ubiquity-bench", targets: ["UbiquityBenchmarks"]),
+        .executable(name: "text-editor", targets: ["TextEditorExample"]),
+        .executable(name: "notes", targets: ["NotesExample"]),
+        .executable(name: "things", targets: ["ThingsExample"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+    ],
+    targets: [
+        // Linux system calls Swift's Glibc module does not expose (renameat2, FICLONE).
+        .target(name: "CUbiquitySystem"),
+        // File layer: FileWrapper, safe save, document types. No server dependencies.
+        .target(name: "UbiquityFiles", dependencies: ["CUbiquitySystem", logging]),
+        // Document layer: Document (UIDocument), UndoManager.
+        .target(name: "UbiquityDocument", dependencies: ["UbiquityFiles", logging]),
+        // The one module apps import.
+        .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityDocument"]),
+
+        // The reference documents' sample documents, shared by the example apps and `ubiquity demo`.
+        .target(name: "UbiquityExamples", dependencies: ["Ubiquity"], path: "Examples/Documents"),
+        .executableTarget(name: "TextEditorExample", dependencies: ["UbiquityExamples"], path: "Examples/TextEditor"),
+        .executableTarget(name: "NotesExample", dependencies: ["UbiquityExamples"], path: "Examples/Notes"),
+        .executableTarget(name: "ThingsExample", dependencies: ["UbiquityExamples"], path: "Examples/Things"),
+
+        .executableTarget(
+            name: "UbiquityCLI",
+            dependencies: ["Ubiquity", "UbiquityExamples", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+        ),
+        .executableTarget(name: "UbiquityBenchmarks", dependencies: ["Ubiquity"]),
+
+        // Test support: documents and a child process that saves in a loop (killed by the crash test).
+        .target(name: "UbiquityTestSupport", dependencies: ["Ubiquity"], path: "Tests/Support"),
+        .executableTarget(name: "UbiquitySaveLoop", dependencies: ["UbiquityTestSupport"], path: "Tests/Helpers/SaveLoop"),
+
+        .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles"]),
+        .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop"]),
+        .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport"]),
+    ]
+)

@@ -1,0 +1,38 @@
+#define _GNU_SOURCE
+#include "CUbiquitySystem.h"
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#include <linux/fs.h>
+
+#ifndef RENAME_NOREPLACE
+#define RENAME_NOREPLACE (1 << 0)
+#endif
+#ifndef RENAME_EXCHANGE
+#define RENAME_EXCHANGE (1 << 1)
+#endif
+
+static int ubq_renameat2(const char *from, const char *to, unsigned int flags) {
+    return (int)syscall(SYS_renameat2, AT_FDCWD, from, AT_FDCWD, to, flags);
+}
+
+int ubq_rename_exchange(const char *first, const char *second) {
+    return ubq_renameat2(first, second, RENAME_EXCHANGE);
+}
+
+int ubq_rename_noreplace(const char *from, const char *to) {
+    return ubq_renameat2(from, to, RENAME_NOREPLACE);
+}
+
+int ubq_clone_file(int destination, int source) {
+#ifdef FICLONE
+    return ioctl(destination, FICLONE, source);
+#else
+    (void)destination; (void)source;
+    errno = EOPNOTSUPP;
+    return -1;
+#endif
+}

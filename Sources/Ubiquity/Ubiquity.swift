@@ -1,0 +1,3 @@
+// The one module an app imports: the whole public API of Ubiquity's layers.
+@_exported import UbiquityDocument
+@_exported import UbiquityFiles

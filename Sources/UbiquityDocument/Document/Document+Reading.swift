@@ -1,0 +1,77 @@
+import Foundation
+import UbiquityFiles
+
+extension Document {
+    func openDocument(completionHandler: (@MainActor (Bool) -> Void)?) {
+        guard documentState.contains(.closed), !isOpening else {
+            logger.warning("open() on a document that is already open or opening", metadata: ["document": "\(fileURL.path)"])
+            completionHandler?(false)
+            return
+        }
+        isOpening = true
+        let url = fileURL
+        let progress = Progress(totalUnitCount: 1)
+        self.progress = progress
+        updateState(inserting: .progressAvailable)
+        performAsynchronousFileAccess { [self] in
+            let result = Result { try read(from: url) }
+            let date = try? POSIX.status(url.path)?.modificationDate
+            Task { @MainActor in
+                isOpening = false
+                progress.completedUnitCount = 1
+                switch result {
+                case .success:
+                    resetChangeTracking()
+                    fileModificationDate = date
+                    setState(documentState.subtracting([.closed, .progressAvailable]))
+                    completionHandler?(true)
+                case .failure(let error):
+                    updateState(removing: .progressAvailable)
+                    handleError(readError(error, url: url), userInteractionPermitted: true)
+                    completionHandler?(false)
+                }
+            }
+        }
+    }
+
+    nonisolated func readDocument(from url: URL) throws {
+        let path = url.standardizedFileURL.path
+        guard let status = try POSIX.status(path) else {
+            throw FileAccessError(.notFound, "the document's file does not exist", path: path)
+        }
+        let contents: Any = status.kind == .directory ? try FileWrapper(url: url) : try POSIX.readFile(path)
+        let typeName = typeRegistry.type(of: url)?.identifier
+        let handoff = Handoff(value: contents)
+        try Self.onMainActor { try self.load(fromContents: handoff.value, ofType: typeName) }
+    }
+
+    func loadDefault(fromContents contents: Any, ofType typeName: String?) throws {
+        throw DocumentError(.readFailed, "\(type(of: self)) does not override load(fromContents:ofType:)", url: fileURL)
+    }
+
+    func revertDocument(toContentsOf url: URL, completionHandler: (@MainActor (Bool) -> Void)?) {
+        setEditingDisabled(true)
+        performAsynchronousFileAccess { [self] in
+            let result = Result { try read(from: url) }
+            let date = try? POSIX.status(url.path)?.modificationDate
+            Task { @MainActor in
+                setEditingDisabled(false)
+                switch result {
+                case .success:
+                    resetChangeTracking()
+                    fileModificationDate = date
+                    updateState(removing: .closed)
+                    completionHandler?(true)
+                case .failure(let error):
+                    handleError(readError(error, url: url), userInteractionPermitted: true)
+                    completionHandler?(false)
+                }
+            }
+        }
+    }
+
+    func readError(_ error: any Error, url: URL) -> DocumentError {
+        if let error = error as? DocumentError { return error }
+        return DocumentError(.readFailed, "could not read “\(url.lastPathComponent)”", url: url, underlying: error)
+    }
+}
