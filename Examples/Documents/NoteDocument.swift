@@ -36,6 +36,7 @@ public final class NoteDocument: Document {
             cachedText = newValue
             replaceMember(Self.textFileName)
             undoManager.registerUndo(withTarget: self) { $0.text = old }
+            undoManager.setActionName("Typing")
         }
     }
 
@@ -51,6 +52,7 @@ public final class NoteDocument: Document {
             cachedImage = newValue
             replaceMember(Self.imageFileName)
             undoManager.registerUndo(withTarget: self) { $0.image = old }
+            undoManager.setActionName("Change Image")
         }
     }
 

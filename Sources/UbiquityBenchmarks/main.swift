@@ -1,1 +1,205 @@
-print("todo")
+// ubiquity-bench: prints the document layer's figures as JSON, each measured against its peer
+// in the same run (ratios, not absolute times).
+//
+//   swift run -c release ubiquity-bench [--iterations N] [--directory DIR]
+import Foundation
+import Ubiquity
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A flat document holding raw bytes.
+final class BlobDocument: Document {
+    var data = Data()
+    override func contents(forType typeName: String) throws -> Any { data }
+    override func load(fromContents contents: Any, ofType typeName: String?) throws { data = contents as? Data ?? Data() }
+}
+
+/// A package document whose members the benchmark replaces one at a time.
+final class MembersDocument: Document {
+    var root = FileWrapper(directoryWithFileWrappers: [:])
+    func replace(_ name: String, with data: Data) {
+        if let old = root.fileWrappers?[name] { root.removeFileWrapper(old) }
+        root.addRegularFile(withContents: data, preferredFilename: name)
+        updateChangeCount(.done)
+    }
+    override func contents(forType typeName: String) throws -> Any { root }
+    override func load(fromContents contents: Any, ofType typeName: String?) throws {
+        guard let wrapper = contents as? FileWrapper else { throw BenchError("not a package") }
+        root = wrapper
+    }
+}
+
+struct BenchError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// Bytes this process passed to read and write system calls so far (`/proc/self/io`).
+func ioCounters() -> (read: Int64, written: Int64) {
+    let text = (try? String(contentsOfFile: "/proc/self/io", encoding: .utf8)) ?? ""
+    var values: [String: Int64] = [:]
+    for line in text.split(separator: "\n") {
+        let parts = line.split(separator: ":").map { $0.trimmingCharacters(in: .whitespaces) }
+        if parts.count == 2 { values[parts[0]] = Int64(parts[1]) }
+    }
+    return (values["rchar"] ?? 0, values["wchar"] ?? 0)
+}
+
+func seconds(_ duration: Duration) -> Double {
+    Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
+}
+
+func median(_ values: [Double]) -> Double {
+    let sorted = values.sorted()
+    return sorted.isEmpty ? 0 : sorted[sorted.count / 2]
+}
+
+func round3(_ value: Double) -> Double { (value * 1000).rounded() / 1000 }
+
+/// A bare write + fsync + rename of `data` to `url`: the floor a safe save is compared with.
+func bareWrite(_ data: Data, to url: URL) throws {
+    let temporary = url.path + ".bare-tmp"
+    let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o644)
+    guard fd >= 0 else { throw BenchError("open failed: \(errno)") }
+    try data.withUnsafeBytes { buffer in
+        var offset = 0
+        while offset < buffer.count {
+            let n = write(fd, buffer.baseAddress! + offset, buffer.count - offset)
+            guard n > 0 else { throw BenchError("write failed: \(errno)") }
+            offset += n
+        }
+    }
+    guard fsync(fd) == 0 else { throw BenchError("fsync failed: \(errno)") }
+    close(fd)
+    guard rename(temporary, url.path) == 0 else { throw BenchError("rename failed: \(errno)") }
+}
+
+@MainActor
+func safeSaveFigures(in directory: URL, iterations: Int) async throws -> [String: Any] {
+    let documentURL = directory.appendingPathComponent("flat.bin")
+    let bareURL = directory.appendingPathComponent("bare.bin")
+    let document = BlobDocument(fileURL: documentURL)
+    document.data = Data(repeating: 1, count: 1 << 20)
+    guard await document.save(to: documentURL, for: .forCreating) else { throw BenchError("create failed") }
+    try bareWrite(document.data, to: bareURL)
+    var documentTimes: [Double] = []
+    var bareTimes: [Double] = []
+    let clock = ContinuousClock()
+    for i in 0..<iterations {
+        var data = Data(count: 1 << 20)
+        data.withUnsafeMutableBytes { buffer in
+            for j in stride(from: 0, to: buffer.count, by: 4096) { buffer[j] = UInt8(truncatingIfNeeded: i &+ j) }
+        }
+        document.data = data
+        document.updateChangeCount(.done)
+        let start = clock.now
+        guard await document.save(to: documentURL, for: .forOverwriting) else { throw BenchError("save failed") }
+        documentTimes.append(seconds(clock.now - start))
+        let bareStart = clock.now
+        try bareWrite(data, to: bareURL)
+        bareTimes.append(seconds(clock.now - bareStart))
+    }
+    let ratio = median(documentTimes) / median(bareTimes)
+    return [
+        "iterations": iterations,
+        "documentSafeSaveMedianSeconds": median(documentTimes),
+        "bareWriteFsyncRenameMedianSeconds": median(bareTimes),
+        "ratio": round3(ratio),
+        "goal": 1.5,
+        "meetsGoal": ratio <= 1.5,
+    ]
+}
+
+@MainActor
+func packageFigures(in directory: URL, members: Int, memberSize: Int) async throws -> [String: Any] {
+    let url = directory.appendingPathComponent("big.pkg")
+    let document = MembersDocument(fileURL: url)
+    for i in 0..<members {
+        document.root.addRegularFile(withContents: Data(repeating: UInt8(truncatingIfNeeded: i), count: memberSize), preferredFilename: "member-\(i)")
+    }
+    guard await document.save(to: url, for: .forCreating) else { throw BenchError("create failed") }
+    guard await document.close() else { throw BenchError("close failed") }
+
+    // Open without touching members.
+    let reopened = MembersDocument(fileURL: url)
+    let beforeOpen = ioCounters()
+    guard await reopened.open() else { throw BenchError("open failed") }
+    let openRead = ioCounters().read - beforeOpen.read
+
+    // Change one member and save.
+    let clock = ContinuousClock()
+    reopened.replace("member-500", with: Data(repeating: 0xEE, count: memberSize))
+    let beforeSave = ioCounters()
+    let start = clock.now
+    guard await reopened.save(to: url, for: .forOverwriting) else { throw BenchError("save failed") }
+    let incrementalTime = seconds(clock.now - start)
+    let incrementalWritten = ioCounters().written - beforeSave.written
+
+    // Peer: the same package written in full (no original contents to reuse).
+    let fullURL = directory.appendingPathComponent("full.pkg")
+    let beforeFull = ioCounters()
+    let fullStart = clock.now
+    try reopened.root.write(to: fullURL, options: .atomic, originalContentsURL: nil)
+    let fullTime = seconds(clock.now - fullStart)
+    let fullWritten = ioCounters().written - beforeFull.written
+
+    let metadataBytes = 0 // a plain package has no index or manifest of its own
+    let budget = Double(memberSize + metadataBytes)
+    return [
+        "members": members,
+        "memberBytes": memberSize,
+        "packageMetadataBytes": metadataBytes,
+        "oneMemberChanged": [
+            "writtenBytes": incrementalWritten,
+            "ratioToMemberPlusMetadata": round3(Double(incrementalWritten) / budget),
+            "goal": 1.1,
+            "meetsGoal": Double(incrementalWritten) <= 1.1 * budget,
+            "seconds": incrementalTime,
+        ],
+        "fullRewrite": ["writtenBytes": fullWritten, "seconds": fullTime],
+        "incrementalSpeedup": round3(fullTime / incrementalTime),
+        "incrementalBytesFraction": round3(Double(incrementalWritten) / Double(max(fullWritten, 1))),
+        "openWithoutTouchingMembers": [
+            "readBytes": openRead,
+            "goalBytes": 65536,
+            "meetsGoal": openRead <= 65536,
+        ],
+    ]
+}
+
+@MainActor
+func main() async throws {
+    var iterations = 30
+    var directory: URL?
+    var arguments = CommandLine.arguments.dropFirst()
+    while let argument = arguments.popFirst() {
+        switch argument {
+        case "--iterations": iterations = Int(arguments.popFirst() ?? "") ?? iterations
+        case "--directory": directory = arguments.popFirst().map { URL(fileURLWithPath: $0, isDirectory: true) }
+        default:
+            FileHandle.standardError.write(Data("usage: ubiquity-bench [--iterations N] [--directory DIR]\n".utf8))
+            exit(64)
+        }
+    }
+    let work = (directory ?? FileManager.default.temporaryDirectory).appendingPathComponent("ubiquity-bench-\(UUID().uuidString.prefix(8))")
+    try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
+    defer { try? FileManager.default.removeItem(at: work) }
+
+    let report: [String: Any] = [
+        "benchmark": "ubiquity document layer",
+        "machine": ["cores": ProcessInfo.processInfo.activeProcessorCount, "fileSystemDirectory": work.deletingLastPathComponent().path],
+        "safeSave1MiB": try await safeSaveFigures(in: work, iterations: iterations),
+        "package1000x16KiB": try await packageFigures(in: work, members: 1000, memberSize: 16 * 1024),
+    ]
+    let json = try JSONSerialization.data(withJSONObject: report, options: [.prettyPrinted, .sortedKeys])
+    FileHandle.standardOutput.write(json + Data("\n".utf8))
+}
+
+do {
+    try await main()
+} catch {
+    FileHandle.standardError.write(Data("ubiquity-bench: \(error)\n".utf8))
+    exit(1)
+}

@@ -4,6 +4,7 @@ import UbiquityFiles
 extension Document {
     func saveDocument(to url: URL, for saveOperation: SaveOperation, completionHandler: (@MainActor (Bool) -> Void)?) {
         let url = url.standardizedFileURL
+        storedUndoManager?.endEventGroupIfOpen()
         if saveOperation == .forOverwriting && documentState.contains(.closed) && !isClosing {
             let error = DocumentError(.invalidState, "a closed document cannot be saved for overwriting; open it first", url: url)
             return saveFailed(error, completionHandler)
@@ -89,6 +90,7 @@ extension Document {
     }
 
     func autosaveDocument(completionHandler: (@MainActor (Bool) -> Void)?) {
+        storedUndoManager?.endEventGroupIfOpen()
         guard hasUnsavedChanges, !documentState.contains(.closed) || isClosing else {
             completionHandler?(true)
             return

@@ -170,6 +170,12 @@ open class UndoManager {
         Task { @MainActor [weak self] in self?.eventEnded(generation) }
     }
 
+    /// Ends the current event now: closes the group that registration opened automatically.
+    /// Documents call this before saving, so a change made in the same turn is counted.
+    package func endEventGroupIfOpen() {
+        if eventGroupIsOpen && openGroups.count == 1 { endUndoGrouping() }
+    }
+
     func eventEnded(_ generation: Int) {
         guard eventGroupIsOpen, generation == eventGroupGeneration, openGroups.count == 1 else { return }
         endUndoGrouping()

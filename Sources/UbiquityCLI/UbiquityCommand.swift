@@ -1,0 +1,17 @@
+import ArgumentParser
+
+/// The `ubiquity` command: one tool for the document framework and, later, the sync service.
+@main
+struct UbiquityCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ubiquity",
+        abstract: "Apple's document architecture and iCloud-style document sync for Swift on Linux.",
+        version: UbiquityVersion.current,
+        subcommands: [DemoCommand.self]
+    )
+}
+
+/// The release of this build.
+enum UbiquityVersion {
+    static let current = "0.1.0"
+}

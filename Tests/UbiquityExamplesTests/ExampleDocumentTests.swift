@@ -1,0 +1,134 @@
+import Foundation
+import Testing
+import Ubiquity
+import UbiquityExamples
+import UbiquityTestSupport
+
+@MainActor
+@Suite struct ExampleDocumentTests {
+    func inode(_ url: URL) -> UInt64? {
+        (try? FileManager.default.attributesOfItem(atPath: url.path)[.systemFileNumber] as? NSNumber)?.uint64Value
+    }
+
+    @Test func textDocumentRoundTripsAndUndoes() async throws {
+        let dir = try TemporaryDirectory("text"); defer { dir.remove() }
+        let url = dir.file("letter.txt")
+        let document = TextDocument(fileURL: url)
+        #expect(await document.save(to: url, for: .forCreating))
+        document.setText("Dear Linux,")
+        while document.undoManager.groupingLevel > 0 { await Task.yield() }
+        #expect(document.hasUnsavedChanges && document.undoManager.undoMenuItemTitle == "Undo Typing")
+        #expect(await document.close())
+        #expect(try String(contentsOf: url, encoding: .utf8) == "Dear Linux,")
+        let reopened = TextDocument(fileURL: url)
+        var updates = 0
+        reopened.contentsUpdated = { _ in updates += 1 }
+        #expect(await reopened.open())
+        #expect(reopened.documentText == "Dear Linux," && updates == 1)
+        try Data([0xFF, 0xFE, 0x00]).write(to: dir.file("binary.txt"))
+        #expect(await TextDocument(fileURL: dir.file("binary.txt")).open() == false)
+    }
+
+    @Test func noteDocumentIsAPackageReadLazily() async throws {
+        NoteDocument.registerType()
+        let dir = try TemporaryDirectory("note"); defer { dir.remove() }
+        let url = dir.file("Trip.note")
+        let note = NoteDocument(fileURL: url)
+        #expect(note.fileType == NoteDocument.typeIdentifier)
+        note.text = "pack the tent"
+        note.image = Data(repeating: 7, count: 10_000)
+        #expect(await note.save(to: url, for: .forCreating))
+        #expect(try FileManager.default.contentsOfDirectory(atPath: url.path).sorted() == ["Image.png", "Text.txt"])
+        let imageInode = inode(url.appendingPathComponent("Image.png"))
+
+        note.text = "pack the tent and stove"
+        #expect(await note.save(to: url, for: .forOverwriting))
+        #expect(inode(url.appendingPathComponent("Image.png")) == imageInode, "the unchanged image is not rewritten")
+        #expect(await note.close())
+
+        let reopened = NoteDocument(fileURL: url)
+        #expect(await reopened.open())
+        try FileManager.default.removeItem(at: url.appendingPathComponent("Image.png"))
+        #expect(reopened.image == nil, "the image is read only when asked for")
+        #expect(reopened.text == "pack the tent and stove")
+    }
+
+    @Test func thingsDocumentRewritesOnlyWhatChanged() async throws {
+        ThingsDocument.registerType()
+        let dir = try TemporaryDirectory("things"); defer { dir.remove() }
+        let url = dir.file(thingsDocumentName)
+        let document = ThingsDocument(fileURL: url)
+        #expect(await document.save(to: url, for: .forCreating))
+        for i in 0..<3 {
+            let index = document.anotherWhatsit().index
+            document.update(at: index, name: "Thing \(i)", location: "Shelf \(i)")
+            document.setImage(Data(repeating: UInt8(i), count: 50_000), forWhatsitAt: index)
+        }
+        #expect(await document.save(to: url, for: .forOverwriting))
+        let keys = document.things.compactMap(\.imageKey)
+        #expect(Set(keys).count == 3, "image members get unique keys")
+        let inodes = keys.map { inode(url.appendingPathComponent($0)) }
+
+        // Deleting one item's image rewrites nothing else: the other images keep their files.
+        document.setImage(nil, forWhatsitAt: 1)
+        #expect(await document.save(to: url, for: .forOverwriting))
+        #expect(!FileManager.default.fileExists(atPath: url.appendingPathComponent(keys[1]).path))
+        #expect(inode(url.appendingPathComponent(keys[0])) == inodes[0])
+        #expect(inode(url.appendingPathComponent(keys[2])) == inodes[2])
+        #expect(await document.close())
+
+        let reopened = ThingsDocument(fileURL: url)
+        var got = false
+        reopened.gotThings = { _ in got = true }
+        #expect(await reopened.open())
+        #expect(got && reopened.things.map(\.name) == ["Thing 0", "Thing 1", "Thing 2"])
+        #expect(reopened.image(forWhatsitAt: 2) == Data(repeating: 2, count: 50_000))
+        #expect(reopened.image(forWhatsitAt: 1) == nil)
+        reopened.removeWhatsit(at: 0)
+        #expect(await reopened.close())
+        #expect(!FileManager.default.fileExists(atPath: url.appendingPathComponent(keys[0]).path))
+    }
+
+    @Test func damagedThingsDocumentFailsToOpenAndIsLeftAlone() async throws {
+        ThingsDocument.registerType()
+        let dir = try TemporaryDirectory("things"); defer { dir.remove() }
+        let url = dir.file(thingsDocumentName)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        try Data("not a plist".utf8).write(to: url.appendingPathComponent(ThingsDocument.thingsPreferredName))
+        let document = ThingsDocument(fileURL: url)
+        #expect(await document.open() == false)
+        #expect(document.documentState == .closed)
+        #expect(try String(contentsOf: url.appendingPathComponent(ThingsDocument.thingsPreferredName), encoding: .utf8) == "not a plist")
+    }
+}
+
+/// Runs the example executables as a user would.
+@Suite struct ExampleProgramTests {
+    func run(_ program: String, _ arguments: [String]) throws -> (Int32, String) {
+        let binary = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent(program)
+        let process = Process()
+        process.executableURL = binary
+        process.arguments = arguments
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, output)
+    }
+
+    @Test func programsEditTheirDocuments() throws {
+        let dir = try TemporaryDirectory("programs"); defer { dir.remove() }
+        let text = dir.file("todo.txt").path
+        #expect(try run("text-editor", [text, "buy", "milk"]) == (0, "buy milk\n"))
+        #expect(try run("text-editor", [text, "call", "home"]) == (0, "buy milk\ncall home\n"))
+
+        let note = dir.file("n.note").path
+        #expect(try run("notes", [note, "text", "hello"]).1.contains("text:  hello"))
+        #expect(try run("notes", [note]).1.contains("image: none"))
+
+        #expect(try run("things", [dir.url.path, "add", "Lamp", "Desk"]) == (0, "0: Lamp @ Desk\n"))
+        #expect(try run("things", [dir.url.path, "remove", "5"]).0 == 1)
+    }
+}
