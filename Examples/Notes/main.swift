@@ -15,11 +15,7 @@ func run() async -> Int32 {
     NoteDocument.registerType()
     let url = URL(fileURLWithPath: path)
     let note = NoteDocument(fileURL: url)
-    let exists = FileManager.default.fileExists(atPath: url.path)
-    guard await (exists ? note.open() : note.save(to: url, for: .forCreating)) else {
-        print("notes: could not \(exists ? "open" : "create") \(url.path)")
-        return 1
-    }
+    guard await note.openOrCreate(program: "notes") else { return 1 }
     switch arguments.dropFirst().first {
     case "text": note.text = arguments.dropFirst(2).joined(separator: " ")
     case "image":

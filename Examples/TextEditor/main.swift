@@ -13,11 +13,7 @@ func run() async -> Int32 {
     }
     let url = URL(fileURLWithPath: path)
     let document = TextDocument(fileURL: url)
-    let exists = FileManager.default.fileExists(atPath: url.path)
-    guard await (exists ? document.open() : document.save(to: url, for: .forCreating)) else {
-        print("text-editor: could not \(exists ? "open" : "create") \(url.path)")
-        return 1
-    }
+    guard await document.openOrCreate(program: "text-editor") else { return 1 }
     if arguments.count > 1 {
         let line = arguments.dropFirst().joined(separator: " ")
         document.setText(document.documentText.isEmpty ? line : document.documentText + "\n" + line)

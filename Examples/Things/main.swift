@@ -16,11 +16,7 @@ func run() async -> Int32 {
     ThingsDocument.registerType()
     let url = URL(fileURLWithPath: directory).appendingPathComponent(thingsDocumentName)
     let document = ThingsDocument(fileURL: url)
-    let exists = FileManager.default.fileExists(atPath: url.path)
-    guard await (exists ? document.open() : document.save(to: url, for: .forCreating)) else {
-        print("things: could not \(exists ? "open" : "create") \(url.path)")
-        return 1
-    }
+    guard await document.openOrCreate(program: "things") else { return 1 }
     let command = Array(arguments.dropFirst())
     switch command.first {
     case "add" where command.count >= 2:

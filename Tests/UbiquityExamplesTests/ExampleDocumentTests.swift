@@ -132,3 +132,17 @@ import UbiquityTestSupport
         #expect(try run("things", [dir.url.path, "remove", "5"]).0 == 1)
     }
 }
+
+/// README's main command, run as a user would.
+@Suite struct DemoCommandTests {
+    @Test func demoWalksThroughEveryStep() throws {
+        let dir = try TemporaryDirectory("demo"); defer { dir.remove() }
+        let (status, output) = try ExampleProgramTests().run("ubiquity", ["demo", "--directory", dir.url.path])
+        #expect(status == 0)
+        for step in ["1. create", "3. autosave", "saved: true", "image member rewritten: false", "5. reopen",
+                     "7. undo     → text: \"eggs, milk\", unsaved changes: false", "8. redo", "9. closed   on disk: \"eggs, milk, bread\""] {
+            #expect(output.contains(step), "missing \(step) in:\n\(output)")
+        }
+        #expect(try ExampleProgramTests().run("ubiquity", ["--version"]) == (0, "0.1.0\n"))
+    }
+}

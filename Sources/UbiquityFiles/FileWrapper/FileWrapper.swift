@@ -133,9 +133,9 @@ open class FileWrapper: @unchecked Sendable {
         set { lock.withLock { storedFilename = newValue } }
     }
 
-    /// The wrapper's file attributes, keyed by `FileAttributeKey` raw values. When written, the
-    /// POSIX permissions (`FileAttributeKey.posixPermissions`) and, if set, the modification
-    /// date (`FileAttributeKey.modificationDate`) are applied.
+    /// The wrapper's file attributes, keyed by `FileAttributeKey` raw values. Reading fills in
+    /// the permissions, modification date and size; writing applies the POSIX permissions
+    /// (`FileAttributeKey.posixPermissions`) and ignores the rest.
     open var fileAttributes: [String: Any] {
         get { lock.withLock { storedAttributes } }
         set { lock.withLock { storedAttributes = newValue } }
