@@ -23,10 +23,12 @@ let package = Package(
         .target(name: "CUbiquitySystem"),
         // File layer: FileWrapper, safe save, document types. No server dependencies.
         .target(name: "UbiquityFiles", dependencies: ["CUbiquitySystem", logging]),
+        // File coordination: NSFileCoordinator, NSFilePresenter, cross-process locks.
+        .target(name: "UbiquityCoordination", dependencies: ["CUbiquitySystem", "UbiquityFiles", logging]),
         // Document layer: Document (UIDocument), UndoManager.
         .target(name: "UbiquityDocument", dependencies: ["UbiquityFiles", logging]),
         // The one module apps import.
-        .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityDocument"]),
+        .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument"]),
 
         // The reference documents' sample documents, shared by the example apps and `ubiquity demo`.
         .target(name: "UbiquityExamples", dependencies: ["Ubiquity"], path: "Examples/Documents"),
@@ -43,8 +45,11 @@ let package = Package(
         // Test support: documents and a child process that saves in a loop (killed by the crash test).
         .target(name: "UbiquityTestSupport", dependencies: ["Ubiquity"], path: "Tests/Support"),
         .executableTarget(name: "UbiquitySaveLoop", dependencies: ["UbiquityTestSupport"], path: "Tests/Helpers/SaveLoop"),
+        // A second process for the coordination tests: takes coordinated access and holds it.
+        .executableTarget(name: "UbiquityCoordinatorHelper", dependencies: ["UbiquityCoordination"], path: "Tests/Helpers/Coordinator"),
 
         .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles"]),
+        .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop"]),
         .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport", "TextEditorExample", "NotesExample", "ThingsExample", "UbiquityCLI"]),
     ]

@@ -36,3 +36,13 @@ int ubq_clone_file(int destination, int source) {
     return -1;
 #endif
 }
+
+int ubq_ofd_lock_byte(int fd, long long byte, int exclusive) {
+    struct flock lock = {0};
+    lock.l_type = exclusive < 0 ? F_UNLCK : (exclusive ? F_WRLCK : F_RDLCK);
+    lock.l_whence = SEEK_SET;
+    lock.l_start = byte;
+    lock.l_len = 1;
+    lock.l_pid = 0;
+    return fcntl(fd, F_OFD_SETLK, &lock);
+}

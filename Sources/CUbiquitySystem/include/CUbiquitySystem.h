@@ -10,4 +10,11 @@ int ubq_rename_noreplace(const char *from, const char *to);
 /// Makes `destination` share `source`'s extents (FICLONE, a reflink). Returns 0 or -1 with errno set.
 int ubq_clone_file(int destination, int source);
 
+/// Takes (or, with `exclusive` < 0, releases) an open-file-description lock on one byte of
+/// `fd` without waiting (F_OFD_SETLK). OFD locks belong to the open file description: they
+/// conflict between descriptors even within one process, and the kernel drops them when the
+/// last descriptor closes — also when the process is killed. Returns 0, or -1 with errno set
+/// (EAGAIN/EACCES when another holder conflicts).
+int ubq_ofd_lock_byte(int fd, long long byte, int exclusive);
+
 #endif

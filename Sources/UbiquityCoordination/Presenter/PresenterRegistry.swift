@@ -1,0 +1,89 @@
+import Foundation
+import Logging
+import Synchronization
+
+/// The process's registered file presenters (``NSFileCoordinator/addFilePresenter(_:)``), and
+/// the rules for asking them things with a bounded wait.
+final class PresenterRegistry: Sendable {
+    static let shared = PresenterRegistry()
+
+    private struct Entry {
+        weak var presenter: (any NSFilePresenter)?
+    }
+
+    private let entries = Mutex<[ObjectIdentifier: Entry]>([:])
+
+    func add(_ presenter: any NSFilePresenter) {
+        entries.withLock { $0[ObjectIdentifier(presenter)] = Entry(presenter: presenter) }
+    }
+
+    func remove(_ presenter: any NSFilePresenter) {
+        _ = entries.withLock { $0.removeValue(forKey: ObjectIdentifier(presenter)) }
+    }
+
+    var all: [any NSFilePresenter] {
+        entries.withLock { entries in
+            entries = entries.filter { $0.value.presenter != nil }
+            return entries.values.compactMap(\.presenter)
+        }
+    }
+
+    /// How a presenter relates to an accessed path.
+    enum Relation {
+        /// It presents the item itself.
+        case item
+        /// It presents something inside the item (which is a directory).
+        case descendant
+        /// It presents a directory that contains the item.
+        case ancestor
+    }
+
+    /// Presenters related to `path`, excluding `excluded`.
+    func presenters(relatedTo path: String, excluding excluded: (any NSFilePresenter)?) -> [(any NSFilePresenter, Relation, String)] {
+        all.compactMap { presenter in
+            guard presenter !== excluded, let url = presenter.presentedItemURL else { return nil }
+            let presented = FileCoordinationLocks.canonicalPath(url)
+            if presented == path { return (presenter, .item, presented) }
+            if presented.hasPrefix(path == "/" ? "/" : path + "/") { return (presenter, .descendant, presented) }
+            if path.hasPrefix(presented == "/" ? "/" : presented + "/") { return (presenter, .ancestor, presented) }
+            return nil
+        }
+    }
+}
+
+/// Asks a presenter something on its queue and waits, at most `timeout`, for the answer.
+/// Runs the question inline when the caller is already on the presenter's queue (waiting there
+/// would deadlock). Returns nil (and logs) when the presenter does not answer in time.
+func askPresenter<Answer: Sendable>(
+    _ presenter: any NSFilePresenter,
+    _ question: String,
+    timeout: Duration,
+    logger: Logger,
+    _ ask: @escaping @Sendable (@escaping @Sendable (Answer) -> Void) -> Void
+) -> Answer? {
+    let answer = Mutex<Answer?>(nil)
+    let answered = DispatchSemaphore(value: 0)
+    let reply: @Sendable (Answer) -> Void = { value in
+        let first = answer.withLock { stored -> Bool in
+            guard stored == nil else { return false }
+            stored = value
+            return true
+        }
+        if first { answered.signal() }
+    }
+    let queue = presenter.presentedItemOperationQueue
+    if OperationQueue.current === queue {
+        ask(reply)
+    } else {
+        queue.addOperation { ask(reply) }
+    }
+    let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
+    if answered.wait(timeout: .now() + seconds) == .timedOut {
+        logger.warning("file presenter did not answer in time; proceeding without it", metadata: [
+            "question": "\(question)", "presenter": "\(type(of: presenter))",
+            "item": "\(presenter.presentedItemURL?.path ?? "-")", "timeout": "\(timeout)",
+        ])
+        return nil
+    }
+    return answer.withLock { $0 }
+}

@@ -1,0 +1,78 @@
+import Foundation
+import Testing
+@testable import UbiquityCoordination
+
+/// Two real processes: the helper holds coordinated access; this process checks what it can take.
+@Suite(.serialized) struct CrossProcessLockTests {
+    @Test func aWriterExcludesReadersAndWritersUntilItReleases() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = scratch.file("doc.txt")
+        let helper = try HelperProcess("write", item)
+        #expect(helper.waitUntilAcquired())
+        #expect(try !canAcquire(reading: [item]))
+        #expect(try !canAcquire(writing: [item]))
+        #expect(try canAcquire(writing: [scratch.file("other.txt")]), "other items are not affected")
+        helper.release()
+        #expect(try canAcquire(writing: [item]))
+    }
+
+    @Test func readersShareButExcludeWriters() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = scratch.file("doc.txt")
+        let helper = try HelperProcess("read", item)
+        #expect(helper.waitUntilAcquired())
+        #expect(try canAcquire(reading: [item]))
+        #expect(try !canAcquire(writing: [item]))
+        helper.release()
+        #expect(try canAcquire(writing: [item]))
+    }
+
+    @Test func writingADirectoryExcludesItemsInside() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let folder = scratch.file("Package.pkg")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let helper = try HelperProcess("write", folder)
+        #expect(helper.waitUntilAcquired())
+        #expect(try !canAcquire(reading: [folder.appendingPathComponent("member")]))
+        #expect(try !canAcquire(writing: [folder.appendingPathComponent("deep/member")]))
+        #expect(try canAcquire(reading: [scratch.file("sibling")]))
+        helper.release()
+        #expect(try canAcquire(writing: [folder.appendingPathComponent("member")]))
+    }
+
+    @Test func aProcessKilledWhileHoldingAccessReleasesIt() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = scratch.file("doc.txt")
+        let helper = try HelperProcess("write", item)
+        #expect(helper.waitUntilAcquired())
+        #expect(try !canAcquire(reading: [item]))
+        helper.kill()
+        #expect(try canAcquire(writing: [item]))
+    }
+
+    @Test func aCoordinatedReadWaitsForTheOtherProcessesWrite() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = scratch.file("doc.txt")
+        let helper = try HelperProcess("write", item)
+        #expect(helper.waitUntilAcquired())
+        let coordinator = NSFileCoordinator()
+        let done = DispatchSemaphore(value: 0)
+        let order = OrderLog()
+        DispatchQueue.global().async {
+            try? coordinator.coordinate(readingItemAt: item) { _ in order.append("read") }
+            done.signal()
+        }
+        #expect(done.wait(timeout: .now() + 0.2) == .timedOut, "the read must wait while the other process writes")
+        order.append("released")
+        helper.release()
+        done.wait()
+        #expect(order.entries == ["released", "read"])
+    }
+}
+
+final class OrderLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: [String] = []
+    func append(_ entry: String) { lock.withLock { stored.append(entry) } }
+    var entries: [String] { lock.withLock { stored } }
+}

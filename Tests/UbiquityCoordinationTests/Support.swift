@@ -1,0 +1,116 @@
+import Foundation
+import Synchronization
+@testable import UbiquityCoordination
+
+/// A fresh directory for one test.
+struct Scratch {
+    let url: URL
+    init() throws {
+        url = URL(fileURLWithPath: FileCoordinationLocks.realPath(NSTemporaryDirectory())!)
+            .appendingPathComponent("ubiquity-coord-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+    func file(_ name: String) -> URL { url.appendingPathComponent(name) }
+    func remove() { try? FileManager.default.removeItem(at: url) }
+}
+
+/// Whether `read`/`write` access to the URLs could be taken right now (then released).
+func canAcquire(reading: [URL] = [], writing: [URL] = [], locks: FileCoordinationLocks = .shared) throws -> Bool {
+    let plan = locks.plan(reading: reading.map { FileCoordinationLocks.canonicalPath($0) }, writing: writing.map { FileCoordinationLocks.canonicalPath($0) })
+    guard let held = try locks.tryAcquire(plan) else { return false }
+    held.release()
+    return true
+}
+
+/// A presenter that records every callback, in order.
+final class RecordingPresenter: NSFilePresenter, @unchecked Sendable {
+    let queue: OperationQueue = {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        return queue
+    }()
+    let url = Mutex<URL?>(nil)
+    let events = Mutex<[String]>([])
+    let answers: Bool
+
+    init(_ url: URL, answers: Bool = true) {
+        self.url.withLock { $0 = url }
+        self.answers = answers
+    }
+
+    var presentedItemURL: URL? { url.withLock { $0 } }
+    var presentedItemOperationQueue: OperationQueue { queue }
+    func log(_ event: String) { events.withLock { $0.append(event) } }
+    var log: [String] {
+        queue.waitUntilAllOperationsAreFinished()
+        return events.withLock { $0 }
+    }
+
+    func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        log("relinquishToReader")
+        if answers { reader { self.log("reacquire") } }
+    }
+    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        log("relinquishToWriter")
+        if answers { writer { self.log("reacquire") } }
+    }
+    func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        log("save")
+        completionHandler(nil)
+    }
+    func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        log("accommodateDeletion")
+        completionHandler(nil)
+    }
+    func presentedItemDidMove(to newURL: URL) {
+        log("didMove:\(newURL.lastPathComponent)")
+        url.withLock { $0 = newURL }
+    }
+    func presentedItemDidChange() { log("didChange") }
+    func presentedSubitemDidChange(at url: URL) { log("subitemDidChange:\(url.lastPathComponent)") }
+    func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) { log("subitemDidMove:\(newURL.lastPathComponent)") }
+    func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        log("accommodateSubitemDeletion:\(url.lastPathComponent)")
+        completionHandler(nil)
+    }
+}
+
+/// A second process holding coordinated access (Tests/Helpers/Coordinator).
+final class HelperProcess {
+    let process = Process()
+    let input = Pipe()
+    let output = Pipe()
+
+    init(_ mode: String, _ url: URL) throws {
+        let binary = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+            .appendingPathComponent("UbiquityCoordinatorHelper")
+        process.executableURL = binary
+        process.arguments = [mode, url.path]
+        process.standardInput = input
+        process.standardOutput = output
+        try process.run()
+    }
+
+    /// Waits until the helper says it holds access.
+    func waitUntilAcquired() -> Bool {
+        var text = ""
+        while !text.contains("acquired\n") {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { return false }
+            text += String(decoding: chunk, as: UTF8.self)
+        }
+        return true
+    }
+
+    /// Tells the helper to release and waits for it to exit.
+    func release() {
+        input.fileHandleForWriting.write(Data("\n".utf8))
+        process.waitUntilExit()
+    }
+
+    /// Kills the helper with SIGKILL and waits for it.
+    func kill() {
+        Foundation.kill(process.processIdentifier, SIGKILL)
+        process.waitUntilExit()
+    }
+}
