@@ -26,7 +26,7 @@ let package = Package(
         // File coordination: NSFileCoordinator, NSFilePresenter, cross-process locks.
         .target(name: "UbiquityCoordination", dependencies: ["CUbiquitySystem", "UbiquityFiles", logging]),
         // Document layer: Document (UIDocument), UndoManager.
-        .target(name: "UbiquityDocument", dependencies: ["UbiquityFiles", logging]),
+        .target(name: "UbiquityDocument", dependencies: ["UbiquityFiles", "UbiquityCoordination", logging]),
         // The one module apps import.
         .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument"]),
 

@@ -14,7 +14,7 @@ extension Document {
         self.progress = progress
         updateState(inserting: .progressAvailable)
         performAsynchronousFileAccess { [self] in
-            let result = Result { try read(from: url) }
+            let result = Result { try ownCoordinator.coordinate(readingItemAt: url) { try read(from: $0) } }
             let date = try? POSIX.status(url.path)?.modificationDate
             Task { @MainActor in
                 isOpening = false
@@ -23,6 +23,7 @@ extension Document {
                 case .success:
                     resetChangeTracking()
                     fileModificationDate = date
+                    startPresenting()
                     setState(documentState.subtracting([.closed, .progressAvailable]))
                     completionHandler?(true)
                 case .failure(let error):
@@ -52,7 +53,7 @@ extension Document {
     func revertDocument(toContentsOf url: URL, completionHandler: (@MainActor (Bool) -> Void)?) {
         setEditingDisabled(true)
         performAsynchronousFileAccess { [self] in
-            let result = Result { try read(from: url) }
+            let result = Result { try ownCoordinator.coordinate(readingItemAt: url) { try read(from: $0) } }
             let date = try? POSIX.status(url.path)?.modificationDate
             Task { @MainActor in
                 setEditingDisabled(false)

@@ -23,7 +23,11 @@ extension Document {
         self.progress = progress
         performAsynchronousFileAccess { [self] in
             let result = Result {
-                try writeContents(handoff.value.0, andAttributes: handoff.value.1, safelyTo: url, for: saveOperation)
+                // A save replaces the whole file: other presenters relinquish but are not asked to
+                // save (which could ask this document to save in turn).
+                try ownCoordinator.coordinate(writingItemAt: url, options: .forReplacing) { url in
+                    try writeContents(handoff.value.0, andAttributes: handoff.value.1, safelyTo: url, for: saveOperation)
+                }
             }
             let date = try? POSIX.status(url.path)?.modificationDate
             Task { @MainActor in
@@ -32,6 +36,7 @@ extension Document {
                 case .success:
                     fileURL = url
                     fileModificationDate = date
+                    startPresenting()
                     updateChangeCount(withToken: tokenHandoff.value, for: saveOperation)
                     updateState(removing: [.savingError, .closed])
                     completionHandler?(true)
@@ -118,6 +123,7 @@ extension Document {
             isClosing = false
             autosaveTask?.cancel()
             autosaveTask = nil
+            stopPresenting()
             setState(.closed)
             completionHandler?(true)
         }

@@ -1,5 +1,7 @@
 import Foundation
 import Logging
+import Synchronization
+import UbiquityCoordination
 import UbiquityFiles
 
 /// A document: a model object backed by a file or package, with UIKit's `UIDocument` API.
@@ -67,8 +69,11 @@ open class Document {
     /// ``documentState`` changes.
     public nonisolated static let stateChangedNotification = Notification.Name("UIDocumentStateChangedNotification")
 
-    /// The file or package the document reads from and saves to.
-    public internal(set) var fileURL: URL
+    /// The file or package the document reads from and saves to. It follows the file when
+    /// another process moves it under coordination.
+    public internal(set) var fileURL: URL {
+        didSet { presented.withLock { $0 = fileURL } }
+    }
     /// The type registry used to derive ``fileType`` and package-ness.
     public nonisolated let typeRegistry: DocumentTypeRegistry
     /// Where the document logs.
@@ -85,6 +90,19 @@ open class Document {
     public internal(set) var progress: Progress?
 
     nonisolated let fileAccessQueue = DispatchQueue(label: "Ubiquity.Document.FileAccess")
+    /// The presented URL, readable from any thread (``presentedItemURL``).
+    nonisolated let presented: Mutex<URL>
+    /// Where the document's presenter callbacks arrive (then hop to the main actor).
+    nonisolated let presenterQueue: OperationQueue = {
+        let queue = OperationQueue()
+        queue.name = "Ubiquity.Document.FilePresenter"
+        queue.maxConcurrentOperationCount = 1
+        return queue
+    }()
+    /// How many other accesses the document has currently relinquished its file to.
+    var relinquishCount = 0
+    /// Whether the file changed while relinquished, so the document must revert afterwards.
+    var revertWhenReacquired = false
     var changes = ChangeTracker()
     var storedUndoManager: UndoManager?
     nonisolated(unsafe) var undoObservers: [any NSObjectProtocol] = []
@@ -106,6 +124,7 @@ open class Document {
         logger: Logger = Logger(label: "ubiquity.document")
     ) {
         self.fileURL = url.standardizedFileURL
+        self.presented = Mutex(url.standardizedFileURL)
         self.typeRegistry = typeRegistry
         self.autosaveClock = autosaveClock
         self.logger = logger

@@ -1,0 +1,93 @@
+import Foundation
+import UbiquityCoordination
+
+/// A document presents its file: its own reads and writes are coordinated, and coordinated
+/// accesses by others — in this process or another — reach it as the reference describes.
+/// - A reader makes a dirty document save first, so the reader sees the latest content.
+/// - A writer makes the document disable editing until the write is over; if the file
+///   changed, the document then reverts to it.
+/// - A coordinated move makes ``fileURL`` follow the file; a coordinated deletion closes the
+///   document.
+/// Callbacks arrive on a private queue and are handled on the main actor.
+extension Document: NSFilePresenter {
+    /// The document's file, as a presenter sees it.
+    public nonisolated var presentedItemURL: URL? { presented.withLock { $0 } }
+
+    /// A private serial queue; the document handles each callback on the main actor.
+    public nonisolated var presentedItemOperationQueue: OperationQueue { presenterQueue }
+
+    /// Saves unsaved changes before another process reads the file.
+    /// - Parameter completionHandler: Called with nil, or the error if the save failed.
+    public nonisolated func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        Task { @MainActor in
+            guard hasUnsavedChanges, !documentState.contains(.closed) else { return completionHandler(nil) }
+            autosave { [fileURL] success in
+                completionHandler(success ? nil : DocumentError(.saveFailed, "could not save before another access", url: fileURL))
+            }
+        }
+    }
+
+    /// Lets another process read; nothing to do while it reads.
+    /// - Parameter reader: Called at once.
+    public nonisolated func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        reader(nil)
+    }
+
+    /// Disables editing while another process writes the file; reverts afterwards if it changed.
+    /// - Parameter writer: Called once editing is disabled, with the block that re-enables it.
+    public nonisolated func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        Task { @MainActor in
+            relinquishCount += 1
+            if relinquishCount == 1 { setEditingDisabled(true) }
+            writer { Task { @MainActor in self.reacquire() } }
+        }
+    }
+
+    /// Notes that the file changed: reverts now, or when the current writer is done.
+    public nonisolated func presentedItemDidChange() {
+        Task { @MainActor in
+            if relinquishCount > 0 { revertWhenReacquired = true } else { revertToChangedFile() }
+        }
+    }
+
+    /// Follows the file to its new place.
+    /// - Parameter newURL: Where the file is now.
+    public nonisolated func presentedItemDidMove(to newURL: URL) {
+        Task { @MainActor in fileURL = newURL.standardizedFileURL }
+    }
+
+    /// Closes the document (without saving) because its file is being deleted.
+    /// - Parameter completionHandler: Called with nil once the document is closed.
+    public nonisolated func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        Task { @MainActor in
+            logger.notice("the document's file is being deleted; closing it", metadata: ["document": "\(fileURL.path)"])
+            autosaveTask?.cancel()
+            autosaveTask = nil
+            stopPresenting()
+            setState(.closed)
+            completionHandler(nil)
+        }
+    }
+
+    func reacquire() {
+        relinquishCount = max(0, relinquishCount - 1)
+        guard relinquishCount == 0 else { return }
+        if revertWhenReacquired {
+            revertWhenReacquired = false
+            revertToChangedFile()
+        } else {
+            setEditingDisabled(false)
+        }
+    }
+
+    func revertToChangedFile() {
+        guard !documentState.contains(.closed) else { return }
+        revert(toContentsOf: fileURL) { _ in }
+    }
+
+    func startPresenting() { NSFileCoordinator.addFilePresenter(self) }
+    func stopPresenting() { NSFileCoordinator.removeFilePresenter(self) }
+
+    /// A coordinator for the document's own accesses (which do not disturb the document itself).
+    nonisolated var ownCoordinator: NSFileCoordinator { NSFileCoordinator(filePresenter: self) }
+}
