@@ -1,4 +1,4 @@
-// ubiquity-bench: prints the document layer's figures as JSON, each measured against its peer
+// ubiquity-bench: prints the document and coordination layers' figures as JSON, each measured against its peer
 // in the same run (ratios, not absolute times).
 //
 //   swift run -c release ubiquity-bench [--iterations N] [--directory DIR]
@@ -169,6 +169,65 @@ func packageFigures(in directory: URL, members: Int, memberSize: Int) async thro
     ]
 }
 
+/// A presenter that signals each `presentedItemDidChange`.
+final class SignallingPresenter: NSFilePresenter, @unchecked Sendable {
+    let url: URL
+    let queue = OperationQueue()
+    let changed = DispatchSemaphore(value: 0)
+    init(_ url: URL) { self.url = url }
+    var presentedItemURL: URL? { url }
+    var presentedItemOperationQueue: OperationQueue { queue }
+    func presentedItemDidChange() { changed.signal() }
+}
+
+func percentile(_ values: [Double], _ p: Double) -> Double {
+    let sorted = values.sorted()
+    return sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+}
+
+func coordinationFigures(in directory: URL, iterations: Int) throws -> [String: Any] {
+    let url = directory.appendingPathComponent("coordinated.txt")
+    try Data(repeating: 7, count: 4096).write(to: url)
+    let clock = ContinuousClock()
+    let coordinator = NSFileCoordinator()
+    var bare: [Double] = [], reads: [Double] = [], writes: [Double] = []
+    for _ in 0..<iterations * 10 {
+        var start = clock.now
+        _ = try Data(contentsOf: url)
+        bare.append(seconds(clock.now - start))
+        start = clock.now
+        _ = try coordinator.coordinate(readingItemAt: url) { try Data(contentsOf: $0) }
+        reads.append(seconds(clock.now - start))
+        start = clock.now
+        _ = try coordinator.coordinate(writingItemAt: url, options: .contentIndependentMetadataOnly) { try Data(contentsOf: $0) }
+        writes.append(seconds(clock.now - start))
+    }
+    // Latency from a coordinated write to the presenter's presentedItemDidChange.
+    let presenter = SignallingPresenter(url)
+    NSFileCoordinator.addFilePresenter(presenter)
+    defer { NSFileCoordinator.removeFilePresenter(presenter) }
+    var latencies: [Double] = []
+    for i in 0..<iterations * 3 {
+        let start = clock.now
+        try coordinator.coordinate(writingItemAt: url, options: .forReplacing) { try Data([UInt8(truncatingIfNeeded: i)]).write(to: $0) }
+        presenter.changed.wait()
+        latencies.append(seconds(clock.now - start))
+    }
+    let p50 = percentile(latencies, 0.5)
+    return [
+        "bareReadMedianSeconds": median(bare),
+        "coordinatedReadMedianSeconds": median(reads),
+        "coordinatedReadRatio": round3(median(reads) / median(bare)),
+        "coordinatedWriteMedianSeconds": median(writes),
+        "coordinatedWriteRatio": round3(median(writes) / median(bare)),
+        "writeToPresentedItemDidChange": [
+            "scope": "same process (presenters in other processes: not yet)",
+            "p50Seconds": p50, "p90Seconds": percentile(latencies, 0.9),
+            "goalP50Seconds": 0.010, "meetsGoal": p50 <= 0.010,
+        ],
+    ]
+}
+
 @MainActor
 func main() async throws {
     var iterations = 30
@@ -192,6 +251,7 @@ func main() async throws {
         "machine": ["cores": ProcessInfo.processInfo.activeProcessorCount, "fileSystemDirectory": work.deletingLastPathComponent().path],
         "safeSave1MiB": try await safeSaveFigures(in: work, iterations: iterations),
         "package1000x16KiB": try await packageFigures(in: work, members: 1000, memberSize: 16 * 1024),
+        "coordination": try coordinationFigures(in: work, iterations: iterations),
     ]
     let json = try JSONSerialization.data(withJSONObject: report, options: [.prettyPrinted, .sortedKeys])
     FileHandle.standardOutput.write(json + Data("\n".utf8))
