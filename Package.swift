@@ -47,10 +47,12 @@ let package = Package(
         .executableTarget(name: "UbiquitySaveLoop", dependencies: ["UbiquityTestSupport"], path: "Tests/Helpers/SaveLoop"),
         // A second process for the coordination tests: takes coordinated access and holds it.
         .executableTarget(name: "UbiquityCoordinatorHelper", dependencies: ["UbiquityCoordination"], path: "Tests/Helpers/Coordinator"),
+        // A second process that keeps a document open, for the cross-process document tests.
+        .executableTarget(name: "UbiquityDocumentHost", dependencies: ["Ubiquity"], path: "Tests/Helpers/DocumentHost"),
 
         .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles"]),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityCoordinatorHelper"]),
-        .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop"]),
+        .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),
         .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport", "TextEditorExample", "NotesExample", "ThingsExample", "UbiquityCLI"]),
     ]
 )

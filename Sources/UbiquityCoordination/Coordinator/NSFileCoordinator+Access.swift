@@ -30,41 +30,21 @@ extension NSFileCoordinator {
         let readPaths = reading.map { FileCoordinationLocks.canonicalPath($0.0, resolvingLastComponent: $0.1.contains(.resolvesSymbolicLink)) }
         let writePaths = writing.map { FileCoordinationLocks.canonicalPath($0.0) }
         let timeout = presenterTimeout
-        let registry = PresenterRegistry.shared
 
-        // 1. Presenters save and relinquish (before we lock: their saves take our locks too).
-        var reacquirers: [(any NSFilePresenter, @Sendable () -> Void)] = []
+        // 1. Presenters — this process's and other processes' — save and relinquish. This
+        //    happens before locking, because their saves are coordinated writes too.
+        let description = AccessDescription(
+            reading: zip(reading, readPaths).map { AccessDescription.Item(path: $1, url: $0.0.path, options: $0.1.rawValue) },
+            writing: zip(writing, writePaths).map { AccessDescription.Item(path: $1, url: $0.0.path, options: $0.1.rawValue) })
+        let local = PresenterSession(description, excluding: filePresenter, timeout: timeout, logger: logger)
+        let remote = PresenterChannel.shared.prepareRemote(description, timeout: timeout, logger: logger)
+        state.withLock { $0.moves = [] }
+        var accessed = false
         defer {
-            for (presenter, reacquire) in reacquirers { presenter.presentedItemOperationQueue.addOperation(reacquire) }
-        }
-        for (index, (_, options)) in reading.enumerated() {
-            for (presenter, relation, _) in registry.presenters(relatedTo: readPaths[index], excluding: filePresenter) where relation != .ancestor {
-                if !options.contains(.withoutChanges) && !options.contains(.immediatelyAvailableMetadataOnly) {
-                    saveChanges(of: presenter, timeout: timeout)
-                }
-                if let reacquire = relinquish(presenter, toWriter: false, timeout: timeout) { reacquirers.append((presenter, reacquire)) }
-            }
-        }
-        for (index, (_, options)) in writing.enumerated() {
-            for (presenter, relation, _) in registry.presenters(relatedTo: writePaths[index], excluding: filePresenter) {
-                if options.contains(.contentIndependentMetadataOnly) { continue }
-                if options.contains(.forDeleting) {
-                    if relation == .ancestor {
-                        let url = writing[index].0
-                        _ = askPresenter(presenter, "accommodate subitem deletion", timeout: timeout, logger: logger) { (reply: @escaping @Sendable (Bool) -> Void) in
-                            presenter.accommodatePresentedSubitemDeletion(at: url) { _ in reply(true) }
-                        }
-                    } else {
-                        _ = askPresenter(presenter, "accommodate deletion", timeout: timeout, logger: logger) { (reply: @escaping @Sendable (Bool) -> Void) in
-                            presenter.accommodatePresentedItemDeletion { _ in reply(true) }
-                        }
-                    }
-                    continue
-                }
-                guard relation != .ancestor else { continue }
-                if !options.contains(.forReplacing) { saveChanges(of: presenter, timeout: timeout) }
-                if let reacquire = relinquish(presenter, toWriter: true, timeout: timeout) { reacquirers.append((presenter, reacquire)) }
-            }
+            // 4. After the locks are released: what changed (if the accessor ran), then the items back.
+            let moves = state.withLock { $0.moves }
+            local.finish(moved: Set(moves.flatMap { [$0[0], FileCoordinationLocks.canonicalPath(URL(fileURLWithPath: $0[2]))] }), changed: accessed)
+            for session in remote { session.finish(moves: moves, changed: accessed) }
         }
 
         // 2. Lock (only what this thread does not hold already).
@@ -93,42 +73,9 @@ extension NSFileCoordinator {
             }
             readURLs.append(given)
         }
-        state.withLock { $0.moved = [] }
         let result = try body(readURLs, writing.map(\.0))
-        let moved = state.withLock { $0.moved }
-
-        // 4. Tell presenters what changed.
-        for (index, (url, options)) in writing.enumerated() where options.isDisjoint(with: [.forDeleting, .forMoving, .contentIndependentMetadataOnly]) && !moved.contains(writePaths[index]) {
-            for (presenter, relation, _) in registry.presenters(relatedTo: writePaths[index], excluding: filePresenter) {
-                let queue = presenter.presentedItemOperationQueue
-                switch relation {
-                case .item, .descendant: queue.addOperation { presenter.presentedItemDidChange() }
-                case .ancestor: queue.addOperation { presenter.presentedSubitemDidChange(at: url) }
-                }
-            }
-        }
+        accessed = true
         return result
-    }
-
-    func saveChanges(of presenter: any NSFilePresenter, timeout: Duration) {
-        let error = askPresenter(presenter, "save changes", timeout: timeout, logger: logger) { (reply: @escaping @Sendable (String?) -> Void) in
-            presenter.savePresentedItemChanges { error in reply(error.map { "\($0)" }) }
-        }
-        if let error, let message = error {
-            logger.warning("file presenter could not save before another access", metadata: ["item": "\(presenter.presentedItemURL?.path ?? "-")", "error": "\(message)"])
-        }
-    }
-
-    func relinquish(_ presenter: any NSFilePresenter, toWriter: Bool, timeout: Duration) -> (@Sendable () -> Void)? {
-        typealias Reacquirer = (@Sendable () -> Void)?
-        let answer = askPresenter(presenter, toWriter ? "relinquish to writer" : "relinquish to reader", timeout: timeout, logger: logger) { (reply: @escaping @Sendable (Reacquirer) -> Void) in
-            if toWriter {
-                presenter.relinquishPresentedItem(toWriter: { reply($0) })
-            } else {
-                presenter.relinquishPresentedItem(toReader: { reply($0) })
-            }
-        }
-        return answer ?? nil
     }
 
     /// A private copy of `url` for `.forUploading` readers.

@@ -134,18 +134,7 @@ extension NSFileCoordinator {
     ///   - newURL: Where it is now.
     public func item(at oldURL: URL, didMoveTo newURL: URL) {
         let oldPath = FileCoordinationLocks.canonicalPath(oldURL)
-        state.withLock { $0.moved.formUnion([oldPath, FileCoordinationLocks.canonicalPath(newURL)]) }
-        for (presenter, relation, presented) in PresenterRegistry.shared.presenters(relatedTo: oldPath, excluding: filePresenter) {
-            let queue = presenter.presentedItemOperationQueue
-            switch relation {
-            case .item:
-                queue.addOperation { presenter.presentedItemDidMove(to: newURL) }
-            case .descendant:
-                let moved = newURL.appendingPathComponent(String(presented.dropFirst(oldPath.count + 1)))
-                queue.addOperation { presenter.presentedItemDidMove(to: moved) }
-            case .ancestor:
-                queue.addOperation { presenter.presentedSubitem(at: oldURL, didMoveTo: newURL) }
-            }
-        }
+        state.withLock { $0.moves.append([oldPath, oldURL.path, newURL.path]) }
+        PresenterSession.deliverMove(from: oldPath, oldURL: oldURL, to: newURL, excluding: filePresenter)
     }
 }

@@ -59,9 +59,10 @@ public final class NSFileCoordinator: Sendable {
         var purposeIdentifier = UUID().uuidString
         var cancelled = false
         var presenterTimeout: Duration
-        /// Canonical paths moved (from and to) by ``NSFileCoordinator/item(at:didMoveTo:)``
-        /// during the current access: their presenters heard about the move, not a change.
-        var moved: Set<String> = []
+        /// Moves announced by ``NSFileCoordinator/item(at:didMoveTo:)`` during the current
+        /// access, as (old canonical path, old path, new path): presenters in other processes
+        /// hear of them when the access finishes, and moved items get no change notice.
+        var moves: [[String]] = []
     }
 
     let state: Mutex<State>

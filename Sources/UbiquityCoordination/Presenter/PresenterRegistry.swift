@@ -15,6 +15,7 @@ final class PresenterRegistry: Sendable {
 
     func add(_ presenter: any NSFilePresenter) {
         entries.withLock { $0[ObjectIdentifier(presenter)] = Entry(presenter: presenter) }
+        PresenterChannel.shared.startServerIfNeeded()
     }
 
     func remove(_ presenter: any NSFilePresenter) {

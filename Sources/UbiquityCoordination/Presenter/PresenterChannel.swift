@@ -1,0 +1,224 @@
+import Foundation
+import Logging
+import Synchronization
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// How coordinators reach presenters in other processes of the same user.
+///
+/// Every process that registers a presenter listens on `presenters/PID.sock` in the per-user
+/// runtime directory (mode 0700, so only the user's processes can connect). A coordinator
+/// connects to every other process's socket before taking its locks and sends `prepare` with
+/// the access; that process asks its own presenters to save and relinquish, and answers. After
+/// the access the coordinator sends `finish` (with any moves) on the same connection, and the
+/// process tells its presenters what changed and gives them their items back. A process that
+/// does not answer within the presenter time-out is skipped (and logged); a socket nobody
+/// listens on any more (its process died) is removed; a coordinator that dies mid-access
+/// closes its connection, which gives the presenters their items back.
+final class PresenterChannel: Sendable {
+    static let shared = PresenterChannel(directory: (FileCoordinationLocks.shared.directory as NSString).deletingLastPathComponent + "/presenters")
+
+    struct Request: Codable {
+        var op: String
+        var access: AccessDescription?
+        var timeoutMilliseconds: Int?
+        var moves: [[String]]?
+        var changed: Bool?
+    }
+
+    struct Reply: Codable {
+        var ok: Bool
+    }
+
+    let directory: String
+    private let serverStarted = Mutex(false)
+    private let logger = Logger(label: "ubiquity.coordination.channel")
+
+    init(directory: String) {
+        self.directory = directory
+    }
+
+    var socketPath: String { directory + "/\(getpid()).sock" }
+
+    // MARK: Client
+
+    /// A prepared access in another process, finished after the access.
+    final class RemoteSession: @unchecked Sendable {
+        // Owned by the coordinating thread.
+        let descriptor: Int32
+        let process: String
+
+        init(descriptor: Int32, process: String) {
+            self.descriptor = descriptor
+            self.process = process
+        }
+
+        func finish(moves: [[String]], changed: Bool) {
+            defer { close(descriptor) }
+            guard PresenterChannel.send(Request(op: "finish", access: nil, timeoutMilliseconds: nil, moves: moves, changed: changed), to: descriptor) else { return }
+            _ = PresenterChannel.receive(Reply.self, from: descriptor)
+        }
+    }
+
+    /// Asks every other process with presenters to prepare for `access`.
+    func prepareRemote(_ access: AccessDescription, timeout: Duration, logger: Logger) -> [RemoteSession] {
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return [] }
+        let own = "\(getpid()).sock"
+        var sessions: [RemoteSession] = []
+        for entry in entries where entry.hasSuffix(".sock") && entry != own {
+            let path = directory + "/" + entry
+            guard let fd = connect(to: path, timeout: timeout) else { continue }
+            let process = String(entry.dropLast(5))
+            let milliseconds = Int(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+            let request = Request(op: "prepare", access: access, timeoutMilliseconds: milliseconds, moves: nil, changed: nil)
+            if Self.send(request, to: fd), Self.receive(Reply.self, from: fd)?.ok == true {
+                sessions.append(RemoteSession(descriptor: fd, process: process))
+            } else {
+                logger.warning("a process with file presenters did not answer in time; proceeding without it", metadata: ["pid": "\(process)", "timeout": "\(timeout)"])
+                close(fd)
+            }
+        }
+        return sessions
+    }
+
+    private func connect(to path: String, timeout: Duration) -> Int32? {
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { return nil }
+        var seconds = timeval(tv_sec: Int(timeout.components.seconds), tv_usec: Int(timeout.components.attoseconds / 1_000_000_000_000))
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &seconds, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &seconds, socklen_t(MemoryLayout<timeval>.size))
+        var address = Self.address(path)
+        let result = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        if result != 0 {
+            let code = errno
+            close(fd)
+            if code == ECONNREFUSED { unlink(path) } // its process is gone
+            return nil
+        }
+        return fd
+    }
+
+    // MARK: Server
+
+    /// Starts listening for other processes' coordinators (once per process).
+    func startServerIfNeeded() {
+        let start = serverStarted.withLock { started -> Bool in
+            if started { return false }
+            started = true
+            return true
+        }
+        guard start else { return }
+        do {
+            let fd = try listen()
+            let thread = Thread { [self] in acceptLoop(fd) }
+            thread.name = "Ubiquity.PresenterChannel"
+            thread.start()
+        } catch {
+            logger.error("file presenters cannot be reached from other processes", metadata: ["error": "\(error)"])
+        }
+    }
+
+    private func listen() throws -> Int32 {
+        for dir in [(directory as NSString).deletingLastPathComponent, directory] {
+            if mkdir(dir, 0o700) != 0 && errno != EEXIST {
+                throw FileCoordinationError(.ioFailure, "cannot create the presenter directory: \(String(cString: strerror(errno)))", path: dir)
+            }
+            var st = stat()
+            guard lstat(dir, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid(), st.st_mode & 0o022 == 0 else {
+                throw FileCoordinationError(.unsafeLockDirectory, "the presenter directory must be owned by this user and writable only by it", path: dir)
+            }
+        }
+        let path = socketPath
+        unlink(path)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw FileCoordinationError(.ioFailure, "socket failed", path: path) }
+        var address = Self.address(path)
+        let bound = withUnsafePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+        }
+        guard bound == 0, chmod(path, 0o600) == 0, Glibc.listen(fd, 64) == 0 else {
+            let reason = String(cString: strerror(errno))
+            close(fd)
+            throw FileCoordinationError(.ioFailure, "cannot listen: \(reason)", path: path)
+        }
+        return fd
+    }
+
+    private func acceptLoop(_ listener: Int32) {
+        while true {
+            let connection = accept(listener, nil, nil)
+            if connection < 0 {
+                if errno == EINTR || errno == ECONNABORTED { continue }
+                logger.error("presenter channel stopped accepting", metadata: ["error": "\(String(cString: strerror(errno)))"])
+                return
+            }
+            _ = fcntl(connection, F_SETFD, FD_CLOEXEC)
+            Thread.detachNewThread { [self] in serve(connection) }
+        }
+    }
+
+    /// One coordinated access by another process: prepare, then finish (or the peer vanishes).
+    private func serve(_ connection: Int32) {
+        defer { close(connection) }
+        guard let request = Self.receive(Request.self, from: connection), request.op == "prepare", let access = request.access else { return }
+        let timeout = Duration.milliseconds(request.timeoutMilliseconds ?? 5_000)
+        let session = PresenterSession(access, excluding: nil, timeout: timeout, logger: logger)
+        guard Self.send(Reply(ok: true), to: connection) else { return session.finish(moved: [], changed: false) }
+        // Wait (as long as the other process holds its access) for "finish".
+        var none = timeval(tv_sec: 0, tv_usec: 0)
+        setsockopt(connection, SOL_SOCKET, SO_RCVTIMEO, &none, socklen_t(MemoryLayout<timeval>.size))
+        let finish = Self.receive(Request.self, from: connection)
+        var moved: Set<String> = []
+        for move in finish?.moves ?? [] where move.count == 3 {
+            moved.formUnion([move[0], FileCoordinationLocks.canonicalPath(URL(fileURLWithPath: move[2]))])
+            PresenterSession.deliverMove(from: move[0], oldURL: URL(fileURLWithPath: move[1]), to: URL(fileURLWithPath: move[2]), excluding: nil)
+        }
+        session.finish(moved: moved, changed: finish?.changed ?? false)
+        _ = Self.send(Reply(ok: true), to: connection)
+    }
+
+    // MARK: Framing: one JSON object per line
+
+    static func send<T: Encodable>(_ message: T, to fd: Int32) -> Bool {
+        guard var data = try? JSONEncoder().encode(message) else { return false }
+        data.append(0x0A)
+        return data.withUnsafeBytes { buffer in
+            var offset = 0
+            while offset < buffer.count {
+                let n = Glibc.send(fd, buffer.baseAddress! + offset, buffer.count - offset, Int32(MSG_NOSIGNAL))
+                if n < 0 && errno == EINTR { continue }
+                if n <= 0 { return false }
+                offset += n
+            }
+            return true
+        }
+    }
+
+    static func receive<T: Decodable>(_ type: T.Type, from fd: Int32) -> T? {
+        var line = Data()
+        var byte: UInt8 = 0
+        while line.count < 1 << 20 {
+            let n = recv(fd, &byte, 1, 0)
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return nil }
+            if byte == 0x0A { return try? JSONDecoder().decode(type, from: line) }
+            line.append(byte)
+        }
+        return nil
+    }
+
+    static func address(_ path: String) -> sockaddr_un {
+        var address = sockaddr_un()
+        address.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &address.sun_path) { buffer in
+            let bytes = Array(path.utf8.prefix(buffer.count - 1))
+            buffer.copyBytes(from: bytes)
+            buffer[bytes.count] = 0
+        }
+        return address
+    }
+}

@@ -1,0 +1,135 @@
+import Foundation
+import Synchronization
+import Testing
+import Ubiquity
+import UbiquityTestSupport
+
+/// Process A (a helper) keeps a document open; this test process, as B, reads, writes, moves
+/// and deletes its file under coordination.
+final class DocumentHost: @unchecked Sendable {
+    let process = Process()
+    let input = Pipe()
+    let output = Pipe()
+    private let lines = Mutex<[String]>([])
+    private let arrived = DispatchSemaphore(value: 0)
+
+    init(_ url: URL) throws {
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+            .deletingLastPathComponent().appendingPathComponent("UbiquityDocumentHost")
+        process.arguments = [url.path]
+        process.standardInput = input
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let handle = output.fileHandleForReading
+        Thread.detachNewThread { [self] in
+            var buffer = ""
+            while true {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                buffer += String(decoding: chunk, as: UTF8.self)
+                while let newline = buffer.firstIndex(of: "\n") {
+                    let line = String(buffer[..<newline])
+                    buffer.removeSubrange(...newline)
+                    lines.withLock { $0.append(line) }
+                    arrived.signal()
+                }
+            }
+            arrived.signal()
+        }
+    }
+
+    var transcript: [String] { lines.withLock { $0 } }
+
+    /// Waits (at most `timeout`) for a line satisfying `match`, counting from line `after`.
+    @discardableResult
+    func waitFor(after: Int = 0, timeout: Double = 10, _ match: (String) -> Bool) -> String? {
+        let deadline = DispatchTime.now() + timeout
+        while true {
+            if let line = lines.withLock({ $0.dropFirst(after).first(where: match) }) { return line }
+            if arrived.wait(timeout: deadline) == .timedOut { return nil }
+        }
+    }
+
+    func send(_ command: String) {
+        input.fileHandleForWriting.write(Data((command + "\n").utf8))
+    }
+
+    func quit() {
+        send("quit")
+        process.waitUntilExit()
+    }
+}
+
+@Suite(.serialized) struct CrossProcessDocumentTests {
+    func host(_ text: String) throws -> (DocumentHost, URL, TemporaryDirectory) {
+        let dir = try TemporaryDirectory("xproc")
+        let url = dir.file("shared.txt")
+        try Data(text.utf8).write(to: url)
+        let host = try DocumentHost(url)
+        #expect(host.waitFor { $0 == "opened" } != nil, "the host did not open the document: \(host.transcript)")
+        return (host, url, dir)
+    }
+
+    @Test func aReaderInAnotherProcessGetsTheOpenDocumentsUnsavedEdits() throws {
+        let (host, url, dir) = try host("on disk")
+        defer { host.quit(); dir.remove() }
+        host.send("edit unsaved in A")
+        #expect(host.waitFor { $0 == "edited" } != nil)
+        let seen = try NSFileCoordinator().coordinate(readingItemAt: url) { try String(contentsOf: $0, encoding: .utf8) }
+        #expect(seen == "unsaved in A")
+    }
+
+    @Test func aWriterInAnotherProcessDisablesEditingThenTheDocumentReverts() throws {
+        let (host, url, dir) = try host("before")
+        defer { host.quit(); dir.remove() }
+        let mark = host.transcript.count
+        try NSFileCoordinator().coordinate(writingItemAt: url, options: .forReplacing) { url in
+            try SafeSave.write(Data("written by B".utf8), to: url)
+        }
+        #expect(host.waitFor(after: mark) { $0 == "text written by B" } != nil, "\(host.transcript)")
+        #expect(host.waitFor(after: mark) { $0 == "state editingDisabled" } != nil)
+        let disabled = host.transcript.dropFirst(mark).firstIndex(of: "state editingDisabled")
+        let reloaded = host.transcript.dropFirst(mark).firstIndex(of: "text written by B")
+        #expect(disabled != nil && reloaded != nil && disabled! < reloaded!, "editing is disabled before the reload: \(host.transcript)")
+        #expect(host.waitFor(after: mark) { $0 == "state normal" } != nil)
+    }
+
+    @Test func aMoveInAnotherProcessIsFollowed() throws {
+        let (host, url, dir) = try host("movable")
+        defer { host.quit(); dir.remove() }
+        let destination = dir.file("moved.txt")
+        let coordinator = NSFileCoordinator()
+        try coordinator.coordinate(reading: [], writing: [(url, .forMoving), (destination, .forReplacing)]) { _, urls in
+            coordinator.item(at: urls[0], willMoveTo: urls[1])
+            try FileManager.default.moveItem(at: urls[0], to: urls[1])
+            coordinator.item(at: urls[0], didMoveTo: urls[1])
+        }
+        var followed = false
+        for _ in 0..<200 where !followed {
+            let mark = host.transcript.count
+            host.send("url?")
+            followed = host.waitFor(after: mark) { $0.hasPrefix("url ") } == "url \(destination.path)"
+        }
+        #expect(followed, "\(host.transcript)")
+    }
+
+    @Test func aDeletionInAnotherProcessClosesTheDocument() throws {
+        let (host, url, dir) = try host("doomed")
+        defer { host.quit(); dir.remove() }
+        try NSFileCoordinator().coordinate(writingItemAt: url, options: .forDeleting) { try FileManager.default.removeItem(at: $0) }
+        #expect(host.waitFor { $0 == "state closed" } != nil, "\(host.transcript)")
+    }
+
+    @Test func aStoppedProcessCannotBlockOthersForever() throws {
+        let (host, url, dir) = try host("frozen")
+        defer { kill(host.process.processIdentifier, SIGCONT); host.quit(); dir.remove() }
+        kill(host.process.processIdentifier, SIGSTOP)
+        let coordinator = NSFileCoordinator(filePresenter: nil, locks: .shared, presenterTimeout: .milliseconds(300))
+        let start = ContinuousClock.now
+        try coordinator.coordinate(writingItemAt: url, options: .forReplacing) { try SafeSave.write(Data("anyway".utf8), to: $0) }
+        let waited = ContinuousClock.now - start
+        #expect(waited >= .milliseconds(300) && waited < .seconds(5), "waited \(waited)")
+        #expect(try String(contentsOf: url, encoding: .utf8) == "anyway")
+    }
+}
