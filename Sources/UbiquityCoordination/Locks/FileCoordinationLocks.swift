@@ -49,16 +49,23 @@ public final class FileCoordinationLocks: Sendable {
     ///   symbolic link, or is owned by someone else, or is writable by others.
     public init(directory: URL) throws {
         let path = directory.standardizedFileURL.path
+        try Self.makePrivateDirectory(path)
+        self.directory = path
+    }
+
+    /// Creates (mode 0700) `path` and its parent if missing, and checks that both are real
+    /// directories owned by this user and writable by no one else.
+    /// - Throws: ``FileCoordinationError`` `.unsafeLockDirectory` or `.ioFailure`.
+    static func makePrivateDirectory(_ path: String) throws {
         for dir in [(path as NSString).deletingLastPathComponent, path] {
             if mkdir(dir, 0o700) != 0 && errno != EEXIST {
-                throw FileCoordinationError(.ioFailure, "cannot create the lock directory: \(String(cString: strerror(errno)))", path: dir)
+                throw FileCoordinationError(.ioFailure, "cannot create a coordination directory: \(String(cString: strerror(errno)))", path: dir)
             }
             var st = stat()
             guard lstat(dir, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid(), st.st_mode & 0o022 == 0 else {
-                throw FileCoordinationError(.unsafeLockDirectory, "the lock directory must be a directory owned by this user and writable only by it", path: dir)
+                throw FileCoordinationError(.unsafeLockDirectory, "a coordination directory must be a directory owned by this user and writable only by it", path: dir)
             }
         }
-        self.directory = path
     }
 
     /// A lock mode.

@@ -123,15 +123,7 @@ final class PresenterChannel: Sendable {
     }
 
     private func listen() throws -> Int32 {
-        for dir in [(directory as NSString).deletingLastPathComponent, directory] {
-            if mkdir(dir, 0o700) != 0 && errno != EEXIST {
-                throw FileCoordinationError(.ioFailure, "cannot create the presenter directory: \(String(cString: strerror(errno)))", path: dir)
-            }
-            var st = stat()
-            guard lstat(dir, &st) == 0, st.st_mode & S_IFMT == S_IFDIR, st.st_uid == getuid(), st.st_mode & 0o022 == 0 else {
-                throw FileCoordinationError(.unsafeLockDirectory, "the presenter directory must be owned by this user and writable only by it", path: dir)
-            }
-        }
+        try FileCoordinationLocks.makePrivateDirectory(directory)
         let path = socketPath
         unlink(path)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
