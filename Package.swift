@@ -40,7 +40,7 @@ let package = Package(
             name: "UbiquityCLI",
             dependencies: ["Ubiquity", "UbiquityExamples", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
-        .executableTarget(name: "UbiquityBenchmarks", dependencies: ["Ubiquity"]),
+        .executableTarget(name: "UbiquityBenchmarks", dependencies: ["Ubiquity", "UbiquityFiles"]),
 
         // Test support: documents and a child process that saves in a loop (killed by the crash test).
         .target(name: "UbiquityTestSupport", dependencies: ["Ubiquity"], path: "Tests/Support"),

@@ -4,6 +4,7 @@
 //   swift run -c release ubiquity-bench [--iterations N] [--directory DIR]
 import Foundation
 import Ubiquity
+import UbiquityFiles
 
 #if canImport(Glibc)
 import Glibc
@@ -37,15 +38,7 @@ struct BenchError: Error, CustomStringConvertible {
 }
 
 /// Bytes this process passed to read and write system calls so far (`/proc/self/io`).
-func ioCounters() -> (read: Int64, written: Int64) {
-    let text = (try? String(contentsOfFile: "/proc/self/io", encoding: .utf8)) ?? ""
-    var values: [String: Int64] = [:]
-    for line in text.split(separator: "\n") {
-        let parts = line.split(separator: ":").map { $0.trimmingCharacters(in: .whitespaces) }
-        if parts.count == 2 { values[parts[0]] = Int64(parts[1]) }
-    }
-    return (values["rchar"] ?? 0, values["wchar"] ?? 0)
-}
+func ioCounters() -> (read: Int64, written: Int64) { POSIX.ioCounters() ?? (0, 0) }
 
 func seconds(_ duration: Duration) -> Double {
     Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18

@@ -10,9 +10,10 @@ extension FileWrapper {
             }
             rebaseSources(from: temporary.path, to: path)
         } else {
+            // Files are fsynced as they are written; directories are synced by whoever makes the
+            // write durable (SafeSave, for atomic writes and document saves).
             try POSIX.removeTree(path)
             try writeNode(to: path, original: original)
-            if try POSIX.status(path)?.kind == .directory { try SafeSave.syncDirectories(under: path) }
         }
         if options.contains(.withNameUpdating) { updateFilenames(url.lastPathComponent) }
     }
