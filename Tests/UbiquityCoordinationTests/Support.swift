@@ -14,12 +14,25 @@ struct Scratch {
     func remove() { try? FileManager.default.removeItem(at: url) }
 }
 
-/// Whether `read`/`write` access to the URLs could be taken right now (then released).
+/// Whether `read`/`write` access to the URLs can be taken (then released), waiting up to two
+/// seconds: a lock released by `close` may stay held for an instant by a child process that is
+/// between fork and exec (it shares the descriptor until exec closes it).
 func canAcquire(reading: [URL] = [], writing: [URL] = [], locks: FileCoordinationLocks = .shared) throws -> Bool {
     let plan = locks.plan(reading: reading.map { FileCoordinationLocks.canonicalPath($0) }, writing: writing.map { FileCoordinationLocks.canonicalPath($0) })
-    guard let held = try locks.tryAcquire(plan) else { return false }
+    do {
+        try locks.acquire(plan, deadline: .now + .seconds(2)).release()
+        return true
+    } catch let error as FileCoordinationError where error.code == .timedOut {
+        return false
+    }
+}
+
+/// Whether access to the URLs conflicts with something held right now (checked without waiting).
+func cannotAcquire(reading: [URL] = [], writing: [URL] = [], locks: FileCoordinationLocks = .shared) throws -> Bool {
+    let plan = locks.plan(reading: reading.map { FileCoordinationLocks.canonicalPath($0) }, writing: writing.map { FileCoordinationLocks.canonicalPath($0) })
+    guard let held = try locks.tryAcquire(plan) else { return true }
     held.release()
-    return true
+    return false
 }
 
 /// A presenter that records every callback, in order.
