@@ -46,3 +46,7 @@ int ubq_ofd_lock_byte(int fd, long long byte, int exclusive) {
     lock.l_pid = 0;
     return fcntl(fd, F_OFD_SETLK, &lock);
 }
+
+int ubq_wake_pipe(int fds[2]) {
+    return pipe2(fds, O_CLOEXEC | O_NONBLOCK);
+}

@@ -116,6 +116,42 @@ import Testing
         #expect(presenter.log.prefix(2) == ["save", "relinquishToWriter"])
     }
 
+    @Test func twoCoordinatorsSharingAPresenterDoNotDeadlock() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = scratch.file("a.txt")
+        let presenter = RecordingPresenter(item)
+        NSFileCoordinator.addFilePresenter(presenter)
+        defer { NSFileCoordinator.removeFilePresenter(presenter) }
+        let done = DispatchSemaphore(value: 0)
+        let order = OrderLog()
+
+        // On the presenter's queue: its own coordinator writes, and inside that access a second
+        // coordinator of the same presenter reads the item.
+        presenter.queue.addOperation {
+            try? NSFileCoordinator(filePresenter: presenter).coordinate(writingItemAt: item) { url in
+                try Data("first".utf8).write(to: url)
+                let seen = try NSFileCoordinator(filePresenter: presenter).coordinate(readingItemAt: url) { try String(contentsOf: $0, encoding: .utf8) }
+                order.append("nested read: \(seen)")
+            }
+            done.signal()
+        }
+        // Meanwhile, on other threads: a third coordinator of the same presenter, and one
+        // without a presenter (which has to ask the busy presenter to relinquish).
+        DispatchQueue.global().async {
+            try? NSFileCoordinator(filePresenter: presenter).coordinate(writingItemAt: item) { try Data("second".utf8).write(to: $0) }
+            order.append("shared presenter wrote")
+            done.signal()
+        }
+        DispatchQueue.global().async {
+            try? NSFileCoordinator().coordinate(writingItemAt: item) { try Data("third".utf8).write(to: $0) }
+            order.append("other coordinator wrote")
+            done.signal()
+        }
+        for _ in 0..<3 { #expect(done.wait(timeout: .now() + 10) == .success, "no coordination may hang") }
+        #expect(Set(order.entries) == ["nested read: first", "shared presenter wrote", "other coordinator wrote"])
+        #expect(presenter.log.filter { $0 == "relinquishToWriter" }.count == 1, "only the coordinator without the presenter asks it")
+    }
+
     @Test func intentsRunTheAccessorOnTheGivenQueue() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let source = scratch.file("in.txt")

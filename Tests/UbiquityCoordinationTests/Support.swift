@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import Testing
 @testable import UbiquityCoordination
 
 /// A fresh directory for one test.
@@ -81,6 +82,7 @@ final class RecordingPresenter: NSFilePresenter, @unchecked Sendable {
     }
     func presentedItemDidChange() { log("didChange") }
     func presentedSubitemDidChange(at url: URL) { log("subitemDidChange:\(url.lastPathComponent)") }
+    func presentedSubitemDidAppear(at url: URL) { log("subitemDidAppear:\(url.lastPathComponent)") }
     func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) { log("subitemDidMove:\(newURL.lastPathComponent)") }
     func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
         log("accommodateSubitemDeletion:\(url.lastPathComponent)")
@@ -94,11 +96,11 @@ final class HelperProcess {
     let input = Pipe()
     let output = Pipe()
 
-    init(_ mode: String, _ url: URL) throws {
+    init(_ mode: String, _ url: URL, text: String? = nil) throws {
         let binary = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
             .appendingPathComponent("UbiquityCoordinatorHelper")
         process.executableURL = binary
-        process.arguments = [mode, url.path]
+        process.arguments = [mode, url.path] + (text.map { [$0] } ?? [])
         process.standardInput = input
         process.standardOutput = output
         try process.run()
@@ -126,4 +128,25 @@ final class HelperProcess {
         Foundation.kill(process.processIdentifier, SIGKILL)
         process.waitUntilExit()
     }
+}
+
+/// Polls `condition` until it holds, for at most `timeout` (a deadline for something that is
+/// expected to happen, not a sleep a test relies on).
+func eventually(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        Thread.sleep(forTimeInterval: 0.001)
+    }
+    return condition()
+}
+
+/// Runs a shell command in another process that knows nothing of file coordination.
+func shell(_ command: String) throws {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: "/bin/sh")
+    process.arguments = ["-c", command]
+    try process.run()
+    process.waitUntilExit()
+    #expect(process.terminationStatus == 0, "\(command)")
 }

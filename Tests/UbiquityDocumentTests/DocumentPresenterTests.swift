@@ -71,6 +71,28 @@ import UbiquityTestSupport
         #expect(!NSFileCoordinator.filePresenters.contains { $0 === document })
     }
 
+    @Test func aChangeByAProgramThatDoesNotCoordinateReachesTheDocument() async throws {
+        let dir = try TemporaryDirectory("presenter"); defer { dir.remove() }
+        let document = try await openDocument("opened", in: dir)
+        defer { Task { await document.close() } }
+        document.edit("saved by the document")
+        #expect(await document.save(to: document.fileURL, for: .forOverwriting))
+
+        let shell = Process()
+        shell.executableURL = URL(fileURLWithPath: "/bin/sh")
+        shell.arguments = ["-c", "printf 'written by a shell' > \"$0\"", document.fileURL.path]
+        try shell.run()
+        shell.waitUntilExit()
+        #expect(await waitUntil { document.text == "written by a shell" && document.documentState == .normal })
+        #expect(document.reads.withLock { $0 } == 2, "opened, then reverted once: the document's own save did not make it revert")
+
+        // Deleted by a program that does not coordinate: the document stays open with its content.
+        try FileManager.default.removeItem(at: document.fileURL)
+        document.edit("kept")
+        #expect(await document.close())
+        #expect(try String(contentsOf: document.fileURL, encoding: .utf8) == "kept")
+    }
+
     @Test func anOpenDocumentIsARegisteredPresenterUntilClosed() async throws {
         let dir = try TemporaryDirectory("presenter"); defer { dir.remove() }
         let document = try await openDocument("x", in: dir)

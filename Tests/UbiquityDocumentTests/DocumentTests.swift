@@ -26,7 +26,11 @@ final class ProbeDocument: Document {
         text = string
     }
 
+    /// How many times the document read its file.
+    nonisolated let reads = Mutex(0)
+
     nonisolated override func read(from url: URL) throws {
+        reads.withLock { $0 += 1 }
         readOnMainQueue.withLock { $0 = onMainQueue() }
         try super.read(from: url)
     }

@@ -17,4 +17,8 @@ int ubq_clone_file(int destination, int source);
 /// (EAGAIN/EACCES when another holder conflicts).
 int ubq_ofd_lock_byte(int fd, long long byte, int exclusive);
 
+/// Makes a pipe whose ends are close-on-exec and non-blocking (pipe2), for waking a thread
+/// that waits in poll. Returns 0, or -1 with errno set.
+int ubq_wake_pipe(int fds[2]);
+
 #endif

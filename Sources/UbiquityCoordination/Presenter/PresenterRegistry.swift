@@ -16,10 +16,12 @@ final class PresenterRegistry: Sendable {
     func add(_ presenter: any NSFilePresenter) {
         entries.withLock { $0[ObjectIdentifier(presenter)] = Entry(presenter: presenter) }
         PresenterChannel.shared.startServerIfNeeded()
+        PresenterWatcher.shared.presentersChanged()
     }
 
     func remove(_ presenter: any NSFilePresenter) {
         _ = entries.withLock { $0.removeValue(forKey: ObjectIdentifier(presenter)) }
+        PresenterWatcher.shared.presentersChanged()
     }
 
     var all: [any NSFilePresenter] {

@@ -24,6 +24,8 @@ final class PresenterSession: @unchecked Sendable {
     private let excluded: (any NSFilePresenter)?
     private let timeout: Duration
     private let logger: Logger
+    /// Holds back the watcher's notices of changes this access's writes make.
+    private let watcherToken: UInt64?
 
     /// Asks this process's presenters of the described items to save and relinquish them.
     init(_ description: AccessDescription, excluding excluded: (any NSFilePresenter)?, timeout: Duration, logger: Logger) {
@@ -31,6 +33,7 @@ final class PresenterSession: @unchecked Sendable {
         self.excluded = excluded
         self.timeout = timeout
         self.logger = logger
+        watcherToken = PresenterWatcher.shared.beginWrite(description.writing.map(\.path))
         let registry = PresenterRegistry.shared
         for item in description.reading {
             let options = NSFileCoordinator.ReadingOptions(rawValue: item.options)
@@ -76,6 +79,7 @@ final class PresenterSession: @unchecked Sendable {
                 }
             }
         }
+        if let watcherToken { PresenterWatcher.shared.finishWrite(watcherToken, changed: changed) }
         for (presenter, reacquire) in reacquirers { presenter.presentedItemOperationQueue.addOperation(reacquire) }
         reacquirers = []
     }
@@ -86,9 +90,11 @@ final class PresenterSession: @unchecked Sendable {
             let queue = presenter.presentedItemOperationQueue
             switch relation {
             case .item:
+                PresenterWatcher.shared.noteMove(from: presented, to: FileCoordinationLocks.canonicalPath(newURL))
                 queue.addOperation { presenter.presentedItemDidMove(to: newURL) }
             case .descendant:
                 let moved = newURL.appendingPathComponent(String(presented.dropFirst(oldPath.count + 1)))
+                PresenterWatcher.shared.noteMove(from: presented, to: FileCoordinationLocks.canonicalPath(moved))
                 queue.addOperation { presenter.presentedItemDidMove(to: moved) }
             case .ancestor:
                 queue.addOperation { presenter.presentedSubitem(at: oldURL, didMoveTo: newURL) }

@@ -43,12 +43,27 @@ extension Document: NSFilePresenter {
         }
     }
 
-    /// Notes that the file changed: reverts now, or when the current writer is done.
+    /// Notes that the file changed (a coordinated write, or a change seen without coordination):
+    /// reverts now, or when the current writer is done.
     public nonisolated func presentedItemDidChange() {
         Task { @MainActor in
             if relinquishCount > 0 { revertWhenReacquired = true } else { revertToChangedFile() }
         }
     }
+
+    /// A package document's member changed: the document reverts, as for any change.
+    /// - Parameter url: The member.
+    public nonisolated func presentedSubitemDidChange(at url: URL) { presentedItemDidChange() }
+
+    /// A package document gained a member: the document reverts, as for any change.
+    /// - Parameter url: The new member.
+    public nonisolated func presentedSubitemDidAppear(at url: URL) { presentedItemDidChange() }
+
+    /// A package document's member was renamed: the document reverts, as for any change.
+    /// - Parameters:
+    ///   - oldURL: Where the member was.
+    ///   - newURL: Where it is now.
+    public nonisolated func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) { presentedItemDidChange() }
 
     /// Follows the file to its new place.
     /// - Parameter newURL: Where the file is now.
@@ -82,6 +97,13 @@ extension Document: NSFilePresenter {
 
     func revertToChangedFile() {
         guard !documentState.contains(.closed) else { return }
+        guard FileManager.default.fileExists(atPath: fileURL.path) else {
+            // Removed by something that did not coordinate: keep what the user sees (saving
+            // writes it back) rather than lose it.
+            logger.notice("the document's file vanished without a coordinated deletion; keeping the document open", metadata: ["document": "\(fileURL.path)"])
+            if documentState.contains(.editingDisabled) { setEditingDisabled(false) }
+            return
+        }
         revert(toContentsOf: fileURL) { _ in }
     }
 

@@ -1,13 +1,14 @@
 // A second process for the coordination tests.
-//   UbiquityCoordinatorHelper read|write PATH
-// Takes coordinated access to PATH, prints "acquired", then holds it until a line arrives on
-// standard input (or the process is killed), prints "released" and exits.
+//   UbiquityCoordinatorHelper read|write PATH [TEXT]
+// Takes coordinated access to PATH (a writer writes TEXT, if given, to it), prints "acquired",
+// then holds it until a line arrives on standard input (or the process is killed), prints
+// "released" and exits.
 import Foundation
 import UbiquityCoordination
 
 let arguments = CommandLine.arguments
-guard arguments.count == 3, ["read", "write"].contains(arguments[1]) else {
-    FileHandle.standardError.write(Data("usage: UbiquityCoordinatorHelper read|write PATH\n".utf8))
+guard (3...4).contains(arguments.count), ["read", "write"].contains(arguments[1]) else {
+    FileHandle.standardError.write(Data("usage: UbiquityCoordinatorHelper read|write PATH [TEXT]\n".utf8))
     exit(64)
 }
 let url = URL(fileURLWithPath: arguments[2])
@@ -20,7 +21,10 @@ do {
     if arguments[1] == "read" {
         try coordinator.coordinate(readingItemAt: url) { hold($0) }
     } else {
-        try coordinator.coordinate(writingItemAt: url) { hold($0) }
+        try coordinator.coordinate(writingItemAt: url) { url in
+            if arguments.count == 4 { try Data(arguments[3].utf8).write(to: url) }
+            hold(url)
+        }
     }
     FileHandle.standardOutput.write(Data("released\n".utf8))
 } catch {

@@ -1,0 +1,459 @@
+import Foundation
+import Logging
+import CUbiquitySystem
+import Synchronization
+import UbiquityFiles
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Tells presenters about changes nobody coordinated — another program writing the file,
+/// `echo >> file` — by watching their items with inotify.
+///
+/// One thread per process (started with the first presenter) watches the parent directory of
+/// every presented item and, for presented directories (packages, folders), the directory and
+/// every directory inside it. A path's events are gathered until it has been quiet for
+/// ``quiet`` (or busy for ``longest``), then delivered once: `presentedItemDidChange` to its
+/// presenters, `presentedItemDidMove(to:)` when it was renamed within watched directories, and
+/// `presentedSubitemDidAppear/DidChange/…DidMoveTo` to presenters of directories above it.
+///
+/// Coordinated writes are not reported twice: from the moment a write is prepared (here or in
+/// another process) until the watcher has read every event queued before it finished, events
+/// at or under its items are held back; then they are dropped if the accessor ran (the
+/// coordinator already told the presenters) and delivered if it did not.
+final class PresenterWatcher: Sendable {
+    static let shared = PresenterWatcher()
+
+    /// How long a path must be quiet before its change is delivered.
+    static let quiet: Duration = .milliseconds(4)
+    /// The longest a path that keeps changing waits for its notice.
+    static let longest: Duration = .milliseconds(100)
+    /// The most directories one process watches.
+    static let maximumWatches = 8192
+
+    /// What happened to one path since its last notice.
+    struct Change {
+        var first: ContinuousClock.Instant
+        var last: ContinuousClock.Instant
+        /// It appeared where nothing of that name was before.
+        var created = false
+        /// It was renamed to this path (within watched directories).
+        var movedTo: String?
+
+        init(_ now: ContinuousClock.Instant) {
+            first = now
+            last = now
+        }
+
+        mutating func merge(_ other: Change) {
+            first = min(first, other.first)
+            last = max(last, other.last)
+            created = created || other.created
+            movedTo = other.movedTo ?? movedTo
+        }
+    }
+
+    /// A coordinated write in progress: its items, and the events held back meanwhile.
+    struct Write {
+        var paths: [String]
+        var held: [String: Change] = [:]
+        var finished = false
+        var changed = false
+
+        func covers(_ path: String) -> Bool {
+            paths.contains { path == $0 || path.hasPrefix($0 == "/" ? "/" : $0 + "/") }
+        }
+    }
+
+    struct State {
+        var running = false
+        var inotify: Int32 = -1
+        var wakeRead: Int32 = -1
+        var wakeWrite: Int32 = -1
+        /// Watch descriptor → directory, and back.
+        var directories: [Int32: String] = [:]
+        var watches: [String: Int32] = [:]
+        /// Names known in each watched directory (to tell "appeared" from "replaced").
+        var names: [String: Set<String>] = [:]
+        /// Presented items being watched (canonical path → is a directory).
+        var presented: [String: Bool] = [:]
+        var pending: [String: Change] = [:]
+        var writes: [UInt64: Write] = [:]
+        var nextWrite: UInt64 = 0
+        /// `IN_MOVED_FROM` cookies → the path that moved.
+        var cookies: [UInt32: String] = [:]
+        var resyncNeeded = true
+        /// Presented items known to have moved (old → new path) while their presenters have
+        /// not updated their URLs yet.
+        var aliases: [String: String] = [:]
+        /// Directories that appeared inside presented directories since the last resync.
+        var appearedDirectories: [String] = []
+        var limitLogged = false
+    }
+
+    private let state = Mutex(State())
+    /// One resync at a time (the watching thread's, or a registering thread's).
+    private let resyncing = Mutex(())
+    private let logger = Logger(label: "ubiquity.coordination.watcher")
+
+    // MARK: Control
+
+    /// Starts the watching thread (once per process) and brings the watches in line with the
+    /// registered presenters before returning, so a change made right after
+    /// ``NSFileCoordinator/addFilePresenter(_:)`` returns is seen.
+    func presentersChanged() {
+        startIfNeeded()
+        resync()
+    }
+
+    private func startIfNeeded() {
+        let start = state.withLock { state -> Bool in
+            state.resyncNeeded = true
+            guard !state.running else { return false }
+            let inotify = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
+            var pipe: [Int32] = [-1, -1]
+            guard inotify >= 0, ubq_wake_pipe(&pipe) == 0 else {
+                if inotify >= 0 { close(inotify) }
+                return false
+            }
+            state.inotify = inotify
+            state.wakeRead = pipe[0]
+            state.wakeWrite = pipe[1]
+            state.running = true
+            return true
+        }
+        guard start else { return }
+        let thread = Thread { [self] in run() }
+        thread.name = "Ubiquity.PresenterWatcher"
+        thread.start()
+    }
+
+    /// A coordinated write of `paths` is about to happen: hold back their events.
+    /// - Returns: A token for ``finishWrite(_:changed:)``, or nil if nothing is watched.
+    func beginWrite(_ paths: [String]) -> UInt64? {
+        guard !paths.isEmpty else { return nil }
+        return state.withLock { state in
+            guard state.running else { return nil }
+            state.nextWrite += 1
+            state.writes[state.nextWrite] = Write(paths: paths)
+            return state.nextWrite
+        }
+    }
+
+    /// The write is over. Once every event queued before now has been read, its held-back
+    /// events are dropped (`changed`: the coordinator told presenters) or delivered.
+    func finishWrite(_ token: UInt64, changed: Bool) {
+        state.withLock { state in
+            state.writes[token]?.finished = true
+            state.writes[token]?.changed = changed
+        }
+        wake()
+    }
+
+    /// A presented item moved from `from` to `to`: watch it there from now on, even before its
+    /// presenter (told on its own queue) updates ``NSFilePresenter/presentedItemURL``.
+    func noteMove(from: String, to: String) {
+        let running = state.withLock { state -> Bool in
+            guard state.running else { return false }
+            state.aliases[from] = to
+            if let isDirectory = state.presented.removeValue(forKey: from) { state.presented[to] = isDirectory }
+            state.resyncNeeded = true
+            return true
+        }
+        if running { wake() }
+    }
+
+    private func wake() {
+        let fd = state.withLock { $0.wakeWrite }
+        guard fd >= 0 else { return }
+        var byte: UInt8 = 1
+        _ = write(fd, &byte, 1)
+    }
+
+    // MARK: The watching thread
+
+    private func run() {
+        let (inotify, wakeRead) = state.withLock { ($0.inotify, $0.wakeRead) }
+        var lastResync = ContinuousClock.now
+        while true {
+            var descriptors = [pollfd(fd: inotify, events: Int16(POLLIN), revents: 0), pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0)]
+            _ = poll(&descriptors, 2, timeoutMilliseconds())
+            var scratch = [UInt8](repeating: 0, count: 64)
+            while read(wakeRead, &scratch, scratch.count) > 0 {}
+
+            // Writes finished before this point: every event they caused is queued by now.
+            let finished = state.withLock { $0.writes.filter { $0.value.finished }.map(\.key) }
+            readEvents(inotify)
+            state.withLock { state in
+                for token in finished {
+                    guard let write = state.writes.removeValue(forKey: token), !write.changed else { continue }
+                    for (path, change) in write.held { state.pending[path, default: change].merge(change) }
+                }
+            }
+
+            let now = ContinuousClock.now
+            if state.withLock({ $0.resyncNeeded }) || now - lastResync > .seconds(1) {
+                resync()
+                lastResync = now
+            }
+            deliverDue()
+        }
+    }
+
+    private func timeoutMilliseconds() -> Int32 {
+        state.withLock { state in
+            guard let earliest = state.pending.values.map({ min($0.last + Self.quiet, $0.first + Self.longest) }).min() else { return 1_000 }
+            let wait = earliest - .now
+            return wait <= .zero ? 0 : Int32(min(1_000, wait.components.seconds * 1_000 + wait.components.attoseconds / 1_000_000_000_000_000 + 1))
+        }
+    }
+
+    private func readEvents(_ inotify: Int32) {
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        while true {
+            let count = buffer.withUnsafeMutableBytes { read(inotify, $0.baseAddress, $0.count) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else { return }
+            var offset = 0
+            let header = MemoryLayout<inotify_event>.size
+            while offset + header <= count {
+                let (descriptor, mask, cookie, length) = buffer.withUnsafeBytes { raw in
+                    let event = raw.loadUnaligned(fromByteOffset: offset, as: inotify_event.self)
+                    return (event.wd, event.mask, event.cookie, Int(event.len))
+                }
+                let nameBytes = buffer[(offset + header)..<min(count, offset + header + length)].prefix { $0 != 0 }
+                record(descriptor: descriptor, mask: mask, cookie: cookie, name: String(decoding: nameBytes, as: UTF8.self))
+                offset += header + length
+            }
+        }
+    }
+
+    private func record(descriptor: Int32, mask: UInt32, cookie: UInt32, name: String) {
+        let now = ContinuousClock.now
+        state.withLock { state in
+            if mask & UInt32(IN_Q_OVERFLOW) != 0 {
+                for path in state.presented.keys { state.pending[path, default: Change(now)].last = now }
+                return
+            }
+            guard let directory = state.directories[descriptor] else { return }
+            if mask & UInt32(IN_IGNORED) != 0 || mask & UInt32(IN_MOVE_SELF) != 0 {
+                state.directories[descriptor] = nil
+                if mask & UInt32(IN_MOVE_SELF) != 0 {
+                    // Renamed or swapped (a package save): what is watched under this path is stale.
+                    inotify_rm_watch(state.inotify, descriptor)
+                    Self.unwatch(under: directory, in: &state)
+                } else if state.watches[directory] == descriptor {
+                    state.watches[directory] = nil
+                    state.names[directory] = nil
+                }
+                state.resyncNeeded = true
+                return
+            }
+            guard !name.isEmpty, !SafeSave.isTemporaryName(name) else { return }
+            let path = directory == "/" ? "/" + name : directory + "/" + name
+            let isDirectory = mask & UInt32(IN_ISDIR) != 0
+            let appeared = mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0
+            let vanished = mask & UInt32(IN_DELETE | IN_MOVED_FROM) != 0
+
+            var change = Change(now)
+            if appeared {
+                change.created = state.names[directory]?.contains(name) != true
+                state.names[directory, default: []].insert(name)
+                if isDirectory, state.presented.contains(where: { $0.value && (path.hasPrefix($0.key + "/") || $0.key == path) }) {
+                    state.appearedDirectories.append(path) // a directory inside a presented one: watch it
+                    state.resyncNeeded = true
+                }
+            }
+            if vanished {
+                state.names[directory]?.remove(name)
+                if isDirectory { Self.unwatch(under: path, in: &state) }
+            }
+            if mask & UInt32(IN_MOVED_FROM) != 0 { state.cookies[cookie] = path }
+            if mask & UInt32(IN_MOVED_TO) != 0, let from = state.cookies.removeValue(forKey: cookie) {
+                var moved = Change(now)
+                moved.movedTo = path
+                note(from, moved, in: &state)
+            }
+            if state.cookies.count > 256 { state.cookies.removeAll() }
+            note(path, change, in: &state)
+        }
+    }
+
+    /// Files a change, held back if a coordinated write covers it and ignored if no presenter cares.
+    private func note(_ path: String, _ change: Change, in state: inout State) {
+        let relevant = state.presented.contains { presented, isDirectory in
+            presented == path || (isDirectory && path.hasPrefix(presented + "/")) || presented.hasPrefix(path + "/")
+        }
+        guard relevant else { return }
+        if let token = state.writes.first(where: { $0.value.covers(path) })?.key {
+            state.writes[token]?.held[path, default: change].merge(change)
+        } else {
+            state.pending[path, default: change].merge(change)
+        }
+    }
+
+    private static func unwatch(under path: String, in state: inout State) {
+        for (directory, descriptor) in state.watches where directory == path || directory.hasPrefix(path + "/") {
+            inotify_rm_watch(state.inotify, descriptor)
+            state.watches[directory] = nil
+            state.directories[descriptor] = nil
+            state.names[directory] = nil
+        }
+    }
+
+    // MARK: Which directories are watched
+
+    /// Brings the watched directories in line with the registered presenters' items. A
+    /// presented directory's tree is listed once, when it is first watched; directories that
+    /// appear in it later are added as they appear.
+    private func resync() {
+        resyncing.withLock { _ in resyncNow() }
+    }
+
+    private func resyncNow() {
+        guard state.withLock({ $0.running }) else { return }
+        var presented: [String: Bool] = [:]
+        let aliases = state.withLock { $0.aliases }
+        var used: [String: String] = [:]
+        for presenter in PresenterRegistry.shared.all {
+            guard let url = presenter.presentedItemURL else { continue }
+            var path = FileCoordinationLocks.canonicalPath(url)
+            var status = try? POSIX.status(path)
+            var hops = 0
+            while status == nil, let moved = aliases[path], hops < 8 {
+                used[path] = moved
+                path = moved
+                status = try? POSIX.status(path)
+                hops += 1
+            }
+            presented[path] = status?.kind == .directory
+        }
+        let (watched, appeared) = state.withLock { state in
+            defer { state.appearedDirectories = [] }
+            return (Set(state.watches.keys), state.appearedDirectories)
+        }
+        var wanted: [String] = []
+        var fresh: Set<String> = [] // appeared since the last resync: what is inside is news too
+        for (path, isDirectory) in presented {
+            wanted.append((path as NSString).deletingLastPathComponent)
+            guard isDirectory else { continue }
+            if watched.contains(path) {
+                wanted.append(contentsOf: watched.filter { $0 == path || $0.hasPrefix(path + "/") })
+                for directory in appeared where directory.hasPrefix(path + "/") {
+                    let tree = Self.directories(under: directory)
+                    wanted.append(contentsOf: tree)
+                    fresh.formUnion(tree)
+                }
+            } else {
+                wanted.append(contentsOf: Self.directories(under: path))
+            }
+        }
+        state.withLock { state in
+            state.resyncNeeded = false
+            state.presented = presented
+            // Aliases no presenter needs any more (it caught up) are forgotten; new ones kept.
+            state.aliases = state.aliases.filter { used[$0.key] != nil || aliases[$0.key] == nil }
+            let keep = Set(wanted)
+            for (directory, descriptor) in state.watches where !keep.contains(directory) {
+                inotify_rm_watch(state.inotify, descriptor)
+                state.watches[directory] = nil
+                state.directories[descriptor] = nil
+                state.names[directory] = nil
+            }
+            for directory in wanted where state.watches[directory] == nil {
+                guard state.watches.count < Self.maximumWatches else { return logLimit(&state, directory) }
+                let mask = UInt32(IN_MODIFY | IN_ATTRIB | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW)
+                let descriptor = inotify_add_watch(state.inotify, directory, mask)
+                if descriptor < 0 {
+                    if errno == ENOSPC { logLimit(&state, directory) }
+                    continue
+                }
+                // A directory replaced (by a package save) keeps its path but not its descriptor.
+                if let stale = state.directories.first(where: { $0.value == directory && $0.key != descriptor })?.key {
+                    state.directories[stale] = nil
+                }
+                state.watches[directory] = descriptor
+                state.directories[descriptor] = directory
+                let names = Set((try? POSIX.directoryEntries(directory)) ?? [])
+                state.names[directory] = names
+                if fresh.contains(directory) {
+                    // Made before the watch was in place: report what is already there.
+                    var change = Change(.now)
+                    change.created = true
+                    for name in names where !SafeSave.isTemporaryName(name) { note(directory + "/" + name, change, in: &state) }
+                }
+            }
+        }
+    }
+
+    private func logLimit(_ state: inout State, _ directory: String) {
+        guard !state.limitLogged else { return }
+        state.limitLogged = true
+        logger.warning("too many directories to watch; changes made there without file coordination will not reach presenters", metadata: [
+            "directory": "\(directory)", "limit": "\(Self.maximumWatches) (and fs.inotify.max_user_watches)",
+        ])
+    }
+
+    /// `path` and every directory inside it (symbolic links are not followed).
+    private static func directories(under path: String) -> [String] {
+        var found: [String] = []
+        var queue = [path]
+        while let directory = queue.popLast(), found.count < maximumWatches {
+            found.append(directory)
+            for name in (try? POSIX.directoryEntries(directory)) ?? [] where !SafeSave.isTemporaryName(name) {
+                let child = directory + "/" + name
+                if (try? POSIX.status(child))??.kind == .directory { queue.append(child) }
+            }
+        }
+        return found
+    }
+
+    // MARK: Telling presenters
+
+    private func deliverDue() {
+        let now = ContinuousClock.now
+        let due: [(String, Change)] = state.withLock { state in
+            let ready = state.pending.filter { now >= $0.value.last + Self.quiet || now >= $0.value.first + Self.longest }
+            for path in ready.keys { state.pending[path] = nil }
+            return ready.sorted { $0.key < $1.key }
+        }
+        for (path, change) in due { deliver(path, change) }
+    }
+
+    private func deliver(_ path: String, _ change: Change) {
+        let exists = (try? POSIX.status(path)) != nil
+        let url = URL(fileURLWithPath: path)
+        for (presenter, relation, presented) in PresenterRegistry.shared.presenters(relatedTo: path, excluding: nil) {
+            let queue = presenter.presentedItemOperationQueue
+            switch relation {
+            case .item:
+                if !exists, let target = change.movedTo {
+                    noteMove(from: presented, to: target)
+                    queue.addOperation { presenter.presentedItemDidMove(to: URL(fileURLWithPath: target)) }
+                } else {
+                    queue.addOperation { presenter.presentedItemDidChange() }
+                }
+            case .descendant:
+                // Something above the presented item was renamed.
+                guard !exists, let target = change.movedTo else { continue }
+                let moved = URL(fileURLWithPath: target + String(presented.dropFirst(path.count)))
+                noteMove(from: presented, to: moved.path)
+                queue.addOperation { presenter.presentedItemDidMove(to: moved) }
+            case .ancestor:
+                if exists {
+                    if change.created {
+                        queue.addOperation { presenter.presentedSubitemDidAppear(at: url) }
+                    } else {
+                        queue.addOperation { presenter.presentedSubitemDidChange(at: url) }
+                    }
+                } else if let target = change.movedTo {
+                    queue.addOperation { presenter.presentedSubitem(at: url, didMoveTo: URL(fileURLWithPath: target)) }
+                } else if !change.created {
+                    // Deleted (something that appeared and vanished again within the window is not news).
+                    queue.addOperation { presenter.presentedSubitemDidChange(at: url) }
+                }
+            }
+        }
+    }
+}
