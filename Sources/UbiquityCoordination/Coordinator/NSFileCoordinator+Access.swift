@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityFiles
 
 /// Locks held by the current thread's coordinated accesses, so that coordinating again from
 /// inside an accessor does not wait for itself.
@@ -75,7 +76,18 @@ extension NSFileCoordinator {
         }
         let result = try body(readURLs, writing.map(\.0))
         accessed = true
+        removeVersionsOfDeletedItems(writing)
         return result
+    }
+
+    /// An item deleted by a `.forDeleting` write takes its versions with it.
+    func removeVersionsOfDeletedItems(_ writing: [(URL, WritingOptions)]) {
+        for (url, options) in writing where options.contains(.forDeleting) {
+            guard (try? POSIX.status(url.standardizedFileURL.path)) == .some(nil), let store = try? VersionStore(item: url) else { continue }
+            do { try store.deleteStore() } catch {
+                logger.warning("could not remove the versions of a deleted item", metadata: ["item": "\(url.path)", "error": "\(error)"])
+            }
+        }
     }
 
     /// A private copy of `url` for `.forUploading` readers.

@@ -128,13 +128,20 @@ extension NSFileCoordinator {
 
     /// Announces, from inside a `.forMoving` write, that an item moved: its presenters get
     /// `presentedItemDidMove(to:)` (presenters of items inside it get their new URLs), and
-    /// presenters of the directory it left get `presentedSubitem(at:didMoveTo:)`.
+    /// presenters of the directory it left get `presentedSubitem(at:didMoveTo:)`. The item's
+    /// versions (``NSFileVersion``) move with it.
     /// - Parameters:
     ///   - oldURL: Where it was.
     ///   - newURL: Where it is now.
     public func item(at oldURL: URL, didMoveTo newURL: URL) {
         let oldPath = FileCoordinationLocks.canonicalPath(oldURL)
         state.withLock { $0.moves.append([oldPath, oldURL.path, newURL.path]) }
+        do {
+            let store = try VersionStore(item: oldURL)
+            try store.move(to: VersionStore(item: newURL))
+        } catch {
+            logger.warning("could not carry an item's versions to its new place", metadata: ["from": "\(oldURL.path)", "to": "\(newURL.path)", "error": "\(error)"])
+        }
         PresenterSession.deliverMove(from: oldPath, oldURL: oldURL, to: newURL, excluding: filePresenter)
     }
 }

@@ -38,6 +38,19 @@ public protocol NSFilePresenter: AnyObject, Sendable {
     func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL)
     /// An item inside the presented directory changed.
     func presentedSubitemDidChange(at url: URL)
+
+    /// The item gained a version (a conflict version from another device, or one kept on purpose).
+    func presentedItemDidGain(_ version: NSFileVersion)
+    /// One of the item's versions was removed.
+    func presentedItemDidLose(_ version: NSFileVersion)
+    /// Someone else resolved one of the item's conflict versions.
+    func presentedItemDidResolveConflict(_ version: NSFileVersion)
+    /// An item inside the presented directory gained a version.
+    func presentedSubitem(at url: URL, didGain version: NSFileVersion)
+    /// An item inside the presented directory lost a version.
+    func presentedSubitem(at url: URL, didLose version: NSFileVersion)
+    /// Someone resolved a conflict version of an item inside the presented directory.
+    func presentedSubitem(at url: URL, didResolve version: NSFileVersion)
 }
 
 extension NSFilePresenter {
@@ -63,4 +76,16 @@ extension NSFilePresenter {
     public func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) {}
     /// Ignored.
     public func presentedSubitemDidChange(at url: URL) {}
+    /// Ignored.
+    public func presentedItemDidGain(_ version: NSFileVersion) {}
+    /// Ignored.
+    public func presentedItemDidLose(_ version: NSFileVersion) {}
+    /// Ignored.
+    public func presentedItemDidResolveConflict(_ version: NSFileVersion) {}
+    /// Ignored.
+    public func presentedSubitem(at url: URL, didGain version: NSFileVersion) {}
+    /// Ignored.
+    public func presentedSubitem(at url: URL, didLose version: NSFileVersion) {}
+    /// Ignored.
+    public func presentedSubitem(at url: URL, didResolve version: NSFileVersion) {}
 }

@@ -28,7 +28,11 @@ final class PresenterSession: @unchecked Sendable {
     private let watcherToken: UInt64?
 
     /// Asks this process's presenters of the described items to save and relinquish them.
+    /// Accesses to version stores concern no presenter (the watcher reports version changes).
     init(_ description: AccessDescription, excluding excluded: (any NSFilePresenter)?, timeout: Duration, logger: Logger) {
+        var description = description
+        description.reading.removeAll { VersionStore.isInsideStore($0.path) }
+        description.writing.removeAll { VersionStore.isInsideStore($0.path) }
         self.description = description
         self.excluded = excluded
         self.timeout = timeout

@@ -90,9 +90,13 @@ final class PresenterWatcher: Sendable {
         /// Directories that appeared inside presented directories since the last resync.
         var appearedDirectories: [String] = []
         var limitLogged = false
+        /// Items whose version stores changed since the last look.
+        var versionChecks: Set<String> = []
+        /// The versions each watched item was last known to have (by identifier).
+        var versions: [String: [String: VersionRecord]] = [:]
     }
 
-    private let state = Mutex(State())
+    let state = Mutex(State())
     /// One resync at a time (the watching thread's, or a registering thread's).
     private let resyncing = Mutex(())
     private let logger = Logger(label: "ubiquity.coordination.watcher")
@@ -197,6 +201,7 @@ final class PresenterWatcher: Sendable {
                 resync()
                 lastResync = now
             }
+            checkVersions()
             deliverDue()
         }
     }
@@ -252,6 +257,9 @@ final class PresenterWatcher: Sendable {
             }
             guard !name.isEmpty, !SafeSave.isTemporaryName(name) else { return }
             let path = directory == "/" ? "/" + name : directory + "/" + name
+            if name == VersionStore.directoryName || VersionStore.isInsideStore(path) {
+                return Self.recordVersionStoreEvent(directory: directory, name: name, mask: mask, in: &state)
+            }
             let isDirectory = mask & UInt32(IN_ISDIR) != 0
             let appeared = mask & UInt32(IN_CREATE | IN_MOVED_TO) != 0
             let vanished = mask & UInt32(IN_DELETE | IN_MOVED_FROM) != 0
@@ -337,6 +345,7 @@ final class PresenterWatcher: Sendable {
         var fresh: Set<String> = [] // appeared since the last resync: what is inside is news too
         for (path, isDirectory) in presented {
             wanted.append((path as NSString).deletingLastPathComponent)
+            wanted.append(contentsOf: Self.versionStoreDirectories(for: path))
             guard isDirectory else { continue }
             if watched.contains(path) {
                 wanted.append(contentsOf: watched.filter { $0 == path || $0.hasPrefix(path + "/") })
@@ -349,6 +358,7 @@ final class PresenterWatcher: Sendable {
                 wanted.append(contentsOf: Self.directories(under: path))
             }
         }
+        var snapshots: [String] = []
         state.withLock { state in
             state.resyncNeeded = false
             state.presented = presented
@@ -375,16 +385,20 @@ final class PresenterWatcher: Sendable {
                 }
                 state.watches[directory] = descriptor
                 state.directories[descriptor] = directory
+                if let item = Self.itemOfVersionFolder(directory), state.versions[item] == nil { snapshots.append(item) }
                 let names = Set((try? POSIX.directoryEntries(directory)) ?? [])
                 state.names[directory] = names
                 if fresh.contains(directory) {
                     // Made before the watch was in place: report what is already there.
                     var change = Change(.now)
                     change.created = true
-                    for name in names where !SafeSave.isTemporaryName(name) { note(directory + "/" + name, change, in: &state) }
+                    for name in names where !SafeSave.isTemporaryName(name) && name != VersionStore.directoryName {
+                        note(directory + "/" + name, change, in: &state)
+                    }
                 }
             }
         }
+        takeVersionSnapshots(snapshots)
     }
 
     private func logLimit(_ state: inout State, _ directory: String) {
@@ -403,7 +417,12 @@ final class PresenterWatcher: Sendable {
             found.append(directory)
             for name in (try? POSIX.directoryEntries(directory)) ?? [] where !SafeSave.isTemporaryName(name) {
                 let child = directory + "/" + name
-                if (try? POSIX.status(child))??.kind == .directory { queue.append(child) }
+                guard (try? POSIX.status(child))??.kind == .directory else { continue }
+                if name == VersionStore.directoryName {
+                    found.append(contentsOf: versionStoreDirectories(in: directory))
+                } else {
+                    queue.append(child)
+                }
             }
         }
         return found

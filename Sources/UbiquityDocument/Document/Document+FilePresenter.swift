@@ -68,7 +68,10 @@ extension Document: NSFilePresenter {
     /// Follows the file to its new place.
     /// - Parameter newURL: Where the file is now.
     public nonisolated func presentedItemDidMove(to newURL: URL) {
-        Task { @MainActor in fileURL = newURL.standardizedFileURL }
+        Task { @MainActor in
+            fileURL = newURL.standardizedFileURL
+            refreshConflictState()
+        }
     }
 
     /// Closes the document (without saving) because its file is being deleted.
@@ -81,6 +84,37 @@ extension Document: NSFilePresenter {
             stopPresenting()
             setState(.closed)
             completionHandler(nil)
+        }
+    }
+
+    /// A conflict version (or any version) of the file appeared: the document re-checks
+    /// whether it is in conflict.
+    /// - Parameter version: The new version.
+    public nonisolated func presentedItemDidGain(_ version: NSFileVersion) { refreshConflictState() }
+
+    /// A version of the file was removed: the document re-checks whether it is in conflict.
+    /// - Parameter version: The removed version.
+    public nonisolated func presentedItemDidLose(_ version: NSFileVersion) { refreshConflictState() }
+
+    /// Someone resolved a conflict version: the document re-checks whether it is in conflict.
+    /// - Parameter version: The resolved version.
+    public nonisolated func presentedItemDidResolveConflict(_ version: NSFileVersion) { refreshConflictState() }
+
+    /// Whether the file has conflict versions nobody has resolved.
+    nonisolated static func hasUnresolvedConflicts(_ url: URL) -> Bool {
+        !(NSFileVersion.unresolvedConflictVersionsOfItem(at: url) ?? []).isEmpty
+    }
+
+    /// Looks at the file's versions (on the document's queue) and sets or clears `.inConflict`.
+    nonisolated func refreshConflictState() {
+        performAsynchronousFileAccess { [self] in
+            let url = presentedItemURL ?? URL(fileURLWithPath: "/")
+            let conflicted = Self.hasUnresolvedConflicts(url)
+            Task { @MainActor in
+                guard !documentState.contains(.closed), fileURL == url.standardizedFileURL || fileURL == url else { return }
+                guard documentState.contains(.inConflict) != conflicted else { return }
+                updateState(inserting: conflicted ? .inConflict : [], removing: conflicted ? [] : .inConflict)
+            }
         }
     }
 

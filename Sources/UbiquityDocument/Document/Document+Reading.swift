@@ -16,6 +16,7 @@ extension Document {
         performAsynchronousFileAccess { [self] in
             let result = Result { try ownCoordinator.coordinate(readingItemAt: url) { try read(from: $0) } }
             let date = try? POSIX.status(url.path)?.modificationDate
+            let conflicted = Self.hasUnresolvedConflicts(url)
             Task { @MainActor in
                 isOpening = false
                 progress.completedUnitCount = 1
@@ -24,7 +25,9 @@ extension Document {
                     resetChangeTracking()
                     fileModificationDate = date
                     startPresenting()
-                    setState(documentState.subtracting([.closed, .progressAvailable]))
+                    var state = documentState.subtracting([.closed, .progressAvailable])
+                    if conflicted { state.insert(.inConflict) } else { state.remove(.inConflict) }
+                    setState(state)
                     completionHandler?(true)
                 case .failure(let error):
                     updateState(removing: .progressAvailable)
@@ -55,13 +58,14 @@ extension Document {
         performAsynchronousFileAccess { [self] in
             let result = Result { try ownCoordinator.coordinate(readingItemAt: url) { try read(from: $0) } }
             let date = try? POSIX.status(url.path)?.modificationDate
+            let conflicted = Self.hasUnresolvedConflicts(url)
             Task { @MainActor in
                 setEditingDisabled(false)
                 switch result {
                 case .success:
                     resetChangeTracking()
                     fileModificationDate = date
-                    updateState(removing: .closed)
+                    updateState(inserting: conflicted ? .inConflict : [], removing: conflicted ? .closed : [.closed, .inConflict])
                     completionHandler?(true)
                 case .failure(let error):
                     handleError(readError(error, url: url), userInteractionPermitted: true)

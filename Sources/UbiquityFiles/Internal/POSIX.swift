@@ -191,11 +191,14 @@ package enum POSIX {
 
     /// Makes `destination` a new name for the unchanged file at `source`: a hard link, else a
     /// reflink, else a copy (across file systems). Returns how it was done.
-    package static func reuse(_ source: String, at destination: String, permissions: UInt32) throws -> ReuseMethod {
-        if link(source, destination) == 0 { return .hardLink }
-        let linkErrno = errno
-        guard linkErrno == EXDEV || linkErrno == EPERM || linkErrno == EMLINK || linkErrno == ENOTSUP else {
-            throw FileAccessError(operation: "link from \(source)", path: destination, errno: linkErrno)
+    /// With `allowLink` false, a reflink or a copy: for sources their owner may still change in place.
+    package static func reuse(_ source: String, at destination: String, permissions: UInt32, allowLink: Bool = true) throws -> ReuseMethod {
+        if allowLink {
+            if link(source, destination) == 0 { return .hardLink }
+            let linkErrno = errno
+            guard linkErrno == EXDEV || linkErrno == EPERM || linkErrno == EMLINK || linkErrno == ENOTSUP else {
+                throw FileAccessError(operation: "link from \(source)", path: destination, errno: linkErrno)
+            }
         }
         let src = open(source, O_RDONLY | O_CLOEXEC)
         guard src >= 0 else { throw FileAccessError(operation: "open for reading", path: source, errno: errno) }
@@ -225,6 +228,52 @@ package enum POSIX {
         if fsync(dst) != 0 { throw FileAccessError(operation: "fsync", path: destination, errno: errno) }
         ok = true
         return .copy
+    }
+
+    /// Copies the file, directory tree or symbolic link at `source` to `destination` (which must
+    /// not exist): files by ``reuse(_:at:permissions:allowLink:)``, so unchanged files can be
+    /// shared rather than copied when `allowLink` is true; written files are `fsync`ed, and so
+    /// is every directory created.
+    package static func copyTree(_ source: String, to destination: String, allowLink: Bool) throws {
+        guard let st = try status(source) else { throw FileAccessError(.notFound, "nothing to copy", path: source, errno: ENOENT) }
+        switch st.kind {
+        case .directory:
+            try makeDirectory(destination, permissions: st.permissions | 0o700)
+            for name in try directoryEntries(source) { try copyTree(source + "/" + name, to: destination + "/" + name, allowLink: allowLink) }
+            try sync(destination, directory: true)
+        case .symbolicLink:
+            try makeSymbolicLink(destination, destination: try linkDestination(source))
+        case .regular:
+            _ = try reuse(source, at: destination, permissions: st.permissions, allowLink: allowLink)
+        case .other:
+            throw FileAccessError(.unsupportedItem, "only files, directories and symbolic links can be copied", path: source)
+        }
+    }
+
+    /// The bytes the files under `path` hold, each file (inode) counted once, and how many of
+    /// those bytes are in files also linked from elsewhere (link count above the links seen).
+    package static func treeUsage(_ path: String) throws -> (bytes: Int64, sharedBytes: Int64) {
+        try treeUsage([path])
+    }
+
+    /// ``treeUsage(_:)-(String)`` over several trees, a file linked from more than one counted once.
+    package static func treeUsage(_ paths: [String]) throws -> (bytes: Int64, sharedBytes: Int64) {
+        var seen: [UInt64: (size: Int64, links: UInt64, found: UInt64)] = [:]
+        func walk(_ path: String) throws {
+            guard let st = try status(path) else { return }
+            if st.kind == .directory {
+                for name in try directoryEntries(path) { try walk(path + "/" + name) }
+            } else if st.kind == .regular {
+                seen[st.inode, default: (st.size, st.linkCount, 0)].found += 1
+            }
+        }
+        for path in paths { try walk(path) }
+        var bytes: Int64 = 0, shared: Int64 = 0
+        for file in seen.values {
+            bytes += file.size
+            if file.links > file.found { shared += file.size }
+        }
+        return (bytes, shared)
     }
 
     /// How an unchanged file was carried into a new write.

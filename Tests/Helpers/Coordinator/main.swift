@@ -7,6 +7,28 @@ import Foundation
 import UbiquityCoordination
 
 let arguments = CommandLine.arguments
+
+// Version commands (for the version tests): change an item's versions from another process.
+//   add-conflict ITEM CONTENTS COMPUTER | resolve-all ITEM | remove-all ITEM
+if arguments.count >= 3, ["add-conflict", "resolve-all", "remove-all"].contains(arguments[1]) {
+    let item = URL(fileURLWithPath: arguments[2])
+    do {
+        switch arguments[1] {
+        case "add-conflict" where arguments.count == 5:
+            _ = try NSFileVersion.addConflictVersion(ofItemAt: item, withContentsOf: URL(fileURLWithPath: arguments[3]), savingComputer: arguments[4], modificationDate: Date())
+        case "resolve-all":
+            for version in NSFileVersion.unresolvedConflictVersionsOfItem(at: item) ?? [] { try version.setResolved(true) }
+        case "remove-all":
+            try NSFileVersion.removeOtherVersionsOfItem(at: item)
+        default:
+            exit(64)
+        }
+        exit(0)
+    } catch {
+        FileHandle.standardError.write(Data("UbiquityCoordinatorHelper: \(error)\n".utf8))
+        exit(1)
+    }
+}
 guard (3...4).contains(arguments.count), ["read", "write"].contains(arguments[1]) else {
     FileHandle.standardError.write(Data("usage: UbiquityCoordinatorHelper read|write PATH [TEXT]\n".utf8))
     exit(64)

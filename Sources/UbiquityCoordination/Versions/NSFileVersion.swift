@@ -1,0 +1,361 @@
+import Foundation
+import Logging
+import Synchronization
+import UbiquityFiles
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A version of a file or package — the current one, a conflict version another device made,
+/// or an earlier state kept on purpose — Apple's `NSFileVersion`.
+///
+/// Versions other than the current one live in a store beside the item
+/// (`DIR/.ubiquity-versions/NAME/`, hidden, never synced as a document). The store follows
+/// the item through coordinated moves (``NSFileCoordinator/item(at:didMoveTo:)``), is deleted
+/// with it by a coordinated `.forDeleting` write, survives restarts, and is bounded
+/// (``maximumStorageBytesPerItem``). Presenters of the item hear about versions appearing,
+/// disappearing and being resolved — also when another process changes the store — through
+/// ``NSFilePresenter/presentedItemDidGain(_:)`` and its siblings.
+///
+/// As on Apple's platforms, replacing an item with a version is the caller's write: do it in a
+/// coordinated write of the item.
+public final class NSFileVersion: Sendable, CustomStringConvertible {
+    /// Options for ``addOfItem(at:withContentsOf:options:)``.
+    public struct AddingOptions: OptionSet, Sendable {
+        /// The raw bits.
+        public let rawValue: UInt
+        /// Creates options from raw bits.
+        /// - Parameter rawValue: The bits.
+        public init(rawValue: UInt) { self.rawValue = rawValue }
+        /// Move the contents into the store instead of copying them.
+        public static let byMoving = AddingOptions(rawValue: 1 << 0)
+    }
+
+    /// Options for ``replaceItem(at:options:)``.
+    public struct ReplacingOptions: OptionSet, Sendable {
+        /// The raw bits.
+        public let rawValue: UInt
+        /// Creates options from raw bits.
+        /// - Parameter rawValue: The bits.
+        public init(rawValue: UInt) { self.rawValue = rawValue }
+        /// Move the version's contents into place (the version is removed) instead of copying them.
+        public static let byMoving = ReplacingOptions(rawValue: 1 << 0)
+    }
+
+    /// A version's stable identity, to keep (it is `Codable`) and look up again with
+    /// ``version(itemAt:forPersistentIdentifier:)``.
+    public struct PersistentIdentifier: Codable, Hashable, Sendable, CustomStringConvertible {
+        /// The identifier's text: a UUID, or `current` for the current version.
+        public let rawValue: String
+        /// Wraps an identifier's text.
+        /// - Parameter rawValue: The text.
+        public init(_ rawValue: String) { self.rawValue = rawValue }
+        /// The current version of any item.
+        public static let current = PersistentIdentifier("current")
+        /// The identifier's text.
+        public var description: String { rawValue }
+    }
+
+    /// How much one item's version store holds.
+    public struct StorageUsage: Sendable, Equatable {
+        /// Versions kept (other and conflict versions).
+        public var versions: Int
+        /// Bytes of their contents, each file counted once.
+        public var bytes: Int64
+        /// Of those, bytes in files shared by hard link with something outside the store (a
+        /// package's unchanged members shared with the live item).
+        public var sharedBytes: Int64
+        /// The limit the store is kept under.
+        public var limit: Int64
+    }
+
+    // MARK: Properties
+
+    /// Where the version's contents are: the item itself for the current version.
+    public let url: URL
+    /// The item's name when the version was made.
+    public let localizedName: String?
+    /// The name of the computer that saved this version.
+    public let localizedNameOfSavingComputer: String?
+    /// When the version's contents were last modified.
+    public let modificationDate: Date?
+    /// The version's stable identity.
+    public let persistentIdentifier: PersistentIdentifier
+    /// Whether this is a conflict version (made elsewhere at the same time as the current one).
+    public let isConflict: Bool
+    /// Whether the contents are on this device. Always true today; versions the sync agent
+    /// knows of but has not downloaded will say false.
+    public let hasLocalContents: Bool
+    /// The item this is a version of.
+    public let itemURL: URL
+    /// Bytes of the version's contents.
+    public let size: Int64
+
+    private let flags: Mutex<(resolved: Bool, discardable: Bool)>
+    private let store: VersionStore?
+
+    /// Whether a conflict version has been resolved. Setting it persists the change (and tells
+    /// the item's presenters); resolved conflicts are no longer "unresolved" and may be removed
+    /// to keep the store within its limit. Errors are logged; use ``setResolved(_:)`` to see them.
+    public var isResolved: Bool {
+        get { flags.withLock { $0.resolved } }
+        set {
+            do { try setResolved(newValue) } catch {
+                VersionStore.logger.error("could not persist a version's resolved state", metadata: ["version": "\(persistentIdentifier)", "error": "\(error)"])
+            }
+        }
+    }
+
+    /// Whether the version may be removed to keep the store within its limit. Setting it
+    /// persists the change; errors are logged (``setDiscardable(_:)`` throws them).
+    public var isDiscardable: Bool {
+        get { flags.withLock { $0.discardable } }
+        set {
+            do { try setDiscardable(newValue) } catch {
+                VersionStore.logger.error("could not persist a version's discardable state", metadata: ["version": "\(persistentIdentifier)", "error": "\(error)"])
+            }
+        }
+    }
+
+    /// A one-line description.
+    public var description: String {
+        let kind = store == nil ? "current" : isConflict ? (isResolved ? "resolved conflict" : "conflict") : "other"
+        return "NSFileVersion(\(kind) \(persistentIdentifier) of \(itemURL.path), \(localizedNameOfSavingComputer ?? "?"), \(modificationDate.map { "\($0)" } ?? "?"))"
+    }
+
+    init(item: URL, record: VersionRecord, store: VersionStore) {
+        itemURL = item
+        url = URL(fileURLWithPath: store.contentsPath(of: record.id))
+        localizedName = record.localizedName
+        localizedNameOfSavingComputer = record.savingComputer
+        modificationDate = record.modificationDate
+        persistentIdentifier = PersistentIdentifier(record.id)
+        isConflict = record.kind == .conflict
+        hasLocalContents = true
+        size = record.size
+        flags = Mutex((record.isResolved, record.isDiscardable))
+        self.store = store
+    }
+
+    private init(current item: URL, status: NodeStatus) {
+        itemURL = item
+        url = item
+        localizedName = item.lastPathComponent
+        localizedNameOfSavingComputer = Self.thisComputer
+        modificationDate = status.modificationDate
+        persistentIdentifier = .current
+        isConflict = false
+        hasLocalContents = true
+        size = status.kind == .directory ? ((try? POSIX.treeUsage(item.path).bytes) ?? 0) : status.size
+        flags = Mutex((true, false))
+        store = nil
+    }
+
+    // MARK: Finding versions
+
+    /// The item's current version (the item itself), or nil if there is no item.
+    /// - Parameter url: The item.
+    public class func currentVersionOfItem(at url: URL) -> NSFileVersion? {
+        guard let status = try? POSIX.status(url.standardizedFileURL.path) else { return nil }
+        return NSFileVersion(current: url.standardizedFileURL, status: status)
+    }
+
+    /// The item's other versions — conflict versions and versions kept on purpose — oldest
+    /// first; nil if there is no item or its store cannot be read.
+    /// - Parameter url: The item.
+    public class func otherVersionsOfItem(at url: URL) -> [NSFileVersion]? {
+        do { return try versions(ofItemAt: url) } catch {
+            VersionStore.logger.error("cannot list versions", metadata: ["item": "\(url.path)", "error": "\(error)"])
+            return nil
+        }
+    }
+
+    /// The item's conflict versions nobody has resolved yet, oldest first; nil if there is no
+    /// item or its store cannot be read.
+    /// - Parameter url: The item.
+    public class func unresolvedConflictVersionsOfItem(at url: URL) -> [NSFileVersion]? {
+        otherVersionsOfItem(at: url)?.filter { $0.isConflict && !$0.isResolved }
+    }
+
+    /// The version with a persistent identifier (a ``PersistentIdentifier``, or its text), or nil.
+    /// - Parameters:
+    ///   - url: The item.
+    ///   - persistentIdentifier: What ``persistentIdentifier`` was.
+    public class func version(itemAt url: URL, forPersistentIdentifier persistentIdentifier: Any) -> NSFileVersion? {
+        let id: String
+        switch persistentIdentifier {
+        case let identifier as PersistentIdentifier: id = identifier.rawValue
+        case let text as String: id = text
+        default: return nil
+        }
+        if id == PersistentIdentifier.current.rawValue { return currentVersionOfItem(at: url) }
+        guard let store = try? VersionStore(item: url), let record = try? store.record(id) else { return nil }
+        return NSFileVersion(item: url.standardizedFileURL, record: record, store: store)
+    }
+
+    /// All versions in the store, throwing what goes wrong.
+    /// - Parameter url: The item.
+    /// - Throws: ``FileAccessError`` (`.notFound` if there is no item).
+    public class func versions(ofItemAt url: URL) throws -> [NSFileVersion] {
+        let item = url.standardizedFileURL
+        guard try POSIX.status(item.path) != nil else { throw FileAccessError(.notFound, "no such item", path: item.path, errno: ENOENT) }
+        let store = try VersionStore(item: item)
+        return try store.list().map { NSFileVersion(item: item, record: $0, store: store) }
+    }
+
+    // MARK: Adding and removing
+
+    /// Keeps the contents at `contentsURL` as a new (non-conflict) version of the item.
+    /// - Parameters:
+    ///   - url: The item.
+    ///   - contentsURL: The version's contents (a file or package), copied — or moved, with
+    ///     `.byMoving` (use ``temporaryDirectoryURLForNewVersionOfItem(at:)`` to prepare them).
+    ///   - options: `.byMoving`, or none.
+    /// - Returns: The new version.
+    /// - Throws: ``FileAccessError``; nothing is added, and `contentsURL` is untouched.
+    public class func addOfItem(at url: URL, withContentsOf contentsURL: URL, options: AddingOptions = []) throws -> NSFileVersion {
+        try add(ofItemAt: url, contents: contentsURL, conflict: false, savingComputer: thisComputer, modificationDate: nil, byMoving: options.contains(.byMoving), discardable: false)
+    }
+
+    /// Adds a version on behalf of the sync agent or local history.
+    package class func add(
+        ofItemAt url: URL, contents contentsURL: URL, conflict: Bool, savingComputer: String?,
+        modificationDate: Date?, byMoving: Bool, discardable: Bool, allowLink: Bool = false
+    ) throws -> NSFileVersion {
+        let item = url.standardizedFileURL
+        let store = try VersionStore(item: item)
+        let source = contentsURL.standardizedFileURL.path
+        let modified = try modificationDate ?? POSIX.status(source)?.modificationDate ?? Date()
+        let record = try store.add(contentsOf: source, byMoving: byMoving, allowLink: allowLink) { id, size in
+            VersionRecord(
+                id: id, kind: conflict ? .conflict : .other, isResolved: false, isDiscardable: discardable, localizedName: item.lastPathComponent,
+                savingComputer: savingComputer, modificationDate: modified, addedDate: Date(), size: size)
+        }
+        do { try store.enforce(limit: maximumStorageBytesPerItem) } catch {
+            VersionStore.logger.warning("could not bring the version store within its limit", metadata: ["item": "\(item.path)", "error": "\(error)"])
+        }
+        return NSFileVersion(item: item, record: record, store: store)
+    }
+
+    /// Adds a conflict version the sync agent received from another device.
+    /// - Parameters:
+    ///   - url: The item in conflict.
+    ///   - contentsURL: The other device's contents.
+    ///   - savingComputer: The other device's name.
+    ///   - modificationDate: When the other device saved them.
+    ///   - byMoving: Move `contentsURL` into the store instead of copying it.
+    package class func addConflictVersion(
+        ofItemAt url: URL, withContentsOf contentsURL: URL, savingComputer: String, modificationDate: Date, byMoving: Bool = false
+    ) throws -> NSFileVersion {
+        try add(ofItemAt: url, contents: contentsURL, conflict: true, savingComputer: savingComputer, modificationDate: modificationDate, byMoving: byMoving, discardable: false)
+    }
+
+    /// A new, empty directory on the item's file system in which to prepare a version's
+    /// contents for ``addOfItem(at:withContentsOf:options:)`` with `.byMoving`.
+    /// - Parameter url: The item.
+    public class func temporaryDirectoryURLForNewVersionOfItem(at url: URL) -> URL {
+        do {
+            return URL(fileURLWithPath: try VersionStore(item: url.standardizedFileURL).makeStagingDirectory(), isDirectory: true)
+        } catch {
+            VersionStore.logger.warning("cannot make a staging directory beside the item; using the temporary directory", metadata: ["item": "\(url.path)", "error": "\(error)"])
+            let fallback = FileManager.default.temporaryDirectory.appendingPathComponent("ubiquity-version-\(UUID().uuidString)", isDirectory: true)
+            try? FileManager.default.createDirectory(at: fallback, withIntermediateDirectories: true)
+            return fallback
+        }
+    }
+
+    /// Removes every version of the item except the current one (conflict versions too).
+    /// - Parameter url: The item.
+    /// - Throws: ``FileAccessError``.
+    public class func removeOtherVersionsOfItem(at url: URL) throws {
+        try VersionStore(item: url.standardizedFileURL).removeAll()
+    }
+
+    /// The bytes the item's versions hold, and the limit.
+    /// - Parameter url: The item.
+    /// - Throws: ``FileAccessError``.
+    public class func storageUsage(ofItemAt url: URL) throws -> StorageUsage {
+        let usage = try VersionStore(item: url.standardizedFileURL).usage()
+        return StorageUsage(versions: usage.versions, bytes: usage.bytes, sharedBytes: usage.sharedBytes, limit: maximumStorageBytesPerItem)
+    }
+
+    private static let limit = Mutex<Int64>(1 << 30)
+
+    /// The most bytes one item's versions may hold (default 1 GiB). Beyond it the oldest
+    /// discardable versions and resolved conflicts are removed; unresolved conflicts and
+    /// versions not marked discardable never are.
+    public static var maximumStorageBytesPerItem: Int64 {
+        get { limit.withLock { $0 } }
+        set { limit.withLock { $0 = max(0, newValue) } }
+    }
+
+    // MARK: Using a version
+
+    /// Puts this version's contents at `url` (normally the item), replacing what is there.
+    /// Do it inside a coordinated write of `url`.
+    /// - Parameters:
+    ///   - url: Where to put the contents.
+    ///   - options: `.byMoving` moves the contents out of the store (the version is removed).
+    /// - Returns: Where the contents are now (`url`).
+    /// - Throws: ``FileAccessError`` (`.notFound` if the version was removed meanwhile); the
+    ///   item at `url` is then unchanged.
+    @discardableResult
+    public func replaceItem(at url: URL, options: ReplacingOptions = []) throws -> URL {
+        let target = url.standardizedFileURL
+        let source = self.url.path
+        guard try POSIX.status(source) != nil else {
+            throw FileAccessError(.notFound, "the version no longer exists", path: source, errno: ENOENT)
+        }
+        if target.path == source { return target }
+        try SafeSave.replaceItem(at: target) { temporary in
+            if options.contains(.byMoving), store != nil {
+                try POSIX.copyTree(source, to: temporary.path, allowLink: true)
+            } else {
+                try POSIX.copyTree(source, to: temporary.path, allowLink: false)
+            }
+        }
+        if options.contains(.byMoving), let store {
+            try store.remove(persistentIdentifier.rawValue)
+        }
+        return target
+    }
+
+    /// Removes this version from the store.
+    /// - Throws: ``FileAccessError``: `.notFound` if it was removed already; `.unsupportedItem`
+    ///   for the current version, which cannot be removed.
+    public func remove() throws {
+        guard let store else { throw FileAccessError(.unsupportedItem, "the current version cannot be removed", path: itemURL.path) }
+        try store.remove(persistentIdentifier.rawValue)
+    }
+
+    /// Sets and persists ``isResolved``.
+    /// - Parameter resolved: The new value.
+    /// - Throws: ``FileAccessError``. A version removed meanwhile is resolved in every sense
+    ///   that matters: marking it resolved then succeeds.
+    public func setResolved(_ resolved: Bool) throws {
+        guard let store, isConflict else { return }
+        flags.withLock { $0.resolved = resolved }
+        do {
+            try store.update(persistentIdentifier.rawValue) { $0.isResolved = resolved }
+        } catch let error as FileAccessError where error.code == .notFound && resolved {
+            // Removed already (removeOtherVersionsOfItem first, as the guide does): resolved.
+        }
+    }
+
+    /// Sets and persists ``isDiscardable``.
+    /// - Parameter discardable: The new value.
+    /// - Throws: ``FileAccessError`` (`.notFound` if the version was removed meanwhile).
+    public func setDiscardable(_ discardable: Bool) throws {
+        guard let store else { return }
+        flags.withLock { $0.discardable = discardable }
+        try store.update(persistentIdentifier.rawValue) { $0.isDiscardable = discardable }
+    }
+
+    /// This computer's name, as recorded for versions saved here.
+    public static var thisComputer: String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count - 1) == 0 else { return "localhost" }
+        return String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    }
+}

@@ -1,0 +1,251 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import UbiquityCoordination
+import UbiquityFiles
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite(.serialized) struct FileVersionTests {
+    func text(_ url: URL) throws -> String { try String(contentsOf: url, encoding: .utf8) }
+
+    /// A file with the given text at `name` in `scratch`.
+    func item(_ scratch: Scratch, _ name: String = "note.txt", _ contents: String = "current") throws -> URL {
+        let url = scratch.file(name)
+        try Data(contents.utf8).write(to: url)
+        return url
+    }
+
+    func conflict(_ item: URL, _ contents: String, from computer: String, at date: Date, in scratch: Scratch) throws -> NSFileVersion {
+        let incoming = scratch.file("incoming-\(UUID().uuidString.prefix(6))")
+        try Data(contents.utf8).write(to: incoming)
+        return try NSFileVersion.addConflictVersion(ofItemAt: item, withContentsOf: incoming, savingComputer: computer, modificationDate: date, byMoving: true)
+    }
+
+    @Test func addingListingAndFindingVersions() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = try item(scratch)
+        let current = try #require(NSFileVersion.currentVersionOfItem(at: item))
+        #expect(current.url == item && !current.isConflict && current.persistentIdentifier == .current)
+        #expect(current.localizedNameOfSavingComputer == NSFileVersion.thisComputer && current.size == 7)
+        #expect(NSFileVersion.otherVersionsOfItem(at: item)?.isEmpty == true)
+
+        // By copying: the source stays.
+        let earlier = scratch.file("earlier.txt")
+        try Data("earlier".utf8).write(to: earlier)
+        let copied = try NSFileVersion.addOfItem(at: item, withContentsOf: earlier)
+        #expect(FileManager.default.fileExists(atPath: earlier.path))
+        // By moving, prepared in the store's staging directory.
+        let staging = NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: item)
+        #expect(staging.path.hasPrefix(scratch.url.path + "/.ubiquity-versions/"))
+        let prepared = staging.appendingPathComponent("note.txt")
+        try Data("prepared".utf8).write(to: prepared)
+        let moved = try NSFileVersion.addOfItem(at: item, withContentsOf: prepared, options: .byMoving)
+        #expect(!FileManager.default.fileExists(atPath: prepared.path))
+
+        let others = try #require(NSFileVersion.otherVersionsOfItem(at: item))
+        #expect(Set(others.map(\.persistentIdentifier)) == [copied.persistentIdentifier, moved.persistentIdentifier])
+        #expect(try text(copied.url) == "earlier" && copied.url.lastPathComponent == "note.txt")
+        #expect(try text(moved.url) == "prepared")
+        #expect(others.allSatisfy { !$0.isConflict && $0.hasLocalContents && $0.localizedName == "note.txt" && $0.modificationDate != nil })
+        #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: item)?.isEmpty == true)
+
+        // The identifier survives encoding, and finds the version again (as after a restart).
+        let encoded = try JSONEncoder().encode(moved.persistentIdentifier)
+        let decoded = try JSONDecoder().decode(NSFileVersion.PersistentIdentifier.self, from: encoded)
+        let found = try #require(NSFileVersion.version(itemAt: item, forPersistentIdentifier: decoded))
+        #expect(found.url == moved.url && found.size == 8)
+        #expect(NSFileVersion.version(itemAt: item, forPersistentIdentifier: "no-such-version") == nil)
+        #expect(NSFileVersion.version(itemAt: item, forPersistentIdentifier: NSFileVersion.PersistentIdentifier.current)?.url == item)
+
+        // Not a document: the store is hidden beside the item.
+        #expect(try FileManager.default.contentsOfDirectory(atPath: scratch.url.path).sorted() == [".ubiquity-versions", "earlier.txt", "note.txt"])
+        let usage = try NSFileVersion.storageUsage(ofItemAt: item)
+        #expect(usage.versions == 2 && usage.bytes == 15 && usage.limit == NSFileVersion.maximumStorageBytesPerItem)
+    }
+
+    @Test func conflictVersionsAreResolvedAndRemoved() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = try item(scratch)
+        let date = Date(timeIntervalSince1970: 1_800_000_000)
+        let first = try conflict(item, "from the laptop", from: "laptop", at: date, in: scratch)
+        _ = try conflict(item, "from the phone", from: "phone", at: date.addingTimeInterval(60), in: scratch)
+
+        let unresolved = try #require(NSFileVersion.unresolvedConflictVersionsOfItem(at: item))
+        #expect(unresolved.map(\.localizedNameOfSavingComputer) == ["laptop", "phone"], "oldest first")
+        #expect(unresolved.allSatisfy { $0.isConflict && !$0.isResolved && $0.modificationDate != nil })
+        #expect(unresolved[0].modificationDate == date)
+
+        // Resolving persists.
+        first.isResolved = true
+        #expect(NSFileVersion.version(itemAt: item, forPersistentIdentifier: first.persistentIdentifier)?.isResolved == true)
+        #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: item)?.map(\.localizedNameOfSavingComputer) == ["phone"])
+
+        // Replace the item with the other conflict version, then clean up as the guide does.
+        let chosen = unresolved[1]
+        _ = try NSFileCoordinator().coordinate(writingItemAt: item) { try chosen.replaceItem(at: $0) }
+        #expect(try text(item) == "from the phone")
+        try NSFileVersion.removeOtherVersionsOfItem(at: item)
+        for version in unresolved { try version.setResolved(true) } // removed already: still fine
+        #expect(NSFileVersion.otherVersionsOfItem(at: item)?.isEmpty == true)
+        #expect(try NSFileVersion.storageUsage(ofItemAt: item).versions == 0)
+    }
+
+    @Test func replacingByMovingTakesTheVersionOutOfTheStore() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = try item(scratch)
+        let version = try conflict(item, "theirs", from: "desktop", at: Date(), in: scratch)
+        try version.replaceItem(at: item, options: .byMoving)
+        #expect(try text(item) == "theirs")
+        #expect(NSFileVersion.otherVersionsOfItem(at: item)?.isEmpty == true)
+    }
+
+    @Test func missingItemsAndVanishedVersionsGiveClearErrors() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let missing = scratch.file("missing.txt")
+        #expect(NSFileVersion.currentVersionOfItem(at: missing) == nil)
+        #expect(NSFileVersion.otherVersionsOfItem(at: missing) == nil)
+        #expect(throws: FileAccessError.self) { try NSFileVersion.versions(ofItemAt: missing) }
+
+        let item = try item(scratch)
+        let error = #expect(throws: FileAccessError.self) {
+            try NSFileVersion.addOfItem(at: item, withContentsOf: scratch.file("nothing-here"))
+        }
+        #expect(error?.code == .notFound)
+        #expect(NSFileVersion.otherVersionsOfItem(at: item)?.isEmpty == true)
+
+        // Another party (another NSFileVersion, as another process would hold) removes a version.
+        let version = try conflict(item, "theirs", from: "desktop", at: Date(), in: scratch)
+        let other = try #require(NSFileVersion.version(itemAt: item, forPersistentIdentifier: version.persistentIdentifier))
+        try other.remove()
+        #expect((#expect(throws: FileAccessError.self) { try version.remove() })?.code == .notFound)
+        #expect((#expect(throws: FileAccessError.self) { try version.replaceItem(at: item) })?.code == .notFound)
+        #expect(try text(item) == "current", "the item is untouched")
+        #expect(throws: FileAccessError.self) { try NSFileVersion.currentVersionOfItem(at: item)!.remove() }
+    }
+
+    @Test func aCorruptRecordIsSkippedNotDeleted() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = try item(scratch)
+        let good = try conflict(item, "good", from: "a", at: Date(), in: scratch)
+        let bad = try conflict(item, "bad", from: "b", at: Date(), in: scratch)
+        let record = bad.url.deletingLastPathComponent().appendingPathComponent("record.json")
+        try Data("{ not json".utf8).write(to: record)
+        #expect(NSFileVersion.otherVersionsOfItem(at: item)?.map(\.persistentIdentifier) == [good.persistentIdentifier])
+        #expect(FileManager.default.fileExists(atPath: bad.url.path), "its contents are kept for a person to rescue")
+        #expect((#expect(throws: FileAccessError.self) { try bad.setResolved(true) })?.code == .corrupt)
+    }
+
+    @Test(.enabled(if: geteuid() == 0, "needs to mount a small tmpfs"))
+    func aFullDiskWhileAddingAVersionLosesNothing() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let mount = scratch.file("small")
+        try FileManager.default.createDirectory(at: mount, withIntermediateDirectories: true)
+        try shell("mount -t tmpfs -o size=256k tmpfs '\(mount.path)'")
+        defer { try? shell("umount '\(mount.path)'") }
+        let item = mount.appendingPathComponent("big.bin")
+        try Data(repeating: 1, count: 100 * 1024).write(to: item)
+        let contents = scratch.file("huge.bin") // on the big file system
+        try Data(repeating: 2, count: 400 * 1024).write(to: contents)
+
+        let error = #expect(throws: FileAccessError.self) { try NSFileVersion.addOfItem(at: item, withContentsOf: contents) }
+        #expect(error?.code == .noSpace)
+        #expect(NSFileVersion.otherVersionsOfItem(at: item)?.isEmpty == true)
+        #expect(try Data(contentsOf: item) == Data(repeating: 1, count: 100 * 1024))
+        #expect(try Data(contentsOf: contents).count == 400 * 1024)
+        let store = mount.appendingPathComponent(".ubiquity-versions/big.bin").path
+        #expect(try FileManager.default.contentsOfDirectory(atPath: store).filter { $0.hasPrefix(".adding") }.isEmpty, "no half-added version is left")
+        // And once there is room, it works.
+        try Data(repeating: 3, count: 50 * 1024).write(to: contents)
+        #expect(try NSFileVersion.addOfItem(at: item, withContentsOf: contents).size == 50 * 1024)
+    }
+
+    @Test func theStoreIsBoundedByRemovingWhatMayGo() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = try item(scratch)
+        let saved = NSFileVersion.maximumStorageBytesPerItem
+        NSFileVersion.maximumStorageBytesPerItem = 25
+        defer { NSFileVersion.maximumStorageBytesPerItem = saved }
+        let keep = try conflict(item, "unresolved-conflict", from: "a", at: Date(), in: scratch) // 19 bytes
+        let source = scratch.file("old.txt")
+        try Data("history".utf8).write(to: source) // 7 bytes
+        let old = try NSFileVersion.add(ofItemAt: item, contents: source, conflict: false, savingComputer: nil, modificationDate: nil, byMoving: false, discardable: true)
+        #expect(NSFileVersion.version(itemAt: item, forPersistentIdentifier: old.persistentIdentifier) == nil, "26 > 25 bytes: the discardable version went")
+        #expect(NSFileVersion.version(itemAt: item, forPersistentIdentifier: keep.persistentIdentifier) != nil, "an unresolved conflict never goes")
+        #expect(try NSFileVersion.storageUsage(ofItemAt: item).bytes == 19)
+    }
+
+    @Test func versionsFollowCoordinatedMovesAndGoWithDeletedItems() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = try item(scratch)
+        let version = try conflict(item, "theirs", from: "desktop", at: Date(), in: scratch)
+        try FileManager.default.createDirectory(at: scratch.file("folder"), withIntermediateDirectories: true)
+        let moved = scratch.file("folder/renamed.txt")
+        let coordinator = NSFileCoordinator()
+        try coordinator.coordinate(reading: [], writing: [(item, .forMoving), (moved, .forReplacing)]) { _, urls in
+            try FileManager.default.moveItem(at: urls[0], to: urls[1])
+            coordinator.item(at: urls[0], didMoveTo: urls[1])
+        }
+        #expect(NSFileVersion.otherVersionsOfItem(at: item) == nil)
+        let followed = try #require(NSFileVersion.version(itemAt: moved, forPersistentIdentifier: version.persistentIdentifier))
+        #expect(try text(followed.url) == "theirs" && followed.url.lastPathComponent == "renamed.txt")
+
+        try NSFileCoordinator().coordinate(writingItemAt: moved, options: .forDeleting) { try FileManager.default.removeItem(at: $0) }
+        #expect(!FileManager.default.fileExists(atPath: scratch.file("folder/.ubiquity-versions/renamed.txt").path))
+    }
+
+    @Test func presentersHearAboutVersionsAddedResolvedAndRemovedByAnotherProcess() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = try item(scratch)
+        let incoming = scratch.file("incoming.txt")
+        try Data("theirs".utf8).write(to: incoming)
+        let presenter = VersionPresenter(item)
+        let folder = VersionPresenter(scratch.url)
+        NSFileCoordinator.addFilePresenter(presenter)
+        NSFileCoordinator.addFilePresenter(folder)
+        defer { NSFileCoordinator.removeFilePresenter(presenter); NSFileCoordinator.removeFilePresenter(folder) }
+
+        try helper(["add-conflict", item.path, incoming.path, "tablet"])
+        #expect(eventually { presenter.events.withLock { $0 } == ["gain:tablet"] })
+        #expect(eventually { folder.events.withLock { $0 } == ["subitem gain:note.txt"] }, "\(folder.events.withLock { $0 })")
+        try helper(["resolve-all", item.path])
+        #expect(eventually { presenter.events.withLock { $0 }.last == "resolve:tablet" })
+        try helper(["remove-all", item.path])
+        #expect(eventually { presenter.events.withLock { $0 }.last == "lose:tablet" })
+        #expect(presenter.events.withLock { $0 } == ["gain:tablet", "resolve:tablet", "lose:tablet"])
+        #expect(!folder.events.withLock { $0 }.contains { $0.contains("ubiquity-versions") }, "the store is not a subitem")
+    }
+
+    /// Runs the coordinator helper's version commands in another process.
+    func helper(_ arguments: [String]) throws {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+            .appendingPathComponent("UbiquityCoordinatorHelper")
+        process.arguments = arguments
+        try process.run()
+        process.waitUntilExit()
+        #expect(process.terminationStatus == 0, "\(arguments)")
+    }
+}
+
+/// A presenter that records version callbacks.
+final class VersionPresenter: NSFilePresenter, @unchecked Sendable {
+    let url: URL
+    let queue: OperationQueue = {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        return queue
+    }()
+    let events = Mutex<[String]>([])
+    init(_ url: URL) { self.url = url }
+    var presentedItemURL: URL? { url }
+    var presentedItemOperationQueue: OperationQueue { queue }
+    func presentedItemDidGain(_ version: NSFileVersion) { events.withLock { $0.append("gain:\(version.localizedNameOfSavingComputer ?? "")") } }
+    func presentedItemDidLose(_ version: NSFileVersion) { events.withLock { $0.append("lose:\(version.localizedNameOfSavingComputer ?? "")") } }
+    func presentedItemDidResolveConflict(_ version: NSFileVersion) { events.withLock { $0.append("resolve:\(version.localizedNameOfSavingComputer ?? "")") } }
+    func presentedSubitem(at url: URL, didGain version: NSFileVersion) { events.withLock { $0.append("subitem gain:\(url.lastPathComponent)") } }
+    func presentedSubitemDidAppear(at url: URL) { events.withLock { $0.append("appear:\(url.path)") } }
+    func presentedSubitemDidChange(at url: URL) { events.withLock { $0.append("change:\(url.path)") } }
+}
