@@ -217,6 +217,17 @@ struct VersionStore: Sendable {
         }
     }
 
+    /// Removes the versions `select` picks from the current list, in one coordinated write.
+    func thin(_ select: ([VersionRecord]) -> Set<String>) throws {
+        try writing {
+            guard try POSIX.status(folder) != nil else { return }
+            let doomed = select(try listUnlocked())
+            guard !doomed.isEmpty else { return }
+            for id in doomed { try removeUnlocked(id) }
+            bumpGeneration()
+        }
+    }
+
     /// Removes the whole store of the item (it was deleted).
     func deleteStore() throws {
         guard try POSIX.status(folder) != nil else { return }

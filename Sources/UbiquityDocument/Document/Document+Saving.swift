@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityCoordination
 import UbiquityFiles
 
 extension Document {
@@ -26,6 +27,7 @@ extension Document {
                 // A save replaces the whole file: other presenters relinquish but are not asked to
                 // save (which could ask this document to save in turn).
                 try ownCoordinator.coordinate(writingItemAt: url, options: .forReplacing) { url in
+                    if saveOperation == .forOverwriting { preserveVersion(of: url) }
                     try writeContents(handoff.value.0, andAttributes: handoff.value.1, safelyTo: url, for: saveOperation)
                 }
             }
@@ -44,6 +46,18 @@ extension Document {
                     saveFailed(error, completionHandler)
                 }
             }
+        }
+    }
+
+    /// Keeps the file's present contents as a local-history version, if this type wants that.
+    /// A failure is logged, not fatal: the save itself goes ahead.
+    nonisolated func preserveVersion(of url: URL) {
+        let type = type(of: self)
+        guard type.preservesVersions else { return }
+        do {
+            try NSFileVersion.preserveCurrentVersion(ofItemAt: url, policy: type.versionHistoryPolicy)
+        } catch {
+            logger.warning("could not keep the previous version in the local history", metadata: ["document": "\(url.path)", "error": "\(error)"])
         }
     }
 

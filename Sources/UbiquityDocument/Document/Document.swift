@@ -84,6 +84,15 @@ open class Document {
     public var autosaveInterval: Duration = .seconds(20)
     /// The modification date of the file when last read or written.
     public var fileModificationDate: Date?
+
+    /// Whether saving keeps the previous contents as a local-history version (macOS Versions,
+    /// beyond iOS): override to return true for a document type that wants it. Earlier versions
+    /// are then ``NSFileVersion/otherVersionsOfItem(at:)`` (discardable, not conflicts), thinned
+    /// by ``versionHistoryPolicy``; unchanged package members are shared, not copied. Default false.
+    nonisolated open class var preservesVersions: Bool { false }
+
+    /// How the local history is thinned. Default ``VersionHistoryPolicy/standard``.
+    nonisolated open class var versionHistoryPolicy: VersionHistoryPolicy { .standard }
     /// The document's state. Starts as ``State/closed``.
     public internal(set) var documentState: State = .closed
     /// Progress of the current long operation (opening or saving), if any.
