@@ -58,6 +58,9 @@ import Glibc
         let found = try #require(NSFileVersion.version(itemAt: item, forPersistentIdentifier: decoded))
         #expect(found.url == moved.url && found.size == 8)
         #expect(NSFileVersion.version(itemAt: item, forPersistentIdentifier: "no-such-version") == nil)
+        #expect(!found.isDiscardable)
+        found.isDiscardable = true
+        #expect(NSFileVersion.version(itemAt: item, forPersistentIdentifier: decoded)?.isDiscardable == true, "persisted")
         #expect(NSFileVersion.version(itemAt: item, forPersistentIdentifier: NSFileVersion.PersistentIdentifier.current)?.url == item)
 
         // Not a document: the store is hidden beside the item.
