@@ -9,75 +9,75 @@ import Testing
         presenter.events.withLock { $0.filter { $0 == event }.count }
     }
 
+    /// Runs `body` with a registered presenter of `url` (unregistered afterwards).
+    func presenting(_ url: URL, _ body: (RecordingPresenter) throws -> Void) rethrows {
+        let presenter = RecordingPresenter(url)
+        NSFileCoordinator.addFilePresenter(presenter)
+        defer { NSFileCoordinator.removeFilePresenter(presenter) }
+        try body(presenter)
+    }
+
     @Test func anAppendByAProgramThatDoesNotCoordinateReachesThePresenter() throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         try Data("v1\n".utf8).write(to: item)
-        let presenter = RecordingPresenter(item)
-        NSFileCoordinator.addFilePresenter(presenter)
-        defer { NSFileCoordinator.removeFilePresenter(presenter) }
-
-        try shell("echo more >> '\(item.path)'")
-        #expect(eventually { count("didChange", in: presenter) == 1 })
-        try shell("echo again >> '\(item.path)'")
-        #expect(eventually { count("didChange", in: presenter) == 2 })
-        #expect(presenter.log == ["didChange", "didChange"], "one notice per change, nothing else")
+        try presenting(item) { presenter in
+            try shell("echo more >> '\(item.path)'")
+            #expect(eventually { count("didChange", in: presenter) == 1 })
+            try shell("echo again >> '\(item.path)'")
+            #expect(eventually { count("didChange", in: presenter) == 2 })
+            #expect(presenter.log == ["didChange", "didChange"], "one notice per change, nothing else")
+        }
     }
 
     @Test func coordinatedWritesHereOrElsewhereAreReportedOnce() throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         try Data("v1".utf8).write(to: item)
-        let presenter = RecordingPresenter(item)
-        NSFileCoordinator.addFilePresenter(presenter)
-        defer { NSFileCoordinator.removeFilePresenter(presenter) }
-
-        // In this process, by another coordinator.
-        try NSFileCoordinator().coordinate(writingItemAt: item) { try Data("local".utf8).write(to: $0) }
-        #expect(eventually { count("didChange", in: presenter) == 1 })
-        // In another process.
-        let writer = try HelperProcess("write", item, text: "remote")
-        #expect(writer.waitUntilAcquired())
-        writer.release()
-        #expect(eventually { count("didChange", in: presenter) == 2 })
-        // The presenter's own coordinator: not reported to it at all.
-        try NSFileCoordinator(filePresenter: presenter).coordinate(writingItemAt: item) { try Data("own".utf8).write(to: $0) }
-        // Then one change nobody coordinated; by the time its notice arrives, any duplicate of
-        // the earlier ones would have arrived too.
-        try shell("printf shell > '\(item.path)'")
-        #expect(eventually { count("didChange", in: presenter) == 3 })
-        #expect(presenter.log.filter { $0 == "didChange" }.count == 3)
-        #expect(try String(contentsOf: item, encoding: .utf8) == "shell")
+        try presenting(item) { presenter in
+            // In this process, by another coordinator.
+            try NSFileCoordinator().coordinate(writingItemAt: item) { try Data("local".utf8).write(to: $0) }
+            #expect(eventually { count("didChange", in: presenter) == 1 })
+            // In another process.
+            let writer = try HelperProcess("write", item, text: "remote")
+            #expect(writer.waitUntilAcquired())
+            writer.release()
+            #expect(eventually { count("didChange", in: presenter) == 2 })
+            // The presenter's own coordinator: not reported to it at all.
+            try NSFileCoordinator(filePresenter: presenter).coordinate(writingItemAt: item) { try Data("own".utf8).write(to: $0) }
+            // Then one change nobody coordinated; by the time its notice arrives, any duplicate of
+            // the earlier ones would have arrived too.
+            try shell("printf shell > '\(item.path)'")
+            #expect(eventually { count("didChange", in: presenter) == 3 })
+            #expect(presenter.log.filter { $0 == "didChange" }.count == 3)
+            #expect(try String(contentsOf: item, encoding: .utf8) == "shell")
+        }
     }
 
     @Test func aRenameByAProgramThatDoesNotCoordinateIsFollowed() throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         try Data("v1".utf8).write(to: item)
-        let presenter = RecordingPresenter(item)
-        NSFileCoordinator.addFilePresenter(presenter)
-        defer { NSFileCoordinator.removeFilePresenter(presenter) }
-
-        try shell("mv '\(item.path)' '\(scratch.file("b.txt").path)'")
-        #expect(eventually { presenter.events.withLock { $0.contains("didMove:b.txt") } })
-        // Still watched at its new name.
-        try shell("echo more >> '\(scratch.file("b.txt").path)'")
-        #expect(eventually { count("didChange", in: presenter) == 1 })
+        try presenting(item) { presenter in
+            try shell("mv '\(item.path)' '\(scratch.file("b.txt").path)'")
+            #expect(eventually { presenter.events.withLock { $0.contains("didMove:b.txt") } })
+            // Still watched at its new name.
+            try shell("echo more >> '\(scratch.file("b.txt").path)'")
+            #expect(eventually { count("didChange", in: presenter) == 1 })
+        }
     }
 
     @Test func aReplacementByRenameIsAChangeNotAMove() throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         try Data("v1".utf8).write(to: item)
-        let presenter = RecordingPresenter(item)
-        NSFileCoordinator.addFilePresenter(presenter)
-        defer { NSFileCoordinator.removeFilePresenter(presenter) }
-
-        // What editors do: keep a backup under another name, write the new file in place.
-        try shell("mv '\(item.path)' '\(item.path)~' && printf v2 > '\(item.path)'")
-        #expect(eventually { count("didChange", in: presenter) >= 1 })
-        #expect(!presenter.log.contains { $0.hasPrefix("didMove") })
-        #expect(presenter.presentedItemURL == item)
+        try presenting(item) { presenter in
+            // What editors do: keep a backup under another name, write the new file in place.
+            try shell("mv '\(item.path)' '\(item.path)~' && printf v2 > '\(item.path)'")
+            #expect(eventually { count("didChange", in: presenter) >= 1 })
+            #expect(!presenter.log.contains { $0.hasPrefix("didMove") })
+            #expect(presenter.presentedItemURL == item)
+        }
     }
 
     @Test func aDirectoryPresenterHearsAboutItemsInsideAtAnyDepth() throws {
@@ -85,16 +85,14 @@ import Testing
         let folder = scratch.file("folder")
         try FileManager.default.createDirectory(at: folder.appendingPathComponent("deep"), withIntermediateDirectories: true)
         try Data("old".utf8).write(to: folder.appendingPathComponent("deep/existing.txt"))
-        let presenter = RecordingPresenter(folder)
-        NSFileCoordinator.addFilePresenter(presenter)
-        defer { NSFileCoordinator.removeFilePresenter(presenter) }
-
-        try shell("cd '\(folder.path)' && echo new >> deep/existing.txt && mkdir sub && echo x > sub/new.txt")
-        #expect(eventually {
-            presenter.events.withLock { Set($0).isSuperset(of: ["subitemDidChange:existing.txt", "subitemDidAppear:sub", "subitemDidAppear:new.txt"]) }
-        })
-        // The new directory is watched from now on.
-        try shell("echo more >> '\(folder.path)/sub/new.txt'")
-        #expect(eventually { presenter.events.withLock { $0.contains("subitemDidChange:new.txt") } })
+        try presenting(folder) { presenter in
+            try shell("cd '\(folder.path)' && echo new >> deep/existing.txt && mkdir sub && echo x > sub/new.txt")
+            #expect(eventually {
+                presenter.events.withLock { Set($0).isSuperset(of: ["subitemDidChange:existing.txt", "subitemDidAppear:sub", "subitemDidAppear:new.txt"]) }
+            })
+            // The new directory is watched from now on.
+            try shell("echo more >> '\(folder.path)/sub/new.txt'")
+            #expect(eventually { presenter.events.withLock { $0.contains("subitemDidChange:new.txt") } })
+        }
     }
 }
