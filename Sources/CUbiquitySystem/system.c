@@ -50,3 +50,7 @@ int ubq_ofd_lock_byte(int fd, long long byte, int exclusive) {
 int ubq_wake_pipe(int fds[2]) {
     return pipe2(fds, O_CLOEXEC | O_NONBLOCK);
 }
+
+int ubq_open_marker(const char *directory) {
+    return open(directory, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+}

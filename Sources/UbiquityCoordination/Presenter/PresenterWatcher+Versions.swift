@@ -49,6 +49,7 @@ extension PresenterWatcher {
         let vanished = mask & UInt32(IN_DELETE | IN_MOVED_FROM) != 0
         if name == VersionStore.directoryName {
             // A store root appeared (or went) beside watched items.
+            if appeared { state.freshStoreRoots.insert(directory + "/" + name) }
             if appeared || vanished { state.resyncNeeded = true }
         } else if (directory as NSString).lastPathComponent == VersionStore.directoryName, !name.hasPrefix(".") {
             // An item's store folder appeared, went or was renamed.

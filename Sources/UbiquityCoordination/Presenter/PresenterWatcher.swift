@@ -14,7 +14,8 @@ import Glibc
 /// One thread per process (started with the first presenter) watches the parent directory of
 /// every presented item and, for presented directories (packages, folders), the directory and
 /// every directory inside it. A path's events are gathered until it has been quiet for
-/// ``quiet`` (or busy for ``longest``), then delivered once: `presentedItemDidChange` to its
+/// ``quiet`` — and, if it was written, closed by its writer — (or busy for ``longest``), then
+/// delivered once: `presentedItemDidChange` to its
 /// presenters, `presentedItemDidMove(to:)` when it was renamed within watched directories, and
 /// `presentedSubitemDidAppear/DidChange/…DidMoveTo` to presenters of directories above it.
 ///
@@ -27,8 +28,11 @@ final class PresenterWatcher: Sendable {
 
     /// How long a path must be quiet before its change is delivered.
     static let quiet: Duration = .milliseconds(4)
-    /// The longest a path that keeps changing waits for its notice.
+    /// The longest a path that keeps changing (or stays open for writing) waits for its notice.
     static let longest: Duration = .milliseconds(100)
+    /// How long a presented item that vanished may take to come back (an editor renaming it to
+    /// a backup, then writing a new file) before it counts as moved or deleted.
+    static let settle: Duration = .milliseconds(300)
     /// The most directories one process watches.
     static let maximumWatches = 8192
 
@@ -40,6 +44,16 @@ final class PresenterWatcher: Sendable {
         var created = false
         /// It was renamed to this path (within watched directories).
         var movedTo: String?
+        /// Written, and not closed by its writer yet.
+        var awaitingClose = false
+        /// Not to be delivered before this (an item that vanished, waiting to see if it returns).
+        var notBefore: ContinuousClock.Instant?
+
+        /// When it is due: quiet (and closed), or busy for too long; not before ``notBefore``.
+        var due: ContinuousClock.Instant {
+            let ready = awaitingClose ? first + PresenterWatcher.longest : min(last + PresenterWatcher.quiet, first + PresenterWatcher.longest)
+            return max(ready, notBefore ?? ready)
+        }
 
         init(_ now: ContinuousClock.Instant) {
             first = now
@@ -51,6 +65,8 @@ final class PresenterWatcher: Sendable {
             last = max(last, other.last)
             created = created || other.created
             movedTo = other.movedTo ?? movedTo
+            awaitingClose = other.last >= last ? other.awaitingClose : awaitingClose
+            notBefore = other.notBefore ?? notBefore
         }
     }
 
@@ -58,6 +74,7 @@ final class PresenterWatcher: Sendable {
     struct Write {
         var paths: [String]
         var held: [String: Change] = [:]
+        /// Over, to be released by the watcher's next pass (when there is no marker).
         var finished = false
         var changed = false
 
@@ -84,6 +101,12 @@ final class PresenterWatcher: Sendable {
         /// `IN_MOVED_FROM` cookies → the path that moved.
         var cookies: [UInt32: String] = [:]
         var resyncNeeded = true
+        /// The private marker file and its watch (-1: none).
+        var marker: Int32 = -1
+        var markerWatch: Int32 = -1
+        var markerToggle = false
+        /// Writes whose marks are in the event queue, oldest first.
+        var markedWrites: [UInt64] = []
         /// Presented items known to have moved (old → new path) while their presenters have
         /// not updated their URLs yet.
         var aliases: [String: String] = [:]
@@ -94,6 +117,8 @@ final class PresenterWatcher: Sendable {
         var versionChecks: Set<String> = []
         /// The versions each watched item was last known to have (by identifier).
         var versions: [String: [String: VersionRecord]] = [:]
+        /// Store roots seen appearing: every version in them is news.
+        var freshStoreRoots: Set<String> = []
     }
 
     let state = Mutex(State())
@@ -125,6 +150,19 @@ final class PresenterWatcher: Sendable {
             state.wakeRead = pipe[0]
             state.wakeWrite = pipe[1]
             state.running = true
+            // The marker lives in the per-user runtime directory (or /tmp), unnamed.
+            let runtime = (FileCoordinationLocks.shared.directory as NSString).deletingLastPathComponent
+            for directory in [runtime, NSTemporaryDirectory()] {
+                let marker = ubq_open_marker(directory)
+                guard marker >= 0 else { continue }
+                let watch = inotify_add_watch(inotify, "/proc/self/fd/\(marker)", UInt32(IN_MODIFY | IN_ATTRIB))
+                if watch >= 0 {
+                    state.marker = marker
+                    state.markerWatch = watch
+                    break
+                }
+                close(marker)
+            }
             return true
         }
         guard start else { return }
@@ -147,12 +185,40 @@ final class PresenterWatcher: Sendable {
 
     /// The write is over. Once every event queued before now has been read, its held-back
     /// events are dropped (`changed`: the coordinator told presenters) or delivered.
+    ///
+    /// "Before now" is marked in the event queue itself: the watcher's private marker file (an
+    /// unnamed `O_TMPFILE` it watches) is touched, alternately written and `fchmod`ed so that
+    /// two marks never merge into one event; the n-th mark the watcher reads releases the n-th
+    /// finished write. Events queued after the mark — someone else's change right after the
+    /// write — are not held back. Without a marker (no `O_TMPFILE`), the watcher's next pass
+    /// releases it instead.
     func finishWrite(_ token: UInt64, changed: Bool) {
-        state.withLock { state in
-            state.writes[token]?.finished = true
+        let marked = state.withLock { state -> Bool in
+            guard state.writes[token] != nil else { return true }
             state.writes[token]?.changed = changed
+            guard state.marker >= 0 else {
+                state.writes[token]?.finished = true
+                return false
+            }
+            state.markedWrites.append(token)
+            state.markerToggle.toggle()
+            var byte: UInt8 = 1
+            let touched = state.markerToggle ? pwrite(state.marker, &byte, 1, 0) == 1 : fchmod(state.marker, 0o600) == 0
+            if !touched {
+                state.markedWrites.removeLast()
+                state.writes[token]?.finished = true
+            }
+            return touched
         }
-        wake()
+        if !marked { wake() }
+    }
+
+    /// The watcher read a mark: the oldest marked write is over, and every event it caused has been read.
+    private func releaseMarkedWrite(in state: inout State) {
+        guard !state.markedWrites.isEmpty else { return }
+        let token = state.markedWrites.removeFirst()
+        guard let write = state.writes.removeValue(forKey: token), !write.changed else { return }
+        for (path, change) in write.held { state.pending[path, default: change].merge(change) }
     }
 
     /// A presented item moved from `from` to `to`: watch it there from now on, even before its
@@ -186,7 +252,7 @@ final class PresenterWatcher: Sendable {
             var scratch = [UInt8](repeating: 0, count: 64)
             while read(wakeRead, &scratch, scratch.count) > 0 {}
 
-            // Writes finished before this point: every event they caused is queued by now.
+            // Writes finished (without a marker) before this point: their events are queued by now.
             let finished = state.withLock { $0.writes.filter { $0.value.finished }.map(\.key) }
             readEvents(inotify)
             state.withLock { state in
@@ -208,7 +274,7 @@ final class PresenterWatcher: Sendable {
 
     private func timeoutMilliseconds() -> Int32 {
         state.withLock { state in
-            guard let earliest = state.pending.values.map({ min($0.last + Self.quiet, $0.first + Self.longest) }).min() else { return 1_000 }
+            guard let earliest = state.pending.values.map(\.due).min() else { return 1_000 }
             let wait = earliest - .now
             return wait <= .zero ? 0 : Int32(min(1_000, wait.components.seconds * 1_000 + wait.components.attoseconds / 1_000_000_000_000_000 + 1))
         }
@@ -237,7 +303,12 @@ final class PresenterWatcher: Sendable {
     private func record(descriptor: Int32, mask: UInt32, cookie: UInt32, name: String) {
         let now = ContinuousClock.now
         state.withLock { state in
+            if descriptor == state.markerWatch && state.markerWatch >= 0 {
+                return releaseMarkedWrite(in: &state)
+            }
             if mask & UInt32(IN_Q_OVERFLOW) != 0 {
+                // Events (and marks) were lost: release every marked write, look at everything.
+                while !state.markedWrites.isEmpty { releaseMarkedWrite(in: &state) }
                 for path in state.presented.keys { state.pending[path, default: Change(now)].last = now }
                 return
             }
@@ -265,6 +336,7 @@ final class PresenterWatcher: Sendable {
             let vanished = mask & UInt32(IN_DELETE | IN_MOVED_FROM) != 0
 
             var change = Change(now)
+            if mask & UInt32(IN_MODIFY) != 0 { change.awaitingClose = true }
             if appeared {
                 change.created = state.names[directory]?.contains(name) != true
                 state.names[directory, default: []].insert(name)
@@ -337,9 +409,14 @@ final class PresenterWatcher: Sendable {
             }
             presented[path] = status?.kind == .directory
         }
-        let (watched, appeared) = state.withLock { state in
+        let (watched, appeared, known) = state.withLock { state in
             defer { state.appearedDirectories = [] }
-            return (Set(state.watches.keys), state.appearedDirectories)
+            return (Set(state.watches.keys), state.appearedDirectories, Set(state.presented.keys))
+        }
+        // An item's versions are news from the moment it is presented: note what it has now.
+        var baselines: [String: [String: VersionRecord]] = [:]
+        for path in presented.keys where !known.contains(path) && !VersionStore.isInsideStore(path) {
+            baselines[path] = Self.currentVersions(of: path)
         }
         var wanted: [String] = []
         var fresh: Set<String> = [] // appeared since the last resync: what is inside is news too
@@ -362,6 +439,7 @@ final class PresenterWatcher: Sendable {
         state.withLock { state in
             state.resyncNeeded = false
             state.presented = presented
+            for (path, versions) in baselines { state.versions[path] = versions }
             // Aliases no presenter needs any more (it caught up) are forgotten; new ones kept.
             state.aliases = state.aliases.filter { used[$0.key] != nil || aliases[$0.key] == nil }
             let keep = Set(wanted)
@@ -385,7 +463,14 @@ final class PresenterWatcher: Sendable {
                 }
                 state.watches[directory] = descriptor
                 state.directories[descriptor] = directory
-                if let item = Self.itemOfVersionFolder(directory), state.versions[item] == nil { snapshots.append(item) }
+                if let item = Self.itemOfVersionFolder(directory) {
+                    // Look at it once the watch is in place: what happened before is not missed.
+                    state.versionChecks.insert(item)
+                    if state.versions[item] == nil {
+                        let root = (directory as NSString).deletingLastPathComponent
+                        if state.freshStoreRoots.contains(root) { state.versions[item] = [:] } else { snapshots.append(item) }
+                    }
+                }
                 let names = Set((try? POSIX.directoryEntries(directory)) ?? [])
                 state.names[directory] = names
                 if fresh.contains(directory) {
@@ -398,6 +483,7 @@ final class PresenterWatcher: Sendable {
                 }
             }
         }
+        state.withLock { state in state.freshStoreRoots = state.freshStoreRoots.filter { state.watches[$0] == nil } }
         takeVersionSnapshots(snapshots)
     }
 
@@ -433,7 +519,7 @@ final class PresenterWatcher: Sendable {
     private func deliverDue() {
         let now = ContinuousClock.now
         let due: [(String, Change)] = state.withLock { state in
-            let ready = state.pending.filter { now >= $0.value.last + Self.quiet || now >= $0.value.first + Self.longest }
+            let ready = state.pending.filter { now >= $0.value.due }
             for path in ready.keys { state.pending[path] = nil }
             return ready.sorted { $0.key < $1.key }
         }
@@ -442,6 +528,13 @@ final class PresenterWatcher: Sendable {
 
     private func deliver(_ path: String, _ change: Change) {
         let exists = (try? POSIX.status(path)) != nil
+        if !exists, change.notBefore == nil, !PresenterRegistry.shared.presenters(relatedTo: path, excluding: nil).filter({ $0.1 != .ancestor }).isEmpty {
+            // A presented item vanished: give it a moment to come back before calling it gone.
+            var waiting = change
+            waiting.notBefore = change.first + Self.settle
+            state.withLock { $0.pending[path, default: waiting].merge(waiting) }
+            return
+        }
         let url = URL(fileURLWithPath: path)
         for (presenter, relation, presented) in PresenterRegistry.shared.presenters(relatedTo: path, excluding: nil) {
             let queue = presenter.presentedItemOperationQueue
