@@ -17,6 +17,12 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        // The sync server's stack (never a dependency of the document and file layers).
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.0.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird-auth", from: "2.0.0"),
+        .package(url: "https://github.com/groue/GRDB.swift", from: "7.0.0"),
+        .package(url: "https://github.com/apple/swift-crypto", from: "3.0.0"),
+        .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.0.0"),
     ],
     targets: [
         // Linux system calls Swift's Glibc module does not expose (renameat2, FICLONE).
@@ -30,6 +36,19 @@ let package = Package(
         // The one module apps import.
         .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument"]),
 
+        // The sync server: accounts, devices, containers, items, revisions, chunks (iCloud's role).
+        .target(
+            name: "UbiquityServer",
+            dependencies: [
+                logging,
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdBcrypt", package: "hummingbird-auth"),
+                .product(name: "GRDB", package: "GRDB.swift"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
+
         // The reference documents' sample documents, shared by the example apps and `ubiquity demo`.
         .target(name: "UbiquityExamples", dependencies: ["Ubiquity"], path: "Examples/Documents"),
         .executableTarget(name: "TextEditorExample", dependencies: ["UbiquityExamples"], path: "Examples/TextEditor"),
@@ -38,7 +57,7 @@ let package = Package(
 
         .executableTarget(
             name: "UbiquityCLI",
-            dependencies: ["Ubiquity", "UbiquityExamples", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: ["Ubiquity", "UbiquityExamples", "UbiquityServer", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         .executableTarget(name: "UbiquityBenchmarks", dependencies: ["Ubiquity", "UbiquityFiles"]),
 
@@ -53,6 +72,10 @@ let package = Package(
         .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles"]),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),
+        .testTarget(
+            name: "UbiquityServerTests",
+            dependencies: ["UbiquityServer", .product(name: "HummingbirdTesting", package: "hummingbird")]
+        ),
         .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport", "TextEditorExample", "NotesExample", "ThingsExample", "UbiquityCLI"]),
     ]
 )

@@ -1,0 +1,124 @@
+import ArgumentParser
+import Foundation
+import Logging
+import UbiquityServer
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// `ubiquity serve`: the sync server, with embedded storage in a data directory.
+struct ServeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "serve",
+        abstract: "Run the sync server (accounts, containers, items, chunks) with embedded storage.",
+        discussion: "Stops gracefully on SIGTERM or SIGINT. Create accounts with `ubiquity account create`."
+    )
+
+    @Option(name: .long, help: "The data directory: database and chunks.")
+    var data = "./ubiquity-data"
+
+    @Option(name: .long, help: "The address to listen on.")
+    var host = "127.0.0.1"
+
+    @Option(name: .long, help: "The port to listen on (0: any free port, printed when listening).")
+    var port = 8443
+
+    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
+    var logLevel = "info"
+
+    func run() async throws {
+        guard let level = Logger.Level(rawValue: logLevel) else { throw ValidationError("unknown log level \(logLevel)") }
+        var logger = Logger(label: "ubiquity.server")
+        logger.logLevel = level
+        let server = try SyncServer(configuration: .init(dataDirectory: data, host: host, port: port), logger: logger)
+        let shownHost = host
+        let shownData = data
+        try await server.run { port in
+            FileHandle.standardOutput.write(Data("ubiquity server listening on http://\(shownHost):\(port) (data: \(shownData))\n".utf8))
+        }
+    }
+}
+
+/// `ubiquity account create|list|delete`.
+struct AccountCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "account",
+        abstract: "Manage the server's accounts (on its data directory; the server may be running).",
+        subcommands: [Create.self, List.self, Delete.self]
+    )
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create an account.")
+        @Argument(help: "The account's name.") var name: String
+        @Option(name: .long, help: "The data directory.") var data = "./ubiquity-data"
+        @Flag(name: .long, help: "Read the password from standard input (one line) instead of asking.") var passwordStdin = false
+        @Option(name: .long, help: "Storage quota in bytes.") var quota: Int64 = 5 << 30
+
+        func run() async throws {
+            let password = try readPassword(fromStandardInput: passwordStdin)
+            let account = try await ServerAdministration(dataDirectory: data).createAccount(name: name, password: password, quotaBytes: quota)
+            print("created account \(account.name) (identity \(account.identityToken))")
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List accounts and their devices.")
+        @Option(name: .long, help: "The data directory.") var data = "./ubiquity-data"
+
+        func run() async throws {
+            let admin = try ServerAdministration(dataDirectory: data)
+            for account in try await admin.accounts() {
+                print("\(account.name)\tquota \(account.quotaBytes) bytes")
+                for device in try await admin.devices(ofAccount: account.name) {
+                    print("  device \(device.id)\t\(device.name)\(device.revoked ? "\t(revoked)" : "")")
+                }
+            }
+        }
+    }
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Delete an account with its devices, items and chunks.")
+        @Argument(help: "The account's name.") var name: String
+        @Option(name: .long, help: "The data directory.") var data = "./ubiquity-data"
+
+        func run() async throws {
+            guard try await ServerAdministration(dataDirectory: data).deleteAccount(named: name) else {
+                throw ValidationError("no account named \(name)")
+            }
+            print("deleted account \(name)")
+        }
+    }
+}
+
+/// `ubiquity device revoke`.
+struct DeviceCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "device",
+        abstract: "Manage signed-in devices.",
+        subcommands: [Revoke.self]
+    )
+
+    struct Revoke: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Revoke a device's token (see `ubiquity account list`).")
+        @Argument(help: "The device's id.") var id: String
+        @Option(name: .long, help: "The data directory.") var data = "./ubiquity-data"
+
+        func run() async throws {
+            guard try await ServerAdministration(dataDirectory: data).revokeDevice(id: id) else {
+                throw ValidationError("no active device \(id)")
+            }
+            print("revoked device \(id)")
+        }
+    }
+}
+
+/// A password from standard input (one line) or, on a terminal, asked for without echo.
+func readPassword(fromStandardInput: Bool) throws -> String {
+    if fromStandardInput || isatty(STDIN_FILENO) == 0 {
+        guard let line = readLine(strippingNewline: true), !line.isEmpty else { throw ValidationError("no password on standard input") }
+        return line
+    }
+    guard let typed = getpass("Password: ") else { throw ValidationError("no password") }
+    return String(cString: typed)
+}

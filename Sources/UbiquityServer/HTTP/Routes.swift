@@ -1,0 +1,142 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdBcrypt
+
+extension SignInResponse: ResponseEncodable {}
+extension ItemState: ResponseEncodable {}
+extension CommitResponse: ResponseEncodable {}
+extension ChangesResponse: ResponseEncodable {}
+extension MissingChunksResponse: ResponseEncodable {}
+
+/// What every route needs.
+struct SyncServices: Sendable {
+    let database: any SyncDatabase
+    let chunks: ChunkStore
+    let metrics: ServerMetrics
+    let bcryptCost: UInt8
+}
+
+/// The account a request acts for: `GET /v1/account`.
+struct AccountResponse: Codable, ResponseEncodable {
+    var identityToken: String
+    var deviceId: String
+    var deviceName: String
+}
+
+/// `GET /health`.
+struct HealthResponse: Codable, ResponseEncodable {
+    var status: String
+}
+
+extension SyncServices {
+    func addRoutes(to router: Router<SyncContext>) {
+        router.get("health") { _, _ in HealthResponse(status: "ok") }
+        router.get("metrics") { _, _ in
+            Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: metrics.exposition())))
+        }
+
+        let v1 = router.group("v1")
+        v1.post("sign-in") { request, context in try await signIn(request, context) }
+        v1.get("account") { _, context in
+            let device = try context.requireDevice()
+            guard let identity = try await database.identityToken(ofAccount: device.accountId) else { throw SyncError.unauthorized }
+            return AccountResponse(identityToken: identity, deviceId: device.deviceId, deviceName: device.deviceName)
+        }
+
+        let containers = v1.group("containers/:container")
+        containers.get("changes") { request, context in
+            let container = try context.parameters.require("container")
+            let device = try context.requireDevice(for: container)
+            let since = try Self.integer(request.uri.queryParameters["since"], name: "since", default: 0)
+            let limit = try Self.integer(request.uri.queryParameters["limit"], name: "limit", default: 500)
+            guard since >= 0, (1...5_000).contains(limit) else { throw SyncError.badRequest("invalidCursor", "since must be ≥ 0 and limit 1 to 5000") }
+            return try await database.changes(accountId: device.accountId, container: container, since: since, limit: Int(limit))
+        }
+        containers.get("items/:item") { _, context in
+            let (device, container, item) = try Self.itemAddress(context)
+            guard let state = try await database.item(accountId: device.accountId, container: container, id: item) else { throw SyncError.notFound }
+            return state
+        }
+        containers.put("items/:item") { request, context in
+            let (device, container, item) = try Self.itemAddress(context)
+            let update = try await request.decode(as: ItemUpdate.self, context: context)
+            try Validate.update(update)
+            let outcome = try await database.commit(accountId: device.accountId, container: container, itemId: item, update: update, device: device, now: Date())
+            metrics.count(.commits)
+            return CommitResponse(revision: outcome.revision, outcome: outcome.isCurrent ? "current" : "conflict", item: outcome.item, missingChunks: outcome.missingChunks)
+        }
+        containers.post("items/:item/resolve") { request, context in
+            let (device, container, item) = try Self.itemAddress(context)
+            let resolution = try await request.decode(as: ResolveRequest.self, context: context)
+            try Validate.identifier(resolution.keep, field: "keep")
+            for removed in resolution.remove { try Validate.identifier(removed, field: "remove") }
+            return try await database.resolve(accountId: device.accountId, container: container, itemId: item, request: resolution)
+        }
+
+        let chunks = v1.group("chunks")
+        chunks.post("missing") { request, context in
+            let device = try context.requireDevice()
+            let asked = try await request.decode(as: MissingChunksRequest.self, context: context)
+            guard asked.hashes.count <= 100_000 else { throw SyncError.badRequest("tooMany", "at most 100,000 hashes per request") }
+            for hash in asked.hashes { try Validate.hash(hash) }
+            return MissingChunksResponse(missing: try await database.missingChunks(accountId: device.accountId, hashes: asked.hashes))
+        }
+        chunks.put(":hash") { request, context -> Response in
+            let device = try context.requireDevice()
+            let hash = try context.parameters.require("hash")
+            try Validate.hash(hash)
+            let body: ByteBuffer
+            do {
+                body = try await request.body.collect(upTo: Int(Validate.maximumChunkSize))
+            } catch {
+                throw SyncError(.contentTooLarge, "chunkTooLarge", "chunks are at most \(Validate.maximumChunkSize) bytes")
+            }
+            let bytes = Array(buffer: body)
+            try self.chunks.store(bytes, hash: hash, account: device.accountId)
+            _ = try await database.chunkStored(accountId: device.accountId, hash: hash, size: Int64(bytes.count), now: Date())
+            metrics.count(.chunkBytesReceived, by: bytes.count)
+            return Response(status: .created)
+        }
+        chunks.get(":hash") { _, context -> Response in
+            let device = try context.requireDevice()
+            let hash = try context.parameters.require("hash")
+            try Validate.hash(hash)
+            guard try await database.hasChunk(accountId: device.accountId, hash: hash),
+                  let data = self.chunks.load(hash: hash, account: device.accountId) else { throw SyncError.chunkNotFound }
+            return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+        }
+    }
+
+    func signIn(_ request: Request, _ context: SyncContext) async throws -> SignInResponse {
+        let asked = try await request.decode(as: SignInRequest.self, context: context)
+        guard asked.account.utf8.count <= 255, asked.password.utf8.count <= 1024 else { throw SyncError.signInFailed }
+        try Validate.name(asked.deviceName, field: "deviceName")
+        for container in asked.containers ?? [] { try Validate.container(container) }
+        guard let account = try await database.credentials(of: asked.account) else {
+            _ = Bcrypt.verify(asked.password, hash: Self.decoyHash) // the same work whether the account exists or not
+            throw SyncError.signInFailed
+        }
+        guard Bcrypt.verify(asked.password, hash: account.passwordHash) else { throw SyncError.signInFailed }
+        let token = SQLiteDatabase.randomToken()
+        let id = try await database.addDevice(accountId: account.id, name: asked.deviceName, tokenHash: DeviceAuthMiddleware.hash(token), containers: asked.containers)
+        return SignInResponse(deviceId: id, token: token, identityToken: account.identityToken)
+    }
+
+    /// A bcrypt hash of nothing anyone types, checked when the account does not exist.
+    static let decoyHash = Bcrypt.hash(UUID().uuidString, cost: 4)
+
+    static func itemAddress(_ context: SyncContext) throws -> (DeviceAuth, String, String) {
+        let container = try context.parameters.require("container")
+        let device = try context.requireDevice(for: container)
+        let item = try context.parameters.require("item")
+        try Validate.identifier(item, field: "item id")
+        return (device, container, item)
+    }
+
+    static func integer(_ text: Substring?, name: String, default value: Int64) throws -> Int64 {
+        guard let text else { return value }
+        guard let number = Int64(text) else { throw SyncError.badRequest("invalidCursor", "\(name) must be an integer") }
+        return number
+    }
+}

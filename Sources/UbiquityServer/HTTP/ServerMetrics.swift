@@ -1,0 +1,51 @@
+import Hummingbird
+import Synchronization
+
+/// Counters the server exposes at `GET /metrics` in Prometheus' text format.
+final class ServerMetrics: Sendable {
+    enum Counter: String, CaseIterable {
+        case requests = "ubiquity_http_requests_total"
+        case clientErrors = "ubiquity_http_client_errors_total"
+        case serverErrors = "ubiquity_http_server_errors_total"
+        case commits = "ubiquity_commits_total"
+        case chunkBytesReceived = "ubiquity_chunk_bytes_received_total"
+    }
+
+    private let values = Mutex<[Counter: Int]>([:])
+
+    func count(_ counter: Counter, by amount: Int = 1) {
+        values.withLock { $0[counter, default: 0] += amount }
+    }
+
+    func value(_ counter: Counter) -> Int { values.withLock { $0[counter] ?? 0 } }
+
+    func exposition() -> String {
+        let snapshot = values.withLock { $0 }
+        return Counter.allCases.map { "# TYPE \($0.rawValue) counter\n\($0.rawValue) \(snapshot[$0] ?? 0)\n" }.joined()
+    }
+}
+
+/// Counts requests and their outcomes.
+struct MetricsCountingMiddleware: RouterMiddleware {
+    typealias Context = SyncContext
+    let metrics: ServerMetrics
+
+    func handle(_ request: Request, context: SyncContext, next: (Request, SyncContext) async throws -> Response) async throws -> Response {
+        metrics.count(.requests)
+        do {
+            let response = try await next(request, context)
+            record(response.status.code)
+            return response
+        } catch let error as any HTTPResponseError {
+            record(error.status.code)
+            throw error
+        } catch {
+            record(500)
+            throw error
+        }
+    }
+
+    func record(_ status: Int) {
+        if (400..<500).contains(status) { metrics.count(.clientErrors) } else if status >= 500 { metrics.count(.serverErrors) }
+    }
+}

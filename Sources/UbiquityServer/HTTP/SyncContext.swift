@@ -1,0 +1,54 @@
+import Crypto
+import Foundation
+import Hummingbird
+
+/// Each request's context: who is asking (set by ``DeviceAuthMiddleware``).
+public struct SyncContext: RequestContext {
+    /// Hummingbird's own per-request storage.
+    public var coreContext: CoreRequestContextStorage
+    /// The signed-in device, once authenticated.
+    var device: DeviceAuth?
+
+    /// Creates a context for a request.
+    public init(source: Source) {
+        coreContext = .init(source: source)
+    }
+
+    /// Largest JSON body decoded (item manifests can be long).
+    public var maxUploadSize: Int { 8 << 20 }
+
+    /// The device, or 401.
+    func requireDevice() throws -> DeviceAuth {
+        guard let device else { throw SyncError.unauthorized }
+        return device
+    }
+
+    /// The device, if it may use `container` (else 403, which says nothing about the container).
+    func requireDevice(for container: String) throws -> DeviceAuth {
+        let device = try requireDevice()
+        try Validate.container(container)
+        guard device.allows(container) else { throw SyncError.forbidden(container) }
+        return device
+    }
+}
+
+/// Finds the device behind `Authorization: Bearer TOKEN` (tokens are stored as SHA-256 hashes).
+struct DeviceAuthMiddleware: RouterMiddleware {
+    typealias Context = SyncContext
+    let database: any SyncDatabase
+
+    func handle(_ request: Request, context: SyncContext, next: (Request, SyncContext) async throws -> Response) async throws -> Response {
+        var context = context
+        if let header = request.headers[.authorization], header.hasPrefix("Bearer ") {
+            let token = String(header.dropFirst(7)).trimmingCharacters(in: .whitespaces)
+            guard !token.isEmpty, token.utf8.count <= 256 else { throw SyncError.unauthorized }
+            guard let device = try await database.device(tokenHash: Self.hash(token)) else { throw SyncError.unauthorized }
+            context.device = device
+        }
+        return try await next(request, context)
+    }
+
+    static func hash(_ token: String) -> String {
+        SHA256.hash(data: Data(token.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+}

@@ -1,0 +1,123 @@
+import Foundation
+import Hummingbird
+
+/// An error the server answers with: an HTTP status, a stable code and a message. Nothing is
+/// changed when a request fails with one.
+public struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equatable {
+    /// The HTTP status.
+    public var status: HTTPResponse.Status
+    /// A stable machine-readable code (`invalidName`, `forbidden`, …).
+    public var code: String
+    /// What went wrong.
+    public var message: String
+
+    /// Creates an error.
+    public init(_ status: HTTPResponse.Status, _ code: String, _ message: String) {
+        self.status = status
+        self.code = code
+        self.message = message
+    }
+
+    /// A one-line description.
+    public var description: String { "\(status.code) \(code): \(message)" }
+
+    /// The JSON error body.
+    public func response(from request: Request, context: some RequestContext) throws -> Response {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        let body = try encoder.encode(ErrorResponse(error: .init(code: code, message: message)))
+        return Response(
+            status: status,
+            headers: [.contentType: "application/json; charset=utf-8"],
+            body: .init(byteBuffer: ByteBuffer(bytes: body)))
+    }
+
+    static func badRequest(_ code: String, _ message: String) -> SyncError { SyncError(.badRequest, code, message) }
+    static let unauthorized = SyncError(.unauthorized, "unauthorized", "a valid device token is required (Authorization: Bearer …)")
+    static let signInFailed = SyncError(.unauthorized, "signInFailed", "unknown account or wrong password")
+    static func forbidden(_ container: String) -> SyncError {
+        SyncError(.forbidden, "forbidden", "this device is not entitled to container \(container)")
+    }
+    static let notFound = SyncError(.notFound, "notFound", "no such item")
+    static let chunkNotFound = SyncError(.notFound, "notFound", "no such chunk")
+}
+
+/// Rules every name, path, id and number from the network must pass.
+enum Validate {
+    /// A file name: 1…255 bytes of UTF-8, no `/`, no NUL, not `.` or `..`.
+    static func name(_ name: String, field: String = "name") throws {
+        let bytes = name.utf8.count
+        guard bytes > 0 else { throw SyncError.badRequest("invalidName", "\(field) is empty") }
+        guard bytes <= 255 else { throw SyncError.badRequest("invalidName", "\(field) is longer than 255 bytes") }
+        guard !name.contains("/") else { throw SyncError.badRequest("invalidName", "\(field) contains '/'") }
+        guard !name.contains("\0") else { throw SyncError.badRequest("invalidName", "\(field) contains NUL") }
+        guard name != ".", name != ".." else { throw SyncError.badRequest("invalidName", "\(field) is '\(name)'") }
+    }
+
+    /// A relative path inside a package: names joined by `/`, never absolute, no `..`.
+    static func memberPath(_ path: String) throws {
+        guard !path.hasPrefix("/") else { throw SyncError.badRequest("invalidName", "member path \(path.debugDescription) is absolute") }
+        guard path.utf8.count <= 4096 else { throw SyncError.badRequest("invalidName", "member path is longer than 4096 bytes") }
+        for component in path.split(separator: "/", omittingEmptySubsequences: false) {
+            try name(String(component), field: "member path component")
+        }
+    }
+
+    /// An id: 1…128 characters of letters, digits, `-`, `_`, `.`.
+    static func identifier(_ id: String, field: String) throws {
+        guard !id.isEmpty, id.count <= 128, id.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || "-_.".contains($0)) }) else {
+            throw SyncError.badRequest("invalidIdentifier", "\(field) must be 1 to 128 letters, digits, '-', '_' or '.'")
+        }
+    }
+
+    /// A container identifier: `TEAMID.bundle.id` (a team id, then at least two more components).
+    static func container(_ identifier: String) throws {
+        let parts = identifier.split(separator: ".", omittingEmptySubsequences: false)
+        let valid = identifier.utf8.count <= 255 && parts.count >= 3
+            && parts.allSatisfy { !$0.isEmpty && $0.allSatisfy { $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "-" || $0 == "_") } }
+        guard valid else { throw SyncError.badRequest("invalidContainer", "container identifiers look like TEAMID.bundle.id") }
+    }
+
+    /// A chunk hash: 64 lowercase hexadecimal digits.
+    static func hash(_ hash: String) throws {
+        guard hash.utf8.count == 64, hash.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) else {
+            throw SyncError.badRequest("invalidHash", "chunk hashes are 64 lowercase hexadecimal digits (SHA-256)")
+        }
+    }
+
+    /// The largest chunk the server accepts.
+    static let maximumChunkSize: Int64 = 16 << 20
+
+    /// An item update: names, paths, hashes, sizes and dates.
+    static func update(_ update: ItemUpdate) throws {
+        try name(update.name)
+        if let parent = update.parent { try identifier(parent, field: "parent") }
+        if let base = update.baseRevision { try identifier(base, field: "baseRevision") }
+        guard update.modificationDate.isFinite, abs(update.modificationDate) < 1e11 else {
+            throw SyncError.badRequest("invalidDate", "modificationDate must be seconds since 1970")
+        }
+        if let type = update.type, type.utf8.count > 255 { throw SyncError.badRequest("invalidType", "type is longer than 255 bytes") }
+        let manifest = update.manifest
+        switch update.kind {
+        case .file:
+            guard manifest.members == nil else { throw SyncError.badRequest("invalidManifest", "a file's manifest has chunks, not members") }
+        case .package:
+            guard manifest.chunks == nil else { throw SyncError.badRequest("invalidManifest", "a package's manifest has members, not chunks") }
+        case .directory:
+            guard manifest.allChunks.isEmpty else { throw SyncError.badRequest("invalidManifest", "a directory has no contents") }
+        }
+        var paths = Set<String>()
+        for member in manifest.members ?? [] {
+            try memberPath(member.path)
+            guard paths.insert(member.path).inserted else { throw SyncError.badRequest("invalidManifest", "member \(member.path) appears twice") }
+        }
+        let chunks = manifest.allChunks
+        guard chunks.count <= 100_000 else { throw SyncError.badRequest("invalidManifest", "more than 100,000 chunks") }
+        for chunk in chunks {
+            try hash(chunk.hash)
+            guard chunk.size >= 0, chunk.size <= maximumChunkSize else {
+                throw SyncError.badRequest("invalidSize", "chunk sizes are 0 to \(maximumChunkSize) bytes")
+            }
+        }
+    }
+}

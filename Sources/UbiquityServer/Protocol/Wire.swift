@@ -1,0 +1,228 @@
+import Foundation
+
+// The sync protocol's JSON bodies (version 1). Dates are seconds since 1970 (a JSON number);
+// chunk hashes are lowercase hexadecimal SHA-256; item and revision ids are opaque strings
+// chosen by the client (items) or the server (revisions). See docs/SyncProtocol.md.
+
+/// `POST /v1/sign-in`: an account's name and password, and what this device is called.
+public struct SignInRequest: Codable, Sendable {
+    /// The account's name.
+    public var account: String
+    /// The account's password.
+    public var password: String
+    /// A name for the device, shown with the versions it saves.
+    public var deviceName: String
+    /// The containers (`TEAMID.bundle.id`) this device's token may use; nil for all.
+    public var containers: [String]?
+
+    /// Creates a sign-in request.
+    public init(account: String, password: String, deviceName: String, containers: [String]? = nil) {
+        self.account = account
+        self.password = password
+        self.deviceName = deviceName
+        self.containers = containers
+    }
+}
+
+/// The answer to a sign-in: the device's identity and its bearer token (shown once).
+public struct SignInResponse: Codable, Sendable {
+    /// The device's id.
+    public var deviceId: String
+    /// The bearer token for every later request.
+    public var token: String
+    /// The account's stable, opaque identity (a client's `ubiquityIdentityToken`).
+    public var identityToken: String
+}
+
+/// A chunk of a file: its SHA-256 and size.
+public struct ChunkReference: Codable, Sendable, Hashable {
+    /// Lowercase hexadecimal SHA-256 of the chunk's bytes.
+    public var hash: String
+    /// The chunk's size in bytes.
+    public var size: Int64
+
+    /// Creates a reference.
+    public init(hash: String, size: Int64) {
+        self.hash = hash
+        self.size = size
+    }
+}
+
+/// One file inside a package: its path (relative, `/`-separated) and chunks.
+public struct ManifestMember: Codable, Sendable, Equatable {
+    /// The member's path inside the package.
+    public var path: String
+    /// Its chunks, in order.
+    public var chunks: [ChunkReference]
+
+    /// Creates a member.
+    public init(path: String, chunks: [ChunkReference]) {
+        self.path = path
+        self.chunks = chunks
+    }
+}
+
+/// What an item's contents are made of: a flat file's chunks, or a package's members.
+public struct Manifest: Codable, Sendable, Equatable {
+    /// A flat file's chunks, in order.
+    public var chunks: [ChunkReference]?
+    /// A package's members.
+    public var members: [ManifestMember]?
+
+    /// Creates a manifest.
+    public init(chunks: [ChunkReference]? = nil, members: [ManifestMember]? = nil) {
+        self.chunks = chunks
+        self.members = members
+    }
+
+    /// Every chunk the manifest names.
+    public var allChunks: [ChunkReference] { (chunks ?? []) + (members ?? []).flatMap(\.chunks) }
+}
+
+/// The kind of an item.
+public enum ItemKind: String, Codable, Sendable {
+    /// A flat file.
+    case file
+    /// A package (a directory presented as one document).
+    case package
+    /// A folder.
+    case directory
+}
+
+/// `PUT /v1/containers/{container}/items/{item}`: a new revision of an item's metadata (and
+/// manifest). Metadata is visible to other devices at once; the revision becomes downloadable
+/// when every chunk it names has been uploaded.
+public struct ItemUpdate: Codable, Sendable {
+    /// The revision this one was made from (nil for a new item).
+    public var baseRevision: String?
+    /// The item's name in its folder.
+    public var name: String
+    /// The folder item's id, or nil for the container's top level.
+    public var parent: String?
+    /// File, package or directory.
+    public var kind: ItemKind
+    /// When the device last modified it (seconds since 1970).
+    public var modificationDate: Double
+    /// Its uniform type identifier, if known.
+    public var type: String?
+    /// Its contents (empty for a directory).
+    public var manifest: Manifest
+    /// True for a deletion (a tombstone revision).
+    public var deleted: Bool?
+
+    /// Creates an update.
+    public init(baseRevision: String?, name: String, parent: String? = nil, kind: ItemKind, modificationDate: Double, type: String? = nil, manifest: Manifest, deleted: Bool? = nil) {
+        self.baseRevision = baseRevision
+        self.name = name
+        self.parent = parent
+        self.kind = kind
+        self.modificationDate = modificationDate
+        self.type = type
+        self.manifest = manifest
+        self.deleted = deleted
+    }
+}
+
+/// An item as the server knows it now.
+public struct ItemState: Codable, Sendable, Equatable {
+    /// The item's id.
+    public var id: String
+    /// The current revision.
+    public var revision: String
+    /// The current revision's metadata.
+    public var name: String
+    /// The folder item's id, or nil.
+    public var parent: String?
+    /// File, package or directory.
+    public var kind: ItemKind
+    /// Bytes of contents.
+    public var size: Int64
+    /// When it was last modified (seconds since 1970).
+    public var modificationDate: Double
+    /// Its uniform type identifier.
+    public var type: String?
+    /// Whether it is deleted (a tombstone).
+    public var deleted: Bool
+    /// Whether every chunk of the current revision is on the server (downloadable).
+    public var uploaded: Bool
+    /// The device that made the current revision.
+    public var deviceName: String
+    /// The container sequence at which it last changed.
+    public var sequence: Int64
+    /// The current revision's manifest.
+    public var manifest: Manifest
+    /// Unresolved conflict versions: revisions that lost the conflict rule.
+    public var conflicts: [ConflictVersion]
+}
+
+/// A revision kept as a conflict version of an item.
+public struct ConflictVersion: Codable, Sendable, Equatable {
+    /// The revision's id.
+    public var revision: String
+    /// The device that made it.
+    public var deviceName: String
+    /// Its modification date (seconds since 1970).
+    public var modificationDate: Double
+    /// Bytes of contents.
+    public var size: Int64
+    /// Whether every chunk is on the server.
+    public var uploaded: Bool
+    /// Its manifest.
+    public var manifest: Manifest
+}
+
+/// The answer to an item update.
+public struct CommitResponse: Codable, Sendable {
+    /// The new revision's id.
+    public var revision: String
+    /// `current` if it is the item's current revision now, `conflict` if it lost the conflict
+    /// rule and was kept as a conflict version.
+    public var outcome: String
+    /// The item afterwards.
+    public var item: ItemState
+    /// Chunks of the manifest the server lacks: upload these.
+    public var missingChunks: [String]
+}
+
+/// `GET /v1/containers/{container}/changes?since=N`: items changed after sequence N.
+public struct ChangesResponse: Codable, Sendable {
+    /// The container's sequence now (the next cursor, once `more` is false).
+    public var sequence: Int64
+    /// The changed items (their present state), in sequence order.
+    public var items: [ItemState]
+    /// Whether more changes follow (ask again from the last item's sequence).
+    public var more: Bool
+}
+
+/// `POST /v1/chunks/missing`: which of these chunks the server lacks.
+public struct MissingChunksRequest: Codable, Sendable {
+    /// Chunk hashes.
+    public var hashes: [String]
+}
+
+/// The answer: the hashes the server lacks.
+public struct MissingChunksResponse: Codable, Sendable {
+    /// Chunk hashes to upload.
+    public var missing: [String]
+}
+
+/// `POST /v1/containers/{container}/items/{item}/resolve`: keep one revision, remove conflict versions.
+public struct ResolveRequest: Codable, Sendable {
+    /// The revision to make current (the current one, or a conflict version).
+    public var keep: String
+    /// Conflict versions to remove (resolved).
+    public var remove: [String]
+}
+
+/// An error answer: `{"error": {"code": …, "message": …}}`.
+public struct ErrorResponse: Codable, Sendable {
+    /// The error.
+    public struct Body: Codable, Sendable {
+        /// A stable machine-readable code.
+        public var code: String
+        /// What went wrong, for people.
+        public var message: String
+    }
+    /// The error.
+    public var error: Body
+}

@@ -1,0 +1,337 @@
+import Foundation
+import GRDB
+
+/// The embedded database: SQLite through GRDB, in WAL mode, so the server and the
+/// administration commands (`ubiquity account …`) can use it at the same time.
+final class SQLiteDatabase: SyncDatabase {
+    let pool: DatabasePool
+
+    init(path: String) throws {
+        var configuration = Configuration()
+        configuration.foreignKeysEnabled = true
+        configuration.busyMode = .timeout(10)
+        pool = try DatabasePool(path: path, configuration: configuration)
+        try Self.migrator.migrate(pool)
+    }
+
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE account (
+                    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, passwordHash TEXT NOT NULL,
+                    identityToken TEXT NOT NULL UNIQUE, quotaBytes INTEGER NOT NULL, created REAL NOT NULL);
+                CREATE TABLE device (
+                    id TEXT PRIMARY KEY, accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                    name TEXT NOT NULL, tokenHash TEXT NOT NULL UNIQUE, containers TEXT,
+                    created REAL NOT NULL, revoked INTEGER NOT NULL DEFAULT 0);
+                CREATE TABLE container (
+                    id INTEGER PRIMARY KEY, accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                    identifier TEXT NOT NULL, sequence INTEGER NOT NULL DEFAULT 0, UNIQUE(accountId, identifier));
+                CREATE TABLE item (
+                    containerId INTEGER NOT NULL REFERENCES container(id) ON DELETE CASCADE, id TEXT NOT NULL,
+                    currentRevision TEXT NOT NULL, sequence INTEGER NOT NULL, PRIMARY KEY(containerId, id));
+                CREATE INDEX item_sequence ON item(containerId, sequence);
+                CREATE TABLE revision (
+                    id TEXT PRIMARY KEY, containerId INTEGER NOT NULL REFERENCES container(id) ON DELETE CASCADE,
+                    itemId TEXT NOT NULL, baseRevision TEXT, deviceId TEXT NOT NULL, deviceName TEXT NOT NULL,
+                    name TEXT NOT NULL, parent TEXT, kind TEXT NOT NULL, size INTEGER NOT NULL,
+                    modificationDate REAL NOT NULL, type TEXT, manifest BLOB NOT NULL, deleted INTEGER NOT NULL,
+                    complete INTEGER NOT NULL, state TEXT NOT NULL, created REAL NOT NULL);
+                CREATE INDEX revision_item ON revision(containerId, itemId, state);
+                CREATE TABLE revisionChunk (
+                    revisionId TEXT NOT NULL REFERENCES revision(id) ON DELETE CASCADE, accountId INTEGER NOT NULL,
+                    hash TEXT NOT NULL, PRIMARY KEY(revisionId, hash));
+                CREATE INDEX revisionChunk_hash ON revisionChunk(accountId, hash);
+                CREATE TABLE chunk (
+                    accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE, hash TEXT NOT NULL,
+                    size INTEGER NOT NULL, created REAL NOT NULL, PRIMARY KEY(accountId, hash));
+                """)
+        }
+        return migrator
+    }
+
+    // MARK: Accounts and devices
+
+    func createAccount(name: String, passwordHash: String, quotaBytes: Int64) async throws -> Account {
+        let identity = Self.randomToken()
+        return try await pool.write { db in
+            if try Bool.fetchOne(db, sql: "SELECT 1 FROM account WHERE name = ?", arguments: [name]) == true {
+                throw SyncError(.conflict, "accountExists", "an account named \(name) exists")
+            }
+            try db.execute(
+                sql: "INSERT INTO account (name, passwordHash, identityToken, quotaBytes, created) VALUES (?, ?, ?, ?, ?)",
+                arguments: [name, passwordHash, identity, quotaBytes, Date().timeIntervalSince1970])
+            return Account(id: db.lastInsertedRowID, name: name, identityToken: identity, quotaBytes: quotaBytes)
+        }
+    }
+
+    func accounts() async throws -> [Account] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT id, name, identityToken, quotaBytes FROM account ORDER BY name").map {
+                Account(id: $0["id"], name: $0["name"], identityToken: $0["identityToken"], quotaBytes: $0["quotaBytes"])
+            }
+        }
+    }
+
+    func deleteAccount(named name: String) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM account WHERE name = ?", arguments: [name])
+            return db.changesCount > 0
+        }
+    }
+
+    func credentials(of name: String) async throws -> (id: Int64, passwordHash: String, identityToken: String)? {
+        try await pool.read { db in
+            try Row.fetchOne(db, sql: "SELECT id, passwordHash, identityToken FROM account WHERE name = ?", arguments: [name])
+                .map { ($0["id"], $0["passwordHash"], $0["identityToken"]) }
+        }
+    }
+
+    func identityToken(ofAccount id: Int64) async throws -> String? {
+        try await pool.read { db in try String.fetchOne(db, sql: "SELECT identityToken FROM account WHERE id = ?", arguments: [id]) }
+    }
+
+    func addDevice(accountId: Int64, name: String, tokenHash: String, containers: [String]?) async throws -> String {
+        let id = UUID().uuidString.lowercased()
+        let list = try containers.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
+        try await pool.write { db in
+            try db.execute(
+                sql: "INSERT INTO device (id, accountId, name, tokenHash, containers, created) VALUES (?, ?, ?, ?, ?, ?)",
+                arguments: [id, accountId, name, tokenHash, list, Date().timeIntervalSince1970])
+        }
+        return id
+    }
+
+    func device(tokenHash: String) async throws -> DeviceAuth? {
+        try await pool.read { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT id, name, accountId, containers FROM device WHERE tokenHash = ? AND revoked = 0", arguments: [tokenHash]) else { return nil }
+            let list: String? = row["containers"]
+            return DeviceAuth(
+                deviceId: row["id"], deviceName: row["name"], accountId: row["accountId"],
+                containers: try list.map { try JSONDecoder().decode([String].self, from: Data($0.utf8)) })
+        }
+    }
+
+    func devices(ofAccount name: String) async throws -> [DeviceInfo] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT device.id, device.name, device.revoked FROM device JOIN account ON account.id = device.accountId
+                WHERE account.name = ? ORDER BY device.created
+                """, arguments: [name]).map { DeviceInfo(id: $0["id"], name: $0["name"], revoked: $0["revoked"]) }
+        }
+    }
+
+    func revokeDevice(id: String) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "UPDATE device SET revoked = 1 WHERE id = ? AND revoked = 0", arguments: [id])
+            return db.changesCount > 0
+        }
+    }
+
+    // MARK: Items
+
+    func changes(accountId: Int64, container: String, since: Int64, limit: Int) async throws -> ChangesResponse {
+        try await pool.read { db in
+            guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container) else {
+                return ChangesResponse(sequence: 0, items: [], more: false)
+            }
+            let sequence = try Int64.fetchOne(db, sql: "SELECT sequence FROM container WHERE id = ?", arguments: [containerId]) ?? 0
+            let ids = try String.fetchAll(db, sql: "SELECT id FROM item WHERE containerId = ? AND sequence > ? ORDER BY sequence LIMIT ?", arguments: [containerId, since, limit + 1])
+            let items = try ids.prefix(limit).compactMap { try Self.itemState(db, containerId: containerId, id: $0) }
+            return ChangesResponse(sequence: sequence, items: items, more: ids.count > limit)
+        }
+    }
+
+    func item(accountId: Int64, container: String, id: String) async throws -> ItemState? {
+        try await pool.read { db in
+            guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container) else { return nil }
+            return try Self.itemState(db, containerId: containerId, id: id)
+        }
+    }
+
+    func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date) async throws -> CommitOutcome {
+        let manifest = try JSONEncoder().encode(update.manifest)
+        let chunks = update.manifest.allChunks
+        let hashes = Array(Set(chunks.map(\.hash))).sorted()
+        let size = chunks.reduce(Int64(0)) { $0 + $1.size }
+        let revision = UUID().uuidString.lowercased()
+        let deleted = update.deleted ?? false
+        return try await pool.write { db in
+            let containerId = try Self.ensureContainer(db, accountId: accountId, identifier: container)
+            let present = try Self.presentChunks(db, accountId: accountId, hashes: hashes)
+            let missing = hashes.filter { !present.contains($0) }
+
+            // Where the new revision goes: current, or kept as a conflict version.
+            var state = "current"
+            var demoted: (id: String, state: String)?
+            if let current = try Row.fetchOne(db, sql: """
+                SELECT revision.id, revision.modificationDate, revision.deviceId, revision.deleted
+                FROM item JOIN revision ON revision.id = item.currentRevision WHERE item.containerId = ? AND item.id = ?
+                """, arguments: [containerId, itemId]) {
+                let currentId: String = current["id"]
+                let currentDeleted: Bool = current["deleted"]
+                if update.baseRevision == currentId {
+                    demoted = (currentId, "replaced")
+                } else if currentDeleted && !deleted {
+                    demoted = (currentId, "replaced") // an edit concurrent with a delete wins over it
+                } else if deleted && !currentDeleted {
+                    state = "superseded" // a delete concurrent with an edit loses
+                } else if ConflictRule.winner((update.modificationDate, device.deviceId), over: (current["modificationDate"], current["deviceId"])) {
+                    demoted = (currentId, "conflict")
+                } else {
+                    state = "conflict"
+                }
+            }
+            try db.execute(sql: """
+                INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
+                    modificationDate, type, manifest, deleted, complete, state, created)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [revision, containerId, itemId, update.baseRevision, device.deviceId, device.deviceName, update.name,
+                                 update.parent, update.kind.rawValue, size, update.modificationDate, update.type, manifest,
+                                 deleted, missing.isEmpty, state, now.timeIntervalSince1970])
+            for hash in hashes {
+                try db.execute(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) VALUES (?, ?, ?)", arguments: [revision, accountId, hash])
+            }
+            if let demoted {
+                try db.execute(sql: "UPDATE revision SET state = ? WHERE id = ?", arguments: [demoted.state, demoted.id])
+            }
+            let sequence = try Self.bump(db, containerId: containerId)
+            if state == "current" {
+                try db.execute(sql: """
+                    INSERT INTO item (containerId, id, currentRevision, sequence) VALUES (?, ?, ?, ?)
+                    ON CONFLICT(containerId, id) DO UPDATE SET currentRevision = excluded.currentRevision, sequence = excluded.sequence
+                    """, arguments: [containerId, itemId, revision, sequence])
+            } else {
+                try db.execute(sql: "UPDATE item SET sequence = ? WHERE containerId = ? AND id = ?", arguments: [sequence, containerId, itemId])
+            }
+            guard let item = try Self.itemState(db, containerId: containerId, id: itemId) else {
+                throw SyncError(.internalServerError, "internal", "the item vanished during its commit")
+            }
+            return CommitOutcome(revision: revision, isCurrent: state == "current", item: item, missingChunks: missing)
+        }
+    }
+
+    func resolve(accountId: Int64, container: String, itemId: String, request: ResolveRequest) async throws -> ItemState {
+        try await pool.write { db in
+            guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container),
+                  let current = try String.fetchOne(db, sql: "SELECT currentRevision FROM item WHERE containerId = ? AND id = ?", arguments: [containerId, itemId])
+            else { throw SyncError.notFound }
+            let conflicts = Set(try String.fetchAll(db, sql: "SELECT id FROM revision WHERE containerId = ? AND itemId = ? AND state = 'conflict'", arguments: [containerId, itemId]))
+            guard request.keep == current || conflicts.contains(request.keep) else {
+                throw SyncError(.conflict, "notAVersion", "\(request.keep) is neither the current revision nor a conflict version of the item")
+            }
+            for removed in request.remove where !conflicts.contains(removed) && removed != current {
+                throw SyncError(.conflict, "notAVersion", "\(removed) is not a conflict version of the item")
+            }
+            let sequence = try Self.bump(db, containerId: containerId)
+            if request.keep != current {
+                try db.execute(sql: "UPDATE revision SET state = 'conflict' WHERE id = ?", arguments: [current])
+                try db.execute(sql: "UPDATE revision SET state = 'current' WHERE id = ?", arguments: [request.keep])
+            }
+            for removed in request.remove where removed != request.keep {
+                try db.execute(sql: "UPDATE revision SET state = 'resolved' WHERE id = ?", arguments: [removed])
+            }
+            try db.execute(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?", arguments: [request.keep, sequence, containerId, itemId])
+            guard let item = try Self.itemState(db, containerId: containerId, id: itemId) else { throw SyncError.notFound }
+            return item
+        }
+    }
+
+    // MARK: Chunks
+
+    func missingChunks(accountId: Int64, hashes: [String]) async throws -> [String] {
+        try await pool.read { db in
+            let present = try Self.presentChunks(db, accountId: accountId, hashes: hashes)
+            return Array(Set(hashes).subtracting(present)).sorted()
+        }
+    }
+
+    func hasChunk(accountId: Int64, hash: String) async throws -> Bool {
+        try await pool.read { db in
+            try Bool.fetchOne(db, sql: "SELECT 1 FROM chunk WHERE accountId = ? AND hash = ?", arguments: [accountId, hash]) ?? false
+        }
+    }
+
+    func chunkStored(accountId: Int64, hash: String, size: Int64, now: Date) async throws -> [String] {
+        try await pool.write { db in
+            try db.execute(sql: "INSERT OR IGNORE INTO chunk (accountId, hash, size, created) VALUES (?, ?, ?, ?)", arguments: [accountId, hash, size, now.timeIntervalSince1970])
+            // Revisions waiting for this chunk that now have every chunk become downloadable.
+            let waiting = try Row.fetchAll(db, sql: """
+                SELECT revision.id, revision.containerId, revision.itemId, revision.state FROM revisionChunk
+                JOIN revision ON revision.id = revisionChunk.revisionId
+                WHERE revisionChunk.accountId = ? AND revisionChunk.hash = ? AND revision.complete = 0
+                """, arguments: [accountId, hash])
+            var changed = Set<String>()
+            for row in waiting {
+                let revision: String = row["id"]
+                let stillMissing = try Int.fetchOne(db, sql: """
+                    SELECT COUNT(*) FROM revisionChunk LEFT JOIN chunk ON chunk.accountId = revisionChunk.accountId AND chunk.hash = revisionChunk.hash
+                    WHERE revisionChunk.revisionId = ? AND chunk.hash IS NULL
+                    """, arguments: [revision]) ?? 0
+                guard stillMissing == 0 else { continue }
+                try db.execute(sql: "UPDATE revision SET complete = 1 WHERE id = ?", arguments: [revision])
+                let state: String = row["state"]
+                guard state == "current" || state == "conflict" else { continue }
+                let containerId: Int64 = row["containerId"]
+                let sequence = try Self.bump(db, containerId: containerId)
+                try db.execute(sql: "UPDATE item SET sequence = ? WHERE containerId = ? AND id = ?", arguments: [sequence, containerId, row["itemId"] as String])
+                if let identifier = try String.fetchOne(db, sql: "SELECT identifier FROM container WHERE id = ?", arguments: [containerId]) { changed.insert(identifier) }
+            }
+            return changed.sorted()
+        }
+    }
+
+    // MARK: Helpers
+
+    static func containerId(_ db: Database, accountId: Int64, identifier: String) throws -> Int64? {
+        try Int64.fetchOne(db, sql: "SELECT id FROM container WHERE accountId = ? AND identifier = ?", arguments: [accountId, identifier])
+    }
+
+    static func ensureContainer(_ db: Database, accountId: Int64, identifier: String) throws -> Int64 {
+        if let id = try containerId(db, accountId: accountId, identifier: identifier) { return id }
+        try db.execute(sql: "INSERT INTO container (accountId, identifier) VALUES (?, ?)", arguments: [accountId, identifier])
+        return db.lastInsertedRowID
+    }
+
+    /// The container's next sequence number (one per change).
+    static func bump(_ db: Database, containerId: Int64) throws -> Int64 {
+        try db.execute(sql: "UPDATE container SET sequence = sequence + 1 WHERE id = ?", arguments: [containerId])
+        return try Int64.fetchOne(db, sql: "SELECT sequence FROM container WHERE id = ?", arguments: [containerId]) ?? 0
+    }
+
+    static func presentChunks(_ db: Database, accountId: Int64, hashes: [String]) throws -> Set<String> {
+        var present = Set<String>()
+        for batch in stride(from: 0, to: hashes.count, by: 500).map({ Array(hashes[$0..<min($0 + 500, hashes.count)]) }) {
+            let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
+            let found = try String.fetchAll(db, sql: "SELECT hash FROM chunk WHERE accountId = ? AND hash IN (\(marks))", arguments: StatementArguments([accountId] + batch))
+            present.formUnion(found)
+        }
+        return present
+    }
+
+    static func itemState(_ db: Database, containerId: Int64, id: String) throws -> ItemState? {
+        guard let row = try Row.fetchOne(db, sql: """
+            SELECT item.sequence, revision.* FROM item JOIN revision ON revision.id = item.currentRevision
+            WHERE item.containerId = ? AND item.id = ?
+            """, arguments: [containerId, id]) else { return nil }
+        let conflicts = try Row.fetchAll(db, sql: """
+            SELECT id, deviceName, modificationDate, size, complete, manifest FROM revision
+            WHERE containerId = ? AND itemId = ? AND state = 'conflict' ORDER BY modificationDate, id
+            """, arguments: [containerId, id]).map {
+            ConflictVersion(revision: $0["id"], deviceName: $0["deviceName"], modificationDate: $0["modificationDate"], size: $0["size"],
+                            uploaded: $0["complete"], manifest: try JSONDecoder().decode(Manifest.self, from: $0["manifest"] as Data))
+        }
+        return ItemState(
+            id: id, revision: row["id"], name: row["name"], parent: row["parent"], kind: ItemKind(rawValue: row["kind"]) ?? .file,
+            size: row["size"], modificationDate: row["modificationDate"], type: row["type"], deleted: row["deleted"],
+            uploaded: row["complete"], deviceName: row["deviceName"], sequence: row["sequence"],
+            manifest: try JSONDecoder().decode(Manifest.self, from: row["manifest"] as Data), conflicts: conflicts)
+    }
+
+    /// 32 random bytes as lowercase hexadecimal.
+    static func randomToken() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<32).map { _ in String(format: "%02x", UInt8.random(in: 0...255, using: &generator)) }.joined()
+    }
+}

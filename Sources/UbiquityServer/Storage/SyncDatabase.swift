@@ -1,0 +1,81 @@
+import Foundation
+
+/// An account as the administration commands see it.
+public struct Account: Sendable, Equatable {
+    /// The account's number.
+    public var id: Int64
+    /// Its sign-in name.
+    public var name: String
+    /// Its stable, opaque identity (a client's `ubiquityIdentityToken`).
+    public var identityToken: String
+    /// Its storage quota in bytes.
+    public var quotaBytes: Int64
+}
+
+/// A signed-in device, found by its token.
+public struct DeviceAuth: Sendable, Equatable {
+    /// The device's id.
+    public var deviceId: String
+    /// Its name.
+    public var deviceName: String
+    /// Its account.
+    public var accountId: Int64
+    /// The containers its token may use (nil: all).
+    public var containers: [String]?
+
+    /// Whether the token may use `container`.
+    func allows(_ container: String) -> Bool { containers?.contains(container) ?? true }
+}
+
+/// A device as the administration commands list it.
+public struct DeviceInfo: Sendable, Equatable {
+    /// The device's id.
+    public var id: String
+    /// Its name.
+    public var name: String
+    /// Whether its token was revoked.
+    public var revoked: Bool
+}
+
+/// The outcome of committing a revision.
+struct CommitOutcome: Sendable {
+    var revision: String
+    var isCurrent: Bool
+    var item: ItemState
+    var missingChunks: [String]
+}
+
+/// Where the server keeps accounts, devices, containers, items and revisions. Implemented by
+/// ``SQLiteDatabase`` (embedded, the default); every implementation gives the same answers.
+protocol SyncDatabase: Sendable {
+    func createAccount(name: String, passwordHash: String, quotaBytes: Int64) async throws -> Account
+    func accounts() async throws -> [Account]
+    func deleteAccount(named name: String) async throws -> Bool
+    /// The account's id and password hash, for sign-in.
+    func credentials(of name: String) async throws -> (id: Int64, passwordHash: String, identityToken: String)?
+
+    func identityToken(ofAccount id: Int64) async throws -> String?
+
+    func addDevice(accountId: Int64, name: String, tokenHash: String, containers: [String]?) async throws -> String
+    func device(tokenHash: String) async throws -> DeviceAuth?
+    func devices(ofAccount name: String) async throws -> [DeviceInfo]
+    func revokeDevice(id: String) async throws -> Bool
+
+    func changes(accountId: Int64, container: String, since: Int64, limit: Int) async throws -> ChangesResponse
+    func item(accountId: Int64, container: String, id: String) async throws -> ItemState?
+    func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date) async throws -> CommitOutcome
+    func resolve(accountId: Int64, container: String, itemId: String, request: ResolveRequest) async throws -> ItemState
+
+    func missingChunks(accountId: Int64, hashes: [String]) async throws -> [String]
+    func hasChunk(accountId: Int64, hash: String) async throws -> Bool
+    /// Records a stored chunk; returns the containers whose items became downloadable.
+    func chunkStored(accountId: Int64, hash: String, size: Int64, now: Date) async throws -> [String]
+}
+
+/// The one rule every device agrees on when two revisions of an item were made concurrently:
+/// the later modification date wins; on equal dates, the greater device id.
+enum ConflictRule {
+    static func winner(_ a: (date: Double, device: String), over b: (date: Double, device: String)) -> Bool {
+        a.date != b.date ? a.date > b.date : a.device > b.device
+    }
+}

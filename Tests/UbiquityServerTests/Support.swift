@@ -1,0 +1,87 @@
+import Crypto
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Testing
+@testable import UbiquityServer
+
+/// A server on a fresh data directory, driven through Hummingbird's router test client.
+struct TestServer {
+    let directory: String
+    let server: SyncServer
+    let admin: ServerAdministration
+
+    init() throws {
+        directory = NSTemporaryDirectory() + "ubiquity-server-\(UUID().uuidString.prefix(8))"
+        server = try SyncServer(configuration: .init(dataDirectory: directory, port: 0, bcryptCost: 4))
+        admin = try ServerAdministration(dataDirectory: directory, bcryptCost: 4)
+    }
+
+    func remove() { try? FileManager.default.removeItem(atPath: directory) }
+
+    /// Runs `body` with a client of this server.
+    func run<T>(_ body: @Sendable (Client) async throws -> T) async throws -> T {
+        try await server.makeApplication().test(.router) { client in try await body(Client(client: client)) }
+    }
+}
+
+/// A thin JSON client over the test client.
+struct Client: Sendable {
+    let client: any TestClientProtocol
+
+    struct Answer: Sendable {
+        var status: HTTPResponse.Status
+        var body: ByteBuffer
+        func decode<T: Decodable>(_ type: T.Type) throws -> T { try JSONDecoder().decode(type, from: Data(buffer: body)) }
+        var errorCode: String? { try? decode(ErrorResponse.self).error.code }
+    }
+
+    func send(_ method: HTTPRequest.Method, _ uri: String, token: String? = nil, json: (any Encodable)? = nil, raw: [UInt8]? = nil) async throws -> Answer {
+        var headers: HTTPFields = [:]
+        if let token { headers[.authorization] = "Bearer \(token)" }
+        var body: ByteBuffer?
+        if let json {
+            headers[.contentType] = "application/json"
+            body = ByteBuffer(bytes: try JSONEncoder().encode(json))
+        } else if let raw {
+            body = ByteBuffer(bytes: raw)
+        }
+        return try await client.execute(uri: uri, method: method, headers: headers, body: body) { Answer(status: $0.status, body: $0.body) }
+    }
+
+    /// Signs in and returns the token.
+    func signIn(_ account: String, _ password: String = "correct horse", device: String = "laptop", containers: [String]? = nil) async throws -> SignInResponse {
+        let answer = try await send(.post, "/v1/sign-in", json: SignInRequest(account: account, password: password, deviceName: device, containers: containers))
+        #expect(answer.status == .ok, "sign-in: \(String(buffer: answer.body))")
+        return try answer.decode(SignInResponse.self)
+    }
+
+    func put(_ container: String, _ item: String, _ update: ItemUpdate, token: String) async throws -> Answer {
+        try await send(.put, "/v1/containers/\(container)/items/\(item)", token: token, json: update)
+    }
+
+    func commit(_ container: String, _ item: String, _ update: ItemUpdate, token: String) async throws -> CommitResponse {
+        let answer = try await put(container, item, update, token: token)
+        #expect(answer.status == .ok, "commit: \(String(buffer: answer.body))")
+        return try answer.decode(CommitResponse.self)
+    }
+
+    func changes(_ container: String, since: Int64 = 0, token: String) async throws -> ChangesResponse {
+        try await send(.get, "/v1/containers/\(container)/changes?since=\(since)", token: token).decode(ChangesResponse.self)
+    }
+
+    func upload(_ bytes: [UInt8], token: String) async throws -> Answer {
+        try await send(.put, "/v1/chunks/\(sha256(bytes))", token: token, raw: bytes)
+    }
+}
+
+func sha256(_ bytes: [UInt8]) -> String { SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined() }
+
+/// A file update whose contents are `chunks`.
+func fileUpdate(_ name: String, _ chunks: [[UInt8]], base: String? = nil, date: Double = 1_800_000_000, deleted: Bool? = nil) -> ItemUpdate {
+    ItemUpdate(
+        baseRevision: base, name: name, kind: .file, modificationDate: date, type: "public.plain-text",
+        manifest: Manifest(chunks: chunks.map { ChunkReference(hash: sha256($0), size: Int64($0.count)) }), deleted: deleted)
+}
+
+let notes = "ABCDE12345.com.example.notes"

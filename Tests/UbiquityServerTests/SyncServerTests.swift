@@ -1,0 +1,200 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Testing
+@testable import UbiquityServer
+
+@Suite struct AccountAndDeviceTests {
+    @Test func signInGivesATokenThatAuthenticatesAndCanBeRevoked() async throws {
+        let server = try TestServer(); defer { server.remove() }
+        let account = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        #expect(try await server.admin.accounts().map(\.name) == ["ada"])
+        await #expect(throws: SyncError.self) { try await server.admin.createAccount(name: "ada", password: "another one") }
+        await #expect(throws: SyncError.self) { try await server.admin.createAccount(name: "bob", password: "short") }
+
+        try await server.run { client in
+            #expect(try await client.send(.get, "/health").status == .ok)
+            let wrong = try await client.send(.post, "/v1/sign-in", json: SignInRequest(account: "ada", password: "wrong password", deviceName: "x"))
+            let unknown = try await client.send(.post, "/v1/sign-in", json: SignInRequest(account: "nobody", password: "wrong password", deviceName: "x"))
+            #expect(wrong.status == .unauthorized && unknown.status == .unauthorized)
+            #expect(wrong.body == unknown.body, "the answer does not reveal whether the account exists")
+
+            let signIn = try await client.signIn("ada")
+            #expect(signIn.identityToken == account.identityToken && signIn.token.count == 64)
+            let me = try await client.send(.get, "/v1/account", token: signIn.token)
+            #expect(me.status == .ok && String(buffer: me.body).contains(account.identityToken))
+            #expect(try await client.send(.get, "/v1/account").status == .unauthorized)
+            #expect(try await client.send(.get, "/v1/account", token: "not-a-token").status == .unauthorized)
+
+            #expect(try await server.admin.devices(ofAccount: "ada").map(\.id) == [signIn.deviceId])
+            #expect(try await server.admin.revokeDevice(id: signIn.deviceId))
+            #expect(try await client.send(.get, "/v1/account", token: signIn.token).status == .unauthorized, "a revoked token")
+
+            let again = try await client.signIn("ada", device: "phone")
+            #expect(try await server.admin.deleteAccount(named: "ada"))
+            #expect(try await client.send(.get, "/v1/account", token: again.token).status == .unauthorized, "a deleted account's token")
+        }
+    }
+
+    @Test func tokensAreRestrictedToTheirContainersAndAccountsAreIsolated() async throws {
+        let server = try TestServer(); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        _ = try await server.admin.createAccount(name: "bob", password: "correct horse")
+        try await server.run { client in
+            let ada = try await client.signIn("ada", containers: [notes])
+            let other = "ABCDE12345.com.example.other"
+            #expect(try await client.commit(notes, "item-1", fileUpdate("a.txt", [[1, 2, 3]]), token: ada.token).outcome == "current")
+            let forbidden = try await client.send(.get, "/v1/containers/\(other)/changes", token: ada.token)
+            #expect(forbidden.status == .forbidden && forbidden.errorCode == "forbidden")
+            #expect(try await client.send(.get, "/v1/containers/not-a-container/changes", token: ada.token).status == .badRequest)
+
+            // Bob uses the same container identifier: he sees nothing of Ada's.
+            let bob = try await client.signIn("bob")
+            #expect(try await client.changes(notes, token: bob.token).items.isEmpty)
+            #expect(try await client.send(.get, "/v1/containers/\(notes)/items/item-1", token: bob.token).status == .notFound)
+            // Ada's chunk is not Bob's: he cannot fetch it, and his manifests do not reach it.
+            let chunk: [UInt8] = [1, 2, 3]
+            #expect(try await client.upload(chunk, token: ada.token).status == .created)
+            #expect(try await client.send(.get, "/v1/chunks/\(sha256(chunk))", token: ada.token).body == ByteBuffer(bytes: chunk))
+            #expect(try await client.send(.get, "/v1/chunks/\(sha256(chunk))", token: bob.token).status == .notFound)
+            let bobs = try await client.commit(notes, "item-9", fileUpdate("b.txt", [chunk]), token: bob.token)
+            #expect(bobs.missingChunks == [sha256(chunk)] && !bobs.item.uploaded)
+        }
+    }
+}
+
+@Suite struct ItemSyncTests {
+    @Test func metadataFirstThenOnlyMissingChunksThenDownloadable() async throws {
+        let server = try TestServer(); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        try await server.run { client in
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let phone = try await client.signIn("ada", device: "phone")
+            let first: [UInt8] = Array("hello ".utf8), second: [UInt8] = Array("world".utf8)
+
+            let created = try await client.commit(notes, "doc-1", fileUpdate("Letter.txt", [first, second]), token: laptop.token)
+            #expect(created.outcome == "current" && created.missingChunks == [sha256(first), sha256(second)].sorted())
+            // The phone sees the metadata at once, not yet uploaded.
+            var changes = try await client.changes(notes, token: phone.token)
+            #expect(changes.items.map(\.name) == ["Letter.txt"] && changes.items[0].uploaded == false && changes.items[0].size == 11)
+            let cursor = changes.sequence
+
+            // A chunk whose bytes do not match its hash is refused and stored nowhere.
+            let bad = try await client.send(.put, "/v1/chunks/\(sha256(first))", token: laptop.token, raw: second)
+            #expect(bad.status == .badRequest && bad.errorCode == "hashMismatch")
+            let missing = try await client.send(.post, "/v1/chunks/missing", token: laptop.token, json: MissingChunksRequest(hashes: [sha256(first), sha256(second)]))
+            #expect(try missing.decode(MissingChunksResponse.self).missing.count == 2)
+
+            #expect(try await client.upload(first, token: laptop.token).status == .created)
+            #expect(try await client.changes(notes, since: cursor, token: phone.token).items.isEmpty, "not complete yet")
+            #expect(try await client.upload(second, token: laptop.token).status == .created)
+            changes = try await client.changes(notes, since: cursor, token: phone.token)
+            #expect(changes.items.count == 1 && changes.items[0].uploaded, "downloadable once complete")
+            #expect(try await client.send(.get, "/v1/chunks/\(sha256(second))", token: phone.token).body == ByteBuffer(bytes: second))
+
+            // The next edit names a chunk already there: nothing to upload.
+            let edited = try await client.commit(notes, "doc-1", fileUpdate("Letter.txt", [first], base: created.revision, date: 1_800_000_100), token: phone.token)
+            #expect(edited.outcome == "current" && edited.missingChunks.isEmpty && edited.item.uploaded && edited.item.deviceName == "phone")
+            // A rename is a metadata change.
+            let renamed = try await client.commit(notes, "doc-1", fileUpdate("Letter (final).txt", [first], base: edited.revision, date: 1_800_000_200), token: laptop.token)
+            #expect(renamed.item.name == "Letter (final).txt" && renamed.item.conflicts.isEmpty)
+        }
+    }
+
+    @Test func concurrentEditsKeepBothAndEveryDeviceAgreesOnTheWinner() async throws {
+        let server = try TestServer(); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        try await server.run { client in
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let phone = try await client.signIn("ada", device: "phone")
+            let base = try await client.commit(notes, "doc", fileUpdate("a.txt", [[0]]), token: laptop.token).revision
+            // Both edit from the same base; the phone's edit is later, so it wins whoever commits first.
+            let fromLaptop = try await client.commit(notes, "doc", fileUpdate("a.txt", [[1]], base: base, date: 1_800_000_010), token: laptop.token)
+            let fromPhone = try await client.commit(notes, "doc", fileUpdate("a.txt", [[2]], base: base, date: 1_800_000_020), token: phone.token)
+            #expect(fromLaptop.outcome == "current" && fromPhone.outcome == "current")
+            let item = try await client.send(.get, "/v1/containers/\(notes)/items/doc", token: laptop.token).decode(ItemState.self)
+            #expect(item.revision == fromPhone.revision && item.conflicts.map(\.revision) == [fromLaptop.revision])
+            #expect(item.conflicts[0].deviceName == "laptop")
+
+            // An older concurrent edit loses and is kept as a conflict version, never dropped.
+            let late = try await client.commit(notes, "doc", fileUpdate("a.txt", [[3]], base: base, date: 1_800_000_005), token: laptop.token)
+            #expect(late.outcome == "conflict" && late.item.revision == fromPhone.revision && late.item.conflicts.count == 2)
+
+            // Resolving: keep the laptop's first edit, remove the other conflict version.
+            let resolved = try await client.send(.post, "/v1/containers/\(notes)/items/doc/resolve", token: phone.token,
+                                                 json: ResolveRequest(keep: fromLaptop.revision, remove: [late.revision, fromPhone.revision]))
+            let state = try resolved.decode(ItemState.self)
+            #expect(resolved.status == .ok && state.revision == fromLaptop.revision && state.conflicts.isEmpty)
+            let bogus = try await client.send(.post, "/v1/containers/\(notes)/items/doc/resolve", token: phone.token, json: ResolveRequest(keep: "no-such-revision", remove: []))
+            #expect(bogus.status == .conflict)
+        }
+    }
+
+    @Test func anEditConcurrentWithADeleteWins() async throws {
+        let server = try TestServer(); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        try await server.run { client in
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let phone = try await client.signIn("ada", device: "phone")
+            let base = try await client.commit(notes, "doc", fileUpdate("a.txt", [[0]]), token: laptop.token).revision
+            let deleted = try await client.commit(notes, "doc", fileUpdate("a.txt", [], base: base, date: 1_800_000_100, deleted: true), token: laptop.token)
+            #expect(deleted.item.deleted, "a tombstone")
+            let edited = try await client.commit(notes, "doc", fileUpdate("a.txt", [[9]], base: base, date: 1_800_000_050), token: phone.token)
+            #expect(edited.outcome == "current" && !edited.item.deleted, "the edit wins although the delete is later")
+            // And a delete concurrent with an edit loses.
+            let staleDelete = try await client.commit(notes, "doc", fileUpdate("a.txt", [], base: base, date: 1_800_000_200, deleted: true), token: laptop.token)
+            #expect(staleDelete.outcome == "conflict" && !staleDelete.item.deleted && staleDelete.item.revision == edited.revision)
+        }
+    }
+}
+
+@Suite struct HostileInputTests {
+    @Test func badNamesPathsSizesAndBodiesGetClearErrorsAndChangeNothing() async throws {
+        let server = try TestServer(); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        try await server.run { client in
+            let ada = try await client.signIn("ada")
+            let badNames = ["../etc/passwd", "/etc/passwd", "a/b", "nul\0byte", String(repeating: "é", count: 128), "", ".", ".."]
+            for name in badNames {
+                let answer = try await client.put(notes, "doc", fileUpdate(name, [[1]]), token: ada.token)
+                #expect(answer.status == .badRequest && answer.errorCode == "invalidName", "\(name.debugDescription)")
+            }
+            for path in ["/abs/path", "a/../../b", "a//b", "ok/\0"] {
+                var update = ItemUpdate(baseRevision: nil, name: "Doc.pkg", kind: .package, modificationDate: 1, manifest: Manifest(members: [ManifestMember(path: path, chunks: [])]))
+                #expect(try await client.put(notes, "pkg", update, token: ada.token).status == .badRequest, "\(path.debugDescription)")
+                update.manifest = Manifest(members: [ManifestMember(path: "a", chunks: [ChunkReference(hash: sha256([1]), size: -1)])])
+                #expect(try await client.put(notes, "pkg", update, token: ada.token).errorCode == "invalidSize")
+            }
+            var huge = fileUpdate("big.bin", [[1]])
+            huge.manifest.chunks![0].size = 1 << 40
+            #expect(try await client.put(notes, "doc", huge, token: ada.token).errorCode == "invalidSize")
+            var badHash = fileUpdate("a.txt", [[1]])
+            badHash.manifest.chunks![0].hash = "../../../../etc/passwd"
+            #expect(try await client.put(notes, "doc", badHash, token: ada.token).errorCode == "invalidHash")
+            #expect(try await client.put(notes, "../escape", fileUpdate("a.txt", [[1]]), token: ada.token).status != .ok)
+            #expect(try await client.send(.get, "/v1/chunks/..%2F..%2Fetc%2Fpasswd", token: ada.token).status == .badRequest)
+
+            // Invalid UTF-8 and malformed JSON.
+            let invalidUTF8: [UInt8] = Array(#"{"baseRevision":null,"name":""#.utf8) + [0xFF, 0xFE] + Array(#"","kind":"file","modificationDate":1,"manifest":{}}"#.utf8)
+            #expect(try await client.send(.put, "/v1/containers/\(notes)/items/doc", token: ada.token, raw: invalidUTF8).status == .badRequest)
+            #expect(try await client.send(.put, "/v1/containers/\(notes)/items/doc", token: ada.token, raw: Array("{not json".utf8)).status == .badRequest)
+
+            // An oversized chunk.
+            let tooBig = [UInt8](repeating: 7, count: Int(Validate.maximumChunkSize) + 1)
+            #expect(try await client.send(.put, "/v1/chunks/\(sha256(tooBig))", token: ada.token, raw: tooBig).status == .contentTooLarge)
+
+            // Nothing of it was recorded.
+            #expect(try await client.changes(notes, token: ada.token).items.isEmpty)
+        }
+    }
+
+    @Test func metricsCountRequestsAndErrors() async throws {
+        let server = try TestServer(); defer { server.remove() }
+        try await server.run { client in
+            _ = try await client.send(.get, "/health")
+            _ = try await client.send(.get, "/v1/account")
+            let metrics = String(buffer: try await client.send(.get, "/metrics").body)
+            #expect(metrics.contains("ubiquity_http_requests_total 3") && metrics.contains("ubiquity_http_client_errors_total 1"))
+        }
+    }
+}
