@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import HummingbirdBcrypt
+import HummingbirdWebSocket
 import Logging
 
 /// The sync server: iCloud's role, self-hosted. `ubiquity serve` runs it.
@@ -41,7 +42,7 @@ public struct SyncServer: Sendable {
         let database = try SQLiteDatabase(path: configuration.dataDirectory + "/ubiquity.sqlite")
         services = SyncServices(
             database: database, chunks: try ChunkStore(directory: configuration.dataDirectory + "/chunks"),
-            metrics: ServerMetrics(), bcryptCost: configuration.bcryptCost)
+            metrics: ServerMetrics(), notifier: ChangeNotifier(), bcryptCost: configuration.bcryptCost)
     }
 
     /// The router with every route and middleware (also what tests drive).
@@ -57,8 +58,10 @@ public struct SyncServer: Sendable {
     /// The Hummingbird application.
     /// - Parameter onServerRunning: Called with the bound port once listening.
     public func makeApplication(onServerRunning: (@Sendable (Int) async -> Void)? = nil) -> some ApplicationProtocol {
-        Application(
-            router: makeRouter(),
+        let router = makeRouter()
+        return Application(
+            router: router,
+            server: .http1WebSocketUpgrade(webSocketRouter: router),
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "ubiquity"),
             onServerRunning: { channel in await onServerRunning?(channel.localAddress?.port ?? 0) },
             logger: logger)

@@ -1,6 +1,8 @@
 import Foundation
 import Hummingbird
 import HummingbirdTesting
+import HummingbirdWSTesting
+import Synchronization
 import Testing
 @testable import UbiquityServer
 
@@ -195,6 +197,85 @@ import Testing
             _ = try await client.send(.get, "/v1/account")
             let metrics = String(buffer: try await client.send(.get, "/metrics").body)
             #expect(metrics.contains("ubiquity_http_requests_total 3") && metrics.contains("ubiquity_http_client_errors_total 1"))
+        }
+    }
+}
+
+@Suite struct PushTests {
+    /// Connects a device's push socket and collects what arrives until `until` holds.
+    func listen(_ client: any TestClientProtocol, token: String, until done: @escaping @Sendable ([PushEvent]) -> Bool) async throws -> [PushEvent] {
+        let received = Mutex<[PushEvent]>([])
+        try await client.ws("/v1/push", configuration: .init(additionalHeaders: [.authorization: "Bearer \(token)"])) { inbound, _, _ in
+            for try await message in inbound.messages(maxSize: 1 << 16) {
+                guard case .text(let text) = message, let event = try? JSONDecoder().decode(PushEvent.self, from: Data(text.utf8)) else { continue }
+                let all = received.withLock { $0.append(event); return $0 }
+                if done(all) { return }
+            }
+        }
+        return received.withLock { $0 }
+    }
+
+    @Test func aCommitIsPushedToTheAccountsOtherDevicesAtOnce() async throws {
+        let server = try TestServer(); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        _ = try await server.admin.createAccount(name: "bob", password: "correct horse")
+        try await server.server.makeApplication().test(.live) { raw in
+            let client = Client(client: raw)
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let phone = try await client.signIn("ada", device: "phone")
+            let restricted = try await client.signIn("ada", device: "watch", containers: ["ABCDE12345.com.example.other"])
+            let bob = try await client.signIn("bob")
+
+            let connected = Confirmations()
+            async let phoneEvents = listen(raw, token: phone.token) { events in
+                if events.count == 1 { connected.mark("phone") }
+                return events.contains { $0.type == "changed" && $0.sequence == 2 }
+            }
+            async let watchEvents = listen(raw, token: restricted.token) { events in
+                if events.count == 1 { connected.mark("watch") }
+                return events.contains { $0.type == "changed" }
+            }
+            async let bobEvents = listen(raw, token: bob.token) { events in
+                if events.count == 1 { connected.mark("bob") }
+                return events.contains { $0.type == "changed" }
+            }
+            try await connected.wait(for: ["phone", "watch", "bob"])
+
+            let chunk: [UInt8] = [4, 2]
+            let commit = try await client.commit(notes, "doc", fileUpdate("a.txt", [chunk]), token: laptop.token)
+            #expect(commit.item.sequence == 1)
+            #expect(try await client.upload(chunk, token: laptop.token).status == .created) // → sequence 2, downloadable
+            let events = try await phoneEvents
+            #expect(events == [.connected, PushEvent(type: "changed", container: notes, sequence: 1), PushEvent(type: "changed", container: notes, sequence: 2)])
+
+            // The watch (other container) and Bob (other account) heard nothing; prove it by a change they may see.
+            _ = try await client.commit("ABCDE12345.com.example.other", "x", fileUpdate("x.txt", []), token: laptop.token)
+            #expect(try await watchEvents == [.connected, PushEvent(type: "changed", container: "ABCDE12345.com.example.other", sequence: 1)])
+            _ = try await client.commit(notes, "b", fileUpdate("b.txt", []), token: bob.token)
+            #expect(try await bobEvents == [.connected, PushEvent(type: "changed", container: notes, sequence: 1)])
+        }
+    }
+
+    @Test func pushNeedsAToken() async throws {
+        let server = try TestServer(); defer { server.remove() }
+        try await server.server.makeApplication().test(.live) { raw in
+            await #expect(throws: (any Error).self) {
+                try await raw.ws("/v1/push") { _, _, _ in }
+            }
+            return ()
+        }
+    }
+}
+
+/// Lets a test wait until named things have happened (no sleeps).
+final class Confirmations: Sendable {
+    private let marked = Mutex<Set<String>>([])
+    func mark(_ name: String) { marked.withLock { _ = $0.insert(name) } }
+    func wait(for names: Set<String>, timeout: Duration = .seconds(10)) async throws {
+        let deadline = ContinuousClock.now + timeout
+        while !marked.withLock({ names.isSubset(of: $0) }) {
+            guard ContinuousClock.now < deadline else { throw SyncError(.requestTimeout, "timeout", "waited for \(names)") }
+            try await Task.sleep(for: .milliseconds(2))
         }
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdBcrypt
+import HummingbirdWebSocket
 
 extension SignInResponse: ResponseEncodable {}
 extension ItemState: ResponseEncodable {}
@@ -14,6 +15,7 @@ struct SyncServices: Sendable {
     let database: any SyncDatabase
     let chunks: ChunkStore
     let metrics: ServerMetrics
+    let notifier: ChangeNotifier
     let bcryptCost: UInt8
 }
 
@@ -44,6 +46,32 @@ extension SyncServices {
             return AccountResponse(identityToken: identity, deviceId: device.deviceId, deviceName: device.deviceName)
         }
 
+        // Push: "container C is now at sequence N", as JSON text messages, for as long as the
+        // device stays connected.
+        v1.ws("push", shouldUpgrade: { _, context in
+            _ = try context.requireDevice()
+            return .upgrade([:])
+        }, onUpgrade: { inbound, outbound, context in
+            guard let device = context.requestContext.device else { return }
+            let (id, events) = notifier.subscribe(device)
+            defer { notifier.unsubscribe(id) }
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    for try await _ in inbound {} // until the device closes
+                }
+                group.addTask {
+                    let encoder = JSONEncoder()
+                    encoder.outputFormatting = .sortedKeys
+                    try await outbound.write(.text(String(decoding: try encoder.encode(PushEvent.connected), as: UTF8.self)))
+                    for await event in events {
+                        try await outbound.write(.text(String(decoding: try encoder.encode(event), as: UTF8.self)))
+                    }
+                }
+                try await group.next()
+                group.cancelAll()
+            }
+        })
+
         let containers = v1.group("containers/:container")
         containers.get("changes") { request, context in
             let container = try context.parameters.require("container")
@@ -64,6 +92,7 @@ extension SyncServices {
             try Validate.update(update)
             let outcome = try await database.commit(accountId: device.accountId, container: container, itemId: item, update: update, device: device, now: Date())
             metrics.count(.commits)
+            notifier.publish(account: device.accountId, container: container, sequence: outcome.item.sequence)
             return CommitResponse(revision: outcome.revision, outcome: outcome.isCurrent ? "current" : "conflict", item: outcome.item, missingChunks: outcome.missingChunks)
         }
         containers.post("items/:item/resolve") { request, context in
@@ -71,7 +100,9 @@ extension SyncServices {
             let resolution = try await request.decode(as: ResolveRequest.self, context: context)
             try Validate.identifier(resolution.keep, field: "keep")
             for removed in resolution.remove { try Validate.identifier(removed, field: "remove") }
-            return try await database.resolve(accountId: device.accountId, container: container, itemId: item, request: resolution)
+            let state = try await database.resolve(accountId: device.accountId, container: container, itemId: item, request: resolution)
+            notifier.publish(account: device.accountId, container: container, sequence: state.sequence)
+            return state
         }
 
         let chunks = v1.group("chunks")
@@ -94,7 +125,8 @@ extension SyncServices {
             }
             let bytes = Array(buffer: body)
             try self.chunks.store(bytes, hash: hash, account: device.accountId)
-            _ = try await database.chunkStored(accountId: device.accountId, hash: hash, size: Int64(bytes.count), now: Date())
+            let completed = try await database.chunkStored(accountId: device.accountId, hash: hash, size: Int64(bytes.count), now: Date())
+            for (container, sequence) in completed { notifier.publish(account: device.accountId, container: container, sequence: sequence) }
             metrics.count(.chunkBytesReceived, by: bytes.count)
             return Response(status: .created)
         }

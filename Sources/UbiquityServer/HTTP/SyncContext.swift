@@ -1,17 +1,21 @@
 import Crypto
 import Foundation
 import Hummingbird
+import HummingbirdWebSocket
 
 /// Each request's context: who is asking (set by ``DeviceAuthMiddleware``).
-public struct SyncContext: RequestContext {
+public struct SyncContext: RequestContext, WebSocketRequestContext {
     /// Hummingbird's own per-request storage.
     public var coreContext: CoreRequestContextStorage
+    /// Where a WebSocket upgrade's handler is kept.
+    public let webSocket: WebSocketHandlerReference<SyncContext>
     /// The signed-in device, once authenticated.
     var device: DeviceAuth?
 
     /// Creates a context for a request.
     public init(source: Source) {
         coreContext = .init(source: source)
+        webSocket = .init()
     }
 
     /// Largest JSON body decoded (item manifests can be long).

@@ -253,7 +253,7 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
-    func chunkStored(accountId: Int64, hash: String, size: Int64, now: Date) async throws -> [String] {
+    func chunkStored(accountId: Int64, hash: String, size: Int64, now: Date) async throws -> [String: Int64] {
         try await pool.write { db in
             try db.execute(sql: "INSERT OR IGNORE INTO chunk (accountId, hash, size, created) VALUES (?, ?, ?, ?)", arguments: [accountId, hash, size, now.timeIntervalSince1970])
             // Revisions waiting for this chunk that now have every chunk become downloadable.
@@ -262,7 +262,7 @@ final class SQLiteDatabase: SyncDatabase {
                 JOIN revision ON revision.id = revisionChunk.revisionId
                 WHERE revisionChunk.accountId = ? AND revisionChunk.hash = ? AND revision.complete = 0
                 """, arguments: [accountId, hash])
-            var changed = Set<String>()
+            var changed: [String: Int64] = [:]
             for row in waiting {
                 let revision: String = row["id"]
                 let stillMissing = try Int.fetchOne(db, sql: """
@@ -276,9 +276,9 @@ final class SQLiteDatabase: SyncDatabase {
                 let containerId: Int64 = row["containerId"]
                 let sequence = try Self.bump(db, containerId: containerId)
                 try db.execute(sql: "UPDATE item SET sequence = ? WHERE containerId = ? AND id = ?", arguments: [sequence, containerId, row["itemId"] as String])
-                if let identifier = try String.fetchOne(db, sql: "SELECT identifier FROM container WHERE id = ?", arguments: [containerId]) { changed.insert(identifier) }
+                if let identifier = try String.fetchOne(db, sql: "SELECT identifier FROM container WHERE id = ?", arguments: [containerId]) { changed[identifier] = sequence }
             }
-            return changed.sorted()
+            return changed
         }
     }
 

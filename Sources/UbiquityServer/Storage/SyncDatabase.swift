@@ -68,8 +68,9 @@ protocol SyncDatabase: Sendable {
 
     func missingChunks(accountId: Int64, hashes: [String]) async throws -> [String]
     func hasChunk(accountId: Int64, hash: String) async throws -> Bool
-    /// Records a stored chunk; returns the containers whose items became downloadable.
-    func chunkStored(accountId: Int64, hash: String, size: Int64, now: Date) async throws -> [String]
+    /// Records a stored chunk; returns the containers whose items became downloadable, with
+    /// their sequences now.
+    func chunkStored(accountId: Int64, hash: String, size: Int64, now: Date) async throws -> [String: Int64]
 }
 
 /// The one rule every device agrees on when two revisions of an item were made concurrently:

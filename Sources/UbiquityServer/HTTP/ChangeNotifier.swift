@@ -1,0 +1,52 @@
+import Foundation
+import Synchronization
+
+/// What the server pushes to connected devices, as JSON text messages: first
+/// `{"type":"connected"}` (from then on nothing is missed: catch up with `changes` now), then
+/// `{"type":"changed","container":…,"sequence":…}` whenever a container moves on. Devices then
+/// ask for the changes since their cursor.
+public struct PushEvent: Codable, Sendable, Equatable {
+    /// `connected` or `changed`.
+    public var type: String
+    /// The container that changed.
+    public var container: String?
+    /// Its sequence now.
+    public var sequence: Int64?
+
+    /// The first message on a push connection.
+    public static let connected = PushEvent(type: "connected", container: nil, sequence: nil)
+}
+
+/// Connected devices, per account, and the events for them.
+final class ChangeNotifier: Sendable {
+    private struct Subscriber {
+        var device: DeviceAuth
+        var continuation: AsyncStream<PushEvent>.Continuation
+    }
+
+    private let subscribers = Mutex<[UUID: Subscriber]>([:])
+
+    /// A stream of the events the device may see; finish it with ``unsubscribe(_:)``.
+    func subscribe(_ device: DeviceAuth) -> (UUID, AsyncStream<PushEvent>) {
+        let id = UUID()
+        let (stream, continuation) = AsyncStream<PushEvent>.makeStream(bufferingPolicy: .bufferingNewest(1_024))
+        subscribers.withLock { $0[id] = Subscriber(device: device, continuation: continuation) }
+        return (id, stream)
+    }
+
+    func unsubscribe(_ id: UUID) {
+        subscribers.withLock { $0.removeValue(forKey: id) }?.continuation.finish()
+    }
+
+    /// Tells every connected device of the account that may use the container.
+    func publish(account: Int64, container: String, sequence: Int64) {
+        let event = PushEvent(type: "changed", container: container, sequence: sequence)
+        let targets = subscribers.withLock { subscribers in
+            subscribers.values.filter { $0.device.accountId == account && $0.device.allows(container) }.map(\.continuation)
+        }
+        for continuation in targets { continuation.yield(event) }
+    }
+
+    /// How many devices are connected.
+    var connected: Int { subscribers.withLock { $0.count } }
+}
