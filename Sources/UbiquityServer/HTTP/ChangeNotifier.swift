@@ -6,9 +6,9 @@ import Synchronization
 /// `{"type":"changed","container":…,"sequence":…}` whenever a container moves on. Devices then
 /// ask for the changes since their cursor.
 public struct PushEvent: Codable, Sendable, Equatable {
-    /// `connected` or `changed`.
+    /// `connected`, `changed` (a container) or `keyValueChanged` (a key-value store).
     public var type: String
-    /// The container that changed.
+    /// The container (or key-value store) that changed.
     public var container: String?
     /// Its sequence now.
     public var sequence: Int64?
@@ -38,9 +38,9 @@ final class ChangeNotifier: Sendable {
         subscribers.withLock { $0.removeValue(forKey: id) }?.continuation.finish()
     }
 
-    /// Tells every connected device of the account that may use the container.
-    func publish(account: Int64, container: String, sequence: Int64) {
-        let event = PushEvent(type: "changed", container: container, sequence: sequence)
+    /// Tells every connected device of the account that may use the container (or store).
+    func publish(account: Int64, container: String, sequence: Int64, keyValue: Bool = false) {
+        let event = PushEvent(type: keyValue ? "keyValueChanged" : "changed", container: container, sequence: sequence)
         let targets = subscribers.withLock { subscribers in
             subscribers.values.filter { $0.device.accountId == account && $0.device.allows(container) }.map(\.continuation)
         }

@@ -9,6 +9,7 @@ extension ItemState: ResponseEncodable {}
 extension CommitResponse: ResponseEncodable {}
 extension ChangesResponse: ResponseEncodable {}
 extension MissingChunksResponse: ResponseEncodable {}
+extension KeyValueResponse: ResponseEncodable {}
 
 /// What every route needs.
 struct SyncServices: Sendable {
@@ -103,6 +104,23 @@ extension SyncServices {
             let state = try await database.resolve(accountId: device.accountId, container: container, itemId: item, request: resolution)
             notifier.publish(account: device.accountId, container: container, sequence: state.sequence)
             return state
+        }
+
+        // Key-value stores (NSUbiquitousKeyValueStore), named like containers.
+        v1.get("kv/:store") { request, context in
+            let store = try context.parameters.require("store")
+            let device = try context.requireDevice(for: store)
+            let since = try Self.integer(request.uri.queryParameters["since"], name: "since", default: 0)
+            return try await database.keyValueChanges(accountId: device.accountId, store: store, since: max(0, since))
+        }
+        v1.post("kv/:store") { request, context in
+            let store = try context.parameters.require("store")
+            let device = try context.requireDevice(for: store)
+            let update = try await request.decode(as: KeyValueUpdate.self, context: context)
+            try Validate.keyValues(update)
+            let answer = try await database.applyKeyValues(accountId: device.accountId, store: store, changes: update.changes, device: device)
+            notifier.publish(account: device.accountId, container: store, sequence: answer.sequence, keyValue: true)
+            return answer
         }
 
         let chunks = v1.group("chunks")

@@ -88,6 +88,24 @@ enum Validate {
     /// The largest chunk the server accepts.
     static let maximumChunkSize: Int64 = 16 << 20
 
+    /// Key-value changes: keys of 1…64 bytes, values within Apple's limits, finite timestamps.
+    static func keyValues(_ update: KeyValueUpdate) throws {
+        guard update.changes.count <= KeyValueLimits.maximumKeys else {
+            throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "at most \(KeyValueLimits.maximumKeys) changes at once")
+        }
+        var keys = Set<String>()
+        for change in update.changes {
+            guard !change.key.isEmpty, change.key.utf8.count <= KeyValueLimits.maximumKeyBytes else {
+                throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "keys are 1 to \(KeyValueLimits.maximumKeyBytes) bytes of UTF-8")
+            }
+            guard keys.insert(change.key).inserted else { throw SyncError.badRequest("duplicateKey", "key \(change.key) appears twice") }
+            guard change.timestamp.isFinite, abs(change.timestamp) < 1e11 else { throw SyncError.badRequest("invalidDate", "timestamp must be seconds since 1970") }
+            if let value = change.value, try KeyValueLimits.size(key: change.key, value: value) > KeyValueLimits.maximumValueBytes {
+                throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a value is at most \(KeyValueLimits.maximumValueBytes) bytes")
+            }
+        }
+    }
+
     /// An item update: names, paths, hashes, sizes and dates.
     static func update(_ update: ItemUpdate) throws {
         try name(update.name)

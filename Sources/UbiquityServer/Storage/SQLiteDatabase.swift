@@ -48,6 +48,18 @@ final class SQLiteDatabase: SyncDatabase {
                     size INTEGER NOT NULL, created REAL NOT NULL, PRIMARY KEY(accountId, hash));
                 """)
         }
+        migrator.registerMigration("v2-key-value") { db in
+            try db.execute(sql: """
+                CREATE TABLE kvStore (
+                    id INTEGER PRIMARY KEY, accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                    identifier TEXT NOT NULL, sequence INTEGER NOT NULL DEFAULT 0, UNIQUE(accountId, identifier));
+                CREATE TABLE kv (
+                    storeId INTEGER NOT NULL REFERENCES kvStore(id) ON DELETE CASCADE, key TEXT NOT NULL,
+                    value BLOB, size INTEGER NOT NULL, timestamp REAL NOT NULL, deviceId TEXT NOT NULL,
+                    deviceName TEXT NOT NULL, sequence INTEGER NOT NULL, PRIMARY KEY(storeId, key));
+                CREATE INDEX kv_sequence ON kv(storeId, sequence);
+                """)
+        }
         return migrator
     }
 
@@ -235,6 +247,63 @@ final class SQLiteDatabase: SyncDatabase {
             try db.execute(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?", arguments: [request.keep, sequence, containerId, itemId])
             guard let item = try Self.itemState(db, containerId: containerId, id: itemId) else { throw SyncError.notFound }
             return item
+        }
+    }
+
+    // MARK: Key-value stores
+
+    func applyKeyValues(accountId: Int64, store: String, changes: [KeyValueChange], device: DeviceAuth) async throws -> KeyValueResponse {
+        let encoded = try changes.map { change in (change, try change.value.map { try JSONEncoder().encode($0) }) }
+        return try await pool.write { db in
+            let storeId: Int64
+            if let id = try Int64.fetchOne(db, sql: "SELECT id FROM kvStore WHERE accountId = ? AND identifier = ?", arguments: [accountId, store]) {
+                storeId = id
+            } else {
+                try db.execute(sql: "INSERT INTO kvStore (accountId, identifier) VALUES (?, ?)", arguments: [accountId, store])
+                storeId = db.lastInsertedRowID
+            }
+            try db.execute(sql: "UPDATE kvStore SET sequence = sequence + 1 WHERE id = ?", arguments: [storeId])
+            let sequence = try Int64.fetchOne(db, sql: "SELECT sequence FROM kvStore WHERE id = ?", arguments: [storeId]) ?? 0
+            for (change, value) in encoded {
+                if let existing = try Row.fetchOne(db, sql: "SELECT timestamp, deviceId FROM kv WHERE storeId = ? AND key = ?", arguments: [storeId, change.key]) {
+                    guard ConflictRule.winner((change.timestamp, device.deviceId), over: (existing["timestamp"], existing["deviceId"])) else { continue }
+                }
+                try db.execute(sql: """
+                    INSERT INTO kv (storeId, key, value, size, timestamp, deviceId, deviceName, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT(storeId, key) DO UPDATE SET value = excluded.value, size = excluded.size, timestamp = excluded.timestamp,
+                        deviceId = excluded.deviceId, deviceName = excluded.deviceName, sequence = excluded.sequence
+                    """, arguments: [storeId, change.key, value, value.map { change.key.utf8.count + $0.count } ?? 0,
+                                     change.timestamp, device.deviceId, device.deviceName, sequence])
+            }
+            // Apple's limits, over the store as it would be: violating them changes nothing.
+            let keys = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM kv WHERE storeId = ? AND value IS NOT NULL", arguments: [storeId]) ?? 0
+            let bytes = try Int.fetchOne(db, sql: "SELECT COALESCE(SUM(size), 0) FROM kv WHERE storeId = ?", arguments: [storeId]) ?? 0
+            guard keys <= KeyValueLimits.maximumKeys else {
+                throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a key-value store holds at most \(KeyValueLimits.maximumKeys) keys; this would make \(keys)")
+            }
+            guard bytes <= KeyValueLimits.maximumTotalBytes else {
+                throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a key-value store holds at most \(KeyValueLimits.maximumTotalBytes) bytes; this would make \(bytes)")
+            }
+            let named = Set(changes.map(\.key))
+            let entries = try Self.keyValueEntries(db, storeId: storeId, since: 0).filter { named.contains($0.key) }
+            return KeyValueResponse(sequence: sequence, entries: entries)
+        }
+    }
+
+    func keyValueChanges(accountId: Int64, store: String, since: Int64) async throws -> KeyValueResponse {
+        try await pool.read { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT id, sequence FROM kvStore WHERE accountId = ? AND identifier = ?", arguments: [accountId, store]) else {
+                return KeyValueResponse(sequence: 0, entries: [])
+            }
+            return KeyValueResponse(sequence: row["sequence"], entries: try Self.keyValueEntries(db, storeId: row["id"], since: since))
+        }
+    }
+
+    static func keyValueEntries(_ db: Database, storeId: Int64, since: Int64) throws -> [KeyValueEntry] {
+        try Row.fetchAll(db, sql: "SELECT key, value, timestamp, deviceName, sequence FROM kv WHERE storeId = ? AND sequence > ? ORDER BY sequence, key", arguments: [storeId, since]).map {
+            let value: Data? = $0["value"]
+            return KeyValueEntry(key: $0["key"], value: try value.map { try JSONDecoder().decode(PropertyListValue.self, from: $0) },
+                                 timestamp: $0["timestamp"], deviceName: $0["deviceName"], sequence: $0["sequence"])
         }
     }
 

@@ -66,6 +66,10 @@ protocol SyncDatabase: Sendable {
     func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date) async throws -> CommitOutcome
     func resolve(accountId: Int64, container: String, itemId: String, request: ResolveRequest) async throws -> ItemState
 
+    /// Applies key-value changes (all or none; the most recent timestamp wins per key).
+    func applyKeyValues(accountId: Int64, store: String, changes: [KeyValueChange], device: DeviceAuth) async throws -> KeyValueResponse
+    func keyValueChanges(accountId: Int64, store: String, since: Int64) async throws -> KeyValueResponse
+
     func missingChunks(accountId: Int64, hashes: [String]) async throws -> [String]
     func hasChunk(accountId: Int64, hash: String) async throws -> Bool
     /// Records a stored chunk; returns the containers whose items became downloadable, with

@@ -1,0 +1,116 @@
+import Foundation
+
+/// A property-list value in JSON with a type tag, so nothing is lost on the way:
+/// `{"string":"…"}`, `{"integer":1}`, `{"real":1.5}`, `{"bool":true}`, `{"date":SECONDS}`,
+/// `{"data":"BASE64"}`, `{"array":[…]}`, `{"dictionary":{"key":…}}`.
+public indirect enum PropertyListValue: Codable, Sendable, Equatable {
+    case string(String)
+    case integer(Int64)
+    case real(Double)
+    case bool(Bool)
+    case date(Double)
+    case data(Data)
+    case array([PropertyListValue])
+    case dictionary([String: PropertyListValue])
+
+    private enum Key: String, CodingKey { case string, integer, real, bool, date, data, array, dictionary }
+
+    /// Decodes a tagged value (exactly one tag).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: Key.self)
+        guard container.allKeys.count == 1, let key = container.allKeys.first else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "a property-list value has exactly one type tag"))
+        }
+        switch key {
+        case .string: self = .string(try container.decode(String.self, forKey: key))
+        case .integer: self = .integer(try container.decode(Int64.self, forKey: key))
+        case .real: self = .real(try container.decode(Double.self, forKey: key))
+        case .bool: self = .bool(try container.decode(Bool.self, forKey: key))
+        case .date: self = .date(try container.decode(Double.self, forKey: key))
+        case .data: self = .data(try container.decode(Data.self, forKey: key))
+        case .array: self = .array(try container.decode([PropertyListValue].self, forKey: key))
+        case .dictionary: self = .dictionary(try container.decode([String: PropertyListValue].self, forKey: key))
+        }
+    }
+
+    /// Encodes with its type tag.
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: Key.self)
+        switch self {
+        case .string(let value): try container.encode(value, forKey: .string)
+        case .integer(let value): try container.encode(value, forKey: .integer)
+        case .real(let value): try container.encode(value, forKey: .real)
+        case .bool(let value): try container.encode(value, forKey: .bool)
+        case .date(let value): try container.encode(value, forKey: .date)
+        case .data(let value): try container.encode(value, forKey: .data)
+        case .array(let value): try container.encode(value, forKey: .array)
+        case .dictionary(let value): try container.encode(value, forKey: .dictionary)
+        }
+    }
+}
+
+/// One key's change: a new value, or nil to remove it, stamped by the device.
+public struct KeyValueChange: Codable, Sendable, Equatable {
+    /// The key (at most 64 bytes of UTF-8).
+    public var key: String
+    /// The new value, or nil to remove the key.
+    public var value: PropertyListValue?
+    /// When the device made the change (seconds since 1970); the most recent change wins.
+    public var timestamp: Double
+
+    /// Creates a change.
+    public init(key: String, value: PropertyListValue?, timestamp: Double) {
+        self.key = key
+        self.value = value
+        self.timestamp = timestamp
+    }
+}
+
+/// `POST /v1/kv/{store}`: changes to apply, all or none.
+public struct KeyValueUpdate: Codable, Sendable {
+    /// The changes.
+    public var changes: [KeyValueChange]
+
+    /// Creates an update.
+    public init(changes: [KeyValueChange]) { self.changes = changes }
+}
+
+/// A key as the server has it (value nil: removed).
+public struct KeyValueEntry: Codable, Sendable, Equatable {
+    /// The key.
+    public var key: String
+    /// Its value, or nil if it was removed.
+    public var value: PropertyListValue?
+    /// The winning change's timestamp.
+    public var timestamp: Double
+    /// The device that made it.
+    public var deviceName: String
+    /// The store sequence at which it changed.
+    public var sequence: Int64
+}
+
+/// The store's state after an update, or the changes since a cursor.
+public struct KeyValueResponse: Codable, Sendable {
+    /// The store's sequence now.
+    public var sequence: Int64
+    /// Entries changed since the cursor (for an update: every key it named, as they are now —
+    /// a change older than the server's is not applied, and the newer value comes back).
+    public var entries: [KeyValueEntry]
+}
+
+/// Apple's limits for a key-value store, enforced exactly.
+public enum KeyValueLimits {
+    /// At most this many keys.
+    public static let maximumKeys = 1_024
+    /// At most this many bytes in all (keys and values).
+    public static let maximumTotalBytes = 1_048_576
+    /// At most this many bytes for one value.
+    public static let maximumValueBytes = 1_048_576
+    /// At most this many bytes of UTF-8 per key.
+    public static let maximumKeyBytes = 64
+
+    /// The bytes a key and value count for: the key's UTF-8 plus the value's JSON.
+    static func size(key: String, value: PropertyListValue) throws -> Int {
+        key.utf8.count + (try JSONEncoder().encode(value)).count
+    }
+}
