@@ -72,3 +72,23 @@ import Testing
         }
     }
 }
+
+@Suite struct QuotaTests {
+    @Test func anUploadBeyondTheQuotaGets507AndIsNotKept() async throws {
+        let server = try TestServer(); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse", quotaBytes: 100)
+        try await server.run { client in
+            let ada = try await client.signIn("ada")
+            let sixty = [UInt8](repeating: 6, count: 60), fifty = [UInt8](repeating: 5, count: 50)
+            _ = try await client.commit(notes, "doc", fileUpdate("a.bin", [sixty, fifty]), token: ada.token)
+            #expect(try await client.upload(sixty, token: ada.token).status == .created)
+            #expect(try await client.upload(sixty, token: ada.token).status == .created, "the same chunk again costs nothing")
+            let refused = try await client.upload(fifty, token: ada.token)
+            #expect(refused.status.code == 507 && refused.errorCode == "quotaExceeded")
+            let account = String(buffer: try await client.send(.get, "/v1/account", token: ada.token).body)
+            #expect(account.contains("\"usedBytes\":60") && account.contains("\"quotaBytes\":100"))
+            #expect(try await client.send(.get, "/v1/chunks/\(sha256(fifty))", token: ada.token).status == .notFound)
+            #expect(try await client.changes(notes, token: ada.token).items.first?.uploaded == false)
+        }
+    }
+}

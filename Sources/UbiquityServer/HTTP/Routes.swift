@@ -25,6 +25,8 @@ struct AccountResponse: Codable, ResponseEncodable {
     var identityToken: String
     var deviceId: String
     var deviceName: String
+    var usedBytes: Int64
+    var quotaBytes: Int64
 }
 
 /// `GET /health`.
@@ -44,7 +46,8 @@ extension SyncServices {
         v1.get("account") { _, context in
             let device = try context.requireDevice()
             guard let identity = try await database.identityToken(ofAccount: device.accountId) else { throw SyncError.unauthorized }
-            return AccountResponse(identityToken: identity, deviceId: device.deviceId, deviceName: device.deviceName)
+            let usage = try await database.usage(ofAccount: device.accountId)
+            return AccountResponse(identityToken: identity, deviceId: device.deviceId, deviceName: device.deviceName, usedBytes: usage.used, quotaBytes: usage.quota)
         }
 
         // Push: "container C is now at sequence N", as JSON text messages, for as long as the
@@ -142,8 +145,19 @@ extension SyncServices {
                 throw SyncError(.contentTooLarge, "chunkTooLarge", "chunks are at most \(Validate.maximumChunkSize) bytes")
             }
             let bytes = Array(buffer: body)
+            let usage = try await database.usage(ofAccount: device.accountId)
+            if usage.used + Int64(bytes.count) > usage.quota, try await !database.hasChunk(accountId: device.accountId, hash: hash) {
+                throw SyncError.quotaExceeded(used: usage.used, quota: usage.quota, adding: Int64(bytes.count))
+            }
             try self.chunks.store(bytes, hash: hash, account: device.accountId)
-            let completed = try await database.chunkStored(accountId: device.accountId, hash: hash, size: Int64(bytes.count), now: Date())
+            let completed: [String: Int64]
+            do {
+                completed = try await database.chunkStored(accountId: device.accountId, hash: hash, size: Int64(bytes.count), now: Date())
+            } catch let error as SyncError where error.code == "quotaExceeded" {
+                // Another upload used the room meanwhile: the bytes are not kept.
+                if try await !database.hasChunk(accountId: device.accountId, hash: hash) { self.chunks.remove(hash: hash, account: device.accountId) }
+                throw error
+            }
             for (container, sequence) in completed { notifier.publish(account: device.accountId, container: container, sequence: sequence) }
             metrics.count(.chunkBytesReceived, by: bytes.count)
             return Response(status: .created)

@@ -39,6 +39,10 @@ public struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equa
         SyncError(.forbidden, "forbidden", "this device is not entitled to container \(container)")
     }
     static let notFound = SyncError(.notFound, "notFound", "no such item")
+    static func quotaExceeded(used: Int64, quota: Int64, adding: Int64) -> SyncError {
+        SyncError(HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), "quotaExceeded",
+                  "the account's storage quota of \(quota) bytes would be exceeded (\(used) used, \(adding) more)")
+    }
     static let chunkNotFound = SyncError(.notFound, "notFound", "no such chunk")
 }
 

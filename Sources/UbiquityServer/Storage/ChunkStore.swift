@@ -59,6 +59,11 @@ struct ChunkStore: Sendable {
         FileManager.default.contents(atPath: path(account: account, hash: hash))
     }
 
+    /// Removes one chunk's file.
+    func remove(hash: String, account: Int64) {
+        unlink(path(account: account, hash: hash))
+    }
+
     /// Removes an account's chunks (the account was deleted).
     func removeAccount(_ account: Int64) {
         try? FileManager.default.removeItem(atPath: "\(directory)/\(account)")

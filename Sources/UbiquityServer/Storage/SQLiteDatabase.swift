@@ -104,6 +104,13 @@ final class SQLiteDatabase: SyncDatabase {
         try await pool.read { db in try String.fetchOne(db, sql: "SELECT identityToken FROM account WHERE id = ?", arguments: [id]) }
     }
 
+    func usage(ofAccount id: Int64) async throws -> (used: Int64, quota: Int64) {
+        try await pool.read { db in
+            let used = try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(size), 0) FROM chunk WHERE accountId = ?", arguments: [id]) ?? 0
+            return (used, try Int64.fetchOne(db, sql: "SELECT quotaBytes FROM account WHERE id = ?", arguments: [id]) ?? 0)
+        }
+    }
+
     func addDevice(accountId: Int64, name: String, tokenHash: String, containers: [String]?) async throws -> String {
         let id = UUID().uuidString.lowercased()
         let list = try containers.map { String(decoding: try JSONEncoder().encode($0), as: UTF8.self) }
@@ -324,6 +331,11 @@ final class SQLiteDatabase: SyncDatabase {
 
     func chunkStored(accountId: Int64, hash: String, size: Int64, now: Date) async throws -> [String: Int64] {
         try await pool.write { db in
+            if try Bool.fetchOne(db, sql: "SELECT 1 FROM chunk WHERE accountId = ? AND hash = ?", arguments: [accountId, hash]) != true {
+                let used = try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(size), 0) FROM chunk WHERE accountId = ?", arguments: [accountId]) ?? 0
+                let quota = try Int64.fetchOne(db, sql: "SELECT quotaBytes FROM account WHERE id = ?", arguments: [accountId]) ?? 0
+                guard used + size <= quota else { throw SyncError.quotaExceeded(used: used, quota: quota, adding: size) }
+            }
             try db.execute(sql: "INSERT OR IGNORE INTO chunk (accountId, hash, size, created) VALUES (?, ?, ?, ?)", arguments: [accountId, hash, size, now.timeIntervalSince1970])
             // Revisions waiting for this chunk that now have every chunk become downloadable.
             let waiting = try Row.fetchAll(db, sql: """

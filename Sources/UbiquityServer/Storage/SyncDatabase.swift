@@ -55,6 +55,8 @@ protocol SyncDatabase: Sendable {
     func credentials(of name: String) async throws -> (id: Int64, passwordHash: String, identityToken: String)?
 
     func identityToken(ofAccount id: Int64) async throws -> String?
+    /// Bytes of chunks the account stores (each once), and its quota.
+    func usage(ofAccount id: Int64) async throws -> (used: Int64, quota: Int64)
 
     func addDevice(accountId: Int64, name: String, tokenHash: String, containers: [String]?) async throws -> String
     func device(tokenHash: String) async throws -> DeviceAuth?
