@@ -50,6 +50,7 @@ public struct SyncServer: Sendable {
         let router = Router(context: SyncContext.self)
         router.add(middleware: MetricsCountingMiddleware(metrics: services.metrics))
         router.add(middleware: LogRequestsMiddleware(.debug))
+        router.add(middleware: ErrorShapingMiddleware())
         router.add(middleware: DeviceAuthMiddleware(database: services.database))
         services.addRoutes(to: router)
         return router

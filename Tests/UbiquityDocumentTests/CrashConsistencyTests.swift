@@ -19,7 +19,7 @@ import Glibc
         return executable.deletingLastPathComponent().appendingPathComponent("UbiquitySaveLoop")
     }
 
-    @Test(.timeLimit(.minutes(1)), arguments: ["crashflat", "crashpkg"])
+    @Test(.timeLimit(.minutes(4)), arguments: ["crashflat", "crashpkg"]) // a guard against hangs: ~10 s alone, slower beside the server fuzzing
     func killedWhileSavingLeavesOldOrNew(_ pathExtension: String) async throws {
         CrashTestDocument.registerTypes()
         #expect(FileManager.default.isExecutableFile(atPath: Self.helper.path), "missing helper \(Self.helper.path)")

@@ -6,30 +6,19 @@ import UbiquityTestSupport
 import FoundationNetworking
 #endif
 
-/// `ubiquity account create` and `ubiquity serve`, run as an operator would: a real process on
-/// a loopback port, a real HTTP client, SIGTERM to stop.
-@Suite struct ServeCommandTests {
-    func binary() -> URL {
+/// `ubiquity serve` as an operator runs it: a real process on a loopback port.
+final class RunningServer {
+    static var binary: URL {
         URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("ubiquity")
     }
 
-    func request(_ url: URL, method: String = "GET", json: String? = nil) async throws -> (Int, String) {
-        var request = URLRequest(url: url)
-        request.httpMethod = method
-        if let json {
-            request.httpBody = Data(json.utf8)
-            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
-        }
-        let (data, response) = try await URLSession.shared.data(for: request)
-        return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
-    }
+    let process = Process()
+    let base: URL
 
-    @Test func serveStartsWithEmbeddedStorageAndStopsGracefully() async throws {
-        let dir = try TemporaryDirectory("serve"); defer { dir.remove() }
-        let data = dir.file("data").path
-
+    /// Creates the account `ada` (password "correct horse") in `data`, then starts the server.
+    init(data: String) throws {
         let create = Process()
-        create.executableURL = binary()
+        create.executableURL = Self.binary
         create.arguments = ["account", "create", "ada", "--data", data, "--password-stdin"]
         let input = Pipe()
         create.standardInput = input
@@ -40,29 +29,92 @@ import FoundationNetworking
         create.waitUntilExit()
         #expect(create.terminationStatus == 0)
 
-        let server = Process()
-        server.executableURL = binary()
-        server.arguments = ["serve", "--data", data, "--port", "0", "--log-level", "warning"]
+        process.executableURL = Self.binary
+        process.arguments = ["serve", "--data", data, "--port", "0", "--log-level", "warning"]
         let output = Pipe()
-        server.standardOutput = output
-        try server.run()
-        defer { if server.isRunning { server.terminate() } }
+        process.standardOutput = output
+        try process.run()
         var text = ""
         while !text.contains("listening on") {
             let chunk = output.fileHandleForReading.availableData
             if chunk.isEmpty { break }
             text += String(decoding: chunk, as: UTF8.self)
         }
-        let base = try #require(text.split(separator: " ").first { $0.hasPrefix("http://") }.map { URL(string: String($0))! })
+        guard let address = text.split(separator: " ").first(where: { $0.hasPrefix("http://") }), let url = URL(string: String(address)) else {
+            process.terminate()
+            throw CocoaError(.fileReadUnknown, userInfo: [NSLocalizedDescriptionKey: "the server did not say where it listens: \(text)"])
+        }
+        base = url
+    }
 
-        #expect(try await request(base.appendingPathComponent("health")) == (200, #"{"status":"ok"}"#))
-        let (status, body) = try await request(base.appendingPathComponent("v1/sign-in"), method: "POST",
-                                               json: #"{"account":"ada","password":"correct horse","deviceName":"test"}"#)
-        #expect(status == 200 && body.contains("\"token\""))
+    deinit { if process.isRunning { process.terminate() } }
+
+    func request(_ path: String, method: String = "GET", json: String? = nil) async throws -> (Int, String) {
+        var request = URLRequest(url: base.appendingPathComponent(path))
+        request.httpMethod = method
+        if let json {
+            request.httpBody = Data(json.utf8)
+            request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        let (data, response) = try await URLSession.shared.data(for: request)
+        return ((response as? HTTPURLResponse)?.statusCode ?? 0, String(decoding: data, as: UTF8.self))
+    }
+
+    /// Signs `ada` in and returns the device token.
+    func token() async throws -> String {
+        let (_, body) = try await request("v1/sign-in", method: "POST", json: #"{"account":"ada","password":"correct horse","deviceName":"test"}"#)
+        let object = try JSONSerialization.jsonObject(with: Data(body.utf8)) as? [String: Any]
+        return try #require(object?["token"] as? String)
+    }
+
+    /// Stops it with SIGTERM and returns how it ended.
+    func stop() -> (Process.TerminationReason, Int32) {
+        process.terminate()
+        process.waitUntilExit()
+        return (process.terminationReason, process.terminationStatus)
+    }
+}
+
+@Suite(.serialized) struct ServeCommandTests {
+    @Test func serveStartsWithEmbeddedStorageAndStopsGracefully() async throws {
+        let dir = try TemporaryDirectory("serve"); defer { dir.remove() }
+        let data = dir.file("data").path
+        let server = try RunningServer(data: data)
+        #expect(try await server.request("health") == (200, #"{"status":"ok"}"#))
+        #expect(try await server.token().count == 64)
         #expect(FileManager.default.fileExists(atPath: data + "/ubiquity.sqlite"))
+        let (reason, status) = server.stop()
+        #expect(reason == .exit && status == 0, "a graceful shutdown")
+    }
 
-        server.terminate() // SIGTERM
-        server.waitUntilExit()
-        #expect(server.terminationReason == .exit && server.terminationStatus == 0, "a graceful shutdown")
+    /// schemathesis (PyPI; `.ci/run` installs it) fuzzes every operation of docs/openapi.yaml
+    /// against a live server: no 5xx, answers as documented.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["CI"] != nil || ServeCommandTests.schemathesis != nil, "schemathesis is not installed"))
+    func schemathesisFindsNoServerErrorsAndNoUndocumentedAnswers() async throws {
+        let schemathesis = try #require(Self.schemathesis, "CI must install schemathesis (pip install schemathesis)")
+        let dir = try TemporaryDirectory("fuzz"); defer { dir.remove() }
+        let server = try RunningServer(data: dir.file("data").path)
+        let token = try await server.token()
+        let spec = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+            .appendingPathComponent("docs/openapi.yaml").path
+        let run = Process()
+        run.executableURL = URL(fileURLWithPath: schemathesis)
+        run.arguments = ["run", spec, "--url", server.base.absoluteString, "-H", "Authorization: Bearer \(token)",
+                         "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
+                         "--max-time", "30", "--workers", "1", "--exclude-path", "/v1/push", "--seed", "1"]
+        let output = Pipe()
+        run.standardOutput = output
+        run.standardError = output
+        try run.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        run.waitUntilExit()
+        #expect(run.terminationStatus == 0, "schemathesis found problems:\n\(text.suffix(4000))")
+        #expect(text.contains("passed"))
+        #expect(server.stop().1 == 0)
+    }
+
+    static var schemathesis: String? {
+        let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"
+        return path.split(separator: ":").map { "\($0)/schemathesis" }.first { FileManager.default.isExecutableFile(atPath: $0) }
     }
 }

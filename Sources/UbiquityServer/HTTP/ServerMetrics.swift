@@ -49,3 +49,36 @@ struct MetricsCountingMiddleware: RouterMiddleware {
         if (400..<500).contains(status) { metrics.count(.clientErrors) } else if status >= 500 { metrics.count(.serverErrors) }
     }
 }
+
+/// Makes every failure answer the same JSON shape (`{"error":{"code","message"}}`): errors
+/// Hummingbird raises itself (a body that does not decode, an unknown route) included.
+struct ErrorShapingMiddleware: RouterMiddleware {
+    typealias Context = SyncContext
+
+    func handle(_ request: Request, context: SyncContext, next: (Request, SyncContext) async throws -> Response) async throws -> Response {
+        do {
+            let response = try await next(request, context)
+            guard response.status.code >= 400, response.headers[.contentType] == nil else { return response }
+            throw Self.shape(response.status, nil)
+        } catch let error as SyncError {
+            throw error
+        } catch let error as any HTTPResponseError {
+            throw Self.shape(error.status, (error as? HTTPError)?.body)
+        } catch is DecodingError {
+            throw SyncError.badRequest("invalidBody", "the body is not the JSON this request takes")
+        }
+    }
+
+    static func shape(_ status: HTTPResponse.Status, _ message: String?) -> SyncError {
+        let code: String
+        switch status.code {
+        case 400: code = "invalidBody"
+        case 401: code = "unauthorized"
+        case 404: code = "notFound"
+        case 405: code = "methodNotAllowed"
+        case 413: code = "tooLarge"
+        default: code = status.code >= 500 ? "internal" : "refused"
+        }
+        return SyncError(status, code, message ?? status.reasonPhrase)
+    }
+}
