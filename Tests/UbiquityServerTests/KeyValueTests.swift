@@ -92,3 +92,26 @@ import Testing
         }
     }
 }
+
+@Suite struct NameCollisionTests {
+    @Test func namesDifferingOnlyByCaseOrNormalisationAreRenamedDeterministically() async throws {
+        for order in [["item-a", "item-b"], ["item-b", "item-a"]] {
+            let server = try TestServer(); defer { server.remove() }
+            _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+            let names = ["item-a": "Caf\u{E9}.txt", "item-b": "CAFE\u{301}.TXT"]
+            try await server.run { client in
+                let ada = try await client.signIn("ada")
+                for id in order { _ = try await client.commit(notes, id, fileUpdate(names[id]!, []), token: ada.token) }
+                let items = try await client.changes(notes, token: ada.token).items
+                let byId = Dictionary(uniqueKeysWithValues: items.map { ($0.id, $0.name) })
+                #expect(byId == ["item-a": "Caf\u{E9}.txt", "item-b": "CAFE\u{301} 2.TXT"], "whichever came first (\(order)): the greater id is renamed")
+            }
+        }
+    }
+
+    @Test func freeNamesSkipTakenOnes() {
+        #expect(NameCollision.freeName(for: "Notes.txt", taken: [NameCollision.key("notes 2.txt")]) == "Notes 3.txt")
+        #expect(NameCollision.freeName(for: ".hidden", taken: []) == ".hidden 2")
+        #expect(NameCollision.freeName(for: "Archive.tar.gz", taken: []) == "Archive.tar 2.gz")
+    }
+}

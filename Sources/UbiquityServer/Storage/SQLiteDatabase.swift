@@ -202,11 +202,29 @@ final class SQLiteDatabase: SyncDatabase {
                     state = "conflict"
                 }
             }
+            // Two live items whose names differ only by case or Unicode normalisation in one
+            // folder: the one with the greater id is renamed ("Name 2.ext"), whichever came first.
+            var name = update.name
+            var renameOther: (id: String, name: String)?
+            if state == "current" && !deleted {
+                let siblings = try Row.fetchAll(db, sql: """
+                    SELECT item.id, revision.name FROM item JOIN revision ON revision.id = item.currentRevision
+                    WHERE item.containerId = ? AND revision.parent IS ? AND revision.deleted = 0 AND item.id != ?
+                    """, arguments: [containerId, update.parent, itemId]).map { (id: $0["id"] as String, name: $0["name"] as String) }
+                let taken = Set(siblings.map { NameCollision.key($0.name) })
+                if let clash = siblings.first(where: { NameCollision.key($0.name) == NameCollision.key(name) }) {
+                    if itemId > clash.id {
+                        name = NameCollision.freeName(for: name, taken: taken)
+                    } else {
+                        renameOther = (clash.id, NameCollision.freeName(for: clash.name, taken: taken.union([NameCollision.key(name)])))
+                    }
+                }
+            }
             try db.execute(sql: """
                 INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
                     modificationDate, type, manifest, deleted, complete, state, created)
                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, arguments: [revision, containerId, itemId, update.baseRevision, device.deviceId, device.deviceName, update.name,
+                """, arguments: [revision, containerId, itemId, update.baseRevision, device.deviceId, device.deviceName, name,
                                  update.parent, update.kind.rawValue, size, update.modificationDate, update.type, manifest,
                                  deleted, missing.isEmpty, state, now.timeIntervalSince1970])
             for hash in hashes {
@@ -224,6 +242,7 @@ final class SQLiteDatabase: SyncDatabase {
             } else {
                 try db.execute(sql: "UPDATE item SET sequence = ? WHERE containerId = ? AND id = ?", arguments: [sequence, containerId, itemId])
             }
+            if let renameOther { try Self.serverRename(db, containerId: containerId, itemId: renameOther.id, to: renameOther.name, now: now) }
             guard let item = try Self.itemState(db, containerId: containerId, id: itemId) else {
                 throw SyncError(.internalServerError, "internal", "the item vanished during its commit")
             }
@@ -364,6 +383,22 @@ final class SQLiteDatabase: SyncDatabase {
     }
 
     // MARK: Helpers
+
+    /// A new current revision of an item, made by the server: the same contents under another name.
+    static func serverRename(_ db: Database, containerId: Int64, itemId: String, to name: String, now: Date) throws {
+        guard let current = try String.fetchOne(db, sql: "SELECT currentRevision FROM item WHERE containerId = ? AND id = ?", arguments: [containerId, itemId]) else { return }
+        let revision = UUID().uuidString.lowercased()
+        try db.execute(sql: """
+            INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
+                modificationDate, type, manifest, deleted, complete, state, created)
+            SELECT ?, containerId, itemId, id, 'server', 'server', ?, parent, kind, size, modificationDate, type, manifest, deleted, complete, 'current', ?
+            FROM revision WHERE id = ?
+            """, arguments: [revision, name, now.timeIntervalSince1970, current])
+        try db.execute(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) SELECT ?, accountId, hash FROM revisionChunk WHERE revisionId = ?", arguments: [revision, current])
+        try db.execute(sql: "UPDATE revision SET state = 'replaced' WHERE id = ?", arguments: [current])
+        let sequence = try bump(db, containerId: containerId)
+        try db.execute(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?", arguments: [revision, sequence, containerId, itemId])
+    }
 
     static func containerId(_ db: Database, accountId: Int64, identifier: String) throws -> Int64? {
         try Int64.fetchOne(db, sql: "SELECT id FROM container WHERE accountId = ? AND identifier = ?", arguments: [accountId, identifier])

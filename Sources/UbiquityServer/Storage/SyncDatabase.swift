@@ -86,3 +86,22 @@ enum ConflictRule {
         a.date != b.date ? a.date > b.date : a.device > b.device
     }
 }
+
+/// Names that would be the same file on a case-insensitive or normalising file system.
+enum NameCollision {
+    /// What two colliding names have in common: NFC, lowercased.
+    static func key(_ name: String) -> String { name.precomposedStringWithCanonicalMapping.lowercased() }
+
+    /// `name` with " 2", " 3", … before its extension, the first whose key is not taken.
+    static func freeName(for name: String, taken: Set<String>) -> String {
+        let dot = name.lastIndex(of: ".").flatMap { $0 == name.startIndex ? nil : $0 }
+        let stem = dot.map { String(name[..<$0]) } ?? name
+        let suffix = dot.map { String(name[$0...]) } ?? ""
+        var number = 2
+        while true {
+            let candidate = "\(stem) \(number)\(suffix)"
+            if !taken.contains(key(candidate)), candidate.utf8.count <= 255 { return candidate }
+            number += 1
+        }
+    }
+}
