@@ -27,11 +27,16 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel = "info"
 
+    @Option(name: .long, help: "How many days replaced revisions and deleted items stay recoverable.")
+    var retentionDays = 30.0
+
     func run() async throws {
         guard let level = Logger.Level(rawValue: logLevel) else { throw ValidationError("unknown log level \(logLevel)") }
         var logger = Logger(label: "ubiquity.server")
         logger.logLevel = level
-        let server = try SyncServer(configuration: .init(dataDirectory: data, host: host, port: port), logger: logger)
+        var configuration = SyncServer.Configuration(dataDirectory: data, host: host, port: port)
+        configuration.retention = retentionDays * 86_400
+        let server = try SyncServer(configuration: configuration, logger: logger)
         let shownHost = host
         let shownData = data
         try await server.run { port in
@@ -121,4 +126,50 @@ func readPassword(fromStandardInput: Bool) throws -> String {
     }
     guard let typed = getpass("Password: ") else { throw ValidationError("no password") }
     return String(cString: typed)
+}
+
+/// `ubiquity recover ACCOUNT [--restore REVISION]`.
+struct RecoverCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "recover",
+        abstract: "List an account's earlier revisions and deleted items still recoverable, or restore one.",
+        discussion: "A restored revision becomes its item's current revision; devices get it with their next changes."
+    )
+
+    @Argument(help: "The account's name.") var account: String
+    @Option(name: .long, help: "The data directory.") var data = "./ubiquity-data"
+    @Option(name: .long, help: "How many days back revisions stay recoverable.") var retentionDays = 30.0
+    @Option(name: .long, help: "The revision to make current again.") var restore: String?
+
+    func run() async throws {
+        let admin = try ServerAdministration(dataDirectory: data)
+        if let restore {
+            guard try await admin.restore(accountName: account, revision: restore) else {
+                throw ValidationError("\(restore) is not a recoverable revision of \(account)'s items")
+            }
+            print("restored revision \(restore)")
+            return
+        }
+        let formatter = ISO8601DateFormatter()
+        for entry in try await admin.recoverable(accountName: account, retention: retentionDays * 86_400) {
+            let when = formatter.string(from: Date(timeIntervalSince1970: entry.replacedAt))
+            print("\(entry.revision)\t\(entry.container)\t\(entry.name)\t\(entry.size) bytes\t\(entry.deviceName)\t\(when)\(entry.itemDeleted ? "\t(item deleted)" : "")")
+        }
+    }
+}
+
+/// `ubiquity gc`: what the server also does every hour.
+struct GarbageCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "gc",
+        abstract: "Forget revisions past the retention and remove chunks nothing refers to."
+    )
+
+    @Option(name: .long, help: "The data directory.") var data = "./ubiquity-data"
+    @Option(name: .long, help: "How many days revisions stay recoverable.") var retentionDays = 30.0
+
+    func run() async throws {
+        let collected = try await ServerAdministration(dataDirectory: data).collectGarbage(retention: retentionDays * 86_400)
+        print("removed \(collected.revisions) revision(s) and \(collected.chunks) chunk(s), \(collected.bytes) bytes")
+    }
 }

@@ -19,6 +19,8 @@ public struct SyncServer: Sendable {
         public var port: Int
         /// bcrypt's cost for passwords (4…31). Default 12.
         public var bcryptCost: UInt8
+        /// How long replaced revisions and deleted items stay recoverable. Default 30 days.
+        public var retention: TimeInterval = SyncServer.defaultRetention
 
         /// Creates a configuration.
         public init(dataDirectory: String = "./ubiquity-data", host: String = "127.0.0.1", port: Int = 8443, bcryptCost: UInt8 = 12) {
@@ -31,6 +33,7 @@ public struct SyncServer: Sendable {
 
     let configuration: Configuration
     let services: SyncServices
+    let database: SQLiteDatabase
     let logger: Logger
 
     /// Opens (or creates) the data directory.
@@ -39,7 +42,7 @@ public struct SyncServer: Sendable {
         self.configuration = configuration
         self.logger = logger
         try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
-        let database = try SQLiteDatabase(path: configuration.dataDirectory + "/ubiquity.sqlite")
+        database = try SQLiteDatabase(path: configuration.dataDirectory + "/ubiquity.sqlite")
         services = SyncServices(
             database: database, chunks: try ChunkStore(directory: configuration.dataDirectory + "/chunks"),
             metrics: ServerMetrics(), notifier: ChangeNotifier(), bcryptCost: configuration.bcryptCost)
@@ -68,8 +71,23 @@ public struct SyncServer: Sendable {
             logger: logger)
     }
 
-    /// Serves until SIGTERM or SIGINT, then shuts down gracefully.
+    /// Serves until SIGTERM or SIGINT, then shuts down gracefully. Collects garbage (revisions
+    /// past ``Configuration/retention``, unreferenced chunks) at start and every hour.
     public func run(onServerRunning: (@Sendable (Int) async -> Void)? = nil) async throws {
+        let maintenance = Task { [database, services, logger, configuration] in
+            while !Task.isCancelled {
+                do {
+                    let collected = try await Self.collectGarbage(database: database, chunks: services.chunks, retention: configuration.retention, now: Date())
+                    if collected.revisions + collected.chunks > 0 {
+                        logger.info("collected garbage", metadata: ["revisions": "\(collected.revisions)", "chunks": "\(collected.chunks)", "bytes": "\(collected.bytes)"])
+                    }
+                } catch {
+                    logger.error("garbage collection failed", metadata: ["error": "\(error)"])
+                }
+                try? await Task.sleep(for: .seconds(3_600))
+            }
+        }
+        defer { maintenance.cancel() }
         try await makeApplication(onServerRunning: onServerRunning).runService()
     }
 }
@@ -120,4 +138,36 @@ public struct ServerAdministration: Sendable {
 
     /// Revokes a device's token. Returns false if there is no such (unrevoked) device.
     public func revokeDevice(id: String) async throws -> Bool { try await database.revokeDevice(id: id) }
+
+    /// What an account can get back: earlier revisions and deleted items within the retention.
+    /// - Parameters:
+    ///   - accountName: The account.
+    ///   - retention: How far back (default 30 days).
+    ///   - now: The time to judge by.
+    public func recoverable(accountName: String, retention: TimeInterval = SyncServer.defaultRetention, now: Date = Date()) async throws -> [RecoverableRevision] {
+        try await database.recoverable(accountName: accountName, now: now, retention: retention)
+    }
+
+    /// Makes an earlier revision (or a deleted item's last one) current again. Devices see it in
+    /// their next `changes`. Returns false if there is no such recoverable revision.
+    public func restore(accountName: String, revision: String, now: Date = Date()) async throws -> Bool {
+        try await database.restore(accountName: accountName, revision: revision, now: now) != nil
+    }
+
+    /// Forgets revisions older than the retention and removes chunks nothing names any more.
+    /// - Returns: How many revisions and chunks went, and the bytes freed.
+    public func collectGarbage(retention: TimeInterval = SyncServer.defaultRetention, now: Date = Date()) async throws -> (revisions: Int, chunks: Int, bytes: Int64) {
+        try await SyncServer.collectGarbage(database: database, chunks: chunks, retention: retention, now: now)
+    }
+}
+
+extension SyncServer {
+    /// How long replaced revisions and deleted items stay recoverable: 30 days.
+    public static let defaultRetention: TimeInterval = 30 * 86_400
+
+    static func collectGarbage(database: SQLiteDatabase, chunks: ChunkStore, retention: TimeInterval, now: Date) async throws -> (revisions: Int, chunks: Int, bytes: Int64) {
+        let collected = try await database.collectGarbage(now: now, retention: retention, grace: 86_400)
+        for (account, hash) in collected.chunks { chunks.remove(hash: hash, account: account) }
+        return (collected.revisions, collected.chunks.count, collected.bytes)
+    }
 }

@@ -115,3 +115,47 @@ import Testing
         #expect(NameCollision.freeName(for: "Archive.tar.gz", taken: []) == "Archive.tar 2.gz")
     }
 }
+
+@Suite struct RecoveryTests {
+    @Test func replacedRevisionsAndDeletedItemsAreRecoverableThenCollected() async throws {
+        let server = try TestServer(); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        let old: [UInt8] = Array("first draft".utf8), new: [UInt8] = Array("second draft".utf8)
+        let (first, second) = try await server.run { client in
+            let ada = try await client.signIn("ada")
+            let first = try await client.commit(notes, "doc", fileUpdate("Draft.txt", [old]), token: ada.token)
+            _ = try await client.upload(old, token: ada.token)
+            let second = try await client.commit(notes, "doc", fileUpdate("Draft v2.txt", [new], base: first.revision, date: 1_800_000_100), token: ada.token)
+            _ = try await client.upload(new, token: ada.token)
+            _ = try await client.commit(notes, "doc", fileUpdate("Draft v2.txt", [], base: second.revision, date: 1_800_000_200, deleted: true), token: ada.token)
+            return (first.revision, second.revision)
+        }
+        let recoverable = try await server.admin.recoverable(accountName: "ada")
+        #expect(recoverable.map(\.revision) == [second, first] && recoverable.allSatisfy(\.itemDeleted))
+        #expect(try await server.admin.recoverable(accountName: "bob").isEmpty)
+        #expect(try await server.admin.restore(accountName: "ada", revision: second))
+        #expect(try await server.admin.restore(accountName: "ada", revision: "no-such-revision") == false)
+
+        try await server.run { client in
+            let ada = try await client.signIn("ada")
+            let item = try await client.send(.get, "/v1/containers/\(notes)/items/doc", token: ada.token).decode(ItemState.self)
+            #expect(!item.deleted && item.name == "Draft v2.txt" && item.uploaded && item.deviceName == "server")
+        }
+
+        // Within the retention nothing goes; past it, the old revisions go, and with them the
+        // chunk only the first draft used.
+        #expect(try await server.admin.collectGarbage().chunks == 0)
+        let firstChunk = server.directory + "/chunks/1/\(sha256(old).prefix(2))/\(sha256(old))"
+        #expect(FileManager.default.fileExists(atPath: firstChunk))
+        let later = Date().addingTimeInterval(40 * 86_400)
+        let collected = try await server.admin.collectGarbage(now: later)
+        #expect(collected.revisions >= 2 && collected.chunks == 1 && collected.bytes == Int64(old.count))
+        #expect(!FileManager.default.fileExists(atPath: firstChunk))
+        try await server.run { client in
+            let ada = try await client.signIn("ada")
+            let account = String(buffer: try await client.send(.get, "/v1/account", token: ada.token).body)
+            #expect(account.contains("\"usedBytes\":\(new.count)"), "quota usage counts what is stored")
+            #expect(try await client.send(.get, "/v1/chunks/\(sha256(new))", token: ada.token).status == .ok)
+        }
+    }
+}

@@ -382,6 +382,75 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
+    // MARK: Recovery and garbage collection
+
+    /// What an account can still get back: revisions no longer current (replaced, resolved,
+    /// superseded) and deleted items, made within `retention` seconds before `now`.
+    func recoverable(accountName: String, now: Date, retention: TimeInterval) async throws -> [RecoverableRevision] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT revision.id, container.identifier, revision.itemId, revision.name, revision.deviceName, revision.size,
+                    revision.modificationDate, revision.created, revision.state, revision.complete,
+                    (SELECT deleted FROM revision AS current JOIN item ON item.currentRevision = current.id
+                     WHERE item.containerId = revision.containerId AND item.id = revision.itemId) AS itemDeleted
+                FROM revision JOIN container ON container.id = revision.containerId JOIN account ON account.id = container.accountId
+                WHERE account.name = ? AND revision.state IN ('replaced', 'resolved', 'superseded') AND revision.deleted = 0
+                    AND revision.created >= ?
+                ORDER BY revision.created DESC
+                """, arguments: [accountName, now.timeIntervalSince1970 - retention]).map {
+                RecoverableRevision(
+                    revision: $0["id"], container: $0["identifier"], item: $0["itemId"], name: $0["name"], deviceName: $0["deviceName"],
+                    size: $0["size"], modificationDate: $0["modificationDate"], replacedAt: $0["created"],
+                    itemDeleted: ($0["itemDeleted"] as Bool?) ?? false, uploaded: $0["complete"])
+            }
+        }
+    }
+
+    /// Makes a recoverable revision its item's current one again (a new revision by the server).
+    /// Returns the container and its sequence, or nil if there is no such revision.
+    func restore(accountName: String, revision: String, now: Date) async throws -> (container: String, sequence: Int64)? {
+        try await pool.write { db in
+            guard let row = try Row.fetchOne(db, sql: """
+                SELECT revision.containerId, revision.itemId, container.identifier FROM revision
+                JOIN container ON container.id = revision.containerId JOIN account ON account.id = container.accountId
+                WHERE account.name = ? AND revision.id = ? AND revision.state IN ('replaced', 'resolved', 'superseded') AND revision.deleted = 0
+                """, arguments: [accountName, revision]) else { return nil }
+            let containerId: Int64 = row["containerId"]
+            let itemId: String = row["itemId"]
+            let restored = UUID().uuidString.lowercased()
+            try db.execute(sql: """
+                INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
+                    modificationDate, type, manifest, deleted, complete, state, created)
+                SELECT ?, containerId, itemId, (SELECT currentRevision FROM item WHERE containerId = ? AND id = ?), 'server', 'server',
+                    name, parent, kind, size, modificationDate, type, manifest, 0, complete, 'current', ?
+                FROM revision WHERE id = ?
+                """, arguments: [restored, containerId, itemId, now.timeIntervalSince1970, revision])
+            try db.execute(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) SELECT ?, accountId, hash FROM revisionChunk WHERE revisionId = ?", arguments: [restored, revision])
+            try db.execute(sql: "UPDATE revision SET state = 'replaced' WHERE id = (SELECT currentRevision FROM item WHERE containerId = ? AND id = ?)", arguments: [containerId, itemId])
+            let sequence = try Self.bump(db, containerId: containerId)
+            try db.execute(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?", arguments: [restored, sequence, containerId, itemId])
+            return (row["identifier"], sequence)
+        }
+    }
+
+    /// Forgets revisions no longer current that are older than `retention`, then chunks no
+    /// revision names (older than `grace`, so a chunk uploaded just before its manifest stays).
+    /// Returns the removed chunks (account, hash) for their files to go, and how many revisions went.
+    func collectGarbage(now: Date, retention: TimeInterval, grace: TimeInterval) async throws -> (revisions: Int, chunks: [(Int64, String)], bytes: Int64) {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM revision WHERE state IN ('replaced', 'resolved', 'superseded') AND created < ?", arguments: [now.timeIntervalSince1970 - retention])
+            let revisions = db.changesCount
+            let orphans = try Row.fetchAll(db, sql: """
+                SELECT accountId, hash, size FROM chunk WHERE created < ? AND NOT EXISTS
+                    (SELECT 1 FROM revisionChunk WHERE revisionChunk.accountId = chunk.accountId AND revisionChunk.hash = chunk.hash)
+                """, arguments: [now.timeIntervalSince1970 - grace])
+            for orphan in orphans {
+                try db.execute(sql: "DELETE FROM chunk WHERE accountId = ? AND hash = ?", arguments: [orphan["accountId"] as Int64, orphan["hash"] as String])
+            }
+            return (revisions, orphans.map { ($0["accountId"], $0["hash"]) }, orphans.reduce(0) { $0 + ($1["size"] as Int64) })
+        }
+    }
+
     // MARK: Helpers
 
     /// A new current revision of an item, made by the server: the same contents under another name.

@@ -37,6 +37,30 @@ public struct DeviceInfo: Sendable, Equatable {
     public var revoked: Bool
 }
 
+/// A revision that is no longer current but can be restored (`ubiquity recover`).
+public struct RecoverableRevision: Sendable, Equatable {
+    /// The revision's id (what `--restore` takes).
+    public var revision: String
+    /// Its container.
+    public var container: String
+    /// Its item's id.
+    public var item: String
+    /// The item's name in that revision.
+    public var name: String
+    /// The device that made it.
+    public var deviceName: String
+    /// Bytes of contents.
+    public var size: Int64
+    /// Its modification date (seconds since 1970).
+    public var modificationDate: Double
+    /// When it was committed (seconds since 1970).
+    public var replacedAt: Double
+    /// Whether its item is deleted now.
+    public var itemDeleted: Bool
+    /// Whether all its chunks are on the server.
+    public var uploaded: Bool
+}
+
 /// The outcome of committing a revision.
 struct CommitOutcome: Sendable {
     var revision: String
