@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "Ubiquity", targets: ["Ubiquity"]),
         .executable(name: "ubiquity", targets: ["UbiquityCLI"]),
         .executable(name: "ubiquity-bench", targets: ["UbiquityBenchmarks"]),
+        .executable(name: "ubiquity-load", targets: ["UbiquityLoad"]),
         .executable(name: "text-editor", targets: ["TextEditorExample"]),
         .executable(name: "notes", targets: ["NotesExample"]),
         .executable(name: "things", targets: ["ThingsExample"]),
@@ -62,6 +63,15 @@ let package = Package(
             dependencies: ["Ubiquity", "UbiquityExamples", "UbiquityServer", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         .executableTarget(name: "UbiquityBenchmarks", dependencies: ["Ubiquity", "UbiquityFiles"]),
+        // Load generator for the server: N simulated devices over loopback.
+        .executableTarget(
+            name: "UbiquityLoad",
+            dependencies: [
+                "UbiquityServer",
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+            ]
+        ),
 
         // Test support: documents and a child process that saves in a loop (killed by the crash test).
         .target(name: "UbiquityTestSupport", dependencies: ["Ubiquity"], path: "Tests/Support"),

@@ -1,0 +1,227 @@
+// ubiquity-load: drives N simulated devices against a sync server over loopback and prints, as
+// JSON, the sustained commits per second and the time from a commit to its push reaching the
+// account's other devices (p50, p99).
+//
+//   swift run -c release ubiquity-load [--devices 100,1000] [--seconds 10] [--writers 4]
+//
+// Each run starts its own server (embedded SQLite in a temporary directory) in this process,
+// signs the devices in, connects each one's push WebSocket, then lets `writers` devices commit
+// metadata-only revisions as fast as the server takes them for `seconds`.
+import Foundation
+import HummingbirdWSClient
+import Logging
+import ServiceLifecycle
+import Synchronization
+import UbiquityServer
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct Options {
+    var devices = [100, 1_000]
+    var seconds = 10.0
+    var writers = 4
+
+    init(_ arguments: [String]) throws {
+        var rest = arguments[...]
+        while let argument = rest.popFirst() {
+            switch argument {
+            case "--devices": devices = (rest.popFirst() ?? "").split(separator: ",").compactMap { Int($0) }
+            case "--seconds": seconds = Double(rest.popFirst() ?? "") ?? seconds
+            case "--writers": writers = Int(rest.popFirst() ?? "") ?? writers
+            default: throw LoadError("usage: ubiquity-load [--devices 100,1000] [--seconds S] [--writers W]")
+            }
+        }
+        guard !devices.isEmpty, devices.allSatisfy({ $0 >= 2 }), writers >= 1, seconds > 0 else { throw LoadError("bad options") }
+    }
+}
+
+struct LoadError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+let container = "LOADTEST01.org.ubiquity.load"
+
+/// Monotonic nanoseconds.
+func now() -> UInt64 {
+    var time = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &time)
+    return UInt64(time.tv_sec) * 1_000_000_000 + UInt64(time.tv_nsec)
+}
+
+/// What the run observed.
+final class Observations: Sendable {
+    struct State {
+        var commitStarts: [Int64: (start: UInt64, writer: Int)] = [:]
+        var arrivals: [(device: Int, sequence: Int64, at: UInt64)] = []
+        var connected = 0
+        var stopped = false
+    }
+    let state = Mutex(State())
+}
+
+/// The port the in-process server bound.
+final class BoundPort: Sendable {
+    let value = Mutex(0)
+}
+
+func request(_ url: URL, method: String, token: String?, body: Data) async throws -> Data {
+    var request = URLRequest(url: url)
+    request.httpMethod = method
+    request.httpBody = body
+    request.setValue("application/json", forHTTPHeaderField: "Content-Type")
+    if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+    let (data, response) = try await URLSession.shared.data(for: request)
+    guard (response as? HTTPURLResponse)?.statusCode == 200 else {
+        throw LoadError("\(method) \(url.path): \((response as? HTTPURLResponse)?.statusCode ?? 0) \(String(decoding: data, as: UTF8.self))")
+    }
+    return data
+}
+
+func percentile(_ sorted: [Double], _ p: Double) -> Double {
+    sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))]
+}
+
+func run(devices count: Int, options: Options) async throws -> [String: Any] {
+    let directory = NSTemporaryDirectory() + "ubiquity-load-\(UUID().uuidString.prefix(8))"
+    defer { try? FileManager.default.removeItem(atPath: directory) }
+    let logger: Logger = {
+        var logger = Logger(label: "ubiquity.load")
+        logger.logLevel = .error
+        return logger
+    }()
+    let server = try SyncServer(configuration: .init(dataDirectory: directory, port: 0, bcryptCost: 4), logger: logger)
+    _ = try await ServerAdministration(dataDirectory: directory, bcryptCost: 4).createAccount(name: "load", password: "load-test-password")
+    let port = BoundPort()
+    let app = server.makeApplication { bound in port.value.withLock { $0 = bound } }
+    let group = ServiceGroup(services: [app], gracefulShutdownSignals: [], logger: logger)
+    let serving = Task { try await group.run() }
+    defer { serving.cancel() }
+    while port.value.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(5)) }
+    let base = URL(string: "http://127.0.0.1:\(port.value.withLock { $0 })")!
+
+    // Sign the devices in (a few at a time).
+    var signedIn: [String] = []
+    for batch in stride(from: 0, to: count, by: 32) {
+        let signed = try await withThrowingTaskGroup(of: String.self) { group in
+            for index in batch..<min(batch + 32, count) {
+                group.addTask {
+                    let body = try JSONEncoder().encode(SignInRequest(account: "load", password: "load-test-password", deviceName: "device-\(index)"))
+                    return try JSONDecoder().decode(SignInResponse.self, from: try await request(base.appendingPathComponent("v1/sign-in"), method: "POST", token: nil, body: body)).token
+                }
+            }
+            return try await group.reduce(into: []) { $0.append($1) }
+        }
+        signedIn += signed
+    }
+    let tokens = signedIn
+
+    // Connect every device's push socket.
+    let observations = Observations()
+    let sockets = Task {
+        await withTaskGroup(of: Void.self) { group in
+            for (index, token) in tokens.enumerated() {
+                group.addTask {
+                    var configuration = WebSocketClientConfiguration()
+                    configuration.additionalHeaders = [.authorization: "Bearer \(token)"]
+                    _ = try? await WebSocketClient.connect(url: "ws://127.0.0.1:\(base.port!)/v1/push", configuration: configuration, logger: logger) { inbound, outbound, _ in
+                        for try await message in inbound.messages(maxSize: 1 << 16) {
+                            let at = now()
+                            guard case .text(let text) = message, let event = try? JSONDecoder().decode(PushEvent.self, from: Data(text.utf8)) else { continue }
+                            if event.type == "connected" {
+                                observations.state.withLock { $0.connected += 1 }
+                            } else if let sequence = event.sequence {
+                                observations.state.withLock { $0.arrivals.append((index, sequence, at)) }
+                            }
+                            if observations.state.withLock({ $0.stopped }) { break }
+                        }
+                        try await outbound.close(.normalClosure, reason: nil)
+                    }
+                }
+            }
+        }
+    }
+    let connectDeadline = ContinuousClock.now + .seconds(60)
+    while observations.state.withLock({ $0.connected }) < count {
+        guard ContinuousClock.now < connectDeadline else { throw LoadError("only \(observations.state.withLock { $0.connected }) of \(count) devices connected") }
+        try await Task.sleep(for: .milliseconds(10))
+    }
+
+    // Writers commit as fast as the server takes them.
+    let writers = min(options.writers, count - 1)
+    let started = now()
+    let duration = UInt64(options.seconds * 1e9)
+    let commits = try await withThrowingTaskGroup(of: Int.self) { group in
+        for writer in 0..<writers {
+            group.addTask {
+                var revision: String?
+                var done = 0
+                while now() - started < duration {
+                    let update = ItemUpdate(baseRevision: revision, name: "note-\(writer).txt", kind: .file, modificationDate: Date().timeIntervalSince1970, manifest: Manifest(chunks: []))
+                    let start = now()
+                    let data = try await request(base.appendingPathComponent("v1/containers/\(container)/items/item-\(writer)"), method: "PUT", token: tokens[writer], body: try JSONEncoder().encode(update))
+                    let response = try JSONDecoder().decode(CommitResponse.self, from: data)
+                    observations.state.withLock { $0.commitStarts[response.item.sequence] = (start, writer) }
+                    revision = response.revision
+                    done += 1
+                }
+                return done
+            }
+        }
+        return try await group.reduce(0, +)
+    }
+    let elapsed = Double(now() - started) / 1e9
+
+    // Let the last pushes arrive (each device should see every commit).
+    let expected = commits * (count - 1)
+    let drainDeadline = ContinuousClock.now + .seconds(20)
+    func delivered() -> Int {
+        observations.state.withLock { state in state.arrivals.filter { arrival in state.commitStarts[arrival.sequence].map { $0.writer != arrival.device } ?? false }.count }
+    }
+    while delivered() < expected && ContinuousClock.now < drainDeadline { try await Task.sleep(for: .milliseconds(20)) }
+    observations.state.withLock { $0.stopped = true }
+
+    let latencies: [Double] = observations.state.withLock { state in
+        state.arrivals.compactMap { arrival in
+            guard let commit = state.commitStarts[arrival.sequence], commit.writer != arrival.device, arrival.at >= commit.start else { return nil }
+            return Double(arrival.at - commit.start) / 1e9
+        }.sorted()
+    }
+    await group.triggerGracefulShutdown()
+    sockets.cancel()
+    return [
+        "devices": count, "writers": writers, "seconds": (elapsed * 1000).rounded() / 1000,
+        "commits": commits, "commitsPerSecond": (Double(commits) / elapsed).rounded(),
+        "pushesExpected": expected, "pushesDelivered": latencies.count,
+        "commitToPushSeconds": ["p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99), "max": latencies.last ?? 0],
+    ]
+}
+
+/// Raises the open-file limit: every device holds a socket at each end.
+func raiseFileLimit() {
+    var limit = rlimit()
+    getrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+    limit.rlim_cur = limit.rlim_max
+    setrlimit(Int32(RLIMIT_NOFILE.rawValue), &limit)
+}
+
+do {
+    let options = try Options(Array(CommandLine.arguments.dropFirst()))
+    raiseFileLimit()
+    var runs: [[String: Any]] = []
+    for devices in options.devices { runs.append(try await run(devices: devices, options: options)) }
+    let report: [String: Any] = [
+        "benchmark": "ubiquity-load", "backend": "sqlite", "cores": ProcessInfo.processInfo.activeProcessorCount,
+        "note": "server and devices share this machine; latency is from sending a commit to a device reading its push",
+        "runs": runs,
+    ]
+    FileHandle.standardOutput.write(try JSONSerialization.data(withJSONObject: report, options: [.prettyPrinted, .sortedKeys]) + Data("\n".utf8))
+} catch {
+    FileHandle.standardError.write(Data("ubiquity-load: \(error)\n".utf8))
+    exit(1)
+}
