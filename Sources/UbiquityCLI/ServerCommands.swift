@@ -30,17 +30,29 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "How many days replaced revisions and deleted items stay recoverable.")
     var retentionDays = 30.0
 
+    @Option(name: .long, help: "A PEM certificate chain: serve HTTPS (needs --tls-key).")
+    var tlsCert: String?
+
+    @Option(name: .long, help: "The certificate's PEM private key.")
+    var tlsKey: String?
+
     func run() async throws {
         guard let level = Logger.Level(rawValue: logLevel) else { throw ValidationError("unknown log level \(logLevel)") }
         var logger = Logger(label: "ubiquity.server")
         logger.logLevel = level
         var configuration = SyncServer.Configuration(dataDirectory: data, host: host, port: port)
         configuration.retention = retentionDays * 86_400
+        switch (tlsCert, tlsKey) {
+        case (let certificate?, let key?): configuration.tls = (certificate, key)
+        case (nil, nil): break
+        default: throw ValidationError("--tls-cert and --tls-key go together")
+        }
+        let scheme = configuration.tls == nil ? "http" : "https"
         let server = try SyncServer(configuration: configuration, logger: logger)
         let shownHost = host
         let shownData = data
         try await server.run { port in
-            FileHandle.standardOutput.write(Data("ubiquity server listening on http://\(shownHost):\(port) (data: \(shownData))\n".utf8))
+            FileHandle.standardOutput.write(Data("ubiquity server listening on \(scheme)://\(shownHost):\(port) (data: \(shownData))\n".utf8))
         }
     }
 }

@@ -98,7 +98,7 @@ func run(devices count: Int, options: Options) async throws -> [String: Any] {
     let server = try SyncServer(configuration: .init(dataDirectory: directory, port: 0, bcryptCost: 4), logger: logger)
     _ = try await ServerAdministration(dataDirectory: directory, bcryptCost: 4).createAccount(name: "load", password: "load-test-password")
     let port = BoundPort()
-    let app = server.makeApplication { bound in port.value.withLock { $0 = bound } }
+    let app = try server.makeApplication { bound in port.value.withLock { $0 = bound } }
     let group = ServiceGroup(services: [app], gracefulShutdownSignals: [], logger: logger)
     let serving = Task { try await group.run() }
     defer { serving.cancel() }

@@ -1,7 +1,10 @@
 import Foundation
 import Hummingbird
 import HummingbirdBcrypt
+import HummingbirdCore
+import HummingbirdTLS
 import HummingbirdWebSocket
+import NIOSSL
 import Logging
 
 /// The sync server: iCloud's role, self-hosted. `ubiquity serve` runs it.
@@ -21,6 +24,8 @@ public struct SyncServer: Sendable {
         public var bcryptCost: UInt8
         /// How long replaced revisions and deleted items stay recoverable. Default 30 days.
         public var retention: TimeInterval = SyncServer.defaultRetention
+        /// A PEM certificate chain and private key: serve HTTPS (and WSS) instead of HTTP.
+        public var tls: (certificate: String, privateKey: String)?
 
         /// Creates a configuration.
         public init(dataDirectory: String = "./ubiquity-data", host: String = "127.0.0.1", port: Int = 8443, bcryptCost: UInt8 = 12) {
@@ -61,11 +66,22 @@ public struct SyncServer: Sendable {
 
     /// The Hummingbird application.
     /// - Parameter onServerRunning: Called with the bound port once listening.
-    public func makeApplication(onServerRunning: (@Sendable (Int) async -> Void)? = nil) -> some ApplicationProtocol {
+    /// - Throws: ``SyncError`` when the TLS certificate or key cannot be read.
+    public func makeApplication(onServerRunning: (@Sendable (Int) async -> Void)? = nil) throws -> some ApplicationProtocol {
         let router = makeRouter()
+        var server: HTTPServerBuilder = .http1WebSocketUpgrade(webSocketRouter: router)
+        if let tls = configuration.tls {
+            do {
+                let chain = try NIOSSLCertificate.fromPEMFile(tls.certificate).map { NIOSSLCertificateSource.certificate($0) }
+                let key = try NIOSSLPrivateKey(file: tls.privateKey, format: .pem)
+                server = try .tls(server, tlsConfiguration: .makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key)))
+            } catch {
+                throw SyncError(.internalServerError, "tlsConfiguration", "cannot use the TLS certificate \(tls.certificate) and key \(tls.privateKey): \(error)")
+            }
+        }
         return Application(
             router: router,
-            server: .http1WebSocketUpgrade(webSocketRouter: router),
+            server: server,
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "ubiquity"),
             onServerRunning: { channel in await onServerRunning?(channel.localAddress?.port ?? 0) },
             logger: logger)

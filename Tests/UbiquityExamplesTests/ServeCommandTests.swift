@@ -16,7 +16,7 @@ final class RunningServer {
     let base: URL
 
     /// Creates the account `ada` (password "correct horse") in `data`, then starts the server.
-    init(data: String) throws {
+    init(data: String, extraArguments: [String] = []) throws {
         let create = Process()
         create.executableURL = Self.binary
         create.arguments = ["account", "create", "ada", "--data", data, "--password-stdin"]
@@ -30,7 +30,7 @@ final class RunningServer {
         #expect(create.terminationStatus == 0)
 
         process.executableURL = Self.binary
-        process.arguments = ["serve", "--data", data, "--port", "0", "--log-level", "warning"]
+        process.arguments = ["serve", "--data", data, "--port", "0", "--log-level", "warning"] + extraArguments
         let output = Pipe()
         process.standardOutput = output
         try process.run()
@@ -40,7 +40,7 @@ final class RunningServer {
             if chunk.isEmpty { break }
             text += String(decoding: chunk, as: UTF8.self)
         }
-        guard let address = text.split(separator: " ").first(where: { $0.hasPrefix("http://") }), let url = URL(string: String(address)) else {
+        guard let address = text.split(separator: " ").first(where: { $0.hasPrefix("http") }), let url = URL(string: String(address)) else {
             process.terminate()
             throw CocoaError(.fileReadUnknown, userInfo: [NSLocalizedDescriptionKey: "the server did not say where it listens: \(text)"])
         }
@@ -85,6 +85,44 @@ final class RunningServer {
         #expect(FileManager.default.fileExists(atPath: data + "/ubiquity.sqlite"))
         let (reason, status) = server.stop()
         #expect(reason == .exit && status == 0, "a graceful shutdown")
+    }
+
+    @Test func serveSpeaksHTTPSWithACertificateAndKey() async throws {
+        let dir = try TemporaryDirectory("tls"); defer { dir.remove() }
+        let key = dir.file("key.pem").path, certificate = dir.file("cert.pem").path
+        #expect(try Self.command("/usr/bin/openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate,
+                                                      "-days", "1", "-subj", "/CN=localhost"]).0 == 0)
+        let server = try RunningServer(data: dir.file("data").path, extraArguments: ["--tls-cert", certificate, "--tls-key", key])
+        #expect(server.base.scheme == "https")
+        let (status, body) = try Self.command("/usr/bin/curl", ["-s", "--cacert", certificate, "https://localhost:\(server.base.port!)/health"])
+        #expect(status == 0 && body == #"{"status":"ok"}"#)
+        #expect(try Self.command("/usr/bin/curl", ["-s", "http://127.0.0.1:\(server.base.port!)/health"]).1 != #"{"status":"ok"}"#, "no plain HTTP")
+        #expect(server.stop().1 == 0)
+
+        // A key that does not exist: a clear error, no server.
+        let broken = Process()
+        broken.executableURL = RunningServer.binary
+        broken.arguments = ["serve", "--data", dir.file("data").path, "--port", "0", "--tls-cert", certificate, "--tls-key", dir.file("missing.pem").path]
+        let errors = Pipe()
+        broken.standardError = errors
+        broken.standardOutput = FileHandle.nullDevice
+        try broken.run()
+        let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        broken.waitUntilExit()
+        #expect(broken.terminationStatus != 0 && message.contains("missing.pem"))
+    }
+
+    static func command(_ path: String, _ arguments: [String]) throws -> (Int32, String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: path)
+        process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, text)
     }
 
     /// schemathesis (PyPI; `.ci/run` installs it) fuzzes every operation of docs/openapi.yaml
