@@ -137,6 +137,7 @@ final class RunningServer {
             .appendingPathComponent("docs/openapi.yaml").path
         let run = Process()
         run.executableURL = URL(fileURLWithPath: schemathesis)
+        run.currentDirectoryURL = dir.url // its cache (.schemathesis/) goes there, not into the repository
         run.arguments = ["run", spec, "--url", server.base.absoluteString, "-H", "Authorization: Bearer \(token)",
                          "--checks", "not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance",
                          "--max-time", "30", "--workers", "1", "--exclude-path", "/v1/push", "--seed", "1"]
