@@ -106,16 +106,7 @@ import UbiquityTestSupport
 @Suite struct ExampleProgramTests {
     func run(_ program: String, _ arguments: [String]) throws -> (Int32, String) {
         let binary = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent(program)
-        let process = Process()
-        process.executableURL = binary
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, output)
+        return try runProcess(binary.path, arguments)
     }
 
     @Test func programsEditTheirDocuments() throws {
@@ -145,4 +136,18 @@ import UbiquityTestSupport
         }
         #expect(try ExampleProgramTests().run("ubiquity", ["--version"]) == (0, "0.1.0\n"))
     }
+}
+
+/// Runs a program to completion: its exit status and standard output (standard error dropped).
+func runProcess(_ path: String, _ arguments: [String]) throws -> (Int32, String) {
+    let process = Process()
+    process.executableURL = URL(fileURLWithPath: path)
+    process.arguments = arguments
+    let pipe = Pipe()
+    process.standardOutput = pipe
+    process.standardError = FileHandle.nullDevice
+    try process.run()
+    let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    process.waitUntilExit()
+    return (process.terminationStatus, output)
 }

@@ -90,13 +90,13 @@ final class RunningServer {
     @Test func serveSpeaksHTTPSWithACertificateAndKey() async throws {
         let dir = try TemporaryDirectory("tls"); defer { dir.remove() }
         let key = dir.file("key.pem").path, certificate = dir.file("cert.pem").path
-        #expect(try Self.command("/usr/bin/openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate,
+        #expect(try runProcess("/usr/bin/openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate,
                                                       "-days", "1", "-subj", "/CN=localhost"]).0 == 0)
         let server = try RunningServer(data: dir.file("data").path, extraArguments: ["--tls-cert", certificate, "--tls-key", key])
         #expect(server.base.scheme == "https")
-        let (status, body) = try Self.command("/usr/bin/curl", ["-s", "--cacert", certificate, "https://localhost:\(server.base.port!)/health"])
+        let (status, body) = try runProcess("/usr/bin/curl", ["-s", "--cacert", certificate, "https://localhost:\(server.base.port!)/health"])
         #expect(status == 0 && body == #"{"status":"ok"}"#)
-        #expect(try Self.command("/usr/bin/curl", ["-s", "http://127.0.0.1:\(server.base.port!)/health"]).1 != #"{"status":"ok"}"#, "no plain HTTP")
+        #expect(try runProcess("/usr/bin/curl", ["-s", "http://127.0.0.1:\(server.base.port!)/health"]).1 != #"{"status":"ok"}"#, "no plain HTTP")
         #expect(server.stop().1 == 0)
 
         // A key that does not exist: a clear error, no server.
@@ -110,19 +110,6 @@ final class RunningServer {
         let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         broken.waitUntilExit()
         #expect(broken.terminationStatus != 0 && message.contains("missing.pem"))
-    }
-
-    static func command(_ path: String, _ arguments: [String]) throws -> (Int32, String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: path)
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        process.waitUntilExit()
-        return (process.terminationStatus, text)
     }
 
     /// schemathesis (PyPI; `.ci/run` installs it) fuzzes every operation of docs/openapi.yaml

@@ -12,8 +12,7 @@ import Testing
     }
 
     @Test func valuesRoundTripAndTheMostRecentTimestampWins() async throws {
-        let server = try TestServer(); defer { server.remove() }
-        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
         try await server.run { client in
             let laptop = try await client.signIn("ada", device: "laptop")
             let phone = try await client.signIn("ada", device: "phone")
@@ -40,8 +39,7 @@ import Testing
     }
 
     @Test func applesLimitsAreEnforcedExactlyAndAViolationChangesNothing() async throws {
-        let server = try TestServer(); defer { server.remove() }
-        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
         try await server.run { client in
             let ada = try await client.signIn("ada")
             let key64 = String(repeating: "k", count: 64)
@@ -96,8 +94,7 @@ import Testing
 @Suite struct NameCollisionTests {
     @Test func namesDifferingOnlyByCaseOrNormalisationAreRenamedDeterministically() async throws {
         for order in [["item-a", "item-b"], ["item-b", "item-a"]] {
-            let server = try TestServer(); defer { server.remove() }
-            _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+            let server = try await TestServer.withAccount("ada"); defer { server.remove() }
             let names = ["item-a": "Caf\u{E9}.txt", "item-b": "CAFE\u{301}.TXT"]
             try await server.run { client in
                 let ada = try await client.signIn("ada")
@@ -118,8 +115,7 @@ import Testing
 
 @Suite struct RecoveryTests {
     @Test func replacedRevisionsAndDeletedItemsAreRecoverableThenCollected() async throws {
-        let server = try TestServer(); defer { server.remove() }
-        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
         let old: [UInt8] = Array("first draft".utf8), new: [UInt8] = Array("second draft".utf8)
         let (first, second) = try await server.run { client in
             let ada = try await client.signIn("ada")

@@ -17,6 +17,13 @@ struct TestServer {
         admin = try ServerAdministration(dataDirectory: directory, bcryptCost: 4)
     }
 
+    /// A server with one account (password "correct horse").
+    static func withAccount(_ name: String) async throws -> TestServer {
+        let server = try TestServer()
+        _ = try await server.admin.createAccount(name: name, password: "correct horse")
+        return server
+    }
+
     func remove() { try? FileManager.default.removeItem(atPath: directory) }
 
     /// Runs `body` with a client of this server.

@@ -39,8 +39,7 @@ import Testing
     }
 
     @Test func tokensAreRestrictedToTheirContainersAndAccountsAreIsolated() async throws {
-        let server = try TestServer(); defer { server.remove() }
-        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
         _ = try await server.admin.createAccount(name: "bob", password: "correct horse")
         try await server.run { client in
             let ada = try await client.signIn("ada", containers: [notes])
@@ -67,8 +66,7 @@ import Testing
 
 @Suite struct ItemSyncTests {
     @Test func metadataFirstThenOnlyMissingChunksThenDownloadable() async throws {
-        let server = try TestServer(); defer { server.remove() }
-        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
         try await server.run { client in
             let laptop = try await client.signIn("ada", device: "laptop")
             let phone = try await client.signIn("ada", device: "phone")
@@ -104,8 +102,7 @@ import Testing
     }
 
     @Test func concurrentEditsKeepBothAndEveryDeviceAgreesOnTheWinner() async throws {
-        let server = try TestServer(); defer { server.remove() }
-        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
         try await server.run { client in
             let laptop = try await client.signIn("ada", device: "laptop")
             let phone = try await client.signIn("ada", device: "phone")
@@ -133,8 +130,7 @@ import Testing
     }
 
     @Test func anEditConcurrentWithADeleteWins() async throws {
-        let server = try TestServer(); defer { server.remove() }
-        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
         try await server.run { client in
             let laptop = try await client.signIn("ada", device: "laptop")
             let phone = try await client.signIn("ada", device: "phone")
@@ -152,8 +148,7 @@ import Testing
 
 @Suite struct HostileInputTests {
     @Test func badNamesPathsSizesAndBodiesGetClearErrorsAndChangeNothing() async throws {
-        let server = try TestServer(); defer { server.remove() }
-        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
         try await server.run { client in
             let ada = try await client.signIn("ada")
             let badNames = ["../etc/passwd", "/etc/passwd", "a/b", "nul\0byte", String(repeating: "é", count: 128), "", ".", ".."]
@@ -216,8 +211,7 @@ import Testing
     }
 
     @Test func aCommitIsPushedToTheAccountsOtherDevicesAtOnce() async throws {
-        let server = try TestServer(); defer { server.remove() }
-        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
         _ = try await server.admin.createAccount(name: "bob", password: "correct horse")
         try await server.server.makeApplication().test(.live) { raw in
             let client = Client(client: raw)
