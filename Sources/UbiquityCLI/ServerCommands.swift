@@ -7,16 +7,46 @@ import UbiquityServer
 import Glibc
 #endif
 
-/// `ubiquity serve`: the sync server, with embedded storage in a data directory.
+/// Where a server keeps everything: `--data DIR` (embedded SQLite and chunk files) or
+/// `--database postgres://…` (PostgreSQL, shared by any number of server instances).
+struct StorageOptions: ParsableArguments {
+    @Option(name: .long, help: "The data directory: embedded database and chunks.")
+    var data = "./ubiquity-data"
+
+    @Option(name: .long, help: ArgumentHelp(
+        "A PostgreSQL URL, postgres://USER@HOST:PORT/DB[?sslmode=…&search_path=SCHEMA], instead of --data.",
+        discussion: "The password may come from PGPASSWORD rather than the URL."))
+    var database: String?
+
+    /// Runs `body` with the server's administration, then closes its connections.
+    func withAdministration<T: Sendable>(_ body: (ServerAdministration) async throws -> T) async throws -> T {
+        let admin = try await ServerAdministration(dataDirectory: data, database: database)
+        do {
+            let result = try await body(admin)
+            await admin.close()
+            return result
+        } catch {
+            await admin.close()
+            throw error
+        }
+    }
+
+    /// How the storage shows in messages (no password).
+    var shown: String {
+        guard let database else { return "data: \(data)" }
+        return "database: " + ((try? PostgresLocation(url: database).redacted) ?? "postgres")
+    }
+}
+
+/// `ubiquity serve`: the sync server.
 struct ServeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "serve",
-        abstract: "Run the sync server (accounts, containers, items, chunks) with embedded storage.",
-        discussion: "Stops gracefully on SIGTERM or SIGINT. Create accounts with `ubiquity account create`."
+        abstract: "Run the sync server (accounts, containers, items, chunks): embedded storage, or PostgreSQL to scale out.",
+        discussion: "Stops gracefully on SIGTERM or SIGINT. Create accounts with `ubiquity account create`. With --database, run as many instances as you like on the same database: each pushes every instance's changes to its devices."
     )
 
-    @Option(name: .long, help: "The data directory: database and chunks.")
-    var data = "./ubiquity-data"
+    @OptionGroup var storage: StorageOptions
 
     @Option(name: .long, help: "The address to listen on.")
     var host = "127.0.0.1"
@@ -40,7 +70,8 @@ struct ServeCommand: AsyncParsableCommand {
         guard let level = Logger.Level(rawValue: logLevel) else { throw ValidationError("unknown log level \(logLevel)") }
         var logger = Logger(label: "ubiquity.server")
         logger.logLevel = level
-        var configuration = SyncServer.Configuration(dataDirectory: data, host: host, port: port)
+        var configuration = SyncServer.Configuration(dataDirectory: storage.data, host: host, port: port)
+        configuration.database = storage.database
         configuration.retention = retentionDays * 86_400
         switch (tlsCert, tlsKey) {
         case (let certificate?, let key?): configuration.tls = (certificate, key)
@@ -48,11 +79,11 @@ struct ServeCommand: AsyncParsableCommand {
         default: throw ValidationError("--tls-cert and --tls-key go together")
         }
         let scheme = configuration.tls == nil ? "http" : "https"
-        let server = try SyncServer(configuration: configuration, logger: logger)
+        let server = try await SyncServer(configuration: configuration, logger: logger)
         let shownHost = host
-        let shownData = data
+        let shownStorage = storage.shown
         try await server.run { port in
-            FileHandle.standardOutput.write(Data("ubiquity server listening on \(scheme)://\(shownHost):\(port) (data: \(shownData))\n".utf8))
+            FileHandle.standardOutput.write(Data("ubiquity server listening on \(scheme)://\(shownHost):\(port) (\(shownStorage))\n".utf8))
         }
     }
 }
@@ -61,34 +92,35 @@ struct ServeCommand: AsyncParsableCommand {
 struct AccountCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "account",
-        abstract: "Manage the server's accounts (on its data directory; the server may be running).",
+        abstract: "Manage the server's accounts (on its data directory or database; the server may be running).",
         subcommands: [Create.self, List.self, Delete.self]
     )
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create an account.")
         @Argument(help: "The account's name.") var name: String
-        @Option(name: .long, help: "The data directory.") var data = "./ubiquity-data"
+        @OptionGroup var storage: StorageOptions
         @Flag(name: .long, help: "Read the password from standard input (one line) instead of asking.") var passwordStdin = false
         @Option(name: .long, help: "Storage quota in bytes.") var quota: Int64 = 5 << 30
 
         func run() async throws {
             let password = try readPassword(fromStandardInput: passwordStdin)
-            let account = try await ServerAdministration(dataDirectory: data).createAccount(name: name, password: password, quotaBytes: quota)
+            let account = try await storage.withAdministration { [name, quota] in try await $0.createAccount(name: name, password: password, quotaBytes: quota) }
             print("created account \(account.name) (identity \(account.identityToken))")
         }
     }
 
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List accounts and their devices.")
-        @Option(name: .long, help: "The data directory.") var data = "./ubiquity-data"
+        @OptionGroup var storage: StorageOptions
 
         func run() async throws {
-            let admin = try ServerAdministration(dataDirectory: data)
-            for account in try await admin.accounts() {
-                print("\(account.name)\tquota \(account.quotaBytes) bytes")
-                for device in try await admin.devices(ofAccount: account.name) {
-                    print("  device \(device.id)\t\(device.name)\(device.revoked ? "\t(revoked)" : "")")
+            try await storage.withAdministration { admin in
+                for account in try await admin.accounts() {
+                    print("\(account.name)\tquota \(account.quotaBytes) bytes")
+                    for device in try await admin.devices(ofAccount: account.name) {
+                        print("  device \(device.id)\t\(device.name)\(device.revoked ? "\t(revoked)" : "")")
+                    }
                 }
             }
         }
@@ -97,10 +129,10 @@ struct AccountCommand: AsyncParsableCommand {
     struct Delete: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Delete an account with its devices, items and chunks.")
         @Argument(help: "The account's name.") var name: String
-        @Option(name: .long, help: "The data directory.") var data = "./ubiquity-data"
+        @OptionGroup var storage: StorageOptions
 
         func run() async throws {
-            guard try await ServerAdministration(dataDirectory: data).deleteAccount(named: name) else {
+            guard try await storage.withAdministration({ [name] in try await $0.deleteAccount(named: name) }) else {
                 throw ValidationError("no account named \(name)")
             }
             print("deleted account \(name)")
@@ -119,10 +151,10 @@ struct DeviceCommand: AsyncParsableCommand {
     struct Revoke: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Revoke a device's token (see `ubiquity account list`).")
         @Argument(help: "The device's id.") var id: String
-        @Option(name: .long, help: "The data directory.") var data = "./ubiquity-data"
+        @OptionGroup var storage: StorageOptions
 
         func run() async throws {
-            guard try await ServerAdministration(dataDirectory: data).revokeDevice(id: id) else {
+            guard try await storage.withAdministration({ [id] in try await $0.revokeDevice(id: id) }) else {
                 throw ValidationError("no active device \(id)")
             }
             print("revoked device \(id)")
@@ -149,21 +181,22 @@ struct RecoverCommand: AsyncParsableCommand {
     )
 
     @Argument(help: "The account's name.") var account: String
-    @Option(name: .long, help: "The data directory.") var data = "./ubiquity-data"
+    @OptionGroup var storage: StorageOptions
     @Option(name: .long, help: "How many days back revisions stay recoverable.") var retentionDays = 30.0
     @Option(name: .long, help: "The revision to make current again.") var restore: String?
 
     func run() async throws {
-        let admin = try ServerAdministration(dataDirectory: data)
+        let account = account
         if let restore {
-            guard try await admin.restore(accountName: account, revision: restore) else {
+            guard try await storage.withAdministration({ try await $0.restore(accountName: account, revision: restore) }) else {
                 throw ValidationError("\(restore) is not a recoverable revision of \(account)'s items")
             }
             print("restored revision \(restore)")
             return
         }
         let formatter = ISO8601DateFormatter()
-        for entry in try await admin.recoverable(accountName: account, retention: retentionDays * 86_400) {
+        let retention = retentionDays * 86_400
+        for entry in try await storage.withAdministration({ try await $0.recoverable(accountName: account, retention: retention) }) {
             let when = formatter.string(from: Date(timeIntervalSince1970: entry.replacedAt))
             print("\(entry.revision)\t\(entry.container)\t\(entry.name)\t\(entry.size) bytes\t\(entry.deviceName)\t\(when)\(entry.itemDeleted ? "\t(item deleted)" : "")")
         }
@@ -177,11 +210,12 @@ struct GarbageCommand: AsyncParsableCommand {
         abstract: "Forget revisions past the retention and remove chunks nothing refers to."
     )
 
-    @Option(name: .long, help: "The data directory.") var data = "./ubiquity-data"
+    @OptionGroup var storage: StorageOptions
     @Option(name: .long, help: "How many days revisions stay recoverable.") var retentionDays = 30.0
 
     func run() async throws {
-        let collected = try await ServerAdministration(dataDirectory: data).collectGarbage(retention: retentionDays * 86_400)
+        let retention = retentionDays * 86_400
+        let collected = try await storage.withAdministration { try await $0.collectGarbage(retention: retention) }
         print("removed \(collected.revisions) revision(s) and \(collected.chunks) chunk(s), \(collected.bytes) bytes")
     }
 }

@@ -3,10 +3,14 @@
 // account's other devices (p50, p99).
 //
 //   swift run -c release ubiquity-load [--devices 100,1000] [--seconds 10] [--writers 4]
+//                                      [--database postgres://… [--instances 2]]
 //
-// Each run starts its own server (embedded SQLite in a temporary directory) in this process,
-// signs the devices in, connects each one's push WebSocket, then lets `writers` devices commit
-// metadata-only revisions as fast as the server takes them for `seconds`.
+// Each run starts its own server in this process (embedded SQLite in a temporary directory, or
+// a fresh schema in the PostgreSQL database given), signs the devices in, connects each one's
+// push WebSocket, then lets `writers` devices commit metadata-only revisions as fast as the
+// server takes them for `seconds`. With `--instances N` (PostgreSQL), N server instances share
+// the database; devices and writers are spread over them round-robin, so most pushes cross
+// from one instance to another through LISTEN/NOTIFY.
 import Foundation
 import HummingbirdWSClient
 import Logging
@@ -25,6 +29,8 @@ struct Options {
     var devices = [100, 1_000]
     var seconds = 10.0
     var writers = 4
+    var database: String?
+    var instances = 1
 
     init(_ arguments: [String]) throws {
         var rest = arguments[...]
@@ -33,10 +39,13 @@ struct Options {
             case "--devices": devices = (rest.popFirst() ?? "").split(separator: ",").compactMap { Int($0) }
             case "--seconds": seconds = Double(rest.popFirst() ?? "") ?? seconds
             case "--writers": writers = Int(rest.popFirst() ?? "") ?? writers
-            default: throw LoadError("usage: ubiquity-load [--devices 100,1000] [--seconds S] [--writers W]")
+            case "--database": database = rest.popFirst()
+            case "--instances": instances = Int(rest.popFirst() ?? "") ?? 0
+            default: throw LoadError("usage: ubiquity-load [--devices 100,1000] [--seconds S] [--writers W] [--database postgres://… [--instances N]]")
             }
         }
-        guard !devices.isEmpty, devices.allSatisfy({ $0 >= 2 }), writers >= 1, seconds > 0 else { throw LoadError("bad options") }
+        guard !devices.isEmpty, devices.allSatisfy({ $0 >= 2 }), writers >= 1, seconds > 0, instances >= 1 else { throw LoadError("bad options") }
+        guard instances == 1 || database != nil else { throw LoadError("--instances needs --database (instances share PostgreSQL)") }
     }
 }
 
@@ -95,15 +104,29 @@ func run(devices count: Int, options: Options) async throws -> [String: Any] {
         logger.logLevel = .error
         return logger
     }()
-    let server = try SyncServer(configuration: .init(dataDirectory: directory, port: 0, bcryptCost: 4), logger: logger)
-    _ = try await ServerAdministration(dataDirectory: directory, bcryptCost: 4).createAccount(name: "load", password: "load-test-password")
-    let port = BoundPort()
-    let app = try server.makeApplication { bound in port.value.withLock { $0 = bound } }
-    let group = ServiceGroup(services: [app], gracefulShutdownSignals: [], logger: logger)
+    var configuration = SyncServer.Configuration(dataDirectory: directory, port: 0, bcryptCost: 4)
+    if let database = options.database {
+        configuration.database = database + (database.contains("?") ? "&" : "?") + "search_path=load_\(UUID().uuidString.prefix(8).lowercased())"
+    }
+    var servers: [SyncServer] = []
+    for _ in 0..<options.instances { servers.append(try await SyncServer(configuration: configuration, logger: logger)) }
+    let admin = try await ServerAdministration(dataDirectory: directory, database: configuration.database, bcryptCost: 4)
+    _ = try await admin.createAccount(name: "load", password: "load-test-password")
+    await admin.close()
+    let ports = servers.map { _ in BoundPort() }
+    var apps: [any Service] = []
+    for (server, port) in zip(servers, ports) { apps.append(try server.makeApplication { bound in port.value.withLock { $0 = bound } }) }
+    let group = ServiceGroup(services: apps, gracefulShutdownSignals: [], logger: logger)
     let serving = Task { try await group.run() }
-    defer { serving.cancel() }
-    while port.value.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(5)) }
-    let base = URL(string: "http://127.0.0.1:\(port.value.withLock { $0 })")!
+    let relays = servers.map { server in Task { await server.relayChanges() } }
+    defer {
+        serving.cancel()
+        for relay in relays { relay.cancel() }
+    }
+    for port in ports { while port.value.withLock({ $0 }) == 0 { try await Task.sleep(for: .milliseconds(5)) } }
+    let bases = ports.map { URL(string: "http://127.0.0.1:\($0.value.withLock { $0 })")! }
+    /// Device `index` uses instance `index % instances`.
+    func base(_ index: Int) -> URL { bases[index % bases.count] }
 
     // Sign the devices in (a few at a time).
     var signedIn: [String] = []
@@ -112,7 +135,7 @@ func run(devices count: Int, options: Options) async throws -> [String: Any] {
             for index in batch..<min(batch + 32, count) {
                 group.addTask {
                     let body = try JSONEncoder().encode(SignInRequest(account: "load", password: "load-test-password", deviceName: "device-\(index)"))
-                    return try JSONDecoder().decode(SignInResponse.self, from: try await request(base.appendingPathComponent("v1/sign-in"), method: "POST", token: nil, body: body)).token
+                    return try JSONDecoder().decode(SignInResponse.self, from: try await request(base(index).appendingPathComponent("v1/sign-in"), method: "POST", token: nil, body: body)).token
                 }
             }
             return try await group.reduce(into: []) { $0.append($1) }
@@ -129,7 +152,7 @@ func run(devices count: Int, options: Options) async throws -> [String: Any] {
                 group.addTask {
                     var configuration = WebSocketClientConfiguration()
                     configuration.additionalHeaders = [.authorization: "Bearer \(token)"]
-                    _ = try? await WebSocketClient.connect(url: "ws://127.0.0.1:\(base.port!)/v1/push", configuration: configuration, logger: logger) { inbound, outbound, _ in
+                    _ = try? await WebSocketClient.connect(url: "ws://127.0.0.1:\(base(index).port!)/v1/push", configuration: configuration, logger: logger) { inbound, outbound, _ in
                         for try await message in inbound.messages(maxSize: 1 << 16) {
                             let at = now()
                             guard case .text(let text) = message, let event = try? JSONDecoder().decode(PushEvent.self, from: Data(text.utf8)) else { continue }
@@ -164,7 +187,7 @@ func run(devices count: Int, options: Options) async throws -> [String: Any] {
                 while now() - started < duration {
                     let update = ItemUpdate(baseRevision: revision, name: "note-\(writer).txt", kind: .file, modificationDate: Date().timeIntervalSince1970, manifest: Manifest(chunks: []))
                     let start = now()
-                    let data = try await request(base.appendingPathComponent("v1/containers/\(container)/items/item-\(writer)"), method: "PUT", token: tokens[writer], body: try JSONEncoder().encode(update))
+                    let data = try await request(base(writer).appendingPathComponent("v1/containers/\(container)/items/item-\(writer)"), method: "PUT", token: tokens[writer], body: try JSONEncoder().encode(update))
                     let response = try JSONDecoder().decode(CommitResponse.self, from: data)
                     observations.state.withLock { $0.commitStarts[response.item.sequence] = (start, writer) }
                     revision = response.revision
@@ -194,8 +217,9 @@ func run(devices count: Int, options: Options) async throws -> [String: Any] {
     }
     await group.triggerGracefulShutdown()
     sockets.cancel()
+    for server in servers { await server.close() }
     return [
-        "devices": count, "writers": writers, "seconds": (elapsed * 1000).rounded() / 1000,
+        "devices": count, "writers": writers, "instances": options.instances, "seconds": (elapsed * 1000).rounded() / 1000,
         "commits": commits, "commitsPerSecond": (Double(commits) / elapsed).rounded(),
         "pushesExpected": expected, "pushesDelivered": latencies.count,
         "commitToPushSeconds": ["p50": percentile(latencies, 0.5), "p99": percentile(latencies, 0.99), "max": latencies.last ?? 0],
@@ -216,7 +240,7 @@ do {
     var runs: [[String: Any]] = []
     for devices in options.devices { runs.append(try await run(devices: devices, options: options)) }
     let report: [String: Any] = [
-        "benchmark": "ubiquity-load", "backend": "sqlite", "cores": ProcessInfo.processInfo.activeProcessorCount,
+        "benchmark": "ubiquity-load", "backend": options.database == nil ? "sqlite" : "postgresql", "cores": ProcessInfo.processInfo.activeProcessorCount,
         "note": "server and devices share this machine; latency is from sending a commit to a device reading its push",
         "runs": runs,
     ]

@@ -9,13 +9,19 @@ import Logging
 
 /// The sync server: iCloud's role, self-hosted. `ubiquity serve` runs it.
 ///
-/// Everything lives in one data directory: `ubiquity.sqlite` (accounts, devices, containers,
-/// items, revisions) and `chunks/` (file contents, content-addressed per account).
+/// By default everything lives in one data directory: `ubiquity.sqlite` (accounts, devices,
+/// containers, items, revisions) and `chunks/` (file contents, content-addressed per account).
+/// With ``Configuration/database`` set to a PostgreSQL URL, everything (chunk contents too) is
+/// in PostgreSQL instead, and any number of instances serve the same accounts: a change
+/// committed through one is pushed to devices connected to any other.
 public struct SyncServer: Sendable {
     /// How the server is set up.
     public struct Configuration: Sendable {
-        /// The data directory (created if missing).
+        /// The data directory (created if missing; unused with ``database``).
         public var dataDirectory: String
+        /// A PostgreSQL URL (see ``PostgresLocation``): keep everything there instead of in
+        /// ``dataDirectory``. Default nil (embedded SQLite).
+        public var database: String?
         /// The address to listen on. Default 127.0.0.1.
         public var host: String
         /// The port to listen on (0: any free port). Default 8443.
@@ -38,19 +44,31 @@ public struct SyncServer: Sendable {
 
     let configuration: Configuration
     let services: SyncServices
-    let database: SQLiteDatabase
+    let storage: ServerStorage
     let logger: Logger
 
-    /// Opens (or creates) the data directory.
-    /// - Throws: When the directory or database cannot be opened.
-    public init(configuration: Configuration, logger: Logger = Logger(label: "ubiquity.server")) throws {
+    /// Opens (or creates) the data directory, or connects to PostgreSQL and prepares its schema.
+    /// - Throws: ``SyncError`` when the database URL is invalid or PostgreSQL cannot be reached;
+    ///   file errors when the data directory cannot be opened.
+    public init(configuration: Configuration, logger: Logger = Logger(label: "ubiquity.server")) async throws {
         self.configuration = configuration
         self.logger = logger
-        try FileManager.default.createDirectory(atPath: configuration.dataDirectory, withIntermediateDirectories: true)
-        database = try SQLiteDatabase(path: configuration.dataDirectory + "/ubiquity.sqlite")
+        storage = try await ServerStorage.open(dataDirectory: configuration.dataDirectory, database: configuration.database, logger: logger)
         services = SyncServices(
-            database: database, chunks: try ChunkStore(directory: configuration.dataDirectory + "/chunks"),
+            database: storage.database, chunks: storage.chunks,
             metrics: ServerMetrics(), notifier: ChangeNotifier(), bcryptCost: configuration.bcryptCost)
+    }
+
+    /// Delivers changes committed through other instances to this one's devices until
+    /// cancelled (``run(onServerRunning:)`` does this; so must whoever runs
+    /// ``makeApplication(onServerRunning:)`` on PostgreSQL).
+    public func relayChanges() async {
+        await storage.database.relayChanges(to: services.notifier)
+    }
+
+    /// Closes the database connections.
+    public func close() async {
+        await storage.database.close()
     }
 
     /// The router with every route and middleware (also what tests drive).
@@ -88,12 +106,14 @@ public struct SyncServer: Sendable {
     }
 
     /// Serves until SIGTERM or SIGINT, then shuts down gracefully. Collects garbage (revisions
-    /// past ``Configuration/retention``, unreferenced chunks) at start and every hour.
+    /// past ``Configuration/retention``, unreferenced chunks) at start and every hour; on
+    /// PostgreSQL, relays other instances' changes to this one's devices.
     public func run(onServerRunning: (@Sendable (Int) async -> Void)? = nil) async throws {
-        let maintenance = Task { [database, services, logger, configuration] in
+        let relay = Task { await relayChanges() }
+        let maintenance = Task { [storage, logger, configuration] in
             while !Task.isCancelled {
                 do {
-                    let collected = try await Self.collectGarbage(database: database, chunks: services.chunks, retention: configuration.retention, now: Date())
+                    let collected = try await Self.collectGarbage(storage: storage, retention: configuration.retention, now: Date())
                     if collected.revisions + collected.chunks > 0 {
                         logger.info("collected garbage", metadata: ["revisions": "\(collected.revisions)", "chunks": "\(collected.chunks)", "bytes": "\(collected.bytes)"])
                     }
@@ -103,26 +123,36 @@ public struct SyncServer: Sendable {
                 try? await Task.sleep(for: .seconds(3_600))
             }
         }
-        defer { maintenance.cancel() }
+        defer {
+            maintenance.cancel()
+            relay.cancel()
+        }
         try await makeApplication(onServerRunning: onServerRunning).runService()
+        relay.cancel()
+        await relay.value
+        await close()
     }
 }
 
-/// Account and device administration on a data directory (the server may be running).
+/// Account and device administration on a server's storage (the server may be running).
 public struct ServerAdministration: Sendable {
-    let database: SQLiteDatabase
-    let chunks: ChunkStore
+    let storage: ServerStorage
     let bcryptCost: UInt8
+    var database: any SyncDatabase { storage.database }
 
-    /// Opens the data directory's database.
+    /// Opens the server's database: the data directory's, or PostgreSQL's when `database` is set.
     /// - Parameters:
     ///   - dataDirectory: The server's data directory.
+    ///   - database: The server's PostgreSQL URL, if it uses PostgreSQL.
     ///   - bcryptCost: bcrypt's cost for new passwords.
-    public init(dataDirectory: String, bcryptCost: UInt8 = 12) throws {
-        try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
-        database = try SQLiteDatabase(path: dataDirectory + "/ubiquity.sqlite")
-        chunks = try ChunkStore(directory: dataDirectory + "/chunks")
+    public init(dataDirectory: String, database: String? = nil, bcryptCost: UInt8 = 12) async throws {
+        storage = try await ServerStorage.open(dataDirectory: dataDirectory, database: database, logger: Logger(label: "ubiquity.admin"))
         self.bcryptCost = bcryptCost
+    }
+
+    /// Closes the database connections.
+    public func close() async {
+        await storage.database.close()
     }
 
     /// Creates an account.
@@ -145,7 +175,7 @@ public struct ServerAdministration: Sendable {
     public func deleteAccount(named name: String) async throws -> Bool {
         guard let account = try await database.accounts().first(where: { $0.name == name }) else { return false }
         let deleted = try await database.deleteAccount(named: name)
-        if deleted { chunks.removeAccount(account.id) }
+        if deleted { await storage.chunks.removeAccount(account.id) }
         return deleted
     }
 
@@ -173,7 +203,7 @@ public struct ServerAdministration: Sendable {
     /// Forgets revisions older than the retention and removes chunks nothing names any more.
     /// - Returns: How many revisions and chunks went, and the bytes freed.
     public func collectGarbage(retention: TimeInterval = SyncServer.defaultRetention, now: Date = Date()) async throws -> (revisions: Int, chunks: Int, bytes: Int64) {
-        try await SyncServer.collectGarbage(database: database, chunks: chunks, retention: retention, now: now)
+        try await SyncServer.collectGarbage(storage: storage, retention: retention, now: now)
     }
 }
 
@@ -181,9 +211,27 @@ extension SyncServer {
     /// How long replaced revisions and deleted items stay recoverable: 30 days.
     public static let defaultRetention: TimeInterval = 30 * 86_400
 
-    static func collectGarbage(database: SQLiteDatabase, chunks: ChunkStore, retention: TimeInterval, now: Date) async throws -> (revisions: Int, chunks: Int, bytes: Int64) {
-        let collected = try await database.collectGarbage(now: now, retention: retention, grace: 86_400)
-        for (account, hash) in collected.chunks { chunks.remove(hash: hash, account: account) }
+    static func collectGarbage(storage: ServerStorage, retention: TimeInterval, now: Date) async throws -> (revisions: Int, chunks: Int, bytes: Int64) {
+        let collected = try await storage.database.collectGarbage(now: now, retention: retention, grace: 86_400)
+        for (account, hash) in collected.chunks { await storage.chunks.remove(hash: hash, account: account) }
         return (collected.revisions, collected.chunks.count, collected.bytes)
+    }
+}
+
+/// A server's database and chunk contents, wherever they are.
+struct ServerStorage: Sendable {
+    let database: any SyncDatabase
+    let chunks: any ChunkStorage
+
+    /// The data directory's SQLite database and chunk files, or, with `database`, PostgreSQL.
+    static func open(dataDirectory: String, database url: String?, logger: Logger) async throws -> ServerStorage {
+        if let url {
+            let database = try await PostgresDatabase(location: try PostgresLocation(url: url), logger: logger)
+            return ServerStorage(database: database, chunks: PostgresChunkStore(database: database))
+        }
+        try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
+        return ServerStorage(
+            database: try SQLiteDatabase(path: dataDirectory + "/ubiquity.sqlite"),
+            chunks: try FileChunkStore(directory: dataDirectory + "/chunks"))
     }
 }

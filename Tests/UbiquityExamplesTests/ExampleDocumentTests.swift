@@ -138,14 +138,15 @@ import UbiquityTestSupport
     }
 }
 
-/// Runs a program to completion: its exit status and standard output (standard error dropped).
-func runProcess(_ path: String, _ arguments: [String]) throws -> (Int32, String) {
+/// Runs a program to completion: its exit status and standard output (standard error dropped
+/// unless `includingErrors`).
+func runProcess(_ path: String, _ arguments: [String], includingErrors: Bool = false) throws -> (Int32, String) {
     let process = Process()
     process.executableURL = URL(fileURLWithPath: path)
     process.arguments = arguments
     let pipe = Pipe()
     process.standardOutput = pipe
-    process.standardError = FileHandle.nullDevice
+    process.standardError = includingErrors ? pipe : FileHandle.nullDevice
     try process.run()
     let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
     process.waitUntilExit()

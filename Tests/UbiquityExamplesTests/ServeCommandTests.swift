@@ -16,21 +16,16 @@ final class RunningServer {
     let base: URL
 
     /// Creates the account `ada` (password "correct horse") in `data`, then starts the server.
-    init(data: String, extraArguments: [String] = []) throws {
-        let create = Process()
-        create.executableURL = Self.binary
-        create.arguments = ["account", "create", "ada", "--data", data, "--password-stdin"]
-        let input = Pipe()
-        create.standardInput = input
-        create.standardOutput = FileHandle.nullDevice
-        try create.run()
-        input.fileHandleForWriting.write(Data("correct horse\n".utf8))
-        try input.fileHandleForWriting.close()
-        create.waitUntilExit()
-        #expect(create.terminationStatus == 0)
+    convenience init(data: String, extraArguments: [String] = []) throws {
+        try self.init(storage: ["--data", data], extraArguments: extraArguments)
+    }
 
+    /// Creates the account `ada` (password "correct horse") unless told not to, then starts the
+    /// server on `storage` (`--data DIR` or `--database URL`).
+    init(storage: [String], createAccount: Bool = true, extraArguments: [String] = []) throws {
+        if createAccount { try Self.createAccount(storage: storage) }
         process.executableURL = Self.binary
-        process.arguments = ["serve", "--data", data, "--port", "0", "--log-level", "warning"] + extraArguments
+        process.arguments = ["serve"] + storage + ["--port", "0", "--log-level", "warning"] + extraArguments
         let output = Pipe()
         process.standardOutput = output
         try process.run()
@@ -47,11 +42,27 @@ final class RunningServer {
         base = url
     }
 
+    /// `ubiquity account create ada` on `storage`.
+    static func createAccount(storage: [String]) throws {
+        let create = Process()
+        create.executableURL = Self.binary
+        create.arguments = ["account", "create", "ada"] + storage + ["--password-stdin"]
+        let input = Pipe()
+        create.standardInput = input
+        create.standardOutput = FileHandle.nullDevice
+        try create.run()
+        input.fileHandleForWriting.write(Data("correct horse\n".utf8))
+        try input.fileHandleForWriting.close()
+        create.waitUntilExit()
+        #expect(create.terminationStatus == 0)
+    }
+
     deinit { if process.isRunning { process.terminate() } }
 
-    func request(_ path: String, method: String = "GET", json: String? = nil) async throws -> (Int, String) {
-        var request = URLRequest(url: base.appendingPathComponent(path))
+    func request(_ path: String, method: String = "GET", json: String? = nil, token: String? = nil) async throws -> (Int, String) {
+        var request = URLRequest(url: URL(string: base.absoluteString + "/" + path)!) // a path may carry a query
         request.httpMethod = method
+        if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
         if let json {
             request.httpBody = Data(json.utf8)
             request.setValue("application/json", forHTTPHeaderField: "Content-Type")
@@ -112,13 +123,37 @@ final class RunningServer {
         #expect(broken.terminationStatus != 0 && message.contains("missing.pem"))
     }
 
+    /// Two `ubiquity serve --database` processes on one PostgreSQL database serve the same
+    /// accounts: a device signed in through one is known to the other, and sees its commits.
+    @Test(.enabled(if: ServeCommandTests.storages.contains("postgres")))
+    func twoServeProcessesShareOnePostgreSQLDatabase() async throws {
+        let database = try Self.postgresURL()
+        let first = try RunningServer(storage: ["--database", database])
+        let second = try RunningServer(storage: ["--database", database], createAccount: false)
+        #expect(first.base.port != second.base.port)
+        let token = try await first.token()
+        let container = "ABCDE12345.com.example.notes"
+        let (status, _) = try await first.request("v1/containers/\(container)/items/doc", method: "PUT", json: """
+            {"name":"a.txt","kind":"file","modificationDate":1800000000,"manifest":{"chunks":[]}}
+            """, token: token)
+        #expect(status == 200)
+        let (seen, changes) = try await second.request("v1/containers/\(container)/changes?since=0", token: token)
+        #expect(seen == 200 && changes.contains("\"name\":\"a.txt\""), "the other instance knows the device and the item: \(changes)")
+        #expect(first.stop() == (.exit, 0) && second.stop() == (.exit, 0))
+
+        // A database nobody listens on: a clear error at once, naming where it looked.
+        let (code, output) = try runProcess(RunningServer.binary.path, ["serve", "--database", "postgres://nobody@127.0.0.1:1/none?sslmode=disable", "--port", "0"], includingErrors: true)
+        #expect(code != 0 && output.contains("cannot connect to PostgreSQL at postgres://nobody@127.0.0.1:1/none"), "\(output)")
+    }
+
     /// schemathesis (PyPI; `.ci/run` installs it) fuzzes every operation of docs/openapi.yaml
-    /// against a live server: no 5xx, answers as documented.
-    @Test(.enabled(if: ProcessInfo.processInfo.environment["CI"] != nil || ServeCommandTests.schemathesis != nil, "schemathesis is not installed"))
-    func schemathesisFindsNoServerErrorsAndNoUndocumentedAnswers() async throws {
+    /// against a live server, on each storage: no 5xx, answers as documented.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["CI"] != nil || ServeCommandTests.schemathesis != nil, "schemathesis is not installed"),
+          arguments: ServeCommandTests.storages)
+    func schemathesisFindsNoServerErrorsAndNoUndocumentedAnswers(storage: String) async throws {
         let schemathesis = try #require(Self.schemathesis, "CI must install schemathesis (pip install schemathesis)")
         let dir = try TemporaryDirectory("fuzz"); defer { dir.remove() }
-        let server = try RunningServer(data: dir.file("data").path)
+        let server = try RunningServer(storage: storage == "sqlite" ? ["--data", dir.file("data").path] : ["--database", try Self.postgresURL()])
         let token = try await server.token()
         let spec = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("docs/openapi.yaml").path
@@ -137,6 +172,18 @@ final class RunningServer {
         #expect(run.terminationStatus == 0, "schemathesis found problems:\n\(text.suffix(4000))")
         #expect(text.contains("passed"))
         #expect(server.stop().1 == 0)
+    }
+
+    /// SQLite always; PostgreSQL when `UBIQUITY_TEST_POSTGRES` is set, and always under CI.
+    static let storages: [String] = {
+        let environment = ProcessInfo.processInfo.environment
+        return environment["UBIQUITY_TEST_POSTGRES"] != nil || environment["CI"] != nil ? ["sqlite", "postgres"] : ["sqlite"]
+    }()
+
+    /// A fresh schema in the test cluster.
+    static func postgresURL() throws -> String {
+        let url = try #require(ProcessInfo.processInfo.environment["UBIQUITY_TEST_POSTGRES"], "set UBIQUITY_TEST_POSTGRES (.ci/postgres start)")
+        return url + (url.contains("?") ? "&" : "?") + "search_path=serve_\(UUID().uuidString.prefix(8).lowercased())"
     }
 
     static var schemathesis: String? {

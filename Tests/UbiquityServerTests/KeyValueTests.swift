@@ -11,8 +11,8 @@ import Testing
         try await client.send(.post, "/v1/kv/\(store)", token: token, json: KeyValueUpdate(changes: changes))
     }
 
-    @Test func valuesRoundTripAndTheMostRecentTimestampWins() async throws {
-        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+    @Test(arguments: Backend.all) func valuesRoundTripAndTheMostRecentTimestampWins(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.run { client in
             let laptop = try await client.signIn("ada", device: "laptop")
             let phone = try await client.signIn("ada", device: "phone")
@@ -38,8 +38,8 @@ import Testing
         }
     }
 
-    @Test func applesLimitsAreEnforcedExactlyAndAViolationChangesNothing() async throws {
-        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+    @Test(arguments: Backend.all) func applesLimitsAreEnforcedExactlyAndAViolationChangesNothing(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.run { client in
             let ada = try await client.signIn("ada")
             let key64 = String(repeating: "k", count: 64)
@@ -72,8 +72,8 @@ import Testing
 }
 
 @Suite struct QuotaTests {
-    @Test func anUploadBeyondTheQuotaGets507AndIsNotKept() async throws {
-        let server = try TestServer(); defer { server.remove() }
+    @Test(arguments: Backend.all) func anUploadBeyondTheQuotaGets507AndIsNotKept(backend: Backend) async throws {
+        let server = try await TestServer(backend); defer { server.remove() }
         _ = try await server.admin.createAccount(name: "ada", password: "correct horse", quotaBytes: 100)
         try await server.run { client in
             let ada = try await client.signIn("ada")
@@ -92,9 +92,9 @@ import Testing
 }
 
 @Suite struct NameCollisionTests {
-    @Test func namesDifferingOnlyByCaseOrNormalisationAreRenamedDeterministically() async throws {
+    @Test(arguments: Backend.all) func namesDifferingOnlyByCaseOrNormalisationAreRenamedDeterministically(backend: Backend) async throws {
         for order in [["item-a", "item-b"], ["item-b", "item-a"]] {
-            let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+            let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
             let names = ["item-a": "Caf\u{E9}.txt", "item-b": "CAFE\u{301}.TXT"]
             try await server.run { client in
                 let ada = try await client.signIn("ada")
@@ -114,8 +114,8 @@ import Testing
 }
 
 @Suite struct RecoveryTests {
-    @Test func replacedRevisionsAndDeletedItemsAreRecoverableThenCollected() async throws {
-        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+    @Test(arguments: Backend.all) func replacedRevisionsAndDeletedItemsAreRecoverableThenCollected(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         let old: [UInt8] = Array("first draft".utf8), new: [UInt8] = Array("second draft".utf8)
         let (first, second) = try await server.run { client in
             let ada = try await client.signIn("ada")
@@ -141,17 +141,94 @@ import Testing
         // Within the retention nothing goes; past it, the old revisions go, and with them the
         // chunk only the first draft used.
         #expect(try await server.admin.collectGarbage().chunks == 0)
-        let firstChunk = server.directory + "/chunks/1/\(sha256(old).prefix(2))/\(sha256(old))"
-        #expect(FileManager.default.fileExists(atPath: firstChunk))
+        #expect(try await server.storedChunk(sha256(old), of: "ada") == Data(old))
         let later = Date().addingTimeInterval(40 * 86_400)
         let collected = try await server.admin.collectGarbage(now: later)
         #expect(collected.revisions >= 2 && collected.chunks == 1 && collected.bytes == Int64(old.count))
-        #expect(!FileManager.default.fileExists(atPath: firstChunk))
+        #expect(try await server.storedChunk(sha256(old), of: "ada") == nil, "the contents are gone too")
         try await server.run { client in
             let ada = try await client.signIn("ada")
             let account = String(buffer: try await client.send(.get, "/v1/account", token: ada.token).body)
             #expect(account.contains("\"usedBytes\":\(new.count)"), "quota usage counts what is stored")
             #expect(try await client.send(.get, "/v1/chunks/\(sha256(new))", token: ada.token).status == .ok)
+        }
+    }
+}
+
+/// What PostgreSQL adds: URLs, clear errors, and transactions that run side by side.
+@Suite struct PostgresTests {
+    @Test func databaseURLsAreParsedAndBadOnesExplained() throws {
+        let location = try PostgresLocation(url: "postgres://ada:s%40cret@db.example:6543/sync?sslmode=require&search_path=ubiquity", environment: [:])
+        #expect(location.host == "db.example" && location.port == 6543 && location.username == "ada" && location.password == "s@cret")
+        #expect(location.database == "sync" && location.sslMode == "require" && location.schema == "ubiquity")
+        #expect(location.redacted == "postgres://ada@db.example:6543/sync?sslmode=require&search_path=ubiquity", "no password in logs")
+        let socket = try PostgresLocation(url: "postgresql://ada@/sync?host=/run/postgresql", environment: ["PGPASSWORD": "from-env"])
+        #expect(socket.socketPath == "/run/postgresql/.s.PGSQL.5432" && socket.password == "from-env" && socket.host == nil)
+
+        for (url, complaint) in [
+            ("mysql://ada@db/sync", "postgres://"), ("postgres://ada@db/sync?sslmode=maybe", "sslmode"),
+            ("postgres://ada@db/sync?search_path=x;DROP", "search_path"), ("postgres://ada@db/sync?colour=blue", "unknown parameter colour"),
+            ("postgres://ada:hunter2@db:99999/sync", "port"),
+        ] {
+            #expect {
+                try PostgresLocation(url: url, environment: [:])
+            } throws: { error in
+                let message = "\(error)"
+                return message.contains(complaint) && !message.contains("hunter2")
+            }
+        }
+    }
+
+    @Test func anUnreachableDatabaseIsAClearErrorAtOnce() async throws {
+        let started = ContinuousClock.now
+        await #expect {
+            _ = try await SyncServer(configuration: {
+                var configuration = SyncServer.Configuration(dataDirectory: NSTemporaryDirectory() + "unused-\(UUID())")
+                configuration.database = "postgres://nobody@127.0.0.1:1/none?sslmode=disable"
+                return configuration
+            }())
+        } throws: { error in
+            (error as? SyncError)?.code == "databaseUnavailable" && "\(error)".contains("127.0.0.1:1")
+        }
+        #expect(ContinuousClock.now - started < .seconds(10))
+    }
+
+    /// Many devices committing at once: every commit gets its own sequence number, none is lost,
+    /// and uploads racing for the last of the quota never overshoot it.
+    @Test(arguments: Backend.all) func concurrentCommitsAndUploadsStayConsistent(backend: Backend) async throws {
+        let server = try await TestServer(backend); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse", quotaBytes: 1_000)
+        try await server.run { client in
+            var signedIn: [String] = []
+            for device in 0..<4 { signedIn.append(try await client.signIn("ada", device: "device-\(device)").token) }
+            let tokens = signedIn
+            let sequences = try await withThrowingTaskGroup(of: Int64.self) { group in
+                for (device, token) in tokens.enumerated() {
+                    for round in 0..<10 {
+                        group.addTask {
+                            // Half to one shared item (conflicts), half to items of their own.
+                            let item = round.isMultiple(of: 2) ? "shared" : "item-\(device)-\(round)"
+                            return try await client.commit(notes, item, fileUpdate("n\(device)-\(round).txt", [], date: 1_800_000_000 + Double(round)), token: token).item.sequence
+                        }
+                    }
+                }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(Set(sequences).count == 40, "each commit its own sequence")
+            let changes = try await client.changes(notes, token: tokens[0])
+            #expect(changes.sequence == 40 && changes.items.count == 21)
+            let shared = try #require(changes.items.first { $0.id == "shared" })
+            #expect(shared.conflicts.count + 1 <= 20 && !shared.conflicts.isEmpty, "concurrent edits kept as conflict versions")
+
+            // Ten 300-byte chunks racing for a 1,000-byte quota: exactly three fit.
+            let chunks = (0..<10).map { [UInt8](repeating: UInt8($0), count: 300) }
+            let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
+                for (index, chunk) in chunks.enumerated() { group.addTask { try await client.upload(chunk, token: tokens[index % 4]).status.code } }
+                return try await group.reduce(into: []) { $0.append($1) }
+            }
+            #expect(statuses.filter { $0 == 201 }.count == 3 && statuses.filter { $0 == 507 }.count == 7, "\(statuses)")
+            let account = String(buffer: try await client.send(.get, "/v1/account", token: tokens[0]).body)
+            #expect(account.contains("\"usedBytes\":900"))
         }
     }
 }

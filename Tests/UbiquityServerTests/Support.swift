@@ -5,26 +5,78 @@ import HummingbirdTesting
 import Testing
 @testable import UbiquityServer
 
-/// A server on a fresh data directory, driven through Hummingbird's router test client.
+/// Where a test server keeps its data. Every server test runs on each backend: SQLite always,
+/// PostgreSQL when `UBIQUITY_TEST_POSTGRES` names a cluster (`.ci/postgres start` makes one).
+/// Under CI (`CI` set) PostgreSQL is never skipped: without the variable those runs fail.
+enum Backend: String, Sendable, CustomTestStringConvertible {
+    case sqlite, postgres
+
+    static let all: [Backend] = {
+        let environment = ProcessInfo.processInfo.environment
+        return environment["UBIQUITY_TEST_POSTGRES"] != nil || environment["CI"] != nil ? [.sqlite, .postgres] : [.sqlite]
+    }()
+
+    var testDescription: String { rawValue }
+
+    /// A database URL of its own for one test server: a fresh schema in the test cluster.
+    static func postgresURL() throws -> String {
+        guard let url = ProcessInfo.processInfo.environment["UBIQUITY_TEST_POSTGRES"] else {
+            throw SyncError(.serviceUnavailable, "noTestDatabase", "set UBIQUITY_TEST_POSTGRES (eval \"$(.ci/postgres start)\") to test on PostgreSQL")
+        }
+        let schema = "test_\(getpid())_\(UUID().uuidString.prefix(8).lowercased())"
+        return url + (url.contains("?") ? "&" : "?") + "search_path=\(schema)"
+    }
+}
+
+/// A server on a fresh data directory (or a fresh PostgreSQL schema), driven through
+/// Hummingbird's router test client.
 struct TestServer {
+    let backend: Backend
     let directory: String
+    let configuration: SyncServer.Configuration
     let server: SyncServer
     let admin: ServerAdministration
+    let relay: Task<Void, Never>
 
-    init() throws {
+    init(_ backend: Backend = .sqlite) async throws {
+        self.backend = backend
         directory = NSTemporaryDirectory() + "ubiquity-server-\(UUID().uuidString.prefix(8))"
-        server = try SyncServer(configuration: .init(dataDirectory: directory, port: 0, bcryptCost: 4))
-        admin = try ServerAdministration(dataDirectory: directory, bcryptCost: 4)
+        var configuration = SyncServer.Configuration(dataDirectory: directory, port: 0, bcryptCost: 4)
+        if backend == .postgres { configuration.database = try Backend.postgresURL() }
+        self.configuration = configuration
+        server = try await SyncServer(configuration: configuration)
+        admin = try await ServerAdministration(dataDirectory: directory, database: configuration.database, bcryptCost: 4)
+        relay = Task { [server] in await server.relayChanges() }
+    }
+
+    /// Another instance serving the same database (PostgreSQL: the same schema).
+    func secondInstance() async throws -> SyncServer {
+        try await SyncServer(configuration: configuration)
     }
 
     /// A server with one account (password "correct horse").
-    static func withAccount(_ name: String) async throws -> TestServer {
-        let server = try TestServer()
+    static func withAccount(_ name: String, on backend: Backend = .sqlite) async throws -> TestServer {
+        let server = try await TestServer(backend)
         _ = try await server.admin.createAccount(name: name, password: "correct horse")
         return server
     }
 
-    func remove() { try? FileManager.default.removeItem(atPath: directory) }
+    /// The stored contents of an account's chunk, wherever the backend keeps them.
+    func storedChunk(_ hash: String, of account: String) async throws -> Data? {
+        guard let id = try await admin.accounts().first(where: { $0.name == account })?.id else { return nil }
+        return try await admin.storage.chunks.load(hash: hash, account: id)
+    }
+
+    /// Stops relaying and removes the data directory (a PostgreSQL schema stays in the
+    /// throwaway test cluster).
+    func remove() {
+        relay.cancel()
+        try? FileManager.default.removeItem(atPath: directory)
+        Task { [server, admin] in
+            await server.close()
+            await admin.close()
+        }
+    }
 
     /// Runs `body` with a client of this server.
     func run<T>(_ body: @Sendable (Client) async throws -> T) async throws -> T {

@@ -7,8 +7,8 @@ import Testing
 @testable import UbiquityServer
 
 @Suite struct AccountAndDeviceTests {
-    @Test func signInGivesATokenThatAuthenticatesAndCanBeRevoked() async throws {
-        let server = try TestServer(); defer { server.remove() }
+    @Test(arguments: Backend.all) func signInGivesATokenThatAuthenticatesAndCanBeRevoked(backend: Backend) async throws {
+        let server = try await TestServer(backend); defer { server.remove() }
         let account = try await server.admin.createAccount(name: "ada", password: "correct horse")
         #expect(try await server.admin.accounts().map(\.name) == ["ada"])
         await #expect(throws: SyncError.self) { try await server.admin.createAccount(name: "ada", password: "another one") }
@@ -38,8 +38,8 @@ import Testing
         }
     }
 
-    @Test func tokensAreRestrictedToTheirContainersAndAccountsAreIsolated() async throws {
-        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+    @Test(arguments: Backend.all) func tokensAreRestrictedToTheirContainersAndAccountsAreIsolated(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         _ = try await server.admin.createAccount(name: "bob", password: "correct horse")
         try await server.run { client in
             let ada = try await client.signIn("ada", containers: [notes])
@@ -65,8 +65,8 @@ import Testing
 }
 
 @Suite struct ItemSyncTests {
-    @Test func metadataFirstThenOnlyMissingChunksThenDownloadable() async throws {
-        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+    @Test(arguments: Backend.all) func metadataFirstThenOnlyMissingChunksThenDownloadable(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.run { client in
             let laptop = try await client.signIn("ada", device: "laptop")
             let phone = try await client.signIn("ada", device: "phone")
@@ -101,8 +101,8 @@ import Testing
         }
     }
 
-    @Test func concurrentEditsKeepBothAndEveryDeviceAgreesOnTheWinner() async throws {
-        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+    @Test(arguments: Backend.all) func concurrentEditsKeepBothAndEveryDeviceAgreesOnTheWinner(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.run { client in
             let laptop = try await client.signIn("ada", device: "laptop")
             let phone = try await client.signIn("ada", device: "phone")
@@ -129,8 +129,8 @@ import Testing
         }
     }
 
-    @Test func anEditConcurrentWithADeleteWins() async throws {
-        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+    @Test(arguments: Backend.all) func anEditConcurrentWithADeleteWins(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.run { client in
             let laptop = try await client.signIn("ada", device: "laptop")
             let phone = try await client.signIn("ada", device: "phone")
@@ -147,8 +147,8 @@ import Testing
 }
 
 @Suite struct HostileInputTests {
-    @Test func badNamesPathsSizesAndBodiesGetClearErrorsAndChangeNothing() async throws {
-        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+    @Test(arguments: Backend.all) func badNamesPathsSizesAndBodiesGetClearErrorsAndChangeNothing(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.run { client in
             let ada = try await client.signIn("ada")
             let badNames = ["../etc/passwd", "/etc/passwd", "a/b", "nul\0byte", String(repeating: "é", count: 128), "", ".", ".."]
@@ -185,8 +185,8 @@ import Testing
         }
     }
 
-    @Test func metricsCountRequestsAndErrors() async throws {
-        let server = try TestServer(); defer { server.remove() }
+    @Test(arguments: Backend.all) func metricsCountRequestsAndErrors(backend: Backend) async throws {
+        let server = try await TestServer(backend); defer { server.remove() }
         try await server.run { client in
             _ = try await client.send(.get, "/health")
             _ = try await client.send(.get, "/v1/account")
@@ -210,8 +210,8 @@ import Testing
         return received.withLock { $0 }
     }
 
-    @Test func aCommitIsPushedToTheAccountsOtherDevicesAtOnce() async throws {
-        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+    @Test(arguments: Backend.all) func aCommitIsPushedToTheAccountsOtherDevicesAtOnce(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         _ = try await server.admin.createAccount(name: "bob", password: "correct horse")
         try await server.server.makeApplication().test(.live) { raw in
             let client = Client(client: raw)
@@ -250,13 +250,78 @@ import Testing
         }
     }
 
-    @Test func pushNeedsAToken() async throws {
-        let server = try TestServer(); defer { server.remove() }
+    @Test(arguments: Backend.all) func pushNeedsAToken(backend: Backend) async throws {
+        let server = try await TestServer(backend); defer { server.remove() }
         try await server.server.makeApplication().test(.live) { raw in
             await #expect(throws: (any Error).self) {
                 try await raw.ws("/v1/push") { _, _, _ in }
             }
             return ()
+        }
+    }
+}
+
+/// Two server instances on one PostgreSQL database: a change committed through one reaches
+/// devices connected to the other (LISTEN/NOTIFY), containers and key-value stores alike.
+@Suite struct ScaleOutTests {
+    @Test(.enabled(if: Backend.all.contains(.postgres))) func aChangeThroughOneInstanceIsPushedFromTheOther() async throws {
+        let first = try await TestServer.withAccount("ada", on: .postgres); defer { first.remove() }
+        _ = try await first.admin.createAccount(name: "bob", password: "correct horse")
+        let second = try await first.secondInstance()
+        let relay = Task { await second.relayChanges() }
+        defer {
+            relay.cancel()
+            Task { await second.close() }
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !(first.server.services.notifier.isRelaying && second.services.notifier.isRelaying) {
+            guard ContinuousClock.now < deadline else { Issue.record("the instances never started listening"); return }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        try await first.server.makeApplication().test(.live) { rawFirst in
+            try await second.makeApplication().test(.live) { rawSecond in
+                let one = Client(client: rawFirst), two = Client(client: rawSecond)
+                let laptop = try await one.signIn("ada", device: "laptop")  // on the first instance
+                let phone = try await two.signIn("ada", device: "phone")    // on the second
+                let bob = try await two.signIn("bob")
+
+                let connected = Confirmations()
+                async let phoneEvents = PushTests().listen(rawSecond, token: phone.token) { events in
+                    if events.count == 1 { connected.mark("phone") }
+                    return events.contains { $0.type == "keyValueChanged" } && events.contains { $0.type == "changed" && $0.sequence == 2 }
+                }
+                async let laptopEvents = PushTests().listen(rawFirst, token: laptop.token) { events in
+                    if events.count == 1 { connected.mark("laptop") }
+                    return events.contains { $0.type == "changed" && $0.sequence == 2 }
+                }
+                async let bobEvents = PushTests().listen(rawSecond, token: bob.token) { events in
+                    if events.count == 1 { connected.mark("bob") }
+                    return events.contains { $0.type == "changed" }
+                }
+                try await connected.wait(for: ["phone", "laptop", "bob"])
+
+                // A commit and an upload through the first instance; a resolve-free edit through the second.
+                let chunk: [UInt8] = [7, 7, 7]
+                let commit = try await one.commit(notes, "doc", fileUpdate("a.txt", [chunk]), token: laptop.token)
+                #expect(try await one.upload(chunk, token: laptop.token).status == .created)
+                // Both instances see the same item, whoever asks.
+                let seen = try await two.changes(notes, token: phone.token)
+                #expect(seen.items.map(\.revision) == [commit.revision] && seen.items.first?.uploaded == true)
+                #expect(try await two.send(.get, "/v1/chunks/\(sha256(chunk))", token: phone.token).body == ByteBuffer(bytes: chunk))
+                let store = "ABCDE12345.com.example.notes"
+                let kv = try await two.send(.post, "/v1/kv/\(store)", token: phone.token,
+                                            json: KeyValueUpdate(changes: [KeyValueChange(key: "theme", value: .string("dark"), timestamp: 1_800_000_000)]))
+                #expect(kv.status == .ok, "kv: \(String(buffer: kv.body))")
+
+                let heardByPhone = try await phoneEvents
+                let expected = [PushEvent.connected, PushEvent(type: "changed", container: notes, sequence: 1), PushEvent(type: "changed", container: notes, sequence: 2),
+                                PushEvent(type: "keyValueChanged", container: store, sequence: 1)]
+                #expect(heardByPhone.count == 4 && expected.allSatisfy(heardByPhone.contains), "the phone heard \(heardByPhone)")
+                #expect(try await laptopEvents == [.connected, PushEvent(type: "changed", container: notes, sequence: 1), PushEvent(type: "changed", container: notes, sequence: 2)],
+                        "the instance that made the change tells its own devices once")
+                _ = try await two.commit(notes, "b", fileUpdate("b.txt", []), token: bob.token)
+                #expect(try await bobEvents == [.connected, PushEvent(type: "changed", container: notes, sequence: 1)], "Bob heard only his own account")
+            }
         }
     }
 }

@@ -25,6 +25,13 @@ final class ChangeNotifier: Sendable {
     }
 
     private let subscribers = Mutex<[UUID: Subscriber]>([:])
+    private let relayState = Mutex(false)
+
+    /// Whether other server instances' changes are being heard (PostgreSQL's LISTEN is active).
+    var isRelaying: Bool {
+        get { relayState.withLock { $0 } }
+        set { relayState.withLock { $0 = newValue } }
+    }
 
     /// A stream of the events the device may see; finish it with ``unsubscribe(_:)``.
     func subscribe(_ device: DeviceAuth) -> (UUID, AsyncStream<PushEvent>) {
@@ -45,6 +52,13 @@ final class ChangeNotifier: Sendable {
             subscribers.values.filter { $0.device.accountId == account && $0.device.allows(container) }.map(\.continuation)
         }
         for continuation in targets { continuation.yield(event) }
+    }
+
+    /// Tells every connected device to catch up with `changes` (as if it had just connected):
+    /// events from other server instances may have been missed while their relay was down.
+    func catchUpAll() {
+        let targets = subscribers.withLock { $0.values.map(\.continuation) }
+        for continuation in targets { continuation.yield(.connected) }
     }
 
     /// How many devices are connected.

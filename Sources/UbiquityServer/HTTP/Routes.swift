@@ -14,7 +14,7 @@ extension KeyValueResponse: ResponseEncodable {}
 /// What every route needs.
 struct SyncServices: Sendable {
     let database: any SyncDatabase
-    let chunks: ChunkStore
+    let chunks: any ChunkStorage
     let metrics: ServerMetrics
     let notifier: ChangeNotifier
     let bcryptCost: UInt8
@@ -149,13 +149,13 @@ extension SyncServices {
             if usage.used + Int64(bytes.count) > usage.quota, try await !database.hasChunk(accountId: device.accountId, hash: hash) {
                 throw SyncError.quotaExceeded(used: usage.used, quota: usage.quota, adding: Int64(bytes.count))
             }
-            try self.chunks.store(bytes, hash: hash, account: device.accountId)
+            try await self.chunks.store(bytes, hash: hash, account: device.accountId)
             let completed: [String: Int64]
             do {
                 completed = try await database.chunkStored(accountId: device.accountId, hash: hash, size: Int64(bytes.count), now: Date())
             } catch let error as SyncError where error.code == "quotaExceeded" {
                 // Another upload used the room meanwhile: the bytes are not kept.
-                if try await !database.hasChunk(accountId: device.accountId, hash: hash) { self.chunks.remove(hash: hash, account: device.accountId) }
+                if try await !database.hasChunk(accountId: device.accountId, hash: hash) { await self.chunks.remove(hash: hash, account: device.accountId) }
                 throw error
             }
             for (container, sequence) in completed { notifier.publish(account: device.accountId, container: container, sequence: sequence) }
@@ -167,7 +167,7 @@ extension SyncServices {
             let hash = try context.parameters.require("hash")
             try Validate.hash(hash)
             guard try await database.hasChunk(accountId: device.accountId, hash: hash),
-                  let data = self.chunks.load(hash: hash, account: device.accountId) else { throw SyncError.chunkNotFound }
+                  let data = try await self.chunks.load(hash: hash, account: device.accountId) else { throw SyncError.chunkNotFound }
             return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
         }
     }

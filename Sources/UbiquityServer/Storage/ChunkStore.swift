@@ -6,10 +6,32 @@ import Foundation
 import Glibc
 #endif
 
+/// Where chunk contents live: files in the data directory (``FileChunkStore``) or rows in
+/// PostgreSQL (``PostgresChunkStore``), so instances on several machines share them.
+protocol ChunkStorage: Sendable {
+    /// Stores `bytes` as chunk `hash` of `account` (nothing if it is there already).
+    /// - Throws: ``SyncError`` (`hashMismatch`) if the bytes do not hash to `hash`; storage errors.
+    func store(_ bytes: [UInt8], hash: String, account: Int64) async throws
+    func load(hash: String, account: Int64) async throws -> Data?
+    /// Removes one chunk.
+    func remove(hash: String, account: Int64) async
+    func removeAccount(_ account: Int64) async
+}
+
+extension ChunkStorage {
+    /// Throws `hashMismatch` unless `bytes` hash (SHA-256) to `hash`.
+    static func verify(_ bytes: [UInt8], hash: String) throws {
+        let digest = SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
+        guard digest == hash else {
+            throw SyncError.badRequest("hashMismatch", "the chunk's bytes hash to \(digest), not \(hash)")
+        }
+    }
+}
+
 /// Chunk contents on disk, per account: `DIR/ACCOUNT/ab/abcdef…` (named by SHA-256). A chunk
 /// is written to a temporary file, checked against its hash, `fsync`ed and renamed into place,
 /// so a stored chunk is always whole and correct.
-struct ChunkStore: Sendable {
+struct FileChunkStore: ChunkStorage {
     let directory: String
 
     init(directory: String) throws {
@@ -21,13 +43,8 @@ struct ChunkStore: Sendable {
         "\(directory)/\(account)/\(hash.prefix(2))/\(hash)"
     }
 
-    /// Stores `bytes` as chunk `hash` of `account`.
-    /// - Throws: ``SyncError`` (`hashMismatch`) if the bytes do not hash to `hash`; I/O errors.
     func store(_ bytes: [UInt8], hash: String, account: Int64) throws {
-        let digest = SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
-        guard digest == hash else {
-            throw SyncError.badRequest("hashMismatch", "the chunk's bytes hash to \(digest), not \(hash)")
-        }
+        try Self.verify(bytes, hash: hash)
         let final = path(account: account, hash: hash)
         if FileManager.default.fileExists(atPath: final) { return }
         let folder = (final as NSString).deletingLastPathComponent
@@ -54,17 +71,14 @@ struct ChunkStore: Sendable {
         ok = true
     }
 
-    /// The chunk's bytes, or nil.
     func load(hash: String, account: Int64) -> Data? {
         FileManager.default.contents(atPath: path(account: account, hash: hash))
     }
 
-    /// Removes one chunk's file.
     func remove(hash: String, account: Int64) {
         unlink(path(account: account, hash: hash))
     }
 
-    /// Removes an account's chunks (the account was deleted).
     func removeAccount(_ account: Int64) {
         try? FileManager.default.removeItem(atPath: "\(directory)/\(account)")
     }

@@ -384,8 +384,6 @@ final class SQLiteDatabase: SyncDatabase {
 
     // MARK: Recovery and garbage collection
 
-    /// What an account can still get back: revisions no longer current (replaced, resolved,
-    /// superseded) and deleted items, made within `retention` seconds before `now`.
     func recoverable(accountName: String, now: Date, retention: TimeInterval) async throws -> [RecoverableRevision] {
         try await pool.read { db in
             try Row.fetchAll(db, sql: """
@@ -406,8 +404,6 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
-    /// Makes a recoverable revision its item's current one again (a new revision by the server).
-    /// Returns the container and its sequence, or nil if there is no such revision.
     func restore(accountName: String, revision: String, now: Date) async throws -> (container: String, sequence: Int64)? {
         try await pool.write { db in
             guard let row = try Row.fetchOne(db, sql: """
@@ -433,9 +429,6 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
-    /// Forgets revisions no longer current that are older than `retention`, then chunks no
-    /// revision names (older than `grace`, so a chunk uploaded just before its manifest stays).
-    /// Returns the removed chunks (account, hash) for their files to go, and how many revisions went.
     func collectGarbage(now: Date, retention: TimeInterval, grace: TimeInterval) async throws -> (revisions: Int, chunks: [(Int64, String)], bytes: Int64) {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM revision WHERE state IN ('replaced', 'resolved', 'superseded') AND created < ?", arguments: [now.timeIntervalSince1970 - retention])
@@ -449,6 +442,13 @@ final class SQLiteDatabase: SyncDatabase {
             }
             return (revisions, orphans.map { ($0["accountId"], $0["hash"]) }, orphans.reduce(0) { $0 + ($1["size"] as Int64) })
         }
+    }
+
+    /// One process serves an SQLite database: nothing to relay.
+    func relayChanges(to notifier: ChangeNotifier) async {}
+
+    func close() async {
+        try? pool.close()
     }
 
     // MARK: Helpers

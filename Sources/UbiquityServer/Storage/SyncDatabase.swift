@@ -70,7 +70,8 @@ struct CommitOutcome: Sendable {
 }
 
 /// Where the server keeps accounts, devices, containers, items and revisions. Implemented by
-/// ``SQLiteDatabase`` (embedded, the default); every implementation gives the same answers.
+/// ``SQLiteDatabase`` (embedded, the default) and ``PostgresDatabase``; every implementation
+/// gives the same answers (the server tests run against both).
 protocol SyncDatabase: Sendable {
     func createAccount(name: String, passwordHash: String, quotaBytes: Int64) async throws -> Account
     func accounts() async throws -> [Account]
@@ -101,6 +102,23 @@ protocol SyncDatabase: Sendable {
     /// Records a stored chunk; returns the containers whose items became downloadable, with
     /// their sequences now.
     func chunkStored(accountId: Int64, hash: String, size: Int64, now: Date) async throws -> [String: Int64]
+
+    /// What an account can still get back: revisions no longer current (replaced, resolved,
+    /// superseded) and deleted items, made within `retention` seconds before `now`.
+    func recoverable(accountName: String, now: Date, retention: TimeInterval) async throws -> [RecoverableRevision]
+    /// Makes a recoverable revision its item's current one again (a new revision by the server).
+    /// Returns the container and its sequence, or nil if there is no such revision.
+    func restore(accountName: String, revision: String, now: Date) async throws -> (container: String, sequence: Int64)?
+    /// Forgets revisions no longer current that are older than `retention`, then chunks no
+    /// revision names (older than `grace`, so a chunk uploaded just before its manifest stays).
+    /// Returns the removed chunks (account, hash) for their contents to go, and how many revisions went.
+    func collectGarbage(now: Date, retention: TimeInterval, grace: TimeInterval) async throws -> (revisions: Int, chunks: [(Int64, String)], bytes: Int64)
+
+    /// Delivers changes committed by other server instances to this one's connected devices,
+    /// until cancelled (returns at once where there are no other instances).
+    func relayChanges(to notifier: ChangeNotifier) async
+    /// Closes connections (the database is not used afterwards).
+    func close() async
 }
 
 /// The one rule every device agrees on when two revisions of an item were made concurrently:
