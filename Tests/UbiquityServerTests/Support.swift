@@ -3,6 +3,9 @@ import Foundation
 import Hummingbird
 import HummingbirdTesting
 import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
 @testable import UbiquityServer
 
 /// Where a test server keeps its data. Every server test runs on each backend: SQLite always,
@@ -38,11 +41,12 @@ struct TestServer {
     let admin: ServerAdministration
     let relay: Task<Void, Never>
 
-    init(_ backend: Backend = .sqlite) async throws {
+    /// - Parameter postgresURL: A database of the test's own (default: a fresh schema in the test cluster).
+    init(_ backend: Backend = .sqlite, postgresURL: String? = nil) async throws {
         self.backend = backend
         directory = NSTemporaryDirectory() + "ubiquity-server-\(UUID().uuidString.prefix(8))"
         var configuration = SyncServer.Configuration(dataDirectory: directory, port: 0, bcryptCost: 4)
-        if backend == .postgres { configuration.database = try Backend.postgresURL() }
+        if backend == .postgres { configuration.database = try postgresURL ?? Backend.postgresURL() }
         self.configuration = configuration
         server = try await SyncServer(configuration: configuration)
         admin = try await ServerAdministration(dataDirectory: directory, database: configuration.database, bcryptCost: 4)
@@ -144,3 +148,28 @@ func fileUpdate(_ name: String, _ chunks: [[UInt8]], base: String? = nil, date: 
 }
 
 let notes = "ABCDE12345.com.example.notes"
+
+/// `.ci/postgres COMMAND ARGUMENTS…` (a cluster of a test's own): its exit status and output.
+/// Spawned and reaped directly: Foundation's `Process.waitUntilExit` can miss the exit of a
+/// script whose grandchild (the PostgreSQL server) lives on.
+@discardableResult
+func clusterScript(_ arguments: [String]) throws -> (status: Int32, output: String) {
+    let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent(".ci/postgres").path
+    let outputPath = NSTemporaryDirectory() + "cluster-\(UUID().uuidString).out"
+    defer { unlink(outputPath) }
+    var actions = posix_spawn_file_actions_t()
+    posix_spawn_file_actions_init(&actions)
+    defer { posix_spawn_file_actions_destroy(&actions) }
+    posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    let argv: [UnsafeMutablePointer<CChar>?] = ([script] + arguments).map { strdup($0) } + [nil]
+    defer { for pointer in argv { free(pointer) } }
+    var pid = pid_t()
+    let spawned = posix_spawn(&pid, script, &actions, nil, argv, environ)
+    guard spawned == 0 else { throw SyncError(.internalServerError, "spawn", "cannot run \(script): \(String(cString: strerror(spawned)))") }
+    var status: Int32 = 0
+    while waitpid(pid, &status, 0) < 0 && errno == EINTR {}
+    let output = (try? String(contentsOfFile: outputPath, encoding: .utf8)) ?? ""
+    return ((status >> 8) & 0xff, output)
+}

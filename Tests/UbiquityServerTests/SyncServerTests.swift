@@ -326,6 +326,59 @@ import Testing
     }
 }
 
+/// PostgreSQL going away and coming back, on a cluster of the test's own.
+@Suite struct OutageTests {
+    @Test(.enabled(if: Backend.all.contains(.postgres)), .timeLimit(.minutes(1)))
+    func anOutageIsA503AndDevicesCatchUpWhenTheDatabaseIsBack() async throws {
+        let started = try clusterScript(["start"])
+        #expect(started.status == 0)
+        let values = Dictionary(uniqueKeysWithValues: started.output.split(separator: "\n").compactMap { line -> (String, String)? in
+            let parts = line.replacingOccurrences(of: "export ", with: "").split(separator: "=", maxSplits: 1)
+            return parts.count == 2 ? (String(parts[0]), parts[1].trimmingCharacters(in: CharacterSet(charactersIn: "'"))) : nil
+        })
+        let url = try #require(values["UBIQUITY_TEST_POSTGRES"]), cluster = try #require(values["UBIQUITY_TEST_POSTGRES_DIR"])
+        defer { _ = try? clusterScript(["stop", cluster]) }
+
+        let server = try await TestServer(.postgres, postgresURL: url); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        try await server.server.makeApplication().test(.live) { raw in
+            let client = Client(client: raw)
+            let phone = try await client.signIn("ada", device: "phone")
+            let catchUps = Confirmations()
+            async let events = PushTests().listen(raw, token: phone.token) { events in
+                if events.count == 1 { catchUps.mark("first") }
+                return events.filter { $0 == .connected }.count == 2
+            }
+            try await catchUps.wait(for: ["first"])
+            let deadline = ContinuousClock.now + .seconds(10)
+            while !server.server.services.notifier.isRelaying {
+                guard ContinuousClock.now < deadline else { Issue.record("never listening"); return }
+                try await Task.sleep(for: .milliseconds(5))
+            }
+
+            #expect(try clusterScript(["pause", cluster]).status == 0)
+            let before = ContinuousClock.now
+            let down = try await client.send(.get, "/health")
+            #expect(down.status == .serviceUnavailable && down.errorCode == "databaseUnavailable")
+            let refused = try await client.put(notes, "doc", fileUpdate("a.txt", []), token: phone.token)
+            #expect(refused.status == .serviceUnavailable && refused.errorCode == "databaseUnavailable")
+            #expect(ContinuousClock.now - before < .seconds(15), "answered within the lease timeout, not hung")
+
+            // Back: requests work at once, and the device is told to catch up (the relay missed
+            // whatever other instances did meanwhile).
+            #expect(try clusterScript(["resume", cluster]).status == 0)
+            let back = ContinuousClock.now + .seconds(20)
+            while try await client.send(.get, "/health").status != .ok {
+                guard ContinuousClock.now < back else { Issue.record("the server never recovered"); return }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(try await client.commit(notes, "doc", fileUpdate("a.txt", []), token: phone.token).item.sequence == 1)
+            let heard = try await events
+            #expect(heard.filter { $0 == .connected }.count == 2, "a catch-up after the outage: \(heard)")
+        }
+    }
+}
+
 /// Lets a test wait until named things have happened (no sleeps).
 final class Confirmations: Sendable {
     private let marked = Mutex<Set<String>>([])

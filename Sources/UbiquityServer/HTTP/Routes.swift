@@ -36,7 +36,10 @@ struct HealthResponse: Codable, ResponseEncodable {
 
 extension SyncServices {
     func addRoutes(to router: Router<SyncContext>) {
-        router.get("health") { _, _ in HealthResponse(status: "ok") }
+        router.get("health") { _, _ in
+            try await database.ping() // 503 databaseUnavailable when it does not answer
+            return HealthResponse(status: "ok")
+        }
         router.get("metrics") { _, _ in
             Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: metrics.exposition())))
         }

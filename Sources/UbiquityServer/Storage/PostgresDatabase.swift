@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import PostgresNIO
+import Synchronization
 
 /// The database for more than one server instance: PostgreSQL through postgres-nio.
 ///
@@ -43,6 +44,10 @@ final class PostgresDatabase: SyncDatabase {
         let client = PostgresClient(configuration: location.clientConfiguration(), backgroundLogger: logger)
         self.client = client
         runner = Task { await client.run() }
+    }
+
+    func ping() async throws {
+        try await read { db in _ = try await db.rows("SELECT 1 AS one") }
     }
 
     func close() async {
@@ -164,12 +169,12 @@ final class PostgresDatabase: SyncDatabase {
     /// Runs `body` in a transaction, retrying (up to 5 times) when PostgreSQL found a deadlock or
     /// a serialization failure; ``SyncError``s pass through and roll back.
     @discardableResult
-    func transaction<T: Sendable>(_ body: @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+    func transaction<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         var attempt = 0
         while true {
             attempt += 1
             do {
-                return try await client.withConnection { connection in
+                return try await pooled { [logger] connection in
                     try await connection.query("BEGIN", logger: logger)
                     do {
                         let result = try await body(connection)
@@ -188,8 +193,47 @@ final class PostgresDatabase: SyncDatabase {
     }
 
     /// Runs `body` on a pooled connection (one statement at a time, each seeing the latest commits).
-    func read<T: Sendable>(_ body: @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        try await client.withConnection { try await body($0) }
+    func read<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        try await pooled(body)
+    }
+
+    /// How long a request waits for a connection before it is answered 503 `databaseUnavailable`.
+    static let leaseTimeout: Duration = .seconds(5)
+
+    /// Runs `body` on a connection from the pool. When PostgreSQL is down, the pool keeps trying
+    /// to connect and requests would wait for ever: after ``leaseTimeout`` without a connection
+    /// the request gives up with 503 `databaseUnavailable`, as does one whose connection fails.
+    func pooled<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
+        let leased = LeaseFlag()
+        do {
+            return try await withThrowingTaskGroup(of: T?.self) { group in
+                group.addTask { [client] in
+                    try await client.withConnection { connection in
+                        leased.value.withLock { $0 = true }
+                        return try await body(connection)
+                    }
+                }
+                group.addTask {
+                    try await Task.sleep(for: Self.leaseTimeout)
+                    guard leased.value.withLock({ $0 }) else { throw Self.unavailable("no connection within \(Self.leaseTimeout)") }
+                    return nil // connected in time: the work may take as long as it takes
+                }
+                while let result = try await group.next() {
+                    if let result {
+                        group.cancelAll()
+                        return result
+                    }
+                }
+                throw Self.unavailable("the request was cancelled")
+            }
+        } catch let error as PSQLError where error.serverInfo == nil {
+            // Not an answer from PostgreSQL but a failure to reach it.
+            throw Self.unavailable(Self.describe(error))
+        }
+    }
+
+    static func unavailable(_ why: String) -> SyncError {
+        SyncError(.serviceUnavailable, "databaseUnavailable", "the database is not available: \(why)")
     }
 
     /// Announces a change to every instance (delivered when the transaction commits).
@@ -613,12 +657,15 @@ final class PostgresDatabase: SyncDatabase {
 
     func relayChanges(to notifier: ChangeNotifier) async {
         var connectedBefore = false
+        var failures = 0
         while !Task.isCancelled {
             var connection: PostgresConnection?
             do {
                 let listener = try await PostgresConnection.connect(configuration: try location.connectionConfiguration(), id: 1, logger: logger)
                 connection = listener
                 try await listener.listen(on: channel) { notifications in
+                    if failures > 0 { logger.notice("hearing other instances' changes again") }
+                    failures = 0
                     // Changes made while this instance was not listening reach its devices as a catch-up.
                     if connectedBefore { notifier.catchUpAll() }
                     connectedBefore = true
@@ -631,12 +678,15 @@ final class PostgresDatabase: SyncDatabase {
                     }
                 }
             } catch {
+                failures += 1
                 if !Task.isCancelled {
-                    logger.warning("not hearing other instances' changes; retrying", metadata: ["error": "\(Self.describe(error))"])
+                    // Once per outage as a warning; the retries (1 s, 2 s, … up to 30 s apart) at debug.
+                    logger.log(level: failures == 1 ? .warning : .debug, "not hearing other instances' changes; retrying",
+                               metadata: ["error": "\(Self.describe(error))", "attempt": "\(failures)"])
                 }
             }
             try? await connection?.close()
-            try? await Task.sleep(for: .seconds(1))
+            try? await Task.sleep(for: .seconds(min(30, 1 << min(failures, 5))))
         }
     }
 
@@ -715,6 +765,11 @@ final class PostgresDatabase: SyncDatabase {
     static func manifest(_ row: PostgresRandomAccessRow) throws -> Manifest {
         try JSONDecoder().decode(Manifest.self, from: Data(try row.get("manifest", as: ByteBuffer.self).readableBytesView))
     }
+}
+
+/// Whether a request got its pooled connection (see ``PostgresDatabase/pooled(_:)``).
+private final class LeaseFlag: Sendable {
+    let value = Mutex(false)
 }
 
 /// What garbage collection removed (the transaction's result).

@@ -447,6 +447,10 @@ final class SQLiteDatabase: SyncDatabase {
     /// One process serves an SQLite database: nothing to relay.
     func relayChanges(to notifier: ChangeNotifier) async {}
 
+    func ping() async throws {
+        _ = try await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }
+    }
+
     func close() async {
         try? pool.close()
     }

@@ -117,6 +117,8 @@ protocol SyncDatabase: Sendable {
     /// Delivers changes committed by other server instances to this one's connected devices,
     /// until cancelled (returns at once where there are no other instances).
     func relayChanges(to notifier: ChangeNotifier) async
+    /// Throws unless the database answers (`/health`).
+    func ping() async throws
     /// Closes connections (the database is not used afterwards).
     func close() async
 }
