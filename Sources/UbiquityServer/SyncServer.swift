@@ -128,8 +128,11 @@ public struct SyncServer: Sendable {
             relay.cancel()
         }
         try await makeApplication(onServerRunning: onServerRunning).runService()
+        // Stopped: no more relaying or collecting, then the connections close.
         relay.cancel()
+        maintenance.cancel()
         await relay.value
+        await maintenance.value
         await close()
     }
 }
