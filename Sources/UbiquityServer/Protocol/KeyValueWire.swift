@@ -109,6 +109,17 @@ public enum KeyValueLimits {
     /// At most this many bytes of UTF-8 per key.
     public static let maximumKeyBytes = 64
 
+    /// Throws `keyValueQuotaViolation` (413) unless a store of `keys` keys and `bytes` bytes is
+    /// within Apple's limits.
+    static func checkStore(keys: Int, bytes: Int) throws {
+        guard keys <= maximumKeys else {
+            throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a key-value store holds at most \(maximumKeys) keys; this would make \(keys)")
+        }
+        guard bytes <= maximumTotalBytes else {
+            throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a key-value store holds at most \(maximumTotalBytes) bytes; this would make \(bytes)")
+        }
+    }
+
     /// The bytes a key and value count for: the key's UTF-8 plus the value's JSON.
     static func size(key: String, value: PropertyListValue) throws -> Int {
         key.utf8.count + (try JSONEncoder().encode(value)).count

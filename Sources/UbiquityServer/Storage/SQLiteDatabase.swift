@@ -182,28 +182,12 @@ final class SQLiteDatabase: SyncDatabase {
             let missing = hashes.filter { !present.contains($0) }
 
             // Where the new revision goes: current, or kept as a conflict version.
-            var state = "current"
-            var demoted: (id: String, state: String)?
-            if let current = try Row.fetchOne(db, sql: """
+            let current = try Row.fetchOne(db, sql: """
                 SELECT revision.id, revision.modificationDate, revision.deviceId, revision.deleted
                 FROM item JOIN revision ON revision.id = item.currentRevision WHERE item.containerId = ? AND item.id = ?
-                """, arguments: [containerId, itemId]) {
-                let currentId: String = current["id"]
-                let currentDeleted: Bool = current["deleted"]
-                if update.baseRevision == currentId {
-                    demoted = (currentId, "replaced")
-                } else if currentDeleted && !deleted {
-                    demoted = (currentId, "replaced") // an edit concurrent with a delete wins over it
-                } else if deleted && !currentDeleted {
-                    state = "superseded" // a delete concurrent with an edit loses
-                } else if ConflictRule.winner((update.modificationDate, device.deviceId), over: (current["modificationDate"], current["deviceId"])) {
-                    demoted = (currentId, "conflict")
-                } else {
-                    state = "conflict"
-                }
-            }
-            // Two live items whose names differ only by case or Unicode normalisation in one
-            // folder: the one with the greater id is renamed ("Name 2.ext"), whichever came first.
+                """, arguments: [containerId, itemId]).map { (id: $0["id"] as String, date: $0["modificationDate"] as Double, device: $0["deviceId"] as String, deleted: $0["deleted"] as Bool) }
+            let placement = CommitPlacement(current: current, base: update.baseRevision, deleted: deleted, date: update.modificationDate, device: device.deviceId)
+            let state = placement.state
             var name = update.name
             var renameOther: (id: String, name: String)?
             if state == "current" && !deleted {
@@ -211,14 +195,7 @@ final class SQLiteDatabase: SyncDatabase {
                     SELECT item.id, revision.name FROM item JOIN revision ON revision.id = item.currentRevision
                     WHERE item.containerId = ? AND revision.parent IS ? AND revision.deleted = 0 AND item.id != ?
                     """, arguments: [containerId, update.parent, itemId]).map { (id: $0["id"] as String, name: $0["name"] as String) }
-                let taken = Set(siblings.map { NameCollision.key($0.name) })
-                if let clash = siblings.first(where: { NameCollision.key($0.name) == NameCollision.key(name) }) {
-                    if itemId > clash.id {
-                        name = NameCollision.freeName(for: name, taken: taken)
-                    } else {
-                        renameOther = (clash.id, NameCollision.freeName(for: clash.name, taken: taken.union([NameCollision.key(name)])))
-                    }
-                }
+                (name, renameOther) = NameCollision.settle(name: name, id: itemId, siblings: siblings)
             }
             try db.execute(sql: """
                 INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
@@ -230,7 +207,7 @@ final class SQLiteDatabase: SyncDatabase {
             for hash in hashes {
                 try db.execute(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) VALUES (?, ?, ?)", arguments: [revision, accountId, hash])
             }
-            if let demoted {
+            if let demoted = placement.demoted {
                 try db.execute(sql: "UPDATE revision SET state = ? WHERE id = ?", arguments: [demoted.state, demoted.id])
             }
             let sequence = try Self.bump(db, containerId: containerId)
@@ -304,12 +281,7 @@ final class SQLiteDatabase: SyncDatabase {
             // Apple's limits, over the store as it would be: violating them changes nothing.
             let keys = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM kv WHERE storeId = ? AND value IS NOT NULL", arguments: [storeId]) ?? 0
             let bytes = try Int.fetchOne(db, sql: "SELECT COALESCE(SUM(size), 0) FROM kv WHERE storeId = ?", arguments: [storeId]) ?? 0
-            guard keys <= KeyValueLimits.maximumKeys else {
-                throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a key-value store holds at most \(KeyValueLimits.maximumKeys) keys; this would make \(keys)")
-            }
-            guard bytes <= KeyValueLimits.maximumTotalBytes else {
-                throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a key-value store holds at most \(KeyValueLimits.maximumTotalBytes) bytes; this would make \(bytes)")
-            }
+            try KeyValueLimits.checkStore(keys: keys, bytes: bytes)
             let named = Set(changes.map(\.key))
             let entries = try Self.keyValueEntries(db, storeId: storeId, since: 0).filter { named.contains($0.key) }
             return KeyValueResponse(sequence: sequence, entries: entries)

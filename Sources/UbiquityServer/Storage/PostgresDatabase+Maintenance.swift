@@ -1,0 +1,168 @@
+import Foundation
+import Logging
+import PostgresNIO
+
+/// Recovery, garbage collection and other instances' changes on PostgreSQL.
+extension PostgresDatabase {
+    // MARK: Recovery and garbage collection
+
+    func recoverable(accountName: String, now: Date, retention: TimeInterval) async throws -> [RecoverableRevision] {
+        try await read { db in
+            try await db.rows("""
+                SELECT revision.id, container.identifier, revision.item_id, revision.name, revision.device_name, revision.size,
+                    revision.modification_date, revision.created, revision.complete,
+                    (SELECT current.deleted FROM revision AS current JOIN item ON item.current_revision = current.id
+                     WHERE item.container_id = revision.container_id AND item.id = revision.item_id) AS item_deleted
+                FROM revision JOIN container ON container.id = revision.container_id JOIN account ON account.id = container.account_id
+                WHERE account.name = \(accountName) AND revision.state IN ('replaced', 'resolved', 'superseded') AND NOT revision.deleted
+                    AND revision.created >= \(now.timeIntervalSince1970 - retention)
+                ORDER BY revision.created DESC
+                """).map {
+                RecoverableRevision(
+                    revision: try $0.get("id"), container: try $0.get("identifier"), item: try $0.get("item_id"), name: try $0.get("name"),
+                    deviceName: try $0.get("device_name"), size: try $0.get("size"), modificationDate: try $0.get("modification_date"),
+                    replacedAt: try $0.get("created"), itemDeleted: try $0.get("item_deleted", as: Bool?.self) ?? false, uploaded: try $0.get("complete"))
+            }
+        }
+    }
+
+    func restore(accountName: String, revision: String, now: Date) async throws -> (container: String, sequence: Int64)? {
+        try await transaction { [self] db in
+            guard let row = try await db.rows("""
+                SELECT revision.container_id, revision.item_id, container.identifier, container.account_id FROM revision
+                JOIN container ON container.id = revision.container_id JOIN account ON account.id = container.account_id
+                WHERE account.name = \(accountName) AND revision.id = \(revision) AND revision.state IN ('replaced', 'resolved', 'superseded') AND NOT revision.deleted
+                """).first else { return nil }
+            let containerId: Int64 = try row.get("container_id")
+            let itemId: String = try row.get("item_id")
+            try await db.rows("SELECT 1 AS one FROM account WHERE id = \(try row.get("account_id", as: Int64.self)) FOR SHARE")
+            try await db.rows("SELECT id FROM container WHERE id = \(containerId) FOR UPDATE")
+            let restored = UUID().uuidString.lowercased()
+            try await db.rows("""
+                INSERT INTO revision (id, container_id, item_id, base_revision, device_id, device_name, name, parent, kind, size,
+                    modification_date, type, manifest, deleted, complete, state, created)
+                SELECT \(restored), container_id, item_id, (SELECT current_revision FROM item WHERE container_id = \(containerId) AND id = \(itemId)),
+                    'server', 'server', name, parent, kind, size, modification_date, type, manifest, FALSE, complete, 'current', \(now.timeIntervalSince1970)
+                FROM revision WHERE id = \(revision)
+                """)
+            try await db.rows("INSERT INTO revision_chunk (revision_id, account_id, hash) SELECT \(restored), account_id, hash FROM revision_chunk WHERE revision_id = \(revision)")
+            try await db.rows("UPDATE revision SET state = 'replaced' WHERE id = (SELECT current_revision FROM item WHERE container_id = \(containerId) AND id = \(itemId))")
+            let sequence = try await Self.bump(db, containerId: containerId)
+            try await db.rows("UPDATE item SET current_revision = \(restored), sequence = \(sequence) WHERE container_id = \(containerId) AND id = \(itemId)")
+            let identifier: String = try row.get("identifier")
+            try await announce(db, account: try row.get("account_id"), container: identifier, sequence: sequence)
+            return (identifier, sequence)
+        }
+    }
+
+    func collectGarbage(now: Date, retention: TimeInterval, grace: TimeInterval) async throws -> (revisions: Int, chunks: [(Int64, String)], bytes: Int64) {
+        let collected = try await transaction { db in
+            // No commit or upload may name a chunk while it is judged unreferenced.
+            try await db.rows("SELECT id FROM account ORDER BY id FOR UPDATE")
+            let revisions = try await db.rows("DELETE FROM revision WHERE state IN ('replaced', 'resolved', 'superseded') AND created < \(now.timeIntervalSince1970 - retention) RETURNING id").count
+            let orphans = try await db.rows("""
+                DELETE FROM chunk WHERE created < \(now.timeIntervalSince1970 - grace) AND NOT EXISTS
+                    (SELECT 1 FROM revision_chunk WHERE revision_chunk.account_id = chunk.account_id AND revision_chunk.hash = chunk.hash)
+                RETURNING account_id, hash, size
+                """).map { (account: try $0.get("account_id", as: Int64.self), hash: try $0.get("hash", as: String.self), size: try $0.get("size", as: Int64.self)) }
+            // Contents whose upload never got recorded (a crash between storing and recording).
+            try await db.rows("""
+                DELETE FROM chunk_content WHERE created < \(now.timeIntervalSince1970 - grace) AND NOT EXISTS
+                    (SELECT 1 FROM chunk WHERE chunk.account_id = chunk_content.account_id AND chunk.hash = chunk_content.hash)
+                """)
+            return GarbageCollected(revisions: revisions, chunks: orphans.map { .init(account: $0.account, hash: $0.hash) }, bytes: orphans.reduce(0) { $0 + $1.size })
+        }
+        return (collected.revisions, collected.chunks.map { ($0.account, $0.hash) }, collected.bytes)
+    }
+
+    // MARK: Other instances' changes
+
+    func relayChanges(to notifier: ChangeNotifier) async {
+        var connectedBefore = false
+        var failures = 0
+        while !Task.isCancelled {
+            var connection: PostgresConnection?
+            do {
+                let listener = try await PostgresConnection.connect(configuration: try location.connectionConfiguration(), id: 1, logger: logger)
+                connection = listener
+                try await listener.listen(on: channel) { notifications in
+                    if failures > 0 { logger.notice("hearing other instances' changes again") }
+                    failures = 0
+                    // Changes made while this instance was not listening reach its devices as a catch-up.
+                    if connectedBefore { notifier.catchUpAll() }
+                    connectedBefore = true
+                    notifier.isRelaying = true
+                    defer { notifier.isRelaying = false }
+                    for try await notification in notifications {
+                        guard let change = try? JSONDecoder().decode(RelayedChange.self, from: Data(notification.payload.utf8)),
+                              change.instance != instance else { continue }
+                        notifier.publish(account: change.account, container: change.container, sequence: change.sequence, keyValue: change.keyValue)
+                    }
+                }
+            } catch {
+                failures += 1
+                if !Task.isCancelled {
+                    // Once per outage as a warning; the retries (1 s, 2 s, … up to 30 s apart) at debug.
+                    logger.log(level: failures == 1 ? .warning : .debug, "not hearing other instances' changes; retrying",
+                               metadata: ["error": "\(Self.describe(error))", "attempt": "\(failures)"])
+                }
+            }
+            try? await connection?.close()
+            try? await Task.sleep(for: .seconds(min(30, 1 << min(failures, 5))))
+        }
+    }
+}
+
+/// What garbage collection removed (the transaction's result).
+fileprivate struct GarbageCollected: Sendable {
+    struct Chunk: Sendable {
+        var account: Int64
+        var hash: String
+    }
+
+    var revisions: Int
+    var chunks: [Chunk]
+    var bytes: Int64
+}
+
+/// A change announced to every instance: `pg_notify`'s payload.
+struct RelayedChange: Codable, Sendable {
+    var instance: String
+    var account: Int64
+    var container: String
+    var sequence: Int64
+    var keyValue: Bool
+}
+
+/// Chunk contents in PostgreSQL (`chunk_content`), so every instance serves every chunk.
+struct PostgresChunkStore: ChunkStorage {
+    let database: PostgresDatabase
+
+    func store(_ bytes: [UInt8], hash: String, account: Int64) async throws {
+        try Self.verify(bytes, hash: hash)
+        let now = Date().timeIntervalSince1970
+        let data = Data(bytes)
+        try await database.transaction { db in
+            try await db.rows("""
+                INSERT INTO chunk_content (account_id, hash, data, created) VALUES (\(account), \(hash), \(data), \(now))
+                ON CONFLICT DO NOTHING
+                """)
+        }
+    }
+
+    func load(hash: String, account: Int64) async throws -> Data? {
+        try await database.read { db in
+            try await db.rows("SELECT data FROM chunk_content WHERE account_id = \(account) AND hash = \(hash)").first
+                .map { Data(try $0.get("data", as: ByteBuffer.self).readableBytesView) }
+        }
+    }
+
+    func remove(hash: String, account: Int64) async {
+        _ = try? await database.transaction { db in
+            try await db.rows("DELETE FROM chunk_content WHERE account_id = \(account) AND hash = \(hash)")
+        }
+    }
+
+    /// Nothing to do: the account's rows went with it.
+    func removeAccount(_ account: Int64) async {}
+}

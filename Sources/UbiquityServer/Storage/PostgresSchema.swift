@@ -1,0 +1,104 @@
+import Foundation
+import Logging
+import PostgresNIO
+
+extension PostgresDatabase {
+    // MARK: Schema
+
+    static let migrations: [(String, [String])] = [
+        ("v1", [
+            """
+            CREATE TABLE account (
+                id BIGSERIAL PRIMARY KEY, name TEXT NOT NULL UNIQUE, password_hash TEXT NOT NULL,
+                identity_token TEXT NOT NULL UNIQUE, quota_bytes BIGINT NOT NULL, created DOUBLE PRECISION NOT NULL)
+            """,
+            """
+            CREATE TABLE device (
+                id TEXT PRIMARY KEY, account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                name TEXT NOT NULL, token_hash TEXT NOT NULL UNIQUE, containers TEXT,
+                created DOUBLE PRECISION NOT NULL, revoked BOOLEAN NOT NULL DEFAULT FALSE)
+            """,
+            "CREATE INDEX device_account ON device(account_id)",
+            """
+            CREATE TABLE container (
+                id BIGSERIAL PRIMARY KEY, account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                identifier TEXT NOT NULL, sequence BIGINT NOT NULL DEFAULT 0, UNIQUE(account_id, identifier))
+            """,
+            """
+            CREATE TABLE item (
+                container_id BIGINT NOT NULL REFERENCES container(id) ON DELETE CASCADE, id TEXT NOT NULL,
+                current_revision TEXT NOT NULL, sequence BIGINT NOT NULL, PRIMARY KEY(container_id, id))
+            """,
+            "CREATE INDEX item_sequence ON item(container_id, sequence)",
+            """
+            CREATE TABLE revision (
+                id TEXT PRIMARY KEY, container_id BIGINT NOT NULL REFERENCES container(id) ON DELETE CASCADE,
+                item_id TEXT NOT NULL, base_revision TEXT, device_id TEXT NOT NULL, device_name TEXT NOT NULL,
+                name TEXT NOT NULL, parent TEXT, kind TEXT NOT NULL, size BIGINT NOT NULL,
+                modification_date DOUBLE PRECISION NOT NULL, type TEXT, manifest BYTEA NOT NULL, deleted BOOLEAN NOT NULL,
+                complete BOOLEAN NOT NULL, state TEXT NOT NULL, created DOUBLE PRECISION NOT NULL)
+            """,
+            "CREATE INDEX revision_item ON revision(container_id, item_id, state)",
+            "CREATE INDEX revision_state ON revision(state, created)",
+            """
+            CREATE TABLE revision_chunk (
+                revision_id TEXT NOT NULL REFERENCES revision(id) ON DELETE CASCADE, account_id BIGINT NOT NULL,
+                hash TEXT NOT NULL, PRIMARY KEY(revision_id, hash))
+            """,
+            "CREATE INDEX revision_chunk_hash ON revision_chunk(account_id, hash)",
+            """
+            CREATE TABLE chunk (
+                account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE, hash TEXT NOT NULL,
+                size BIGINT NOT NULL, created DOUBLE PRECISION NOT NULL, PRIMARY KEY(account_id, hash))
+            """,
+            // Chunk bytes, shared by every instance. Mostly compressed already: stored as they are.
+            """
+            CREATE TABLE chunk_content (
+                account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE, hash TEXT NOT NULL,
+                data BYTEA NOT NULL, created DOUBLE PRECISION NOT NULL, PRIMARY KEY(account_id, hash))
+            """,
+            "ALTER TABLE chunk_content ALTER COLUMN data SET STORAGE EXTERNAL",
+            """
+            CREATE TABLE kv_store (
+                id BIGSERIAL PRIMARY KEY, account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                identifier TEXT NOT NULL, sequence BIGINT NOT NULL DEFAULT 0, UNIQUE(account_id, identifier))
+            """,
+            """
+            CREATE TABLE kv (
+                store_id BIGINT NOT NULL REFERENCES kv_store(id) ON DELETE CASCADE, key TEXT NOT NULL,
+                value BYTEA, size BIGINT NOT NULL, timestamp DOUBLE PRECISION NOT NULL, device_id TEXT NOT NULL,
+                device_name TEXT NOT NULL, sequence BIGINT NOT NULL, PRIMARY KEY(store_id, key))
+            """,
+            "CREATE INDEX kv_sequence ON kv(store_id, sequence)",
+        ]),
+    ]
+
+    /// Applies the migrations not yet applied (one instance at a time: an advisory lock).
+    /// Returns the schema the tables are in.
+    static func migrate(_ connection: PostgresConnection, location: PostgresLocation) async throws -> String {
+        let logger = Logger(label: "ubiquity.server.migrate")
+        if let schema = location.schema {
+            try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(schema)"), logger: logger)
+        }
+        try await connection.query("BEGIN", logger: logger)
+        do {
+            try await connection.query("SELECT pg_advisory_xact_lock(7237457415)", logger: logger)
+            try await connection.query("CREATE TABLE IF NOT EXISTS ubiquity_migration (version TEXT PRIMARY KEY, applied DOUBLE PRECISION NOT NULL)", logger: logger)
+            var applied = Set<String>()
+            for try await version in try await connection.query("SELECT version FROM ubiquity_migration", logger: logger).decode(String.self) {
+                applied.insert(version)
+            }
+            for (version, statements) in migrations where !applied.contains(version) {
+                for statement in statements { try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger) }
+                try await connection.query("INSERT INTO ubiquity_migration (version, applied) VALUES (\(version), \(Date().timeIntervalSince1970))", logger: logger)
+            }
+            var schema = "public"
+            for try await name in try await connection.query("SELECT current_schema()", logger: logger).decode(String.self) { schema = name }
+            try await connection.query("COMMIT", logger: logger)
+            return schema
+        } catch {
+            _ = try? await connection.query("ROLLBACK", logger: logger)
+            throw error
+        }
+    }
+}
