@@ -36,6 +36,8 @@ let package = Package(
         .target(name: "UbiquityCoordination", dependencies: ["CUbiquitySystem", "UbiquityFiles", logging]),
         // Document layer: Document (UIDocument), UndoManager.
         .target(name: "UbiquityDocument", dependencies: ["UbiquityFiles", "UbiquityCoordination", logging]),
+        // The sync engine: content-defined chunks, chunk-list deltas (no server, no network).
+        .target(name: "UbiquitySync", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         // The one module apps import.
         .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument"]),
 
@@ -86,6 +88,7 @@ let package = Package(
         .executableTarget(name: "UbiquityDocumentHost", dependencies: ["Ubiquity"], path: "Tests/Helpers/DocumentHost"),
 
         .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles"]),
+        .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync"]),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),
         .testTarget(

@@ -1,0 +1,112 @@
+import Foundation
+import Testing
+@testable import UbiquitySync
+
+/// A seeded generator, so every run cuts the same bytes.
+struct SeededGenerator: RandomNumberGenerator {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
+
+func randomData(_ count: Int, seed: UInt64) -> Data {
+    var generator = SeededGenerator(seed: seed)
+    var data = Data(count: count)
+    data.withUnsafeMutableBytes { bytes in
+        let words = bytes.bindMemory(to: UInt64.self)
+        for index in words.indices { words[index] = generator.next() }
+    }
+    return data
+}
+
+/// Bytes that must travel to turn `old` into `new`: the chunks the other side lacks, plus the
+/// chunk-list delta as JSON.
+func bytesMoved(from old: [ContentChunk], to new: [ContentChunk]) throws -> (chunks: Int, delta: Int) {
+    let delta = ChunkListDelta(from: old, to: new)
+    let known = Set(old.map(\.hash))
+    let chunkBytes = delta.added.filter { !known.contains($0.hash) }.reduce(0) { $0 + $1.length }
+    return (chunkBytes, try JSONEncoder().encode(delta).count)
+}
+
+@Suite struct ContentChunkerTests {
+    let chunker = ContentChunker.standard
+
+    @Test func chunksAreDeterministicBoundedAndCoverTheFile() throws {
+        let data = randomData(4 << 20, seed: 1)
+        let chunks = chunker.chunks(of: data)
+        #expect(chunks == chunker.chunks(of: data))
+        #expect(chunks.reduce(0) { $0 + $1.length } == data.count)
+        #expect(zip(chunks, chunks.dropFirst()).allSatisfy { $0.offset + $0.length == $1.offset }, "no gaps, no overlaps")
+        for chunk in chunks.dropLast() {
+            #expect(chunk.length >= chunker.minimumSize && chunk.length <= chunker.maximumSize)
+        }
+        let mean = Double(data.count) / Double(chunks.count)
+        #expect(mean > Double(chunker.averageSize) * 0.6 && mean < Double(chunker.averageSize) * 1.6, "mean chunk \(mean) bytes")
+        #expect(ContentChunker.hash(UnsafeRawBufferPointer(start: nil, count: 0)) == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855")
+        #expect(chunker.chunks(of: Data()).isEmpty)
+        #expect(chunker.chunks(of: Data([1, 2, 3])).map(\.length) == [3])
+    }
+
+    @Test func aFileIsCutTheSameWayStreamedAsInMemory() throws {
+        let data = randomData(3 << 20 + 12_345, seed: 2)
+        let url = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("chunker-\(UUID().uuidString)")
+        try data.write(to: url)
+        defer { try? FileManager.default.removeItem(at: url) }
+        #expect(try chunker.chunks(ofFileAt: url) == chunker.chunks(of: data))
+        let empty = url.appendingPathExtension("empty")
+        try Data().write(to: empty)
+        defer { try? FileManager.default.removeItem(at: empty) }
+        #expect(try chunker.chunks(ofFileAt: empty).isEmpty)
+        #expect(throws: (any Error).self) { try chunker.chunks(ofFileAt: url.appendingPathExtension("missing")) }
+    }
+
+    /// Overwrites, insertions and deletions anywhere: the chunks after the edit are the old
+    /// ones, and what travels (new chunks + the delta) stays within 64 KiB.
+    @Test(arguments: 0..<4) func smallEditsMoveOnlyTheChunksAroundThem(seed: UInt64) throws {
+        let original = randomData(8 << 20, seed: 100 + seed)
+        let before = chunker.chunks(of: original)
+        var generator = SeededGenerator(seed: seed)
+        for round in 0..<6 {
+            var edited = original
+            let at = Int.random(in: 0..<original.count, using: &generator)
+            switch round % 3 {
+            case 0: edited[at] ^= 0xFF
+            case 1: edited.insert(UInt8.random(in: 0...255, using: &generator), at: at)
+            default: edited.remove(at: at)
+            }
+            let after = chunker.chunks(of: edited)
+            let moved = try bytesMoved(from: before, to: after)
+            #expect(moved.chunks + moved.delta <= 64 << 10, "edit \(round % 3) at \(at): \(moved.chunks) chunk bytes + \(moved.delta) delta bytes")
+            #expect(try ChunkListDelta(from: before, to: after).apply(to: before) == after)
+        }
+    }
+
+    /// SYSTEM.md's figure: a 1-byte edit in a 64 MiB file moves at most 64 KiB.
+    @Test func aOneByteEditInSixtyFourMebibytesMovesAtMostSixtyFourKibibytes() throws {
+        var data = randomData(64 << 20, seed: 64)
+        let before = chunker.chunks(of: data)
+        data[40_000_000] &+= 1
+        let after = chunker.chunks(of: data)
+        let moved = try bytesMoved(from: before, to: after)
+        #expect(moved.chunks + moved.delta <= 64 << 10, "\(moved.chunks) chunk bytes + \(moved.delta) delta bytes")
+        #expect(moved.delta < 1_024, "the chunk list travels as a difference, not \(after.count) hashes")
+    }
+
+    @Test func deltasRebuildTheListAndRefuseTheWrongOne() throws {
+        let a = chunker.chunks(of: randomData(1 << 20, seed: 7))
+        let b = Array(a[10...]) + Array(a[0..<5]) + [ContentChunk(offset: 0, length: 3, hash: String(repeating: "a", count: 64))]
+        let delta = ChunkListDelta(from: a, to: b)
+        #expect(try delta.apply(to: a) == (try ChunkListDelta(from: [], to: b).apply(to: [])))
+        #expect(delta.operations.count == 3, "two runs and one new chunk: \(delta.operations)")
+        #expect(delta.added.map(\.length) == [3])
+        let decoded = try JSONDecoder().decode(ChunkListDelta.self, from: try JSONEncoder().encode(delta))
+        #expect(decoded == delta)
+        #expect(throws: DeltaError.self) { try delta.apply(to: Array(a.prefix(4))) }
+    }
+}
