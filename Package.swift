@@ -45,6 +45,7 @@ let package = Package(
         .target(
             name: "UbiquityServer",
             dependencies: [
+                "UbiquitySync",
                 logging,
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
@@ -95,6 +96,7 @@ let package = Package(
             name: "UbiquityServerTests",
             dependencies: [
                 "UbiquityServer",
+                "UbiquitySync",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSTesting", package: "hummingbird-websocket"),
             ]

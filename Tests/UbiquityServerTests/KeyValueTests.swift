@@ -3,6 +3,7 @@ import Hummingbird
 import HummingbirdTesting
 import Testing
 @testable import UbiquityServer
+import UbiquitySync
 
 @Suite struct KeyValueTests {
     let store = "ABCDE12345.com.example.notes"

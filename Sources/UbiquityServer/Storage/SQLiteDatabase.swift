@@ -1,4 +1,5 @@
 import Foundation
+import UbiquitySync
 import GRDB
 
 /// The embedded database: SQLite through GRDB, in WAL mode, so the server and the

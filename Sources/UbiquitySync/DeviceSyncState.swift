@@ -1,0 +1,278 @@
+import Foundation
+
+/// An item as the server has it (what `changes` and commit answers carry), reduced to what the
+/// sync decisions need. `content` names the contents (a manifest's hash in the agent).
+public struct ItemSnapshot: Sendable, Equatable, Codable {
+    /// The item's id (stable; not its name).
+    public var id: String
+    /// Its current revision.
+    public var revision: String
+    /// Its name.
+    public var name: String
+    /// Its contents.
+    public var content: String
+    /// Whether it is deleted (a tombstone).
+    public var deleted: Bool
+    /// The container's sequence at its last change (newer snapshots have greater ones).
+    public var sequence: Int64
+    /// Its unresolved conflict versions.
+    public var conflicts: [ConflictSnapshot]
+
+    /// Creates a snapshot.
+    public init(id: String, revision: String, name: String, content: String, deleted: Bool, sequence: Int64, conflicts: [ConflictSnapshot]) {
+        self.id = id
+        self.revision = revision
+        self.name = name
+        self.content = content
+        self.deleted = deleted
+        self.sequence = sequence
+        self.conflicts = conflicts
+    }
+}
+
+/// A conflict version of an item: a revision made concurrently that lost the conflict rule.
+public struct ConflictSnapshot: Sendable, Equatable, Codable {
+    /// Its revision.
+    public var revision: String
+    /// Its contents.
+    public var content: String
+
+    /// Creates a conflict snapshot.
+    public init(revision: String, content: String) {
+        self.revision = revision
+        self.content = content
+    }
+}
+
+/// A local change on its way to the server: a commit of the item's name and contents (or its
+/// deletion) on top of `base`, the revision the change was made from.
+public struct LocalChange: Sendable, Equatable, Codable {
+    /// Unique per device: the server answers a repeated change (after a lost answer or a crash)
+    /// with what it did the first time, so nothing is committed twice.
+    public var changeId: String
+    /// The item.
+    public var item: String
+    /// The revision the local contents were made from (nil for a new item).
+    public var base: String?
+    /// The item's name.
+    public var name: String
+    /// Its contents.
+    public var content: String
+    /// Whether the change deletes the item.
+    public var deleted: Bool
+    /// When it was made (the conflict rule's first criterion).
+    public var date: Double
+}
+
+/// The server's answer to a commit.
+public struct CommitAnswer: Sendable, Equatable {
+    /// The change answered.
+    public var changeId: String
+    /// The revision the change became.
+    public var revision: String
+    /// The item now (its current revision may be another device's, if this change lost).
+    public var item: ItemSnapshot
+
+    /// Creates an answer.
+    public init(changeId: String, revision: String, item: ItemSnapshot) {
+        self.changeId = changeId
+        self.revision = revision
+        self.item = item
+    }
+}
+
+/// What a device asks of the server.
+public enum SyncRequest: Sendable, Equatable {
+    /// Commit a local change.
+    case commit(LocalChange)
+    /// List the changes after a sequence.
+    case fetch(since: Int64)
+    /// Keep one revision of an item and remove its conflict versions.
+    case resolve(item: String, keep: String, remove: [String])
+}
+
+/// One device's sync decisions, as a pure state machine: local saves, renames and deletions go
+/// in; requests for the server come out; the server's answers go in. No I/O, no clock: the
+/// agent drives it with real files and a real server, the simulation with a model of both.
+///
+/// What it guarantees (the simulation checks it over thousands of seeded runs with crashes,
+/// lost and reordered messages and partitions):
+/// - a local change is kept (``Persisted``) until the server acknowledges it, and is sent again
+///   after a crash or a lost answer with the same change id;
+/// - a change is committed on top of the revision it was made from, so a concurrent change
+///   elsewhere makes a conflict (both kept), never a silent overwrite;
+/// - while an item has local changes the server has not acknowledged, the device shows them;
+///   once it has none, it shows the server's newest state of the item.
+public struct DeviceSyncState: Sendable {
+    /// What survives a crash (the agent keeps it in SQLite).
+    public struct Persisted: Sendable, Equatable, Codable {
+        /// The device's id (the conflict rule's tie-breaker).
+        public var device: String
+        /// The newest server state of each item seen.
+        public var remote: [String: ItemSnapshot] = [:]
+        /// The local state of items with unacknowledged changes: what the device shows for them.
+        public var local: [String: LocalItem] = [:]
+        /// Per item, the change sent and not yet acknowledged.
+        public var sending: [String: LocalChange] = [:]
+        /// Per item, the newest change not sent yet (its base is settled when `sending` is acknowledged).
+        public var queued: [String: LocalChange] = [:]
+        /// The container sequence up to which every change has been fetched.
+        public var cursor: Int64 = 0
+        /// For change ids.
+        public var changesMade = 0
+    }
+
+    /// An item as a device shows it.
+    public struct LocalItem: Sendable, Equatable, Codable {
+        /// Its name.
+        public var name: String
+        /// Its contents.
+        public var content: String
+        /// Whether it is deleted.
+        public var deleted: Bool
+
+        /// Creates a local item.
+        public init(name: String, content: String, deleted: Bool) {
+            self.name = name
+            self.content = content
+            self.deleted = deleted
+        }
+    }
+
+    /// The durable part.
+    public private(set) var persisted: Persisted
+    /// Changes on the wire (lost in a crash).
+    private var inFlight: Set<String> = []
+    /// Whether a fetch is on the wire.
+    private var fetching = false
+
+    /// A device with nothing synced yet.
+    public init(device: String) {
+        persisted = Persisted(device: device)
+    }
+
+    /// A device restarting from what it persisted (after a crash: whatever was on the wire is forgotten).
+    public init(restoring persisted: Persisted) {
+        self.persisted = persisted
+    }
+
+    // MARK: What the device shows
+
+    /// The item as the device shows it: its local changes if it has any, else the server's state.
+    public func visible(_ item: String) -> LocalItem? {
+        if let local = persisted.local[item] { return local }
+        return persisted.remote[item].map { LocalItem(name: $0.name, content: $0.content, deleted: $0.deleted) }
+    }
+
+    /// Every item the device knows, as it shows them.
+    public var visibleItems: [String: LocalItem] {
+        var items: [String: LocalItem] = [:]
+        for id in Set(persisted.remote.keys).union(persisted.local.keys) { items[id] = visible(id) }
+        return items
+    }
+
+    /// The item's conflict versions, as the server last said.
+    public func conflicts(_ item: String) -> [ConflictSnapshot] { persisted.remote[item]?.conflicts ?? [] }
+
+    /// Whether the item has changes the server has not acknowledged.
+    public func hasLocalChanges(_ item: String) -> Bool { persisted.local[item] != nil }
+
+    /// Whether anything waits to be sent or acknowledged.
+    public var isIdle: Bool { persisted.sending.isEmpty && persisted.queued.isEmpty && inFlight.isEmpty && !fetching }
+
+    // MARK: Local changes
+
+    /// The user saved `content` (creating the item if it is new).
+    public mutating func save(item: String, name: String? = nil, content: String, date: Double) {
+        let current = visible(item)
+        change(item, LocalItem(name: name ?? current?.name ?? item, content: content, deleted: false), date: date)
+    }
+
+    /// The user renamed the item.
+    public mutating func rename(item: String, to name: String, date: Double) {
+        guard let current = visible(item), !current.deleted else { return }
+        change(item, LocalItem(name: name, content: current.content, deleted: false), date: date)
+    }
+
+    /// The user deleted the item.
+    public mutating func delete(item: String, date: Double) {
+        guard let current = visible(item), !current.deleted else { return }
+        change(item, LocalItem(name: current.name, content: current.content, deleted: true), date: date)
+    }
+
+    private mutating func change(_ item: String, _ state: LocalItem, date: Double) {
+        persisted.changesMade += 1
+        let id = "\(persisted.device)#\(persisted.changesMade)"
+        // The base: what the shown state was made from. With a change already sent, it is that
+        // change's revision, known only when it is acknowledged.
+        let base = persisted.sending[item] == nil ? persisted.queued[item]?.base ?? persisted.remote[item]?.revision : nil
+        persisted.local[item] = state
+        persisted.queued[item] = LocalChange(changeId: id, item: item, base: base, name: state.name, content: state.content, deleted: state.deleted, date: date)
+    }
+
+    // MARK: Talking to the server
+
+    /// The requests to send now: changes not on the wire (sent again after a crash or a loss,
+    /// with their ids), then a fetch if `fetch` and none is on the wire.
+    public mutating func requests(fetch: Bool = true) -> [SyncRequest] {
+        var requests: [SyncRequest] = []
+        for item in Set(persisted.sending.keys).union(persisted.queued.keys).sorted() {
+            if persisted.sending[item] == nil, let queued = persisted.queued.removeValue(forKey: item) {
+                persisted.sending[item] = queued
+            }
+            guard let change = persisted.sending[item], !inFlight.contains(change.changeId) else { continue }
+            inFlight.insert(change.changeId)
+            requests.append(.commit(change))
+        }
+        if fetch && !fetching {
+            fetching = true
+            requests.append(.fetch(since: persisted.cursor))
+        }
+        return requests
+    }
+
+    /// A request that got no answer (lost, or the connection failed): it will be sent again.
+    public mutating func failed(_ request: SyncRequest) {
+        switch request {
+        case .commit(let change): inFlight.remove(change.changeId)
+        case .fetch: fetching = false
+        case .resolve: break
+        }
+    }
+
+    /// The server's answer to a commit.
+    public mutating func committed(_ answer: CommitAnswer) {
+        inFlight.remove(answer.changeId)
+        learn(answer.item)
+        let item = answer.item.id
+        guard persisted.sending[item]?.changeId == answer.changeId else { return } // an old duplicate
+        persisted.sending[item] = nil
+        if var next = persisted.queued[item] {
+            next.base = answer.revision // made on top of the change just acknowledged, whether it won or not
+            persisted.queued[item] = next
+        } else {
+            persisted.local[item] = nil // nothing local left: show the server's state (the winner)
+        }
+    }
+
+    /// The server's answer to a fetch: the items changed since the cursor, and the sequence they
+    /// bring the container to.
+    public mutating func fetched(_ items: [ItemSnapshot], upTo sequence: Int64) {
+        fetching = false
+        for item in items { learn(item) }
+        persisted.cursor = max(persisted.cursor, sequence)
+    }
+
+    /// An item's state from any answer (the newest wins; older ones arriving late are ignored).
+    public mutating func learn(_ item: ItemSnapshot) {
+        if let known = persisted.remote[item.id], known.sequence >= item.sequence { return }
+        persisted.remote[item.id] = item
+    }
+
+    /// The request that keeps the item's current revision and removes its conflict versions, if
+    /// it has any and no local changes.
+    public func resolveKeepingCurrent(_ item: String) -> SyncRequest? {
+        guard let remote = persisted.remote[item], !remote.conflicts.isEmpty, !hasLocalChanges(item) else { return nil }
+        return .resolve(item: item, keep: remote.revision, remove: remote.conflicts.map(\.revision))
+    }
+}

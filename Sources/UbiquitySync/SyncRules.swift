@@ -1,0 +1,67 @@
+import Foundation
+
+/// The one rule every device agrees on when two revisions of an item were made concurrently:
+/// the later modification date wins; on equal dates, the greater device id.
+public enum ConflictRule {
+    /// Whether `a` wins over `b`.
+    public static func winner(_ a: (date: Double, device: String), over b: (date: Double, device: String)) -> Bool {
+        a.date != b.date ? a.date > b.date : a.device > b.device
+    }
+}
+
+/// Where a new revision goes, decided the same way by every backend.
+public struct CommitPlacement: Sendable {
+    /// `current`, `conflict` (kept as a conflict version) or `superseded` (a delete that lost).
+    public var state = "current"
+    /// The revision that stops being current, and what it becomes (`replaced` or `conflict`).
+    public var demoted: (id: String, state: String)?
+
+    /// - Parameters:
+    ///   - current: The item's current revision, if the item exists.
+    ///   - base: The revision the update was made from.
+    ///   - deleted: Whether the update deletes the item.
+    ///   - date: The update's modification date; `device`: the device making it.
+    public init(current: (id: String, date: Double, device: String, deleted: Bool)?, base: String?, deleted: Bool, date: Double, device: String) {
+        guard let current else { return }
+        if base == current.id {
+            demoted = (current.id, "replaced")
+        } else if current.deleted && !deleted {
+            demoted = (current.id, "replaced") // an edit concurrent with a delete wins over it
+        } else if deleted && !current.deleted {
+            state = "superseded" // a delete concurrent with an edit loses
+        } else if ConflictRule.winner((date, device), over: (current.date, current.device)) {
+            demoted = (current.id, "conflict")
+        } else {
+            state = "conflict"
+        }
+    }
+}
+
+/// Names that would be the same file on a case-insensitive or normalising file system.
+public enum NameCollision {
+    /// What two colliding names have in common: NFC, lowercased.
+    public static func key(_ name: String) -> String { name.precomposedStringWithCanonicalMapping.lowercased() }
+
+    /// Two live items in one folder whose names differ only by case or normalisation: the one
+    /// with the greater id is renamed ("Name 2.ext"), whichever came first. Returns the name
+    /// the item `id` gets, and the sibling to rename (and to what) if that is the other one.
+    public static func settle(name: String, id: String, siblings: [(id: String, name: String)]) -> (name: String, renameOther: (id: String, name: String)?) {
+        let taken = Set(siblings.map { key($0.name) })
+        guard let clash = siblings.first(where: { key($0.name) == key(name) }) else { return (name, nil) }
+        if id > clash.id { return (freeName(for: name, taken: taken), nil) }
+        return (name, (clash.id, freeName(for: clash.name, taken: taken.union([key(name)]))))
+    }
+
+    /// `name` with " 2", " 3", … before its extension, the first whose key is not taken.
+    public static func freeName(for name: String, taken: Set<String>) -> String {
+        let dot = name.lastIndex(of: ".").flatMap { $0 == name.startIndex ? nil : $0 }
+        let stem = dot.map { String(name[..<$0]) } ?? name
+        let suffix = dot.map { String(name[$0...]) } ?? ""
+        var number = 2
+        while true {
+            let candidate = "\(stem) \(number)\(suffix)"
+            if !taken.contains(key(candidate)), candidate.utf8.count <= 255 { return candidate }
+            number += 1
+        }
+    }
+}
