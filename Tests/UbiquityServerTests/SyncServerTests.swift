@@ -391,3 +391,31 @@ final class Confirmations: Sendable {
         }
     }
 }
+
+/// A change sent again (its answer lost, or the device crashed before hearing it) gets the
+/// first answer and is not committed twice: no self-conflict, no new sequence.
+@Suite struct RepeatedChangeTests {
+    @Test(arguments: Backend.all) func aChangeSentTwiceIsCommittedOnce(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let phone = try await client.signIn("ada", device: "phone")
+            let chunk: [UInt8] = [1, 2, 3]
+            var update = fileUpdate("a.txt", [chunk])
+            update.changeId = "laptop-change-1"
+            let first = try await client.commit(notes, "doc", update, token: laptop.token)
+            let again = try await client.commit(notes, "doc", update, token: laptop.token)
+            #expect(again.revision == first.revision && again.outcome == "current" && again.missingChunks == [sha256(chunk)])
+            #expect(again.item.sequence == first.item.sequence && again.item.conflicts.isEmpty)
+
+            // Another device using the same id is another change.
+            let other = try await client.commit(notes, "doc", update, token: phone.token)
+            #expect(other.revision != first.revision)
+            #expect(try await client.changes(notes, token: laptop.token).sequence == 2)
+
+            var bad = update
+            bad.changeId = "../../etc"
+            #expect(try await client.put(notes, "doc", bad, token: laptop.token).status == .badRequest)
+        }
+    }
+}

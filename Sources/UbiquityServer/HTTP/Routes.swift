@@ -98,8 +98,10 @@ extension SyncServices {
             let update = try await request.decode(as: ItemUpdate.self, context: context)
             try Validate.update(update)
             let outcome = try await database.commit(accountId: device.accountId, container: container, itemId: item, update: update, device: device, now: Date())
-            metrics.count(.commits)
-            notifier.publish(account: device.accountId, container: container, sequence: outcome.item.sequence)
+            if !outcome.repeated { // a change sent again changed nothing: nothing to count or push
+                metrics.count(.commits)
+                notifier.publish(account: device.accountId, container: container, sequence: outcome.item.sequence)
+            }
             return CommitResponse(revision: outcome.revision, outcome: outcome.isCurrent ? "current" : "conflict", item: outcome.item, missingChunks: outcome.missingChunks)
         }
         containers.post("items/:item/resolve") { request, context in

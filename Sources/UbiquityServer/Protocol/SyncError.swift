@@ -115,6 +115,7 @@ enum Validate {
         try name(update.name)
         if let parent = update.parent { try identifier(parent, field: "parent") }
         if let base = update.baseRevision { try identifier(base, field: "baseRevision") }
+        if let change = update.changeId { try identifier(change, field: "changeId") }
         guard update.modificationDate.isFinite, abs(update.modificationDate) < 1e11 else {
             throw SyncError.badRequest("invalidDate", "modificationDate must be seconds since 1970")
         }

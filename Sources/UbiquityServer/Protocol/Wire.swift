@@ -109,9 +109,14 @@ public struct ItemUpdate: Codable, Sendable {
     public var manifest: Manifest
     /// True for a deletion (a tombstone revision).
     public var deleted: Bool?
+    /// The device's id for this change (1…128 of `A–Z a–z 0–9 - _ .`). Sent again after a lost
+    /// answer or a crash, the same change gets the same answer and is not committed twice.
+    public var changeId: String?
 
     /// Creates an update.
-    public init(baseRevision: String?, name: String, parent: String? = nil, kind: ItemKind, modificationDate: Double, type: String? = nil, manifest: Manifest, deleted: Bool? = nil) {
+    public init(baseRevision: String?, name: String, parent: String? = nil, kind: ItemKind, modificationDate: Double, type: String? = nil,
+                manifest: Manifest, deleted: Bool? = nil, changeId: String? = nil) {
+        self.changeId = changeId
         self.baseRevision = baseRevision
         self.name = name
         self.parent = parent

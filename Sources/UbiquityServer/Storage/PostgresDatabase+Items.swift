@@ -134,6 +134,17 @@ extension PostgresDatabase {
         return try await transaction { [self] db in
             guard try await !db.rows("SELECT 1 AS one FROM account WHERE id = \(accountId) FOR SHARE").isEmpty else { throw SyncError.unauthorized }
             let containerId = try await Self.lockContainer(db, accountId: accountId, identifier: container)
+            // The same change again (its answer was lost): the first answer, nothing committed twice.
+            if let change = update.changeId, let earlier = try await db.rows("""
+                SELECT id, state FROM revision WHERE container_id = \(containerId) AND item_id = \(itemId) AND device_id = \(device.deviceId) AND change_id = \(change)
+                """).first {
+                let revision: String = try earlier.get("id")
+                let chunks = try await db.rows("SELECT hash FROM revision_chunk WHERE revision_id = \(revision)").map { try $0.get("hash", as: String.self) }
+                let present = try await Self.presentChunks(db, accountId: accountId, hashes: chunks)
+                guard let item = try await Self.itemState(db, containerId: containerId, id: itemId) else { throw SyncError.notFound }
+                return CommitOutcome(revision: revision, isCurrent: try earlier.get("state", as: String.self) == "current", item: item,
+                                     missingChunks: chunks.filter { !present.contains($0) }.sorted(), repeated: true)
+            }
             let present = try await Self.presentChunks(db, accountId: accountId, hashes: hashes)
             let missing = hashes.filter { !present.contains($0) }
 
@@ -157,10 +168,10 @@ extension PostgresDatabase {
             }
             try await db.rows("""
                 INSERT INTO revision (id, container_id, item_id, base_revision, device_id, device_name, name, parent, kind, size,
-                    modification_date, type, manifest, deleted, complete, state, created)
+                    modification_date, type, manifest, deleted, complete, state, created, change_id)
                 VALUES (\(revision), \(containerId), \(itemId), \(update.baseRevision), \(device.deviceId), \(device.deviceName), \(name),
                     \(update.parent), \(update.kind.rawValue), \(size), \(update.modificationDate), \(update.type), \(manifest),
-                    \(deleted), \(missing.isEmpty), \(state), \(created))
+                    \(deleted), \(missing.isEmpty), \(state), \(created), \(update.changeId))
                 """)
             if !hashes.isEmpty {
                 try await db.rows("INSERT INTO revision_chunk (revision_id, account_id, hash) SELECT \(revision), \(accountId), unnest(\(hashes)::TEXT[])")

@@ -71,6 +71,10 @@ extension PostgresDatabase {
             """,
             "CREATE INDEX kv_sequence ON kv(store_id, sequence)",
         ]),
+        ("v2-change-ids", [
+            "ALTER TABLE revision ADD COLUMN change_id TEXT",
+            "CREATE UNIQUE INDEX revision_change ON revision(container_id, item_id, device_id, change_id) WHERE change_id IS NOT NULL",
+        ]),
     ]
 
     /// Applies the migrations not yet applied (one instance at a time: an advisory lock).

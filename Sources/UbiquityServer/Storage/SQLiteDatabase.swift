@@ -61,6 +61,12 @@ final class SQLiteDatabase: SyncDatabase {
                 CREATE INDEX kv_sequence ON kv(storeId, sequence);
                 """)
         }
+        migrator.registerMigration("v3-change-ids") { db in
+            try db.execute(sql: """
+                ALTER TABLE revision ADD COLUMN changeId TEXT;
+                CREATE UNIQUE INDEX revision_change ON revision(containerId, itemId, deviceId, changeId) WHERE changeId IS NOT NULL;
+                """)
+        }
         return migrator
     }
 
@@ -179,6 +185,17 @@ final class SQLiteDatabase: SyncDatabase {
         let deleted = update.deleted ?? false
         return try await pool.write { db in
             let containerId = try Self.ensureContainer(db, accountId: accountId, identifier: container)
+            // The same change again (its answer was lost): the first answer, nothing committed twice.
+            if let change = update.changeId, let earlier = try Row.fetchOne(db, sql: """
+                SELECT id, state FROM revision WHERE containerId = ? AND itemId = ? AND deviceId = ? AND changeId = ?
+                """, arguments: [containerId, itemId, device.deviceId, change]) {
+                let revision: String = earlier["id"]
+                let chunks = try String.fetchAll(db, sql: "SELECT hash FROM revisionChunk WHERE revisionId = ?", arguments: [revision])
+                let present = try Self.presentChunks(db, accountId: accountId, hashes: chunks)
+                guard let item = try Self.itemState(db, containerId: containerId, id: itemId) else { throw SyncError.notFound }
+                return CommitOutcome(revision: revision, isCurrent: earlier["state"] == "current", item: item,
+                                     missingChunks: chunks.filter { !present.contains($0) }.sorted(), repeated: true)
+            }
             let present = try Self.presentChunks(db, accountId: accountId, hashes: hashes)
             let missing = hashes.filter { !present.contains($0) }
 
@@ -200,11 +217,11 @@ final class SQLiteDatabase: SyncDatabase {
             }
             try db.execute(sql: """
                 INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
-                    modificationDate, type, manifest, deleted, complete, state, created)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    modificationDate, type, manifest, deleted, complete, state, created, changeId)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [revision, containerId, itemId, update.baseRevision, device.deviceId, device.deviceName, name,
                                  update.parent, update.kind.rawValue, size, update.modificationDate, update.type, manifest,
-                                 deleted, missing.isEmpty, state, now.timeIntervalSince1970])
+                                 deleted, missing.isEmpty, state, now.timeIntervalSince1970, update.changeId])
             for hash in hashes {
                 try db.execute(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) VALUES (?, ?, ?)", arguments: [revision, accountId, hash])
             }

@@ -68,6 +68,8 @@ struct CommitOutcome: Sendable {
     var isCurrent: Bool
     var item: ItemState
     var missingChunks: [String]
+    /// The change had been committed before (same change id): nothing new happened.
+    var repeated = false
 }
 
 /// Where the server keeps accounts, devices, containers, items and revisions. Implemented by
