@@ -36,6 +36,8 @@ let package = Package(
         .target(name: "UbiquityCoordination", dependencies: ["CUbiquitySystem", "UbiquityFiles", logging]),
         // Document layer: Document (UIDocument), UndoManager.
         .target(name: "UbiquityDocument", dependencies: ["UbiquityFiles", "UbiquityCoordination", logging]),
+        // The sync protocol's messages (Codable, Foundation only): shared by the server and its clients.
+        .target(name: "UbiquityProtocol"),
         // The sync engine: content-defined chunks, chunk-list deltas (no server, no network).
         .target(name: "UbiquitySync", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         // The one module apps import.
@@ -45,6 +47,7 @@ let package = Package(
         .target(
             name: "UbiquityServer",
             dependencies: [
+                "UbiquityProtocol",
                 "UbiquitySync",
                 logging,
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -67,7 +70,7 @@ let package = Package(
 
         .executableTarget(
             name: "UbiquityCLI",
-            dependencies: ["Ubiquity", "UbiquityExamples", "UbiquityServer", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: ["Ubiquity", "UbiquityExamples", "UbiquityServer", "UbiquityProtocol", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         .executableTarget(name: "UbiquityBenchmarks", dependencies: ["Ubiquity", "UbiquityFiles"]),
         // Load generator for the server: N simulated devices over loopback.
@@ -75,6 +78,7 @@ let package = Package(
             name: "UbiquityLoad",
             dependencies: [
                 "UbiquityServer",
+                "UbiquityProtocol",
                 .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
@@ -96,6 +100,7 @@ let package = Package(
             name: "UbiquityServerTests",
             dependencies: [
                 "UbiquityServer",
+                "UbiquityProtocol",
                 "UbiquitySync",
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSTesting", package: "hummingbird-websocket"),

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import UbiquityProtocol
 import UbiquityServer
 
 #if canImport(Glibc)

@@ -16,6 +16,7 @@ import HummingbirdWSClient
 import Logging
 import ServiceLifecycle
 import Synchronization
+import UbiquityProtocol
 import UbiquityServer
 
 #if canImport(FoundationNetworking)

@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import HummingbirdTesting
 import Testing
+import UbiquityProtocol
 @testable import UbiquityServer
 import UbiquitySync
 

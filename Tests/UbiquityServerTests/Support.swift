@@ -6,6 +6,7 @@ import Testing
 #if canImport(Glibc)
 import Glibc
 #endif
+import UbiquityProtocol
 @testable import UbiquityServer
 
 /// Where a test server keeps its data. Every server test runs on each backend: SQLite always,

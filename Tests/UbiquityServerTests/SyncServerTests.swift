@@ -4,6 +4,7 @@ import HummingbirdTesting
 import HummingbirdWSTesting
 import Synchronization
 import Testing
+import UbiquityProtocol
 @testable import UbiquityServer
 
 @Suite struct AccountAndDeviceTests {

@@ -1,21 +1,6 @@
 import Foundation
+import UbiquityProtocol
 import Synchronization
-
-/// What the server pushes to connected devices, as JSON text messages: first
-/// `{"type":"connected"}` (from then on nothing is missed: catch up with `changes` now), then
-/// `{"type":"changed","container":…,"sequence":…}` whenever a container moves on. Devices then
-/// ask for the changes since their cursor.
-public struct PushEvent: Codable, Sendable, Equatable {
-    /// `connected`, `changed` (a container) or `keyValueChanged` (a key-value store).
-    public var type: String
-    /// The container (or key-value store) that changed.
-    public var container: String?
-    /// Its sequence now.
-    public var sequence: Int64?
-
-    /// The first message on a push connection.
-    public static let connected = PushEvent(type: "connected", container: nil, sequence: nil)
-}
 
 /// Connected devices, per account, and the events for them.
 final class ChangeNotifier: Sendable {

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityProtocol
 import HTTPTypes
 import Hummingbird
 import HummingbirdBcrypt
@@ -10,6 +11,7 @@ extension CommitResponse: ResponseEncodable {}
 extension ChangesResponse: ResponseEncodable {}
 extension MissingChunksResponse: ResponseEncodable {}
 extension KeyValueResponse: ResponseEncodable {}
+extension AccountResponse: ResponseEncodable {}
 
 /// What every route needs.
 struct SyncServices: Sendable {
@@ -20,14 +22,6 @@ struct SyncServices: Sendable {
     let bcryptCost: UInt8
 }
 
-/// The account a request acts for: `GET /v1/account`.
-struct AccountResponse: Codable, ResponseEncodable {
-    var identityToken: String
-    var deviceId: String
-    var deviceName: String
-    var usedBytes: Int64
-    var quotaBytes: Int64
-}
 
 /// `GET /health`.
 struct HealthResponse: Codable, ResponseEncodable {

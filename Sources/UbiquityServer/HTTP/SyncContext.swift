@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import UbiquityProtocol
 import Hummingbird
 import HummingbirdWebSocket
 

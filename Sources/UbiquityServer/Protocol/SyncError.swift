@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityProtocol
 import Hummingbird
 
 /// An error the server answers with: an HTTP status, a stable code and a message. Nothing is
@@ -141,6 +142,19 @@ enum Validate {
             guard chunk.size >= 0, chunk.size <= maximumChunkSize else {
                 throw SyncError.badRequest("invalidSize", "chunk sizes are 0 to \(maximumChunkSize) bytes")
             }
+        }
+    }
+}
+
+extension KeyValueLimits {
+    /// Throws `keyValueQuotaViolation` (413) unless a store of `keys` keys and `bytes` bytes is
+    /// within Apple's limits.
+    static func checkStore(keys: Int, bytes: Int) throws {
+        guard keys <= maximumKeys else {
+            throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a key-value store holds at most \(maximumKeys) keys; this would make \(keys)")
+        }
+        guard bytes <= maximumTotalBytes else {
+            throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a key-value store holds at most \(maximumTotalBytes) bytes; this would make \(bytes)")
         }
     }
 }

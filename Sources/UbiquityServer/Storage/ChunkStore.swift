@@ -1,6 +1,7 @@
 import Crypto
 import Hummingbird
 import Foundation
+import UbiquityProtocol
 
 #if canImport(Glibc)
 import Glibc

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityProtocol
 import UbiquitySync
 import Logging
 import PostgresNIO

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityProtocol
 import NIOSSL
 import PostgresNIO
 

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityProtocol
 import UbiquitySync
 
 /// An account as the administration commands see it.

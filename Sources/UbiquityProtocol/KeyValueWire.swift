@@ -87,6 +87,15 @@ public struct KeyValueEntry: Codable, Sendable, Equatable {
     public var deviceName: String
     /// The store sequence at which it changed.
     public var sequence: Int64
+
+    /// Creates a value.
+    public init(key: String, value: PropertyListValue? = nil, timestamp: Double, deviceName: String, sequence: Int64) {
+        self.key = key
+        self.value = value
+        self.timestamp = timestamp
+        self.deviceName = deviceName
+        self.sequence = sequence
+    }
 }
 
 /// The store's state after an update, or the changes since a cursor.
@@ -96,6 +105,12 @@ public struct KeyValueResponse: Codable, Sendable {
     /// Entries changed since the cursor (for an update: every key it named, as they are now —
     /// a change older than the server's is not applied, and the newer value comes back).
     public var entries: [KeyValueEntry]
+
+    /// Creates a value.
+    public init(sequence: Int64, entries: [KeyValueEntry]) {
+        self.sequence = sequence
+        self.entries = entries
+    }
 }
 
 /// Apple's limits for a key-value store, enforced exactly.
@@ -109,19 +124,8 @@ public enum KeyValueLimits {
     /// At most this many bytes of UTF-8 per key.
     public static let maximumKeyBytes = 64
 
-    /// Throws `keyValueQuotaViolation` (413) unless a store of `keys` keys and `bytes` bytes is
-    /// within Apple's limits.
-    static func checkStore(keys: Int, bytes: Int) throws {
-        guard keys <= maximumKeys else {
-            throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a key-value store holds at most \(maximumKeys) keys; this would make \(keys)")
-        }
-        guard bytes <= maximumTotalBytes else {
-            throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a key-value store holds at most \(maximumTotalBytes) bytes; this would make \(bytes)")
-        }
-    }
-
     /// The bytes a key and value count for: the key's UTF-8 plus the value's JSON.
-    static func size(key: String, value: PropertyListValue) throws -> Int {
+    public static func size(key: String, value: PropertyListValue) throws -> Int {
         key.utf8.count + (try JSONEncoder().encode(value)).count
     }
 }

@@ -32,6 +32,13 @@ public struct SignInResponse: Codable, Sendable {
     public var token: String
     /// The account's stable, opaque identity (a client's `ubiquityIdentityToken`).
     public var identityToken: String
+
+    /// Creates a value.
+    public init(deviceId: String, token: String, identityToken: String) {
+        self.deviceId = deviceId
+        self.token = token
+        self.identityToken = identityToken
+    }
 }
 
 /// A chunk of a file: its SHA-256 and size.
@@ -158,6 +165,24 @@ public struct ItemState: Codable, Sendable, Equatable {
     public var manifest: Manifest
     /// Unresolved conflict versions: revisions that lost the conflict rule.
     public var conflicts: [ConflictVersion]
+
+    /// Creates a value.
+    public init(id: String, revision: String, name: String, parent: String? = nil, kind: ItemKind, size: Int64, modificationDate: Double, type: String? = nil, deleted: Bool, uploaded: Bool, deviceName: String, sequence: Int64, manifest: Manifest, conflicts: [ConflictVersion]) {
+        self.id = id
+        self.revision = revision
+        self.name = name
+        self.parent = parent
+        self.kind = kind
+        self.size = size
+        self.modificationDate = modificationDate
+        self.type = type
+        self.deleted = deleted
+        self.uploaded = uploaded
+        self.deviceName = deviceName
+        self.sequence = sequence
+        self.manifest = manifest
+        self.conflicts = conflicts
+    }
 }
 
 /// A revision kept as a conflict version of an item.
@@ -174,6 +199,16 @@ public struct ConflictVersion: Codable, Sendable, Equatable {
     public var uploaded: Bool
     /// Its manifest.
     public var manifest: Manifest
+
+    /// Creates a value.
+    public init(revision: String, deviceName: String, modificationDate: Double, size: Int64, uploaded: Bool, manifest: Manifest) {
+        self.revision = revision
+        self.deviceName = deviceName
+        self.modificationDate = modificationDate
+        self.size = size
+        self.uploaded = uploaded
+        self.manifest = manifest
+    }
 }
 
 /// The answer to an item update.
@@ -187,6 +222,14 @@ public struct CommitResponse: Codable, Sendable {
     public var item: ItemState
     /// Chunks of the manifest the server lacks: upload these.
     public var missingChunks: [String]
+
+    /// Creates a value.
+    public init(revision: String, outcome: String, item: ItemState, missingChunks: [String]) {
+        self.revision = revision
+        self.outcome = outcome
+        self.item = item
+        self.missingChunks = missingChunks
+    }
 }
 
 /// `GET /v1/containers/{container}/changes?since=N`: items changed after sequence N.
@@ -197,18 +240,35 @@ public struct ChangesResponse: Codable, Sendable {
     public var items: [ItemState]
     /// Whether more changes follow (ask again from the last item's sequence).
     public var more: Bool
+
+    /// Creates a value.
+    public init(sequence: Int64, items: [ItemState], more: Bool) {
+        self.sequence = sequence
+        self.items = items
+        self.more = more
+    }
 }
 
 /// `POST /v1/chunks/missing`: which of these chunks the server lacks.
 public struct MissingChunksRequest: Codable, Sendable {
     /// Chunk hashes.
     public var hashes: [String]
+
+    /// Creates a value.
+    public init(hashes: [String]) {
+        self.hashes = hashes
+    }
 }
 
 /// The answer: the hashes the server lacks.
 public struct MissingChunksResponse: Codable, Sendable {
     /// Chunk hashes to upload.
     public var missing: [String]
+
+    /// Creates a value.
+    public init(missing: [String]) {
+        self.missing = missing
+    }
 }
 
 /// `POST /v1/containers/{container}/items/{item}/resolve`: keep one revision, remove conflict versions.
@@ -217,6 +277,12 @@ public struct ResolveRequest: Codable, Sendable {
     public var keep: String
     /// Conflict versions to remove (resolved).
     public var remove: [String]
+
+    /// Creates a value.
+    public init(keep: String, remove: [String]) {
+        self.keep = keep
+        self.remove = remove
+    }
 }
 
 /// An error answer: `{"error": {"code": …, "message": …}}`.
@@ -227,7 +293,64 @@ public struct ErrorResponse: Codable, Sendable {
         public var code: String
         /// What went wrong, for people.
         public var message: String
+
+        /// Creates a value.
+        public init(code: String, message: String) {
+            self.code = code
+            self.message = message
+        }
     }
     /// The error.
     public var error: Body
+
+    /// Creates a value.
+    public init(error: Body) {
+        self.error = error
+    }
+}
+
+/// What the server pushes to connected devices, as JSON text messages: first
+/// `{"type":"connected"}` (from then on nothing is missed: catch up with `changes` now), then
+/// `{"type":"changed","container":…,"sequence":…}` whenever a container moves on. Devices then
+/// ask for the changes since their cursor.
+public struct PushEvent: Codable, Sendable, Equatable {
+    /// `connected`, `changed` (a container) or `keyValueChanged` (a key-value store).
+    public var type: String
+    /// The container (or key-value store) that changed.
+    public var container: String?
+    /// Its sequence now.
+    public var sequence: Int64?
+
+    /// The first message on a push connection.
+    public static let connected = PushEvent(type: "connected", container: nil, sequence: nil)
+
+    /// Creates a value.
+    public init(type: String, container: String? = nil, sequence: Int64? = nil) {
+        self.type = type
+        self.container = container
+        self.sequence = sequence
+    }
+}
+
+/// The account a request acts for: `GET /v1/account`.
+public struct AccountResponse: Codable, Sendable, Equatable {
+    /// The account's identity token (a client's `ubiquityIdentityToken`).
+    public var identityToken: String
+    /// The device's id.
+    public var deviceId: String
+    /// The device's name.
+    public var deviceName: String
+    /// Bytes of chunks the account stores.
+    public var usedBytes: Int64
+    /// Its quota.
+    public var quotaBytes: Int64
+
+    /// Creates an answer.
+    public init(identityToken: String, deviceId: String, deviceName: String, usedBytes: Int64, quotaBytes: Int64) {
+        self.identityToken = identityToken
+        self.deviceId = deviceId
+        self.deviceName = deviceName
+        self.usedBytes = usedBytes
+        self.quotaBytes = quotaBytes
+    }
 }
