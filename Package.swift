@@ -40,8 +40,10 @@ let package = Package(
         .target(name: "UbiquityProtocol"),
         // The sync engine: content-defined chunks, chunk-list deltas (no server, no network).
         .target(name: "UbiquitySync", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
+        // Ubiquity client: the signed-in account and identity token, container paths (Foundation only).
+        .target(name: "UbiquityClient", dependencies: ["UbiquityCoordination"]),
         // The one module apps import.
-        .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument"]),
+        .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument", "UbiquityClient"]),
 
         // The sync server: accounts, devices, containers, items, revisions, chunks (iCloud's role).
         .target(
@@ -94,6 +96,7 @@ let package = Package(
 
         .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles"]),
         .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync"]),
+        .testTarget(name: "UbiquityClientTests", dependencies: ["UbiquityClient"]),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),
         .testTarget(

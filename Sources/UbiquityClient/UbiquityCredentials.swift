@@ -1,0 +1,109 @@
+import Foundation
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The account this device is signed in to: written by `ubiquity login`, removed by
+/// `ubiquity logout`, read by the agent and by apps (``Foundation/FileManager/ubiquityIdentityToken``).
+/// Stored as JSON with mode 0600; a file others can read is refused, as ssh refuses a key.
+public struct UbiquityCredentials: Codable, Sendable, Equatable {
+    /// The server's base URL.
+    public var server: URL
+    /// The account's name.
+    public var account: String
+    /// This device's id on the server.
+    public var deviceId: String
+    /// This device's name.
+    public var deviceName: String
+    /// The device token (`Authorization: Bearer …`).
+    public var token: String
+    /// The account's identity token (what apps see as `ubiquityIdentityToken`).
+    public var identityToken: String
+
+    /// Creates credentials.
+    public init(server: URL, account: String, deviceId: String, deviceName: String, token: String, identityToken: String) {
+        self.server = server
+        self.account = account
+        self.deviceId = deviceId
+        self.deviceName = deviceName
+        self.token = token
+        self.identityToken = identityToken
+    }
+
+    /// The signed-in account, or nil when signed out.
+    /// - Throws: ``CredentialsError`` when the file is unreadable, malformed or readable by others.
+    public static func load(from paths: UbiquityPaths = UbiquityPaths()) throws -> UbiquityCredentials? {
+        let path = paths.credentials.path
+        var info = stat()
+        guard stat(path, &info) == 0 else {
+            if errno == ENOENT { return nil }
+            throw CredentialsError(path: path, reason: String(cString: strerror(errno)))
+        }
+        guard info.st_mode & 0o077 == 0 else {
+            throw CredentialsError(path: path, reason: "it is readable by other users (mode \(String(info.st_mode & 0o777, radix: 8))); run chmod 600 on it or sign in again")
+        }
+        do {
+            return try JSONDecoder().decode(UbiquityCredentials.self, from: Data(contentsOf: paths.credentials))
+        } catch {
+            throw CredentialsError(path: path, reason: "it is not valid credentials (\(error)); sign in again")
+        }
+    }
+
+    /// Writes them (replacing any others) with mode 0600: a temporary file, fsync, rename.
+    /// - Throws: ``CredentialsError`` when the directory or file cannot be written.
+    public func save(to paths: UbiquityPaths = UbiquityPaths()) throws {
+        let directory = paths.configuration.path
+        do {
+            try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        } catch {
+            throw CredentialsError(path: directory, reason: "\(error)")
+        }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        let bytes = [UInt8](try encoder.encode(self))
+        let temporary = directory + "/.credentials-\(getpid())-\(UUID().uuidString.prefix(8))"
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw CredentialsError(path: temporary, reason: String(cString: strerror(errno))) }
+        var written = 0
+        while written < bytes.count {
+            let count = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, $0.count - written) }
+            if count < 0 && errno == EINTR { continue }
+            guard count > 0 else {
+                let reason = String(cString: strerror(errno))
+                close(fd)
+                unlink(temporary)
+                throw CredentialsError(path: temporary, reason: reason)
+            }
+            written += count
+        }
+        let synced = fsync(fd) == 0
+        close(fd)
+        guard synced, rename(temporary, paths.credentials.path) == 0 else {
+            let reason = String(cString: strerror(errno))
+            unlink(temporary)
+            throw CredentialsError(path: paths.credentials.path, reason: reason)
+        }
+    }
+
+    /// Removes the signed-in account's credentials (signing out). Returns false if there were none.
+    @discardableResult
+    public static func remove(from paths: UbiquityPaths = UbiquityPaths()) throws -> Bool {
+        guard unlink(paths.credentials.path) == 0 else {
+            if errno == ENOENT { return false }
+            throw CredentialsError(path: paths.credentials.path, reason: String(cString: strerror(errno)))
+        }
+        return true
+    }
+}
+
+/// Credentials that cannot be read or written, and why.
+public struct CredentialsError: Error, CustomStringConvertible, Equatable {
+    /// The file or directory.
+    public var path: String
+    /// What is wrong with it.
+    public var reason: String
+
+    /// A sentence saying so.
+    public var description: String { "cannot use the credentials at \(path): \(reason)" }
+}

@@ -1,0 +1,45 @@
+import Foundation
+
+/// Where a user's ubiquity data lives on this machine, by the XDG base directories:
+/// configuration (the signed-in account) in `$XDG_CONFIG_HOME/ubiquity` (default
+/// `~/.config/ubiquity`), containers and the agent's state in `$XDG_DATA_HOME/ubiquity`
+/// (default `~/.local/share/ubiquity`), the agent's socket in `$XDG_RUNTIME_DIR` when set.
+public struct UbiquityPaths: Sendable, Equatable {
+    /// `…/ubiquity` under the configuration directory.
+    public var configuration: URL
+    /// `…/ubiquity` under the data directory.
+    public var data: URL
+
+    /// The paths for `environment` (default: this process's).
+    public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
+        let home = environment["HOME"].map { URL(fileURLWithPath: $0) } ?? FileManager.default.homeDirectoryForCurrentUser
+        func base(_ variable: String, _ fallback: String) -> URL {
+            // XDG: a relative path in the variable is invalid and ignored.
+            if let value = environment[variable], value.hasPrefix("/") { return URL(fileURLWithPath: value) }
+            return home.appendingPathComponent(fallback)
+        }
+        configuration = base("XDG_CONFIG_HOME", ".config").appendingPathComponent("ubiquity")
+        data = base("XDG_DATA_HOME", ".local/share").appendingPathComponent("ubiquity")
+    }
+
+    /// Explicit directories (tests, or several "devices" on one machine).
+    public init(configuration: URL, data: URL) {
+        self.configuration = configuration
+        self.data = data
+    }
+
+    /// The signed-in account's credentials file (mode 0600).
+    public var credentials: URL { configuration.appendingPathComponent("credentials.json") }
+
+    /// Everything kept for one account, apart from every other account's: named by the
+    /// account's identity token, so signing in to another account shows none of it.
+    public func account(_ identityToken: String) -> URL {
+        data.appendingPathComponent("accounts").appendingPathComponent(String(identityToken.prefix(32)))
+    }
+
+    /// A container's local folder for an account (the analogue of
+    /// `~/Library/Mobile Documents/<container>`); documents go in its `Documents` subfolder.
+    public func container(_ identifier: String, account identityToken: String) -> URL {
+        account(identityToken).appendingPathComponent("containers").appendingPathComponent(identifier)
+    }
+}
