@@ -33,6 +33,11 @@ import UbiquityProtocol
             #expect(try await server.admin.revokeDevice(id: signIn.deviceId))
             #expect(try await client.send(.get, "/v1/account", token: signIn.token).status == .unauthorized, "a revoked token")
 
+            let tablet = try await client.signIn("ada", device: "tablet")
+            #expect(try await client.send(.post, "/v1/sign-out", token: tablet.token).status == .noContent)
+            #expect(try await client.send(.get, "/v1/account", token: tablet.token).status == .unauthorized, "signed out")
+            #expect(try await client.send(.post, "/v1/sign-out", token: tablet.token).status == .unauthorized)
+
             let again = try await client.signIn("ada", device: "phone")
             #expect(try await server.admin.deleteAccount(named: "ada"))
             #expect(try await client.send(.get, "/v1/account", token: again.token).status == .unauthorized, "a deleted account's token")

@@ -46,6 +46,12 @@ extension SyncServices {
             let usage = try await database.usage(ofAccount: device.accountId)
             return AccountResponse(identityToken: identity, deviceId: device.deviceId, deviceName: device.deviceName, usedBytes: usage.used, quotaBytes: usage.quota)
         }
+        // Signing out: the calling device's token stops working (`ubiquity logout`).
+        v1.post("sign-out") { _, context -> HTTPResponse.Status in
+            let device = try context.requireDevice()
+            _ = try await database.revokeDevice(id: device.deviceId)
+            return .noContent
+        }
 
         // Push: "container C is now at sequence N", as JSON text messages, for as long as the
         // device stays connected.
