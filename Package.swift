@@ -24,6 +24,8 @@ let package = Package(
         .package(url: "https://github.com/hummingbird-project/hummingbird-websocket", from: "2.0.0"),
         .package(url: "https://github.com/groue/GRDB.swift", from: "7.0.0"),
         .package(url: "https://github.com/vapor/postgres-nio", from: "1.21.0"),
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.21.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.65.0"),
         .package(url: "https://github.com/apple/swift-crypto", from: "3.0.0"),
         .package(url: "https://github.com/swift-server/swift-service-lifecycle", from: "2.0.0"),
     ],
@@ -44,6 +46,17 @@ let package = Package(
         .target(name: "UbiquityClient", dependencies: ["UbiquityCoordination"]),
         // The one module apps import.
         .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument", "UbiquityClient"]),
+
+        // The device agent and the server's client: signing in, keeping containers in step.
+        .target(
+            name: "UbiquityAgent",
+            dependencies: [
+                "UbiquityClient", "UbiquityProtocol", "UbiquitySync", logging,
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ]
+        ),
 
         // The sync server: accounts, devices, containers, items, revisions, chunks (iCloud's role).
         .target(
@@ -72,7 +85,7 @@ let package = Package(
 
         .executableTarget(
             name: "UbiquityCLI",
-            dependencies: ["Ubiquity", "UbiquityExamples", "UbiquityServer", "UbiquityProtocol", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: ["Ubiquity", "UbiquityExamples", "UbiquityServer", "UbiquityProtocol", "UbiquityAgent", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         .executableTarget(name: "UbiquityBenchmarks", dependencies: ["Ubiquity", "UbiquityFiles"]),
         // Load generator for the server: N simulated devices over loopback.

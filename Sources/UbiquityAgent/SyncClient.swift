@@ -1,0 +1,134 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import NIOHTTP1
+import UbiquityProtocol
+
+/// A client of the sync server's protocol (docs/SyncProtocol.md), over AsyncHTTPClient: what
+/// `ubiquity login` and the agent use. Every failure is a ``SyncClientError`` naming the server's
+/// error code, or `unreachable` when there was no answer.
+public struct SyncClient: Sendable {
+    /// The server's base URL.
+    public let server: URL
+    /// The device token, once signed in.
+    public let token: String?
+    let http: HTTPClient
+    /// How long a request may take (chunk transfers get four times as long).
+    public var timeout: TimeAmount = .seconds(30)
+
+    /// A client of `server`, signed in with `token` if given.
+    public init(server: URL, token: String? = nil, http: HTTPClient = SyncClient.defaultHTTPClient) {
+        self.server = server
+        self.token = token
+        self.http = http
+    }
+
+    /// Registers this device with the account: the answer carries the device token.
+    public func signIn(account: String, password: String, deviceName: String, containers: [String]? = nil) async throws -> SignInResponse {
+        try await json(.POST, "v1/sign-in", body: SignInRequest(account: account, password: password, deviceName: deviceName, containers: containers))
+    }
+
+    /// Revokes this device's token.
+    public func signOut() async throws {
+        _ = try await send(.POST, "v1/sign-out", body: nil, expecting: [.noContent])
+    }
+
+    /// The account and device the token belongs to.
+    public func account() async throws -> AccountResponse { try await json(.GET, "v1/account") }
+
+    /// The items of `container` changed after `since`.
+    public func changes(container: String, since: Int64) async throws -> ChangesResponse {
+        try await json(.GET, "v1/containers/\(container)/changes?since=\(since)")
+    }
+
+    /// Commits a change of an item (metadata first: the answer lists the chunks to upload).
+    public func commit(container: String, item: String, update: ItemUpdate) async throws -> CommitResponse {
+        try await json(.PUT, "v1/containers/\(container)/items/\(item)", body: update)
+    }
+
+    /// Keeps one revision of an item and removes conflict versions.
+    public func resolve(container: String, item: String, keep: String, remove: [String]) async throws -> ItemState {
+        try await json(.POST, "v1/containers/\(container)/items/\(item)/resolve", body: ResolveRequest(keep: keep, remove: remove))
+    }
+
+    /// Which of `hashes` the server lacks.
+    public func missingChunks(_ hashes: [String]) async throws -> [String] {
+        let answer: MissingChunksResponse = try await json(.POST, "v1/chunks/missing", body: MissingChunksRequest(hashes: hashes))
+        return answer.missing
+    }
+
+    /// Uploads one chunk (the server checks it against its hash).
+    public func upload(_ bytes: [UInt8], hash: String) async throws {
+        _ = try await send(.PUT, "v1/chunks/\(hash)", raw: bytes, expecting: [.created], timeout: timeout * 4)
+    }
+
+    /// Downloads one chunk.
+    public func download(_ hash: String) async throws -> [UInt8] {
+        let body = try await send(.GET, "v1/chunks/\(hash)", raw: nil, expecting: [.ok], timeout: timeout * 4)
+        return Array(buffer: body)
+    }
+
+    /// The process's HTTP client: a server that refuses connections is reported after 5 s of
+    /// retrying (AsyncHTTPClient's default would retry until the request's whole deadline).
+    public static let defaultHTTPClient: HTTPClient = {
+        var configuration = HTTPClient.Configuration()
+        configuration.timeout = .init(connect: .seconds(5), read: .seconds(120))
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
+    }()
+
+    // MARK: Requests
+
+    func json<Answer: Decodable>(_ method: HTTPMethod, _ path: String) async throws -> Answer {
+        try await json(method, path, body: Optional<SignInRequest>.none)
+    }
+
+    func json<Answer: Decodable, Body: Encodable>(_ method: HTTPMethod, _ path: String, body: Body?) async throws -> Answer {
+        let bytes = try await send(method, path, body: body.map { try JSONEncoder().encode($0) }, expecting: [.ok])
+        do {
+            return try JSONDecoder().decode(Answer.self, from: Data(bytes.readableBytesView))
+        } catch {
+            throw SyncClientError(status: 200, code: "badAnswer", message: "the server's answer to \(method) /\(path) is not what the protocol says: \(error)")
+        }
+    }
+
+    func send(_ method: HTTPMethod, _ path: String, body: Data?, expecting: Set<HTTPResponseStatus>) async throws -> ByteBuffer {
+        try await send(method, path, raw: body.map { [UInt8]($0) }, expecting: expecting, timeout: timeout, json: body != nil)
+    }
+
+    func send(_ method: HTTPMethod, _ path: String, raw: [UInt8]?, expecting: Set<HTTPResponseStatus>, timeout: TimeAmount, json: Bool = false) async throws -> ByteBuffer {
+        var request = HTTPClientRequest(url: server.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + "/" + path)
+        request.method = method
+        if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        if let raw {
+            request.headers.add(name: "Content-Type", value: json ? "application/json" : "application/octet-stream")
+            request.body = .bytes(ByteBuffer(bytes: raw))
+        }
+        let response: HTTPClientResponse
+        let body: ByteBuffer
+        do {
+            response = try await http.execute(request, timeout: timeout)
+            body = try await response.body.collect(upTo: 64 << 20)
+        } catch {
+            throw SyncClientError(status: 0, code: "unreachable", message: "no answer from \(server.absoluteString): \(error)")
+        }
+        guard expecting.contains(response.status) else {
+            let shaped = try? JSONDecoder().decode(ErrorResponse.self, from: Data(body.readableBytesView))
+            throw SyncClientError(status: Int(response.status.code), code: shaped?.error.code ?? "http\(response.status.code)",
+                                  message: shaped?.error.message ?? "\(method) /\(path): \(response.status)")
+        }
+        return body
+    }
+}
+
+/// A request the server refused or did not answer.
+public struct SyncClientError: Error, CustomStringConvertible, Equatable {
+    /// The HTTP status (0: no answer).
+    public var status: Int
+    /// The server's error code (`signInFailed`, `quotaExceeded`, …) or `unreachable`.
+    public var code: String
+    /// What the server said.
+    public var message: String
+
+    /// The message, with its code.
+    public var description: String { "\(message) (\(code))" }
+}
