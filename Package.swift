@@ -110,6 +110,7 @@ let package = Package(
         .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles"]),
         .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync"]),
         .testTarget(name: "UbiquityClientTests", dependencies: ["UbiquityClient"]),
+        .testTarget(name: "UbiquityAgentTests", dependencies: ["UbiquityAgent"]),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),
         .testTarget(

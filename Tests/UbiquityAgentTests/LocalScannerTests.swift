@@ -1,0 +1,72 @@
+import Foundation
+import Testing
+@testable import UbiquityAgent
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+@Suite struct LocalScannerTests {
+    let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("scanner-\(UUID().uuidString.prefix(8))")
+
+    func write(_ path: String, _ text: String) throws {
+        let url = root.appendingPathComponent(path)
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data(text.utf8).write(to: url)
+    }
+
+    @Test func aScanFindsSyncedFilesAndSkipsWhatStaysLocal() throws {
+        defer { try? FileManager.default.removeItem(at: root) }
+        let scanner = LocalScanner(root: root)
+        #expect(try scanner.scan().isEmpty, "no folder yet")
+        try write("Documents/a.txt", "a")
+        try write("Documents/Trip/notes.txt", "n")
+        try write("Documents/cache.nosync", "local only")
+        try write("Documents/Big.nosync/inside.txt", "local only")
+        try write("Documents/.ubiquity-versions/a.txt/1/a.txt", "a version")
+        try write("Documents/.ubiquity-save-123", "a half-written save")
+        symlink("/etc/passwd", root.appendingPathComponent("Documents/link").path)
+        mkfifo(root.appendingPathComponent("Documents/pipe").path, 0o600)
+        #expect(try scanner.scan().keys.sorted() == ["Documents/Trip/notes.txt", "Documents/a.txt"])
+
+        let folder = root.appendingPathComponent("Documents/Locked")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        chmod(folder.path, 0)
+        defer { chmod(folder.path, 0o700) }
+        if getuid() != 0 { // root reads anything
+            #expect(throws: ScanError.self) { try scanner.scan() }
+        }
+    }
+
+    @Test func changesAreAddsModificationsMovesAndRemovals() throws {
+        defer { try? FileManager.default.removeItem(at: root) }
+        let scanner = LocalScanner(root: root)
+        try write("a.txt", "a")
+        try write("b.txt", "b")
+        try write("c.txt", "c")
+        try write("d.txt", "d")
+        let before = try scanner.scan()
+        #expect(LocalScanner.changes(from: [:], to: before).added == ["a.txt", "b.txt", "c.txt", "d.txt"])
+        #expect(LocalScanner.changes(from: before, to: before).isEmpty)
+
+        try write("a.txt", "a, longer now")                                      // modified in place
+        try FileManager.default.moveItem(at: root.appendingPathComponent("b.txt"), to: root.appendingPathComponent("Folder B.txt")) // moved
+        try FileManager.default.removeItem(at: root.appendingPathComponent("c.txt"))                                                // removed
+        try FileManager.default.moveItem(at: root.appendingPathComponent("d.txt"), to: root.appendingPathComponent("e.txt"))
+        try write("d.txt", "a new d")                                             // a new file where d was
+        try write("f.txt", "f")                                                   // added
+        let after = try scanner.scan()
+        let changes = LocalScanner.changes(from: before, to: after)
+        #expect(changes.modified == ["a.txt"])
+        #expect(changes.moved.map { "\($0.from)→\($0.to)" } == ["b.txt→Folder B.txt", "d.txt→e.txt"])
+        #expect(changes.removed == ["c.txt"])
+        #expect(changes.added == ["d.txt", "f.txt"])
+
+        // A save that writes a new file and renames it over the old one is a modification.
+        try write("tmp", "a saved the safe way")
+        try FileManager.default.removeItem(at: root.appendingPathComponent("a.txt"))
+        try FileManager.default.moveItem(at: root.appendingPathComponent("tmp"), to: root.appendingPathComponent("a.txt"))
+        let saved = LocalScanner.changes(from: after, to: try scanner.scan())
+        #expect(saved.modified == ["a.txt"] && saved.added.isEmpty && saved.removed.isEmpty && saved.moved.isEmpty, "\(saved)")
+    }
+}
