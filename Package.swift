@@ -43,7 +43,7 @@ let package = Package(
         // The sync engine: content-defined chunks, chunk-list deltas (no server, no network).
         .target(name: "UbiquitySync", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         // Ubiquity client: the signed-in account and identity token, container paths (Foundation only).
-        .target(name: "UbiquityClient", dependencies: ["UbiquityCoordination"]),
+        .target(name: "UbiquityClient", dependencies: ["UbiquityFiles", "UbiquityCoordination"]),
         // The one module apps import.
         .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument", "UbiquityClient"]),
 
@@ -51,7 +51,7 @@ let package = Package(
         .target(
             name: "UbiquityAgent",
             dependencies: [
-                "UbiquityClient", "UbiquityProtocol", "UbiquitySync", logging,
+                "UbiquityFiles", "UbiquityClient", "UbiquityProtocol", "UbiquitySync", logging,
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),

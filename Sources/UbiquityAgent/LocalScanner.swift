@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityFiles
 
 #if canImport(Glibc)
 import Glibc
@@ -46,8 +47,8 @@ public struct LocalChanges: Sendable, Equatable {
 /// missing a change (after an inotify overflow, at start, after a crash), and of recognising
 /// renames. Only regular files are synced: symbolic links, sockets and devices are skipped, and
 /// so is what must stay local — names ending in `.nosync` (and everything under such a
-/// folder), the version stores (`.ubiquity-versions`), and safe save's temporary files
-/// (`.ubiquity-save-…`, `.ubiquity-…` in general).
+/// folder), the version stores (`.ubiquity-versions`, and any `.ubiquity-…` name), and safe
+/// save's temporary siblings (`.NAME.ubiquity-save-…`).
 public struct LocalScanner: Sendable {
     /// The folder scanned.
     public let root: URL
@@ -59,7 +60,7 @@ public struct LocalScanner: Sendable {
 
     /// Whether a file or folder named `name` stays out of sync.
     public static func isExcluded(_ name: String) -> Bool {
-        name.hasSuffix(".nosync") || name.hasPrefix(".ubiquity-")
+        name.hasSuffix(".nosync") || name.hasPrefix(".ubiquity-") || SafeSave.isTemporaryName(name)
     }
 
     /// Every synced file under the root, with its fingerprint. Unreadable folders are reported,

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityFiles
 
 #if canImport(Glibc)
 import Glibc
@@ -50,7 +51,8 @@ public struct UbiquityCredentials: Codable, Sendable, Equatable {
         }
     }
 
-    /// Writes them (replacing any others) with mode 0600: a temporary file, fsync, rename.
+    /// Writes them (replacing any others) with mode 0600, by safe save (a temporary file,
+    /// fsync, rename).
     /// - Throws: ``CredentialsError`` when the directory or file cannot be written.
     public func save(to paths: UbiquityPaths = UbiquityPaths()) throws {
         let directory = paths.configuration.path
@@ -61,28 +63,14 @@ public struct UbiquityCredentials: Codable, Sendable, Equatable {
         }
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
-        let bytes = [UInt8](try encoder.encode(self))
-        let temporary = directory + "/.credentials-\(getpid())-\(UUID().uuidString.prefix(8))"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw CredentialsError(path: temporary, reason: String(cString: strerror(errno))) }
-        var written = 0
-        while written < bytes.count {
-            let count = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + written, $0.count - written) }
-            if count < 0 && errno == EINTR { continue }
-            guard count > 0 else {
-                let reason = String(cString: strerror(errno))
-                close(fd)
-                unlink(temporary)
-                throw CredentialsError(path: temporary, reason: reason)
+        let data = try encoder.encode(self)
+        do {
+            // Safe save, the new file created 0600 from the start (never readable by others).
+            try SafeSave.replaceItem(at: paths.credentials, preservingPermissions: false) { temporary in
+                try POSIX.createFile(temporary.path, contents: data, permissions: 0o600)
             }
-            written += count
-        }
-        let synced = fsync(fd) == 0
-        close(fd)
-        guard synced, rename(temporary, paths.credentials.path) == 0 else {
-            let reason = String(cString: strerror(errno))
-            unlink(temporary)
-            throw CredentialsError(path: paths.credentials.path, reason: reason)
+        } catch {
+            throw CredentialsError(path: paths.credentials.path, reason: "\(error)")
         }
     }
 

@@ -24,7 +24,7 @@ import Glibc
         try write("Documents/cache.nosync", "local only")
         try write("Documents/Big.nosync/inside.txt", "local only")
         try write("Documents/.ubiquity-versions/a.txt/1/a.txt", "a version")
-        try write("Documents/.ubiquity-save-123", "a half-written save")
+        try write("Documents/.a.txt.ubiquity-save-0123456789abcdef", "a half-written save")
         symlink("/etc/passwd", root.appendingPathComponent("Documents/link").path)
         mkfifo(root.appendingPathComponent("Documents/pipe").path, 0o600)
         #expect(try scanner.scan().keys.sorted() == ["Documents/Trip/notes.txt", "Documents/a.txt"])
