@@ -53,6 +53,7 @@ let package = Package(
             dependencies: [
                 "UbiquityFiles", "UbiquityClient", "UbiquityProtocol", "UbiquitySync", logging,
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
             ]
@@ -110,7 +111,7 @@ let package = Package(
         .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles"]),
         .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync"]),
         .testTarget(name: "UbiquityClientTests", dependencies: ["UbiquityClient"]),
-        .testTarget(name: "UbiquityAgentTests", dependencies: ["UbiquityAgent"]),
+        .testTarget(name: "UbiquityAgentTests", dependencies: ["UbiquityAgent", "UbiquitySync"]),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),
         .testTarget(

@@ -1,0 +1,94 @@
+import Foundation
+import GRDB
+import UbiquitySync
+
+/// The agent's own state for one account, in SQLite (GRDB, WAL): per container, the sync
+/// decisions' durable part (``DeviceSyncState/Persisted``) and the files as last seen with the
+/// items they are. Both change in one transaction, so after a crash the agent resumes from a
+/// state where every file it had seen is either recorded with its item or not at all.
+public final class AgentStore: Sendable {
+    /// One synced file as the agent last saw it.
+    public struct File: Sendable, Equatable {
+        /// Its path in the container.
+        public var path: String
+        /// The item it is.
+        public var item: String
+        /// Its fingerprint then.
+        public var fingerprint: LocalFingerprint
+        /// Its contents then (the hash of its chunk list).
+        public var content: String
+
+        /// Creates a record.
+        public init(path: String, item: String, fingerprint: LocalFingerprint, content: String) {
+            self.path = path
+            self.item = item
+            self.fingerprint = fingerprint
+            self.content = content
+        }
+    }
+
+    let pool: DatabasePool
+
+    /// Opens (or creates) the store at `path`.
+    /// - Throws: GRDB's errors when the file cannot be opened or is not a database.
+    public init(path: String) throws {
+        try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        pool = try DatabasePool(path: path, configuration: configuration)
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE containerState (container TEXT PRIMARY KEY, persisted BLOB NOT NULL);
+                CREATE TABLE localFile (
+                    container TEXT NOT NULL, path TEXT NOT NULL, item TEXT NOT NULL, inode INTEGER NOT NULL,
+                    size INTEGER NOT NULL, modified INTEGER NOT NULL, changed INTEGER NOT NULL, content TEXT NOT NULL,
+                    PRIMARY KEY(container, path));
+                CREATE INDEX localFile_item ON localFile(container, item);
+                """)
+        }
+        try migrator.migrate(pool)
+    }
+
+    /// The container's sync state, or nil if it was never synced here.
+    public func state(of container: String) throws -> DeviceSyncState.Persisted? {
+        try pool.read { db in
+            try Data.fetchOne(db, sql: "SELECT persisted FROM containerState WHERE container = ?", arguments: [container])
+                .map { try JSONDecoder().decode(DeviceSyncState.Persisted.self, from: $0) }
+        }
+    }
+
+    /// The container's files as last seen.
+    public func files(of container: String) throws -> [String: File] {
+        try pool.read { db in
+            let rows = try Row.fetchAll(db, sql: "SELECT * FROM localFile WHERE container = ?", arguments: [container])
+            return Dictionary(uniqueKeysWithValues: rows.map { row in
+                let file = File(path: row["path"], item: row["item"],
+                                fingerprint: LocalFingerprint(inode: UInt64(bitPattern: row["inode"]), size: row["size"], modified: row["modified"], changed: row["changed"]),
+                                content: row["content"])
+                return (file.path, file)
+            })
+        }
+    }
+
+    /// Records the container's sync state, and the files that changed (`upsert`) or went
+    /// (`removed`), in one transaction.
+    public func record(_ container: String, state: DeviceSyncState.Persisted, upsert: [File] = [], removed: [String] = []) throws {
+        let blob = try JSONEncoder().encode(state)
+        try pool.write { db in
+            try db.execute(sql: "INSERT INTO containerState (container, persisted) VALUES (?, ?) ON CONFLICT(container) DO UPDATE SET persisted = excluded.persisted",
+                           arguments: [container, blob])
+            for path in removed {
+                try db.execute(sql: "DELETE FROM localFile WHERE container = ? AND path = ?", arguments: [container, path])
+            }
+            for file in upsert {
+                try db.execute(sql: """
+                    INSERT INTO localFile (container, path, item, inode, size, modified, changed, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    ON CONFLICT(container, path) DO UPDATE SET item = excluded.item, inode = excluded.inode, size = excluded.size,
+                        modified = excluded.modified, changed = excluded.changed, content = excluded.content
+                    """, arguments: [container, file.path, file.item, Int64(bitPattern: file.fingerprint.inode), file.fingerprint.size,
+                                     file.fingerprint.modified, file.fingerprint.changed, file.content])
+            }
+        }
+    }
+}
