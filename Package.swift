@@ -51,7 +51,7 @@ let package = Package(
         .target(
             name: "UbiquityAgent",
             dependencies: [
-                "UbiquityFiles", "UbiquityClient", "UbiquityProtocol", "UbiquitySync", logging,
+                "UbiquityFiles", "UbiquityCoordination", "UbiquityClient", "UbiquityProtocol", "UbiquitySync", logging,
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -111,7 +111,10 @@ let package = Package(
         .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles"]),
         .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync"]),
         .testTarget(name: "UbiquityClientTests", dependencies: ["UbiquityClient"]),
-        .testTarget(name: "UbiquityAgentTests", dependencies: ["UbiquityAgent", "UbiquitySync"]),
+        .testTarget(
+            name: "UbiquityAgentTests",
+            dependencies: ["UbiquityAgent", "UbiquitySync", "UbiquityServer", "UbiquityProtocol", .product(name: "HummingbirdTesting", package: "hummingbird")]
+        ),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),
         .testTarget(

@@ -41,6 +41,11 @@ public struct SyncClient: Sendable {
         try await json(.GET, "v1/containers/\(container)/changes?since=\(since)")
     }
 
+    /// An item's present state (with its manifest).
+    public func item(container: String, id: String) async throws -> ItemState {
+        try await json(.GET, "v1/containers/\(container)/items/\(id)")
+    }
+
     /// Commits a change of an item (metadata first: the answer lists the chunks to upload).
     public func commit(container: String, item: String, update: ItemUpdate) async throws -> CommitResponse {
         try await json(.PUT, "v1/containers/\(container)/items/\(item)", body: update)

@@ -1,0 +1,111 @@
+import Foundation
+import HummingbirdTesting
+import Testing
+import UbiquityProtocol
+import UbiquityServer
+import UbiquitySync
+@testable import UbiquityAgent
+
+/// Two devices keeping one container in step through a real server (over loopback): create,
+/// edit, rename, offline edits on both sides (a conflict both agree on), delete.
+@Suite struct ContainerSyncTests {
+    let notes = "ABCDE12345.com.example.notes"
+
+    @Test func twoDevicesKeepAContainerInStep() async throws {
+        let dir = NSTemporaryDirectory() + "container-sync-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let server = try await SyncServer(configuration: .init(dataDirectory: dir + "/server", port: 0, bcryptCost: 4))
+        let admin = try await ServerAdministration(dataDirectory: dir + "/server", bcryptCost: 4)
+        _ = try await admin.createAccount(name: "ada", password: "correct horse")
+        let container = notes
+        try await server.makeApplication().test(.live) { client in
+            let base = URL(string: "http://127.0.0.1:\(try #require(client.port))")!
+            func device(_ name: String) async throws -> (ContainerSync, URL) {
+                let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: name).token
+                let root = URL(fileURLWithPath: dir).appendingPathComponent(name)
+                let sync = try ContainerSync(container: container, root: root, client: SyncClient(server: base, token: token),
+                                             store: try AgentStore(path: dir + "/\(name).sqlite"), device: name)
+                return (sync, root.appendingPathComponent("Documents"))
+            }
+            let (laptop, laptopDocuments) = try await device("laptop")
+            let (phone, phoneDocuments) = try await device("phone")
+            func read(_ folder: URL, _ name: String) -> String? {
+                (try? Data(contentsOf: folder.appendingPathComponent(name))).map { String(decoding: $0, as: UTF8.self) }
+            }
+            func write(_ folder: URL, _ name: String, _ text: String) throws {
+                try Data(text.utf8).write(to: folder.appendingPathComponent(name))
+            }
+
+            // Created on one device, it appears on the other.
+            try write(laptopDocuments, "Trip.txt", "pack the tent")
+            try await laptop.syncOnce()
+            try await phone.syncOnce()
+            #expect(read(phoneDocuments, "Trip.txt") == "pack the tent")
+
+            // Edited on the other, it comes back.
+            try write(phoneDocuments, "Trip.txt", "pack the tent and the stove")
+            try await phone.syncOnce()
+            try await laptop.syncOnce()
+            #expect(read(laptopDocuments, "Trip.txt") == "pack the tent and the stove")
+
+            // Renamed: the same item, under its new name everywhere.
+            try FileManager.default.moveItem(at: laptopDocuments.appendingPathComponent("Trip.txt"), to: laptopDocuments.appendingPathComponent("Trip 2027.txt"))
+            try await laptop.syncOnce()
+            try await phone.syncOnce()
+            #expect(read(phoneDocuments, "Trip 2027.txt") == "pack the tent and the stove" && read(phoneDocuments, "Trip.txt") == nil)
+
+            // Offline edits on both: both kept; the later one is current on both devices, the
+            // other a conflict version both know of.
+            try write(laptopDocuments, "Trip 2027.txt", "from the laptop")
+            try await Task.sleep(for: .milliseconds(20)) // a later modification date
+            try write(phoneDocuments, "Trip 2027.txt", "from the phone")
+            try await laptop.syncOnce()
+            try await phone.syncOnce()
+            try await laptop.syncOnce()
+            #expect(read(laptopDocuments, "Trip 2027.txt") == "from the phone" && read(phoneDocuments, "Trip 2027.txt") == "from the phone")
+            #expect(await laptop.conflicts(of: "Trip 2027.txt").count == 1)
+            let laptopConflicts = await laptop.conflicts(of: "Trip 2027.txt")
+            #expect(await phone.conflicts(of: "Trip 2027.txt") == laptopConflicts)
+
+            // Deleted on one, gone from the other.
+            try FileManager.default.removeItem(at: phoneDocuments.appendingPathComponent("Trip 2027.txt"))
+            try await phone.syncOnce()
+            try await laptop.syncOnce()
+            #expect(read(laptopDocuments, "Trip 2027.txt") == nil)
+            let laptopIdle = await laptop.isIdle, phoneIdle = await phone.isIdle
+            #expect(laptopIdle && phoneIdle)
+        }
+        await server.close()
+        await admin.close()
+    }
+
+    /// A restarted agent resumes: a change it had not sent when it stopped is sent, once.
+    @Test func aRestartedAgentSendsWhatItHadNotSent() async throws {
+        let dir = NSTemporaryDirectory() + "container-restart-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let server = try await SyncServer(configuration: .init(dataDirectory: dir + "/server", port: 0, bcryptCost: 4))
+        let admin = try await ServerAdministration(dataDirectory: dir + "/server", bcryptCost: 4)
+        _ = try await admin.createAccount(name: "ada", password: "correct horse")
+        let container = notes
+        try await server.makeApplication().test(.live) { client in
+            let base = URL(string: "http://127.0.0.1:\(try #require(client.port))")!
+            let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: "laptop").token
+            let root = URL(fileURLWithPath: dir).appendingPathComponent("laptop")
+            let unreachable = SyncClient(server: URL(string: "http://127.0.0.1:1")!, token: token)
+            do {
+                let offline = try ContainerSync(container: container, root: root, client: unreachable, store: try AgentStore(path: dir + "/laptop.sqlite"), device: "laptop")
+                try Data("written offline".utf8).write(to: root.appendingPathComponent("Documents/Offline.txt"))
+                try await offline.syncOnce()
+                #expect(await !offline.isIdle, "the server could not be reached: the change waits")
+            }
+            let online = try ContainerSync(container: container, root: root, client: SyncClient(server: base, token: token),
+                                           store: try AgentStore(path: dir + "/laptop.sqlite"), device: "laptop")
+            try await online.syncOnce()
+            #expect(await online.isIdle)
+            let changes = try await SyncClient(server: base, token: token).changes(container: container, since: 0)
+            #expect(changes.items.map(\.name) == ["Offline.txt"] && changes.items.first?.uploaded == true && changes.items.first?.conflicts == [])
+        }
+        await server.close()
+        await admin.close()
+    }
+}
