@@ -25,8 +25,11 @@ public actor ContainerSync {
     private var files: [String: AgentStore.File]
     /// Chunk lists of local contents not yet uploaded, by content token.
     private var localChunks: [String: [ContentChunk]] = [:]
-    /// The last problem, per item (quota, unreachable server, …), for `ubiquity status`.
+    /// The last problem, per item (quota, unreachable server, …; fetching under ``fetchErrorKey``),
+    /// for `ubiquity status`.
     public private(set) var errors: [String: String] = [:]
+    /// Where a failed fetch is reported in ``errors``.
+    public static let fetchErrorKey = "(changes)"
 
     /// Resumes (or starts) syncing `container` into `root/Documents`.
     public init(container: String, root: URL, client: SyncClient, store: AgentStore, device: String, logger: Logger = Logger(label: "ubiquity.agent")) throws {
@@ -58,7 +61,11 @@ public actor ContainerSync {
                 try await perform(request)
             } catch let error as SyncClientError {
                 state.failed(request)
-                if case .commit(let change) = request { errors[change.item] = error.description }
+                switch request {
+                case .commit(let change): errors[change.item] = error.description
+                case .fetch: errors[Self.fetchErrorKey] = error.description
+                case .resolve(let item, _, _): errors[item] = error.description
+                }
                 logger.warning("sync request failed", metadata: ["container": "\(container)", "error": "\(error)"])
             }
         }
@@ -119,6 +126,7 @@ public actor ContainerSync {
             errors[change.item] = nil
             state.committed(CommitAnswer(changeId: change.changeId, revision: answer.revision, item: Self.snapshot(answer.item)))
         case .fetch(let since):
+            errors[Self.fetchErrorKey] = nil
             var cursor = since
             while true {
                 let page = try await client.changes(container: container, since: cursor)

@@ -97,6 +97,8 @@ import UbiquitySync
                 try Data("written offline".utf8).write(to: root.appendingPathComponent("Documents/Offline.txt"))
                 try await offline.syncOnce()
                 #expect(await !offline.isIdle, "the server could not be reached: the change waits")
+                let errors = await offline.errors
+                #expect(errors[ContainerSync.fetchErrorKey]?.contains("unreachable") == true && errors.count == 2, "\(errors)")
             }
             let online = try ContainerSync(container: container, root: root, client: SyncClient(server: base, token: token),
                                            store: try AgentStore(path: dir + "/laptop.sqlite"), device: "laptop")
