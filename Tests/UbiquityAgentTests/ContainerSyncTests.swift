@@ -11,15 +11,24 @@ import UbiquitySync
 @Suite struct ContainerSyncTests {
     let notes = "ABCDE12345.com.example.notes"
 
-    @Test func twoDevicesKeepAContainerInStep() async throws {
+    /// Runs `body` with a live server (account "ada", password "correct horse") in a fresh
+    /// directory: its base URL and the directory, for the devices' folders and stores.
+    func withServer(_ body: @Sendable (URL, String) async throws -> Void) async throws {
         let dir = NSTemporaryDirectory() + "container-sync-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let server = try await SyncServer(configuration: .init(dataDirectory: dir + "/server", port: 0, bcryptCost: 4))
         let admin = try await ServerAdministration(dataDirectory: dir + "/server", bcryptCost: 4)
         _ = try await admin.createAccount(name: "ada", password: "correct horse")
-        let container = notes
         try await server.makeApplication().test(.live) { client in
-            let base = URL(string: "http://127.0.0.1:\(try #require(client.port))")!
+            try await body(URL(string: "http://127.0.0.1:\(try #require(client.port))")!, dir)
+        }
+        await server.close()
+        await admin.close()
+    }
+
+    @Test func twoDevicesKeepAContainerInStep() async throws {
+        let container = notes
+        try await withServer { base, dir in
             func device(_ name: String) async throws -> (ContainerSync, URL) {
                 let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: name).token
                 let root = URL(fileURLWithPath: dir).appendingPathComponent(name)
@@ -75,20 +84,12 @@ import UbiquitySync
             let laptopIdle = await laptop.isIdle, phoneIdle = await phone.isIdle
             #expect(laptopIdle && phoneIdle)
         }
-        await server.close()
-        await admin.close()
     }
 
     /// A restarted agent resumes: a change it had not sent when it stopped is sent, once.
     @Test func aRestartedAgentSendsWhatItHadNotSent() async throws {
-        let dir = NSTemporaryDirectory() + "container-restart-\(UUID().uuidString.prefix(8))"
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        let server = try await SyncServer(configuration: .init(dataDirectory: dir + "/server", port: 0, bcryptCost: 4))
-        let admin = try await ServerAdministration(dataDirectory: dir + "/server", bcryptCost: 4)
-        _ = try await admin.createAccount(name: "ada", password: "correct horse")
         let container = notes
-        try await server.makeApplication().test(.live) { client in
-            let base = URL(string: "http://127.0.0.1:\(try #require(client.port))")!
+        try await withServer { base, dir in
             let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: "laptop").token
             let root = URL(fileURLWithPath: dir).appendingPathComponent("laptop")
             let unreachable = SyncClient(server: URL(string: "http://127.0.0.1:1")!, token: token)
@@ -107,7 +108,5 @@ import UbiquitySync
             let changes = try await SyncClient(server: base, token: token).changes(container: container, since: 0)
             #expect(changes.items.map(\.name) == ["Offline.txt"] && changes.items.first?.uploaded == true && changes.items.first?.conflicts == [])
         }
-        await server.close()
-        await admin.close()
     }
 }
