@@ -51,11 +51,14 @@ let package = Package(
         .target(
             name: "UbiquityAgent",
             dependencies: [
-                "UbiquityFiles", "UbiquityCoordination", "UbiquityClient", "UbiquityProtocol", "UbiquitySync", logging,
+                "CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", "UbiquityClient", "UbiquityProtocol", "UbiquitySync", logging,
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
 
@@ -86,7 +89,8 @@ let package = Package(
 
         .executableTarget(
             name: "UbiquityCLI",
-            dependencies: ["Ubiquity", "UbiquityExamples", "UbiquityServer", "UbiquityProtocol", "UbiquityAgent", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: ["Ubiquity", "UbiquityExamples", "UbiquityServer", "UbiquityProtocol", "UbiquityAgent", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                           .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
         ),
         .executableTarget(name: "UbiquityBenchmarks", dependencies: ["Ubiquity", "UbiquityFiles"]),
         // Load generator for the server: N simulated devices over loopback.
@@ -113,7 +117,8 @@ let package = Package(
         .testTarget(name: "UbiquityClientTests", dependencies: ["UbiquityClient"]),
         .testTarget(
             name: "UbiquityAgentTests",
-            dependencies: ["UbiquityAgent", "UbiquitySync", "UbiquityServer", "UbiquityProtocol", .product(name: "HummingbirdTesting", package: "hummingbird")]
+            dependencies: ["UbiquityAgent", "UbiquityClient", "UbiquityCoordination", "UbiquitySync", "UbiquityServer", "UbiquityProtocol",
+                           .product(name: "HummingbirdTesting", package: "hummingbird")]
         ),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),

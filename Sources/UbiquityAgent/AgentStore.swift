@@ -47,6 +47,12 @@ public final class AgentStore: Sendable {
                 CREATE INDEX localFile_item ON localFile(container, item);
                 """)
         }
+        migrator.registerMigration("v2-downloads-and-conflicts") { db in
+            try db.execute(sql: """
+                CREATE TABLE downloadRequest (container TEXT NOT NULL, item TEXT NOT NULL, PRIMARY KEY(container, item));
+                CREATE TABLE conflictCopy (container TEXT NOT NULL, item TEXT NOT NULL, revision TEXT NOT NULL, PRIMARY KEY(container, item, revision));
+                """)
+        }
         try migrator.migrate(pool)
     }
 
@@ -88,6 +94,46 @@ public final class AgentStore: Sendable {
                         modified = excluded.modified, changed = excluded.changed, content = excluded.content
                     """, arguments: [container, file.path, file.item, Int64(bitPattern: file.fingerprint.inode), file.fingerprint.size,
                                      file.fingerprint.modified, file.fingerprint.changed, file.content])
+            }
+        }
+    }
+
+    /// The items of `container` an app asked to download that are not downloaded yet.
+    public func downloadRequests(of container: String) throws -> Set<String> {
+        try pool.read { db in
+            Set(try String.fetchAll(db, sql: "SELECT item FROM downloadRequest WHERE container = ?", arguments: [container]))
+        }
+    }
+
+    /// Records that an app asked for `item` to be downloaded (`requested`), or that it is done.
+    public func setDownloadRequested(_ requested: Bool, container: String, item: String) throws {
+        try pool.write { db in
+            if requested {
+                try db.execute(sql: "INSERT OR IGNORE INTO downloadRequest (container, item) VALUES (?, ?)", arguments: [container, item])
+            } else {
+                try db.execute(sql: "DELETE FROM downloadRequest WHERE container = ? AND item = ?", arguments: [container, item])
+            }
+        }
+    }
+
+    /// Per item, the conflict revisions the agent put in the item's version store.
+    public func conflictCopies(of container: String) throws -> [String: Set<String>] {
+        try pool.read { db in
+            var copies: [String: Set<String>] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT item, revision FROM conflictCopy WHERE container = ?", arguments: [container]) {
+                copies[row["item"], default: []].insert(row["revision"])
+            }
+            return copies
+        }
+    }
+
+    /// Records that the conflict `revision` of `item` is in its version store (`present`), or no longer.
+    public func setConflictCopy(_ present: Bool, container: String, item: String, revision: String) throws {
+        try pool.write { db in
+            if present {
+                try db.execute(sql: "INSERT OR IGNORE INTO conflictCopy (container, item, revision) VALUES (?, ?, ?)", arguments: [container, item, revision])
+            } else {
+                try db.execute(sql: "DELETE FROM conflictCopy WHERE container = ? AND item = ? AND revision = ?", arguments: [container, item, revision])
             }
         }
     }

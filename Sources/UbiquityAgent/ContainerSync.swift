@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import UbiquityClient
 import UbiquityCoordination
 import UbiquityFiles
 import UbiquityProtocol
@@ -9,10 +10,15 @@ import UbiquitySync
 /// container, joining ``LocalScanner`` (what changed here), ``DeviceSyncState`` (what to do),
 /// ``SyncClient`` (the server) and ``AgentStore`` (what survives a restart).
 ///
-/// First version: the files directly in `Documents` (subfolders and packages are not synced
-/// yet), every item downloaded (the "greedy" behaviour), conflicts kept on the server and
-/// visible through ``conflicts(of:)``. Files are read and written under file coordination, so
-/// an open document saves before it is uploaded and reloads after a download.
+/// Metadata first: an item from another device is listed at once (a placeholder `.NAME.icloud`,
+/// ``UbiquityPlaceholder``) and downloaded when an app asks (``requestDownload(_:)``) — or at
+/// once on a ``greedy`` device; once downloaded it is kept current. ``evict(_:)`` frees the
+/// local copy of an uploaded item. A download fetches only the chunks the local copy lacks.
+/// Conflict versions become the item's `NSFileVersion` conflict versions on every device;
+/// resolving them there (removing or marking them resolved) resolves them on the server.
+/// Files are read and written under file coordination, so an open document saves before it is
+/// uploaded and reloads after a download. The files directly in `Documents` are synced
+/// (subfolders and packages are not yet).
 public actor ContainerSync {
     /// The container's identifier.
     public let container: String
@@ -30,17 +36,49 @@ public actor ContainerSync {
     public private(set) var errors: [String: String] = [:]
     /// Where a failed fetch is reported in ``errors``.
     public static let fetchErrorKey = "(changes)"
+    /// Whether every item is downloaded at once (the Mac's behaviour) rather than on demand.
+    public let greedy: Bool
+    /// Items an app asked to download.
+    private var requested: Set<String>
+    /// Why an item's last download failed.
+    private var downloadErrors: [String: String] = [:]
+    /// Transfers under way, by item.
+    private var transfers: [String: Transfer] = [:]
+    /// Who waits for an item's download.
+    private var downloadWaiters: [String: [CheckedContinuation<Void, any Error>]] = [:]
+    /// The placeholders in the folder (file name → item), to notice one deleted by a user.
+    private var placeholders: [String: String] = [:]
+    /// Per item, the conflict revisions put in its version store.
+    private var conflictCopies: [String: Set<String>]
+    /// Whether a round runs, whether another was asked for meanwhile, and who waits for it.
+    private var running = false
+    private var rerun = false
+    private var roundWaiters: [CheckedContinuation<Void, Never>] = []
+    /// When the last round finished.
+    public private(set) var lastSync: Date?
+
+    struct Transfer {
+        var downloading: Bool
+        var done: Int64
+        var total: Int64
+        var percent: Double { total > 0 ? Double(done) * 100 / Double(total) : 0 }
+    }
 
     /// Resumes (or starts) syncing `container` into `root/Documents`.
-    public init(container: String, root: URL, client: SyncClient, store: AgentStore, device: String, logger: Logger = Logger(label: "ubiquity.agent")) throws {
+    public init(container: String, root: URL, client: SyncClient, store: AgentStore, device: String, greedy: Bool = false,
+                logger: Logger = Logger(label: "ubiquity.agent")) throws {
         self.container = container
+        self.greedy = greedy
         documents = root.appendingPathComponent("Documents")
         self.client = client
         self.store = store
         self.logger = logger
         state = try store.state(of: container).map(DeviceSyncState.init(restoring:)) ?? DeviceSyncState(device: device)
         files = try store.files(of: container)
+        requested = try store.downloadRequests(of: container)
+        conflictCopies = try store.conflictCopies(of: container)
         try FileManager.default.createDirectory(at: documents, withIntermediateDirectories: true)
+        placeholders = Self.placeholdersOnDisk(in: documents).mapValues(\.item)
     }
 
     /// The item's conflict versions as the server last said (revision and content token).
@@ -54,7 +92,26 @@ public actor ContainerSync {
 
     /// One round: local changes go up (metadata first, then only the chunks the server lacks),
     /// changes from the server come down. Returns after the server answered everything sent.
+    /// Called while a round runs, it asks for another and returns when that one is done.
     public func syncOnce() async throws {
+        if running {
+            rerun = true
+            await withCheckedContinuation { roundWaiters.append($0) }
+            return
+        }
+        running = true
+        defer {
+            running = false
+            for waiter in roundWaiters { waiter.resume() }
+            roundWaiters = []
+        }
+        repeat {
+            rerun = false
+            try await round()
+        } while rerun
+    }
+
+    private func round() async throws {
         try scanLocalChanges()
         for request in state.requests(fetch: true) {
             do {
@@ -70,7 +127,10 @@ public actor ContainerSync {
             }
         }
         try await materialize()
+        try await reconcileConflicts()
         try store.record(container, state: state.persisted)
+        lastSync = Date()
+        answerDownloadWaiters()
     }
 
     // MARK: Up
@@ -105,6 +165,12 @@ public actor ContainerSync {
             guard let file = files.removeValue(forKey: path) else { continue }
             state.delete(item: file.item, date: Date().timeIntervalSince1970)
         }
+        // A placeholder removed by someone else than the agent: the item not downloaded was deleted.
+        for (name, item) in placeholders where !FileManager.default.fileExists(atPath: documents.appendingPathComponent(name).path) {
+            placeholders[name] = nil
+            if files.values.contains(where: { $0.item == item }) { continue }
+            state.delete(item: item, date: Date().timeIntervalSince1970)
+        }
         try store.record(container, state: state.persisted, upsert: upsert, removed: changes.removed)
     }
 
@@ -121,7 +187,7 @@ public actor ContainerSync {
             // contents changed since the scan are never sent under the old hash.
             if !answer.missingChunks.isEmpty, let path = files.first(where: { $0.value.item == change.item })?.key {
                 let missing = Set(answer.missingChunks)
-                try await upload(chunks.filter { missing.contains($0.hash) }, from: documents.appendingPathComponent(path))
+                try await upload(chunks.filter { missing.contains($0.hash) }, of: change.item, from: documents.appendingPathComponent(path))
             }
             errors[change.item] = nil
             state.committed(CommitAnswer(changeId: change.changeId, revision: answer.revision, item: Self.snapshot(answer.item)))
@@ -151,39 +217,66 @@ public actor ContainerSync {
         return chunks
     }
 
-    func upload(_ chunks: [ContentChunk], from url: URL) async throws {
+    func upload(_ chunks: [ContentChunk], of item: String, from url: URL) async throws {
         guard !chunks.isEmpty else { return }
         let handle = try FileHandle(forReadingFrom: url)
-        defer { try? handle.close() }
+        defer {
+            try? handle.close()
+            transfers[item] = nil
+        }
+        transfers[item] = Transfer(downloading: false, done: 0, total: chunks.reduce(0) { $0 + Int64($1.length) })
         for chunk in chunks {
             try handle.seek(toOffset: UInt64(chunk.offset))
             let bytes = [UInt8](try handle.read(upToCount: chunk.length) ?? Data())
             let hash = bytes.withUnsafeBytes { ContentChunker.hash($0) }
             guard hash == chunk.hash else { return } // changed since the scan: the next round sends the new contents
             try await client.upload(bytes, hash: chunk.hash)
+            transfers[item]?.done += Int64(bytes.count)
         }
     }
 
     // MARK: Down
 
     /// Brings the folder to what the server has for every item without local changes:
-    /// downloads new and changed contents, follows renames, removes deleted files.
+    /// downloads new and changed contents of items that are downloaded here (or wanted: asked
+    /// for, or everything on a greedy device), lists the others as placeholders, follows
+    /// renames, removes deleted files.
     func materialize() async throws {
+        var wanted: [String: UbiquityPlaceholder] = [:]
         for (item, remote) in state.visibleItems.sorted(by: { $0.key < $1.key }) where !state.hasLocalChanges(item) {
             let local = files.first(where: { $0.value.item == item })
+            let snapshot = state.persisted.remote[item]
+            let placeholder = UbiquityPlaceholder(name: remote.name, item: item, size: snapshot?.size, modificationDate: snapshot?.modificationDate)
             if remote.deleted {
                 if let local {
                     try coordinatedRemove(local.key)
                     files[local.key] = nil
                     try store.record(container, state: state.persisted, removed: [local.key])
                 }
+                if requested.remove(item) != nil { try store.setDownloadRequested(false, container: container, item: item) }
                 continue
             }
             if let local, local.value.content == remote.content {
                 if local.key != remote.name { try rename(local.value, to: remote.name) }
                 continue
             }
-            guard let fresh = try await download(item, expecting: remote.content, to: remote.name) else { continue }
+            guard local != nil || greedy || requested.contains(item) else {
+                wanted[UbiquityPlaceholder.fileName(for: remote.name)] = placeholder
+                continue
+            }
+            let fresh: AgentStore.File?
+            do {
+                fresh = try await download(item, expecting: remote.content, to: remote.name, reusing: local?.value)
+                downloadErrors[item] = nil
+            } catch let error as SyncClientError {
+                downloadErrors[item] = error.description
+                logger.warning("download failed", metadata: ["container": "\(container)", "item": "\(remote.name)", "error": "\(error)"])
+                fresh = nil
+            }
+            guard let fresh else {
+                if local == nil { wanted[UbiquityPlaceholder.fileName(for: remote.name)] = placeholder } // not uploaded yet: listed meanwhile
+                continue
+            }
             if let local, local.key != remote.name {
                 try coordinatedRemove(local.key)
                 files[local.key] = nil
@@ -191,31 +284,280 @@ public actor ContainerSync {
             }
             files[remote.name] = fresh
             try store.record(container, state: state.persisted, upsert: [fresh])
+            if requested.remove(item) != nil { try store.setDownloadRequested(false, container: container, item: item) }
         }
+        try writePlaceholders(wanted)
     }
 
     /// Downloads the item's current contents into `name`; nil if they are not uploaded yet (or
-    /// changed meanwhile: the next round gets them).
-    func download(_ item: String, expecting content: String, to name: String) async throws -> AgentStore.File? {
+    /// changed meanwhile: the next round gets them). Chunks the local copy (`reusing`) already
+    /// has are read from it, not downloaded: a small edit of a large file moves a few chunks.
+    func download(_ item: String, expecting content: String, to name: String, reusing previous: AgentStore.File?) async throws -> AgentStore.File? {
         let state = try await client.item(container: container, id: item)
         guard state.uploaded, let chunks = state.manifest.chunks, Self.contentToken(chunks) == content else { return nil }
-        var data = Data()
-        var pieces: [ContentChunk] = []
-        for chunk in chunks {
-            let bytes = try await client.download(chunk.hash)
-            guard bytes.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash else {
-                throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(chunk.hash) of \(name) arrived damaged")
-            }
-            pieces.append(ContentChunk(offset: data.count, length: bytes.count, hash: chunk.hash))
-            data.append(contentsOf: bytes)
-        }
-        localChunks[content] = pieces
+        let data = try await assemble(chunks, of: item, name: name, reusing: previous)
+        localChunks[content] = Self.pieces(chunks)
         let url = documents.appendingPathComponent(name)
-        try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing) { url in
+        let documents = documents
+        let written = try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing) { url -> Bool in
+            // Saved over since the round's scan (or made there meanwhile)? Then the local edit
+            // stays: the next round sends it, and the server keeps both.
+            let now = LocalScanner(root: documents).fingerprint(of: name)
+            if let previous, previous.path == name, now != previous.fingerprint { return false }
+            if previous?.path != name, now != nil { return false }
             try SafeSave.write(data, to: url)
+            return true
         }
-        guard let print = try LocalScanner(root: documents).scan()[name] else { return nil }
+        guard written else { return nil }
+        guard let print = LocalScanner(root: documents).fingerprint(of: name) else { return nil }
         return AgentStore.File(path: name, item: item, fingerprint: print, content: content)
+    }
+
+    /// The bytes of `chunks`: from the previous local copy where it has them (checked), else
+    /// from the server (checked).
+    func assemble(_ chunks: [ChunkReference], of item: String, name: String, reusing previous: AgentStore.File?) async throws -> Data {
+        var local: [String: ContentChunk] = [:]
+        var handle: FileHandle?
+        if let previous {
+            let url = documents.appendingPathComponent(previous.path)
+            let known = localChunks[previous.content] ?? (try? ContentChunker.standard.chunks(ofFileAt: url)) ?? []
+            for chunk in known { local[chunk.hash] = chunk }
+            handle = try? FileHandle(forReadingFrom: url)
+        }
+        defer {
+            try? handle?.close()
+            transfers[item] = nil
+        }
+        transfers[item] = Transfer(downloading: true, done: 0, total: chunks.reduce(0) { $0 + $1.size })
+        var data = Data()
+        for chunk in chunks {
+            var bytes: [UInt8]?
+            if let handle, let piece = local[chunk.hash] {
+                try? handle.seek(toOffset: UInt64(piece.offset))
+                let read = [UInt8]((try? handle.read(upToCount: piece.length)) ?? Data())
+                if read.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash { bytes = read }
+            }
+            if bytes == nil {
+                let fetched = try await client.download(chunk.hash)
+                guard fetched.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash else {
+                    throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(chunk.hash) of \(name) arrived damaged")
+                }
+                bytes = fetched
+            }
+            data.append(contentsOf: bytes!)
+            transfers[item]?.done += chunk.size
+        }
+        return data
+    }
+
+    /// Chunk positions for a chunk list.
+    static func pieces(_ chunks: [ChunkReference]) -> [ContentChunk] {
+        var offset = 0
+        return chunks.map { chunk in
+            defer { offset += Int(chunk.size) }
+            return ContentChunk(offset: offset, length: Int(chunk.size), hash: chunk.hash)
+        }
+    }
+
+    /// Makes the folder's placeholders exactly `wanted` (file name → contents).
+    func writePlaceholders(_ wanted: [String: UbiquityPlaceholder]) throws {
+        let present = Self.placeholdersOnDisk(in: documents)
+        for name in present.keys where wanted[name] == nil {
+            try? FileManager.default.removeItem(at: documents.appendingPathComponent(name))
+        }
+        for (name, placeholder) in wanted where present[name] != placeholder {
+            // A local file of that name (made meanwhile) wins the name; the item is listed once the server settles it.
+            if FileManager.default.fileExists(atPath: documents.appendingPathComponent(placeholder.name).path) { continue }
+            try placeholder.write(in: documents)
+        }
+        placeholders = wanted.filter { FileManager.default.fileExists(atPath: documents.appendingPathComponent($0.key).path) }.mapValues(\.item)
+    }
+
+    /// The placeholders in `folder`, by file name.
+    static func placeholdersOnDisk(in folder: URL) -> [String: UbiquityPlaceholder] {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []
+        var found: [String: UbiquityPlaceholder] = [:]
+        for name in names {
+            guard let itemName = UbiquityPlaceholder.itemName(ofPlaceholder: name) else { continue }
+            found[name] = UbiquityPlaceholder.read(for: folder.appendingPathComponent(itemName))
+                ?? UbiquityPlaceholder(name: itemName, item: "", size: nil)
+        }
+        return found
+    }
+
+    // MARK: Downloads and evictions asked for
+
+    /// Asks for the item named `name` to be downloaded (by the next round). Returns its id.
+    /// - Throws: ``ContainerSyncError`` if no such item is known.
+    @discardableResult
+    public func requestDownload(_ name: String) throws -> String {
+        if let file = files[name] { return file.item }
+        guard let item = state.visibleItems.first(where: { $0.value.name == name && !$0.value.deleted })?.key else {
+            throw ContainerSyncError("\(name) is not an item of \(container)")
+        }
+        if requested.insert(item).inserted { try store.setDownloadRequested(true, container: container, item: item) }
+        downloadErrors[item] = nil
+        return item
+    }
+
+    /// Returns when the item named `name` is downloaded (asking for it first).
+    /// - Throws: ``ContainerSyncError`` if it is unknown, deleted meanwhile, or its download failed.
+    public func waitForDownload(_ name: String) async throws {
+        let item = try requestDownload(name)
+        if files.values.contains(where: { $0.item == item }) { return }
+        try await withCheckedThrowingContinuation { downloadWaiters[item, default: []].append($0) }
+    }
+
+    private func answerDownloadWaiters() {
+        for (item, waiters) in downloadWaiters {
+            let result: Result<Void, any Error>
+            if files.values.contains(where: { $0.item == item }) {
+                result = .success(())
+            } else if let error = downloadErrors[item] {
+                result = .failure(ContainerSyncError("cannot download: \(error)"))
+            } else if state.visible(item).map({ $0.deleted }) ?? true {
+                result = .failure(ContainerSyncError("the item was deleted"))
+            } else {
+                continue // not uploaded yet by its device: a later round gets it
+            }
+            downloadWaiters[item] = nil
+            for waiter in waiters { waiter.resume(with: result) }
+        }
+    }
+
+    /// Removes the local copy of the item named `name`, keeping it listed (a placeholder).
+    /// - Throws: ``ContainerSyncError`` when the item has changes the server does not have
+    ///   (they would be lost), or is unknown.
+    public func evict(_ name: String) throws {
+        guard let file = files[name] else {
+            if placeholders[UbiquityPlaceholder.fileName(for: name)] != nil { return } // evicted already
+            throw ContainerSyncError("\(name) is not an item of \(container)")
+        }
+        let current = LocalScanner(root: documents).fingerprint(of: name)
+        guard !state.hasLocalChanges(file.item), errors[file.item] == nil, current == file.fingerprint, transfers[file.item] == nil else {
+            throw ContainerSyncError("\(name) has changes not uploaded yet; it is not evicted")
+        }
+        let remote = state.persisted.remote[file.item]
+        let url = documents.appendingPathComponent(name)
+        try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
+            guard LocalScanner(root: documents).fingerprint(of: name) == file.fingerprint else {
+                throw ContainerSyncError("\(name) changed while being evicted; it is kept")
+            }
+            try FileManager.default.removeItem(at: url)
+        }
+        files[name] = nil
+        try store.record(container, state: state.persisted, removed: [name])
+        let placeholder = UbiquityPlaceholder(name: name, item: file.item, size: remote?.size ?? file.fingerprint.size, modificationDate: remote?.modificationDate)
+        try placeholder.write(in: documents)
+        placeholders[UbiquityPlaceholder.fileName(for: name)] = file.item
+    }
+
+    // MARK: Conflicts as versions
+
+    /// The persistent identifier of the conflict version for a server revision.
+    static func versionIdentifier(_ revision: String) -> String {
+        "conflict-" + String(Data(revision.utf8).withUnsafeBytes { ContentChunker.hash($0) }.prefix(40))
+    }
+
+    /// Keeps each downloaded item's conflict versions on disk as the server has them: new
+    /// conflict revisions are downloaded into its version store; versions resolved here
+    /// (removed, or marked resolved) are resolved on the server; those resolved elsewhere go.
+    func reconcileConflicts() async throws {
+        for (item, remote) in state.persisted.remote where !state.hasLocalChanges(item) && !remote.deleted {
+            let known = Set(remote.conflicts.map(\.revision))
+            let copies = conflictCopies[item] ?? []
+            guard !known.isEmpty || !copies.isEmpty, let path = files.first(where: { $0.value.item == item })?.key else { continue }
+            let url = documents.appendingPathComponent(path)
+            // Resolved elsewhere: the local copy goes.
+            for revision in copies.subtracting(known) {
+                try? NSFileVersion.version(itemAt: url, forPersistentIdentifier: NSFileVersion.PersistentIdentifier(Self.versionIdentifier(revision)))?.remove()
+                conflictCopies[item]?.remove(revision)
+                try store.setConflictCopy(false, container: container, item: item, revision: revision)
+            }
+            // Resolved here: tell the server.
+            var resolved: [String] = []
+            for revision in known.intersection(copies) {
+                let version = NSFileVersion.version(itemAt: url, forPersistentIdentifier: NSFileVersion.PersistentIdentifier(Self.versionIdentifier(revision)))
+                if version == nil || version?.isResolved == true { resolved.append(revision) }
+            }
+            if !resolved.isEmpty {
+                do {
+                    let answer = try await client.resolve(container: container, item: item, keep: remote.revision, remove: resolved.sorted())
+                    state.learn(Self.snapshot(answer))
+                    for revision in resolved {
+                        try? NSFileVersion.version(itemAt: url, forPersistentIdentifier: NSFileVersion.PersistentIdentifier(Self.versionIdentifier(revision)))?.remove()
+                        conflictCopies[item]?.remove(revision)
+                        try store.setConflictCopy(false, container: container, item: item, revision: revision)
+                    }
+                } catch let error as SyncClientError {
+                    errors[item] = error.description
+                }
+                continue
+            }
+            // New conflict versions: their contents come down into the version store.
+            let missing = known.subtracting(copies)
+            guard !missing.isEmpty else { continue }
+            let details: ItemState
+            do { details = try await client.item(container: container, id: item) } catch let error as SyncClientError {
+                downloadErrors[item] = error.description
+                continue
+            }
+            for conflict in details.conflicts where missing.contains(conflict.revision) && conflict.uploaded {
+                do {
+                    let data = try await assemble(conflict.manifest.chunks ?? [], of: item, name: path, reusing: files[path])
+                    let staging = NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: url).appendingPathComponent(path)
+                    try SafeSave.write(data, to: staging)
+                    _ = try NSFileVersion.addConflictVersion(ofItemAt: url, withContentsOf: staging, savingComputer: conflict.deviceName,
+                                                             modificationDate: Date(timeIntervalSince1970: conflict.modificationDate), byMoving: true,
+                                                             identifier: Self.versionIdentifier(conflict.revision))
+                    conflictCopies[item, default: []].insert(conflict.revision)
+                    try store.setConflictCopy(true, container: container, item: item, revision: conflict.revision)
+                } catch let error as SyncClientError {
+                    downloadErrors[item] = error.description
+                }
+            }
+        }
+    }
+
+    // MARK: What apps and `ubiquity ls` see
+
+    /// Every item (downloaded or not) with its transfer state.
+    public func statuses() -> [UbiquityItemStatus] {
+        state.visibleItems.filter { !$0.value.deleted }.sorted { $0.value.name < $1.value.name }.map { status(of: $0.key, $0.value) }
+    }
+
+    /// The state of the item named `name`, or nil if there is none.
+    public func status(ofName name: String) -> UbiquityItemStatus? {
+        guard let (item, visible) = state.visibleItems.first(where: { $0.value.name == name && !$0.value.deleted }) else { return nil }
+        return status(of: item, visible)
+    }
+
+    private func status(of item: String, _ visible: DeviceSyncState.LocalItem) -> UbiquityItemStatus {
+        let local = files.first(where: { $0.value.item == item })?.value
+        let remote = state.persisted.remote[item]
+        let transfer = transfers[item]
+        let pending = state.hasLocalChanges(item)
+        let uploaded = !pending && errors[item] == nil
+        return UbiquityItemStatus(
+            container: container, path: documents.appendingPathComponent(visible.name).path,
+            size: local?.fingerprint.size ?? remote?.size,
+            downloaded: local != nil, current: local != nil && (pending || local?.content == remote?.content),
+            downloading: transfer?.downloading == true, downloadRequested: requested.contains(item) && local == nil,
+            uploaded: uploaded, uploading: pending,
+            percentDownloaded: local != nil ? 100 : transfer.flatMap { $0.downloading ? $0.percent : nil } ?? 0,
+            percentUploaded: uploaded ? 100 : transfer.flatMap { $0.downloading ? nil : $0.percent } ?? 0,
+            conflicts: state.conflicts(item).count, downloadingError: downloadErrors[item], uploadingError: errors[item])
+    }
+
+    /// The container's state for `ubiquity status`.
+    public func containerStatus(root: URL) -> ContainerStatus {
+        let names = state.visibleItems.mapValues(\.name)
+        return ContainerStatus(
+            identifier: container, path: root.path, items: state.visibleItems.values.filter { !$0.deleted }.count,
+            queued: state.persisted.sending.count + state.persisted.queued.count, idle: isIdle,
+            errors: Dictionary(errors.map { (names[$0.key] ?? $0.key, $0.value) } + downloadErrors.map { (names[$0.key] ?? $0.key, "download: " + $0.value) },
+                               uniquingKeysWith: { a, b in a + "; " + b }),
+            lastSync: lastSync?.timeIntervalSince1970)
     }
 
     func rename(_ file: AgentStore.File, to name: String) throws {
@@ -252,6 +594,21 @@ public actor ContainerSync {
     static func snapshot(_ item: ItemState) -> ItemSnapshot {
         ItemSnapshot(id: item.id, revision: item.revision, name: item.name, content: contentToken(item.manifest.chunks ?? []),
                      deleted: item.deleted, sequence: item.sequence,
-                     conflicts: item.conflicts.map { ConflictSnapshot(revision: $0.revision, content: contentToken($0.manifest.chunks ?? [])) })
+                     conflicts: item.conflicts.map { ConflictSnapshot(revision: $0.revision, content: contentToken($0.manifest.chunks ?? [])) },
+                     size: item.size, modificationDate: item.modificationDate)
     }
+}
+
+/// A request the agent cannot carry out for a container's item, saying why.
+public struct ContainerSyncError: Error, CustomStringConvertible, Equatable {
+    /// Why.
+    public var reason: String
+
+    /// An error saying `reason`.
+    public init(_ reason: String) {
+        self.reason = reason
+    }
+
+    /// The reason.
+    public var description: String { reason }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityClient
 import UbiquityFiles
 
 #if canImport(Glibc)
@@ -48,7 +49,8 @@ public struct LocalChanges: Sendable, Equatable {
 /// renames. Only regular files are synced: symbolic links, sockets and devices are skipped, and
 /// so is what must stay local — names ending in `.nosync` (and everything under such a
 /// folder), the version stores (`.ubiquity-versions`, and any `.ubiquity-…` name), and safe
-/// save's temporary siblings (`.NAME.ubiquity-save-…`).
+/// save's temporary siblings (`.NAME.ubiquity-save-…`) — and the agent's placeholders for items
+/// not downloaded (`.NAME.icloud`).
 public struct LocalScanner: Sendable {
     /// The folder scanned.
     public let root: URL
@@ -61,6 +63,7 @@ public struct LocalScanner: Sendable {
     /// Whether a file or folder named `name` stays out of sync.
     public static func isExcluded(_ name: String) -> Bool {
         name.hasSuffix(".nosync") || name.hasPrefix(".ubiquity-") || SafeSave.isTemporaryName(name)
+            || UbiquityPlaceholder.itemName(ofPlaceholder: name) != nil
     }
 
     /// Every synced file under the root, with its fingerprint. Unreadable folders are reported,
@@ -96,14 +99,25 @@ public struct LocalScanner: Sendable {
             case S_IFDIR:
                 try walk(child, into: &tree)
             case S_IFREG:
-                tree[child] = LocalFingerprint(
-                    inode: UInt64(info.st_ino), size: Int64(info.st_size),
-                    modified: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec),
-                    changed: Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec))
+                tree[child] = Self.fingerprint(info)
             default:
                 continue // links, sockets, devices: not synced
             }
         }
+    }
+
+    /// The fingerprint of the regular file at `relative`, or nil if there is none.
+    public func fingerprint(of relative: String) -> LocalFingerprint? {
+        var info = stat()
+        guard lstat(root.path + "/" + relative, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
+        return Self.fingerprint(info)
+    }
+
+    static func fingerprint(_ info: stat) -> LocalFingerprint {
+        LocalFingerprint(
+            inode: UInt64(info.st_ino), size: Int64(info.st_size),
+            modified: Int64(info.st_mtim.tv_sec) * 1_000_000_000 + Int64(info.st_mtim.tv_nsec),
+            changed: Int64(info.st_ctim.tv_sec) * 1_000_000_000 + Int64(info.st_ctim.tv_nsec))
     }
 
     /// What changed from `old` to `new`. A file found at another path with the same inode, size

@@ -1,5 +1,7 @@
 import ArgumentParser
 import Foundation
+import Logging
+import ServiceLifecycle
 import Ubiquity
 import UbiquityAgent
 
@@ -63,7 +65,7 @@ struct LogoutCommand: AsyncParsableCommand {
 
 /// `ubiquity status`: the account this device is signed in to, and whether the server answers.
 struct StatusCommand: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show the signed-in account and the server's state.")
+    static let configuration = CommandConfiguration(commandName: "status", abstract: "Show the signed-in account, the server's and the agent's state (containers, queues, errors).")
 
     func run() async throws {
         guard let credentials = try UbiquityCredentials.load(from: UbiquityPaths()) else {
@@ -73,12 +75,136 @@ struct StatusCommand: AsyncParsableCommand {
         print("account:  \(credentials.account)")
         print("server:   \(credentials.server.absoluteString)")
         print("device:   \(credentials.deviceName) (\(credentials.deviceId))")
+        var failed = false
         do {
             let account = try await SyncClient(server: credentials.server, token: credentials.token).account()
             print("storage:  \(account.usedBytes) of \(account.quotaBytes) bytes used")
         } catch let error as SyncClientError {
             print("server:   \(error.code == "unreachable" ? "unreachable" : "refused: \(error.message)")")
-            throw ExitCode(2)
+            failed = true
         }
+        do {
+            guard let status = try AgentConnection().send(AgentRequest(.status), timeout: .seconds(5)).status else { throw AgentConnectionError(reason: "no status") }
+            print("agent:    running, \(status.connected ? "connected for pushes" : "not connected for pushes"), \(status.greedy ? "downloads everything" : "downloads on demand")")
+            for container in status.containers {
+                let when = container.lastSync.map { "last round \(String(format: "%.1f", Date().timeIntervalSince1970 - $0)) s ago" } ?? "no round yet"
+                print("  \(container.identifier): \(container.items) items, \(container.queued) queued, \(container.idle ? "in step" : "syncing"), \(when)")
+                print("    \(container.path)")
+                for (item, error) in container.errors.sorted(by: { $0.key < $1.key }) { print("    error: \(item): \(error)") }
+            }
+        } catch let error as AgentConnectionError {
+            print("agent:    \(error.reason)")
+        }
+        if failed { throw ExitCode(2) }
+    }
+}
+
+/// `ubiquity agent`: the per-user sync agent (run it under systemd: `contrib/systemd/ubiquity-agent.service`).
+struct AgentCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "agent",
+        abstract: "Keep this user's ubiquity containers in step with the server (one agent per user and device).",
+        discussion: """
+            Settings: $XDG_CONFIG_HOME/ubiquity/agent.json ({"containers": [...], "greedy": false, "rescanSeconds": 60}). \
+            Containers live in $XDG_DATA_HOME/ubiquity/accounts/<account>/containers/<id>/Documents; \
+            apps and `ubiquity ls/download/evict` talk to the agent over $XDG_RUNTIME_DIR/ubiquity/agent.sock. \
+            Stops cleanly on SIGTERM or SIGINT.
+            """
+    )
+
+    @Flag(name: .long, help: "Download every item at once (the Mac's behaviour) instead of on demand.") var greedy = false
+    @Option(name: .long, help: "Log level: trace, debug, info, notice, warning, error, critical.") var logLevel = "info"
+
+    func run() async throws {
+        guard let level = Logger.Level(rawValue: logLevel) else { throw ValidationError("unknown log level \(logLevel)") }
+        var logger = Logger(label: "ubiquity.agent")
+        logger.logLevel = level
+        let paths = UbiquityPaths()
+        var settings = try AgentConfiguration.load(from: paths.agentConfiguration)
+        if greedy { settings.greedy = true }
+        let agent = Agent(paths: paths, configuration: settings, logger: logger)
+        let group = ServiceGroup(configuration: ServiceGroupConfiguration(
+            services: [.init(service: agent)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        try await group.run()
+    }
+}
+
+/// `ubiquity ls CONTAINER`: a container's items with their transfer and conflict state.
+struct ListCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "ls", abstract: "List a container's items with their sync state (asks the agent).")
+
+    @Argument(help: "The container's identifier.") var container: String
+
+    func run() async throws {
+        let items = try AgentConnection().send(AgentRequest(.list, container: container)).items ?? []
+        if items.isEmpty { print("(no items)") }
+        for item in items {
+            let name = URL(fileURLWithPath: item.path).lastPathComponent
+            let size = item.size.map { ByteCountFormatter.string(fromByteCount: $0, countStyle: .file) } ?? "?"
+            print("\(Self.state(of: item).padding(toLength: 22, withPad: " ", startingAt: 0)) \(size.padding(toLength: 10, withPad: " ", startingAt: 0)) \(name)")
+        }
+    }
+
+    /// A short description of an item's state.
+    static func state(of item: UbiquityItemStatus) -> String {
+        var parts: [String] = []
+        if item.downloading {
+            parts.append("downloading \(Int(item.percentDownloaded ?? 0))%")
+        } else if !item.downloaded {
+            parts.append(item.downloadRequested ? "download requested" : "not downloaded")
+        } else {
+            parts.append(item.current ? "current" : "downloaded")
+        }
+        if item.uploading { parts.append("uploading \(Int(item.percentUploaded ?? 0))%") }
+        if item.conflicts > 0 { parts.append("\(item.conflicts) conflict\(item.conflicts == 1 ? "" : "s")") }
+        if item.downloadingError != nil || item.uploadingError != nil { parts.append("error") }
+        return parts.joined(separator: ", ")
+    }
+}
+
+/// Resolves a command-line path to an absolute one.
+func absolutePath(_ path: String) -> String {
+    URL(fileURLWithPath: path, relativeTo: URL(fileURLWithPath: FileManager.default.currentDirectoryPath)).standardizedFileURL.path
+}
+
+/// `ubiquity download PATH`: downloads an item now, showing progress.
+struct DownloadCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "download", abstract: "Download a container's item now (asks the agent), showing progress.")
+
+    @Argument(help: "The item's path (in a container's Documents folder).") var path: String
+
+    func run() async throws {
+        let agent = AgentConnection()
+        let path = absolutePath(path)
+        _ = try agent.send(AgentRequest(.download, path: path))
+        let started = Date()
+        var shown = -1
+        while true {
+            guard let item = try agent.send(AgentRequest(.item, path: path)).items?.first else { throw ValidationError("\(path) is gone") }
+            if let error = item.downloadingError { throw ValidationError("cannot download \(path): \(error)") }
+            if item.downloaded {
+                if shown >= 0 { FileHandle.standardError.write(Data("\rdownloading 100%\n".utf8)) }
+                print("downloaded \(path) (\(item.size ?? 0) bytes) in \(String(format: "%.2f", Date().timeIntervalSince(started))) s")
+                return
+            }
+            let percent = Int(item.percentDownloaded ?? 0)
+            if percent != shown {
+                FileHandle.standardError.write(Data("\rdownloading \(percent)%".utf8))
+                shown = percent
+            }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+    }
+}
+
+/// `ubiquity evict PATH`: frees an uploaded item's local copy.
+struct EvictCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "evict", abstract: "Remove an uploaded item's local copy, keeping it in the container (asks the agent).")
+
+    @Argument(help: "The item's path (in a container's Documents folder).") var path: String
+
+    func run() async throws {
+        _ = try AgentConnection().send(AgentRequest(.evict, path: absolutePath(path)))
+        print("evicted \(absolutePath(path)); it downloads again on demand")
     }
 }

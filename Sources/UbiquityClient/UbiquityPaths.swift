@@ -9,6 +9,8 @@ public struct UbiquityPaths: Sendable, Equatable {
     public var configuration: URL
     /// `…/ubiquity` under the data directory.
     public var data: URL
+    /// Where the agent's socket lives: `$XDG_RUNTIME_DIR/ubiquity` when set, else `…/run` under ``data``.
+    public var runtime: URL
 
     /// The paths for `environment` (default: this process's).
     public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
@@ -20,13 +22,25 @@ public struct UbiquityPaths: Sendable, Equatable {
         }
         configuration = base("XDG_CONFIG_HOME", ".config").appendingPathComponent("ubiquity")
         data = base("XDG_DATA_HOME", ".local/share").appendingPathComponent("ubiquity")
+        if let value = environment["XDG_RUNTIME_DIR"], value.hasPrefix("/") {
+            runtime = URL(fileURLWithPath: value).appendingPathComponent("ubiquity")
+        } else {
+            runtime = data.appendingPathComponent("run")
+        }
     }
 
     /// Explicit directories (tests, or several "devices" on one machine).
-    public init(configuration: URL, data: URL) {
+    public init(configuration: URL, data: URL, runtime: URL? = nil) {
         self.configuration = configuration
         self.data = data
+        self.runtime = runtime ?? data.appendingPathComponent("run")
     }
+
+    /// The agent's local socket (in a folder only this user can enter).
+    public var agentSocket: URL { runtime.appendingPathComponent("agent.sock") }
+
+    /// The agent's settings (``AgentConfiguration``).
+    public var agentConfiguration: URL { configuration.appendingPathComponent("agent.json") }
 
     /// The signed-in account's credentials file (mode 0600).
     public var credentials: URL { configuration.appendingPathComponent("credentials.json") }

@@ -17,9 +17,16 @@ public struct ItemSnapshot: Sendable, Equatable, Codable {
     public var sequence: Int64
     /// Its unresolved conflict versions.
     public var conflicts: [ConflictSnapshot]
+    /// The size of its contents in bytes, when known (shown for items not downloaded).
+    public var size: Int64?
+    /// When it was last modified (seconds since 1970), when known.
+    public var modificationDate: Double?
 
     /// Creates a snapshot.
-    public init(id: String, revision: String, name: String, content: String, deleted: Bool, sequence: Int64, conflicts: [ConflictSnapshot]) {
+    public init(id: String, revision: String, name: String, content: String, deleted: Bool, sequence: Int64, conflicts: [ConflictSnapshot],
+                size: Int64? = nil, modificationDate: Double? = nil) {
+        self.size = size
+        self.modificationDate = modificationDate
         self.id = id
         self.revision = revision
         self.name = name

@@ -3,6 +3,8 @@ import HummingbirdTesting
 import Testing
 import UbiquityProtocol
 import UbiquityServer
+import UbiquityClient
+import UbiquityCoordination
 import UbiquitySync
 @testable import UbiquityAgent
 
@@ -33,7 +35,7 @@ import UbiquitySync
                 let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: name).token
                 let root = URL(fileURLWithPath: dir).appendingPathComponent(name)
                 let sync = try ContainerSync(container: container, root: root, client: SyncClient(server: base, token: token),
-                                             store: try AgentStore(path: dir + "/\(name).sqlite"), device: name)
+                                             store: try AgentStore(path: dir + "/\(name).sqlite"), device: name, greedy: true)
                 return (sync, root.appendingPathComponent("Documents"))
             }
             let (laptop, laptopDocuments) = try await device("laptop")
@@ -107,6 +109,107 @@ import UbiquitySync
             #expect(await online.isIdle)
             let changes = try await SyncClient(server: base, token: token).changes(container: container, since: 0)
             #expect(changes.items.map(\.name) == ["Offline.txt"] && changes.items.first?.uploaded == true && changes.items.first?.conflicts == [])
+        }
+    }
+
+    /// An iOS-like device (not greedy): items from elsewhere are listed first (placeholders) and
+    /// downloaded on demand; evicting frees an uploaded copy and refuses an unsent one; conflict
+    /// versions land in the version store on both devices and a resolution on one clears both.
+    @Test func onDemandDownloadsEvictionAndConflictVersions() async throws {
+        let container = notes
+        try await withServer { base, dir in
+            func device(_ name: String) async throws -> (ContainerSync, URL) {
+                let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: name).token
+                let root = URL(fileURLWithPath: dir).appendingPathComponent(name)
+                let sync = try ContainerSync(container: container, root: root, client: SyncClient(server: base, token: token),
+                                             store: try AgentStore(path: dir + "/\(name).sqlite"), device: name)
+                return (sync, root.appendingPathComponent("Documents"))
+            }
+            let (laptop, laptopDocuments) = try await device("laptop")
+            let (phone, phoneDocuments) = try await device("phone")
+            func read(_ folder: URL, _ name: String) -> String? {
+                (try? Data(contentsOf: folder.appendingPathComponent(name))).map { String(decoding: $0, as: UTF8.self) }
+            }
+            func write(_ folder: URL, _ name: String, _ text: String) throws {
+                try Data(text.utf8).write(to: folder.appendingPathComponent(name))
+            }
+            let plan = phoneDocuments.appendingPathComponent("Plan.txt")
+
+            // Metadata first: the phone lists the item, with its size, but has no copy.
+            try write(laptopDocuments, "Plan.txt", "climb the ridge")
+            try await laptop.syncOnce()
+            try await phone.syncOnce()
+            #expect(read(phoneDocuments, "Plan.txt") == nil)
+            #expect(UbiquityPlaceholder.read(for: plan)?.size == 15)
+            var listed = try #require(await phone.status(ofName: "Plan.txt"))
+            #expect(!listed.downloaded && !listed.downloadRequested && listed.uploaded && listed.size == 15)
+            #expect(try LocalScanner(root: phoneDocuments).scan().isEmpty, "a placeholder is not an item of its own")
+
+            // Asked for, it comes down and stays current; the placeholder goes.
+            try await phone.requestDownload("Plan.txt")
+            #expect(await phone.status(ofName: "Plan.txt")?.downloadRequested == true)
+            try await phone.syncOnce()
+            #expect(read(phoneDocuments, "Plan.txt") == "climb the ridge" && UbiquityPlaceholder.read(for: plan) == nil)
+            listed = try #require(await phone.status(ofName: "Plan.txt"))
+            #expect(listed.downloaded && listed.current && listed.percentDownloaded == 100)
+            try write(laptopDocuments, "Plan.txt", "climb the ridge at dawn")
+            try await laptop.syncOnce()
+            try await phone.syncOnce()
+            #expect(read(phoneDocuments, "Plan.txt") == "climb the ridge at dawn", "a downloaded item is kept current")
+
+            // Eviction refuses a change not uploaded, then frees the copy and keeps the listing.
+            try write(laptopDocuments, "Plan.txt", "climb the ridge at dawn, with water")
+            await #expect(throws: ContainerSyncError.self) { try await laptop.evict("Plan.txt") }
+            #expect(read(laptopDocuments, "Plan.txt") == "climb the ridge at dawn, with water", "nothing lost")
+            try await laptop.syncOnce()
+            try await laptop.evict("Plan.txt")
+            #expect(read(laptopDocuments, "Plan.txt") == nil)
+            #expect(UbiquityPlaceholder.read(for: laptopDocuments.appendingPathComponent("Plan.txt"))?.size == 35)
+            try await laptop.syncOnce()
+            let evicted = await laptop.status(ofName: "Plan.txt")
+            #expect(read(laptopDocuments, "Plan.txt") == nil && evicted?.downloaded == false,
+                    "an evicted item is not downloaded again by itself, nor taken for a deletion")
+            try await phone.syncOnce()
+            #expect(read(phoneDocuments, "Plan.txt") == "climb the ridge at dawn, with water")
+
+            // Offline edits on both: the loser becomes an NSFileVersion conflict version on both devices.
+            try await laptop.requestDownload("Plan.txt")
+            try await laptop.syncOnce()
+            try write(laptopDocuments, "Plan.txt", "from the laptop")
+            try await Task.sleep(for: .milliseconds(20))
+            try write(phoneDocuments, "Plan.txt", "from the phone")
+            try await laptop.syncOnce()
+            try await phone.syncOnce()
+            try await laptop.syncOnce()
+            for folder in [laptopDocuments, phoneDocuments] {
+                let url = folder.appendingPathComponent("Plan.txt")
+                #expect(read(folder, "Plan.txt") == "from the phone")
+                let versions = NSFileVersion.unresolvedConflictVersionsOfItem(at: url) ?? []
+                #expect(versions.count == 1)
+                #expect(versions.first.map { String(decoding: (try? Data(contentsOf: $0.url)) ?? Data(), as: UTF8.self) } == "from the laptop")
+                #expect(versions.first?.localizedNameOfSavingComputer == "laptop")
+            }
+            #expect(await phone.status(ofName: "Plan.txt")?.conflicts == 1)
+
+            // Resolved on the phone (the guide's way: remove the other versions), cleared on the laptop too.
+            try NSFileVersion.removeOtherVersionsOfItem(at: plan)
+            try await phone.syncOnce()
+            try await laptop.syncOnce()
+            let left = (await laptop.conflicts(of: "Plan.txt"), await phone.conflicts(of: "Plan.txt"))
+            #expect(left.0.isEmpty && left.1.isEmpty)
+            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: laptopDocuments.appendingPathComponent("Plan.txt"))?.isEmpty ?? true)
+
+            // Deleting a placeholder deletes the item it stands for.
+            try write(phoneDocuments, "Later.txt", "someday")
+            try await phone.syncOnce()
+            try await laptop.syncOnce()
+            let placeholder = UbiquityPlaceholder.url(for: laptopDocuments.appendingPathComponent("Later.txt"))
+            #expect(FileManager.default.fileExists(atPath: placeholder.path))
+            try FileManager.default.removeItem(at: placeholder)
+            try await laptop.syncOnce()
+            try await phone.syncOnce()
+            let gone = await phone.status(ofName: "Later.txt")
+            #expect(read(phoneDocuments, "Later.txt") == nil && gone == nil)
         }
     }
 }

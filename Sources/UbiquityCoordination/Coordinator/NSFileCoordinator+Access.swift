@@ -28,6 +28,8 @@ extension NSFileCoordinator {
         _ body: ([URL], [URL]) throws -> T
     ) throws -> T {
         if isCancelled { throw FileCoordinationError(.cancelled, "the coordination was cancelled") }
+        // 0. Items to read that are not downloaded yet are downloaded first (see `ubiquitousItemDownloader`).
+        try downloadMissingItems(reading)
         let readPaths = reading.map { FileCoordinationLocks.canonicalPath($0.0, resolvingLastComponent: $0.1.contains(.resolvesSymbolicLink)) }
         let writePaths = writing.map { FileCoordinationLocks.canonicalPath($0.0) }
         let timeout = presenterTimeout

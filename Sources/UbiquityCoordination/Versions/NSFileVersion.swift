@@ -221,13 +221,13 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
     /// Adds a version on behalf of the sync agent or local history.
     package class func add(
         ofItemAt url: URL, contents contentsURL: URL, conflict: Bool, savingComputer: String?,
-        modificationDate: Date?, byMoving: Bool, discardable: Bool, allowLink: Bool = false
+        modificationDate: Date?, byMoving: Bool, discardable: Bool, allowLink: Bool = false, identifier: String? = nil
     ) throws -> NSFileVersion {
         let item = url.standardizedFileURL
         let store = try VersionStore(item: item)
         let source = contentsURL.standardizedFileURL.path
         let modified = try modificationDate ?? POSIX.status(source)?.modificationDate ?? Date()
-        let record = try store.add(contentsOf: source, byMoving: byMoving, allowLink: allowLink) { id, size in
+        let record = try store.add(contentsOf: source, byMoving: byMoving, allowLink: allowLink, identifier: identifier) { id, size in
             VersionRecord(
                 id: id, kind: conflict ? .conflict : .other, isResolved: false, isDiscardable: discardable, localizedName: item.lastPathComponent,
                 savingComputer: savingComputer, modificationDate: modified, addedDate: Date(), size: size)
@@ -245,10 +245,13 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
     ///   - savingComputer: The other device's name.
     ///   - modificationDate: When the other device saved them.
     ///   - byMoving: Move `contentsURL` into the store instead of copying it.
+    ///   - identifier: The version's persistent identifier (letters, digits, `-`; at most 64),
+    ///     so the agent finds it again; nil for a new unique one.
     package class func addConflictVersion(
-        ofItemAt url: URL, withContentsOf contentsURL: URL, savingComputer: String, modificationDate: Date, byMoving: Bool = false
+        ofItemAt url: URL, withContentsOf contentsURL: URL, savingComputer: String, modificationDate: Date, byMoving: Bool = false, identifier: String? = nil
     ) throws -> NSFileVersion {
-        try add(ofItemAt: url, contents: contentsURL, conflict: true, savingComputer: savingComputer, modificationDate: modificationDate, byMoving: byMoving, discardable: false)
+        try add(ofItemAt: url, contents: contentsURL, conflict: true, savingComputer: savingComputer, modificationDate: modificationDate, byMoving: byMoving,
+                discardable: false, identifier: identifier)
     }
 
     /// A new, empty directory on the item's file system in which to prepare a version's

@@ -141,14 +141,17 @@ struct VersionStore: Sendable {
     /// Adds a version whose contents are at `source` (moved there with `byMoving`, else copied —
     /// shared by hard link only when `allowLink`). On failure nothing is added and `source` is
     /// where and as it was.
-    func add(contentsOf source: String, byMoving: Bool, allowLink: Bool, _ make: (String, Int64) -> VersionRecord) throws -> VersionRecord {
+    func add(contentsOf source: String, byMoving: Bool, allowLink: Bool, identifier: String? = nil, _ make: (String, Int64) -> VersionRecord) throws -> VersionRecord {
         guard try POSIX.status(source) != nil else {
             throw FileAccessError(.notFound, "the version's contents do not exist", path: source, errno: ENOENT)
         }
         return try writing {
             try makeFolders()
             removeLeftovers()
-            let id = UUID().uuidString
+            let id = identifier ?? UUID().uuidString
+            if identifier != nil, try POSIX.status(folder + "/" + id) != nil {
+                throw FileAccessError(.alreadyExists, "the item already has a version \(id)", path: folder + "/" + id, errno: EEXIST)
+            }
             let adding = folder + "/.adding-" + id
             try POSIX.makeDirectory(adding, permissions: 0o755)
             let contents = adding + "/" + name

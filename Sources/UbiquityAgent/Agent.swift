@@ -1,0 +1,325 @@
+import Foundation
+import HummingbirdWSClient
+import Logging
+import ServiceLifecycle
+import UbiquityClient
+import UbiquityProtocol
+
+/// `ubiquity agent`: one per user and device. Keeps the signed-in account's containers in step
+/// with the server (one ``ContainerSync`` each) and answers apps over its local socket.
+///
+/// A round of a container starts when inotify sees a change in it, when the server pushes that
+/// another device changed it, when an app asks, after a failed round (backing off from 2 s to a
+/// minute), and every ``AgentConfiguration/rescanSeconds`` regardless — the safety net under
+/// inotify and push. Signing in to another account (or out) stops the account's rounds and
+/// starts the new one's.
+public actor Agent: Service {
+    /// Where the user's ubiquity data is.
+    public let paths: UbiquityPaths
+    /// The agent's settings.
+    public let configuration: AgentConfiguration
+    let logger: Logger
+    private var session: AccountSession?
+
+    /// An agent for the user of `paths`.
+    public init(paths: UbiquityPaths = UbiquityPaths(), configuration: AgentConfiguration, logger: Logger = Logger(label: "ubiquity.agent")) {
+        self.paths = paths
+        self.configuration = configuration
+        self.logger = logger
+    }
+
+    /// Runs until cancelled or shut down gracefully (SIGTERM under a service group).
+    public func run() async throws {
+        let paths = paths, logger = logger
+        try await cancelWhenGracefulShutdown {
+            try await withThrowingTaskGroup(of: Void.self) { group in
+                group.addTask {
+                    try await AgentControlServer.run(socket: paths.agentSocket, logger: logger) { request in await self.answer(request) }
+                }
+                group.addTask { try await self.followAccounts() }
+                try await group.next()
+                group.cancelAll()
+            }
+        }
+    }
+
+    /// Runs a session for whichever account is signed in, switching when it changes.
+    private func followAccounts() async throws {
+        var announcedSignedOut = false
+        while !Task.isCancelled {
+            let credentials: UbiquityCredentials?
+            do { credentials = try UbiquityCredentials.load(from: paths) } catch {
+                logger.error("cannot read the credentials", metadata: ["error": "\(error)"])
+                credentials = nil
+            }
+            guard let credentials else {
+                if !announcedSignedOut { logger.info("not signed in: waiting for `ubiquity login`") }
+                announcedSignedOut = true
+                try await Task.sleep(for: .seconds(1))
+                continue
+            }
+            announcedSignedOut = false
+            let session = try AccountSession(credentials: credentials, paths: paths, configuration: configuration, logger: logger)
+            self.session = session
+            logger.info("syncing", metadata: ["account": "\(credentials.account)", "server": "\(credentials.server.absoluteString)"])
+            let paths = paths
+            await withTaskGroup(of: Void.self) { group in
+                group.addTask { await session.run() }
+                group.addTask {
+                    // Until the identity changes (sign-out, another account) or the agent stops.
+                    while !Task.isCancelled {
+                        try? await Task.sleep(for: .milliseconds(500))
+                        if (try? UbiquityCredentials.load(from: paths))?.token != credentials.token { break }
+                    }
+                }
+                await group.next()
+                group.cancelAll()
+            }
+            self.session = nil
+            logger.info("stopped syncing", metadata: ["account": "\(credentials.account)"])
+        }
+    }
+
+    /// Answers one request from the socket.
+    func answer(_ request: AgentRequest) async -> AgentResponse {
+        guard let session else {
+            if request.operation == .status {
+                return AgentResponse(status: AgentStatus(account: nil, server: nil, connected: false, greedy: configuration.greedy, containers: []))
+            }
+            return AgentResponse(error: "not signed in (ubiquity login)")
+        }
+        do {
+            return try await session.answer(request)
+        } catch {
+            return AgentResponse(error: "\(error)")
+        }
+    }
+}
+
+/// One account's sync: its containers, the server's pushes, the folder watcher, the rounds.
+actor AccountSession {
+    let credentials: UbiquityCredentials
+    let paths: UbiquityPaths
+    let configuration: AgentConfiguration
+    let logger: Logger
+    let client: SyncClient
+    let store: AgentStore
+    /// The account's containers folder.
+    let containersFolder: URL
+    private var containers: [String: ContainerSync] = [:]
+    private var connected = false
+    /// Containers due for a round (nil: all).
+    private var pending: Set<String> = []
+    private var pendingAll = false
+    private var failures: [String: Int] = [:]
+    private let signal: AsyncStream<Void>
+    private let poke: AsyncStream<Void>.Continuation
+
+    init(credentials: UbiquityCredentials, paths: UbiquityPaths, configuration: AgentConfiguration, logger: Logger) throws {
+        self.credentials = credentials
+        self.paths = paths
+        self.configuration = configuration
+        self.logger = logger
+        client = SyncClient(server: credentials.server, token: credentials.token)
+        let account = paths.account(credentials.identityToken)
+        store = try AgentStore(path: account.appendingPathComponent("agent.sqlite").path)
+        containersFolder = account.appendingPathComponent("containers")
+        (signal, poke) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+    }
+
+    func run() async {
+        do {
+            try FileManager.default.createDirectory(at: containersFolder, withIntermediateDirectories: true)
+            for identifier in Set(configuration.containers).union(localContainers()) { _ = try container(identifier) }
+        } catch {
+            logger.error("cannot open the account's containers", metadata: ["error": "\(error)"])
+        }
+        let folder = containersFolder.standardizedFileURL.path
+        let watcher: DirectoryWatcher?
+        do {
+            watcher = try DirectoryWatcher(root: containersFolder, logger: logger) { [weak self] event in
+                guard let self else { return }
+                switch event {
+                case .overflow:
+                    Task { await self.trigger(nil) }
+                case .changed(let path):
+                    guard path.hasPrefix(folder + "/") else { return }
+                    let identifier = String(path.dropFirst(folder.count + 1).prefix { $0 != "/" })
+                    Task { await self.trigger(identifier, discover: true) }
+                }
+            }
+        } catch {
+            logger.warning("cannot watch the containers; relying on periodic rescans", metadata: ["error": "\(error)"])
+            watcher = nil
+        }
+        defer { watcher?.stop() }
+        trigger(nil)
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.rounds() }
+            group.addTask { await self.listenForPushes() }
+            group.addTask {
+                while !Task.isCancelled {
+                    try? await Task.sleep(for: .seconds(self.configuration.rescanSeconds))
+                    await self.trigger(nil)
+                }
+            }
+            await group.next()
+            group.cancelAll()
+        }
+        poke.finish()
+        try? await client.http.shutdown()
+    }
+
+    /// The containers with a folder here.
+    private func localContainers() -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: containersFolder.path)) ?? []).filter(UbiquityEntitlements.isValidIdentifier)
+    }
+
+    /// The container's sync (started if new).
+    func container(_ identifier: String) throws -> ContainerSync {
+        if let known = containers[identifier] { return known }
+        guard UbiquityEntitlements.isValidIdentifier(identifier) else { throw ContainerSyncError("“\(identifier)” is not a container identifier") }
+        let sync = try ContainerSync(container: identifier, root: paths.container(identifier, account: credentials.identityToken), client: client, store: store,
+                                     device: credentials.deviceId, greedy: configuration.greedy, logger: logger)
+        containers[identifier] = sync
+        logger.info("keeping a container in step", metadata: ["container": "\(identifier)"])
+        return sync
+    }
+
+    /// Asks for a round of `identifier` (nil: every container).
+    func trigger(_ identifier: String?, discover: Bool = false) {
+        if let identifier {
+            guard containers[identifier] != nil || (discover && (try? container(identifier)) != nil) else { return }
+            pending.insert(identifier)
+        } else {
+            pendingAll = true
+        }
+        poke.yield()
+    }
+
+    /// Runs the rounds asked for, one container at a time.
+    private func rounds() async {
+        for await _ in signal {
+            let due = pendingAll ? Set(containers.keys) : pending
+            pending = []
+            pendingAll = false
+            for identifier in due.sorted() {
+                guard let sync = containers[identifier], !Task.isCancelled else { continue }
+                do {
+                    try await sync.syncOnce()
+                } catch {
+                    logger.error("round failed", metadata: ["container": "\(identifier)", "error": "\(error)"])
+                }
+                if await sync.isIdle {
+                    failures[identifier] = nil
+                } else {
+                    // Retry with back-off (an unreachable server, a refused change).
+                    let count = (failures[identifier] ?? 0) + 1
+                    failures[identifier] = count
+                    let delay = min(60.0, 2.0 * pow(2.0, Double(min(count, 6) - 1)))
+                    Task { [weak self] in
+                        try? await Task.sleep(for: .seconds(delay))
+                        await self?.trigger(identifier)
+                    }
+                }
+            }
+        }
+    }
+
+    /// Keeps a push connection to the server: every change another device makes to one of
+    /// these containers starts a round at once. Reconnects with back-off (1 s … 30 s).
+    private func listenForPushes() async {
+        var scheme = credentials.server.scheme == "https" ? "wss" : "ws"
+        if credentials.server.scheme != "https" && credentials.server.scheme != "http" { scheme = "ws" }
+        var components = URLComponents(url: credentials.server, resolvingAgainstBaseURL: false)!
+        components.scheme = scheme
+        components.path = (components.path.hasSuffix("/") ? String(components.path.dropLast()) : components.path) + "/v1/push"
+        let url = components.string!
+        var configuration = WebSocketClientConfiguration()
+        configuration.additionalHeaders = [.authorization: "Bearer \(credentials.token)"]
+        var delay = 1.0
+        var warned = false
+        while !Task.isCancelled {
+            do {
+                try await WebSocketClient.connect(url: url, configuration: configuration, logger: logger) { inbound, _, _ in
+                    for try await message in inbound.messages(maxSize: 1 << 16) {
+                        guard case .text(let text) = message, let event = try? JSONDecoder().decode(PushEvent.self, from: Data(text.utf8)) else { continue }
+                        await self.pushed(event)
+                    }
+                }
+            } catch {
+                if !warned { logger.warning("push connection lost; reconnecting", metadata: ["error": "\(error)"]) }
+                warned = true
+            }
+            if connected { delay = 1; warned = false }
+            connected = false
+            try? await Task.sleep(for: .seconds(delay))
+            delay = min(delay * 2, 30)
+        }
+    }
+
+    private func pushed(_ event: PushEvent) {
+        switch event.type {
+        case "connected":
+            connected = true
+            trigger(nil) // catch up on what happened while disconnected
+        case "changed":
+            if let container = event.container { trigger(container) }
+        default:
+            break
+        }
+    }
+
+    // MARK: Requests
+
+    func answer(_ request: AgentRequest) async throws -> AgentResponse {
+        switch request.operation {
+        case .status:
+            var statuses: [ContainerStatus] = []
+            for (identifier, sync) in containers.sorted(by: { $0.key < $1.key }) {
+                statuses.append(await sync.containerStatus(root: paths.container(identifier, account: credentials.identityToken)))
+            }
+            return AgentResponse(status: AgentStatus(account: credentials.account, server: credentials.server.absoluteString, connected: connected,
+                                                     greedy: configuration.greedy, containers: statuses))
+        case .list:
+            guard let identifier = request.container else { throw ContainerSyncError("list needs a container") }
+            guard let sync = containers[identifier] else { throw ContainerSyncError("\(identifier) is not a container kept here") }
+            return AgentResponse(items: await sync.statuses())
+        case .item:
+            let (sync, name) = try locate(request.path)
+            guard let status = await sync.status(ofName: name) else { throw ContainerSyncError("\(name) is not an item of \(sync.container)") }
+            return AgentResponse(items: [status])
+        case .download:
+            let (sync, name) = try locate(request.path)
+            try await sync.requestDownload(name)
+            trigger(sync.container)
+            if request.wait == true { try await sync.waitForDownload(name) }
+            return AgentResponse(items: await sync.status(ofName: name).map { [$0] })
+        case .evict:
+            let (sync, name) = try locate(request.path)
+            try await sync.evict(name)
+            return AgentResponse(items: await sync.status(ofName: name).map { [$0] })
+        case .sync:
+            let chosen = try request.container.map { [try container($0)] } ?? containers.sorted { $0.key < $1.key }.map(\.value)
+            for sync in chosen { try await sync.syncOnce() }
+            return try await answer(AgentRequest(.status))
+        case .register:
+            guard let identifier = request.container else { throw ContainerSyncError("register needs a container") }
+            _ = try container(identifier)
+            trigger(identifier)
+            return AgentResponse()
+        }
+    }
+
+    /// The container and item name of an absolute path.
+    private func locate(_ path: String?) throws -> (ContainerSync, String) {
+        guard let path else { throw ContainerSyncError("the request needs a path") }
+        let folder = containersFolder.standardizedFileURL.path + "/"
+        let standard = URL(fileURLWithPath: path).standardizedFileURL.path
+        guard standard.hasPrefix(folder) else { throw ContainerSyncError("\(path) is not in a container of \(credentials.account)") }
+        let parts = standard.dropFirst(folder.count).split(separator: "/", omittingEmptySubsequences: true).map(String.init)
+        guard parts.count >= 3, parts[1] == "Documents" else { throw ContainerSyncError("\(path) is not in a container's Documents folder") }
+        guard parts.count == 3 else { throw ContainerSyncError("\(path) is in a subfolder: only the files directly in Documents are synced yet") }
+        return (try container(parts[0]), parts[2])
+    }
+}

@@ -1,0 +1,66 @@
+import Foundation
+import UbiquityClient
+
+/// The agent's settings: `$XDG_CONFIG_HOME/ubiquity/agent.json` (``UbiquityPaths/agentConfiguration``),
+/// every key optional.
+///
+/// ```json
+/// { "containers": ["TEAMID.com.example.notes"], "greedy": true, "rescanSeconds": 60 }
+/// ```
+public struct AgentConfiguration: Codable, Sendable, Equatable {
+    /// Containers to keep in step even before an app asks for them (the entitled containers of
+    /// the apps on this device). Containers an app opened (with
+    /// `FileManager.url(forUbiquityContainerIdentifier:)`) are kept in step too.
+    public var containers: [String]
+    /// Download every item at once (the Mac's behaviour) instead of on demand (iOS's).
+    public var greedy: Bool
+    /// How often everything is rescanned and fetched even without events (seconds): the safety
+    /// net under inotify and push.
+    public var rescanSeconds: Double
+
+    /// Settings.
+    public init(containers: [String] = [], greedy: Bool = false, rescanSeconds: Double = 60) {
+        self.containers = containers
+        self.greedy = greedy
+        self.rescanSeconds = rescanSeconds
+    }
+
+    public init(from decoder: any Decoder) throws {
+        let values = try decoder.container(keyedBy: CodingKeys.self)
+        containers = try values.decodeIfPresent([String].self, forKey: .containers) ?? []
+        greedy = try values.decodeIfPresent(Bool.self, forKey: .greedy) ?? false
+        rescanSeconds = try values.decodeIfPresent(Double.self, forKey: .rescanSeconds) ?? 60
+        if let bad = containers.first(where: { !UbiquityEntitlements.isValidIdentifier($0) }) {
+            throw DecodingError.dataCorruptedError(forKey: .containers, in: values, debugDescription: "“\(bad)” is not a container identifier")
+        }
+        guard rescanSeconds >= 1 else {
+            throw DecodingError.dataCorruptedError(forKey: .rescanSeconds, in: values, debugDescription: "must be at least 1")
+        }
+    }
+
+    /// The settings at `url`, or the defaults if there is no such file.
+    /// - Throws: ``AgentConfigurationError`` when the file exists but is not valid.
+    public static func load(from url: URL) throws -> AgentConfiguration {
+        guard FileManager.default.fileExists(atPath: url.path) else { return AgentConfiguration() }
+        do {
+            return try JSONDecoder().decode(AgentConfiguration.self, from: Data(contentsOf: url))
+        } catch let DecodingError.dataCorrupted(context) {
+            throw AgentConfigurationError(path: url.path, reason: context.debugDescription)
+        } catch let DecodingError.typeMismatch(_, context) {
+            throw AgentConfigurationError(path: url.path, reason: "\(context.codingPath.map(\.stringValue).joined(separator: ".")): \(context.debugDescription)")
+        } catch {
+            throw AgentConfigurationError(path: url.path, reason: "\(error)")
+        }
+    }
+}
+
+/// The agent's settings file is not valid.
+public struct AgentConfigurationError: Error, CustomStringConvertible, Equatable {
+    /// The file.
+    public var path: String
+    /// What is wrong.
+    public var reason: String
+
+    /// A sentence saying so.
+    public var description: String { "the agent's settings at \(path) are not valid: \(reason)" }
+}

@@ -1,0 +1,100 @@
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import UbiquityClient
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The agent's local socket: apps and the `ubiquity` command send one JSON request per line
+/// (``AgentRequest``) and get one JSON answer per line (``AgentResponse``). Only this user can
+/// reach it: the socket is in a folder of mode 0700, has mode 0600 itself, and a connecting
+/// process of another user is turned away (its credentials are checked with `SO_PEERCRED`).
+enum AgentControlServer {
+    /// Serves `socket` until the task is cancelled.
+    /// - Throws: ``AgentConnectionError`` when another agent already answers there, or the
+    ///   socket's folder is not this user's alone.
+    static func run(socket: URL, logger: Logger, answer: @escaping @Sendable (AgentRequest) async -> AgentResponse) async throws {
+        let folder = socket.deletingLastPathComponent()
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        var info = stat()
+        guard stat(folder.path, &info) == 0, info.st_uid == getuid() else {
+            throw AgentConnectionError(reason: "the agent's socket folder \(folder.path) belongs to another user")
+        }
+        if info.st_mode & 0o077 != 0 { chmod(folder.path, 0o700) }
+        if (try? AgentConnection(socket: socket).send(AgentRequest(.status), timeout: .seconds(2))) != nil {
+            throw AgentConnectionError(reason: "another agent already answers at \(socket.path)")
+        }
+        let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
+            .bind(unixDomainSocketPath: socket.path, cleanupExistingSocketFile: true) { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(LineDecoder()))
+                    return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
+                }
+            }
+        chmod(socket.path, 0o600)
+        logger.info("agent answering", metadata: ["socket": "\(socket.path)"])
+        defer { unlink(socket.path) }
+        try await withThrowingDiscardingTaskGroup { group in
+            try await server.executeThenClose { connections in
+                for try await connection in connections {
+                    group.addTask { await serve(connection, logger: logger, answer: answer) }
+                }
+            }
+        }
+    }
+
+    static func serve(_ connection: NIOAsyncChannel<ByteBuffer, ByteBuffer>, logger: Logger, answer: @escaping @Sendable (AgentRequest) async -> AgentResponse) async {
+        if let uid = await peerUser(connection.channel), uid != getuid() {
+            logger.warning("turned away a connection from another user", metadata: ["uid": "\(uid)"])
+            try? await connection.channel.close()
+            return
+        }
+        try? await connection.executeThenClose { inbound, outbound in
+            for try await line in inbound {
+                let response: AgentResponse
+                do {
+                    response = await answer(try JSONDecoder().decode(AgentRequest.self, from: Data(line.readableBytesView)))
+                } catch {
+                    response = AgentResponse(error: "not a request the agent understands: \(error)")
+                }
+                var data = try JSONEncoder().encode(response)
+                data.append(UInt8(ascii: "\n"))
+                try await outbound.write(ByteBuffer(bytes: data))
+            }
+        }
+    }
+
+    /// The user id of the process at the other end, when the platform says.
+    static func peerUser(_ channel: any Channel) async -> uid_t? {
+        guard let provider = channel as? any SocketOptionProvider else { return nil }
+        let credentials: PeerCredentials? = try? await provider.unsafeGetSocketOption(
+            level: NIOBSDSocket.OptionLevel(rawValue: SOL_SOCKET), name: NIOBSDSocket.Option(rawValue: SO_PEERCRED)).get()
+        return credentials?.uid
+    }
+}
+
+/// `struct ucred` (Glibc hides it without `_GNU_SOURCE`): what `SO_PEERCRED` answers.
+struct PeerCredentials {
+    var pid: Int32
+    var uid: UInt32
+    var gid: UInt32
+}
+
+/// Splits a byte stream into lines (without their `\n`); a line over 1 MiB is an error.
+struct LineDecoder: ByteToMessageDecoder {
+    typealias InboundOut = ByteBuffer
+
+    mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
+        guard let end = buffer.readableBytesView.firstIndex(of: UInt8(ascii: "\n")) else {
+            if buffer.readableBytes > 1 << 20 { throw AgentConnectionError(reason: "request longer than 1 MiB") }
+            return .needMoreData
+        }
+        let line = buffer.readSlice(length: end - buffer.readerIndex)!
+        buffer.moveReaderIndex(forwardBy: 1)
+        context.fireChannelRead(wrapInboundOut(line))
+        return .continue
+    }
+}

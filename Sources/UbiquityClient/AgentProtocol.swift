@@ -1,0 +1,164 @@
+import Foundation
+
+// What apps and the `ubiquity` command ask the agent over its local socket, and what it answers:
+// one JSON object per line each way (docs/Agent.md).
+
+/// A request to the agent.
+public struct AgentRequest: Codable, Sendable, Equatable {
+    /// What is asked.
+    public enum Operation: String, Codable, Sendable {
+        /// The account, the containers and their queues and errors.
+        case status
+        /// The items of a container (``container``), with their transfer state.
+        case list
+        /// One item's state (``path``).
+        case item
+        /// Download an item (``path``); with ``wait``, answer once it is downloaded.
+        case download
+        /// Remove an item's local copy, keeping its metadata (``path``).
+        case evict
+        /// Sync now: a container (``container``), or every container.
+        case sync
+        /// Start keeping a container (``container``) in step (an app asked for its URL).
+        case register
+    }
+
+    /// What is asked.
+    public var operation: Operation
+    /// The container, for `list`, `sync` and `register`.
+    public var container: String?
+    /// An item's absolute path, for `item`, `download` and `evict`.
+    public var path: String?
+    /// For `download`: answer only when the item is downloaded (or cannot be).
+    public var wait: Bool?
+
+    /// Creates a request.
+    public init(_ operation: Operation, container: String? = nil, path: String? = nil, wait: Bool? = nil) {
+        self.operation = operation
+        self.container = container
+        self.path = path
+        self.wait = wait
+    }
+}
+
+/// The agent's answer.
+public struct AgentResponse: Codable, Sendable, Equatable {
+    /// Why the request failed, or nil.
+    public var error: String?
+    /// For `status`.
+    public var status: AgentStatus?
+    /// For `list` and `item`.
+    public var items: [UbiquityItemStatus]?
+
+    /// Creates an answer.
+    public init(error: String? = nil, status: AgentStatus? = nil, items: [UbiquityItemStatus]? = nil) {
+        self.error = error
+        self.status = status
+        self.items = items
+    }
+}
+
+/// What the agent is doing.
+public struct AgentStatus: Codable, Sendable, Equatable {
+    /// The signed-in account, or nil.
+    public var account: String?
+    /// Its server.
+    public var server: String?
+    /// Whether the push connection to the server is up.
+    public var connected: Bool
+    /// Whether every container downloads everything (the Mac's behaviour).
+    public var greedy: Bool
+    /// The containers kept in step.
+    public var containers: [ContainerStatus]
+
+    /// Creates a status.
+    public init(account: String?, server: String?, connected: Bool, greedy: Bool, containers: [ContainerStatus]) {
+        self.account = account
+        self.server = server
+        self.connected = connected
+        self.greedy = greedy
+        self.containers = containers
+    }
+}
+
+/// One container's state in the agent.
+public struct ContainerStatus: Codable, Sendable, Equatable {
+    /// Its identifier.
+    public var identifier: String
+    /// Its local folder.
+    public var path: String
+    /// Items known (downloaded or not).
+    public var items: Int
+    /// Local changes waiting for the server.
+    public var queued: Int
+    /// Whether everything is in step.
+    public var idle: Bool
+    /// Problems, by item path (or `(changes)` for fetching).
+    public var errors: [String: String]
+    /// When the last round finished (seconds since 1970).
+    public var lastSync: Double?
+
+    /// Creates a status.
+    public init(identifier: String, path: String, items: Int, queued: Int, idle: Bool, errors: [String: String], lastSync: Double?) {
+        self.identifier = identifier
+        self.path = path
+        self.items = items
+        self.queued = queued
+        self.idle = idle
+        self.errors = errors
+        self.lastSync = lastSync
+    }
+}
+
+/// One item's sync state: what an app reads as resource values
+/// (``Foundation/URL/ubiquityResourceValues(forKeys:)``) and `ubiquity ls` prints.
+public struct UbiquityItemStatus: Codable, Sendable, Equatable {
+    /// The container.
+    public var container: String
+    /// The item's absolute path.
+    public var path: String
+    /// Its size in bytes, when known.
+    public var size: Int64?
+    /// Whether a local copy exists.
+    public var downloaded: Bool
+    /// Whether the local copy is the server's current version.
+    public var current: Bool
+    /// Whether it is being downloaded.
+    public var downloading: Bool
+    /// Whether an app asked for it to be downloaded and it is not yet.
+    public var downloadRequested: Bool
+    /// Whether the server has all of it.
+    public var uploaded: Bool
+    /// Whether it is being uploaded (or waits to be).
+    public var uploading: Bool
+    /// Percent of its contents downloaded (0…100), while downloading or when done.
+    public var percentDownloaded: Double?
+    /// Percent of its contents uploaded (0…100).
+    public var percentUploaded: Double?
+    /// Unresolved conflict versions.
+    public var conflicts: Int
+    /// Why the last download failed, or nil.
+    public var downloadingError: String?
+    /// Why the last upload failed, or nil.
+    public var uploadingError: String?
+
+    /// Creates an item's state.
+    public init(container: String, path: String, size: Int64?, downloaded: Bool, current: Bool, downloading: Bool, downloadRequested: Bool,
+                uploaded: Bool, uploading: Bool, percentDownloaded: Double?, percentUploaded: Double?, conflicts: Int,
+                downloadingError: String?, uploadingError: String?) {
+        self.container = container
+        self.path = path
+        self.size = size
+        self.downloaded = downloaded
+        self.current = current
+        self.downloading = downloading
+        self.downloadRequested = downloadRequested
+        self.uploaded = uploaded
+        self.uploading = uploading
+        self.percentDownloaded = percentDownloaded
+        self.percentUploaded = percentUploaded
+        self.conflicts = conflicts
+        self.downloadingError = downloadingError
+        self.uploadingError = uploadingError
+    }
+}

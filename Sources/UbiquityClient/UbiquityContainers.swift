@@ -1,0 +1,181 @@
+import Foundation
+import UbiquityCoordination
+
+/// The ubiquity containers of one user on this machine, as an app sees them: where they are,
+/// which items are ubiquitous, and the agent's downloads and evictions. ``shared`` serves
+/// `FileManager`'s ubiquity methods; an instance of your own (other ``UbiquityPaths``, other
+/// ``UbiquityEntitlements``) suits tests and tools.
+public struct UbiquityContainers: Sendable {
+    /// Where this user's ubiquity data is.
+    public let paths: UbiquityPaths
+    /// What the app may use.
+    public let entitlements: UbiquityEntitlements
+
+    /// The containers under `paths`, as `entitlements` allow.
+    public init(paths: UbiquityPaths = UbiquityPaths(), entitlements: UbiquityEntitlements = .current) {
+        self.paths = paths
+        self.entitlements = entitlements
+    }
+
+    /// This process's: its environment's paths and the app's declared entitlements.
+    public static var shared: UbiquityContainers { UbiquityContainers(paths: UbiquityIdentity.shared.paths, entitlements: .current) }
+
+    /// The agent that keeps these containers in step.
+    public var agent: AgentConnection { AgentConnection(paths: paths) }
+
+    /// The signed-in account's identity token, or nil.
+    public var identityToken: String? { (try? UbiquityCredentials.load(from: paths))?.identityToken }
+
+    // MARK: Containers
+
+    /// The local folder of a container of the signed-in account (created if missing, with its
+    /// `Documents` subfolder), or nil when nobody is signed in or the app is not entitled to it.
+    /// `nil` asks for the app's first entitled container. The agent is told to keep it in step
+    /// (if it is not running, the container syncs once it starts); coordinated reads of its
+    /// items that are not downloaded wait for their download from then on.
+    public func url(forContainer identifier: String?) -> URL? {
+        guard let token = identityToken, let identifier = identifier ?? entitlements.containerIdentifiers.first,
+              entitlements.containerIdentifiers.contains(identifier), UbiquityEntitlements.isValidIdentifier(identifier) else { return nil }
+        let root = paths.container(identifier, account: token)
+        do {
+            try FileManager.default.createDirectory(at: root.appendingPathComponent("Documents"), withIntermediateDirectories: true)
+        } catch {
+            return nil
+        }
+        installDownloader()
+        _ = try? agent.send(AgentRequest(.register, container: identifier), timeout: .seconds(2))
+        return root
+    }
+
+    /// The container `url` is in (for the signed-in account), with the item's path in it, or nil.
+    public func location(of url: URL) -> (container: String, root: URL, relativePath: String)? {
+        guard let token = identityToken else { return nil }
+        let containers = paths.account(token).appendingPathComponent("containers").standardizedFileURL.path + "/"
+        let path = url.standardizedFileURL.path
+        guard path.hasPrefix(containers) else { return nil }
+        let rest = path.dropFirst(containers.count)
+        guard let identifier = rest.split(separator: "/", maxSplits: 1).first.map(String.init), !identifier.isEmpty else { return nil }
+        let relative = rest.dropFirst(identifier.count).drop { $0 == "/" }
+        return (identifier, URL(fileURLWithPath: containers + identifier), String(relative))
+    }
+
+    /// Whether `url` names an item kept in step: inside a container of the signed-in account,
+    /// there (downloaded or as a placeholder), and not excluded from sync (a `.nosync` name).
+    public func isUbiquitousItem(at url: URL) -> Bool {
+        guard let location = location(of: url), !location.relativePath.isEmpty else { return false }
+        if Self.isExcludedFromSync(location.relativePath) { return false }
+        return FileManager.default.fileExists(atPath: url.path) || FileManager.default.fileExists(atPath: UbiquityPlaceholder.url(for: url).path)
+    }
+
+    /// Whether a path stays local: a component ends in `.nosync`.
+    public static func isExcludedFromSync(_ relativePath: String) -> Bool {
+        relativePath.split(separator: "/").contains { $0.hasSuffix(".nosync") }
+    }
+
+    // MARK: Moving in and out
+
+    /// Moves an item into a container (`flag` true; `destinationURL` inside one) or out of one
+    /// (`flag` false; the item inside a container, `destinationURL` outside), as a coordinated
+    /// move, so presenters of the item follow it. An item moved out that is not downloaded is
+    /// downloaded first.
+    /// - Throws: `CocoaError` — `.fileNoSuchFile` when the item is missing,
+    ///   `.fileWriteFileExists` when the destination exists, `.ubiquitousFileUnavailable` when
+    ///   the locations do not fit `flag`, or nobody is signed in.
+    public func setUbiquitous(_ flag: Bool, itemAt url: URL, destinationURL: URL) throws {
+        let inside = location(of: destinationURL) != nil, from = location(of: url) != nil
+        guard identityToken != nil else { throw Self.unavailable("nobody is signed in (ubiquity login)") }
+        if flag && !inside { throw Self.unavailable("\(destinationURL.path) is not inside a ubiquity container of the signed-in account") }
+        if !flag && (!from || inside) { throw Self.unavailable("moving out of a container needs an item inside one and a destination outside") }
+        if !flag && !FileManager.default.fileExists(atPath: url.path) && FileManager.default.fileExists(atPath: UbiquityPlaceholder.url(for: url).path) {
+            try downloadAndWait(url)
+        }
+        guard FileManager.default.fileExists(atPath: url.path) else { throw CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: url.path]) }
+        guard !FileManager.default.fileExists(atPath: destinationURL.path) else {
+            throw CocoaError(.fileWriteFileExists, userInfo: [NSFilePathErrorKey: destinationURL.path])
+        }
+        try FileManager.default.createDirectory(at: destinationURL.deletingLastPathComponent(), withIntermediateDirectories: true)
+        let coordinator = NSFileCoordinator(filePresenter: nil)
+        try coordinator.coordinate(reading: [], writing: [(url, .forMoving), (destinationURL, .forReplacing)]) { _, urls in
+            try FileManager.default.moveItem(at: urls[0], to: urls[1])
+            coordinator.item(at: urls[0], didMoveTo: urls[1])
+        }
+        for touched in [url, destinationURL] {
+            if let container = location(of: touched)?.container { _ = try? agent.send(AgentRequest(.sync, container: container), timeout: .seconds(2)) }
+        }
+    }
+
+    // MARK: Downloads and evictions
+
+    /// Asks the agent to download the item (it stays current afterwards). Returns at once;
+    /// follow the download with ``resourceValues(of:)``.
+    /// - Throws: `CocoaError(.fileNoSuchFile)` if `url` is not a ubiquitous item;
+    ///   `.ubiquitousFileUnavailable` if the agent is not running or refuses.
+    public func startDownloading(at url: URL) throws {
+        guard isUbiquitousItem(at: url) else { throw CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: url.path]) }
+        do { _ = try agent.send(AgentRequest(.download, path: url.standardizedFileURL.path)) } catch let error as AgentConnectionError {
+            throw Self.unavailable(error.reason)
+        }
+    }
+
+    /// Downloads the item and returns when it is on disk (what a coordinated read waits for).
+    /// - Throws: like ``startDownloading(at:)``, and when the download fails.
+    public func downloadAndWait(_ url: URL) throws {
+        guard isUbiquitousItem(at: url) else { throw CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: url.path]) }
+        do { _ = try agent.send(AgentRequest(.download, path: url.standardizedFileURL.path, wait: true), timeout: nil) } catch let error as AgentConnectionError {
+            throw Self.unavailable(error.reason)
+        }
+    }
+
+    /// Asks the agent to remove the item's local copy (its metadata stays; it downloads again
+    /// on demand). Refused for an item whose changes are not all uploaded.
+    /// - Throws: `CocoaError(.fileNoSuchFile)` if `url` is not a ubiquitous item;
+    ///   `.ubiquitousFileUnavailable` saying why the agent refused (or is not running).
+    public func evict(at url: URL) throws {
+        guard isUbiquitousItem(at: url) else { throw CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: url.path]) }
+        do { _ = try agent.send(AgentRequest(.evict, path: url.standardizedFileURL.path)) } catch let error as AgentConnectionError {
+            throw Self.unavailable(error.reason)
+        }
+    }
+
+    /// Makes coordinated reads of items that are not downloaded wait for their download.
+    public func installDownloader() {
+        let containers = self
+        NSFileCoordinator.ubiquitousItemDownloader = { url in
+            guard containers.location(of: url) != nil, FileManager.default.fileExists(atPath: UbiquityPlaceholder.url(for: url).path) else { return }
+            try containers.downloadAndWait(url)
+        }
+    }
+
+    static func unavailable(_ reason: String) -> CocoaError {
+        CocoaError(.ubiquitousFileUnavailable, userInfo: [NSLocalizedDescriptionKey: reason])
+    }
+}
+
+extension FileManager {
+    /// The local folder of a ubiquity container (created if needed), or nil when nobody is
+    /// signed in or the app is not entitled to it; `nil` asks for the app's first entitled
+    /// container. Documents go in its `Documents` subfolder. See ``UbiquityContainers``.
+    public func url(forUbiquityContainerIdentifier containerIdentifier: String?) -> URL? {
+        UbiquityContainers.shared.url(forContainer: containerIdentifier)
+    }
+
+    /// Moves an item into (`flag` true) or out of (`flag` false) a ubiquity container, coordinated.
+    public func setUbiquitous(_ flag: Bool, itemAt url: URL, destinationURL: URL) throws {
+        try UbiquityContainers.shared.setUbiquitous(flag, itemAt: url, destinationURL: destinationURL)
+    }
+
+    /// Whether the item is in a ubiquity container and kept in step.
+    public func isUbiquitousItem(at url: URL) -> Bool {
+        UbiquityContainers.shared.isUbiquitousItem(at: url)
+    }
+
+    /// Starts downloading a ubiquitous item that is not downloaded (or not current).
+    public func startDownloadingUbiquitousItem(at url: URL) throws {
+        try UbiquityContainers.shared.startDownloading(at: url)
+    }
+
+    /// Removes the local copy of a ubiquitous item that is uploaded, keeping it in the container.
+    public func evictUbiquitousItem(at url: URL) throws {
+        try UbiquityContainers.shared.evict(at: url)
+    }
+}

@@ -1,0 +1,87 @@
+import Foundation
+import Synchronization
+
+/// What an app may use of the signed-in account: its ubiquity containers (the first is the
+/// default one) and its key-value store — the iCloud entitlements
+/// `com.apple.developer.ubiquity-container-identifiers` and
+/// `com.apple.developer.ubiquity-kvstore-identifier`. Declare them in code
+/// (``declare(_:)``) or in the app's document-types declaration file, under the same keys
+/// (``init(contentsOf:)``).
+public struct UbiquityEntitlements: Sendable, Equatable, Codable {
+    /// The key of the container identifiers.
+    public static let containersKey = "com.apple.developer.ubiquity-container-identifiers"
+    /// The key of the key-value store identifier.
+    public static let keyValueStoreKey = "com.apple.developer.ubiquity-kvstore-identifier"
+
+    /// The containers (`TEAMID.com.example.app`), the default first.
+    public var containerIdentifiers: [String]
+    /// The key-value store's identifier, if the app uses one.
+    public var keyValueStoreIdentifier: String?
+
+    /// Entitlements to `containers` (the default first) and `keyValueStore`.
+    public init(containers: [String], keyValueStore: String? = nil) {
+        containerIdentifiers = containers
+        keyValueStoreIdentifier = keyValueStore
+    }
+
+    /// Reads the entitlements from a declarations file (JSON or a property list, like the
+    /// document-types declaration file; other keys are ignored).
+    /// - Throws: ``EntitlementsError`` saying what is wrong.
+    public init(contentsOf url: URL) throws {
+        let data: Data
+        do { data = try Data(contentsOf: url) } catch {
+            throw EntitlementsError(path: url.path, reason: "cannot be read (\(error.localizedDescription))")
+        }
+        let object: Any
+        do {
+            object = data.first(where: { !" \n\r\t".utf8.contains($0) }) == UInt8(ascii: "{")
+                ? try JSONSerialization.jsonObject(with: data)
+                : try PropertyListSerialization.propertyList(from: data, options: [], format: nil)
+        } catch {
+            throw EntitlementsError(path: url.path, reason: "is not JSON or a property list")
+        }
+        guard let root = object as? [String: Any] else { throw EntitlementsError(path: url.path, reason: "must be a dictionary at the top level") }
+        guard let containers = root[Self.containersKey] as? [String], containers.allSatisfy(Self.isValidIdentifier) else {
+            throw EntitlementsError(path: url.path, reason: "needs \(Self.containersKey): a list of container identifiers (letters, digits, “.”, “-”, “_”)")
+        }
+        let store = root[Self.keyValueStoreKey]
+        guard store == nil || (store as? String).map(Self.isValidIdentifier) == true else {
+            throw EntitlementsError(path: url.path, reason: "\(Self.keyValueStoreKey) must be an identifier")
+        }
+        self.init(containers: containers, keyValueStore: store as? String)
+    }
+
+    /// Whether `identifier` can name a container: 1…255 of letters, digits, `.`, `-`, `_`.
+    public static func isValidIdentifier(_ identifier: String) -> Bool {
+        !identifier.isEmpty && identifier.utf8.count <= 255 && !identifier.hasPrefix(".")
+            && identifier.unicodeScalars.allSatisfy { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || "._-".unicodeScalars.contains($0)) }
+    }
+
+    private static let declared = Mutex<UbiquityEntitlements?>(nil)
+
+    /// The app's entitlements: what ``declare(_:)`` set, else the file named by the
+    /// `UBIQUITY_ENTITLEMENTS` environment variable, else none.
+    public static var current: UbiquityEntitlements {
+        if let declared = declared.withLock({ $0 }) { return declared }
+        if let path = ProcessInfo.processInfo.environment["UBIQUITY_ENTITLEMENTS"], let loaded = try? UbiquityEntitlements(contentsOf: URL(fileURLWithPath: path)) {
+            return loaded
+        }
+        return UbiquityEntitlements(containers: [])
+    }
+
+    /// Declares the app's entitlements (call it before the first ubiquity call).
+    public static func declare(_ entitlements: UbiquityEntitlements) {
+        declared.withLock { $0 = entitlements }
+    }
+}
+
+/// An entitlements file that cannot be used.
+public struct EntitlementsError: Error, CustomStringConvertible, Equatable {
+    /// The file.
+    public var path: String
+    /// What is wrong.
+    public var reason: String
+
+    /// A sentence saying so.
+    public var description: String { "the entitlements at \(path) \(reason)" }
+}

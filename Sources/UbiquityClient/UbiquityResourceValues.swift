@@ -1,0 +1,127 @@
+import Foundation
+
+/// Whether an item's local copy is there and current: Apple's
+/// `URLUbiquitousItemDownloadingStatus`.
+public struct URLUbiquitousItemDownloadingStatus: RawRepresentable, Hashable, Sendable {
+    /// The status's name.
+    public let rawValue: String
+
+    /// A status by name.
+    public init(rawValue: String) {
+        self.rawValue = rawValue
+    }
+
+    /// Only the item's metadata is here.
+    public static let notDownloaded = URLUbiquitousItemDownloadingStatus(rawValue: "NSURLUbiquitousItemDownloadingStatusNotDownloaded")
+    /// A local copy is here, possibly not the newest version.
+    public static let downloaded = URLUbiquitousItemDownloadingStatus(rawValue: "NSURLUbiquitousItemDownloadingStatusDownloaded")
+    /// The local copy is the newest version.
+    public static let current = URLUbiquitousItemDownloadingStatus(rawValue: "NSURLUbiquitousItemDownloadingStatusCurrent")
+}
+
+extension URLResourceKey {
+    /// Whether the item is excluded from sync (a `.nosync` name); read with
+    /// ``Foundation/URL/ubiquityResourceValues(forKeys:)``.
+    public static let ubiquitousItemIsExcludedFromSyncKey = URLResourceKey(rawValue: "NSURLUbiquitousItemIsExcludedFromSyncKey")
+    /// Percent of the item downloaded (0…100); an addition to Apple's keys.
+    public static let ubiquitousItemPercentDownloadedKey = URLResourceKey(rawValue: "UbiquityURLUbiquitousItemPercentDownloadedKey")
+    /// Percent of the item uploaded (0…100); an addition to Apple's keys.
+    public static let ubiquitousItemPercentUploadedKey = URLResourceKey(rawValue: "UbiquityURLUbiquitousItemPercentUploadedKey")
+}
+
+/// An item's ubiquity resource values, under Apple's property names (Foundation on Linux has
+/// the keys but not the values: read them with ``Foundation/URL/ubiquityResourceValues(forKeys:)``).
+/// A value not asked for is nil.
+public struct UbiquityResourceValues: Sendable {
+    /// `isUbiquitousItemKey`.
+    public var isUbiquitousItem: Bool?
+    /// `ubiquitousItemDownloadingStatusKey`.
+    public var ubiquitousItemDownloadingStatus: URLUbiquitousItemDownloadingStatus?
+    /// `ubiquitousItemIsDownloadingKey`.
+    public var ubiquitousItemIsDownloading: Bool?
+    /// `ubiquitousItemDownloadRequestedKey`.
+    public var ubiquitousItemDownloadRequested: Bool?
+    /// `ubiquitousItemIsUploadedKey`.
+    public var ubiquitousItemIsUploaded: Bool?
+    /// `ubiquitousItemIsUploadingKey`.
+    public var ubiquitousItemIsUploading: Bool?
+    /// `ubiquitousItemHasUnresolvedConflictsKey`.
+    public var ubiquitousItemHasUnresolvedConflicts: Bool?
+    /// `ubiquitousItemDownloadingErrorKey`.
+    public var ubiquitousItemDownloadingError: CocoaError?
+    /// `ubiquitousItemUploadingErrorKey`.
+    public var ubiquitousItemUploadingError: CocoaError?
+    /// `ubiquitousItemIsExcludedFromSyncKey`.
+    public var ubiquitousItemIsExcludedFromSync: Bool?
+    /// `ubiquitousItemPercentDownloadedKey`.
+    public var ubiquitousItemPercentDownloaded: Double?
+    /// `ubiquitousItemPercentUploadedKey`.
+    public var ubiquitousItemPercentUploaded: Double?
+
+    /// No values.
+    public init() {}
+}
+
+extension UbiquityContainers {
+    /// The item's ubiquity resource values for `keys`: from the agent when it runs; when it
+    /// does not, what the disk tells (ubiquitous, downloaded, excluded) with the agent's absence
+    /// as the uploading error.
+    public func resourceValues(of url: URL, forKeys keys: Set<URLResourceKey>) -> UbiquityResourceValues {
+        var all = UbiquityResourceValues()
+        let location = location(of: url)
+        let excluded = location.map { Self.isExcludedFromSync($0.relativePath) } ?? false
+        all.isUbiquitousItem = isUbiquitousItem(at: url)
+        all.ubiquitousItemIsExcludedFromSync = excluded
+        if all.isUbiquitousItem == true {
+            do {
+                guard let status = try agent.send(AgentRequest(.item, path: url.standardizedFileURL.path), timeout: .seconds(5)).items?.first else {
+                    throw AgentConnectionError(reason: "the agent does not know \(url.path) yet")
+                }
+                all.ubiquitousItemDownloadingStatus = status.downloaded ? (status.current ? .current : .downloaded) : .notDownloaded
+                all.ubiquitousItemIsDownloading = status.downloading
+                all.ubiquitousItemDownloadRequested = status.downloadRequested
+                all.ubiquitousItemIsUploaded = status.uploaded
+                all.ubiquitousItemIsUploading = status.uploading
+                all.ubiquitousItemHasUnresolvedConflicts = status.conflicts > 0
+                all.ubiquitousItemDownloadingError = status.downloadingError.map { CocoaError(.ubiquitousFileUnavailable, userInfo: [NSLocalizedDescriptionKey: $0]) }
+                all.ubiquitousItemUploadingError = status.uploadingError.map {
+                    CocoaError($0.contains("quota") ? .ubiquitousFileNotUploadedDueToQuota : .ubiquitousFileUbiquityServerNotAvailable,
+                               userInfo: [NSLocalizedDescriptionKey: $0])
+                }
+                all.ubiquitousItemPercentDownloaded = status.percentDownloaded
+                all.ubiquitousItemPercentUploaded = status.percentUploaded
+            } catch {
+                let downloaded = FileManager.default.fileExists(atPath: url.path)
+                all.ubiquitousItemDownloadingStatus = downloaded ? .downloaded : .notDownloaded
+                all.ubiquitousItemIsDownloading = false
+                all.ubiquitousItemIsUploading = false
+                all.ubiquitousItemUploadingError = CocoaError(.ubiquitousFileUbiquityServerNotAvailable, userInfo: [NSLocalizedDescriptionKey: "\(error)"])
+            }
+        }
+        var values = UbiquityResourceValues()
+        func take<T>(_ key: URLResourceKey, _ path: WritableKeyPath<UbiquityResourceValues, T?>) {
+            if keys.contains(key) { values[keyPath: path] = all[keyPath: path] }
+        }
+        take(.isUbiquitousItemKey, \.isUbiquitousItem)
+        take(.ubiquitousItemDownloadingStatusKey, \.ubiquitousItemDownloadingStatus)
+        take(.ubiquitousItemIsDownloadingKey, \.ubiquitousItemIsDownloading)
+        take(.ubiquitousItemDownloadRequestedKey, \.ubiquitousItemDownloadRequested)
+        take(.ubiquitousItemIsUploadedKey, \.ubiquitousItemIsUploaded)
+        take(.ubiquitousItemIsUploadingKey, \.ubiquitousItemIsUploading)
+        take(.ubiquitousItemHasUnresolvedConflictsKey, \.ubiquitousItemHasUnresolvedConflicts)
+        take(.ubiquitousItemDownloadingErrorKey, \.ubiquitousItemDownloadingError)
+        take(.ubiquitousItemUploadingErrorKey, \.ubiquitousItemUploadingError)
+        take(.ubiquitousItemIsExcludedFromSyncKey, \.ubiquitousItemIsExcludedFromSync)
+        take(.ubiquitousItemPercentDownloadedKey, \.ubiquitousItemPercentDownloaded)
+        take(.ubiquitousItemPercentUploadedKey, \.ubiquitousItemPercentUploaded)
+        return values
+    }
+}
+
+extension URL {
+    /// The item's ubiquity resource values (Apple reads these with `resourceValues(forKeys:)`;
+    /// Foundation on Linux does not fill them, so they have their own call).
+    public func ubiquityResourceValues(forKeys keys: Set<URLResourceKey>) -> UbiquityResourceValues {
+        UbiquityContainers.shared.resourceValues(of: self, forKeys: keys)
+    }
+}
