@@ -31,6 +31,14 @@ public actor Agent: Service {
     /// Runs until cancelled or shut down gracefully (SIGTERM under a service group).
     public func run() async throws {
         let paths = paths, logger = logger
+        do {
+            try await runUntilShutdown(paths: paths, logger: logger)
+        } catch is CancellationError {
+            logger.info("agent stopped")
+        }
+    }
+
+    private func runUntilShutdown(paths: UbiquityPaths, logger: Logger) async throws {
         try await cancelWhenGracefulShutdown {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
@@ -205,12 +213,14 @@ actor AccountSession {
             pendingAll = false
             for identifier in due.sorted() {
                 guard let sync = containers[identifier], !Task.isCancelled else { continue }
+                var failed = false
                 do {
                     try await sync.syncOnce()
                 } catch {
+                    failed = true
                     logger.error("round failed", metadata: ["container": "\(identifier)", "error": "\(error)"])
                 }
-                if await sync.isIdle {
+                if await sync.isIdle && !failed {
                     failures[identifier] = nil
                 } else {
                     // Retry with back-off (an unreachable server, a refused change).
@@ -248,6 +258,7 @@ actor AccountSession {
                     }
                 }
             } catch {
+                if Task.isCancelled { break }
                 if !warned { logger.warning("push connection lost; reconnecting", metadata: ["error": "\(error)"]) }
                 warned = true
             }

@@ -105,10 +105,17 @@ public actor ContainerSync {
             for waiter in roundWaiters { waiter.resume() }
             roundWaiters = []
         }
+        var failure: (any Error)?
         repeat {
             rerun = false
-            try await round()
+            do {
+                try await round()
+                failure = nil
+            } catch {
+                failure = error // a change during the round asked for another: it may succeed
+            }
         } while rerun
+        if let failure { throw failure }
     }
 
     private func round() async throws {
@@ -140,6 +147,7 @@ public actor ContainerSync {
         let now = try LocalScanner(root: documents).scan().filter { !$0.key.contains("/") } // files directly in Documents
         let before = files.mapValues(\.fingerprint)
         let changes = LocalScanner.changes(from: before, to: now)
+        if !changes.isEmpty { logger.debug("local changes", metadata: ["container": "\(container)", "changes": "\(changes)"]) }
         var upsert: [AgentStore.File] = []
         for (from, to) in changes.moved {
             guard var file = files.removeValue(forKey: from) else { continue }
@@ -150,7 +158,12 @@ public actor ContainerSync {
             upsert.append(file)
         }
         for path in changes.added + changes.modified {
-            let chunks = try ContentChunker.standard.chunks(ofFileAt: documents.appendingPathComponent(path))
+            let chunks: [ContentChunk]
+            do {
+                chunks = try ContentChunker.standard.chunks(ofFileAt: documents.appendingPathComponent(path))
+            } catch where LocalScanner(root: documents).fingerprint(of: path) == nil {
+                continue // gone since the listing (a temporary file renamed away): the next scan sees what it became
+            }
             let content = Self.contentToken(chunks.map { ChunkReference(hash: $0.hash, size: Int64($0.length)) })
             localChunks[content] = chunks
             let item = files[path]?.item ?? "i" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
@@ -163,6 +176,7 @@ public actor ContainerSync {
         }
         for path in changes.removed {
             guard let file = files.removeValue(forKey: path) else { continue }
+            if files.values.contains(where: { $0.item == file.item }) { continue } // still here under another name
             state.delete(item: file.item, date: Date().timeIntervalSince1970)
         }
         // A placeholder removed by someone else than the agent: the item not downloaded was deleted.
@@ -171,7 +185,7 @@ public actor ContainerSync {
             if files.values.contains(where: { $0.item == item }) { continue }
             state.delete(item: item, date: Date().timeIntervalSince1970)
         }
-        try store.record(container, state: state.persisted, upsert: upsert, removed: changes.removed)
+        try store.record(container, state: state.persisted, upsert: upsert, removed: changes.removed + changes.moved.map(\.from))
     }
 
     func perform(_ request: SyncRequest) async throws {
@@ -577,6 +591,7 @@ public actor ContainerSync {
     }
 
     func coordinatedRemove(_ path: String) throws {
+        logger.debug("removing", metadata: ["container": "\(container)", "path": "\(path)"])
         let url = documents.appendingPathComponent(path)
         try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
             if FileManager.default.fileExists(atPath: url.path) { try FileManager.default.removeItem(at: url) }

@@ -49,7 +49,7 @@ public struct LocalChanges: Sendable, Equatable {
 /// renames. Only regular files are synced: symbolic links, sockets and devices are skipped, and
 /// so is what must stay local — names ending in `.nosync` (and everything under such a
 /// folder), the version stores (`.ubiquity-versions`, and any `.ubiquity-…` name), and safe
-/// save's temporary siblings (`.NAME.ubiquity-save-…`) — and the agent's placeholders for items
+/// save's and Foundation's temporary siblings (`.NAME.ubiquity-save-…`, `.dat.nosync…`) — and the agent's placeholders for items
 /// not downloaded (`.NAME.icloud`).
 public struct LocalScanner: Sendable {
     /// The folder scanned.
@@ -62,7 +62,7 @@ public struct LocalScanner: Sendable {
 
     /// Whether a file or folder named `name` stays out of sync.
     public static func isExcluded(_ name: String) -> Bool {
-        name.hasSuffix(".nosync") || name.hasPrefix(".ubiquity-") || SafeSave.isTemporaryName(name)
+        name.hasSuffix(".nosync") || name.hasPrefix(".ubiquity-") || SafeSave.isTemporaryName(name) || name.hasPrefix(".dat.nosync")
             || UbiquityPlaceholder.itemName(ofPlaceholder: name) != nil
     }
 

@@ -212,4 +212,30 @@ import UbiquitySync
             #expect(read(phoneDocuments, "Later.txt") == nil && gone == nil)
         }
     }
+
+    /// A rename is remembered as a rename: after a restart the old name is not taken for a deletion.
+    @Test func aRenameSurvivesARestart() async throws {
+        let container = notes
+        try await withServer { base, dir in
+            let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: "laptop").token
+            let root = URL(fileURLWithPath: dir).appendingPathComponent("laptop")
+            let documents = root.appendingPathComponent("Documents")
+            func agent() throws -> ContainerSync {
+                try ContainerSync(container: container, root: root, client: SyncClient(server: base, token: token),
+                                  store: try AgentStore(path: dir + "/laptop.sqlite"), device: "laptop")
+            }
+            do {
+                let first = try agent()
+                try Data("draft".utf8).write(to: documents.appendingPathComponent("Draft.txt"))
+                try await first.syncOnce()
+                try FileManager.default.moveItem(at: documents.appendingPathComponent("Draft.txt"), to: documents.appendingPathComponent("Final.txt"))
+                try await first.syncOnce()
+            }
+            let restarted = try agent()
+            try await restarted.syncOnce()
+            #expect(FileManager.default.fileExists(atPath: documents.appendingPathComponent("Final.txt").path))
+            let items = try await SyncClient(server: base, token: token).changes(container: container, since: 0).items
+            #expect(items.map(\.name) == ["Final.txt"] && items.allSatisfy { !$0.deleted })
+        }
+    }
 }
