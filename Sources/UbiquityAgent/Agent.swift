@@ -175,7 +175,6 @@ actor AccountSession {
             group.cancelAll()
         }
         poke.finish()
-        try? await client.http.shutdown()
     }
 
     /// The containers with a folder here.

@@ -7,11 +7,14 @@ import UbiquityExamples
 struct DemoCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "demo",
-        abstract: "Create, edit, autosave, close, reopen, undo and redo a package document, printing each step."
+        abstract: "A tour: a package document's life (create, edit, autosave, reopen, undo, redo), then sync between two devices through an embedded server (metadata first, download on demand, edits both ways, an offline conflict and its resolution)."
     )
 
     @Option(name: .long, help: "Directory to create the document in (default: a new temporary directory, removed afterwards).")
     var directory: String?
+
+    @Flag(name: .long, help: "Only the document part (no server, no devices).")
+    var documentsOnly = false
 
     func run() async throws {
         let keep = directory != nil
@@ -20,6 +23,9 @@ struct DemoCommand: AsyncParsableCommand {
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         defer { if !keep { try? FileManager.default.removeItem(at: folder) } }
         try await NotesDemo(folder: folder).run()
+        if !documentsOnly {
+            try await SyncDemo(folder: folder.appendingPathComponent("sync-\(UUID().uuidString.prefix(8))")).run()
+        }
     }
 }
 

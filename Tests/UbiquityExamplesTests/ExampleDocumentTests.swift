@@ -131,7 +131,13 @@ import UbiquityTestSupport
         let (status, output) = try ExampleProgramTests().run("ubiquity", ["demo", "--directory", dir.url.path])
         #expect(status == 0)
         for step in ["1. create", "3. autosave", "saved: true", "image member rewritten: false", "5. reopen",
-                     "7. undo     → text: \"eggs, milk\", unsaved changes: false", "8. redo", "9. closed   on disk: \"eggs, milk, bread\""] {
+                     "7. undo     → text: \"eggs, milk\", unsaved changes: false", "8. redo", "9. closed   on disk: \"eggs, milk, bread\"",
+                     // The sync tour: an embedded server and two devices.
+                     "11. create  laptop saves Trip.txt; the phone lists it after", "(metadata first: not downloaded)",
+                     "waits for the download: \"pack the tent\"", "the laptop has it after", "the phone has it after",
+                     "laptop  current \"from the phone, offline\", conflict version \"from the laptop, offline\" from laptop",
+                     "phone   current \"from the phone, offline\", conflict version \"from the laptop, offline\" from laptop",
+                     "14. resolve the laptop keeps \"from the laptop, offline\"; the phone follows after", "no conflicts left"] {
             #expect(output.contains(step), "missing \(step) in:\n\(output)")
         }
         #expect(try ExampleProgramTests().run("ubiquity", ["--version"]) == (0, "0.1.0\n"))
