@@ -41,7 +41,7 @@ let package = Package(
         // The sync protocol's messages (Codable, Foundation only): shared by the server and its clients.
         .target(name: "UbiquityProtocol"),
         // The sync engine: content-defined chunks, chunk-list deltas (no server, no network).
-        .target(name: "UbiquitySync", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
+        .target(name: "UbiquitySync", dependencies: ["UbiquityProtocol", .product(name: "Crypto", package: "swift-crypto")]),
         // Ubiquity client: the signed-in account and identity token, container paths (Foundation only).
         .target(name: "UbiquityClient", dependencies: ["UbiquityFiles", "UbiquityCoordination"]),
         // The one module apps import.

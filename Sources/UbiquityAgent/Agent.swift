@@ -187,7 +187,8 @@ actor AccountSession {
         if let known = containers[identifier] { return known }
         guard UbiquityEntitlements.isValidIdentifier(identifier) else { throw ContainerSyncError("“\(identifier)” is not a container identifier") }
         let sync = try ContainerSync(container: identifier, root: paths.container(identifier, account: credentials.identityToken), client: client, store: store,
-                                     device: credentials.deviceId, greedy: configuration.greedy, logger: logger)
+                                     device: credentials.deviceId, greedy: configuration.greedy,
+                                     packageExtensions: configuration.allPackageExtensions, logger: logger)
         containers[identifier] = sync
         logger.info("keeping a container in step", metadata: ["container": "\(identifier)"])
         return sync
@@ -321,7 +322,7 @@ actor AccountSession {
         }
     }
 
-    /// The container and item name of an absolute path.
+    /// The container and item path (relative to its `Documents`) of an absolute path.
     private func locate(_ path: String?) throws -> (ContainerSync, String) {
         guard let path else { throw ContainerSyncError("the request needs a path") }
         let folder = containersFolder.standardizedFileURL.path + "/"
@@ -329,7 +330,6 @@ actor AccountSession {
         guard standard.hasPrefix(folder) else { throw ContainerSyncError("\(path) is not in a container of \(credentials.account)") }
         let parts = standard.dropFirst(folder.count).split(separator: "/", omittingEmptySubsequences: true).map(String.init)
         guard parts.count >= 3, parts[1] == "Documents" else { throw ContainerSyncError("\(path) is not in a container's Documents folder") }
-        guard parts.count == 3 else { throw ContainerSyncError("\(path) is in a subfolder: only the files directly in Documents are synced yet") }
-        return (try container(parts[0]), parts[2])
+        return (try container(parts[0]), parts[2...].joined(separator: "/"))
     }
 }

@@ -5,7 +5,7 @@ import UbiquityClient
 /// every key optional.
 ///
 /// ```json
-/// { "containers": ["TEAMID.com.example.notes"], "greedy": true, "rescanSeconds": 60 }
+/// { "containers": ["TEAMID.com.example.notes"], "greedy": true, "rescanSeconds": 60, "packageExtensions": ["sketchbook"] }
 /// ```
 public struct AgentConfiguration: Codable, Sendable, Equatable {
     /// Containers to keep in step even before an app asks for them (the entitled containers of
@@ -17,9 +17,18 @@ public struct AgentConfiguration: Codable, Sendable, Equatable {
     /// How often everything is rescanned and fetched even without events (seconds): the safety
     /// net under inotify and push.
     public var rescanSeconds: Double
+    /// Extensions (without the dot) of folders that are packages — one document, synced as one
+    /// item — besides ``LocalScanner/standardPackageExtensions``.
+    public var packageExtensions: [String]
+
+    /// Every extension that makes a folder a package here.
+    public var allPackageExtensions: Set<String> {
+        LocalScanner.standardPackageExtensions.union(packageExtensions.map { $0.lowercased() })
+    }
 
     /// Settings.
-    public init(containers: [String] = [], greedy: Bool = false, rescanSeconds: Double = 60) {
+    public init(containers: [String] = [], greedy: Bool = false, rescanSeconds: Double = 60, packageExtensions: [String] = []) {
+        self.packageExtensions = packageExtensions
         self.containers = containers
         self.greedy = greedy
         self.rescanSeconds = rescanSeconds
@@ -30,6 +39,10 @@ public struct AgentConfiguration: Codable, Sendable, Equatable {
         containers = try values.decodeIfPresent([String].self, forKey: .containers) ?? []
         greedy = try values.decodeIfPresent(Bool.self, forKey: .greedy) ?? false
         rescanSeconds = try values.decodeIfPresent(Double.self, forKey: .rescanSeconds) ?? 60
+        packageExtensions = try values.decodeIfPresent([String].self, forKey: .packageExtensions) ?? []
+        if let bad = packageExtensions.first(where: { $0.isEmpty || $0.contains("/") || $0.contains(".") }) {
+            throw DecodingError.dataCorruptedError(forKey: .packageExtensions, in: values, debugDescription: "“\(bad)” is not a file name extension (no dot, no slash)")
+        }
         if let bad = containers.first(where: { !UbiquityEntitlements.isValidIdentifier($0) }) {
             throw DecodingError.dataCorruptedError(forKey: .containers, in: values, debugDescription: "“\(bad)” is not a container identifier")
         }

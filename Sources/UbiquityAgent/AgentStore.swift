@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import UbiquityProtocol
 import UbiquitySync
 
 /// The agent's own state for one account, in SQLite (GRDB, WAL): per container, the sync
@@ -7,7 +8,7 @@ import UbiquitySync
 /// items they are. Both change in one transaction, so after a crash the agent resumes from a
 /// state where every file it had seen is either recorded with its item or not at all.
 public final class AgentStore: Sendable {
-    /// One synced file as the agent last saw it.
+    /// One synced file, folder or package as the agent last saw it.
     public struct File: Sendable, Equatable {
         /// Its path in the container.
         public var path: String
@@ -53,6 +54,9 @@ public final class AgentStore: Sendable {
                 CREATE TABLE conflictCopy (container TEXT NOT NULL, item TEXT NOT NULL, revision TEXT NOT NULL, PRIMARY KEY(container, item, revision));
                 """)
         }
+        migrator.registerMigration("v3-folders-and-packages") { db in
+            try db.execute(sql: "ALTER TABLE localFile ADD COLUMN kind TEXT NOT NULL DEFAULT 'file'")
+        }
         try migrator.migrate(pool)
     }
 
@@ -70,7 +74,8 @@ public final class AgentStore: Sendable {
             let rows = try Row.fetchAll(db, sql: "SELECT * FROM localFile WHERE container = ?", arguments: [container])
             return Dictionary(uniqueKeysWithValues: rows.map { row in
                 let file = File(path: row["path"], item: row["item"],
-                                fingerprint: LocalFingerprint(inode: UInt64(bitPattern: row["inode"]), size: row["size"], modified: row["modified"], changed: row["changed"]),
+                                fingerprint: LocalFingerprint(inode: UInt64(bitPattern: row["inode"]), size: row["size"], modified: row["modified"], changed: row["changed"],
+                                                              kind: ItemKind(rawValue: row["kind"]) ?? .file),
                                 content: row["content"])
                 return (file.path, file)
             })
@@ -89,11 +94,11 @@ public final class AgentStore: Sendable {
             }
             for file in upsert {
                 try db.execute(sql: """
-                    INSERT INTO localFile (container, path, item, inode, size, modified, changed, content) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO localFile (container, path, item, inode, size, modified, changed, content, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT(container, path) DO UPDATE SET item = excluded.item, inode = excluded.inode, size = excluded.size,
-                        modified = excluded.modified, changed = excluded.changed, content = excluded.content
+                        modified = excluded.modified, changed = excluded.changed, content = excluded.content, kind = excluded.kind
                     """, arguments: [container, file.path, file.item, Int64(bitPattern: file.fingerprint.inode), file.fingerprint.size,
-                                     file.fingerprint.modified, file.fingerprint.changed, file.content])
+                                     file.fingerprint.modified, file.fingerprint.changed, file.content, file.fingerprint.kind.rawValue])
             }
         }
     }

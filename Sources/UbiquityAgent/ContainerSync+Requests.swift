@@ -10,12 +10,13 @@ import UbiquitySync
 extension ContainerSync {
     // MARK: Downloads and evictions asked for
 
-    /// Asks for the item named `name` to be downloaded (by the next round). Returns its id.
+    /// Asks for the item at `name` (a path relative to `Documents`) to be downloaded (by the
+    /// next round). Returns its id. A folder is always here.
     /// - Throws: ``ContainerSyncError`` if no such item is known.
     @discardableResult
     public func requestDownload(_ name: String) throws -> String {
         if let file = files[name] { return file.item }
-        guard let item = state.visibleItems.first(where: { $0.value.name == name && !$0.value.deleted })?.key else {
+        guard let item = item(at: name) else {
             throw ContainerSyncError("\(name) is not an item of \(container)")
         }
         if requested.insert(item).inserted { try store.setDownloadRequested(true, container: container, item: item) }
@@ -23,18 +24,18 @@ extension ContainerSync {
         return item
     }
 
-    /// Returns when the item named `name` is downloaded (asking for it first).
+    /// Returns when the item at `name` is downloaded (asking for it first).
     /// - Throws: ``ContainerSyncError`` if it is unknown, deleted meanwhile, or its download failed.
     public func waitForDownload(_ name: String) async throws {
         let item = try requestDownload(name)
-        if files.values.contains(where: { $0.item == item }) { return }
+        if files.contains(item: item) { return }
         try await withCheckedThrowingContinuation { downloadWaiters[item, default: []].append($0) }
     }
 
     func answerDownloadWaiters() {
         for (item, waiters) in downloadWaiters {
             let result: Result<Void, any Error>
-            if files.values.contains(where: { $0.item == item }) {
+            if files.contains(item: item) {
                 result = .success(())
             } else if let error = downloadErrors[item] {
                 result = .failure(ContainerSyncError("cannot download: \(error)"))
@@ -48,31 +49,39 @@ extension ContainerSync {
         }
     }
 
-    /// Removes the local copy of the item named `name`, keeping it listed (a placeholder).
+    /// Removes the local copy of the file or package at `name` (a path relative to
+    /// `Documents`), keeping it listed (a placeholder).
     /// - Throws: ``ContainerSyncError`` when the item has changes the server does not have
-    ///   (they would be lost), or is unknown.
+    ///   (they would be lost), is a folder, or is unknown.
     public func evict(_ name: String) throws {
+        let folder = LocalContents.folder(of: name)
+        let placeholderPath = (folder.isEmpty ? "" : folder + "/") + UbiquityPlaceholder.fileName(for: LocalContents.name(of: name))
         guard let file = files[name] else {
-            if placeholders[UbiquityPlaceholder.fileName(for: name)] != nil { return } // evicted already
+            if placeholders[placeholderPath] != nil { return } // evicted already
             throw ContainerSyncError("\(name) is not an item of \(container)")
         }
-        let current = LocalScanner(root: documents).fingerprint(of: name)
+        guard file.fingerprint.kind != .directory else {
+            throw ContainerSyncError("\(name) is a folder; evict the items in it")
+        }
+        let scanner = LocalScanner(root: documents, packageExtensions: packageExtensions)
+        let current = scanner.fingerprint(of: name)
         guard !state.hasLocalChanges(file.item), errors[file.item] == nil, current == file.fingerprint, transfers[file.item] == nil else {
             throw ContainerSyncError("\(name) has changes not uploaded yet; it is not evicted")
         }
         let remote = state.persisted.remote[file.item]
         let url = documents.appendingPathComponent(name)
         try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
-            guard LocalScanner(root: documents).fingerprint(of: name) == file.fingerprint else {
+            guard scanner.fingerprint(of: name) == file.fingerprint else {
                 throw ContainerSyncError("\(name) changed while being evicted; it is kept")
             }
             try FileManager.default.removeItem(at: url)
         }
         files[name] = nil
         try store.record(container, state: state.persisted, removed: [name])
-        let placeholder = UbiquityPlaceholder(name: name, item: file.item, size: remote?.size ?? file.fingerprint.size, modificationDate: remote?.modificationDate)
-        try placeholder.write(in: documents)
-        placeholders[UbiquityPlaceholder.fileName(for: name)] = file.item
+        let placeholder = UbiquityPlaceholder(name: LocalContents.name(of: name), item: file.item, size: remote?.size ?? file.fingerprint.size,
+                                              modificationDate: remote?.modificationDate)
+        try placeholder.write(in: documents.appendingPathComponent(folder))
+        placeholders[placeholderPath] = file.item
     }
 
     // MARK: Conflicts as versions
@@ -89,7 +98,12 @@ extension ContainerSync {
         for (item, remote) in state.persisted.remote where !state.hasLocalChanges(item) && !remote.deleted {
             let known = Set(remote.conflicts.map(\.revision))
             let copies = conflictCopies[item] ?? []
-            guard !known.isEmpty || !copies.isEmpty, let path = files.first(where: { $0.value.item == item })?.key else { continue }
+            guard !known.isEmpty || !copies.isEmpty, let path = files.path(of: item) else { continue }
+            if remote.kind == .directory {
+                // A folder's concurrent renames: its current name stands.
+                if let request = state.resolveKeepingCurrent(item) { try? await perform(request) }
+                continue
+            }
             let url = documents.appendingPathComponent(path)
             // Resolved elsewhere: the local copy goes.
             for revision in copies.subtracting(known) {
@@ -127,9 +141,10 @@ extension ContainerSync {
             }
             for conflict in details.conflicts where missing.contains(conflict.revision) && conflict.uploaded {
                 do {
-                    let data = try await assemble(conflict.manifest.chunks ?? [], of: item, name: path, reusing: files[path])
-                    let staging = NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: url).appendingPathComponent(path)
-                    try SafeSave.write(data, to: staging)
+                    let kind = remote.kind ?? .file
+                    let contents = try await assemble(LocalContents.members(conflict.manifest, kind: kind), of: item, name: path, reusing: files[path])
+                    let staging = NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: url).appendingPathComponent(LocalContents.name(of: path))
+                    try LocalContents.write(contents, kind: kind, at: staging)
                     _ = try NSFileVersion.addConflictVersion(ofItemAt: url, withContentsOf: staging, savingComputer: conflict.deviceName,
                                                              modificationDate: Date(timeIntervalSince1970: conflict.modificationDate), byMoving: true,
                                                              identifier: Self.versionIdentifier(conflict.revision))
@@ -144,25 +159,25 @@ extension ContainerSync {
 
     // MARK: What apps and `ubiquity ls` see
 
-    /// Every item (downloaded or not) with its transfer state.
+    /// Every item (downloaded or not; folders and what is in them) with its transfer state, by path.
     public func statuses() -> [UbiquityItemStatus] {
-        state.visibleItems.filter { !$0.value.deleted }.sorted { $0.value.name < $1.value.name }.map { status(of: $0.key, $0.value) }
+        Self.paths(of: state.visibleItems).sorted { $0.value < $1.value }.map { status(of: $0.key, at: $0.value) }
     }
 
-    /// The state of the item named `name`, or nil if there is none.
+    /// The state of the item at `name` (a path relative to `Documents`), or nil if there is none.
     public func status(ofName name: String) -> UbiquityItemStatus? {
-        guard let (item, visible) = state.visibleItems.first(where: { $0.value.name == name && !$0.value.deleted }) else { return nil }
-        return status(of: item, visible)
+        guard let item = item(at: name) else { return nil }
+        return status(of: item, at: name)
     }
 
-    func status(of item: String, _ visible: DeviceSyncState.LocalItem) -> UbiquityItemStatus {
-        let local = files.first(where: { $0.value.item == item })?.value
+    func status(of item: String, at path: String) -> UbiquityItemStatus {
+        let local = files.file(of: item)
         let remote = state.persisted.remote[item]
         let transfer = transfers[item]
         let pending = state.hasLocalChanges(item)
         let uploaded = !pending && errors[item] == nil
         return UbiquityItemStatus(
-            container: container, path: documents.appendingPathComponent(visible.name).path,
+            container: container, path: documents.appendingPathComponent(path).path,
             size: local?.fingerprint.size ?? remote?.size,
             downloaded: local != nil, current: local != nil && (pending || local?.content == remote?.content),
             downloading: transfer?.downloading == true, downloadRequested: requested.contains(item) && local == nil,

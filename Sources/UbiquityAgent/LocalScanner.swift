@@ -1,14 +1,19 @@
 import Foundation
 import UbiquityClient
 import UbiquityFiles
+import UbiquityProtocol
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// What the agent knows of one file in a container without reading it: enough to tell whether
+/// What the agent knows of one item in a container without reading it: enough to tell whether
 /// it changed since the last look (size, modification time, inode) and to follow it when it is
 /// renamed (the inode stays).
+///
+/// A folder's fingerprint is its inode alone (what is in it are items of their own). A
+/// package's sums up its members: the total size, the newest modification time, and a hash of
+/// every member's path and fingerprint (so an edit of any member changes it).
 public struct LocalFingerprint: Sendable, Equatable, Codable {
     /// The file's inode (the same after a rename within the container).
     public var inode: UInt64
@@ -19,6 +24,17 @@ public struct LocalFingerprint: Sendable, Equatable, Codable {
     /// Its status change time, in nanoseconds (a rewrite in place changes it even when the
     /// size and modification time are set back).
     public var changed: Int64
+    /// File, package or folder.
+    public var kind: ItemKind
+
+    /// A fingerprint.
+    public init(inode: UInt64, size: Int64, modified: Int64, changed: Int64, kind: ItemKind = .file) {
+        self.inode = inode
+        self.size = size
+        self.modified = modified
+        self.changed = changed
+        self.kind = kind
+    }
 }
 
 /// The files of a container's folder, by path relative to it.
@@ -46,7 +62,9 @@ public struct LocalChanges: Sendable, Equatable {
 
 /// Walks a container's folder and compares it with the last walk: the agent's way of never
 /// missing a change (after an inotify overflow, at start, after a crash), and of recognising
-/// renames. Only regular files are synced: symbolic links, sockets and devices are skipped, and
+/// renames. Files, folders and packages are synced — a folder whose extension is one of
+/// ``packageExtensions`` is a package, one item whose members are not listed on their own.
+/// Symbolic links, sockets and devices are skipped, and
 /// so is what must stay local — names ending in `.nosync` (and everything under such a
 /// folder), the version stores (`.ubiquity-versions`, and any `.ubiquity-…` name), and safe
 /// save's and Foundation's temporary siblings (`.NAME.ubiquity-save-…`, `.dat.nosync…`) — and the agent's placeholders for items
@@ -54,10 +72,23 @@ public struct LocalChanges: Sendable, Equatable {
 public struct LocalScanner: Sendable {
     /// The folder scanned.
     public let root: URL
+    /// The extensions (lowercased, without the dot) that make a folder a package.
+    public let packageExtensions: Set<String>
 
-    /// A scanner of `root`.
-    public init(root: URL) {
+    /// Package extensions known without being told: Apple's common package formats and those
+    /// of this repository's example apps.
+    public static let standardPackageExtensions: Set<String> = ["rtfd", "pages", "numbers", "key", "bundle", "package", "note", "mystuff"]
+
+    /// A scanner of `root`, taking folders with `packageExtensions` for packages.
+    public init(root: URL, packageExtensions: Set<String> = LocalScanner.standardPackageExtensions) {
         self.root = root
+        self.packageExtensions = Set(packageExtensions.map { $0.lowercased() })
+    }
+
+    /// Whether a folder named `name` is a package.
+    public func isPackage(_ name: String) -> Bool {
+        let ext = (name as NSString).pathExtension.lowercased()
+        return !ext.isEmpty && packageExtensions.contains(ext)
     }
 
     /// Whether a file or folder named `name` stays out of sync.
@@ -66,8 +97,9 @@ public struct LocalScanner: Sendable {
             || UbiquityPlaceholder.itemName(ofPlaceholder: name) != nil
     }
 
-    /// Every synced file under the root, with its fingerprint. Unreadable folders are reported,
-    /// not skipped silently.
+    /// Every synced file, folder and package under the root, with its fingerprint (package
+    /// members are not listed: see ``members(of:)``). Unreadable folders are reported, not
+    /// skipped silently.
     /// - Throws: ``ScanError`` when the root or a folder in it cannot be read.
     public func scan() throws -> LocalTree {
         var tree: LocalTree = [:]
@@ -75,7 +107,7 @@ public struct LocalScanner: Sendable {
         return tree
     }
 
-    private func walk(_ relative: String, into tree: inout LocalTree) throws {
+    func walk(_ relative: String, into tree: inout LocalTree) throws {
         let path = relative.isEmpty ? root.path : root.path + "/" + relative
         guard let directory = opendir(path) else {
             if relative.isEmpty && errno == ENOENT { return } // no folder yet: nothing to sync
@@ -96,7 +128,10 @@ public struct LocalScanner: Sendable {
                 throw ScanError(path: root.path + "/" + child, reason: String(cString: strerror(errno)))
             }
             switch info.st_mode & S_IFMT {
+            case S_IFDIR where isPackage(name):
+                tree[child] = try packageFingerprint(child, info)
             case S_IFDIR:
+                tree[child] = LocalFingerprint(inode: UInt64(info.st_ino), size: 0, modified: 0, changed: 0, kind: .directory)
                 try walk(child, into: &tree)
             case S_IFREG:
                 tree[child] = Self.fingerprint(info)
@@ -106,11 +141,40 @@ public struct LocalScanner: Sendable {
         }
     }
 
-    /// The fingerprint of the regular file at `relative`, or nil if there is none.
+    /// The fingerprint of the file, folder or package at `relative`, or nil if there is none.
     public func fingerprint(of relative: String) -> LocalFingerprint? {
         var info = stat()
-        guard lstat(root.path + "/" + relative, &info) == 0, info.st_mode & S_IFMT == S_IFREG else { return nil }
-        return Self.fingerprint(info)
+        guard lstat(root.path + "/" + relative, &info) == 0 else { return nil }
+        switch info.st_mode & S_IFMT {
+        case S_IFREG: return Self.fingerprint(info)
+        case S_IFDIR where isPackage((relative as NSString).lastPathComponent): return try? packageFingerprint(relative, info)
+        case S_IFDIR: return LocalFingerprint(inode: UInt64(info.st_ino), size: 0, modified: 0, changed: 0, kind: .directory)
+        default: return nil
+        }
+    }
+
+    /// The files of the package at `relative`, by path inside it (sorted), with their
+    /// fingerprints; excluded names are left out as everywhere.
+    /// - Throws: ``ScanError`` when a folder of it cannot be read.
+    public func members(of relative: String) throws -> [(path: String, fingerprint: LocalFingerprint)] {
+        var tree: LocalTree = [:]
+        try LocalScanner(root: root.appendingPathComponent(relative), packageExtensions: []).walk("", into: &tree)
+        return tree.filter { $0.value.kind == .file }.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+    }
+
+    func packageFingerprint(_ relative: String, _ info: stat) throws -> LocalFingerprint {
+        var size: Int64 = 0, newest: Int64 = 0
+        var hash: UInt64 = 0xcbf2_9ce4_8422_2325 // FNV-1a over every member's path and fingerprint
+        func mix(_ bytes: some Sequence<UInt8>) {
+            for byte in bytes { hash = (hash ^ UInt64(byte)) &* 0x100_0000_01b3 }
+        }
+        for (path, print) in try members(of: relative) {
+            size += print.size
+            newest = max(newest, print.modified)
+            mix(path.utf8)
+            for value in [Int64(bitPattern: print.inode), print.size, print.modified, print.changed] { withUnsafeBytes(of: value) { mix($0) } }
+        }
+        return LocalFingerprint(inode: UInt64(info.st_ino), size: size, modified: newest, changed: Int64(bitPattern: hash), kind: .package)
     }
 
     static func fingerprint(_ info: stat) -> LocalFingerprint {
@@ -132,10 +196,12 @@ public struct LocalScanner: Sendable {
         var explained = Set<String>()
         for path in old.keys.sorted() {
             let before = old[path]!
-            if let after = new[path], after.inode == before.inode {
+            if let after = new[path], after.kind != before.kind {
+                changes.removed.append(path) // a file replaced by a folder, or the other way round: another item
+            } else if let after = new[path], after.inode == before.inode {
                 if after != before { changes.modified.append(path) }
                 explained.insert(path)
-            } else if let to = newByInode[before.inode], to != path, old[to]?.inode != before.inode,
+            } else if let to = newByInode[before.inode], to != path, old[to]?.inode != before.inode, new[to]!.kind == before.kind,
                       new[to]!.size == before.size, new[to]!.modified == before.modified {
                 // A rename keeps the inode, size and modification time. (An inode alone is not
                 // enough: a deleted file's inode is reused at once by the next file created.)

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOHTTP1
+import Synchronization
 import UbiquityProtocol
 
 /// A client of the sync server's protocol (docs/SyncProtocol.md), over AsyncHTTPClient: what
@@ -15,6 +16,8 @@ public struct SyncClient: Sendable {
     let http: HTTPClient
     /// How long a request may take (chunk transfers get four times as long).
     public var timeout: TimeAmount = .seconds(30)
+    /// What this client (and its copies) sent and received.
+    public let traffic = SyncTraffic()
 
     /// A client of `server`, signed in with `token` if given.
     public init(server: URL, token: String? = nil, http: HTTPClient = SyncClient.defaultHTTPClient) {
@@ -113,6 +116,14 @@ public struct SyncClient: Sendable {
         do {
             response = try await http.execute(request, timeout: timeout)
             body = try await response.body.collect(upTo: 64 << 20)
+            // HTTP/1.1 as on the wire: request line, headers (ours and the client's Host,
+            // Content-Length), body; status line, headers, body.
+            let host = (server.host ?? "").utf8.count + 12
+            let sent = method.rawValue.utf8.count + path.utf8.count + 13 + host + (raw.map { "\($0.count)".utf8.count + 18 + $0.count } ?? 0)
+                + request.headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 4 } + 2
+            let received = 17 + response.status.reasonPhrase.utf8.count + response.headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 4 } + 2
+                + body.readableBytes
+            traffic.count(sent: sent, received: received)
         } catch {
             throw SyncClientError(status: 0, code: "unreachable", message: "no answer from \(server.absoluteString): \(error)")
         }
@@ -122,6 +133,38 @@ public struct SyncClient: Sendable {
                                   message: shaped?.error.message ?? "\(method) /\(path): \(response.status)")
         }
         return body
+    }
+}
+
+/// Bytes a ``SyncClient`` exchanged with the server: HTTP/1.1 requests and answers as they go
+/// over the connection (headers included), for `ubiquity status` and the benchmark.
+public final class SyncTraffic: Sendable {
+    /// The totals so far.
+    public struct Totals: Sendable, Equatable {
+        /// Requests made.
+        public var requests = 0
+        /// Bytes sent.
+        public var sent = 0
+        /// Bytes received.
+        public var received = 0
+        /// Both ways.
+        public var total: Int { sent + received }
+    }
+
+    private let totals = Mutex(Totals())
+
+    /// Nothing counted yet.
+    public init() {}
+
+    /// The totals so far.
+    public var snapshot: Totals { totals.withLock { $0 } }
+
+    func count(sent: Int, received: Int) {
+        totals.withLock {
+            $0.requests += 1
+            $0.sent += sent
+            $0.received += received
+        }
     }
 }
 

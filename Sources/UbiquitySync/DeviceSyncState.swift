@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityProtocol
 
 /// An item as the server has it (what `changes` and commit answers carry), reduced to what the
 /// sync decisions need. `content` names the contents (a manifest's hash in the agent).
@@ -21,10 +22,16 @@ public struct ItemSnapshot: Sendable, Equatable, Codable {
     public var size: Int64?
     /// When it was last modified (seconds since 1970), when known.
     public var modificationDate: Double?
+    /// The folder item it is in (nil: the container's top level).
+    public var parent: String?
+    /// File, package or folder (nil: a file).
+    public var kind: ItemKind?
 
     /// Creates a snapshot.
     public init(id: String, revision: String, name: String, content: String, deleted: Bool, sequence: Int64, conflicts: [ConflictSnapshot],
-                size: Int64? = nil, modificationDate: Double? = nil) {
+                size: Int64? = nil, modificationDate: Double? = nil, parent: String? = nil, kind: ItemKind? = nil) {
+        self.parent = parent
+        self.kind = kind
         self.size = size
         self.modificationDate = modificationDate
         self.id = id
@@ -69,6 +76,10 @@ public struct LocalChange: Sendable, Equatable, Codable {
     public var deleted: Bool
     /// When it was made (the conflict rule's first criterion).
     public var date: Double
+    /// The folder item it is in (nil: the container's top level).
+    public var parent: String?
+    /// File, package or folder (nil: a file).
+    public var kind: ItemKind?
 }
 
 /// The server's answer to a commit.
@@ -137,9 +148,15 @@ public struct DeviceSyncState: Sendable {
         public var content: String
         /// Whether it is deleted.
         public var deleted: Bool
+        /// The folder item it is in (nil: the container's top level).
+        public var parent: String?
+        /// File, package or folder (nil: a file).
+        public var kind: ItemKind?
 
         /// Creates a local item.
-        public init(name: String, content: String, deleted: Bool) {
+        public init(name: String, content: String, deleted: Bool, parent: String? = nil, kind: ItemKind? = nil) {
+            self.parent = parent
+            self.kind = kind
             self.name = name
             self.content = content
             self.deleted = deleted
@@ -168,7 +185,7 @@ public struct DeviceSyncState: Sendable {
     /// The item as the device shows it: its local changes if it has any, else the server's state.
     public func visible(_ item: String) -> LocalItem? {
         if let local = persisted.local[item] { return local }
-        return persisted.remote[item].map { LocalItem(name: $0.name, content: $0.content, deleted: $0.deleted) }
+        return persisted.remote[item].map { LocalItem(name: $0.name, content: $0.content, deleted: $0.deleted, parent: $0.parent, kind: $0.kind) }
     }
 
     /// Every item the device knows, as it shows them.
@@ -192,19 +209,31 @@ public struct DeviceSyncState: Sendable {
     /// The user saved `content` (creating the item if it is new).
     public mutating func save(item: String, name: String? = nil, content: String, date: Double) {
         let current = visible(item)
-        change(item, LocalItem(name: name ?? current?.name ?? item, content: content, deleted: false), date: date)
+        change(item, LocalItem(name: name ?? current?.name ?? item, content: content, deleted: false, parent: current?.parent, kind: current?.kind), date: date)
+    }
+
+    /// The user saved `content` as the `kind` named `name` in the folder item `parent` (nil:
+    /// the top level), creating the item if it is new.
+    public mutating func save(item: String, name: String, parent: String?, kind: ItemKind, content: String, date: Double) {
+        change(item, LocalItem(name: name, content: content, deleted: false, parent: parent, kind: kind), date: date)
     }
 
     /// The user renamed the item.
     public mutating func rename(item: String, to name: String, date: Double) {
         guard let current = visible(item), !current.deleted else { return }
-        change(item, LocalItem(name: name, content: current.content, deleted: false), date: date)
+        change(item, LocalItem(name: name, content: current.content, deleted: false, parent: current.parent, kind: current.kind), date: date)
+    }
+
+    /// The user moved the item into the folder item `parent` (nil: the top level) as `name`.
+    public mutating func move(item: String, to name: String, parent: String?, date: Double) {
+        guard let current = visible(item), !current.deleted else { return }
+        change(item, LocalItem(name: name, content: current.content, deleted: false, parent: parent, kind: current.kind), date: date)
     }
 
     /// The user deleted the item.
     public mutating func delete(item: String, date: Double) {
         guard let current = visible(item), !current.deleted else { return }
-        change(item, LocalItem(name: current.name, content: current.content, deleted: true), date: date)
+        change(item, LocalItem(name: current.name, content: current.content, deleted: true, parent: current.parent, kind: current.kind), date: date)
     }
 
     private mutating func change(_ item: String, _ state: LocalItem, date: Double) {
@@ -214,7 +243,8 @@ public struct DeviceSyncState: Sendable {
         // change's revision, known only when it is acknowledged.
         let base = persisted.sending[item] == nil ? persisted.queued[item]?.base ?? persisted.remote[item]?.revision : nil
         persisted.local[item] = state
-        persisted.queued[item] = LocalChange(changeId: id, item: item, base: base, name: state.name, content: state.content, deleted: state.deleted, date: date)
+        persisted.queued[item] = LocalChange(changeId: id, item: item, base: base, name: state.name, content: state.content, deleted: state.deleted, date: date,
+                                             parent: state.parent, kind: state.kind)
     }
 
     // MARK: Talking to the server

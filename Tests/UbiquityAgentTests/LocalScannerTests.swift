@@ -27,7 +27,7 @@ import Glibc
         try write("Documents/.a.txt.ubiquity-save-0123456789abcdef", "a half-written save")
         symlink("/etc/passwd", root.appendingPathComponent("Documents/link").path)
         mkfifo(root.appendingPathComponent("Documents/pipe").path, 0o600)
-        #expect(try scanner.scan().keys.sorted() == ["Documents/Trip/notes.txt", "Documents/a.txt"])
+        #expect(try scanner.scan().keys.sorted() == ["Documents", "Documents/Trip", "Documents/Trip/notes.txt", "Documents/a.txt"])
 
         let folder = root.appendingPathComponent("Documents/Locked")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
@@ -68,5 +68,36 @@ import Glibc
         try FileManager.default.moveItem(at: root.appendingPathComponent("tmp"), to: root.appendingPathComponent("a.txt"))
         let saved = LocalScanner.changes(from: after, to: try scanner.scan())
         #expect(saved.modified == ["a.txt"] && saved.added.isEmpty && saved.removed.isEmpty && saved.moved.isEmpty, "\(saved)")
+    }
+
+    @Test func aPackageIsOneItemAndAFolderIsItsItems() throws {
+        defer { try? FileManager.default.removeItem(at: root) }
+        let scanner = LocalScanner(root: root, packageExtensions: ["note"])
+        try write("Work/Sketch.note/Text.txt", "draft")
+        try write("Work/Sketch.note/Images/a.bin", "picture")
+        try write("Work/Sketch.note/.ubiquity-versions/x", "not a member")
+        let before = try scanner.scan()
+        #expect(before.keys.sorted() == ["Work", "Work/Sketch.note"])
+        #expect(before["Work"]?.kind == .directory && before["Work/Sketch.note"]?.kind == .package)
+        #expect(before["Work/Sketch.note"]?.size == 12)
+        #expect(try scanner.members(of: "Work/Sketch.note").map(\.path) == ["Images/a.bin", "Text.txt"])
+        #expect(LocalScanner(root: root, packageExtensions: []).fingerprint(of: "Work/Sketch.note")?.kind == .directory, "not a package without the extension")
+
+        // An edit of a member changes the package; a folder's new items do not change the folder.
+        try write("Work/Sketch.note/Text.txt", "second")
+        try write("Work/new.txt", "new")
+        let edited = try scanner.scan()
+        let changes = LocalScanner.changes(from: before, to: edited)
+        #expect(changes.modified == ["Work/Sketch.note"] && changes.added == ["Work/new.txt"], "\(changes)")
+
+        // Moving a folder moves what is in it; a folder replaced by a file is another item.
+        try FileManager.default.moveItem(at: root.appendingPathComponent("Work"), to: root.appendingPathComponent("Play"))
+        let moved = LocalScanner.changes(from: edited, to: try scanner.scan())
+        #expect(moved.moved.map { "\($0.from)→\($0.to)" }.sorted() == ["Work/Sketch.note→Play/Sketch.note", "Work/new.txt→Play/new.txt", "Work→Play"])
+        let now = try scanner.scan()
+        try FileManager.default.removeItem(at: root.appendingPathComponent("Play"))
+        try write("Play", "a file now")
+        let replaced = LocalScanner.changes(from: now, to: try scanner.scan())
+        #expect(replaced.added == ["Play"] && replaced.removed.sorted() == ["Play", "Play/Sketch.note", "Play/new.txt"], "\(replaced)")
     }
 }

@@ -188,6 +188,19 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
         try FileManager.default.removeItem(at: phone.documents.appendingPathComponent("Trip 2027.txt"))
         try await eventually("the laptop removes the deleted file") { laptop.read("Trip 2027.txt") == nil }
 
+        // Folders: listed in their folder on the other device, downloaded on demand; a folder
+        // renamed on one device is renamed on the other, with what is in it.
+        try FileManager.default.createDirectory(at: laptop.documents.appendingPathComponent("Trips/2027"), withIntermediateDirectories: true)
+        try laptop.save("Trips/2027/Rome.txt", "Colosseum")
+        let nested = phone.documents.appendingPathComponent("Trips/2027/Rome.txt")
+        try await eventually("the phone lists Trips/2027/Rome.txt") { phone.containers.isUbiquitousItem(at: nested) }
+        try phone.containers.startDownloading(at: nested)
+        try await eventually("the phone downloads it") { phone.read("Trips/2027/Rome.txt") == "Colosseum" }
+        try FileManager.default.moveItem(at: laptop.documents.appendingPathComponent("Trips"), to: laptop.documents.appendingPathComponent("Journeys"))
+        try await eventually("the phone follows the folder's rename") {
+            phone.read("Journeys/2027/Rome.txt") == "Colosseum" && !FileManager.default.fileExists(atPath: phone.documents.appendingPathComponent("Trips").path)
+        }
+
         // Signing out makes the account's containers unavailable and stops their sync.
         let phoneFolder = phone.documents
         let logout = try runUbiquity(["logout"], environment: phone.environment)

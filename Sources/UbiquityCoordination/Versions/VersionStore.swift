@@ -215,7 +215,9 @@ struct VersionStore: Sendable {
     /// Removes every version (keeping those `keep` selects).
     func removeAll(keeping keep: (VersionRecord) -> Bool = { _ in false }) throws {
         try writing {
-            for record in try listUnlocked() where !keep(record) { try removeUnlocked(record.id) }
+            let doomed = try listUnlocked().filter { !keep($0) }
+            guard !doomed.isEmpty else { return } // nothing to remove (or no store at all): nothing changed
+            for record in doomed { try removeUnlocked(record.id) }
             bumpGeneration()
         }
     }

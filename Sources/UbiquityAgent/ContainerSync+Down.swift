@@ -1,0 +1,275 @@
+import Foundation
+import UbiquityClient
+import UbiquityCoordination
+import UbiquityFiles
+import UbiquityProtocol
+import UbiquitySync
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+// What comes down: the folder brought to what the server has (folders, downloads, placeholders,
+// moves, deletions). The rounds themselves are in ContainerSync.swift.
+extension ContainerSync {
+    /// Brings the folder to what the server has for every item without local changes, in an
+    /// order that never needs a folder before it exists: deleted files and packages go; folders
+    /// are made and moved (parents first); files and packages are downloaded (when downloaded
+    /// here already, or wanted: asked for, or everything on a greedy device) or listed as
+    /// placeholders, and moved; deleted folders go last (items first). A deleted folder that
+    /// still holds something the server does not know stays, and is sent again as a new folder:
+    /// nothing local is ever removed unseen.
+    func materialize() async throws {
+        let visible = state.visibleItems
+        let paths = Self.paths(of: visible)
+        let settled = visible.filter { !state.hasLocalChanges($0.key) }
+        var wanted: [String: UbiquityPlaceholder] = [:]
+
+        for (item, shown) in settled where shown.deleted {
+            if requested.remove(item) != nil { try store.setDownloadRequested(false, container: container, item: item) }
+            guard let local = files.file(of: item), local.fingerprint.kind != .directory else { continue }
+            // Deleted elsewhere: its versions go with it (as they do with a file deleted on a Mac).
+            try? NSFileVersion.removeOtherVersionsOfItem(at: documents.appendingPathComponent(local.path))
+            for revision in conflictCopies.removeValue(forKey: item) ?? [] {
+                try store.setConflictCopy(false, container: container, item: item, revision: revision)
+            }
+            try coordinatedRemove(local.path)
+            files[local.path] = nil
+            try store.record(container, state: state.persisted, removed: [local.path])
+        }
+
+        let folders = settled.filter { !$0.value.deleted && $0.value.kind == .directory }.compactMap { item, _ in paths[item].map { (item, $0) } }
+        for (item, path) in folders.sorted(by: { (LocalContents.depth($0.1), $0.1) < (LocalContents.depth($1.1), $1.1) }) {
+            if let local = files.file(of: item) {
+                if local.path != path { try relocate(local, to: path) }
+                continue
+            }
+            let url = documents.appendingPathComponent(path)
+            var isFolder: ObjCBool = false
+            if FileManager.default.fileExists(atPath: url.path, isDirectory: &isFolder) {
+                guard isFolder.boolValue, files[path] == nil else { continue } // a local file of that name: the server settles the clash
+                // A local folder of that name not sent yet: the same folder (its contents merge).
+            } else {
+                guard FileManager.default.fileExists(atPath: url.deletingLastPathComponent().path) else { continue }
+                try FileManager.default.createDirectory(at: url, withIntermediateDirectories: false)
+            }
+            guard let print = LocalScanner(root: documents, packageExtensions: packageExtensions).fingerprint(of: path), print.kind == .directory else { continue }
+            let file = AgentStore.File(path: path, item: item, fingerprint: print, content: LocalContents.folderToken)
+            files[path] = file
+            try store.record(container, state: state.persisted, upsert: [file])
+        }
+
+        for (item, remote) in settled.sorted(by: { $0.key < $1.key }) where !remote.deleted && remote.kind != .directory {
+            guard let path = paths[item] else { continue }
+            let folder = LocalContents.folder(of: path)
+            guard folder.isEmpty || files[folder]?.fingerprint.kind == .directory else { continue } // its folder is not here yet
+            let local = files.file(of: item)
+            if let local, local.content == remote.content {
+                if local.path != path { try relocate(local, to: path) }
+                continue
+            }
+            let snapshot = state.persisted.remote[item]
+            let placeholder = UbiquityPlaceholder(name: remote.name, item: item, size: snapshot?.size, modificationDate: snapshot?.modificationDate)
+            let placeholderPath = (folder.isEmpty ? "" : folder + "/") + UbiquityPlaceholder.fileName(for: remote.name)
+            guard local != nil || greedy || requested.contains(item) else {
+                wanted[placeholderPath] = placeholder
+                continue
+            }
+            let fresh: AgentStore.File?
+            do {
+                fresh = try await download(item, kind: remote.kind ?? .file, expecting: remote.content, to: path, reusing: local)
+                downloadErrors[item] = nil
+            } catch let error as SyncClientError {
+                downloadErrors[item] = error.description
+                logger.warning("download failed", metadata: ["container": "\(container)", "item": "\(path)", "error": "\(error)"])
+                fresh = nil
+            }
+            guard let fresh else {
+                if local == nil { wanted[placeholderPath] = placeholder } // not uploaded yet: listed meanwhile
+                continue
+            }
+            if let local, local.path != path {
+                try coordinatedRemove(local.path)
+                files[local.path] = nil
+                try store.record(container, state: state.persisted, removed: [local.path])
+            }
+            files[path] = fresh
+            try store.record(container, state: state.persisted, upsert: [fresh])
+            if requested.remove(item) != nil { try store.setDownloadRequested(false, container: container, item: item) }
+        }
+
+        let goneFolders = settled.filter { $0.value.deleted }.compactMap { files.file(of: $0.key) }.filter { $0.fingerprint.kind == .directory }
+        for folder in goneFolders.sorted(by: { LocalContents.depth($0.path) > LocalContents.depth($1.path) }) {
+            removeFolderIfEmpty(folder.path)
+            files[folder.path] = nil
+            try store.record(container, state: state.persisted, removed: [folder.path])
+        }
+        try writePlaceholders(wanted)
+    }
+
+    /// Where each item not deleted is shown, relative to `Documents`: in its folder, or at the
+    /// top level when its folder is gone (an item moved into a folder deleted elsewhere at the
+    /// same time is kept, not lost).
+    static func paths(of visible: [String: DeviceSyncState.LocalItem]) -> [String: String] {
+        var paths: [String: String] = [:]
+        func resolve(_ item: String, depth: Int) -> String? {
+            if let known = paths[item] { return known }
+            guard let shown = visible[item], !shown.deleted else { return nil }
+            var path = shown.name
+            if let parent = shown.parent, depth < 256, visible[parent]?.kind == .directory, let folder = resolve(parent, depth: depth + 1) {
+                path = folder + "/" + shown.name
+            }
+            paths[item] = path
+            return path
+        }
+        for item in visible.keys { _ = resolve(item, depth: 0) }
+        return paths
+    }
+
+    /// Removes a folder deleted on the server if nothing is left in it but placeholders and the
+    /// agent's own leftovers (version stores of items gone); else it stays (and the next scan
+    /// sends it as a new folder with what it holds).
+    func removeFolderIfEmpty(_ path: String) {
+        let url = documents.appendingPathComponent(path)
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []
+        if names.allSatisfy({ UbiquityPlaceholder.itemName(ofPlaceholder: $0) != nil || $0.hasPrefix(".ubiquity-") }) {
+            for name in names { try? FileManager.default.removeItem(at: url.appendingPathComponent(name)) }
+        }
+        if rmdir(url.path) != 0 && errno != ENOENT {
+            logger.info("a folder deleted elsewhere still holds local items; it stays", metadata: ["container": "\(container)", "path": "\(path)"])
+        }
+    }
+
+    /// Downloads the item's current contents into `path`; nil if they are not uploaded yet (or
+    /// changed meanwhile: the next round gets them). Chunks the local copy (`reusing`) already
+    /// has are read from it, not downloaded: a small edit of a large file moves a few chunks,
+    /// and a package's unchanged members move nothing.
+    func download(_ item: String, kind: ItemKind, expecting content: String, to path: String, reusing previous: AgentStore.File?) async throws -> AgentStore.File? {
+        let state = try await client.item(container: container, id: item)
+        guard state.uploaded, LocalContents.token(state.manifest, kind: kind) == content else { return nil }
+        let members = LocalContents.members(state.manifest, kind: kind)
+        let contents = try await assemble(members, of: item, name: path, reusing: previous)
+        localContents[content] = members
+        let url = documents.appendingPathComponent(path)
+        let documents = documents, packageExtensions = packageExtensions
+        let written = try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing) { url -> Bool in
+            // Saved over since the round's scan (or made there meanwhile)? Then the local edit
+            // stays: the next round sends it, and the server keeps both.
+            let now = LocalScanner(root: documents, packageExtensions: packageExtensions).fingerprint(of: path)
+            if let previous, previous.path == path, now != previous.fingerprint { return false }
+            if previous?.path != path, now != nil { return false }
+            try SafeSave.replaceItem(at: url) { temporary in try LocalContents.write(contents, kind: kind, at: temporary) }
+            return true
+        }
+        guard written, let print = LocalScanner(root: documents, packageExtensions: packageExtensions).fingerprint(of: path) else { return nil }
+        return AgentStore.File(path: path, item: item, fingerprint: print, content: content)
+    }
+
+    /// The bytes of each member: from the previous local copy where it has them (checked),
+    /// else from the server (checked).
+    func assemble(_ members: [LocalMember], of item: String, name: String, reusing previous: AgentStore.File?) async throws -> [(path: String, data: Data)] {
+        var local: [String: (url: URL, chunk: ContentChunk)] = [:]
+        if let previous {
+            let url = documents.appendingPathComponent(previous.path)
+            let scanner = LocalScanner(root: documents, packageExtensions: packageExtensions)
+            let known = localContents[previous.content]
+                ?? (try? LocalContents.cut(url, kind: previous.fingerprint.kind, scanner: scanner, relative: previous.path)) ?? []
+            for member in known {
+                for chunk in member.chunks { local[chunk.hash] = (member.path.isEmpty ? url : url.appendingPathComponent(member.path), chunk) }
+            }
+        }
+        defer { transfers[item] = nil }
+        transfers[item] = Transfer(downloading: true, done: 0, total: members.reduce(0) { $0 + $1.chunks.reduce(0) { $0 + Int64($1.length) } })
+        var assembled: [(path: String, data: Data)] = []
+        for member in members {
+            var data = Data()
+            for chunk in member.chunks {
+                var bytes: [UInt8]?
+                if let (url, piece) = local[chunk.hash], let handle = try? FileHandle(forReadingFrom: url) {
+                    try? handle.seek(toOffset: UInt64(piece.offset))
+                    let read = [UInt8]((try? handle.read(upToCount: piece.length)) ?? Data())
+                    try? handle.close()
+                    if read.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash { bytes = read }
+                }
+                if bytes == nil {
+                    let fetched = try await client.download(chunk.hash)
+                    guard fetched.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash else {
+                        throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(chunk.hash) of \(name) arrived damaged")
+                    }
+                    bytes = fetched
+                }
+                data.append(contentsOf: bytes!)
+                transfers[item]?.done += Int64(chunk.length)
+            }
+            assembled.append((member.path, data))
+        }
+        return assembled
+    }
+
+    /// Makes the folder's placeholders exactly `wanted` (path → contents).
+    func writePlaceholders(_ wanted: [String: UbiquityPlaceholder]) throws {
+        let present = Self.placeholdersOnDisk(in: documents, packageExtensions: packageExtensions)
+        for path in present.keys where wanted[path] == nil {
+            try? FileManager.default.removeItem(at: documents.appendingPathComponent(path))
+        }
+        for (path, placeholder) in wanted where present[path] != placeholder {
+            let folder = documents.appendingPathComponent(LocalContents.folder(of: path))
+            // A local file of that name (made meanwhile) wins the name; the item is listed once the server settles it.
+            if FileManager.default.fileExists(atPath: folder.appendingPathComponent(placeholder.name).path) { continue }
+            try placeholder.write(in: folder)
+        }
+        placeholders = wanted.filter { FileManager.default.fileExists(atPath: documents.appendingPathComponent($0.key).path) }.mapValues(\.item)
+    }
+
+    /// The placeholders in `folder` and its subfolders (not in packages), by path relative to it.
+    static func placeholdersOnDisk(in folder: URL, packageExtensions: Set<String>) -> [String: UbiquityPlaceholder] {
+        let scanner = LocalScanner(root: folder, packageExtensions: packageExtensions)
+        var found: [String: UbiquityPlaceholder] = [:]
+        func walk(_ relative: String) {
+            let url = relative.isEmpty ? folder : folder.appendingPathComponent(relative)
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? [] {
+                let path = relative.isEmpty ? name : relative + "/" + name
+                if let itemName = UbiquityPlaceholder.itemName(ofPlaceholder: name) {
+                    found[path] = UbiquityPlaceholder.read(for: url.appendingPathComponent(itemName)) ?? UbiquityPlaceholder(name: itemName, item: "", size: nil)
+                } else if !LocalScanner.isExcluded(name), !scanner.isPackage(name), scanner.fingerprint(of: path)?.kind == .directory {
+                    walk(path)
+                }
+            }
+        }
+        walk("")
+        return found
+    }
+
+    /// Moves a file, package or folder (with everything in it) to `path`, as a coordinated move.
+    func relocate(_ file: AgentStore.File, to path: String) throws {
+        let from = documents.appendingPathComponent(file.path), to = documents.appendingPathComponent(path)
+        guard !FileManager.default.fileExists(atPath: to.path) else {
+            errors[file.item] = "cannot move \(file.path) to \(path): a local item has that name"
+            return
+        }
+        guard FileManager.default.fileExists(atPath: to.deletingLastPathComponent().path) else { return } // its folder comes first
+        try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: from, options: .forMoving) { from in
+            try FileManager.default.moveItem(at: from, to: to)
+        }
+        errors[file.item] = nil
+        let before = files.subtree(file.path)
+        let scanner = LocalScanner(root: documents, packageExtensions: packageExtensions)
+        var moved: [AgentStore.File] = []
+        for var inside in before {
+            files[inside.path] = nil
+            inside.path = path + inside.path.dropFirst(file.path.count)
+            if inside.item == file.item, let print = scanner.fingerprint(of: path) { inside.fingerprint = print } // its status change time moved
+            moved.append(inside)
+        }
+        for inside in moved { files[inside.path] = inside }
+        try store.record(container, state: state.persisted, upsert: moved, removed: before.map(\.path))
+    }
+
+    func coordinatedRemove(_ path: String) throws {
+        logger.debug("removing", metadata: ["container": "\(container)", "path": "\(path)"])
+        let url = documents.appendingPathComponent(path)
+        try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
+            if FileManager.default.fileExists(atPath: url.path) { try FileManager.default.removeItem(at: url) }
+        }
+    }
+}

@@ -1,0 +1,164 @@
+import Foundation
+import UbiquityFiles
+import UbiquityProtocol
+import UbiquitySync
+
+/// The synced files, folders and packages of a container as the agent last saw them, by path
+/// and by item (so finding an item's path is a lookup, not a search).
+struct LocalFiles {
+    private(set) var byPath: [String: AgentStore.File]
+    private var pathByItem: [String: String] = [:]
+
+    init(_ files: [String: AgentStore.File]) {
+        byPath = files
+        for (path, file) in files { pathByItem[file.item] = path }
+    }
+
+    subscript(path: String) -> AgentStore.File? {
+        get { byPath[path] }
+        set {
+            if let old = byPath[path], pathByItem[old.item] == path { pathByItem[old.item] = nil }
+            byPath[path] = newValue
+            if let newValue { pathByItem[newValue.item] = path }
+        }
+    }
+
+    @discardableResult
+    mutating func removeValue(forKey path: String) -> AgentStore.File? {
+        defer { self[path] = nil }
+        return byPath[path]
+    }
+
+    /// Where the item is, if it is here.
+    func path(of item: String) -> String? { pathByItem[item] }
+
+    /// The item's record, if it is here.
+    func file(of item: String) -> AgentStore.File? { pathByItem[item].flatMap { byPath[$0] } }
+
+    /// Whether the item is here.
+    func contains(item: String) -> Bool { pathByItem[item] != nil }
+
+    var fingerprints: LocalTree { byPath.mapValues(\.fingerprint) }
+
+    /// The records at `path` and under it.
+    func subtree(_ path: String) -> [AgentStore.File] {
+        byPath.values.filter { $0.path == path || $0.path.hasPrefix(path + "/") }
+    }
+}
+
+/// One file of an item's contents: the file itself (`path` empty) or a package's member.
+struct LocalMember: Sendable, Equatable {
+    /// The member's path inside the package; empty for a flat file.
+    var path: String
+    /// Its chunks.
+    var chunks: [ContentChunk]
+
+    var references: [ChunkReference] { chunks.map { ChunkReference(hash: $0.hash, size: Int64($0.length)) } }
+}
+
+/// Contents as the agent handles them: cut from disk, named by a token, described to the server.
+enum LocalContents {
+    /// What names a folder's contents (a folder has none: its items are items of their own).
+    static let folderToken = "folder"
+
+    /// The contents of the file or package at `url` (nothing for a folder).
+    static func cut(_ url: URL, kind: ItemKind, scanner: LocalScanner, relative: String) throws -> [LocalMember] {
+        switch kind {
+        case .directory:
+            return []
+        case .file:
+            return [LocalMember(path: "", chunks: try ContentChunker.standard.chunks(ofFileAt: url))]
+        case .package:
+            return try scanner.members(of: relative).map { member in
+                LocalMember(path: member.path, chunks: try ContentChunker.standard.chunks(ofFileAt: url.appendingPathComponent(member.path)))
+            }
+        }
+    }
+
+    /// What the server is told the contents are made of.
+    static func manifest(_ members: [LocalMember], kind: ItemKind) -> Manifest {
+        switch kind {
+        case .directory: return Manifest()
+        case .file: return Manifest(chunks: members.first?.references ?? [])
+        case .package: return Manifest(members: members.map { ManifestMember(path: $0.path, chunks: $0.references) })
+        }
+    }
+
+    /// The token naming contents for the sync decisions: SHA-256 of the chunk list (of each
+    /// member's path and chunk list, in path order, for a package).
+    static func token(_ manifest: Manifest, kind: ItemKind) -> String {
+        switch kind {
+        case .directory:
+            return folderToken
+        case .file:
+            return token(manifest.chunks ?? [])
+        case .package:
+            let text = "package\n" + (manifest.members ?? []).sorted { $0.path < $1.path }
+                .map { $0.path + "\u{0}" + $0.chunks.map { "\($0.hash):\($0.size)" }.joined(separator: ",") }.joined(separator: "\n")
+            return Data(text.utf8).withUnsafeBytes { ContentChunker.hash($0) }
+        }
+    }
+
+    /// The token of a flat file's chunk list.
+    static func token(_ chunks: [ChunkReference]) -> String {
+        let text = chunks.map { "\($0.hash):\($0.size)" }.joined(separator: ",")
+        return Data(text.utf8).withUnsafeBytes { ContentChunker.hash($0) }
+    }
+
+    /// Chunk positions for a chunk list.
+    static func pieces(_ chunks: [ChunkReference]) -> [ContentChunk] {
+        var offset = 0
+        return chunks.map { chunk in
+            defer { offset += Int(chunk.size) }
+            return ContentChunk(offset: offset, length: Int(chunk.size), hash: chunk.hash)
+        }
+    }
+
+    /// The members of a manifest with their chunk positions.
+    static func members(_ manifest: Manifest, kind: ItemKind) -> [LocalMember] {
+        switch kind {
+        case .directory: return []
+        case .file: return [LocalMember(path: "", chunks: pieces(manifest.chunks ?? []))]
+        case .package: return (manifest.members ?? []).map { LocalMember(path: $0.path, chunks: pieces($0.chunks)) }
+        }
+    }
+
+    /// Writes assembled contents (member path → bytes; "" for a flat file) as a new file or
+    /// package at `url`, every file synced to disk (the caller moves it into place).
+    static func write(_ contents: [(path: String, data: Data)], kind: ItemKind, at url: URL) throws {
+        guard kind == .package else {
+            try writeDurably(contents.first?.data ?? Data(), to: url)
+            return
+        }
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: false)
+        for (path, data) in contents {
+            let member = url.appendingPathComponent(path)
+            try FileManager.default.createDirectory(at: member.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try writeDurably(data, to: member)
+        }
+    }
+
+    private static func writeDurably(_ data: Data, to url: URL) throws {
+        guard FileManager.default.createFile(atPath: url.path, contents: data) else {
+            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: url.path])
+        }
+        let handle = try FileHandle(forWritingTo: url)
+        defer { try? handle.close() }
+        try handle.synchronize()
+    }
+
+    /// The depth of a relative path (its number of components).
+    static func depth(_ path: String) -> Int { path.split(separator: "/").count }
+
+    /// The folder a relative path is in ("" for the top level).
+    static func folder(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return "" }
+        return String(path[..<slash])
+    }
+
+    /// The last component of a relative path.
+    static func name(of path: String) -> String {
+        guard let slash = path.lastIndex(of: "/") else { return path }
+        return String(path[path.index(after: slash)...])
+    }
+}
