@@ -113,7 +113,7 @@ let package = Package(
         .executableTarget(name: "UbiquityDocumentHost", dependencies: ["Ubiquity"], path: "Tests/Helpers/DocumentHost"),
 
         .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles"]),
-        .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync"]),
+        .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync", "UbiquityProtocol"]),
         .testTarget(name: "UbiquityClientTests", dependencies: ["UbiquityClient"]),
         .testTarget(
             name: "UbiquityAgentTests",

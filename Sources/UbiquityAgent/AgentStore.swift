@@ -18,9 +18,13 @@ public final class AgentStore: Sendable {
         public var fingerprint: LocalFingerprint
         /// Its contents then (the hash of its chunk list).
         public var content: String
+        /// The server revision these contents are (downloaded, or committed from here), if
+        /// known: the base a changed chunk list is sent and received against.
+        public var revision: String?
 
         /// Creates a record.
-        public init(path: String, item: String, fingerprint: LocalFingerprint, content: String) {
+        public init(path: String, item: String, fingerprint: LocalFingerprint, content: String, revision: String? = nil) {
+            self.revision = revision
             self.path = path
             self.item = item
             self.fingerprint = fingerprint
@@ -56,6 +60,7 @@ public final class AgentStore: Sendable {
         }
         migrator.registerMigration("v3-folders-and-packages") { db in
             try db.execute(sql: "ALTER TABLE localFile ADD COLUMN kind TEXT NOT NULL DEFAULT 'file'")
+            try db.execute(sql: "ALTER TABLE localFile ADD COLUMN revision TEXT")
         }
         try migrator.migrate(pool)
     }
@@ -76,7 +81,7 @@ public final class AgentStore: Sendable {
                 let file = File(path: row["path"], item: row["item"],
                                 fingerprint: LocalFingerprint(inode: UInt64(bitPattern: row["inode"]), size: row["size"], modified: row["modified"], changed: row["changed"],
                                                               kind: ItemKind(rawValue: row["kind"]) ?? .file),
-                                content: row["content"])
+                                content: row["content"], revision: row["revision"])
                 return (file.path, file)
             })
         }
@@ -94,11 +99,12 @@ public final class AgentStore: Sendable {
             }
             for file in upsert {
                 try db.execute(sql: """
-                    INSERT INTO localFile (container, path, item, inode, size, modified, changed, content, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    INSERT INTO localFile (container, path, item, inode, size, modified, changed, content, kind, revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT(container, path) DO UPDATE SET item = excluded.item, inode = excluded.inode, size = excluded.size,
-                        modified = excluded.modified, changed = excluded.changed, content = excluded.content, kind = excluded.kind
+                        modified = excluded.modified, changed = excluded.changed, content = excluded.content, kind = excluded.kind,
+                        revision = excluded.revision
                     """, arguments: [container, file.path, file.item, Int64(bitPattern: file.fingerprint.inode), file.fingerprint.size,
-                                     file.fingerprint.modified, file.fingerprint.changed, file.content, file.fingerprint.kind.rawValue])
+                                     file.fingerprint.modified, file.fingerprint.changed, file.content, file.fingerprint.kind.rawValue, file.revision])
             }
         }
     }

@@ -145,7 +145,15 @@ extension ContainerSync {
     /// has are read from it, not downloaded: a small edit of a large file moves a few chunks,
     /// and a package's unchanged members move nothing.
     func download(_ item: String, kind: ItemKind, expecting content: String, to path: String, reusing previous: AgentStore.File?) async throws -> AgentStore.File? {
-        let state = try await client.item(container: container, id: item)
+        var state = try await client.item(container: container, id: item, since: kind == .file ? previous?.revision : nil)
+        if let delta = state.manifestDelta {
+            // The chunk list as a difference from the revision the local copy is.
+            if let previous, state.deltaBase == previous.revision, let old = try localChunks(of: previous), let chunks = try? delta.apply(to: old) {
+                state.manifest = Manifest(chunks: chunks.map(\.reference))
+            } else {
+                state = try await client.item(container: container, id: item)
+            }
+        }
         guard state.uploaded, LocalContents.token(state.manifest, kind: kind) == content else { return nil }
         let members = LocalContents.members(state.manifest, kind: kind)
         let contents = try await assemble(members, of: item, name: path, reusing: previous)
@@ -162,7 +170,17 @@ extension ContainerSync {
             return true
         }
         guard written, let print = LocalScanner(root: documents, packageExtensions: packageExtensions).fingerprint(of: path) else { return nil }
-        return AgentStore.File(path: path, item: item, fingerprint: print, content: content)
+        return AgentStore.File(path: path, item: item, fingerprint: print, content: content, revision: state.revision)
+    }
+
+    /// The chunks of a local flat file as recorded (cut again if not remembered; nil if it no
+    /// longer has the recorded contents).
+    func localChunks(of file: AgentStore.File) throws -> [ContentChunk]? {
+        if let known = localContents[file.content]?.first { return known.chunks }
+        let url = documents.appendingPathComponent(file.path)
+        guard let chunks = try? ContentChunker.standard.chunks(ofFileAt: url), LocalContents.token(chunks.map(\.reference)) == file.content else { return nil }
+        localContents[file.content] = [LocalMember(path: "", chunks: chunks)]
+        return chunks
     }
 
     /// The bytes of each member: from the previous local copy where it has them (checked),

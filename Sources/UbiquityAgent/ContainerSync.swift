@@ -148,6 +148,7 @@ public actor ContainerSync {
         }
         try await materialize()
         try await reconcileConflicts()
+        forgetUnusedContents()
         try store.record(container, state: state.persisted)
         lastSync = Date()
         answerDownloadWaiters()
@@ -205,7 +206,10 @@ public actor ContainerSync {
             guard var file = files[path], let print = now[path] else { continue }
             if print.kind != .directory {
                 guard let content = try cut(path, kind: print.kind, scanner: scanner) else { continue }
-                if file.content != content { state.save(item: file.item, content: content, date: Double(print.modified) / 1e9) }
+                if file.content != content {
+                    state.save(item: file.item, content: content, date: Double(print.modified) / 1e9)
+                    file.revision = nil
+                }
                 file.content = content
             }
             file.fingerprint = print
@@ -249,22 +253,41 @@ public actor ContainerSync {
         case .commit(let change):
             let kind = change.kind ?? .file
             let members = change.deleted ? [] : try contents(for: change)
-            let update = ItemUpdate(baseRevision: change.base, name: change.name, parent: change.parent, kind: kind, modificationDate: change.date,
+            var update = ItemUpdate(baseRevision: change.base, name: change.name, parent: change.parent, kind: kind, modificationDate: change.date,
                                     manifest: LocalContents.manifest(members, kind: kind),
                                     deleted: change.deleted, changeId: change.changeId.replacingOccurrences(of: "#", with: "."))
-            let answer = try await client.commit(container: container, item: change.item, update: update)
+            let answer: CommitResponse
+            if let delta = delta(for: change, members: members) {
+                // Only the difference from the base revision's chunk list travels.
+                var brief = update
+                brief.manifest = Manifest()
+                brief.manifestDelta = delta
+                do {
+                    answer = try await client.commit(container: container, item: change.item, update: brief, brief: true)
+                } catch let error as SyncClientError where error.code == "deltaBaseUnknown" {
+                    answer = try await client.commit(container: container, item: change.item, update: update, brief: true)
+                }
+            } else {
+                update.manifestDelta = nil
+                answer = try await client.commit(container: container, item: change.item, update: update, brief: true)
+            }
             // Only the chunks the server lacks travel; read back from the file and checked, so
             // contents changed since the scan are never sent under the old hash.
             if !answer.missingChunks.isEmpty, let path = files.path(of: change.item) {
                 try await upload(members, missing: Set(answer.missingChunks), of: change.item, from: documents.appendingPathComponent(path))
             }
             errors[change.item] = nil
+            if var file = files.file(of: change.item), file.content == change.content, !change.deleted {
+                file.revision = answer.revision
+                files[file.path] = file
+                try store.record(container, state: state.persisted, upsert: [file])
+            }
             state.committed(CommitAnswer(changeId: change.changeId, revision: answer.revision, item: Self.snapshot(answer.item)))
         case .fetch(let since):
             errors[Self.fetchErrorKey] = nil
             var cursor = since
             while true {
-                let page = try await client.changes(container: container, since: cursor)
+                let page = try await client.changes(container: container, since: cursor, brief: true)
                 state.fetched(page.items.map(Self.snapshot), upTo: page.more ? (page.items.last?.sequence ?? cursor) : page.sequence)
                 guard page.more, let last = page.items.last?.sequence else { break }
                 cursor = last
@@ -273,6 +296,25 @@ public actor ContainerSync {
             state.learn(Self.snapshot(try await client.resolve(container: container, item: item, keep: keep, remove: remove)))
         }
         try store.record(container, state: state.persisted)
+    }
+
+    /// The change's chunk list as a difference from its base revision's, when that list is
+    /// known here (a file edited since it was downloaded or sent); nil otherwise.
+    func delta(for change: LocalChange, members: [LocalMember]) -> ChunkListDelta? {
+        guard change.kind ?? .file == .file, !change.deleted, let base = change.base, let new = members.first,
+              let remote = state.persisted.remote[change.item], remote.revision == base,
+              let old = localContents[remote.content]?.first else { return nil }
+        return ChunkListDelta(from: old.chunks, to: new.chunks)
+    }
+
+    /// Forgets the chunk lists nothing refers to any more (local files, the server's current
+    /// contents, changes not acknowledged yet).
+    func forgetUnusedContents() {
+        var used = Set(files.byPath.values.map(\.content))
+        for remote in state.persisted.remote.values { used.insert(remote.content) }
+        for change in state.persisted.sending.values { used.insert(change.content) }
+        for change in state.persisted.queued.values { used.insert(change.content) }
+        localContents = localContents.filter { used.contains($0.key) }
     }
 
     /// The chunks of a change's contents: known from the scan or a download, else cut again
@@ -311,9 +353,9 @@ public actor ContainerSync {
     // MARK: Mapping
 
     static func snapshot(_ item: ItemState) -> ItemSnapshot {
-        ItemSnapshot(id: item.id, revision: item.revision, name: item.name, content: LocalContents.token(item.manifest, kind: item.kind),
+        ItemSnapshot(id: item.id, revision: item.revision, name: item.name, content: item.digest ?? LocalContents.token(item.manifest, kind: item.kind),
                      deleted: item.deleted, sequence: item.sequence,
-                     conflicts: item.conflicts.map { ConflictSnapshot(revision: $0.revision, content: LocalContents.token($0.manifest, kind: item.kind)) },
+                     conflicts: item.conflicts.map { ConflictSnapshot(revision: $0.revision, content: $0.digest ?? LocalContents.token($0.manifest, kind: item.kind)) },
                      size: item.size, modificationDate: item.modificationDate, parent: item.parent, kind: item.kind)
     }
 }

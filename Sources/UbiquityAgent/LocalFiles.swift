@@ -58,8 +58,8 @@ struct LocalMember: Sendable, Equatable {
 
 /// Contents as the agent handles them: cut from disk, named by a token, described to the server.
 enum LocalContents {
-    /// What names a folder's contents (a folder has none: its items are items of their own).
-    static let folderToken = "folder"
+    /// What names a folder's contents.
+    static let folderToken = ContentToken.folder
 
     /// The contents of the file or package at `url` (nothing for a folder).
     static func cut(_ url: URL, kind: ItemKind, scanner: LocalScanner, relative: String) throws -> [LocalMember] {
@@ -84,26 +84,11 @@ enum LocalContents {
         }
     }
 
-    /// The token naming contents for the sync decisions: SHA-256 of the chunk list (of each
-    /// member's path and chunk list, in path order, for a package).
-    static func token(_ manifest: Manifest, kind: ItemKind) -> String {
-        switch kind {
-        case .directory:
-            return folderToken
-        case .file:
-            return token(manifest.chunks ?? [])
-        case .package:
-            let text = "package\n" + (manifest.members ?? []).sorted { $0.path < $1.path }
-                .map { $0.path + "\u{0}" + $0.chunks.map { "\($0.hash):\($0.size)" }.joined(separator: ",") }.joined(separator: "\n")
-            return Data(text.utf8).withUnsafeBytes { ContentChunker.hash($0) }
-        }
-    }
+    /// The token naming contents for the sync decisions (``ContentToken``).
+    static func token(_ manifest: Manifest, kind: ItemKind) -> String { ContentToken.of(manifest, kind: kind) }
 
     /// The token of a flat file's chunk list.
-    static func token(_ chunks: [ChunkReference]) -> String {
-        let text = chunks.map { "\($0.hash):\($0.size)" }.joined(separator: ",")
-        return Data(text.utf8).withUnsafeBytes { ContentChunker.hash($0) }
-    }
+    static func token(_ chunks: [ChunkReference]) -> String { ContentToken.of(chunks) }
 
     /// Chunk positions for a chunk list.
     static func pieces(_ chunks: [ChunkReference]) -> [ContentChunk] {

@@ -39,19 +39,23 @@ public struct SyncClient: Sendable {
     /// The account and device the token belongs to.
     public func account() async throws -> AccountResponse { try await json(.GET, "v1/account") }
 
-    /// The items of `container` changed after `since`.
-    public func changes(container: String, since: Int64) async throws -> ChangesResponse {
-        try await json(.GET, "v1/containers/\(container)/changes?since=\(since)")
+    /// The items of `container` changed after `since`; `brief`: without their manifests (their
+    /// tokens instead, ``ItemState/digest``).
+    public func changes(container: String, since: Int64, brief: Bool = false) async throws -> ChangesResponse {
+        try await json(.GET, "v1/containers/\(container)/changes?since=\(since)" + (brief ? "&brief=true" : ""))
     }
 
-    /// An item's present state (with its manifest).
-    public func item(container: String, id: String) async throws -> ItemState {
-        try await json(.GET, "v1/containers/\(container)/items/\(id)")
+    /// An item's present state with its manifest — or, given a revision the device has
+    /// (`since`), for a file, its chunk list as a difference from that revision's
+    /// (``ItemState/manifestDelta``) when the server can make one.
+    public func item(container: String, id: String, since: String? = nil) async throws -> ItemState {
+        try await json(.GET, "v1/containers/\(container)/items/\(id)" + (since.map { "?since=\($0)" } ?? ""))
     }
 
-    /// Commits a change of an item (metadata first: the answer lists the chunks to upload).
-    public func commit(container: String, item: String, update: ItemUpdate) async throws -> CommitResponse {
-        try await json(.PUT, "v1/containers/\(container)/items/\(item)", body: update)
+    /// Commits a change of an item (metadata first: the answer lists the chunks to upload);
+    /// `brief`: the answer's item without its manifest.
+    public func commit(container: String, item: String, update: ItemUpdate, brief: Bool = false) async throws -> CommitResponse {
+        try await json(.PUT, "v1/containers/\(container)/items/\(item)" + (brief ? "?brief=true" : ""), body: update)
     }
 
     /// Keeps one revision of an item and removes conflict versions.

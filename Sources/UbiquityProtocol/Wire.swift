@@ -119,6 +119,10 @@ public struct ItemUpdate: Codable, Sendable {
     /// The device's id for this change (1…128 of `A–Z a–z 0–9 - _ .`). Sent again after a lost
     /// answer or a crash, the same change gets the same answer and is not committed twice.
     public var changeId: String?
+    /// For a file: its chunk list as a difference from the `baseRevision`'s, instead of
+    /// `manifest` (which is then empty). The server answers `409 deltaBaseUnknown` when it
+    /// cannot apply it; the device then sends the whole list.
+    public var manifestDelta: ChunkListDelta?
 
     /// Creates an update.
     public init(baseRevision: String?, name: String, parent: String? = nil, kind: ItemKind, modificationDate: Double, type: String? = nil,
@@ -165,6 +169,14 @@ public struct ItemState: Codable, Sendable, Equatable {
     public var manifest: Manifest
     /// Unresolved conflict versions: revisions that lost the conflict rule.
     public var conflicts: [ConflictVersion]
+    /// What names the contents (``manifest``'s token), sent in brief answers (`brief=true`),
+    /// whose manifests are left out.
+    public var digest: String?
+    /// With `since=REVISION`: the current chunk list as a difference from that revision's
+    /// (``manifest`` is then left out); nil when the server sent the whole manifest.
+    public var manifestDelta: ChunkListDelta?
+    /// The revision ``manifestDelta`` starts from.
+    public var deltaBase: String?
 
     /// Creates a value.
     public init(id: String, revision: String, name: String, parent: String? = nil, kind: ItemKind, size: Int64, modificationDate: Double, type: String? = nil, deleted: Bool, uploaded: Bool, deviceName: String, sequence: Int64, manifest: Manifest, conflicts: [ConflictVersion]) {
@@ -199,6 +211,8 @@ public struct ConflictVersion: Codable, Sendable, Equatable {
     public var uploaded: Bool
     /// Its manifest.
     public var manifest: Manifest
+    /// What names its contents, in brief answers (whose manifests are left out).
+    public var digest: String?
 
     /// Creates a value.
     public init(revision: String, deviceName: String, modificationDate: Double, size: Int64, uploaded: Bool, manifest: Manifest) {

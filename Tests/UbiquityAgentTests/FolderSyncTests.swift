@@ -138,4 +138,34 @@ extension ContainerSyncTests {
             #expect(!phone.exists("Trips/Rome.txt") && !laptop.exists("Trips/Rome.txt"))
         }
     }
+
+    @Test func aSmallEditOfALargeFileMovesLittle() async throws {
+        try await withServer { base, dir in
+            let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await device("phone", base: base, dir: dir, greedy: true)
+            var bytes = Data(count: 16 << 20)
+            var seed: UInt64 = 0x9e37_79b9_7f4a_7c15
+            for index in bytes.indices {
+                seed = seed &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
+                bytes[index] = UInt8(truncatingIfNeeded: seed >> 33)
+            }
+            try laptop.write("Film.raw", bytes)
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Film.raw")) == bytes)
+
+            // One byte changed in 16 MiB (about 1,000 chunks): the chunk lists travel as
+            // differences, both ways, and only the changed chunks move.
+            bytes[bytes.count / 2] ^= 0xff
+            try laptop.write("Film.raw", bytes)
+            let laptopBefore = laptop.client.traffic.snapshot, phoneBefore = phone.client.traffic.snapshot
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            let laptopMoved = laptop.client.traffic.snapshot.total - laptopBefore.total
+            let phoneMoved = phone.client.traffic.snapshot.total - phoneBefore.total
+            #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Film.raw")) == bytes)
+            #expect(laptopMoved < 65_536 && phoneMoved < 65_536, "sent and received: laptop \(laptopMoved) bytes, phone \(phoneMoved) bytes")
+            print("1-byte edit in 16 MiB: laptop \(laptopMoved) bytes, phone \(phoneMoved) bytes")
+        }
+    }
 }

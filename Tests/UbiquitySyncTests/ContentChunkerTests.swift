@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityProtocol
 import Testing
 @testable import UbiquitySync
 

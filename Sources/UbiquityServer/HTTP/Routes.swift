@@ -1,5 +1,6 @@
 import Foundation
 import UbiquityProtocol
+import UbiquitySync
 import HTTPTypes
 import Hummingbird
 import HummingbirdBcrypt
@@ -86,23 +87,50 @@ extension SyncServices {
             let since = try Self.integer(request.uri.queryParameters["since"], name: "since", default: 0)
             let limit = try Self.integer(request.uri.queryParameters["limit"], name: "limit", default: 500)
             guard since >= 0, (1...5_000).contains(limit) else { throw SyncError.badRequest("invalidCursor", "since must be ≥ 0 and limit 1 to 5000") }
-            return try await database.changes(accountId: device.accountId, container: container, since: since, limit: Int(limit))
+            var page = try await database.changes(accountId: device.accountId, container: container, since: since, limit: Int(limit))
+            if Self.brief(request) { page.items = page.items.map(Self.brief) }
+            return page
         }
-        containers.get("items/:item") { _, context in
+        containers.get("items/:item") { request, context in
             let (device, container, item) = try Self.itemAddress(context)
-            guard let state = try await database.item(accountId: device.accountId, container: container, id: item) else { throw SyncError.notFound }
-            return state
+            guard var state = try await database.item(accountId: device.accountId, container: container, id: item) else { throw SyncError.notFound }
+            // A device that has an earlier revision gets the chunk list as a difference from it.
+            if let since = request.uri.queryParameters["since"].map(String.init), state.kind == .file, !state.deleted {
+                try Validate.identifier(since, field: "since")
+                if let base = try await database.revisionManifest(accountId: device.accountId, container: container, item: item, revision: since),
+                   base.kind == .file {
+                    let delta = ChunkListDelta(from: base.manifest.chunks ?? [], to: state.manifest.chunks ?? [])
+                    state = Self.brief(state)
+                    state.manifestDelta = delta
+                    state.deltaBase = since
+                }
+            }
+            return Self.brief(request) ? Self.brief(state) : state
         }
         containers.put("items/:item") { request, context in
             let (device, container, item) = try Self.itemAddress(context)
-            let update = try await request.decode(as: ItemUpdate.self, context: context)
+            var update = try await request.decode(as: ItemUpdate.self, context: context)
+            if let delta = update.manifestDelta {
+                // A file's chunk list as a difference from its base revision's.
+                guard update.kind == .file, let base = update.baseRevision else {
+                    throw SyncError.badRequest("invalidManifest", "a manifest delta is for a file with a base revision")
+                }
+                try Validate.identifier(base, field: "baseRevision")
+                guard let known = try await database.revisionManifest(accountId: device.accountId, container: container, item: item, revision: base),
+                      known.kind == .file, let chunks = try? delta.apply(to: known.manifest.chunks ?? []) else {
+                    throw SyncError(.conflict, "deltaBaseUnknown", "the delta does not fit revision \(base): send the whole manifest")
+                }
+                update.manifest = Manifest(chunks: chunks)
+                update.manifestDelta = nil
+            }
             try Validate.update(update)
             let outcome = try await database.commit(accountId: device.accountId, container: container, itemId: item, update: update, device: device, now: Date())
             if !outcome.repeated { // a change sent again changed nothing: nothing to count or push
                 metrics.count(.commits)
                 notifier.publish(account: device.accountId, container: container, sequence: outcome.item.sequence)
             }
-            return CommitResponse(revision: outcome.revision, outcome: outcome.isCurrent ? "current" : "conflict", item: outcome.item, missingChunks: outcome.missingChunks)
+            return CommitResponse(revision: outcome.revision, outcome: outcome.isCurrent ? "current" : "conflict",
+                                  item: Self.brief(request) ? Self.brief(outcome.item) : outcome.item, missingChunks: outcome.missingChunks)
         }
         containers.post("items/:item/resolve") { request, context in
             let (device, container, item) = try Self.itemAddress(context)
@@ -194,6 +222,24 @@ extension SyncServices {
 
     /// A bcrypt hash of nothing anyone types, checked when the account does not exist.
     static let decoyHash = Bcrypt.hash(UUID().uuidString, cost: 4)
+
+    /// Whether the request asks for brief answers (`brief=true`): manifests left out, their
+    /// tokens (``ItemState/digest``) given instead.
+    static func brief(_ request: Request) -> Bool { request.uri.queryParameters["brief"].map { $0 == "true" || $0 == "1" } ?? false }
+
+    /// The item with its manifests left out and their tokens given instead.
+    static func brief(_ item: ItemState) -> ItemState {
+        var brief = item
+        if brief.digest == nil { brief.digest = ContentToken.of(item.manifest, kind: item.kind) }
+        brief.manifest = Manifest()
+        brief.conflicts = item.conflicts.map { conflict in
+            var version = conflict
+            if version.digest == nil { version.digest = ContentToken.of(conflict.manifest, kind: item.kind) }
+            version.manifest = Manifest()
+            return version
+        }
+        return brief
+    }
 
     static func itemAddress(_ context: SyncContext) throws -> (DeviceAuth, String, String) {
         let container = try context.parameters.require("container")

@@ -124,6 +124,18 @@ extension PostgresDatabase {
         }
     }
 
+    func revisionManifest(accountId: Int64, container: String, item: String, revision: String) async throws -> (kind: ItemKind, manifest: Manifest)? {
+        try await transaction { db in
+            try await db.rows("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container),
+                  let row = try await db.rows("""
+                    SELECT kind, manifest FROM revision WHERE container_id = \(containerId) AND item_id = \(item) AND id = \(revision)
+                    """).first,
+                  let kind = ItemKind(rawValue: try row.get("kind", as: String.self)) else { return nil }
+            return (kind, try Self.manifest(row))
+        }
+    }
+
     func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date) async throws -> CommitOutcome {
         let manifest = try JSONEncoder().encode(update.manifest)
         let chunks = update.manifest.allChunks

@@ -177,6 +177,16 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
+    func revisionManifest(accountId: Int64, container: String, item: String, revision: String) async throws -> (kind: ItemKind, manifest: Manifest)? {
+        try await pool.read { db in
+            guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container),
+                  let row = try Row.fetchOne(db, sql: "SELECT kind, manifest FROM revision WHERE containerId = ? AND itemId = ? AND id = ?",
+                                             arguments: [containerId, item, revision]),
+                  let kind = ItemKind(rawValue: row["kind"]) else { return nil }
+            return (kind, try JSONDecoder().decode(Manifest.self, from: row["manifest"] as Data))
+        }
+    }
+
     func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date) async throws -> CommitOutcome {
         let manifest = try JSONEncoder().encode(update.manifest)
         let chunks = update.manifest.allChunks

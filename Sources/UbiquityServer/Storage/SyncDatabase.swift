@@ -94,6 +94,9 @@ protocol SyncDatabase: Sendable {
 
     func changes(accountId: Int64, container: String, since: Int64, limit: Int) async throws -> ChangesResponse
     func item(accountId: Int64, container: String, id: String) async throws -> ItemState?
+    /// The kind and manifest of one revision of an item (current, conflict or past), or nil if the
+    /// item has no such revision: the base of chunk-list deltas.
+    func revisionManifest(accountId: Int64, container: String, item: String, revision: String) async throws -> (kind: ItemKind, manifest: Manifest)?
     func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date) async throws -> CommitOutcome
     func resolve(accountId: Int64, container: String, itemId: String, request: ResolveRequest) async throws -> ItemState
 

@@ -2,7 +2,8 @@ import Foundation
 
 /// How one list of chunks becomes another, as runs copied from the old list and chunks that are
 /// new: what travels instead of a whole chunk list when a large file changes a little (a 1-byte
-/// edit in 64 MiB is a few operations, not 4,000 hashes).
+/// edit in 64 MiB is a few operations, not 4,000 hashes). It travels in both directions:
+/// ``ItemUpdate/manifestDelta`` up, ``ItemState/manifestDelta`` down.
 public struct ChunkListDelta: Sendable, Equatable, Codable {
     /// One step of rebuilding the new list.
     public enum Operation: Sendable, Equatable, Codable {
@@ -15,9 +16,14 @@ public struct ChunkListDelta: Sendable, Equatable, Codable {
     /// The steps, in order.
     public var operations: [Operation]
 
+    /// A delta of these steps.
+    public init(operations: [Operation]) {
+        self.operations = operations
+    }
+
     /// The delta that turns `old` into `new`: consecutive chunks that follow each other in
     /// `old` too become one copy.
-    public init(from old: [ContentChunk], to new: [ContentChunk]) {
+    public init(from old: [ChunkReference], to new: [ChunkReference]) {
         var positions: [String: [Int]] = [:]
         for (index, chunk) in old.enumerated() { positions[chunk.hash, default: []].append(index) }
         var operations: [Operation] = []
@@ -25,10 +31,10 @@ public struct ChunkListDelta: Sendable, Equatable, Codable {
         while index < new.count {
             // The longest run of `new` from here that `old` has in a row.
             var best: (from: Int, count: Int)?
-            for start in positions[new[index].hash] ?? [] where old[start].length == new[index].length {
+            for start in positions[new[index].hash] ?? [] where old[start].size == new[index].size {
                 var count = 1
                 while index + count < new.count, start + count < old.count, old[start + count].hash == new[index + count].hash,
-                      old[start + count].length == new[index + count].length {
+                      old[start + count].size == new[index + count].size {
                     count += 1
                 }
                 if count > (best?.count ?? 0) { best = (start, count) }
@@ -38,30 +44,27 @@ public struct ChunkListDelta: Sendable, Equatable, Codable {
                 operations.append(.copy(from: best.from, count: best.count))
                 index += best.count
             } else {
-                operations.append(.add(hash: new[index].hash, length: new[index].length))
+                operations.append(.add(hash: new[index].hash, length: Int(new[index].size)))
                 index += 1
             }
         }
         self.operations = operations
     }
 
-    /// The new list, rebuilt from `old` (offsets recomputed).
-    /// - Throws: ``DeltaError`` when the delta copies chunks `old` does not have.
-    public func apply(to old: [ContentChunk]) throws -> [ContentChunk] {
-        var result: [ContentChunk] = []
-        var offset = 0
-        func append(_ hash: String, _ length: Int) {
-            result.append(ContentChunk(offset: offset, length: length, hash: hash))
-            offset += length
-        }
+    /// The new list, rebuilt from `old`.
+    /// - Throws: ``DeltaError`` when the delta copies chunks `old` does not have (or is longer
+    ///   than any manifest may be).
+    public func apply(to old: [ChunkReference]) throws -> [ChunkReference] {
+        var result: [ChunkReference] = []
         for operation in operations {
             switch operation {
             case .copy(let from, let count):
-                guard from >= 0, count > 0, from + count <= old.count else { throw DeltaError(from: from, count: count, available: old.count) }
-                for chunk in old[from..<(from + count)] { append(chunk.hash, chunk.length) }
+                guard from >= 0, count > 0, from <= old.count - count else { throw DeltaError(from: from, count: count, available: old.count) }
+                result.append(contentsOf: old[from..<(from + count)])
             case .add(let hash, let length):
-                append(hash, length)
+                result.append(ChunkReference(hash: hash, size: Int64(length)))
             }
+            guard result.count <= 100_000 else { throw DeltaError(from: 0, count: result.count, available: old.count) }
         }
         return result
     }

@@ -1,0 +1,56 @@
+import Foundation
+import Testing
+import UbiquityProtocol
+@testable import UbiquityServer
+
+/// Chunk lists as differences on the wire, both ways, and brief answers (tokens, not manifests).
+@Suite struct ManifestDeltaTests {
+    @Test(arguments: Backend.all) func chunkListsTravelAsDifferences(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let phone = try await client.signIn("ada", device: "phone")
+            let parts: [[UInt8]] = (0..<6).map { Array("part \($0) ".utf8) }
+            let created = try await client.commit(notes, "film", fileUpdate("Film.raw", parts), token: laptop.token)
+            for part in parts { _ = try await client.upload(part, token: laptop.token) }
+
+            // Up: the fourth part changed, sent as copy 0..<3, add, copy 4..<6.
+            let changed = Array("part three, longer".utf8)
+            _ = try await client.upload(changed, token: laptop.token)
+            var update = fileUpdate("Film.raw", [], base: created.revision, date: 1_800_000_100)
+            update.manifest = Manifest()
+            update.manifestDelta = ChunkListDelta(operations: [.copy(from: 0, count: 3), .add(hash: sha256(changed), length: changed.count), .copy(from: 4, count: 2)])
+            let edited = try await client.put(notes, "film", update, token: laptop.token)
+            #expect(edited.status == .ok)
+            let answer = try edited.decode(CommitResponse.self)
+            let expected = parts[0..<3].map { ChunkReference(hash: sha256($0), size: Int64($0.count)) } + [ChunkReference(hash: sha256(changed), size: Int64(changed.count))]
+                + parts[4...].map { ChunkReference(hash: sha256($0), size: Int64($0.count)) }
+            #expect(answer.item.manifest.chunks == expected && answer.missingChunks.isEmpty)
+
+            // Down: a device with the first revision gets the difference, not the list.
+            let since = try await client.send(.get, "/v1/containers/\(notes)/items/film?since=\(created.revision)", token: phone.token).decode(ItemState.self)
+            #expect(since.deltaBase == created.revision && since.manifest.chunks == nil)
+            #expect(try since.manifestDelta?.apply(to: parts.map { ChunkReference(hash: sha256($0), size: Int64($0.count)) }) == expected)
+
+            // Brief answers carry the token instead of the manifest.
+            let brief = try await client.send(.get, "/v1/containers/\(notes)/changes?since=0&brief=true", token: phone.token).decode(ChangesResponse.self)
+            #expect(brief.items.count == 1 && brief.items[0].manifest.chunks == nil && brief.items[0].digest?.count == 64)
+
+            // A delta that does not fit its base, or names an unknown base, changes nothing: the device is told to send the list.
+            update.baseRevision = answer.revision
+            update.manifestDelta = ChunkListDelta(operations: [.copy(from: 5, count: 9)])
+            let misfit = try await client.put(notes, "film", update, token: laptop.token)
+            #expect(misfit.status == .conflict && misfit.errorCode == "deltaBaseUnknown")
+            update.baseRevision = "no-such-revision"
+            update.manifestDelta = ChunkListDelta(operations: [.copy(from: 0, count: 1)])
+            let unknown = try await client.put(notes, "film", update, token: laptop.token)
+            #expect(unknown.status == .conflict && unknown.errorCode == "deltaBaseUnknown")
+            let huge = ChunkListDelta(operations: Array(repeating: .copy(from: 0, count: 6), count: 20_000))
+            update.baseRevision = answer.revision
+            update.manifestDelta = huge
+            #expect(try await client.put(notes, "film", update, token: laptop.token).errorCode == "deltaBaseUnknown", "a delta that would grow past any manifest is refused")
+            let now = try await client.changes(notes, token: phone.token)
+            #expect(now.items.first?.revision == answer.revision)
+        }
+    }
+}
