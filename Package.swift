@@ -10,6 +10,7 @@ let package = Package(
         .library(name: "Ubiquity", targets: ["Ubiquity"]),
         .executable(name: "ubiquity", targets: ["UbiquityCLI"]),
         .executable(name: "ubiquity-bench", targets: ["UbiquityBenchmarks"]),
+        .executable(name: "ubiquity-sync-bench", targets: ["UbiquitySyncBenchmarks"]),
         .executable(name: "ubiquity-load", targets: ["UbiquityLoad"]),
         .executable(name: "text-editor", targets: ["TextEditorExample"]),
         .executable(name: "notes", targets: ["NotesExample"]),
@@ -93,6 +94,12 @@ let package = Package(
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
         ),
         .executableTarget(name: "UbiquityBenchmarks", dependencies: ["Ubiquity", "UbiquityFiles"]),
+        // The sync figures against Syncthing, in one run.
+        .executableTarget(
+            name: "UbiquitySyncBenchmarks",
+            dependencies: ["Ubiquity", "UbiquityServer", "UbiquityAgent", "UbiquityProtocol", logging,
+                           .product(name: "AsyncHTTPClient", package: "async-http-client")]
+        ),
         // Load generator for the server: N simulated devices over loopback.
         .executableTarget(
             name: "UbiquityLoad",

@@ -198,30 +198,53 @@ extension ContainerSync {
         }
         defer { transfers[item] = nil }
         transfers[item] = Transfer(downloading: true, done: 0, total: members.reduce(0) { $0 + $1.chunks.reduce(0) { $0 + Int64($1.length) } })
-        var assembled: [(path: String, data: Data)] = []
-        for member in members {
-            var data = Data()
-            for chunk in member.chunks {
-                var bytes: [UInt8]?
-                if let (url, piece) = local[chunk.hash], let handle = try? FileHandle(forReadingFrom: url) {
-                    try? handle.seek(toOffset: UInt64(piece.offset))
-                    let read = [UInt8]((try? handle.read(upToCount: piece.length)) ?? Data())
-                    try? handle.close()
-                    if read.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash { bytes = read }
+        var bytes: [String: [UInt8]] = [:]
+        var needed: [ContentChunk] = [], asked = Set<String>()
+        for chunk in members.flatMap(\.chunks) where bytes[chunk.hash] == nil {
+            if let (url, piece) = local[chunk.hash], let handle = try? FileHandle(forReadingFrom: url) {
+                try? handle.seek(toOffset: UInt64(piece.offset))
+                let read = [UInt8]((try? handle.read(upToCount: piece.length)) ?? Data())
+                try? handle.close()
+                if read.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash {
+                    bytes[chunk.hash] = read
+                    transfers[item]?.done += Int64(chunk.length)
+                    continue
                 }
-                if bytes == nil {
+            }
+            if asked.insert(chunk.hash).inserted { needed.append(chunk) }
+        }
+        // The rest from the server, a few at a time, each checked.
+        let client = client
+        try await withThrowingTaskGroup(of: (String, [UInt8]).self) { group in
+            var inFlight = 0
+            for chunk in needed {
+                if inFlight == Self.transferConcurrency, let (hash, fetched) = try await group.next() {
+                    bytes[hash] = fetched
+                    transfers[item]?.done += Int64(fetched.count)
+                    inFlight -= 1
+                }
+                group.addTask {
                     let fetched = try await client.download(chunk.hash)
                     guard fetched.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash else {
                         throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(chunk.hash) of \(name) arrived damaged")
                     }
-                    bytes = fetched
+                    return (chunk.hash, fetched)
                 }
-                data.append(contentsOf: bytes!)
-                transfers[item]?.done += Int64(chunk.length)
+                inFlight += 1
             }
-            assembled.append((member.path, data))
+            while let (hash, fetched) = try await group.next() {
+                bytes[hash] = fetched
+                transfers[item]?.done += Int64(fetched.count)
+            }
         }
-        return assembled
+        return try members.map { member in
+            var data = Data(capacity: member.chunks.reduce(0) { $0 + $1.length })
+            for chunk in member.chunks {
+                guard let piece = bytes[chunk.hash] else { throw SyncClientError(status: 0, code: "chunkMissing", message: "chunk \(chunk.hash) of \(name) did not arrive") }
+                data.append(contentsOf: piece)
+            }
+            return (member.path, data)
+        }
     }
 
     /// Makes the folder's placeholders exactly `wanted` (path → contents).

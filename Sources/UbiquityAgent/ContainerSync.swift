@@ -330,25 +330,41 @@ public actor ContainerSync {
         return members
     }
 
-    /// Uploads the `missing` chunks of an item's contents at `url` (a file, or a package's members).
+    /// Uploads the `missing` chunks of an item's contents at `url` (a file, or a package's
+    /// members), ``transferConcurrency`` at a time.
     func upload(_ members: [LocalMember], missing: Set<String>, of item: String, from url: URL) async throws {
         var sent = Set<String>()
         let wanted = members.map { member in (member, member.chunks.filter { missing.contains($0.hash) && sent.insert($0.hash).inserted }) }
         transfers[item] = Transfer(downloading: false, done: 0, total: wanted.reduce(0) { $0 + $1.1.reduce(0) { $0 + Int64($1.length) } })
         defer { transfers[item] = nil }
-        for (member, chunks) in wanted where !chunks.isEmpty {
-            let handle = try FileHandle(forReadingFrom: member.path.isEmpty ? url : url.appendingPathComponent(member.path))
-            defer { try? handle.close() }
-            for chunk in chunks {
-                try handle.seek(toOffset: UInt64(chunk.offset))
-                let bytes = [UInt8](try handle.read(upToCount: chunk.length) ?? Data())
-                let hash = bytes.withUnsafeBytes { ContentChunker.hash($0) }
-                guard hash == chunk.hash else { return } // changed since the scan: the next round sends the new contents
-                try await client.upload(bytes, hash: chunk.hash)
-                transfers[item]?.done += Int64(bytes.count)
+        let client = client
+        try await withThrowingTaskGroup(of: Int.self) { group in
+            var inFlight = 0
+            reading: for (member, chunks) in wanted where !chunks.isEmpty {
+                let handle = try FileHandle(forReadingFrom: member.path.isEmpty ? url : url.appendingPathComponent(member.path))
+                defer { try? handle.close() }
+                for chunk in chunks {
+                    try handle.seek(toOffset: UInt64(chunk.offset))
+                    let bytes = [UInt8](try handle.read(upToCount: chunk.length) ?? Data())
+                    // Changed since the scan: the next round sends the new contents.
+                    guard bytes.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash else { break reading }
+                    if inFlight == Self.transferConcurrency, let done = try await group.next() {
+                        transfers[item]?.done += Int64(done)
+                        inFlight -= 1
+                    }
+                    group.addTask {
+                        try await client.upload(bytes, hash: chunk.hash)
+                        return bytes.count
+                    }
+                    inFlight += 1
+                }
             }
+            while let done = try await group.next() { transfers[item]?.done += Int64(done) }
         }
     }
+
+    /// How many chunks travel at once, each way.
+    static let transferConcurrency = 8
 
     // MARK: Mapping
 

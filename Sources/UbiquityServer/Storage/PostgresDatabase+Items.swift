@@ -322,11 +322,13 @@ extension PostgresDatabase {
             var changed: [String: Int64] = [:]
             for row in waiting {
                 let revision: String = try row.get("id")
-                let stillMissing = try await db.rows("""
-                    SELECT COUNT(*) AS missing FROM revision_chunk LEFT JOIN chunk ON chunk.account_id = revision_chunk.account_id AND chunk.hash = revision_chunk.hash
-                    WHERE revision_chunk.revision_id = \(revision) AND chunk.hash IS NULL
-                    """).first?.get("missing", as: Int64.self) ?? 0
-                guard stillMissing == 0 else { continue }
+                // Is any chunk still missing? (Stops at the first: a large file's upload must not
+                // count all its chunks once per chunk.)
+                let stillMissing = try await !db.rows("""
+                    SELECT 1 AS missing FROM revision_chunk LEFT JOIN chunk ON chunk.account_id = revision_chunk.account_id AND chunk.hash = revision_chunk.hash
+                    WHERE revision_chunk.revision_id = \(revision) AND chunk.hash IS NULL LIMIT 1
+                    """).isEmpty
+                guard !stillMissing else { continue }
                 try await db.rows("UPDATE revision SET complete = TRUE WHERE id = \(revision)")
                 let state: String = try row.get("state")
                 guard state == "current" || state == "conflict" else { continue }

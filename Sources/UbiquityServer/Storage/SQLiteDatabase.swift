@@ -366,11 +366,13 @@ final class SQLiteDatabase: SyncDatabase {
             var changed: [String: Int64] = [:]
             for row in waiting {
                 let revision: String = row["id"]
-                let stillMissing = try Int.fetchOne(db, sql: """
-                    SELECT COUNT(*) FROM revisionChunk LEFT JOIN chunk ON chunk.accountId = revisionChunk.accountId AND chunk.hash = revisionChunk.hash
-                    WHERE revisionChunk.revisionId = ? AND chunk.hash IS NULL
-                    """, arguments: [revision]) ?? 0
-                guard stillMissing == 0 else { continue }
+                // Is any chunk still missing? (Stops at the first: a large file's upload must not
+                // count all its chunks once per chunk.)
+                let stillMissing = try Bool.fetchOne(db, sql: """
+                    SELECT 1 FROM revisionChunk LEFT JOIN chunk ON chunk.accountId = revisionChunk.accountId AND chunk.hash = revisionChunk.hash
+                    WHERE revisionChunk.revisionId = ? AND chunk.hash IS NULL LIMIT 1
+                    """, arguments: [revision]) == true
+                guard !stillMissing else { continue }
                 try db.execute(sql: "UPDATE revision SET complete = 1 WHERE id = ?", arguments: [revision])
                 let state: String = row["state"]
                 guard state == "current" || state == "conflict" else { continue }
