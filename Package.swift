@@ -135,6 +135,7 @@ let package = Package(
                 "UbiquityServer",
                 "UbiquityProtocol",
                 "UbiquitySync",
+                .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSTesting", package: "hummingbird-websocket"),
             ]

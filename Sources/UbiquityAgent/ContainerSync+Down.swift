@@ -156,7 +156,8 @@ extension ContainerSync {
         }
         guard state.uploaded, LocalContents.token(state.manifest, kind: kind) == content else { return nil }
         let members = LocalContents.members(state.manifest, kind: kind)
-        let contents = try await assemble(members, of: item, name: path, reusing: previous)
+        let staged = try await stage(members, kind: kind, of: item, name: path, reusing: previous)
+        defer { try? FileManager.default.removeItem(at: staged) } // still there if not moved into place
         localContents[content] = members
         let url = documents.appendingPathComponent(path)
         let documents = documents, packageExtensions = packageExtensions
@@ -166,7 +167,11 @@ extension ContainerSync {
             let now = LocalScanner(root: documents, packageExtensions: packageExtensions).fingerprint(of: path)
             if let previous, previous.path == path, now != previous.fingerprint { return false }
             if previous?.path != path, now != nil { return false }
-            try SafeSave.replaceItem(at: url) { temporary in try LocalContents.write(contents, kind: kind, at: temporary) }
+            try SafeSave.replaceItem(at: url) { temporary in
+                guard rename(staged.path, temporary.path) == 0 else {
+                    throw ContainerSyncError("could not move the download of \(path) into place: \(String(cString: strerror(errno)))")
+                }
+            }
             return true
         }
         guard written, let print = LocalScanner(root: documents, packageExtensions: packageExtensions).fingerprint(of: path) else { return nil }
@@ -183,9 +188,13 @@ extension ContainerSync {
         return chunks
     }
 
-    /// The bytes of each member: from the previous local copy where it has them (checked),
-    /// else from the server (checked).
-    func assemble(_ members: [LocalMember], of item: String, name: String, reusing previous: AgentStore.File?) async throws -> [(path: String, data: Data)] {
+    /// Writes the item's contents into a staging file (or, for a package, a staging folder)
+    /// next to where it goes, named `.ubiquity-download-…` (which scans skip), and returns its
+    /// URL. Each chunk comes from the previous local copy where it has it (checked), else from
+    /// the server (checked), and is written where it belongs as it arrives: nothing is held
+    /// in memory but the batches in flight. Everything staged is `fsync`ed; on failure the
+    /// staging goes.
+    func stage(_ members: [LocalMember], kind: ItemKind, of item: String, name: String, reusing previous: AgentStore.File?) async throws -> URL {
         var local: [String: (url: URL, chunk: ContentChunk)] = [:]
         if let previous {
             let url = documents.appendingPathComponent(previous.path)
@@ -196,55 +205,68 @@ extension ContainerSync {
                 for chunk in member.chunks { local[chunk.hash] = (member.path.isEmpty ? url : url.appendingPathComponent(member.path), chunk) }
             }
         }
+        let folder = documents.appendingPathComponent(LocalContents.folder(of: name))
+        let staged = folder.appendingPathComponent(".ubiquity-download-" + UUID().uuidString.prefix(8).lowercased())
+        var done = false
+        defer { if !done { try? FileManager.default.removeItem(at: staged) } }
+        let writer = try StagedWriter(at: staged, members: members, kind: kind)
+        defer { writer.close() }
+
         defer { transfers[item] = nil }
         transfers[item] = Transfer(downloading: true, done: 0, total: members.reduce(0) { $0 + $1.chunks.reduce(0) { $0 + Int64($1.length) } })
-        var bytes: [String: [UInt8]] = [:]
-        var needed: [ContentChunk] = [], asked = Set<String>()
-        for chunk in members.flatMap(\.chunks) where bytes[chunk.hash] == nil {
+        var needed: [ContentChunk] = [], handled = Set<String>()
+        for chunk in members.flatMap(\.chunks) where handled.insert(chunk.hash).inserted {
             if let (url, piece) = local[chunk.hash], let handle = try? FileHandle(forReadingFrom: url) {
                 try? handle.seek(toOffset: UInt64(piece.offset))
                 let read = [UInt8]((try? handle.read(upToCount: piece.length)) ?? Data())
                 try? handle.close()
                 if read.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash {
-                    bytes[chunk.hash] = read
-                    transfers[item]?.done += Int64(chunk.length)
+                    try writer.write(read, hash: chunk.hash)
+                    transfers[item]?.done += Int64(writer.occurrences(of: chunk.hash) * chunk.length)
                     continue
                 }
             }
-            if asked.insert(chunk.hash).inserted { needed.append(chunk) }
+            needed.append(chunk)
         }
-        // The rest from the server, a few at a time, each checked.
+        // The rest from the server, in batches of about `transferBatchBytes`, a few at a time,
+        // each chunk checked (by the client) and written as its batch arrives.
+        var batches: [[String]] = [], current: [String] = [], currentBytes = 0
+        for chunk in needed {
+            if !current.isEmpty && (currentBytes + chunk.length > Self.transferBatchBytes || current.count == ChunkBatch.maximumCount) {
+                batches.append(current)
+                current = []
+                currentBytes = 0
+            }
+            current.append(chunk.hash)
+            currentBytes += chunk.length
+        }
+        if !current.isEmpty { batches.append(current) }
         let client = client
-        try await withThrowingTaskGroup(of: (String, [UInt8]).self) { group in
+        try await withThrowingTaskGroup(of: [ChunkBatch.Chunk].self) { group in
             var inFlight = 0
-            for chunk in needed {
-                if inFlight == Self.transferConcurrency, let (hash, fetched) = try await group.next() {
-                    bytes[hash] = fetched
-                    transfers[item]?.done += Int64(fetched.count)
-                    inFlight -= 1
-                }
-                group.addTask {
-                    let fetched = try await client.download(chunk.hash)
-                    guard fetched.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash else {
-                        throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(chunk.hash) of \(name) arrived damaged")
+            var pending = batches.makeIterator()
+            while true {
+                while inFlight < Self.transferConcurrency, let hashes = pending.next() {
+                    group.addTask {
+                        do {
+                            return try await client.download(hashes)
+                        } catch let error as SyncClientError where error.code == "hashMismatch" {
+                            throw SyncClientError(status: 200, code: "hashMismatch", message: "\(error.message) (\(name))")
+                        }
                     }
-                    return (chunk.hash, fetched)
+                    inFlight += 1
                 }
-                inFlight += 1
-            }
-            while let (hash, fetched) = try await group.next() {
-                bytes[hash] = fetched
-                transfers[item]?.done += Int64(fetched.count)
+                guard let fetched = try await group.next() else { break }
+                inFlight -= 1
+                for chunk in fetched {
+                    try writer.write(chunk.bytes, hash: chunk.hash)
+                    transfers[item]?.done += Int64(writer.occurrences(of: chunk.hash) * chunk.bytes.count)
+                }
             }
         }
-        return try members.map { member in
-            var data = Data(capacity: member.chunks.reduce(0) { $0 + $1.length })
-            for chunk in member.chunks {
-                guard let piece = bytes[chunk.hash] else { throw SyncClientError(status: 0, code: "chunkMissing", message: "chunk \(chunk.hash) of \(name) did not arrive") }
-                data.append(contentsOf: piece)
-            }
-            return (member.path, data)
-        }
+        try writer.finish()
+        done = true
+        return staged
     }
 
     /// Makes the folder's placeholders exactly `wanted` (path → contents).
@@ -312,5 +334,77 @@ extension ContainerSync {
         try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
             if FileManager.default.fileExists(atPath: url.path) { try FileManager.default.removeItem(at: url) }
         }
+    }
+}
+
+/// Writes downloaded chunks where they belong in a staged file or package (`pwrite` at each
+/// offset the chunk has, so they may arrive in any order), then makes it all durable. The
+/// owner closes it (``close()``) whatever happens.
+struct StagedWriter: Sendable {
+    let root: URL
+    /// Where each chunk goes: member index and offsets.
+    private let places: [String: [Place]]
+    private let descriptors: [Int32]
+
+    struct Place: Sendable {
+        var member: Int
+        var offset: Int
+    }
+
+    /// Creates the staged file (or folder with its members and their folders), each member
+    /// already at its final length.
+    init(at root: URL, members: [LocalMember], kind: ItemKind) throws {
+        self.root = root
+        var descriptors: [Int32] = [], places: [String: [Place]] = [:]
+        if kind == .package { try FileManager.default.createDirectory(at: root, withIntermediateDirectories: false) }
+        do {
+            for (index, member) in members.enumerated() {
+                let url = member.path.isEmpty ? root : root.appendingPathComponent(member.path)
+                if kind == .package { try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true) }
+                let fd = open(url.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+                guard fd >= 0 else { throw Self.failure("create", url) }
+                descriptors.append(fd)
+                let length = member.chunks.reduce(0) { $0 + $1.length }
+                guard ftruncate(fd, off_t(length)) == 0 else { throw Self.failure("size", url) }
+                for chunk in member.chunks { places[chunk.hash, default: []].append(Place(member: index, offset: chunk.offset)) }
+            }
+        } catch {
+            for fd in descriptors { Glibc.close(fd) }
+            throw error
+        }
+        self.descriptors = descriptors
+        self.places = places
+    }
+
+    /// How many places in the item the chunk fills.
+    func occurrences(of hash: String) -> Int { places[hash]?.count ?? 0 }
+
+    /// Writes a chunk (already checked against its hash) everywhere it goes.
+    func write(_ bytes: [UInt8], hash: String) throws {
+        for place in places[hash] ?? [] {
+            var done = 0
+            while done < bytes.count {
+                let wrote = bytes.withUnsafeBytes { pwrite(descriptors[place.member], $0.baseAddress! + done, bytes.count - done, off_t(place.offset + done)) }
+                if wrote < 0 && errno == EINTR { continue }
+                guard wrote > 0 else { throw Self.failure("write", root) }
+                done += wrote
+            }
+        }
+    }
+
+    /// Makes every member durable (a package's folders are synced by the safe save).
+    func finish() throws {
+        for fd in descriptors {
+            guard fsync(fd) == 0 else { throw Self.failure("fsync", root) }
+        }
+    }
+
+    /// Closes the members.
+    func close() {
+        for fd in descriptors { Glibc.close(fd) }
+    }
+
+    static func failure(_ operation: String, _ url: URL) -> ContainerSyncError {
+        ContainerSyncError("could not \(operation) the download at \(url.path): \(String(cString: strerror(errno)))")
     }
 }

@@ -142,9 +142,10 @@ extension ContainerSync {
             for conflict in details.conflicts where missing.contains(conflict.revision) && conflict.uploaded {
                 do {
                     let kind = remote.kind ?? .file
-                    let contents = try await assemble(LocalContents.members(conflict.manifest, kind: kind), of: item, name: path, reusing: files[path])
+                    let staged = try await stage(LocalContents.members(conflict.manifest, kind: kind), kind: kind, of: item, name: path, reusing: files[path])
+                    defer { try? FileManager.default.removeItem(at: staged) }
                     let staging = NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: url).appendingPathComponent(LocalContents.name(of: path))
-                    try LocalContents.write(contents, kind: kind, at: staging)
+                    try FileManager.default.moveItem(at: staged, to: staging)
                     _ = try NSFileVersion.addConflictVersion(ofItemAt: url, withContentsOf: staging, savingComputer: conflict.deviceName,
                                                              modificationDate: Date(timeIntervalSince1970: conflict.modificationDate), byMoving: true,
                                                              identifier: Self.versionIdentifier(conflict.revision))

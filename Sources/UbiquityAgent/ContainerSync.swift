@@ -337,9 +337,26 @@ public actor ContainerSync {
         let wanted = members.map { member in (member, member.chunks.filter { missing.contains($0.hash) && sent.insert($0.hash).inserted }) }
         transfers[item] = Transfer(downloading: false, done: 0, total: wanted.reduce(0) { $0 + $1.1.reduce(0) { $0 + Int64($1.length) } })
         defer { transfers[item] = nil }
+        // Chunks go in batches of about `transferBatchBytes`, a few batches at a time.
         let client = client
         try await withThrowingTaskGroup(of: Int.self) { group in
             var inFlight = 0
+            var batch = ChunkBatch(), batchBytes = 0
+            func dispatch() async throws {
+                guard !batch.chunks.isEmpty else { return }
+                if inFlight == Self.transferConcurrency, let done = try await group.next() {
+                    transfers[item]?.done += Int64(done)
+                    inFlight -= 1
+                }
+                let sending = batch, size = batchBytes
+                group.addTask {
+                    try await client.upload(sending)
+                    return size
+                }
+                inFlight += 1
+                batch = ChunkBatch()
+                batchBytes = 0
+            }
             reading: for (member, chunks) in wanted where !chunks.isEmpty {
                 let handle = try FileHandle(forReadingFrom: member.path.isEmpty ? url : url.appendingPathComponent(member.path))
                 defer { try? handle.close() }
@@ -348,23 +365,21 @@ public actor ContainerSync {
                     let bytes = [UInt8](try handle.read(upToCount: chunk.length) ?? Data())
                     // Changed since the scan: the next round sends the new contents.
                     guard bytes.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash else { break reading }
-                    if inFlight == Self.transferConcurrency, let done = try await group.next() {
-                        transfers[item]?.done += Int64(done)
-                        inFlight -= 1
-                    }
-                    group.addTask {
-                        try await client.upload(bytes, hash: chunk.hash)
-                        return bytes.count
-                    }
-                    inFlight += 1
+                    if batchBytes + bytes.count > Self.transferBatchBytes || batch.chunks.count == ChunkBatch.maximumCount { try await dispatch() }
+                    batch.chunks.append(.init(hash: chunk.hash, bytes: bytes))
+                    batchBytes += bytes.count
                 }
             }
+            try await dispatch()
             while let done = try await group.next() { transfers[item]?.done += Int64(done) }
         }
     }
 
-    /// How many chunks travel at once, each way.
-    static let transferConcurrency = 8
+    /// How many batches of chunks travel at once, each way.
+    static let transferConcurrency = 4
+
+    /// About how many bytes of chunks one request carries, each way (``ChunkBatch``).
+    static let transferBatchBytes = 4 << 20
 
     // MARK: Mapping
 

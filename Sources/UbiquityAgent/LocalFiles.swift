@@ -108,30 +108,6 @@ enum LocalContents {
         }
     }
 
-    /// Writes assembled contents (member path → bytes; "" for a flat file) as a new file or
-    /// package at `url`, every file synced to disk (the caller moves it into place).
-    static func write(_ contents: [(path: String, data: Data)], kind: ItemKind, at url: URL) throws {
-        guard kind == .package else {
-            try writeDurably(contents.first?.data ?? Data(), to: url)
-            return
-        }
-        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: false)
-        for (path, data) in contents {
-            let member = url.appendingPathComponent(path)
-            try FileManager.default.createDirectory(at: member.deletingLastPathComponent(), withIntermediateDirectories: true)
-            try writeDurably(data, to: member)
-        }
-    }
-
-    private static func writeDurably(_ data: Data, to url: URL) throws {
-        guard FileManager.default.createFile(atPath: url.path, contents: data) else {
-            throw CocoaError(.fileWriteUnknown, userInfo: [NSFilePathErrorKey: url.path])
-        }
-        let handle = try FileHandle(forWritingTo: url)
-        defer { try? handle.close() }
-        try handle.synchronize()
-    }
-
     /// The depth of a relative path (its number of components).
     static func depth(_ path: String) -> Int { path.split(separator: "/").count }
 

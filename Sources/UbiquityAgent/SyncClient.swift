@@ -4,6 +4,8 @@ import NIOCore
 import NIOHTTP1
 import Synchronization
 import UbiquityProtocol
+import UbiquitySync
+import UbiquityClient
 
 /// A client of the sync server's protocol (docs/SyncProtocol.md), over AsyncHTTPClient: what
 /// `ubiquity login` and the agent use. Every failure is a ``SyncClientError`` naming the server's
@@ -72,6 +74,41 @@ public struct SyncClient: Sendable {
     /// Uploads one chunk (the server checks it against its hash).
     public func upload(_ bytes: [UInt8], hash: String) async throws {
         _ = try await send(.PUT, "v1/chunks/\(hash)", raw: bytes, expecting: [.created], timeout: timeout * 4)
+    }
+
+    /// Uploads several chunks in one request (``ChunkBatch``; at most
+    /// ``ChunkBatch/maximumBytes`` of chunks, or one larger chunk); the server checks each
+    /// against its hash and keeps all or none.
+    public func upload(_ batch: ChunkBatch) async throws {
+        _ = try await send(.POST, "v1/chunks", raw: batch.encoded(), expecting: [.created], timeout: timeout * 4)
+    }
+
+    /// Downloads chunks, in the order asked, each checked against its hash: the server answers
+    /// with as many as fit in one batch, and this asks again for the rest.
+    public func download(_ hashes: [String]) async throws -> [ChunkBatch.Chunk] {
+        var chunks: [ChunkBatch.Chunk] = []
+        chunks.reserveCapacity(hashes.count)
+        while chunks.count < hashes.count {
+            let asked = Array(hashes[chunks.count..<min(hashes.count, chunks.count + ChunkBatch.maximumCount)])
+            let body = try await send(.POST, "v1/chunks/fetch", raw: try JSONEncoder().encode(ChunkFetchRequest(hashes: asked)).map { $0 },
+                                      expecting: [.ok], timeout: timeout * 4, json: true)
+            let batch: ChunkBatch
+            do {
+                batch = try ChunkBatch(decoding: Array(buffer: body), maximumChunkSize: 64 << 20)
+            } catch {
+                throw SyncClientError(status: 200, code: "badAnswer", message: "the server's chunk batch is not what the protocol says: \(error)")
+            }
+            guard !batch.chunks.isEmpty, batch.chunks.count <= asked.count else {
+                throw SyncClientError(status: 200, code: "badAnswer", message: "the server answered \(batch.chunks.count) chunks for \(asked.count) asked")
+            }
+            for (chunk, hash) in zip(batch.chunks, asked) {
+                guard chunk.hash == hash, chunk.bytes.withUnsafeBytes({ ContentChunker.hash($0) }) == hash else {
+                    throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(hash) arrived damaged")
+                }
+                chunks.append(chunk)
+            }
+        }
+        return chunks
     }
 
     /// Downloads one chunk.
@@ -183,4 +220,17 @@ public struct SyncClientError: Error, CustomStringConvertible, Equatable {
 
     /// The message, with its code.
     public var description: String { "\(message) (\(code))" }
+}
+
+extension SyncClient {
+    /// Registers this device with the account and saves its credentials (token 0600) under
+    /// `paths`: what `ubiquity login` does.
+    @discardableResult
+    public func signIn(account: String, password: String, deviceName: String, savingTo paths: UbiquityPaths) async throws -> UbiquityCredentials {
+        let answer = try await signIn(account: account, password: password, deviceName: deviceName)
+        let credentials = UbiquityCredentials(server: server, account: account, deviceId: answer.deviceId, deviceName: deviceName,
+                                              token: answer.token, identityToken: answer.identityToken)
+        try credentials.save(to: paths)
+        return credentials
+    }
 }

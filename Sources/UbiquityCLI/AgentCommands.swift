@@ -26,9 +26,7 @@ struct LoginCommand: AsyncParsableCommand {
         let name = deviceName ?? ProcessInfo.processInfo.hostName
         let paths = UbiquityPaths()
         let previous = try? UbiquityCredentials.load(from: paths)
-        let answer = try await SyncClient(server: url).signIn(account: account, password: password, deviceName: name)
-        try UbiquityCredentials(server: url, account: account, deviceId: answer.deviceId, deviceName: name,
-                                token: answer.token, identityToken: answer.identityToken).save(to: paths)
+        let answer = try await SyncClient(server: url).signIn(account: account, password: password, deviceName: name, savingTo: paths)
         if let previous, previous.identityToken != answer.identityToken {
             print("signed out of \(previous.account) at \(previous.server.absoluteString)")
         }

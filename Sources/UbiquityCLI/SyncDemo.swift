@@ -80,25 +80,15 @@ struct SyncDemo {
     func run() async throws {
         var logger = Logger(label: "ubiquity.demo.server")
         logger.logLevel = .critical
-        let data = folder.appendingPathComponent("server").path
-        let admin = try await ServerAdministration(dataDirectory: data, bcryptCost: 4)
-        _ = try await admin.createAccount(name: "ada", password: "correct horse")
-        await admin.close()
-        let server = try await SyncServer(configuration: .init(dataDirectory: data, host: "127.0.0.1", port: 0, bcryptCost: 4), logger: logger)
-        let (ports, announce) = AsyncStream.makeStream(of: Int.self)
-        let serving = Task { try await server.run { port in announce.yield(port) } }
-        defer { serving.cancel() }
-        var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next() else { throw DemoError("the embedded server did not start") }
-        let base = URL(string: "http://127.0.0.1:\(port)")!
+        let server = try await EmbeddedServer.start(dataDirectory: folder.appendingPathComponent("server").path, account: "ada", password: "correct horse", logger: logger)
+        defer { server.cancel() }
+        let base = server.url
         say("10. sync    an embedded server at \(base.absoluteString), account ada; two devices, laptop and phone, each with an agent")
 
         let laptop = Device("laptop", folder: folder, container: container)
         let phone = Device("phone", folder: folder, container: container)
         for device in [laptop, phone] {
-            let answer = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: device.name)
-            try UbiquityCredentials(server: base, account: "ada", deviceId: answer.deviceId, deviceName: device.name, token: answer.token,
-                                    identityToken: answer.identityToken).save(to: device.paths)
+            try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: device.name, savingTo: device.paths)
             device.start(container)
         }
         defer { for device in [laptop, phone] { device.task?.cancel() } }
@@ -148,7 +138,6 @@ struct SyncDemo {
         say("14. resolve the laptop keeps \"\(laptop.read("Trip.txt") ?? "?")\"; the phone follows after \(followed), no conflicts left")
         await laptop.stop()
         await phone.stop()
-        serving.cancel()
-        _ = await serving.result
+        await server.stop()
     }
 }

@@ -218,6 +218,7 @@ extension SyncServer {
     static func collectGarbage(storage: ServerStorage, retention: TimeInterval, now: Date) async throws -> (revisions: Int, chunks: Int, bytes: Int64) {
         let collected = try await storage.database.collectGarbage(now: now, retention: retention, grace: 86_400)
         for (account, hash) in collected.chunks { await storage.chunks.remove(hash: hash, account: account) }
+        try await storage.chunks.compact(orphanAge: 3_600)
         return (collected.revisions, collected.chunks.count, collected.bytes)
     }
 }
@@ -237,5 +238,44 @@ struct ServerStorage: Sendable {
         return ServerStorage(
             database: try SQLiteDatabase(path: dataDirectory + "/ubiquity.sqlite"),
             chunks: try FileChunkStore(directory: dataDirectory + "/chunks"))
+    }
+}
+
+/// A server on loopback for demos and benchmarks: a data directory with one account, serving
+/// on a free port from a task of its own (fast bcrypt: for throwaway accounts only).
+public struct EmbeddedServer: Sendable {
+    /// Where it answers (`http://127.0.0.1:PORT`).
+    public let url: URL
+    let serving: Task<Void, any Error>
+
+    /// Creates the account in `dataDirectory` and starts serving.
+    /// - Throws: storage errors; an error if the server stopped before it listened.
+    public static func start(dataDirectory: String, account: String, password: String, logger: Logger) async throws -> EmbeddedServer {
+        let admin = try await ServerAdministration(dataDirectory: dataDirectory, bcryptCost: 4)
+        _ = try await admin.createAccount(name: account, password: password)
+        await admin.close()
+        let server = try await SyncServer(configuration: .init(dataDirectory: dataDirectory, host: "127.0.0.1", port: 0, bcryptCost: 4), logger: logger)
+        let (ports, announce) = AsyncStream.makeStream(of: Int.self)
+        let serving = Task {
+            defer { announce.finish() }
+            try await server.run { port in announce.yield(port) }
+        }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next() else {
+            serving.cancel()
+            throw SyncError(.internalServerError, "notStarted", "the embedded server stopped before it listened")
+        }
+        return EmbeddedServer(url: URL(string: "http://127.0.0.1:\(port)")!, serving: serving)
+    }
+
+    /// Tells it to stop serving (without waiting).
+    public func cancel() {
+        serving.cancel()
+    }
+
+    /// Stops serving and waits until it has.
+    public func stop() async {
+        serving.cancel()
+        _ = await serving.result
     }
 }

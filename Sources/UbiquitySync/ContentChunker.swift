@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import UbiquityProtocol
 
 /// One piece of a file cut by ``ContentChunker``: where it is and what it hashes to.
 public struct ContentChunk: Sendable, Hashable, Codable {
@@ -137,7 +138,7 @@ public struct ContentChunker: Sendable {
 
     /// SHA-256 as lowercase hexadecimal.
     public static func hash(_ bytes: UnsafeRawBufferPointer) -> String {
-        SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
+        SHA256.hash(data: bytes).lowercaseHex
     }
 
     /// 256 fixed pseudo-random words (SplitMix64 from a fixed seed): part of the protocol.

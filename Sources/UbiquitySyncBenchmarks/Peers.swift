@@ -21,9 +21,9 @@ final class UbiquityPeer: Peer, Sendable {
     let sideB: URL
     let devices: [UbiquityContainers]
     let agents: [Task<Void, any Error>]
-    let server: Task<Void, any Error>
+    let server: EmbeddedServer
 
-    private init(sideA: URL, sideB: URL, devices: [UbiquityContainers], agents: [Task<Void, any Error>], server: Task<Void, any Error>) {
+    private init(sideA: URL, sideB: URL, devices: [UbiquityContainers], agents: [Task<Void, any Error>], server: EmbeddedServer) {
         self.sideA = sideA
         self.sideB = sideB
         self.devices = devices
@@ -34,25 +34,14 @@ final class UbiquityPeer: Peer, Sendable {
     static func start(in folder: URL) async throws -> UbiquityPeer {
         var logger = Logger(label: "ubiquity.bench")
         logger.logLevel = .critical
-        let data = folder.appendingPathComponent("server").path
-        let admin = try await ServerAdministration(dataDirectory: data, bcryptCost: 4)
-        _ = try await admin.createAccount(name: "ada", password: "correct horse")
-        await admin.close()
-        let server = try await SyncServer(configuration: .init(dataDirectory: data, host: "127.0.0.1", port: 0, bcryptCost: 4), logger: logger)
-        let (ports, announce) = AsyncStream.makeStream(of: Int.self)
-        let serving = Task { try await server.run { port in announce.yield(port) } }
-        var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next() else { throw BenchError("the embedded server did not start") }
-        let base = URL(string: "http://127.0.0.1:\(port)")!
+        let server = try await EmbeddedServer.start(dataDirectory: folder.appendingPathComponent("server").path, account: "ada", password: "correct horse", logger: logger)
 
         var devices: [UbiquityContainers] = [], agents: [Task<Void, any Error>] = [], sides: [URL] = []
         for name in ["a", "b"] {
             let home = folder.appendingPathComponent(name)
             let paths = UbiquityPaths(configuration: home.appendingPathComponent("config"), data: home.appendingPathComponent("data"),
                                       runtime: home.appendingPathComponent("run"))
-            let answer = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: name)
-            try UbiquityCredentials(server: base, account: "ada", deviceId: answer.deviceId, deviceName: name, token: answer.token,
-                                    identityToken: answer.identityToken).save(to: paths)
+            try await SyncClient(server: server.url).signIn(account: "ada", password: "correct horse", deviceName: name, savingTo: paths)
             let agent = Agent(paths: paths, configuration: AgentConfiguration(containers: [container], greedy: true, rescanSeconds: 60), logger: logger)
             agents.append(Task { try await agent.run() })
             let containers = UbiquityContainers(paths: paths, entitlements: UbiquityEntitlements(containers: [container]))
@@ -62,7 +51,7 @@ final class UbiquityPeer: Peer, Sendable {
             devices.append(containers)
             sides.append(documents)
         }
-        let peer = UbiquityPeer(sideA: sides[0], sideB: sides[1], devices: devices, agents: agents, server: serving)
+        let peer = UbiquityPeer(sideA: sides[0], sideB: sides[1], devices: devices, agents: agents, server: server)
         try await peer.settle()
         return peer
     }
@@ -80,8 +69,7 @@ final class UbiquityPeer: Peer, Sendable {
     func stop() async {
         for agent in agents { agent.cancel() }
         for agent in agents { _ = await agent.result }
-        server.cancel()
-        _ = await server.result
+        await server.stop()
     }
 }
 

@@ -6,9 +6,11 @@
 //   - a new 4 KiB file: p50 and p99 time until it is readable on the other side;
 //   - a 1-byte edit in a 64 MiB file (saved the safe way: a whole new file renamed over the
 //     old one): time until the other side has it, and bytes on the wire (loopback's counters);
-//   - a new 64 MiB file: time until it is readable, complete, on the other side.
+//   - a new 64 MiB file: time until it is readable, complete, on the other side (the median of
+//     three different files, one after the other).
 //
-//   swift run -c release ubiquity-sync-bench [--small N] [--syncthing-small N] [--large-mib M] [--skip-syncthing] [--directory DIR]
+//   swift run -c release ubiquity-sync-bench [--small N] [--syncthing-small N] [--large-mib M] [--large-runs N]
+//                                            [--skip-syncthing] [--directory DIR]
 import AsyncHTTPClient
 import Foundation
 import Logging
@@ -30,6 +32,7 @@ struct Options {
     var small = 50
     var syncthingSmall = 20
     var largeMiB = 64
+    var largeRuns = 3
     var skipSyncthing = false
     var directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("ubiquity-sync-bench-\(getpid())")
 
@@ -48,6 +51,7 @@ struct Options {
             case "--small": small = try count(argument)
             case "--syncthing-small": syncthingSmall = try count(argument)
             case "--large-mib": largeMiB = try count(argument)
+            case "--large-runs": largeRuns = try count(argument)
             case "--skip-syncthing": skipSyncthing = true
             case "--directory": directory = URL(fileURLWithPath: try value(argument))
             default: throw BenchError("unknown argument \(argument); see the comment at the top of Sources/UbiquitySyncBenchmarks/main.swift")
@@ -70,7 +74,8 @@ protocol Peer {
 struct Figures: Encodable {
     struct Small: Encodable { var p50Ms: Double, p99Ms: Double, n: Int }
     struct Edit: Encodable { var ms: Double, bytesOnWire: Int64 }
-    struct Large: Encodable { var ms: Double, mib: Int }
+    /// The median of `runs` new files (each a different one).
+    struct Large: Encodable { var ms: Double, mib: Int, runsMs: [Double] }
     var newSmallFile: Small
     var oneByteEditInLargeFile: Edit
     var newLargeFile: Large
@@ -140,7 +145,7 @@ func byte(at offset: Int, of url: URL, size: Int) -> UInt8? {
     return pread(fd, &value, 1, off_t(offset)) == 1 ? value : nil
 }
 
-func measure(_ peer: some Peer, small: Int, largeMiB: Int, notes: String) async throws -> Figures {
+func measure(_ peer: some Peer, small: Int, largeMiB: Int, largeRuns: Int, notes: String) async throws -> Figures {
     log("\(peer.name): warming up")
     let warm = Data("warm".utf8)
     try warm.write(to: peer.sideA.appendingPathComponent("warm-up.txt"), options: .atomic)
@@ -159,23 +164,30 @@ func measure(_ peer: some Peer, small: Int, largeMiB: Int, notes: String) async 
     }
     try await peer.settle()
 
-    log("\(peer.name): a new \(largeMiB) MiB file")
+    log("\(peer.name): \(largeRuns) new \(largeMiB) MiB files, one at a time")
     let size = largeMiB << 20
-    var large = noise(size, seed: 64)
-    try large.write(to: peer.sideA.appendingPathComponent("large.bin"), options: .atomic)
-    let target = peer.sideB.appendingPathComponent("large.bin")
-    let newLarge = try await until("\(peer.name) syncs large.bin", limit: .seconds(600)) {
-        guard byte(at: size - 1, of: target, size: size) != nil else { return false }
-        return (try? Data(contentsOf: target)) == large
+    var large = Data()
+    var largeTimes: [Double] = []
+    var target = peer.sideB
+    for run in 0..<largeRuns {
+        let name = "large-\(run).bin"
+        large = noise(size, seed: 64 + UInt64(run))
+        try large.write(to: peer.sideA.appendingPathComponent(name), options: .atomic)
+        target = peer.sideB.appendingPathComponent(name)
+        let took = try await until("\(peer.name) syncs \(name)", limit: .seconds(600)) { [target, large] in
+            guard byte(at: size - 1, of: target, size: size) != nil else { return false }
+            return (try? Data(contentsOf: target)) == large
+        }
+        largeTimes.append(milliseconds(took))
+        try await peer.settle()
+        try await Task.sleep(for: .seconds(1))
     }
-    try await peer.settle()
-    try await Task.sleep(for: .seconds(1))
 
     log("\(peer.name): a 1-byte edit in the \(largeMiB) MiB file")
     let offset = size / 2 + 12_345
     large[offset] ^= 0x5a
     let before = try loopbackBytes()
-    try large.write(to: peer.sideA.appendingPathComponent("large.bin"), options: .atomic)
+    try large.write(to: peer.sideA.appendingPathComponent(target.lastPathComponent), options: .atomic)
     let edit = try await until("\(peer.name) syncs the edit", limit: .seconds(600)) { byte(at: offset, of: target, size: size) == large[offset] }
     try await Task.sleep(for: .seconds(2)) // what follows the edit (acknowledgements, index updates) counts too
     let bytes = try loopbackBytes() - before
@@ -184,7 +196,7 @@ func measure(_ peer: some Peer, small: Int, largeMiB: Int, notes: String) async 
 
     return Figures(newSmallFile: .init(p50Ms: percentile(times, 0.5), p99Ms: percentile(times, 0.99), n: times.count),
                    oneByteEditInLargeFile: .init(ms: milliseconds(edit), bytesOnWire: bytes),
-                   newLargeFile: .init(ms: milliseconds(newLarge), mib: largeMiB), notes: notes)
+                   newLargeFile: .init(ms: percentile(largeTimes, 0.5), mib: largeMiB, runsMs: largeTimes), notes: notes)
 }
 
 func log(_ line: String) {
@@ -212,7 +224,7 @@ defer { try? FileManager.default.removeItem(at: options.directory) }
 var results: [String: Figures] = [:]
 let ubiquity = try await UbiquityPeer.start(in: options.directory.appendingPathComponent("ubiquity"))
 do {
-    results["ubiquity"] = try await measure(ubiquity, small: options.small, largeMiB: options.largeMiB,
+    results["ubiquity"] = try await measure(ubiquity, small: options.small, largeMiB: options.largeMiB, largeRuns: options.largeRuns,
                                             notes: "embedded server (SQLite) and two agents on loopback; greedy devices; inotify and push")
     await ubiquity.stop()
 } catch {
@@ -224,7 +236,7 @@ if !options.skipSyncthing {
     let syncthing = try await SyncthingPeer.start(in: options.directory.appendingPathComponent("syncthing"))
     syncthingVersion = syncthing.version
     do {
-        results["syncthing"] = try await measure(syncthing, small: options.syncthingSmall, largeMiB: options.largeMiB,
+        results["syncthing"] = try await measure(syncthing, small: options.syncthingSmall, largeMiB: options.largeMiB, largeRuns: options.largeRuns,
                                                  notes: "\(syncthing.version); two instances on loopback; discovery, relays, NAT off; fsWatcherDelayS=1 (its minimum; 10 by default)")
         await syncthing.stop()
     } catch {

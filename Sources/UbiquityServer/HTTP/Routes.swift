@@ -87,15 +87,17 @@ extension SyncServices {
             let since = try Self.integer(request.uri.queryParameters["since"], name: "since", default: 0)
             let limit = try Self.integer(request.uri.queryParameters["limit"], name: "limit", default: 500)
             guard since >= 0, (1...5_000).contains(limit) else { throw SyncError.badRequest("invalidCursor", "since must be ≥ 0 and limit 1 to 5000") }
-            var page = try await database.changes(accountId: device.accountId, container: container, since: since, limit: Int(limit))
-            if Self.brief(request) { page.items = page.items.map(Self.brief) }
-            return page
+            return try await database.changes(accountId: device.accountId, container: container, since: since, limit: Int(limit), brief: Self.brief(request))
         }
         containers.get("items/:item") { request, context in
             let (device, container, item) = try Self.itemAddress(context)
-            guard var state = try await database.item(accountId: device.accountId, container: container, id: item) else { throw SyncError.notFound }
+            let since = request.uri.queryParameters["since"].map(String.init)
+            // With `since` the manifest is needed (for the difference).
+            guard var state = try await database.item(accountId: device.accountId, container: container, id: item, brief: since == nil && Self.brief(request)) else {
+                throw SyncError.notFound
+            }
             // A device that has an earlier revision gets the chunk list as a difference from it.
-            if let since = request.uri.queryParameters["since"].map(String.init), state.kind == .file, !state.deleted {
+            if let since, state.kind == .file, !state.deleted {
                 try Validate.identifier(since, field: "since")
                 if let base = try await database.revisionManifest(accountId: device.accountId, container: container, item: item, revision: since),
                    base.kind == .file {
@@ -124,7 +126,8 @@ extension SyncServices {
                 update.manifestDelta = nil
             }
             try Validate.update(update)
-            let outcome = try await database.commit(accountId: device.accountId, container: container, itemId: item, update: update, device: device, now: Date())
+            let outcome = try await database.commit(accountId: device.accountId, container: container, itemId: item, update: update, device: device, now: Date(),
+                                                    brief: Self.brief(request))
             if !outcome.repeated { // a change sent again changed nothing: nothing to count or push
                 metrics.count(.commits)
                 notifier.publish(account: device.accountId, container: container, sequence: outcome.item.sequence)
@@ -177,23 +180,47 @@ extension SyncServices {
             } catch {
                 throw SyncError(.contentTooLarge, "chunkTooLarge", "chunks are at most \(Validate.maximumChunkSize) bytes")
             }
-            let bytes = Array(buffer: body)
-            let usage = try await database.usage(ofAccount: device.accountId)
-            if usage.used + Int64(bytes.count) > usage.quota, try await !database.hasChunk(accountId: device.accountId, hash: hash) {
-                throw SyncError.quotaExceeded(used: usage.used, quota: usage.quota, adding: Int64(bytes.count))
-            }
-            try await self.chunks.store(bytes, hash: hash, account: device.accountId)
-            let completed: [String: Int64]
-            do {
-                completed = try await database.chunkStored(accountId: device.accountId, hash: hash, size: Int64(bytes.count), now: Date())
-            } catch let error as SyncError where error.code == "quotaExceeded" {
-                // Another upload used the room meanwhile: the bytes are not kept.
-                if try await !database.hasChunk(accountId: device.accountId, hash: hash) { await self.chunks.remove(hash: hash, account: device.accountId) }
-                throw error
-            }
-            for (container, sequence) in completed { notifier.publish(account: device.accountId, container: container, sequence: sequence) }
-            metrics.count(.chunkBytesReceived, by: bytes.count)
+            try await receive([ChunkBatch.Chunk(hash: hash, bytes: Array(buffer: body))], from: device)
             return Response(status: .created)
+        }
+        // Many chunks in one body (docs/SyncProtocol.md, "Chunks in batches").
+        chunks.post { request, context -> Response in
+            let device = try context.requireDevice()
+            let limit = ChunkBatch.maximumBytes + Int(Validate.maximumChunkSize) + ChunkBatch.maximumCount * ChunkBatch.framing
+            let body: ByteBuffer
+            do {
+                body = try await request.body.collect(upTo: limit)
+            } catch {
+                throw SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
+            }
+            let batch: ChunkBatch
+            do {
+                batch = try ChunkBatch(decoding: Array(buffer: body), maximumChunkSize: Int(Validate.maximumChunkSize))
+            } catch let error as ChunkBatch.FormatError {
+                throw SyncError.badRequest("badBatch", error.description)
+            }
+            guard !batch.chunks.isEmpty else { throw SyncError.badRequest("badBatch", "the batch holds no chunks") }
+            let payload = batch.chunks.reduce(0) { $0 + $1.bytes.count }
+            guard payload <= ChunkBatch.maximumBytes || batch.chunks.count == 1 else {
+                throw SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
+            }
+            try await receive(batch.chunks, from: device)
+            return Response(status: .created)
+        }
+        chunks.post("fetch") { request, context -> Response in
+            let device = try context.requireDevice()
+            let asked = try await request.decode(as: ChunkFetchRequest.self, context: context)
+            guard !asked.hashes.isEmpty, asked.hashes.count <= ChunkBatch.maximumCount else {
+                throw SyncError.badRequest("tooMany", "ask for 1 to \(ChunkBatch.maximumCount) chunks at a time")
+            }
+            for hash in asked.hashes { try Validate.hash(hash) }
+            let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: asked.hashes))
+            if let absent = asked.hashes.first(where: lacking.contains) { throw SyncError.noSuchChunk(absent) }
+            // As many as fit, in the order asked; the client asks again for the rest.
+            let loaded = try await self.chunks.load(asked.hashes, account: device.accountId, upTo: ChunkBatch.maximumBytes)
+            guard !loaded.isEmpty else { throw SyncError.noSuchChunk(asked.hashes[0]) }
+            let batch = ChunkBatch(zip(asked.hashes, loaded).map { ChunkBatch.Chunk(hash: $0, bytes: [UInt8]($1)) })
+            return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: ByteBuffer(bytes: batch.encoded())))
         }
         chunks.get(":hash") { _, context -> Response in
             let device = try context.requireDevice()
@@ -203,6 +230,41 @@ extension SyncServices {
                   let data = try await self.chunks.load(hash: hash, account: device.accountId) else { throw SyncError.chunkNotFound }
             return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
         }
+    }
+
+    /// Stores uploaded chunks: the quota checked once for those the account lacks (before any
+    /// byte is written), the contents stored, then recorded in one transaction, which checks the
+    /// quota again (another upload may have used the room meanwhile: then nothing is kept).
+    func receive(_ received: [ChunkBatch.Chunk], from device: DeviceAuth) async throws {
+        for chunk in received { try Validate.hash(chunk.hash) }
+        let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: received.map(\.hash)))
+        // Each chunk is checked against its hash once: those to store by the storage, the others
+        // (ones the account has, repeats) here; one wrong chunk refuses the whole batch.
+        var fresh: [ChunkBatch.Chunk] = [], seen = Set<String>()
+        for chunk in received {
+            if lacking.contains(chunk.hash) && seen.insert(chunk.hash).inserted {
+                fresh.append(chunk)
+            } else {
+                try FileChunkStore.verify(chunk.bytes, hash: chunk.hash)
+            }
+        }
+        let adding = fresh.reduce(Int64(0)) { $0 + Int64($1.bytes.count) }
+        if adding > 0 {
+            let usage = try await database.usage(ofAccount: device.accountId)
+            guard usage.used + adding <= usage.quota else { throw SyncError.quotaExceeded(used: usage.used, quota: usage.quota, adding: adding) }
+        }
+        try await chunks.store(fresh, account: device.accountId)
+        let completed: [String: Int64]
+        do {
+            completed = try await database.chunksStored(accountId: device.accountId, chunks: received.map { StoredChunk(hash: $0.hash, size: Int64($0.bytes.count)) }, now: Date())
+        } catch let error as SyncError where error.code == "quotaExceeded" {
+            // Another upload used the room meanwhile: the bytes are not kept.
+            let recorded = Set(received.map(\.hash)).subtracting(try await database.missingChunks(accountId: device.accountId, hashes: fresh.map(\.hash)))
+            for chunk in fresh where !recorded.contains(chunk.hash) { await chunks.remove(hash: chunk.hash, account: device.accountId) }
+            throw error
+        }
+        for (container, sequence) in completed { notifier.publish(account: device.accountId, container: container, sequence: sequence) }
+        metrics.count(.chunkBytesReceived, by: received.reduce(0) { $0 + $1.bytes.count })
     }
 
     func signIn(_ request: Request, _ context: SyncContext) async throws -> SignInResponse {

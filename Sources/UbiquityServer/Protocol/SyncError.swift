@@ -45,6 +45,9 @@ public struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equa
                   "the account's storage quota of \(quota) bytes would be exceeded (\(used) used, \(adding) more)")
     }
     static let chunkNotFound = SyncError(.notFound, "notFound", "no such chunk")
+
+    /// The account has no chunk `hash`.
+    static func noSuchChunk(_ hash: String) -> SyncError { SyncError(.notFound, "notFound", "no such chunk: \(hash)") }
 }
 
 /// Rules every name, path, id and number from the network must pass.

@@ -1,6 +1,7 @@
 import Crypto
-import Hummingbird
 import Foundation
+import GRDB
+import Hummingbird
 import UbiquityProtocol
 
 #if canImport(Glibc)
@@ -10,78 +11,322 @@ import Glibc
 /// Where chunk contents live: files in the data directory (``FileChunkStore``) or rows in
 /// PostgreSQL (``PostgresChunkStore``), so instances on several machines share them.
 protocol ChunkStorage: Sendable {
-    /// Stores `bytes` as chunk `hash` of `account` (nothing if it is there already).
-    /// - Throws: ``SyncError`` (`hashMismatch`) if the bytes do not hash to `hash`; storage errors.
-    func store(_ bytes: [UInt8], hash: String, account: Int64) async throws
+    /// Stores chunks of `account` (nothing for one that is there already), each checked
+    /// against its hash first: one that does not match stores none of them.
+    /// - Throws: ``SyncError`` (`hashMismatch`) if some bytes do not hash to their hash; storage errors.
+    func store(_ chunks: [ChunkBatch.Chunk], account: Int64) async throws
+    /// The contents of chunk `hash` of `account`; nil if it is not stored.
     func load(hash: String, account: Int64) async throws -> Data?
+    /// The contents of chunks of `account`, in the order of `hashes`: as many as fit in `limit`
+    /// bytes (at least one), stopping before the first that is not stored.
+    func load(_ hashes: [String], account: Int64, upTo limit: Int) async throws -> [Data]
     /// Removes one chunk.
     func remove(hash: String, account: Int64) async
+    /// Removes every chunk of an account.
     func removeAccount(_ account: Int64) async
+    /// Frees the room removed chunks left (after garbage collection); returns the bytes freed.
+    @discardableResult
+    func compact(orphanAge: TimeInterval) async throws -> Int64
 }
 
 extension ChunkStorage {
+    func load(_ hashes: [String], account: Int64, upTo limit: Int) async throws -> [Data] {
+        var loaded: [Data] = [], total = 0
+        for hash in hashes {
+            guard let data = try await load(hash: hash, account: account), loaded.isEmpty || total + data.count <= limit else { break }
+            loaded.append(data)
+            total += data.count
+        }
+        return loaded
+    }
+
+    /// Nothing to free by default (PostgreSQL reclaims rows itself).
+    func compact(orphanAge: TimeInterval) async throws -> Int64 { 0 }
+
     /// Throws `hashMismatch` unless `bytes` hash (SHA-256) to `hash`.
     static func verify(_ bytes: [UInt8], hash: String) throws {
-        let digest = SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined()
+        let digest = SHA256.hash(data: bytes).lowercaseHex
         guard digest == hash else {
             throw SyncError.badRequest("hashMismatch", "the chunk's bytes hash to \(digest), not \(hash)")
         }
     }
 }
 
-/// Chunk contents on disk, per account: `DIR/ACCOUNT/ab/abcdef…` (named by SHA-256). A chunk
-/// is written to a temporary file, checked against its hash, `fsync`ed and renamed into place,
-/// so a stored chunk is always whole and correct.
+/// Chunk contents on disk, per account, in pack files: each stored batch is one file
+/// (`DIR/ACCOUNT/packs/ID.pack`, the chunks one after the other), written, `fsync`ed with its
+/// folder, and only then entered in the index (`DIR/index.sqlite`: which pack holds each chunk,
+/// where), so an indexed chunk is always whole and correct. One file per batch instead of one
+/// per chunk: creating thousands of small files is what made a large upload slow.
+///
+/// Removing chunks leaves dead bytes in their packs; ``compact()`` rewrites packs that are
+/// mostly dead and deletes packs left unindexed by a crash. Chunks stored one file each by
+/// earlier versions (`DIR/ACCOUNT/ab/abcdef…`) are still read and removed.
 struct FileChunkStore: ChunkStorage {
     let directory: String
+    let index: DatabasePool
 
     init(directory: String) throws {
         self.directory = directory
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-    }
-
-    func path(account: Int64, hash: String) -> String {
-        "\(directory)/\(account)/\(hash.prefix(2))/\(hash)"
-    }
-
-    func store(_ bytes: [UInt8], hash: String, account: Int64) throws {
-        try Self.verify(bytes, hash: hash)
-        let final = path(account: account, hash: hash)
-        if FileManager.default.fileExists(atPath: final) { return }
-        let folder = (final as NSString).deletingLastPathComponent
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
-        let temporary = folder + "/.incoming-" + UUID().uuidString
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw Self.ioError("create", temporary) }
-        var ok = false
-        defer {
-            if !ok { unlink(temporary) }
+        var configuration = Configuration()
+        configuration.busyMode = .timeout(10)
+        index = try DatabasePool(path: directory + "/index.sqlite", configuration: configuration)
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1-packs") { db in
+            try db.execute(sql: """
+                CREATE TABLE pack (id TEXT PRIMARY KEY, account INTEGER NOT NULL, size INTEGER NOT NULL, live INTEGER NOT NULL, created REAL NOT NULL);
+                CREATE TABLE chunk (account INTEGER NOT NULL, hash TEXT NOT NULL, pack TEXT NOT NULL, offset INTEGER NOT NULL, length INTEGER NOT NULL,
+                    PRIMARY KEY (account, hash));
+                CREATE INDEX chunk_pack ON chunk(pack);
+                """)
         }
+        try migrator.migrate(index)
+    }
+
+    func packPath(account: Int64, pack: String) -> String { "\(directory)/\(account)/packs/\(pack).pack" }
+
+    /// Where earlier versions kept a chunk, one file each.
+    func loosePath(account: Int64, hash: String) -> String { "\(directory)/\(account)/\(hash.prefix(2))/\(hash)" }
+
+    func store(_ chunks: [ChunkBatch.Chunk], account: Int64) async throws {
+        for chunk in chunks { try Self.verify(chunk.bytes, hash: chunk.hash) }
+        let known = try await index.read { db in try Self.indexed(db, account: account, hashes: chunks.map(\.hash)) }
+        var fresh: [ChunkBatch.Chunk] = [], seen = Set<String>()
+        for chunk in chunks where !known.contains(chunk.hash) && seen.insert(chunk.hash).inserted
+            && !FileManager.default.fileExists(atPath: loosePath(account: account, hash: chunk.hash)) {
+            fresh.append(chunk)
+        }
+        guard !fresh.isEmpty else { return }
+        let pack = UUID().uuidString.lowercased()
+        let path = packPath(account: account, pack: pack)
+        try Self.writeDurably(fresh.map(\.bytes), to: path)
+        let unused: Bool
+        let written = fresh
+        do {
+            unused = try await index.write { db in
+                let size = written.reduce(0) { $0 + $1.bytes.count }
+                try db.execute(sql: "INSERT INTO pack (id, account, size, live, created) VALUES (?, ?, ?, 0, ?)",
+                               arguments: [pack, account, size, Date().timeIntervalSince1970])
+                var offset = 0, live = 0
+                for chunk in written {
+                    // Stored meanwhile by another upload: that copy stays, this one is dead bytes.
+                    try db.execute(sql: "INSERT OR IGNORE INTO chunk (account, hash, pack, offset, length) VALUES (?, ?, ?, ?, ?)",
+                                   arguments: [account, chunk.hash, pack, offset, chunk.bytes.count])
+                    if db.changesCount > 0 { live += chunk.bytes.count }
+                    offset += chunk.bytes.count
+                }
+                if live == 0 && size > 0 {
+                    try db.execute(sql: "DELETE FROM chunk WHERE pack = ?", arguments: [pack])
+                    try db.execute(sql: "DELETE FROM pack WHERE id = ?", arguments: [pack])
+                    return true
+                }
+                try db.execute(sql: "UPDATE pack SET live = ? WHERE id = ?", arguments: [live, pack])
+                return false
+            }
+        } catch {
+            unlink(path)
+            throw error
+        }
+        if unused { unlink(path) }
+    }
+
+    func load(_ hashes: [String], account: Int64, upTo limit: Int) async throws -> [Data] {
+        // Where each is, from one look at the index; then each pack opened once.
+        let places = try await index.read { db in
+            var places: [String: (pack: String, offset: Int64, length: Int)] = [:]
+            for start in stride(from: 0, to: hashes.count, by: 500) {
+                let batch = Array(hashes[start..<min(start + 500, hashes.count)])
+                let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
+                for row in try Row.fetchAll(db, sql: "SELECT hash, pack, offset, length FROM chunk WHERE account = ? AND hash IN (\(marks))",
+                                            arguments: StatementArguments([account] + batch)) {
+                    places[row["hash"]] = (row["pack"], row["offset"], row["length"])
+                }
+            }
+            return places
+        }
+        var loaded: [Data] = [], total = 0
+        var open: (pack: String, fd: Int32)?
+        defer { if let open { close(open.fd) } }
+        for hash in hashes {
+            guard let place = places[hash] else {
+                // Not packed: a chunk of an earlier version, or one compacted meanwhile.
+                guard let data = try await load(hash: hash, account: account) else { break }
+                if !loaded.isEmpty && total + data.count > limit { break }
+                loaded.append(data)
+                total += data.count
+                continue
+            }
+            if !loaded.isEmpty && total + place.length > limit { break }
+            if open?.pack != place.pack {
+                if let open { close(open.fd) }
+                open = (place.pack, Glibc.open(packPath(account: account, pack: place.pack), O_RDONLY | O_CLOEXEC))
+            }
+            let data: Data?
+            if let fd = open?.fd, fd >= 0, let read = Self.read(fd, offset: place.offset, length: place.length) {
+                data = read
+            } else {
+                data = try await load(hash: hash, account: account) // compacted meanwhile: look again
+            }
+            guard let data else { break }
+            loaded.append(data)
+            total += data.count
+        }
+        return loaded
+    }
+
+    func load(hash: String, account: Int64) async throws -> Data? {
+        // Twice: a pack being compacted may go between reading the index and opening it.
+        for _ in 0..<2 {
+            let place = try await index.read { db in
+                try Row.fetchOne(db, sql: "SELECT pack, offset, length FROM chunk WHERE account = ? AND hash = ?", arguments: [account, hash])
+                    .map { (pack: $0["pack"] as String, offset: $0["offset"] as Int64, length: $0["length"] as Int) }
+            }
+            guard let place else { return FileManager.default.contents(atPath: loosePath(account: account, hash: hash)) }
+            if let data = Self.read(packPath(account: account, pack: place.pack), offset: place.offset, length: place.length) { return data }
+        }
+        throw SyncError(.internalServerError, "storageFailure", "chunk \(hash) is indexed but its pack cannot be read")
+    }
+
+    func remove(hash: String, account: Int64) async {
+        unlink(loosePath(account: account, hash: hash))
+        let emptied = try? await index.write { db -> String? in
+            guard let row = try Row.fetchOne(db, sql: "SELECT pack, length FROM chunk WHERE account = ? AND hash = ?", arguments: [account, hash]) else { return nil }
+            let pack: String = row["pack"]
+            try db.execute(sql: "DELETE FROM chunk WHERE account = ? AND hash = ?", arguments: [account, hash])
+            try db.execute(sql: "UPDATE pack SET live = live - ? WHERE id = ?", arguments: [row["length"] as Int64, pack])
+            guard try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM chunk WHERE pack = ?", arguments: [pack]) == 0 else { return nil }
+            try db.execute(sql: "DELETE FROM pack WHERE id = ?", arguments: [pack])
+            return pack
+        }
+        if let pack = emptied ?? nil { unlink(packPath(account: account, pack: pack)) }
+    }
+
+    func removeAccount(_ account: Int64) async {
+        _ = try? await index.write { db in
+            try db.execute(sql: "DELETE FROM chunk WHERE account = ?", arguments: [account])
+            try db.execute(sql: "DELETE FROM pack WHERE account = ?", arguments: [account])
+        }
+        try? FileManager.default.removeItem(atPath: "\(directory)/\(account)")
+    }
+
+    /// Rewrites packs that are more than half dead bytes (their live chunks into a new pack),
+    /// and deletes pack files the index does not name that are older than `orphanAge` (left by
+    /// a crash between writing a pack and indexing it). Returns the bytes freed.
+    @discardableResult
+    func compact(orphanAge: TimeInterval = 3_600) async throws -> Int64 {
+        var freed: Int64 = 0
+        let sparse = try await index.read { db in
+            try Row.fetchAll(db, sql: "SELECT id, account, size FROM pack WHERE live * 2 < size").map { (id: $0["id"] as String, account: $0["account"] as Int64, size: $0["size"] as Int64) }
+        }
+        for old in sparse {
+            let live = try await index.read { db in
+                try Row.fetchAll(db, sql: "SELECT hash, offset, length FROM chunk WHERE pack = ? ORDER BY offset", arguments: [old.id])
+                    .map { (hash: $0["hash"] as String, offset: $0["offset"] as Int64, length: $0["length"] as Int) }
+            }
+            var chunks: [(hash: String, bytes: [UInt8])] = []
+            for chunk in live {
+                guard let data = Self.read(packPath(account: old.account, pack: old.id), offset: chunk.offset, length: chunk.length) else { continue }
+                chunks.append((chunk.hash, [UInt8](data)))
+            }
+            let pack = UUID().uuidString.lowercased()
+            if !chunks.isEmpty { try Self.writeDurably(chunks.map(\.bytes), to: packPath(account: old.account, pack: pack)) }
+            let moved = chunks
+            try await index.write { db in
+                if !moved.isEmpty {
+                    let size = moved.reduce(0) { $0 + $1.bytes.count }
+                    try db.execute(sql: "INSERT INTO pack (id, account, size, live, created) VALUES (?, ?, ?, ?, ?)",
+                                   arguments: [pack, old.account, size, size, Date().timeIntervalSince1970])
+                    var offset = 0
+                    for chunk in moved {
+                        try db.execute(sql: "UPDATE chunk SET pack = ?, offset = ? WHERE account = ? AND hash = ? AND pack = ?",
+                                       arguments: [pack, offset, old.account, chunk.hash, old.id])
+                        offset += chunk.bytes.count
+                    }
+                }
+                // Chunks removed meanwhile were not moved: the new pack's count says what is live.
+                try db.execute(sql: "UPDATE pack SET live = COALESCE((SELECT SUM(length) FROM chunk WHERE pack = ?), 0) WHERE id = ?", arguments: [pack, pack])
+                try db.execute(sql: "DELETE FROM chunk WHERE pack = ?", arguments: [old.id])
+                try db.execute(sql: "DELETE FROM pack WHERE id = ?", arguments: [old.id])
+            }
+            unlink(packPath(account: old.account, pack: old.id))
+            freed += old.size - Int64(chunks.reduce(0) { $0 + $1.bytes.count })
+        }
+        // Packs no index entry names, old enough not to be an upload in progress.
+        let indexed = Set(try await index.read { db in try String.fetchAll(db, sql: "SELECT id FROM pack") })
+        let accounts = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
+        for account in accounts where Int64(account) != nil {
+            let folder = "\(directory)/\(account)/packs"
+            for file in (try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? [] where file.hasSuffix(".pack") {
+                let path = folder + "/" + file
+                guard !indexed.contains(String(file.dropLast(5))),
+                      let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+                      let modified = attributes[.modificationDate] as? Date, Date().timeIntervalSince(modified) > orphanAge else { continue }
+                freed += (attributes[.size] as? Int64) ?? Int64((attributes[.size] as? Int) ?? 0)
+                unlink(path)
+            }
+        }
+        return freed
+    }
+
+    /// Which of `hashes` the index has for `account`.
+    static func indexed(_ db: Database, account: Int64, hashes: [String]) throws -> Set<String> {
+        var found = Set<String>()
+        for start in stride(from: 0, to: hashes.count, by: 500) {
+            let batch = Array(hashes[start..<min(start + 500, hashes.count)])
+            let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
+            found.formUnion(try String.fetchAll(db, sql: "SELECT hash FROM chunk WHERE account = ? AND hash IN (\(marks))", arguments: StatementArguments([account] + batch)))
+        }
+        return found
+    }
+
+    /// Writes `pieces` one after the other as a new file at `path`, then `fsync`s it and its
+    /// folder: once this returns, the file and its name survive a crash.
+    static func writeDurably(_ pieces: [[UInt8]], to path: String) throws {
+        let folder = (path as NSString).deletingLastPathComponent
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw ioError("create", path) }
+        var ok = false
+        defer { if !ok { unlink(path) } }
         do {
             defer { close(fd) }
-            var offset = 0
-            while offset < bytes.count {
-                let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
-                if written < 0 && errno == EINTR { continue }
-                guard written > 0 else { throw Self.ioError("write", temporary) }
-                offset += written
+            for bytes in pieces {
+                var offset = 0
+                while offset < bytes.count {
+                    let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
+                    if written < 0 && errno == EINTR { continue }
+                    guard written > 0 else { throw ioError("write", path) }
+                    offset += written
+                }
             }
-            guard fsync(fd) == 0 else { throw Self.ioError("fsync", temporary) }
+            guard fsync(fd) == 0 else { throw ioError("fsync", path) }
         }
-        guard rename(temporary, final) == 0 else { throw Self.ioError("rename", final) }
+        let directory = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard directory >= 0 else { throw ioError("open", folder) }
+        defer { close(directory) }
+        guard fsync(directory) == 0 else { throw ioError("fsync", folder) }
         ok = true
     }
 
-    func load(hash: String, account: Int64) -> Data? {
-        FileManager.default.contents(atPath: path(account: account, hash: hash))
+    /// `length` bytes at `offset` of the file at `path`; nil if it is not there or shorter.
+    static func read(_ path: String, offset: Int64, length: Int) -> Data? {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        return read(fd, offset: offset, length: length)
     }
 
-    func remove(hash: String, account: Int64) {
-        unlink(path(account: account, hash: hash))
-    }
-
-    func removeAccount(_ account: Int64) {
-        try? FileManager.default.removeItem(atPath: "\(directory)/\(account)")
+    /// `length` bytes at `offset` of the open file `fd`; nil if it is shorter.
+    static func read(_ fd: Int32, offset: Int64, length: Int) -> Data? {
+        var data = Data(count: length)
+        var done = 0
+        while done < length {
+            let got = data.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, length - done, off_t(offset) + off_t(done)) }
+            if got < 0 && errno == EINTR { continue }
+            guard got > 0 else { return nil }
+            done += got
+        }
+        return data
     }
 
     static func ioError(_ operation: String, _ path: String) -> SyncError {

@@ -98,7 +98,7 @@ extension PostgresDatabase {
 
     // MARK: Items
 
-    func changes(accountId: Int64, container: String, since: Int64, limit: Int) async throws -> ChangesResponse {
+    func changes(accountId: Int64, container: String, since: Int64, limit: Int, brief: Bool) async throws -> ChangesResponse {
         // One snapshot for the sequence and the items, so the cursor never skips a change.
         try await transaction { db in
             try await db.rows("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -110,17 +110,17 @@ extension PostgresDatabase {
                 .map { try $0.get("id", as: String.self) }
             var items: [ItemState] = []
             for id in ids.prefix(limit) {
-                if let item = try await Self.itemState(db, containerId: containerId, id: id) { items.append(item) }
+                if let item = try await Self.itemState(db, containerId: containerId, id: id, brief: brief) { items.append(item) }
             }
             return ChangesResponse(sequence: try row.get("sequence"), items: items, more: ids.count > limit)
         }
     }
 
-    func item(accountId: Int64, container: String, id: String) async throws -> ItemState? {
+    func item(accountId: Int64, container: String, id: String, brief: Bool) async throws -> ItemState? {
         try await transaction { db in
             try await db.rows("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container) else { return nil }
-            return try await Self.itemState(db, containerId: containerId, id: id)
+            return try await Self.itemState(db, containerId: containerId, id: id, brief: brief)
         }
     }
 
@@ -136,8 +136,9 @@ extension PostgresDatabase {
         }
     }
 
-    func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date) async throws -> CommitOutcome {
+    func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date, brief: Bool) async throws -> CommitOutcome {
         let manifest = try JSONEncoder().encode(update.manifest)
+        let digest = ContentToken.of(update.manifest, kind: update.kind)
         let chunks = update.manifest.allChunks
         let hashes = Array(Set(chunks.map(\.hash))).sorted()
         let size = chunks.reduce(Int64(0)) { $0 + $1.size }
@@ -154,7 +155,7 @@ extension PostgresDatabase {
                 let revision: String = try earlier.get("id")
                 let chunks = try await db.rows("SELECT hash FROM revision_chunk WHERE revision_id = \(revision)").map { try $0.get("hash", as: String.self) }
                 let present = try await Self.presentChunks(db, accountId: accountId, hashes: chunks)
-                guard let item = try await Self.itemState(db, containerId: containerId, id: itemId) else { throw SyncError.notFound }
+                guard let item = try await Self.itemState(db, containerId: containerId, id: itemId, brief: brief) else { throw SyncError.notFound }
                 return CommitOutcome(revision: revision, isCurrent: try earlier.get("state", as: String.self) == "current", item: item,
                                      missingChunks: chunks.filter { !present.contains($0) }.sorted(), repeated: true)
             }
@@ -181,10 +182,10 @@ extension PostgresDatabase {
             }
             try await db.rows("""
                 INSERT INTO revision (id, container_id, item_id, base_revision, device_id, device_name, name, parent, kind, size,
-                    modification_date, type, manifest, deleted, complete, state, created, change_id)
+                    modification_date, type, manifest, deleted, complete, state, created, change_id, digest)
                 VALUES (\(revision), \(containerId), \(itemId), \(update.baseRevision), \(device.deviceId), \(device.deviceName), \(name),
                     \(update.parent), \(update.kind.rawValue), \(size), \(update.modificationDate), \(update.type), \(manifest),
-                    \(deleted), \(missing.isEmpty), \(state), \(created), \(update.changeId))
+                    \(deleted), \(missing.isEmpty), \(state), \(created), \(update.changeId), \(digest))
                 """)
             if !hashes.isEmpty {
                 try await db.rows("INSERT INTO revision_chunk (revision_id, account_id, hash) SELECT \(revision), \(accountId), unnest(\(hashes)::TEXT[])")
@@ -202,7 +203,7 @@ extension PostgresDatabase {
                 try await db.rows("UPDATE item SET sequence = \(sequence) WHERE container_id = \(containerId) AND id = \(itemId)")
             }
             if let renameOther { try await Self.serverRename(db, containerId: containerId, itemId: renameOther.id, to: renameOther.name, now: now) }
-            guard let item = try await Self.itemState(db, containerId: containerId, id: itemId) else {
+            guard let item = try await Self.itemState(db, containerId: containerId, id: itemId, brief: brief) else {
                 throw SyncError(.internalServerError, "internal", "the item vanished during its commit")
             }
             try await announce(db, account: accountId, container: container, sequence: item.sequence)
@@ -303,27 +304,41 @@ extension PostgresDatabase {
         try await read { db in try await !db.rows("SELECT 1 AS one FROM chunk WHERE account_id = \(accountId) AND hash = \(hash)").isEmpty }
     }
 
-    func chunkStored(accountId: Int64, hash: String, size: Int64, now: Date) async throws -> [String: Int64] {
+    func chunksStored(accountId: Int64, chunks: [StoredChunk], now: Date) async throws -> [String: Int64] {
         try await transaction { [self] db in
             guard let account = try await db.rows("SELECT quota_bytes FROM account WHERE id = \(accountId) FOR UPDATE").first else { throw SyncError.unauthorized }
-            if try await db.rows("SELECT 1 AS one FROM chunk WHERE account_id = \(accountId) AND hash = \(hash)").isEmpty {
+            let hashes = chunks.map(\.hash)
+            let present = try await Self.presentChunks(db, accountId: accountId, hashes: hashes)
+            var fresh: [String: Int64] = [:]
+            for chunk in chunks where !present.contains(chunk.hash) { fresh[chunk.hash] = chunk.size }
+            if !fresh.isEmpty {
+                // One quota check for the whole batch.
+                let adding = fresh.values.reduce(0, +)
                 let used = try await db.rows("SELECT COALESCE(SUM(size), 0)::BIGINT AS used FROM chunk WHERE account_id = \(accountId)").first?.get("used", as: Int64.self) ?? 0
                 let quota: Int64 = try account.get("quota_bytes")
-                guard used + size <= quota else { throw SyncError.quotaExceeded(used: used, quota: quota, adding: size) }
+                guard used + adding <= quota else { throw SyncError.quotaExceeded(used: used, quota: quota, adding: adding) }
             }
-            try await db.rows("INSERT INTO chunk (account_id, hash, size, created) VALUES (\(accountId), \(hash), \(size), \(now.timeIntervalSince1970)) ON CONFLICT DO NOTHING")
-            // Revisions waiting for this chunk that now have every chunk become downloadable.
+            let ordered = fresh.sorted { $0.key < $1.key }
+            if !ordered.isEmpty {
+                let freshHashes = ordered.map(\.key), sizes = ordered.map(\.value)
+                try await db.rows("""
+                    INSERT INTO chunk (account_id, hash, size, created)
+                    SELECT \(accountId), hash, size, \(now.timeIntervalSince1970) FROM UNNEST(\(freshHashes)::TEXT[], \(sizes)::BIGINT[]) AS fresh(hash, size)
+                    ON CONFLICT DO NOTHING
+                    """)
+            }
+            // Revisions waiting for these chunks that now have every chunk become downloadable.
             let waiting = try await db.rows("""
-                SELECT revision.id, revision.container_id, revision.item_id, revision.state FROM revision_chunk
+                SELECT DISTINCT revision.id, revision.container_id, revision.item_id, revision.state FROM revision_chunk
                 JOIN revision ON revision.id = revision_chunk.revision_id
-                WHERE revision_chunk.account_id = \(accountId) AND revision_chunk.hash = \(hash) AND NOT revision.complete
+                WHERE revision_chunk.account_id = \(accountId) AND revision_chunk.hash = ANY(\(hashes)::TEXT[]) AND NOT revision.complete
                 ORDER BY revision.container_id, revision.id
                 """)
             var changed: [String: Int64] = [:]
             for row in waiting {
                 let revision: String = try row.get("id")
                 // Is any chunk still missing? (Stops at the first: a large file's upload must not
-                // count all its chunks once per chunk.)
+                // count all its chunks once per batch.)
                 let stillMissing = try await !db.rows("""
                     SELECT 1 AS missing FROM revision_chunk LEFT JOIN chunk ON chunk.account_id = revision_chunk.account_id AND chunk.hash = revision_chunk.hash
                     WHERE revision_chunk.revision_id = \(revision) AND chunk.hash IS NULL LIMIT 1
@@ -397,23 +412,39 @@ extension PostgresDatabase {
         return present
     }
 
-    static func itemState(_ db: PostgresConnection, containerId: Int64, id: String) async throws -> ItemState? {
+    /// An item's state; `brief`: with content tokens (``ItemState/digest``) instead of manifests.
+    static func itemState(_ db: PostgresConnection, containerId: Int64, id: String, brief: Bool = false) async throws -> ItemState? {
         guard let row = try await db.rows("""
             SELECT item.sequence AS item_sequence, revision.* FROM item JOIN revision ON revision.id = item.current_revision
             WHERE item.container_id = \(containerId) AND item.id = \(id)
             """).first else { return nil }
+        let kind = ItemKind(rawValue: try row.get("kind")) ?? .file
         let conflicts = try await db.rows("""
-            SELECT id, device_name, modification_date, size, complete, manifest FROM revision
+            SELECT id, device_name, modification_date, size, complete, manifest, digest FROM revision
             WHERE container_id = \(containerId) AND item_id = \(id) AND state = 'conflict' ORDER BY modification_date, id
             """).map {
-            ConflictVersion(revision: try $0.get("id"), deviceName: try $0.get("device_name"), modificationDate: try $0.get("modification_date"),
-                            size: try $0.get("size"), uploaded: try $0.get("complete"), manifest: try manifest($0))
+            let contents = try Self.contents($0, kind: kind, brief: brief)
+            var version = ConflictVersion(revision: try $0.get("id"), deviceName: try $0.get("device_name"), modificationDate: try $0.get("modification_date"),
+                                          size: try $0.get("size"), uploaded: try $0.get("complete"), manifest: contents.manifest)
+            version.digest = contents.digest
+            return version
         }
-        return ItemState(
+        let contents = try Self.contents(row, kind: kind, brief: brief)
+        var state = ItemState(
             id: id, revision: try row.get("id"), name: try row.get("name"), parent: try row.get("parent"),
-            kind: ItemKind(rawValue: try row.get("kind")) ?? .file, size: try row.get("size"), modificationDate: try row.get("modification_date"),
+            kind: kind, size: try row.get("size"), modificationDate: try row.get("modification_date"),
             type: try row.get("type"), deleted: try row.get("deleted"), uploaded: try row.get("complete"), deviceName: try row.get("device_name"),
-            sequence: try row.get("item_sequence"), manifest: try manifest(row), conflicts: conflicts)
+            sequence: try row.get("item_sequence"), manifest: contents.manifest, conflicts: conflicts)
+        state.digest = contents.digest
+        return state
+    }
+
+    /// A revision's manifest — or, `brief`, its content token (stored, or worked out from the
+    /// manifest for revisions from before tokens were stored) and an empty manifest.
+    static func contents(_ row: PostgresRandomAccessRow, kind: ItemKind, brief: Bool) throws -> (manifest: Manifest, digest: String?) {
+        if brief, let digest = try row.get("digest", as: String?.self) { return (Manifest(), digest) }
+        let manifest = try Self.manifest(row)
+        return brief ? (Manifest(), ContentToken.of(manifest, kind: kind)) : (manifest, nil)
     }
 
     static func manifest(_ row: PostgresRandomAccessRow) throws -> Manifest {

@@ -139,16 +139,49 @@ struct RelayedChange: Codable, Sendable {
 struct PostgresChunkStore: ChunkStorage {
     let database: PostgresDatabase
 
-    func store(_ bytes: [UInt8], hash: String, account: Int64) async throws {
-        try Self.verify(bytes, hash: hash)
+    func store(_ chunks: [ChunkBatch.Chunk], account: Int64) async throws {
+        for chunk in chunks { try Self.verify(chunk.bytes, hash: chunk.hash) }
         let now = Date().timeIntervalSince1970
-        let data = Data(bytes)
         try await database.transaction { db in
-            try await db.rows("""
-                INSERT INTO chunk_content (account_id, hash, data, created) VALUES (\(account), \(hash), \(data), \(now))
-                ON CONFLICT DO NOTHING
-                """)
+            for chunk in chunks {
+                try await db.rows("""
+                    INSERT INTO chunk_content (account_id, hash, data, created) VALUES (\(account), \(chunk.hash), \(Data(chunk.bytes)), \(now))
+                    ON CONFLICT DO NOTHING
+                    """)
+            }
         }
+    }
+
+    func load(_ hashes: [String], account: Int64, upTo limit: Int) async throws -> [Data] {
+        // The sizes first, so no more than `limit` bytes are read; then those chunks in one query.
+        let sizes = try await database.read { db in
+            var sizes: [String: Int] = [:]
+            for row in try await db.rows("SELECT hash, octet_length(data) AS size FROM chunk_content WHERE account_id = \(account) AND hash = ANY(\(hashes)::TEXT[])") {
+                sizes[try row.get("hash")] = Int(try row.get("size", as: Int32.self))
+            }
+            return sizes
+        }
+        var chosen: [String] = [], total = 0
+        for hash in hashes {
+            guard let size = sizes[hash], chosen.isEmpty || total + size <= limit else { break }
+            chosen.append(hash)
+            total += size
+        }
+        guard !chosen.isEmpty else { return [] }
+        let unique = Array(Set(chosen))
+        let contents = try await database.read { db in
+            var contents: [String: Data] = [:]
+            for row in try await db.rows("SELECT hash, data FROM chunk_content WHERE account_id = \(account) AND hash = ANY(\(unique)::TEXT[])") {
+                contents[try row.get("hash")] = Data(try row.get("data", as: ByteBuffer.self).readableBytesView)
+            }
+            return contents
+        }
+        var loaded: [Data] = []
+        for hash in chosen {
+            guard let data = contents[hash] else { break } // removed meanwhile
+            loaded.append(data)
+        }
+        return loaded
     }
 
     func load(hash: String, account: Int64) async throws -> Data? {

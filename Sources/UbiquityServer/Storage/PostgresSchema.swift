@@ -76,6 +76,10 @@ extension PostgresDatabase {
             "ALTER TABLE revision ADD COLUMN change_id TEXT",
             "CREATE UNIQUE INDEX revision_change ON revision(container_id, item_id, device_id, change_id) WHERE change_id IS NOT NULL",
         ]),
+        // Each revision's content token, so brief answers need not decode its manifest.
+        ("v3-digests", [
+            "ALTER TABLE revision ADD COLUMN digest TEXT",
+        ]),
     ]
 
     /// Applies the migrations not yet applied (one instance at a time: an advisory lock).

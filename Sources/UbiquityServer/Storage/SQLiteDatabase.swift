@@ -68,6 +68,11 @@ final class SQLiteDatabase: SyncDatabase {
                 CREATE UNIQUE INDEX revision_change ON revision(containerId, itemId, deviceId, changeId) WHERE changeId IS NOT NULL;
                 """)
         }
+        migrator.registerMigration("v4-digests") { db in
+            // Each revision's content token, so brief answers need not decode its manifest
+            // (revisions from before have none: their manifests are decoded).
+            try db.execute(sql: "ALTER TABLE revision ADD COLUMN digest TEXT")
+        }
         return migrator
     }
 
@@ -158,22 +163,22 @@ final class SQLiteDatabase: SyncDatabase {
 
     // MARK: Items
 
-    func changes(accountId: Int64, container: String, since: Int64, limit: Int) async throws -> ChangesResponse {
+    func changes(accountId: Int64, container: String, since: Int64, limit: Int, brief: Bool) async throws -> ChangesResponse {
         try await pool.read { db in
             guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container) else {
                 return ChangesResponse(sequence: 0, items: [], more: false)
             }
             let sequence = try Int64.fetchOne(db, sql: "SELECT sequence FROM container WHERE id = ?", arguments: [containerId]) ?? 0
             let ids = try String.fetchAll(db, sql: "SELECT id FROM item WHERE containerId = ? AND sequence > ? ORDER BY sequence LIMIT ?", arguments: [containerId, since, limit + 1])
-            let items = try ids.prefix(limit).compactMap { try Self.itemState(db, containerId: containerId, id: $0) }
+            let items = try ids.prefix(limit).compactMap { try Self.itemState(db, containerId: containerId, id: $0, brief: brief) }
             return ChangesResponse(sequence: sequence, items: items, more: ids.count > limit)
         }
     }
 
-    func item(accountId: Int64, container: String, id: String) async throws -> ItemState? {
+    func item(accountId: Int64, container: String, id: String, brief: Bool) async throws -> ItemState? {
         try await pool.read { db in
             guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container) else { return nil }
-            return try Self.itemState(db, containerId: containerId, id: id)
+            return try Self.itemState(db, containerId: containerId, id: id, brief: brief)
         }
     }
 
@@ -187,8 +192,9 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
-    func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date) async throws -> CommitOutcome {
+    func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date, brief: Bool) async throws -> CommitOutcome {
         let manifest = try JSONEncoder().encode(update.manifest)
+        let digest = ContentToken.of(update.manifest, kind: update.kind)
         let chunks = update.manifest.allChunks
         let hashes = Array(Set(chunks.map(\.hash))).sorted()
         let size = chunks.reduce(Int64(0)) { $0 + $1.size }
@@ -203,7 +209,7 @@ final class SQLiteDatabase: SyncDatabase {
                 let revision: String = earlier["id"]
                 let chunks = try String.fetchAll(db, sql: "SELECT hash FROM revisionChunk WHERE revisionId = ?", arguments: [revision])
                 let present = try Self.presentChunks(db, accountId: accountId, hashes: chunks)
-                guard let item = try Self.itemState(db, containerId: containerId, id: itemId) else { throw SyncError.notFound }
+                guard let item = try Self.itemState(db, containerId: containerId, id: itemId, brief: brief) else { throw SyncError.notFound }
                 return CommitOutcome(revision: revision, isCurrent: earlier["state"] == "current", item: item,
                                      missingChunks: chunks.filter { !present.contains($0) }.sorted(), repeated: true)
             }
@@ -228,11 +234,11 @@ final class SQLiteDatabase: SyncDatabase {
             }
             try db.execute(sql: """
                 INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
-                    modificationDate, type, manifest, deleted, complete, state, created, changeId)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                    modificationDate, type, manifest, deleted, complete, state, created, changeId, digest)
+                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [revision, containerId, itemId, update.baseRevision, device.deviceId, device.deviceName, name,
                                  update.parent, update.kind.rawValue, size, update.modificationDate, update.type, manifest,
-                                 deleted, missing.isEmpty, state, now.timeIntervalSince1970, update.changeId])
+                                 deleted, missing.isEmpty, state, now.timeIntervalSince1970, update.changeId, digest])
             for hash in hashes {
                 try db.execute(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) VALUES (?, ?, ?)", arguments: [revision, accountId, hash])
             }
@@ -249,7 +255,7 @@ final class SQLiteDatabase: SyncDatabase {
                 try db.execute(sql: "UPDATE item SET sequence = ? WHERE containerId = ? AND id = ?", arguments: [sequence, containerId, itemId])
             }
             if let renameOther { try Self.serverRename(db, containerId: containerId, itemId: renameOther.id, to: renameOther.name, now: now) }
-            guard let item = try Self.itemState(db, containerId: containerId, id: itemId) else {
+            guard let item = try Self.itemState(db, containerId: containerId, id: itemId, brief: brief) else {
                 throw SyncError(.internalServerError, "internal", "the item vanished during its commit")
             }
             return CommitOutcome(revision: revision, isCurrent: state == "current", item: item, missingChunks: missing)
@@ -349,25 +355,38 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
-    func chunkStored(accountId: Int64, hash: String, size: Int64, now: Date) async throws -> [String: Int64] {
+    func chunksStored(accountId: Int64, chunks: [StoredChunk], now: Date) async throws -> [String: Int64] {
         try await pool.write { db in
-            if try Bool.fetchOne(db, sql: "SELECT 1 FROM chunk WHERE accountId = ? AND hash = ?", arguments: [accountId, hash]) != true {
+            let hashes = chunks.map(\.hash)
+            let present = try Self.presentChunks(db, accountId: accountId, hashes: hashes)
+            var fresh: [String: Int64] = [:]
+            for chunk in chunks where !present.contains(chunk.hash) { fresh[chunk.hash] = chunk.size }
+            if !fresh.isEmpty {
+                // One quota check for the whole batch.
+                let adding = fresh.values.reduce(0, +)
                 let used = try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(size), 0) FROM chunk WHERE accountId = ?", arguments: [accountId]) ?? 0
                 let quota = try Int64.fetchOne(db, sql: "SELECT quotaBytes FROM account WHERE id = ?", arguments: [accountId]) ?? 0
-                guard used + size <= quota else { throw SyncError.quotaExceeded(used: used, quota: quota, adding: size) }
+                guard used + adding <= quota else { throw SyncError.quotaExceeded(used: used, quota: quota, adding: adding) }
             }
-            try db.execute(sql: "INSERT OR IGNORE INTO chunk (accountId, hash, size, created) VALUES (?, ?, ?, ?)", arguments: [accountId, hash, size, now.timeIntervalSince1970])
-            // Revisions waiting for this chunk that now have every chunk become downloadable.
-            let waiting = try Row.fetchAll(db, sql: """
-                SELECT revision.id, revision.containerId, revision.itemId, revision.state FROM revisionChunk
-                JOIN revision ON revision.id = revisionChunk.revisionId
-                WHERE revisionChunk.accountId = ? AND revisionChunk.hash = ? AND revision.complete = 0
-                """, arguments: [accountId, hash])
+            for (hash, size) in fresh.sorted(by: { $0.key < $1.key }) {
+                try db.execute(sql: "INSERT OR IGNORE INTO chunk (accountId, hash, size, created) VALUES (?, ?, ?, ?)", arguments: [accountId, hash, size, now.timeIntervalSince1970])
+            }
+            // Revisions waiting for these chunks that now have every chunk become downloadable.
+            var waiting: [String: Row] = [:]
+            for batch in stride(from: 0, to: hashes.count, by: 500).map({ Array(hashes[$0..<min($0 + 500, hashes.count)]) }) {
+                let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
+                for row in try Row.fetchAll(db, sql: """
+                    SELECT DISTINCT revision.id, revision.containerId, revision.itemId, revision.state FROM revisionChunk
+                    JOIN revision ON revision.id = revisionChunk.revisionId
+                    WHERE revisionChunk.accountId = ? AND revisionChunk.hash IN (\(marks)) AND revision.complete = 0
+                    """, arguments: StatementArguments([accountId] + batch)) {
+                    waiting[row["id"]] = row
+                }
+            }
             var changed: [String: Int64] = [:]
-            for row in waiting {
-                let revision: String = row["id"]
+            for (revision, row) in waiting.sorted(by: { $0.key < $1.key }) {
                 // Is any chunk still missing? (Stops at the first: a large file's upload must not
-                // count all its chunks once per chunk.)
+                // count all its chunks once per batch.)
                 let stillMissing = try Bool.fetchOne(db, sql: """
                     SELECT 1 FROM revisionChunk LEFT JOIN chunk ON chunk.accountId = revisionChunk.accountId AND chunk.hash = revisionChunk.hash
                     WHERE revisionChunk.revisionId = ? AND chunk.hash IS NULL LIMIT 1
@@ -502,23 +521,39 @@ final class SQLiteDatabase: SyncDatabase {
         return present
     }
 
-    static func itemState(_ db: Database, containerId: Int64, id: String) throws -> ItemState? {
+    /// An item's state; `brief`: with content tokens (``ItemState/digest``) instead of manifests.
+    static func itemState(_ db: Database, containerId: Int64, id: String, brief: Bool = false) throws -> ItemState? {
         guard let row = try Row.fetchOne(db, sql: """
             SELECT item.sequence, revision.* FROM item JOIN revision ON revision.id = item.currentRevision
             WHERE item.containerId = ? AND item.id = ?
             """, arguments: [containerId, id]) else { return nil }
+        let kind = ItemKind(rawValue: row["kind"]) ?? .file
         let conflicts = try Row.fetchAll(db, sql: """
-            SELECT id, deviceName, modificationDate, size, complete, manifest FROM revision
+            SELECT id, deviceName, modificationDate, size, complete, manifest, digest FROM revision
             WHERE containerId = ? AND itemId = ? AND state = 'conflict' ORDER BY modificationDate, id
             """, arguments: [containerId, id]).map {
-            ConflictVersion(revision: $0["id"], deviceName: $0["deviceName"], modificationDate: $0["modificationDate"], size: $0["size"],
-                            uploaded: $0["complete"], manifest: try JSONDecoder().decode(Manifest.self, from: $0["manifest"] as Data))
+            let contents = try Self.contents($0, kind: kind, brief: brief)
+            var version = ConflictVersion(revision: $0["id"], deviceName: $0["deviceName"], modificationDate: $0["modificationDate"], size: $0["size"],
+                                          uploaded: $0["complete"], manifest: contents.manifest)
+            version.digest = contents.digest
+            return version
         }
-        return ItemState(
-            id: id, revision: row["id"], name: row["name"], parent: row["parent"], kind: ItemKind(rawValue: row["kind"]) ?? .file,
+        let contents = try Self.contents(row, kind: kind, brief: brief)
+        var state = ItemState(
+            id: id, revision: row["id"], name: row["name"], parent: row["parent"], kind: kind,
             size: row["size"], modificationDate: row["modificationDate"], type: row["type"], deleted: row["deleted"],
             uploaded: row["complete"], deviceName: row["deviceName"], sequence: row["sequence"],
-            manifest: try JSONDecoder().decode(Manifest.self, from: row["manifest"] as Data), conflicts: conflicts)
+            manifest: contents.manifest, conflicts: conflicts)
+        state.digest = contents.digest
+        return state
+    }
+
+    /// A revision's manifest — or, `brief`, its content token (stored, or worked out from the
+    /// manifest for revisions from before tokens were stored) and an empty manifest.
+    static func contents(_ row: Row, kind: ItemKind, brief: Bool) throws -> (manifest: Manifest, digest: String?) {
+        if brief, let digest = row["digest"] as String? { return (Manifest(), digest) }
+        let manifest = try JSONDecoder().decode(Manifest.self, from: row["manifest"] as Data)
+        return brief ? (Manifest(), ContentToken.of(manifest, kind: kind)) : (manifest, nil)
     }
 
     /// 32 random bytes as lowercase hexadecimal.

@@ -63,6 +63,12 @@ public struct RecoverableRevision: Sendable, Equatable {
     public var uploaded: Bool
 }
 
+/// A chunk whose contents are stored: its hash and size.
+struct StoredChunk: Sendable, Equatable {
+    var hash: String
+    var size: Int64
+}
+
 /// The outcome of committing a revision.
 struct CommitOutcome: Sendable {
     var revision: String
@@ -92,12 +98,15 @@ protocol SyncDatabase: Sendable {
     func devices(ofAccount name: String) async throws -> [DeviceInfo]
     func revokeDevice(id: String) async throws -> Bool
 
-    func changes(accountId: Int64, container: String, since: Int64, limit: Int) async throws -> ChangesResponse
-    func item(accountId: Int64, container: String, id: String) async throws -> ItemState?
+    /// The items changed after `since`; `brief`: with content tokens instead of manifests.
+    func changes(accountId: Int64, container: String, since: Int64, limit: Int, brief: Bool) async throws -> ChangesResponse
+    /// An item's state; `brief`: with content tokens instead of manifests.
+    func item(accountId: Int64, container: String, id: String, brief: Bool) async throws -> ItemState?
     /// The kind and manifest of one revision of an item (current, conflict or past), or nil if the
     /// item has no such revision: the base of chunk-list deltas.
     func revisionManifest(accountId: Int64, container: String, item: String, revision: String) async throws -> (kind: ItemKind, manifest: Manifest)?
-    func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date) async throws -> CommitOutcome
+    /// Commits a revision; the outcome's item is `brief` (content tokens instead of manifests) if asked.
+    func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date, brief: Bool) async throws -> CommitOutcome
     func resolve(accountId: Int64, container: String, itemId: String, request: ResolveRequest) async throws -> ItemState
 
     /// Applies key-value changes (all or none; the most recent timestamp wins per key).
@@ -106,9 +115,10 @@ protocol SyncDatabase: Sendable {
 
     func missingChunks(accountId: Int64, hashes: [String]) async throws -> [String]
     func hasChunk(accountId: Int64, hash: String) async throws -> Bool
-    /// Records a stored chunk; returns the containers whose items became downloadable, with
-    /// their sequences now.
-    func chunkStored(accountId: Int64, hash: String, size: Int64, now: Date) async throws -> [String: Int64]
+    /// Records stored chunks, all or none, with one quota check for those the account did not
+    /// have; returns the containers whose items became downloadable, with their sequences now.
+    /// - Throws: ``SyncError`` `quotaExceeded` (nothing recorded) when the new ones do not fit.
+    func chunksStored(accountId: Int64, chunks: [StoredChunk], now: Date) async throws -> [String: Int64]
 
     /// What an account can still get back: revisions no longer current (replaced, resolved,
     /// superseded) and deleted items, made within `retention` seconds before `now`.

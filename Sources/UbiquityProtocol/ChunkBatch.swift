@@ -1,0 +1,116 @@
+import Foundation
+
+/// Many chunks in one body: what `POST /v1/chunks` carries up and `POST /v1/chunks/fetch`
+/// answers with, so a large file travels in a few dozen requests instead of thousands.
+///
+/// Each chunk is framed as its SHA-256 hash (64 lowercase hexadecimal characters, ASCII), its
+/// length (4 bytes, big-endian) and its bytes; chunks follow each other with nothing between
+/// them. The framing only names the bytes: whoever reads a batch still checks each chunk
+/// against its hash.
+public struct ChunkBatch: Sendable, Equatable {
+    /// One chunk: its hash and its bytes.
+    public struct Chunk: Sendable, Equatable {
+        /// The SHA-256 hash of `bytes`, lowercase hexadecimal.
+        public var hash: String
+        /// The chunk's contents.
+        public var bytes: [UInt8]
+
+        /// A chunk of these bytes, named `hash`.
+        public init(hash: String, bytes: [UInt8]) {
+            self.hash = hash
+            self.bytes = bytes
+        }
+    }
+
+    /// Why a body is not a batch.
+    public struct FormatError: Error, Equatable, CustomStringConvertible {
+        /// What is wrong, for the error answer.
+        public var description: String
+    }
+
+    /// The chunks, in order.
+    public var chunks: [Chunk]
+
+    /// A batch of these chunks.
+    public init(_ chunks: [Chunk] = []) {
+        self.chunks = chunks
+    }
+
+    /// Bytes of framing per chunk (hash and length).
+    public static let framing = 68
+
+    /// Chunks per batch at most, either way.
+    public static let maximumCount = 4096
+
+    /// The total of chunk bytes a batch carries at most (a single larger chunk travels alone).
+    public static let maximumBytes = 16 << 20
+
+    /// How many bytes the batch takes on the wire.
+    public var encodedSize: Int { chunks.reduce(0) { $0 + Self.framing + $1.bytes.count } }
+
+    /// The batch as a body.
+    public func encoded() -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(encodedSize)
+        for chunk in chunks {
+            var hash = Array(chunk.hash.utf8.prefix(64))
+            hash += Array(repeating: UInt8(ascii: "0"), count: 64 - hash.count)
+            out += hash
+            let length = UInt32(truncatingIfNeeded: chunk.bytes.count)
+            out += [UInt8(length >> 24), UInt8(length >> 16 & 0xff), UInt8(length >> 8 & 0xff), UInt8(length & 0xff)]
+            out += chunk.bytes
+        }
+        return out
+    }
+
+    /// Reads a body: every chunk whole, its hash well formed, at most `maximumCount` chunks of at
+    /// most `maximumChunkSize` bytes each.
+    /// - Throws: ``FormatError`` saying what is wrong.
+    public init<Bytes: Collection<UInt8>>(decoding body: Bytes, maximumChunkSize: Int) throws where Bytes.Index == Int {
+        var chunks: [Chunk] = []
+        var index = body.startIndex
+        while index < body.endIndex {
+            guard chunks.count < Self.maximumCount else { throw FormatError(description: "a batch holds at most \(Self.maximumCount) chunks") }
+            guard body.endIndex - index >= Self.framing else { throw FormatError(description: "the batch ends inside chunk \(chunks.count + 1)'s framing") }
+            let hashBytes = body[index..<index + 64]
+            guard hashBytes.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }) else {
+                throw FormatError(description: "chunk \(chunks.count + 1)'s hash is not 64 lowercase hexadecimal characters")
+            }
+            let lengthStart = index + 64
+            let length = body[lengthStart..<lengthStart + 4].reduce(0) { $0 << 8 | Int($1) }
+            guard length <= maximumChunkSize else { throw FormatError(description: "chunk \(chunks.count + 1) is \(length) bytes; chunks are at most \(maximumChunkSize)") }
+            let start = lengthStart + 4
+            guard body.endIndex - start >= length else { throw FormatError(description: "the batch ends inside chunk \(chunks.count + 1)") }
+            chunks.append(Chunk(hash: String(decoding: hashBytes, as: UTF8.self), bytes: Array(body[start..<start + length])))
+            index = start + length
+        }
+        self.chunks = chunks
+    }
+}
+
+/// `POST /v1/chunks/fetch`: chunks to download, in order. The answer is a ``ChunkBatch`` of as
+/// many of them, in that order, as fit in ``ChunkBatch/maximumBytes`` (always at least one);
+/// the client asks again for the rest.
+public struct ChunkFetchRequest: Codable, Sendable, Equatable {
+    /// Chunk hashes (at most ``ChunkBatch/maximumCount``).
+    public var hashes: [String]
+
+    /// A request for these chunks.
+    public init(hashes: [String]) {
+        self.hashes = hashes
+    }
+}
+
+extension Sequence<UInt8> {
+    /// The bytes as lowercase hexadecimal (how chunk hashes are written).
+    public var lowercaseHex: String {
+        let digits = Array("0123456789abcdef".utf8)
+        var out: [UInt8] = []
+        out.reserveCapacity(underestimatedCount * 2)
+        for byte in self {
+            out.append(digits[Int(byte >> 4)])
+            out.append(digits[Int(byte & 0x0f)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}

@@ -1,0 +1,228 @@
+import Foundation
+import GRDB
+import Hummingbird
+import Testing
+import UbiquityProtocol
+@testable import UbiquityServer
+
+/// Many chunks per request, both ways: `POST /v1/chunks` and `POST /v1/chunks/fetch`.
+@Suite struct ChunkBatchTests {
+    static func batch(_ parts: [[UInt8]]) -> [UInt8] {
+        ChunkBatch(parts.map { ChunkBatch.Chunk(hash: sha256($0), bytes: $0) }).encoded()
+    }
+
+    @Test func theFramingReadsBackAndRefusesWhatIsNotABatch() throws {
+        let parts: [[UInt8]] = [Array("one".utf8), [], Array(repeating: 9, count: 70_000)]
+        let encoded = Self.batch(parts)
+        #expect(encoded.count == parts.reduce(0) { $0 + 68 + $1.count })
+        let decoded = try ChunkBatch(decoding: encoded, maximumChunkSize: 1 << 20)
+        #expect(decoded.chunks.map(\.bytes) == parts && decoded.chunks.map(\.hash) == parts.map(sha256))
+
+        #expect(throws: ChunkBatch.FormatError.self) { try ChunkBatch(decoding: Array(encoded.dropLast()), maximumChunkSize: 1 << 20) }
+        #expect(throws: ChunkBatch.FormatError.self) { try ChunkBatch(decoding: Array(encoded.prefix(40)), maximumChunkSize: 1 << 20) }
+        #expect(throws: ChunkBatch.FormatError.self, "a chunk over the limit") { try ChunkBatch(decoding: encoded, maximumChunkSize: 60_000) }
+        var badHash = encoded
+        badHash[0] = UInt8(ascii: "/")
+        #expect(throws: ChunkBatch.FormatError.self) { try ChunkBatch(decoding: badHash, maximumChunkSize: 1 << 20) }
+        #expect(try ChunkBatch(decoding: [UInt8](), maximumChunkSize: 1).chunks.isEmpty)
+    }
+
+    @Test(arguments: Backend.all) func aBatchCompletesARevisionAndComesBackInOrder(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let phone = try await client.signIn("ada", device: "phone")
+            let parts: [[UInt8]] = (0..<40).map { Array("part \($0) of the film ".utf8) }
+            let created = try await client.commit(notes, "film", fileUpdate("Film.raw", parts), token: laptop.token)
+            #expect(created.missingChunks.count == 40)
+            let cursor = try await client.changes(notes, token: phone.token).sequence
+
+            // 39 chunks in one request (one of them twice): the revision is not complete yet.
+            let first = try await client.send(.post, "/v1/chunks", token: laptop.token, raw: Self.batch(Array(parts.dropLast()) + [parts[0]]))
+            #expect(first.status == .created, "\(String(buffer: first.body))")
+            #expect(try await client.changes(notes, since: cursor, token: phone.token).items.isEmpty, "not complete yet")
+            // The last chunk, sent with one the server has: now downloadable.
+            #expect(try await client.send(.post, "/v1/chunks", token: laptop.token, raw: Self.batch([parts[3], parts[39]])).status == .created)
+            let changes = try await client.changes(notes, since: cursor, token: phone.token)
+            #expect(changes.items.count == 1 && changes.items[0].uploaded)
+
+            // Down: in the order asked, repeats included.
+            let asked = [parts[39], parts[0], parts[7], parts[0]].map(sha256)
+            let fetched = try await client.send(.post, "/v1/chunks/fetch", token: phone.token, json: ChunkFetchRequest(hashes: asked))
+            #expect(fetched.status == .ok)
+            let answer = try ChunkBatch(decoding: Array(buffer: fetched.body), maximumChunkSize: 1 << 20)
+            #expect(answer.chunks.map(\.hash) == asked && answer.chunks.map(\.bytes) == [parts[39], parts[0], parts[7], parts[0]])
+
+            // A chunk the account does not have, an empty or too long request, a bad hash: clear errors.
+            let unknown = try await client.send(.post, "/v1/chunks/fetch", token: phone.token, json: ChunkFetchRequest(hashes: [asked[0], sha256([1, 2, 3])]))
+            #expect(unknown.status == .notFound && String(buffer: unknown.body).contains(sha256([1, 2, 3])))
+            #expect(try await client.send(.post, "/v1/chunks/fetch", token: phone.token, json: ChunkFetchRequest(hashes: [])).errorCode == "tooMany")
+            let tooMany = ChunkFetchRequest(hashes: Array(repeating: asked[0], count: ChunkBatch.maximumCount + 1))
+            #expect(try await client.send(.post, "/v1/chunks/fetch", token: phone.token, json: tooMany).errorCode == "tooMany")
+            #expect(try await client.send(.post, "/v1/chunks/fetch", token: phone.token, json: ChunkFetchRequest(hashes: ["../../etc/passwd"])).errorCode == "invalidHash")
+            #expect(try await client.send(.post, "/v1/chunks/fetch", json: ChunkFetchRequest(hashes: asked)).status == .unauthorized)
+        }
+    }
+
+    @Test(arguments: Backend.all) func aBadBatchStoresNothing(backend: Backend) async throws {
+        let server = try await TestServer(backend); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse", quotaBytes: 1_000)
+        try await server.run { client in
+            let ada = try await client.signIn("ada")
+            let good: [UInt8] = Array("good".utf8), other: [UInt8] = Array("other".utf8)
+            func missing() async throws -> Int {
+                try await client.send(.post, "/v1/chunks/missing", token: ada.token, json: MissingChunksRequest(hashes: [sha256(good), sha256(other)]))
+                    .decode(MissingChunksResponse.self).missing.count
+            }
+
+            // One chunk whose bytes do not match its hash: none of the batch is kept.
+            var mislabelled = ChunkBatch([.init(hash: sha256(good), bytes: good), .init(hash: sha256(good), bytes: other)])
+            var answer = try await client.send(.post, "/v1/chunks", token: ada.token, raw: mislabelled.encoded())
+            #expect(answer.status == .badRequest && answer.errorCode == "hashMismatch")
+            #expect(try await missing() == 2)
+            #expect(try await server.storedChunk(sha256(good), of: "ada") == nil)
+
+            // Cut short, empty, or not a batch at all.
+            mislabelled = ChunkBatch([.init(hash: sha256(good), bytes: good)])
+            answer = try await client.send(.post, "/v1/chunks", token: ada.token, raw: Array(mislabelled.encoded().dropLast(2)))
+            #expect(answer.status == .badRequest && answer.errorCode == "badBatch")
+            #expect(try await client.send(.post, "/v1/chunks", token: ada.token, raw: []).errorCode == "badBatch")
+            #expect(try await client.send(.post, "/v1/chunks", token: ada.token, raw: Array(String(repeating: "x", count: 100).utf8)).errorCode == "badBatch")
+            #expect(try await missing() == 2)
+
+            // Past the quota as a whole: refused, nothing stored, though each chunk alone would fit.
+            let big = (0..<3).map { [UInt8](repeating: UInt8($0), count: 400) }
+            answer = try await client.send(.post, "/v1/chunks", token: ada.token, raw: Self.batch(big))
+            #expect(answer.status.code == 507 && answer.errorCode == "quotaExceeded")
+            for part in big { #expect(try await server.storedChunk(sha256(part), of: "ada") == nil) }
+            #expect(try await client.send(.post, "/v1/chunks", token: ada.token, raw: Self.batch(Array(big.prefix(2)))).status == .created)
+            let account = String(buffer: try await client.send(.get, "/v1/account", token: ada.token).body)
+            #expect(account.contains("\"usedBytes\":800"))
+        }
+    }
+
+    @Test func aFetchAnswersAsManyAsFitAndTheClientAsksForTheRest() async throws {
+        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+        try await server.run { client in
+            let ada = try await client.signIn("ada")
+            let large = (0..<3).map { [UInt8](repeating: UInt8($0), count: 7 << 20) }
+            for part in large { #expect(try await client.send(.post, "/v1/chunks", token: ada.token, raw: Self.batch([part])).status == .created) }
+            let asked = large.map(sha256)
+            let fetched = try await client.send(.post, "/v1/chunks/fetch", token: ada.token, json: ChunkFetchRequest(hashes: asked))
+            let answer = try ChunkBatch(decoding: Array(buffer: fetched.body), maximumChunkSize: 16 << 20)
+            #expect(answer.chunks.map(\.hash) == Array(asked.prefix(2)), "two of 7 MiB fit in 16 MiB, the third is asked for again")
+        }
+    }
+}
+
+/// The data directory's chunk store: a pack file per stored batch, an index, compaction.
+@Suite struct PackedChunkStoreTests {
+    let directory = NSTemporaryDirectory() + "ubiquity-packs-\(UUID().uuidString.prefix(8))"
+
+    func packs(_ account: Int64) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: "\(directory)/\(account)/packs")) ?? []).sorted()
+    }
+
+    static func chunks(_ count: Int, seed: UInt8) -> [ChunkBatch.Chunk] {
+        (0..<count).map { index in
+            let bytes = [UInt8](repeating: seed, count: 1_000 + index) + [UInt8(index)]
+            return ChunkBatch.Chunk(hash: sha256(bytes), bytes: bytes)
+        }
+    }
+
+    @Test func aBatchIsOnePackAndComesBackChunkByChunk() async throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try FileChunkStore(directory: directory)
+        let batch = Self.chunks(50, seed: 1)
+        try await store.store(batch, account: 7)
+        #expect(packs(7).count == 1)
+        for chunk in batch { #expect(try await store.load(hash: chunk.hash, account: 7) == Data(chunk.bytes)) }
+        #expect(try await store.load(hash: batch[0].hash, account: 8) == nil, "accounts are apart")
+        #expect(try await store.load(hash: sha256([9]), account: 7) == nil)
+
+        // Stored again, alone or with new ones: only the new ones are written.
+        try await store.store(batch, account: 7)
+        #expect(packs(7).count == 1)
+        try await store.store(Array(batch.prefix(3)) + Self.chunks(2, seed: 2), account: 7)
+        #expect(packs(7).count == 2)
+
+        // A mislabelled chunk stores nothing of its batch.
+        let wrong = [ChunkBatch.Chunk(hash: sha256([1]), bytes: [2])] + Self.chunks(3, seed: 3)
+        await #expect(throws: SyncError.self) { try await store.store(wrong, account: 7) }
+        let unstored = try await store.load(hash: Self.chunks(3, seed: 3)[0].hash, account: 7)
+        #expect(packs(7).count == 2 && unstored == nil)
+
+        // Reopened, the index still knows everything.
+        let reopened = try FileChunkStore(directory: directory)
+        for chunk in batch { #expect(try await reopened.load(hash: chunk.hash, account: 7) == Data(chunk.bytes)) }
+    }
+
+    @Test func theSameChunksStoredAtOnceEndUpOnce() async throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try FileChunkStore(directory: directory)
+        let batch = Self.chunks(40, seed: 4)
+        try await withThrowingTaskGroup(of: Void.self) { group in
+            for _ in 0..<4 { group.addTask { try await store.store(batch, account: 1) } }
+            try await group.waitForAll()
+        }
+        for chunk in batch { #expect(try await store.load(hash: chunk.hash, account: 1) == Data(chunk.bytes)) }
+        let live = try await store.index.read { db in try Int.fetchOne(db, sql: "SELECT SUM(live) FROM pack") }
+        #expect(live == batch.reduce(0) { $0 + $1.bytes.count }, "each chunk counted live once")
+        let indexed = try await store.index.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM pack") }
+        #expect(packs(1).count == indexed, "a pack nothing uses is gone")
+    }
+
+    @Test func removedChunksAreCompactedAwayAndOrphansSwept() async throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try FileChunkStore(directory: directory)
+        let first = Self.chunks(30, seed: 5), second = Self.chunks(10, seed: 6)
+        try await store.store(first, account: 2)
+        try await store.store(second, account: 2)
+        #expect(packs(2).count == 2)
+
+        // Every chunk of a pack removed: the pack goes at once.
+        for chunk in second { await store.remove(hash: chunk.hash, account: 2) }
+        #expect(packs(2).count == 1)
+        // Most of a pack removed: compaction rewrites the rest into a smaller pack.
+        for chunk in first.prefix(20) { await store.remove(hash: chunk.hash, account: 2) }
+        let freed = try await store.compact(orphanAge: 3_600)
+        #expect(freed == Int64(first.prefix(20).reduce(0) { $0 + $1.bytes.count }))
+        #expect(packs(2).count == 1)
+        for chunk in first.prefix(20) { #expect(try await store.load(hash: chunk.hash, account: 2) == nil) }
+        for chunk in first.suffix(10) { #expect(try await store.load(hash: chunk.hash, account: 2) == Data(chunk.bytes)) }
+
+        // A pack a crash left unindexed goes once it is old enough; indexed ones stay.
+        let orphan = "\(directory)/2/packs/left-by-a-crash.pack"
+        FileManager.default.createFile(atPath: orphan, contents: Data(repeating: 1, count: 500))
+        let young = try await store.compact(orphanAge: 3_600)
+        #expect(young == 0 && FileManager.default.fileExists(atPath: orphan), "could be an upload in progress")
+        let old = try await store.compact(orphanAge: -1)
+        #expect(old == 500 && !FileManager.default.fileExists(atPath: orphan))
+        for chunk in first.suffix(10) { #expect(try await store.load(hash: chunk.hash, account: 2) == Data(chunk.bytes)) }
+
+        // A damaged pack is a clear error, not wrong bytes.
+        let pack = "\(directory)/2/packs/\(packs(2)[0])"
+        try FileManager.default.removeItem(atPath: pack)
+        FileManager.default.createFile(atPath: pack, contents: Data(repeating: 0, count: 10))
+        await #expect(throws: SyncError.self) { try await store.load(hash: first[29].hash, account: 2) }
+
+        await store.removeAccount(2)
+        #expect(!FileManager.default.fileExists(atPath: "\(directory)/2"))
+        #expect(try await store.load(hash: first[29].hash, account: 2) == nil)
+    }
+
+    @Test func chunksKeptOneFileEachByEarlierVersionsAreStillServed() async throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try FileChunkStore(directory: directory)
+        let bytes: [UInt8] = Array("from an earlier version".utf8), hash = sha256(bytes)
+        let loose = store.loosePath(account: 3, hash: hash)
+        try FileManager.default.createDirectory(atPath: (loose as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: loose, contents: Data(bytes))
+        #expect(try await store.load(hash: hash, account: 3) == Data(bytes))
+        try await store.store([ChunkBatch.Chunk(hash: hash, bytes: bytes)], account: 3)
+        #expect(packs(3).isEmpty, "not written twice")
+        await store.remove(hash: hash, account: 3)
+        let gone = try await store.load(hash: hash, account: 3)
+        #expect(gone == nil && !FileManager.default.fileExists(atPath: loose))
+    }
+}
