@@ -1,0 +1,337 @@
+import Foundation
+
+/// A condition on objects, written in Apple's predicate format string syntax: what an
+/// ``NSMetadataQuery`` filters its results with.
+///
+/// swift-corelibs-foundation has an `NSPredicate` that cannot parse format strings; this one
+/// can, and an app that imports Ubiquity gets it under the same name:
+///
+/// ```swift
+/// let query = NSMetadataQuery()
+/// query.predicate = NSPredicate(format: "%K LIKE '*.txt'", NSMetadataItemFSNameKey)
+/// ```
+///
+/// Supported: comparisons (`==` `=` `!=` `<>` `<` `<=` `=<` `>` `>=` `=>`), `BEGINSWITH`,
+/// `ENDSWITH`, `CONTAINS`, `LIKE` (with `*` and `?` wildcards), `MATCHES` (a regular expression
+/// matching the whole string), `IN`, `BETWEEN`, the `[c]`, `[d]` and `[cd]` options (case and
+/// diacritic insensitive), `ANY`/`SOME`/`ALL`/`NONE` on collections, `AND`/`&&`, `OR`/`||`,
+/// `NOT`/`!`, parentheses, `TRUEPREDICATE`/`FALSEPREDICATE`, literals (quoted strings,
+/// numbers, `TRUE`/`YES`, `FALSE`/`NO`, `NULL`/`NIL`, `SELF`, `{…}` collections,
+/// `CAST(seconds, "NSDate")`), key paths, `$VARIABLES`, and the `%@`, `%K`, `%d`/`%i`/`%ld`/
+/// `%lld`/`%u`/`%lu`, `%f`/`%lf`/`%g` and `%%` substitutions. What Apple has and this does not
+/// (arithmetic, `SUBQUERY`, `FUNCTION`, `@count` and other collection operators) is a clear
+/// error, never a wrong answer.
+///
+/// As on Apple platforms, ``init(format:_:)`` stops the program when the format string is not
+/// a predicate (Apple raises an exception); use ``init(validatingFormat:argumentArray:)`` for
+/// format strings from users, which throws a ``PredicateFormatError`` instead.
+public final class NSPredicate: CustomStringConvertible, Sendable {
+    let node: PredicateNode
+
+    init(node: PredicateNode) {
+        self.node = node
+    }
+
+    /// Parses a predicate format string, `arguments` filling its `%@`, `%K` and other
+    /// substitutions in order. Stops the program if it is not a valid predicate (as Apple's
+    /// exception does): see ``init(validatingFormat:argumentArray:)``.
+    public convenience init(format predicateFormat: String, _ arguments: Any...) {
+        self.init(format: predicateFormat, argumentArray: arguments)
+    }
+
+    /// Parses a predicate format string with its substitutions' arguments in an array. Stops
+    /// the program if it is not a valid predicate (as Apple's exception does).
+    public convenience init(format predicateFormat: String, argumentArray arguments: [Any]?) {
+        do {
+            try self.init(validatingFormat: predicateFormat, argumentArray: arguments)
+        } catch {
+            preconditionFailure("NSPredicate: \(error)")
+        }
+    }
+
+    /// Parses a predicate format string, throwing instead of stopping when it is not a valid
+    /// predicate: for format strings typed by users.
+    /// - Throws: ``PredicateFormatError`` naming the place and the reason.
+    public convenience init(validatingFormat predicateFormat: String, argumentArray arguments: [Any]? = nil) throws {
+        var parser = PredicateParser(format: predicateFormat, arguments: arguments ?? [])
+        self.init(node: try parser.parse())
+    }
+
+    /// A predicate that is always `value`.
+    public convenience init(value: Bool) {
+        self.init(node: .constant(value))
+    }
+
+    /// The predicate as a format string (normalised: keywords in capitals, strings in double
+    /// quotes, substitutions filled in).
+    public var predicateFormat: String { node.format }
+
+    /// The predicate's format string.
+    public var description: String { predicateFormat }
+
+    /// Whether `object` satisfies the predicate. Keys are read from an ``NSMetadataItem``, a
+    /// `[String: Any]` dictionary, or anything ``PredicateKeyValueReading``; `SELF` is the
+    /// object itself.
+    public func evaluate(with object: Any?) -> Bool {
+        evaluate(with: object, substitutionVariables: nil)
+    }
+
+    /// Whether `object` satisfies the predicate, with `$VARIABLES` given their values (a
+    /// variable without one is NULL).
+    public func evaluate(with object: Any?, substitutionVariables variables: [String: Any]?) -> Bool {
+        let variables = (variables ?? [:]).mapValues(PredicateValue.init)
+        return node.evaluate(PredicateContext(object: object, variables: variables))
+    }
+
+    /// A copy with `$VARIABLES` replaced by the given values (the others stay variables).
+    public func withSubstitutionVariables(_ variables: [String: Any]) -> NSPredicate {
+        NSPredicate(node: node.substituting(variables.mapValues(PredicateValue.init)))
+    }
+}
+
+/// An object whose values a predicate can read by key (``NSMetadataItem`` is one).
+public protocol PredicateKeyValueReading {
+    /// The value for `key`, or nil.
+    func predicateValue(forKey key: String) -> Any?
+}
+
+extension Dictionary: PredicateKeyValueReading where Key == String {
+    /// The dictionary's value for `key`.
+    public func predicateValue(forKey key: String) -> Any? {
+        self[key].map { $0 as Any }
+    }
+}
+
+/// Why a format string is not a predicate: where, and what is wrong.
+public struct PredicateFormatError: Error, Equatable, CustomStringConvertible {
+    /// The format string.
+    public var format: String
+    /// Where the problem is (a character offset from 0).
+    public var offset: Int
+    /// What is wrong.
+    public var reason: String
+
+    /// The reason, with the place.
+    public var description: String { "\(reason) (at character \(offset + 1) of \"\(format)\")" }
+}
+
+// MARK: - The tree
+
+/// A value as predicates compare them.
+enum PredicateValue: Sendable, Equatable {
+    case null
+    case string(String)
+    case number(Double)
+    case bool(Bool)
+    case date(Date)
+    case data(Data)
+    case collection([PredicateValue])
+
+    /// Any Swift or Foundation value, as predicates see it (a URL as its absolute string).
+    init(_ any: Any?) {
+        guard let any else { self = .null; return }
+        // Exact types first: on Linux a number may cast to Bool and a Bool to NSNumber.
+        let type = Swift.type(of: any)
+        if let value = any as? PredicateValue { self = value }
+        else if let value = any as? String { self = .string(value) }
+        else if type == Bool.self { self = .bool(any as! Bool) }
+        else if type == Int.self { self = .number(Double(any as! Int)) }
+        else if type == Int64.self { self = .number(Double(any as! Int64)) }
+        else if type == Double.self { self = .number(any as! Double) }
+        else if type == Int32.self { self = .number(Double(any as! Int32)) }
+        else if type == UInt64.self { self = .number(Double(any as! UInt64)) }
+        else if type == UInt.self { self = .number(Double(any as! UInt)) }
+        else if type == Float.self { self = .number(Double(any as! Float)) }
+        else if let value = any as? Date { self = .date(value) }
+        else if let value = any as? URL { self = .string(value.absoluteString) }
+        else if let value = any as? Substring { self = .string(String(value)) }
+        else if let value = any as? Data { self = .data(value) }
+        else if any is NSNull { self = .null }
+        else if let value = any as? NSNumber { self = .number(value.doubleValue) }
+        else if let value = any as? any BinaryInteger { self = .number(Double(value)) }
+        else if let value = any as? any BinaryFloatingPoint { self = .number(Double(value)) }
+        else if let value = any as? [Any] { self = .collection(value.map(PredicateValue.init)) }
+        else if let value = any as? Set<String> { self = .collection(value.sorted().map(PredicateValue.string)) }
+        else {
+            let mirror = Mirror(reflecting: any)
+            if mirror.displayStyle == .optional {
+                self = mirror.children.first.map { PredicateValue($0.value) } ?? .null
+            } else {
+                self = .string(String(describing: any))
+            }
+        }
+    }
+
+    var format: String {
+        switch self {
+        case .null: return "nil"
+        case .string(let value): return PredicateValue.quoted(value)
+        case .number(let value): return PredicateValue.number(value)
+        case .bool(let value): return value ? "YES" : "NO"
+        case .date(let value): return "CAST(\(PredicateValue.number(value.timeIntervalSinceReferenceDate)), \"NSDate\")"
+        case .data(let value): return "<\(value.map { String(format: "%02x", $0) }.joined())>"
+        case .collection(let values): return "{" + values.map(\.format).joined(separator: ", ") + "}"
+        }
+    }
+
+    static func number(_ value: Double) -> String {
+        value.rounded() == value && abs(value) < 1e15 ? String(Int64(value)) : String(value)
+    }
+
+    static func quoted(_ value: String) -> String {
+        var out = "\""
+        for character in value {
+            switch character {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\t": out += "\\t"
+            default: out.append(character)
+            }
+        }
+        return out + "\""
+    }
+}
+
+/// One side of a comparison.
+indirect enum PredicateExpression: Sendable, Equatable {
+    case constant(PredicateValue)
+    case keyPath([String])
+    case evaluatedObject
+    case variable(String)
+    case aggregate([PredicateExpression])
+
+    var format: String {
+        switch self {
+        case .constant(let value): return value.format
+        case .keyPath(let components): return components.map { PredicateParser.reserved.contains($0.uppercased()) ? "#" + $0 : $0 }.joined(separator: ".")
+        case .evaluatedObject: return "SELF"
+        case .variable(let name): return "$" + name
+        case .aggregate(let items): return "{" + items.map(\.format).joined(separator: ", ") + "}"
+        }
+    }
+
+    func value(_ context: PredicateContext) -> PredicateValue {
+        switch self {
+        case .constant(let value): return value
+        case .evaluatedObject: return PredicateValue(context.object)
+        case .variable(let name): return context.variables[name] ?? .null
+        case .aggregate(let items): return .collection(items.map { $0.value(context) })
+        case .keyPath(let components):
+            var current: Any? = context.object
+            for component in components {
+                guard let reading = current as? PredicateKeyValueReading else { return .null }
+                current = reading.predicateValue(forKey: component)
+            }
+            return PredicateValue(current)
+        }
+    }
+
+    func substituting(_ variables: [String: PredicateValue]) -> PredicateExpression {
+        switch self {
+        case .variable(let name): return variables[name].map(PredicateExpression.constant) ?? self
+        case .aggregate(let items): return .aggregate(items.map { $0.substituting(variables) })
+        default: return self
+        }
+    }
+}
+
+/// What a comparison does.
+enum PredicateOperator: String, Sendable {
+    case equal = "==", notEqual = "!=", less = "<", lessOrEqual = "<=", greater = ">", greaterOrEqual = ">="
+    case beginsWith = "BEGINSWITH", endsWith = "ENDSWITH", contains = "CONTAINS", like = "LIKE", matches = "MATCHES"
+    case `in` = "IN", between = "BETWEEN"
+}
+
+/// How a comparison treats a collection on its left: as a whole, or element by element.
+enum PredicateModifier: String, Sendable {
+    case direct = "", any = "ANY ", all = "ALL ", none = "NONE "
+}
+
+/// `[c]`, `[d]`, `[cd]`.
+struct PredicateOptions: OptionSet, Sendable, Hashable {
+    let rawValue: Int
+    static let caseInsensitive = PredicateOptions(rawValue: 1)
+    static let diacriticInsensitive = PredicateOptions(rawValue: 2)
+
+    var format: String {
+        let letters = (contains(.caseInsensitive) ? "c" : "") + (contains(.diacriticInsensitive) ? "d" : "")
+        return letters.isEmpty ? "" : "[\(letters)]"
+    }
+
+    func fold(_ text: String) -> String {
+        var options: String.CompareOptions = []
+        if contains(.caseInsensitive) { options.insert(.caseInsensitive) }
+        if contains(.diacriticInsensitive) { options.insert(.diacriticInsensitive) }
+        return options.isEmpty ? text : text.folding(options: options, locale: nil)
+    }
+}
+
+struct PredicateComparison: Sendable {
+    var left: PredicateExpression
+    var `operator`: PredicateOperator
+    var right: PredicateExpression
+    var options: PredicateOptions
+    var modifier: PredicateModifier
+    /// For `MATCHES` against a constant: the expression, compiled once.
+    var regex: PredicateRegex?
+}
+
+/// A compiled regular expression (NSRegularExpression is immutable and safe to share).
+struct PredicateRegex: @unchecked Sendable {
+    let expression: NSRegularExpression
+}
+
+indirect enum PredicateNode: Sendable {
+    case constant(Bool)
+    case not(PredicateNode)
+    case and([PredicateNode])
+    case or([PredicateNode])
+    case comparison(PredicateComparison)
+
+    var format: String {
+        switch self {
+        case .constant(let value): return value ? "TRUEPREDICATE" : "FALSEPREDICATE"
+        case .not(let inner): return "NOT " + inner.nestedFormat
+        case .and(let items): return items.map(\.nestedFormat).joined(separator: " AND ")
+        case .or(let items): return items.map(\.nestedFormat).joined(separator: " OR ")
+        case .comparison(let comparison):
+            return comparison.modifier.rawValue + comparison.left.format + " " + comparison.operator.rawValue + comparison.options.format + " " + comparison.right.format
+        }
+    }
+
+    private var nestedFormat: String {
+        switch self {
+        case .and, .or: return "(" + format + ")"
+        default: return format
+        }
+    }
+
+    func evaluate(_ context: PredicateContext) -> Bool {
+        switch self {
+        case .constant(let value): return value
+        case .not(let inner): return !inner.evaluate(context)
+        case .and(let items): return items.allSatisfy { $0.evaluate(context) }
+        case .or(let items): return items.contains { $0.evaluate(context) }
+        case .comparison(let comparison): return comparison.evaluate(context)
+        }
+    }
+
+    func substituting(_ variables: [String: PredicateValue]) -> PredicateNode {
+        switch self {
+        case .constant: return self
+        case .not(let inner): return .not(inner.substituting(variables))
+        case .and(let items): return .and(items.map { $0.substituting(variables) })
+        case .or(let items): return .or(items.map { $0.substituting(variables) })
+        case .comparison(var comparison):
+            comparison.left = comparison.left.substituting(variables)
+            comparison.right = comparison.right.substituting(variables)
+            return .comparison(comparison)
+        }
+    }
+}
+
+struct PredicateContext {
+    var object: Any?
+    var variables: [String: PredicateValue]
+}
