@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <linux/fs.h>
 
@@ -53,4 +54,19 @@ int ubq_wake_pipe(int fds[2]) {
 
 int ubq_open_marker(const char *directory) {
     return open(directory, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
+}
+
+int ubq_birth_time(const char *path, long long *seconds, long *nanoseconds) {
+#ifdef STATX_BTIME
+    struct statx info;
+    if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_BTIME, &info) != 0) return -1;
+    if (!(info.stx_mask & STATX_BTIME)) { errno = ENODATA; return -1; }
+    *seconds = info.stx_btime.tv_sec;
+    *nanoseconds = info.stx_btime.tv_nsec;
+    return 0;
+#else
+    (void)path; (void)seconds; (void)nanoseconds;
+    errno = ENOSYS;
+    return -1;
+#endif
 }

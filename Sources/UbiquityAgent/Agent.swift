@@ -3,6 +3,7 @@ import HummingbirdWSClient
 import Logging
 import ServiceLifecycle
 import UbiquityClient
+import UbiquityFiles
 import UbiquityProtocol
 
 /// `ubiquity agent`: one per user and device. Keeps the signed-in account's containers in step

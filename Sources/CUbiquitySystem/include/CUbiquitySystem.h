@@ -26,4 +26,9 @@ int ubq_wake_pipe(int fds[2]);
 /// the descriptor, or -1 with errno set.
 int ubq_open_marker(const char *directory);
 
+/// The birth time of the item at `path` (not following a final symbolic link), from statx.
+/// Returns 0 and fills `seconds`/`nanoseconds`, or -1 with errno set (ENODATA when the file
+/// system does not record it).
+int ubq_birth_time(const char *path, long long *seconds, long *nanoseconds);
+
 #endif

@@ -39,5 +39,10 @@ extension DocumentType {
         DocumentType(identifier: "public.zip-archive", conformsTo: ["public.archive"], filenameExtensions: ["zip"], mimeTypes: ["application/zip"], description: "Zip Archive"),
         DocumentType(identifier: "org.gnu.gnu-zip-archive", conformsTo: ["public.archive"], filenameExtensions: ["gz"], mimeTypes: ["application/gzip"], description: "Gzip Archive"),
         DocumentType(identifier: "public.database", conformsTo: [data], description: "Database"),
+        // Package formats people meet in a document folder (also packages to the sync agent).
+        DocumentType(identifier: "com.apple.rtfd", conformsTo: [package, "public.composite-content"], filenameExtensions: ["rtfd"], description: "Rich Text with Attachments"),
+        DocumentType(identifier: "com.apple.iwork.pages.sffpages", conformsTo: [package, "public.composite-content"], filenameExtensions: ["pages"], description: "Pages Document"),
+        DocumentType(identifier: "com.apple.iwork.numbers.sffnumbers", conformsTo: [package, "public.composite-content"], filenameExtensions: ["numbers"], description: "Numbers Spreadsheet"),
+        DocumentType(identifier: "com.apple.iwork.keynote.sffkey", conformsTo: [package, "public.composite-content"], filenameExtensions: ["key"], description: "Keynote Presentation"),
     ]
 }

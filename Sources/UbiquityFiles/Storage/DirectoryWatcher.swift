@@ -9,9 +9,9 @@ import Glibc
 
 /// Watches a folder and everything under it with inotify and says when something in it
 /// changed: a file written and closed, created, moved or deleted, a folder created (watched
-/// from then on). The agent starts a round on each, and rescans everything when inotify's
-/// queue overflowed or a watch could not be added, so a change is never silently missed
-/// (the scan, not the event, says what changed).
+/// from then on). The agent starts a round on each, and a metadata query looks again at what
+/// changed; both rescan everything when inotify's queue overflowed or a watch could not be
+/// added, so a change is never silently missed (the scan, not the event, says what changed).
 public final class DirectoryWatcher: Sendable {
     /// What happened.
     public enum Event: Sendable, Equatable {
@@ -28,16 +28,16 @@ public final class DirectoryWatcher: Sendable {
     private let stopped = Atomic<Bool>(false)
 
     /// Starts watching `root` (created if missing); `onEvent` is called on the watcher's own thread.
-    /// - Throws: ``ScanError`` when inotify is unavailable or `root` cannot be watched.
-    public init(root: URL, logger: Logger = Logger(label: "ubiquity.agent.watcher"), onEvent: @escaping @Sendable (Event) -> Void) throws {
+    /// - Throws: ``FileAccessError`` when inotify is unavailable or `root` cannot be watched.
+    public init(root: URL, logger: Logger = Logger(label: "ubiquity.watcher"), onEvent: @escaping @Sendable (Event) -> Void) throws {
         self.root = root
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
         let inotify = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
-        guard inotify >= 0 else { throw ScanError(path: root.path, reason: "inotify: \(String(cString: strerror(errno)))") }
+        guard inotify >= 0 else { throw FileAccessError(operation: "inotify", path: root.path, errno: errno) }
         var ends: [Int32] = [0, 0]
         guard ubq_wake_pipe(&ends) == 0 else {
             close(inotify)
-            throw ScanError(path: root.path, reason: "pipe: \(String(cString: strerror(errno)))")
+            throw FileAccessError(operation: "pipe", path: root.path, errno: errno)
         }
         descriptor = inotify
         wake = (ends[0], ends[1])
@@ -46,7 +46,7 @@ public final class DirectoryWatcher: Sendable {
             close(inotify)
             close(ends[0])
             close(ends[1])
-            throw ScanError(path: root.path, reason: "cannot be watched: \(String(cString: strerror(errno)))")
+            throw FileAccessError(operation: "watch", path: root.path, errno: errno)
         }
         let thread = Thread { loop.run() }
         thread.name = "ubiquity-watcher"

@@ -1,0 +1,373 @@
+import Foundation
+import UbiquityFiles
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The distinct value of an attribute among a query's results, and how many have it.
+public final class NSMetadataQueryAttributeValueTuple: Sendable {
+    /// The attribute.
+    public let attribute: String
+    private let original: ValueBox
+    /// How many results have this value.
+    public let count: Int
+
+    init(attribute: String, value: Any?, count: Int) {
+        self.attribute = attribute
+        self.original = ValueBox(value)
+        self.count = count
+    }
+
+    /// The value (nil: the results without the attribute).
+    public var value: Any? { original.value }
+}
+
+/// A value of any type, kept as it was given (attribute values are immutable).
+final class ValueBox: @unchecked Sendable {
+    let value: Any?
+    init(_ value: Any?) { self.value = value }
+}
+
+/// The results that share a value of a grouping attribute, with their subgroups.
+public final class NSMetadataQueryResultGroup: Sendable {
+    /// The grouping attribute.
+    public let attribute: String
+    private let original: ValueBox
+    /// The groups within this one, by the next grouping attribute (empty for the last).
+    public let subgroups: [NSMetadataQueryResultGroup]?
+    private let items: [NSMetadataItem]
+
+    init(attribute: String, value: Any?, subgroups: [NSMetadataQueryResultGroup]?, items: [NSMetadataItem]) {
+        self.attribute = attribute
+        self.original = ValueBox(value)
+        self.subgroups = subgroups
+        self.items = items
+    }
+
+    /// The value the group's results share.
+    public var value: Any? { original.value }
+    /// How many results are in the group.
+    public var resultCount: Int { items.count }
+    /// The group's result at `index`.
+    public func result(at index: Int) -> Any { items[index] }
+    /// The group's results.
+    public var results: [Any] { items }
+
+    static func groups(of items: [NSMetadataItem], by attributes: ArraySlice<String>) -> [NSMetadataQueryResultGroup] {
+        guard let attribute = attributes.first else { return [] }
+        var order: [String] = []
+        var members: [String: (value: Any?, items: [NSMetadataItem])] = [:]
+        for item in items {
+            let value = item.value(forAttribute: attribute)
+            let key = PredicateValue(value).format
+            if members[key] == nil { order.append(key); members[key] = (value, []) }
+            members[key]?.items.append(item)
+        }
+        let rest = attributes.dropFirst()
+        return order.map { key in
+            let group = members[key]!
+            return NSMetadataQueryResultGroup(attribute: attribute, value: group.value, subgroups: rest.isEmpty ? nil : groups(of: group.items, by: rest), items: group.items)
+        }
+    }
+}
+
+extension MetadataRecord: PredicateKeyValueReading {
+    func predicateValue(forKey key: String) -> Any? { value(forAttribute: key) }
+}
+
+extension NSMetadataItem {
+    /// Takes the record's values; whether anything changed.
+    func update(_ new: MetadataRecord) -> Bool {
+        record.withLock { record in
+            guard record != new else { return false }
+            record = new
+            return true
+        }
+    }
+}
+
+extension NSMetadataQuery.State {
+    /// The published results after `changes`.
+    mutating func apply(_ changes: NSMetadataQuery.Changes) {
+        let sorted = !sortDescriptors.isEmpty
+        var gone = Set(changes.removed.keys)
+        if sorted { gone.formUnion(changes.changed.keys) }
+        if !gone.isEmpty { results.removeAll { gone.contains(ObjectIdentifier($0)) } }
+        var incoming = Array(changes.added.values)
+        if sorted { incoming += changes.changed.values }
+        incoming.sort { $0.path < $1.path }
+        if !sorted {
+            results += incoming
+        } else if incoming.count > max(8, results.count / 8) {
+            results += incoming
+            let descriptors = sortDescriptors
+            results.sort { descriptors.orders($0, before: $1, tie: false) }
+        } else {
+            let descriptors = sortDescriptors
+            for item in incoming {
+                var low = 0, high = results.count
+                while low < high {
+                    let middle = (low + high) / 2
+                    if descriptors.orders(item, before: results[middle], tie: false) { high = middle } else { low = middle + 1 }
+                }
+                results.insert(item, at: low)
+            }
+        }
+        positions = nil
+    }
+}
+
+extension NSMetadataQuery {
+    // MARK: Gathering (on the work queue)
+
+    func gather(_ generation: Int) {
+        guard let predicate = state.withLock({ $0.generation == generation ? $0.predicate : nil }) else { return }
+        deliver(.NSMetadataQueryDidStartGathering, changes: nil, snapshot: false)
+        let sources = makeSources(state.withLock { $0.scopes })
+        // Watch first: a change made during the scan is seen (and settled by the next update).
+        var watchers: [DirectoryWatcher] = []
+        for (index, source) in sources.enumerated() where FileManager.default.fileExists(atPath: source.base) {
+            do {
+                watchers.append(try DirectoryWatcher(root: URL(fileURLWithPath: source.base), logger: logger) { [weak self] event in
+                    guard let self else { return }
+                    self.work.async { self.handle(event, sourceIndex: index, generation: generation) }
+                })
+            } catch {
+                logger.warning("cannot watch a search scope; its changes are not seen", metadata: ["folder": "\(source.base)", "error": "\(error)"])
+            }
+        }
+        let current = state.withLock { state -> Bool in
+            guard state.generation == generation else { return false }
+            state.sources = sources
+            state.watchers = watchers
+            state.items = [:]
+            state.results = []
+            state.pending = Changes()
+            return true
+        }
+        guard current else {
+            for watcher in watchers { watcher.stop() }
+            return
+        }
+        for source in sources {
+            let records = source.scan(under: source.base)
+            var found = Changes()
+            state.withLock { state in
+                guard state.generation == generation else { return }
+                for record in records where state.items[record.path] == nil && predicate.evaluate(with: record) {
+                    let item = NSMetadataItem(record)
+                    state.items[record.path] = item
+                    found.add(item)
+                }
+            }
+            deliver(.NSMetadataQueryGatheringProgress, changes: found, snapshot: false)
+        }
+        let finished = state.withLock { state -> Bool in
+            guard state.generation == generation, state.phase == .gathering else { return false }
+            state.phase = .live
+            return true
+        }
+        if finished { deliver(.NSMetadataQueryDidFinishGathering, changes: nil, snapshot: true) }
+    }
+
+    /// The sources for the search scopes.
+    func makeSources(_ scopes: [Scope]) -> [any MetadataSource] {
+        var sources: [any MetadataSource] = []
+        let token = containers.identityToken
+        func container(_ identifier: String, _ part: ContainerSource.Part) -> ContainerSource? {
+            guard let token, UbiquityEntitlements.isValidIdentifier(identifier) else { return nil }
+            let root = containers.paths.container(identifier, account: token)
+            if part == .documents { try? FileManager.default.createDirectory(at: root.appendingPathComponent("Documents"), withIntermediateDirectories: true) }
+            var source = ContainerSource(identifier: identifier, root: root, part: part)
+            do {
+                let answer = try containers.agent.send(AgentRequest(.list, container: identifier), timeout: .seconds(2))
+                if let error = answer.error { throw AgentConnectionError(reason: error) }
+                for status in answer.items ?? [] { source.statuses[URL(fileURLWithPath: status.path).standardizedFileURL.path] = status }
+            } catch {
+                source.agentProblem = "the agent does not answer: \(error)"
+            }
+            return source
+        }
+        for scope in scopes {
+            switch scope {
+            case .documents:
+                sources += containers.entitlements.containerIdentifiers.compactMap { container($0, .documents) }
+            case .data:
+                sources += containers.entitlements.containerIdentifiers.compactMap { container($0, .data) }
+            case .external:
+                guard let token else { continue }
+                let folder = containers.paths.account(token).appendingPathComponent("containers").path
+                let others = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter { !containers.entitlements.containerIdentifiers.contains($0) }
+                sources += others.sorted().compactMap { container($0, .documents) }
+            case .folder(let path):
+                sources.append(FolderSource(base: path))
+            case .invalid:
+                continue
+            }
+        }
+        return sources
+    }
+
+    // MARK: Live updates (on the work queue)
+
+    func handle(_ event: DirectoryWatcher.Event, sourceIndex: Int, generation: Int) {
+        let (source, predicate) = state.withLock { state -> ((any MetadataSource)?, NSPredicate?) in
+            guard state.generation == generation, state.phase == .live || state.phase == .gathering, sourceIndex < state.sources.count else { return (nil, nil) }
+            return (state.sources[sourceIndex], state.predicate)
+        }
+        guard let source, let predicate else { return }
+        switch event {
+        case .overflow:
+            rescan(source, predicate: predicate)
+        case .changed(let path):
+            guard let itemPath = source.itemPath(forEvent: path) else { break }
+            refresh(owningPackage(of: itemPath, under: source.base) ?? itemPath, in: source, predicate: predicate)
+        }
+        scheduleFlush()
+    }
+
+    /// The package `path` is inside, if any (a package is one item; its members are not).
+    func owningPackage(of path: String, under base: String) -> String? {
+        var components = path.dropFirst(base.count + 1).split(separator: "/")
+        components.removeLast()
+        var current = base
+        for component in components {
+            current += "/" + component
+            let type = MetadataRecord.contentType(name: String(component), isDirectory: true)
+            if type != "public.folder", DocumentTypeRegistry.shared.isPackage(type) { return current }
+        }
+        return nil
+    }
+
+    /// Looks again at one item (and, for a folder, what is under it).
+    func refresh(_ path: String, in source: any MetadataSource, predicate: NSPredicate) {
+        let record = source.current(at: path, agent: containers.agent)
+        state.withLock { state in
+            let existing = state.items[path]
+            if let record, predicate.evaluate(with: record) {
+                if let existing {
+                    if existing.update(record) { state.pending.change(existing) }
+                } else {
+                    let item = NSMetadataItem(record)
+                    state.items[path] = item
+                    state.pending.add(item)
+                }
+            } else if let existing {
+                state.items[path] = nil
+                state.pending.remove(existing)
+            }
+            // A folder gone (or moved away): what was in it goes too.
+            if record == nil || record?.isDirectory == false {
+                let prefix = path + "/"
+                for (child, item) in state.items where child.hasPrefix(prefix) {
+                    state.items[child] = nil
+                    state.pending.remove(item)
+                }
+            }
+        }
+        // A folder that appeared (or moved here): what is in it.
+        if let record, record.isDirectory, !DocumentTypeRegistry.shared.isPackage(record.contentType) {
+            merge(source.scan(under: path), under: path, predicate: predicate, removingMissing: false)
+        }
+    }
+
+    /// Everything under a source again (after inotify lost events).
+    func rescan(_ source: any MetadataSource, predicate: NSPredicate) {
+        merge(source.scan(under: source.base), under: source.base, predicate: predicate, removingMissing: true)
+    }
+
+    func merge(_ records: [MetadataRecord], under base: String, predicate: NSPredicate, removingMissing: Bool) {
+        state.withLock { state in
+            var seen = Set<String>()
+            for record in records {
+                seen.insert(record.path)
+                let existing = state.items[record.path]
+                if predicate.evaluate(with: record) {
+                    if let existing {
+                        if existing.update(record) { state.pending.change(existing) }
+                    } else {
+                        let item = NSMetadataItem(record)
+                        state.items[record.path] = item
+                        state.pending.add(item)
+                    }
+                } else if let existing {
+                    state.items[record.path] = nil
+                    state.pending.remove(existing)
+                }
+            }
+            guard removingMissing else { return }
+            let prefix = base + "/"
+            for (path, item) in state.items where path.hasPrefix(prefix) && !seen.contains(path) {
+                state.items[path] = nil
+                state.pending.remove(item)
+            }
+        }
+    }
+
+    func scheduleFlush() {
+        let interval = state.withLock { state -> TimeInterval? in
+            guard !state.flushScheduled, state.disabled == 0, !state.pending.isEmpty else { return nil }
+            state.flushScheduled = true
+            return state.batchingInterval
+        }
+        guard let interval else { return }
+        work.asyncAfter(deadline: .now() + interval) { [weak self] in self?.flush() }
+    }
+
+    /// Posts what changed since the last update, unless updates are held back.
+    func flush() {
+        let changes = state.withLock { state -> Changes? in
+            state.flushScheduled = false
+            guard state.disabled == 0, state.phase == .live, !state.pending.isEmpty else { return nil }
+            defer { state.pending = Changes() }
+            return state.pending
+        }
+        if let changes { deliver(.NSMetadataQueryDidUpdate, changes: changes, snapshot: true) }
+    }
+
+    // MARK: Delivering
+
+    /// Applies `changes` to the results and posts `name` (on the operation queue, if any),
+    /// then gives snapshot iterators the news.
+    func deliver(_ name: Notification.Name, changes: Changes?, snapshot: Bool) {
+        let queue = state.withLock { $0.operationQueue }
+        let operation: @Sendable () -> Void = { [self] in
+            let (results, continuations) = state.withLock { state in
+                if let changes { state.apply(changes) }
+                return (state.results, Array(state.continuations.values))
+            }
+            var userInfo: [AnyHashable: Any]?
+            if let changes {
+                userInfo = [NSMetadataQueryUpdateAddedItemsKey: Self.ordered(changes.added), NSMetadataQueryUpdateChangedItemsKey: Self.ordered(changes.changed),
+                            NSMetadataQueryUpdateRemovedItemsKey: Self.ordered(changes.removed)]
+            }
+            NotificationCenter.default.post(name: name, object: self, userInfo: userInfo)
+            guard snapshot else { return }
+            let initial = name == .NSMetadataQueryDidFinishGathering
+            let shot = Snapshot(results: results, added: initial ? results : Self.ordered(changes?.added ?? [:]),
+                                changed: Self.ordered(changes?.changed ?? [:]), removed: Self.ordered(changes?.removed ?? [:]), isInitial: initial)
+            for continuation in continuations { continuation.yield(shot) }
+        }
+        if let queue { queue.addOperation(operation) } else { operation() }
+    }
+
+    static func ordered(_ items: [ObjectIdentifier: NSMetadataItem]) -> [NSMetadataItem] {
+        items.values.sorted { $0.path < $1.path }
+    }
+}
+
+extension MetadataSource {
+    /// The item's record now; a container's item with the agent's status for it, when it runs.
+    func current(at path: String, agent: AgentConnection) -> MetadataRecord? {
+        guard var container = self as? ContainerSource else { return record(at: path) }
+        if container.agentProblem == nil {
+            if let status = try? agent.send(AgentRequest(.item, path: path), timeout: .seconds(1)).items?.first {
+                container.statuses[path] = status
+            } else {
+                container.statuses[path] = nil
+            }
+        }
+        return container.record(at: path)
+    }
+}

@@ -1,0 +1,267 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import UbiquityClient
+
+/// What a test sees of a query: its notifications in order, with their items' names.
+final class QueryRecorder: Sendable {
+    struct Event: Sendable, Equatable {
+        var name: String
+        var added: [String]
+        var changed: [String]
+        var removed: [String]
+    }
+
+    let events = Mutex<[Event]>([])
+    let observers = Mutex<[any NSObjectProtocol & Sendable]>([])
+
+    init(_ query: NSMetadataQuery) {
+        for name in [Notification.Name.NSMetadataQueryDidStartGathering, .NSMetadataQueryGatheringProgress, .NSMetadataQueryDidFinishGathering, .NSMetadataQueryDidUpdate] {
+            let observer = NotificationCenter.default.addObserver(forName: name, object: query, queue: nil) { [weak self] notification in
+                func names(_ key: String) -> [String] {
+                    ((notification.userInfo?[key] as? [NSMetadataItem]) ?? []).map { $0.value(forAttribute: NSMetadataItemFSNameKey) as? String ?? "?" }.sorted()
+                }
+                let event = Event(name: notification.name.rawValue.replacingOccurrences(of: "NSMetadataQuery", with: "").replacingOccurrences(of: "Notification", with: ""),
+                                  added: names(NSMetadataQueryUpdateAddedItemsKey), changed: names(NSMetadataQueryUpdateChangedItemsKey),
+                                  removed: names(NSMetadataQueryUpdateRemovedItemsKey))
+                self?.events.withLock { $0.append(event) }
+            }
+            observers.withLock { $0.append(observer as! any NSObjectProtocol & Sendable) }
+        }
+    }
+
+    func remove() {
+        for observer in observers.withLock({ $0 }) { NotificationCenter.default.removeObserver(observer) }
+    }
+
+    var names: [String] { events.withLock { $0.map(\.name) } }
+    var updates: [Event] { events.withLock { $0.filter { $0.name == "DidUpdate" } } }
+
+    /// Waits (up to `seconds`) until `condition` holds for the events.
+    func wait(_ seconds: Double = 10, until condition: ([Event]) -> Bool) async -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while Date() < deadline {
+            if events.withLock({ condition($0) }) { return true }
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+        return events.withLock { condition($0) }
+    }
+}
+
+func names(_ query: NSMetadataQuery) -> [String] {
+    query.results.compactMap { ($0 as? NSMetadataItem)?.value(forAttribute: NSMetadataItemFSNameKey) as? String }
+}
+
+@Suite struct MetadataQueryTests {
+    let folder = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("ubiquity-query-\(UUID().uuidString.prefix(8))")
+
+    func write(_ relative: String, _ text: String = "x") throws {
+        let url = folder.appendingPathComponent(relative)
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data(text.utf8).write(to: url)
+    }
+
+    @Test func aLocalFolderIsSearchedThenFollowedLive() async throws {
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try write("a.txt", "alpha")
+        try write("b.txt")
+        try write("c.md")
+        try write("sub/d.txt")
+        try write("Notes.rtfd/TXT.rtf") // a package: one item, its members are not results
+        try write(".hidden.txt")
+
+        let query = NSMetadataQuery(containers: UbiquityContainers(paths: temporaryPaths(), entitlements: UbiquityEntitlements(containers: [])))
+        query.searchScopes = [folder]
+        query.predicate = NSPredicate(format: "%K LIKE '*.txt' OR %K ENDSWITH '.rtfd'", NSMetadataItemFSNameKey, NSMetadataItemFSNameKey)
+        query.sortDescriptors = [NSSortDescriptor(key: NSMetadataItemFSNameKey, ascending: true)]
+        query.notificationBatchingInterval = 0.01
+        let recorder = QueryRecorder(query)
+        defer { recorder.remove(); query.stop() }
+        #expect(query.start())
+        #expect(query.isStarted && !query.start(), "a running query does not start again")
+        #expect(await recorder.wait { $0.contains { $0.name == "DidFinishGathering" } })
+        #expect(recorder.names.first == "DidStartGathering" && recorder.names.contains("GatheringProgress"))
+        #expect(recorder.names.firstIndex(of: "GatheringProgress")! < recorder.names.firstIndex(of: "DidFinishGathering")!)
+        #expect(names(query) == ["Notes.rtfd", "a.txt", "b.txt", "d.txt"])
+        #expect(!query.isGathering && query.resultCount == 4)
+
+        let a = try #require(query.result(at: query.index(ofResult: query.results[1])) as? NSMetadataItem)
+        #expect(a.value(forAttribute: NSMetadataItemFSSizeKey) as? Int64 == 5)
+        #expect(a.value(forAttribute: NSMetadataItemIsUbiquitousKey) as? Bool == false)
+        #expect(a.value(forAttribute: NSMetadataItemURLKey) as? URL == folder.appendingPathComponent("a.txt"))
+        #expect(a.value(forAttribute: NSMetadataItemContentTypeKey) as? String == "public.plain-text")
+        #expect((a.value(forAttribute: NSMetadataItemContentTypeTreeKey) as? [String])?.contains("public.data") == true)
+        #expect(a.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) == nil, "local items have no sync status")
+        #expect(a.attributes.contains(NSMetadataItemFSContentChangeDateKey) && !a.attributes.contains(NSMetadataUbiquitousItemIsUploadedKey))
+        #expect(query.value(ofAttribute: NSMetadataItemFSNameKey, forResultAt: 0) as? String == "Notes.rtfd")
+
+        // Created, changed, renamed, deleted — each an update with just that.
+        try write("e.txt")
+        #expect(await recorder.wait { $0.last?.added == ["e.txt"] })
+        try write("a.txt", "alpha, longer")
+        #expect(await recorder.wait { $0.last?.changed == ["a.txt"] })
+        #expect(a.value(forAttribute: NSMetadataItemFSSizeKey) as? Int64 == 13, "the same item object, updated")
+        try FileManager.default.moveItem(at: folder.appendingPathComponent("b.txt"), to: folder.appendingPathComponent("b2.txt"))
+        #expect(await recorder.wait { events in events.flatMap(\.added).contains("b2.txt") && events.flatMap(\.removed).contains("b.txt") })
+        try FileManager.default.removeItem(at: folder.appendingPathComponent("sub"))
+        #expect(await recorder.wait { $0.flatMap(\.removed).contains("d.txt") })
+        try write("Notes.rtfd/TXT.rtf", "a longer member")
+        #expect(await recorder.wait { $0.last?.changed == ["Notes.rtfd"] }, "a package member's change is the package's: \(recorder.updates)")
+        #expect(await recorder.wait { _ in names(query) == ["Notes.rtfd", "a.txt", "b2.txt", "e.txt"] })
+        #expect(!recorder.updates.contains { $0.added.contains("c.md") || $0.added.contains(".hidden.txt") }, "what does not match never shows")
+
+        query.stop()
+        #expect(query.isStopped && query.resultCount == 4, "results stay after stop")
+        try write("f.txt")
+        try await Task.sleep(for: .milliseconds(100))
+        #expect(!recorder.updates.contains { $0.added.contains("f.txt") }, "no updates after stop")
+    }
+
+    @Test func updatesCanBeHeldBackAndComeAsOne() async throws {
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try write("one.txt")
+        let query = NSMetadataQuery(containers: UbiquityContainers(paths: temporaryPaths(), entitlements: UbiquityEntitlements(containers: [])))
+        query.searchScopes = [folder.path]
+        query.predicate = NSPredicate(format: "kMDItemFSName ENDSWITH '.txt'")
+        query.notificationBatchingInterval = 0
+        let recorder = QueryRecorder(query)
+        defer { recorder.remove(); query.stop() }
+        query.start()
+        #expect(await recorder.wait { $0.contains { $0.name == "DidFinishGathering" } })
+        query.disableUpdates()
+        query.disableUpdates()
+        try write("two.txt")
+        try write("three.txt")
+        try await Task.sleep(for: .milliseconds(150))
+        #expect(recorder.updates.isEmpty && query.resultCount == 1, "nothing while held back")
+        query.enableUpdates()
+        try await Task.sleep(for: .milliseconds(50))
+        #expect(recorder.updates.isEmpty, "still held by the outer call")
+        query.enableUpdates()
+        #expect(await recorder.wait { $0.contains { $0.name == "DidUpdate" } })
+        #expect(recorder.updates.count == 1 && recorder.updates[0].added == ["three.txt", "two.txt"])
+        #expect(query.resultCount == 3)
+    }
+
+    @Test func startNeedsAPredicateAndKnownScopes() {
+        let query = NSMetadataQuery(containers: UbiquityContainers(paths: temporaryPaths(), entitlements: UbiquityEntitlements(containers: [])))
+        query.searchScopes = [NSMetadataQueryUbiquitousDocumentsScope]
+        #expect(!query.start(), "no predicate")
+        query.predicate = NSPredicate(value: true)
+        query.searchScopes = ["NotAScope"]
+        #expect(!query.start(), "an unknown scope")
+        #expect(query.searchScopes.first as? String == "NotAScope")
+        query.searchScopes = [NSMetadataQueryUbiquitousDocumentsScope, URL(fileURLWithPath: "/tmp/x/../y")]
+        #expect(query.searchScopes.last as? URL == URL(fileURLWithPath: "/tmp/y", isDirectory: true))
+        #expect(!query.isStarted && !query.isGathering && !query.isStopped)
+    }
+
+    /// The guide's document browser (Listings 4-3 and 4-4): `*.txt` documents in the app's
+    /// ubiquity container — downloaded or not — and in its local Documents folder, live.
+    @Test func theDocumentBrowserListsLocalAndCloudDocumentsLive() async throws {
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let paths = temporaryPaths()
+        defer { try? FileManager.default.removeItem(at: paths.configuration.deletingLastPathComponent().deletingLastPathComponent()) }
+        try credentials().save(to: paths)
+        let identifier = "ABCDE12345.com.example.notes"
+        let containers = UbiquityContainers(paths: paths, entitlements: UbiquityEntitlements(containers: [identifier]))
+        let cloud = try #require(containers.url(forContainer: identifier)).appendingPathComponent("Documents")
+        try Data("on this device".utf8).write(to: cloud.appendingPathComponent("Trip.txt"))
+        try UbiquityPlaceholder(name: "Remote.txt", item: "i1", size: 4_096, modificationDate: 1_800_000_000).write(in: cloud)
+        try UbiquityPlaceholder(name: "Photo.jpg", item: "i2", size: 9).write(in: cloud)
+        try write("Local.txt")
+
+        let query = NSMetadataQuery(containers: containers)
+        query.searchScopes = [NSMetadataQueryUbiquitousDocumentsScope, folder]
+        query.predicate = NSPredicate(format: "%K LIKE '*.txt'", NSMetadataItemFSNameKey)
+        query.sortDescriptors = [NSSortDescriptor(key: NSMetadataItemFSNameKey, ascending: true)]
+        query.valueListAttributes = [NSMetadataItemIsUbiquitousKey]
+        query.groupingAttributes = [NSMetadataUbiquitousItemDownloadingStatusKey]
+        query.notificationBatchingInterval = 0.01
+        let recorder = QueryRecorder(query)
+        defer { recorder.remove(); query.stop() }
+        query.start()
+        #expect(await recorder.wait { $0.contains { $0.name == "DidFinishGathering" } })
+        #expect(names(query) == ["Local.txt", "Remote.txt", "Trip.txt"])
+
+        // Listing 4-4: name and URL of each.
+        var listed: [String: URL] = [:]
+        for case let item as NSMetadataItem in query.results {
+            listed[item.value(forAttribute: NSMetadataItemFSNameKey) as! String] = item.value(forAttribute: NSMetadataItemURLKey) as? URL
+        }
+        #expect(listed["Remote.txt"] == cloud.appendingPathComponent("Remote.txt"), "the item's own URL, not its placeholder's")
+        let remote = try #require(query.results.compactMap { $0 as? NSMetadataItem }.first { $0.value(forAttribute: NSMetadataItemFSNameKey) as? String == "Remote.txt" })
+        #expect(remote.value(forAttribute: NSMetadataItemIsUbiquitousKey) as? Bool == true)
+        #expect(remote.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusNotDownloaded)
+        #expect(remote.value(forAttribute: NSMetadataItemFSSizeKey) as? Int64 == 4_096)
+        #expect(remote.value(forAttribute: NSMetadataItemFSContentChangeDateKey) as? Date == Date(timeIntervalSince1970: 1_800_000_000))
+        #expect(remote.value(forAttribute: NSMetadataUbiquitousItemIsUploadedKey) as? Bool == true)
+        #expect(remote.value(forAttribute: NSMetadataUbiquitousItemContainerDisplayNameKey) as? String == "notes")
+        let trip = try #require(query.results.compactMap { $0 as? NSMetadataItem }.first { $0.value(forAttribute: NSMetadataItemFSNameKey) as? String == "Trip.txt" })
+        #expect(trip.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusDownloaded)
+        #expect(trip.value(forAttribute: NSMetadataUbiquitousItemUploadingErrorKey) is CocoaError, "the agent is not running: uploads wait")
+
+        let lists = try #require(query.valueLists[NSMetadataItemIsUbiquitousKey])
+        #expect(lists.map { "\($0.value ?? "nil")×\($0.count)" } == ["true×2", "false×1"])
+        let groups = query.groupedResults
+        #expect(groups.count == 3 && groups.map(\.resultCount).reduce(0, +) == 3, "not downloaded, downloaded, local (no status)")
+
+        // The item comes down: the placeholder goes, the file arrives — the same result changes.
+        try Data("from the other device".utf8).write(to: cloud.appendingPathComponent("Remote.txt"))
+        try FileManager.default.removeItem(at: UbiquityPlaceholder.url(for: cloud.appendingPathComponent("Remote.txt")))
+        #expect(await recorder.wait { _ in remote.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusDownloaded })
+        #expect(!recorder.updates.contains { $0.removed.contains("Remote.txt") }, "never gone on the way")
+        // A new item from elsewhere (a placeholder), and a local document.
+        try UbiquityPlaceholder(name: "New.txt", item: "i3", size: 1).write(in: cloud)
+        try write("Second.txt")
+        #expect(await recorder.wait { events in Set(events.flatMap(\.added)).isSuperset(of: ["New.txt", "Second.txt"]) })
+        #expect(await recorder.wait { _ in names(query) == ["Local.txt", "New.txt", "Remote.txt", "Second.txt", "Trip.txt"] })
+    }
+
+    @Test func snapshotsArriveAsAnAsyncSequence() async throws {
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try write("first.txt")
+        let query = NSMetadataQuery(containers: UbiquityContainers(paths: temporaryPaths(), entitlements: UbiquityEntitlements(containers: [])))
+        query.searchScopes = [folder]
+        query.predicate = NSPredicate(format: "kMDItemFSName LIKE '*.txt'")
+        query.notificationBatchingInterval = 0.005
+        let snapshots = query.snapshots
+        query.start()
+        var iterator = snapshots.makeAsyncIterator()
+        let initial = try #require(await iterator.next())
+        #expect(initial.isInitial && initial.results.count == 1)
+        try write("second.txt")
+        let update = try #require(await iterator.next())
+        #expect(!update.isInitial && update.added.map { $0.value(forAttribute: NSMetadataItemFSNameKey) as? String } == ["second.txt"] && update.results.count == 2)
+        query.stop()
+        #expect(await iterator.next() == nil, "the sequence ends when the query stops")
+    }
+
+    @Test func enumerationAndOrder() async throws {
+        defer { try? FileManager.default.removeItem(at: folder) }
+        for (name, size) in [("small.txt", 1), ("large.txt", 300), ("medium.txt", 20)] { try write(name, String(repeating: "x", count: size)) }
+        let query = NSMetadataQuery(containers: UbiquityContainers(paths: temporaryPaths(), entitlements: UbiquityEntitlements(containers: [])))
+        query.searchScopes = [folder]
+        query.predicate = NSPredicate(format: "kMDItemFSSize > 0")
+        query.sortDescriptors = [NSSortDescriptor(key: NSMetadataItemFSSizeKey, ascending: false)]
+        let recorder = QueryRecorder(query)
+        defer { recorder.remove(); query.stop() }
+        query.start()
+        #expect(await recorder.wait { $0.contains { $0.name == "DidFinishGathering" } })
+        #expect(names(query) == ["large.txt", "medium.txt", "small.txt"])
+        var seen: [Int] = []
+        query.enumerateResults { _, index, stop in
+            seen.append(index)
+            if index == 1 { stop.pointee = true }
+        }
+        #expect(seen == [0, 1])
+        seen = []
+        query.enumerateResults(options: .reverse) { _, index, _ in seen.append(index) }
+        #expect(seen == [2, 1, 0])
+        query.sortDescriptors = [NSSortDescriptor(key: NSMetadataItemFSNameKey, ascending: true)]
+        #expect(names(query) == ["large.txt", "medium.txt", "small.txt"])
+        query.sortDescriptors = [NSSortDescriptor(key: NSMetadataItemFSSizeKey, ascending: true)]
+        #expect(names(query) == ["small.txt", "medium.txt", "large.txt"])
+        #expect(query.index(ofResult: "not an item") == NSNotFound)
+    }
+}
