@@ -93,7 +93,7 @@ let package = Package(
             dependencies: ["Ubiquity", "UbiquityExamples", "UbiquityServer", "UbiquityProtocol", "UbiquityAgent", .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
         ),
-        .executableTarget(name: "UbiquityBenchmarks", dependencies: ["Ubiquity", "UbiquityFiles"]),
+        .executableTarget(name: "UbiquityBenchmarks", dependencies: ["CUbiquitySystem", "Ubiquity", "UbiquityFiles"]),
         // The sync figures against Syncthing, in one run.
         .executableTarget(
             name: "UbiquitySyncBenchmarks",

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <sys/ioctl.h>
 #include <sys/syscall.h>
+#include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <linux/fs.h>
@@ -56,17 +57,22 @@ int ubq_open_marker(const char *directory) {
     return open(directory, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 }
 
-int ubq_birth_time(const char *path, long long *seconds, long *nanoseconds) {
-#ifdef STATX_BTIME
-    struct statx info;
-    if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_BTIME, &info) != 0) return -1;
-    if (!(info.stx_mask & STATX_BTIME)) { errno = ENODATA; return -1; }
-    *seconds = info.stx_btime.tv_sec;
-    *nanoseconds = info.stx_btime.tv_nsec;
+int ubq_item_info_at(const char *path, ubq_item_info *info) {
+    struct statx x;
+    if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS | STATX_BTIME, &x) != 0) return -1;
+    info->is_directory = S_ISDIR(x.stx_mode) ? 1 : 0;
+    info->size = (long long)x.stx_size;
+    info->modified = (double)x.stx_mtime.tv_sec + (double)x.stx_mtime.tv_nsec / 1e9;
+    double changed = (double)x.stx_ctime.tv_sec + (double)x.stx_ctime.tv_nsec / 1e9;
+    if (x.stx_mask & STATX_BTIME) {
+        info->birth = (double)x.stx_btime.tv_sec + (double)x.stx_btime.tv_nsec / 1e9;
+    } else {
+        info->birth = changed < info->modified ? changed : info->modified;
+    }
     return 0;
-#else
-    (void)path; (void)seconds; (void)nanoseconds;
-    errno = ENOSYS;
-    return -1;
-#endif
+}
+
+long long ubq_heap_in_use(void) {
+    struct mallinfo2 info = mallinfo2();
+    return (long long)info.uordblks;
 }

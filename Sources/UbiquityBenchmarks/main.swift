@@ -1,7 +1,7 @@
 // ubiquity-bench: prints the document and coordination layers' figures as JSON, each measured against its peer
 // in the same run (ratios, not absolute times).
 //
-//   swift run -c release ubiquity-bench [--iterations N] [--directory DIR]
+//   swift run -c release ubiquity-bench [--iterations N] [--query-items N] [--only safeSave|package|coordination|query] [--directory DIR]
 import Foundation
 import Synchronization
 import Ubiquity
@@ -306,6 +306,8 @@ func coordinationFigures(in directory: URL, iterations: Int) throws -> [String: 
 @MainActor
 func main() async throws {
     var iterations = 30
+    var queryItems = 100_000
+    var only: String?
     var directory: URL?
     var arguments = CommandLine.arguments.dropFirst()
     while let argument = arguments.popFirst() {
@@ -313,8 +315,10 @@ func main() async throws {
         case "--writer": try writerProcess(arguments.popFirst() ?? "")
         case "--iterations": iterations = Int(arguments.popFirst() ?? "") ?? iterations
         case "--directory": directory = arguments.popFirst().map { URL(fileURLWithPath: $0, isDirectory: true) }
+        case "--query-items": queryItems = Int(arguments.popFirst() ?? "") ?? queryItems
+        case "--only": only = arguments.popFirst()
         default:
-            FileHandle.standardError.write(Data("usage: ubiquity-bench [--iterations N] [--directory DIR]\n".utf8))
+            FileHandle.standardError.write(Data("usage: ubiquity-bench [--iterations N] [--query-items N] [--only safeSave|package|coordination|query] [--directory DIR]\n".utf8))
             exit(64)
         }
     }
@@ -322,13 +326,14 @@ func main() async throws {
     try FileManager.default.createDirectory(at: work, withIntermediateDirectories: true)
     defer { try? FileManager.default.removeItem(at: work) }
 
-    let report: [String: Any] = [
+    var report: [String: Any] = [
         "benchmark": "ubiquity document layer",
         "machine": ["cores": ProcessInfo.processInfo.activeProcessorCount, "fileSystemDirectory": work.deletingLastPathComponent().path],
-        "safeSave1MiB": try await safeSaveFigures(in: work, iterations: iterations),
-        "package1000x16KiB": try await packageFigures(in: work, members: 1000, memberSize: 16 * 1024),
-        "coordination": try coordinationFigures(in: work, iterations: iterations),
     ]
+    if only == nil || only == "safeSave" { report["safeSave1MiB"] = try await safeSaveFigures(in: work, iterations: iterations) }
+    if only == nil || only == "package" { report["package1000x16KiB"] = try await packageFigures(in: work, members: 1000, memberSize: 16 * 1024) }
+    if only == nil || only == "coordination" { report["coordination"] = try coordinationFigures(in: work, iterations: iterations) }
+    if only == nil || only == "query" { report["metadataQuery"] = try await metadataQueryFigures(in: work, count: queryItems) }
     let json = try JSONSerialization.data(withJSONObject: report, options: [.prettyPrinted, .sortedKeys])
     FileHandle.standardOutput.write(json + Data("\n".utf8))
 }

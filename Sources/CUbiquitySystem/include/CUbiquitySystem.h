@@ -26,9 +26,21 @@ int ubq_wake_pipe(int fds[2]);
 /// the descriptor, or -1 with errno set.
 int ubq_open_marker(const char *directory);
 
-/// The birth time of the item at `path` (not following a final symbolic link), from statx.
-/// Returns 0 and fills `seconds`/`nanoseconds`, or -1 with errno set (ENODATA when the file
-/// system does not record it).
-int ubq_birth_time(const char *path, long long *seconds, long *nanoseconds);
+/// What a metadata query needs of an item, from one statx call.
+typedef struct {
+    int is_directory;
+    long long size;
+    double modified;
+    /// The birth time; where the file system does not keep one, the earlier of the last
+    /// status change and the last modification.
+    double birth;
+} ubq_item_info;
+
+/// Fills `info` for the item at `path` (not following a final symbolic link). Returns 0, or
+/// -1 with errno set.
+int ubq_item_info_at(const char *path, ubq_item_info *info);
+
+/// Bytes the process's malloc heap has in use (glibc's mallinfo2), for measurements.
+long long ubq_heap_in_use(void);
 
 #endif

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import UbiquityFiles
 
 #if canImport(Glibc)
@@ -20,27 +21,49 @@ protocol MetadataSource: Sendable {
 extension MetadataSource {
     /// Walks `folder`: every item the source shows, directories before what is in them;
     /// packages are not entered. `visit` returns the record of an entry (nil: not an item).
+    /// The folders in `folder` are walked in parallel, one per core at a time; the records come
+    /// in the same order every time.
     static func walk(_ folder: String, skipping skip: (String) -> Bool, visit: (String, String, Bool) -> MetadataRecord?) -> [MetadataRecord] {
-        var records: [MetadataRecord] = []
-        var folders = [folder]
-        while let current = folders.popLast() {
-            guard let directory = opendir(current) else { continue }
-            defer { closedir(directory) }
-            while let entry = readdir(directory) {
-                let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-                if name == "." || name == ".." || skip(name) { continue }
-                let path = current + "/" + name
-                var isDirectory = entry.pointee.d_type == UInt8(DT_DIR)
-                if entry.pointee.d_type == UInt8(DT_UNKNOWN) {
-                    var info = stat()
-                    isDirectory = lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+        var top: [MetadataRecord] = []
+        let subfolders = list(folder, skipping: skip, visit: visit, into: &top)
+        guard !subfolders.isEmpty else { return top }
+        let parts = Mutex([[MetadataRecord]](repeating: [], count: subfolders.count))
+        withoutActuallyEscaping(skip) { skip in
+            withoutActuallyEscaping(visit) { visit in
+                let work = UncheckedSendable((skip, visit))
+                DispatchQueue.concurrentPerform(iterations: subfolders.count) { index in
+                    var records: [MetadataRecord] = []
+                    var folders = [subfolders[index]]
+                    while let current = folders.popLast() {
+                        folders += list(current, skipping: work.value.0, visit: work.value.1, into: &records)
+                    }
+                    parts.withLock { $0[index] = records }
                 }
-                guard let record = visit(path, name, isDirectory) else { continue }
-                records.append(record)
-                if isDirectory && !DocumentTypeRegistry.shared.isPackage(record.contentType) { folders.append(path) }
             }
         }
-        return records
+        return top + parts.withLock { $0 }.joined()
+    }
+
+    /// The items in one folder (appended to `records`); returns the folders in it to enter.
+    static func list(_ folder: String, skipping skip: (String) -> Bool, visit: (String, String, Bool) -> MetadataRecord?,
+                     into records: inout [MetadataRecord]) -> [String] {
+        guard let directory = opendir(folder) else { return [] }
+        defer { closedir(directory) }
+        var folders: [String] = []
+        while let entry = readdir(directory) {
+            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            if name == "." || name == ".." || skip(name) { continue }
+            let path = folder + "/" + name
+            var isDirectory = entry.pointee.d_type == UInt8(DT_DIR)
+            if entry.pointee.d_type == UInt8(DT_UNKNOWN) {
+                var info = stat()
+                isDirectory = lstat(path, &info) == 0 && (info.st_mode & S_IFMT) == S_IFDIR
+            }
+            guard let record = visit(path, name, isDirectory) else { continue }
+            records.append(record)
+            if isDirectory && !DocumentTypeRegistry.shared.isPackage(record.contentType) { folders.append(path) }
+        }
+        return folders
     }
 
     /// Hidden names, the safe save's temporaries and what is excluded from sync are not items.
@@ -147,8 +170,7 @@ struct ContainerSource: MetadataSource {
 
     /// An item known by its metadata only: its placeholder's contents.
     func placeholderRecord(_ itemPath: String) -> MetadataRecord? {
-        let url = URL(fileURLWithPath: itemPath)
-        guard let placeholder = UbiquityPlaceholder.read(for: url) else { return nil }
+        guard let placeholder = UbiquityPlaceholder.quickRead(for: itemPath) else { return nil }
         let date = placeholder.modificationDate ?? 0
         let isDirectory = false
         return MetadataRecord(path: itemPath, isDirectory: isDirectory, size: placeholder.size ?? 0, creationDate: date, modificationDate: date,
@@ -174,5 +196,25 @@ struct ContainerSource: MetadataSource {
         status.downloadingError = known.downloadingError
         status.uploadingError = known.uploadingError
         return status
+    }
+}
+
+/// A value the caller vouches is used safely across threads (here: closures that only read).
+struct UncheckedSendable<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
+
+extension UbiquityPlaceholder {
+    /// Reads the placeholder for the item at `path` with JSONSerialization (much faster than
+    /// JSONDecoder, which matters when a query meets thousands of placeholders).
+    static func quickRead(for path: String) -> UbiquityPlaceholder? {
+        let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")).map { path.utf8.index(after: $0) } ?? path.startIndex
+        let placeholder = String(path[..<slash]) + fileName(for: String(path[slash...]))
+        guard let data = FileManager.default.contents(atPath: placeholder),
+              let object = try? JSONSerialization.jsonObject(with: data) as? [String: Any],
+              let name = object["name"] as? String, let item = object["item"] as? String else { return nil }
+        return UbiquityPlaceholder(name: name, item: item, size: (object["size"] as? NSNumber)?.int64Value,
+                                   modificationDate: (object["modificationDate"] as? NSNumber)?.doubleValue)
     }
 }

@@ -67,19 +67,78 @@ public final class NSMetadataItem: PredicateKeyValueReading, CustomStringConvert
     var path: String { record.withLock { $0.path } }
 }
 
-/// Everything a query knows of one item.
+/// Everything a query knows of one item — 72 bytes besides its path: a query may hold
+/// 100,000 of them, so the type and container are indexes into shared tables.
 struct MetadataRecord: Sendable, Equatable {
     var path: String
-    var isDirectory: Bool
     var size: Int64
     var creationDate: Double
     var modificationDate: Double
-    var contentType: String
-    /// The ubiquity container it is in, or nil for a local item.
-    var container: String?
-    var status: UbiquitousStatus?
+    private var typeIndex: UInt16
+    /// 0: a local item.
+    private var containerIndex: UInt16
+    var isDirectory: Bool
+    /// Meaningful for items in a container.
+    private var ubiquity: UbiquitousStatus
 
-    /// An item's sync status.
+    init(path: String, isDirectory: Bool, size: Int64, creationDate: Double, modificationDate: Double, contentType: String,
+         container: String?, status: UbiquitousStatus?) {
+        self.path = path
+        self.isDirectory = isDirectory
+        self.size = size
+        self.creationDate = creationDate
+        self.modificationDate = modificationDate
+        typeIndex = Self.types.index(of: contentType)
+        containerIndex = container.map(Self.containers.index) ?? 0
+        ubiquity = status ?? UbiquitousStatus(downloading: .notDownloaded)
+    }
+
+    /// The item's uniform type identifier.
+    var contentType: String {
+        get { Self.types.name(at: typeIndex) }
+        set { typeIndex = Self.types.index(of: newValue) }
+    }
+
+    /// The ubiquity container it is in, or nil for a local item.
+    var container: String? {
+        get { containerIndex == 0 ? nil : Self.containers.name(at: containerIndex) }
+        set { containerIndex = newValue.map(Self.containers.index) ?? 0 }
+    }
+
+    /// Its sync status (nil for a local item).
+    var status: UbiquitousStatus? {
+        get { containerIndex == 0 ? nil : ubiquity }
+        set { ubiquity = newValue ?? UbiquitousStatus(downloading: .notDownloaded) }
+    }
+
+    static let types = StringTable(first: "public.data")
+    static let containers = StringTable(first: "")
+
+    /// Strings many records share, each stored once and named by a small number.
+    final class StringTable: Sendable {
+        private let table: Mutex<(names: [String], indexes: [String: UInt16])>
+
+        init(first: String) {
+            table = Mutex(([first], [first: 0]))
+        }
+
+        func index(of name: String) -> UInt16 {
+            table.withLock { table in
+                if let index = table.indexes[name] { return index }
+                guard table.names.count < Int(UInt16.max) else { return 0 }
+                let index = UInt16(table.names.count)
+                table.names.append(name)
+                table.indexes[name] = index
+                return index
+            }
+        }
+
+        func name(at index: UInt16) -> String {
+            table.withLock { $0.names[Int(index)] }
+        }
+    }
+
+    /// An item's sync status (compact: a query may hold 100,000 of them).
     struct UbiquitousStatus: Sendable, Equatable {
         enum Downloading: UInt8, Sendable { case notDownloaded, downloaded, current }
         var downloading: Downloading
@@ -88,10 +147,47 @@ struct MetadataRecord: Sendable, Equatable {
         var isUploading = false
         var hasConflicts = false
         var downloadRequested = false
-        var percentDownloaded: Double?
-        var percentUploaded: Double?
-        var downloadingError: String?
-        var uploadingError: String?
+        private var downloadedPercent: Float = .nan
+        private var uploadedPercent: Float = .nan
+        /// The transfer errors, when there are any (rare: one reference for both).
+        private var errors: Errors?
+
+        final class Errors: Sendable, Equatable {
+            let downloading: String?
+            let uploading: String?
+            init(downloading: String?, uploading: String?) {
+                self.downloading = downloading
+                self.uploading = uploading
+            }
+            static func == (a: Errors, b: Errors) -> Bool { a.downloading == b.downloading && a.uploading == b.uploading }
+        }
+
+        init(downloading: Downloading) {
+            self.downloading = downloading
+        }
+
+        var percentDownloaded: Double? {
+            get { downloadedPercent.isNaN ? nil : Double(downloadedPercent) }
+            set { downloadedPercent = newValue.map(Float.init) ?? .nan }
+        }
+        var percentUploaded: Double? {
+            get { uploadedPercent.isNaN ? nil : Double(uploadedPercent) }
+            set { uploadedPercent = newValue.map(Float.init) ?? .nan }
+        }
+        var downloadingError: String? {
+            get { errors?.downloading }
+            set { errors = newValue == nil && uploadingError == nil ? nil : Errors(downloading: newValue, uploading: uploadingError) }
+        }
+        var uploadingError: String? {
+            get { errors?.uploading }
+            set { errors = newValue == nil && downloadingError == nil ? nil : Errors(downloading: downloadingError, uploading: newValue) }
+        }
+
+        static func == (a: UbiquitousStatus, b: UbiquitousStatus) -> Bool {
+            a.downloading == b.downloading && a.isDownloading == b.isDownloading && a.isUploaded == b.isUploaded && a.isUploading == b.isUploading
+                && a.hasConflicts == b.hasConflicts && a.downloadRequested == b.downloadRequested
+                && a.percentDownloaded == b.percentDownloaded && a.percentUploaded == b.percentUploaded && a.errors == b.errors
+        }
     }
 
     static let allAttributes = [
@@ -103,7 +199,24 @@ struct MetadataRecord: Sendable, Equatable {
         NSMetadataUbiquitousItemUploadingErrorKey, NSMetadataUbiquitousItemDownloadRequestedKey, NSMetadataUbiquitousItemContainerDisplayNameKey,
     ]
 
-    var name: String { path.split(separator: "/").last.map(String.init) ?? path }
+    var name: String {
+        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return path }
+        return String(path[path.utf8.index(after: slash)...])
+    }
+
+    /// The values predicates compare most, without going through `Any`.
+    func predicateValueDirect(forKey key: String) -> PredicateValue? {
+        switch key {
+        case NSMetadataItemFSNameKey, NSMetadataItemDisplayNameKey: return .string(name)
+        case NSMetadataItemPathKey: return .string(path)
+        case NSMetadataItemFSSizeKey: return .number(Double(size))
+        case NSMetadataItemFSContentChangeDateKey: return .date(Date(timeIntervalSince1970: modificationDate))
+        case NSMetadataItemFSCreationDateKey: return .date(Date(timeIntervalSince1970: creationDate))
+        case NSMetadataItemContentTypeKey: return .string(contentType)
+        case NSMetadataItemIsUbiquitousKey: return .bool(container != nil)
+        default: return nil
+        }
+    }
 
     func value(forAttribute key: String) -> Any? {
         switch key {
@@ -153,21 +266,23 @@ struct MetadataRecord: Sendable, Equatable {
     /// The item's type from its name: the registry's type for its extension, else a folder,
     /// package or plain data.
     static func contentType(name: String, isDirectory: Bool) -> String {
-        let ext = (name as NSString).pathExtension
-        if !ext.isEmpty, let type = DocumentTypeRegistry.shared.type(forFilenameExtension: ext) { return interned(type.identifier) }
-        return isDirectory ? "public.folder" : "public.data"
-    }
-
-    /// One copy of each type string for all items.
-    static func interned(_ type: String) -> String {
-        typeStrings.withLock { strings in
-            if let known = strings[type] { return known }
-            strings[type] = type
-            return type
+        guard let dot = name.utf8.lastIndex(of: UInt8(ascii: ".")), dot != name.utf8.startIndex else {
+            return isDirectory ? "public.folder" : "public.data"
         }
+        let ext = String(name[name.utf8.index(after: dot)...])
+        let known = typeByExtension.withLock { $0[ext] }
+        let type: String?
+        if let known {
+            type = known
+        } else {
+            type = DocumentTypeRegistry.shared.type(forFilenameExtension: ext).map(\.identifier)
+            typeByExtension.withLock { $0[ext] = .some(type) }
+        }
+        return type ?? (isDirectory ? "public.folder" : "public.data")
     }
 
-    private static let typeStrings = Mutex<[String: String]>([:])
+    /// Types by file-name extension, as found (nil: no type claims it).
+    private static let typeByExtension = Mutex<[String: String?]>([:])
 
     static func typeTree(_ type: String) -> [String] {
         let tree = DocumentTypeRegistry.shared.supertypes(of: type)
@@ -176,23 +291,19 @@ struct MetadataRecord: Sendable, Equatable {
 
     /// What the disk says of the item at `path` (a local item); nil if nothing is there.
     static func read(_ path: String) -> MetadataRecord? {
-        var info = stat()
-        guard lstat(path, &info) == 0 else { return nil }
-        let isDirectory = (info.st_mode & S_IFMT) == S_IFDIR
-        let name = path.split(separator: "/").last.map(String.init) ?? path
+        // One statx: type, size, modification and birth times (the birth time where the file
+        // system keeps one; else the earlier of the last status change and modification).
+        var info = ubq_item_info()
+        guard ubq_item_info_at(path, &info) == 0 else { return nil }
+        let isDirectory = info.is_directory != 0
+        let slash = path.utf8.lastIndex(of: UInt8(ascii: "/"))
+        let name = slash.map { String(path[path.utf8.index(after: $0)...]) } ?? path
         let type = contentType(name: name, isDirectory: isDirectory)
-        var size = Int64(info.st_size)
+        var size = info.size
         if isDirectory {
             size = DocumentTypeRegistry.shared.isPackage(type) ? directorySize(path) : 0
         }
-        let modified = Double(info.st_mtim.tv_sec) + Double(info.st_mtim.tv_nsec) / 1e9
-        // The birth time where the file system keeps one; else the earlier of the last
-        // status change and the last modification.
-        var seconds: Int64 = 0, nanoseconds = 0
-        let born = ubq_birth_time(path, &seconds, &nanoseconds) == 0
-            ? Double(seconds) + Double(nanoseconds) / 1e9
-            : min(modified, Double(info.st_ctim.tv_sec) + Double(info.st_ctim.tv_nsec) / 1e9)
-        return MetadataRecord(path: path, isDirectory: isDirectory, size: size, creationDate: born, modificationDate: modified,
+        return MetadataRecord(path: path, isDirectory: isDirectory, size: size, creationDate: info.birth, modificationDate: info.modified,
                               contentType: type, container: nil, status: nil)
     }
 

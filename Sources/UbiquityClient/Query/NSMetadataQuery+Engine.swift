@@ -72,8 +72,14 @@ public final class NSMetadataQueryResultGroup: Sendable {
     }
 }
 
-extension MetadataRecord: PredicateKeyValueReading {
+extension MetadataRecord: PredicateKeyValueReading, PredicateDirectReading {
     func predicateValue(forKey key: String) -> Any? { value(forAttribute: key) }
+}
+
+extension NSMetadataItem: PredicateDirectReading {
+    func predicateValueDirect(forKey key: String) -> PredicateValue? {
+        record.withLock { $0.predicateValueDirect(forKey: key) }
+    }
 }
 
 extension NSMetadataItem {
@@ -94,9 +100,9 @@ extension NSMetadataQuery.State {
         var gone = Set(changes.removed.keys)
         if sorted { gone.formUnion(changes.changed.keys) }
         if !gone.isEmpty { results.removeAll { gone.contains(ObjectIdentifier($0)) } }
-        var incoming = Array(changes.added.values)
-        if sorted { incoming += changes.changed.values }
-        incoming.sort { $0.path < $1.path }
+        var entries = Array(changes.added.values)
+        if sorted { entries += changes.changed.values }
+        let incoming = entries.sorted { $0.order < $1.order }.map(\.item)
         if !sorted {
             results += incoming
         } else if incoming.count > max(8, results.count / 8) {
@@ -352,8 +358,8 @@ extension NSMetadataQuery {
         if let queue { queue.addOperation(operation) } else { operation() }
     }
 
-    static func ordered(_ items: [ObjectIdentifier: NSMetadataItem]) -> [NSMetadataItem] {
-        items.values.sorted { $0.path < $1.path }
+    static func ordered(_ entries: [ObjectIdentifier: Changes.Entry]) -> [NSMetadataItem] {
+        Changes.ordered(entries)
     }
 }
 

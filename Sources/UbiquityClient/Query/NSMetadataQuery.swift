@@ -34,26 +34,43 @@ public final class NSMetadataQuery: Sendable {
         case idle, gathering, live, stopped
     }
 
+    /// What changed since the last update, in the order it was found.
     struct Changes: Sendable {
-        var added: [ObjectIdentifier: NSMetadataItem] = [:]
-        var changed: [ObjectIdentifier: NSMetadataItem] = [:]
-        var removed: [ObjectIdentifier: NSMetadataItem] = [:]
+        var added: [ObjectIdentifier: Entry] = [:]
+        var changed: [ObjectIdentifier: Entry] = [:]
+        var removed: [ObjectIdentifier: Entry] = [:]
+        var counter = 0
         var isEmpty: Bool { added.isEmpty && changed.isEmpty && removed.isEmpty }
+
+        struct Entry: Sendable {
+            var order: Int
+            var item: NSMetadataItem
+        }
+
+        mutating func entry(_ item: NSMetadataItem) -> Entry {
+            counter += 1
+            return Entry(order: counter, item: item)
+        }
 
         mutating func add(_ item: NSMetadataItem) {
             let id = ObjectIdentifier(item)
-            if removed.removeValue(forKey: id) != nil { changed[id] = item } else { added[id] = item }
+            if removed.removeValue(forKey: id) != nil { changed[id] = entry(item) } else { added[id] = entry(item) }
         }
 
         mutating func change(_ item: NSMetadataItem) {
             let id = ObjectIdentifier(item)
-            if added[id] == nil { changed[id] = item }
+            if added[id] == nil && changed[id] == nil { changed[id] = entry(item) }
         }
 
         mutating func remove(_ item: NSMetadataItem) {
             let id = ObjectIdentifier(item)
             changed[id] = nil
-            if added.removeValue(forKey: id) == nil { removed[id] = item }
+            if added.removeValue(forKey: id) == nil { removed[id] = entry(item) }
+        }
+
+        /// Items in the order they were found.
+        static func ordered(_ entries: [ObjectIdentifier: Entry]) -> [NSMetadataItem] {
+            entries.values.sorted { $0.order < $1.order }.map(\.item)
         }
     }
 

@@ -102,6 +102,11 @@ extension Dictionary: PredicateKeyValueReading where Key == String {
     }
 }
 
+/// Objects that give some values as predicate values directly (faster than through `Any`).
+protocol PredicateDirectReading {
+    func predicateValueDirect(forKey key: String) -> PredicateValue?
+}
+
 /// Why a format string is not a predicate: where, and what is wrong.
 public struct PredicateFormatError: Error, Equatable, CustomStringConvertible {
     /// The format string.
@@ -218,6 +223,11 @@ indirect enum PredicateExpression: Sendable, Equatable {
         case .variable(let name): return context.variables[name] ?? .null
         case .aggregate(let items): return .collection(items.map { $0.value(context) })
         case .keyPath(let components):
+            // Metadata records and items give their common values without boxing them.
+            if components.count == 1, let direct = context.object as? PredicateDirectReading,
+               let value = direct.predicateValueDirect(forKey: components[0]) {
+                return value
+            }
             var current: Any? = context.object
             for component in components {
                 guard let reading = current as? PredicateKeyValueReading else { return .null }

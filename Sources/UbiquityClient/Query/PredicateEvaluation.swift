@@ -49,7 +49,7 @@ extension PredicateComparison {
             return options.fold(text).hasSuffix(options.fold(part))
         case .like:
             guard case .string(let text) = left, case .string(let pattern) = right else { return false }
-            return Self.like(Array(options.fold(text)), Array(options.fold(pattern)))
+            return Self.like(options.fold(text).unicodeScalars, options.fold(pattern).unicodeScalars)
         case .matches:
             guard case .string(let text) = left else { return false }
             let expression: NSRegularExpression
@@ -94,41 +94,42 @@ extension PredicateComparison {
     }
 
     /// `LIKE`: `*` is any run of characters, `?` any one, a backslash takes the next literally.
-    static func like(_ text: [Character], _ pattern: [Character]) -> Bool {
-        var t = 0, p = 0
-        var star: (pattern: Int, text: Int)?
-        while t < text.count {
-            if p < pattern.count {
-                switch pattern[p] {
-                case "*":
+    /// Walks both strings in place (no copies: a query evaluates it once per item).
+    static func like(_ text: String.UnicodeScalarView, _ pattern: String.UnicodeScalarView) -> Bool {
+        var t = text.startIndex, p = pattern.startIndex
+        var star: (pattern: String.UnicodeScalarView.Index, text: String.UnicodeScalarView.Index)?
+        while t < text.endIndex {
+            if p < pattern.endIndex {
+                let symbol = pattern[p]
+                if symbol == "*" {
                     star = (p, t)
-                    p += 1
+                    p = pattern.index(after: p)
                     continue
-                case "?":
-                    t += 1
-                    p += 1
+                }
+                if symbol == "?" {
+                    t = text.index(after: t)
+                    p = pattern.index(after: p)
                     continue
-                case "\\" where p + 1 < pattern.count:
-                    if pattern[p + 1] == text[t] {
-                        t += 1
-                        p += 2
-                        continue
-                    }
-                default:
-                    if pattern[p] == text[t] {
-                        t += 1
-                        p += 1
-                        continue
-                    }
+                }
+                var literal = symbol, next = pattern.index(after: p)
+                if symbol == "\\", next < pattern.endIndex {
+                    literal = pattern[next]
+                    next = pattern.index(after: next)
+                }
+                if literal == text[t] {
+                    t = text.index(after: t)
+                    p = next
+                    continue
                 }
             }
             // Mismatch: let the last star take one more character, or fail.
             guard let last = star else { return false }
-            star = (last.pattern, last.text + 1)
-            p = last.pattern + 1
-            t = last.text + 1
+            let taken = text.index(after: last.text)
+            star = (last.pattern, taken)
+            p = pattern.index(after: last.pattern)
+            t = taken
         }
-        while p < pattern.count && pattern[p] == "*" { p += 1 }
-        return p == pattern.count
+        while p < pattern.endIndex && pattern[p] == "*" { p = pattern.index(after: p) }
+        return p == pattern.endIndex
     }
 }

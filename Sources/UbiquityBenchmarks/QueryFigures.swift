@@ -1,0 +1,116 @@
+import CUbiquitySystem
+import Foundation
+import Synchronization
+import Ubiquity
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Bytes the process's heap has in use (glibc's count), for memory per query result.
+func heapInUse() -> Int {
+    Int(ubq_heap_in_use())
+}
+
+/// NSMetadataQuery over a ubiquity container of `count` items (90% downloaded files, 10%
+/// placeholders: items known by their metadata only), in 100 folders: time to the first
+/// results against GNU find listing the same files with their sizes and dates, memory per
+/// result, and how long one new file takes to arrive as an update (which carries that item
+/// alone).
+func metadataQueryFigures(in directory: URL, count: Int) async throws -> [String: Any] {
+    let root = directory.appendingPathComponent("query")
+    let paths = UbiquityPaths(configuration: root.appendingPathComponent("config"), data: root.appendingPathComponent("data"))
+    try UbiquityCredentials(server: URL(string: "http://127.0.0.1:1")!, account: "bench", deviceId: "bench", deviceName: "bench",
+                            token: String(repeating: "t", count: 64), identityToken: "bench-identity").save(to: paths)
+    let identifier = "ABCDE12345.com.example.bench"
+    let containers = UbiquityContainers(paths: paths, entitlements: UbiquityEntitlements(containers: [identifier]))
+    let documents = paths.container(identifier, account: "bench-identity").appendingPathComponent("Documents")
+    let folders = 100
+    for folder in 0..<folders {
+        let url = documents.appendingPathComponent("folder-\(folder)")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+    for index in 0..<count {
+        let folder = documents.appendingPathComponent("folder-\(index % folders)")
+        let name = "item-\(index).txt"
+        if index % 10 == 9 {
+            try UbiquityPlaceholder(name: name, item: "i\(index)", size: Int64(index), modificationDate: 1_800_000_000).write(in: folder)
+        } else {
+            FileManager.default.createFile(atPath: folder.appendingPathComponent(name).path, contents: Data([UInt8(index & 0xff)]))
+        }
+    }
+
+    // The peer: GNU find, listing the same names with sizes and dates (warm cache for both).
+    func find() throws -> (seconds: Double, lines: Int) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/find")
+        process.arguments = [documents.path, "-name", "*.txt", "-printf", "%s %T@ %p\n"]
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        let start = ContinuousClock.now
+        try process.run()
+        let output = pipe.fileHandleForReading.readDataToEndOfFile()
+        process.waitUntilExit()
+        return (seconds(ContinuousClock.now - start), output.reduce(0) { $0 + ($1 == 0x0A ? 1 : 0) })
+    }
+    _ = try find()
+    let peer = try find()
+
+    let before = heapInUse()
+    let query = NSMetadataQuery(containers: containers)
+    query.searchScopes = [NSMetadataQueryUbiquitousDocumentsScope]
+    query.predicate = NSPredicate(format: "%K LIKE '*.txt'", NSMetadataItemFSNameKey)
+    query.notificationBatchingInterval = 0
+    let finished = Mutex<ContinuousClock.Instant?>(nil)
+    let update = Mutex<(at: ContinuousClock.Instant, added: Int, changed: Int, removed: Int)?>(nil)
+    let finishObserver = NotificationCenter.default.addObserver(forName: .NSMetadataQueryDidFinishGathering, object: query, queue: nil) { _ in
+        finished.withLock { $0 = ContinuousClock.now }
+    }
+    let updateObserver = NotificationCenter.default.addObserver(forName: .NSMetadataQueryDidUpdate, object: query, queue: nil) { notification in
+        let added = (notification.userInfo?[NSMetadataQueryUpdateAddedItemsKey] as? [NSMetadataItem])?.count ?? 0
+        let changed = (notification.userInfo?[NSMetadataQueryUpdateChangedItemsKey] as? [NSMetadataItem])?.count ?? 0
+        let removed = (notification.userInfo?[NSMetadataQueryUpdateRemovedItemsKey] as? [NSMetadataItem])?.count ?? 0
+        update.withLock { $0 = $0 ?? (ContinuousClock.now, added, changed, removed) }
+    }
+    defer {
+        NotificationCenter.default.removeObserver(finishObserver)
+        NotificationCenter.default.removeObserver(updateObserver)
+        query.stop()
+    }
+    let start = ContinuousClock.now
+    query.start()
+    while finished.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(1)) }
+    let firstResults = seconds(finished.withLock { $0! } - start)
+    let results = query.resultCount
+    let heap = heapInUse() - before
+    // What the results' own strings take: each path in a heap allocation of its own (Swift's
+    // 32-byte string header, the UTF-8 bytes and a terminating zero, in a malloc chunk with
+    // its 8-byte header, rounded up to 16).
+    let pathBytes = query.results.reduce(0) { total, result in
+        let count = ((result as? NSMetadataItem)?.value(forAttribute: NSMetadataItemPathKey) as? String ?? "").utf8.count
+        return total + (32 + count + 1 + 8 + 15) / 16 * 16
+    }
+
+    // One new file: how long until it is an update, and what the update carries.
+    try await Task.sleep(for: .milliseconds(200))
+    let created = ContinuousClock.now
+    FileManager.default.createFile(atPath: documents.appendingPathComponent("folder-0/new.txt").path, contents: Data("new".utf8))
+    while update.withLock({ $0 }) == nil && ContinuousClock.now - created < .seconds(10) { try await Task.sleep(for: .milliseconds(1)) }
+    let arrived = update.withLock { $0 }
+
+    return [
+        "scope": "NSMetadataQueryUbiquitousDocumentsScope over \(count) items in \(folders) folders (10% placeholders), predicate kMDItemFSName LIKE '*.txt'",
+        "items": count,
+        "results": results,
+        "firstResultsSeconds": round3(firstResults),
+        "peer": "GNU find -name '*.txt' -printf '%s %T@ %p' over the same folder (warm cache)",
+        "peerSeconds": round3(peer.seconds),
+        "peerLines": peer.lines,
+        "ratioToPeer": round3(firstResults / max(peer.seconds, 1e-6)),
+        "heapBytesPerResult": results > 0 ? heap / results : 0,
+        "heapBytesPerResultBeyondPathStrings": results > 0 ? (heap - pathBytes) / results : 0,
+        "updateForOneNewFileSeconds": arrived.map { round3(seconds($0.at - created)) } ?? -1,
+        "updateCarries": arrived.map { ["added": $0.added, "changed": $0.changed, "removed": $0.removed] } ?? [:],
+        "goals": ["firstResultsAtMost1s": firstResults <= 1, "atMost300BytesPerItemBeyondStrings": results > 0 && (heap - pathBytes) / results <= 300],
+    ]
+}
