@@ -44,7 +44,7 @@ let package = Package(
         // The sync engine: content-defined chunks, chunk-list deltas (no server, no network).
         .target(name: "UbiquitySync", dependencies: ["UbiquityProtocol", .product(name: "Crypto", package: "swift-crypto")]),
         // Ubiquity client: the signed-in account and identity token, container paths, metadata queries.
-        .target(name: "UbiquityClient", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", logging]),
+        .target(name: "UbiquityClient", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", "UbiquityProtocol", logging]),
         // The one module apps import.
         .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument", "UbiquityClient"]),
 

@@ -115,6 +115,8 @@ actor AccountSession {
     let store: AgentStore
     /// The account's containers folder.
     let containersFolder: URL
+    /// The account's key-value stores on this device.
+    let keyValues: KeyValueSync
     private var containers: [String: ContainerSync] = [:]
     private var connected = false
     /// Containers due for a round (nil: all).
@@ -133,6 +135,7 @@ actor AccountSession {
         let account = paths.account(credentials.identityToken)
         store = try AgentStore(path: account.appendingPathComponent("agent.sqlite").path)
         containersFolder = account.appendingPathComponent("containers")
+        keyValues = KeyValueSync(client: client, folder: account.appendingPathComponent("kv"), logger: logger)
         (signal, poke) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
@@ -162,18 +165,34 @@ actor AccountSession {
             watcher = nil
         }
         defer { watcher?.stop() }
+        // Apps write their key-value stores there: each write is sent at once.
+        let keyValues = keyValues
+        try? FileManager.default.createDirectory(at: keyValues.folder, withIntermediateDirectories: true)
+        let storeWatcher = try? DirectoryWatcher(root: keyValues.folder, logger: logger) { event in
+            switch event {
+            case .overflow: Task { await keyValues.trigger(nil) }
+            case .changed(let path):
+                guard path.hasSuffix(".json") else { return }
+                Task { await keyValues.trigger(String((path as NSString).lastPathComponent.dropLast(5))) }
+            }
+        }
+        defer { storeWatcher?.stop() }
         trigger(nil)
+        await keyValues.trigger(nil)
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.rounds() }
+            group.addTask { await keyValues.run() }
             group.addTask { await self.listenForPushes() }
             group.addTask {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .seconds(self.configuration.rescanSeconds))
                     await self.trigger(nil)
+                    await keyValues.trigger(nil)
                 }
             }
             await group.next()
             group.cancelAll()
+            await keyValues.stop()
         }
         poke.finish()
     }
@@ -275,8 +294,11 @@ actor AccountSession {
         case "connected":
             connected = true
             trigger(nil) // catch up on what happened while disconnected
+            Task { await keyValues.trigger(nil) }
         case "changed":
             if let container = event.container { trigger(container) }
+        case "keyValueChanged":
+            if let store = event.container { Task { await keyValues.trigger(store) } }
         default:
             break
         }

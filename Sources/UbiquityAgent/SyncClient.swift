@@ -65,6 +65,17 @@ public struct SyncClient: Sendable {
         try await json(.POST, "v1/containers/\(container)/items/\(item)/resolve", body: ResolveRequest(keep: keep, remove: remove))
     }
 
+    /// Key-value store `store`'s keys changed after sequence `since` (0: all of them).
+    public func keyValues(store: String, since: Int64) async throws -> KeyValueResponse {
+        try await json(.GET, "v1/kv/\(store)?since=\(since)")
+    }
+
+    /// Applies key-value changes (all or none; the most recent timestamp wins per key); the
+    /// answer has the named keys as they are now.
+    public func applyKeyValues(store: String, changes: [KeyValueChange]) async throws -> KeyValueResponse {
+        try await json(.POST, "v1/kv/\(store)", body: KeyValueUpdate(changes: changes))
+    }
+
     /// Which of `hashes` the server lacks.
     public func missingChunks(_ hashes: [String]) async throws -> [String] {
         let answer: MissingChunksResponse = try await json(.POST, "v1/chunks/missing", body: MissingChunksRequest(hashes: hashes))
