@@ -79,7 +79,7 @@ import Testing
         #expect(NSPredicate(format: "SELF == '%@'").evaluate(with: "%@"))
         let variable = NSPredicate(format: "kMDItemFSSize > $LIMIT")
         #expect(variable.evaluate(with: letter, substitutionVariables: ["LIMIT": 1000]) && !variable.evaluate(with: letter, substitutionVariables: ["LIMIT": 2000]))
-        #expect(variable.withSubstitutionVariables(["LIMIT": 10]).predicateFormat == "kMDItemFSSize > 10")
+        #expect(variable.substituting(["LIMIT": 10])?.formatString == "kMDItemFSSize > 10")
         #expect(!variable.evaluate(with: letter), "an unset variable is NULL")
         // The reserved word as a key, with '#'.
         #expect(NSPredicate(format: "#IN == 1").evaluate(with: ["IN": 1]))
@@ -95,8 +95,8 @@ import Testing
         ]
         for (format, arguments, expected) in cases {
             let predicate = try NSPredicate(validatingFormat: format, argumentArray: arguments)
-            #expect(predicate.predicateFormat == expected)
-            #expect(try NSPredicate(validatingFormat: predicate.predicateFormat).predicateFormat == expected, "reads back: \(expected)")
+            #expect(predicate.formatString == expected)
+            #expect(try NSPredicate(validatingFormat: try #require(predicate.formatString)).formatString == expected, "reads back: \(expected)")
         }
     }
 
@@ -141,6 +141,20 @@ import Testing
         }
         let error = #expect(throws: PredicateFormatError.self) { try NSPredicate(validatingFormat: "name LIKE '*.txt' AND bytes >") }
         #expect(error?.offset == 29, "points at the end, where a value is missing")
+    }
+
+    @Test func theyAreFoundationsPredicates() {
+        // Apple's code compiles as it is: NSPredicate is Foundation's type, in type positions too.
+        let predicate: NSPredicate = NSPredicate(format: "kMDItemFSName LIKE %@", "*.txt")
+        let predicates: [NSPredicate] = [predicate, NSPredicate(value: true), NSPredicate(block: { _, _ in false })]
+        #expect(predicates.map { $0.evaluate(with: ["kMDItemFSName": "a.txt"]) } == [true, true, false])
+        #expect(predicates.map(\.formatString) == [#"kMDItemFSName LIKE "*.txt""#, "TRUEPREDICATE", nil])
+        #expect(predicates[2].substituting([:]) == nil)
+        let sort: NSSortDescriptor = NSSortDescriptor(key: "size", ascending: false)
+        #expect(sort.attribute == "size" && !sort.ascending && NSSortDescriptor(key: nil, ascending: true).attribute == "")
+        let items: [[String: Any]] = [["size": 1], ["size": 3], [:], ["size": 2]]
+        let sorted = items.sorted { [sort].orders($0, before: $1, tie: false) }.map { $0["size"] as? Int ?? 0 }
+        #expect(sorted == [3, 2, 1, 0], "descending: missing values last")
     }
 
     @Test func valuesOfEveryKindCompare() {

@@ -128,7 +128,7 @@ extension NSMetadataQuery {
     // MARK: Gathering (on the work queue)
 
     func gather(_ generation: Int) {
-        guard let predicate = state.withLock({ $0.generation == generation ? $0.predicate : nil }) else { return }
+        guard let predicate = state.withLock({ $0.generation == generation ? $0.matcher : nil }) else { return }
         deliver(.NSMetadataQueryDidStartGathering, changes: nil, snapshot: false)
         let sources = makeSources(state.withLock { $0.scopes })
         // Watch first: a change made during the scan is seen (and settled by the next update).
@@ -218,9 +218,9 @@ extension NSMetadataQuery {
     // MARK: Live updates (on the work queue)
 
     func handle(_ event: DirectoryWatcher.Event, sourceIndex: Int, generation: Int) {
-        let (source, predicate) = state.withLock { state -> ((any MetadataSource)?, NSPredicate?) in
+        let (source, predicate) = state.withLock { state -> ((any MetadataSource)?, PredicateMatcher?) in
             guard state.generation == generation, state.phase == .live || state.phase == .gathering, sourceIndex < state.sources.count else { return (nil, nil) }
-            return (state.sources[sourceIndex], state.predicate)
+            return (state.sources[sourceIndex], state.matcher)
         }
         guard let source, let predicate else { return }
         switch event {
@@ -247,7 +247,7 @@ extension NSMetadataQuery {
     }
 
     /// Looks again at one item (and, for a folder, what is under it).
-    func refresh(_ path: String, in source: any MetadataSource, predicate: NSPredicate) {
+    func refresh(_ path: String, in source: any MetadataSource, predicate: PredicateMatcher) {
         let record = source.current(at: path, agent: containers.agent)
         state.withLock { state in
             let existing = state.items[path]
@@ -279,11 +279,11 @@ extension NSMetadataQuery {
     }
 
     /// Everything under a source again (after inotify lost events).
-    func rescan(_ source: any MetadataSource, predicate: NSPredicate) {
+    func rescan(_ source: any MetadataSource, predicate: PredicateMatcher) {
         merge(source.scan(under: source.base), under: source.base, predicate: predicate, removingMissing: true)
     }
 
-    func merge(_ records: [MetadataRecord], under base: String, predicate: NSPredicate, removingMissing: Bool) {
+    func merge(_ records: [MetadataRecord], under base: String, predicate: PredicateMatcher, removingMissing: Bool) {
         state.withLock { state in
             var seen = Set<String>()
             for record in records {

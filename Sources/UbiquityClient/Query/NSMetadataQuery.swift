@@ -75,9 +75,13 @@ public final class NSMetadataQuery: Sendable {
     }
 
     struct State: Sendable {
-        var predicate: NSPredicate?
+        var predicate: UncheckedSendable<NSPredicate>?
+        /// What the running query evaluates (set by ``start()``).
+        var matcher: PredicateMatcher?
         var scopes: [Scope] = []
-        var sortDescriptors: [NSSortDescriptor] = []
+        /// Foundation's descriptors are immutable once made.
+        var descriptors = UncheckedSendable<[NSSortDescriptor]>([])
+        var sortDescriptors: [NSSortDescriptor] { descriptors.value }
         var valueListAttributes: [String] = []
         var groupingAttributes: [String]?
         var batchingInterval: TimeInterval = 0.02
@@ -122,8 +126,11 @@ public final class NSMetadataQuery: Sendable {
 
     /// Which items qualify. Required: ``start()`` returns false without one.
     public var predicate: NSPredicate? {
-        get { state.withLock { $0.predicate } }
-        set { state.withLock { $0.predicate = newValue } }
+        get { state.withLock { $0.predicate }?.value }
+        set {
+            let boxed = newValue.map(UncheckedSendable.init)
+            state.withLock { $0.predicate = boxed }
+        }
     }
 
     /// Where to search: `NSMetadataQueryUbiquitousDocumentsScope`, `…UbiquitousDataScope`,
@@ -158,11 +165,12 @@ public final class NSMetadataQuery: Sendable {
 
     /// How results are ordered (by attribute); none: in the order they were found.
     public var sortDescriptors: [NSSortDescriptor] {
-        get { state.withLock { $0.sortDescriptors } }
+        get { state.withLock { $0.descriptors }.value }
         set {
+            let descriptors = UncheckedSendable(newValue)
             state.withLock { state in
-                state.sortDescriptors = newValue
-                if !newValue.isEmpty { state.results.sort { newValue.orders($0, before: $1, tie: false) } }
+                state.descriptors = descriptors
+                if !newValue.isEmpty { state.results.sort { descriptors.value.orders($0, before: $1, tie: false) } }
                 state.positions = nil
             }
         }
@@ -203,6 +211,7 @@ public final class NSMetadataQuery: Sendable {
                   state.phase == .idle || state.phase == .stopped else { return nil }
             state.phase = .gathering
             state.started = true
+            state.matcher = state.predicate.map { PredicateMatcher($0.value) }
             state.generation += 1
             return state.generation
         }

@@ -1,10 +1,12 @@
 import Foundation
+import Synchronization
 
-/// A condition on objects, written in Apple's predicate format string syntax: what an
-/// ``NSMetadataQuery`` filters its results with.
+/// Predicates written in Apple's predicate format string syntax: what an ``NSMetadataQuery``
+/// filters its results with.
 ///
-/// swift-corelibs-foundation has an `NSPredicate` that cannot parse format strings; this one
-/// can, and an app that imports Ubiquity gets it under the same name:
+/// swift-corelibs-foundation's `NSPredicate` cannot read format strings (it only takes
+/// blocks); Ubiquity adds the format-string initializers to it, so Apple's code compiles and
+/// runs unchanged, and `NSPredicate` stays Foundation's type:
 ///
 /// ```swift
 /// let query = NSMetadataQuery()
@@ -22,16 +24,12 @@ import Foundation
 /// (arithmetic, `SUBQUERY`, `FUNCTION`, `@count` and other collection operators) is a clear
 /// error, never a wrong answer.
 ///
-/// As on Apple platforms, ``init(format:_:)`` stops the program when the format string is not
-/// a predicate (Apple raises an exception); use ``init(validatingFormat:argumentArray:)`` for
-/// format strings from users, which throws a ``PredicateFormatError`` instead.
-public final class NSPredicate: CustomStringConvertible, Sendable {
-    let node: PredicateNode
-
-    init(node: PredicateNode) {
-        self.node = node
-    }
-
+/// As on Apple platforms, ``Foundation/NSPredicate/init(format:_:)`` stops the program when
+/// the format string is not a predicate (Apple raises an exception); use
+/// ``Foundation/NSPredicate/init(validatingFormat:argumentArray:)`` for format strings from
+/// users, which throws a ``PredicateFormatError`` instead. corelibs' `predicateFormat` says
+/// `BLOCKPREDICATE` for these; ``Foundation/NSPredicate/formatString`` gives the format.
+extension NSPredicate {
     /// Parses a predicate format string, `arguments` filling its `%@`, `%K` and other
     /// substitutions in order. Stops the program if it is not a valid predicate (as Apple's
     /// exception does): see ``init(validatingFormat:argumentArray:)``.
@@ -54,38 +52,80 @@ public final class NSPredicate: CustomStringConvertible, Sendable {
     /// - Throws: ``PredicateFormatError`` naming the place and the reason.
     public convenience init(validatingFormat predicateFormat: String, argumentArray arguments: [Any]? = nil) throws {
         var parser = PredicateParser(format: predicateFormat, arguments: arguments ?? [])
-        self.init(node: try parser.parse())
+        self.init(parsed: ParsedPredicate(node: try parser.parse()))
     }
 
-    /// A predicate that is always `value`.
-    public convenience init(value: Bool) {
-        self.init(node: .constant(value))
+    /// A predicate evaluating `parsed` (and answering the probe that finds it again).
+    convenience init(parsed: ParsedPredicate) {
+        self.init(block: { object, variables in
+            if let probe = object as? PredicateProbe {
+                probe.found.withLock { $0 = parsed }
+                return false
+            }
+            return parsed.evaluate(with: object, substitutionVariables: variables)
+        })
     }
 
-    /// The predicate as a format string (normalised: keywords in capitals, strings in double
-    /// quotes, substitutions filled in).
-    public var predicateFormat: String { node.format }
-
-    /// The predicate's format string.
-    public var description: String { predicateFormat }
-
-    /// Whether `object` satisfies the predicate. Keys are read from an ``NSMetadataItem``, a
-    /// `[String: Any]` dictionary, or anything ``PredicateKeyValueReading``; `SELF` is the
-    /// object itself.
-    public func evaluate(with object: Any?) -> Bool {
-        evaluate(with: object, substitutionVariables: nil)
+    /// The parsed predicate behind a format-string predicate (nil for other predicates).
+    var parsed: ParsedPredicate? {
+        let probe = PredicateProbe()
+        _ = evaluate(with: probe)
+        return probe.found.withLock { $0 }
     }
 
-    /// Whether `object` satisfies the predicate, with `$VARIABLES` given their values (a
-    /// variable without one is NULL).
-    public func evaluate(with object: Any?, substitutionVariables variables: [String: Any]?) -> Bool {
+    /// The predicate as a format string, normalised (keywords in capitals, strings in double
+    /// quotes, substitutions filled in) — for predicates made from a format string or a value;
+    /// nil for block predicates.
+    public var formatString: String? {
+        if let parsed { return parsed.predicateFormat }
+        let format = predicateFormat // corelibs: TRUEPREDICATE, FALSEPREDICATE or BLOCKPREDICATE
+        return format == "BLOCKPREDICATE" ? nil : format
+    }
+
+    /// A copy with `$VARIABLES` replaced by the given values (the others stay variables):
+    /// corelibs' `withSubstitutionVariables(_:)`, which it does not provide. Nil for predicates
+    /// not made from a format string.
+    public func substituting(_ variables: [String: Any]) -> NSPredicate? {
+        guard let parsed else { return nil }
+        return NSPredicate(parsed: ParsedPredicate(node: parsed.node.substituting(variables.mapValues(PredicateValue.init))))
+    }
+}
+
+/// What a query or a predicate evaluates: a parsed predicate, or any Foundation predicate.
+struct PredicateMatcher: Sendable {
+    let parsed: ParsedPredicate?
+    let foundation: UncheckedSendable<NSPredicate>
+
+    init(_ predicate: NSPredicate) {
+        parsed = predicate.parsed
+        foundation = UncheckedSendable(predicate)
+    }
+
+    func evaluate(with object: Any) -> Bool {
+        if let parsed { return parsed.evaluate(with: object, substitutionVariables: nil) }
+        return foundation.value.evaluate(with: object)
+    }
+}
+
+/// Passed to a predicate's block to find the parsed predicate behind it.
+final class PredicateProbe: Sendable {
+    let found = Mutex<ParsedPredicate?>(nil)
+}
+
+/// A parsed predicate: its tree, evaluated directly.
+final class ParsedPredicate: CustomStringConvertible, Sendable {
+    let node: PredicateNode
+
+    init(node: PredicateNode) {
+        self.node = node
+    }
+
+    var predicateFormat: String { node.format }
+    var description: String { predicateFormat }
+
+    func evaluate(with object: Any?, substitutionVariables variables: [String: Any]?) -> Bool {
         let variables = (variables ?? [:]).mapValues(PredicateValue.init)
         return node.evaluate(PredicateContext(object: object, variables: variables))
-    }
-
-    /// A copy with `$VARIABLES` replaced by the given values (the others stay variables).
-    public func withSubstitutionVariables(_ variables: [String: Any]) -> NSPredicate {
-        NSPredicate(node: node.substituting(variables.mapValues(PredicateValue.init)))
     }
 }
 
