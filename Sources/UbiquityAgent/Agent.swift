@@ -43,7 +43,8 @@ public actor Agent: Service {
         try await cancelWhenGracefulShutdown {
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
-                    try await AgentControlServer.run(socket: paths.agentSocket, logger: logger) { request in await self.answer(request) }
+                    try await AgentControlServer.run(socket: paths.agentSocket, logger: logger, answer: { request in await self.answer(request) },
+                                                     watch: { request in await self.watch(request) })
                 }
                 group.addTask { try await self.followAccounts() }
                 try await group.next()
@@ -89,6 +90,17 @@ public actor Agent: Service {
         }
     }
 
+    /// Follows a container's statuses for a `watch` request (one error answer if it cannot).
+    func watch(_ request: AgentRequest) async -> AsyncStream<AgentResponse> {
+        guard let session, let container = request.container else {
+            return AsyncStream { continuation in
+                continuation.yield(AgentResponse(error: request.container == nil ? "watch needs a container" : "not signed in (ubiquity login)"))
+                continuation.finish()
+            }
+        }
+        return await session.watch(container)
+    }
+
     /// Answers one request from the socket.
     func answer(_ request: AgentRequest) async -> AgentResponse {
         guard let session else {
@@ -123,6 +135,9 @@ actor AccountSession {
     private var pending: Set<String> = []
     private var pendingAll = false
     private var failures: [String: Int] = [:]
+    /// Clients following containers' statuses, and what they were last told.
+    private var watchers: [String: [UUID: AsyncStream<AgentResponse>.Continuation]] = [:]
+    private var told: [String: (version: Int, statuses: [String: UbiquityItemStatus])] = [:]
     private let signal: AsyncStream<Void>
     private let poke: AsyncStream<Void>.Continuation
 
@@ -182,6 +197,7 @@ actor AccountSession {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.rounds() }
             group.addTask { await keyValues.run() }
+            group.addTask { await self.tellWatchers() }
             group.addTask { await self.listenForPushes() }
             group.addTask {
                 while !Task.isCancelled {
@@ -195,6 +211,52 @@ actor AccountSession {
             await keyValues.stop()
         }
         poke.finish()
+    }
+
+    /// Follows `container`'s statuses: the items whose status changed, as it happens.
+    func watch(_ container: String) async -> AsyncStream<AgentResponse> {
+        let (stream, continuation) = AsyncStream.makeStream(of: AgentResponse.self, bufferingPolicy: .bufferingNewest(64))
+        guard let sync = try? self.container(container) else {
+            continuation.yield(AgentResponse(error: "“\(container)” is not a container"))
+            continuation.finish()
+            return stream
+        }
+        let id = UUID()
+        if told[container] == nil {
+            let version = await sync.statusVersion
+            told[container] = (version, Dictionary(await sync.statuses().map { ($0.path, $0) }, uniquingKeysWith: { $1 }))
+        }
+        watchers[container, default: [:]][id] = continuation
+        continuation.onTermination = { [weak self] _ in Task { await self?.unwatch(container, id) } }
+        return stream
+    }
+
+    private func unwatch(_ container: String, _ id: UUID) {
+        watchers[container]?[id] = nil
+        if watchers[container]?.isEmpty == true {
+            watchers[container] = nil
+            told[container] = nil
+        }
+    }
+
+    /// Every 20 ms, for each watched container whose status may have changed (a round, a
+    /// transfer's progress, an error), tells its watchers the items whose status did.
+    private func tellWatchers() async {
+        while !Task.isCancelled {
+            try? await Task.sleep(for: .milliseconds(20))
+            for container in watchers.keys.sorted() {
+                guard let sync = containers[container], let last = told[container] else { continue }
+                let version = await sync.statusVersion
+                guard version != last.version else { continue }
+                var now: [String: UbiquityItemStatus] = [:]
+                for status in await sync.statuses() { now[status.path] = status }
+                let changed = now.values.filter { last.statuses[$0.path] != $0 }.sorted { $0.path < $1.path }
+                told[container] = (version, now)
+                guard !changed.isEmpty else { continue }
+                for continuation in (watchers[container] ?? [:]).values { continuation.yield(AgentResponse(items: changed)) }
+            }
+        }
+        for continuation in watchers.values.flatMap(\.values) { continuation.finish() }
     }
 
     /// The containers with a folder here.
@@ -342,6 +404,8 @@ actor AccountSession {
             _ = try container(identifier)
             trigger(identifier)
             return AgentResponse()
+        case .watch:
+            throw ContainerSyncError("watch keeps the connection open: it is answered as a stream")
         }
     }
 

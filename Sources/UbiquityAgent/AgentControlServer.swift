@@ -16,7 +16,8 @@ enum AgentControlServer {
     /// Serves `socket` until the task is cancelled.
     /// - Throws: ``AgentConnectionError`` when another agent already answers there, or the
     ///   socket's folder is not this user's alone.
-    static func run(socket: URL, logger: Logger, answer: @escaping @Sendable (AgentRequest) async -> AgentResponse) async throws {
+    static func run(socket: URL, logger: Logger, answer: @escaping @Sendable (AgentRequest) async -> AgentResponse,
+                    watch: @escaping @Sendable (AgentRequest) async -> AsyncStream<AgentResponse>) async throws {
         let folder = socket.deletingLastPathComponent()
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         var info = stat()
@@ -40,13 +41,14 @@ enum AgentControlServer {
         try await withThrowingDiscardingTaskGroup { group in
             try await server.executeThenClose { connections in
                 for try await connection in connections {
-                    group.addTask { await serve(connection, logger: logger, answer: answer) }
+                    group.addTask { await serve(connection, logger: logger, answer: answer, watch: watch) }
                 }
             }
         }
     }
 
-    static func serve(_ connection: NIOAsyncChannel<ByteBuffer, ByteBuffer>, logger: Logger, answer: @escaping @Sendable (AgentRequest) async -> AgentResponse) async {
+    static func serve(_ connection: NIOAsyncChannel<ByteBuffer, ByteBuffer>, logger: Logger, answer: @escaping @Sendable (AgentRequest) async -> AgentResponse,
+                      watch: @escaping @Sendable (AgentRequest) async -> AsyncStream<AgentResponse>) async {
         if let uid = await peerUser(connection.channel), uid != getuid() {
             logger.warning("turned away a connection from another user", metadata: ["uid": "\(uid)"])
             try? await connection.channel.close()
@@ -56,8 +58,18 @@ enum AgentControlServer {
             for try await line in inbound {
                 let response: AgentResponse
                 do {
-                    response = await answer(try JSONDecoder().decode(AgentRequest.self, from: Data(line.readableBytesView)))
-                } catch {
+                    let request = try JSONDecoder().decode(AgentRequest.self, from: Data(line.readableBytesView))
+                    if request.operation == .watch {
+                        // A stream of answers until the client goes (a failed write ends it).
+                        for await update in await watch(request) {
+                            var data = try JSONEncoder().encode(update)
+                            data.append(UInt8(ascii: "\n"))
+                            try await outbound.write(ByteBuffer(bytes: data))
+                        }
+                        return
+                    }
+                    response = await answer(request)
+                } catch let error as DecodingError {
                     response = AgentResponse(error: "not a request the agent understands: \(error)")
                 }
                 var data = try JSONEncoder().encode(response)

@@ -37,17 +37,25 @@ public actor ContainerSync {
     public let packageExtensions: Set<String>
     /// The last problem, per item (quota, unreachable server, …; fetching under ``fetchErrorKey``),
     /// for `ubiquity status`.
-    public internal(set) var errors: [String: String] = [:]
+    public internal(set) var errors: [String: String] = [:] {
+        didSet { statusVersion &+= 1 }
+    }
     /// Where a failed fetch is reported in ``errors``.
     public static let fetchErrorKey = "(changes)"
     /// Whether every item is downloaded at once (the Mac's behaviour) rather than on demand.
     public let greedy: Bool
     /// Items an app asked to download.
-    var requested: Set<String>
+    var requested: Set<String> {
+        didSet { statusVersion &+= 1 }
+    }
     /// Why an item's last download failed.
-    var downloadErrors: [String: String] = [:]
+    var downloadErrors: [String: String] = [:] {
+        didSet { statusVersion &+= 1 }
+    }
     /// Transfers under way, by item.
-    var transfers: [String: Transfer] = [:]
+    var transfers: [String: Transfer] = [:] {
+        didSet { statusVersion &+= 1 }
+    }
     /// Who waits for an item's download.
     var downloadWaiters: [String: [CheckedContinuation<Void, any Error>]] = [:]
     /// The placeholders in the folder (path → item), to notice one deleted by a user.
@@ -55,6 +63,9 @@ public actor ContainerSync {
     /// Per item, the conflict revisions put in its version store.
     var conflictCopies: [String: Set<String>]
     /// Whether a round runs, whether another was asked for meanwhile, and who waits for it.
+    /// Counts what an item's status could show changing (transfers, errors, rounds): the
+    /// agent compares it to tell watchers (metadata queries) only when something changed.
+    public private(set) var statusVersion = 0
     private var running = false
     private var rerun = false
     private var roundWaiters: [CheckedContinuation<Void, Never>] = []
@@ -132,8 +143,10 @@ public actor ContainerSync {
     }
 
     private func round() async throws {
+        defer { statusVersion &+= 1 }
         try scanLocalChanges()
         for request in state.requests(fetch: true) {
+            defer { statusVersion &+= 1 }
             do {
                 try await perform(request)
             } catch let error as SyncClientError {

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -25,9 +26,27 @@ public struct AgentConnection: Sendable {
     /// - Throws: ``AgentConnectionError`` when the agent is not running or does not answer, or
     ///   answers with an error.
     public func send(_ request: AgentRequest, timeout: Duration? = .seconds(30)) throws -> AgentResponse {
+        let descriptor = try connect(sending: request, timeout: timeout)
+        defer { close(descriptor) }
+        var reader = LineReader(descriptor: descriptor)
+        guard let response = try reader.next() else { throw AgentConnectionError(reason: "the agent closed the connection without answering") }
+        if let error = response.error { throw AgentConnectionError(reason: error) }
+        return response
+    }
+
+    /// Follows a container's item statuses: the agent sends the items whose status changed,
+    /// each time some did, until ``AgentStatusStream/close()``.
+    /// - Throws: ``AgentConnectionError`` when the agent is not running.
+    public func watch(container: String) throws -> AgentStatusStream {
+        AgentStatusStream(descriptor: try connect(sending: AgentRequest(.watch, container: container), timeout: nil))
+    }
+
+    /// Connects, sends `request`, and returns the open descriptor.
+    private func connect(sending request: AgentRequest, timeout: Duration?) throws -> Int32 {
         let descriptor = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard descriptor >= 0 else { throw AgentConnectionError(reason: "cannot create a socket: \(String(cString: strerror(errno)))") }
-        defer { close(descriptor) }
+        var ok = false
+        defer { if !ok { close(descriptor) } }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let path = Array(socket.path.utf8)
@@ -39,7 +58,7 @@ public struct AgentConnection: Sendable {
             raw[path.count] = 0
         }
         let connected = withUnsafePointer(to: &address) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         guard connected == 0 else {
             throw AgentConnectionError(reason: "the agent is not running (no answer at \(socket.path): \(String(cString: strerror(errno)))); start it with `ubiquity agent` or `systemctl --user start ubiquity-agent`")
@@ -62,23 +81,69 @@ public struct AgentConnection: Sendable {
                 offset += written
             }
         }
-        var answer = [UInt8]()
+        ok = true
+        return descriptor
+    }
+}
+
+/// Reads the agent's answers, one JSON line each.
+struct LineReader {
+    let descriptor: Int32
+    private var pending = [UInt8]()
+
+    init(descriptor: Int32) {
+        self.descriptor = descriptor
+    }
+
+    /// The next answer; nil when the connection closed.
+    mutating func next() throws -> AgentResponse? {
         var buffer = [UInt8](repeating: 0, count: 65536)
-        while !answer.contains(UInt8(ascii: "\n")) {
+        while !pending.contains(UInt8(ascii: "\n")) {
             let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
             if count < 0 && errno == EINTR { continue }
             if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { throw AgentConnectionError(reason: "the agent did not answer in time") }
-            guard count > 0 else { throw AgentConnectionError(reason: "the agent closed the connection without answering") }
-            answer.append(contentsOf: buffer[0..<count])
+            guard count > 0 else { return nil }
+            pending.append(contentsOf: buffer[0..<count])
         }
-        let response: AgentResponse
+        let end = pending.firstIndex(of: UInt8(ascii: "\n"))!
+        let line = Data(pending[..<end])
+        pending.removeSubrange(...end)
         do {
-            response = try JSONDecoder().decode(AgentResponse.self, from: Data(answer.prefix { $0 != UInt8(ascii: "\n") }))
+            return try JSONDecoder().decode(AgentResponse.self, from: line)
         } catch {
             throw AgentConnectionError(reason: "the agent's answer is not understood: \(error)")
         }
-        if let error = response.error { throw AgentConnectionError(reason: error) }
-        return response
+    }
+}
+
+/// A container's status changes as the agent sends them (``AgentConnection/watch(container:)``).
+public final class AgentStatusStream: Sendable {
+    private let descriptor: Int32
+    private let reader: Mutex<LineReader>
+    private let closed = Atomic<Bool>(false)
+
+    init(descriptor: Int32) {
+        self.descriptor = descriptor
+        reader = Mutex(LineReader(descriptor: descriptor))
+    }
+
+    deinit {
+        close()
+        Glibc.close(descriptor)
+    }
+
+    /// Waits for the next change: the items whose status changed; nil once the agent stopped
+    /// or the stream was closed.
+    public func next() -> [UbiquityItemStatus]? {
+        guard !closed.load(ordering: .relaxed) else { return nil }
+        guard let response = try? reader.withLock({ try $0.next() }), response.error == nil else { return nil }
+        return response.items ?? []
+    }
+
+    /// Stops following (a waiting ``next()`` returns nil).
+    public func close() {
+        guard !closed.exchange(true, ordering: .relaxed) else { return }
+        shutdown(descriptor, Int32(SHUT_RDWR))
     }
 }
 

@@ -21,6 +21,10 @@ public struct AgentRequest: Codable, Sendable, Equatable {
         case sync
         /// Start keeping a container (``container``) in step (an app asked for its URL).
         case register
+        /// Follow a container's item statuses (``container``): the connection stays open and
+        /// the agent writes an answer whose ``AgentResponse/items`` are the items whose status
+        /// changed, each time some did (a metadata query's live updates).
+        case watch
     }
 
     /// What is asked.

@@ -143,9 +143,25 @@ extension NSMetadataQuery {
                 logger.warning("cannot watch a search scope; its changes are not seen", metadata: ["folder": "\(source.base)", "error": "\(error)"])
             }
         }
+        // The agent's status changes (uploads, downloads, conflicts, errors: no file changes).
+        var streams: [AgentStatusStream] = []
+        for (index, source) in sources.enumerated() {
+            guard let container = source as? ContainerSource, container.agentProblem == nil,
+                  let stream = try? containers.agent.watch(container: container.identifier) else { continue }
+            streams.append(stream)
+            let thread = Thread { [weak self] in
+                while let items = stream.next() {
+                    guard let self else { return }
+                    self.work.async { self.statusesChanged(items, sourceIndex: index, generation: generation) }
+                }
+            }
+            thread.name = "ubiquity-query-statuses"
+            thread.start()
+        }
         let current = state.withLock { state -> Bool in
             guard state.generation == generation else { return false }
             state.sources = sources
+            state.statusStreams = streams
             state.watchers = watchers
             state.items = [:]
             state.results = []
@@ -154,6 +170,7 @@ extension NSMetadataQuery {
         }
         guard current else {
             for watcher in watchers { watcher.stop() }
+            for stream in streams { stream.close() }
             return
         }
         for source in sources {
@@ -233,6 +250,24 @@ extension NSMetadataQuery {
         scheduleFlush()
     }
 
+    /// The agent says these items' statuses changed: their records change with them.
+    func statusesChanged(_ items: [UbiquityItemStatus], sourceIndex: Int, generation: Int) {
+        let found = state.withLock { state -> (ContainerSource, PredicateMatcher)? in
+            guard state.generation == generation, state.phase == .live || state.phase == .gathering, sourceIndex < state.sources.count,
+                  var source = state.sources[sourceIndex] as? ContainerSource, let matcher = state.matcher else { return nil }
+            for status in items { source.statuses[URL(fileURLWithPath: status.path).standardizedFileURL.path] = status }
+            state.sources[sourceIndex] = source
+            return (source, matcher)
+        }
+        guard let (source, predicate) = found else { return }
+        for status in items {
+            let path = URL(fileURLWithPath: status.path).standardizedFileURL.path
+            guard let itemPath = source.itemPath(forEvent: path) else { continue }
+            refresh(itemPath, in: source, predicate: predicate, askingAgent: false)
+        }
+        scheduleFlush()
+    }
+
     /// The package `path` is inside, if any (a package is one item; its members are not).
     func owningPackage(of path: String, under base: String) -> String? {
         var components = path.dropFirst(base.count + 1).split(separator: "/")
@@ -247,8 +282,8 @@ extension NSMetadataQuery {
     }
 
     /// Looks again at one item (and, for a folder, what is under it).
-    func refresh(_ path: String, in source: any MetadataSource, predicate: PredicateMatcher) {
-        let record = source.current(at: path, agent: containers.agent)
+    func refresh(_ path: String, in source: any MetadataSource, predicate: PredicateMatcher, askingAgent: Bool = true) {
+        let record = askingAgent ? source.current(at: path, agent: containers.agent) : source.record(at: path)
         state.withLock { state in
             let existing = state.items[path]
             if let record, predicate.evaluate(with: record) {

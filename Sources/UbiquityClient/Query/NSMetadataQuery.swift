@@ -99,6 +99,8 @@ public final class NSMetadataQuery: Sendable {
         var positions: [ObjectIdentifier: Int]?
         var sources: [any MetadataSource] = []
         var watchers: [DirectoryWatcher] = []
+        /// The agent's status streams for the containers searched.
+        var statusStreams: [AgentStatusStream] = []
         var generation = 0
         var continuations: [UUID: AsyncStream<Snapshot>.Continuation] = [:]
     }
@@ -120,6 +122,7 @@ public final class NSMetadataQuery: Sendable {
 
     deinit {
         for watcher in state.withLock({ $0.watchers }) { watcher.stop() }
+        for stream in state.withLock({ $0.statusStreams }) { stream.close() }
     }
 
     // MARK: Configuring
@@ -225,14 +228,15 @@ public final class NSMetadataQuery: Sendable {
 
     /// Stops gathering and watching; the results stay as they are.
     public func stop() {
-        let watchers = state.withLock { state -> [DirectoryWatcher] in
-            guard state.phase == .gathering || state.phase == .live else { return [] }
+        let (watchers, streams) = state.withLock { state -> ([DirectoryWatcher], [AgentStatusStream]) in
+            guard state.phase == .gathering || state.phase == .live else { return ([], []) }
             state.phase = .stopped
             state.generation += 1
-            defer { state.watchers = [] }
-            return state.watchers
+            defer { state.watchers = []; state.statusStreams = [] }
+            return (state.watchers, state.statusStreams)
         }
         for watcher in watchers { watcher.stop() }
+        for stream in streams { stream.close() }
         let continuations = state.withLock { state in
             defer { state.continuations = [:] }
             return state.continuations.values
