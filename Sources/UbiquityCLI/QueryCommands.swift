@@ -19,7 +19,7 @@ struct FindCommand: AsyncParsableCommand {
 
     @Argument(help: "A container identifier, or a local folder's path.") var scope: String
     @Argument(help: "The predicate, in Apple's format string syntax (default: everything).") var predicate = "TRUEPREDICATE"
-    @Option(help: "Sort by this attribute (prefix - for descending).") var sort = NSMetadataItemFSNameKey
+    @Option(help: "Sort by this attribute; --sort=-ATTRIBUTE for descending.") var sort = NSMetadataItemFSNameKey
     @Flag(help: "Keep running and print each update.") var watch = false
 
     func run() async throws {

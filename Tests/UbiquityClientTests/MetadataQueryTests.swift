@@ -264,4 +264,42 @@ func names(_ query: NSMetadataQuery) -> [String] {
         #expect(names(query) == ["small.txt", "medium.txt", "large.txt"])
         #expect(query.index(ofResult: "not an item") == NSNotFound)
     }
+
+    @Test func dataAndExternalScopesAndAnOperationQueue() async throws {
+        let paths = temporaryPaths()
+        defer { try? FileManager.default.removeItem(at: paths.configuration.deletingLastPathComponent().deletingLastPathComponent()) }
+        try credentials().save(to: paths)
+        let mine = "ABCDE12345.com.example.notes", other = "ABCDE12345.com.example.other"
+        let containers = UbiquityContainers(paths: paths, entitlements: UbiquityEntitlements(containers: [mine]))
+        let root = try #require(containers.url(forContainer: mine))
+        try Data("doc".utf8).write(to: root.appendingPathComponent("Documents/Doc.txt"))
+        try FileManager.default.createDirectory(at: root.appendingPathComponent("Library"), withIntermediateDirectories: true)
+        try Data("cache".utf8).write(to: root.appendingPathComponent("Library/cache.txt"))
+        let otherDocuments = paths.container(other, account: "identity-ada").appendingPathComponent("Documents")
+        try FileManager.default.createDirectory(at: otherDocuments, withIntermediateDirectories: true)
+        try Data("theirs".utf8).write(to: otherDocuments.appendingPathComponent("Shared.txt"))
+
+        func run(_ scope: String, queue: OperationQueue? = nil) async throws -> [String] {
+            let query = NSMetadataQuery(containers: containers)
+            query.searchScopes = [scope]
+            query.predicate = NSPredicate(format: "kMDItemFSName LIKE '*.txt'")
+            query.operationQueue = queue
+            let onQueue = Mutex<Bool?>(nil)
+            let observer = NotificationCenter.default.addObserver(forName: .NSMetadataQueryDidFinishGathering, object: query, queue: nil) { _ in
+                onQueue.withLock { $0 = queue.map { OperationQueue.current === $0 } ?? true }
+            }
+            defer { NotificationCenter.default.removeObserver(observer); query.stop() }
+            #expect(query.start())
+            let deadline = Date().addingTimeInterval(10)
+            while onQueue.withLock({ $0 }) == nil && Date() < deadline { try await Task.sleep(for: .milliseconds(2)) }
+            #expect(onQueue.withLock { $0 } == true, "posted on the operation queue when one is set")
+            return names(query).sorted()
+        }
+        #expect(try await run(NSMetadataQueryUbiquitousDocumentsScope) == ["Doc.txt"])
+        #expect(try await run(NSMetadataQueryUbiquitousDataScope) == ["cache.txt"], "the container outside Documents")
+        #expect(try await run(NSMetadataQueryAccessibleUbiquitousExternalDocumentsScope) == ["Shared.txt"], "the account's other containers")
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        #expect(try await run(NSMetadataQueryUbiquitousDocumentsScope, queue: queue) == ["Doc.txt"])
+    }
 }
