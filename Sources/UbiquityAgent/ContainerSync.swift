@@ -96,6 +96,24 @@ public actor ContainerSync {
         conflictCopies = try store.conflictCopies(of: container)
         try FileManager.default.createDirectory(at: documents, withIntermediateDirectories: true)
         placeholders = Self.placeholdersOnDisk(in: documents, packageExtensions: packageExtensions).mapValues(\.item)
+        Self.removeStagedDownloads(in: documents, logger: logger)
+    }
+
+    /// Downloads a killed agent left half-written (`.ubiquity-download-…`: scans skip them, and
+    /// nothing else uses them) are removed when the container is opened again.
+    static func removeStagedDownloads(in documents: URL, logger: Logger) {
+        guard let walker = FileManager.default.enumerator(atPath: documents.path) else { return }
+        while let relative = walker.nextObject() as? String {
+            let name = (relative as NSString).lastPathComponent
+            guard name.hasPrefix(".ubiquity-download-") else { continue }
+            walker.skipDescendants()
+            do {
+                try FileManager.default.removeItem(at: documents.appendingPathComponent(relative))
+                logger.info("removed a download left unfinished", metadata: ["path": "\(relative)"])
+            } catch {
+                logger.warning("cannot remove a download left unfinished", metadata: ["path": "\(relative)", "error": "\(error)"])
+            }
+        }
     }
 
     /// The conflict versions of the item at `path` (relative to `Documents`) as the server last

@@ -37,6 +37,20 @@ extension ContainerSyncTests {
         return Device(sync: sync, documents: root.appendingPathComponent("Documents"), client: client)
     }
 
+    @Test func downloadsAKilledAgentLeftUnfinishedAreRemovedOnReopening() async throws {
+        let dir = NSTemporaryDirectory() + "staged-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let documents = URL(fileURLWithPath: dir).appendingPathComponent("laptop/Documents")
+        try FileManager.default.createDirectory(at: documents.appendingPathComponent("sub/.ubiquity-download-pkg/inner"), withIntermediateDirectories: true)
+        try Data("half".utf8).write(to: documents.appendingPathComponent(".ubiquity-download-1a2b3c4d"))
+        try Data("kept".utf8).write(to: documents.appendingPathComponent("sub/Notes.txt"))
+        _ = try ContainerSync(container: notes, root: documents.deletingLastPathComponent(), client: SyncClient(server: URL(string: "http://127.0.0.1:1")!),
+                              store: try AgentStore(path: dir + "/laptop.sqlite"), device: "laptop")
+        #expect(!FileManager.default.fileExists(atPath: documents.appendingPathComponent(".ubiquity-download-1a2b3c4d").path))
+        #expect(!FileManager.default.fileExists(atPath: documents.appendingPathComponent("sub/.ubiquity-download-pkg").path))
+        #expect(FileManager.default.fileExists(atPath: documents.appendingPathComponent("sub/Notes.txt").path), "nothing else is touched")
+    }
+
     @Test func foldersAndPackagesTravel() async throws {
         try await withServer { base, dir in
             let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
