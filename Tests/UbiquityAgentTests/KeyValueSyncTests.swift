@@ -4,7 +4,6 @@ import Synchronization
 import Testing
 import UbiquityClient
 import UbiquityProtocol
-import UbiquityServer
 @testable import UbiquityAgent
 
 /// Key-value stores kept in step between two devices through a real server.
@@ -65,15 +64,6 @@ import UbiquityServer
         return Device(kv: NSUbiquitousKeyValueStore(identifier: game, containers: containers),
                       sync: KeyValueSync(client: SyncClient(server: base, token: credentials.token), folder: folder, logger: Logger(label: "test")),
                       folder: folder)
-    }
-
-    func eventually(_ seconds: Double = 10, _ condition: () -> Bool) async -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition() { return true }
-            try? await Task.sleep(for: .milliseconds(2))
-        }
-        return condition()
     }
 
     @Test func theHighestLevelNeverGoesBackwards() async throws {
@@ -145,24 +135,12 @@ import UbiquityServer
     @Test(.timeLimit(.minutes(1))) func runningAgentsCarryAValueAcross() async throws {
         let dir = NSTemporaryDirectory() + "kv-agents-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        var logger = Logger(label: "test")
-        logger.logLevel = .critical
-        let server = try await EmbeddedServer.start(dataDirectory: dir + "/server", account: "ada", password: "correct horse", logger: logger)
-        var stores: [NSUbiquitousKeyValueStore] = [], agents: [Task<Void, any Error>] = []
-        for name in ["laptop", "phone"] {
-            let root = URL(fileURLWithPath: dir).appendingPathComponent(name)
-            let paths = UbiquityPaths(configuration: root.appendingPathComponent("config"), data: root.appendingPathComponent("data"), runtime: root.appendingPathComponent("run"))
-            try await SyncClient(server: server.url).signIn(account: "ada", password: "correct horse", deviceName: name, savingTo: paths)
-            let agent = Agent(paths: paths, configuration: AgentConfiguration(containers: [], rescanSeconds: 60), logger: logger)
-            agents.append(Task { try await agent.run() })
-            let kv = NSUbiquitousKeyValueStore(identifier: game, containers: UbiquityContainers(paths: paths, entitlements: UbiquityEntitlements(containers: [], keyValueStore: game)))
-            #expect(kv.synchronize()) // the store exists on this device from now on
-            stores.append(kv)
+        let running = try await RunningAgents.start(["laptop", "phone"], containers: [], in: dir)
+        defer { running.stop() }
+        let stores = running.paths.map { paths in
+            NSUbiquitousKeyValueStore(identifier: game, containers: UbiquityContainers(paths: paths, entitlements: UbiquityEntitlements(containers: [], keyValueStore: game)))
         }
-        defer {
-            for agent in agents { agent.cancel() }
-            server.cancel()
-        }
+        for kv in stores { #expect(kv.synchronize()) } // the store exists on each device from now on
         let recorder = Mutex<[[String]]>([])
         let token = NotificationCenter.default.addObserver(forName: NSUbiquitousKeyValueStore.didChangeExternallyNotification, object: stores[1], queue: nil) { notification in
             recorder.withLock { $0.append(notification.userInfo?[NSUbiquitousKeyValueStoreChangedKeysKey] as? [String] ?? []) }

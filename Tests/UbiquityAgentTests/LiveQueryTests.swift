@@ -1,9 +1,7 @@
 import Foundation
-import Logging
 import Synchronization
 import Testing
 import UbiquityClient
-import UbiquityServer
 @testable import UbiquityAgent
 
 /// A metadata query on one device following what another device does, through running agents.
@@ -11,27 +9,15 @@ import UbiquityServer
     let notes = "ABCDE12345.com.example.notes"
 
     @Test(.timeLimit(.minutes(1))) func aQueryFollowsAnotherDevicesDocumentsLive() async throws {
+        let notes = notes
         let dir = NSTemporaryDirectory() + "live-query-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        var logger = Logger(label: "test")
-        logger.logLevel = .critical
-        let server = try await EmbeddedServer.start(dataDirectory: dir + "/server", account: "ada", password: "correct horse", logger: logger)
-        var devices: [UbiquityContainers] = [], agents: [Task<Void, any Error>] = []
-        for name in ["laptop", "phone"] {
-            let root = URL(fileURLWithPath: dir).appendingPathComponent(name)
-            let paths = UbiquityPaths(configuration: root.appendingPathComponent("config"), data: root.appendingPathComponent("data"), runtime: root.appendingPathComponent("run"))
-            try await SyncClient(server: server.url).signIn(account: "ada", password: "correct horse", deviceName: name, savingTo: paths)
-            let agent = Agent(paths: paths, configuration: AgentConfiguration(containers: [notes], rescanSeconds: 60), logger: logger)
-            agents.append(Task { try await agent.run() })
-            devices.append(UbiquityContainers(paths: paths, entitlements: UbiquityEntitlements(containers: [notes])))
-        }
-        defer {
-            for agent in agents { agent.cancel() }
-            server.cancel()
-        }
+        let running = try await RunningAgents.start(["laptop", "phone"], containers: [notes], in: dir)
+        defer { running.stop() }
+        let devices = running.paths.map { UbiquityContainers(paths: $0, entitlements: UbiquityEntitlements(containers: [notes])) }
         // Apps' calls to the agent block: they run on threads of their own, never on the
         // concurrency pool the in-process agents need to answer them.
-        let notes = notes, laptopDevice = devices[0], phoneDevice = devices[1]
+        let laptopDevice = devices[0], phoneDevice = devices[1]
         let laptop = try #require(try await blocking { laptopDevice.url(forContainer: notes) }).appendingPathComponent("Documents")
         let phone = try #require(try await blocking { phoneDevice.url(forContainer: notes) }).appendingPathComponent("Documents")
         // Both agents answer.
@@ -79,21 +65,5 @@ import UbiquityServer
         #expect(await eventually { item.value(forAttribute: NSMetadataUbiquitousItemIsUploadedKey) as? Bool == true })
         #expect(await eventually { updates.withLock { $0.contains { $0.changed.contains("Trip.txt") } } })
         print("a document saved on one device listed by the other's query after \(listed)")
-    }
-
-    /// Runs a blocking call on a thread of its own.
-    func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-        try await withCheckedThrowingContinuation { continuation in
-            Thread { continuation.resume(with: Result { try body() }) }.start()
-        }
-    }
-
-    func eventually(_ seconds: Double = 15, _ condition: () -> Bool) async -> Bool {
-        let deadline = Date().addingTimeInterval(seconds)
-        while Date() < deadline {
-            if condition() { return true }
-            try? await Task.sleep(for: .milliseconds(2))
-        }
-        return condition()
     }
 }

@@ -1,0 +1,54 @@
+import Foundation
+import Logging
+import UbiquityClient
+import UbiquityServer
+@testable import UbiquityAgent
+
+/// An embedded server (account "ada") and one running agent per device, each device with a
+/// home of its own under `dir`: what the tests of whole paths (app → agent → server → agent →
+/// app) start from. ``stop()`` cancels the agents and the server.
+struct RunningAgents {
+    let server: EmbeddedServer
+    /// Each device's paths, in the order named.
+    let paths: [UbiquityPaths]
+    let agents: [Task<Void, any Error>]
+
+    static func start(_ names: [String], containers: [String], in dir: String) async throws -> RunningAgents {
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        let server = try await EmbeddedServer.start(dataDirectory: dir + "/server", account: "ada", password: "correct horse", logger: logger)
+        var paths: [UbiquityPaths] = [], agents: [Task<Void, any Error>] = []
+        for name in names {
+            let root = URL(fileURLWithPath: dir).appendingPathComponent(name)
+            let home = UbiquityPaths(configuration: root.appendingPathComponent("config"), data: root.appendingPathComponent("data"), runtime: root.appendingPathComponent("run"))
+            try await SyncClient(server: server.url).signIn(account: "ada", password: "correct horse", deviceName: name, savingTo: home)
+            let agent = Agent(paths: home, configuration: AgentConfiguration(containers: containers, rescanSeconds: 60), logger: logger)
+            agents.append(Task { try await agent.run() })
+            paths.append(home)
+        }
+        return RunningAgents(server: server, paths: paths, agents: agents)
+    }
+
+    func stop() {
+        for agent in agents { agent.cancel() }
+        server.cancel()
+    }
+}
+
+/// Waits (up to `seconds`) until `condition` holds.
+func eventually(_ seconds: Double = 15, _ condition: () -> Bool) async -> Bool {
+    let deadline = Date().addingTimeInterval(seconds)
+    while Date() < deadline {
+        if condition() { return true }
+        try? await Task.sleep(for: .milliseconds(2))
+    }
+    return condition()
+}
+
+/// Runs a blocking call (an app's call to the agent) on a thread of its own, never on the
+/// concurrency pool the in-process agents need to answer it.
+func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+}
