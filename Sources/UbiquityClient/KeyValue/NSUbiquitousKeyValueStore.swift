@@ -32,13 +32,35 @@ public final class NSUbiquitousKeyValueStore: Sendable {
     struct State: Sendable {
         var account: String?
         var folder: URL?
-        var values: [String: PropertyListValue] = [:]
+        private(set) var values: [String: PropertyListValue] = [:]
+        /// Each key's size as the limits count it, and their total (kept as values change, so
+        /// a write checks the 1 MB limit without measuring every value again).
+        private var sizes: [String: Int] = [:]
+        private(set) var total = 0
         /// Set here, not yet written to the file.
         var dirty: [String: KeyValueStoreFile.Entry] = [:]
         var lastSerial = 0
         var watcher: DirectoryWatcher?
         var saveScheduled = false
         var opened = false
+
+        /// Sets or removes one key's value.
+        mutating func put(_ key: String, _ value: PropertyListValue?) {
+            total -= sizes.removeValue(forKey: key) ?? 0
+            values[key] = value
+            guard let value else { return }
+            let size = (try? KeyValueLimits.size(key: key, value: value)) ?? 0
+            sizes[key] = size
+            total += size
+        }
+
+        /// Replaces every value.
+        mutating func replace(with new: [String: PropertyListValue]) {
+            values = [:]
+            sizes = [:]
+            total = 0
+            for (key, value) in new { put(key, value) }
+        }
     }
 
     /// The store's identifier (nil: the app has no key-value store entitlement).
@@ -159,7 +181,8 @@ public final class NSUbiquitousKeyValueStore: Sendable {
     public func removeObject(forKey aKey: String) {
         current()
         state.withLock { state in
-            guard state.values.removeValue(forKey: aKey) != nil || state.dirty[aKey]?.value != nil else { return }
+            guard state.values[aKey] != nil || state.dirty[aKey]?.value != nil else { return }
+            state.put(aKey, nil)
             state.dirty[aKey] = KeyValueStoreFile.Entry(value: nil, timestamp: Date().timeIntervalSince1970, pending: true)
         }
         scheduleSave()
@@ -188,12 +211,11 @@ public final class NSUbiquitousKeyValueStore: Sendable {
             guard let size = try? KeyValueLimits.size(key: key, value: value), size <= KeyValueLimits.maximumValueBytes else {
                 return "a value is at most \(KeyValueLimits.maximumValueBytes) bytes"
             }
-            var values = state.values
-            values[key] = value
-            let total = values.reduce(0) { $0 + ((try? KeyValueLimits.size(key: $1.key, value: $1.value)) ?? 0) }
-            guard values.count <= KeyValueLimits.maximumKeys else { return "a store holds at most \(KeyValueLimits.maximumKeys) keys" }
-            guard total <= KeyValueLimits.maximumTotalBytes else { return "a store holds at most \(KeyValueLimits.maximumTotalBytes) bytes" }
-            state.values[key] = value
+            let count = state.values.count + (state.values[key] == nil ? 1 : 0)
+            let old = state.values[key].flatMap { try? KeyValueLimits.size(key: key, value: $0) } ?? 0
+            guard count <= KeyValueLimits.maximumKeys else { return "a store holds at most \(KeyValueLimits.maximumKeys) keys" }
+            guard state.total - old + size <= KeyValueLimits.maximumTotalBytes else { return "a store holds at most \(KeyValueLimits.maximumTotalBytes) bytes" }
+            state.put(key, value)
             state.dirty[key] = KeyValueStoreFile.Entry(value: value, timestamp: Date().timeIntervalSince1970, pending: true)
             return nil
         }
@@ -219,14 +241,14 @@ public final class NSUbiquitousKeyValueStore: Sendable {
             state.account = token
             state.dirty = [:]
             guard let identifier else {
-                state.values = [:]
+                state.replace(with: [:])
                 return nil
             }
             let folder = token.map { containers.paths.account($0).appendingPathComponent("kv") }
                 ?? containers.paths.data.appendingPathComponent("kv-signed-out")
             state.folder = folder
             let file = KeyValueStoreFile.read(identifier, in: folder)
-            state.values = file.values
+            state.replace(with: file.values)
             state.lastSerial = file.change?.serial ?? 0
             try? FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
             // The store is used on this device from now on: the agent keeps it in step.
@@ -280,8 +302,8 @@ public final class NSUbiquitousKeyValueStore: Sendable {
         let announced: KeyValueStoreFile.ExternalChange? = state.withLock { state in
             guard state.folder == folder else { return nil }
             // Keys changed here and not written yet keep their value here.
-            for (key, value) in file.values where state.dirty[key] == nil { state.values[key] = value }
-            for key in state.values.keys where file.entries[key]?.value == nil && state.dirty[key] == nil { state.values[key] = nil }
+            for (key, value) in file.values where state.dirty[key] == nil && state.values[key] != value { state.put(key, value) }
+            for key in state.values.keys where file.entries[key]?.value == nil && state.dirty[key] == nil { state.put(key, nil) }
             guard let change = file.change, change.serial > state.lastSerial else { return nil }
             state.lastSerial = change.serial
             return change
