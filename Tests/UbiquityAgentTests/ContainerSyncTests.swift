@@ -29,17 +29,11 @@ import UbiquitySync
     }
 
     @Test func twoDevicesKeepAContainerInStep() async throws {
-        let container = notes
         try await withServer { base, dir in
-            func device(_ name: String) async throws -> (ContainerSync, URL) {
-                let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: name).token
-                let root = URL(fileURLWithPath: dir).appendingPathComponent(name)
-                let sync = try ContainerSync(container: container, root: root, client: SyncClient(server: base, token: token),
-                                             store: try AgentStore(path: dir + "/\(name).sqlite"), device: name, greedy: true)
-                return (sync, root.appendingPathComponent("Documents"))
-            }
-            let (laptop, laptopDocuments) = try await device("laptop")
-            let (phone, phoneDocuments) = try await device("phone")
+            let laptopDevice = try await device("laptop", base: base, dir: dir, greedy: true)
+            let phoneDevice = try await device("phone", base: base, dir: dir, greedy: true)
+            let (laptop, laptopDocuments) = (laptopDevice.sync, laptopDevice.documents)
+            let (phone, phoneDocuments) = (phoneDevice.sync, phoneDevice.documents)
             func read(_ folder: URL, _ name: String) -> String? {
                 (try? Data(contentsOf: folder.appendingPathComponent(name))).map { String(decoding: $0, as: UTF8.self) }
             }
@@ -116,17 +110,11 @@ import UbiquitySync
     /// downloaded on demand; evicting frees an uploaded copy and refuses an unsent one; conflict
     /// versions land in the version store on both devices and a resolution on one clears both.
     @Test func onDemandDownloadsEvictionAndConflictVersions() async throws {
-        let container = notes
         try await withServer { base, dir in
-            func device(_ name: String) async throws -> (ContainerSync, URL) {
-                let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: name).token
-                let root = URL(fileURLWithPath: dir).appendingPathComponent(name)
-                let sync = try ContainerSync(container: container, root: root, client: SyncClient(server: base, token: token),
-                                             store: try AgentStore(path: dir + "/\(name).sqlite"), device: name)
-                return (sync, root.appendingPathComponent("Documents"))
-            }
-            let (laptop, laptopDocuments) = try await device("laptop")
-            let (phone, phoneDocuments) = try await device("phone")
+            let laptopDevice = try await device("laptop", base: base, dir: dir, greedy: false)
+            let phoneDevice = try await device("phone", base: base, dir: dir, greedy: false)
+            let (laptop, laptopDocuments) = (laptopDevice.sync, laptopDevice.documents)
+            let (phone, phoneDocuments) = (phoneDevice.sync, phoneDevice.documents)
             func read(_ folder: URL, _ name: String) -> String? {
                 (try? Data(contentsOf: folder.appendingPathComponent(name))).map { String(decoding: $0, as: UTF8.self) }
             }
