@@ -66,13 +66,27 @@ public struct KeyValueStoreFile: Codable, Sendable, Equatable {
     public static func url(_ identifier: String, in folder: URL) -> URL { folder.appendingPathComponent(identifier + ".json") }
 
     /// Reads the store (an empty one if there is no file; a damaged file is kept aside as
-    /// `STORE.json.damaged` and the store starts empty, so nothing is silently overwritten).
+    /// `STORE.json.damaged` — or `.damaged-2`, `-3`, … if that name is taken — and the store
+    /// starts empty, so nothing is silently overwritten or deleted, even when two processes
+    /// meet the damaged file at once).
     public static func read(_ identifier: String, in folder: URL) -> KeyValueStoreFile {
         let url = url(identifier, in: folder)
         guard let data = FileManager.default.contents(atPath: url.path) else { return KeyValueStoreFile() }
         if let store = try? JSONDecoder().decode(KeyValueStoreFile.self, from: data) { return store }
-        _ = try? FileManager.default.removeItem(at: url.appendingPathExtension("damaged"))
-        _ = try? FileManager.default.moveItem(at: url, to: url.appendingPathExtension("damaged"))
+        for attempt in 1...100 {
+            let aside = url.appendingPathExtension(attempt == 1 ? "damaged" : "damaged-\(attempt)")
+            // link(2) never replaces a file: the first free name wins; then the damaged name goes.
+            if link(url.path, aside.path) == 0 {
+                // Replaced by a good store meanwhile (the agent's safe save)? Then that stays.
+                if let now = FileManager.default.contents(atPath: aside.path), (try? JSONDecoder().decode(KeyValueStoreFile.self, from: now)) != nil {
+                    unlink(aside.path)
+                    return read(identifier, in: folder)
+                }
+                unlink(url.path)
+                break
+            }
+            if errno != EEXIST { break } // gone meanwhile (another reader set it aside) or cannot: leave it
+        }
         return KeyValueStoreFile()
     }
 
