@@ -36,7 +36,7 @@ func metadataQueryFigures(in directory: URL, count: Int) async throws -> [String
         if index % 10 == 9 {
             try UbiquityPlaceholder(name: name, item: "i\(index)", size: Int64(index), modificationDate: 1_800_000_000).write(in: folder)
         } else {
-            FileManager.default.createFile(atPath: folder.appendingPathComponent(name).path, contents: Data([UInt8(index & 0xff)]))
+            _ = FileManager.default.createFile(atPath: folder.appendingPathComponent(name).path, contents: Data([UInt8(index & 0xff)]))
         }
     }
 
@@ -94,7 +94,7 @@ func metadataQueryFigures(in directory: URL, count: Int) async throws -> [String
     // One new file: how long until it is an update, and what the update carries.
     try await Task.sleep(for: .milliseconds(200))
     let created = ContinuousClock.now
-    FileManager.default.createFile(atPath: documents.appendingPathComponent("folder-0/new.txt").path, contents: Data("new".utf8))
+    _ = FileManager.default.createFile(atPath: documents.appendingPathComponent("folder-0/new.txt").path, contents: Data("new".utf8))
     while update.withLock({ $0 }) == nil && ContinuousClock.now - created < .seconds(10) { try await Task.sleep(for: .milliseconds(1)) }
     let arrived = update.withLock { $0 }
 

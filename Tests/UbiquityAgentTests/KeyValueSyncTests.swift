@@ -18,7 +18,7 @@ import UbiquityProtocol
         let folder: URL
         let best = Mutex<Int64>(0)
         let heard = Mutex<[(reason: Int, keys: [String])]>([])
-        let observer = Mutex<(any NSObjectProtocol & Sendable)?>(nil)
+        let observer = Mutex<ObserverToken?>(nil)
 
         init(kv: NSUbiquitousKeyValueStore, sync: KeyValueSync, folder: URL) {
             self.kv = kv
@@ -39,7 +39,7 @@ import UbiquityProtocol
                 }
                 if incoming < mine { self.kv.set(mine, forKey: "highestLevel") }
             }
-            observer.withLock { $0 = token as! any NSObjectProtocol & Sendable }
+            observer.withLock { $0 = ObserverToken(token) }
         }
 
         func reach(_ level: Int64) {
@@ -49,7 +49,7 @@ import UbiquityProtocol
         }
 
         func remove() {
-            if let token = observer.withLock({ $0 }) { NotificationCenter.default.removeObserver(token) }
+            if let token = observer.withLock({ $0 }) { NotificationCenter.default.removeObserver(token.token) }
         }
 
         func file(_ store: String) -> KeyValueStoreFile { KeyValueStoreFile.read(store, in: folder) }

@@ -52,3 +52,10 @@ func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async thr
         Thread { continuation.resume(with: Result { try body() }) }.start()
     }
 }
+
+/// A notification observer's token, kept by test recorders (NotificationCenter's tokens are
+/// safe to hand to removeObserver from any thread).
+struct ObserverToken: @unchecked Sendable {
+    let token: any NSObjectProtocol
+    init(_ token: any NSObjectProtocol) { self.token = token }
+}

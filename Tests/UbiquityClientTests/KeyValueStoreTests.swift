@@ -7,7 +7,7 @@ import UbiquityProtocol
 /// What a test sees of a store's external-change notifications.
 final class KeyValueRecorder: Sendable {
     let changes = Mutex<[(reason: Int, keys: [String])]>([])
-    let observer = Mutex<(any NSObjectProtocol & Sendable)?>(nil)
+    let observer = Mutex<ObserverToken?>(nil)
 
     init(_ store: NSUbiquitousKeyValueStore) {
         let token = NotificationCenter.default.addObserver(forName: NSUbiquitousKeyValueStore.didChangeExternallyNotification, object: store, queue: nil) { [weak self] notification in
@@ -15,12 +15,12 @@ final class KeyValueRecorder: Sendable {
             let keys = notification.userInfo?[NSUbiquitousKeyValueStoreChangedKeysKey] as? [String] ?? []
             self?.changes.withLock { $0.append((reason, keys)) }
         }
-        let sendable = token as! any NSObjectProtocol & Sendable
+        let sendable = ObserverToken(token)
         observer.withLock { $0 = sendable }
     }
 
     func remove() {
-        if let token = observer.withLock({ $0 }) { NotificationCenter.default.removeObserver(token) }
+        if let token = observer.withLock({ $0 }) { NotificationCenter.default.removeObserver(token.token) }
     }
 
     var all: [(reason: Int, keys: [String])] { changes.withLock { $0 } }

@@ -13,7 +13,7 @@ final class QueryRecorder: Sendable {
     }
 
     let events = Mutex<[Event]>([])
-    let observers = Mutex<[any NSObjectProtocol & Sendable]>([])
+    let observers = Mutex<[ObserverToken]>([])
 
     init(_ query: NSMetadataQuery) {
         for name in [Notification.Name.NSMetadataQueryDidStartGathering, .NSMetadataQueryGatheringProgress, .NSMetadataQueryDidFinishGathering, .NSMetadataQueryDidUpdate] {
@@ -26,12 +26,12 @@ final class QueryRecorder: Sendable {
                                   removed: names(NSMetadataQueryUpdateRemovedItemsKey))
                 self?.events.withLock { $0.append(event) }
             }
-            observers.withLock { $0.append(observer as! any NSObjectProtocol & Sendable) }
+            observers.withLock { $0.append(ObserverToken(observer)) }
         }
     }
 
     func remove() {
-        for observer in observers.withLock({ $0 }) { NotificationCenter.default.removeObserver(observer) }
+        for observer in observers.withLock({ $0 }) { NotificationCenter.default.removeObserver(observer.token) }
     }
 
     var names: [String] { events.withLock { $0.map(\.name) } }

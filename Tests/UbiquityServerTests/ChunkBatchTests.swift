@@ -193,7 +193,7 @@ import UbiquityProtocol
 
         // A pack a crash left unindexed goes once it is old enough; indexed ones stay.
         let orphan = "\(directory)/2/packs/left-by-a-crash.pack"
-        FileManager.default.createFile(atPath: orphan, contents: Data(repeating: 1, count: 500))
+        _ = FileManager.default.createFile(atPath: orphan, contents: Data(repeating: 1, count: 500))
         let young = try await store.compact(orphanAge: 3_600)
         #expect(young == 0 && FileManager.default.fileExists(atPath: orphan), "could be an upload in progress")
         let old = try await store.compact(orphanAge: -1)
@@ -203,7 +203,7 @@ import UbiquityProtocol
         // A damaged pack is a clear error, not wrong bytes.
         let pack = "\(directory)/2/packs/\(packs(2)[0])"
         try FileManager.default.removeItem(atPath: pack)
-        FileManager.default.createFile(atPath: pack, contents: Data(repeating: 0, count: 10))
+        _ = FileManager.default.createFile(atPath: pack, contents: Data(repeating: 0, count: 10))
         await #expect(throws: SyncError.self) { try await store.load(hash: first[29].hash, account: 2) }
 
         await store.removeAccount(2)
@@ -217,7 +217,7 @@ import UbiquityProtocol
         let bytes: [UInt8] = Array("from an earlier version".utf8), hash = sha256(bytes)
         let loose = store.loosePath(account: 3, hash: hash)
         try FileManager.default.createDirectory(atPath: (loose as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: loose, contents: Data(bytes))
+        _ = FileManager.default.createFile(atPath: loose, contents: Data(bytes))
         #expect(try await store.load(hash: hash, account: 3) == Data(bytes))
         try await store.store([ChunkBatch.Chunk(hash: hash, bytes: bytes)], account: 3)
         #expect(packs(3).isEmpty, "not written twice")

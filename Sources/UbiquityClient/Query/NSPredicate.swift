@@ -27,8 +27,9 @@ import Synchronization
 /// As on Apple platforms, ``Foundation/NSPredicate/init(format:_:)`` stops the program when
 /// the format string is not a predicate (Apple raises an exception); use
 /// ``Foundation/NSPredicate/init(validatingFormat:argumentArray:)`` for format strings from
-/// users, which throws a ``PredicateFormatError`` instead. corelibs' `predicateFormat` says
-/// `BLOCKPREDICATE` for these; ``Foundation/NSPredicate/formatString`` gives the format.
+/// users, which throws a ``PredicateFormatError`` instead. corelibs' `predicateFormat` is
+/// deprecated and says `BLOCKPREDICATE` for these; ``Foundation/NSPredicate/formatString``
+/// gives the format.
 extension NSPredicate {
     /// Parses a predicate format string, `arguments` filling its `%@`, `%K` and other
     /// substitutions in order. Stops the program if it is not a valid predicate (as Apple's
@@ -78,8 +79,14 @@ extension NSPredicate {
     /// nil for block predicates.
     public var formatString: String? {
         if let parsed { return parsed.predicateFormat }
-        let format = predicateFormat // corelibs: TRUEPREDICATE, FALSEPREDICATE or BLOCKPREDICATE
-        return format == "BLOCKPREDICATE" ? nil : format
+        // corelibs keeps `NSPredicate(value:)` as `kind: .boolean(Bool)` (its `predicateFormat`
+        // is deprecated): read it without calling that.
+        guard let kind = Mirror(reflecting: self).children.first(where: { $0.label == "kind" }).map({ String(describing: $0.value) }) else { return nil }
+        switch kind {
+        case "boolean(true)": return "TRUEPREDICATE"
+        case "boolean(false)": return "FALSEPREDICATE"
+        default: return nil
+        }
     }
 
     /// A copy with `$VARIABLES` replaced by the given values (the others stay variables):
