@@ -134,6 +134,8 @@ actor AccountSession {
     /// Containers due for a round (nil: all).
     private var pending: Set<String> = []
     private var pendingAll = false
+    /// Containers whose next round looks at every file.
+    private var lookEverywhere: Set<String> = []
     private var failures: [String: Int] = [:]
     /// Clients following containers' statuses, and what they were last told.
     private var watchers: [String: [UUID: AsyncStream<AgentResponse>.Continuation]] = [:]
@@ -168,11 +170,13 @@ actor AccountSession {
                 guard let self else { return }
                 switch event {
                 case .overflow:
-                    Task { await self.trigger(nil) }
+                    Task { await self.trigger(nil, everything: true) }
                 case .changed(let path):
                     guard path.hasPrefix(folder + "/") else { return }
-                    let identifier = String(path.dropFirst(folder.count + 1).prefix { $0 != "/" })
-                    Task { await self.trigger(identifier, discover: true) }
+                    let inside = path.dropFirst(folder.count + 1)
+                    let identifier = String(inside.prefix { $0 != "/" })
+                    let relative = String(inside.dropFirst(identifier.count + 1))
+                    Task { await self.changed(identifier, at: relative) }
                 }
             }
         } catch {
@@ -202,7 +206,7 @@ actor AccountSession {
             group.addTask {
                 while !Task.isCancelled {
                     try? await Task.sleep(for: .seconds(self.configuration.rescanSeconds))
-                    await self.trigger(nil)
+                    await self.trigger(nil, everything: true)
                     await keyValues.trigger(nil)
                 }
             }
@@ -276,13 +280,29 @@ actor AccountSession {
         return sync
     }
 
-    /// Asks for a round of `identifier` (nil: every container).
-    func trigger(_ identifier: String?, discover: Bool = false) {
+    /// Something changed at `path` in the container `identifier`'s folder (the container is
+    /// kept in step from now on if it was not): a round looks there.
+    func changed(_ identifier: String, at path: String) async {
+        let sync: ContainerSync
+        do {
+            sync = try container(identifier)
+        } catch {
+            return // not a container's folder: nothing to keep in step
+        }
+        await sync.noteChange(at: path)
+        trigger(identifier)
+    }
+
+    /// Asks for a round of `identifier` (nil: every container); `everything`: the round looks
+    /// at every file, not only where changes were seen (events were lost, or the slow timer).
+    func trigger(_ identifier: String?, everything: Bool = false) {
         if let identifier {
-            guard containers[identifier] != nil || (discover && (try? container(identifier)) != nil) else { return }
+            guard containers[identifier] != nil else { return }
             pending.insert(identifier)
+            if everything { lookEverywhere.insert(identifier) }
         } else {
             pendingAll = true
+            if everything { lookEverywhere.formUnion(containers.keys) }
         }
         poke.yield()
     }
@@ -295,6 +315,7 @@ actor AccountSession {
             pendingAll = false
             for identifier in due.sorted() {
                 guard let sync = containers[identifier], !Task.isCancelled else { continue }
+                if lookEverywhere.remove(identifier) != nil { await sync.noteEverythingChanged() }
                 var failed = false
                 do {
                     try await sync.syncOnce()
@@ -358,7 +379,12 @@ actor AccountSession {
             trigger(nil) // catch up on what happened while disconnected
             Task { await keyValues.trigger(nil) }
         case "changed":
-            if let container = event.container { trigger(container) }
+            // Another device changed a container; a push for a change already fetched is old news.
+            guard let container = event.container, let sync = containers[container] else { return }
+            Task {
+                if let sequence = event.sequence, await sync.cursor >= sequence { return }
+                self.trigger(container)
+            }
         case "keyValueChanged":
             if let store = event.container { Task { await keyValues.trigger(store) } }
         default:
@@ -397,7 +423,10 @@ actor AccountSession {
             return AgentResponse(items: await sync.status(ofName: name).map { [$0] })
         case .sync:
             let chosen = try request.container.map { [try container($0)] } ?? containers.sorted { $0.key < $1.key }.map(\.value)
-            for sync in chosen { try await sync.syncOnce() }
+            for sync in chosen {
+                await sync.noteEverythingChanged()
+                try await sync.syncOnce()
+            }
             return try await answer(AgentRequest(.status))
         case .register:
             guard let identifier = request.container else { throw ContainerSyncError("register needs a container") }
@@ -409,14 +438,16 @@ actor AccountSession {
         }
     }
 
-    /// The container and item path (relative to its `Documents`) of an absolute path.
+    /// The container and item path (relative to the container's folder) of an absolute path.
     private func locate(_ path: String?) throws -> (ContainerSync, String) {
         guard let path else { throw ContainerSyncError("the request needs a path") }
         let folder = containersFolder.standardizedFileURL.path + "/"
         let standard = URL(fileURLWithPath: path).standardizedFileURL.path
         guard standard.hasPrefix(folder) else { throw ContainerSyncError("\(path) is not in a container of \(credentials.account)") }
         let parts = standard.dropFirst(folder.count).split(separator: "/", omittingEmptySubsequences: true).map(String.init)
-        guard parts.count >= 3, parts[1] == "Documents" else { throw ContainerSyncError("\(path) is not in a container's Documents folder") }
-        return (try container(parts[0]), parts[2...].joined(separator: "/"))
+        guard parts.count >= 2, parts.count > 2 || parts[1] != ContainerLayout.documentsFolder else {
+            throw ContainerSyncError("\(path) is a container's folder, not an item in it")
+        }
+        return (try container(parts[0]), parts[1...].joined(separator: "/"))
     }
 }

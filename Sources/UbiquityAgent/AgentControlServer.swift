@@ -38,12 +38,24 @@ enum AgentControlServer {
         chmod(socket.path, 0o600)
         logger.info("agent answering", metadata: ["socket": "\(socket.path)"])
         defer { unlink(socket.path) }
-        try await withThrowingDiscardingTaskGroup { group in
-            try await server.executeThenClose { connections in
-                for try await connection in connections {
-                    group.addTask { await serve(connection, logger: logger, answer: answer, watch: watch) }
+        // Stopping closes the listening socket and keeps taking what it had accepted until its
+        // stream ends: a connection accepted while stopping is closed properly, never dropped
+        // (NIO stops the process when an accepted channel is dropped unclosed).
+        let channel = server.channel
+        let accepting = Task {
+            try await withThrowingDiscardingTaskGroup { group in
+                try await server.executeThenClose { connections in
+                    for try await connection in connections {
+                        group.addTask { await serve(connection, logger: logger, answer: answer, watch: watch) }
+                    }
                 }
+                group.cancelAll() // the socket is closed: the connections end too
             }
+        }
+        try await withTaskCancellationHandler {
+            try await accepting.value
+        } onCancel: {
+            channel.close(promise: nil)
         }
     }
 

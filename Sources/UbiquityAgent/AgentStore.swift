@@ -4,9 +4,11 @@ import UbiquityProtocol
 import UbiquitySync
 
 /// The agent's own state for one account, in SQLite (GRDB, WAL): per container, the sync
-/// decisions' durable part (``DeviceSyncState/Persisted``) and the files as last seen with the
-/// items they are. Both change in one transaction, so after a crash the agent resumes from a
-/// state where every file it had seen is either recorded with its item or not at all.
+/// decisions' durable part (``DeviceSyncState/Persisted``: a row per item and one for the
+/// container's cursor) and the files as last seen with the items they are (a row per file).
+/// A write changes only the rows of what changed, and both in one transaction, so after a
+/// crash the agent resumes from a state where every file it had seen is either recorded with
+/// its item or not at all.
 public final class AgentStore: Sendable {
     /// One synced file, folder or package as the agent last saw it.
     public struct File: Sendable, Equatable {
@@ -62,14 +64,63 @@ public final class AgentStore: Sendable {
             try db.execute(sql: "ALTER TABLE localFile ADD COLUMN kind TEXT NOT NULL DEFAULT 'file'")
             try db.execute(sql: "ALTER TABLE localFile ADD COLUMN revision TEXT")
         }
+        migrator.registerMigration("v4-a-row-per-item") { db in
+            try db.execute(sql: """
+                CREATE TABLE syncMeta (container TEXT PRIMARY KEY, device TEXT NOT NULL, cursor INTEGER NOT NULL, changesMade INTEGER NOT NULL);
+                CREATE TABLE syncItem (container TEXT NOT NULL, item TEXT NOT NULL, remote BLOB, local BLOB, sending BLOB, queued BLOB,
+                    PRIMARY KEY(container, item));
+                """)
+            // The state kept as one document per container until now, spread into rows.
+            for row in try Row.fetchAll(db, sql: "SELECT container, persisted FROM containerState") {
+                let state = try JSONDecoder().decode(DeviceSyncState.Persisted.self, from: row["persisted"] as Data)
+                let items = Set(state.remote.keys).union(state.local.keys).union(state.sending.keys).union(state.queued.keys)
+                try Self.write(db, container: row["container"], state: state, items: items, meta: true)
+            }
+            try db.execute(sql: "DROP TABLE containerState")
+        }
         try migrator.migrate(pool)
     }
 
     /// The container's sync state, or nil if it was never synced here.
     public func state(of container: String) throws -> DeviceSyncState.Persisted? {
-        try pool.read { db in
-            try Data.fetchOne(db, sql: "SELECT persisted FROM containerState WHERE container = ?", arguments: [container])
-                .map { try JSONDecoder().decode(DeviceSyncState.Persisted.self, from: $0) }
+        try pool.read { db -> DeviceSyncState.Persisted? in
+            guard let meta = try Row.fetchOne(db, sql: "SELECT * FROM syncMeta WHERE container = ?", arguments: [container]) else { return nil }
+            var state = DeviceSyncState.Persisted(device: meta["device"])
+            state.cursor = meta["cursor"]
+            state.changesMade = meta["changesMade"]
+            let decoder = JSONDecoder()
+            let rows = try Row.fetchCursor(db, sql: "SELECT item, remote, local, sending, queued FROM syncItem WHERE container = ?", arguments: [container])
+            while let row = try rows.next() {
+                let item: String = row["item"]
+                if let data = row["remote"] as Data? { state.remote[item] = try decoder.decode(ItemSnapshot.self, from: data) }
+                if let data = row["local"] as Data? { state.local[item] = try decoder.decode(DeviceSyncState.LocalItem.self, from: data) }
+                if let data = row["sending"] as Data? { state.sending[item] = try decoder.decode(LocalChange.self, from: data) }
+                if let data = row["queued"] as Data? { state.queued[item] = try decoder.decode(LocalChange.self, from: data) }
+            }
+            return state
+        }
+    }
+
+    /// Writes the rows of `items` (and, with `meta`, the cursor and change counter) as they are in `state`.
+    static func write(_ db: Database, container: String, state: DeviceSyncState.Persisted, items: Set<String>, meta: Bool) throws {
+        if meta {
+            try db.execute(sql: """
+                INSERT INTO syncMeta (container, device, cursor, changesMade) VALUES (?, ?, ?, ?)
+                ON CONFLICT(container) DO UPDATE SET device = excluded.device, cursor = excluded.cursor, changesMade = excluded.changesMade
+                """, arguments: [container, state.device, state.cursor, state.changesMade])
+        }
+        let encoder = JSONEncoder()
+        for item in items {
+            let remote = try state.remote[item].map { try encoder.encode($0) }, local = try state.local[item].map { try encoder.encode($0) }
+            let sending = try state.sending[item].map { try encoder.encode($0) }, queued = try state.queued[item].map { try encoder.encode($0) }
+            if remote == nil && local == nil && sending == nil && queued == nil {
+                try db.execute(sql: "DELETE FROM syncItem WHERE container = ? AND item = ?", arguments: [container, item])
+            } else {
+                try db.execute(sql: """
+                    INSERT INTO syncItem (container, item, remote, local, sending, queued) VALUES (?, ?, ?, ?, ?, ?)
+                    ON CONFLICT(container, item) DO UPDATE SET remote = excluded.remote, local = excluded.local, sending = excluded.sending, queued = excluded.queued
+                    """, arguments: [container, item, remote, local, sending, queued])
+            }
         }
     }
 
@@ -87,13 +138,14 @@ public final class AgentStore: Sendable {
         }
     }
 
-    /// Records the container's sync state, and the files that changed (`upsert`) or went
-    /// (`removed`), in one transaction.
-    public func record(_ container: String, state: DeviceSyncState.Persisted, upsert: [File] = [], removed: [String] = []) throws {
-        let blob = try JSONEncoder().encode(state)
-        try pool.write { db in
-            try db.execute(sql: "INSERT INTO containerState (container, persisted) VALUES (?, ?) ON CONFLICT(container) DO UPDATE SET persisted = excluded.persisted",
-                           arguments: [container, blob])
+    /// Records what changed of the container's sync state — the rows of the `touched` items,
+    /// and the cursor and change counter if `changed` — and the files that changed (`upsert`)
+    /// or went (`removed`), in one transaction, off the caller's thread.
+    public func record(_ container: String, state: DeviceSyncState.Persisted, touched: Set<String>, changed: Bool = true,
+                       upsert: [File] = [], removed: [String] = []) async throws {
+        guard changed || !touched.isEmpty || !upsert.isEmpty || !removed.isEmpty else { return }
+        try await pool.write { db in
+            try Self.write(db, container: container, state: state, items: touched, meta: changed)
             for path in removed {
                 try db.execute(sql: "DELETE FROM localFile WHERE container = ? AND path = ?", arguments: [container, path])
             }

@@ -25,26 +25,34 @@ extension ContainerSync {
         let settled = visible.filter { !state.hasLocalChanges($0.key) }
         var wanted: [String: UbiquityPlaceholder] = [:]
 
+        var gone: [String] = []
         for (item, shown) in settled where shown.deleted {
             if requested.remove(item) != nil { try store.setDownloadRequested(false, container: container, item: item) }
             guard let local = files.file(of: item), local.fingerprint.kind != .directory else { continue }
             // Deleted elsewhere: its versions go with it (as they do with a file deleted on a Mac).
-            try? NSFileVersion.removeOtherVersionsOfItem(at: documents.appendingPathComponent(local.path))
+            let url = root.appendingPathComponent(local.path)
+            do {
+                try NSFileVersion.removeOtherVersionsOfItem(at: url)
+            } catch {
+                logger.warning("cannot remove the versions of an item deleted elsewhere", metadata: ["path": "\(local.path)", "error": "\(error)"])
+            }
             for revision in conflictCopies.removeValue(forKey: item) ?? [] {
                 try store.setConflictCopy(false, container: container, item: item, revision: revision)
             }
             try coordinatedRemove(local.path)
             files[local.path] = nil
-            try store.record(container, state: state.persisted, removed: [local.path])
+            gone.append(local.path)
         }
+        try await persist(removed: gone)
 
         let folders = settled.filter { !$0.value.deleted && $0.value.kind == .directory }.compactMap { item, _ in paths[item].map { (item, $0) } }
+        var made: [AgentStore.File] = []
         for (item, path) in folders.sorted(by: { (LocalContents.depth($0.1), $0.1) < (LocalContents.depth($1.1), $1.1) }) {
             if let local = files.file(of: item) {
-                if local.path != path { try relocate(local, to: path) }
+                if local.path != path { try await relocate(local, to: path) }
                 continue
             }
-            let url = documents.appendingPathComponent(path)
+            let url = root.appendingPathComponent(path)
             var isFolder: ObjCBool = false
             if FileManager.default.fileExists(atPath: url.path, isDirectory: &isFolder) {
                 guard isFolder.boolValue, files[path] == nil else { continue } // a local file of that name: the server settles the clash
@@ -53,70 +61,80 @@ extension ContainerSync {
                 guard FileManager.default.fileExists(atPath: url.deletingLastPathComponent().path) else { continue }
                 try FileManager.default.createDirectory(at: url, withIntermediateDirectories: false)
             }
-            guard let print = LocalScanner(root: documents, packageExtensions: packageExtensions).fingerprint(of: path), print.kind == .directory else { continue }
+            guard let print = scanner.fingerprint(of: path), print.kind == .directory else { continue }
             let file = AgentStore.File(path: path, item: item, fingerprint: print, content: LocalContents.folderToken)
             files[path] = file
-            try store.record(container, state: state.persisted, upsert: [file])
+            made.append(file)
         }
+        try await persist(upsert: made)
 
+        var downloads: [Download] = []
         for (item, remote) in settled.sorted(by: { $0.key < $1.key }) where !remote.deleted && remote.kind != .directory {
             guard let path = paths[item] else { continue }
             let folder = LocalContents.folder(of: path)
-            guard folder.isEmpty || files[folder]?.fingerprint.kind == .directory else { continue } // its folder is not here yet
+            guard parent(ofFolder: folder) != nil else { continue } // its folder is not here yet
             let local = files.file(of: item)
             if let local, local.content == remote.content {
-                if local.path != path { try relocate(local, to: path) }
+                if local.path != path { try await relocate(local, to: path) }
                 continue
             }
             let snapshot = state.persisted.remote[item]
             let placeholder = UbiquityPlaceholder(name: remote.name, item: item, size: snapshot?.size, modificationDate: snapshot?.modificationDate)
-            let placeholderPath = (folder.isEmpty ? "" : folder + "/") + UbiquityPlaceholder.fileName(for: remote.name)
             guard local != nil || greedy || requested.contains(item) else {
-                wanted[placeholderPath] = placeholder
+                wanted[LocalContents.placeholderPath(for: path)] = placeholder
                 continue
             }
-            let fresh: AgentStore.File?
-            do {
-                fresh = try await download(item, kind: remote.kind ?? .file, expecting: remote.content, to: path, reusing: local)
-                downloadErrors[item] = nil
-            } catch let error as SyncClientError {
-                downloadErrors[item] = error.description
-                logger.warning("download failed", metadata: ["container": "\(container)", "item": "\(path)", "error": "\(error)"])
-                fresh = nil
-            }
-            guard let fresh else {
-                if local == nil { wanted[placeholderPath] = placeholder } // not uploaded yet: listed meanwhile
+            downloads.append(Download(item: item, kind: remote.kind ?? .file, content: remote.content, path: path, previous: local, placeholder: placeholder))
+        }
+        for (download, outcome) in try await download(downloads) {
+            guard case .success(.some) = outcome else {
+                if case .failure(let error) = outcome {
+                    downloadErrors[download.item] = error.description
+                    logger.warning("download failed", metadata: ["container": "\(container)", "item": "\(download.path)", "error": "\(error)"])
+                }
+                // Not uploaded yet by its device: listed meanwhile.
+                if download.previous == nil { wanted[LocalContents.placeholderPath(for: download.path)] = download.placeholder }
                 continue
             }
-            if let local, local.path != path {
-                try coordinatedRemove(local.path)
-                files[local.path] = nil
-                try store.record(container, state: state.persisted, removed: [local.path])
-            }
-            files[path] = fresh
-            try store.record(container, state: state.persisted, upsert: [fresh])
-            if requested.remove(item) != nil { try store.setDownloadRequested(false, container: container, item: item) }
+            downloadErrors[download.item] = nil
+            if requested.remove(download.item) != nil { try store.setDownloadRequested(false, container: container, item: download.item) }
         }
 
+        var emptied: [String] = []
         let goneFolders = settled.filter { $0.value.deleted }.compactMap { files.file(of: $0.key) }.filter { $0.fingerprint.kind == .directory }
         for folder in goneFolders.sorted(by: { LocalContents.depth($0.path) > LocalContents.depth($1.path) }) {
             removeFolderIfEmpty(folder.path)
             files[folder.path] = nil
-            try store.record(container, state: state.persisted, removed: [folder.path])
+            emptied.append(folder.path)
         }
+        try await persist(removed: emptied)
         try writePlaceholders(wanted)
     }
 
-    /// Where each item not deleted is shown, relative to `Documents`: in its folder, or at the
-    /// top level when its folder is gone (an item moved into a folder deleted elsewhere at the
-    /// same time is kept, not lost).
+    /// An item to bring down: its contents (`content`) to `path`, over its `previous` copy here if any.
+    struct Download {
+        var item: String
+        var kind: ItemKind
+        var content: String
+        var path: String
+        var previous: AgentStore.File?
+        var placeholder: UbiquityPlaceholder
+    }
+
+    /// Where each item not deleted is shown, relative to the container's folder: in its folder,
+    /// at the top of `Documents` (no parent) or at the container's top level
+    /// (``ContainerLayout/topLevel``); at the top of `Documents` when its folder is gone (an item
+    /// moved into a folder deleted elsewhere at the same time is kept, not lost).
     static func paths(of visible: [String: DeviceSyncState.LocalItem]) -> [String: String] {
         var paths: [String: String] = [:]
+        let documents = ContainerLayout.documentsFolder + "/"
         func resolve(_ item: String, depth: Int) -> String? {
             if let known = paths[item] { return known }
             guard let shown = visible[item], !shown.deleted else { return nil }
-            var path = shown.name
-            if let parent = shown.parent, depth < 256, visible[parent]?.kind == .directory, let folder = resolve(parent, depth: depth + 1) {
+            var path = documents + shown.name
+            if shown.parent == ContainerLayout.topLevel {
+                path = shown.name
+            } else if let parent = shown.parent, depth < 256, visible[parent]?.kind == .directory, let folder = resolve(parent, depth: depth + 1) {
                 path = folder + "/" + shown.name
             }
             paths[item] = path
@@ -130,7 +148,7 @@ extension ContainerSync {
     /// agent's own leftovers (version stores of items gone); else it stays (and the next scan
     /// sends it as a new folder with what it holds).
     func removeFolderIfEmpty(_ path: String) {
-        let url = documents.appendingPathComponent(path)
+        let url = root.appendingPathComponent(path)
         let names = (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []
         if names.allSatisfy({ UbiquityPlaceholder.itemName(ofPlaceholder: $0) != nil || $0.hasPrefix(".ubiquity-") }) {
             for name in names { try? FileManager.default.removeItem(at: url.appendingPathComponent(name)) }
@@ -140,12 +158,137 @@ extension ContainerSync {
         }
     }
 
-    /// Downloads the item's current contents into `path`; nil if they are not uploaded yet (or
-    /// changed meanwhile: the next round gets them). Chunks the local copy (`reusing`) already
-    /// has are read from it, not downloaded: a small edit of a large file moves a few chunks,
-    /// and a package's unchanged members move nothing.
-    func download(_ item: String, kind: ItemKind, expecting content: String, to path: String, reusing previous: AgentStore.File?) async throws -> AgentStore.File? {
-        var state = try await client.item(container: container, id: item, since: kind == .file ? previous?.revision : nil)
+    /// Brings items down, each recorded as soon as it is in place. New files come many at a
+    /// time: one request for their chunk lists, shared chunk batches, each file staged, synced
+    /// and put in place; an item with a copy here asks for its chunk list as a difference from
+    /// that copy's and fetches only the chunks the copy lacks (a small edit of a large file
+    /// moves a few chunks, a package's unchanged members nothing). An outcome of nil: not
+    /// uploaded yet, or changed meanwhile (the next round gets it).
+    func download(_ downloads: [Download]) async throws -> [(Download, Result<AgentStore.File?, SyncClientError>)] {
+        var outcomes: [(Download, Result<AgentStore.File?, SyncClientError>)] = []
+        let (fresh, others) = (downloads.filter { $0.previous == nil && $0.kind == .file }, downloads.filter { $0.previous != nil || $0.kind != .file })
+        var start = 0
+        while start < fresh.count {
+            let group = Array(fresh[start..<min(fresh.count, start + ItemsFetchRequest.maximumCount)])
+            start += group.count
+            let states: [String: ItemState]
+            do {
+                states = Dictionary(try await client.items(container: container, ids: group.map(\.item)).map { ($0.id, $0) }, uniquingKeysWith: { $1 })
+            } catch let error as SyncClientError {
+                outcomes += group.map { ($0, .failure(error)) }
+                continue
+            }
+            // Small files in shared batches of about `transferBatchBytes`; large ones on their own.
+            var batches: [[(Download, ItemState)]] = [], current: [(Download, ItemState)] = [], currentBytes = 0
+            var large: [(Download, ItemState)] = []
+            for download in group {
+                guard let state = states[download.item], state.uploaded, LocalContents.token(state.manifest, kind: download.kind) == download.content else {
+                    outcomes.append((download, .success(nil)))
+                    continue
+                }
+                if state.size > Self.transferBatchBytes {
+                    large.append((download, state))
+                    continue
+                }
+                if !current.isEmpty && (currentBytes + Int(state.size) > Self.transferBatchBytes || current.count == ChunkBatch.maximumCount) {
+                    batches.append(current)
+                    current = []
+                    currentBytes = 0
+                }
+                current.append((download, state))
+                currentBytes += Int(state.size)
+            }
+            if !current.isEmpty { batches.append(current) }
+            for batch in batches { outcomes += try await downloadTogether(batch) }
+            for (download, state) in large {
+                outcomes.append((download, await outcome { try await self.download(download, state: state) }))
+            }
+        }
+        for download in others {
+            outcomes.append((download, await outcome { try await self.download(download, state: nil) }))
+        }
+        return outcomes
+    }
+
+    /// What a download came to: its file, nil, or the server's error (other errors are thrown).
+    private func outcome(_ body: () async throws -> AgentStore.File?) async -> Result<AgentStore.File?, SyncClientError> {
+        do {
+            return .success(try await body())
+        } catch let error as SyncClientError {
+            return .failure(error)
+        } catch {
+            return .failure(SyncClientError(status: 0, code: "localFailure", message: "\(error)"))
+        }
+    }
+
+    /// Downloads small new files together: their chunks in shared batches, each file staged
+    /// beside where it goes, then each put in place and recorded.
+    private func downloadTogether(_ group: [(Download, ItemState)]) async throws -> [(Download, Result<AgentStore.File?, SyncClientError>)] {
+        var writers: [(download: Download, members: [LocalMember], staged: URL, writer: StagedWriter)] = []
+        defer {
+            for entry in writers {
+                entry.writer.close()
+                removeStaged(entry.staged)
+            }
+        }
+        var needed: [String] = [], wanted = Set<String>(), total: Int64 = 0
+        for (download, state) in group {
+            let members = LocalContents.members(state.manifest, kind: download.kind)
+            let staged = root.appendingPathComponent(LocalContents.folder(of: download.path)).appendingPathComponent(Self.stagingName())
+            let writer: StagedWriter
+            do {
+                writer = try StagedWriter(at: staged, members: members, kind: download.kind)
+            } catch {
+                logger.warning("cannot stage a download", metadata: ["path": "\(download.path)", "error": "\(error)"])
+                continue // its folder went meanwhile: the next round sees
+            }
+            writers.append((download, members, staged, writer))
+            for chunk in members.flatMap(\.chunks) where wanted.insert(chunk.hash).inserted {
+                needed.append(chunk.hash)
+                total += Int64(chunk.length)
+            }
+            transfers[download.item] = Transfer(downloading: true, done: 0, total: Int64(state.size))
+        }
+        defer { for (download, _) in group { transfers[download.item] = nil } }
+        let chunks: [ChunkBatch.Chunk]
+        do {
+            chunks = needed.isEmpty ? [] : try await client.download(needed)
+        } catch let error as SyncClientError {
+            return group.map { ($0.0, .failure(error)) }
+        }
+        var bytes: [String: [UInt8]] = [:]
+        for chunk in chunks { bytes[chunk.hash] = chunk.bytes }
+        var outcomes: [(Download, Result<AgentStore.File?, SyncClientError>)] = []
+        var placed: [AgentStore.File] = []
+        for entry in writers {
+            do {
+                for chunk in entry.members.flatMap(\.chunks) {
+                    guard let data = bytes[chunk.hash] else { throw ContainerSyncError("chunk \(chunk.hash) did not arrive") }
+                    try entry.writer.write(data, hash: chunk.hash)
+                }
+                try entry.writer.finish()
+                localContents[entry.download.content] = entry.members
+                let state = group.first { $0.0.item == entry.download.item }!.1
+                let file = try place(entry.staged, as: entry.download, revision: state.revision)
+                if let file { placed.append(file) }
+                outcomes.append((entry.download, .success(file)))
+            } catch {
+                outcomes.append((entry.download, .failure(SyncClientError(status: 0, code: "localFailure", message: "\(error)"))))
+            }
+        }
+        try await persist(upsert: placed)
+        return outcomes
+    }
+
+    /// Downloads one item (a large file, a package, or an item with a copy here) and records it.
+    private func download(_ download: Download, state known: ItemState?) async throws -> AgentStore.File? {
+        let (item, kind, content, path, previous) = (download.item, download.kind, download.content, download.path, download.previous)
+        var state: ItemState
+        if let known {
+            state = known
+        } else {
+            state = try await client.item(container: container, id: item, since: kind == .file ? previous?.revision : nil)
+        }
         if let delta = state.manifestDelta {
             // The chunk list as a difference from the revision the local copy is.
             if let previous, state.deltaBase == previous.revision, let old = try localChunks(of: previous), let chunks = try? delta.apply(to: old) {
@@ -157,14 +300,29 @@ extension ContainerSync {
         guard state.uploaded, LocalContents.token(state.manifest, kind: kind) == content else { return nil }
         let members = LocalContents.members(state.manifest, kind: kind)
         let staged = try await stage(members, kind: kind, of: item, name: path, reusing: previous)
-        defer { try? FileManager.default.removeItem(at: staged) } // still there if not moved into place
+        defer { removeStaged(staged) } // still there if not moved into place
         localContents[content] = members
-        let url = documents.appendingPathComponent(path)
-        let documents = documents, packageExtensions = packageExtensions
+        guard let file = try place(staged, as: download, revision: state.revision) else { return nil }
+        if let previous, previous.path != path {
+            try coordinatedRemove(previous.path)
+            files[previous.path] = nil
+            try await persist(upsert: [file], removed: [previous.path])
+        } else {
+            try await persist(upsert: [file])
+        }
+        return file
+    }
+
+    /// Puts a staged download in place by safe save under a coordinated write (an open
+    /// document reloads), unless the item was saved over since the round's scan (or made there
+    /// meanwhile): then the local edit stays, the next round sends it, and the server keeps both.
+    /// Returns the record of the file in place (not yet stored), or nil.
+    private func place(_ staged: URL, as download: Download, revision: String) throws -> AgentStore.File? {
+        let path = download.path, previous = download.previous
+        let url = root.appendingPathComponent(path)
+        let scanner = scanner
         let written = try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing) { url -> Bool in
-            // Saved over since the round's scan (or made there meanwhile)? Then the local edit
-            // stays: the next round sends it, and the server keeps both.
-            let now = LocalScanner(root: documents, packageExtensions: packageExtensions).fingerprint(of: path)
+            let now = scanner.fingerprint(of: path)
             if let previous, previous.path == path, now != previous.fingerprint { return false }
             if previous?.path != path, now != nil { return false }
             try SafeSave.replaceItem(at: url) { temporary in
@@ -174,15 +332,31 @@ extension ContainerSync {
             }
             return true
         }
-        guard written, let print = LocalScanner(root: documents, packageExtensions: packageExtensions).fingerprint(of: path) else { return nil }
-        return AgentStore.File(path: path, item: item, fingerprint: print, content: content, revision: state.revision)
+        guard written, let print = scanner.fingerprint(of: path) else { return nil }
+        let file = AgentStore.File(path: path, item: download.item, fingerprint: print, content: download.content, revision: revision)
+        files[path] = file
+        return file
+    }
+
+    /// A name for a staged download (`.ubiquity-download-…`, which scans skip).
+    static func stagingName() -> String { ".ubiquity-download-" + UUID().uuidString.prefix(8).lowercased() }
+
+    /// Removes a staged download left behind (one moved into place is gone already).
+    func removeStaged(_ staged: URL) {
+        do {
+            try FileManager.default.removeItem(at: staged)
+        } catch CocoaError.fileNoSuchFile {
+            // moved into place: nothing left
+        } catch {
+            logger.warning("cannot remove a staged download", metadata: ["path": "\(staged.path)", "error": "\(error)"])
+        }
     }
 
     /// The chunks of a local flat file as recorded (cut again if not remembered; nil if it no
     /// longer has the recorded contents).
     func localChunks(of file: AgentStore.File) throws -> [ContentChunk]? {
         if let known = localContents[file.content]?.first { return known.chunks }
-        let url = documents.appendingPathComponent(file.path)
+        let url = root.appendingPathComponent(file.path)
         guard let chunks = try? ContentChunker.standard.chunks(ofFileAt: url), LocalContents.token(chunks.map(\.reference)) == file.content else { return nil }
         localContents[file.content] = [LocalMember(path: "", chunks: chunks)]
         return chunks
@@ -197,16 +371,16 @@ extension ContainerSync {
     func stage(_ members: [LocalMember], kind: ItemKind, of item: String, name: String, reusing previous: AgentStore.File?) async throws -> URL {
         var local: [String: (url: URL, chunk: ContentChunk)] = [:]
         if let previous {
-            let url = documents.appendingPathComponent(previous.path)
-            let scanner = LocalScanner(root: documents, packageExtensions: packageExtensions)
+            let url = root.appendingPathComponent(previous.path)
+            let scanner = scanner
             let known = localContents[previous.content]
                 ?? (try? LocalContents.cut(url, kind: previous.fingerprint.kind, scanner: scanner, relative: previous.path)) ?? []
             for member in known {
                 for chunk in member.chunks { local[chunk.hash] = (member.path.isEmpty ? url : url.appendingPathComponent(member.path), chunk) }
             }
         }
-        let folder = documents.appendingPathComponent(LocalContents.folder(of: name))
-        let staged = folder.appendingPathComponent(".ubiquity-download-" + UUID().uuidString.prefix(8).lowercased())
+        let folder = root.appendingPathComponent(LocalContents.folder(of: name))
+        let staged = folder.appendingPathComponent(Self.stagingName())
         var done = false
         defer { if !done { try? FileManager.default.removeItem(at: staged) } }
         let writer = try StagedWriter(at: staged, members: members, kind: kind)
@@ -269,19 +443,28 @@ extension ContainerSync {
         return staged
     }
 
-    /// Makes the folder's placeholders exactly `wanted` (path → contents).
+    /// Makes the folder's placeholders exactly `wanted` (path → contents): those that differ
+    /// from what is known to be on disk are written, those no longer wanted removed.
     func writePlaceholders(_ wanted: [String: UbiquityPlaceholder]) throws {
-        let present = Self.placeholdersOnDisk(in: documents, packageExtensions: packageExtensions)
-        for path in present.keys where wanted[path] == nil {
-            try? FileManager.default.removeItem(at: documents.appendingPathComponent(path))
+        for (path, placeholder) in placeholders where wanted[path] == nil {
+            do {
+                try FileManager.default.removeItem(at: root.appendingPathComponent(path))
+            } catch CocoaError.fileNoSuchFile {
+                // removed already
+            } catch {
+                logger.warning("cannot remove a placeholder", metadata: ["path": "\(path)", "error": "\(error)", "item": "\(placeholder.item)"])
+                continue
+            }
+            placeholders[path] = nil
         }
-        for (path, placeholder) in wanted where present[path] != placeholder {
-            let folder = documents.appendingPathComponent(LocalContents.folder(of: path))
+        for (path, placeholder) in wanted where placeholders[path] != placeholder {
+            let folder = root.appendingPathComponent(LocalContents.folder(of: path))
             // A local file of that name (made meanwhile) wins the name; the item is listed once the server settles it.
             if FileManager.default.fileExists(atPath: folder.appendingPathComponent(placeholder.name).path) { continue }
+            guard FileManager.default.fileExists(atPath: folder.path) else { continue } // its folder comes first
             try placeholder.write(in: folder)
+            placeholders[path] = placeholder
         }
-        placeholders = wanted.filter { FileManager.default.fileExists(atPath: documents.appendingPathComponent($0.key).path) }.mapValues(\.item)
     }
 
     /// The placeholders in `folder` and its subfolders (not in packages), by path relative to it.
@@ -304,8 +487,8 @@ extension ContainerSync {
     }
 
     /// Moves a file, package or folder (with everything in it) to `path`, as a coordinated move.
-    func relocate(_ file: AgentStore.File, to path: String) throws {
-        let from = documents.appendingPathComponent(file.path), to = documents.appendingPathComponent(path)
+    func relocate(_ file: AgentStore.File, to path: String) async throws {
+        let from = root.appendingPathComponent(file.path), to = root.appendingPathComponent(path)
         guard !FileManager.default.fileExists(atPath: to.path) else {
             errors[file.item] = "cannot move \(file.path) to \(path): a local item has that name"
             return
@@ -316,7 +499,7 @@ extension ContainerSync {
         }
         errors[file.item] = nil
         let before = files.subtree(file.path)
-        let scanner = LocalScanner(root: documents, packageExtensions: packageExtensions)
+        let scanner = scanner
         var moved: [AgentStore.File] = []
         for var inside in before {
             files[inside.path] = nil
@@ -325,12 +508,12 @@ extension ContainerSync {
             moved.append(inside)
         }
         for inside in moved { files[inside.path] = inside }
-        try store.record(container, state: state.persisted, upsert: moved, removed: before.map(\.path))
+        try await persist(upsert: moved, removed: before.map(\.path))
     }
 
     func coordinatedRemove(_ path: String) throws {
         logger.debug("removing", metadata: ["container": "\(container)", "path": "\(path)"])
-        let url = documents.appendingPathComponent(path)
+        let url = root.appendingPathComponent(path)
         try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
             if FileManager.default.fileExists(atPath: url.path) { try FileManager.default.removeItem(at: url) }
         }

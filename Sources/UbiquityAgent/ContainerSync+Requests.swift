@@ -50,12 +50,12 @@ extension ContainerSync {
     }
 
     /// Removes the local copy of the file or package at `name` (a path relative to
-    /// `Documents`), keeping it listed (a placeholder).
+    /// the container's folder), keeping it listed (a placeholder).
     /// - Throws: ``ContainerSyncError`` when the item has changes the server does not have
     ///   (they would be lost), is a folder, or is unknown.
-    public func evict(_ name: String) throws {
+    public func evict(_ name: String) async throws {
         let folder = LocalContents.folder(of: name)
-        let placeholderPath = (folder.isEmpty ? "" : folder + "/") + UbiquityPlaceholder.fileName(for: LocalContents.name(of: name))
+        let placeholderPath = LocalContents.placeholderPath(for: name)
         guard let file = files[name] else {
             if placeholders[placeholderPath] != nil { return } // evicted already
             throw ContainerSyncError("\(name) is not an item of \(container)")
@@ -63,13 +63,13 @@ extension ContainerSync {
         guard file.fingerprint.kind != .directory else {
             throw ContainerSyncError("\(name) is a folder; evict the items in it")
         }
-        let scanner = LocalScanner(root: documents, packageExtensions: packageExtensions)
+        let scanner = scanner
         let current = scanner.fingerprint(of: name)
         guard !state.hasLocalChanges(file.item), errors[file.item] == nil, current == file.fingerprint, transfers[file.item] == nil else {
             throw ContainerSyncError("\(name) has changes not uploaded yet; it is not evicted")
         }
         let remote = state.persisted.remote[file.item]
-        let url = documents.appendingPathComponent(name)
+        let url = root.appendingPathComponent(name)
         try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
             guard scanner.fingerprint(of: name) == file.fingerprint else {
                 throw ContainerSyncError("\(name) changed while being evicted; it is kept")
@@ -77,11 +77,11 @@ extension ContainerSync {
             try FileManager.default.removeItem(at: url)
         }
         files[name] = nil
-        try store.record(container, state: state.persisted, removed: [name])
+        try await persist(removed: [name])
         let placeholder = UbiquityPlaceholder(name: LocalContents.name(of: name), item: file.item, size: remote?.size ?? file.fingerprint.size,
                                               modificationDate: remote?.modificationDate)
-        try placeholder.write(in: documents.appendingPathComponent(folder))
-        placeholders[placeholderPath] = file.item
+        try placeholder.write(in: root.appendingPathComponent(folder))
+        placeholders[placeholderPath] = placeholder
     }
 
     // MARK: Conflicts as versions
@@ -104,7 +104,7 @@ extension ContainerSync {
                 if let request = state.resolveKeepingCurrent(item) { try? await perform(request) }
                 continue
             }
-            let url = documents.appendingPathComponent(path)
+            let url = root.appendingPathComponent(path)
             // Resolved elsewhere: the local copy goes.
             for revision in copies.subtracting(known) {
                 try? NSFileVersion.version(itemAt: url, forPersistentIdentifier: NSFileVersion.PersistentIdentifier(Self.versionIdentifier(revision)))?.remove()
@@ -178,7 +178,7 @@ extension ContainerSync {
         let pending = state.hasLocalChanges(item)
         let uploaded = !pending && errors[item] == nil
         return UbiquityItemStatus(
-            container: container, path: documents.appendingPathComponent(path).path,
+            container: container, path: root.appendingPathComponent(path).path,
             size: local?.fingerprint.size ?? remote?.size,
             downloaded: local != nil, current: local != nil && (pending || local?.content == remote?.content),
             downloading: transfer?.downloading == true, downloadRequested: requested.contains(item) && local == nil,

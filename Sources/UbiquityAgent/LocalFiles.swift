@@ -1,25 +1,40 @@
 import Foundation
+import UbiquityClient
 import UbiquityFiles
 import UbiquityProtocol
 import UbiquitySync
 
-/// The synced files, folders and packages of a container as the agent last saw them, by path
-/// and by item (so finding an item's path is a lookup, not a search).
+/// The synced files, folders and packages of a container as the agent last saw them, by path,
+/// by item, and by folder (so finding an item's path, a folder's contents or a folder by its
+/// inode is a lookup, not a search).
 struct LocalFiles {
     private(set) var byPath: [String: AgentStore.File]
     private var pathByItem: [String: String] = [:]
+    private var childrenByFolder: [String: Set<String>] = [:]
+    private var folderByInode: [UInt64: String] = [:]
 
     init(_ files: [String: AgentStore.File]) {
-        byPath = files
-        for (path, file) in files { pathByItem[file.item] = path }
+        byPath = [:]
+        for (path, file) in files { self[path] = file }
     }
 
     subscript(path: String) -> AgentStore.File? {
         get { byPath[path] }
         set {
-            if let old = byPath[path], pathByItem[old.item] == path { pathByItem[old.item] = nil }
+            if let old = byPath[path] {
+                if pathByItem[old.item] == path { pathByItem[old.item] = nil }
+                if old.fingerprint.kind == .directory, folderByInode[old.fingerprint.inode] == path { folderByInode[old.fingerprint.inode] = nil }
+            }
             byPath[path] = newValue
-            if let newValue { pathByItem[newValue.item] = path }
+            let folder = LocalContents.folder(of: path)
+            if let newValue {
+                pathByItem[newValue.item] = path
+                if newValue.fingerprint.kind == .directory { folderByInode[newValue.fingerprint.inode] = path }
+                childrenByFolder[folder, default: []].insert(path)
+            } else {
+                childrenByFolder[folder]?.remove(path)
+                if childrenByFolder[folder]?.isEmpty == true { childrenByFolder[folder] = nil }
+            }
         }
     }
 
@@ -40,9 +55,26 @@ struct LocalFiles {
 
     var fingerprints: LocalTree { byPath.mapValues(\.fingerprint) }
 
+    /// The records directly in `folder` ("" for the top level).
+    func children(of folder: String) -> [AgentStore.File] {
+        (childrenByFolder[folder] ?? []).compactMap { byPath[$0] }
+    }
+
+    /// The folder recorded with `inode`, if any.
+    func folder(withInode inode: UInt64) -> String? { folderByInode[inode] }
+
     /// The records at `path` and under it.
     func subtree(_ path: String) -> [AgentStore.File] {
-        byPath.values.filter { $0.path == path || $0.path.hasPrefix(path + "/") }
+        var found: [AgentStore.File] = []
+        var pending = [path]
+        if let record = byPath[path] { found.append(record) }
+        while let folder = pending.popLast() {
+            for child in children(of: folder) {
+                found.append(child)
+                if child.fingerprint.kind == .directory { pending.append(child.path) }
+            }
+        }
+        return found
     }
 }
 
@@ -115,6 +147,12 @@ enum LocalContents {
     static func folder(of path: String) -> String {
         guard let slash = path.lastIndex(of: "/") else { return "" }
         return String(path[..<slash])
+    }
+
+    /// Where the placeholder of an item at `path` is (`.NAME.icloud` beside it).
+    static func placeholderPath(for path: String) -> String {
+        let folder = folder(of: path)
+        return (folder.isEmpty ? "" : folder + "/") + UbiquityPlaceholder.fileName(for: name(of: path))
     }
 
     /// The last component of a relative path.

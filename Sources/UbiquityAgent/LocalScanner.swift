@@ -74,15 +74,20 @@ public struct LocalScanner: Sendable {
     public let root: URL
     /// The extensions (lowercased, without the dot) that make a folder a package.
     public let packageExtensions: Set<String>
+    /// Folders at the top level that are walked but are not items themselves (a container's
+    /// `Documents`: what is in it syncs, the folder itself is always there).
+    public let transparent: Set<String>
 
     /// Package extensions known without being told: Apple's common package formats and those
     /// of this repository's example apps.
     public static let standardPackageExtensions: Set<String> = ["rtfd", "pages", "numbers", "key", "bundle", "package", "note", "mystuff"]
 
-    /// A scanner of `root`, taking folders with `packageExtensions` for packages.
-    public init(root: URL, packageExtensions: Set<String> = LocalScanner.standardPackageExtensions) {
+    /// A scanner of `root`, taking folders with `packageExtensions` for packages and walking
+    /// through the top-level folders named in `transparent` without listing them.
+    public init(root: URL, packageExtensions: Set<String> = LocalScanner.standardPackageExtensions, transparent: Set<String> = []) {
         self.root = root
         self.packageExtensions = Set(packageExtensions.map { $0.lowercased() })
+        self.transparent = transparent
     }
 
     /// Whether a folder named `name` is a package.
@@ -107,10 +112,13 @@ public struct LocalScanner: Sendable {
         return tree
     }
 
-    func walk(_ relative: String, into tree: inout LocalTree) throws {
+    /// What is in the folder at `relative` (and, if `recursive`, in its folders), added to
+    /// `tree`. A folder that is not there (any more) holds nothing.
+    /// - Throws: ``ScanError`` when a folder cannot be read.
+    public func walk(_ relative: String, into tree: inout LocalTree, recursive: Bool = true) throws {
         let path = relative.isEmpty ? root.path : root.path + "/" + relative
         guard let directory = opendir(path) else {
-            if relative.isEmpty && errno == ENOENT { return } // no folder yet: nothing to sync
+            if errno == ENOENT || errno == ENOTDIR { return } // gone (or never there): nothing in it
             throw ScanError(path: path, reason: String(cString: strerror(errno)))
         }
         defer { closedir(directory) }
@@ -128,11 +136,13 @@ public struct LocalScanner: Sendable {
                 throw ScanError(path: root.path + "/" + child, reason: String(cString: strerror(errno)))
             }
             switch info.st_mode & S_IFMT {
+            case S_IFDIR where relative.isEmpty && transparent.contains(name):
+                if recursive { try walk(child, into: &tree) }
             case S_IFDIR where isPackage(name):
                 tree[child] = try packageFingerprint(child, info)
             case S_IFDIR:
                 tree[child] = LocalFingerprint(inode: UInt64(info.st_ino), size: 0, modified: 0, changed: 0, kind: .directory)
-                try walk(child, into: &tree)
+                if recursive { try walk(child, into: &tree) }
             case S_IFREG:
                 tree[child] = Self.fingerprint(info)
             default:

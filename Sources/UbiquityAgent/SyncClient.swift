@@ -60,6 +60,25 @@ public struct SyncClient: Sendable {
         try await json(.PUT, "v1/containers/\(container)/items/\(item)" + (brief ? "?brief=true" : ""), body: update)
     }
 
+    /// Commits changes of many items in one request and one transaction (at most
+    /// ``CommitBatchRequest/maximumCount``): one result per change, in order, each its
+    /// commit's answer or the reason it was refused; `brief`: answers without manifests.
+    public func commit(container: String, batch: [ItemCommit], brief: Bool = false) async throws -> [CommitResult] {
+        let answer: CommitBatchResponse = try await json(.POST, "v1/containers/\(container)/commits" + (brief ? "?brief=true" : ""),
+                                                         body: CommitBatchRequest(commits: batch))
+        guard answer.results.count == batch.count else {
+            throw SyncClientError(status: 200, code: "badAnswer", message: "the server answered \(answer.results.count) results for \(batch.count) commits")
+        }
+        return answer.results
+    }
+
+    /// Several items' present states with their manifests (at most
+    /// ``ItemsFetchRequest/maximumCount``); unknown ids are left out.
+    public func items(container: String, ids: [String]) async throws -> [ItemState] {
+        let answer: ItemsResponse = try await json(.POST, "v1/containers/\(container)/fetch", body: ItemsFetchRequest(ids: ids))
+        return answer.items
+    }
+
     /// Keeps one revision of an item and removes conflict versions.
     public func resolve(container: String, item: String, keep: String, remove: [String]) async throws -> ItemState {
         try await json(.POST, "v1/containers/\(container)/items/\(item)/resolve", body: ResolveRequest(keep: keep, remove: remove))

@@ -138,6 +138,11 @@ public struct DeviceSyncState: Sendable {
         public var cursor: Int64 = 0
         /// For change ids.
         public var changesMade = 0
+
+        /// The durable state of a device with nothing synced yet.
+        public init(device: String) {
+            self.device = device
+        }
     }
 
     /// An item as a device shows it.
@@ -164,7 +169,13 @@ public struct DeviceSyncState: Sendable {
     }
 
     /// The durable part.
-    public private(set) var persisted: Persisted
+    public private(set) var persisted: Persisted {
+        didSet { persistedChanged = true }
+    }
+    /// The items whose durable part changed since ``takeTouched()`` was last called: what a
+    /// store writes again (a row per item), instead of everything.
+    public private(set) var touched: Set<String> = []
+    private var persistedChanged = false
     /// Changes on the wire (lost in a crash).
     private var inFlight: Set<String> = []
     /// Whether a fetch is on the wire.
@@ -237,6 +248,7 @@ public struct DeviceSyncState: Sendable {
     }
 
     private mutating func change(_ item: String, _ state: LocalItem, date: Double) {
+        touched.insert(item)
         persisted.changesMade += 1
         let id = "\(persisted.device)#\(persisted.changesMade)"
         // The base: what the shown state was made from. With a change already sent, it is that
@@ -256,6 +268,7 @@ public struct DeviceSyncState: Sendable {
         for item in Set(persisted.sending.keys).union(persisted.queued.keys).sorted() {
             if persisted.sending[item] == nil, let queued = persisted.queued.removeValue(forKey: item) {
                 persisted.sending[item] = queued
+                touched.insert(item)
             }
             guard let change = persisted.sending[item], !inFlight.contains(change.changeId) else { continue }
             inFlight.insert(change.changeId)
@@ -283,6 +296,7 @@ public struct DeviceSyncState: Sendable {
         learn(answer.item)
         let item = answer.item.id
         guard persisted.sending[item]?.changeId == answer.changeId else { return } // an old duplicate
+        touched.insert(item)
         persisted.sending[item] = nil
         if var next = persisted.queued[item] {
             next.base = answer.revision // made on top of the change just acknowledged, whether it won or not
@@ -303,7 +317,25 @@ public struct DeviceSyncState: Sendable {
     /// An item's state from any answer (the newest wins; older ones arriving late are ignored).
     public mutating func learn(_ item: ItemSnapshot) {
         if let known = persisted.remote[item.id], known.sequence >= item.sequence { return }
+        touched.insert(item.id)
         persisted.remote[item.id] = item
+    }
+
+    /// The items whose durable part changed since the last call (see ``touched``), and
+    /// whether anything durable changed at all (the cursor, the change counter).
+    public mutating func takeTouched() -> (items: Set<String>, changed: Bool) {
+        defer {
+            touched = []
+            persistedChanged = false
+        }
+        return (touched, persistedChanged)
+    }
+
+    /// Marks items (and, with `changed`, everything durable) to be written again: what a
+    /// failed write had taken with ``takeTouched()``.
+    public mutating func markTouched(_ items: Set<String>, changed: Bool) {
+        touched.formUnion(items)
+        if changed { persistedChanged = true }
     }
 
     /// The request that keeps the item's current revision and removes its conflict versions, if

@@ -54,14 +54,62 @@ public enum NameCollision {
 
     /// `name` with " 2", " 3", … before its extension, the first whose key is not taken.
     public static func freeName(for name: String, taken: Set<String>) -> String {
+        freeName(for: name) { taken.contains($0) }
+    }
+
+    /// `name` with " 2", " 3", … before its extension, the first whose key `isTaken` refuses.
+    public static func freeName(for name: String, isTaken: (String) -> Bool) -> String {
         let dot = name.lastIndex(of: ".").flatMap { $0 == name.startIndex ? nil : $0 }
         let stem = dot.map { String(name[..<$0]) } ?? name
         let suffix = dot.map { String(name[$0...]) } ?? ""
         var number = 2
         while true {
             let candidate = "\(stem) \(number)\(suffix)"
-            if !taken.contains(key(candidate)), candidate.utf8.count <= 255 { return candidate }
+            if !isTaken(key(candidate)), candidate.utf8.count <= 255 { return candidate }
             number += 1
         }
+    }
+}
+
+/// The live items of one folder by name key, kept up to date while a batch of commits changes
+/// the folder: each commit settles its name (``NameCollision``) with a lookup, not by reading
+/// every sibling again.
+public struct SiblingNames: Sendable {
+    private var byKey: [String: (id: String, name: String)] = [:]
+    private var keyById: [String: String] = [:]
+
+    /// The folder's live items.
+    public init(_ siblings: [(id: String, name: String)]) {
+        for sibling in siblings { insert(sibling.id, name: sibling.name) }
+    }
+
+    /// Whether the item is in the folder.
+    public func contains(_ id: String) -> Bool { keyById[id] != nil }
+
+    /// The item left the folder (deleted, moved away, or about to be renamed).
+    public mutating func remove(_ id: String) {
+        guard let key = keyById.removeValue(forKey: id) else { return }
+        if byKey[key]?.id == id { byKey[key] = nil }
+    }
+
+    /// The item is in the folder under `name`.
+    public mutating func insert(_ id: String, name: String) {
+        remove(id)
+        let key = NameCollision.key(name)
+        keyById[id] = key
+        if byKey[key] == nil { byKey[key] = (id, name) }
+    }
+
+    /// ``NameCollision/settle(name:id:siblings:)`` against these siblings (the item itself,
+    /// if listed, is not its own sibling).
+    public func settle(name: String, id: String) -> (name: String, renameOther: (id: String, name: String)?) {
+        let key = NameCollision.key(name)
+        let taken: (String) -> Bool = { candidate in
+            guard let holder = byKey[candidate] else { return false }
+            return holder.id != id
+        }
+        guard let clash = byKey[key], clash.id != id else { return (name, nil) }
+        if id > clash.id { return (NameCollision.freeName(for: name, isTaken: taken), nil) }
+        return (name, (clash.id, NameCollision.freeName(for: clash.name) { $0 == key || taken($0) }))
     }
 }

@@ -68,9 +68,9 @@ import UbiquitySync
             try await phone.syncOnce()
             try await laptop.syncOnce()
             #expect(read(laptopDocuments, "Trip 2027.txt") == "from the phone" && read(phoneDocuments, "Trip 2027.txt") == "from the phone")
-            #expect(await laptop.conflicts(of: "Trip 2027.txt").count == 1)
-            let laptopConflicts = await laptop.conflicts(of: "Trip 2027.txt")
-            #expect(await phone.conflicts(of: "Trip 2027.txt") == laptopConflicts)
+            #expect(await laptop.conflicts(of: "Documents/Trip 2027.txt").count == 1)
+            let laptopConflicts = await laptop.conflicts(of: "Documents/Trip 2027.txt")
+            #expect(await phone.conflicts(of: "Documents/Trip 2027.txt") == laptopConflicts)
 
             // Deleted on one, gone from the other.
             try FileManager.default.removeItem(at: phoneDocuments.appendingPathComponent("Trip 2027.txt"))
@@ -129,16 +129,16 @@ import UbiquitySync
             try await phone.syncOnce()
             #expect(read(phoneDocuments, "Plan.txt") == nil)
             #expect(UbiquityPlaceholder.read(for: plan)?.size == 15)
-            var listed = try #require(await phone.status(ofName: "Plan.txt"))
+            var listed = try #require(await phone.status(ofName: "Documents/Plan.txt"))
             #expect(!listed.downloaded && !listed.downloadRequested && listed.uploaded && listed.size == 15)
             #expect(try LocalScanner(root: phoneDocuments).scan().isEmpty, "a placeholder is not an item of its own")
 
             // Asked for, it comes down and stays current; the placeholder goes.
-            try await phone.requestDownload("Plan.txt")
-            #expect(await phone.status(ofName: "Plan.txt")?.downloadRequested == true)
+            try await phone.requestDownload("Documents/Plan.txt")
+            #expect(await phone.status(ofName: "Documents/Plan.txt")?.downloadRequested == true)
             try await phone.syncOnce()
             #expect(read(phoneDocuments, "Plan.txt") == "climb the ridge" && UbiquityPlaceholder.read(for: plan) == nil)
-            listed = try #require(await phone.status(ofName: "Plan.txt"))
+            listed = try #require(await phone.status(ofName: "Documents/Plan.txt"))
             #expect(listed.downloaded && listed.current && listed.percentDownloaded == 100)
             try write(laptopDocuments, "Plan.txt", "climb the ridge at dawn")
             try await laptop.syncOnce()
@@ -147,21 +147,21 @@ import UbiquitySync
 
             // Eviction refuses a change not uploaded, then frees the copy and keeps the listing.
             try write(laptopDocuments, "Plan.txt", "climb the ridge at dawn, with water")
-            await #expect(throws: ContainerSyncError.self) { try await laptop.evict("Plan.txt") }
+            await #expect(throws: ContainerSyncError.self) { try await laptop.evict("Documents/Plan.txt") }
             #expect(read(laptopDocuments, "Plan.txt") == "climb the ridge at dawn, with water", "nothing lost")
             try await laptop.syncOnce()
-            try await laptop.evict("Plan.txt")
+            try await laptop.evict("Documents/Plan.txt")
             #expect(read(laptopDocuments, "Plan.txt") == nil)
             #expect(UbiquityPlaceholder.read(for: laptopDocuments.appendingPathComponent("Plan.txt"))?.size == 35)
             try await laptop.syncOnce()
-            let evicted = await laptop.status(ofName: "Plan.txt")
+            let evicted = await laptop.status(ofName: "Documents/Plan.txt")
             #expect(read(laptopDocuments, "Plan.txt") == nil && evicted?.downloaded == false,
                     "an evicted item is not downloaded again by itself, nor taken for a deletion")
             try await phone.syncOnce()
             #expect(read(phoneDocuments, "Plan.txt") == "climb the ridge at dawn, with water")
 
             // Offline edits on both: the loser becomes an NSFileVersion conflict version on both devices.
-            try await laptop.requestDownload("Plan.txt")
+            try await laptop.requestDownload("Documents/Plan.txt")
             try await laptop.syncOnce()
             try write(laptopDocuments, "Plan.txt", "from the laptop")
             try await Task.sleep(for: .milliseconds(20))
@@ -177,13 +177,13 @@ import UbiquitySync
                 #expect(versions.first.map { String(decoding: (try? Data(contentsOf: $0.url)) ?? Data(), as: UTF8.self) } == "from the laptop")
                 #expect(versions.first?.localizedNameOfSavingComputer == "laptop")
             }
-            #expect(await phone.status(ofName: "Plan.txt")?.conflicts == 1)
+            #expect(await phone.status(ofName: "Documents/Plan.txt")?.conflicts == 1)
 
             // Resolved on the phone (the guide's way: remove the other versions), cleared on the laptop too.
             try NSFileVersion.removeOtherVersionsOfItem(at: plan)
             try await phone.syncOnce()
             try await laptop.syncOnce()
-            let left = (await laptop.conflicts(of: "Plan.txt"), await phone.conflicts(of: "Plan.txt"))
+            let left = (await laptop.conflicts(of: "Documents/Plan.txt"), await phone.conflicts(of: "Documents/Plan.txt"))
             #expect(left.0.isEmpty && left.1.isEmpty)
             #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: laptopDocuments.appendingPathComponent("Plan.txt"))?.isEmpty ?? true)
 
@@ -196,7 +196,7 @@ import UbiquitySync
             try FileManager.default.removeItem(at: placeholder)
             try await laptop.syncOnce()
             try await phone.syncOnce()
-            let gone = await phone.status(ofName: "Later.txt")
+            let gone = await phone.status(ofName: "Documents/Later.txt")
             #expect(read(phoneDocuments, "Later.txt") == nil && gone == nil)
         }
     }

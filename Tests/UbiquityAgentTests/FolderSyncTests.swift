@@ -75,7 +75,7 @@ extension ContainerSyncTests {
             try await tablet.sync.syncOnce()
             #expect(tablet.exists("Projects/Garden/.plan.txt.icloud") && !tablet.exists("Projects/Garden/plan.txt"))
             #expect(tablet.exists("Projects/.Sketch.note.icloud") && !tablet.exists("Projects/Sketch.note"))
-            try await tablet.sync.requestDownload("Projects/Sketch.note")
+            try await tablet.sync.requestDownload("Documents/Projects/Sketch.note")
             try await tablet.sync.syncOnce()
             #expect(tablet.read("Projects/Sketch.note/Text.txt") == "first draft" && !tablet.exists("Projects/.Sketch.note.icloud"))
 

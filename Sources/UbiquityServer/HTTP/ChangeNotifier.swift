@@ -30,11 +30,12 @@ final class ChangeNotifier: Sendable {
         subscribers.withLock { $0.removeValue(forKey: id) }?.continuation.finish()
     }
 
-    /// Tells every connected device of the account that may use the container (or store).
-    func publish(account: Int64, container: String, sequence: Int64, keyValue: Bool = false) {
+    /// Tells every connected device of the account that may use the container (or store),
+    /// except the device that made the change (`except`): it knows already.
+    func publish(account: Int64, container: String, sequence: Int64, keyValue: Bool = false, except origin: String? = nil) {
         let event = PushEvent(type: keyValue ? "keyValueChanged" : "changed", container: container, sequence: sequence)
         let targets = subscribers.withLock { subscribers in
-            subscribers.values.filter { $0.device.accountId == account && $0.device.allows(container) }.map(\.continuation)
+            subscribers.values.filter { $0.device.accountId == account && $0.device.allows(container) && $0.device.deviceId != origin }.map(\.continuation)
         }
         for continuation in targets { continuation.yield(event) }
     }

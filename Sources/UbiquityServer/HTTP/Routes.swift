@@ -9,6 +9,8 @@ import HummingbirdWebSocket
 extension SignInResponse: ResponseEncodable {}
 extension ItemState: ResponseEncodable {}
 extension CommitResponse: ResponseEncodable {}
+extension CommitBatchResponse: ResponseEncodable {}
+extension ItemsResponse: ResponseEncodable {}
 extension ChangesResponse: ResponseEncodable {}
 extension MissingChunksResponse: ResponseEncodable {}
 extension KeyValueResponse: ResponseEncodable {}
@@ -111,29 +113,56 @@ extension SyncServices {
         }
         containers.put("items/:item") { request, context in
             let (device, container, item) = try Self.itemAddress(context)
-            var update = try await request.decode(as: ItemUpdate.self, context: context)
-            if let delta = update.manifestDelta {
-                // A file's chunk list as a difference from its base revision's.
-                guard update.kind == .file, let base = update.baseRevision else {
-                    throw SyncError.badRequest("invalidManifest", "a manifest delta is for a file with a base revision")
-                }
-                try Validate.identifier(base, field: "baseRevision")
-                guard let known = try await database.revisionManifest(accountId: device.accountId, container: container, item: item, revision: base),
-                      known.kind == .file, let chunks = try? delta.apply(to: known.manifest.chunks ?? []) else {
-                    throw SyncError(.conflict, "deltaBaseUnknown", "the delta does not fit revision \(base): send the whole manifest")
-                }
-                update.manifest = Manifest(chunks: chunks)
-                update.manifestDelta = nil
-            }
-            try Validate.update(update)
+            let update = try await prepared(try await request.decode(as: ItemUpdate.self, context: context), of: item, in: container, for: device)
             let outcome = try await database.commit(accountId: device.accountId, container: container, itemId: item, update: update, device: device, now: Date(),
                                                     brief: Self.brief(request))
             if !outcome.repeated { // a change sent again changed nothing: nothing to count or push
                 metrics.count(.commits)
-                notifier.publish(account: device.accountId, container: container, sequence: outcome.item.sequence)
+                notifier.publish(account: device.accountId, container: container, sequence: outcome.item.sequence, except: device.deviceId)
             }
-            return CommitResponse(revision: outcome.revision, outcome: outcome.isCurrent ? "current" : "conflict",
-                                  item: Self.brief(request) ? Self.brief(outcome.item) : outcome.item, missingChunks: outcome.missingChunks)
+            return Self.answer(outcome, brief: Self.brief(request))
+        }
+        // Many items' present states (with their manifests) in one answer.
+        containers.post("fetch") { request, context in
+            let container = try context.parameters.require("container")
+            let device = try context.requireDevice(for: container)
+            let asked = try await request.decode(as: ItemsFetchRequest.self, context: context)
+            guard (1...ItemsFetchRequest.maximumCount).contains(asked.ids.count) else {
+                throw SyncError.badRequest("tooMany", "ask for 1 to \(ItemsFetchRequest.maximumCount) items at a time")
+            }
+            for id in asked.ids { try Validate.identifier(id, field: "item id") }
+            return ItemsResponse(items: try await database.items(accountId: device.accountId, container: container, ids: asked.ids))
+        }
+        // Many items' updates in one transaction and one push (docs/SyncProtocol.md, "Commits in batches").
+        containers.post("commits") { request, context in
+            let container = try context.parameters.require("container")
+            let device = try context.requireDevice(for: container)
+            let batch = try await request.decode(as: CommitBatchRequest.self, context: context)
+            guard (1...CommitBatchRequest.maximumCount).contains(batch.commits.count) else {
+                throw SyncError.badRequest("tooMany", "a batch carries 1 to \(CommitBatchRequest.maximumCount) commits")
+            }
+            // Each update checked on its own: one refused is answered with its error, the others go on.
+            var results = [CommitResult?](repeating: nil, count: batch.commits.count)
+            var accepted: [(index: Int, commit: ItemCommit)] = [], items = Set<String>()
+            for (index, commit) in batch.commits.enumerated() {
+                do {
+                    try Validate.identifier(commit.item, field: "item id")
+                    guard items.insert(commit.item).inserted else { throw SyncError.badRequest("duplicateItem", "item \(commit.item) appears twice in the batch") }
+                    accepted.append((index, ItemCommit(item: commit.item, update: try await prepared(commit.update, of: commit.item, in: container, for: device))))
+                } catch let error as SyncError {
+                    results[index] = CommitResult(item: commit.item, error: .init(code: error.code, message: error.message))
+                }
+            }
+            let brief = Self.brief(request)
+            let outcomes = accepted.isEmpty ? [] : try await database.commit(accountId: device.accountId, container: container, commits: accepted.map(\.commit),
+                                                                              device: device, now: Date(), brief: brief)
+            for (entry, outcome) in zip(accepted, outcomes) { results[entry.index] = CommitResult(item: entry.commit.item, commit: Self.answer(outcome, brief: brief)) }
+            let fresh = outcomes.filter { !$0.repeated }
+            if let sequence = fresh.map(\.item.sequence).max() {
+                metrics.count(.commits, by: fresh.count)
+                notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId)
+            }
+            return CommitBatchResponse(results: results.map { $0! })
         }
         containers.post("items/:item/resolve") { request, context in
             let (device, container, item) = try Self.itemAddress(context)
@@ -232,6 +261,35 @@ extension SyncServices {
         }
     }
 
+    /// An update as it will be committed: a chunk-list difference applied to its base
+    /// revision's list, then every field checked.
+    /// - Throws: ``SyncError`` `deltaBaseUnknown` (409) when the difference does not fit, or
+    ///   the validation's errors.
+    func prepared(_ update: ItemUpdate, of item: String, in container: String, for device: DeviceAuth) async throws -> ItemUpdate {
+        var update = update
+        if let delta = update.manifestDelta {
+            // A file's chunk list as a difference from its base revision's.
+            guard update.kind == .file, let base = update.baseRevision else {
+                throw SyncError.badRequest("invalidManifest", "a manifest delta is for a file with a base revision")
+            }
+            try Validate.identifier(base, field: "baseRevision")
+            guard let known = try await database.revisionManifest(accountId: device.accountId, container: container, item: item, revision: base),
+                  known.kind == .file, let chunks = try? delta.apply(to: known.manifest.chunks ?? []) else {
+                throw SyncError(.conflict, "deltaBaseUnknown", "the delta does not fit revision \(base): send the whole manifest")
+            }
+            update.manifest = Manifest(chunks: chunks)
+            update.manifestDelta = nil
+        }
+        try Validate.update(update)
+        return update
+    }
+
+    /// A commit's answer (brief: manifests left out).
+    static func answer(_ outcome: CommitOutcome, brief: Bool) -> CommitResponse {
+        CommitResponse(revision: outcome.revision, outcome: outcome.isCurrent ? "current" : "conflict",
+                       item: brief ? Self.brief(outcome.item) : outcome.item, missingChunks: outcome.missingChunks)
+    }
+
     /// Stores uploaded chunks: the quota checked once for those the account lacks (before any
     /// byte is written), the contents stored, then recorded in one transaction, which checks the
     /// quota again (another upload may have used the room meanwhile: then nothing is kept).
@@ -263,7 +321,7 @@ extension SyncServices {
             for chunk in fresh where !recorded.contains(chunk.hash) { await chunks.remove(hash: chunk.hash, account: device.accountId) }
             throw error
         }
-        for (container, sequence) in completed { notifier.publish(account: device.accountId, container: container, sequence: sequence) }
+        for (container, sequence) in completed { notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId) }
         metrics.count(.chunkBytesReceived, by: received.reduce(0) { $0 + $1.bytes.count })
     }
 

@@ -124,6 +124,18 @@ extension PostgresDatabase {
         }
     }
 
+    func items(accountId: Int64, container: String, ids: [String]) async throws -> [ItemState] {
+        try await transaction { db in
+            try await db.rows("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container) else { return [] }
+            var found: [ItemState] = []
+            for id in ids {
+                if let item = try await Self.itemState(db, containerId: containerId, id: id, brief: false) { found.append(item) }
+            }
+            return found
+        }
+    }
+
     func revisionManifest(accountId: Int64, container: String, item: String, revision: String) async throws -> (kind: ItemKind, manifest: Manifest)? {
         try await transaction { db in
             try await db.rows("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
@@ -136,79 +148,94 @@ extension PostgresDatabase {
         }
     }
 
-    func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date, brief: Bool) async throws -> CommitOutcome {
-        let manifest = try JSONEncoder().encode(update.manifest)
-        let digest = ContentToken.of(update.manifest, kind: update.kind)
-        let chunks = update.manifest.allChunks
-        let hashes = Array(Set(chunks.map(\.hash))).sorted()
-        let size = chunks.reduce(Int64(0)) { $0 + $1.size }
-        let revision = UUID().uuidString.lowercased()
-        let deleted = update.deleted ?? false
-        let created = now.timeIntervalSince1970
+    func commit(accountId: Int64, container: String, commits: [ItemCommit], device: DeviceAuth, now: Date, brief: Bool) async throws -> [CommitOutcome] {
+        let prepared = try commits.map { try PreparedCommit($0) }
         return try await transaction { [self] db in
             guard try await !db.rows("SELECT 1 AS one FROM account WHERE id = \(accountId) FOR SHARE").isEmpty else { throw SyncError.unauthorized }
             let containerId = try await Self.lockContainer(db, accountId: accountId, identifier: container)
-            // The same change again (its answer was lost): the first answer, nothing committed twice.
-            if let change = update.changeId, let earlier = try await db.rows("""
-                SELECT id, state FROM revision WHERE container_id = \(containerId) AND item_id = \(itemId) AND device_id = \(device.deviceId) AND change_id = \(change)
-                """).first {
-                let revision: String = try earlier.get("id")
-                let chunks = try await db.rows("SELECT hash FROM revision_chunk WHERE revision_id = \(revision)").map { try $0.get("hash", as: String.self) }
-                let present = try await Self.presentChunks(db, accountId: accountId, hashes: chunks)
-                guard let item = try await Self.itemState(db, containerId: containerId, id: itemId, brief: brief) else { throw SyncError.notFound }
-                return CommitOutcome(revision: revision, isCurrent: try earlier.get("state", as: String.self) == "current", item: item,
-                                     missingChunks: chunks.filter { !present.contains($0) }.sorted(), repeated: true)
+            var folders: [String?: SiblingNames] = [:]
+            var outcomes: [CommitOutcome] = []
+            for commit in prepared {
+                outcomes.append(try await Self.commit(db, commit, accountId: accountId, containerId: containerId, device: device, now: now, brief: brief,
+                                                      folders: &folders))
             }
-            let present = try await Self.presentChunks(db, accountId: accountId, hashes: hashes)
-            let missing = hashes.filter { !present.contains($0) }
-
-            // Where the new revision goes: current, or kept as a conflict version.
-            let current = try await db.rows("""
-                SELECT revision.id, revision.modification_date, revision.device_id, revision.deleted
-                FROM item JOIN revision ON revision.id = item.current_revision WHERE item.container_id = \(containerId) AND item.id = \(itemId)
-                """).first.map { (id: try $0.get("id", as: String.self), date: try $0.get("modification_date", as: Double.self),
-                                  device: try $0.get("device_id", as: String.self), deleted: try $0.get("deleted", as: Bool.self)) }
-            let placement = CommitPlacement(current: current, base: update.baseRevision, deleted: deleted, date: update.modificationDate, device: device.deviceId)
-            let state = placement.state
-            var name = update.name
-            var renameOther: (id: String, name: String)?
-            if state == "current" && !deleted {
-                let siblings = try await db.rows("""
-                    SELECT item.id, revision.name FROM item JOIN revision ON revision.id = item.current_revision
-                    WHERE item.container_id = \(containerId) AND revision.parent IS NOT DISTINCT FROM \(update.parent)
-                        AND NOT revision.deleted AND item.id <> \(itemId)
-                    """).map { (id: try $0.get("id", as: String.self), name: try $0.get("name", as: String.self)) }
-                (name, renameOther) = NameCollision.settle(name: name, id: itemId, siblings: siblings)
+            if let last = outcomes.filter({ !$0.repeated }).map(\.item.sequence).max() {
+                try await announce(db, account: accountId, container: container, sequence: last, device: device.deviceId)
             }
-            try await db.rows("""
-                INSERT INTO revision (id, container_id, item_id, base_revision, device_id, device_name, name, parent, kind, size,
-                    modification_date, type, manifest, deleted, complete, state, created, change_id, digest)
-                VALUES (\(revision), \(containerId), \(itemId), \(update.baseRevision), \(device.deviceId), \(device.deviceName), \(name),
-                    \(update.parent), \(update.kind.rawValue), \(size), \(update.modificationDate), \(update.type), \(manifest),
-                    \(deleted), \(missing.isEmpty), \(state), \(created), \(update.changeId), \(digest))
-                """)
-            if !hashes.isEmpty {
-                try await db.rows("INSERT INTO revision_chunk (revision_id, account_id, hash) SELECT \(revision), \(accountId), unnest(\(hashes)::TEXT[])")
-            }
-            if let demoted = placement.demoted {
-                try await db.rows("UPDATE revision SET state = \(demoted.state) WHERE id = \(demoted.id)")
-            }
-            let sequence = try await Self.bump(db, containerId: containerId)
-            if state == "current" {
-                try await db.rows("""
-                    INSERT INTO item (container_id, id, current_revision, sequence) VALUES (\(containerId), \(itemId), \(revision), \(sequence))
-                    ON CONFLICT (container_id, id) DO UPDATE SET current_revision = excluded.current_revision, sequence = excluded.sequence
-                    """)
-            } else {
-                try await db.rows("UPDATE item SET sequence = \(sequence) WHERE container_id = \(containerId) AND id = \(itemId)")
-            }
-            if let renameOther { try await Self.serverRename(db, containerId: containerId, itemId: renameOther.id, to: renameOther.name, now: now) }
-            guard let item = try await Self.itemState(db, containerId: containerId, id: itemId, brief: brief) else {
-                throw SyncError(.internalServerError, "internal", "the item vanished during its commit")
-            }
-            try await announce(db, account: accountId, container: container, sequence: item.sequence)
-            return CommitOutcome(revision: revision, isCurrent: state == "current", item: item, missingChunks: missing)
+            return outcomes
         }
+    }
+
+    /// One commit inside a batch's transaction; `folders` caches the live names of the folders
+    /// the batch touched.
+    private static func commit(_ db: PostgresConnection, _ commit: PreparedCommit, accountId: Int64, containerId: Int64, device: DeviceAuth, now: Date,
+                               brief: Bool, folders: inout [String?: SiblingNames]) async throws -> CommitOutcome {
+        let itemId = commit.item, update = commit.update, hashes = commit.hashes
+        // The same change again (its answer was lost): the first answer, nothing committed twice.
+        if let change = update.changeId, let earlier = try await db.rows("""
+            SELECT id, state FROM revision WHERE container_id = \(containerId) AND item_id = \(itemId) AND device_id = \(device.deviceId) AND change_id = \(change)
+            """).first {
+            let revision: String = try earlier.get("id")
+            let chunks = try await db.rows("SELECT hash FROM revision_chunk WHERE revision_id = \(revision)").map { try $0.get("hash", as: String.self) }
+            let present = try await presentChunks(db, accountId: accountId, hashes: chunks)
+            guard let item = try await itemState(db, containerId: containerId, id: itemId, brief: brief) else { throw SyncError.notFound }
+            return CommitOutcome(revision: revision, isCurrent: try earlier.get("state", as: String.self) == "current", item: item,
+                                 missingChunks: chunks.filter { !present.contains($0) }.sorted(), repeated: true)
+        }
+        let present = try await presentChunks(db, accountId: accountId, hashes: hashes)
+        let missing = hashes.filter { !present.contains($0) }
+
+        // Where the new revision goes: current, or kept as a conflict version.
+        let current = try await db.rows("""
+            SELECT revision.id, revision.modification_date, revision.device_id, revision.deleted
+            FROM item JOIN revision ON revision.id = item.current_revision WHERE item.container_id = \(containerId) AND item.id = \(itemId)
+            """).first.map { (id: try $0.get("id", as: String.self), date: try $0.get("modification_date", as: Double.self),
+                              device: try $0.get("device_id", as: String.self), deleted: try $0.get("deleted", as: Bool.self)) }
+        let placement = CommitPlacement(current: current, base: update.baseRevision, deleted: commit.deleted, date: update.modificationDate, device: device.deviceId)
+        let state = placement.state
+        var name = update.name
+        var renameOther: (id: String, name: String)?
+        if state == "current" && !commit.deleted {
+            if folders[update.parent] == nil {
+                folders[update.parent] = SiblingNames(try await db.rows("""
+                    SELECT item.id, revision.name FROM item JOIN revision ON revision.id = item.current_revision
+                    WHERE item.container_id = \(containerId) AND revision.parent IS NOT DISTINCT FROM \(update.parent) AND NOT revision.deleted
+                    """).map { (id: try $0.get("id", as: String.self), name: try $0.get("name", as: String.self)) })
+            }
+            (name, renameOther) = folders[update.parent]!.settle(name: name, id: itemId)
+        }
+        let revision = UUID().uuidString.lowercased()
+        try await db.rows("""
+            INSERT INTO revision (id, container_id, item_id, base_revision, device_id, device_name, name, parent, kind, size,
+                modification_date, type, manifest, deleted, complete, state, created, change_id, digest)
+            VALUES (\(revision), \(containerId), \(itemId), \(update.baseRevision), \(device.deviceId), \(device.deviceName), \(name),
+                \(update.parent), \(update.kind.rawValue), \(commit.size), \(update.modificationDate), \(update.type), \(commit.manifest),
+                \(commit.deleted), \(missing.isEmpty), \(state), \(now.timeIntervalSince1970), \(update.changeId), \(commit.digest))
+            """)
+        if !hashes.isEmpty {
+            try await db.rows("INSERT INTO revision_chunk (revision_id, account_id, hash) SELECT \(revision), \(accountId), unnest(\(hashes)::TEXT[])")
+        }
+        if let demoted = placement.demoted {
+            try await db.rows("UPDATE revision SET state = \(demoted.state) WHERE id = \(demoted.id)")
+        }
+        let sequence = try await bump(db, containerId: containerId)
+        if state == "current" {
+            try await db.rows("""
+                INSERT INTO item (container_id, id, current_revision, sequence) VALUES (\(containerId), \(itemId), \(revision), \(sequence))
+                ON CONFLICT (container_id, id) DO UPDATE SET current_revision = excluded.current_revision, sequence = excluded.sequence
+                """)
+            folders.settle(itemId, name: commit.deleted ? nil : name, in: update.parent)
+        } else {
+            try await db.rows("UPDATE item SET sequence = \(sequence) WHERE container_id = \(containerId) AND id = \(itemId)")
+        }
+        if let renameOther {
+            try await serverRename(db, containerId: containerId, itemId: renameOther.id, to: renameOther.name, now: now)
+            folders[update.parent]?.insert(renameOther.id, name: renameOther.name)
+        }
+        guard let item = try await itemState(db, containerId: containerId, id: itemId, brief: brief) else {
+            throw SyncError(.internalServerError, "internal", "the item vanished during its commit")
+        }
+        return CommitOutcome(revision: revision, isCurrent: state == "current", item: item, missingChunks: missing)
     }
 
     func resolve(accountId: Int64, container: String, itemId: String, request: ResolveRequest) async throws -> ItemState {

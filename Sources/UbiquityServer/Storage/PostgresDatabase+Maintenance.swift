@@ -97,7 +97,8 @@ extension PostgresDatabase {
                     for try await notification in notifications {
                         guard let change = try? JSONDecoder().decode(RelayedChange.self, from: Data(notification.payload.utf8)),
                               change.instance != instance else { continue }
-                        notifier.publish(account: change.account, container: change.container, sequence: change.sequence, keyValue: change.keyValue)
+                        notifier.publish(account: change.account, container: change.container, sequence: change.sequence, keyValue: change.keyValue,
+                                         except: change.device)
                     }
                 }
             } catch {
@@ -133,6 +134,8 @@ struct RelayedChange: Codable, Sendable {
     var container: String
     var sequence: Int64
     var keyValue: Bool
+    /// The device that made the change (not told of it again), if one did.
+    var device: String?
 }
 
 /// Chunk contents in PostgreSQL (`chunk_content`), so every instance serves every chunk.

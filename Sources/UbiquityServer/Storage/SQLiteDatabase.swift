@@ -182,6 +182,13 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
+    func items(accountId: Int64, container: String, ids: [String]) async throws -> [ItemState] {
+        try await pool.read { db in
+            guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container) else { return [] }
+            return try ids.compactMap { try Self.itemState(db, containerId: containerId, id: $0) }
+        }
+    }
+
     func revisionManifest(accountId: Int64, container: String, item: String, revision: String) async throws -> (kind: ItemKind, manifest: Manifest)? {
         try await pool.read { db in
             guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container),
@@ -192,74 +199,86 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
-    func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date, brief: Bool) async throws -> CommitOutcome {
-        let manifest = try JSONEncoder().encode(update.manifest)
-        let digest = ContentToken.of(update.manifest, kind: update.kind)
-        let chunks = update.manifest.allChunks
-        let hashes = Array(Set(chunks.map(\.hash))).sorted()
-        let size = chunks.reduce(Int64(0)) { $0 + $1.size }
-        let revision = UUID().uuidString.lowercased()
-        let deleted = update.deleted ?? false
+    func commit(accountId: Int64, container: String, commits: [ItemCommit], device: DeviceAuth, now: Date, brief: Bool) async throws -> [CommitOutcome] {
+        let prepared = try commits.map { try PreparedCommit($0) }
         return try await pool.write { db in
             let containerId = try Self.ensureContainer(db, accountId: accountId, identifier: container)
-            // The same change again (its answer was lost): the first answer, nothing committed twice.
-            if let change = update.changeId, let earlier = try Row.fetchOne(db, sql: """
-                SELECT id, state FROM revision WHERE containerId = ? AND itemId = ? AND deviceId = ? AND changeId = ?
-                """, arguments: [containerId, itemId, device.deviceId, change]) {
-                let revision: String = earlier["id"]
-                let chunks = try String.fetchAll(db, sql: "SELECT hash FROM revisionChunk WHERE revisionId = ?", arguments: [revision])
-                let present = try Self.presentChunks(db, accountId: accountId, hashes: chunks)
-                guard let item = try Self.itemState(db, containerId: containerId, id: itemId, brief: brief) else { throw SyncError.notFound }
-                return CommitOutcome(revision: revision, isCurrent: earlier["state"] == "current", item: item,
-                                     missingChunks: chunks.filter { !present.contains($0) }.sorted(), repeated: true)
+            var folders: [String?: SiblingNames] = [:]
+            return try prepared.map { commit in
+                try Self.commit(db, commit, accountId: accountId, containerId: containerId, device: device, now: now, brief: brief, folders: &folders)
             }
-            let present = try Self.presentChunks(db, accountId: accountId, hashes: hashes)
-            let missing = hashes.filter { !present.contains($0) }
-
-            // Where the new revision goes: current, or kept as a conflict version.
-            let current = try Row.fetchOne(db, sql: """
-                SELECT revision.id, revision.modificationDate, revision.deviceId, revision.deleted
-                FROM item JOIN revision ON revision.id = item.currentRevision WHERE item.containerId = ? AND item.id = ?
-                """, arguments: [containerId, itemId]).map { (id: $0["id"] as String, date: $0["modificationDate"] as Double, device: $0["deviceId"] as String, deleted: $0["deleted"] as Bool) }
-            let placement = CommitPlacement(current: current, base: update.baseRevision, deleted: deleted, date: update.modificationDate, device: device.deviceId)
-            let state = placement.state
-            var name = update.name
-            var renameOther: (id: String, name: String)?
-            if state == "current" && !deleted {
-                let siblings = try Row.fetchAll(db, sql: """
-                    SELECT item.id, revision.name FROM item JOIN revision ON revision.id = item.currentRevision
-                    WHERE item.containerId = ? AND revision.parent IS ? AND revision.deleted = 0 AND item.id != ?
-                    """, arguments: [containerId, update.parent, itemId]).map { (id: $0["id"] as String, name: $0["name"] as String) }
-                (name, renameOther) = NameCollision.settle(name: name, id: itemId, siblings: siblings)
-            }
-            try db.execute(sql: """
-                INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
-                    modificationDate, type, manifest, deleted, complete, state, created, changeId, digest)
-                VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, arguments: [revision, containerId, itemId, update.baseRevision, device.deviceId, device.deviceName, name,
-                                 update.parent, update.kind.rawValue, size, update.modificationDate, update.type, manifest,
-                                 deleted, missing.isEmpty, state, now.timeIntervalSince1970, update.changeId, digest])
-            for hash in hashes {
-                try db.execute(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) VALUES (?, ?, ?)", arguments: [revision, accountId, hash])
-            }
-            if let demoted = placement.demoted {
-                try db.execute(sql: "UPDATE revision SET state = ? WHERE id = ?", arguments: [demoted.state, demoted.id])
-            }
-            let sequence = try Self.bump(db, containerId: containerId)
-            if state == "current" {
-                try db.execute(sql: """
-                    INSERT INTO item (containerId, id, currentRevision, sequence) VALUES (?, ?, ?, ?)
-                    ON CONFLICT(containerId, id) DO UPDATE SET currentRevision = excluded.currentRevision, sequence = excluded.sequence
-                    """, arguments: [containerId, itemId, revision, sequence])
-            } else {
-                try db.execute(sql: "UPDATE item SET sequence = ? WHERE containerId = ? AND id = ?", arguments: [sequence, containerId, itemId])
-            }
-            if let renameOther { try Self.serverRename(db, containerId: containerId, itemId: renameOther.id, to: renameOther.name, now: now) }
-            guard let item = try Self.itemState(db, containerId: containerId, id: itemId, brief: brief) else {
-                throw SyncError(.internalServerError, "internal", "the item vanished during its commit")
-            }
-            return CommitOutcome(revision: revision, isCurrent: state == "current", item: item, missingChunks: missing)
         }
+    }
+
+    /// One commit inside a batch's transaction; `folders` caches the live names of the folders
+    /// the batch touched.
+    private static func commit(_ db: Database, _ commit: PreparedCommit, accountId: Int64, containerId: Int64, device: DeviceAuth, now: Date, brief: Bool,
+                               folders: inout [String?: SiblingNames]) throws -> CommitOutcome {
+        let itemId = commit.item, update = commit.update, hashes = commit.hashes
+        // The same change again (its answer was lost): the first answer, nothing committed twice.
+        if let change = update.changeId, let earlier = try Row.fetchOne(db, sql: """
+            SELECT id, state FROM revision WHERE containerId = ? AND itemId = ? AND deviceId = ? AND changeId = ?
+            """, arguments: [containerId, itemId, device.deviceId, change]) {
+            let revision: String = earlier["id"]
+            let chunks = try String.fetchAll(db, sql: "SELECT hash FROM revisionChunk WHERE revisionId = ?", arguments: [revision])
+            let present = try presentChunks(db, accountId: accountId, hashes: chunks)
+            guard let item = try itemState(db, containerId: containerId, id: itemId, brief: brief) else { throw SyncError.notFound }
+            return CommitOutcome(revision: revision, isCurrent: earlier["state"] == "current", item: item,
+                                 missingChunks: chunks.filter { !present.contains($0) }.sorted(), repeated: true)
+        }
+        let present = try presentChunks(db, accountId: accountId, hashes: hashes)
+        let missing = hashes.filter { !present.contains($0) }
+
+        // Where the new revision goes: current, or kept as a conflict version.
+        let current = try Row.fetchOne(db, sql: """
+            SELECT revision.id, revision.modificationDate, revision.deviceId, revision.deleted
+            FROM item JOIN revision ON revision.id = item.currentRevision WHERE item.containerId = ? AND item.id = ?
+            """, arguments: [containerId, itemId]).map { (id: $0["id"] as String, date: $0["modificationDate"] as Double, device: $0["deviceId"] as String, deleted: $0["deleted"] as Bool) }
+        let placement = CommitPlacement(current: current, base: update.baseRevision, deleted: commit.deleted, date: update.modificationDate, device: device.deviceId)
+        let state = placement.state
+        var name = update.name
+        var renameOther: (id: String, name: String)?
+        if state == "current" && !commit.deleted {
+            if folders[update.parent] == nil {
+                folders[update.parent] = SiblingNames(try Row.fetchAll(db, sql: """
+                    SELECT item.id, revision.name FROM item JOIN revision ON revision.id = item.currentRevision
+                    WHERE item.containerId = ? AND revision.parent IS ? AND revision.deleted = 0
+                    """, arguments: [containerId, update.parent]).map { (id: $0["id"] as String, name: $0["name"] as String) })
+            }
+            (name, renameOther) = folders[update.parent]!.settle(name: name, id: itemId)
+        }
+        let revision = UUID().uuidString.lowercased()
+        try db.execute(sql: """
+            INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
+                modificationDate, type, manifest, deleted, complete, state, created, changeId, digest)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """, arguments: [revision, containerId, itemId, update.baseRevision, device.deviceId, device.deviceName, name,
+                             update.parent, update.kind.rawValue, commit.size, update.modificationDate, update.type, commit.manifest,
+                             commit.deleted, missing.isEmpty, state, now.timeIntervalSince1970, update.changeId, commit.digest])
+        for hash in hashes {
+            try db.execute(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) VALUES (?, ?, ?)", arguments: [revision, accountId, hash])
+        }
+        if let demoted = placement.demoted {
+            try db.execute(sql: "UPDATE revision SET state = ? WHERE id = ?", arguments: [demoted.state, demoted.id])
+        }
+        let sequence = try bump(db, containerId: containerId)
+        if state == "current" {
+            try db.execute(sql: """
+                INSERT INTO item (containerId, id, currentRevision, sequence) VALUES (?, ?, ?, ?)
+                ON CONFLICT(containerId, id) DO UPDATE SET currentRevision = excluded.currentRevision, sequence = excluded.sequence
+                """, arguments: [containerId, itemId, revision, sequence])
+            folders.settle(itemId, name: commit.deleted ? nil : name, in: update.parent)
+        } else {
+            try db.execute(sql: "UPDATE item SET sequence = ? WHERE containerId = ? AND id = ?", arguments: [sequence, containerId, itemId])
+        }
+        if let renameOther {
+            try serverRename(db, containerId: containerId, itemId: renameOther.id, to: renameOther.name, now: now)
+            folders[update.parent]?.insert(renameOther.id, name: renameOther.name)
+        }
+        guard let item = try itemState(db, containerId: containerId, id: itemId, brief: brief) else {
+            throw SyncError(.internalServerError, "internal", "the item vanished during its commit")
+        }
+        return CommitOutcome(revision: revision, isCurrent: state == "current", item: item, missingChunks: missing)
     }
 
     func resolve(accountId: Int64, container: String, itemId: String, request: ResolveRequest) async throws -> ItemState {

@@ -79,6 +79,44 @@ struct CommitOutcome: Sendable {
     var repeated = false
 }
 
+/// An item update ready to be committed: its manifest encoded, its chunks and size summed.
+struct PreparedCommit: Sendable {
+    var item: String
+    var update: ItemUpdate
+    var manifest: Data
+    var digest: String
+    var hashes: [String]
+    var size: Int64
+    var deleted: Bool
+
+    init(_ commit: ItemCommit) throws {
+        item = commit.item
+        update = commit.update
+        manifest = try JSONEncoder().encode(update.manifest)
+        digest = ContentToken.of(update.manifest, kind: update.kind)
+        let chunks = update.manifest.allChunks
+        hashes = Array(Set(chunks.map(\.hash))).sorted()
+        size = chunks.reduce(Int64(0)) { $0 + $1.size }
+        deleted = update.deleted ?? false
+    }
+}
+
+extension [String?: SiblingNames] {
+    /// After a commit made `item` current: it left every folder the batch knows, and is in
+    /// `parent` as `name` (nil: deleted).
+    mutating func settle(_ item: String, name: String?, in parent: String?) {
+        for folder in keys where self[folder]!.contains(item) { self[folder]!.remove(item) }
+        if let name { self[parent]?.insert(item, name: name) }
+    }
+}
+
+extension SyncDatabase {
+    /// Commits one item's update.
+    func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date, brief: Bool) async throws -> CommitOutcome {
+        try await commit(accountId: accountId, container: container, commits: [ItemCommit(item: itemId, update: update)], device: device, now: now, brief: brief)[0]
+    }
+}
+
 /// Where the server keeps accounts, devices, containers, items and revisions. Implemented by
 /// ``SQLiteDatabase`` (embedded, the default) and ``PostgresDatabase``; every implementation
 /// gives the same answers (the server tests run against both).
@@ -106,7 +144,10 @@ protocol SyncDatabase: Sendable {
     /// item has no such revision: the base of chunk-list deltas.
     func revisionManifest(accountId: Int64, container: String, item: String, revision: String) async throws -> (kind: ItemKind, manifest: Manifest)?
     /// Commits a revision; the outcome's item is `brief` (content tokens instead of manifests) if asked.
-    func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date, brief: Bool) async throws -> CommitOutcome
+    /// Several items' present states with their manifests, in the order asked (unknown ids left out).
+    func items(accountId: Int64, container: String, ids: [String]) async throws -> [ItemState]
+    /// Commits updates of several items (each at most once) in one transaction, in order.
+    func commit(accountId: Int64, container: String, commits: [ItemCommit], device: DeviceAuth, now: Date, brief: Bool) async throws -> [CommitOutcome]
     func resolve(accountId: Int64, container: String, itemId: String, request: ResolveRequest) async throws -> ItemState
 
     /// Applies key-value changes (all or none; the most recent timestamp wins per key).

@@ -1,0 +1,172 @@
+import Foundation
+import UbiquityProtocol
+import UbiquitySync
+
+// What goes up: local changes as commits in batches (metadata first), then only the chunks the
+// server lacks, in shared batches. The rounds themselves are in ContainerSync.swift.
+extension ContainerSync {
+    /// How many changes one commit request carries.
+    static let commitBatchSize = 500
+
+    /// Sends local changes: many in one commit request (each as a difference from its base
+    /// revision's chunk list where that list is known here), then the chunks the server says it
+    /// lacks, read back from the files and checked, so contents changed since the scan are never
+    /// sent under the old hash. A change the server refuses, or that gets no answer, stays for
+    /// the next round, and its error is shown.
+    func send(_ changes: [LocalChange]) async throws {
+        var start = 0
+        while start < changes.count {
+            let batch = Array(changes[start..<min(changes.count, start + Self.commitBatchSize)])
+            start += batch.count
+            defer { statusVersion &+= 1 }
+            guard try await send(batch, deltas: true) else {
+                // The server is not answering: the rest waits for the next round too.
+                for change in changes[start...] { state.failed(.commit(change)) }
+                break
+            }
+        }
+    }
+
+    /// Sends one batch of changes; false if the server did not answer.
+    private func send(_ batch: [LocalChange], deltas: Bool) async throws -> Bool {
+        var sent: [(change: LocalChange, members: [LocalMember])] = [], commits: [ItemCommit] = []
+        for change in batch {
+            do {
+                let members = change.deleted ? [] : try contents(for: change)
+                sent.append((change, members))
+                commits.append(ItemCommit(item: change.item, update: update(for: change, members: members, delta: deltas)))
+            } catch {
+                // Unreadable now (removed meanwhile, no permission): the next scan says what it became.
+                state.failed(.commit(change))
+                errors[change.item] = "cannot read it: \(error)"
+            }
+        }
+        guard !commits.isEmpty else { return true }
+        let results: [CommitResult]
+        do {
+            results = try await client.commit(container: container, batch: commits, brief: true)
+        } catch let error as SyncClientError {
+            for entry in sent { failed(.commit(entry.change), error) }
+            return error.status != 0
+        }
+        var accepted: [(change: LocalChange, members: [LocalMember], answer: CommitResponse)] = [], whole: [LocalChange] = []
+        for (entry, result) in zip(sent, results) {
+            if let answer = result.commit {
+                accepted.append((entry.change, entry.members, answer))
+            } else if deltas, result.error?.code == "deltaBaseUnknown" {
+                state.failed(.commit(entry.change))
+                whole.append(entry.change) // the server lacks the base: the whole chunk list goes
+            } else {
+                failed(.commit(entry.change), SyncClientError(status: 409, code: result.error?.code ?? "refused", message: result.error?.message ?? "the server refused the change"))
+            }
+        }
+        do {
+            let uploads = accepted.compactMap { entry -> Upload? in
+                guard !entry.answer.missingChunks.isEmpty, let path = files.path(of: entry.change.item) else { return nil }
+                return Upload(item: entry.change.item, members: entry.members, missing: Set(entry.answer.missingChunks), url: root.appendingPathComponent(path))
+            }
+            try await upload(uploads)
+        } catch let error as SyncClientError {
+            for entry in accepted { failed(.commit(entry.change), error) } // sent again: the server answers as before
+            return error.status != 0
+        }
+        var upsert: [AgentStore.File] = []
+        for entry in accepted {
+            errors[entry.change.item] = nil
+            if var file = files.file(of: entry.change.item), file.content == entry.change.content, !entry.change.deleted {
+                file.revision = entry.answer.revision
+                files[file.path] = file
+                upsert.append(file)
+            }
+            state.committed(CommitAnswer(changeId: entry.change.changeId, revision: entry.answer.revision, item: Self.snapshot(entry.answer.item)))
+        }
+        try await persist(upsert: upsert)
+        if !whole.isEmpty { _ = try await send(whole, deltas: false) }
+        return true
+    }
+
+    /// The update a change becomes on the wire.
+    func update(for change: LocalChange, members: [LocalMember], delta allowed: Bool) -> ItemUpdate {
+        let kind = change.kind ?? .file
+        var update = ItemUpdate(baseRevision: change.base, name: change.name, parent: change.parent, kind: kind, modificationDate: change.date,
+                                manifest: LocalContents.manifest(members, kind: kind),
+                                deleted: change.deleted, changeId: change.changeId.replacingOccurrences(of: "#", with: "."))
+        if allowed, let delta = delta(for: change, members: members) {
+            // Only the difference from the base revision's chunk list travels.
+            update.manifest = Manifest()
+            update.manifestDelta = delta
+        }
+        return update
+    }
+
+    /// What of an item's contents the server lacks, and where they are.
+    struct Upload {
+        var item: String
+        var members: [LocalMember]
+        var missing: Set<String>
+        var url: URL
+    }
+
+    /// Uploads the missing chunks of several items' contents (a file, or a package's members),
+    /// in shared batches of about ``transferBatchBytes``, ``transferConcurrency`` at a time.
+    /// An item whose file changed since it was cut stops being read: its next change sends the
+    /// new contents.
+    func upload(_ uploads: [Upload]) async throws {
+        guard !uploads.isEmpty else { return }
+        var sent = Set<String>()
+        let wanted = uploads.map { upload in
+            (upload, upload.members.map { member in (member, member.chunks.filter { upload.missing.contains($0.hash) && sent.insert($0.hash).inserted }) })
+        }
+        for (upload, members) in wanted {
+            transfers[upload.item] = Transfer(downloading: false, done: 0, total: members.reduce(0) { $0 + $1.1.reduce(0) { $0 + Int64($1.length) } })
+        }
+        defer { for upload in uploads { transfers[upload.item] = nil } }
+        let client = client
+        try await withThrowingTaskGroup(of: [String: Int64].self) { group in
+            var inFlight = 0
+            var batch = ChunkBatch(), batchBytes = 0, carried: [String: Int64] = [:]
+            func dispatch() async throws {
+                guard !batch.chunks.isEmpty else { return }
+                if inFlight == Self.transferConcurrency, let done = try await group.next() {
+                    for (item, bytes) in done { transfers[item]?.done += bytes }
+                    inFlight -= 1
+                }
+                let sending = batch, items = carried
+                group.addTask {
+                    try await client.upload(sending)
+                    return items
+                }
+                inFlight += 1
+                batch = ChunkBatch()
+                batchBytes = 0
+                carried = [:]
+            }
+            for (upload, members) in wanted {
+                reading: for (member, chunks) in members where !chunks.isEmpty {
+                    let handle = try FileHandle(forReadingFrom: member.path.isEmpty ? upload.url : upload.url.appendingPathComponent(member.path))
+                    defer { try? handle.close() } // read-only: closing cannot lose anything
+                    for chunk in chunks {
+                        try handle.seek(toOffset: UInt64(chunk.offset))
+                        let bytes = [UInt8](try handle.read(upToCount: chunk.length) ?? Data())
+                        // Changed since the scan: the next round sends the new contents.
+                        guard bytes.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash else { break reading }
+                        if batchBytes + bytes.count > Self.transferBatchBytes || batch.chunks.count == ChunkBatch.maximumCount { try await dispatch() }
+                        batch.chunks.append(.init(hash: chunk.hash, bytes: bytes))
+                        batchBytes += bytes.count
+                        carried[upload.item, default: 0] += Int64(bytes.count)
+                    }
+                }
+            }
+            try await dispatch()
+            while let done = try await group.next() {
+                for (item, bytes) in done { transfers[item]?.done += bytes }
+            }
+        }
+    }
+
+    /// How many batches of chunks travel at once, each way.
+    static let transferConcurrency = 4
+
+    /// About how many bytes of chunks one request carries, each way (``ChunkBatch``).
+    static let transferBatchBytes = 4 << 20
+}
