@@ -221,6 +221,12 @@ try? FileManager.default.removeItem(at: options.directory)
 try FileManager.default.createDirectory(at: options.directory, withIntermediateDirectories: true)
 defer { try? FileManager.default.removeItem(at: options.directory) }
 
+// Prerequisites first: a missing peer is said before anything is measured, never after.
+if !options.skipSyncthing && SyncthingPeer.executable == nil {
+    FileHandle.standardError.write(Data("ubiquity-sync-bench: syncthing is not installed (apt-get install syncthing), or pass --skip-syncthing\n".utf8))
+    exit(2)
+}
+
 var results: [String: Figures] = [:]
 let ubiquity = try await UbiquityPeer.start(in: options.directory.appendingPathComponent("ubiquity"))
 do {
@@ -233,15 +239,21 @@ do {
 }
 var syncthingVersion: String?
 if !options.skipSyncthing {
-    let syncthing = try await SyncthingPeer.start(in: options.directory.appendingPathComponent("syncthing"))
-    syncthingVersion = syncthing.version
+    // Ubiquity's figures are printed whatever happens to the peer's.
     do {
-        results["syncthing"] = try await measure(syncthing, small: options.syncthingSmall, largeMiB: options.largeMiB, largeRuns: options.largeRuns,
-                                                 notes: "\(syncthing.version); two instances on loopback; discovery, relays, NAT off; fsWatcherDelayS=1 (its minimum; 10 by default)")
-        await syncthing.stop()
+        let syncthing = try await SyncthingPeer.start(in: options.directory.appendingPathComponent("syncthing"))
+        syncthingVersion = syncthing.version
+        do {
+            results["syncthing"] = try await measure(syncthing, small: options.syncthingSmall, largeMiB: options.largeMiB, largeRuns: options.largeRuns,
+                                                     notes: "\(syncthing.version); two instances on loopback; discovery, relays, NAT off; fsWatcherDelayS=1 (its minimum; 10 by default)")
+            await syncthing.stop()
+        } catch {
+            await syncthing.stop()
+            throw error
+        }
     } catch {
-        await syncthing.stop()
-        throw error
+        FileHandle.standardError.write(Data("ubiquity-sync-bench: Syncthing could not be measured: \(error)\n".utf8))
+        syncthingVersion = "failed: \(error)"
     }
 }
 
