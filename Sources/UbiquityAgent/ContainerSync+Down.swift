@@ -224,7 +224,7 @@ extension ContainerSync {
     /// Downloads small new files together: their chunks in shared batches, each file staged
     /// beside where it goes, then each put in place and recorded.
     private func downloadTogether(_ group: [(Download, ItemState)]) async throws -> [(Download, Result<AgentStore.File?, SyncClientError>)] {
-        var writers: [(download: Download, members: [LocalMember], staged: URL, writer: StagedWriter)] = []
+        var writers: [(download: Download, revision: String, members: [LocalMember], staged: URL, writer: StagedWriter)] = []
         defer {
             for entry in writers {
                 entry.writer.close()
@@ -242,7 +242,7 @@ extension ContainerSync {
                 logger.warning("cannot stage a download", metadata: ["path": "\(download.path)", "error": "\(error)"])
                 continue // its folder went meanwhile: the next round sees
             }
-            writers.append((download, members, staged, writer))
+            writers.append((download, state.revision, members, staged, writer))
             for chunk in members.flatMap(\.chunks) where wanted.insert(chunk.hash).inserted {
                 needed.append(chunk.hash)
                 total += Int64(chunk.length)
@@ -268,8 +268,7 @@ extension ContainerSync {
                 }
                 try entry.writer.finish()
                 localContents[entry.download.content] = entry.members
-                let state = group.first { $0.0.item == entry.download.item }!.1
-                let file = try place(entry.staged, as: entry.download, revision: state.revision)
+                let file = try place(entry.staged, as: entry.download, revision: entry.revision)
                 if let file { placed.append(file) }
                 outcomes.append((entry.download, .success(file)))
             } catch {
