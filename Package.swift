@@ -97,8 +97,7 @@ let package = Package(
         // The sync figures against Syncthing, in one run.
         .executableTarget(
             name: "UbiquitySyncBenchmarks",
-            dependencies: ["Ubiquity", "UbiquityServer", "UbiquityAgent", "UbiquityProtocol", logging,
-                           .product(name: "AsyncHTTPClient", package: "async-http-client")]
+            dependencies: ["Ubiquity", .product(name: "AsyncHTTPClient", package: "async-http-client")]
         ),
         // Load generator for the server: N simulated devices over loopback.
         .executableTarget(

@@ -29,6 +29,10 @@ int ubq_rename_noreplace(const char *from, const char *to) {
     return ubq_renameat2(from, to, RENAME_NOREPLACE);
 }
 
+int ubq_syncfs(int fd) {
+    return syncfs(fd);
+}
+
 int ubq_clone_file(int destination, int source) {
 #ifdef FICLONE
     return ioctl(destination, FICLONE, source);

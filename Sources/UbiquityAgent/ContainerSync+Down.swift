@@ -1,3 +1,4 @@
+import CUbiquitySystem
 import Foundation
 import UbiquityClient
 import UbiquityCoordination
@@ -222,7 +223,9 @@ extension ContainerSync {
     }
 
     /// Downloads small new files together: their chunks in shared batches, each file staged
-    /// beside where it goes, then each put in place and recorded.
+    /// beside where it goes, all made durable with one flush of the file system, then each
+    /// renamed into place (never over a file made there meanwhile), their folders flushed once
+    /// each, and all recorded in one transaction.
     private func downloadTogether(_ group: [(Download, ItemState)]) async throws -> [(Download, Result<AgentStore.File?, SyncClientError>)] {
         var writers: [(download: Download, revision: String, members: [LocalMember], staged: URL, writer: StagedWriter)] = []
         defer {
@@ -259,21 +262,44 @@ extension ContainerSync {
         var bytes: [String: [UInt8]] = [:]
         for chunk in chunks { bytes[chunk.hash] = chunk.bytes }
         var outcomes: [(Download, Result<AgentStore.File?, SyncClientError>)] = []
-        var placed: [AgentStore.File] = []
+        func failed(_ download: Download, _ error: any Error) {
+            outcomes.append((download, .failure(SyncClientError(status: 0, code: "localFailure", message: "\(error)"))))
+        }
+        var written: [(download: Download, revision: String, members: [LocalMember], staged: URL)] = []
         for entry in writers {
             do {
                 for chunk in entry.members.flatMap(\.chunks) {
                     guard let data = bytes[chunk.hash] else { throw ContainerSyncError("chunk \(chunk.hash) did not arrive") }
                     try entry.writer.write(data, hash: chunk.hash)
                 }
-                try entry.writer.finish()
+                written.append((entry.download, entry.revision, entry.members, entry.staged))
+            } catch {
+                failed(entry.download, error)
+            }
+        }
+        do {
+            try flushFileSystem()
+        } catch {
+            for entry in written { failed(entry.download, error) }
+            return outcomes
+        }
+        var placed: [AgentStore.File] = [], folders = Set<String>()
+        for entry in written {
+            do {
                 localContents[entry.download.content] = entry.members
-                let file = try place(entry.staged, as: entry.download, revision: entry.revision)
-                if let file { placed.append(file) }
+                let file = try placeNew(entry.staged, as: entry.download, revision: entry.revision)
+                if let file {
+                    placed.append(file)
+                    folders.insert(LocalContents.folder(of: file.path))
+                }
                 outcomes.append((entry.download, .success(file)))
             } catch {
-                outcomes.append((entry.download, .failure(SyncClientError(status: 0, code: "localFailure", message: "\(error)"))))
+                failed(entry.download, error)
             }
+        }
+        // Recorded only once their names are durable: a file the store lists is on the disk.
+        for folder in folders.sorted() {
+            try POSIX.sync(root.appendingPathComponent(folder).path, directory: true)
         }
         try await persist(upsert: placed)
         return outcomes
@@ -335,6 +361,32 @@ extension ContainerSync {
         let file = AgentStore.File(path: path, item: download.item, fingerprint: print, content: download.content, revision: revision)
         files[path] = file
         return file
+    }
+
+    /// Puts a staged new file (its contents durable) in place under a coordinated write,
+    /// unless something was made at its path meanwhile (then the local item stays, the next
+    /// round sends it, and the server keeps both). Its folder still needs a flush.
+    private func placeNew(_ staged: URL, as download: Download, revision: String) throws -> AgentStore.File? {
+        let path = download.path, url = root.appendingPathComponent(path)
+        let placed = try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing) { url -> Bool in
+            guard ubq_rename_noreplace(staged.path, url.path) == 0 else {
+                if errno == EEXIST { return false }
+                throw ContainerSyncError("could not move the download of \(path) into place: \(String(cString: strerror(errno)))")
+            }
+            return true
+        }
+        guard placed, let print = scanner.fingerprint(of: path) else { return nil }
+        let file = AgentStore.File(path: path, item: download.item, fingerprint: print, content: download.content, revision: revision)
+        files[path] = file
+        return file
+    }
+
+    /// Makes everything written to the container's file system durable at once (`syncfs`).
+    func flushFileSystem() throws {
+        let fd = open(root.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { throw StagedWriter.failure("open", root) }
+        defer { close(fd) }
+        guard ubq_syncfs(fd) == 0 else { throw StagedWriter.failure("flush", root) }
     }
 
     /// A name for a staged download (`.ubiquity-download-…`, which scans skip).

@@ -22,31 +22,44 @@ extension ContainerSync {
         let scanner = scanner
         let end = parts.indices.dropLast().first { scanner.isPackage(parts[$0]) && !($0 == 0 && parts[0] == ContainerLayout.documentsFolder) } ?? parts.count - 1
         changedFolders?.insert(parts[..<end].joined(separator: "/"))
+        // A folder made (or moved) here: what was put in it before the watcher saw it made no
+        // event, so it is walked whole — also when an earlier round recorded it still empty.
+        if end == parts.count - 1, !LocalScanner.isExcluded(parts[end]), parts != [ContainerLayout.documentsFolder],
+           scanner.fingerprint(of: path)?.kind == .directory {
+            changedTrees.insert(path)
+        }
     }
 
     /// Events were lost (inotify's queue overflowed) or a slow timer asks for it: the next round
     /// looks at everything.
     public func noteEverythingChanged() {
         changedFolders = nil
+        changedTrees = []
     }
 
     /// Feeds what changed since the last look into the sync decisions: new, edited, moved and
     /// removed files, folders and packages (a folder's items follow it). Looks only in the
     /// folders a watcher named, unless everything is to be looked at.
     func scanLocalChanges() async throws {
-        let scope = changedFolders
+        let scope = changedFolders, trees = changedTrees
         changedFolders = watched ? [] : nil
-        if scope?.isEmpty == true { return }
+        changedTrees = []
+        if scope?.isEmpty == true && trees.isEmpty { return }
         let scanner = scanner
         let old: LocalTree, now: LocalTree
         do {
             if let scope {
-                (old, now) = try look(at: scope, scanner: scanner)
+                (old, now) = try look(at: scope, trees: trees, scanner: scanner)
             } else {
                 (old, now) = (files.fingerprints, try scanner.scan())
             }
         } catch {
-            if let scope, changedFolders != nil { changedFolders?.formUnion(scope) } else { changedFolders = nil }
+            if let scope, changedFolders != nil {
+                changedFolders?.formUnion(scope)
+                changedTrees.formUnion(trees)
+            } else {
+                changedFolders = nil
+            }
             throw error
         }
         let before = files
@@ -129,13 +142,19 @@ extension ContainerSync {
 
     /// The files recorded in `folders` and what is in them now: each folder listed (not its
     /// subfolders, which say when they change), except that a folder new at its path (made, or
-    /// moved here) is walked whole, and a folder gone from its path (removed, or moved away)
+    /// moved here) is walked whole (as is each of `trees`), and a folder gone from its path (removed, or moved away)
     /// counts with everything it held — so a folder moved between two named folders is a move
     /// of the folder with its items, not a removal and an addition.
-    func look(at folders: Set<String>, scanner: LocalScanner) throws -> (old: LocalTree, now: LocalTree) {
+    func look(at folders: Set<String>, trees: Set<String> = [], scanner: LocalScanner) throws -> (old: LocalTree, now: LocalTree) {
         var old: LocalTree = [:], now: LocalTree = [:]
         func holdings(of path: String) {
             for file in files.subtree(path) { old[file.path] = file.fingerprint }
+        }
+        for tree in trees {
+            holdings(of: tree)
+            guard let print = scanner.fingerprint(of: tree), print.kind == .directory else { continue } // gone again: its folder's listing says so
+            now[tree] = print
+            try scanner.walk(tree, into: &now)
         }
         for folder in folders {
             var listed: LocalTree = [:]

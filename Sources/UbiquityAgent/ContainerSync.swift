@@ -80,6 +80,8 @@ public actor ContainerSync {
     /// The folders (relative paths) to look at in the next round; nil: everything. Without a
     /// watcher (``noteChange(at:)`` never called) every round looks at everything.
     var changedFolders: Set<String>?
+    /// Folders made or moved in since the last round, walked whole by the next.
+    var changedTrees: Set<String> = []
     /// Whether a watcher tells this container's changes.
     var watched = false
     /// Counts what an item's status could show changing (transfers, errors, rounds): the

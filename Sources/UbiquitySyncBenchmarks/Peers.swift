@@ -1,11 +1,7 @@
 import AsyncHTTPClient
 import Foundation
-import Logging
-import NIOCore
 import Synchronization
 import Ubiquity
-import UbiquityAgent
-import UbiquityServer
 
 #if canImport(Glibc)
 import Glibc
@@ -13,93 +9,206 @@ import Glibc
 
 let container = "BENCH12345.com.example.bench"
 
-/// Ubiquity: an embedded server (SQLite, loopback) and two greedy devices, each with its own
-/// home and a real agent (inotify, push), in this process.
-final class UbiquityPeer: Peer, Sendable {
+/// Two folders kept in step by one system, and a way to wait until it has nothing left to do.
+protocol Peer: Sendable {
+    var name: String { get }
+    /// Where files are written.
+    var sideA: URL { get }
+    /// Where they must arrive.
+    var sideB: URL { get }
+    /// The system's processes (their CPU time is the sync's).
+    var processIDs: [pid_t] { get }
+    /// Their names, in the same order.
+    var processNames: [String] { get }
+    /// Bytes on each leg so far (both directions of each).
+    func legs() -> [String: Int64]
+    func settle() async throws
+    func stop() async
+}
+
+/// Ubiquity as a user runs it: `ubiquity serve` (embedded storage) and two devices, each with
+/// its own home and a `ubiquity agent --greedy` process, every process separate from this
+/// one. Each device reaches the server through its own counting relay.
+final class UbiquityPeer: Peer {
     let name = "ubiquity"
     let sideA: URL
     let sideB: URL
+    /// The two containers' folders (beside `Documents`).
+    let rootA: URL
+    let rootB: URL
     let devices: [UbiquityContainers]
-    let agents: [Task<Void, any Error>]
-    let server: EmbeddedServer
+    let processes: Mutex<[Process]>
+    let processIDs: [pid_t]
+    let relays: [CountingProxy]
 
-    private init(sideA: URL, sideB: URL, devices: [UbiquityContainers], agents: [Task<Void, any Error>], server: EmbeddedServer) {
-        self.sideA = sideA
-        self.sideB = sideB
+    let processNames = ["server", "agentA", "agentB"]
+
+    /// The devices' runtime folders (on tmpfs), removed when stopping.
+    let runtimes: [URL]
+
+    private init(roots: [URL], devices: [UbiquityContainers], processes: [Process], relays: [CountingProxy], runtimes: [URL]) {
+        self.runtimes = runtimes
+        rootA = roots[0]
+        rootB = roots[1]
+        sideA = roots[0].appendingPathComponent("Documents")
+        sideB = roots[1].appendingPathComponent("Documents")
         self.devices = devices
-        self.agents = agents
-        self.server = server
+        self.processes = Mutex(processes)
+        processIDs = processes.map(\.processIdentifier)
+        self.relays = relays
+    }
+
+    /// The `ubiquity` executable built beside this one.
+    static var executable: URL {
+        URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("ubiquity")
     }
 
     static func start(in folder: URL) async throws -> UbiquityPeer {
-        var logger = Logger(label: "ubiquity.bench")
-        logger.logLevel = .critical
-        let server = try await EmbeddedServer.start(dataDirectory: folder.appendingPathComponent("server").path, account: "ada", password: "correct horse", logger: logger)
-
-        var devices: [UbiquityContainers] = [], agents: [Task<Void, any Error>] = [], sides: [URL] = []
-        for name in ["a", "b"] {
-            let home = folder.appendingPathComponent(name)
-            let paths = UbiquityPaths(configuration: home.appendingPathComponent("config"), data: home.appendingPathComponent("data"),
-                                      runtime: home.appendingPathComponent("run"))
-            try await SyncClient(server: server.url).signIn(account: "ada", password: "correct horse", deviceName: name, savingTo: paths)
-            let agent = Agent(paths: paths, configuration: AgentConfiguration(containers: [container], greedy: true, rescanSeconds: 60), logger: logger)
-            agents.append(Task { try await agent.run() })
-            let containers = UbiquityContainers(paths: paths, entitlements: UbiquityEntitlements(containers: [container]))
-            guard let root = containers.url(forContainer: container) else { throw BenchError("no container folder for device \(name)") }
-            let documents = root.appendingPathComponent("Documents")
-            try FileManager.default.createDirectory(at: documents, withIntermediateDirectories: true)
-            devices.append(containers)
-            sides.append(documents)
+        let binary = executable
+        guard FileManager.default.isExecutableFile(atPath: binary.path) else {
+            throw BenchError("\(binary.path) is missing: swift build -c release --product ubiquity")
         }
-        let peer = UbiquityPeer(sideA: sides[0], sideB: sides[1], devices: devices, agents: agents, server: server)
-        try await peer.settle()
+        let data = folder.appendingPathComponent("server").path
+        let created = try run(binary, ["account", "create", "ada", "--data", data, "--password-stdin", "--quota", "\(Int64(1) << 40)"], input: "correct horse\n")
+        guard created.status == 0 else { throw BenchError("ubiquity account create: \(created.output)") }
+
+        let server = Process()
+        server.executableURL = binary
+        server.arguments = ["serve", "--data", data, "--port", "0", "--log-level", "error"]
+        let output = Pipe()
+        server.standardOutput = output
+        try server.run()
+        var said = ""
+        while !said.contains("listening on") {
+            let chunk = output.fileHandleForReading.availableData
+            guard !chunk.isEmpty else { break }
+            said += String(decoding: chunk, as: UTF8.self)
+        }
+        guard let address = said.split(separator: " ").first(where: { $0.hasPrefix("http") }), let port = URL(string: String(address))?.port else {
+            server.terminate()
+            throw BenchError("ubiquity serve did not say where it listens: \(said)")
+        }
+
+        var processes = [server], devices: [UbiquityContainers] = [], relays: [CountingProxy] = [], roots: [URL] = [], runtimes: [URL] = []
+        do {
+            for name in ["a", "b"] {
+                let home = folder.appendingPathComponent(name)
+                // The runtime folder on tmpfs, as systemd gives every session (/run/user/UID):
+                // the agent's socket and the file coordination locks live there.
+                let runtime = URL(fileURLWithPath: "/dev/shm/ubiquity-sync-bench-\(getpid())-\(name)")
+                try? FileManager.default.removeItem(at: runtime) // a leftover of an earlier run, if any
+                try FileManager.default.createDirectory(at: runtime, withIntermediateDirectories: false, attributes: [.posixPermissions: 0o700])
+                runtimes.append(runtime)
+                let environment = ["HOME": home.path, "XDG_CONFIG_HOME": home.appendingPathComponent("config").path,
+                                   "XDG_DATA_HOME": home.appendingPathComponent("data").path, "XDG_RUNTIME_DIR": runtime.path]
+                let paths = UbiquityPaths(environment: environment)
+                try FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true)
+                try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 600}"#.utf8).write(to: paths.agentConfiguration)
+                let relay = try CountingProxy.start(to: port)
+                relays.append(relay)
+                let login = try run(binary, ["login", "--server", "http://127.0.0.1:\(relay.port)", "--account", "ada", "--device-name", name, "--password-stdin"],
+                                    environment: environment, input: "correct horse\n")
+                guard login.status == 0 else { throw BenchError("ubiquity login: \(login.output)") }
+
+                let agent = Process()
+                agent.executableURL = binary
+                agent.arguments = ["agent", "--greedy", "--log-level", "error"]
+                agent.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+                let logFile = home.appendingPathComponent("agent.log")
+                _ = FileManager.default.createFile(atPath: logFile.path, contents: nil)
+                let handle = try FileHandle(forWritingTo: logFile)
+                agent.standardOutput = handle
+                agent.standardError = handle
+                try agent.run()
+                processes.append(agent)
+
+                let containers = UbiquityContainers(paths: paths, entitlements: UbiquityEntitlements(containers: [container]))
+                guard let root = containers.url(forContainer: container) else { throw BenchError("no container folder for device \(name)") }
+                try FileManager.default.createDirectory(at: root.appendingPathComponent("Documents"), withIntermediateDirectories: true)
+                devices.append(containers)
+                roots.append(root)
+            }
+        } catch {
+            for process in processes { process.terminate() }
+            for runtime in runtimes { try? FileManager.default.removeItem(at: runtime) } // best effort
+            throw error
+        }
+        let peer = UbiquityPeer(roots: roots, devices: devices, processes: processes, relays: relays, runtimes: runtimes)
+        do {
+            try await peer.settle()
+        } catch {
+            await peer.stop()
+            throw error
+        }
         return peer
+    }
+
+    func legs() -> [String: Int64] {
+        ["deviceAWithServer": relays[0].bytes, "serverWithDeviceB": relays[1].bytes]
     }
 
     /// Until both agents are connected and have nothing queued.
     func settle() async throws {
-        _ = try await until("both agents are idle", limit: .seconds(300)) {
+        _ = try await until("both agents are idle", limit: .seconds(600), every: .milliseconds(5)) {
             devices.allSatisfy { device in
-                guard let status = try? device.agent.send(AgentRequest(.status), timeout: .seconds(2)).status else { return false }
+                guard let status = try? device.agent.send(AgentRequest(.status), timeout: .seconds(5)).status else { return false }
                 return status.connected && !status.containers.isEmpty && status.containers.allSatisfy { $0.idle && $0.queued == 0 }
             }
         }
     }
 
+    /// How many items device B's agent knows.
+    func itemsOnB() -> Int {
+        (try? devices[1].agent.send(AgentRequest(.status), timeout: .seconds(5)).status?.containers.first?.items) ?? 0
+    }
+
     func stop() async {
-        for agent in agents { agent.cancel() }
-        for agent in agents { _ = await agent.result }
-        await server.stop()
+        processes.withLock { processes in
+            for process in processes.reversed() where process.isRunning { process.terminate() }
+            for process in processes { process.waitUntilExit() }
+        }
+        for relay in relays { relay.stop() }
+        for runtime in runtimes { try? FileManager.default.removeItem(at: runtime) } // best effort: tmpfs, gone at reboot
     }
 }
 
 /// Syncthing: two instances of the installed `syncthing` on loopback, one folder shared
 /// between them; global and local discovery, relays, NAT traversal and usage reports off; the
-/// file watcher on with its shortest delay (1 s).
-final class SyncthingPeer: Peer, Sendable {
+/// file watcher on with its shortest delay (1 s). A dials B through a counting relay (B does
+/// not know where A is), so the one connection between them is counted.
+final class SyncthingPeer: Peer {
     let name = "syncthing"
     let sideA: URL
     let sideB: URL
     let version: String
     let processes: Mutex<[Process]>
+    let processIDs: [pid_t]
     let rest: [(url: String, key: String, other: String)]
+    let relay: CountingProxy
 
-    private init(sideA: URL, sideB: URL, version: String, processes: [Process], rest: [(url: String, key: String, other: String)]) {
+    let processNames = ["a", "b"]
+
+    private init(sideA: URL, sideB: URL, version: String, processes: [Process], rest: [(url: String, key: String, other: String)], relay: CountingProxy) {
         self.sideA = sideA
         self.sideB = sideB
         self.version = version
         self.processes = Mutex(processes)
+        processIDs = processes.map(\.processIdentifier)
         self.rest = rest
+        self.relay = relay
     }
+
+    func legs() -> [String: Int64] { ["deviceAWithDeviceB": relay.bytes] }
 
     static let executable = ["/usr/bin/syncthing", "/usr/local/bin/syncthing"].first { FileManager.default.isExecutableFile(atPath: $0) }
 
     static func start(in folder: URL) async throws -> SyncthingPeer {
         guard let executable else { throw BenchError("syncthing is not installed (apt-get install syncthing), or pass --skip-syncthing") }
-        let version = try run(executable, ["--version"]).split(separator: "\n").first.map(String.init) ?? "syncthing"
+        let binary = URL(fileURLWithPath: executable)
+        let version = try run(binary, ["--version"]).output.split(separator: "\n").first.map(String.init) ?? "syncthing"
         var ids: [String] = []
         for name in ["a", "b"] {
-            let output = try run(executable, ["generate", "--home=" + folder.appendingPathComponent(name).path, "--no-default-folder", "--skip-port-probing"])
+            let output = try run(binary, ["generate", "--home=" + folder.appendingPathComponent(name).path, "--no-default-folder", "--skip-port-probing"]).output
             guard let line = output.split(separator: "\n").first(where: { $0.contains("Device ID:") }),
                   let id = line.components(separatedBy: "Device ID:").last?.trimmingCharacters(in: .whitespaces) else {
                 throw BenchError("syncthing generate printed no device ID: \(output)")
@@ -107,6 +216,8 @@ final class SyncthingPeer: Peer, Sendable {
             ids.append(id)
         }
         let listen = [try freePort(), try freePort()], gui = [try freePort(), try freePort()]
+        let relay = try CountingProxy.start(to: listen[1])
+        let dial = ["dynamic", "tcp://127.0.0.1:\(relay.port)"]
         var processes: [Process] = [], rest: [(url: String, key: String, other: String)] = [], sides: [URL] = []
         for (index, name) in ["a", "b"].enumerated() {
             let home = folder.appendingPathComponent(name)
@@ -122,7 +233,7 @@ final class SyncthingPeer: Peer, Sendable {
                         <minDiskFree unit="%">0</minDiskFree>
                     </folder>
                     <device id="\(ids[index])" name="\(name)" compression="metadata"><address>dynamic</address></device>
-                    <device id="\(ids[other])" name="peer" compression="metadata"><address>tcp://127.0.0.1:\(listen[other])</address></device>
+                    <device id="\(ids[other])" name="peer" compression="metadata"><address>\(dial[other])</address></device>
                     <gui enabled="true" tls="false"><address>127.0.0.1:\(gui[index])</address><apikey>\(key)</apikey></gui>
                     <options>
                         <listenAddress>tcp://127.0.0.1:\(listen[index])</listenAddress>
@@ -153,7 +264,7 @@ final class SyncthingPeer: Peer, Sendable {
             rest.append(("http://127.0.0.1:\(gui[index])", key, ids[other]))
             sides.append(shared)
         }
-        let peer = SyncthingPeer(sideA: sides[0], sideB: sides[1], version: version, processes: processes, rest: rest)
+        let peer = SyncthingPeer(sideA: sides[0], sideB: sides[1], version: version, processes: processes, rest: rest, relay: relay)
         do {
             for api in rest {
                 let start = ContinuousClock.now
@@ -196,31 +307,18 @@ final class SyncthingPeer: Peer, Sendable {
             for process in processes where process.isRunning { process.terminate() }
             for process in processes { process.waitUntilExit() }
         }
+        relay.stop()
     }
 
     static func get(_ api: (url: String, key: String, other: String), _ path: String) async throws -> [String: Any] {
         var request = HTTPClientRequest(url: api.url + path)
         request.headers.add(name: "X-API-Key", value: api.key)
-        let response = try await SyncClient.defaultHTTPClient.execute(request, timeout: .seconds(10))
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
         let body = try await response.body.collect(upTo: 1 << 20)
         guard response.status == .ok, let json = try JSONSerialization.jsonObject(with: Data(body.readableBytesView)) as? [String: Any] else {
             throw BenchError("syncthing answered \(response.status) to \(path)")
         }
         return json
-    }
-
-    /// Runs a command to its end; its standard output and error.
-    static func run(_ executable: String, _ arguments: [String]) throws -> String {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let output = pipe.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        return String(decoding: output, as: UTF8.self)
     }
 
     /// A TCP port on loopback nobody listens on now.

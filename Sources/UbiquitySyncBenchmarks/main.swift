@@ -1,39 +1,35 @@
-// ubiquity-sync-bench: the sync figures of SYSTEM.md for Ubiquity (an embedded server and two
-// agents on loopback) and for its peer, Syncthing (two instances of the Debian package on
-// loopback; discovery, relays and NAT off; the file watcher at its 1 s minimum), measured the
-// same way in one run and printed as JSON with their ratios:
+// ubiquity-sync-bench: the sync figures of issue 16 and SYSTEM.md, for Ubiquity (`ubiquity
+// serve` and two `ubiquity agent` processes on loopback) and its peer, Syncthing (two
+// instances of the Debian package on loopback; discovery, relays and NAT off; the file watcher
+// at its 1 s minimum), measured the same way in one run and printed as JSON with their ratios
+// and the goals. Every device reaches its server (or its peer) through a counting relay, so
+// the bytes of each leg are known; CPU time and wake-ups come from /proc.
 //
-//   - a new 4 KiB file: p50 and p99 time until it is readable on the other side;
-//   - a 1-byte edit in a 64 MiB file (saved the safe way: a whole new file renamed over the
-//     old one): time until the other side has it, and bytes on the wire (loopback's counters);
-//   - a new 64 MiB file: time until it is readable, complete, on the other side (the median of
-//     three different files, one after the other).
-//
-//   swift run -c release ubiquity-sync-bench [--small N] [--syncthing-small N] [--large-mib M] [--large-runs N]
-//                                            [--skip-syncthing] [--directory DIR]
-import AsyncHTTPClient
+//   swift build -c release --product ubiquity && swift run -c release ubiquity-sync-bench
+//     [--small N] [--syncthing-small N] [--burst N] [--folder N] [--big-folder N] [--large-mib M]
+//     [--large-runs N] [--cost-changes N] [--idle-items N] [--idle-seconds S] [--skip-syncthing]
+//     [--directory DIR] [--keep]
 import Foundation
-import Logging
-import NIOCore
 import Ubiquity
-import UbiquityAgent
-import UbiquityServer
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-struct BenchError: Error, CustomStringConvertible {
-    var description: String
-    init(_ description: String) { self.description = description }
-}
-
 struct Options {
     var small = 50
     var syncthingSmall = 20
+    var burst = 100
+    var folder = 1000
+    var bigFolder = 10_000
     var largeMiB = 64
     var largeRuns = 3
+    var costChanges = 10
+    var idleItems = 100_000
+    var idleSeconds = 60
     var skipSyncthing = false
+    /// Leave the run's folder (homes, logs, data) in place afterwards.
+    var keep = false
     var directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("ubiquity-sync-bench-\(getpid())")
 
     init(_ arguments: [String]) throws {
@@ -42,17 +38,26 @@ struct Options {
             guard let next = rest.next() else { throw BenchError("\(flag) needs a value") }
             return next
         }
-        func count(_ flag: String) throws -> Int {
-            guard let number = Int(try value(flag)), number > 0 else { throw BenchError("\(flag) needs a positive whole number") }
+        func count(_ flag: String, allowZero: Bool = false) throws -> Int {
+            guard let number = Int(try value(flag)), number > 0 || (allowZero && number == 0) else {
+                throw BenchError("\(flag) needs a \(allowZero ? "whole number" : "positive whole number")")
+            }
             return number
         }
         while let argument = rest.next() {
             switch argument {
             case "--small": small = try count(argument)
             case "--syncthing-small": syncthingSmall = try count(argument)
+            case "--burst": burst = try count(argument)
+            case "--folder": folder = try count(argument)
+            case "--big-folder": bigFolder = try count(argument)
             case "--large-mib": largeMiB = try count(argument)
             case "--large-runs": largeRuns = try count(argument)
+            case "--cost-changes": costChanges = try count(argument)
+            case "--idle-items": idleItems = try count(argument, allowZero: true)
+            case "--idle-seconds": idleSeconds = try count(argument)
             case "--skip-syncthing": skipSyncthing = true
+            case "--keep": keep = true
             case "--directory": directory = URL(fileURLWithPath: try value(argument))
             default: throw BenchError("unknown argument \(argument); see the comment at the top of Sources/UbiquitySyncBenchmarks/main.swift")
             }
@@ -60,152 +65,47 @@ struct Options {
     }
 }
 
-// MARK: Measuring
-
-/// Two folders kept in step by one system, and a way to wait until it has nothing left to do.
-protocol Peer {
-    var name: String { get }
-    var sideA: URL { get }
-    var sideB: URL { get }
-    func settle() async throws
-    func stop() async
-}
-
+/// One system's figures; a scenario that failed is missing (and its error is in `failure`).
 struct Figures: Encodable {
-    struct Small: Encodable { var p50Ms: Double, p99Ms: Double, n: Int }
-    struct Edit: Encodable { var ms: Double, bytesOnWire: Int64 }
-    /// The median of `runs` new files (each a different one).
-    struct Large: Encodable { var ms: Double, mib: Int, runsMs: [Double] }
-    var newSmallFile: Small
-    var oneByteEditInLargeFile: Edit
-    var newLargeFile: Large
+    var newSmallFile: Latency?
+    var burst: NewFolder?
+    var newFolder: NewFolder?
+    var newBigFolder: NewFolder?
+    var costOfOneChange: ChangeCost?
+    var renameBigFolder: Rename?
+    var large: LargeFigures?
+    var wholeContainer: WholeContainer?
+    var idle: Idle?
+    var failure: String?
     var notes: String
 }
 
-func milliseconds(_ duration: Duration) -> Double {
-    (Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15).rounded(toPlaces: 1)
-}
-
-extension Double {
-    func rounded(toPlaces places: Int) -> Double {
-        let scale = Foundation.pow(10, Double(places))
-        return (self * scale).rounded() / scale
-    }
-}
-
-func percentile(_ values: [Double], _ p: Double) -> Double {
-    let sorted = values.sorted()
-    guard !sorted.isEmpty else { return 0 }
-    return sorted[min(sorted.count - 1, Int((Double(sorted.count) * p).rounded(.up)) - 1)]
-}
-
-/// Bytes received on the loopback interface so far (every byte sent over loopback is received
-/// once; TCP/IP headers included, the same for both systems).
-func loopbackBytes() throws -> Int64 {
-    let text = try String(contentsOfFile: "/proc/net/dev", encoding: .utf8)
-    for line in text.split(separator: "\n") where line.trimmingCharacters(in: .whitespaces).hasPrefix("lo:") {
-        let fields = line.split(separator: ":", maxSplits: 1)[1].split(separator: " ")
-        if let bytes = Int64(fields[0]) { return bytes }
-    }
-    throw BenchError("no loopback counters in /proc/net/dev")
-}
-
-/// Deterministic pseudo-random bytes (the same files for both systems).
-func noise(_ count: Int, seed: UInt64) -> Data {
-    var state = seed &+ 0x9e37_79b9_7f4a_7c15
-    var data = Data(count: count)
-    data.withUnsafeMutableBytes { buffer in
-        let words = buffer.bindMemory(to: UInt64.self)
-        for index in words.indices {
-            state = state &* 6_364_136_223_846_793_005 &+ 1_442_695_040_888_963_407
-            words[index] = state ^ (state >> 29)
+/// Runs every scenario on `peer`, in order, keeping what was measured if one fails.
+func measure(_ peer: some Peer, options: Options, small: Int, notes: String) async -> Figures {
+    var figures = Figures(notes: notes)
+    do {
+        log("\(peer.name): warming up")
+        let warm = Data("warm".utf8)
+        try warm.write(to: peer.sideA.appendingPathComponent("warm-up.txt"), options: .atomic)
+        _ = try await until("\(peer.name) syncs the warm-up file") { (try? Data(contentsOf: peer.sideB.appendingPathComponent("warm-up.txt"))) == warm }
+        figures.newSmallFile = try await newSmallFiles(peer, count: small)
+        figures.burst = try await newFolder(peer, named: "burst", count: options.burst, size: 4096, seed: 1_000_000)
+        figures.newFolder = try await newFolder(peer, named: "folder", count: options.folder, size: 1024, seed: 2_000_000)
+        figures.costOfOneChange = try await changeCost(peer, items: options.folder + options.burst + small, changes: options.costChanges, label: "small")
+        figures.newBigFolder = try await newFolder(peer, named: "big-folder", count: options.bigFolder, size: 1024, seed: 3_000_000)
+        figures.renameBigFolder = try await renameFolder(peer, from: "big-folder", to: "renamed-folder", count: options.bigFolder, size: 1024)
+        figures.large = try await largeFiles(peer, mib: options.largeMiB, runs: options.largeRuns)
+        if let ubiquity = peer as? UbiquityPeer {
+            figures.wholeContainer = try await wholeContainer(ubiquity)
+            if options.idleItems > 0 {
+                figures.idle = try await idleAgents(ubiquity, items: options.idleItems, seconds: options.idleSeconds, changes: options.costChanges)
+            }
         }
+    } catch {
+        log("\(peer.name): \(error)")
+        figures.failure = "\(error)"
     }
-    return data
-}
-
-/// Polls `condition` every millisecond until it holds (at most `limit`); the time it took.
-func until(_ what: String, limit: Duration = .seconds(120), _ condition: () throws -> Bool) async throws -> Duration {
-    let start = ContinuousClock.now
-    while !(try condition()) {
-        guard ContinuousClock.now - start < limit else { throw BenchError("timed out waiting until \(what)") }
-        try await Task.sleep(for: .milliseconds(1))
-    }
-    return ContinuousClock.now - start
-}
-
-/// The byte at `offset` of the file at `url`, if it is there and `size` bytes long.
-func byte(at offset: Int, of url: URL, size: Int) -> UInt8? {
-    let fd = open(url.path, O_RDONLY | O_CLOEXEC)
-    guard fd >= 0 else { return nil }
-    defer { close(fd) }
-    var info = stat()
-    guard fstat(fd, &info) == 0, Int(info.st_size) == size else { return nil }
-    var value: UInt8 = 0
-    return pread(fd, &value, 1, off_t(offset)) == 1 ? value : nil
-}
-
-func measure(_ peer: some Peer, small: Int, largeMiB: Int, largeRuns: Int, notes: String) async throws -> Figures {
-    log("\(peer.name): warming up")
-    let warm = Data("warm".utf8)
-    try warm.write(to: peer.sideA.appendingPathComponent("warm-up.txt"), options: .atomic)
-    _ = try await until("\(peer.name) syncs the warm-up file") { (try? Data(contentsOf: peer.sideB.appendingPathComponent("warm-up.txt"))) == warm }
-    try await peer.settle()
-
-    log("\(peer.name): \(small) new 4 KiB files")
-    var times: [Double] = []
-    for index in 0..<small {
-        let data = noise(4096, seed: UInt64(index))
-        let name = "small-\(index).bin"
-        try data.write(to: peer.sideA.appendingPathComponent(name), options: .atomic)
-        let took = try await until("\(peer.name) syncs \(name)") { (try? Data(contentsOf: peer.sideB.appendingPathComponent(name))) == data }
-        times.append(milliseconds(took))
-        try await Task.sleep(for: .milliseconds(20))
-    }
-    try await peer.settle()
-
-    log("\(peer.name): \(largeRuns) new \(largeMiB) MiB files, one at a time")
-    let size = largeMiB << 20
-    var large = Data()
-    var largeTimes: [Double] = []
-    var target = peer.sideB
-    for run in 0..<largeRuns {
-        let name = "large-\(run).bin"
-        large = noise(size, seed: 64 + UInt64(run))
-        try large.write(to: peer.sideA.appendingPathComponent(name), options: .atomic)
-        target = peer.sideB.appendingPathComponent(name)
-        let took = try await until("\(peer.name) syncs \(name)", limit: .seconds(600)) { [target, large] in
-            guard byte(at: size - 1, of: target, size: size) != nil else { return false }
-            return (try? Data(contentsOf: target)) == large
-        }
-        largeTimes.append(milliseconds(took))
-        try await peer.settle()
-        try await Task.sleep(for: .seconds(1))
-    }
-
-    log("\(peer.name): a 1-byte edit in the \(largeMiB) MiB file")
-    let offset = size / 2 + 12_345
-    large[offset] ^= 0x5a
-    let before = try loopbackBytes()
-    try large.write(to: peer.sideA.appendingPathComponent(target.lastPathComponent), options: .atomic)
-    let edit = try await until("\(peer.name) syncs the edit", limit: .seconds(600)) { byte(at: offset, of: target, size: size) == large[offset] }
-    try await Task.sleep(for: .seconds(2)) // what follows the edit (acknowledgements, index updates) counts too
-    let bytes = try loopbackBytes() - before
-    expect((try? Data(contentsOf: target)) == large, "\(peer.name): the edited file arrived whole")
-    try await peer.settle()
-
-    return Figures(newSmallFile: .init(p50Ms: percentile(times, 0.5), p99Ms: percentile(times, 0.99), n: times.count),
-                   oneByteEditInLargeFile: .init(ms: milliseconds(edit), bytesOnWire: bytes),
-                   newLargeFile: .init(ms: percentile(largeTimes, 0.5), mib: largeMiB, runsMs: largeTimes), notes: notes)
-}
-
-func log(_ line: String) {
-    FileHandle.standardError.write(Data(("ubiquity-sync-bench: " + line + "\n").utf8))
-}
-
-/// A check whose failure is reported (the figures are printed anyway).
-func expect(_ condition: Bool, _ message: String) {
-    if !condition { log("CHECK FAILED: " + message) }
+    return figures
 }
 
 // MARK: Run
@@ -214,28 +114,46 @@ let options: Options
 do {
     options = try Options(Array(CommandLine.arguments.dropFirst()))
 } catch {
-    FileHandle.standardError.write(Data("ubiquity-sync-bench: \(error)\n".utf8))
+    log("\(error)")
     exit(2)
 }
-try? FileManager.default.removeItem(at: options.directory)
-try FileManager.default.createDirectory(at: options.directory, withIntermediateDirectories: true)
-defer { try? FileManager.default.removeItem(at: options.directory) }
 
-// Prerequisites first: a missing peer is said before anything is measured, never after.
-if !options.skipSyncthing && SyncthingPeer.executable == nil {
-    FileHandle.standardError.write(Data("ubiquity-sync-bench: syncthing is not installed (apt-get install syncthing), or pass --skip-syncthing\n".utf8))
+// Prerequisites first: a missing piece is said before anything is measured, never after.
+if !FileManager.default.isExecutableFile(atPath: UbiquityPeer.executable.path) {
+    log("\(UbiquityPeer.executable.path) is missing: swift build -c release --product ubiquity")
     exit(2)
 }
+if !options.skipSyncthing && SyncthingPeer.executable == nil {
+    log("syncthing is not installed (apt-get install syncthing), or pass --skip-syncthing")
+    exit(2)
+}
+try? FileManager.default.removeItem(at: options.directory) // a leftover of an earlier run, if any
+try FileManager.default.createDirectory(at: options.directory, withIntermediateDirectories: true)
+defer {
+    // Best effort: the figures are printed either way.
+    if !options.keep { try? FileManager.default.removeItem(at: options.directory) }
+}
+
+// The reference for a large file: the same bytes through a loopback socket into a new file.
+let referenceFile = options.directory.appendingPathComponent("reference.bin")
+try noise(options.largeMiB << 20, seed: 1).write(to: referenceFile)
+var copies: [Double] = []
+for run in 0..<3 {
+    let copy = options.directory.appendingPathComponent("reference-copy-\(run).bin")
+    copies.append(milliseconds(try await loopbackCopy(of: referenceFile, to: copy)))
+    try FileManager.default.removeItem(at: copy)
+}
+let loopbackCopyMs = percentile(copies, 0.5)
 
 var results: [String: Figures] = [:]
-let ubiquity = try await UbiquityPeer.start(in: options.directory.appendingPathComponent("ubiquity"))
 do {
-    results["ubiquity"] = try await measure(ubiquity, small: options.small, largeMiB: options.largeMiB, largeRuns: options.largeRuns,
-                                            notes: "embedded server (SQLite) and two agents on loopback; greedy devices; inotify and push")
+    let ubiquity = try await UbiquityPeer.start(in: options.directory.appendingPathComponent("ubiquity"))
+    results["ubiquity"] = await measure(ubiquity, options: options, small: options.small,
+                                        notes: "ubiquity serve (embedded SQLite) and two ubiquity agent --greedy processes, each device through its own counting relay")
     await ubiquity.stop()
 } catch {
-    await ubiquity.stop()
-    throw error
+    log("Ubiquity could not be started: \(error)")
+    results["ubiquity"] = Figures(failure: "\(error)", notes: "")
 }
 var syncthingVersion: String?
 if !options.skipSyncthing {
@@ -243,16 +161,13 @@ if !options.skipSyncthing {
     do {
         let syncthing = try await SyncthingPeer.start(in: options.directory.appendingPathComponent("syncthing"))
         syncthingVersion = syncthing.version
-        do {
-            results["syncthing"] = try await measure(syncthing, small: options.syncthingSmall, largeMiB: options.largeMiB, largeRuns: options.largeRuns,
-                                                     notes: "\(syncthing.version); two instances on loopback; discovery, relays, NAT off; fsWatcherDelayS=1 (its minimum; 10 by default)")
-            await syncthing.stop()
-        } catch {
-            await syncthing.stop()
-            throw error
-        }
+        var peerOptions = options
+        peerOptions.idleItems = 0
+        results["syncthing"] = await measure(syncthing, options: peerOptions, small: options.syncthingSmall,
+                                             notes: "\(syncthing.version); two instances on loopback, A dials B through a counting relay; discovery, relays, NAT off; fsWatcherDelayS=1 (its minimum; 10 by default)")
+        await syncthing.stop()
     } catch {
-        FileHandle.standardError.write(Data("ubiquity-sync-bench: Syncthing could not be measured: \(error)\n".utf8))
+        log("Syncthing could not be measured: \(error)")
         syncthingVersion = "failed: \(error)"
     }
 }
@@ -265,6 +180,9 @@ let buildConfiguration = "release"
 
 struct Report: Encodable {
     var machine: [String: String]
+    /// A new file of the large size through a loopback TCP socket into a new file, `fsync`ed
+    /// (median of three), in milliseconds.
+    var loopbackCopyMs: Double
     var ubiquity: Figures?
     var syncthing: Figures?
     /// Ubiquity's figure divided by Syncthing's (below 1: Ubiquity is better).
@@ -275,23 +193,60 @@ struct Report: Encodable {
 var ratios: [String: Double] = [:]
 var goals: [String: Bool] = [:]
 if let ours = results["ubiquity"] {
-    goals["newSmallFileP50AtMost50ms"] = ours.newSmallFile.p50Ms <= 50
-    goals["oneByteEditAtMost64KiB"] = ours.oneByteEditInLargeFile.bytesOnWire <= 65_536
+    if let small = ours.newSmallFile {
+        goals["newSmallFileP50AtMost10ms"] = small.p50Ms <= 10
+        goals["newSmallFileP99AtMost30ms"] = small.p99Ms <= 30
+    }
+    if let burst = ours.burst { goals["burstAtMost500ms"] = burst.transfer.ms <= 500 }
+    if let folder = ours.newFolder {
+        goals["newFolderAtMost2s"] = folder.transfer.ms <= 2000
+        goals["newFolderWireWithinBudget"] = folder.transfer.bytesOnWire <= folder.wireBudget
+    }
+    if let big = ours.newBigFolder {
+        goals["newBigFolderAtMost15s"] = big.transfer.ms <= 15_000
+        goals["newBigFolderWireWithinBudget"] = big.transfer.bytesOnWire <= big.wireBudget
+        if let folder = ours.newFolder {
+            ratios["bigFolderOverFolder"] = (big.transfer.ms / folder.transfer.ms).rounded(toPlaces: 2)
+            goals["linearInFiles"] = big.transfer.ms <= folder.transfer.ms * 12 * Double(big.files) / Double(10 * folder.files)
+        }
+    }
+    if let rename = ours.renameBigFolder {
+        goals["renameAtMost1s"] = rename.transfer.ms <= 1000
+        goals["renameAtMost1MiB"] = rename.transfer.bytesOnWire <= 1 << 20
+    }
+    if let large = ours.large {
+        goals["newLargeFileAtMost2xLoopbackCopy"] = large.newFile.ms <= 2 * loopbackCopyMs
+        for (name, edit) in [("SafeSave", large.oneByteEditSafeSave), ("InPlace", large.oneByteEditInPlace)] {
+            goals["oneByteEdit\(name)AtMost300ms"] = edit.transfer.ms <= 300
+            goals["oneByteEdit\(name)AtMost32KiB"] = edit.transfer.bytesOnWire <= 32 << 10
+        }
+    }
+    if let whole = ours.wholeContainer { goals["besideDocumentsArrivesNoSyncNever"] = !whole.noSyncArrived }
+    if let idle = ours.idle {
+        goals["idleAtMost1WakeUpPerSecond"] = idle.wakeUpsPerSecond.values.allSatisfy { $0 <= 1 }
+        goals["idleAtMost150MB"] = idle.residentMiB.values.allSatisfy { $0 * 1_048_576 <= 150_000_000 }
+    }
     if let theirs = results["syncthing"] {
-        func ratio(_ a: Double, _ b: Double) -> Double { b > 0 ? (a / b).rounded(toPlaces: 3) : 0 }
-        ratios["newSmallFileP50"] = ratio(ours.newSmallFile.p50Ms, theirs.newSmallFile.p50Ms)
-        ratios["newSmallFileP99"] = ratio(ours.newSmallFile.p99Ms, theirs.newSmallFile.p99Ms)
-        ratios["oneByteEditTime"] = ratio(ours.oneByteEditInLargeFile.ms, theirs.oneByteEditInLargeFile.ms)
-        ratios["oneByteEditBytes"] = ratio(Double(ours.oneByteEditInLargeFile.bytesOnWire), Double(theirs.oneByteEditInLargeFile.bytesOnWire))
-        ratios["newLargeFileTime"] = ratio(ours.newLargeFile.ms, theirs.newLargeFile.ms)
-        goals["fasterThanSyncthingOnAllThree"] = ratios["newSmallFileP50"]! < 1 && ratios["oneByteEditTime"]! < 1 && ratios["newLargeFileTime"]! < 1
-        goals["fewerBytesThanSyncthingForTheEdit"] = ratios["oneByteEditBytes"]! < 1
+        func ratio(_ a: Double?, _ b: Double?) -> Double? {
+            guard let a, let b, b > 0 else { return nil }
+            return (a / b).rounded(toPlaces: 3)
+        }
+        ratios["newSmallFileP50"] = ratio(ours.newSmallFile?.p50Ms, theirs.newSmallFile?.p50Ms)
+        ratios["burst"] = ratio(ours.burst?.transfer.ms, theirs.burst?.transfer.ms)
+        ratios["newFolder"] = ratio(ours.newFolder?.transfer.ms, theirs.newFolder?.transfer.ms)
+        ratios["newBigFolder"] = ratio(ours.newBigFolder?.transfer.ms, theirs.newBigFolder?.transfer.ms)
+        ratios["renameBigFolder"] = ratio(ours.renameBigFolder?.transfer.ms, theirs.renameBigFolder?.transfer.ms)
+        ratios["newLargeFile"] = ratio(ours.large?.newFile.ms, theirs.large?.newFile.ms)
+        ratios["newLargeFileCpu"] = ratio(ours.large?.newFile.cpuMs, theirs.large?.newFile.cpuMs)
+        ratios["oneByteEditSafeSave"] = ratio(ours.large?.oneByteEditSafeSave.transfer.ms, theirs.large?.oneByteEditSafeSave.transfer.ms)
+        ratios["oneByteEditInPlace"] = ratio(ours.large?.oneByteEditInPlace.transfer.ms, theirs.large?.oneByteEditInPlace.transfer.ms)
+        if let cpu = ratios["newLargeFileCpu"] { goals["newLargeFileCpuAtMostSyncthings"] = cpu <= 1 }
     }
 }
 let report = Report(
     machine: ["cores": "\(ProcessInfo.processInfo.activeProcessorCount)", "memoryGiB": "\(ProcessInfo.processInfo.physicalMemory >> 30)",
               "build": buildConfiguration, "syncthing": syncthingVersion ?? "skipped"],
-    ubiquity: results["ubiquity"], syncthing: results["syncthing"], ratios: ratios, goals: goals)
+    loopbackCopyMs: loopbackCopyMs, ubiquity: results["ubiquity"], syncthing: results["syncthing"], ratios: ratios, goals: goals)
 let encoder = JSONEncoder()
 encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
 print(String(decoding: try encoder.encode(report), as: UTF8.self))

@@ -103,6 +103,17 @@ extension ContainerSyncTests {
             let after = try await phone.client.changes(container: notes, since: 0).items.filter { !$0.deleted }.count
             #expect(after == before, "no item was made anew")
 
+            // A folder recorded while still empty, then filled before the watcher watched it
+            // (no event for its file): the folder's own event has it walked whole.
+            try FileManager.default.createDirectory(at: laptop.documents.appendingPathComponent("C"), withIntermediateDirectories: false)
+            await laptop.sync.noteChange(at: "Documents/C")
+            try await laptop.sync.syncOnce()
+            try laptop.write("C/five.txt", Data("5".utf8))
+            await laptop.sync.noteChange(at: "Documents/C")
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(phone.read("C/five.txt") == "5")
+
             // Inside a package: the package is what changed; inside a .nosync folder: nothing.
             try laptop.write("A/Sketch.note/Text.txt", Data("draft".utf8))
             await laptop.sync.noteChange(at: "Documents/A/Sketch.note")

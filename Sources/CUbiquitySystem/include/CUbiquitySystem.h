@@ -7,6 +7,10 @@ int ubq_rename_exchange(const char *first, const char *second);
 /// Renames `from` to `to` only if `to` does not exist (RENAME_NOREPLACE). Returns 0 or -1 with errno set.
 int ubq_rename_noreplace(const char *from, const char *to);
 
+/// Writes back everything of the file system that holds `fd` (syncfs): one flush for many
+/// files written together, instead of an fsync each. Returns 0 or -1 with errno set.
+int ubq_syncfs(int fd);
+
 /// Makes `destination` share `source`'s extents (FICLONE, a reflink). Returns 0 or -1 with errno set.
 int ubq_clone_file(int destination, int source);
 

@@ -105,22 +105,22 @@ struct FileChunkStore: ChunkStorage {
         do {
             unused = try await index.write { db in
                 let size = written.reduce(0) { $0 + $1.bytes.count }
-                try db.execute(sql: "INSERT INTO pack (id, account, size, live, created) VALUES (?, ?, ?, 0, ?)",
-                               arguments: [pack, account, size, Date().timeIntervalSince1970])
+                try db.cachedStatement(sql: "INSERT INTO pack (id, account, size, live, created) VALUES (?, ?, ?, 0, ?)")
+                               .execute(arguments: [pack, account, size, Date().timeIntervalSince1970])
                 var offset = 0, live = 0
                 for chunk in written {
                     // Stored meanwhile by another upload: that copy stays, this one is dead bytes.
-                    try db.execute(sql: "INSERT OR IGNORE INTO chunk (account, hash, pack, offset, length) VALUES (?, ?, ?, ?, ?)",
-                                   arguments: [account, chunk.hash, pack, offset, chunk.bytes.count])
+                    try db.cachedStatement(sql: "INSERT OR IGNORE INTO chunk (account, hash, pack, offset, length) VALUES (?, ?, ?, ?, ?)")
+                                   .execute(arguments: [account, chunk.hash, pack, offset, chunk.bytes.count])
                     if db.changesCount > 0 { live += chunk.bytes.count }
                     offset += chunk.bytes.count
                 }
                 if live == 0 && size > 0 {
-                    try db.execute(sql: "DELETE FROM chunk WHERE pack = ?", arguments: [pack])
-                    try db.execute(sql: "DELETE FROM pack WHERE id = ?", arguments: [pack])
+                    try db.cachedStatement(sql: "DELETE FROM chunk WHERE pack = ?").execute(arguments: [pack])
+                    try db.cachedStatement(sql: "DELETE FROM pack WHERE id = ?").execute(arguments: [pack])
                     return true
                 }
-                try db.execute(sql: "UPDATE pack SET live = ? WHERE id = ?", arguments: [live, pack])
+                try db.cachedStatement(sql: "UPDATE pack SET live = ? WHERE id = ?").execute(arguments: [live, pack])
                 return false
             }
         } catch {
@@ -178,7 +178,7 @@ struct FileChunkStore: ChunkStorage {
         // Twice: a pack being compacted may go between reading the index and opening it.
         for _ in 0..<2 {
             let place = try await index.read { db in
-                try Row.fetchOne(db, sql: "SELECT pack, offset, length FROM chunk WHERE account = ? AND hash = ?", arguments: [account, hash])
+                try Row.fetchOne(db.cachedStatement(sql: "SELECT pack, offset, length FROM chunk WHERE account = ? AND hash = ?"), arguments: [account, hash])
                     .map { (pack: $0["pack"] as String, offset: $0["offset"] as Int64, length: $0["length"] as Int) }
             }
             guard let place else { return FileManager.default.contents(atPath: loosePath(account: account, hash: hash)) }
@@ -190,12 +190,12 @@ struct FileChunkStore: ChunkStorage {
     func remove(hash: String, account: Int64) async {
         unlink(loosePath(account: account, hash: hash))
         let emptied = try? await index.write { db -> String? in
-            guard let row = try Row.fetchOne(db, sql: "SELECT pack, length FROM chunk WHERE account = ? AND hash = ?", arguments: [account, hash]) else { return nil }
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT pack, length FROM chunk WHERE account = ? AND hash = ?"), arguments: [account, hash]) else { return nil }
             let pack: String = row["pack"]
-            try db.execute(sql: "DELETE FROM chunk WHERE account = ? AND hash = ?", arguments: [account, hash])
-            try db.execute(sql: "UPDATE pack SET live = live - ? WHERE id = ?", arguments: [row["length"] as Int64, pack])
-            guard try Int64.fetchOne(db, sql: "SELECT COUNT(*) FROM chunk WHERE pack = ?", arguments: [pack]) == 0 else { return nil }
-            try db.execute(sql: "DELETE FROM pack WHERE id = ?", arguments: [pack])
+            try db.cachedStatement(sql: "DELETE FROM chunk WHERE account = ? AND hash = ?").execute(arguments: [account, hash])
+            try db.cachedStatement(sql: "UPDATE pack SET live = live - ? WHERE id = ?").execute(arguments: [row["length"] as Int64, pack])
+            guard try Int64.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM chunk WHERE pack = ?"), arguments: [pack]) == 0 else { return nil }
+            try db.cachedStatement(sql: "DELETE FROM pack WHERE id = ?").execute(arguments: [pack])
             return pack
         }
         if let pack = emptied ?? nil { unlink(packPath(account: account, pack: pack)) }
@@ -203,8 +203,8 @@ struct FileChunkStore: ChunkStorage {
 
     func removeAccount(_ account: Int64) async {
         _ = try? await index.write { db in
-            try db.execute(sql: "DELETE FROM chunk WHERE account = ?", arguments: [account])
-            try db.execute(sql: "DELETE FROM pack WHERE account = ?", arguments: [account])
+            try db.cachedStatement(sql: "DELETE FROM chunk WHERE account = ?").execute(arguments: [account])
+            try db.cachedStatement(sql: "DELETE FROM pack WHERE account = ?").execute(arguments: [account])
         }
         try? FileManager.default.removeItem(atPath: "\(directory)/\(account)")
     }
@@ -216,11 +216,11 @@ struct FileChunkStore: ChunkStorage {
     func compact(orphanAge: TimeInterval = 3_600) async throws -> Int64 {
         var freed: Int64 = 0
         let sparse = try await index.read { db in
-            try Row.fetchAll(db, sql: "SELECT id, account, size FROM pack WHERE live * 2 < size").map { (id: $0["id"] as String, account: $0["account"] as Int64, size: $0["size"] as Int64) }
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT id, account, size FROM pack WHERE live * 2 < size")).map { (id: $0["id"] as String, account: $0["account"] as Int64, size: $0["size"] as Int64) }
         }
         for old in sparse {
             let live = try await index.read { db in
-                try Row.fetchAll(db, sql: "SELECT hash, offset, length FROM chunk WHERE pack = ? ORDER BY offset", arguments: [old.id])
+                try Row.fetchAll(db.cachedStatement(sql: "SELECT hash, offset, length FROM chunk WHERE pack = ? ORDER BY offset"), arguments: [old.id])
                     .map { (hash: $0["hash"] as String, offset: $0["offset"] as Int64, length: $0["length"] as Int) }
             }
             var chunks: [(hash: String, bytes: [UInt8])] = []
@@ -234,25 +234,25 @@ struct FileChunkStore: ChunkStorage {
             try await index.write { db in
                 if !moved.isEmpty {
                     let size = moved.reduce(0) { $0 + $1.bytes.count }
-                    try db.execute(sql: "INSERT INTO pack (id, account, size, live, created) VALUES (?, ?, ?, ?, ?)",
-                                   arguments: [pack, old.account, size, size, Date().timeIntervalSince1970])
+                    try db.cachedStatement(sql: "INSERT INTO pack (id, account, size, live, created) VALUES (?, ?, ?, ?, ?)")
+                                   .execute(arguments: [pack, old.account, size, size, Date().timeIntervalSince1970])
                     var offset = 0
                     for chunk in moved {
-                        try db.execute(sql: "UPDATE chunk SET pack = ?, offset = ? WHERE account = ? AND hash = ? AND pack = ?",
-                                       arguments: [pack, offset, old.account, chunk.hash, old.id])
+                        try db.cachedStatement(sql: "UPDATE chunk SET pack = ?, offset = ? WHERE account = ? AND hash = ? AND pack = ?")
+                                       .execute(arguments: [pack, offset, old.account, chunk.hash, old.id])
                         offset += chunk.bytes.count
                     }
                 }
                 // Chunks removed meanwhile were not moved: the new pack's count says what is live.
-                try db.execute(sql: "UPDATE pack SET live = COALESCE((SELECT SUM(length) FROM chunk WHERE pack = ?), 0) WHERE id = ?", arguments: [pack, pack])
-                try db.execute(sql: "DELETE FROM chunk WHERE pack = ?", arguments: [old.id])
-                try db.execute(sql: "DELETE FROM pack WHERE id = ?", arguments: [old.id])
+                try db.cachedStatement(sql: "UPDATE pack SET live = COALESCE((SELECT SUM(length) FROM chunk WHERE pack = ?), 0) WHERE id = ?").execute(arguments: [pack, pack])
+                try db.cachedStatement(sql: "DELETE FROM chunk WHERE pack = ?").execute(arguments: [old.id])
+                try db.cachedStatement(sql: "DELETE FROM pack WHERE id = ?").execute(arguments: [old.id])
             }
             unlink(packPath(account: old.account, pack: old.id))
             freed += old.size - Int64(chunks.reduce(0) { $0 + $1.bytes.count })
         }
         // Packs no index entry names, old enough not to be an upload in progress.
-        let indexed = Set(try await index.read { db in try String.fetchAll(db, sql: "SELECT id FROM pack") })
+        let indexed = Set(try await index.read { db in try String.fetchAll(db.cachedStatement(sql: "SELECT id FROM pack")) })
         let accounts = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         for account in accounts where Int64(account) != nil {
             let folder = "\(directory)/\(account)/packs"

@@ -81,7 +81,7 @@ final class SQLiteDatabase: SyncDatabase {
     func createAccount(name: String, passwordHash: String, quotaBytes: Int64) async throws -> Account {
         let identity = Self.randomToken()
         return try await pool.write { db in
-            if try Bool.fetchOne(db, sql: "SELECT 1 FROM account WHERE name = ?", arguments: [name]) == true {
+            if try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM account WHERE name = ?"), arguments: [name]) == true {
                 throw SyncError(.conflict, "accountExists", "an account named \(name) exists")
             }
             try db.execute(
@@ -93,7 +93,7 @@ final class SQLiteDatabase: SyncDatabase {
 
     func accounts() async throws -> [Account] {
         try await pool.read { db in
-            try Row.fetchAll(db, sql: "SELECT id, name, identityToken, quotaBytes FROM account ORDER BY name").map {
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT id, name, identityToken, quotaBytes FROM account ORDER BY name")).map {
                 Account(id: $0["id"], name: $0["name"], identityToken: $0["identityToken"], quotaBytes: $0["quotaBytes"])
             }
         }
@@ -101,26 +101,26 @@ final class SQLiteDatabase: SyncDatabase {
 
     func deleteAccount(named name: String) async throws -> Bool {
         try await pool.write { db in
-            try db.execute(sql: "DELETE FROM account WHERE name = ?", arguments: [name])
+            try db.cachedStatement(sql: "DELETE FROM account WHERE name = ?").execute(arguments: [name])
             return db.changesCount > 0
         }
     }
 
     func credentials(of name: String) async throws -> (id: Int64, passwordHash: String, identityToken: String)? {
         try await pool.read { db in
-            try Row.fetchOne(db, sql: "SELECT id, passwordHash, identityToken FROM account WHERE name = ?", arguments: [name])
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT id, passwordHash, identityToken FROM account WHERE name = ?"), arguments: [name])
                 .map { ($0["id"], $0["passwordHash"], $0["identityToken"]) }
         }
     }
 
     func identityToken(ofAccount id: Int64) async throws -> String? {
-        try await pool.read { db in try String.fetchOne(db, sql: "SELECT identityToken FROM account WHERE id = ?", arguments: [id]) }
+        try await pool.read { db in try String.fetchOne(db.cachedStatement(sql: "SELECT identityToken FROM account WHERE id = ?"), arguments: [id]) }
     }
 
     func usage(ofAccount id: Int64) async throws -> (used: Int64, quota: Int64) {
         try await pool.read { db in
-            let used = try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(size), 0) FROM chunk WHERE accountId = ?", arguments: [id]) ?? 0
-            return (used, try Int64.fetchOne(db, sql: "SELECT quotaBytes FROM account WHERE id = ?", arguments: [id]) ?? 0)
+            let used = try Int64.fetchOne(db.cachedStatement(sql: "SELECT COALESCE(SUM(size), 0) FROM chunk WHERE accountId = ?"), arguments: [id]) ?? 0
+            return (used, try Int64.fetchOne(db.cachedStatement(sql: "SELECT quotaBytes FROM account WHERE id = ?"), arguments: [id]) ?? 0)
         }
     }
 
@@ -137,7 +137,7 @@ final class SQLiteDatabase: SyncDatabase {
 
     func device(tokenHash: String) async throws -> DeviceAuth? {
         try await pool.read { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT id, name, accountId, containers FROM device WHERE tokenHash = ? AND revoked = 0", arguments: [tokenHash]) else { return nil }
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT id, name, accountId, containers FROM device WHERE tokenHash = ? AND revoked = 0"), arguments: [tokenHash]) else { return nil }
             let list: String? = row["containers"]
             return DeviceAuth(
                 deviceId: row["id"], deviceName: row["name"], accountId: row["accountId"],
@@ -147,16 +147,16 @@ final class SQLiteDatabase: SyncDatabase {
 
     func devices(ofAccount name: String) async throws -> [DeviceInfo] {
         try await pool.read { db in
-            try Row.fetchAll(db, sql: """
+            try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT device.id, device.name, device.revoked FROM device JOIN account ON account.id = device.accountId
                 WHERE account.name = ? ORDER BY device.created
-                """, arguments: [name]).map { DeviceInfo(id: $0["id"], name: $0["name"], revoked: $0["revoked"]) }
+                """), arguments: [name]).map { DeviceInfo(id: $0["id"], name: $0["name"], revoked: $0["revoked"]) }
         }
     }
 
     func revokeDevice(id: String) async throws -> Bool {
         try await pool.write { db in
-            try db.execute(sql: "UPDATE device SET revoked = 1 WHERE id = ? AND revoked = 0", arguments: [id])
+            try db.cachedStatement(sql: "UPDATE device SET revoked = 1 WHERE id = ? AND revoked = 0").execute(arguments: [id])
             return db.changesCount > 0
         }
     }
@@ -168,8 +168,8 @@ final class SQLiteDatabase: SyncDatabase {
             guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container) else {
                 return ChangesResponse(sequence: 0, items: [], more: false)
             }
-            let sequence = try Int64.fetchOne(db, sql: "SELECT sequence FROM container WHERE id = ?", arguments: [containerId]) ?? 0
-            let ids = try String.fetchAll(db, sql: "SELECT id FROM item WHERE containerId = ? AND sequence > ? ORDER BY sequence LIMIT ?", arguments: [containerId, since, limit + 1])
+            let sequence = try Int64.fetchOne(db.cachedStatement(sql: "SELECT sequence FROM container WHERE id = ?"), arguments: [containerId]) ?? 0
+            let ids = try String.fetchAll(db.cachedStatement(sql: "SELECT id FROM item WHERE containerId = ? AND sequence > ? ORDER BY sequence LIMIT ?"), arguments: [containerId, since, limit + 1])
             let items = try ids.prefix(limit).compactMap { try Self.itemState(db, containerId: containerId, id: $0, brief: brief) }
             return ChangesResponse(sequence: sequence, items: items, more: ids.count > limit)
         }
@@ -192,7 +192,7 @@ final class SQLiteDatabase: SyncDatabase {
     func revisionManifest(accountId: Int64, container: String, item: String, revision: String) async throws -> (kind: ItemKind, manifest: Manifest)? {
         try await pool.read { db in
             guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container),
-                  let row = try Row.fetchOne(db, sql: "SELECT kind, manifest FROM revision WHERE containerId = ? AND itemId = ? AND id = ?",
+                  let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT kind, manifest FROM revision WHERE containerId = ? AND itemId = ? AND id = ?"),
                                              arguments: [containerId, item, revision]),
                   let kind = ItemKind(rawValue: row["kind"]) else { return nil }
             return (kind, try JSONDecoder().decode(Manifest.self, from: row["manifest"] as Data))
@@ -216,11 +216,11 @@ final class SQLiteDatabase: SyncDatabase {
                                folders: inout [String?: SiblingNames]) throws -> CommitOutcome {
         let itemId = commit.item, update = commit.update, hashes = commit.hashes
         // The same change again (its answer was lost): the first answer, nothing committed twice.
-        if let change = update.changeId, let earlier = try Row.fetchOne(db, sql: """
+        if let change = update.changeId, let earlier = try Row.fetchOne(db.cachedStatement(sql: """
             SELECT id, state FROM revision WHERE containerId = ? AND itemId = ? AND deviceId = ? AND changeId = ?
-            """, arguments: [containerId, itemId, device.deviceId, change]) {
+            """), arguments: [containerId, itemId, device.deviceId, change]) {
             let revision: String = earlier["id"]
-            let chunks = try String.fetchAll(db, sql: "SELECT hash FROM revisionChunk WHERE revisionId = ?", arguments: [revision])
+            let chunks = try String.fetchAll(db.cachedStatement(sql: "SELECT hash FROM revisionChunk WHERE revisionId = ?"), arguments: [revision])
             let present = try presentChunks(db, accountId: accountId, hashes: chunks)
             guard let item = try itemState(db, containerId: containerId, id: itemId, brief: brief) else { throw SyncError.notFound }
             return CommitOutcome(revision: revision, isCurrent: earlier["state"] == "current", item: item,
@@ -230,46 +230,46 @@ final class SQLiteDatabase: SyncDatabase {
         let missing = hashes.filter { !present.contains($0) }
 
         // Where the new revision goes: current, or kept as a conflict version.
-        let current = try Row.fetchOne(db, sql: """
+        let current = try Row.fetchOne(db.cachedStatement(sql: """
             SELECT revision.id, revision.modificationDate, revision.deviceId, revision.deleted
             FROM item JOIN revision ON revision.id = item.currentRevision WHERE item.containerId = ? AND item.id = ?
-            """, arguments: [containerId, itemId]).map { (id: $0["id"] as String, date: $0["modificationDate"] as Double, device: $0["deviceId"] as String, deleted: $0["deleted"] as Bool) }
+            """), arguments: [containerId, itemId]).map { (id: $0["id"] as String, date: $0["modificationDate"] as Double, device: $0["deviceId"] as String, deleted: $0["deleted"] as Bool) }
         let placement = CommitPlacement(current: current, base: update.baseRevision, deleted: commit.deleted, date: update.modificationDate, device: device.deviceId)
         let state = placement.state
         var name = update.name
         var renameOther: (id: String, name: String)?
         if state == "current" && !commit.deleted {
             if folders[update.parent] == nil {
-                folders[update.parent] = SiblingNames(try Row.fetchAll(db, sql: """
+                folders[update.parent] = SiblingNames(try Row.fetchAll(db.cachedStatement(sql: """
                     SELECT item.id, revision.name FROM item JOIN revision ON revision.id = item.currentRevision
                     WHERE item.containerId = ? AND revision.parent IS ? AND revision.deleted = 0
-                    """, arguments: [containerId, update.parent]).map { (id: $0["id"] as String, name: $0["name"] as String) })
+                    """), arguments: [containerId, update.parent]).map { (id: $0["id"] as String, name: $0["name"] as String) })
             }
             (name, renameOther) = folders[update.parent]!.settle(name: name, id: itemId)
         }
         let revision = UUID().uuidString.lowercased()
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
                 modificationDate, type, manifest, deleted, complete, state, created, changeId, digest)
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """, arguments: [revision, containerId, itemId, update.baseRevision, device.deviceId, device.deviceName, name,
+            """).execute(arguments: [revision, containerId, itemId, update.baseRevision, device.deviceId, device.deviceName, name,
                              update.parent, update.kind.rawValue, commit.size, update.modificationDate, update.type, commit.manifest,
                              commit.deleted, missing.isEmpty, state, now.timeIntervalSince1970, update.changeId, commit.digest])
         for hash in hashes {
-            try db.execute(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) VALUES (?, ?, ?)", arguments: [revision, accountId, hash])
+            try db.cachedStatement(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) VALUES (?, ?, ?)").execute(arguments: [revision, accountId, hash])
         }
         if let demoted = placement.demoted {
-            try db.execute(sql: "UPDATE revision SET state = ? WHERE id = ?", arguments: [demoted.state, demoted.id])
+            try db.cachedStatement(sql: "UPDATE revision SET state = ? WHERE id = ?").execute(arguments: [demoted.state, demoted.id])
         }
         let sequence = try bump(db, containerId: containerId)
         if state == "current" {
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 INSERT INTO item (containerId, id, currentRevision, sequence) VALUES (?, ?, ?, ?)
                 ON CONFLICT(containerId, id) DO UPDATE SET currentRevision = excluded.currentRevision, sequence = excluded.sequence
-                """, arguments: [containerId, itemId, revision, sequence])
+                """).execute(arguments: [containerId, itemId, revision, sequence])
             folders.settle(itemId, name: commit.deleted ? nil : name, in: update.parent)
         } else {
-            try db.execute(sql: "UPDATE item SET sequence = ? WHERE containerId = ? AND id = ?", arguments: [sequence, containerId, itemId])
+            try db.cachedStatement(sql: "UPDATE item SET sequence = ? WHERE containerId = ? AND id = ?").execute(arguments: [sequence, containerId, itemId])
         }
         if let renameOther {
             try serverRename(db, containerId: containerId, itemId: renameOther.id, to: renameOther.name, now: now)
@@ -284,9 +284,9 @@ final class SQLiteDatabase: SyncDatabase {
     func resolve(accountId: Int64, container: String, itemId: String, request: ResolveRequest) async throws -> ItemState {
         try await pool.write { db in
             guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container),
-                  let current = try String.fetchOne(db, sql: "SELECT currentRevision FROM item WHERE containerId = ? AND id = ?", arguments: [containerId, itemId])
+                  let current = try String.fetchOne(db.cachedStatement(sql: "SELECT currentRevision FROM item WHERE containerId = ? AND id = ?"), arguments: [containerId, itemId])
             else { throw SyncError.notFound }
-            let conflicts = Set(try String.fetchAll(db, sql: "SELECT id FROM revision WHERE containerId = ? AND itemId = ? AND state = 'conflict'", arguments: [containerId, itemId]))
+            let conflicts = Set(try String.fetchAll(db.cachedStatement(sql: "SELECT id FROM revision WHERE containerId = ? AND itemId = ? AND state = 'conflict'"), arguments: [containerId, itemId]))
             guard request.keep == current || conflicts.contains(request.keep) else {
                 throw SyncError(.conflict, "notAVersion", "\(request.keep) is neither the current revision nor a conflict version of the item")
             }
@@ -295,13 +295,13 @@ final class SQLiteDatabase: SyncDatabase {
             }
             let sequence = try Self.bump(db, containerId: containerId)
             if request.keep != current {
-                try db.execute(sql: "UPDATE revision SET state = 'conflict' WHERE id = ?", arguments: [current])
-                try db.execute(sql: "UPDATE revision SET state = 'current' WHERE id = ?", arguments: [request.keep])
+                try db.cachedStatement(sql: "UPDATE revision SET state = 'conflict' WHERE id = ?").execute(arguments: [current])
+                try db.cachedStatement(sql: "UPDATE revision SET state = 'current' WHERE id = ?").execute(arguments: [request.keep])
             }
             for removed in request.remove where removed != request.keep {
-                try db.execute(sql: "UPDATE revision SET state = 'resolved' WHERE id = ?", arguments: [removed])
+                try db.cachedStatement(sql: "UPDATE revision SET state = 'resolved' WHERE id = ?").execute(arguments: [removed])
             }
-            try db.execute(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?", arguments: [request.keep, sequence, containerId, itemId])
+            try db.cachedStatement(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?").execute(arguments: [request.keep, sequence, containerId, itemId])
             guard let item = try Self.itemState(db, containerId: containerId, id: itemId) else { throw SyncError.notFound }
             return item
         }
@@ -313,28 +313,28 @@ final class SQLiteDatabase: SyncDatabase {
         let encoded = try changes.map { change in (change, try change.value.map { try JSONEncoder().encode($0) }) }
         return try await pool.write { db in
             let storeId: Int64
-            if let id = try Int64.fetchOne(db, sql: "SELECT id FROM kvStore WHERE accountId = ? AND identifier = ?", arguments: [accountId, store]) {
+            if let id = try Int64.fetchOne(db.cachedStatement(sql: "SELECT id FROM kvStore WHERE accountId = ? AND identifier = ?"), arguments: [accountId, store]) {
                 storeId = id
             } else {
-                try db.execute(sql: "INSERT INTO kvStore (accountId, identifier) VALUES (?, ?)", arguments: [accountId, store])
+                try db.cachedStatement(sql: "INSERT INTO kvStore (accountId, identifier) VALUES (?, ?)").execute(arguments: [accountId, store])
                 storeId = db.lastInsertedRowID
             }
-            try db.execute(sql: "UPDATE kvStore SET sequence = sequence + 1 WHERE id = ?", arguments: [storeId])
-            let sequence = try Int64.fetchOne(db, sql: "SELECT sequence FROM kvStore WHERE id = ?", arguments: [storeId]) ?? 0
+            try db.cachedStatement(sql: "UPDATE kvStore SET sequence = sequence + 1 WHERE id = ?").execute(arguments: [storeId])
+            let sequence = try Int64.fetchOne(db.cachedStatement(sql: "SELECT sequence FROM kvStore WHERE id = ?"), arguments: [storeId]) ?? 0
             for (change, value) in encoded {
-                if let existing = try Row.fetchOne(db, sql: "SELECT timestamp, deviceId FROM kv WHERE storeId = ? AND key = ?", arguments: [storeId, change.key]) {
+                if let existing = try Row.fetchOne(db.cachedStatement(sql: "SELECT timestamp, deviceId FROM kv WHERE storeId = ? AND key = ?"), arguments: [storeId, change.key]) {
                     guard ConflictRule.winner((change.timestamp, device.deviceId), over: (existing["timestamp"], existing["deviceId"])) else { continue }
                 }
-                try db.execute(sql: """
+                try db.cachedStatement(sql: """
                     INSERT INTO kv (storeId, key, value, size, timestamp, deviceId, deviceName, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
                     ON CONFLICT(storeId, key) DO UPDATE SET value = excluded.value, size = excluded.size, timestamp = excluded.timestamp,
                         deviceId = excluded.deviceId, deviceName = excluded.deviceName, sequence = excluded.sequence
-                    """, arguments: [storeId, change.key, value, value.map { change.key.utf8.count + $0.count } ?? 0,
+                    """).execute(arguments: [storeId, change.key, value, value.map { change.key.utf8.count + $0.count } ?? 0,
                                      change.timestamp, device.deviceId, device.deviceName, sequence])
             }
             // Apple's limits, over the store as it would be: violating them changes nothing.
-            let keys = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM kv WHERE storeId = ? AND value IS NOT NULL", arguments: [storeId]) ?? 0
-            let bytes = try Int.fetchOne(db, sql: "SELECT COALESCE(SUM(size), 0) FROM kv WHERE storeId = ?", arguments: [storeId]) ?? 0
+            let keys = try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM kv WHERE storeId = ? AND value IS NOT NULL"), arguments: [storeId]) ?? 0
+            let bytes = try Int.fetchOne(db.cachedStatement(sql: "SELECT COALESCE(SUM(size), 0) FROM kv WHERE storeId = ?"), arguments: [storeId]) ?? 0
             try KeyValueLimits.checkStore(keys: keys, bytes: bytes)
             let named = Set(changes.map(\.key))
             let entries = try Self.keyValueEntries(db, storeId: storeId, since: 0).filter { named.contains($0.key) }
@@ -344,7 +344,7 @@ final class SQLiteDatabase: SyncDatabase {
 
     func keyValueChanges(accountId: Int64, store: String, since: Int64) async throws -> KeyValueResponse {
         try await pool.read { db in
-            guard let row = try Row.fetchOne(db, sql: "SELECT id, sequence FROM kvStore WHERE accountId = ? AND identifier = ?", arguments: [accountId, store]) else {
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT id, sequence FROM kvStore WHERE accountId = ? AND identifier = ?"), arguments: [accountId, store]) else {
                 return KeyValueResponse(sequence: 0, entries: [])
             }
             return KeyValueResponse(sequence: row["sequence"], entries: try Self.keyValueEntries(db, storeId: row["id"], since: since))
@@ -352,7 +352,7 @@ final class SQLiteDatabase: SyncDatabase {
     }
 
     static func keyValueEntries(_ db: Database, storeId: Int64, since: Int64) throws -> [KeyValueEntry] {
-        try Row.fetchAll(db, sql: "SELECT key, value, timestamp, deviceName, sequence FROM kv WHERE storeId = ? AND sequence > ? ORDER BY sequence, key", arguments: [storeId, since]).map {
+        try Row.fetchAll(db.cachedStatement(sql: "SELECT key, value, timestamp, deviceName, sequence FROM kv WHERE storeId = ? AND sequence > ? ORDER BY sequence, key"), arguments: [storeId, since]).map {
             let value: Data? = $0["value"]
             return KeyValueEntry(key: $0["key"], value: try value.map { try JSONDecoder().decode(PropertyListValue.self, from: $0) },
                                  timestamp: $0["timestamp"], deviceName: $0["deviceName"], sequence: $0["sequence"])
@@ -370,7 +370,7 @@ final class SQLiteDatabase: SyncDatabase {
 
     func hasChunk(accountId: Int64, hash: String) async throws -> Bool {
         try await pool.read { db in
-            try Bool.fetchOne(db, sql: "SELECT 1 FROM chunk WHERE accountId = ? AND hash = ?", arguments: [accountId, hash]) ?? false
+            try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM chunk WHERE accountId = ? AND hash = ?"), arguments: [accountId, hash]) ?? false
         }
     }
 
@@ -383,12 +383,12 @@ final class SQLiteDatabase: SyncDatabase {
             if !fresh.isEmpty {
                 // One quota check for the whole batch.
                 let adding = fresh.values.reduce(0, +)
-                let used = try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(size), 0) FROM chunk WHERE accountId = ?", arguments: [accountId]) ?? 0
-                let quota = try Int64.fetchOne(db, sql: "SELECT quotaBytes FROM account WHERE id = ?", arguments: [accountId]) ?? 0
+                let used = try Int64.fetchOne(db.cachedStatement(sql: "SELECT COALESCE(SUM(size), 0) FROM chunk WHERE accountId = ?"), arguments: [accountId]) ?? 0
+                let quota = try Int64.fetchOne(db.cachedStatement(sql: "SELECT quotaBytes FROM account WHERE id = ?"), arguments: [accountId]) ?? 0
                 guard used + adding <= quota else { throw SyncError.quotaExceeded(used: used, quota: quota, adding: adding) }
             }
             for (hash, size) in fresh.sorted(by: { $0.key < $1.key }) {
-                try db.execute(sql: "INSERT OR IGNORE INTO chunk (accountId, hash, size, created) VALUES (?, ?, ?, ?)", arguments: [accountId, hash, size, now.timeIntervalSince1970])
+                try db.cachedStatement(sql: "INSERT OR IGNORE INTO chunk (accountId, hash, size, created) VALUES (?, ?, ?, ?)").execute(arguments: [accountId, hash, size, now.timeIntervalSince1970])
             }
             // Revisions waiting for these chunks that now have every chunk become downloadable.
             var waiting: [String: Row] = [:]
@@ -406,18 +406,18 @@ final class SQLiteDatabase: SyncDatabase {
             for (revision, row) in waiting.sorted(by: { $0.key < $1.key }) {
                 // Is any chunk still missing? (Stops at the first: a large file's upload must not
                 // count all its chunks once per batch.)
-                let stillMissing = try Bool.fetchOne(db, sql: """
+                let stillMissing = try Bool.fetchOne(db.cachedStatement(sql: """
                     SELECT 1 FROM revisionChunk LEFT JOIN chunk ON chunk.accountId = revisionChunk.accountId AND chunk.hash = revisionChunk.hash
                     WHERE revisionChunk.revisionId = ? AND chunk.hash IS NULL LIMIT 1
-                    """, arguments: [revision]) == true
+                    """), arguments: [revision]) == true
                 guard !stillMissing else { continue }
-                try db.execute(sql: "UPDATE revision SET complete = 1 WHERE id = ?", arguments: [revision])
+                try db.cachedStatement(sql: "UPDATE revision SET complete = 1 WHERE id = ?").execute(arguments: [revision])
                 let state: String = row["state"]
                 guard state == "current" || state == "conflict" else { continue }
                 let containerId: Int64 = row["containerId"]
                 let sequence = try Self.bump(db, containerId: containerId)
-                try db.execute(sql: "UPDATE item SET sequence = ? WHERE containerId = ? AND id = ?", arguments: [sequence, containerId, row["itemId"] as String])
-                if let identifier = try String.fetchOne(db, sql: "SELECT identifier FROM container WHERE id = ?", arguments: [containerId]) { changed[identifier] = sequence }
+                try db.cachedStatement(sql: "UPDATE item SET sequence = ? WHERE containerId = ? AND id = ?").execute(arguments: [sequence, containerId, row["itemId"] as String])
+                if let identifier = try String.fetchOne(db.cachedStatement(sql: "SELECT identifier FROM container WHERE id = ?"), arguments: [containerId]) { changed[identifier] = sequence }
             }
             return changed
         }
@@ -427,7 +427,7 @@ final class SQLiteDatabase: SyncDatabase {
 
     func recoverable(accountName: String, now: Date, retention: TimeInterval) async throws -> [RecoverableRevision] {
         try await pool.read { db in
-            try Row.fetchAll(db, sql: """
+            try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT revision.id, container.identifier, revision.itemId, revision.name, revision.deviceName, revision.size,
                     revision.modificationDate, revision.created, revision.state, revision.complete,
                     (SELECT deleted FROM revision AS current JOIN item ON item.currentRevision = current.id
@@ -436,7 +436,7 @@ final class SQLiteDatabase: SyncDatabase {
                 WHERE account.name = ? AND revision.state IN ('replaced', 'resolved', 'superseded') AND revision.deleted = 0
                     AND revision.created >= ?
                 ORDER BY revision.created DESC
-                """, arguments: [accountName, now.timeIntervalSince1970 - retention]).map {
+                """), arguments: [accountName, now.timeIntervalSince1970 - retention]).map {
                 RecoverableRevision(
                     revision: $0["id"], container: $0["identifier"], item: $0["itemId"], name: $0["name"], deviceName: $0["deviceName"],
                     size: $0["size"], modificationDate: $0["modificationDate"], replacedAt: $0["created"],
@@ -447,39 +447,39 @@ final class SQLiteDatabase: SyncDatabase {
 
     func restore(accountName: String, revision: String, now: Date) async throws -> (container: String, sequence: Int64)? {
         try await pool.write { db in
-            guard let row = try Row.fetchOne(db, sql: """
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: """
                 SELECT revision.containerId, revision.itemId, container.identifier FROM revision
                 JOIN container ON container.id = revision.containerId JOIN account ON account.id = container.accountId
                 WHERE account.name = ? AND revision.id = ? AND revision.state IN ('replaced', 'resolved', 'superseded') AND revision.deleted = 0
-                """, arguments: [accountName, revision]) else { return nil }
+                """), arguments: [accountName, revision]) else { return nil }
             let containerId: Int64 = row["containerId"]
             let itemId: String = row["itemId"]
             let restored = UUID().uuidString.lowercased()
-            try db.execute(sql: """
+            try db.cachedStatement(sql: """
                 INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
                     modificationDate, type, manifest, deleted, complete, state, created)
                 SELECT ?, containerId, itemId, (SELECT currentRevision FROM item WHERE containerId = ? AND id = ?), 'server', 'server',
                     name, parent, kind, size, modificationDate, type, manifest, 0, complete, 'current', ?
                 FROM revision WHERE id = ?
-                """, arguments: [restored, containerId, itemId, now.timeIntervalSince1970, revision])
-            try db.execute(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) SELECT ?, accountId, hash FROM revisionChunk WHERE revisionId = ?", arguments: [restored, revision])
-            try db.execute(sql: "UPDATE revision SET state = 'replaced' WHERE id = (SELECT currentRevision FROM item WHERE containerId = ? AND id = ?)", arguments: [containerId, itemId])
+                """).execute(arguments: [restored, containerId, itemId, now.timeIntervalSince1970, revision])
+            try db.cachedStatement(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) SELECT ?, accountId, hash FROM revisionChunk WHERE revisionId = ?").execute(arguments: [restored, revision])
+            try db.cachedStatement(sql: "UPDATE revision SET state = 'replaced' WHERE id = (SELECT currentRevision FROM item WHERE containerId = ? AND id = ?)").execute(arguments: [containerId, itemId])
             let sequence = try Self.bump(db, containerId: containerId)
-            try db.execute(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?", arguments: [restored, sequence, containerId, itemId])
+            try db.cachedStatement(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?").execute(arguments: [restored, sequence, containerId, itemId])
             return (row["identifier"], sequence)
         }
     }
 
     func collectGarbage(now: Date, retention: TimeInterval, grace: TimeInterval) async throws -> (revisions: Int, chunks: [(Int64, String)], bytes: Int64) {
         try await pool.write { db in
-            try db.execute(sql: "DELETE FROM revision WHERE state IN ('replaced', 'resolved', 'superseded') AND created < ?", arguments: [now.timeIntervalSince1970 - retention])
+            try db.cachedStatement(sql: "DELETE FROM revision WHERE state IN ('replaced', 'resolved', 'superseded') AND created < ?").execute(arguments: [now.timeIntervalSince1970 - retention])
             let revisions = db.changesCount
-            let orphans = try Row.fetchAll(db, sql: """
+            let orphans = try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT accountId, hash, size FROM chunk WHERE created < ? AND NOT EXISTS
                     (SELECT 1 FROM revisionChunk WHERE revisionChunk.accountId = chunk.accountId AND revisionChunk.hash = chunk.hash)
-                """, arguments: [now.timeIntervalSince1970 - grace])
+                """), arguments: [now.timeIntervalSince1970 - grace])
             for orphan in orphans {
-                try db.execute(sql: "DELETE FROM chunk WHERE accountId = ? AND hash = ?", arguments: [orphan["accountId"] as Int64, orphan["hash"] as String])
+                try db.cachedStatement(sql: "DELETE FROM chunk WHERE accountId = ? AND hash = ?").execute(arguments: [orphan["accountId"] as Int64, orphan["hash"] as String])
             }
             return (revisions, orphans.map { ($0["accountId"], $0["hash"]) }, orphans.reduce(0) { $0 + ($1["size"] as Int64) })
         }
@@ -489,7 +489,7 @@ final class SQLiteDatabase: SyncDatabase {
     func relayChanges(to notifier: ChangeNotifier) async {}
 
     func ping() async throws {
-        _ = try await pool.read { db in try Int.fetchOne(db, sql: "SELECT 1") }
+        _ = try await pool.read { db in try Int.fetchOne(db.cachedStatement(sql: "SELECT 1")) }
     }
 
     func close() async {
@@ -500,34 +500,34 @@ final class SQLiteDatabase: SyncDatabase {
 
     /// A new current revision of an item, made by the server: the same contents under another name.
     static func serverRename(_ db: Database, containerId: Int64, itemId: String, to name: String, now: Date) throws {
-        guard let current = try String.fetchOne(db, sql: "SELECT currentRevision FROM item WHERE containerId = ? AND id = ?", arguments: [containerId, itemId]) else { return }
+        guard let current = try String.fetchOne(db.cachedStatement(sql: "SELECT currentRevision FROM item WHERE containerId = ? AND id = ?"), arguments: [containerId, itemId]) else { return }
         let revision = UUID().uuidString.lowercased()
-        try db.execute(sql: """
+        try db.cachedStatement(sql: """
             INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
                 modificationDate, type, manifest, deleted, complete, state, created)
             SELECT ?, containerId, itemId, id, 'server', 'server', ?, parent, kind, size, modificationDate, type, manifest, deleted, complete, 'current', ?
             FROM revision WHERE id = ?
-            """, arguments: [revision, name, now.timeIntervalSince1970, current])
-        try db.execute(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) SELECT ?, accountId, hash FROM revisionChunk WHERE revisionId = ?", arguments: [revision, current])
-        try db.execute(sql: "UPDATE revision SET state = 'replaced' WHERE id = ?", arguments: [current])
+            """).execute(arguments: [revision, name, now.timeIntervalSince1970, current])
+        try db.cachedStatement(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) SELECT ?, accountId, hash FROM revisionChunk WHERE revisionId = ?").execute(arguments: [revision, current])
+        try db.cachedStatement(sql: "UPDATE revision SET state = 'replaced' WHERE id = ?").execute(arguments: [current])
         let sequence = try bump(db, containerId: containerId)
-        try db.execute(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?", arguments: [revision, sequence, containerId, itemId])
+        try db.cachedStatement(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?").execute(arguments: [revision, sequence, containerId, itemId])
     }
 
     static func containerId(_ db: Database, accountId: Int64, identifier: String) throws -> Int64? {
-        try Int64.fetchOne(db, sql: "SELECT id FROM container WHERE accountId = ? AND identifier = ?", arguments: [accountId, identifier])
+        try Int64.fetchOne(db.cachedStatement(sql: "SELECT id FROM container WHERE accountId = ? AND identifier = ?"), arguments: [accountId, identifier])
     }
 
     static func ensureContainer(_ db: Database, accountId: Int64, identifier: String) throws -> Int64 {
         if let id = try containerId(db, accountId: accountId, identifier: identifier) { return id }
-        try db.execute(sql: "INSERT INTO container (accountId, identifier) VALUES (?, ?)", arguments: [accountId, identifier])
+        try db.cachedStatement(sql: "INSERT INTO container (accountId, identifier) VALUES (?, ?)").execute(arguments: [accountId, identifier])
         return db.lastInsertedRowID
     }
 
     /// The container's next sequence number (one per change).
     static func bump(_ db: Database, containerId: Int64) throws -> Int64 {
-        try db.execute(sql: "UPDATE container SET sequence = sequence + 1 WHERE id = ?", arguments: [containerId])
-        return try Int64.fetchOne(db, sql: "SELECT sequence FROM container WHERE id = ?", arguments: [containerId]) ?? 0
+        try db.cachedStatement(sql: "UPDATE container SET sequence = sequence + 1 WHERE id = ?").execute(arguments: [containerId])
+        return try Int64.fetchOne(db.cachedStatement(sql: "SELECT sequence FROM container WHERE id = ?"), arguments: [containerId]) ?? 0
     }
 
     static func presentChunks(_ db: Database, accountId: Int64, hashes: [String]) throws -> Set<String> {
@@ -542,15 +542,15 @@ final class SQLiteDatabase: SyncDatabase {
 
     /// An item's state; `brief`: with content tokens (``ItemState/digest``) instead of manifests.
     static func itemState(_ db: Database, containerId: Int64, id: String, brief: Bool = false) throws -> ItemState? {
-        guard let row = try Row.fetchOne(db, sql: """
+        guard let row = try Row.fetchOne(db.cachedStatement(sql: """
             SELECT item.sequence, revision.* FROM item JOIN revision ON revision.id = item.currentRevision
             WHERE item.containerId = ? AND item.id = ?
-            """, arguments: [containerId, id]) else { return nil }
+            """), arguments: [containerId, id]) else { return nil }
         let kind = ItemKind(rawValue: row["kind"]) ?? .file
-        let conflicts = try Row.fetchAll(db, sql: """
+        let conflicts = try Row.fetchAll(db.cachedStatement(sql: """
             SELECT id, deviceName, modificationDate, size, complete, manifest, digest FROM revision
             WHERE containerId = ? AND itemId = ? AND state = 'conflict' ORDER BY modificationDate, id
-            """, arguments: [containerId, id]).map {
+            """), arguments: [containerId, id]).map {
             let contents = try Self.contents($0, kind: kind, brief: brief)
             var version = ConflictVersion(revision: $0["id"], deviceName: $0["deviceName"], modificationDate: $0["modificationDate"], size: $0["size"],
                                           uploaded: $0["complete"], manifest: contents.manifest)
