@@ -65,7 +65,7 @@ public actor Agent: Service {
             guard let credentials else {
                 if !announcedSignedOut { logger.info("not signed in: waiting for `ubiquity login`") }
                 announcedSignedOut = true
-                try await Task.sleep(for: .seconds(1))
+                try await credentialsChange(in: paths, from: nil)
                 continue
             }
             announcedSignedOut = false
@@ -78,8 +78,8 @@ public actor Agent: Service {
                 group.addTask {
                     // Until the identity changes (sign-out, another account) or the agent stops.
                     while !Task.isCancelled {
-                        try? await Task.sleep(for: .milliseconds(500))
-                        if (try? UbiquityCredentials.load(from: paths))?.token != credentials.token { break }
+                        do { try await self.credentialsChange(in: paths, from: credentials.token) } catch { return } // cancelled: the agent stops
+                        if (try? UbiquityCredentials.load(from: paths))?.token != credentials.token { break } // unreadable counts as changed
                     }
                 }
                 await group.next()
@@ -88,6 +88,28 @@ public actor Agent: Service {
             self.session = nil
             logger.info("stopped syncing", metadata: ["account": "\(credentials.account)"])
         }
+    }
+
+    /// Returns when something changes in the configuration folder (where `ubiquity login`
+    /// writes the credentials), seen through inotify — at once if the signed-in device is
+    /// already another than `token`'s; without a watcher, after 5 s.
+    private func credentialsChange(in paths: UbiquityPaths, from token: String?) async throws {
+        try? FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true) // a watcher needs the folder; failing, the slow check below stands in
+        let (events, changed) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        let watcher = try? DirectoryWatcher(root: paths.configuration, logger: logger) { _ in changed.yield() }
+        defer { watcher?.stop() }
+        if watcher == nil {
+            try await Task.sleep(for: .seconds(5))
+            return
+        }
+        // Written before the watcher watched: no event will say so.
+        if (try? UbiquityCredentials.load(from: paths))?.token != token { return }
+        await withTaskCancellationHandler {
+            for await _ in events { return }
+        } onCancel: {
+            changed.finish()
+        }
+        try Task.checkCancellation()
     }
 
     /// Follows a container's statuses for a `watch` request (one error answer if it cannot).
@@ -142,6 +164,9 @@ actor AccountSession {
     private var told: [String: (version: Int, statuses: [String: UbiquityItemStatus])] = [:]
     private let signal: AsyncStream<Void>
     private let poke: AsyncStream<Void>.Continuation
+    /// Containers whose items' statuses may have changed (for watching queries).
+    private let statusChanges: AsyncStream<Void>
+    private let statusChanged: AsyncStream<Void>.Continuation
 
     init(credentials: UbiquityCredentials, paths: UbiquityPaths, configuration: AgentConfiguration, logger: Logger) throws {
         self.credentials = credentials
@@ -154,6 +179,7 @@ actor AccountSession {
         containersFolder = account.appendingPathComponent("containers")
         keyValues = KeyValueSync(client: client, folder: account.appendingPathComponent("kv"), logger: logger)
         (signal, poke) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
+        (statusChanges, statusChanged) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
 
     func run() async {
@@ -212,6 +238,7 @@ actor AccountSession {
             }
             await group.next()
             group.cancelAll()
+            stopTellingWatchers()
             await keyValues.stop()
         }
         poke.finish()
@@ -243,11 +270,13 @@ actor AccountSession {
         }
     }
 
-    /// Every 20 ms, for each watched container whose status may have changed (a round, a
-    /// transfer's progress, an error), tells its watchers the items whose status did.
+    /// When a watched container's status may have changed (a round, a transfer's progress, an
+    /// error), tells its watchers the items whose status did — at most every 20 ms, so that a
+    /// burst of changes is one message. Nothing runs while nothing changes.
     private func tellWatchers() async {
-        while !Task.isCancelled {
-            try? await Task.sleep(for: .milliseconds(20))
+        for await _ in statusChanges {
+            guard !watchers.isEmpty else { continue }
+            try? await Task.sleep(for: .milliseconds(20)) // what else changes meanwhile goes in the same message
             for container in watchers.keys.sorted() {
                 guard let sync = containers[container], let last = told[container] else { continue }
                 let version = await sync.statusVersion
@@ -263,6 +292,11 @@ actor AccountSession {
         for continuation in watchers.values.flatMap(\.values) { continuation.finish() }
     }
 
+    /// Ends the status stream (the session stops).
+    private func stopTellingWatchers() {
+        statusChanged.finish()
+    }
+
     /// The containers with a folder here.
     private func localContainers() -> [String] {
         ((try? FileManager.default.contentsOfDirectory(atPath: containersFolder.path)) ?? []).filter(UbiquityEntitlements.isValidIdentifier)
@@ -274,7 +308,8 @@ actor AccountSession {
         guard UbiquityEntitlements.isValidIdentifier(identifier) else { throw ContainerSyncError("“\(identifier)” is not a container identifier") }
         let sync = try ContainerSync(container: identifier, root: paths.container(identifier, account: credentials.identityToken), client: client, store: store,
                                      device: credentials.deviceId, greedy: configuration.greedy,
-                                     packageExtensions: configuration.allPackageExtensions, logger: logger)
+                                     packageExtensions: configuration.allPackageExtensions, logger: logger,
+                                     onStatusChange: { [statusChanged] in statusChanged.yield() })
         containers[identifier] = sync
         logger.info("keeping a container in step", metadata: ["container": "\(identifier)"])
         return sync

@@ -13,21 +13,36 @@ import Glibc
 // What comes down: the folder brought to what the server has (folders, downloads, placeholders,
 // moves, deletions). The rounds themselves are in ContainerSync.swift.
 extension ContainerSync {
-    /// Brings the folder to what the server has for every item without local changes, in an
-    /// order that never needs a folder before it exists: deleted files and packages go; folders
-    /// are made and moved (parents first); files and packages are downloaded (when downloaded
-    /// here already, or wanted: asked for, or everything on a greedy device) or listed as
-    /// placeholders, and moved; deleted folders go last (items first). A deleted folder that
-    /// still holds something the server does not know stays, and is sent again as a new folder:
-    /// nothing local is ever removed unseen.
+    /// Brings the folder to what the server has for the items whose state changed (and those
+    /// left for this round: their folder was not there yet, their download failed; every item
+    /// in the first round), in an order that never needs a folder before it exists: deleted
+    /// files and packages go; folders are made and moved (parents first); files and packages
+    /// are downloaded (when downloaded here already, or wanted: asked for, or everything on a
+    /// greedy device) or listed as placeholders, and moved; deleted folders go last (items
+    /// first). A deleted folder that still holds something the server does not know stays, and
+    /// is sent again as a new folder: nothing local is ever removed unseen. Items with local
+    /// changes wait for the server's answer (which counts as a change of their state).
     func materialize() async throws {
-        let visible = state.visibleItems
-        let paths = Self.paths(of: visible)
-        let settled = visible.filter { !state.hasLocalChanges($0.key) }
-        var wanted: [String: UbiquityPlaceholder] = [:]
+        let changed = state.takeShownChanged()
+        let moved = shown.update(changed, from: state)
+        let everything = materialPending == nil
+        let candidates = everything ? Set(state.persisted.remote.keys).union(state.persisted.local.keys)
+                                    : (materialPending ?? []).union(changed).union(moved)
+        var later = Set<String>() // what this round could not bring in step
+        defer { materialPending = (materialPending ?? []).union(later) }
+        materialPending = []
+        var settled: [(item: String, shown: DeviceSyncState.LocalItem)] = []
+        for item in candidates {
+            if let remote = state.persisted.remote[item], !remote.conflicts.isEmpty { conflicted.insert(item) } else { conflicted.remove(item) }
+            guard !state.hasLocalChanges(item), let visible = state.visible(item) else { continue }
+            settled.append((item, visible))
+        }
+        let paths = shown.paths
+        var wanted: [String: UbiquityPlaceholder] = [:], unwanted = Set<String>()
 
         var gone: [String] = []
-        for (item, shown) in settled where shown.deleted {
+        for (item, visible) in settled where visible.deleted {
+            unwanted.insert(item)
             if requested.remove(item) != nil { try store.setDownloadRequested(false, container: container, item: item) }
             guard let local = files.file(of: item), local.fingerprint.kind != .directory else { continue }
             // Deleted elsewhere: its versions go with it (as they do with a file deleted on a Mac).
@@ -46,11 +61,12 @@ extension ContainerSync {
         }
         try await persist(removed: gone)
 
-        let folders = settled.filter { !$0.value.deleted && $0.value.kind == .directory }.compactMap { item, _ in paths[item].map { (item, $0) } }
+        let folders = settled.filter { !$0.shown.deleted && $0.shown.kind == .directory }.compactMap { entry in paths[entry.item].map { (entry.item, $0) } }
         var made: [AgentStore.File] = []
         for (item, path) in folders.sorted(by: { (LocalContents.depth($0.1), $0.1) < (LocalContents.depth($1.1), $1.1) }) {
+            unwanted.insert(item)
             if let local = files.file(of: item) {
-                if local.path != path { try await relocate(local, to: path) }
+                if local.path != path, !(try await relocate(local, to: path)) { later.insert(item) }
                 continue
             }
             let url = root.appendingPathComponent(path)
@@ -59,7 +75,10 @@ extension ContainerSync {
                 guard isFolder.boolValue, files[path] == nil else { continue } // a local file of that name: the server settles the clash
                 // A local folder of that name not sent yet: the same folder (its contents merge).
             } else {
-                guard FileManager.default.fileExists(atPath: url.deletingLastPathComponent().path) else { continue }
+                guard FileManager.default.fileExists(atPath: url.deletingLastPathComponent().path) else {
+                    later.insert(item) // its folder comes first
+                    continue
+                }
                 try FileManager.default.createDirectory(at: url, withIntermediateDirectories: false)
             }
             guard let print = scanner.fingerprint(of: path), print.kind == .directory else { continue }
@@ -70,13 +89,17 @@ extension ContainerSync {
         try await persist(upsert: made)
 
         var downloads: [Download] = []
-        for (item, remote) in settled.sorted(by: { $0.key < $1.key }) where !remote.deleted && remote.kind != .directory {
+        for (item, remote) in settled.sorted(by: { $0.item < $1.item }) where !remote.deleted && remote.kind != .directory {
             guard let path = paths[item] else { continue }
             let folder = LocalContents.folder(of: path)
-            guard parent(ofFolder: folder) != nil else { continue } // its folder is not here yet
+            guard parent(ofFolder: folder) != nil else {
+                later.insert(item) // its folder is not here yet
+                continue
+            }
             let local = files.file(of: item)
             if let local, local.content == remote.content {
-                if local.path != path { try await relocate(local, to: path) }
+                unwanted.insert(item)
+                if local.path != path, !(try await relocate(local, to: path)) { later.insert(item) }
                 continue
             }
             let snapshot = state.persisted.remote[item]
@@ -93,23 +116,25 @@ extension ContainerSync {
                     downloadErrors[download.item] = error.description
                     logger.warning("download failed", metadata: ["container": "\(container)", "item": "\(download.path)", "error": "\(error)"])
                 }
-                // Not uploaded yet by its device: listed meanwhile.
+                // Not uploaded yet by its device (or failed): listed meanwhile, and tried again.
                 if download.previous == nil { wanted[LocalContents.placeholderPath(for: download.path)] = download.placeholder }
+                later.insert(download.item)
                 continue
             }
+            unwanted.insert(download.item)
             downloadErrors[download.item] = nil
             if requested.remove(download.item) != nil { try store.setDownloadRequested(false, container: container, item: download.item) }
         }
 
         var emptied: [String] = []
-        let goneFolders = settled.filter { $0.value.deleted }.compactMap { files.file(of: $0.key) }.filter { $0.fingerprint.kind == .directory }
+        let goneFolders = settled.filter { $0.shown.deleted }.compactMap { files.file(of: $0.item) }.filter { $0.fingerprint.kind == .directory }
         for folder in goneFolders.sorted(by: { LocalContents.depth($0.path) > LocalContents.depth($1.path) }) {
             removeFolderIfEmpty(folder.path)
             files[folder.path] = nil
             emptied.append(folder.path)
         }
         try await persist(removed: emptied)
-        try writePlaceholders(wanted)
+        later.formUnion(try writePlaceholders(wanted, unwanted: everything ? nil : unwanted))
     }
 
     /// An item to bring down: its contents (`content`) to `path`, over its `previous` copy here if any.
@@ -120,29 +145,6 @@ extension ContainerSync {
         var path: String
         var previous: AgentStore.File?
         var placeholder: UbiquityPlaceholder
-    }
-
-    /// Where each item not deleted is shown, relative to the container's folder: in its folder,
-    /// at the top of `Documents` (no parent) or at the container's top level
-    /// (``ContainerLayout/topLevel``); at the top of `Documents` when its folder is gone (an item
-    /// moved into a folder deleted elsewhere at the same time is kept, not lost).
-    static func paths(of visible: [String: DeviceSyncState.LocalItem]) -> [String: String] {
-        var paths: [String: String] = [:]
-        let documents = ContainerLayout.documentsFolder + "/"
-        func resolve(_ item: String, depth: Int) -> String? {
-            if let known = paths[item] { return known }
-            guard let shown = visible[item], !shown.deleted else { return nil }
-            var path = documents + shown.name
-            if shown.parent == ContainerLayout.topLevel {
-                path = shown.name
-            } else if let parent = shown.parent, depth < 256, visible[parent]?.kind == .directory, let folder = resolve(parent, depth: depth + 1) {
-                path = folder + "/" + shown.name
-            }
-            paths[item] = path
-            return path
-        }
-        for item in visible.keys { _ = resolve(item, depth: 0) }
-        return paths
     }
 
     /// Removes a folder deleted on the server if nothing is left in it but placeholders and the
@@ -494,10 +496,15 @@ extension ContainerSync {
         return staged
     }
 
-    /// Makes the folder's placeholders exactly `wanted` (path → contents): those that differ
-    /// from what is known to be on disk are written, those no longer wanted removed.
-    func writePlaceholders(_ wanted: [String: UbiquityPlaceholder]) throws {
-        for (path, placeholder) in placeholders where wanted[path] == nil {
+    /// Lists `wanted` as placeholders and removes the placeholders of `unwanted` items
+    /// (nil: every placeholder not wanted). Returns the items whose placeholder could not be
+    /// written yet (their folder is not there).
+    func writePlaceholders(_ wanted: [String: UbiquityPlaceholder], unwanted: Set<String>?) throws -> Set<String> {
+        let stale = unwanted.map { unwanted in
+            unwanted.union(wanted.values.map(\.item)).flatMap { placeholders.paths(ofItem: $0) }.filter { wanted[$0] == nil }
+        } ?? placeholders.byPath.keys.filter { wanted[$0] == nil }
+        for path in stale {
+            guard let placeholder = placeholders[path] else { continue }
             do {
                 try FileManager.default.removeItem(at: root.appendingPathComponent(path))
             } catch CocoaError.fileNoSuchFile {
@@ -508,14 +515,19 @@ extension ContainerSync {
             }
             placeholders[path] = nil
         }
+        var waiting = Set<String>()
         for (path, placeholder) in wanted where placeholders[path] != placeholder {
             let folder = root.appendingPathComponent(LocalContents.folder(of: path))
             // A local file of that name (made meanwhile) wins the name; the item is listed once the server settles it.
             if FileManager.default.fileExists(atPath: folder.appendingPathComponent(placeholder.name).path) { continue }
-            guard FileManager.default.fileExists(atPath: folder.path) else { continue } // its folder comes first
+            guard FileManager.default.fileExists(atPath: folder.path) else {
+                waiting.insert(placeholder.item) // its folder comes first
+                continue
+            }
             try placeholder.write(in: folder)
             placeholders[path] = placeholder
         }
+        return waiting
     }
 
     /// The placeholders in `folder` and its subfolders (not in packages), by path relative to it.
@@ -538,13 +550,16 @@ extension ContainerSync {
     }
 
     /// Moves a file, package or folder (with everything in it) to `path`, as a coordinated move.
-    func relocate(_ file: AgentStore.File, to path: String) async throws {
+    /// Returns false if it must wait for its folder to be made; a local item of that name is
+    /// said in ``errors`` (the server settles the clash).
+    @discardableResult
+    func relocate(_ file: AgentStore.File, to path: String) async throws -> Bool {
         let from = root.appendingPathComponent(file.path), to = root.appendingPathComponent(path)
         guard !FileManager.default.fileExists(atPath: to.path) else {
             errors[file.item] = "cannot move \(file.path) to \(path): a local item has that name"
-            return
+            return true
         }
-        guard FileManager.default.fileExists(atPath: to.deletingLastPathComponent().path) else { return } // its folder comes first
+        guard FileManager.default.fileExists(atPath: to.deletingLastPathComponent().path) else { return false } // its folder comes first
         try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: from, options: .forMoving) { from in
             try FileManager.default.moveItem(at: from, to: to)
         }
@@ -560,6 +575,7 @@ extension ContainerSync {
         }
         for inside in moved { files[inside.path] = inside }
         try await persist(upsert: moved, removed: before.map(\.path))
+        return true
     }
 
     func coordinatedRemove(_ path: String) throws {

@@ -21,6 +21,7 @@ extension ContainerSync {
         }
         if requested.insert(item).inserted { try store.setDownloadRequested(true, container: container, item: item) }
         downloadErrors[item] = nil
+        materialPending?.insert(item)
         return item
     }
 
@@ -95,7 +96,8 @@ extension ContainerSync {
     /// conflict revisions are downloaded into its version store; versions resolved here
     /// (removed, or marked resolved) are resolved on the server; those resolved elsewhere go.
     func reconcileConflicts() async throws {
-        for (item, remote) in state.persisted.remote where !state.hasLocalChanges(item) && !remote.deleted {
+        for item in conflicted.union(conflictCopies.keys).sorted() {
+            guard let remote = state.persisted.remote[item], !state.hasLocalChanges(item), !remote.deleted else { continue }
             let known = Set(remote.conflicts.map(\.revision))
             let copies = conflictCopies[item] ?? []
             guard !known.isEmpty || !copies.isEmpty, let path = files.path(of: item) else { continue }
@@ -162,7 +164,7 @@ extension ContainerSync {
 
     /// Every item (downloaded or not; folders and what is in them) with its transfer state, by path.
     public func statuses() -> [UbiquityItemStatus] {
-        Self.paths(of: state.visibleItems).sorted { $0.value < $1.value }.map { status(of: $0.key, at: $0.value) }
+        shown.paths.sorted { $0.value < $1.value }.map { status(of: $0.key, at: $0.value) }
     }
 
     /// The state of the item at `name` (a path relative to `Documents`), or nil if there is none.
@@ -190,11 +192,11 @@ extension ContainerSync {
 
     /// The container's state for `ubiquity status`.
     public func containerStatus(root: URL) -> ContainerStatus {
-        let names = state.visibleItems.mapValues(\.name)
+        func name(_ item: String) -> String { state.visible(item)?.name ?? item }
         return ContainerStatus(
-            identifier: container, path: root.path, items: state.visibleItems.values.filter { !$0.deleted }.count,
+            identifier: container, path: root.path, items: shown.count,
             queued: state.persisted.sending.count + state.persisted.queued.count, idle: isIdle,
-            errors: Dictionary(errors.map { (names[$0.key] ?? $0.key, $0.value) } + downloadErrors.map { (names[$0.key] ?? $0.key, "download: " + $0.value) },
+            errors: Dictionary(errors.map { (name($0.key), $0.value) } + downloadErrors.map { (name($0.key), "download: " + $0.value) },
                                uniquingKeysWith: { a, b in a + "; " + b }),
             lastSync: lastSync?.timeIntervalSince1970)
     }

@@ -72,8 +72,7 @@ extension ContainerSync {
         }
         // Items shown here but not downloaded, by path: a file found where one is (a download a
         // killed agent had put in place without recording it) is that item, not a new one.
-        lazy var shownElsewhere: [String: String] = Dictionary(Self.paths(of: state.visibleItems).filter { !files.contains(item: $0.key) }.map { ($1, $0) },
-                                                               uniquingKeysWith: { first, _ in first })
+        func shownElsewhere(_ path: String) -> String? { shown.items[path].flatMap { files.contains(item: $0) ? nil : $0 } }
         // What arrived (moved here or new), parents before their items.
         let arrivals = (changes.moved.map(\.to) + changes.added).sorted { (LocalContents.depth($0), $0) < (LocalContents.depth($1), $1) }
         for path in arrivals {
@@ -95,11 +94,12 @@ extension ContainerSync {
                 continue
             }
             guard let content = try cut(path, kind: print.kind, scanner: scanner) else { continue }
-            if let item = shownElsewhere[path], !state.hasLocalChanges(item), let remote = state.persisted.remote[item],
+            if let item = shownElsewhere(path), !state.hasLocalChanges(item), let remote = state.persisted.remote[item],
                remote.content == content, (remote.kind ?? .file) == print.kind {
                 let file = AgentStore.File(path: path, item: item, fingerprint: print, content: content, revision: remote.revision)
                 files[path] = file
                 upsert.append(file)
+                materialPending?.insert(item) // its placeholder goes
                 continue
             }
             let item = "i" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
@@ -131,7 +131,9 @@ extension ContainerSync {
             state.delete(item: file.item, date: Date().timeIntervalSince1970)
         }
         // A placeholder removed by someone else than the agent: the item not downloaded was deleted.
-        for (path, placeholder) in placeholders where scope?.contains(LocalContents.folder(of: path)) ?? true {
+        let placeholderPaths = scope.map { $0.reduce(into: Set<String>()) { $0.formUnion(placeholders.paths(inFolder: $1)) } } ?? Set(placeholders.byPath.keys)
+        for path in placeholderPaths {
+            guard let placeholder = placeholders[path] else { continue }
             guard !FileManager.default.fileExists(atPath: root.appendingPathComponent(path).path) else { continue }
             placeholders[path] = nil
             if placeholder.item.isEmpty || files.contains(item: placeholder.item) { continue }

@@ -74,7 +74,7 @@ public actor ContainerSync {
     var downloadWaiters: [String: [CheckedContinuation<Void, any Error>]] = [:]
     /// The placeholders in the folder (path → what it says), to notice one deleted by a user
     /// and to write only those that change.
-    var placeholders: [String: UbiquityPlaceholder] = [:]
+    var placeholders = Placeholders()
     /// Per item, the conflict revisions put in its version store.
     var conflictCopies: [String: Set<String>]
     /// The folders (relative paths) to look at in the next round; nil: everything. Without a
@@ -84,9 +84,24 @@ public actor ContainerSync {
     var changedTrees: Set<String> = []
     /// Whether a watcher tells this container's changes.
     var watched = false
+    /// Where each item is shown (kept in step with ``state`` item by item).
+    var shown = ShownTree()
+    /// Items to bring in step again in the next round, besides those whose state changed
+    /// (their folder was not there yet, their download failed…); nil: every item.
+    var materialPending: Set<String>?
+    /// Items whose server state has conflict versions (with ``conflictCopies``, what
+    /// reconciling conflicts looks at).
+    var conflicted: Set<String> = []
+    /// How many chunk lists were kept when unused ones were last forgotten.
+    var contentsKept = 0
     /// Counts what an item's status could show changing (transfers, errors, rounds): the
     /// agent compares it to tell watchers (metadata queries) only when something changed.
-    public internal(set) var statusVersion = 0
+    public internal(set) var statusVersion = 0 {
+        didSet { statusObserver?() }
+    }
+    /// Told (on this actor) whenever ``statusVersion`` changes: the agent tells watching
+    /// queries then, instead of looking every few milliseconds.
+    private let statusObserver: (@Sendable () -> Void)?
     /// Whether a round runs, whether another was asked for meanwhile, and who waits for it.
     private var running = false
     private var rerun = false
@@ -101,11 +116,13 @@ public actor ContainerSync {
         var percent: Double { total > 0 ? Double(done) * 100 / Double(total) : 0 }
     }
 
-    /// Resumes (or starts) syncing `container`, whose folder is `root`.
+    /// Resumes (or starts) syncing `container`, whose folder is `root`; `onStatusChange` is
+    /// called (and must return at once) whenever an item's status may have changed.
     public init(container: String, root: URL, client: SyncClient, store: AgentStore, device: String, greedy: Bool = false,
                 packageExtensions: Set<String> = LocalScanner.standardPackageExtensions,
-                logger: Logger = Logger(label: "ubiquity.agent")) throws {
+                logger: Logger = Logger(label: "ubiquity.agent"), onStatusChange: (@Sendable () -> Void)? = nil) throws {
         self.container = container
+        statusObserver = onStatusChange
         self.packageExtensions = packageExtensions
         self.greedy = greedy
         self.root = root
@@ -118,7 +135,8 @@ public actor ContainerSync {
         requested = try store.downloadRequests(of: container)
         conflictCopies = try store.conflictCopies(of: container)
         try FileManager.default.createDirectory(at: documents, withIntermediateDirectories: true)
-        placeholders = Self.placeholdersOnDisk(in: root, packageExtensions: packageExtensions)
+        placeholders = Placeholders(Self.placeholdersOnDisk(in: root, packageExtensions: packageExtensions))
+        shown.update(Set(state.persisted.remote.keys).union(state.persisted.local.keys), from: state)
         Self.removeStagedDownloads(in: root, logger: logger)
     }
 
@@ -155,7 +173,7 @@ public actor ContainerSync {
     func item(at path: String) -> String? {
         if let file = files[path] { return file.item }
         if let placeholder = placeholders[LocalContents.placeholderPath(for: path)], !placeholder.item.isEmpty { return placeholder.item }
-        return Self.paths(of: state.visibleItems).first { $0.value == path }?.key
+        return shown.items[path]
     }
 
     /// The container's sequence up to which every change has been fetched.
@@ -284,8 +302,11 @@ public actor ContainerSync {
     }
 
     /// Forgets the chunk lists nothing refers to any more (local files, the server's current
-    /// contents, changes not acknowledged yet).
+    /// contents, changes not acknowledged yet) — once they have grown by half since the last
+    /// time, so that a round's cost follows what changed, not how many items there are.
     func forgetUnusedContents() {
+        guard localContents.count > contentsKept + max(256, contentsKept / 2) else { return }
+        defer { contentsKept = localContents.count }
         var used = Set(files.byPath.values.map(\.content))
         for remote in state.persisted.remote.values { used.insert(remote.content) }
         for change in state.persisted.sending.values { used.insert(change.content) }

@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import CompressNIO
 import Foundation
 import NIOCore
 import NIOHTTP1
@@ -20,6 +21,11 @@ public struct SyncClient: Sendable {
     public var timeout: TimeAmount = .seconds(30)
     /// What this client (and its copies) sent and received.
     public let traffic = SyncTraffic()
+    /// Whether the server said it takes gzip-compressed bodies (its answers' `Accept-Encoding`,
+    /// RFC 7694): until it does, bodies go as they are.
+    private let serverTakesGzip = Flag()
+    /// JSON bodies smaller than this go as they are.
+    static let compressionThreshold = 1024
 
     /// A client of `server`, signed in with `token` if given.
     public init(server: URL, token: String? = nil, http: HTTPClient = SyncClient.defaultHTTPClient) {
@@ -178,25 +184,41 @@ public struct SyncClient: Sendable {
         var request = HTTPClientRequest(url: server.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + "/" + path)
         request.method = method
         if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
+        request.headers.add(name: "Accept-Encoding", value: "gzip")
+        var payload = raw.map { ByteBuffer(bytes: $0) }
         if let raw {
             request.headers.add(name: "Content-Type", value: json ? "application/json" : "application/octet-stream")
-            request.body = .bytes(ByteBuffer(bytes: raw))
+            if json, raw.count >= Self.compressionThreshold, serverTakesGzip.isSet, let compressed = try? payload?.compress(with: .gzip()) {
+                // (Compressing memory cannot fail but for lack of memory: then it goes as it is.)
+                payload = compressed
+                request.headers.add(name: "Content-Encoding", value: "gzip")
+            }
+            request.body = .bytes(payload ?? ByteBuffer())
         }
         let response: HTTPClientResponse
-        let body: ByteBuffer
+        var body: ByteBuffer
         do {
             response = try await http.execute(request, timeout: timeout)
             body = try await response.body.collect(upTo: 64 << 20)
+            let wireBody = body.readableBytes
             // HTTP/1.1 as on the wire: request line, headers (ours and the client's Host,
             // Content-Length), body; status line, headers, body.
             let host = (server.host ?? "").utf8.count + 12
-            let sent = method.rawValue.utf8.count + path.utf8.count + 13 + host + (raw.map { "\($0.count)".utf8.count + 18 + $0.count } ?? 0)
+            let sent = method.rawValue.utf8.count + path.utf8.count + 13 + host + (payload.map { "\($0.readableBytes)".utf8.count + 18 + $0.readableBytes } ?? 0)
                 + request.headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 4 } + 2
             let received = 17 + response.status.reasonPhrase.utf8.count + response.headers.reduce(0) { $0 + $1.name.utf8.count + $1.value.utf8.count + 4 } + 2
-                + body.readableBytes
+                + wireBody
             traffic.count(sent: sent, received: received)
         } catch {
             throw SyncClientError(status: 0, code: "unreachable", message: "no answer from \(server.absoluteString): \(error)")
+        }
+        if response.headers["Accept-Encoding"].contains(where: { $0.lowercased().contains("gzip") }) { serverTakesGzip.set() }
+        if response.headers["Content-Encoding"].contains(where: { $0.lowercased() == "gzip" }) {
+            do {
+                body = try body.decompress(with: .gzip(), maxSize: 64 << 20)
+            } catch {
+                throw SyncClientError(status: Int(response.status.code), code: "badAnswer", message: "the server's answer to \(method) /\(path) is not valid gzip: \(error)")
+            }
         }
         guard expecting.contains(response.status) else {
             let shaped = try? JSONDecoder().decode(ErrorResponse.self, from: Data(body.readableBytesView))
@@ -205,6 +227,13 @@ public struct SyncClient: Sendable {
         }
         return body
     }
+}
+
+/// A fact learnt once and shared by a client's copies.
+final class Flag: Sendable {
+    private let value = Atomic<Bool>(false)
+    var isSet: Bool { value.load(ordering: .relaxed) }
+    func set() { value.store(true, ordering: .relaxed) }
 }
 
 /// Bytes a ``SyncClient`` exchanged with the server: HTTP/1.1 requests and answers as they go

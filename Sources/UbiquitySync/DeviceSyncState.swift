@@ -175,6 +175,10 @@ public struct DeviceSyncState: Sendable {
     /// The items whose durable part changed since ``takeTouched()`` was last called: what a
     /// store writes again (a row per item), instead of everything.
     public private(set) var touched: Set<String> = []
+    /// The items whose shown state (``visible(_:)``) may have changed since
+    /// ``takeShownChanged()`` was last called: what a device brings its folder in step for,
+    /// instead of every item.
+    public private(set) var shownChanged: Set<String> = []
     private var persistedChanged = false
     /// Changes on the wire (lost in a crash).
     private var inFlight: Set<String> = []
@@ -255,6 +259,7 @@ public struct DeviceSyncState: Sendable {
         // change's revision, known only when it is acknowledged.
         let base = persisted.sending[item] == nil ? persisted.queued[item]?.base ?? persisted.remote[item]?.revision : nil
         persisted.local[item] = state
+        shownChanged.insert(item)
         persisted.queued[item] = LocalChange(changeId: id, item: item, base: base, name: state.name, content: state.content, deleted: state.deleted, date: date,
                                              parent: state.parent, kind: state.kind)
     }
@@ -303,6 +308,7 @@ public struct DeviceSyncState: Sendable {
             persisted.queued[item] = next
         } else {
             persisted.local[item] = nil // nothing local left: show the server's state (the winner)
+            shownChanged.insert(item)
         }
     }
 
@@ -319,6 +325,7 @@ public struct DeviceSyncState: Sendable {
         if let known = persisted.remote[item.id], known.sequence >= item.sequence { return }
         touched.insert(item.id)
         persisted.remote[item.id] = item
+        shownChanged.insert(item.id)
     }
 
     /// The items whose durable part changed since the last call (see ``touched``), and
@@ -329,6 +336,12 @@ public struct DeviceSyncState: Sendable {
             persistedChanged = false
         }
         return (touched, persistedChanged)
+    }
+
+    /// The items whose shown state may have changed since the last call (see ``shownChanged``).
+    public mutating func takeShownChanged() -> Set<String> {
+        defer { shownChanged = [] }
+        return shownChanged
     }
 
     /// Marks items (and, with `changed`, everything durable) to be written again: what a

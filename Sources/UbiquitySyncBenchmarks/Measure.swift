@@ -110,11 +110,26 @@ enum ProcessStats {
         }
     }
 
-    /// Voluntary context switches, all threads of `pid`.
-    static func wakeUps(_ pid: pid_t) -> Int64 {
-        threads(of: pid).reduce(0) { sum, tid in
-            sum + (field("voluntary_ctxt_switches", in: "/proc/\(pid)/task/\(tid)/status") ?? 0)
-        }
+    /// Voluntary context switches so far, by thread of `pid`.
+    static func wakeUps(_ pid: pid_t) -> [String: Int64] {
+        var counts: [String: Int64] = [:]
+        for tid in threads(of: pid) { counts[tid] = field("voluntary_ctxt_switches", in: "/proc/\(pid)/task/\(tid)/status") ?? 0 }
+        return counts
+    }
+
+    /// Wake-ups between two ``wakeUps(_:)`` readings: each thread's increase (a thread started
+    /// meanwhile counts from zero; one that ended meanwhile is not seen — it undercounts).
+    static func wakeUps(from before: [String: Int64], to after: [String: Int64]) -> Int64 {
+        after.reduce(0) { $0 + max(0, $1.value - (before[$1.key] ?? 0)) }
+    }
+
+    /// CPU time (user and system) of `pid` so far, threads that ended included (/proc/PID/stat).
+    static func processCPUNanoseconds(_ pid: pid_t) -> Int64 {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), let end = text.lastIndex(of: ")") else { return 0 }
+        let fields = text[text.index(after: end)...].split(separator: " ")
+        // After the command: state is field 3, so utime (14) and stime (15) are at 11 and 12.
+        guard fields.count > 12, let user = Int64(fields[11]), let system = Int64(fields[12]) else { return 0 }
+        return (user + system) * 1_000_000_000 / Int64(sysconf(Int32(_SC_CLK_TCK)))
     }
 
     /// Resident set size in bytes.
@@ -129,7 +144,7 @@ enum ProcessStats {
     private static func field(_ name: String, in path: String) -> Int64? {
         guard let text = try? String(contentsOfFile: path, encoding: .utf8) else { return nil }
         for line in text.split(separator: "\n") where line.hasPrefix(name + ":") {
-            return line.dropFirst(name.count + 1).split(separator: " ").first.flatMap { Int64($0) }
+            return line.dropFirst(name.count + 1).split(whereSeparator: { $0 == " " || $0 == "\t" }).first.flatMap { Int64($0) }
         }
         return nil
     }

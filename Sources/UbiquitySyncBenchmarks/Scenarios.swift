@@ -240,6 +240,8 @@ struct Idle: Encodable {
     var seconds: Int
     /// Voluntary context switches per second, all threads, of each agent.
     var wakeUpsPerSecond: [String: Double]
+    /// CPU time of each agent over those seconds (10 ms resolution).
+    var cpuMs: [String: Double]
     var residentMiB: [String: Double]
     var costOfOneChange: ChangeCost
 }
@@ -275,13 +277,14 @@ func idleAgents(_ peer: UbiquityPeer, items: Int, seconds: Int, changes: Int) as
     try await peer.settle()
     try await Task.sleep(for: .seconds(2))
     let agents = Array(zip(peer.processNames, peer.processIDs).dropFirst())
-    let before = agents.map { ProcessStats.wakeUps($0.1) }
+    let before = agents.map { ProcessStats.wakeUps($0.1) }, cpuBefore = agents.map { ProcessStats.processCPUNanoseconds($0.1) }
     try await Task.sleep(for: .seconds(seconds))
-    var wakeUps: [String: Double] = [:], resident: [String: Double] = [:]
+    var wakeUps: [String: Double] = [:], resident: [String: Double] = [:], cpu: [String: Double] = [:]
     for (slot, agent) in agents.enumerated() {
-        wakeUps[agent.0] = (Double(ProcessStats.wakeUps(agent.1) - before[slot]) / Double(seconds)).rounded(toPlaces: 2)
+        wakeUps[agent.0] = (Double(ProcessStats.wakeUps(from: before[slot], to: ProcessStats.wakeUps(agent.1))) / Double(seconds)).rounded(toPlaces: 2)
+        cpu[agent.0] = (Double(ProcessStats.processCPUNanoseconds(agent.1) - cpuBefore[slot]) / 1e6).rounded(toPlaces: 1)
         resident[agent.0] = (Double(ProcessStats.residentBytes(agent.1)) / 1_048_576).rounded(toPlaces: 1)
     }
     return Idle(items: peer.itemsOnB(), populateSeconds: (milliseconds(populated) / 1000).rounded(toPlaces: 1), seconds: seconds,
-                wakeUpsPerSecond: wakeUps, residentMiB: resident, costOfOneChange: cost)
+                wakeUpsPerSecond: wakeUps, cpuMs: cpu, residentMiB: resident, costOfOneChange: cost)
 }

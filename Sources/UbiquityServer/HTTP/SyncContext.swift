@@ -19,8 +19,14 @@ public struct SyncContext: RequestContext, WebSocketRequestContext {
         webSocket = .init()
     }
 
-    /// Largest JSON body decoded (item manifests can be long).
+    /// Largest JSON body decoded (item manifests can be long), also once inflated.
     public var maxUploadSize: Int { 8 << 20 }
+
+    /// JSON bodies, gzip-compressed or not.
+    public var requestDecoder: SyncRequestDecoder { SyncRequestDecoder() }
+
+    /// JSON answers, gzip-compressed when the request accepts it.
+    public var responseEncoder: SyncResponseEncoder { SyncResponseEncoder() }
 
     /// The device, or 401.
     func requireDevice() throws -> DeviceAuth {
