@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <malloc.h>
 #include <sys/stat.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 #include <linux/fs.h>
 
@@ -27,6 +28,18 @@ int ubq_rename_exchange(const char *first, const char *second) {
 
 int ubq_rename_noreplace(const char *from, const char *to) {
     return ubq_renameat2(from, to, RENAME_NOREPLACE);
+}
+
+int ubq_set_attribute(const char *path, const char *name, const void *value, unsigned long size) {
+    return setxattr(path, name, value, size, 0);
+}
+
+long ubq_get_attribute(const char *path, const char *name, void *value, unsigned long size) {
+    return (long)getxattr(path, name, value, size);
+}
+
+int ubq_remove_attribute(const char *path, const char *name) {
+    return removexattr(path, name);
 }
 
 int ubq_syncfs(int fd) {

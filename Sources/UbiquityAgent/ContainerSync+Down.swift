@@ -229,7 +229,7 @@ extension ContainerSync {
     /// renamed into place (never over a file made there meanwhile), their folders flushed once
     /// each, and all recorded in one transaction.
     private func downloadTogether(_ group: [(Download, ItemState)]) async throws -> [(Download, Result<AgentStore.File?, SyncClientError>)] {
-        var writers: [(download: Download, revision: String, members: [LocalMember], staged: URL, writer: StagedWriter)] = []
+        var writers: [(download: Download, revision: String, savedBy: String, members: [LocalMember], staged: URL, writer: StagedWriter)] = []
         defer {
             for entry in writers {
                 entry.writer.close()
@@ -247,7 +247,7 @@ extension ContainerSync {
                 logger.warning("cannot stage a download", metadata: ["path": "\(download.path)", "error": "\(error)"])
                 continue // its folder went meanwhile: the next round sees
             }
-            writers.append((download, state.revision, members, staged, writer))
+            writers.append((download, state.revision, state.deviceName, members, staged, writer))
             for chunk in members.flatMap(\.chunks) where wanted.insert(chunk.hash).inserted {
                 needed.append(chunk.hash)
                 total += Int64(chunk.length)
@@ -274,6 +274,7 @@ extension ContainerSync {
                     guard let data = bytes[chunk.hash] else { throw ContainerSyncError("chunk \(chunk.hash) did not arrive") }
                     try entry.writer.write(data, hash: chunk.hash)
                 }
+                NSFileVersion.recordSavingComputer(entry.savedBy, ofItemAt: entry.staged.path)
                 written.append((entry.download, entry.revision, entry.members, entry.staged))
             } catch {
                 failed(entry.download, error)
@@ -328,6 +329,7 @@ extension ContainerSync {
         let members = LocalContents.members(state.manifest, kind: kind)
         let staged = try await stage(members, kind: kind, of: item, name: path, reusing: previous)
         defer { removeStaged(staged) } // still there if not moved into place
+        NSFileVersion.recordSavingComputer(state.deviceName, ofItemAt: staged.path)
         localContents[content] = members
         guard let file = try place(staged, as: download, revision: state.revision) else { return nil }
         if let previous, previous.path != path {

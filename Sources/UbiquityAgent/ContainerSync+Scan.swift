@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityCoordination
 import UbiquityClient
 import UbiquityProtocol
 import UbiquitySync
@@ -62,8 +63,11 @@ extension ContainerSync {
             }
             throw error
         }
-        let before = files
         let changes = LocalScanner.changes(from: old, to: now)
+        // The records of what went, as they were (not a copy of every record: that would cost
+        // the whole container on the first change below).
+        var before: [String: AgentStore.File] = [:]
+        for path in changes.removed { before[path] = files[path] }
         if !changes.isEmpty { logger.debug("local changes", metadata: ["container": "\(container)", "changes": "\(changes)"]) }
         var upsert: [AgentStore.File] = []
         var moved: [String: AgentStore.File] = [:]
@@ -116,6 +120,7 @@ extension ContainerSync {
                 if file.content != content {
                     state.save(item: file.item, content: content, date: Double(print.modified) / 1e9)
                     file.revision = nil
+                    NSFileVersion.forgetSavingComputer(ofItemAt: root.appendingPathComponent(path).path) // written here in place
                 }
                 file.content = content
             }

@@ -104,7 +104,8 @@ struct AgentCommand: AsyncParsableCommand {
         abstract: "Keep this user's ubiquity containers in step with the server (one agent per user and device).",
         discussion: """
             Settings: $XDG_CONFIG_HOME/ubiquity/agent.json ({"containers": [...], "greedy": false, "rescanSeconds": 60}). \
-            Containers live in $XDG_DATA_HOME/ubiquity/accounts/<account>/containers/<id>/Documents; \
+            Containers live in $XDG_DATA_HOME/ubiquity/accounts/<identity>/containers/<id> (<identity>: the account's identity \
+            token; documents in its Documents folder); \
             apps and `ubiquity ls/download/evict` talk to the agent over $XDG_RUNTIME_DIR/ubiquity/agent.sock. \
             Stops cleanly on SIGTERM or SIGINT.
             """

@@ -100,9 +100,23 @@ func fileSize(_ path: String) -> Int? {
 /// `schedstat` (nanoseconds), voluntary context switches (each one a sleep and so a later
 /// wake-up), resident memory.
 enum ProcessStats {
-    /// Nanoseconds on a CPU, all threads of all `pids`.
+    /// `pid` and the processes it started, and theirs (`syncthing serve` runs its work in a
+    /// child of the process started).
+    static func family(_ pid: pid_t) -> [pid_t] {
+        var found: [pid_t] = [], pending = [pid]
+        while let next = pending.popLast() {
+            found.append(next)
+            for tid in threads(of: next) {
+                let text = (try? String(contentsOfFile: "/proc/\(next)/task/\(tid)/children", encoding: .utf8)) ?? ""
+                pending += text.split(separator: " ").compactMap { pid_t($0.trimmingCharacters(in: .whitespacesAndNewlines)) }
+            }
+        }
+        return found
+    }
+
+    /// Nanoseconds on a CPU, all threads of all `pids` and of the processes they started.
     static func cpuNanoseconds(_ pids: [pid_t]) -> Int64 {
-        pids.reduce(0) { total, pid in
+        pids.flatMap(family).reduce(0) { total, pid in
             total + threads(of: pid).reduce(0) { sum, tid in
                 let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(tid)/schedstat", encoding: .utf8)) ?? ""
                 return sum + (text.split(separator: " ").first.flatMap { Int64($0) } ?? 0)
@@ -110,10 +124,12 @@ enum ProcessStats {
         }
     }
 
-    /// Voluntary context switches so far, by thread of `pid`.
+    /// Voluntary context switches so far, by thread of `pid` (and of the processes it started).
     static func wakeUps(_ pid: pid_t) -> [String: Int64] {
         var counts: [String: Int64] = [:]
-        for tid in threads(of: pid) { counts[tid] = field("voluntary_ctxt_switches", in: "/proc/\(pid)/task/\(tid)/status") ?? 0 }
+        for process in family(pid) {
+            for tid in threads(of: process) { counts[tid] = field("voluntary_ctxt_switches", in: "/proc/\(process)/task/\(tid)/status") ?? 0 }
+        }
         return counts
     }
 
@@ -132,9 +148,9 @@ enum ProcessStats {
         return (user + system) * 1_000_000_000 / Int64(sysconf(Int32(_SC_CLK_TCK)))
     }
 
-    /// Resident set size in bytes.
+    /// Resident set size in bytes (with the processes it started).
     static func residentBytes(_ pid: pid_t) -> Int64 {
-        (field("VmRSS", in: "/proc/\(pid)/status") ?? 0) * 1024
+        family(pid).reduce(0) { $0 + (field("VmRSS", in: "/proc/\($1)/status") ?? 0) * 1024 }
     }
 
     private static func threads(of pid: pid_t) -> [String] {

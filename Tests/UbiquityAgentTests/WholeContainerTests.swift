@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import UbiquityClient
+import UbiquityCoordination
 import UbiquityProtocol
 import UbiquitySync
 @testable import UbiquityAgent
@@ -124,6 +125,29 @@ extension ContainerSyncTests {
             try await phone.sync.syncOnce()
             #expect(phone.read("A/Sketch.note/Text.txt") == "second draft")
             #expect(await laptop.sync.isIdle)
+        }
+    }
+
+    @Test func theCurrentVersionNamesTheDeviceThatSavedIt() async throws {
+        try await withServer { base, dir in
+            let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await device("phone", base: base, dir: dir, greedy: true)
+            try laptop.write("Note.txt", Data("from the laptop".utf8))      // comes down with others
+            try laptop.write("Big.bin", Data(repeating: 7, count: 5 << 20))  // comes down on its own
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            for name in ["Note.txt", "Big.bin"] {
+                let version = NSFileVersion.currentVersionOfItem(at: phone.documents.appendingPathComponent(name))
+                #expect(version?.localizedNameOfSavingComputer == "laptop", "\(name)")
+            }
+            let own = NSFileVersion.currentVersionOfItem(at: laptop.documents.appendingPathComponent("Note.txt"))
+            #expect(own?.localizedNameOfSavingComputer == NSFileVersion.thisComputer)
+            // Saved again on the phone, safely (a new file) or in place: the phone saved it.
+            try Data("from the phone".utf8).write(to: phone.documents.appendingPathComponent("Note.txt"), options: .atomic)
+            #expect(NSFileVersion.currentVersionOfItem(at: phone.documents.appendingPathComponent("Note.txt"))?.localizedNameOfSavingComputer == NSFileVersion.thisComputer)
+            try phone.write("Big.bin", Data(repeating: 8, count: 5 << 20))
+            try await phone.sync.syncOnce()
+            #expect(NSFileVersion.currentVersionOfItem(at: phone.documents.appendingPathComponent("Big.bin"))?.localizedNameOfSavingComputer == NSFileVersion.thisComputer)
         }
     }
 

@@ -96,12 +96,14 @@ struct Client: Sendable {
     struct Answer: Sendable {
         var status: HTTPResponse.Status
         var body: ByteBuffer
+        var headers: HTTPFields = [:]
         func decode<T: Decodable>(_ type: T.Type) throws -> T { try JSONDecoder().decode(type, from: Data(buffer: body)) }
         var errorCode: String? { try? decode(ErrorResponse.self).error.code }
     }
 
-    func send(_ method: HTTPRequest.Method, _ uri: String, token: String? = nil, json: (any Encodable)? = nil, raw: [UInt8]? = nil) async throws -> Answer {
-        var headers: HTTPFields = [:]
+    func send(_ method: HTTPRequest.Method, _ uri: String, token: String? = nil, json: (any Encodable)? = nil, raw: [UInt8]? = nil,
+              headers extra: HTTPFields = [:]) async throws -> Answer {
+        var headers = extra
         if let token { headers[.authorization] = "Bearer \(token)" }
         var body: ByteBuffer?
         if let json {
@@ -110,7 +112,7 @@ struct Client: Sendable {
         } else if let raw {
             body = ByteBuffer(bytes: raw)
         }
-        return try await client.execute(uri: uri, method: method, headers: headers, body: body) { Answer(status: $0.status, body: $0.body) }
+        return try await client.execute(uri: uri, method: method, headers: headers, body: body) { Answer(status: $0.status, body: $0.body, headers: $0.headers) }
     }
 
     /// Signs in and returns the token.

@@ -11,6 +11,12 @@ int ubq_rename_noreplace(const char *from, const char *to);
 /// files written together, instead of an fsync each. Returns 0 or -1 with errno set.
 int ubq_syncfs(int fd);
 
+/// Sets, reads and removes an extended attribute of `path` (following symbolic links), as
+/// setxattr/getxattr/removexattr do: 0 (or the value's length) or -1 with errno set.
+int ubq_set_attribute(const char *path, const char *name, const void *value, unsigned long size);
+long ubq_get_attribute(const char *path, const char *name, void *value, unsigned long size);
+int ubq_remove_attribute(const char *path, const char *name);
+
 /// Makes `destination` share `source`'s extents (FICLONE, a reflink). Returns 0 or -1 with errno set.
 int ubq_clone_file(int destination, int source);
 

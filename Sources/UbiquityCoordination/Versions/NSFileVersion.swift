@@ -1,3 +1,4 @@
+import CUbiquitySystem
 import Foundation
 import Logging
 import Synchronization
@@ -142,7 +143,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         itemURL = item
         url = item
         localizedName = item.lastPathComponent
-        localizedNameOfSavingComputer = Self.thisComputer
+        localizedNameOfSavingComputer = Self.savingComputer(ofItemAt: item.path) ?? Self.thisComputer
         modificationDate = status.modificationDate
         persistentIdentifier = .current
         isConflict = false
@@ -353,6 +354,32 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         guard let store else { return }
         flags.withLock { $0.discardable = discardable }
         try store.update(persistentIdentifier.rawValue) { $0.isDiscardable = discardable }
+    }
+
+    /// The extended attribute naming the device that saved an item's current contents, when
+    /// they came from another device (a sync agent sets it on what it downloads; a save here
+    /// makes a new file without it, so this computer is the saver again).
+    static let savingComputerAttribute = "user.ubiquity.saving-computer"
+
+    /// Records that the item at `path` (a file or a package) holds contents `computer` saved —
+    /// for the current version's ``localizedNameOfSavingComputer``. Best effort: a file system
+    /// without user extended attributes keeps no name, and this computer's is shown.
+    package static func recordSavingComputer(_ computer: String, ofItemAt path: String) {
+        let bytes = Array(computer.utf8.prefix(255))
+        _ = ubq_set_attribute(path, savingComputerAttribute, bytes, UInt(bytes.count))
+    }
+
+    /// Forgets who saved the item at `path` (changed here in place: this computer saved it).
+    package static func forgetSavingComputer(ofItemAt path: String) {
+        _ = ubq_remove_attribute(path, savingComputerAttribute) // none recorded (or no extended attributes): nothing to forget
+    }
+
+    /// The device that saved the current contents of the item at `path`, if recorded.
+    static func savingComputer(ofItemAt path: String) -> String? {
+        var buffer = [UInt8](repeating: 0, count: 256)
+        let count = ubq_get_attribute(path, savingComputerAttribute, &buffer, UInt(buffer.count))
+        guard count > 0 else { return nil }
+        return String(decoding: buffer.prefix(count), as: UTF8.self)
     }
 
     /// This computer's name, as recorded for versions saved here.

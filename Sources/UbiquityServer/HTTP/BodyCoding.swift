@@ -22,13 +22,17 @@ public struct SyncRequestDecoder: RequestDecoder {
         case nil, "identity":
             break
         case "gzip":
+            let tooLarge = SyncError(.contentTooLarge, "bodyTooLarge", "the body inflates to more than \(context.maxUploadSize) bytes")
             do {
+                // The limit bounds what is allocated (its buffers round up, to at most twice
+                // the limit); what came out is checked against the limit itself.
                 buffer = try buffer.decompress(with: .gzip(), maxSize: context.maxUploadSize)
             } catch let error as CompressNIOError where error == .bufferOverflow {
-                throw SyncError(.contentTooLarge, "bodyTooLarge", "the body inflates to more than \(context.maxUploadSize) bytes")
+                throw tooLarge
             } catch {
                 throw SyncError.badRequest("badEncoding", "the body is not valid gzip: \(error)")
             }
+            guard buffer.readableBytes <= context.maxUploadSize else { throw tooLarge }
         case let other?:
             throw SyncError(.unsupportedMediaType, "unsupportedEncoding", "bodies come as they are or gzip-compressed, not \(other)")
         }

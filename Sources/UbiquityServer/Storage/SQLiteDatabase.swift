@@ -73,6 +73,20 @@ final class SQLiteDatabase: SyncDatabase {
             // (revisions from before have none: their manifests are decoded).
             try db.execute(sql: "ALTER TABLE revision ADD COLUMN digest TEXT")
         }
+        migrator.registerMigration("v5-used-bytes") { db in
+            // Each account's stored bytes, kept by the chunks' own inserts and deletes: a quota
+            // check reads one number instead of adding up every chunk the account has.
+            try db.execute(sql: """
+                ALTER TABLE account ADD COLUMN usedBytes INTEGER NOT NULL DEFAULT 0;
+                UPDATE account SET usedBytes = (SELECT COALESCE(SUM(size), 0) FROM chunk WHERE chunk.accountId = account.id);
+                CREATE TRIGGER chunk_stored AFTER INSERT ON chunk BEGIN
+                    UPDATE account SET usedBytes = usedBytes + NEW.size WHERE id = NEW.accountId;
+                END;
+                CREATE TRIGGER chunk_removed AFTER DELETE ON chunk BEGIN
+                    UPDATE account SET usedBytes = usedBytes - OLD.size WHERE id = OLD.accountId;
+                END;
+                """)
+        }
         return migrator
     }
 
@@ -119,8 +133,8 @@ final class SQLiteDatabase: SyncDatabase {
 
     func usage(ofAccount id: Int64) async throws -> (used: Int64, quota: Int64) {
         try await pool.read { db in
-            let used = try Int64.fetchOne(db.cachedStatement(sql: "SELECT COALESCE(SUM(size), 0) FROM chunk WHERE accountId = ?"), arguments: [id]) ?? 0
-            return (used, try Int64.fetchOne(db.cachedStatement(sql: "SELECT quotaBytes FROM account WHERE id = ?"), arguments: [id]) ?? 0)
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT usedBytes, quotaBytes FROM account WHERE id = ?"), arguments: [id]) else { return (0, 0) }
+            return (row["usedBytes"], row["quotaBytes"])
         }
     }
 
@@ -383,8 +397,8 @@ final class SQLiteDatabase: SyncDatabase {
             if !fresh.isEmpty {
                 // One quota check for the whole batch.
                 let adding = fresh.values.reduce(0, +)
-                let used = try Int64.fetchOne(db.cachedStatement(sql: "SELECT COALESCE(SUM(size), 0) FROM chunk WHERE accountId = ?"), arguments: [accountId]) ?? 0
-                let quota = try Int64.fetchOne(db.cachedStatement(sql: "SELECT quotaBytes FROM account WHERE id = ?"), arguments: [accountId]) ?? 0
+                let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT usedBytes, quotaBytes FROM account WHERE id = ?"), arguments: [accountId])
+                let used: Int64 = row?["usedBytes"] ?? 0, quota: Int64 = row?["quotaBytes"] ?? 0
                 guard used + adding <= quota else { throw SyncError.quotaExceeded(used: used, quota: quota, adding: adding) }
             }
             for (hash, size) in fresh.sorted(by: { $0.key < $1.key }) {
