@@ -55,7 +55,7 @@ extension ContainerSync {
             for revision in conflictCopies.removeValue(forKey: item) ?? [] {
                 try store.setConflictCopy(false, container: container, item: item, revision: revision)
             }
-            try coordinatedRemove(local.path)
+            try await coordinatedRemove(local.path)
             files[local.path] = nil
             gone.append(local.path)
         }
@@ -290,7 +290,7 @@ extension ContainerSync {
         for entry in written {
             do {
                 localContents[entry.download.content] = entry.members
-                let file = try placeNew(entry.staged, as: entry.download, revision: entry.revision)
+                let file = try await placeNew(entry.staged, as: entry.download, revision: entry.revision)
                 if let file {
                     placed.append(file)
                     folders.insert(LocalContents.folder(of: file.path))
@@ -331,9 +331,9 @@ extension ContainerSync {
         defer { removeStaged(staged) } // still there if not moved into place
         NSFileVersion.recordSavingComputer(state.deviceName, ofItemAt: staged.path)
         localContents[content] = members
-        guard let file = try place(staged, as: download, revision: state.revision) else { return nil }
+        guard let file = try await place(staged, as: download, revision: state.revision) else { return nil }
         if let previous, previous.path != path {
-            try coordinatedRemove(previous.path)
+            try await coordinatedRemove(previous.path)
             files[previous.path] = nil
             try await persist(upsert: [file], removed: [previous.path])
         } else {
@@ -346,11 +346,11 @@ extension ContainerSync {
     /// document reloads), unless the item was saved over since the round's scan (or made there
     /// meanwhile): then the local edit stays, the next round sends it, and the server keeps both.
     /// Returns the record of the file in place (not yet stored), or nil.
-    private func place(_ staged: URL, as download: Download, revision: String) throws -> AgentStore.File? {
+    private func place(_ staged: URL, as download: Download, revision: String) async throws -> AgentStore.File? {
         let path = download.path, previous = download.previous
         let url = root.appendingPathComponent(path)
         let scanner = scanner
-        let written = try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing) { url -> Bool in
+        let written = try await NSFileCoordinator(filePresenter: nil).coordinatedWrite(at: url, options: .forReplacing) { url -> Bool in
             let now = scanner.fingerprint(of: path)
             if let previous, previous.path == path, now != previous.fingerprint { return false }
             if previous?.path != path, now != nil { return false }
@@ -361,28 +361,30 @@ extension ContainerSync {
             }
             return true
         }
-        guard written, let print = scanner.fingerprint(of: path) else { return nil }
-        let file = AgentStore.File(path: path, item: download.item, fingerprint: print, content: download.content, revision: revision)
-        files[path] = file
+        return written ? placed(download, revision: revision) : nil
+    }
+
+    /// The record of a download just put in place (not yet stored), or nil if it is gone again.
+    private func placed(_ download: Download, revision: String) -> AgentStore.File? {
+        guard let print = scanner.fingerprint(of: download.path) else { return nil }
+        let file = AgentStore.File(path: download.path, item: download.item, fingerprint: print, content: download.content, revision: revision)
+        files[download.path] = file
         return file
     }
 
     /// Puts a staged new file (its contents durable) in place under a coordinated write,
     /// unless something was made at its path meanwhile (then the local item stays, the next
     /// round sends it, and the server keeps both). Its folder still needs a flush.
-    private func placeNew(_ staged: URL, as download: Download, revision: String) throws -> AgentStore.File? {
+    private func placeNew(_ staged: URL, as download: Download, revision: String) async throws -> AgentStore.File? {
         let path = download.path, url = root.appendingPathComponent(path)
-        let placed = try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing) { url -> Bool in
+        let moved = try await NSFileCoordinator(filePresenter: nil).coordinatedWrite(at: url, options: .forReplacing) { url -> Bool in
             guard ubq_rename_noreplace(staged.path, url.path) == 0 else {
                 if errno == EEXIST { return false }
                 throw ContainerSyncError("could not move the download of \(path) into place: \(String(cString: strerror(errno)))")
             }
             return true
         }
-        guard placed, let print = scanner.fingerprint(of: path) else { return nil }
-        let file = AgentStore.File(path: path, item: download.item, fingerprint: print, content: download.content, revision: revision)
-        files[path] = file
-        return file
+        return moved ? placed(download, revision: revision) : nil
     }
 
     /// Makes everything written to the container's file system durable at once (`syncfs`).
@@ -562,7 +564,7 @@ extension ContainerSync {
             return true
         }
         guard FileManager.default.fileExists(atPath: to.deletingLastPathComponent().path) else { return false } // its folder comes first
-        try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: from, options: .forMoving) { from in
+        try await NSFileCoordinator(filePresenter: nil).coordinatedWrite(at: from, options: .forMoving) { from in
             try FileManager.default.moveItem(at: from, to: to)
         }
         errors[file.item] = nil
@@ -580,10 +582,10 @@ extension ContainerSync {
         return true
     }
 
-    func coordinatedRemove(_ path: String) throws {
+    func coordinatedRemove(_ path: String) async throws {
         logger.debug("removing", metadata: ["container": "\(container)", "path": "\(path)"])
         let url = root.appendingPathComponent(path)
-        try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
+        try await NSFileCoordinator(filePresenter: nil).coordinatedWrite(at: url, options: .forDeleting) { url in
             if FileManager.default.fileExists(atPath: url.path) { try FileManager.default.removeItem(at: url) }
         }
     }

@@ -202,20 +202,28 @@ func loopbackCopy(of file: URL, to destination: URL) async throws -> Duration {
     }
 }
 
-private func blockingLoopbackCopy(of file: URL, to destination: URL) throws -> Duration {
-    let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard listener >= 0 else { throw BenchError("socket: errno \(errno)") }
-    defer { close(listener) }
-    var address = sockaddr_in()
-    address.sin_family = sa_family_t(AF_INET)
-    address.sin_addr.s_addr = inet_addr("127.0.0.1")
+/// A TCP socket bound to a free port on loopback (listening, if `backlog` is given): the
+/// descriptor and the port.
+func loopbackSocket(listening backlog: Int32? = nil) throws -> (fd: Int32, port: Int) {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+    guard fd >= 0 else { throw BenchError("socket: errno \(errno)") }
+    var address = loopback(port: 0)
     var length = socklen_t(MemoryLayout<sockaddr_in>.size)
     let bound = withUnsafeMutablePointer(to: &address) { pointer in
-        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0 }
+        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
     }
-    guard bound, listen(listener, 1) == 0 else { throw BenchError("bind/listen: errno \(errno)") }
+    guard bound, backlog.map({ listen(fd, $0) == 0 }) ?? true else {
+        let code = errno
+        close(fd)
+        throw BenchError("bind/listen: errno \(code)")
+    }
+    return (fd, Int(UInt16(bigEndian: address.sin_port)))
+}
 
-    let listening = address
+private func blockingLoopbackCopy(of file: URL, to destination: URL) throws -> Duration {
+    let (listener, port) = try loopbackSocket(listening: 1)
+    defer { close(listener) }
+    let listening = loopback(port: port)
     let start = ContinuousClock.now
     let sender = Thread {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)

@@ -24,18 +24,8 @@ final class CountingProxy: Sendable {
 
     /// Starts relaying 127.0.0.1:`target`.
     static func start(to target: Int) throws -> CountingProxy {
-        let listener = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard listener >= 0 else { throw BenchError("socket: errno \(errno)") }
-        var address = loopback(port: 0)
-        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let bound = withUnsafeMutablePointer(to: &address) { pointer in
-            pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, length) == 0 && getsockname(listener, $0, &length) == 0 }
-        }
-        guard bound, listen(listener, 64) == 0 else {
-            close(listener)
-            throw BenchError("bind/listen: errno \(errno)")
-        }
-        let proxy = CountingProxy(port: Int(UInt16(bigEndian: address.sin_port)), listener: listener)
+        let (listener, port) = try loopbackSocket(listening: 64)
+        let proxy = CountingProxy(port: port, listener: listener)
         Thread { proxy.accepting(target: target) }.start()
         return proxy
     }

@@ -87,6 +87,11 @@ final class SQLiteDatabase: SyncDatabase {
                 END;
                 """)
         }
+        migrator.registerMigration("v6-revision-parent") { db in
+            // A folder's items found by their folder (the names a commit settles against),
+            // not by walking every item of the container.
+            try db.execute(sql: "CREATE INDEX revision_parent ON revision(containerId, parent)")
+        }
         return migrator
     }
 
@@ -255,8 +260,9 @@ final class SQLiteDatabase: SyncDatabase {
         if state == "current" && !commit.deleted {
             if folders[update.parent] == nil {
                 folders[update.parent] = SiblingNames(try Row.fetchAll(db.cachedStatement(sql: """
-                    SELECT item.id, revision.name FROM item JOIN revision ON revision.id = item.currentRevision
-                    WHERE item.containerId = ? AND revision.parent IS ? AND revision.deleted = 0
+                    SELECT item.id, revision.name FROM revision
+                    JOIN item ON item.containerId = revision.containerId AND item.id = revision.itemId AND item.currentRevision = revision.id
+                    WHERE revision.containerId = ? AND revision.parent IS ? AND revision.deleted = 0
                     """), arguments: [containerId, update.parent]).map { (id: $0["id"] as String, name: $0["name"] as String) })
             }
             (name, renameOther) = folders[update.parent]!.settle(name: name, id: itemId)
