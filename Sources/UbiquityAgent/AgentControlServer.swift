@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOPosix
+import Synchronization
 import UbiquityClient
 
 #if canImport(Glibc)
@@ -28,9 +29,14 @@ enum AgentControlServer {
         if (try? AgentConnection(socket: socket).send(AgentRequest(.status), timeout: .seconds(2))) != nil {
             throw AgentConnectionError(reason: "another agent already answers at \(socket.path)")
         }
+        let stopping = StoppingFlag()
         let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .bind(unixDomainSocketPath: socket.path, cleanupExistingSocketFile: true) { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    // Accepted while stopping: refused here, before it is wrapped — a wrapped
+                    // connection that the stopped server no longer hands over would be dropped
+                    // unclosed, which NIO does not allow.
+                    guard !stopping.isSet else { throw AgentConnectionError(reason: "the agent is stopping") }
                     try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(LineDecoder()))
                     return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
                 }
@@ -55,6 +61,7 @@ enum AgentControlServer {
         try await withTaskCancellationHandler {
             try await accepting.value
         } onCancel: {
+            stopping.set()
             channel.close(promise: nil)
         }
     }
@@ -98,6 +105,13 @@ enum AgentControlServer {
             level: NIOBSDSocket.OptionLevel(rawValue: SOL_SOCKET), name: NIOBSDSocket.Option(rawValue: SO_PEERCRED)).get()
         return credentials?.uid
     }
+}
+
+/// Whether the control server is stopping (set once, read from event loops).
+private final class StoppingFlag: Sendable {
+    private let value = Atomic<Bool>(false)
+    var isSet: Bool { value.load(ordering: .acquiring) }
+    func set() { value.store(true, ordering: .releasing) }
 }
 
 /// `struct ucred` (Glibc hides it without `_GNU_SOURCE`): what `SO_PEERCRED` answers.

@@ -55,7 +55,7 @@ extension ContainerSync {
             for revision in conflictCopies.removeValue(forKey: item) ?? [] {
                 try store.setConflictCopy(false, container: container, item: item, revision: revision)
             }
-            try await coordinatedRemove(local.path)
+            try coordinatedRemove(local.path)
             files[local.path] = nil
             gone.append(local.path)
         }
@@ -290,7 +290,7 @@ extension ContainerSync {
         for entry in written {
             do {
                 localContents[entry.download.content] = entry.members
-                let file = try await placeNew(entry.staged, as: entry.download, revision: entry.revision)
+                let file = try placeNew(entry.staged, as: entry.download, revision: entry.revision)
                 if let file {
                     placed.append(file)
                     folders.insert(LocalContents.folder(of: file.path))
@@ -331,9 +331,9 @@ extension ContainerSync {
         defer { removeStaged(staged) } // still there if not moved into place
         NSFileVersion.recordSavingComputer(state.deviceName, ofItemAt: staged.path)
         localContents[content] = members
-        guard let file = try await place(staged, as: download, revision: state.revision) else { return nil }
+        guard let file = try place(staged, as: download, revision: state.revision) else { return nil }
         if let previous, previous.path != path {
-            try await coordinatedRemove(previous.path)
+            try coordinatedRemove(previous.path)
             files[previous.path] = nil
             try await persist(upsert: [file], removed: [previous.path])
         } else {
@@ -346,11 +346,11 @@ extension ContainerSync {
     /// document reloads), unless the item was saved over since the round's scan (or made there
     /// meanwhile): then the local edit stays, the next round sends it, and the server keeps both.
     /// Returns the record of the file in place (not yet stored), or nil.
-    private func place(_ staged: URL, as download: Download, revision: String) async throws -> AgentStore.File? {
+    private func place(_ staged: URL, as download: Download, revision: String) throws -> AgentStore.File? {
         let path = download.path, previous = download.previous
         let url = root.appendingPathComponent(path)
         let scanner = scanner
-        let written = try await NSFileCoordinator(filePresenter: nil).coordinatedWrite(at: url, options: .forReplacing) { url -> Bool in
+        let written = try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing) { url -> Bool in
             let now = scanner.fingerprint(of: path)
             if let previous, previous.path == path, now != previous.fingerprint { return false }
             if previous?.path != path, now != nil { return false }
@@ -375,9 +375,9 @@ extension ContainerSync {
     /// Puts a staged new file (its contents durable) in place under a coordinated write,
     /// unless something was made at its path meanwhile (then the local item stays, the next
     /// round sends it, and the server keeps both). Its folder still needs a flush.
-    private func placeNew(_ staged: URL, as download: Download, revision: String) async throws -> AgentStore.File? {
+    private func placeNew(_ staged: URL, as download: Download, revision: String) throws -> AgentStore.File? {
         let path = download.path, url = root.appendingPathComponent(path)
-        let moved = try await NSFileCoordinator(filePresenter: nil).coordinatedWrite(at: url, options: .forReplacing) { url -> Bool in
+        let moved = try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing) { url -> Bool in
             guard ubq_rename_noreplace(staged.path, url.path) == 0 else {
                 if errno == EEXIST { return false }
                 throw ContainerSyncError("could not move the download of \(path) into place: \(String(cString: strerror(errno)))")
@@ -500,59 +500,6 @@ extension ContainerSync {
         return staged
     }
 
-    /// Lists `wanted` as placeholders and removes the placeholders of `unwanted` items
-    /// (nil: every placeholder not wanted). Returns the items whose placeholder could not be
-    /// written yet (their folder is not there).
-    func writePlaceholders(_ wanted: [String: UbiquityPlaceholder], unwanted: Set<String>?) throws -> Set<String> {
-        let stale = unwanted.map { unwanted in
-            unwanted.union(wanted.values.map(\.item)).flatMap { placeholders.paths(ofItem: $0) }.filter { wanted[$0] == nil }
-        } ?? placeholders.byPath.keys.filter { wanted[$0] == nil }
-        for path in stale {
-            guard let placeholder = placeholders[path] else { continue }
-            do {
-                try FileManager.default.removeItem(at: root.appendingPathComponent(path))
-            } catch CocoaError.fileNoSuchFile {
-                // removed already
-            } catch {
-                logger.warning("cannot remove a placeholder", metadata: ["path": "\(path)", "error": "\(error)", "item": "\(placeholder.item)"])
-                continue
-            }
-            placeholders[path] = nil
-        }
-        var waiting = Set<String>()
-        for (path, placeholder) in wanted where placeholders[path] != placeholder {
-            let folder = root.appendingPathComponent(LocalContents.folder(of: path))
-            // A local file of that name (made meanwhile) wins the name; the item is listed once the server settles it.
-            if FileManager.default.fileExists(atPath: folder.appendingPathComponent(placeholder.name).path) { continue }
-            guard FileManager.default.fileExists(atPath: folder.path) else {
-                waiting.insert(placeholder.item) // its folder comes first
-                continue
-            }
-            try placeholder.write(in: folder)
-            placeholders[path] = placeholder
-        }
-        return waiting
-    }
-
-    /// The placeholders in `folder` and its subfolders (not in packages), by path relative to it.
-    static func placeholdersOnDisk(in folder: URL, packageExtensions: Set<String>) -> [String: UbiquityPlaceholder] {
-        let scanner = LocalScanner(root: folder, packageExtensions: packageExtensions)
-        var found: [String: UbiquityPlaceholder] = [:]
-        func walk(_ relative: String) {
-            let url = relative.isEmpty ? folder : folder.appendingPathComponent(relative)
-            for name in (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? [] {
-                let path = relative.isEmpty ? name : relative + "/" + name
-                if let itemName = UbiquityPlaceholder.itemName(ofPlaceholder: name) {
-                    found[path] = UbiquityPlaceholder.read(for: url.appendingPathComponent(itemName)) ?? UbiquityPlaceholder(name: itemName, item: "", size: nil)
-                } else if !LocalScanner.isExcluded(name), !scanner.isPackage(name), scanner.fingerprint(of: path)?.kind == .directory {
-                    walk(path)
-                }
-            }
-        }
-        walk("")
-        return found
-    }
-
     /// Moves a file, package or folder (with everything in it) to `path`, as a coordinated move.
     /// Returns false if it must wait for its folder to be made; a local item of that name is
     /// said in ``errors`` (the server settles the clash).
@@ -564,7 +511,7 @@ extension ContainerSync {
             return true
         }
         guard FileManager.default.fileExists(atPath: to.deletingLastPathComponent().path) else { return false } // its folder comes first
-        try await NSFileCoordinator(filePresenter: nil).coordinatedWrite(at: from, options: .forMoving) { from in
+        try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: from, options: .forMoving) { from in
             try FileManager.default.moveItem(at: from, to: to)
         }
         errors[file.item] = nil
@@ -582,83 +529,11 @@ extension ContainerSync {
         return true
     }
 
-    func coordinatedRemove(_ path: String) async throws {
+    func coordinatedRemove(_ path: String) throws {
         logger.debug("removing", metadata: ["container": "\(container)", "path": "\(path)"])
         let url = root.appendingPathComponent(path)
-        try await NSFileCoordinator(filePresenter: nil).coordinatedWrite(at: url, options: .forDeleting) { url in
+        try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
             if FileManager.default.fileExists(atPath: url.path) { try FileManager.default.removeItem(at: url) }
         }
-    }
-}
-
-/// Writes downloaded chunks where they belong in a staged file or package (`pwrite` at each
-/// offset the chunk has, so they may arrive in any order), then makes it all durable. The
-/// owner closes it (``close()``) whatever happens.
-struct StagedWriter: Sendable {
-    let root: URL
-    /// Where each chunk goes: member index and offsets.
-    private let places: [String: [Place]]
-    private let descriptors: [Int32]
-
-    struct Place: Sendable {
-        var member: Int
-        var offset: Int
-    }
-
-    /// Creates the staged file (or folder with its members and their folders), each member
-    /// already at its final length.
-    init(at root: URL, members: [LocalMember], kind: ItemKind) throws {
-        self.root = root
-        var descriptors: [Int32] = [], places: [String: [Place]] = [:]
-        if kind == .package { try FileManager.default.createDirectory(at: root, withIntermediateDirectories: false) }
-        do {
-            for (index, member) in members.enumerated() {
-                let url = member.path.isEmpty ? root : root.appendingPathComponent(member.path)
-                if kind == .package { try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true) }
-                let fd = open(url.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
-                guard fd >= 0 else { throw Self.failure("create", url) }
-                descriptors.append(fd)
-                let length = member.chunks.reduce(0) { $0 + $1.length }
-                guard ftruncate(fd, off_t(length)) == 0 else { throw Self.failure("size", url) }
-                for chunk in member.chunks { places[chunk.hash, default: []].append(Place(member: index, offset: chunk.offset)) }
-            }
-        } catch {
-            for fd in descriptors { Glibc.close(fd) }
-            throw error
-        }
-        self.descriptors = descriptors
-        self.places = places
-    }
-
-    /// How many places in the item the chunk fills.
-    func occurrences(of hash: String) -> Int { places[hash]?.count ?? 0 }
-
-    /// Writes a chunk (already checked against its hash) everywhere it goes.
-    func write(_ bytes: [UInt8], hash: String) throws {
-        for place in places[hash] ?? [] {
-            var done = 0
-            while done < bytes.count {
-                let wrote = bytes.withUnsafeBytes { pwrite(descriptors[place.member], $0.baseAddress! + done, bytes.count - done, off_t(place.offset + done)) }
-                if wrote < 0 && errno == EINTR { continue }
-                guard wrote > 0 else { throw Self.failure("write", root) }
-                done += wrote
-            }
-        }
-    }
-
-    /// Makes every member durable (a package's folders are synced by the safe save).
-    func finish() throws {
-        for fd in descriptors {
-            guard fsync(fd) == 0 else { throw Self.failure("fsync", root) }
-        }
-    }
-
-    /// Closes the members.
-    func close() {
-        for fd in descriptors { Glibc.close(fd) }
-    }
-
-    static func failure(_ operation: String, _ url: URL) -> ContainerSyncError {
-        ContainerSyncError("could not \(operation) the download at \(url.path): \(String(cString: strerror(errno)))")
     }
 }

@@ -71,7 +71,7 @@ extension ContainerSync {
         }
         let remote = state.persisted.remote[file.item]
         let url = root.appendingPathComponent(name)
-        try await NSFileCoordinator(filePresenter: nil).coordinatedWrite(at: url, options: .forDeleting) { url in
+        try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
             guard scanner.fingerprint(of: name) == file.fingerprint else {
                 throw ContainerSyncError("\(name) changed while being evicted; it is kept")
             }

@@ -180,7 +180,7 @@ public actor ContainerSync {
     public var cursor: Int64 { state.persisted.cursor }
 
     /// Whether everything local is on the server and everything known from it is here.
-    public var isIdle: Bool { state.isIdle && errors.isEmpty }
+    public var isIdle: Bool { state.isIdle && errors.isEmpty && !running }
 
     /// One round: local changes go up (metadata first, then only the chunks the server lacks),
     /// changes from the server come down. Returns after the server answered everything sent.

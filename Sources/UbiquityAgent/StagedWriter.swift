@@ -1,0 +1,79 @@
+import Foundation
+import UbiquityProtocol
+import UbiquitySync
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Writes downloaded chunks where they belong in a staged file or package (`pwrite` at each
+/// offset the chunk has, so they may arrive in any order), then makes it all durable. The
+/// owner closes it (``close()``) whatever happens.
+struct StagedWriter: Sendable {
+    let root: URL
+    /// Where each chunk goes: member index and offsets.
+    private let places: [String: [Place]]
+    private let descriptors: [Int32]
+
+    struct Place: Sendable {
+        var member: Int
+        var offset: Int
+    }
+
+    /// Creates the staged file (or folder with its members and their folders), each member
+    /// already at its final length.
+    init(at root: URL, members: [LocalMember], kind: ItemKind) throws {
+        self.root = root
+        var descriptors: [Int32] = [], places: [String: [Place]] = [:]
+        if kind == .package { try FileManager.default.createDirectory(at: root, withIntermediateDirectories: false) }
+        do {
+            for (index, member) in members.enumerated() {
+                let url = member.path.isEmpty ? root : root.appendingPathComponent(member.path)
+                if kind == .package { try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true) }
+                let fd = open(url.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+                guard fd >= 0 else { throw Self.failure("create", url) }
+                descriptors.append(fd)
+                let length = member.chunks.reduce(0) { $0 + $1.length }
+                guard ftruncate(fd, off_t(length)) == 0 else { throw Self.failure("size", url) }
+                for chunk in member.chunks { places[chunk.hash, default: []].append(Place(member: index, offset: chunk.offset)) }
+            }
+        } catch {
+            for fd in descriptors { Glibc.close(fd) }
+            throw error
+        }
+        self.descriptors = descriptors
+        self.places = places
+    }
+
+    /// How many places in the item the chunk fills.
+    func occurrences(of hash: String) -> Int { places[hash]?.count ?? 0 }
+
+    /// Writes a chunk (already checked against its hash) everywhere it goes.
+    func write(_ bytes: [UInt8], hash: String) throws {
+        for place in places[hash] ?? [] {
+            var done = 0
+            while done < bytes.count {
+                let wrote = bytes.withUnsafeBytes { pwrite(descriptors[place.member], $0.baseAddress! + done, bytes.count - done, off_t(place.offset + done)) }
+                if wrote < 0 && errno == EINTR { continue }
+                guard wrote > 0 else { throw Self.failure("write", root) }
+                done += wrote
+            }
+        }
+    }
+
+    /// Makes every member durable (a package's folders are synced by the safe save).
+    func finish() throws {
+        for fd in descriptors {
+            guard fsync(fd) == 0 else { throw Self.failure("fsync", root) }
+        }
+    }
+
+    /// Closes the members.
+    func close() {
+        for fd in descriptors { Glibc.close(fd) }
+    }
+
+    static func failure(_ operation: String, _ url: URL) -> ContainerSyncError {
+        ContainerSyncError("could not \(operation) the download at \(url.path): \(String(cString: strerror(errno)))")
+    }
+}

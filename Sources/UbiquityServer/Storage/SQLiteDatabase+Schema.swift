@@ -1,0 +1,83 @@
+import GRDB
+
+// The embedded database's schema, one migration per change (never edited once released).
+extension SQLiteDatabase {
+    static var migrator: DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE account (
+                    id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE, passwordHash TEXT NOT NULL,
+                    identityToken TEXT NOT NULL UNIQUE, quotaBytes INTEGER NOT NULL, created REAL NOT NULL);
+                CREATE TABLE device (
+                    id TEXT PRIMARY KEY, accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                    name TEXT NOT NULL, tokenHash TEXT NOT NULL UNIQUE, containers TEXT,
+                    created REAL NOT NULL, revoked INTEGER NOT NULL DEFAULT 0);
+                CREATE TABLE container (
+                    id INTEGER PRIMARY KEY, accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                    identifier TEXT NOT NULL, sequence INTEGER NOT NULL DEFAULT 0, UNIQUE(accountId, identifier));
+                CREATE TABLE item (
+                    containerId INTEGER NOT NULL REFERENCES container(id) ON DELETE CASCADE, id TEXT NOT NULL,
+                    currentRevision TEXT NOT NULL, sequence INTEGER NOT NULL, PRIMARY KEY(containerId, id));
+                CREATE INDEX item_sequence ON item(containerId, sequence);
+                CREATE TABLE revision (
+                    id TEXT PRIMARY KEY, containerId INTEGER NOT NULL REFERENCES container(id) ON DELETE CASCADE,
+                    itemId TEXT NOT NULL, baseRevision TEXT, deviceId TEXT NOT NULL, deviceName TEXT NOT NULL,
+                    name TEXT NOT NULL, parent TEXT, kind TEXT NOT NULL, size INTEGER NOT NULL,
+                    modificationDate REAL NOT NULL, type TEXT, manifest BLOB NOT NULL, deleted INTEGER NOT NULL,
+                    complete INTEGER NOT NULL, state TEXT NOT NULL, created REAL NOT NULL);
+                CREATE INDEX revision_item ON revision(containerId, itemId, state);
+                CREATE TABLE revisionChunk (
+                    revisionId TEXT NOT NULL REFERENCES revision(id) ON DELETE CASCADE, accountId INTEGER NOT NULL,
+                    hash TEXT NOT NULL, PRIMARY KEY(revisionId, hash));
+                CREATE INDEX revisionChunk_hash ON revisionChunk(accountId, hash);
+                CREATE TABLE chunk (
+                    accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE, hash TEXT NOT NULL,
+                    size INTEGER NOT NULL, created REAL NOT NULL, PRIMARY KEY(accountId, hash));
+                """)
+        }
+        migrator.registerMigration("v2-key-value") { db in
+            try db.execute(sql: """
+                CREATE TABLE kvStore (
+                    id INTEGER PRIMARY KEY, accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                    identifier TEXT NOT NULL, sequence INTEGER NOT NULL DEFAULT 0, UNIQUE(accountId, identifier));
+                CREATE TABLE kv (
+                    storeId INTEGER NOT NULL REFERENCES kvStore(id) ON DELETE CASCADE, key TEXT NOT NULL,
+                    value BLOB, size INTEGER NOT NULL, timestamp REAL NOT NULL, deviceId TEXT NOT NULL,
+                    deviceName TEXT NOT NULL, sequence INTEGER NOT NULL, PRIMARY KEY(storeId, key));
+                CREATE INDEX kv_sequence ON kv(storeId, sequence);
+                """)
+        }
+        migrator.registerMigration("v3-change-ids") { db in
+            try db.execute(sql: """
+                ALTER TABLE revision ADD COLUMN changeId TEXT;
+                CREATE UNIQUE INDEX revision_change ON revision(containerId, itemId, deviceId, changeId) WHERE changeId IS NOT NULL;
+                """)
+        }
+        migrator.registerMigration("v4-digests") { db in
+            // Each revision's content token, so brief answers need not decode its manifest
+            // (revisions from before have none: their manifests are decoded).
+            try db.execute(sql: "ALTER TABLE revision ADD COLUMN digest TEXT")
+        }
+        migrator.registerMigration("v5-used-bytes") { db in
+            // Each account's stored bytes, kept by the chunks' own inserts and deletes: a quota
+            // check reads one number instead of adding up every chunk the account has.
+            try db.execute(sql: """
+                ALTER TABLE account ADD COLUMN usedBytes INTEGER NOT NULL DEFAULT 0;
+                UPDATE account SET usedBytes = (SELECT COALESCE(SUM(size), 0) FROM chunk WHERE chunk.accountId = account.id);
+                CREATE TRIGGER chunk_stored AFTER INSERT ON chunk BEGIN
+                    UPDATE account SET usedBytes = usedBytes + NEW.size WHERE id = NEW.accountId;
+                END;
+                CREATE TRIGGER chunk_removed AFTER DELETE ON chunk BEGIN
+                    UPDATE account SET usedBytes = usedBytes - OLD.size WHERE id = OLD.accountId;
+                END;
+                """)
+        }
+        migrator.registerMigration("v6-revision-parent") { db in
+            // A folder's items found by their folder (the names a commit settles against),
+            // not by walking every item of the container.
+            try db.execute(sql: "CREATE INDEX revision_parent ON revision(containerId, parent)")
+        }
+        return migrator
+    }
+}
