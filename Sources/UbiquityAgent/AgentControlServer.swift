@@ -2,7 +2,6 @@ import Foundation
 import Logging
 import NIOCore
 import NIOPosix
-import Synchronization
 import UbiquityClient
 
 #if canImport(Glibc)
@@ -29,7 +28,7 @@ enum AgentControlServer {
         if (try? AgentConnection(socket: socket).send(AgentRequest(.status), timeout: .seconds(2))) != nil {
             throw AgentConnectionError(reason: "another agent already answers at \(socket.path)")
         }
-        let stopping = StoppingFlag()
+        let stopping = Flag() // set when stopping; read on the event loops
         let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .bind(unixDomainSocketPath: socket.path, cleanupExistingSocketFile: true) { channel in
                 channel.eventLoop.makeCompletedFuture {
@@ -105,13 +104,6 @@ enum AgentControlServer {
             level: NIOBSDSocket.OptionLevel(rawValue: SOL_SOCKET), name: NIOBSDSocket.Option(rawValue: SO_PEERCRED)).get()
         return credentials?.uid
     }
-}
-
-/// Whether the control server is stopping (set once, read from event loops).
-private final class StoppingFlag: Sendable {
-    private let value = Atomic<Bool>(false)
-    var isSet: Bool { value.load(ordering: .acquiring) }
-    func set() { value.store(true, ordering: .releasing) }
 }
 
 /// `struct ucred` (Glibc hides it without `_GNU_SOURCE`): what `SO_PEERCRED` answers.

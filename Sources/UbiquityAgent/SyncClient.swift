@@ -229,11 +229,12 @@ public struct SyncClient: Sendable {
     }
 }
 
-/// A fact learnt once and shared by a client's copies.
+/// A fact learnt once, shared between copies and threads (a client's copies, a server's event
+/// loops): false until set, then true for good.
 final class Flag: Sendable {
     private let value = Atomic<Bool>(false)
-    var isSet: Bool { value.load(ordering: .relaxed) }
-    func set() { value.store(true, ordering: .relaxed) }
+    var isSet: Bool { value.load(ordering: .acquiring) }
+    func set() { value.store(true, ordering: .releasing) }
 }
 
 /// Bytes a ``SyncClient`` exchanged with the server: HTTP/1.1 requests and answers as they go
