@@ -169,7 +169,18 @@ extension ContainerSync {
     /// uploaded yet, or changed meanwhile (the next round gets it).
     func download(_ downloads: [Download]) async throws -> [(Download, Result<AgentStore.File?, SyncClientError>)] {
         var outcomes: [(Download, Result<AgentStore.File?, SyncClientError>)] = []
-        let (fresh, others) = (downloads.filter { $0.previous == nil && $0.kind == .file }, downloads.filter { $0.previous != nil || $0.kind != .file })
+        let (new, others) = (downloads.filter { $0.previous == nil && $0.kind == .file }, downloads.filter { $0.previous != nil || $0.kind != .file })
+        // New small files whose bytes came with the page of changes: no request at all.
+        var given: [String: [UInt8]] = [:], arrived: [Incoming] = [], fresh: [Download] = []
+        for download in new {
+            guard let held = inlined(for: download) else {
+                fresh.append(download)
+                continue
+            }
+            given.merge(held.pieces) { first, _ in first }
+            arrived.append(Incoming(download: download, revision: held.revision, savedBy: held.savedBy, members: [LocalMember(path: "", chunks: held.chunks)]))
+        }
+        if !arrived.isEmpty { outcomes += try await downloadTogether(arrived, given: given) }
         var start = 0
         while start < fresh.count {
             let group = Array(fresh[start..<min(fresh.count, start + ItemsFetchRequest.maximumCount)])
@@ -202,13 +213,23 @@ extension ContainerSync {
                 currentBytes += Int(state.size)
             }
             if !current.isEmpty { batches.append(current) }
-            for batch in batches { outcomes += try await downloadTogether(batch) }
+            for batch in batches {
+                outcomes += try await downloadTogether(batch.map { download, state in
+                    Incoming(download: download, revision: state.revision, savedBy: state.deviceName,
+                             members: LocalContents.members(state.manifest, kind: download.kind))
+                })
+            }
             for (download, state) in large {
                 outcomes.append((download, await outcome { try await self.download(download, state: state) }))
             }
         }
         for download in others {
-            outcomes.append((download, await outcome { try await self.download(download, state: nil) }))
+            if let held = inlined(for: download) { // a small file changed elsewhere: its bytes came with the page
+                let members = [LocalMember(path: "", chunks: held.chunks)]
+                outcomes.append((download, await outcome { try await self.install(download, revision: held.revision, savedBy: held.savedBy, members: members, given: held.pieces) }))
+            } else {
+                outcomes.append((download, await outcome { try await self.download(download, state: nil) }))
+            }
         }
         return outcomes
     }
@@ -224,11 +245,19 @@ extension ContainerSync {
         }
     }
 
-    /// Downloads small new files together: their chunks in shared batches, each file staged
-    /// beside where it goes, all made durable with one flush of the file system, then each
-    /// renamed into place (never over a file made there meanwhile), their folders flushed once
-    /// each, and all recorded in one transaction.
-    private func downloadTogether(_ group: [(Download, ItemState)]) async throws -> [(Download, Result<AgentStore.File?, SyncClientError>)] {
+    /// A new file to bring down: which revision, who saved it, and its chunks.
+    struct Incoming {
+        var download: Download
+        var revision: String
+        var savedBy: String
+        var members: [LocalMember]
+    }
+
+    /// Downloads small new files together: their chunks (but those `given`) in shared batches,
+    /// each file staged beside where it goes, all made durable with one flush of the file
+    /// system, then each renamed into place (never over a file made there meanwhile), their
+    /// folders flushed once each, and all recorded in one transaction.
+    private func downloadTogether(_ group: [Incoming], given: [String: [UInt8]] = [:]) async throws -> [(Download, Result<AgentStore.File?, SyncClientError>)] {
         var writers: [(download: Download, revision: String, savedBy: String, members: [LocalMember], staged: URL, writer: StagedWriter)] = []
         defer {
             for entry in writers {
@@ -236,9 +265,9 @@ extension ContainerSync {
                 removeStaged(entry.staged)
             }
         }
-        var needed: [String] = [], wanted = Set<String>(), total: Int64 = 0
-        for (download, state) in group {
-            let members = LocalContents.members(state.manifest, kind: download.kind)
+        var needed: [String] = [], wanted = Set<String>()
+        for incoming in group {
+            let (download, members) = (incoming.download, incoming.members)
             let staged = root.appendingPathComponent(LocalContents.folder(of: download.path)).appendingPathComponent(Self.stagingName())
             let writer: StagedWriter
             do {
@@ -247,21 +276,18 @@ extension ContainerSync {
                 logger.warning("cannot stage a download", metadata: ["path": "\(download.path)", "error": "\(error)"])
                 continue // its folder went meanwhile: the next round sees
             }
-            writers.append((download, state.revision, state.deviceName, members, staged, writer))
-            for chunk in members.flatMap(\.chunks) where wanted.insert(chunk.hash).inserted {
-                needed.append(chunk.hash)
-                total += Int64(chunk.length)
-            }
-            transfers[download.item] = Transfer(downloading: true, done: 0, total: Int64(state.size))
+            writers.append((download, incoming.revision, incoming.savedBy, members, staged, writer))
+            for chunk in members.flatMap(\.chunks) where given[chunk.hash] == nil && wanted.insert(chunk.hash).inserted { needed.append(chunk.hash) }
+            transfers[download.item] = Transfer(downloading: true, done: 0, total: Int64(members.reduce(0) { $0 + $1.chunks.reduce(0) { $0 + $1.length } }))
         }
-        defer { for (download, _) in group { transfers[download.item] = nil } }
+        defer { for incoming in group { transfers[incoming.download.item] = nil } }
         let chunks: [ChunkBatch.Chunk]
         do {
             chunks = needed.isEmpty ? [] : try await client.download(needed)
         } catch let error as SyncClientError {
-            return group.map { ($0.0, .failure(error)) }
+            return group.map { ($0.download, .failure(error)) }
         }
-        var bytes: [String: [UInt8]] = [:]
+        var bytes = given
         for chunk in chunks { bytes[chunk.hash] = chunk.bytes }
         var outcomes: [(Download, Result<AgentStore.File?, SyncClientError>)] = []
         func failed(_ download: Download, _ error: any Error) {
@@ -310,7 +336,7 @@ extension ContainerSync {
 
     /// Downloads one item (a large file, a package, or an item with a copy here) and records it.
     private func download(_ download: Download, state known: ItemState?) async throws -> AgentStore.File? {
-        let (item, kind, content, path, previous) = (download.item, download.kind, download.content, download.path, download.previous)
+        let (item, kind, content, previous) = (download.item, download.kind, download.content, download.previous)
         var state: ItemState
         if let known {
             state = known
@@ -326,12 +352,18 @@ extension ContainerSync {
             }
         }
         guard state.uploaded, LocalContents.token(state.manifest, kind: kind) == content else { return nil }
-        let members = LocalContents.members(state.manifest, kind: kind)
-        let staged = try await stage(members, kind: kind, of: item, name: path, reusing: previous)
+        return try await install(download, revision: state.revision, savedBy: state.deviceName, members: LocalContents.members(state.manifest, kind: kind))
+    }
+
+    /// Stages an item's contents (chunks from `given`, the local copy, else the server), puts
+    /// them in place and records the file.
+    private func install(_ download: Download, revision: String, savedBy: String, members: [LocalMember], given: [String: [UInt8]] = [:]) async throws -> AgentStore.File? {
+        let (path, previous) = (download.path, download.previous)
+        let staged = try await stage(members, kind: download.kind, of: download.item, name: path, reusing: previous, given: given)
         defer { removeStaged(staged) } // still there if not moved into place
-        NSFileVersion.recordSavingComputer(state.deviceName, ofItemAt: staged.path)
-        localContents[content] = members
-        guard let file = try place(staged, as: download, revision: state.revision) else { return nil }
+        NSFileVersion.recordSavingComputer(savedBy, ofItemAt: staged.path)
+        localContents[download.content] = members
+        guard let file = try place(staged, as: download, revision: revision) else { return nil }
         if let previous, previous.path != path {
             try coordinatedRemove(previous.path)
             files[previous.path] = nil
@@ -425,7 +457,8 @@ extension ContainerSync {
     /// the server (checked), and is written where it belongs as it arrives: nothing is held
     /// in memory but the batches in flight. Everything staged is `fsync`ed; on failure the
     /// staging goes.
-    func stage(_ members: [LocalMember], kind: ItemKind, of item: String, name: String, reusing previous: AgentStore.File?) async throws -> URL {
+    func stage(_ members: [LocalMember], kind: ItemKind, of item: String, name: String, reusing previous: AgentStore.File?,
+               given: [String: [UInt8]] = [:]) async throws -> URL {
         var local: [String: (url: URL, chunk: ContentChunk)] = [:]
         if let previous {
             let url = root.appendingPathComponent(previous.path)
@@ -447,6 +480,11 @@ extension ContainerSync {
         transfers[item] = Transfer(downloading: true, done: 0, total: members.reduce(0) { $0 + $1.chunks.reduce(0) { $0 + Int64($1.length) } })
         var needed: [ContentChunk] = [], handled = Set<String>()
         for chunk in members.flatMap(\.chunks) where handled.insert(chunk.hash).inserted {
+            if let bytes = given[chunk.hash] {
+                try writer.write(bytes, hash: chunk.hash)
+                transfers[item]?.done += Int64(writer.occurrences(of: chunk.hash) * chunk.length)
+                continue
+            }
             if let (url, piece) = local[chunk.hash], let handle = try? FileHandle(forReadingFrom: url) {
                 try? handle.seek(toOffset: UInt64(piece.offset))
                 let read = [UInt8]((try? handle.read(upToCount: piece.length)) ?? Data())

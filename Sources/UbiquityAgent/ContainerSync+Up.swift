@@ -31,11 +31,21 @@ extension ContainerSync {
     /// Sends one batch of changes; false if the server did not answer.
     private func send(_ batch: [LocalChange], deltas: Bool) async throws -> Bool {
         var sent: [(change: LocalChange, members: [LocalMember])] = [], commits: [ItemCommit] = []
+        var inlineBytes = 0, inlined = Set<String>()
         for change in batch {
             do {
                 let members = change.deleted ? [] : try contents(for: change)
                 sent.append((change, members))
-                commits.append(ItemCommit(item: change.item, update: update(for: change, members: members, delta: deltas)))
+                // A small file's bytes go with its commit (as a whole chunk list: a delta would save nothing).
+                if inlineBytes < Self.commitInlineBytes, let contents = inlineContents(of: change, members: members) {
+                    var update = update(for: change, members: members, delta: false)
+                    update.contents = contents
+                    inlineBytes += contents.count
+                    inlined.insert(change.item)
+                    commits.append(ItemCommit(item: change.item, update: update))
+                } else {
+                    commits.append(ItemCommit(item: change.item, update: update(for: change, members: members, delta: deltas)))
+                }
             } catch {
                 // Unreadable now (removed meanwhile, no permission): the next scan says what it became.
                 state.failed(.commit(change))
@@ -45,7 +55,7 @@ extension ContainerSync {
         guard !commits.isEmpty else { return true }
         let results: [CommitResult]
         do {
-            try await upload(smallContents(of: sent))
+            try await upload(smallContents(of: sent.filter { !inlined.contains($0.change.item) }))
             results = try await client.commit(container: container, batch: commits, brief: true)
         } catch let error as SyncClientError {
             for entry in sent { failed(.commit(entry.change), error) }

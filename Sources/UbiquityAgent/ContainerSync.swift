@@ -94,6 +94,9 @@ public actor ContainerSync {
     var conflicted: Set<String> = []
     /// How many chunk lists were kept when unused ones were last forgotten.
     var contentsKept = 0
+    /// Small files' bytes from this round's pages of changes, by item, and their total.
+    var inlined: [String: Inlined] = [:]
+    var inlinedBytes = 0
     /// Counts what an item's status could show changing (transfers, errors, rounds): the
     /// agent compares it to tell watchers (metadata queries) only when something changed.
     public internal(set) var statusVersion = 0 {
@@ -211,7 +214,10 @@ public actor ContainerSync {
     }
 
     private func round() async throws {
-        defer { statusVersion &+= 1 }
+        defer {
+            forgetInlined()
+            statusVersion &+= 1
+        }
         try await scanLocalChanges()
         let requests = state.requests(fetch: true)
         try await send(requests.compactMap { if case .commit(let change) = $0 { change } else { nil } })
@@ -281,7 +287,8 @@ public actor ContainerSync {
             errors[Self.fetchErrorKey] = nil
             var cursor = since
             while true {
-                let page = try await client.changes(container: container, since: cursor, brief: true)
+                let page = try await client.changes(container: container, since: cursor, brief: true, inline: inlineLimit)
+                keepInlined(page.items)
                 state.fetched(page.items.map(Self.snapshot), upTo: page.more ? (page.items.last?.sequence ?? cursor) : page.sequence)
                 guard page.more, let last = page.items.last?.sequence else { break }
                 cursor = last

@@ -48,9 +48,10 @@ public struct SyncClient: Sendable {
     public func account() async throws -> AccountResponse { try await json(.GET, "v1/account") }
 
     /// The items of `container` changed after `since`; `brief`: without their manifests (their
-    /// tokens instead, ``ItemState/digest``).
-    public func changes(container: String, since: Int64, brief: Bool = false) async throws -> ChangesResponse {
-        try await json(.GET, "v1/containers/\(container)/changes?since=\(since)" + (brief ? "&brief=true" : ""))
+    /// tokens instead, ``ItemState/digest``); `inline`: with the bytes of flat files of at most
+    /// that many bytes made by other devices (``ItemState/contents``).
+    public func changes(container: String, since: Int64, brief: Bool = false, inline: Int = 0) async throws -> ChangesResponse {
+        try await json(.GET, "v1/containers/\(container)/changes?since=\(since)" + (brief ? "&brief=true" : "") + (inline > 0 ? "&inline=\(inline)" : ""))
     }
 
     /// An item's present state with its manifest — or, given a revision the device has

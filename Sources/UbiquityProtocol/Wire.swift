@@ -123,6 +123,14 @@ public struct ItemUpdate: Codable, Sendable {
     /// `manifest` (which is then empty). The server answers `409 deltaBaseUnknown` when it
     /// cannot apply it; the device then sends the whole list.
     public var manifestDelta: ChunkListDelta?
+    /// For a flat file of at most ``maximumInlineBytes``: its bytes (base64 in JSON), which
+    /// must be exactly the chunks its chunk list names, in order. The server stores them as
+    /// those chunks with the commit, so the revision is downloadable at once and no chunk
+    /// request is needed. Answered `400 invalidContents` when they do not fit the chunk list.
+    public var contents: Data?
+
+    /// The most bytes a file's ``contents`` (and ``ItemState/contents``) carry inline.
+    public static let maximumInlineBytes = 16 << 10
 
     /// Creates an update.
     public init(baseRevision: String?, name: String, parent: String? = nil, kind: ItemKind, modificationDate: Double, type: String? = nil,
@@ -177,6 +185,10 @@ public struct ItemState: Codable, Sendable, Equatable {
     public var manifestDelta: ChunkListDelta?
     /// The revision ``manifestDelta`` starts from.
     public var deltaBase: String?
+    /// A small flat file's bytes, in pages of changes asked with `inline=N`: its whole
+    /// contents (at most N bytes, at most ``ItemUpdate/maximumInlineBytes``), so the device
+    /// needs no other request to download it. Left out for revisions the asking device made.
+    public var contents: Data?
 
     /// Creates a value.
     public init(id: String, revision: String, name: String, parent: String? = nil, kind: ItemKind, size: Int64, modificationDate: Double, type: String? = nil, deleted: Bool, uploaded: Bool, deviceName: String, sequence: Int64, manifest: Manifest, conflicts: [ConflictVersion]) {

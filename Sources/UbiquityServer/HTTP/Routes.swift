@@ -89,7 +89,14 @@ extension SyncServices {
             let since = try Self.integer(request.uri.queryParameters["since"], name: "since", default: 0)
             let limit = try Self.integer(request.uri.queryParameters["limit"], name: "limit", default: 500)
             guard since >= 0, (1...5_000).contains(limit) else { throw SyncError.badRequest("invalidCursor", "since must be ≥ 0 and limit 1 to 5000") }
-            return try await database.changes(accountId: device.accountId, container: container, since: since, limit: Int(limit), brief: Self.brief(request))
+            // `inline=N`: small files' bytes come with the page.
+            let inline = try Self.integer(request.uri.queryParameters["inline"], name: "inline", default: 0)
+            guard (0...Int64(ItemUpdate.maximumInlineBytes)).contains(inline) else {
+                throw SyncError.badRequest("invalidInline", "inline must be 0 to \(ItemUpdate.maximumInlineBytes) bytes")
+            }
+            var page = try await database.changes(accountId: device.accountId, container: container, since: since, limit: Int(limit), brief: Self.brief(request))
+            if inline > 0 { try await self.inline(&page, upTo: Int(inline), container: container, for: device) }
+            return page
         }
         containers.get("items/:item") { request, context in
             let (device, container, item) = try Self.itemAddress(context)
@@ -113,7 +120,9 @@ extension SyncServices {
         }
         containers.put("items/:item") { request, context in
             let (device, container, item) = try Self.itemAddress(context)
-            let update = try await prepared(try await request.decode(as: ItemUpdate.self, context: context), of: item, in: container, for: device)
+            var update = try await prepared(try await request.decode(as: ItemUpdate.self, context: context), of: item, in: container, for: device)
+            let inline = try Self.inlineChunks(of: &update)
+            if !inline.isEmpty { try await receive(inline, from: device) } // stored before the commit: complete when committed
             let outcome = try await database.commit(accountId: device.accountId, container: container, itemId: item, update: update, device: device, now: Date(),
                                                     brief: Self.brief(request))
             if !outcome.repeated { // a change sent again changed nothing: nothing to count or push
@@ -143,16 +152,20 @@ extension SyncServices {
             }
             // Each update checked on its own: one refused is answered with its error, the others go on.
             var results = [CommitResult?](repeating: nil, count: batch.commits.count)
-            var accepted: [(index: Int, commit: ItemCommit)] = [], items = Set<String>()
+            var accepted: [(index: Int, commit: ItemCommit)] = [], items = Set<String>(), inline: [ChunkBatch.Chunk] = []
             for (index, commit) in batch.commits.enumerated() {
                 do {
                     try Validate.identifier(commit.item, field: "item id")
                     guard items.insert(commit.item).inserted else { throw SyncError.badRequest("duplicateItem", "item \(commit.item) appears twice in the batch") }
-                    accepted.append((index, ItemCommit(item: commit.item, update: try await prepared(commit.update, of: commit.item, in: container, for: device))))
+                    var update = try await prepared(commit.update, of: commit.item, in: container, for: device)
+                    inline += try Self.inlineChunks(of: &update)
+                    accepted.append((index, ItemCommit(item: commit.item, update: update)))
                 } catch let error as SyncError {
                     results[index] = CommitResult(item: commit.item, error: .init(code: error.code, message: error.message))
                 }
             }
+            // Small files' bytes stored before their commits (one quota check, one write): complete when committed.
+            if !inline.isEmpty { try await receive(inline, from: device) }
             let brief = Self.brief(request)
             let outcomes = accepted.isEmpty ? [] : try await database.commit(accountId: device.accountId, container: container, commits: accepted.map(\.commit),
                                                                               device: device, now: Date(), brief: brief)

@@ -136,6 +136,20 @@ extension PostgresDatabase {
         }
     }
 
+    func chunkLists(accountId: Int64, container: String, revisions: [String], notMadeBy device: String) async throws -> [String: [ChunkReference]] {
+        try await read { db in
+            guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container) else { return [:] }
+            var lists: [String: [ChunkReference]] = [:]
+            for row in try await db.rows("""
+                SELECT id, manifest FROM revision
+                WHERE container_id = \(containerId) AND kind = 'file' AND device_id <> \(device) AND id = ANY(\(revisions)::TEXT[])
+                """) {
+                lists[try row.get("id")] = try Self.manifest(row).chunks ?? []
+            }
+            return lists
+        }
+    }
+
     func revisionManifest(accountId: Int64, container: String, item: String, revision: String) async throws -> (kind: ItemKind, manifest: Manifest)? {
         try await transaction { db in
             try await db.rows("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")

@@ -129,6 +129,22 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
+    func chunkLists(accountId: Int64, container: String, revisions: [String], notMadeBy device: String) async throws -> [String: [ChunkReference]] {
+        try await pool.read { db in
+            guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container) else { return [:] }
+            var lists: [String: [ChunkReference]] = [:]
+            for start in stride(from: 0, to: revisions.count, by: 500) {
+                let batch = Array(revisions[start..<min(start + 500, revisions.count)])
+                let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
+                for row in try Row.fetchAll(db, sql: "SELECT id, manifest FROM revision WHERE containerId = ? AND kind = 'file' AND deviceId != ? AND id IN (\(marks))",
+                                            arguments: StatementArguments([containerId as any DatabaseValueConvertible, device] + batch.map { $0 as any DatabaseValueConvertible })) {
+                    lists[row["id"]] = try JSONDecoder().decode(Manifest.self, from: row["manifest"] as Data).chunks ?? []
+                }
+            }
+            return lists
+        }
+    }
+
     func revisionManifest(accountId: Int64, container: String, item: String, revision: String) async throws -> (kind: ItemKind, manifest: Manifest)? {
         try await pool.read { db in
             guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container),

@@ -143,7 +143,10 @@ protocol SyncDatabase: Sendable {
     /// The kind and manifest of one revision of an item (current, conflict or past), or nil if the
     /// item has no such revision: the base of chunk-list deltas.
     func revisionManifest(accountId: Int64, container: String, item: String, revision: String) async throws -> (kind: ItemKind, manifest: Manifest)?
-    /// Commits a revision; the outcome's item is `brief` (content tokens instead of manifests) if asked.
+    /// The chunk lists of these revisions of flat files in the container, by revision, leaving
+    /// out those `device` made (and revisions that are not there): what a page of changes
+    /// sends inline.
+    func chunkLists(accountId: Int64, container: String, revisions: [String], notMadeBy device: String) async throws -> [String: [ChunkReference]]
     /// Several items' present states with their manifests, in the order asked (unknown ids left out).
     func items(accountId: Int64, container: String, ids: [String]) async throws -> [ItemState]
     /// Commits updates of several items (each at most once) in one transaction, in order.
