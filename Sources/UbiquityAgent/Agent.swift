@@ -99,7 +99,7 @@ public actor Agent: Service {
         let watcher = try? DirectoryWatcher(root: paths.configuration, logger: logger) { _ in changed.yield() }
         defer { watcher?.stop() }
         if watcher == nil {
-            try await Task.sleep(for: .seconds(5))
+            try await quietSleep(for: .seconds(5))
             return
         }
         // Written before the watcher watched: no event will say so.
@@ -231,7 +231,7 @@ actor AccountSession {
             group.addTask { await self.listenForPushes() }
             group.addTask {
                 while !Task.isCancelled {
-                    try? await Task.sleep(for: .seconds(self.configuration.rescanSeconds))
+                    try? await quietSleep(for: .seconds(self.configuration.rescanSeconds))
                     await self.trigger(nil, everything: true)
                     await keyValues.trigger(nil)
                 }
@@ -366,7 +366,7 @@ actor AccountSession {
                     failures[identifier] = count
                     let delay = min(60.0, 2.0 * pow(2.0, Double(min(count, 6) - 1)))
                     Task { [weak self] in
-                        try? await Task.sleep(for: .seconds(delay))
+                        try? await quietSleep(for: .seconds(delay))
                         await self?.trigger(identifier)
                     }
                 }
@@ -402,7 +402,7 @@ actor AccountSession {
             }
             if connected { delay = 1; warned = false }
             connected = false
-            try? await Task.sleep(for: .seconds(delay))
+            try? await quietSleep(for: .seconds(delay))
             delay = min(delay * 2, 30)
         }
     }
