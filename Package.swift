@@ -46,8 +46,10 @@ let package = Package(
         .target(name: "UbiquitySync", dependencies: ["UbiquityProtocol", .product(name: "Crypto", package: "swift-crypto")]),
         // Ubiquity client: the signed-in account and identity token, container paths, metadata queries.
         .target(name: "UbiquityClient", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", "UbiquityProtocol", logging]),
+        // Metadata queries: NSMetadataQuery, NSMetadataItem, NSPredicate format strings, NSSortDescriptor by key.
+        .target(name: "UbiquityQuery", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityClient", logging]),
         // The one module apps import.
-        .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument", "UbiquityClient"]),
+        .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument", "UbiquityClient", "UbiquityQuery"]),
 
         // The device agent and the server's client: signing in, keeping containers in step.
         .target(
@@ -123,10 +125,11 @@ let package = Package(
 
         .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles"]),
         .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync", "UbiquityProtocol"]),
-        .testTarget(name: "UbiquityClientTests", dependencies: ["UbiquityClient"]),
+        .testTarget(name: "UbiquityClientTests", dependencies: ["UbiquityClient", "UbiquityTestSupport"]),
+        .testTarget(name: "UbiquityQueryTests", dependencies: ["UbiquityQuery", "UbiquityClient", "UbiquityTestSupport"]),
         .testTarget(
             name: "UbiquityAgentTests",
-            dependencies: ["UbiquityAgent", "UbiquityClient", "UbiquityCoordination", "UbiquitySync", "UbiquityServer", "UbiquityProtocol",
+            dependencies: ["UbiquityAgent", "UbiquityClient", "UbiquityQuery", "UbiquityCoordination", "UbiquitySync", "UbiquityServer", "UbiquityProtocol",
                            .product(name: "HummingbirdTesting", package: "hummingbird")]
         ),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityCoordinatorHelper"]),

@@ -74,9 +74,10 @@ int ubq_open_marker(const char *directory) {
     return open(directory, O_TMPFILE | O_RDWR | O_CLOEXEC, 0600);
 }
 
-int ubq_item_info_at(const char *path, ubq_item_info *info) {
+int ubq_item_info_in(int directory, const char *name, ubq_item_info *info) {
     struct statx x;
-    if (statx(AT_FDCWD, path, AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS | STATX_BTIME, &x) != 0) return -1;
+    unsigned int wanted = STATX_TYPE | STATX_SIZE | STATX_MTIME | STATX_CTIME | STATX_BTIME;
+    if (statx(directory, name, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, wanted, &x) != 0) return -1;
     info->is_directory = S_ISDIR(x.stx_mode) ? 1 : 0;
     info->size = (long long)x.stx_size;
     info->modified = (double)x.stx_mtime.tv_sec + (double)x.stx_mtime.tv_nsec / 1e9;
@@ -87,6 +88,25 @@ int ubq_item_info_at(const char *path, ubq_item_info *info) {
         info->birth = changed < info->modified ? changed : info->modified;
     }
     return 0;
+}
+
+int ubq_item_info_at(const char *path, ubq_item_info *info) {
+    return ubq_item_info_in(AT_FDCWD, path, info);
+}
+
+long ubq_read_small_file(int directory, const char *name, void *buffer, unsigned long capacity) {
+    int fd = openat(directory, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NOCTTY);
+    if (fd < 0) return -1;
+    unsigned long total = 0;
+    while (total < capacity) {
+        ssize_t got = read(fd, (char *)buffer + total, capacity - total);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) { int saved = errno; close(fd); errno = saved; return -1; }
+        if (got == 0) break;
+        total += (unsigned long)got;
+    }
+    close(fd);
+    return (long)total;
 }
 
 long long ubq_heap_in_use(void) {

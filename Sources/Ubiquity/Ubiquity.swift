@@ -3,3 +3,4 @@
 @_exported import UbiquityCoordination
 @_exported import UbiquityDocument
 @_exported import UbiquityFiles
+@_exported import UbiquityQuery

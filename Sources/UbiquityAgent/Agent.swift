@@ -79,7 +79,7 @@ public actor Agent: Service {
                     // Until the identity changes (sign-out, another account) or the agent stops.
                     while !Task.isCancelled {
                         do { try await self.credentialsChange(in: paths, from: credentials.token) } catch { return } // cancelled: the agent stops
-                        if (try? UbiquityCredentials.load(from: paths))?.token != credentials.token { break } // unreadable counts as changed
+                        if UbiquityCredentials.signedIn(in: paths)?.token != credentials.token { break } // unreadable counts as changed
                     }
                 }
                 await group.next()
@@ -96,14 +96,14 @@ public actor Agent: Service {
     private func credentialsChange(in paths: UbiquityPaths, from token: String?) async throws {
         try? FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true) // a watcher needs the folder; failing, the slow check below stands in
         let (events, changed) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
-        let watcher = try? DirectoryWatcher(root: paths.configuration, logger: logger) { _ in changed.yield() }
+        let watcher = try? DirectoryWatcher(root: paths.configuration, logger: logger) { _ in changed.yield() } // nil: the 5 s check below
         defer { watcher?.stop() }
         if watcher == nil {
             try await quietSleep(for: .seconds(5))
             return
         }
         // Written before the watcher watched: no event will say so.
-        if (try? UbiquityCredentials.load(from: paths))?.token != token { return }
+        if UbiquityCredentials.signedIn(in: paths)?.token != token { return }
         await withTaskCancellationHandler {
             for await _ in events { return }
         } onCancel: {
@@ -212,14 +212,21 @@ actor AccountSession {
         defer { watcher?.stop() }
         // Apps write their key-value stores there: each write is sent at once.
         let keyValues = keyValues
-        try? FileManager.default.createDirectory(at: keyValues.folder, withIntermediateDirectories: true)
-        let storeWatcher = try? DirectoryWatcher(root: keyValues.folder, logger: logger) { event in
-            switch event {
-            case .overflow: Task { await keyValues.trigger(nil) }
-            case .changed(let path):
-                guard path.hasSuffix(".json") else { return }
-                Task { await keyValues.trigger(String((path as NSString).lastPathComponent.dropLast(5))) }
+        let storeWatcher: DirectoryWatcher?
+        do {
+            try FileManager.default.createDirectory(at: keyValues.folder, withIntermediateDirectories: true)
+            storeWatcher = try DirectoryWatcher(root: keyValues.folder, logger: logger) { event in
+                switch event {
+                case .overflow: Task { await keyValues.trigger(nil) }
+                case .changed(let path):
+                    guard path.hasSuffix(".json") else { return }
+                    Task { await keyValues.trigger(String((path as NSString).lastPathComponent.dropLast(5))) }
+                }
             }
+        } catch {
+            // The stores are still sent on pushes, on the rescan timer and at start.
+            logger.warning("cannot watch the key-value stores; apps' writes go up on the next rescan", metadata: ["folder": "\(keyValues.folder.path)", "error": "\(error)"])
+            storeWatcher = nil
         }
         defer { storeWatcher?.stop() }
         trigger(nil)
@@ -231,7 +238,7 @@ actor AccountSession {
             group.addTask { await self.listenForPushes() }
             group.addTask {
                 while !Task.isCancelled {
-                    try? await quietSleep(for: .seconds(self.configuration.rescanSeconds))
+                    try? await quietSleep(for: .seconds(self.configuration.rescanSeconds)) // throws only when cancelled
                     await self.trigger(nil, everything: true)
                     await keyValues.trigger(nil)
                 }
@@ -299,7 +306,14 @@ actor AccountSession {
 
     /// The containers with a folder here.
     private func localContainers() -> [String] {
-        ((try? FileManager.default.contentsOfDirectory(atPath: containersFolder.path)) ?? []).filter(UbiquityEntitlements.isValidIdentifier)
+        do {
+            return try FileManager.default.contentsOfDirectory(atPath: containersFolder.path).filter(UbiquityEntitlements.isValidIdentifier)
+        } catch let error as CocoaError where error.code == .fileReadNoSuchFile {
+            return [] // no container used on this device yet
+        } catch {
+            logger.error("cannot list the containers on this device", metadata: ["folder": "\(containersFolder.path)", "error": "\(error)"])
+            return []
+        }
     }
 
     /// The container's sync (started if new).
@@ -366,7 +380,7 @@ actor AccountSession {
                     failures[identifier] = count
                     let delay = min(60.0, 2.0 * pow(2.0, Double(min(count, 6) - 1)))
                     Task { [weak self] in
-                        try? await quietSleep(for: .seconds(delay))
+                        try? await quietSleep(for: .seconds(delay)) // throws only when cancelled
                         await self?.trigger(identifier)
                     }
                 }
@@ -391,8 +405,13 @@ actor AccountSession {
             do {
                 try await WebSocketClient.connect(url: url, configuration: configuration, logger: logger) { inbound, _, _ in
                     for try await message in inbound.messages(maxSize: 1 << 16) {
-                        guard case .text(let text) = message, let event = try? JSONDecoder().decode(PushEvent.self, from: Data(text.utf8)) else { continue }
-                        await self.pushed(event)
+                        guard case .text(let text) = message else { continue }
+                        do {
+                            await self.pushed(try JSONDecoder().decode(PushEvent.self, from: Data(text.utf8)))
+                        } catch {
+                            // A newer server's event, or a broken one: the rescan timer still catches up.
+                            self.logger.warning("push message not understood; ignored", metadata: ["message": "\(text.prefix(200))", "error": "\(error)"])
+                        }
                     }
                 }
             } catch {
@@ -402,7 +421,7 @@ actor AccountSession {
             }
             if connected { delay = 1; warned = false }
             connected = false
-            try? await quietSleep(for: .seconds(delay))
+            try? await quietSleep(for: .seconds(delay)) // throws only when cancelled: the loop ends
             delay = min(delay * 2, 30)
         }
     }

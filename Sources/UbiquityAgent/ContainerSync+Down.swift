@@ -152,6 +152,7 @@ extension ContainerSync {
     /// sends it as a new folder with what it holds).
     func removeFolderIfEmpty(_ path: String) {
         let url = root.appendingPathComponent(path)
+        // Unreadable, or a leftover that cannot go: the folder stays, and the rmdir below says so.
         let names = (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []
         if names.allSatisfy({ UbiquityPlaceholder.itemName(ofPlaceholder: $0) != nil || $0.hasPrefix(".ubiquity-") }) {
             for name in names { try? FileManager.default.removeItem(at: url.appendingPathComponent(name)) }
@@ -345,7 +346,8 @@ extension ContainerSync {
         }
         if let delta = state.manifestDelta {
             // The chunk list as a difference from the revision the local copy is.
-            if let previous, state.deltaBase == previous.revision, let old = try localChunks(of: previous), let chunks = try? delta.apply(to: old) {
+            if let previous, state.deltaBase == previous.revision, let old = try localChunks(of: previous),
+               let chunks = try? delta.apply(to: old) { // a delta that does not fit: the whole list is asked for below
                 state.manifest = Manifest(chunks: chunks.map(\.reference))
             } else {
                 state = try await client.item(container: container, id: item)
@@ -446,6 +448,7 @@ extension ContainerSync {
     func localChunks(of file: AgentStore.File) throws -> [ContentChunk]? {
         if let known = localContents[file.content]?.first { return known.chunks }
         let url = root.appendingPathComponent(file.path)
+        // Unreadable counts as changed: the caller then takes the whole list from the server.
         guard let chunks = try? ContentChunker.standard.chunks(ofFileAt: url), LocalContents.token(chunks.map(\.reference)) == file.content else { return nil }
         localContents[file.content] = [LocalMember(path: "", chunks: chunks)]
         return chunks
@@ -463,6 +466,7 @@ extension ContainerSync {
         if let previous {
             let url = root.appendingPathComponent(previous.path)
             let scanner = scanner
+            // The previous copy only saves downloading what it has: unreadable, every chunk comes from the server.
             let known = localContents[previous.content]
                 ?? (try? LocalContents.cut(url, kind: previous.fingerprint.kind, scanner: scanner, relative: previous.path)) ?? []
             for member in known {
@@ -472,7 +476,7 @@ extension ContainerSync {
         let folder = root.appendingPathComponent(LocalContents.folder(of: name))
         let staged = folder.appendingPathComponent(Self.stagingName())
         var done = false
-        defer { if !done { try? FileManager.default.removeItem(at: staged) } }
+        defer { if !done { removeStaged(staged) } }
         let writer = try StagedWriter(at: staged, members: members, kind: kind)
         defer { writer.close() }
 
@@ -485,6 +489,7 @@ extension ContainerSync {
                 transfers[item]?.done += Int64(writer.occurrences(of: chunk.hash) * chunk.length)
                 continue
             }
+            // A local piece that cannot be read (or no longer hashes right) comes from the server.
             if let (url, piece) = local[chunk.hash], let handle = try? FileHandle(forReadingFrom: url) {
                 try? handle.seek(toOffset: UInt64(piece.offset))
                 let read = [UInt8]((try? handle.read(upToCount: piece.length)) ?? Data())

@@ -92,6 +92,26 @@ extension ContainerSync {
         "conflict-" + String(Data(revision.utf8).withUnsafeBytes { ContentChunker.hash($0) }.prefix(40))
     }
 
+    /// The beginnings of the item errors conflict reconciliation reports (and clears once done).
+    static let versionRemovalError = "cannot remove a resolved conflict version"
+    static let folderResolutionError = "cannot resolve the folder's concurrent renames"
+
+    /// Removes the local conflict version of server revision `revision` of `item` (at `url`)
+    /// (resolved, here or elsewhere); whether it is gone. A failure is logged and named in
+    /// ``errors`` (the item's status): the version stays until a later round removes it.
+    func removeConflictVersion(_ revision: String, of item: String, at url: URL) -> Bool {
+        let identifier = NSFileVersion.PersistentIdentifier(Self.versionIdentifier(revision))
+        do {
+            try NSFileVersion.version(itemAt: url, forPersistentIdentifier: identifier)?.remove()
+            if errors[item]?.hasPrefix(Self.versionRemovalError) == true { errors[item] = nil }
+            return true
+        } catch {
+            errors[item] = "\(Self.versionRemovalError): \(error)"
+            logger.warning("cannot remove a resolved conflict version", metadata: ["container": "\(container)", "item": "\(url.path)", "error": "\(error)"])
+            return false
+        }
+    }
+
     /// Keeps each downloaded item's conflict versions on disk as the server has them: new
     /// conflict revisions are downloaded into its version store; versions resolved here
     /// (removed, or marked resolved) are resolved on the server; those resolved elsewhere go.
@@ -103,13 +123,21 @@ extension ContainerSync {
             guard !known.isEmpty || !copies.isEmpty, let path = files.path(of: item) else { continue }
             if remote.kind == .directory {
                 // A folder's concurrent renames: its current name stands.
-                if let request = state.resolveKeepingCurrent(item) { try? await perform(request) }
+                guard let request = state.resolveKeepingCurrent(item) else { continue }
+                do {
+                    try await perform(request)
+                    if errors[item]?.hasPrefix(Self.folderResolutionError) == true { errors[item] = nil }
+                } catch {
+                    // Tried again next round; meanwhile `ubiquity status` names it.
+                    errors[item] = "\(Self.folderResolutionError): \(error)"
+                    logger.warning("cannot resolve a folder's concurrent renames", metadata: ["container": "\(container)", "path": "\(path)", "error": "\(error)"])
+                }
                 continue
             }
             let url = root.appendingPathComponent(path)
             // Resolved elsewhere: the local copy goes.
             for revision in copies.subtracting(known) {
-                try? NSFileVersion.version(itemAt: url, forPersistentIdentifier: NSFileVersion.PersistentIdentifier(Self.versionIdentifier(revision)))?.remove()
+                guard removeConflictVersion(revision, of: item, at: url) else { continue } // kept; tried again next round
                 conflictCopies[item]?.remove(revision)
                 try store.setConflictCopy(false, container: container, item: item, revision: revision)
             }
@@ -124,7 +152,7 @@ extension ContainerSync {
                     let answer = try await client.resolve(container: container, item: item, keep: remote.revision, remove: resolved.sorted())
                     state.learn(Self.snapshot(answer))
                     for revision in resolved {
-                        try? NSFileVersion.version(itemAt: url, forPersistentIdentifier: NSFileVersion.PersistentIdentifier(Self.versionIdentifier(revision)))?.remove()
+                        guard removeConflictVersion(revision, of: item, at: url) else { continue } // kept; tried again next round
                         conflictCopies[item]?.remove(revision)
                         try store.setConflictCopy(false, container: container, item: item, revision: revision)
                     }
@@ -145,7 +173,7 @@ extension ContainerSync {
                 do {
                     let kind = remote.kind ?? .file
                     let staged = try await stage(LocalContents.members(conflict.manifest, kind: kind), kind: kind, of: item, name: path, reusing: files[path])
-                    defer { try? FileManager.default.removeItem(at: staged) }
+                    defer { removeStaged(staged) }
                     let staging = NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: url).appendingPathComponent(LocalContents.name(of: path))
                     try FileManager.default.moveItem(at: staged, to: staging)
                     _ = try NSFileVersion.addConflictVersion(ofItemAt: url, withContentsOf: staging, savingComputer: conflict.deviceName,

@@ -51,7 +51,7 @@ actor KeyValueSync {
                     errors[store] = "\(error)"
                     logger.warning("key-value store sync failed", metadata: ["store": "\(store)", "error": "\(error)"])
                     Task { [weak self] in
-                        try? await quietSleep(for: .seconds(5))
+                        try? await quietSleep(for: .seconds(5)) // throws only when cancelled
                         await self?.trigger(store)
                     }
                 }

@@ -136,6 +136,7 @@ public final class AgentStatusStream: Sendable {
     /// or the stream was closed.
     public func next() -> [UbiquityItemStatus]? {
         guard !closed.load(ordering: .relaxed) else { return nil }
+        // A broken connection is the end of the stream (the agent stopped): the caller sees nil.
         guard let response = try? reader.withLock({ try $0.next() }), response.error == nil else { return nil }
         return response.items ?? []
     }

@@ -24,7 +24,7 @@ public struct UbiquityContainers: Sendable {
     public var agent: AgentConnection { AgentConnection(paths: paths) }
 
     /// The signed-in account's identity token, or nil.
-    public var identityToken: String? { (try? UbiquityCredentials.load(from: paths))?.identityToken }
+    public var identityToken: String? { UbiquityCredentials.signedIn(in: paths)?.identityToken }
 
     // MARK: Containers
 
@@ -43,6 +43,7 @@ public struct UbiquityContainers: Sendable {
             return nil
         }
         installDownloader()
+        // A hint: an agent that is not running finds the container's folder when it starts.
         _ = try? agent.send(AgentRequest(.register, container: identifier), timeout: .seconds(2))
         return root
     }
@@ -100,6 +101,7 @@ public struct UbiquityContainers: Sendable {
             coordinator.item(at: urls[0], didMoveTo: urls[1])
         }
         for touched in [url, destinationURL] {
+            // A hint: without an agent, the move is seen when it starts (or by its inotify watch).
             if let container = location(of: touched)?.container { _ = try? agent.send(AgentRequest(.sync, container: container), timeout: .seconds(2)) }
         }
     }

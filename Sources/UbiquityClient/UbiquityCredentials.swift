@@ -1,4 +1,6 @@
 import Foundation
+import Synchronization
+import Logging
 import UbiquityFiles
 
 #if canImport(Glibc)
@@ -50,6 +52,38 @@ public struct UbiquityCredentials: Codable, Sendable, Equatable {
             throw CredentialsError(path: path, reason: "it is not valid credentials (\(error)); sign in again")
         }
     }
+
+    /// The signed-in device's credentials, or nil when nobody is signed in — also when the
+    /// credentials file cannot be used (as if signed out, which is what Apple's API shows when
+    /// the account is unavailable). That is not silent: the reason is logged as an error once
+    /// (until it changes), and kept in ``problem(in:)``.
+    public static func signedIn(in paths: UbiquityPaths = UbiquityPaths()) -> UbiquityCredentials? {
+        let path = paths.credentials.path
+        do {
+            let credentials = try load(from: paths)
+            refused.withLock { $0[path] = nil }
+            return credentials
+        } catch {
+            let reason = error as? CredentialsError ?? CredentialsError(path: path, reason: "\(error)")
+            let new = refused.withLock { refused -> Bool in
+                defer { refused[path] = reason }
+                return refused[path] != reason
+            }
+            if new {
+                Logger(label: "ubiquity.credentials").error("the credentials cannot be used: treated as signed out",
+                                                           metadata: ["path": "\(path)", "reason": "\(reason.reason)"])
+            }
+            return nil
+        }
+    }
+
+    /// Why ``signedIn(in:)`` last found the credentials of `paths` unusable (nil: it did not).
+    public static func problem(in paths: UbiquityPaths = UbiquityPaths()) -> CredentialsError? {
+        refused.withLock { $0[paths.credentials.path] }
+    }
+
+    /// The reasons credentials files were refused, by path.
+    private static let refused = Mutex<[String: CredentialsError]>([:])
 
     /// Writes them (replacing any others) with mode 0600, by safe save (a temporary file,
     /// fsync, rename).

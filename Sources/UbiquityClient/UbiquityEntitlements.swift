@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Synchronization
 
 /// What an app may use of the signed-in account: its ubiquity containers (the first is the
@@ -59,14 +60,45 @@ public struct UbiquityEntitlements: Sendable, Equatable, Codable {
 
     private static let declared = Mutex<UbiquityEntitlements?>(nil)
 
+    /// Why the file named by `UBIQUITY_ENTITLEMENTS` was last refused (logged once per reason).
+    private static let refused = Mutex<EntitlementsError?>(nil)
+
     /// The app's entitlements: what ``declare(_:)`` set, else the file named by the
-    /// `UBIQUITY_ENTITLEMENTS` environment variable, else none.
+    /// `UBIQUITY_ENTITLEMENTS` environment variable, else none. A file that cannot be used
+    /// grants nothing — as an app whose entitlements are wrong has no containers on Apple's
+    /// systems — and says why in the log (an error, once for each reason), and in
+    /// ``problem``.
     public static var current: UbiquityEntitlements {
         if let declared = declared.withLock({ $0 }) { return declared }
-        if let path = ProcessInfo.processInfo.environment["UBIQUITY_ENTITLEMENTS"], let loaded = try? UbiquityEntitlements(contentsOf: URL(fileURLWithPath: path)) {
+        return named(by: ProcessInfo.processInfo.environment)
+    }
+
+    /// The entitlements of the file `UBIQUITY_ENTITLEMENTS` names in `environment` (none if it
+    /// names none, or one that cannot be used: see ``current``).
+    static func named(by environment: [String: String]) -> UbiquityEntitlements {
+        guard let path = environment["UBIQUITY_ENTITLEMENTS"] else { return UbiquityEntitlements(containers: []) }
+        do {
+            let loaded = try UbiquityEntitlements(contentsOf: URL(fileURLWithPath: path))
+            refused.withLock { $0 = nil }
             return loaded
+        } catch {
+            let reason = error as? EntitlementsError ?? EntitlementsError(path: path, reason: "\(error)")
+            let new = refused.withLock { refused -> Bool in
+                defer { refused = reason }
+                return refused != reason
+            }
+            if new {
+                Logger(label: "ubiquity.entitlements").error("the entitlements file cannot be used: the app has no containers",
+                                                            metadata: ["path": "\(path)", "reason": "\(reason.reason)"])
+            }
+            return UbiquityEntitlements(containers: [])
         }
-        return UbiquityEntitlements(containers: [])
+    }
+
+    /// Why the entitlements file named by `UBIQUITY_ENTITLEMENTS` could not be used when
+    /// ``current`` last read it (nil: it could, or none is named).
+    public static var problem: EntitlementsError? {
+        refused.withLock { $0 }
     }
 
     /// Declares the app's entitlements (call it before the first ubiquity call).

@@ -49,7 +49,7 @@ public final class UbiquityIdentity: Sendable {
         state.withLock { state in
             guard state.timer == nil else { return }
             state.stamp = Self.stamp(paths)
-            state.token = (try? UbiquityCredentials.load(from: paths))?.identityToken
+            state.token = UbiquityCredentials.signedIn(in: paths)?.identityToken
             let timer = DispatchSource.makeTimerSource(queue: .global(qos: .utility))
             timer.schedule(deadline: .now() + .milliseconds(500), repeating: .milliseconds(500), leeway: .milliseconds(100))
             timer.setEventHandler { [weak self] in
@@ -69,7 +69,7 @@ public final class UbiquityIdentity: Sendable {
         return state.withLock { state in
             guard stamp != state.stamp else { return (false, state.token) }
             state.stamp = stamp
-            let token = (try? UbiquityCredentials.load(from: paths))?.identityToken
+            let token = UbiquityCredentials.signedIn(in: paths)?.identityToken
             defer { state.token = token }
             return (token != state.token, token)
         }

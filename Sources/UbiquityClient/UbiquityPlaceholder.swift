@@ -30,8 +30,10 @@ public struct UbiquityPlaceholder: Codable, Sendable, Equatable {
 
     /// The item's name if `fileName` is a placeholder's, else nil.
     public static func itemName(ofPlaceholder fileName: String) -> String? {
-        guard fileName.hasPrefix("."), fileName.hasSuffix(".icloud"), fileName.count > ".x.icloud".count - 1 else { return nil }
-        return String(fileName.dropFirst().dropLast(".icloud".count))
+        // Byte by byte: a folder walk asks this of every hidden name it meets.
+        let bytes = fileName.utf8
+        guard bytes.count >= ".x.icloud".utf8.count, bytes.first == UInt8(ascii: "."), bytes.suffix(7).elementsEqual(".icloud".utf8) else { return nil }
+        return String(Substring(bytes.dropFirst().dropLast(7)))
     }
 
     /// The placeholder's URL for the item at `url`.
@@ -41,6 +43,7 @@ public struct UbiquityPlaceholder: Codable, Sendable, Equatable {
 
     /// Reads the placeholder for the item at `url`, or nil if there is none (or it is unreadable).
     public static func read(for url: URL) -> UbiquityPlaceholder? {
+        // No placeholder, or not one of ours: nil, as documented (the caller sees no item there).
         guard let data = try? Data(contentsOf: Self.url(for: url)) else { return nil }
         return try? JSONDecoder().decode(UbiquityPlaceholder.self, from: data)
     }

@@ -179,7 +179,7 @@ public struct ServerAdministration: Sendable {
     public func deleteAccount(named name: String) async throws -> Bool {
         guard let account = try await database.accounts().first(where: { $0.name == name }) else { return false }
         let deleted = try await database.deleteAccount(named: name)
-        if deleted { await storage.chunks.removeAccount(account.id) }
+        if deleted { try await storage.chunks.removeAccount(account.id) }
         return deleted
     }
 
@@ -217,8 +217,16 @@ extension SyncServer {
 
     static func collectGarbage(storage: ServerStorage, retention: TimeInterval, now: Date) async throws -> (revisions: Int, chunks: Int, bytes: Int64) {
         let collected = try await storage.database.collectGarbage(now: now, retention: retention, grace: 86_400)
-        for (account, hash) in collected.chunks { await storage.chunks.remove(hash: hash, account: account) }
+        // The database forgot these chunks: each is removed, or said to be left behind.
+        var left: [(account: Int64, hash: String, error: any Error)] = []
+        for (account, hash) in collected.chunks {
+            do { try await storage.chunks.remove(hash: hash, account: account) } catch { left.append((account, hash, error)) }
+        }
         try await storage.chunks.compact(orphanAge: 3_600)
+        if let first = left.first {
+            throw SyncError(.internalServerError, "storageFailure",
+                            "\(left.count) of \(collected.chunks.count) unused chunks could not be removed (the first, \(first.hash) of account \(first.account): \(first.error))")
+        }
         return (collected.revisions, collected.chunks.count, collected.bytes)
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 import UbiquityClient
+import UbiquityQuery
 @testable import UbiquityAgent
 
 /// A metadata query on one device following what another device does, through running agents.

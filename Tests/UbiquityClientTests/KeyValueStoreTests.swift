@@ -3,6 +3,7 @@ import Synchronization
 import Testing
 import UbiquityProtocol
 @testable import UbiquityClient
+import UbiquityTestSupport
 
 /// What a test sees of a store's external-change notifications.
 final class KeyValueRecorder: Sendable {

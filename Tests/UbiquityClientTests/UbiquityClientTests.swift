@@ -2,16 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 @testable import UbiquityClient
-
-func temporaryPaths() -> UbiquityPaths {
-    let root = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("ubiquity-client-\(UUID().uuidString.prefix(8))")
-    return UbiquityPaths(configuration: root.appendingPathComponent("config/ubiquity"), data: root.appendingPathComponent("data/ubiquity"))
-}
-
-func credentials(identity: String = "identity-ada") -> UbiquityCredentials {
-    UbiquityCredentials(server: URL(string: "http://127.0.0.1:8443")!, account: "ada", deviceId: "device-1", deviceName: "laptop",
-                        token: String(repeating: "t", count: 64), identityToken: identity)
-}
+import UbiquityTestSupport
 
 @Suite struct UbiquityPathsTests {
     @Test func xdgDirectoriesDecideWhereThingsLive() {
@@ -44,6 +35,10 @@ func credentials(identity: String = "identity-ada") -> UbiquityCredentials {
         try Data("{not json".utf8).write(to: paths.credentials)
         try FileManager.default.setAttributes([.posixPermissions: 0o600], ofItemAtPath: paths.credentials.path)
         #expect { try UbiquityCredentials.load(from: paths) } throws: { "\($0)".contains("sign in again") }
+        #expect(UbiquityCredentials.signedIn(in: paths) == nil, "unusable credentials: as signed out")
+        #expect(UbiquityCredentials.problem(in: paths)?.reason.contains("sign in again") == true, "and why, not silence")
+        try credentials().save(to: paths)
+        #expect(UbiquityCredentials.signedIn(in: paths) == credentials() && UbiquityCredentials.problem(in: paths) == nil)
 
         #expect(try UbiquityCredentials.remove(from: paths))
         #expect(try UbiquityCredentials.remove(from: paths) == false)
@@ -90,5 +85,29 @@ func credentials(identity: String = "identity-ada") -> UbiquityCredentials {
         let token = FileManager.default.ubiquityIdentityToken
         if let token { #expect(token is NSString) }
         #expect(NSNotification.Name.NSUbiquityIdentityDidChange.rawValue == "NSUbiquityIdentityDidChangeNotification")
+    }
+}
+
+@Suite struct UbiquityEntitlementsTests {
+    @Test func aDeclarationsFileIsReadAndABrokenOneSaysWhy() throws {
+        let folder = temporaryPaths().configuration
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        let good = folder.appendingPathComponent("good.json")
+        try Data(#"{"com.apple.developer.ubiquity-container-identifiers": ["ABCDE12345.com.example.notes"]}"#.utf8).write(to: good)
+        #expect(UbiquityEntitlements.named(by: ["UBIQUITY_ENTITLEMENTS": good.path]).containerIdentifiers == ["ABCDE12345.com.example.notes"])
+        #expect(UbiquityEntitlements.problem == nil)
+
+        // A malformed file grants no container — and is not silent about it.
+        let broken = folder.appendingPathComponent("broken.json")
+        try Data(#"{"com.apple.developer.ubiquity-container-identifiers": "#.utf8).write(to: broken)
+        #expect(UbiquityEntitlements.named(by: ["UBIQUITY_ENTITLEMENTS": broken.path]).containerIdentifiers.isEmpty)
+        let problem = try #require(UbiquityEntitlements.problem)
+        #expect(problem.path == broken.path && problem.reason == "is not JSON or a property list")
+
+        let wrongKind = folder.appendingPathComponent("wrong.json")
+        try Data(#"{"com.apple.developer.ubiquity-container-identifiers": "one"}"#.utf8).write(to: wrongKind)
+        #expect(UbiquityEntitlements.named(by: ["UBIQUITY_ENTITLEMENTS": wrongKind.path]).containerIdentifiers.isEmpty)
+        #expect(UbiquityEntitlements.problem?.reason.hasPrefix("needs com.apple.developer.ubiquity-container-identifiers") == true)
+        #expect(UbiquityEntitlements.named(by: [:]).containerIdentifiers.isEmpty, "no file named: no containers, nothing wrong")
     }
 }

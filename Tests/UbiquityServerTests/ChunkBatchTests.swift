@@ -181,10 +181,10 @@ import UbiquityProtocol
         #expect(packs(2).count == 2)
 
         // Every chunk of a pack removed: the pack goes at once.
-        for chunk in second { await store.remove(hash: chunk.hash, account: 2) }
+        for chunk in second { try await store.remove(hash: chunk.hash, account: 2) }
         #expect(packs(2).count == 1)
         // Most of a pack removed: compaction rewrites the rest into a smaller pack.
-        for chunk in first.prefix(20) { await store.remove(hash: chunk.hash, account: 2) }
+        for chunk in first.prefix(20) { try await store.remove(hash: chunk.hash, account: 2) }
         let freed = try await store.compact(orphanAge: 3_600)
         #expect(freed == Int64(first.prefix(20).reduce(0) { $0 + $1.bytes.count }))
         #expect(packs(2).count == 1)
@@ -206,7 +206,7 @@ import UbiquityProtocol
         _ = FileManager.default.createFile(atPath: pack, contents: Data(repeating: 0, count: 10))
         await #expect(throws: SyncError.self) { try await store.load(hash: first[29].hash, account: 2) }
 
-        await store.removeAccount(2)
+        try await store.removeAccount(2)
         #expect(!FileManager.default.fileExists(atPath: "\(directory)/2"))
         #expect(try await store.load(hash: first[29].hash, account: 2) == nil)
     }
@@ -221,8 +221,20 @@ import UbiquityProtocol
         #expect(try await store.load(hash: hash, account: 3) == Data(bytes))
         try await store.store([ChunkBatch.Chunk(hash: hash, bytes: bytes)], account: 3)
         #expect(packs(3).isEmpty, "not written twice")
-        await store.remove(hash: hash, account: 3)
+        try await store.remove(hash: hash, account: 3)
         let gone = try await store.load(hash: hash, account: 3)
         #expect(gone == nil && !FileManager.default.fileExists(atPath: loose))
+    }
+
+    @Test func aChunkThatCannotBeRemovedIsAnErrorNotSilence() async throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try FileChunkStore(directory: directory)
+        let bytes: [UInt8] = Array("stuck".utf8), hash = sha256(bytes)
+        // Something that unlink(2) refuses stands where the chunk's loose file would be.
+        let loose = store.loosePath(account: 4, hash: hash)
+        try FileManager.default.createDirectory(atPath: loose + "/inside", withIntermediateDirectories: true)
+        await #expect(throws: SyncError.self) { try await store.remove(hash: hash, account: 4) }
+        try FileManager.default.removeItem(atPath: loose)
+        try await store.remove(hash: hash, account: 4) // nothing there: nothing to do
     }
 }

@@ -192,7 +192,9 @@ import UbiquitySync
         } throws: { error in
             (error as? SyncError)?.code == "databaseUnavailable" && "\(error)".contains("127.0.0.1:1")
         }
-        #expect(ContinuousClock.now - started < .seconds(10))
+        // Refused at once when alone (~15 ms); the bound only tells "gives up" from "retries for
+        // ever", with room for a full suite's load on two cores (once seen at 10.1 s there).
+        #expect(ContinuousClock.now - started < .seconds(60))
     }
 
     /// Many devices committing at once: every commit gets its own sequence number, none is lost,

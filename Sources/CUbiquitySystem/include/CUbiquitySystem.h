@@ -50,6 +50,15 @@ typedef struct {
 /// -1 with errno set.
 int ubq_item_info_at(const char *path, ubq_item_info *info);
 
+/// The same for the entry `name` of the open folder `directory` (no path walk: what a folder
+/// walk calls for each entry). Returns 0, or -1 with errno set.
+int ubq_item_info_in(int directory, const char *name, ubq_item_info *info);
+
+/// Reads at most `capacity` bytes of the file `name` in the open folder `directory` (not
+/// following a symbolic link) into `buffer`, retrying interrupted reads. Returns the number of
+/// bytes read (`capacity` when the file may be longer), or -1 with errno set.
+long ubq_read_small_file(int directory, const char *name, void *buffer, unsigned long capacity);
+
 /// Bytes the process's malloc heap has in use (glibc's mallinfo2), for measurements.
 long long ubq_heap_in_use(void);
 

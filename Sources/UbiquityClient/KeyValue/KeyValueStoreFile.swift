@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import UbiquityFiles
 import UbiquityProtocol
 
@@ -72,17 +73,19 @@ public struct KeyValueStoreFile: Codable, Sendable, Equatable {
     public static func read(_ identifier: String, in folder: URL) -> KeyValueStoreFile {
         let url = url(identifier, in: folder)
         guard let data = FileManager.default.contents(atPath: url.path) else { return KeyValueStoreFile() }
-        if let store = try? JSONDecoder().decode(KeyValueStoreFile.self, from: data) { return store }
+        if let store = try? JSONDecoder().decode(KeyValueStoreFile.self, from: data) { return store } // else: set aside below
         for attempt in 1...100 {
             let aside = url.appendingPathExtension(attempt == 1 ? "damaged" : "damaged-\(attempt)")
             // link(2) never replaces a file: the first free name wins; then the damaged name goes.
             if link(url.path, aside.path) == 0 {
                 // Replaced by a good store meanwhile (the agent's safe save)? Then that stays.
-                if let now = FileManager.default.contents(atPath: aside.path), (try? JSONDecoder().decode(KeyValueStoreFile.self, from: now)) != nil {
+                if let now = FileManager.default.contents(atPath: aside.path), (try? JSONDecoder().decode(KeyValueStoreFile.self, from: now)) != nil { // only: is it good?
                     unlink(aside.path)
                     return read(identifier, in: folder)
                 }
                 unlink(url.path)
+                Logger(label: "ubiquity.key-value-store").error("a damaged key-value store was set aside; it starts empty, and what the server has comes back through the agent",
+                                                               metadata: ["store": "\(identifier)", "kept": "\(aside.path)"])
                 break
             }
             if errno != EEXIST { break } // gone meanwhile (another reader set it aside) or cannot: leave it

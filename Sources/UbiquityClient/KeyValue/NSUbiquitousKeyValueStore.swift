@@ -49,7 +49,7 @@ public final class NSUbiquitousKeyValueStore: Sendable {
             total -= sizes.removeValue(forKey: key) ?? 0
             values[key] = value
             guard let value else { return }
-            let size = (try? KeyValueLimits.size(key: key, value: value)) ?? 0
+            let size = (try? KeyValueLimits.size(key: key, value: value)) ?? 0 // values held were measured when set
             sizes[key] = size
             total += size
         }
@@ -208,11 +208,12 @@ public final class NSUbiquitousKeyValueStore: Sendable {
             guard !key.isEmpty, key.utf8.count <= KeyValueLimits.maximumKeyBytes else {
                 return "keys are 1 to \(KeyValueLimits.maximumKeyBytes) bytes of UTF-8"
             }
+            // A value that cannot be measured is refused like one too large.
             guard let size = try? KeyValueLimits.size(key: key, value: value), size <= KeyValueLimits.maximumValueBytes else {
                 return "a value is at most \(KeyValueLimits.maximumValueBytes) bytes"
             }
             let count = state.values.count + (state.values[key] == nil ? 1 : 0)
-            let old = state.values[key].flatMap { try? KeyValueLimits.size(key: key, value: $0) } ?? 0
+            let old = state.values[key].flatMap { try? KeyValueLimits.size(key: key, value: $0) } ?? 0 // measured when it was set
             guard count <= KeyValueLimits.maximumKeys else { return "a store holds at most \(KeyValueLimits.maximumKeys) keys" }
             guard state.total - old + size <= KeyValueLimits.maximumTotalBytes else { return "a store holds at most \(KeyValueLimits.maximumTotalBytes) bytes" }
             state.put(key, value)
@@ -250,14 +251,25 @@ public final class NSUbiquitousKeyValueStore: Sendable {
             let file = KeyValueStoreFile.read(identifier, in: folder)
             state.replace(with: file.values)
             state.lastSerial = file.change?.serial ?? 0
-            try? FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-            // The store is used on this device from now on: the agent keeps it in step.
-            if token != nil { try? KeyValueStoreFile.create(identifier, in: folder) }
+            do {
+                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+                // The store is used on this device from now on: the agent keeps it in step.
+                if token != nil { try KeyValueStoreFile.create(identifier, in: folder) }
+            } catch {
+                // Values set now are kept in memory, and saved when a write succeeds.
+                logger.error("cannot create the key-value store's file: the agent cannot keep it in step yet",
+                             metadata: ["folder": "\(folder.path)", "error": "\(error)"])
+            }
             let path = KeyValueStoreFile.url(identifier, in: folder).path
-            state.watcher = try? DirectoryWatcher(root: folder) { [weak self] event in
-                if case .changed(let changed) = event, changed != path { return }
-                guard let self else { return }
-                self.queue.async { self.reload() }
+            do {
+                state.watcher = try DirectoryWatcher(root: folder) { [weak self] event in
+                    if case .changed(let changed) = event, changed != path { return }
+                    guard let self else { return }
+                    self.queue.async { self.reload() }
+                }
+            } catch {
+                logger.error("cannot watch the key-value store: other devices' values arrive only on synchronize() or an account change",
+                             metadata: ["folder": "\(folder.path)", "error": "\(error)"])
             }
             return first ? nil : Array(before.union(state.values.keys)).sorted()
         }

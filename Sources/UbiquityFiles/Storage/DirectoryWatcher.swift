@@ -95,8 +95,9 @@ private final class WatchLoop: @unchecked Sendable {
         defer { closedir(directory) }
         var children: [String] = []
         while let entry = readdir(directory) {
+            guard entry.pointee.d_type == UInt8(DT_DIR) else { continue } // a folder of files costs no string per file
             let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-            if name == "." || name == ".." || entry.pointee.d_type != UInt8(DT_DIR) { continue }
+            if name == "." || name == ".." { continue }
             children.append(path + "/" + name)
         }
         for child in children { watchTree(child) }

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import UbiquityProtocol
 import UbiquitySync
 import HTTPTypes
@@ -122,7 +123,7 @@ extension SyncServices {
             let (device, container, item) = try Self.itemAddress(context)
             var update = try await prepared(try await request.decode(as: ItemUpdate.self, context: context), of: item, in: container, for: device)
             let inline = try Self.inlineChunks(of: &update)
-            if !inline.isEmpty { try await receive(inline, from: device) } // stored before the commit: complete when committed
+            if !inline.isEmpty { try await receive(inline, from: device, logger: context.logger) } // stored before the commit: complete when committed
             let outcome = try await database.commit(accountId: device.accountId, container: container, itemId: item, update: update, device: device, now: Date(),
                                                     brief: Self.brief(request))
             if !outcome.repeated { // a change sent again changed nothing: nothing to count or push
@@ -165,7 +166,7 @@ extension SyncServices {
                 }
             }
             // Small files' bytes stored before their commits (one quota check, one write): complete when committed.
-            if !inline.isEmpty { try await receive(inline, from: device) }
+            if !inline.isEmpty { try await receive(inline, from: device, logger: context.logger) }
             let brief = Self.brief(request)
             let outcomes = accepted.isEmpty ? [] : try await database.commit(accountId: device.accountId, container: container, commits: accepted.map(\.commit),
                                                                               device: device, now: Date(), brief: brief)
@@ -222,7 +223,7 @@ extension SyncServices {
             } catch {
                 throw SyncError(.contentTooLarge, "chunkTooLarge", "chunks are at most \(Validate.maximumChunkSize) bytes")
             }
-            try await receive([ChunkBatch.Chunk(hash: hash, bytes: Array(buffer: body))], from: device)
+            try await receive([ChunkBatch.Chunk(hash: hash, bytes: Array(buffer: body))], from: device, logger: context.logger)
             return Response(status: .created)
         }
         // Many chunks in one body (docs/SyncProtocol.md, "Chunks in batches").
@@ -246,7 +247,7 @@ extension SyncServices {
             guard payload <= ChunkBatch.maximumBytes || batch.chunks.count == 1 else {
                 throw SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
             }
-            try await receive(batch.chunks, from: device)
+            try await receive(batch.chunks, from: device, logger: context.logger)
             return Response(status: .created)
         }
         chunks.post("fetch") { request, context -> Response in
@@ -306,7 +307,7 @@ extension SyncServices {
     /// Stores uploaded chunks: the quota checked once for those the account lacks (before any
     /// byte is written), the contents stored, then recorded in one transaction, which checks the
     /// quota again (another upload may have used the room meanwhile: then nothing is kept).
-    func receive(_ received: [ChunkBatch.Chunk], from device: DeviceAuth) async throws {
+    func receive(_ received: [ChunkBatch.Chunk], from device: DeviceAuth, logger: Logger) async throws {
         for chunk in received { try Validate.hash(chunk.hash) }
         let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: received.map(\.hash)))
         // Each chunk is checked against its hash once: those to store by the storage, the others
@@ -331,7 +332,12 @@ extension SyncServices {
         } catch let error as SyncError where error.code == "quotaExceeded" {
             // Another upload used the room meanwhile: the bytes are not kept.
             let recorded = Set(received.map(\.hash)).subtracting(try await database.missingChunks(accountId: device.accountId, hashes: fresh.map(\.hash)))
-            for chunk in fresh where !recorded.contains(chunk.hash) { await chunks.remove(hash: chunk.hash, account: device.accountId) }
+            for chunk in fresh where !recorded.contains(chunk.hash) {
+                do { try await chunks.remove(hash: chunk.hash, account: device.accountId) } catch {
+                    // Unrecorded bytes count against nothing; `ubiquity gc` removes them later.
+                    logger.error("cannot remove a chunk refused for quota", metadata: ["hash": "\(chunk.hash)", "error": "\(error)"])
+                }
+            }
             throw error
         }
         for (container, sequence) in completed { notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId) }

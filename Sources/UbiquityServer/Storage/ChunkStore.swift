@@ -20,10 +20,12 @@ protocol ChunkStorage: Sendable {
     /// The contents of chunks of `account`, in the order of `hashes`: as many as fit in `limit`
     /// bytes (at least one), stopping before the first that is not stored.
     func load(_ hashes: [String], account: Int64, upTo limit: Int) async throws -> [Data]
-    /// Removes one chunk.
-    func remove(hash: String, account: Int64) async
+    /// Removes one chunk (nothing if it is not stored).
+    /// - Throws: Storage errors: the chunk may still be there.
+    func remove(hash: String, account: Int64) async throws
     /// Removes every chunk of an account.
-    func removeAccount(_ account: Int64) async
+    /// - Throws: Storage errors: some chunks may still be there.
+    func removeAccount(_ account: Int64) async throws
     /// Frees the room removed chunks left (after garbage collection); returns the bytes freed.
     @discardableResult
     func compact(orphanAge: TimeInterval) async throws -> Int64
@@ -187,9 +189,12 @@ struct FileChunkStore: ChunkStorage {
         throw SyncError(.internalServerError, "storageFailure", "chunk \(hash) is indexed but its pack cannot be read")
     }
 
-    func remove(hash: String, account: Int64) async {
-        unlink(loosePath(account: account, hash: hash))
-        let emptied = try? await index.write { db -> String? in
+    func remove(hash: String, account: Int64) async throws {
+        let loose = loosePath(account: account, hash: hash)
+        if unlink(loose) != 0 && errno != ENOENT {
+            throw SyncError(.internalServerError, "storageFailure", "cannot remove chunk \(hash): \(String(cString: strerror(errno)))")
+        }
+        let emptied = try await index.write { db -> String? in
             guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT pack, length FROM chunk WHERE account = ? AND hash = ?"), arguments: [account, hash]) else { return nil }
             let pack: String = row["pack"]
             try db.cachedStatement(sql: "DELETE FROM chunk WHERE account = ? AND hash = ?").execute(arguments: [account, hash])
@@ -198,15 +203,20 @@ struct FileChunkStore: ChunkStorage {
             try db.cachedStatement(sql: "DELETE FROM pack WHERE id = ?").execute(arguments: [pack])
             return pack
         }
-        if let pack = emptied ?? nil { unlink(packPath(account: account, pack: pack)) }
+        // A pack the index no longer names is swept by compaction if this unlink fails.
+        if let pack = emptied { unlink(packPath(account: account, pack: pack)) }
     }
 
-    func removeAccount(_ account: Int64) async {
-        _ = try? await index.write { db in
+    func removeAccount(_ account: Int64) async throws {
+        try await index.write { db in
             try db.cachedStatement(sql: "DELETE FROM chunk WHERE account = ?").execute(arguments: [account])
             try db.cachedStatement(sql: "DELETE FROM pack WHERE account = ?").execute(arguments: [account])
         }
-        try? FileManager.default.removeItem(atPath: "\(directory)/\(account)")
+        let folder = "\(directory)/\(account)"
+        guard FileManager.default.fileExists(atPath: folder) else { return }
+        do { try FileManager.default.removeItem(atPath: folder) } catch {
+            throw SyncError(.internalServerError, "storageFailure", "cannot remove the chunks of account \(account) in \(folder): \(error.localizedDescription)")
+        }
     }
 
     /// Rewrites packs that are more than half dead bytes (their live chunks into a new pack),

@@ -194,12 +194,12 @@ struct PostgresChunkStore: ChunkStorage {
         }
     }
 
-    func remove(hash: String, account: Int64) async {
-        _ = try? await database.transaction { db in
+    func remove(hash: String, account: Int64) async throws {
+        _ = try await database.transaction { db in
             try await db.rows("DELETE FROM chunk_content WHERE account_id = \(account) AND hash = \(hash)")
         }
     }
 
     /// Nothing to do: the account's rows went with it.
-    func removeAccount(_ account: Int64) async {}
+    func removeAccount(_ account: Int64) async throws {}
 }

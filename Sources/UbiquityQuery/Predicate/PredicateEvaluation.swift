@@ -96,6 +96,15 @@ extension PredicateComparison {
     /// `LIKE`: `*` is any run of characters, `?` any one, a backslash takes the next literally.
     /// Walks both strings in place (no copies: a query evaluates it once per item).
     static func like(_ text: String.UnicodeScalarView, _ pattern: String.UnicodeScalarView) -> Bool {
+        // The common shape, `*.txt`: the text ends with the rest (the same scalars are the same bytes).
+        let patternBytes = String(pattern).utf8
+        if patternBytes.first == UInt8(ascii: "*") {
+            let literal = patternBytes.dropFirst()
+            if !literal.contains(where: { $0 == UInt8(ascii: "*") || $0 == UInt8(ascii: "?") || $0 == UInt8(ascii: "\\") }) {
+                let textBytes = String(text).utf8
+                return textBytes.count >= literal.count && textBytes.reversed().starts(with: literal.reversed())
+            }
+        }
         var t = text.startIndex, p = pattern.startIndex
         var star: (pattern: String.UnicodeScalarView.Index, text: String.UnicodeScalarView.Index)?
         while t < text.endIndex {

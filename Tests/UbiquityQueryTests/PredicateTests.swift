@@ -1,6 +1,8 @@
 import Foundation
 import Testing
-@testable import UbiquityClient
+import UbiquityClient
+@testable import UbiquityQuery
+import UbiquityTestSupport
 
 /// The predicate format string language: parsing, substitution, evaluation, and clear errors.
 @Suite struct PredicateTests {
@@ -46,6 +48,11 @@ import Testing
         #expect(!holds("kMDItemFSName LIKE '*.TXT'") && holds("kMDItemFSName LIKE[c] '*.TXT'"))
         #expect(!holds("kMDItemFSName LIKE 'Letter.??'") && !holds("kMDItemFSName LIKE 'Letter'"))
         #expect(holds("kMDItemFSName LIKE 'L*t*r*.*t'") && !holds("kMDItemFSName LIKE 'L*z*'"))
+        // `*suffix`, the common shape, is a test of the text's end (byte for byte, so scalar for scalar).
+        for (text, pattern, expected) in [("a.txt", "*.txt", true), ("txt", "*.txt", false), (".txt", "*.txt", true), ("Café", "*é", true),
+                                          ("Cafe\u{301}", "*é", false), ("a.txt.bak", "*.txt", false), ("", "*", true), ("x", "*", true)] {
+            #expect(NSPredicate(format: "SELF LIKE %@", pattern).evaluate(with: text) == expected, "\(text) LIKE \(pattern)")
+        }
         #expect(NSPredicate(format: "SELF LIKE 'a\\\\*b'").evaluate(with: "a*b") && !NSPredicate(format: "SELF LIKE 'a\\\\*b'").evaluate(with: "axb"))
         #expect(NSPredicate(format: "SELF LIKE[c] 'a*a'").evaluate(with: "aBa") && !NSPredicate(format: "SELF LIKE[c] 'a*a'").evaluate(with: "a"))
     }

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityClient
 
 // The attribute names, scopes, notification names and keys of Apple's NSMetadata API, with
 // Apple's values (so predicates written as "kMDItemFSName LIKE '*.txt'" work too).

@@ -1,7 +1,9 @@
 import Foundation
 import Synchronization
 import Testing
-@testable import UbiquityClient
+import UbiquityClient
+@testable import UbiquityQuery
+import UbiquityTestSupport
 
 /// What a test sees of a query: its notifications in order, with their items' names.
 final class QueryRecorder: Sendable {

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityClient
 import UbiquityFiles
 
 #if canImport(Glibc)
@@ -102,7 +103,7 @@ extension NSMetadataQuery.State {
         if !gone.isEmpty { results.removeAll { gone.contains(ObjectIdentifier($0)) } }
         var entries = Array(changes.added.values)
         if sorted { entries += changes.changed.values }
-        let incoming = entries.sorted { $0.order < $1.order }.map(\.item)
+        let incoming = changes.gathered + entries.sorted { $0.order < $1.order }.map(\.item)
         if !sorted {
             results += incoming
         } else if incoming.count > max(8, results.count / 8) {
@@ -146,8 +147,13 @@ extension NSMetadataQuery {
         // The agent's status changes (uploads, downloads, conflicts, errors: no file changes).
         var streams: [AgentStatusStream] = []
         for (index, source) in sources.enumerated() {
-            guard let container = source as? ContainerSource, container.agentProblem == nil,
-                  let stream = try? containers.agent.watch(container: container.identifier) else { continue }
+            guard let container = source as? ContainerSource, container.agentProblem == nil else { continue }
+            let stream: AgentStatusStream
+            do { stream = try containers.agent.watch(container: container.identifier) } catch {
+                logger.warning("cannot follow the agent's item statuses; they change in the results only with the files",
+                               metadata: ["container": "\(container.identifier)", "error": "\(error)"])
+                continue
+            }
             streams.append(stream)
             let thread = Thread { [weak self] in
                 while let items = stream.next() {
@@ -163,7 +169,7 @@ extension NSMetadataQuery {
             state.sources = sources
             state.statusStreams = streams
             state.watchers = watchers
-            state.items = [:]
+            state.items = MetadataItemIndex()
             state.results = []
             state.pending = Changes()
             return true
@@ -178,11 +184,7 @@ extension NSMetadataQuery {
             var found = Changes()
             state.withLock { state in
                 guard state.generation == generation else { return }
-                for record in records where state.items[record.path] == nil && predicate.evaluate(with: record) {
-                    let item = NSMetadataItem(record)
-                    state.items[record.path] = item
-                    found.add(item)
-                }
+                found.gathered = state.items.insertNew(records) { predicate.evaluate(with: $0) }
             }
             deliver(.NSMetadataQueryGatheringProgress, changes: found, snapshot: false)
         }
@@ -201,6 +203,7 @@ extension NSMetadataQuery {
         func container(_ identifier: String, _ part: ContainerSource.Part) -> ContainerSource? {
             guard let token, UbiquityEntitlements.isValidIdentifier(identifier) else { return nil }
             let root = containers.paths.container(identifier, account: token)
+            // Failing, the scope is watched from nearer the top (the watcher says so if it cannot).
             if part == .documents { try? FileManager.default.createDirectory(at: root.appendingPathComponent("Documents"), withIntermediateDirectories: true) }
             var source = ContainerSource(identifier: identifier, root: root, part: part)
             do {
@@ -221,7 +224,15 @@ extension NSMetadataQuery {
             case .external:
                 guard let token else { continue }
                 let folder = containers.paths.account(token).appendingPathComponent("containers").path
-                let others = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter { !containers.entitlements.containerIdentifiers.contains($0) }
+                let others: [String]
+                do {
+                    others = try FileManager.default.contentsOfDirectory(atPath: folder).filter { !containers.entitlements.containerIdentifiers.contains($0) }
+                } catch let error as CocoaError where error.code == .fileReadNoSuchFile {
+                    others = [] // no container on this device yet
+                } catch {
+                    logger.error("cannot list the account's containers: the external documents scope finds nothing", metadata: ["folder": "\(folder)", "error": "\(error)"])
+                    others = []
+                }
                 sources += others.sorted().compactMap { container($0, .documents) }
             case .folder(let path):
                 sources.append(FolderSource(base: path))
@@ -285,26 +296,22 @@ extension NSMetadataQuery {
     func refresh(_ path: String, in source: any MetadataSource, predicate: PredicateMatcher, askingAgent: Bool = true) {
         let record = askingAgent ? source.current(at: path, agent: containers.agent) : source.record(at: path)
         state.withLock { state in
-            let existing = state.items[path]
+            let existing = state.items[path: path]
             if let record, predicate.evaluate(with: record) {
                 if let existing {
                     if existing.update(record) { state.pending.change(existing) }
                 } else {
                     let item = NSMetadataItem(record)
-                    state.items[path] = item
+                    state.items.insert(item, for: record)
                     state.pending.add(item)
                 }
             } else if let existing {
-                state.items[path] = nil
+                state.items.remove(path: path)
                 state.pending.remove(existing)
             }
             // A folder gone (or moved away): what was in it goes too.
             if record == nil || record?.isDirectory == false {
-                let prefix = path + "/"
-                for (child, item) in state.items where child.hasPrefix(prefix) {
-                    state.items[child] = nil
-                    state.pending.remove(item)
-                }
+                for item in state.items.removeAll(under: path) { state.pending.remove(item) }
             }
         }
         // A folder that appeared (or moved here): what is in it.
@@ -320,29 +327,26 @@ extension NSMetadataQuery {
 
     func merge(_ records: [MetadataRecord], under base: String, predicate: PredicateMatcher, removingMissing: Bool) {
         state.withLock { state in
-            var seen = Set<String>()
+            var seen = Set<FolderAndName>()
             for record in records {
-                seen.insert(record.path)
-                let existing = state.items[record.path]
+                if removingMissing { seen.insert(FolderAndName(folder: record.folder.path, name: record.name)) }
+                let existing = state.items[record]
                 if predicate.evaluate(with: record) {
                     if let existing {
                         if existing.update(record) { state.pending.change(existing) }
                     } else {
                         let item = NSMetadataItem(record)
-                        state.items[record.path] = item
+                        state.items.insert(item, for: record)
                         state.pending.add(item)
                     }
                 } else if let existing {
-                    state.items[record.path] = nil
+                    state.items.remove(path: record.path)
                     state.pending.remove(existing)
                 }
             }
             guard removingMissing else { return }
-            let prefix = base + "/"
-            for (path, item) in state.items where path.hasPrefix(prefix) && !seen.contains(path) {
-                state.items[path] = nil
-                state.pending.remove(item)
-            }
+            let gone = state.items.removeAll(under: base) { !seen.contains(FolderAndName(folder: $0, name: $1)) }
+            for item in gone { state.pending.remove(item) }
         }
     }
 
@@ -380,13 +384,13 @@ extension NSMetadataQuery {
             }
             var userInfo: [AnyHashable: Any]?
             if let changes {
-                userInfo = [NSMetadataQueryUpdateAddedItemsKey: Self.ordered(changes.added), NSMetadataQueryUpdateChangedItemsKey: Self.ordered(changes.changed),
+                userInfo = [NSMetadataQueryUpdateAddedItemsKey: changes.addedItems, NSMetadataQueryUpdateChangedItemsKey: Self.ordered(changes.changed),
                             NSMetadataQueryUpdateRemovedItemsKey: Self.ordered(changes.removed)]
             }
             NotificationCenter.default.post(name: name, object: self, userInfo: userInfo)
             guard snapshot else { return }
             let initial = name == .NSMetadataQueryDidFinishGathering
-            let shot = Snapshot(results: results, added: initial ? results : Self.ordered(changes?.added ?? [:]),
+            let shot = Snapshot(results: results, added: initial ? results : changes?.addedItems ?? [],
                                 changed: Self.ordered(changes?.changed ?? [:]), removed: Self.ordered(changes?.removed ?? [:]), isInitial: initial)
             for continuation in continuations { continuation.yield(shot) }
         }
@@ -403,6 +407,7 @@ extension MetadataSource {
     func current(at path: String, agent: AgentConnection) -> MetadataRecord? {
         guard var container = self as? ContainerSource else { return record(at: path) }
         if container.agentProblem == nil {
+            // No answer (the agent stopped meanwhile): the disk's view, as for a query without an agent.
             if let status = try? agent.send(AgentRequest(.item, path: path), timeout: .seconds(1)).items?.first {
                 container.statuses[path] = status
             } else {

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityClient
 import Logging
 import Synchronization
 import UbiquityFiles
@@ -36,11 +37,17 @@ public final class NSMetadataQuery: Sendable {
 
     /// What changed since the last update, in the order it was found.
     struct Changes: Sendable {
+        /// Items new to the results, found together by a walk (in its order; none of them in
+        /// the other lists): a gathering adds thousands at once without a map of them.
+        var gathered: [NSMetadataItem] = []
         var added: [ObjectIdentifier: Entry] = [:]
         var changed: [ObjectIdentifier: Entry] = [:]
         var removed: [ObjectIdentifier: Entry] = [:]
         var counter = 0
-        var isEmpty: Bool { added.isEmpty && changed.isEmpty && removed.isEmpty }
+        var isEmpty: Bool { gathered.isEmpty && added.isEmpty && changed.isEmpty && removed.isEmpty }
+
+        /// Every item added, in the order they were found.
+        var addedItems: [NSMetadataItem] { gathered + Self.ordered(added) }
 
         struct Entry: Sendable {
             var order: Int
@@ -90,7 +97,7 @@ public final class NSMetadataQuery: Sendable {
         var started = false
         var disabled = 0
         /// Every matching item, by path (what the results will be after the next update).
-        var items: [String: NSMetadataItem] = [:]
+        var items = MetadataItemIndex()
         /// What has changed since the last update.
         var pending = Changes()
         var flushScheduled = false

@@ -7,90 +7,76 @@ import UbiquityFiles
 import Glibc
 #endif
 
-/// A file, folder or package a metadata query found, with its attributes: name, URL, size,
-/// dates, type, and — for an item in a ubiquity container — its sync status, even when only
-/// its metadata is on this device.
-///
-/// A query keeps each result's item object for as long as the item is a result and updates its
-/// attributes in place, so an item seen in one update is the same object in the next (as on
-/// Apple platforms). Reading attributes is thread-safe.
-public final class NSMetadataItem: PredicateKeyValueReading, CustomStringConvertible, Sendable {
-    let record: Mutex<MetadataRecord>
+/// The folder a query's records share: one object per folder walked, so a record holds its
+/// folder and its own name, never its whole path, and costs the same however deep it is.
+final class MetadataFolder: Sendable {
+    /// The folder's absolute path.
+    let path: String
 
-    init(_ record: MetadataRecord) {
-        self.record = Mutex(record)
+    init(_ path: String) {
+        self.path = path
     }
 
-    /// The item at `url`, read from disk now (its sync status too, if it is in a ubiquity
-    /// container); nil if there is nothing there. A placeholder's item (not downloaded) is
-    /// found at the item's own URL.
-    public convenience init?(url: URL) {
-        let path = url.standardizedFileURL.path
-        let containers = UbiquityContainers.shared
-        if let location = containers.location(of: url) {
-            let source = ContainerSource(identifier: location.container, root: location.root, part: .everything)
-            guard let record = source.record(at: path) else { return nil }
-            self.init(record)
-        } else {
-            guard let record = MetadataRecord.read(path) else { return nil }
-            self.init(record)
-        }
+    /// The path of the entry `name` in this folder.
+    func path(of name: String) -> String {
+        path == "/" ? "/" + name : path + "/" + name
     }
 
-    /// The value of one attribute (an `NSMetadataItem…Key`), or nil if the item has none.
-    public func value(forAttribute key: String) -> Any? {
-        record.withLock { $0.value(forAttribute: key) }
+    /// The folder and name of the item at an absolute `path` (`/a/b` → `/a` and `b`).
+    static func split(_ path: String) -> (folder: String, name: String) {
+        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return (".", path) }
+        let folder = slash == path.utf8.startIndex ? "/" : String(path[..<slash])
+        return (folder, String(path[path.utf8.index(after: slash)...]))
     }
-
-    /// The values of several attributes, by name (those the item has).
-    public func values(forAttributes keys: [String]) -> [String: Any]? {
-        record.withLock { record in
-            var values: [String: Any] = [:]
-            for key in keys { if let value = record.value(forAttribute: key) { values[key] = value } }
-            return values
-        }
-    }
-
-    /// The names of the attributes the item has.
-    public var attributes: [String] {
-        record.withLock { record in MetadataRecord.allAttributes.filter { record.value(forAttribute: $0) != nil } }
-    }
-
-    /// The value of an attribute, for predicates.
-    public func predicateValue(forKey key: String) -> Any? {
-        value(forAttribute: key)
-    }
-
-    /// The item's path.
-    public var description: String { "<NSMetadataItem \(record.withLock { $0.path })>" }
-
-    var path: String { record.withLock { $0.path } }
 }
 
-/// Everything a query knows of one item — 72 bytes besides its path: a query may hold
-/// 100,000 of them, so the type and container are indexes into shared tables.
+/// Everything a query knows of one item — 80 bytes, its name inline when it is short: a query
+/// may hold 100,000 of them, so the folder is shared and the type and container are indexes
+/// into shared tables.
 struct MetadataRecord: Sendable, Equatable {
-    var path: String
+    /// The folder the item is in (shared with its siblings).
+    var folder: MetadataFolder
+    /// The item's name in its folder.
+    var name: String
     var size: Int64
     var creationDate: Double
     var modificationDate: Double
-    private var typeIndex: UInt16
-    /// 0: a local item.
-    private var containerIndex: UInt16
+    /// The type's index in ``types``.
+    var typeIndex: UInt16
+    /// The container's index in ``containers``; 0: a local item.
+    var containerIndex: UInt16
     var isDirectory: Bool
     /// Meaningful for items in a container.
     private var ubiquity: UbiquitousStatus
 
-    init(path: String, isDirectory: Bool, size: Int64, creationDate: Double, modificationDate: Double, contentType: String,
-         container: String?, status: UbiquitousStatus?) {
-        self.path = path
+    init(folder: MetadataFolder, name: String, isDirectory: Bool, size: Int64, creationDate: Double, modificationDate: Double,
+         contentType: String, container: String?, status: UbiquitousStatus?) {
+        self.init(folder: folder, name: name, isDirectory: isDirectory, size: size, creationDate: creationDate, modificationDate: modificationDate,
+                  typeIndex: Self.types.index(of: contentType), containerIndex: container.map(Self.containers.index) ?? 0, status: status)
+    }
+
+    /// A record whose type and container are already indexes into the shared tables (what a
+    /// walk over thousands of items passes, to look each string up once).
+    init(folder: MetadataFolder, name: String, isDirectory: Bool, size: Int64, creationDate: Double, modificationDate: Double,
+         typeIndex: UInt16, containerIndex: UInt16, status: UbiquitousStatus?) {
+        self.folder = folder
+        self.name = name
         self.isDirectory = isDirectory
         self.size = size
         self.creationDate = creationDate
         self.modificationDate = modificationDate
-        typeIndex = Self.types.index(of: contentType)
-        containerIndex = container.map(Self.containers.index) ?? 0
+        self.typeIndex = typeIndex
+        self.containerIndex = containerIndex
         ubiquity = status ?? UbiquitousStatus(downloading: .notDownloaded)
+    }
+
+    /// The item's absolute path (made when asked: records do not keep it).
+    var path: String { folder.path(of: name) }
+
+    static func == (a: MetadataRecord, b: MetadataRecord) -> Bool {
+        (a.folder === b.folder || a.folder.path == b.folder.path) && a.name == b.name && a.size == b.size && a.creationDate == b.creationDate
+            && a.modificationDate == b.modificationDate && a.typeIndex == b.typeIndex && a.containerIndex == b.containerIndex
+            && a.isDirectory == b.isDirectory && a.ubiquity == b.ubiquity
     }
 
     /// The item's uniform type identifier.
@@ -199,11 +185,6 @@ struct MetadataRecord: Sendable, Equatable {
         NSMetadataUbiquitousItemUploadingErrorKey, NSMetadataUbiquitousItemDownloadRequestedKey, NSMetadataUbiquitousItemContainerDisplayNameKey,
     ]
 
-    var name: String {
-        guard let slash = path.utf8.lastIndex(of: UInt8(ascii: "/")) else { return path }
-        return String(path[path.utf8.index(after: slash)...])
-    }
-
     /// The values predicates compare most, without going through `Any`.
     func predicateValueDirect(forKey key: String) -> PredicateValue? {
         switch key {
@@ -291,20 +272,70 @@ struct MetadataRecord: Sendable, Equatable {
 
     /// What the disk says of the item at `path` (a local item); nil if nothing is there.
     static func read(_ path: String) -> MetadataRecord? {
-        // One statx: type, size, modification and birth times (the birth time where the file
-        // system keeps one; else the earlier of the last status change and modification).
+        let (folder, name) = MetadataFolder.split(path)
+        return read(name, in: MetadataFolder(folder), descriptor: AT_FDCWD, relative: path)
+    }
+
+    /// What the disk says of the entry `name` of `folder`, found at `relative` from the open
+    /// folder `descriptor` (its name there, or an absolute path with `AT_FDCWD`): one statx —
+    /// type, size, modification and birth times (the birth time where the file system keeps
+    /// one; else the earlier of the last status change and modification).
+    static func read(_ name: String, in folder: MetadataFolder, descriptor: Int32, relative: String,
+                     types: inout TypeCache) -> MetadataRecord? {
         var info = ubq_item_info()
-        guard ubq_item_info_at(path, &info) == 0 else { return nil }
+        guard ubq_item_info_in(descriptor, relative, &info) == 0 else { return nil }
         let isDirectory = info.is_directory != 0
-        let slash = path.utf8.lastIndex(of: UInt8(ascii: "/"))
-        let name = slash.map { String(path[path.utf8.index(after: $0)...]) } ?? path
-        let type = contentType(name: name, isDirectory: isDirectory)
+        let type = types.index(name: name, isDirectory: isDirectory)
         var size = info.size
         if isDirectory {
-            size = DocumentTypeRegistry.shared.isPackage(type) ? directorySize(path) : 0
+            size = types.isPackage(type) ? directorySize(folder.path(of: name)) : 0
         }
-        return MetadataRecord(path: path, isDirectory: isDirectory, size: size, creationDate: info.birth, modificationDate: info.modified,
-                              contentType: type, container: nil, status: nil)
+        return MetadataRecord(folder: folder, name: name, isDirectory: isDirectory, size: size, creationDate: info.birth, modificationDate: info.modified,
+                              typeIndex: type, containerIndex: 0, status: nil)
+    }
+
+    /// ``read(_:in:descriptor:relative:types:)`` with a cache of its own.
+    static func read(_ name: String, in folder: MetadataFolder, descriptor: Int32, relative: String) -> MetadataRecord? {
+        var types = TypeCache()
+        return read(name, in: folder, descriptor: descriptor, relative: relative, types: &types)
+    }
+
+    /// Types by name extension and which are packages, kept by one walker while it lists
+    /// thousands of entries (no lock per entry; the shared tables are asked once per extension).
+    struct TypeCache {
+        private var byExtension: [Substring: UInt16] = [:]
+        private var folders: [Substring: UInt16] = [:]
+        private var packages: [UInt16: Bool] = [:]
+        /// The last file's extension and type: files side by side mostly share one.
+        private var last: (ext: Substring, index: UInt16)?
+
+        /// The index of the type of an entry named `name`.
+        mutating func index(name: String, isDirectory: Bool) -> UInt16 {
+            let ext: Substring
+            if let dot = name.utf8.lastIndex(of: UInt8(ascii: ".")), dot != name.utf8.startIndex {
+                ext = name[name.utf8.index(after: dot)...]
+            } else {
+                ext = ""
+            }
+            if !isDirectory, let last, last.ext.utf8.elementsEqual(ext.utf8) { return last.index }
+            let index: UInt16
+            if let known = isDirectory ? folders[ext] : byExtension[ext] {
+                index = known
+            } else {
+                index = MetadataRecord.types.index(of: MetadataRecord.contentType(name: name, isDirectory: isDirectory))
+                if isDirectory { folders[ext] = index } else { byExtension[ext] = index }
+            }
+            if !isDirectory { last = (ext, index) }
+            return index
+        }
+
+        /// Whether the type at `index` is a package's.
+        mutating func isPackage(_ index: UInt16) -> Bool {
+            if let known = packages[index] { return known }
+            let package = DocumentTypeRegistry.shared.isPackage(MetadataRecord.types.name(at: index))
+            packages[index] = package
+            return package
+        }
     }
 
     /// The total size of the files in a package.
