@@ -44,8 +44,10 @@ let package = Package(
         .target(name: "UbiquityProtocol"),
         // The sync engine: content-defined chunks, chunk-list deltas (no server, no network).
         .target(name: "UbiquitySync", dependencies: ["UbiquityProtocol", .product(name: "Crypto", package: "swift-crypto")]),
-        // Ubiquity client: the signed-in account and identity token, container paths, metadata queries.
-        .target(name: "UbiquityClient", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", "UbiquityProtocol", logging]),
+        // What apps and the agent say to each other over the agent's local socket: typed requests, answers, error codes.
+        .target(name: "UbiquityAgentProtocol", dependencies: ["UbiquityFiles"]),
+        // Ubiquity client: the signed-in account and identity token, containers and item status, the key-value store.
+        .target(name: "UbiquityClient", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", "UbiquityProtocol", "UbiquityAgentProtocol", logging]),
         // Metadata queries: NSMetadataQuery, NSMetadataItem, NSPredicate format strings, NSSortDescriptor by key.
         .target(name: "UbiquityQuery", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityClient", logging]),
         // The one module apps import.
@@ -71,6 +73,7 @@ let package = Package(
         .target(
             name: "UbiquityServer",
             dependencies: [
+                "UbiquityFiles",
                 "UbiquityProtocol",
                 "UbiquitySync",
                 logging,
@@ -125,6 +128,7 @@ let package = Package(
 
         .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles"]),
         .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync", "UbiquityProtocol"]),
+        .testTarget(name: "UbiquityAgentProtocolTests", dependencies: ["UbiquityAgentProtocol"]),
         .testTarget(name: "UbiquityClientTests", dependencies: ["UbiquityClient", "UbiquityTestSupport"]),
         .testTarget(name: "UbiquityQueryTests", dependencies: ["UbiquityQuery", "UbiquityClient", "UbiquityTestSupport"]),
         .testTarget(

@@ -5,19 +5,19 @@ import Ubiquity
 /// without the user interface: show the current version and every unresolved conflict version,
 /// let the user pick one, and tell the system the conflict is resolved.
 @MainActor
-public struct ConflictResolver {
+package struct ConflictResolver {
     /// The document in conflict.
-    public let document: Document
+    package let document: Document
 
     /// Creates a resolver for a document.
     /// - Parameter document: The document whose state says `.inConflict`.
-    public init(document: Document) { self.document = document }
+    package init(document: Document) { self.document = document }
 
     /// Listing 6-1's test: whether the document is in conflict (the "Resolve Conflicts" button shows).
-    public var isInConflict: Bool { document.documentState.contains(.inConflict) }
+    package var isInConflict: Bool { document.documentState.contains(.inConflict) }
 
     /// What the resolver's pages show: the current version first, then every unresolved conflict version.
-    public var choices: [NSFileVersion] {
+    package var choices: [NSFileVersion] {
         let current = NSFileVersion.currentVersionOfItem(at: document.fileURL).map { [$0] } ?? []
         return current + (NSFileVersion.unresolvedConflictVersionsOfItem(at: document.fileURL) ?? [])
     }
@@ -28,7 +28,7 @@ public struct ConflictResolver {
     /// - Parameter version: One of ``choices``.
     /// - Throws: What replacing the file or removing the versions throws; the document is then
     ///   still in conflict and nothing is lost.
-    public func resolve(keeping version: NSFileVersion) async throws {
+    package func resolve(keeping version: NSFileVersion) async throws {
         let url = document.fileURL
         let conflicts = NSFileVersion.unresolvedConflictVersionsOfItem(at: url) ?? []
         if version.persistentIdentifier != NSFileVersion.currentVersionOfItem(at: url)?.persistentIdentifier {

@@ -6,7 +6,7 @@ extension Document {
     /// step — and prints to standard output why it could not.
     /// - Parameter program: The name to print before a failure.
     /// - Returns: Whether the document is now open.
-    public func openOrCreate(program: String) async -> Bool {
+    package func openOrCreate(program: String) async -> Bool {
         let exists = FileManager.default.fileExists(atPath: fileURL.path)
         let ready = await (exists ? open() : save(to: fileURL, for: .forCreating))
         if !ready { print("\(program): could not \(exists ? "open" : "create") \(fileURL.path)") }

@@ -3,27 +3,27 @@ import Ubiquity
 
 /// The guide's package document (Listings 3-2, 3-4 and 3-6): a text and an image kept as two
 /// members of a file package, each read only when first needed.
-public final class NoteDocument: Document {
+package final class NoteDocument: Document {
     /// The package member holding the text.
-    public static let textFileName = "Text.txt"
+    package static let textFileName = "Text.txt"
     /// The package member holding the image.
-    public static let imageFileName = "Image.png"
+    package static let imageFileName = "Image.png"
     /// The note's type identifier.
-    public static let typeIdentifier = "com.example.notes.note"
+    package static let typeIdentifier = "com.example.notes.note"
 
     /// Declares the note type (a package with extension `note`) in `registry`.
     /// - Parameter registry: The registry to declare it in.
-    public static func registerType(in registry: DocumentTypeRegistry = .shared) {
+    package static func registerType(in registry: DocumentTypeRegistry = .shared) {
         registry.register(DocumentType(identifier: typeIdentifier, conformsTo: [DocumentType.content], filenameExtensions: ["note"], description: "Note", isPackage: true))
     }
 
     /// The package's top-level wrapper (the guide's `fileWrapper` property).
-    public private(set) var fileWrapper: FileWrapper?
+    package private(set) var fileWrapper: FileWrapper?
     private var cachedText: String?
     private var cachedImage: Data?
 
     /// The note's text, read lazily from the package.
-    public var text: String {
+    package var text: String {
         get {
             if let cachedText { return cachedText }
             let data = fileWrapper?.fileWrappers?[Self.textFileName]?.regularFileContents
@@ -41,7 +41,7 @@ public final class NoteDocument: Document {
     }
 
     /// The note's image bytes (PNG), read lazily from the package.
-    public var image: Data? {
+    package var image: Data? {
         get {
             if let cachedImage { return cachedImage }
             cachedImage = fileWrapper?.fileWrappers?[Self.imageFileName]?.regularFileContents
@@ -62,7 +62,7 @@ public final class NoteDocument: Document {
 
     /// Returns the package, creating members that are missing (Listing 3-6).
     /// - Parameter typeName: The type to save as.
-    override public func contents(forType typeName: String) throws -> Any {
+    override package func contents(forType typeName: String) throws -> Any {
         let wrapper = fileWrapper ?? FileWrapper(directoryWithFileWrappers: [:])
         fileWrapper = wrapper
         let members = wrapper.fileWrappers ?? [:]
@@ -80,7 +80,7 @@ public final class NoteDocument: Document {
     ///   - contents: A directory `FileWrapper`.
     ///   - typeName: The file's type.
     /// - Throws: ``ExampleDocumentError`` when the file is not a package.
-    override public func load(fromContents contents: Any, ofType typeName: String?) throws {
+    override package func load(fromContents contents: Any, ofType typeName: String?) throws {
         guard let wrapper = contents as? FileWrapper, wrapper.isDirectory else {
             throw ExampleDocumentError("a note must be a package")
         }

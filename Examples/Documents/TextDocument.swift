@@ -2,18 +2,18 @@ import Foundation
 import Ubiquity
 
 /// The guide's plain-text document (Listings 3-1, 3-3 and 3-5): one string, saved as UTF-8 `Data`.
-public final class TextDocument: Document {
+package final class TextDocument: Document {
     /// The document's text.
-    public private(set) var documentText = ""
+    package private(set) var documentText = ""
     /// Called whenever the text is replaced by loading (open, revert, or a change from elsewhere).
-    public var contentsUpdated: (@MainActor (TextDocument) -> Void)?
+    package var contentsUpdated: (@MainActor (TextDocument) -> Void)?
 
     /// Replaces the text as a user edit: registers the inverse with the undo manager, which
     /// marks the document changed.
     /// - Parameters:
     ///   - text: The new text.
     ///   - actionName: The undo action's name.
-    public func setText(_ text: String, actionName: String = "Typing") {
+    package func setText(_ text: String, actionName: String = "Typing") {
         let old = documentText
         guard old != text else { return }
         documentText = text
@@ -23,7 +23,7 @@ public final class TextDocument: Document {
 
     /// The UTF-8 bytes of the text.
     /// - Parameter typeName: The type to save as.
-    override public func contents(forType typeName: String) throws -> Any {
+    override package func contents(forType typeName: String) throws -> Any {
         Data(documentText.utf8)
     }
 
@@ -32,7 +32,7 @@ public final class TextDocument: Document {
     ///   - contents: `Data`.
     ///   - typeName: The file's type.
     /// - Throws: ``ExampleDocumentError`` when the contents are not UTF-8 text.
-    override public func load(fromContents contents: Any, ofType typeName: String?) throws {
+    override package func load(fromContents contents: Any, ofType typeName: String?) throws {
         guard let data = contents as? Data else { throw ExampleDocumentError("expected a flat file, got \(type(of: contents))") }
         guard let text = String(data: data, encoding: .utf8) else { throw ExampleDocumentError("the file is not UTF-8 text") }
         documentText = text
@@ -41,10 +41,10 @@ public final class TextDocument: Document {
 }
 
 /// An example document's complaint about its contents.
-public struct ExampleDocumentError: Error, CustomStringConvertible {
+package struct ExampleDocumentError: Error, CustomStringConvertible {
     /// What is wrong.
-    public var description: String
+    package var description: String
     /// Creates an error.
     /// - Parameter description: What is wrong.
-    public init(_ description: String) { self.description = description }
+    package init(_ description: String) { self.description = description }
 }

@@ -2,23 +2,23 @@ import Foundation
 import Ubiquity
 
 /// The file name of the one MyStuff document.
-public let thingsDocumentName = "Things I Own.mystuff"
+package let thingsDocumentName = "Things I Own.mystuff"
 
 /// One thing the user owns (the book's `MyWhatsit`). Its image lives in the document's
 /// package under `imageKey`, not in the archive.
-public struct Whatsit: Codable, Equatable, Sendable {
+package struct Whatsit: Codable, Equatable, Sendable {
     /// What the thing is.
-    public var name: String
+    package var name: String
     /// Where it is kept.
-    public var location: String
+    package var location: String
     /// The key of its image member in the package, if it has an image.
-    public var imageKey: String?
+    package var imageKey: String?
 
     /// Creates a thing.
     /// - Parameters:
     ///   - name: What it is.
     ///   - location: Where it is kept.
-    public init(name: String, location: String = "") {
+    package init(name: String, location: String = "") {
         self.name = name
         self.location = location
     }
@@ -26,7 +26,7 @@ public struct Whatsit: Codable, Equatable, Sendable {
 
 /// Stores and retrieves images by key (the book's `ImageStorage` service).
 @MainActor
-public protocol ImageStorage: AnyObject {
+package protocol ImageStorage: AnyObject {
     /// Stores, replaces or removes an image.
     /// - Parameters:
     ///   - newImage: The image bytes to store, or nil to remove.
@@ -41,37 +41,37 @@ public protocol ImageStorage: AnyObject {
 /// The book's MyStuff document (chapter 19): a package with the archived list of things and
 /// one member per image. Images are read only when asked for, and changing or deleting one
 /// image rewrites nothing but that member and the small archive.
-public final class ThingsDocument: Document, ImageStorage {
+package final class ThingsDocument: Document, ImageStorage {
     /// The archive member's name.
-    public static let thingsPreferredName = "things.plist"
+    package static let thingsPreferredName = "things.plist"
     /// The preferred name of image members (made unique by the package).
-    public static let imagePreferredName = "image.png"
+    package static let imagePreferredName = "image.png"
     /// The document's type identifier.
-    public static let typeIdentifier = "com.example.mystuff.things"
+    package static let typeIdentifier = "com.example.mystuff.things"
 
     /// Declares the MyStuff type (a package with extension `mystuff`) in `registry`.
     /// - Parameter registry: The registry to declare it in.
-    public static func registerType(in registry: DocumentTypeRegistry = .shared) {
+    package static func registerType(in registry: DocumentTypeRegistry = .shared) {
         registry.register(DocumentType(identifier: typeIdentifier, conformsTo: [DocumentType.content], filenameExtensions: ["mystuff"], description: "MyStuff Things", isPackage: true))
     }
 
     /// The package's top-level wrapper.
-    public private(set) var docWrapper = FileWrapper(directoryWithFileWrappers: [:])
+    package private(set) var docWrapper = FileWrapper(directoryWithFileWrappers: [:])
     /// The things, in order.
-    public private(set) var things: [Whatsit] = []
+    package private(set) var things: [Whatsit] = []
     /// Called after the things were loaded (the book's `gotThings` delegate call).
-    public var gotThings: (@MainActor (ThingsDocument) -> Void)?
+    package var gotThings: (@MainActor (ThingsDocument) -> Void)?
 
     /// How many things there are.
-    public var whatsitCount: Int { things.count }
+    package var whatsitCount: Int { things.count }
 
     /// The thing at `index`.
     /// - Parameter index: A valid index.
-    public func whatsit(at index: Int) -> Whatsit { things[index] }
+    package func whatsit(at index: Int) -> Whatsit { things[index] }
 
     /// Adds a new thing named "My Item N" and returns it with its index.
     @discardableResult
-    public func anotherWhatsit() -> (object: Whatsit, index: Int) {
+    package func anotherWhatsit() -> (object: Whatsit, index: Int) {
         let thing = Whatsit(name: "My Item \(whatsitCount + 1)")
         things.append(thing)
         updateChangeCount(.done)
@@ -83,7 +83,7 @@ public final class ThingsDocument: Document, ImageStorage {
     ///   - index: A valid index.
     ///   - name: The new name.
     ///   - location: The new location.
-    public func update(at index: Int, name: String, location: String) {
+    package func update(at index: Int, name: String, location: String) {
         things[index].name = name
         things[index].location = location
         updateChangeCount(.done)
@@ -93,18 +93,18 @@ public final class ThingsDocument: Document, ImageStorage {
     /// - Parameters:
     ///   - image: PNG bytes, or nil.
     ///   - index: A valid index.
-    public func setImage(_ image: Data?, forWhatsitAt index: Int) {
+    package func setImage(_ image: Data?, forWhatsitAt index: Int) {
         things[index].imageKey = keyForImage(image, existingKey: things[index].imageKey)
         updateChangeCount(.done)
     }
 
     /// A thing's image, read from the package on first use.
     /// - Parameter index: A valid index.
-    public func image(forWhatsitAt index: Int) -> Data? { imageForKey(things[index].imageKey) }
+    package func image(forWhatsitAt index: Int) -> Data? { imageForKey(things[index].imageKey) }
 
     /// Removes a thing and its image.
     /// - Parameter index: A valid index.
-    public func removeWhatsit(at index: Int) {
+    package func removeWhatsit(at index: Int) {
         _ = keyForImage(nil, existingKey: things[index].imageKey)
         things.remove(at: index)
         updateChangeCount(.done)
@@ -115,7 +115,7 @@ public final class ThingsDocument: Document, ImageStorage {
     ///   - newImage: The image bytes, or nil to remove.
     ///   - existingKey: The key of the image being replaced.
     /// - Returns: The stored image's key.
-    public func keyForImage(_ newImage: Data?, existingKey: String?) -> String? {
+    package func keyForImage(_ newImage: Data?, existingKey: String?) -> String? {
         if let existingKey, let wrapper = docWrapper.fileWrappers?[existingKey] {
             docWrapper.removeFileWrapper(wrapper)
         }
@@ -125,7 +125,7 @@ public final class ThingsDocument: Document, ImageStorage {
 
     /// The image member stored under `key`.
     /// - Parameter key: An image key.
-    public func imageForKey(_ key: String?) -> Data? {
+    package func imageForKey(_ key: String?) -> Data? {
         guard let key else { return nil }
         return docWrapper.fileWrappers?[key]?.regularFileContents
     }
@@ -133,7 +133,7 @@ public final class ThingsDocument: Document, ImageStorage {
     /// Archives the things into their member and returns the package.
     /// - Parameter typeName: The type to save as.
     /// - Throws: An encoding error.
-    override public func contents(forType typeName: String) throws -> Any {
+    override package func contents(forType typeName: String) throws -> Any {
         if let wrapper = docWrapper.fileWrappers?[Self.thingsPreferredName] {
             docWrapper.removeFileWrapper(wrapper)
         }
@@ -148,7 +148,7 @@ public final class ThingsDocument: Document, ImageStorage {
     ///   - contents: A directory `FileWrapper`.
     ///   - typeName: The file's type.
     /// - Throws: ``ExampleDocumentError`` or a decoding error for a damaged document.
-    override public func load(fromContents contents: Any, ofType typeName: String?) throws {
+    override package func load(fromContents contents: Any, ofType typeName: String?) throws {
         guard let wrapper = contents as? FileWrapper, wrapper.isDirectory else {
             throw ExampleDocumentError("a MyStuff document must be a package")
         }

@@ -7,6 +7,7 @@
 #include <sys/syscall.h>
 #include <malloc.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/xattr.h>
 #include <unistd.h>
 #include <linux/fs.h>
@@ -107,6 +108,10 @@ long ubq_read_small_file(int directory, const char *name, void *buffer, unsigned
     }
     close(fd);
     return (long)total;
+}
+
+int ubq_accept_cloexec(int fd) {
+    return accept4(fd, NULL, NULL, SOCK_CLOEXEC);
 }
 
 long long ubq_heap_in_use(void) {

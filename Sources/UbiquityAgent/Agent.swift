@@ -14,23 +14,23 @@ import UbiquityProtocol
 /// minute), and every ``AgentConfiguration/rescanSeconds`` regardless — the safety net under
 /// inotify and push. Signing in to another account (or out) stops the account's rounds and
 /// starts the new one's.
-public actor Agent: Service {
+package actor Agent: Service {
     /// Where the user's ubiquity data is.
-    public let paths: UbiquityPaths
+    package let paths: UbiquityPaths
     /// The agent's settings.
-    public let configuration: AgentConfiguration
+    package let configuration: AgentConfiguration
     let logger: Logger
     private var session: AccountSession?
 
     /// An agent for the user of `paths`.
-    public init(paths: UbiquityPaths = UbiquityPaths(), configuration: AgentConfiguration, logger: Logger = Logger(label: "ubiquity.agent")) {
+    package init(paths: UbiquityPaths = UbiquityPaths(), configuration: AgentConfiguration, logger: Logger = Logger(label: "ubiquity.agent")) {
         self.paths = paths
         self.configuration = configuration
         self.logger = logger
     }
 
     /// Runs until cancelled or shut down gracefully (SIGTERM under a service group).
-    public func run() async throws {
+    package func run() async throws {
         let paths = paths, logger = logger
         do {
             try await runUntilShutdown(paths: paths, logger: logger)
@@ -116,7 +116,8 @@ public actor Agent: Service {
     func watch(_ request: AgentRequest) async -> AsyncStream<AgentResponse> {
         guard let session, let container = request.container else {
             return AsyncStream { continuation in
-                continuation.yield(AgentResponse(error: request.container == nil ? "watch needs a container" : "not signed in (ubiquity login)"))
+                continuation.yield(AgentResponse(error: request.container == nil
+                    ? AgentError(.badRequest, "watch needs a container") : AgentError(.notSignedIn, "not signed in (ubiquity login)")))
                 continuation.finish()
             }
         }
@@ -129,12 +130,16 @@ public actor Agent: Service {
             if request.operation == .status {
                 return AgentResponse(status: AgentStatus(account: nil, server: nil, connected: false, greedy: configuration.greedy, containers: []))
             }
-            return AgentResponse(error: "not signed in (ubiquity login)")
+            return AgentResponse(error: AgentError(.notSignedIn, "not signed in (ubiquity login)"))
         }
         do {
             return try await session.answer(request)
+        } catch let error as ContainerSyncError {
+            return AgentResponse(error: AgentError(error.code, error.reason))
+        } catch let error as AgentError {
+            return AgentResponse(error: error)
         } catch {
-            return AgentResponse(error: "\(error)")
+            return AgentResponse(error: AgentError(.failed, "\(error)"))
         }
     }
 }
@@ -255,7 +260,7 @@ actor AccountSession {
     func watch(_ container: String) async -> AsyncStream<AgentResponse> {
         let (stream, continuation) = AsyncStream.makeStream(of: AgentResponse.self, bufferingPolicy: .bufferingNewest(64))
         guard let sync = try? self.container(container) else {
-            continuation.yield(AgentResponse(error: "“\(container)” is not a container"))
+            continuation.yield(AgentResponse(error: AgentError(.unknownContainer, "“\(container)” is not a container")))
             continuation.finish()
             return stream
         }
@@ -319,7 +324,7 @@ actor AccountSession {
     /// The container's sync (started if new).
     func container(_ identifier: String) throws -> ContainerSync {
         if let known = containers[identifier] { return known }
-        guard UbiquityEntitlements.isValidIdentifier(identifier) else { throw ContainerSyncError("“\(identifier)” is not a container identifier") }
+        guard UbiquityEntitlements.isValidIdentifier(identifier) else { throw ContainerSyncError("“\(identifier)” is not a container identifier", code: .unknownContainer) }
         let sync = try ContainerSync(container: identifier, root: paths.container(identifier, account: credentials.identityToken), client: client, store: store,
                                      device: credentials.deviceId, greedy: configuration.greedy,
                                      packageExtensions: configuration.allPackageExtensions, logger: logger,
@@ -458,12 +463,12 @@ actor AccountSession {
             return AgentResponse(status: AgentStatus(account: credentials.account, server: credentials.server.absoluteString, connected: connected,
                                                      greedy: configuration.greedy, containers: statuses))
         case .list:
-            guard let identifier = request.container else { throw ContainerSyncError("list needs a container") }
-            guard let sync = containers[identifier] else { throw ContainerSyncError("\(identifier) is not a container kept here") }
+            guard let identifier = request.container else { throw ContainerSyncError("list needs a container", code: .badRequest) }
+            guard let sync = containers[identifier] else { throw ContainerSyncError("\(identifier) is not a container kept here", code: .unknownContainer) }
             return AgentResponse(items: await sync.statuses())
         case .item:
             let (sync, name) = try locate(request.path)
-            guard let status = await sync.status(ofName: name) else { throw ContainerSyncError("\(name) is not an item of \(sync.container)") }
+            guard let status = await sync.status(ofName: name) else { throw ContainerSyncError("\(name) is not an item of \(sync.container)", code: .unknownItem) }
             return AgentResponse(items: [status])
         case .download:
             let (sync, name) = try locate(request.path)
@@ -483,24 +488,24 @@ actor AccountSession {
             }
             return try await answer(AgentRequest(.status))
         case .register:
-            guard let identifier = request.container else { throw ContainerSyncError("register needs a container") }
+            guard let identifier = request.container else { throw ContainerSyncError("register needs a container", code: .badRequest) }
             _ = try container(identifier)
             trigger(identifier)
             return AgentResponse()
         case .watch:
-            throw ContainerSyncError("watch keeps the connection open: it is answered as a stream")
+            throw ContainerSyncError("watch keeps the connection open: it is answered as a stream", code: .badRequest)
         }
     }
 
     /// The container and item path (relative to the container's folder) of an absolute path.
     private func locate(_ path: String?) throws -> (ContainerSync, String) {
-        guard let path else { throw ContainerSyncError("the request needs a path") }
+        guard let path else { throw ContainerSyncError("the request needs a path", code: .badRequest) }
         let folder = containersFolder.standardizedFileURL.path + "/"
         let standard = URL(fileURLWithPath: path).standardizedFileURL.path
-        guard standard.hasPrefix(folder) else { throw ContainerSyncError("\(path) is not in a container of \(credentials.account)") }
+        guard standard.hasPrefix(folder) else { throw ContainerSyncError("\(path) is not in a container of \(credentials.account)", code: .unknownItem) }
         let parts = standard.dropFirst(folder.count).split(separator: "/", omittingEmptySubsequences: true).map(String.init)
         guard parts.count >= 2, parts.count > 2 || parts[1] != ContainerLayout.documentsFolder else {
-            throw ContainerSyncError("\(path) is a container's folder, not an item in it")
+            throw ContainerSyncError("\(path) is a container's folder, not an item in it", code: .badRequest)
         }
         return (try container(parts[0]), parts[1...].joined(separator: "/"))
     }

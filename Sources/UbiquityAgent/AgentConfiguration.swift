@@ -7,34 +7,34 @@ import UbiquityClient
 /// ```json
 /// { "containers": ["TEAMID.com.example.notes"], "greedy": true, "rescanSeconds": 60, "packageExtensions": ["sketchbook"] }
 /// ```
-public struct AgentConfiguration: Codable, Sendable, Equatable {
+package struct AgentConfiguration: Codable, Sendable, Equatable {
     /// Containers to keep in step even before an app asks for them (the entitled containers of
     /// the apps on this device). Containers an app opened (with
     /// `FileManager.url(forUbiquityContainerIdentifier:)`) are kept in step too.
-    public var containers: [String]
+    package var containers: [String]
     /// Download every item at once (the Mac's behaviour) instead of on demand (iOS's).
-    public var greedy: Bool
+    package var greedy: Bool
     /// How often everything is rescanned and fetched even without events (seconds): the safety
     /// net under inotify and push.
-    public var rescanSeconds: Double
+    package var rescanSeconds: Double
     /// Extensions (without the dot) of folders that are packages — one document, synced as one
     /// item — besides ``LocalScanner/standardPackageExtensions``.
-    public var packageExtensions: [String]
+    package var packageExtensions: [String]
 
     /// Every extension that makes a folder a package here.
-    public var allPackageExtensions: Set<String> {
+    package var allPackageExtensions: Set<String> {
         LocalScanner.standardPackageExtensions.union(packageExtensions.map { $0.lowercased() })
     }
 
     /// Settings.
-    public init(containers: [String] = [], greedy: Bool = false, rescanSeconds: Double = 60, packageExtensions: [String] = []) {
+    package init(containers: [String] = [], greedy: Bool = false, rescanSeconds: Double = 60, packageExtensions: [String] = []) {
         self.packageExtensions = packageExtensions
         self.containers = containers
         self.greedy = greedy
         self.rescanSeconds = rescanSeconds
     }
 
-    public init(from decoder: any Decoder) throws {
+    package init(from decoder: any Decoder) throws {
         let values = try decoder.container(keyedBy: CodingKeys.self)
         containers = try values.decodeIfPresent([String].self, forKey: .containers) ?? []
         greedy = try values.decodeIfPresent(Bool.self, forKey: .greedy) ?? false
@@ -53,7 +53,7 @@ public struct AgentConfiguration: Codable, Sendable, Equatable {
 
     /// The settings at `url`, or the defaults if there is no such file.
     /// - Throws: ``AgentConfigurationError`` when the file exists but is not valid.
-    public static func load(from url: URL) throws -> AgentConfiguration {
+    package static func load(from url: URL) throws -> AgentConfiguration {
         guard FileManager.default.fileExists(atPath: url.path) else { return AgentConfiguration() }
         do {
             return try JSONDecoder().decode(AgentConfiguration.self, from: Data(contentsOf: url))
@@ -68,12 +68,12 @@ public struct AgentConfiguration: Codable, Sendable, Equatable {
 }
 
 /// The agent's settings file is not valid.
-public struct AgentConfigurationError: Error, CustomStringConvertible, Equatable {
+package struct AgentConfigurationError: Error, CustomStringConvertible, Equatable {
     /// The file.
-    public var path: String
+    package var path: String
     /// What is wrong.
-    public var reason: String
+    package var reason: String
 
     /// A sentence saying so.
-    public var description: String { "the agent's settings at \(path) are not valid: \(reason)" }
+    package var description: String { "the agent's settings at \(path) are not valid: \(reason)" }
 }

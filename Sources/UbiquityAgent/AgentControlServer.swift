@@ -14,7 +14,7 @@ import Glibc
 /// process of another user is turned away (its credentials are checked with `SO_PEERCRED`).
 enum AgentControlServer {
     /// Serves `socket` until the task is cancelled.
-    /// - Throws: ``AgentConnectionError`` when another agent already answers there, or the
+    /// - Throws: ``AgentError`` when another agent already answers there, or the
     ///   socket's folder is not this user's alone.
     static func run(socket: URL, logger: Logger, answer: @escaping @Sendable (AgentRequest) async -> AgentResponse,
                     watch: @escaping @Sendable (AgentRequest) async -> AsyncStream<AgentResponse>) async throws {
@@ -22,11 +22,11 @@ enum AgentControlServer {
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         var info = stat()
         guard stat(folder.path, &info) == 0, info.st_uid == getuid() else {
-            throw AgentConnectionError(reason: "the agent's socket folder \(folder.path) belongs to another user")
+            throw AgentError(.failed, "the agent's socket folder \(folder.path) belongs to another user")
         }
         if info.st_mode & 0o077 != 0 { chmod(folder.path, 0o700) }
         if (try? AgentConnection(socket: socket).send(AgentRequest(.status), timeout: .seconds(2))) != nil {
-            throw AgentConnectionError(reason: "another agent already answers at \(socket.path)")
+            throw AgentError(.failed, "another agent already answers at \(socket.path)")
         }
         let stopping = Flag() // set when stopping; read on the event loops
         let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
@@ -35,7 +35,7 @@ enum AgentControlServer {
                     // Accepted while stopping: refused here, before it is wrapped — a wrapped
                     // connection that the stopped server no longer hands over would be dropped
                     // unclosed, which NIO does not allow.
-                    guard !stopping.isSet else { throw AgentConnectionError(reason: "the agent is stopping") }
+                    guard !stopping.isSet else { throw AgentError(.stopping, "the agent is stopping") }
                     try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(LineDecoder()))
                     return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
                 }
@@ -88,7 +88,7 @@ enum AgentControlServer {
                     }
                     response = await answer(request)
                 } catch let error as DecodingError {
-                    response = AgentResponse(error: "not a request the agent understands: \(error)")
+                    response = AgentResponse(error: AgentError(.badRequest, "not a request the agent understands: \(error)"))
                 }
                 var data = try JSONEncoder().encode(response)
                 data.append(UInt8(ascii: "\n"))
@@ -119,7 +119,7 @@ struct LineDecoder: ByteToMessageDecoder {
 
     mutating func decode(context: ChannelHandlerContext, buffer: inout ByteBuffer) throws -> DecodingState {
         guard let end = buffer.readableBytesView.firstIndex(of: UInt8(ascii: "\n")) else {
-            if buffer.readableBytes > 1 << 20 { throw AgentConnectionError(reason: "request longer than 1 MiB") }
+            if buffer.readableBytes > 1 << 20 { throw AgentError(.badRequest, "request longer than 1 MiB") }
             return .needMoreData
         }
         let line = buffer.readSlice(length: end - buffer.readerIndex)!

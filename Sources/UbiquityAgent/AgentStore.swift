@@ -9,23 +9,23 @@ import UbiquitySync
 /// A write changes only the rows of what changed, and both in one transaction, so after a
 /// crash the agent resumes from a state where every file it had seen is either recorded with
 /// its item or not at all.
-public final class AgentStore: Sendable {
+package final class AgentStore: Sendable {
     /// One synced file, folder or package as the agent last saw it.
-    public struct File: Sendable, Equatable {
+    package struct File: Sendable, Equatable {
         /// Its path in the container.
-        public var path: String
+        package var path: String
         /// The item it is.
-        public var item: String
+        package var item: String
         /// Its fingerprint then.
-        public var fingerprint: LocalFingerprint
+        package var fingerprint: LocalFingerprint
         /// Its contents then (the hash of its chunk list).
-        public var content: String
+        package var content: String
         /// The server revision these contents are (downloaded, or committed from here), if
         /// known: the base a changed chunk list is sent and received against.
-        public var revision: String?
+        package var revision: String?
 
         /// Creates a record.
-        public init(path: String, item: String, fingerprint: LocalFingerprint, content: String, revision: String? = nil) {
+        package init(path: String, item: String, fingerprint: LocalFingerprint, content: String, revision: String? = nil) {
             self.revision = revision
             self.path = path
             self.item = item
@@ -38,7 +38,7 @@ public final class AgentStore: Sendable {
 
     /// Opens (or creates) the store at `path`.
     /// - Throws: GRDB's errors when the file cannot be opened or is not a database.
-    public init(path: String) throws {
+    package init(path: String) throws {
         try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
@@ -82,7 +82,7 @@ public final class AgentStore: Sendable {
     }
 
     /// The container's sync state, or nil if it was never synced here.
-    public func state(of container: String) throws -> DeviceSyncState.Persisted? {
+    package func state(of container: String) throws -> DeviceSyncState.Persisted? {
         try pool.read { db -> DeviceSyncState.Persisted? in
             guard let meta = try Row.fetchOne(db, sql: "SELECT * FROM syncMeta WHERE container = ?", arguments: [container]) else { return nil }
             var state = DeviceSyncState.Persisted(device: meta["device"])
@@ -125,7 +125,7 @@ public final class AgentStore: Sendable {
     }
 
     /// The container's files as last seen.
-    public func files(of container: String) throws -> [String: File] {
+    package func files(of container: String) throws -> [String: File] {
         try pool.read { db in
             let rows = try Row.fetchAll(db, sql: "SELECT * FROM localFile WHERE container = ?", arguments: [container])
             return Dictionary(uniqueKeysWithValues: rows.map { row in
@@ -141,7 +141,7 @@ public final class AgentStore: Sendable {
     /// Records what changed of the container's sync state — the rows of the `touched` items,
     /// and the cursor and change counter if `changed` — and the files that changed (`upsert`)
     /// or went (`removed`), in one transaction, off the caller's thread.
-    public func record(_ container: String, state: DeviceSyncState.Persisted, touched: Set<String>, changed: Bool = true,
+    package func record(_ container: String, state: DeviceSyncState.Persisted, touched: Set<String>, changed: Bool = true,
                        upsert: [File] = [], removed: [String] = []) async throws {
         guard changed || !touched.isEmpty || !upsert.isEmpty || !removed.isEmpty else { return }
         try await pool.write { db in
@@ -162,14 +162,14 @@ public final class AgentStore: Sendable {
     }
 
     /// The items of `container` an app asked to download that are not downloaded yet.
-    public func downloadRequests(of container: String) throws -> Set<String> {
+    package func downloadRequests(of container: String) throws -> Set<String> {
         try pool.read { db in
             Set(try String.fetchAll(db, sql: "SELECT item FROM downloadRequest WHERE container = ?", arguments: [container]))
         }
     }
 
     /// Records that an app asked for `item` to be downloaded (`requested`), or that it is done.
-    public func setDownloadRequested(_ requested: Bool, container: String, item: String) throws {
+    package func setDownloadRequested(_ requested: Bool, container: String, item: String) throws {
         try pool.write { db in
             if requested {
                 try db.execute(sql: "INSERT OR IGNORE INTO downloadRequest (container, item) VALUES (?, ?)", arguments: [container, item])
@@ -180,7 +180,7 @@ public final class AgentStore: Sendable {
     }
 
     /// Per item, the conflict revisions the agent put in the item's version store.
-    public func conflictCopies(of container: String) throws -> [String: Set<String>] {
+    package func conflictCopies(of container: String) throws -> [String: Set<String>] {
         try pool.read { db in
             var copies: [String: Set<String>] = [:]
             for row in try Row.fetchAll(db, sql: "SELECT item, revision FROM conflictCopy WHERE container = ?", arguments: [container]) {
@@ -191,7 +191,7 @@ public final class AgentStore: Sendable {
     }
 
     /// Records that the conflict `revision` of `item` is in its version store (`present`), or no longer.
-    public func setConflictCopy(_ present: Bool, container: String, item: String, revision: String) throws {
+    package func setConflictCopy(_ present: Bool, container: String, item: String, revision: String) throws {
         try pool.write { db in
             if present {
                 try db.execute(sql: "INSERT OR IGNORE INTO conflictCopy (container, item, revision) VALUES (?, ?, ?)", arguments: [container, item, revision])

@@ -14,10 +14,10 @@ extension ContainerSync {
     /// next round). Returns its id. A folder is always here.
     /// - Throws: ``ContainerSyncError`` if no such item is known.
     @discardableResult
-    public func requestDownload(_ name: String) throws -> String {
+    package func requestDownload(_ name: String) throws -> String {
         if let file = files[name] { return file.item }
         guard let item = item(at: name) else {
-            throw ContainerSyncError("\(name) is not an item of \(container)")
+            throw ContainerSyncError("\(name) is not an item of \(container)", code: .unknownItem)
         }
         if requested.insert(item).inserted { try store.setDownloadRequested(true, container: container, item: item) }
         downloadErrors[item] = nil
@@ -27,7 +27,7 @@ extension ContainerSync {
 
     /// Returns when the item at `name` is downloaded (asking for it first).
     /// - Throws: ``ContainerSyncError`` if it is unknown, deleted meanwhile, or its download failed.
-    public func waitForDownload(_ name: String) async throws {
+    package func waitForDownload(_ name: String) async throws {
         let item = try requestDownload(name)
         if files.contains(item: item) { return }
         try await withCheckedThrowingContinuation { downloadWaiters[item, default: []].append($0) }
@@ -39,9 +39,9 @@ extension ContainerSync {
             if files.contains(item: item) {
                 result = .success(())
             } else if let error = downloadErrors[item] {
-                result = .failure(ContainerSyncError("cannot download: \(error)"))
+                result = .failure(ContainerSyncError("cannot download: \(error)", code: .downloadFailed))
             } else if state.visible(item).map({ $0.deleted }) ?? true {
-                result = .failure(ContainerSyncError("the item was deleted"))
+                result = .failure(ContainerSyncError("the item was deleted", code: .unknownItem))
             } else {
                 continue // not uploaded yet by its device: a later round gets it
             }
@@ -54,26 +54,26 @@ extension ContainerSync {
     /// the container's folder), keeping it listed (a placeholder).
     /// - Throws: ``ContainerSyncError`` when the item has changes the server does not have
     ///   (they would be lost), is a folder, or is unknown.
-    public func evict(_ name: String) async throws {
+    package func evict(_ name: String) async throws {
         let folder = LocalContents.folder(of: name)
         let placeholderPath = LocalContents.placeholderPath(for: name)
         guard let file = files[name] else {
             if placeholders[placeholderPath] != nil { return } // evicted already
-            throw ContainerSyncError("\(name) is not an item of \(container)")
+            throw ContainerSyncError("\(name) is not an item of \(container)", code: .unknownItem)
         }
         guard file.fingerprint.kind != .directory else {
-            throw ContainerSyncError("\(name) is a folder; evict the items in it")
+            throw ContainerSyncError("\(name) is a folder; evict the items in it", code: .refused)
         }
         let scanner = scanner
         let current = scanner.fingerprint(of: name)
         guard !state.hasLocalChanges(file.item), errors[file.item] == nil, current == file.fingerprint, transfers[file.item] == nil else {
-            throw ContainerSyncError("\(name) has changes not uploaded yet; it is not evicted")
+            throw ContainerSyncError("\(name) has changes not uploaded yet; it is not evicted", code: .refused)
         }
         let remote = state.persisted.remote[file.item]
         let url = root.appendingPathComponent(name)
         try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
             guard scanner.fingerprint(of: name) == file.fingerprint else {
-                throw ContainerSyncError("\(name) changed while being evicted; it is kept")
+                throw ContainerSyncError("\(name) changed while being evicted; it is kept", code: .refused)
             }
             try FileManager.default.removeItem(at: url)
         }
@@ -191,12 +191,12 @@ extension ContainerSync {
     // MARK: What apps and `ubiquity ls` see
 
     /// Every item (downloaded or not; folders and what is in them) with its transfer state, by path.
-    public func statuses() -> [UbiquityItemStatus] {
+    package func statuses() -> [UbiquityItemStatus] {
         shown.paths.sorted { $0.value < $1.value }.map { status(of: $0.key, at: $0.value) }
     }
 
     /// The state of the item at `name` (a path relative to `Documents`), or nil if there is none.
-    public func status(ofName name: String) -> UbiquityItemStatus? {
+    package func status(ofName name: String) -> UbiquityItemStatus? {
         guard let item = item(at: name) else { return nil }
         return status(of: item, at: name)
     }
@@ -219,7 +219,7 @@ extension ContainerSync {
     }
 
     /// The container's state for `ubiquity status`.
-    public func containerStatus(root: URL) -> ContainerStatus {
+    package func containerStatus(root: URL) -> ContainerStatus {
         func name(_ item: String) -> String { state.visible(item)?.name ?? item }
         return ContainerStatus(
             identifier: container, path: root.path, items: shown.count,

@@ -11,7 +11,7 @@ extension ContainerSync {
     /// round looks at the folder it is in (for something in a package, at the package's
     /// folder), and only there. Changes inside what stays local (`.nosync` folders, version
     /// stores) are not looked at.
-    public func noteChange(at path: String) {
+    package func noteChange(at path: String) {
         watched = true
         guard changedFolders != nil else { return } // everything is looked at anyway
         let parts = path.split(separator: "/").map(String.init)
@@ -33,7 +33,7 @@ extension ContainerSync {
 
     /// Events were lost (inotify's queue overflowed) or a slow timer asks for it: the next round
     /// looks at everything.
-    public func noteEverythingChanged() {
+    package func noteEverythingChanged() {
         changedFolders = nil
         changedTrees = []
     }

@@ -33,13 +33,13 @@ import UbiquitySync
 /// folder it is in, so moving a folder is one change); a package is one item whose members
 /// travel individually (only the chunks of changed members move) and whose conflict versions
 /// are whole packages.
-public actor ContainerSync {
+package actor ContainerSync {
     /// The container's identifier.
-    public let container: String
+    package let container: String
     /// The container's folder: what is in it syncs (but `.nosync` names).
-    public let root: URL
+    package let root: URL
     /// Its `Documents` folder.
-    public let documents: URL
+    package let documents: URL
     let client: SyncClient
     let store: AgentStore
     let logger: Logger
@@ -48,16 +48,16 @@ public actor ContainerSync {
     /// Chunk lists of local contents (per member for a package), by content token.
     var localContents: [String: [LocalMember]] = [:]
     /// The extensions that make a folder a package.
-    public let packageExtensions: Set<String>
+    package let packageExtensions: Set<String>
     /// The last problem, per item (quota, unreachable server, …; fetching under ``fetchErrorKey``),
     /// for `ubiquity status`.
-    public internal(set) var errors: [String: String] = [:] {
+    package internal(set) var errors: [String: String] = [:] {
         didSet { statusVersion &+= 1 }
     }
     /// Where a failed fetch is reported in ``errors``.
-    public static let fetchErrorKey = "(changes)"
+    package static let fetchErrorKey = "(changes)"
     /// Whether every item is downloaded at once (the Mac's behaviour) rather than on demand.
-    public let greedy: Bool
+    package let greedy: Bool
     /// Items an app asked to download.
     var requested: Set<String> {
         didSet { statusVersion &+= 1 }
@@ -99,7 +99,7 @@ public actor ContainerSync {
     var inlinedBytes = 0
     /// Counts what an item's status could show changing (transfers, errors, rounds): the
     /// agent compares it to tell watchers (metadata queries) only when something changed.
-    public internal(set) var statusVersion = 0 {
+    package internal(set) var statusVersion = 0 {
         didSet { statusObserver?() }
     }
     /// Told (on this actor) whenever ``statusVersion`` changes: the agent tells watching
@@ -110,7 +110,7 @@ public actor ContainerSync {
     private var rerun = false
     private var roundWaiters: [CheckedContinuation<Void, Never>] = []
     /// When the last round finished.
-    public private(set) var lastSync: Date?
+    package private(set) var lastSync: Date?
 
     struct Transfer {
         var downloading: Bool
@@ -121,7 +121,7 @@ public actor ContainerSync {
 
     /// Resumes (or starts) syncing `container`, whose folder is `root`; `onStatusChange` is
     /// called (and must return at once) whenever an item's status may have changed.
-    public init(container: String, root: URL, client: SyncClient, store: AgentStore, device: String, greedy: Bool = false,
+    package init(container: String, root: URL, client: SyncClient, store: AgentStore, device: String, greedy: Bool = false,
                 packageExtensions: Set<String> = LocalScanner.standardPackageExtensions,
                 logger: Logger = Logger(label: "ubiquity.agent"), onStatusChange: (@Sendable () -> Void)? = nil) throws {
         self.container = container
@@ -167,7 +167,7 @@ public actor ContainerSync {
 
     /// The conflict versions of the item at `path` (relative to the container's folder) as the server last
     /// said (revision and content token).
-    public func conflicts(of path: String) -> [ConflictSnapshot] {
+    package func conflicts(of path: String) -> [ConflictSnapshot] {
         guard let item = item(at: path) else { return [] }
         return state.conflicts(item)
     }
@@ -180,15 +180,15 @@ public actor ContainerSync {
     }
 
     /// The container's sequence up to which every change has been fetched.
-    public var cursor: Int64 { state.persisted.cursor }
+    package var cursor: Int64 { state.persisted.cursor }
 
     /// Whether everything local is on the server and everything known from it is here.
-    public var isIdle: Bool { state.isIdle && errors.isEmpty && !running }
+    package var isIdle: Bool { state.isIdle && errors.isEmpty && !running }
 
     /// One round: local changes go up (metadata first, then only the chunks the server lacks),
     /// changes from the server come down. Returns after the server answered everything sent.
     /// Called while a round runs, it asks for another and returns when that one is done.
-    public func syncOnce() async throws {
+    package func syncOnce() async throws {
         if running {
             rerun = true
             await withCheckedContinuation { roundWaiters.append($0) }
@@ -344,15 +344,18 @@ public actor ContainerSync {
 }
 
 /// A request the agent cannot carry out for a container's item, saying why.
-public struct ContainerSyncError: Error, CustomStringConvertible, Equatable {
+package struct ContainerSyncError: Error, CustomStringConvertible, Equatable {
     /// Why.
-    public var reason: String
+    package var reason: String
+    /// What an app asking for it is told it was (``AgentError/Code``).
+    package var code: AgentError.Code
 
-    /// An error saying `reason`.
-    public init(_ reason: String) {
+    /// An error saying `reason`, of `code` for an app that asked.
+    package init(_ reason: String, code: AgentError.Code = .failed) {
         self.reason = reason
+        self.code = code
     }
 
     /// The reason.
-    public var description: String { reason }
+    package var description: String { reason }
 }

@@ -14,21 +14,21 @@ import Glibc
 /// A folder's fingerprint is its inode alone (what is in it are items of their own). A
 /// package's sums up its members: the total size, the newest modification time, and a hash of
 /// every member's path and fingerprint (so an edit of any member changes it).
-public struct LocalFingerprint: Sendable, Equatable, Codable {
+package struct LocalFingerprint: Sendable, Equatable, Codable {
     /// The file's inode (the same after a rename within the container).
-    public var inode: UInt64
+    package var inode: UInt64
     /// Its size in bytes.
-    public var size: Int64
+    package var size: Int64
     /// Its modification time, in nanoseconds since 1970.
-    public var modified: Int64
+    package var modified: Int64
     /// Its status change time, in nanoseconds (a rewrite in place changes it even when the
     /// size and modification time are set back).
-    public var changed: Int64
+    package var changed: Int64
     /// File, package or folder.
-    public var kind: ItemKind
+    package var kind: ItemKind
 
     /// A fingerprint.
-    public init(inode: UInt64, size: Int64, modified: Int64, changed: Int64, kind: ItemKind = .file) {
+    package init(inode: UInt64, size: Int64, modified: Int64, changed: Int64, kind: ItemKind = .file) {
         self.inode = inode
         self.size = size
         self.modified = modified
@@ -38,23 +38,23 @@ public struct LocalFingerprint: Sendable, Equatable, Codable {
 }
 
 /// The files of a container's folder, by path relative to it.
-public typealias LocalTree = [String: LocalFingerprint]
+package typealias LocalTree = [String: LocalFingerprint]
 
 /// What changed between two looks at a container's folder.
-public struct LocalChanges: Sendable, Equatable {
+package struct LocalChanges: Sendable, Equatable {
     /// New files.
-    public var added: [String] = []
+    package var added: [String] = []
     /// Files whose contents may have changed (their fingerprints differ).
-    public var modified: [String] = []
+    package var modified: [String] = []
     /// Files that moved: from one path to another, contents unchanged.
-    public var moved: [(from: String, to: String)] = []
+    package var moved: [(from: String, to: String)] = []
     /// Files that are gone.
-    public var removed: [String] = []
+    package var removed: [String] = []
 
     /// Whether nothing changed.
-    public var isEmpty: Bool { added.isEmpty && modified.isEmpty && moved.isEmpty && removed.isEmpty }
+    package var isEmpty: Bool { added.isEmpty && modified.isEmpty && moved.isEmpty && removed.isEmpty }
 
-    public static func == (a: LocalChanges, b: LocalChanges) -> Bool {
+    package static func == (a: LocalChanges, b: LocalChanges) -> Bool {
         a.added == b.added && a.modified == b.modified && a.removed == b.removed
             && a.moved.map { "\($0.from)\u{0}\($0.to)" } == b.moved.map { "\($0.from)\u{0}\($0.to)" }
     }
@@ -69,35 +69,35 @@ public struct LocalChanges: Sendable, Equatable {
 /// folder), the version stores (`.ubiquity-versions`, and any `.ubiquity-…` name), and safe
 /// save's and Foundation's temporary siblings (`.NAME.ubiquity-save-…`, `.dat.nosync…`) — and the agent's placeholders for items
 /// not downloaded (`.NAME.icloud`).
-public struct LocalScanner: Sendable {
+package struct LocalScanner: Sendable {
     /// The folder scanned.
-    public let root: URL
+    package let root: URL
     /// The extensions (lowercased, without the dot) that make a folder a package.
-    public let packageExtensions: Set<String>
+    package let packageExtensions: Set<String>
     /// Folders at the top level that are walked but are not items themselves (a container's
     /// `Documents`: what is in it syncs, the folder itself is always there).
-    public let transparent: Set<String>
+    package let transparent: Set<String>
 
     /// Package extensions known without being told: Apple's common package formats and those
     /// of this repository's example apps.
-    public static let standardPackageExtensions: Set<String> = ["rtfd", "pages", "numbers", "key", "bundle", "package", "note", "mystuff"]
+    package static let standardPackageExtensions: Set<String> = ["rtfd", "pages", "numbers", "key", "bundle", "package", "note", "mystuff"]
 
     /// A scanner of `root`, taking folders with `packageExtensions` for packages and walking
     /// through the top-level folders named in `transparent` without listing them.
-    public init(root: URL, packageExtensions: Set<String> = LocalScanner.standardPackageExtensions, transparent: Set<String> = []) {
+    package init(root: URL, packageExtensions: Set<String> = LocalScanner.standardPackageExtensions, transparent: Set<String> = []) {
         self.root = root
         self.packageExtensions = Set(packageExtensions.map { $0.lowercased() })
         self.transparent = transparent
     }
 
     /// Whether a folder named `name` is a package.
-    public func isPackage(_ name: String) -> Bool {
+    package func isPackage(_ name: String) -> Bool {
         let ext = (name as NSString).pathExtension.lowercased()
         return !ext.isEmpty && packageExtensions.contains(ext)
     }
 
     /// Whether a file or folder named `name` stays out of sync.
-    public static func isExcluded(_ name: String) -> Bool {
+    package static func isExcluded(_ name: String) -> Bool {
         name.hasSuffix(".nosync") || name.hasPrefix(".ubiquity-") || SafeSave.isTemporaryName(name) || name.hasPrefix(".dat.nosync")
             || UbiquityPlaceholder.itemName(ofPlaceholder: name) != nil
     }
@@ -106,7 +106,7 @@ public struct LocalScanner: Sendable {
     /// members are not listed: see ``members(of:)``). Unreadable folders are reported, not
     /// skipped silently.
     /// - Throws: ``ScanError`` when the root or a folder in it cannot be read.
-    public func scan() throws -> LocalTree {
+    package func scan() throws -> LocalTree {
         var tree: LocalTree = [:]
         try walk("", into: &tree)
         return tree
@@ -115,7 +115,7 @@ public struct LocalScanner: Sendable {
     /// What is in the folder at `relative` (and, if `recursive`, in its folders), added to
     /// `tree`. A folder that is not there (any more) holds nothing.
     /// - Throws: ``ScanError`` when a folder cannot be read.
-    public func walk(_ relative: String, into tree: inout LocalTree, recursive: Bool = true) throws {
+    package func walk(_ relative: String, into tree: inout LocalTree, recursive: Bool = true) throws {
         let path = relative.isEmpty ? root.path : root.path + "/" + relative
         guard let directory = opendir(path) else {
             if errno == ENOENT || errno == ENOTDIR { return } // gone (or never there): nothing in it
@@ -152,7 +152,7 @@ public struct LocalScanner: Sendable {
     }
 
     /// The fingerprint of the file, folder or package at `relative`, or nil if there is none.
-    public func fingerprint(of relative: String) -> LocalFingerprint? {
+    package func fingerprint(of relative: String) -> LocalFingerprint? {
         var info = stat()
         guard lstat(root.path + "/" + relative, &info) == 0 else { return nil }
         switch info.st_mode & S_IFMT {
@@ -166,7 +166,7 @@ public struct LocalScanner: Sendable {
     /// The files of the package at `relative`, by path inside it (sorted), with their
     /// fingerprints; excluded names are left out as everywhere.
     /// - Throws: ``ScanError`` when a folder of it cannot be read.
-    public func members(of relative: String) throws -> [(path: String, fingerprint: LocalFingerprint)] {
+    package func members(of relative: String) throws -> [(path: String, fingerprint: LocalFingerprint)] {
         var tree: LocalTree = [:]
         try LocalScanner(root: root.appendingPathComponent(relative), packageExtensions: []).walk("", into: &tree)
         return tree.filter { $0.value.kind == .file }.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
@@ -199,7 +199,7 @@ public struct LocalScanner: Sendable {
     /// and edited between two looks is a removal and an addition (nothing is lost, only the
     /// item's identity). A path whose fingerprint differs is a modification (a save that
     /// renames a new file over the old one included).
-    public static func changes(from old: LocalTree, to new: LocalTree) -> LocalChanges {
+    package static func changes(from old: LocalTree, to new: LocalTree) -> LocalChanges {
         var changes = LocalChanges()
         var newByInode: [UInt64: String] = [:]
         for path in new.keys.sorted() where newByInode[new[path]!.inode] == nil { newByInode[new[path]!.inode] = path }
@@ -231,12 +231,12 @@ public struct LocalScanner: Sendable {
 }
 
 /// A folder that could not be read.
-public struct ScanError: Error, CustomStringConvertible, Equatable {
+package struct ScanError: Error, CustomStringConvertible, Equatable {
     /// The folder or file.
-    public var path: String
+    package var path: String
     /// Why.
-    public var reason: String
+    package var reason: String
 
     /// A sentence saying so.
-    public var description: String { "cannot read \(path): \(reason)" }
+    package var description: String { "cannot read \(path): \(reason)" }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityFiles
 import UbiquityProtocol
 import UbiquitySync
 
@@ -51,13 +52,8 @@ struct StagedWriter: Sendable {
     /// Writes a chunk (already checked against its hash) everywhere it goes.
     func write(_ bytes: [UInt8], hash: String) throws {
         for place in places[hash] ?? [] {
-            var done = 0
-            while done < bytes.count {
-                let wrote = bytes.withUnsafeBytes { pwrite(descriptors[place.member], $0.baseAddress! + done, bytes.count - done, off_t(place.offset + done)) }
-                if wrote < 0 && errno == EINTR { continue }
-                guard wrote > 0 else { throw Self.failure("write", root) }
-                done += wrote
-            }
+            let wrote = bytes.withUnsafeBytes { SystemCall.writeAll(descriptors[place.member], $0, at: Int64(place.offset)) }
+            guard wrote == bytes.count else { throw Self.failure("write", root) }
         }
     }
 

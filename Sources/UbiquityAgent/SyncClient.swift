@@ -11,16 +11,16 @@ import UbiquityClient
 /// A client of the sync server's protocol (docs/SyncProtocol.md), over AsyncHTTPClient: what
 /// `ubiquity login` and the agent use. Every failure is a ``SyncClientError`` naming the server's
 /// error code, or `unreachable` when there was no answer.
-public struct SyncClient: Sendable {
+package struct SyncClient: Sendable {
     /// The server's base URL.
-    public let server: URL
+    package let server: URL
     /// The device token, once signed in.
-    public let token: String?
+    package let token: String?
     let http: HTTPClient
     /// How long a request may take (chunk transfers get four times as long).
-    public var timeout: TimeAmount = .seconds(30)
+    package var timeout: TimeAmount = .seconds(30)
     /// What this client (and its copies) sent and received.
-    public let traffic = SyncTraffic()
+    package let traffic = SyncTraffic()
     /// Whether the server said it takes gzip-compressed bodies (its answers' `Accept-Encoding`,
     /// RFC 7694): until it does, bodies go as they are.
     private let serverTakesGzip = Flag()
@@ -28,49 +28,49 @@ public struct SyncClient: Sendable {
     static let compressionThreshold = 1024
 
     /// A client of `server`, signed in with `token` if given.
-    public init(server: URL, token: String? = nil, http: HTTPClient = SyncClient.defaultHTTPClient) {
+    package init(server: URL, token: String? = nil, http: HTTPClient = SyncClient.defaultHTTPClient) {
         self.server = server
         self.token = token
         self.http = http
     }
 
     /// Registers this device with the account: the answer carries the device token.
-    public func signIn(account: String, password: String, deviceName: String, containers: [String]? = nil) async throws -> SignInResponse {
+    package func signIn(account: String, password: String, deviceName: String, containers: [String]? = nil) async throws -> SignInResponse {
         try await json(.POST, "v1/sign-in", body: SignInRequest(account: account, password: password, deviceName: deviceName, containers: containers))
     }
 
     /// Revokes this device's token.
-    public func signOut() async throws {
+    package func signOut() async throws {
         _ = try await send(.POST, "v1/sign-out", body: nil, expecting: [.noContent])
     }
 
     /// The account and device the token belongs to.
-    public func account() async throws -> AccountResponse { try await json(.GET, "v1/account") }
+    package func account() async throws -> AccountResponse { try await json(.GET, "v1/account") }
 
     /// The items of `container` changed after `since`; `brief`: without their manifests (their
     /// tokens instead, ``ItemState/digest``); `inline`: with the bytes of flat files of at most
     /// that many bytes made by other devices (``ItemState/contents``).
-    public func changes(container: String, since: Int64, brief: Bool = false, inline: Int = 0) async throws -> ChangesResponse {
+    package func changes(container: String, since: Int64, brief: Bool = false, inline: Int = 0) async throws -> ChangesResponse {
         try await json(.GET, "v1/containers/\(container)/changes?since=\(since)" + (brief ? "&brief=true" : "") + (inline > 0 ? "&inline=\(inline)" : ""))
     }
 
     /// An item's present state with its manifest — or, given a revision the device has
     /// (`since`), for a file, its chunk list as a difference from that revision's
     /// (``ItemState/manifestDelta``) when the server can make one.
-    public func item(container: String, id: String, since: String? = nil) async throws -> ItemState {
+    package func item(container: String, id: String, since: String? = nil) async throws -> ItemState {
         try await json(.GET, "v1/containers/\(container)/items/\(id)" + (since.map { "?since=\($0)" } ?? ""))
     }
 
     /// Commits a change of an item (metadata first: the answer lists the chunks to upload);
     /// `brief`: the answer's item without its manifest.
-    public func commit(container: String, item: String, update: ItemUpdate, brief: Bool = false) async throws -> CommitResponse {
+    package func commit(container: String, item: String, update: ItemUpdate, brief: Bool = false) async throws -> CommitResponse {
         try await json(.PUT, "v1/containers/\(container)/items/\(item)" + (brief ? "?brief=true" : ""), body: update)
     }
 
     /// Commits changes of many items in one request and one transaction (at most
     /// ``CommitBatchRequest/maximumCount``): one result per change, in order, each its
     /// commit's answer or the reason it was refused; `brief`: answers without manifests.
-    public func commit(container: String, batch: [ItemCommit], brief: Bool = false) async throws -> [CommitResult] {
+    package func commit(container: String, batch: [ItemCommit], brief: Bool = false) async throws -> [CommitResult] {
         let answer: CommitBatchResponse = try await json(.POST, "v1/containers/\(container)/commits" + (brief ? "?brief=true" : ""),
                                                          body: CommitBatchRequest(commits: batch))
         guard answer.results.count == batch.count else {
@@ -81,48 +81,48 @@ public struct SyncClient: Sendable {
 
     /// Several items' present states with their manifests (at most
     /// ``ItemsFetchRequest/maximumCount``); unknown ids are left out.
-    public func items(container: String, ids: [String]) async throws -> [ItemState] {
+    package func items(container: String, ids: [String]) async throws -> [ItemState] {
         let answer: ItemsResponse = try await json(.POST, "v1/containers/\(container)/fetch", body: ItemsFetchRequest(ids: ids))
         return answer.items
     }
 
     /// Keeps one revision of an item and removes conflict versions.
-    public func resolve(container: String, item: String, keep: String, remove: [String]) async throws -> ItemState {
+    package func resolve(container: String, item: String, keep: String, remove: [String]) async throws -> ItemState {
         try await json(.POST, "v1/containers/\(container)/items/\(item)/resolve", body: ResolveRequest(keep: keep, remove: remove))
     }
 
     /// Key-value store `store`'s keys changed after sequence `since` (0: all of them).
-    public func keyValues(store: String, since: Int64) async throws -> KeyValueResponse {
+    package func keyValues(store: String, since: Int64) async throws -> KeyValueResponse {
         try await json(.GET, "v1/kv/\(store)?since=\(since)")
     }
 
     /// Applies key-value changes (all or none; the most recent timestamp wins per key); the
     /// answer has the named keys as they are now.
-    public func applyKeyValues(store: String, changes: [KeyValueChange]) async throws -> KeyValueResponse {
+    package func applyKeyValues(store: String, changes: [KeyValueChange]) async throws -> KeyValueResponse {
         try await json(.POST, "v1/kv/\(store)", body: KeyValueUpdate(changes: changes))
     }
 
     /// Which of `hashes` the server lacks.
-    public func missingChunks(_ hashes: [String]) async throws -> [String] {
+    package func missingChunks(_ hashes: [String]) async throws -> [String] {
         let answer: MissingChunksResponse = try await json(.POST, "v1/chunks/missing", body: MissingChunksRequest(hashes: hashes))
         return answer.missing
     }
 
     /// Uploads one chunk (the server checks it against its hash).
-    public func upload(_ bytes: [UInt8], hash: String) async throws {
+    package func upload(_ bytes: [UInt8], hash: String) async throws {
         _ = try await send(.PUT, "v1/chunks/\(hash)", raw: bytes, expecting: [.created], timeout: timeout * 4)
     }
 
     /// Uploads several chunks in one request (``ChunkBatch``; at most
     /// ``ChunkBatch/maximumBytes`` of chunks, or one larger chunk); the server checks each
     /// against its hash and keeps all or none.
-    public func upload(_ batch: ChunkBatch) async throws {
+    package func upload(_ batch: ChunkBatch) async throws {
         _ = try await send(.POST, "v1/chunks", raw: batch.encoded(), expecting: [.created], timeout: timeout * 4)
     }
 
     /// Downloads chunks, in the order asked, each checked against its hash: the server answers
     /// with as many as fit in one batch, and this asks again for the rest.
-    public func download(_ hashes: [String]) async throws -> [ChunkBatch.Chunk] {
+    package func download(_ hashes: [String]) async throws -> [ChunkBatch.Chunk] {
         var chunks: [ChunkBatch.Chunk] = []
         chunks.reserveCapacity(hashes.count)
         while chunks.count < hashes.count {
@@ -149,14 +149,14 @@ public struct SyncClient: Sendable {
     }
 
     /// Downloads one chunk.
-    public func download(_ hash: String) async throws -> [UInt8] {
+    package func download(_ hash: String) async throws -> [UInt8] {
         let body = try await send(.GET, "v1/chunks/\(hash)", raw: nil, expecting: [.ok], timeout: timeout * 4)
         return Array(buffer: body)
     }
 
     /// The process's HTTP client: a server that refuses connections is reported after 5 s of
     /// retrying (AsyncHTTPClient's default would retry until the request's whole deadline).
-    public static let defaultHTTPClient: HTTPClient = {
+    package static let defaultHTTPClient: HTTPClient = {
         var configuration = HTTPClient.Configuration()
         configuration.timeout = .init(connect: .seconds(5), read: .seconds(120))
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
@@ -240,26 +240,26 @@ final class Flag: Sendable {
 
 /// Bytes a ``SyncClient`` exchanged with the server: HTTP/1.1 requests and answers as they go
 /// over the connection (headers included), for `ubiquity status` and the benchmark.
-public final class SyncTraffic: Sendable {
+package final class SyncTraffic: Sendable {
     /// The totals so far.
-    public struct Totals: Sendable, Equatable {
+    package struct Totals: Sendable, Equatable {
         /// Requests made.
-        public var requests = 0
+        package var requests = 0
         /// Bytes sent.
-        public var sent = 0
+        package var sent = 0
         /// Bytes received.
-        public var received = 0
+        package var received = 0
         /// Both ways.
-        public var total: Int { sent + received }
+        package var total: Int { sent + received }
     }
 
     private let totals = Mutex(Totals())
 
     /// Nothing counted yet.
-    public init() {}
+    package init() {}
 
     /// The totals so far.
-    public var snapshot: Totals { totals.withLock { $0 } }
+    package var snapshot: Totals { totals.withLock { $0 } }
 
     func count(sent: Int, received: Int) {
         totals.withLock {
@@ -271,23 +271,23 @@ public final class SyncTraffic: Sendable {
 }
 
 /// A request the server refused or did not answer.
-public struct SyncClientError: Error, CustomStringConvertible, Equatable {
+package struct SyncClientError: Error, CustomStringConvertible, Equatable {
     /// The HTTP status (0: no answer).
-    public var status: Int
+    package var status: Int
     /// The server's error code (`signInFailed`, `quotaExceeded`, …) or `unreachable`.
-    public var code: String
+    package var code: String
     /// What the server said.
-    public var message: String
+    package var message: String
 
     /// The message, with its code.
-    public var description: String { "\(message) (\(code))" }
+    package var description: String { "\(message) (\(code))" }
 }
 
 extension SyncClient {
     /// Registers this device with the account and saves its credentials (token 0600) under
     /// `paths`: what `ubiquity login` does.
     @discardableResult
-    public func signIn(account: String, password: String, deviceName: String, savingTo paths: UbiquityPaths) async throws -> UbiquityCredentials {
+    package func signIn(account: String, password: String, deviceName: String, savingTo paths: UbiquityPaths) async throws -> UbiquityCredentials {
         let answer = try await signIn(account: account, password: password, deviceName: deviceName)
         let credentials = UbiquityCredentials(server: server, account: account, deviceId: answer.deviceId, deviceName: deviceName,
                                               token: answer.token, identityToken: answer.identityToken)

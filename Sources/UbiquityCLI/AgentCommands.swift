@@ -82,7 +82,7 @@ struct StatusCommand: AsyncParsableCommand {
             failed = true
         }
         do {
-            guard let status = try AgentConnection().send(AgentRequest(.status), timeout: .seconds(5)).status else { throw AgentConnectionError(reason: "no status") }
+            guard let status = try AgentConnection().send(AgentRequest(.status), timeout: .seconds(5)).status else { throw AgentError(.noAnswer, "no status") }
             print("agent:    running, \(status.connected ? "connected for pushes" : "not connected for pushes"), \(status.greedy ? "downloads everything" : "downloads on demand")")
             for container in status.containers {
                 let when = container.lastSync.map { "last round \(String(format: "%.1f", Date().timeIntervalSince1970 - $0)) s ago" } ?? "no round yet"
@@ -90,8 +90,8 @@ struct StatusCommand: AsyncParsableCommand {
                 print("    \(container.path)")
                 for (item, error) in container.errors.sorted(by: { $0.key < $1.key }) { print("    error: \(item): \(error)") }
             }
-        } catch let error as AgentConnectionError {
-            print("agent:    \(error.reason)")
+        } catch let error as AgentError {
+            print("agent:    \(error.message)")
         }
         if failed { throw ExitCode(2) }
     }

@@ -114,8 +114,8 @@ public struct UbiquityContainers: Sendable {
     ///   `.ubiquitousFileUnavailable` if the agent is not running or refuses.
     public func startDownloading(at url: URL) throws {
         guard isUbiquitousItem(at: url) else { throw CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: url.path]) }
-        do { _ = try agent.send(AgentRequest(.download, path: url.standardizedFileURL.path)) } catch let error as AgentConnectionError {
-            throw Self.unavailable(error.reason)
+        do { _ = try agent.send(AgentRequest(.download, path: url.standardizedFileURL.path)) } catch let error as AgentError {
+            throw Self.cocoaError(error, url)
         }
     }
 
@@ -123,8 +123,8 @@ public struct UbiquityContainers: Sendable {
     /// - Throws: like ``startDownloading(at:)``, and when the download fails.
     public func downloadAndWait(_ url: URL) throws {
         guard isUbiquitousItem(at: url) else { throw CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: url.path]) }
-        do { _ = try agent.send(AgentRequest(.download, path: url.standardizedFileURL.path, wait: true), timeout: nil) } catch let error as AgentConnectionError {
-            throw Self.unavailable(error.reason)
+        do { _ = try agent.send(AgentRequest(.download, path: url.standardizedFileURL.path, wait: true), timeout: nil) } catch let error as AgentError {
+            throw Self.cocoaError(error, url)
         }
     }
 
@@ -134,8 +134,8 @@ public struct UbiquityContainers: Sendable {
     ///   `.ubiquitousFileUnavailable` saying why the agent refused (or is not running).
     public func evict(at url: URL) throws {
         guard isUbiquitousItem(at: url) else { throw CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: url.path]) }
-        do { _ = try agent.send(AgentRequest(.evict, path: url.standardizedFileURL.path)) } catch let error as AgentConnectionError {
-            throw Self.unavailable(error.reason)
+        do { _ = try agent.send(AgentRequest(.evict, path: url.standardizedFileURL.path)) } catch let error as AgentError {
+            throw Self.cocoaError(error, url)
         }
     }
 
@@ -146,6 +146,15 @@ public struct UbiquityContainers: Sendable {
             guard containers.location(of: url) != nil, FileManager.default.fileExists(atPath: UbiquityPlaceholder.url(for: url).path) else { return }
             try containers.downloadAndWait(url)
         }
+    }
+
+    /// What Apple's API throws for what the agent said: an item it does not know is no such
+    /// file; anything else leaves the item unavailable, saying why.
+    static func cocoaError(_ error: AgentError, _ url: URL) -> CocoaError {
+        if error.code == .unknownItem {
+            return CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: url.path, NSLocalizedDescriptionKey: error.message])
+        }
+        return unavailable(error.message)
     }
 
     static func unavailable(_ reason: String) -> CocoaError {

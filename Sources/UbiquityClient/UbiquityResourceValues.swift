@@ -75,7 +75,7 @@ extension UbiquityContainers {
         if all.isUbiquitousItem == true {
             do {
                 guard let status = try agent.send(AgentRequest(.item, path: url.standardizedFileURL.path), timeout: .seconds(5)).items?.first else {
-                    throw AgentConnectionError(reason: "the agent does not know \(url.path) yet")
+                    throw AgentError(.unknownItem, "the agent does not know \(url.path) yet")
                 }
                 all.ubiquitousItemDownloadingStatus = status.downloaded ? (status.current ? .current : .downloaded) : .notDownloaded
                 all.ubiquitousItemIsDownloading = status.downloading

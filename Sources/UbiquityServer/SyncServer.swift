@@ -15,27 +15,27 @@ import Logging
 /// With ``Configuration/database`` set to a PostgreSQL URL, everything (chunk contents too) is
 /// in PostgreSQL instead, and any number of instances serve the same accounts: a change
 /// committed through one is pushed to devices connected to any other.
-public struct SyncServer: Sendable {
+package struct SyncServer: Sendable {
     /// How the server is set up.
-    public struct Configuration: Sendable {
+    package struct Configuration: Sendable {
         /// The data directory (created if missing; unused with ``database``).
-        public var dataDirectory: String
+        package var dataDirectory: String
         /// A PostgreSQL URL (see ``PostgresLocation``): keep everything there instead of in
         /// ``dataDirectory``. Default nil (embedded SQLite).
-        public var database: String?
+        package var database: String?
         /// The address to listen on. Default 127.0.0.1.
-        public var host: String
+        package var host: String
         /// The port to listen on (0: any free port). Default 8443.
-        public var port: Int
+        package var port: Int
         /// bcrypt's cost for passwords (4…31). Default 12.
-        public var bcryptCost: UInt8
+        package var bcryptCost: UInt8
         /// How long replaced revisions and deleted items stay recoverable. Default 30 days.
-        public var retention: TimeInterval = SyncServer.defaultRetention
+        package var retention: TimeInterval = SyncServer.defaultRetention
         /// A PEM certificate chain and private key: serve HTTPS (and WSS) instead of HTTP.
-        public var tls: (certificate: String, privateKey: String)?
+        package var tls: (certificate: String, privateKey: String)?
 
         /// Creates a configuration.
-        public init(dataDirectory: String = "./ubiquity-data", host: String = "127.0.0.1", port: Int = 8443, bcryptCost: UInt8 = 12) {
+        package init(dataDirectory: String = "./ubiquity-data", host: String = "127.0.0.1", port: Int = 8443, bcryptCost: UInt8 = 12) {
             self.dataDirectory = dataDirectory
             self.host = host
             self.port = port
@@ -51,7 +51,7 @@ public struct SyncServer: Sendable {
     /// Opens (or creates) the data directory, or connects to PostgreSQL and prepares its schema.
     /// - Throws: ``SyncError`` when the database URL is invalid or PostgreSQL cannot be reached;
     ///   file errors when the data directory cannot be opened.
-    public init(configuration: Configuration, logger: Logger = Logger(label: "ubiquity.server")) async throws {
+    package init(configuration: Configuration, logger: Logger = Logger(label: "ubiquity.server")) async throws {
         self.configuration = configuration
         self.logger = logger
         storage = try await ServerStorage.open(dataDirectory: configuration.dataDirectory, database: configuration.database, logger: logger)
@@ -63,17 +63,17 @@ public struct SyncServer: Sendable {
     /// Delivers changes committed through other instances to this one's devices until
     /// cancelled (``run(onServerRunning:)`` does this; so must whoever runs
     /// ``makeApplication(onServerRunning:)`` on PostgreSQL).
-    public func relayChanges() async {
+    package func relayChanges() async {
         await storage.database.relayChanges(to: services.notifier)
     }
 
     /// Closes the database connections.
-    public func close() async {
+    package func close() async {
         await storage.database.close()
     }
 
     /// The router with every route and middleware (also what tests drive).
-    public func makeRouter() -> Router<SyncContext> {
+    package func makeRouter() -> Router<SyncContext> {
         let router = Router(context: SyncContext.self)
         router.add(middleware: MetricsCountingMiddleware(metrics: services.metrics))
         router.add(middleware: LogRequestsMiddleware(.debug))
@@ -86,7 +86,7 @@ public struct SyncServer: Sendable {
     /// The Hummingbird application.
     /// - Parameter onServerRunning: Called with the bound port once listening.
     /// - Throws: ``SyncError`` when the TLS certificate or key cannot be read.
-    public func makeApplication(onServerRunning: (@Sendable (Int) async -> Void)? = nil) throws -> some ApplicationProtocol {
+    package func makeApplication(onServerRunning: (@Sendable (Int) async -> Void)? = nil) throws -> some ApplicationProtocol {
         let router = makeRouter()
         var server: HTTPServerBuilder = .http1WebSocketUpgrade(webSocketRouter: router)
         if let tls = configuration.tls {
@@ -109,7 +109,7 @@ public struct SyncServer: Sendable {
     /// Serves until SIGTERM or SIGINT, then shuts down gracefully. Collects garbage (revisions
     /// past ``Configuration/retention``, unreferenced chunks) at start and every hour; on
     /// PostgreSQL, relays other instances' changes to this one's devices.
-    public func run(onServerRunning: (@Sendable (Int) async -> Void)? = nil) async throws {
+    package func run(onServerRunning: (@Sendable (Int) async -> Void)? = nil) async throws {
         let relay = Task { await relayChanges() }
         let maintenance = Task { [storage, logger, configuration] in
             while !Task.isCancelled {
@@ -139,7 +139,7 @@ public struct SyncServer: Sendable {
 }
 
 /// Account and device administration on a server's storage (the server may be running).
-public struct ServerAdministration: Sendable {
+package struct ServerAdministration: Sendable {
     let storage: ServerStorage
     let bcryptCost: UInt8
     var database: any SyncDatabase { storage.database }
@@ -149,13 +149,13 @@ public struct ServerAdministration: Sendable {
     ///   - dataDirectory: The server's data directory.
     ///   - database: The server's PostgreSQL URL, if it uses PostgreSQL.
     ///   - bcryptCost: bcrypt's cost for new passwords.
-    public init(dataDirectory: String, database: String? = nil, bcryptCost: UInt8 = 12) async throws {
+    package init(dataDirectory: String, database: String? = nil, bcryptCost: UInt8 = 12) async throws {
         storage = try await ServerStorage.open(dataDirectory: dataDirectory, database: database, logger: Logger(label: "ubiquity.admin"))
         self.bcryptCost = bcryptCost
     }
 
     /// Closes the database connections.
-    public func close() async {
+    package func close() async {
         await storage.database.close()
     }
 
@@ -164,7 +164,7 @@ public struct ServerAdministration: Sendable {
     ///   - name: Its sign-in name (1…255 bytes, no `/` or NUL).
     ///   - password: Its password (at least 8 characters); stored as a bcrypt hash.
     ///   - quotaBytes: Its storage quota. Default 5 GiB.
-    public func createAccount(name: String, password: String, quotaBytes: Int64 = 5 << 30) async throws -> Account {
+    package func createAccount(name: String, password: String, quotaBytes: Int64 = 5 << 30) async throws -> Account {
         try Validate.name(name, field: "account name")
         guard password.count >= 8, password.utf8.count <= 72 else {
             throw SyncError.badRequest("weakPassword", "passwords are 8 characters to 72 bytes")
@@ -173,10 +173,10 @@ public struct ServerAdministration: Sendable {
     }
 
     /// Every account.
-    public func accounts() async throws -> [Account] { try await database.accounts() }
+    package func accounts() async throws -> [Account] { try await database.accounts() }
 
     /// Deletes an account with its devices, items and chunks. Returns false if there is none.
-    public func deleteAccount(named name: String) async throws -> Bool {
+    package func deleteAccount(named name: String) async throws -> Bool {
         guard let account = try await database.accounts().first(where: { $0.name == name }) else { return false }
         let deleted = try await database.deleteAccount(named: name)
         if deleted { try await storage.chunks.removeAccount(account.id) }
@@ -184,36 +184,36 @@ public struct ServerAdministration: Sendable {
     }
 
     /// An account's devices.
-    public func devices(ofAccount name: String) async throws -> [DeviceInfo] { try await database.devices(ofAccount: name) }
+    package func devices(ofAccount name: String) async throws -> [DeviceInfo] { try await database.devices(ofAccount: name) }
 
     /// Revokes a device's token. Returns false if there is no such (unrevoked) device.
-    public func revokeDevice(id: String) async throws -> Bool { try await database.revokeDevice(id: id) }
+    package func revokeDevice(id: String) async throws -> Bool { try await database.revokeDevice(id: id) }
 
     /// What an account can get back: earlier revisions and deleted items within the retention.
     /// - Parameters:
     ///   - accountName: The account.
     ///   - retention: How far back (default 30 days).
     ///   - now: The time to judge by.
-    public func recoverable(accountName: String, retention: TimeInterval = SyncServer.defaultRetention, now: Date = Date()) async throws -> [RecoverableRevision] {
+    package func recoverable(accountName: String, retention: TimeInterval = SyncServer.defaultRetention, now: Date = Date()) async throws -> [RecoverableRevision] {
         try await database.recoverable(accountName: accountName, now: now, retention: retention)
     }
 
     /// Makes an earlier revision (or a deleted item's last one) current again. Devices see it in
     /// their next `changes`. Returns false if there is no such recoverable revision.
-    public func restore(accountName: String, revision: String, now: Date = Date()) async throws -> Bool {
+    package func restore(accountName: String, revision: String, now: Date = Date()) async throws -> Bool {
         try await database.restore(accountName: accountName, revision: revision, now: now) != nil
     }
 
     /// Forgets revisions older than the retention and removes chunks nothing names any more.
     /// - Returns: How many revisions and chunks went, and the bytes freed.
-    public func collectGarbage(retention: TimeInterval = SyncServer.defaultRetention, now: Date = Date()) async throws -> (revisions: Int, chunks: Int, bytes: Int64) {
+    package func collectGarbage(retention: TimeInterval = SyncServer.defaultRetention, now: Date = Date()) async throws -> (revisions: Int, chunks: Int, bytes: Int64) {
         try await SyncServer.collectGarbage(storage: storage, retention: retention, now: now)
     }
 }
 
 extension SyncServer {
     /// How long replaced revisions and deleted items stay recoverable: 30 days.
-    public static let defaultRetention: TimeInterval = 30 * 86_400
+    package static let defaultRetention: TimeInterval = 30 * 86_400
 
     static func collectGarbage(storage: ServerStorage, retention: TimeInterval, now: Date) async throws -> (revisions: Int, chunks: Int, bytes: Int64) {
         let collected = try await storage.database.collectGarbage(now: now, retention: retention, grace: 86_400)
@@ -251,14 +251,14 @@ struct ServerStorage: Sendable {
 
 /// A server on loopback for demos and benchmarks: a data directory with one account, serving
 /// on a free port from a task of its own (fast bcrypt: for throwaway accounts only).
-public struct EmbeddedServer: Sendable {
+package struct EmbeddedServer: Sendable {
     /// Where it answers (`http://127.0.0.1:PORT`).
-    public let url: URL
+    package let url: URL
     let serving: Task<Void, any Error>
 
     /// Creates the account in `dataDirectory` and starts serving.
     /// - Throws: storage errors; an error if the server stopped before it listened.
-    public static func start(dataDirectory: String, account: String, password: String, logger: Logger) async throws -> EmbeddedServer {
+    package static func start(dataDirectory: String, account: String, password: String, logger: Logger) async throws -> EmbeddedServer {
         let admin = try await ServerAdministration(dataDirectory: dataDirectory, bcryptCost: 4)
         _ = try await admin.createAccount(name: account, password: password)
         await admin.close()
@@ -277,12 +277,12 @@ public struct EmbeddedServer: Sendable {
     }
 
     /// Tells it to stop serving (without waiting).
-    public func cancel() {
+    package func cancel() {
         serving.cancel()
     }
 
     /// Stops serving and waits until it has.
-    public func stop() async {
+    package func stop() async {
         serving.cancel()
         _ = await serving.result
     }

@@ -3,16 +3,16 @@ import Foundation
 import UbiquityProtocol
 
 /// One piece of a file cut by ``ContentChunker``: where it is and what it hashes to.
-public struct ContentChunk: Sendable, Hashable, Codable {
+package struct ContentChunk: Sendable, Hashable, Codable {
     /// Its offset in the file.
-    public var offset: Int
+    package var offset: Int
     /// Its length in bytes.
-    public var length: Int
+    package var length: Int
     /// Its SHA-256, as 64 lowercase hexadecimal digits (the chunk's name on the server).
-    public var hash: String
+    package var hash: String
 
     /// Creates a chunk description.
-    public init(offset: Int, length: Int, hash: String) {
+    package init(offset: Int, length: Int, hash: String) {
         self.offset = offset
         self.length = length
         self.hash = hash
@@ -28,22 +28,22 @@ public struct ContentChunk: Sendable, Hashable, Codable {
 /// every device, in every version), so the gear table and the sizes are fixed: a chunk is
 /// ``minimumSize`` to ``maximumSize`` bytes (the last may be shorter), ``averageSize`` on
 /// average; a 1-byte edit moves about two chunks.
-public struct ContentChunker: Sendable {
+package struct ContentChunker: Sendable {
     /// No cut before this many bytes (4 KiB).
-    public let minimumSize: Int
+    package let minimumSize: Int
     /// The size chunks gather around (16 KiB).
-    public let averageSize: Int
+    package let averageSize: Int
     /// A cut at this many bytes whatever the content (32 KiB).
-    public let maximumSize: Int
+    package let maximumSize: Int
     private let strictMask: UInt64
     private let looseMask: UInt64
 
     /// The chunker every device uses.
-    public static let standard = ContentChunker(minimumSize: 4 << 10, averageSize: 16 << 10, maximumSize: 32 << 10)
+    package static let standard = ContentChunker(minimumSize: 4 << 10, averageSize: 16 << 10, maximumSize: 32 << 10)
 
     /// A chunker with other sizes (for tests; devices must all use ``standard``).
     /// - Precondition: `averageSize` is a power of two, and minimum < average < maximum.
-    public init(minimumSize: Int, averageSize: Int, maximumSize: Int) {
+    package init(minimumSize: Int, averageSize: Int, maximumSize: Int) {
         precondition(averageSize > 0 && averageSize & (averageSize - 1) == 0, "the average size is a power of two")
         precondition(0 < minimumSize && minimumSize < averageSize && averageSize < maximumSize)
         self.minimumSize = minimumSize
@@ -58,7 +58,7 @@ public struct ContentChunker: Sendable {
     }
 
     /// The length of the chunk that starts at `start` in `bytes`.
-    public func cut(_ bytes: UnsafeRawBufferPointer, from start: Int) -> Int {
+    package func cut(_ bytes: UnsafeRawBufferPointer, from start: Int) -> Int {
         let remaining = bytes.count - start
         guard remaining > minimumSize else { return remaining }
         let normal = min(averageSize, remaining)
@@ -80,7 +80,7 @@ public struct ContentChunker: Sendable {
     }
 
     /// Where the chunks of `bytes` end (each cut point, the last being `bytes.count`).
-    public func boundaries(of bytes: UnsafeRawBufferPointer) -> [Int] {
+    package func boundaries(of bytes: UnsafeRawBufferPointer) -> [Int] {
         var ends: [Int] = []
         var start = 0
         while start < bytes.count {
@@ -91,7 +91,7 @@ public struct ContentChunker: Sendable {
     }
 
     /// The chunks of `data`, hashed.
-    public func chunks(of data: Data) -> [ContentChunk] {
+    package func chunks(of data: Data) -> [ContentChunk] {
         data.withUnsafeBytes { bytes in
             var chunks: [ContentChunk] = []
             var start = 0
@@ -107,7 +107,7 @@ public struct ContentChunker: Sendable {
     /// The chunks of the file at `url`, read in one pass a window at a time (large files are
     /// never held in memory whole).
     /// - Throws: The file's read errors.
-    public func chunks(ofFileAt url: URL) throws -> [ContentChunk] {
+    package func chunks(ofFileAt url: URL) throws -> [ContentChunk] {
         let handle = try FileHandle(forReadingFrom: url)
         defer { try? handle.close() }
         var chunks: [ContentChunk] = []
@@ -137,7 +137,7 @@ public struct ContentChunker: Sendable {
     }
 
     /// SHA-256 as lowercase hexadecimal.
-    public static func hash(_ bytes: UnsafeRawBufferPointer) -> String {
+    package static func hash(_ bytes: UnsafeRawBufferPointer) -> String {
         SHA256.hash(data: bytes).lowercaseHex
     }
 

@@ -3,32 +3,32 @@ import UbiquityProtocol
 
 /// An item as the server has it (what `changes` and commit answers carry), reduced to what the
 /// sync decisions need. `content` names the contents (a manifest's hash in the agent).
-public struct ItemSnapshot: Sendable, Equatable, Codable {
+package struct ItemSnapshot: Sendable, Equatable, Codable {
     /// The item's id (stable; not its name).
-    public var id: String
+    package var id: String
     /// Its current revision.
-    public var revision: String
+    package var revision: String
     /// Its name.
-    public var name: String
+    package var name: String
     /// Its contents.
-    public var content: String
+    package var content: String
     /// Whether it is deleted (a tombstone).
-    public var deleted: Bool
+    package var deleted: Bool
     /// The container's sequence at its last change (newer snapshots have greater ones).
-    public var sequence: Int64
+    package var sequence: Int64
     /// Its unresolved conflict versions.
-    public var conflicts: [ConflictSnapshot]
+    package var conflicts: [ConflictSnapshot]
     /// The size of its contents in bytes, when known (shown for items not downloaded).
-    public var size: Int64?
+    package var size: Int64?
     /// When it was last modified (seconds since 1970), when known.
-    public var modificationDate: Double?
+    package var modificationDate: Double?
     /// The folder item it is in (nil: the container's top level).
-    public var parent: String?
+    package var parent: String?
     /// File, package or folder (nil: a file).
-    public var kind: ItemKind?
+    package var kind: ItemKind?
 
     /// Creates a snapshot.
-    public init(id: String, revision: String, name: String, content: String, deleted: Bool, sequence: Int64, conflicts: [ConflictSnapshot],
+    package init(id: String, revision: String, name: String, content: String, deleted: Bool, sequence: Int64, conflicts: [ConflictSnapshot],
                 size: Int64? = nil, modificationDate: Double? = nil, parent: String? = nil, kind: ItemKind? = nil) {
         self.parent = parent
         self.kind = kind
@@ -45,14 +45,14 @@ public struct ItemSnapshot: Sendable, Equatable, Codable {
 }
 
 /// A conflict version of an item: a revision made concurrently that lost the conflict rule.
-public struct ConflictSnapshot: Sendable, Equatable, Codable {
+package struct ConflictSnapshot: Sendable, Equatable, Codable {
     /// Its revision.
-    public var revision: String
+    package var revision: String
     /// Its contents.
-    public var content: String
+    package var content: String
 
     /// Creates a conflict snapshot.
-    public init(revision: String, content: String) {
+    package init(revision: String, content: String) {
         self.revision = revision
         self.content = content
     }
@@ -60,39 +60,39 @@ public struct ConflictSnapshot: Sendable, Equatable, Codable {
 
 /// A local change on its way to the server: a commit of the item's name and contents (or its
 /// deletion) on top of `base`, the revision the change was made from.
-public struct LocalChange: Sendable, Equatable, Codable {
+package struct LocalChange: Sendable, Equatable, Codable {
     /// Unique per device: the server answers a repeated change (after a lost answer or a crash)
     /// with what it did the first time, so nothing is committed twice.
-    public var changeId: String
+    package var changeId: String
     /// The item.
-    public var item: String
+    package var item: String
     /// The revision the local contents were made from (nil for a new item).
-    public var base: String?
+    package var base: String?
     /// The item's name.
-    public var name: String
+    package var name: String
     /// Its contents.
-    public var content: String
+    package var content: String
     /// Whether the change deletes the item.
-    public var deleted: Bool
+    package var deleted: Bool
     /// When it was made (the conflict rule's first criterion).
-    public var date: Double
+    package var date: Double
     /// The folder item it is in (nil: the container's top level).
-    public var parent: String?
+    package var parent: String?
     /// File, package or folder (nil: a file).
-    public var kind: ItemKind?
+    package var kind: ItemKind?
 }
 
 /// The server's answer to a commit.
-public struct CommitAnswer: Sendable, Equatable {
+package struct CommitAnswer: Sendable, Equatable {
     /// The change answered.
-    public var changeId: String
+    package var changeId: String
     /// The revision the change became.
-    public var revision: String
+    package var revision: String
     /// The item now (its current revision may be another device's, if this change lost).
-    public var item: ItemSnapshot
+    package var item: ItemSnapshot
 
     /// Creates an answer.
-    public init(changeId: String, revision: String, item: ItemSnapshot) {
+    package init(changeId: String, revision: String, item: ItemSnapshot) {
         self.changeId = changeId
         self.revision = revision
         self.item = item
@@ -100,7 +100,7 @@ public struct CommitAnswer: Sendable, Equatable {
 }
 
 /// What a device asks of the server.
-public enum SyncRequest: Sendable, Equatable {
+package enum SyncRequest: Sendable, Equatable {
     /// Commit a local change.
     case commit(LocalChange)
     /// List the changes after a sequence.
@@ -121,45 +121,45 @@ public enum SyncRequest: Sendable, Equatable {
 ///   elsewhere makes a conflict (both kept), never a silent overwrite;
 /// - while an item has local changes the server has not acknowledged, the device shows them;
 ///   once it has none, it shows the server's newest state of the item.
-public struct DeviceSyncState: Sendable {
+package struct DeviceSyncState: Sendable {
     /// What survives a crash (the agent keeps it in SQLite).
-    public struct Persisted: Sendable, Equatable, Codable {
+    package struct Persisted: Sendable, Equatable, Codable {
         /// The device's id (the conflict rule's tie-breaker).
-        public var device: String
+        package var device: String
         /// The newest server state of each item seen.
-        public var remote: [String: ItemSnapshot] = [:]
+        package var remote: [String: ItemSnapshot] = [:]
         /// The local state of items with unacknowledged changes: what the device shows for them.
-        public var local: [String: LocalItem] = [:]
+        package var local: [String: LocalItem] = [:]
         /// Per item, the change sent and not yet acknowledged.
-        public var sending: [String: LocalChange] = [:]
+        package var sending: [String: LocalChange] = [:]
         /// Per item, the newest change not sent yet (its base is settled when `sending` is acknowledged).
-        public var queued: [String: LocalChange] = [:]
+        package var queued: [String: LocalChange] = [:]
         /// The container sequence up to which every change has been fetched.
-        public var cursor: Int64 = 0
+        package var cursor: Int64 = 0
         /// For change ids.
-        public var changesMade = 0
+        package var changesMade = 0
 
         /// The durable state of a device with nothing synced yet.
-        public init(device: String) {
+        package init(device: String) {
             self.device = device
         }
     }
 
     /// An item as a device shows it.
-    public struct LocalItem: Sendable, Equatable, Codable {
+    package struct LocalItem: Sendable, Equatable, Codable {
         /// Its name.
-        public var name: String
+        package var name: String
         /// Its contents.
-        public var content: String
+        package var content: String
         /// Whether it is deleted.
-        public var deleted: Bool
+        package var deleted: Bool
         /// The folder item it is in (nil: the container's top level).
-        public var parent: String?
+        package var parent: String?
         /// File, package or folder (nil: a file).
-        public var kind: ItemKind?
+        package var kind: ItemKind?
 
         /// Creates a local item.
-        public init(name: String, content: String, deleted: Bool, parent: String? = nil, kind: ItemKind? = nil) {
+        package init(name: String, content: String, deleted: Bool, parent: String? = nil, kind: ItemKind? = nil) {
             self.parent = parent
             self.kind = kind
             self.name = name
@@ -169,16 +169,16 @@ public struct DeviceSyncState: Sendable {
     }
 
     /// The durable part.
-    public private(set) var persisted: Persisted {
+    package private(set) var persisted: Persisted {
         didSet { persistedChanged = true }
     }
     /// The items whose durable part changed since ``takeTouched()`` was last called: what a
     /// store writes again (a row per item), instead of everything.
-    public private(set) var touched: Set<String> = []
+    package private(set) var touched: Set<String> = []
     /// The items whose shown state (``visible(_:)``) may have changed since
     /// ``takeShownChanged()`` was last called: what a device brings its folder in step for,
     /// instead of every item.
-    public private(set) var shownChanged: Set<String> = []
+    package private(set) var shownChanged: Set<String> = []
     private var persistedChanged = false
     /// Changes on the wire (lost in a crash).
     private var inFlight: Set<String> = []
@@ -186,67 +186,67 @@ public struct DeviceSyncState: Sendable {
     private var fetching = false
 
     /// A device with nothing synced yet.
-    public init(device: String) {
+    package init(device: String) {
         persisted = Persisted(device: device)
     }
 
     /// A device restarting from what it persisted (after a crash: whatever was on the wire is forgotten).
-    public init(restoring persisted: Persisted) {
+    package init(restoring persisted: Persisted) {
         self.persisted = persisted
     }
 
     // MARK: What the device shows
 
     /// The item as the device shows it: its local changes if it has any, else the server's state.
-    public func visible(_ item: String) -> LocalItem? {
+    package func visible(_ item: String) -> LocalItem? {
         if let local = persisted.local[item] { return local }
         return persisted.remote[item].map { LocalItem(name: $0.name, content: $0.content, deleted: $0.deleted, parent: $0.parent, kind: $0.kind) }
     }
 
     /// Every item the device knows, as it shows them.
-    public var visibleItems: [String: LocalItem] {
+    package var visibleItems: [String: LocalItem] {
         var items: [String: LocalItem] = [:]
         for id in Set(persisted.remote.keys).union(persisted.local.keys) { items[id] = visible(id) }
         return items
     }
 
     /// The item's conflict versions, as the server last said.
-    public func conflicts(_ item: String) -> [ConflictSnapshot] { persisted.remote[item]?.conflicts ?? [] }
+    package func conflicts(_ item: String) -> [ConflictSnapshot] { persisted.remote[item]?.conflicts ?? [] }
 
     /// Whether the item has changes the server has not acknowledged.
-    public func hasLocalChanges(_ item: String) -> Bool { persisted.local[item] != nil }
+    package func hasLocalChanges(_ item: String) -> Bool { persisted.local[item] != nil }
 
     /// Whether anything waits to be sent or acknowledged.
-    public var isIdle: Bool { persisted.sending.isEmpty && persisted.queued.isEmpty && inFlight.isEmpty && !fetching }
+    package var isIdle: Bool { persisted.sending.isEmpty && persisted.queued.isEmpty && inFlight.isEmpty && !fetching }
 
     // MARK: Local changes
 
     /// The user saved `content` (creating the item if it is new).
-    public mutating func save(item: String, name: String? = nil, content: String, date: Double) {
+    package mutating func save(item: String, name: String? = nil, content: String, date: Double) {
         let current = visible(item)
         change(item, LocalItem(name: name ?? current?.name ?? item, content: content, deleted: false, parent: current?.parent, kind: current?.kind), date: date)
     }
 
     /// The user saved `content` as the `kind` named `name` in the folder item `parent` (nil:
     /// the top level), creating the item if it is new.
-    public mutating func save(item: String, name: String, parent: String?, kind: ItemKind, content: String, date: Double) {
+    package mutating func save(item: String, name: String, parent: String?, kind: ItemKind, content: String, date: Double) {
         change(item, LocalItem(name: name, content: content, deleted: false, parent: parent, kind: kind), date: date)
     }
 
     /// The user renamed the item.
-    public mutating func rename(item: String, to name: String, date: Double) {
+    package mutating func rename(item: String, to name: String, date: Double) {
         guard let current = visible(item), !current.deleted else { return }
         change(item, LocalItem(name: name, content: current.content, deleted: false, parent: current.parent, kind: current.kind), date: date)
     }
 
     /// The user moved the item into the folder item `parent` (nil: the top level) as `name`.
-    public mutating func move(item: String, to name: String, parent: String?, date: Double) {
+    package mutating func move(item: String, to name: String, parent: String?, date: Double) {
         guard let current = visible(item), !current.deleted else { return }
         change(item, LocalItem(name: name, content: current.content, deleted: false, parent: parent, kind: current.kind), date: date)
     }
 
     /// The user deleted the item.
-    public mutating func delete(item: String, date: Double) {
+    package mutating func delete(item: String, date: Double) {
         guard let current = visible(item), !current.deleted else { return }
         change(item, LocalItem(name: current.name, content: current.content, deleted: true, parent: current.parent, kind: current.kind), date: date)
     }
@@ -268,7 +268,7 @@ public struct DeviceSyncState: Sendable {
 
     /// The requests to send now: changes not on the wire (sent again after a crash or a loss,
     /// with their ids), then a fetch if `fetch` and none is on the wire.
-    public mutating func requests(fetch: Bool = true) -> [SyncRequest] {
+    package mutating func requests(fetch: Bool = true) -> [SyncRequest] {
         var requests: [SyncRequest] = []
         for item in Set(persisted.sending.keys).union(persisted.queued.keys).sorted() {
             if persisted.sending[item] == nil, let queued = persisted.queued.removeValue(forKey: item) {
@@ -287,7 +287,7 @@ public struct DeviceSyncState: Sendable {
     }
 
     /// A request that got no answer (lost, or the connection failed): it will be sent again.
-    public mutating func failed(_ request: SyncRequest) {
+    package mutating func failed(_ request: SyncRequest) {
         switch request {
         case .commit(let change): inFlight.remove(change.changeId)
         case .fetch: fetching = false
@@ -296,7 +296,7 @@ public struct DeviceSyncState: Sendable {
     }
 
     /// The server's answer to a commit.
-    public mutating func committed(_ answer: CommitAnswer) {
+    package mutating func committed(_ answer: CommitAnswer) {
         inFlight.remove(answer.changeId)
         learn(answer.item)
         let item = answer.item.id
@@ -314,14 +314,14 @@ public struct DeviceSyncState: Sendable {
 
     /// The server's answer to a fetch: the items changed since the cursor, and the sequence they
     /// bring the container to.
-    public mutating func fetched(_ items: [ItemSnapshot], upTo sequence: Int64) {
+    package mutating func fetched(_ items: [ItemSnapshot], upTo sequence: Int64) {
         fetching = false
         for item in items { learn(item) }
         persisted.cursor = max(persisted.cursor, sequence)
     }
 
     /// An item's state from any answer (the newest wins; older ones arriving late are ignored).
-    public mutating func learn(_ item: ItemSnapshot) {
+    package mutating func learn(_ item: ItemSnapshot) {
         if let known = persisted.remote[item.id], known.sequence >= item.sequence { return }
         touched.insert(item.id)
         persisted.remote[item.id] = item
@@ -330,7 +330,7 @@ public struct DeviceSyncState: Sendable {
 
     /// The items whose durable part changed since the last call (see ``touched``), and
     /// whether anything durable changed at all (the cursor, the change counter).
-    public mutating func takeTouched() -> (items: Set<String>, changed: Bool) {
+    package mutating func takeTouched() -> (items: Set<String>, changed: Bool) {
         defer {
             touched = []
             persistedChanged = false
@@ -339,21 +339,21 @@ public struct DeviceSyncState: Sendable {
     }
 
     /// The items whose shown state may have changed since the last call (see ``shownChanged``).
-    public mutating func takeShownChanged() -> Set<String> {
+    package mutating func takeShownChanged() -> Set<String> {
         defer { shownChanged = [] }
         return shownChanged
     }
 
     /// Marks items (and, with `changed`, everything durable) to be written again: what a
     /// failed write had taken with ``takeTouched()``.
-    public mutating func markTouched(_ items: Set<String>, changed: Bool) {
+    package mutating func markTouched(_ items: Set<String>, changed: Bool) {
         touched.formUnion(items)
         if changed { persistedChanged = true }
     }
 
     /// The request that keeps the item's current revision and removes its conflict versions, if
     /// it has any and no local changes.
-    public func resolveKeepingCurrent(_ item: String) -> SyncRequest? {
+    package func resolveKeepingCurrent(_ item: String) -> SyncRequest? {
         guard let remote = persisted.remote[item], !remote.conflicts.isEmpty, !hasLocalChanges(item) else { return nil }
         return .resolve(item: item, keep: remote.revision, remove: remote.conflicts.map(\.revision))
     }

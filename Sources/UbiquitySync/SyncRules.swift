@@ -2,26 +2,26 @@ import Foundation
 
 /// The one rule every device agrees on when two revisions of an item were made concurrently:
 /// the later modification date wins; on equal dates, the greater device id.
-public enum ConflictRule {
+package enum ConflictRule {
     /// Whether `a` wins over `b`.
-    public static func winner(_ a: (date: Double, device: String), over b: (date: Double, device: String)) -> Bool {
+    package static func winner(_ a: (date: Double, device: String), over b: (date: Double, device: String)) -> Bool {
         a.date != b.date ? a.date > b.date : a.device > b.device
     }
 }
 
 /// Where a new revision goes, decided the same way by every backend.
-public struct CommitPlacement: Sendable {
+package struct CommitPlacement: Sendable {
     /// `current`, `conflict` (kept as a conflict version) or `superseded` (a delete that lost).
-    public var state = "current"
+    package var state = "current"
     /// The revision that stops being current, and what it becomes (`replaced` or `conflict`).
-    public var demoted: (id: String, state: String)?
+    package var demoted: (id: String, state: String)?
 
     /// - Parameters:
     ///   - current: The item's current revision, if the item exists.
     ///   - base: The revision the update was made from.
     ///   - deleted: Whether the update deletes the item.
     ///   - date: The update's modification date; `device`: the device making it.
-    public init(current: (id: String, date: Double, device: String, deleted: Bool)?, base: String?, deleted: Bool, date: Double, device: String) {
+    package init(current: (id: String, date: Double, device: String, deleted: Bool)?, base: String?, deleted: Bool, date: Double, device: String) {
         guard let current else { return }
         if base == current.id {
             demoted = (current.id, "replaced")
@@ -38,14 +38,14 @@ public struct CommitPlacement: Sendable {
 }
 
 /// Names that would be the same file on a case-insensitive or normalising file system.
-public enum NameCollision {
+package enum NameCollision {
     /// What two colliding names have in common: NFC, lowercased.
-    public static func key(_ name: String) -> String { name.precomposedStringWithCanonicalMapping.lowercased() }
+    package static func key(_ name: String) -> String { name.precomposedStringWithCanonicalMapping.lowercased() }
 
     /// Two live items in one folder whose names differ only by case or normalisation: the one
     /// with the greater id is renamed ("Name 2.ext"), whichever came first. Returns the name
     /// the item `id` gets, and the sibling to rename (and to what) if that is the other one.
-    public static func settle(name: String, id: String, siblings: [(id: String, name: String)]) -> (name: String, renameOther: (id: String, name: String)?) {
+    package static func settle(name: String, id: String, siblings: [(id: String, name: String)]) -> (name: String, renameOther: (id: String, name: String)?) {
         let taken = Set(siblings.map { key($0.name) })
         guard let clash = siblings.first(where: { key($0.name) == key(name) }) else { return (name, nil) }
         if id > clash.id { return (freeName(for: name, taken: taken), nil) }
@@ -53,12 +53,12 @@ public enum NameCollision {
     }
 
     /// `name` with " 2", " 3", … before its extension, the first whose key is not taken.
-    public static func freeName(for name: String, taken: Set<String>) -> String {
+    package static func freeName(for name: String, taken: Set<String>) -> String {
         freeName(for: name) { taken.contains($0) }
     }
 
     /// `name` with " 2", " 3", … before its extension, the first whose key `isTaken` refuses.
-    public static func freeName(for name: String, isTaken: (String) -> Bool) -> String {
+    package static func freeName(for name: String, isTaken: (String) -> Bool) -> String {
         let dot = name.lastIndex(of: ".").flatMap { $0 == name.startIndex ? nil : $0 }
         let stem = dot.map { String(name[..<$0]) } ?? name
         let suffix = dot.map { String(name[$0...]) } ?? ""
@@ -74,26 +74,26 @@ public enum NameCollision {
 /// The live items of one folder by name key, kept up to date while a batch of commits changes
 /// the folder: each commit settles its name (``NameCollision``) with a lookup, not by reading
 /// every sibling again.
-public struct SiblingNames: Sendable {
+package struct SiblingNames: Sendable {
     private var byKey: [String: (id: String, name: String)] = [:]
     private var keyById: [String: String] = [:]
 
     /// The folder's live items.
-    public init(_ siblings: [(id: String, name: String)]) {
+    package init(_ siblings: [(id: String, name: String)]) {
         for sibling in siblings { insert(sibling.id, name: sibling.name) }
     }
 
     /// Whether the item is in the folder.
-    public func contains(_ id: String) -> Bool { keyById[id] != nil }
+    package func contains(_ id: String) -> Bool { keyById[id] != nil }
 
     /// The item left the folder (deleted, moved away, or about to be renamed).
-    public mutating func remove(_ id: String) {
+    package mutating func remove(_ id: String) {
         guard let key = keyById.removeValue(forKey: id) else { return }
         if byKey[key]?.id == id { byKey[key] = nil }
     }
 
     /// The item is in the folder under `name`.
-    public mutating func insert(_ id: String, name: String) {
+    package mutating func insert(_ id: String, name: String) {
         remove(id)
         let key = NameCollision.key(name)
         keyById[id] = key
@@ -102,7 +102,7 @@ public struct SiblingNames: Sendable {
 
     /// ``NameCollision/settle(name:id:siblings:)`` against these siblings (the item itself,
     /// if listed, is not its own sibling).
-    public func settle(name: String, id: String) -> (name: String, renameOther: (id: String, name: String)?) {
+    package func settle(name: String, id: String) -> (name: String, renameOther: (id: String, name: String)?) {
         let key = NameCollision.key(name)
         let taken: (String) -> Bool = { candidate in
             guard let holder = byKey[candidate] else { return false }

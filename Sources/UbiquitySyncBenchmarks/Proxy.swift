@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import UbiquityFiles
 
 #if canImport(Glibc)
 import Glibc
@@ -42,11 +43,8 @@ final class CountingProxy: Sendable {
     private func accepting(target: Int) {
         defer { close(listener) }
         while !stopped.load(ordering: .relaxed) {
-            let client = accept(listener, nil, nil)
-            if client < 0 {
-                if errno == EINTR || errno == ECONNABORTED { continue }
-                return
-            }
+            let client = SystemCall.accept(listener)
+            if client < 0 { return }
             let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
             var address = loopback(port: target)
             let connected = server >= 0 && withUnsafeMutablePointer(to: &address) { pointer in
@@ -87,19 +85,12 @@ final class CountingProxy: Sendable {
         defer { pair.ended() }
         var buffer = [UInt8](repeating: 0, count: 256 << 10)
         while true {
-            let count = recv(source, &buffer, buffer.count, 0)
-            if count < 0 && errno == EINTR { continue }
+            let count = SystemCall.retrying { recv(source, &buffer, buffer.count, 0) }
             guard count > 0 else { break }
             counter.add(Int64(count), ordering: .relaxed)
-            var sent = 0
-            while sent < count {
-                let wrote = buffer.withUnsafeBytes { send(destination, $0.baseAddress! + sent, count - sent, Int32(MSG_NOSIGNAL)) }
-                if wrote < 0 && errno == EINTR { continue }
-                guard wrote > 0 else {
-                    shutdown(source, Int32(SHUT_RD))
-                    return
-                }
-                sent += wrote
+            guard buffer.withUnsafeBytes({ SystemCall.sendAll(destination, UnsafeRawBufferPointer(rebasing: $0[..<count])) }) == count else {
+                shutdown(source, Int32(SHUT_RD))
+                return
             }
         }
         shutdown(destination, Int32(SHUT_WR))

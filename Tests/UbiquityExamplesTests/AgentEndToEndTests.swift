@@ -201,12 +201,22 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
             phone.read("Journeys/2027/Rome.txt") == "Colosseum" && !FileManager.default.fileExists(atPath: phone.documents.appendingPathComponent("Trips").path)
         }
 
+        // The agent's refusals come with a code to act on.
+        let agent = phone.containers.agent
+        let nowhere = phone.documents.appendingPathComponent("Nowhere.txt").path
+        #expect { try agent.send(AgentRequest(.item, path: nowhere)) } throws: { ($0 as? AgentError)?.code == .unknownItem }
+        #expect { try agent.send(AgentRequest(.evict, path: phone.documents.appendingPathComponent("Journeys").path)) } throws: { error in
+            (error as? AgentError)?.code == .refused && "\(error)".contains("is a folder")
+        }
+        #expect { try agent.send(AgentRequest(.list)) } throws: { ($0 as? AgentError)?.code == .badRequest }
+
         // Signing out makes the account's containers unavailable and stops their sync.
         let phoneFolder = phone.documents
         let logout = try runUbiquity(["logout"], environment: phone.environment)
         #expect(logout.status == 0, "\(logout.output)")
         #expect(phone.containers.url(forContainer: container) == nil)
         try await eventually("the phone's agent stops syncing") { (try? phone.containers.agent.send(AgentRequest(.status)).status?.account) == .some(nil) }
+        #expect { try agent.send(AgentRequest(.item, path: nowhere)) } throws: { ($0 as? AgentError)?.code == .notSignedIn }
         try laptop.save("After.txt", "not for the phone")
         try await eventually("the laptop sent it") { laptop.isIdle }
         try await Task.sleep(for: .milliseconds(500))

@@ -59,6 +59,10 @@ int ubq_item_info_in(int directory, const char *name, ubq_item_info *info);
 /// bytes read (`capacity` when the file may be longer), or -1 with errno set.
 long ubq_read_small_file(int directory, const char *name, void *buffer, unsigned long capacity);
 
+/// Accepts a connection on `fd` with the new descriptor close-on-exec (accept4). Returns the
+/// descriptor, or -1 with errno set.
+int ubq_accept_cloexec(int fd);
+
 /// Bytes the process's malloc heap has in use (glibc's mallinfo2), for measurements.
 long long ubq_heap_in_use(void);
 

@@ -106,9 +106,7 @@ public struct KeyValueStoreFile: Codable, Sendable, Equatable {
         let lock = open(folder.appendingPathComponent(identifier + ".lock").path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
         guard lock >= 0 else { throw FileAccessError(operation: "open the lock of", path: folder.path, errno: errno) }
         defer { close(lock) }
-        while flock(lock, LOCK_EX) != 0 {
-            guard errno == EINTR else { throw FileAccessError(operation: "lock", path: folder.path, errno: errno) }
-        }
+        guard SystemCall.lock(lock, LOCK_EX) == 0 else { throw FileAccessError(operation: "lock", path: folder.path, errno: errno) }
         var store = read(identifier, in: folder)
         let before = store
         let result = try body(&store)

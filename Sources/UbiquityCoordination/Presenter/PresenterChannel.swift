@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityFiles
 import Logging
 import Synchronization
 
@@ -142,9 +143,8 @@ final class PresenterChannel: Sendable {
 
     private func acceptLoop(_ listener: Int32) {
         while true {
-            let connection = accept(listener, nil, nil)
+            let connection = SystemCall.accept(listener)
             if connection < 0 {
-                if errno == EINTR || errno == ECONNABORTED { continue }
                 logger.error("presenter channel stopped accepting", metadata: ["error": "\(String(cString: strerror(errno)))"])
                 return
             }
@@ -178,24 +178,14 @@ final class PresenterChannel: Sendable {
     static func send<T: Encodable>(_ message: T, to fd: Int32) -> Bool {
         guard var data = try? JSONEncoder().encode(message) else { return false }
         data.append(0x0A)
-        return data.withUnsafeBytes { buffer in
-            var offset = 0
-            while offset < buffer.count {
-                let n = Glibc.send(fd, buffer.baseAddress! + offset, buffer.count - offset, Int32(MSG_NOSIGNAL))
-                if n < 0 && errno == EINTR { continue }
-                if n <= 0 { return false }
-                offset += n
-            }
-            return true
-        }
+        return data.withUnsafeBytes { SystemCall.sendAll(fd, $0) } == data.count
     }
 
     static func receive<T: Decodable>(_ type: T.Type, from fd: Int32) -> T? {
         var line = Data()
         var byte: UInt8 = 0
         while line.count < 1 << 20 {
-            let n = recv(fd, &byte, 1, 0)
-            if n < 0 && errno == EINTR { continue }
+            let n = SystemCall.retrying { recv(fd, &byte, 1, 0) }
             if n <= 0 { return nil }
             if byte == 0x0A { return try? JSONDecoder().decode(type, from: line) }
             line.append(byte)

@@ -283,8 +283,7 @@ final class PresenterWatcher: Sendable {
     private func readEvents(_ inotify: Int32) {
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
-            let count = buffer.withUnsafeMutableBytes { read(inotify, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
+            let count = buffer.withUnsafeMutableBytes { SystemCall.read(inotify, into: $0) }
             guard count > 0 else { return }
             var offset = 0
             let header = MemoryLayout<inotify_event>.size

@@ -60,7 +60,7 @@ package enum POSIX {
         )
     }
 
-    /// Reads a whole regular file with `read(2)`.
+    /// Reads a whole regular file (what `fstat` says it holds, then whatever it grew by).
     /// - Throws: ``FileAccessError`` naming the path and cause.
     package static func readFile(_ path: String) throws -> Data {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
@@ -74,25 +74,16 @@ package enum POSIX {
         var data = Data(count: Int(st.st_size))
         var total = 0
         try data.withUnsafeMutableBytes { (buffer: UnsafeMutableRawBufferPointer) in
-            while total < buffer.count {
-                let n = read(fd, buffer.baseAddress! + total, buffer.count - total)
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw FileAccessError(operation: "read", path: path, errno: errno)
-                }
-                if n == 0 { break }
-                total += n
-            }
+            total = SystemCall.readFully(fd, into: buffer, at: 0)
+            if total < 0 { throw FileAccessError(operation: "read", path: path, errno: errno) }
         }
         if total < data.count { data.removeSubrange(total...) }
         // The file may have grown since fstat: read what follows.
         var chunk = [UInt8](repeating: 0, count: 65536)
+        if lseek(fd, off_t(total), SEEK_SET) < 0 { throw FileAccessError(operation: "seek", path: path, errno: errno) }
         while true {
-            let n = chunk.withUnsafeMutableBytes { read(fd, $0.baseAddress!, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw FileAccessError(operation: "read", path: path, errno: errno)
-            }
+            let n = chunk.withUnsafeMutableBytes { SystemCall.read(fd, into: $0) }
+            if n < 0 { throw FileAccessError(operation: "read", path: path, errno: errno) }
             if n == 0 { break }
             data.append(contentsOf: chunk[0..<n])
         }
@@ -120,17 +111,8 @@ package enum POSIX {
 
     /// Writes all of `data` to `fd`, retrying short writes.
     package static func writeAll(_ fd: Int32, _ data: Data, path: String) throws {
-        try data.withUnsafeBytes { (buffer: UnsafeRawBufferPointer) in
-            var offset = 0
-            while offset < buffer.count {
-                let n = write(fd, buffer.baseAddress! + offset, min(buffer.count - offset, 1 << 30))
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw FileAccessError(operation: "write", path: path, errno: errno)
-                }
-                offset += n
-            }
-        }
+        let written = data.withUnsafeBytes { SystemCall.writeAll(fd, $0) }
+        if written < 0 { throw FileAccessError(operation: "write", path: path, errno: errno) }
     }
 
     /// `fsync`s a file or directory by path.
@@ -217,11 +199,8 @@ package enum POSIX {
         }
         var buffer = [UInt8](repeating: 0, count: 1 << 16)
         while true {
-            let n = buffer.withUnsafeMutableBytes { read(src, $0.baseAddress!, $0.count) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw FileAccessError(operation: "read", path: source, errno: errno)
-            }
+            let n = buffer.withUnsafeMutableBytes { SystemCall.read(src, into: $0) }
+            if n < 0 { throw FileAccessError(operation: "read", path: source, errno: errno) }
             if n == 0 { break }
             try writeAll(dst, Data(buffer[0..<n]), path: destination)
         }

@@ -112,8 +112,7 @@ private final class WatchLoop: @unchecked Sendable {
         var buffer = [UInt8](repeating: 0, count: 64 * 1024)
         while true {
             var descriptors = [pollfd(fd: inotify, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
-            let ready = poll(&descriptors, 2, -1)
-            if ready < 0 { if errno == EINTR { continue } else { return } }
+            if SystemCall.poll(&descriptors, timeout: -1) < 0 { return }
             if descriptors[1].revents != 0 { return }
             let count = buffer.withUnsafeMutableBytes { read(inotify, $0.baseAddress, $0.count) }
             guard count > 0 else { continue }

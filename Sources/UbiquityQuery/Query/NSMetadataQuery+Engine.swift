@@ -208,7 +208,7 @@ extension NSMetadataQuery {
             var source = ContainerSource(identifier: identifier, root: root, part: part)
             do {
                 let answer = try containers.agent.send(AgentRequest(.list, container: identifier), timeout: .seconds(2))
-                if let error = answer.error { throw AgentConnectionError(reason: error) }
+                if let error = answer.error { throw error }
                 for status in answer.items ?? [] { source.statuses[URL(fileURLWithPath: status.path).standardizedFileURL.path] = status }
             } catch {
                 source.agentProblem = "the agent does not answer: \(error)"

@@ -11,12 +11,12 @@ import NIOFoundationCompat
 /// Reads a request's JSON body: at most the context's `maxUploadSize`, inflated first if it
 /// came gzip-compressed — also to at most `maxUploadSize`, so a small body that would inflate
 /// without end is refused (413), not held.
-public struct SyncRequestDecoder: RequestDecoder {
+package struct SyncRequestDecoder: RequestDecoder {
     /// A decoder.
-    public init() {}
+    package init() {}
 
     /// Decodes `type` from the request's body.
-    public func decode<T: Decodable>(_ type: T.Type, from request: Request, context: some RequestContext) async throws -> T {
+    package func decode<T: Decodable>(_ type: T.Type, from request: Request, context: some RequestContext) async throws -> T {
         var buffer = try await request.body.collect(upTo: context.maxUploadSize)
         switch request.headers[.contentEncoding]?.lowercased() {
         case nil, "identity":
@@ -42,15 +42,15 @@ public struct SyncRequestDecoder: RequestDecoder {
 
 /// Writes an answer as JSON, gzip-compressed when the request accepts it and the body is
 /// large enough to gain (a commit batch's or a page of changes' answer, not a small one).
-public struct SyncResponseEncoder: ResponseEncoder {
+package struct SyncResponseEncoder: ResponseEncoder {
     /// Bodies smaller than this go as they are.
-    public static let compressionThreshold = 1024
+    package static let compressionThreshold = 1024
 
     /// An encoder.
-    public init() {}
+    package init() {}
 
     /// The answer for `value`.
-    public func encode(_ value: some Encodable, from request: Request, context: some RequestContext) throws -> Response {
+    package func encode(_ value: some Encodable, from request: Request, context: some RequestContext) throws -> Response {
         var body = ByteBuffer(bytes: try JSONEncoder().encode(value))
         var headers: HTTPFields = [.contentType: "application/json; charset=utf-8", .acceptEncoding: "gzip"]
         if body.readableBytes >= Self.compressionThreshold, Self.acceptsGzip(request.headers[values: .acceptEncoding]) {

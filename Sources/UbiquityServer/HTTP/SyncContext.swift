@@ -5,28 +5,28 @@ import Hummingbird
 import HummingbirdWebSocket
 
 /// Each request's context: who is asking (set by ``DeviceAuthMiddleware``).
-public struct SyncContext: RequestContext, WebSocketRequestContext {
+package struct SyncContext: RequestContext, WebSocketRequestContext {
     /// Hummingbird's own per-request storage.
-    public var coreContext: CoreRequestContextStorage
+    package var coreContext: CoreRequestContextStorage
     /// Where a WebSocket upgrade's handler is kept.
-    public let webSocket: WebSocketHandlerReference<SyncContext>
+    package let webSocket: WebSocketHandlerReference<SyncContext>
     /// The signed-in device, once authenticated.
     var device: DeviceAuth?
 
     /// Creates a context for a request.
-    public init(source: Source) {
+    package init(source: Source) {
         coreContext = .init(source: source)
         webSocket = .init()
     }
 
     /// Largest JSON body decoded (item manifests can be long), also once inflated.
-    public var maxUploadSize: Int { 8 << 20 }
+    package var maxUploadSize: Int { 8 << 20 }
 
     /// JSON bodies, gzip-compressed or not.
-    public var requestDecoder: SyncRequestDecoder { SyncRequestDecoder() }
+    package var requestDecoder: SyncRequestDecoder { SyncRequestDecoder() }
 
     /// JSON answers, gzip-compressed when the request accepts it.
-    public var responseEncoder: SyncResponseEncoder { SyncResponseEncoder() }
+    package var responseEncoder: SyncResponseEncoder { SyncResponseEncoder() }
 
     /// The device, or 401.
     func requireDevice() throws -> DeviceAuth {

@@ -4,26 +4,26 @@ import Hummingbird
 
 /// An error the server answers with: an HTTP status, a stable code and a message. Nothing is
 /// changed when a request fails with one.
-public struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equatable {
+package struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equatable {
     /// The HTTP status.
-    public var status: HTTPResponse.Status
+    package var status: HTTPResponse.Status
     /// A stable machine-readable code (`invalidName`, `forbidden`, …).
-    public var code: String
+    package var code: String
     /// What went wrong.
-    public var message: String
+    package var message: String
 
     /// Creates an error.
-    public init(_ status: HTTPResponse.Status, _ code: String, _ message: String) {
+    package init(_ status: HTTPResponse.Status, _ code: String, _ message: String) {
         self.status = status
         self.code = code
         self.message = message
     }
 
     /// A one-line description.
-    public var description: String { "\(status.code) \(code): \(message)" }
+    package var description: String { "\(status.code) \(code): \(message)" }
 
     /// The JSON error body.
-    public func response(from request: Request, context: some RequestContext) throws -> Response {
+    package func response(from request: Request, context: some RequestContext) throws -> Response {
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
         let body = try encoder.encode(ErrorResponse(error: .init(code: code, message: message)))

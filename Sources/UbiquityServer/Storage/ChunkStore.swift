@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import GRDB
 import Hummingbird
+import UbiquityFiles
 import UbiquityProtocol
 
 #if canImport(Glibc)
@@ -301,13 +302,7 @@ struct FileChunkStore: ChunkStorage {
         do {
             defer { close(fd) }
             for bytes in pieces {
-                var offset = 0
-                while offset < bytes.count {
-                    let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress! + offset, $0.count - offset) }
-                    if written < 0 && errno == EINTR { continue }
-                    guard written > 0 else { throw ioError("write", path) }
-                    offset += written
-                }
+                guard bytes.withUnsafeBytes({ SystemCall.writeAll(fd, $0) }) >= 0 else { throw ioError("write", path) }
             }
             guard fsync(fd) == 0 else { throw ioError("fsync", path) }
         }
@@ -329,14 +324,8 @@ struct FileChunkStore: ChunkStorage {
     /// `length` bytes at `offset` of the open file `fd`; nil if it is shorter.
     static func read(_ fd: Int32, offset: Int64, length: Int) -> Data? {
         var data = Data(count: length)
-        var done = 0
-        while done < length {
-            let got = data.withUnsafeMutableBytes { pread(fd, $0.baseAddress! + done, length - done, off_t(offset) + off_t(done)) }
-            if got < 0 && errno == EINTR { continue }
-            guard got > 0 else { return nil }
-            done += got
-        }
-        return data
+        let got = data.withUnsafeMutableBytes { SystemCall.readFully(fd, into: $0, at: offset) }
+        return got == length ? data : nil
     }
 
     static func ioError(_ operation: String, _ path: String) -> SyncError {

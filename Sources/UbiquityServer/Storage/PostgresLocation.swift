@@ -9,27 +9,27 @@ import PostgresNIO
 /// `search_path` puts the server's tables in their own schema (created if missing), so several
 /// deployments (or test runs) can share one database; `host=/dir` connects over the Unix socket
 /// in that directory. The password can also come from `PGPASSWORD`.
-public struct PostgresLocation: Sendable, Equatable {
+package struct PostgresLocation: Sendable, Equatable {
     /// The TCP host (nil when connecting over a Unix socket).
-    public var host: String?
+    package var host: String?
     /// The port (also names the Unix socket). Default 5432.
-    public var port: Int
+    package var port: Int
     /// The directory of the server's Unix socket.
-    public var socketDirectory: String?
+    package var socketDirectory: String?
     /// The user to connect as.
-    public var username: String
+    package var username: String
     /// The password, if any.
-    public var password: String?
+    package var password: String?
     /// The database (default: the user's name).
-    public var database: String?
+    package var database: String?
     /// `disable`, `prefer` (the default) or `require`.
-    public var sslMode: String
+    package var sslMode: String
     /// The schema for the server's tables (default: PostgreSQL's search path, usually `public`).
-    public var schema: String?
+    package var schema: String?
 
     /// Parses a `postgres://` or `postgresql://` URL.
     /// - Throws: ``SyncError`` (`invalidDatabaseURL`) naming what is wrong.
-    public init(url: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
+    package init(url: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws {
         func invalid(_ why: String) -> SyncError { SyncError.badRequest("invalidDatabaseURL", "the database URL \(Self.redact(url)) is not usable: \(why)") }
         guard let components = URLComponents(string: url), let scheme = components.scheme?.lowercased() else {
             throw invalid("it is not a URL")
@@ -65,7 +65,7 @@ public struct PostgresLocation: Sendable, Equatable {
     }
 
     /// The URL with its password replaced by `***`, for logs and errors.
-    public var redacted: String {
+    package var redacted: String {
         var text = "postgres://\(username)@\(host ?? "")"
         if port != 5432 || host == nil { text += ":\(port)" }
         text += "/\(database ?? "")"

@@ -3,64 +3,64 @@ import UbiquityProtocol
 import UbiquitySync
 
 /// An account as the administration commands see it.
-public struct Account: Sendable, Equatable {
+package struct Account: Sendable, Equatable {
     /// The account's number.
-    public var id: Int64
+    package var id: Int64
     /// Its sign-in name.
-    public var name: String
+    package var name: String
     /// Its stable, opaque identity (a client's `ubiquityIdentityToken`).
-    public var identityToken: String
+    package var identityToken: String
     /// Its storage quota in bytes.
-    public var quotaBytes: Int64
+    package var quotaBytes: Int64
 }
 
 /// A signed-in device, found by its token.
-public struct DeviceAuth: Sendable, Equatable {
+package struct DeviceAuth: Sendable, Equatable {
     /// The device's id.
-    public var deviceId: String
+    package var deviceId: String
     /// Its name.
-    public var deviceName: String
+    package var deviceName: String
     /// Its account.
-    public var accountId: Int64
+    package var accountId: Int64
     /// The containers its token may use (nil: all).
-    public var containers: [String]?
+    package var containers: [String]?
 
     /// Whether the token may use `container`.
     func allows(_ container: String) -> Bool { containers?.contains(container) ?? true }
 }
 
 /// A device as the administration commands list it.
-public struct DeviceInfo: Sendable, Equatable {
+package struct DeviceInfo: Sendable, Equatable {
     /// The device's id.
-    public var id: String
+    package var id: String
     /// Its name.
-    public var name: String
+    package var name: String
     /// Whether its token was revoked.
-    public var revoked: Bool
+    package var revoked: Bool
 }
 
 /// A revision that is no longer current but can be restored (`ubiquity recover`).
-public struct RecoverableRevision: Sendable, Equatable {
+package struct RecoverableRevision: Sendable, Equatable {
     /// The revision's id (what `--restore` takes).
-    public var revision: String
+    package var revision: String
     /// Its container.
-    public var container: String
+    package var container: String
     /// Its item's id.
-    public var item: String
+    package var item: String
     /// The item's name in that revision.
-    public var name: String
+    package var name: String
     /// The device that made it.
-    public var deviceName: String
+    package var deviceName: String
     /// Bytes of contents.
-    public var size: Int64
+    package var size: Int64
     /// Its modification date (seconds since 1970).
-    public var modificationDate: Double
+    package var modificationDate: Double
     /// When it was committed (seconds since 1970).
-    public var replacedAt: Double
+    package var replacedAt: Double
     /// Whether its item is deleted now.
-    public var itemDeleted: Bool
+    package var itemDeleted: Bool
     /// Whether all its chunks are on the server.
-    public var uploaded: Bool
+    package var uploaded: Bool
 }
 
 /// A chunk whose contents are stored: its hash and size.

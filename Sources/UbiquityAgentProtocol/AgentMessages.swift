@@ -48,14 +48,14 @@ public struct AgentRequest: Codable, Sendable, Equatable {
 /// The agent's answer.
 public struct AgentResponse: Codable, Sendable, Equatable {
     /// Why the request failed, or nil.
-    public var error: String?
+    public var error: AgentError?
     /// For `status`.
     public var status: AgentStatus?
     /// For `list` and `item`.
     public var items: [UbiquityItemStatus]?
 
     /// Creates an answer.
-    public init(error: String? = nil, status: AgentStatus? = nil, items: [UbiquityItemStatus]? = nil) {
+    public init(error: AgentError? = nil, status: AgentStatus? = nil, items: [UbiquityItemStatus]? = nil) {
         self.error = error
         self.status = status
         self.items = items

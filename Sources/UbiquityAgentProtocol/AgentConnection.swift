@@ -1,20 +1,17 @@
 import Foundation
+import UbiquityFiles
 import Synchronization
 
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// A connection to this user's agent over its local socket (``UbiquityPaths/agentSocket``):
-/// one request, one answer. What the client API and `ubiquity ls/download/evict` use.
+/// A connection to this user's agent over its local socket (`UbiquityPaths.agentSocket` in
+/// `UbiquityClient`, which adds `init(paths:)`): one request, one answer. What the client API
+/// and `ubiquity ls/download/evict` use.
 public struct AgentConnection: Sendable {
     /// The socket's path.
     public let socket: URL
-
-    /// A connection to the agent of `paths`.
-    public init(paths: UbiquityPaths = UbiquityPaths()) {
-        socket = paths.agentSocket
-    }
 
     /// A connection to the agent answering at `socket`.
     public init(socket: URL) {
@@ -23,20 +20,20 @@ public struct AgentConnection: Sendable {
 
     /// Sends `request` and returns the agent's answer.
     /// - Parameter timeout: How long to wait for the answer (nil: as long as it takes).
-    /// - Throws: ``AgentConnectionError`` when the agent is not running or does not answer, or
-    ///   answers with an error.
+    /// - Throws: ``AgentError`` when the agent is not running (`notRunning`), does not answer
+    ///   (`noAnswer`), or answers with an error (its code).
     public func send(_ request: AgentRequest, timeout: Duration? = .seconds(30)) throws -> AgentResponse {
         let descriptor = try connect(sending: request, timeout: timeout)
         defer { close(descriptor) }
         var reader = LineReader(descriptor: descriptor)
-        guard let response = try reader.next() else { throw AgentConnectionError(reason: "the agent closed the connection without answering") }
-        if let error = response.error { throw AgentConnectionError(reason: error) }
+        guard let response = try reader.next() else { throw AgentError(.noAnswer, "the agent closed the connection without answering") }
+        if let error = response.error { throw error }
         return response
     }
 
     /// Follows a container's item statuses: the agent sends the items whose status changed,
     /// each time some did, until ``AgentStatusStream/close()``.
-    /// - Throws: ``AgentConnectionError`` when the agent is not running.
+    /// - Throws: ``AgentError`` (`notRunning`) when the agent is not running.
     public func watch(container: String) throws -> AgentStatusStream {
         AgentStatusStream(descriptor: try connect(sending: AgentRequest(.watch, container: container), timeout: nil))
     }
@@ -44,14 +41,14 @@ public struct AgentConnection: Sendable {
     /// Connects, sends `request`, and returns the open descriptor.
     private func connect(sending request: AgentRequest, timeout: Duration?) throws -> Int32 {
         let descriptor = Glibc.socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard descriptor >= 0 else { throw AgentConnectionError(reason: "cannot create a socket: \(String(cString: strerror(errno)))") }
+        guard descriptor >= 0 else { throw AgentError(.notRunning, "cannot create a socket: \(String(cString: strerror(errno)))") }
         var ok = false
         defer { if !ok { close(descriptor) } }
         var address = sockaddr_un()
         address.sun_family = sa_family_t(AF_UNIX)
         let path = Array(socket.path.utf8)
         guard path.count < MemoryLayout.size(ofValue: address.sun_path) else {
-            throw AgentConnectionError(reason: "the agent's socket path is too long: \(socket.path)")
+            throw AgentError(.notRunning, "the agent's socket path is too long: \(socket.path)")
         }
         withUnsafeMutableBytes(of: &address.sun_path) { raw in
             raw.copyBytes(from: path)
@@ -61,7 +58,7 @@ public struct AgentConnection: Sendable {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(descriptor, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         guard connected == 0 else {
-            throw AgentConnectionError(reason: "the agent is not running (no answer at \(socket.path): \(String(cString: strerror(errno)))); start it with `ubiquity agent` or `systemctl --user start ubiquity-agent`")
+            throw AgentError(.notRunning, "the agent is not running (no answer at \(socket.path): \(String(cString: strerror(errno)))); start it with `ubiquity agent` or `systemctl --user start ubiquity-agent`")
         }
         if let timeout {
             let seconds = timeout.components.seconds
@@ -70,16 +67,8 @@ public struct AgentConnection: Sendable {
         }
         var line = try JSONEncoder().encode(request)
         line.append(UInt8(ascii: "\n"))
-        try line.withUnsafeBytes { raw in
-            var offset = 0
-            while offset < raw.count {
-                let written = write(descriptor, raw.baseAddress! + offset, raw.count - offset)
-                if written < 0 {
-                    if errno == EINTR { continue }
-                    throw AgentConnectionError(reason: "cannot write to the agent: \(String(cString: strerror(errno)))")
-                }
-                offset += written
-            }
+        if line.withUnsafeBytes({ SystemCall.writeAll(descriptor, $0) }) < 0 {
+            throw AgentError(.noAnswer, "cannot write to the agent: \(String(cString: strerror(errno)))")
         }
         ok = true
         return descriptor
@@ -99,9 +88,8 @@ struct LineReader {
     mutating func next() throws -> AgentResponse? {
         var buffer = [UInt8](repeating: 0, count: 65536)
         while !pending.contains(UInt8(ascii: "\n")) {
-            let count = buffer.withUnsafeMutableBytes { read(descriptor, $0.baseAddress, $0.count) }
-            if count < 0 && errno == EINTR { continue }
-            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { throw AgentConnectionError(reason: "the agent did not answer in time") }
+            let count = buffer.withUnsafeMutableBytes { SystemCall.read(descriptor, into: $0) }
+            if count < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) { throw AgentError(.noAnswer, "the agent did not answer in time") }
             guard count > 0 else { return nil }
             pending.append(contentsOf: buffer[0..<count])
         }
@@ -111,7 +99,7 @@ struct LineReader {
         do {
             return try JSONDecoder().decode(AgentResponse.self, from: line)
         } catch {
-            throw AgentConnectionError(reason: "the agent's answer is not understood: \(error)")
+            throw AgentError(.noAnswer, "the agent's answer is not understood: \(error)")
         }
     }
 }
@@ -146,20 +134,4 @@ public final class AgentStatusStream: Sendable {
         guard !closed.exchange(true, ordering: .relaxed) else { return }
         shutdown(descriptor, Int32(SHUT_RDWR))
     }
-}
-
-/// The agent could not be asked, or refused.
-public struct AgentConnectionError: Error, CustomStringConvertible, Equatable, LocalizedError {
-    /// Why.
-    public var reason: String
-
-    /// Creates an error.
-    public init(reason: String) {
-        self.reason = reason
-    }
-
-    /// The reason.
-    public var description: String { reason }
-    /// The reason.
-    public var errorDescription: String? { reason }
 }

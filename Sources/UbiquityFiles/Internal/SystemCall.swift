@@ -1,0 +1,98 @@
+import CUbiquitySystem
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The one place system calls are retried when a signal interrupts them (`EINTR`) and short
+/// reads and writes are continued, as swift-nio's `System.swift` does: callers never loop on
+/// `EINTR` themselves. Each call returns what the system call returns (-1 with `errno` set on
+/// any failure but an interruption), so callers map `errno` to their own errors.
+package enum SystemCall {
+    /// Calls `call` again for as long as it fails with `EINTR`; returns its last result.
+    @inline(__always)
+    package static func retrying<Result: BinaryInteger>(_ call: () -> Result) -> Result {
+        while true {
+            let result = call()
+            if result == -1 && errno == EINTR { continue }
+            return result
+        }
+    }
+
+    /// `read(2)` into `buffer`: the bytes read (0 at the end of the file), or -1.
+    package static func read(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer) -> Int {
+        guard let base = buffer.baseAddress, buffer.count > 0 else { return 0 }
+        return retrying { Glibc.read(fd, base, buffer.count) }
+    }
+
+    /// `pread(2)` until `buffer` is full or the file ends: the bytes read, or -1.
+    package static func readFully(_ fd: Int32, into buffer: UnsafeMutableRawBufferPointer, at offset: Int64) -> Int {
+        guard let base = buffer.baseAddress else { return 0 }
+        var total = 0
+        while total < buffer.count {
+            let count = retrying { pread(fd, base + total, buffer.count - total, off_t(offset) + off_t(total)) }
+            if count < 0 { return -1 }
+            if count == 0 { break }
+            total += count
+        }
+        return total
+    }
+
+    /// `write(2)` of all of `bytes` (continuing short writes, at most 1 GiB a call): their
+    /// count, or -1 (some may have been written).
+    package static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int {
+        guard let base = bytes.baseAddress else { return 0 }
+        var offset = 0
+        while offset < bytes.count {
+            let count = retrying { Glibc.write(fd, base + offset, min(bytes.count - offset, 1 << 30)) }
+            if count < 0 { return -1 }
+            offset += count
+        }
+        return offset
+    }
+
+    /// `pwrite(2)` of all of `bytes` at `offset`: their count, or -1.
+    package static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) -> Int {
+        guard let base = bytes.baseAddress else { return 0 }
+        var done = 0
+        while done < bytes.count {
+            let count = retrying { pwrite(fd, base + done, min(bytes.count - done, 1 << 30), off_t(offset) + off_t(done)) }
+            if count < 0 { return -1 }
+            done += count
+        }
+        return done
+    }
+
+    /// `send(2)` of all of `bytes` without `SIGPIPE` (a closed peer is an error, -1): their
+    /// count, or -1.
+    package static func sendAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int {
+        guard let base = bytes.baseAddress else { return 0 }
+        var offset = 0
+        while offset < bytes.count {
+            let count = retrying { Glibc.send(fd, base + offset, bytes.count - offset, Int32(MSG_NOSIGNAL)) }
+            if count <= 0 { return -1 }
+            offset += count
+        }
+        return offset
+    }
+
+    /// `poll(2)`, retried when interrupted (with the whole timeout again).
+    package static func poll(_ descriptors: inout [pollfd], timeout milliseconds: Int32) -> Int32 {
+        retrying { Glibc.poll(&descriptors, nfds_t(descriptors.count), milliseconds) }
+    }
+
+    /// `accept4(2)` with close-on-exec, retried when interrupted or when the connection was
+    /// aborted before it was taken: the new descriptor, or -1.
+    package static func accept(_ fd: Int32) -> Int32 {
+        while true {
+            let client = ubq_accept_cloexec(fd)
+            if client < 0 && (errno == EINTR || errno == ECONNABORTED) { continue }
+            return client
+        }
+    }
+
+    /// `flock(2)`, retried when interrupted: 0, or -1.
+    package static func lock(_ fd: Int32, _ operation: Int32) -> Int32 {
+        retrying { flock(fd, operation) }
+    }
+}
