@@ -148,6 +148,7 @@ let package = Package(
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSTesting", package: "hummingbird-websocket"),
                 .product(name: "CompressNIO", package: "compress-nio"),
+                .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
         .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport", "TextEditorExample", "NotesExample", "ThingsExample", "UbiquityCLI"]),

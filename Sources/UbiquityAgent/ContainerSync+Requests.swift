@@ -226,6 +226,25 @@ extension ContainerSync {
             queued: state.persisted.sending.count + state.persisted.queued.count, idle: isIdle,
             errors: Dictionary(errors.map { (name($0.key), $0.value) } + downloadErrors.map { (name($0.key), "download: " + $0.value) },
                                uniquingKeysWith: { a, b in a + "; " + b }),
-            lastSync: lastSync?.timeIntervalSince1970)
+            lastSync: lastSync?.timeIntervalSince1970, pending: Array(pending.prefix(ContainerStatus.pendingShown)), pendingCount: pending.count)
+    }
+
+    /// What is not in step yet and why, by path (one entry an item: the first reason that holds).
+    var pending: [PendingItem] {
+        var reasons: [String: (PendingItem.Reason, String?)] = [:]
+        func note(_ item: String, _ reason: PendingItem.Reason, _ detail: String? = nil) {
+            if reasons[item] == nil { reasons[item] = (reason, detail) }
+        }
+        for (item, error) in errors where item != Self.fetchErrorKey { note(item, .failed, error) }
+        for (item, error) in downloadErrors { note(item, .failed, "download: " + error) }
+        for (item, transfer) in transfers {
+            note(item, transfer.downloading ? .downloading : .uploading, String(format: "%.0f%%", transfer.percent))
+        }
+        for item in state.persisted.sending.keys { note(item, .sending) }
+        for item in state.persisted.queued.keys { note(item, .waitingToSend) }
+        for item in requested where files.file(of: item) == nil { note(item, .downloadRequested) }
+        return reasons.map { item, reason in
+            PendingItem(path: shown.paths[item] ?? state.visible(item)?.name ?? item, reason: reason.0, detail: reason.1)
+        }.sorted { $0.path < $1.path }
     }
 }

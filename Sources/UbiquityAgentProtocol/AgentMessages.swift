@@ -101,9 +101,18 @@ public struct ContainerStatus: Codable, Sendable, Equatable {
     public var errors: [String: String]
     /// When the last round finished (seconds since 1970).
     public var lastSync: Double?
+    /// What is not in step yet and why, by path: at most ``pendingShown`` of them (nil from an
+    /// agent older than this field).
+    public var pending: [PendingItem]?
+    /// How many items are not in step in all (``pending`` may show fewer).
+    public var pendingCount: Int?
+
+    /// How many pending items a status lists at most.
+    public static let pendingShown = 50
 
     /// Creates a status.
-    public init(identifier: String, path: String, items: Int, queued: Int, idle: Bool, errors: [String: String], lastSync: Double?) {
+    public init(identifier: String, path: String, items: Int, queued: Int, idle: Bool, errors: [String: String], lastSync: Double?,
+                pending: [PendingItem]? = nil, pendingCount: Int? = nil) {
         self.identifier = identifier
         self.path = path
         self.items = items
@@ -111,6 +120,41 @@ public struct ContainerStatus: Codable, Sendable, Equatable {
         self.idle = idle
         self.errors = errors
         self.lastSync = lastSync
+        self.pending = pending
+        self.pendingCount = pendingCount
+    }
+}
+
+/// An item that is not in step yet, and why.
+public struct PendingItem: Codable, Sendable, Equatable {
+    /// Why an item waits.
+    public enum Reason: String, Codable, Sendable {
+        /// Its change is on its way to the server.
+        case sending
+        /// Its change waits for an earlier one of the same item to be answered.
+        case waitingToSend
+        /// Its contents are going up.
+        case uploading
+        /// Its contents are coming down.
+        case downloading
+        /// An app asked for it; the download has not started.
+        case downloadRequested
+        /// The last attempt failed (``PendingItem/detail`` says why); it is tried again.
+        case failed
+    }
+
+    /// Its path in the container.
+    public var path: String
+    /// Why it waits.
+    public var reason: Reason
+    /// More: a transfer's percentage, or the failure.
+    public var detail: String?
+
+    /// Creates an entry.
+    public init(path: String, reason: Reason, detail: String? = nil) {
+        self.path = path
+        self.reason = reason
+        self.detail = detail
     }
 }
 

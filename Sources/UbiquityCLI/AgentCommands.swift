@@ -89,11 +89,29 @@ struct StatusCommand: AsyncParsableCommand {
                 print("  \(container.identifier): \(container.items) items, \(container.queued) queued, \(container.idle ? "in step" : "syncing"), \(when)")
                 print("    \(container.path)")
                 for (item, error) in container.errors.sorted(by: { $0.key < $1.key }) { print("    error: \(item): \(error)") }
+                for item in container.pending ?? [] where item.reason != .failed {
+                    print("    pending: \(item.path): \(Self.describe(item.reason))\(item.detail.map { " (\($0))" } ?? "")")
+                }
+                if let count = container.pendingCount, count > (container.pending?.count ?? 0) {
+                    print("    … \(count - (container.pending?.count ?? 0)) more pending")
+                }
             }
         } catch let error as AgentError {
             print("agent:    \(error.message)")
         }
         if failed { throw ExitCode(2) }
+    }
+
+    /// Why an item waits, in words.
+    static func describe(_ reason: PendingItem.Reason) -> String {
+        switch reason {
+        case .sending: "being sent to the server"
+        case .waitingToSend: "waits for its previous change to be answered"
+        case .uploading: "uploading"
+        case .downloading: "downloading"
+        case .downloadRequested: "download requested"
+        case .failed: "failed"
+        }
     }
 }
 

@@ -1,4 +1,5 @@
 import Foundation
+import ServiceLifecycle
 import UbiquityProtocol
 import Hummingbird
 import HummingbirdBcrypt
@@ -110,30 +111,16 @@ package struct SyncServer: Sendable {
     /// past ``Configuration/retention``, unreferenced chunks) at start and every hour; on
     /// PostgreSQL, relays other instances' changes to this one's devices.
     package func run(onServerRunning: (@Sendable (Int) async -> Void)? = nil) async throws {
-        let relay = Task { await relayChanges() }
-        let maintenance = Task { [storage, logger, configuration] in
-            while !Task.isCancelled {
-                do {
-                    let collected = try await Self.collectGarbage(storage: storage, retention: configuration.retention, now: Date())
-                    if collected.revisions + collected.chunks > 0 {
-                        logger.info("collected garbage", metadata: ["revisions": "\(collected.revisions)", "chunks": "\(collected.chunks)", "bytes": "\(collected.bytes)"])
-                    }
-                } catch {
-                    logger.error("garbage collection failed", metadata: ["error": "\(error)"])
-                }
-                try? await Task.sleep(for: .seconds(3_600))
-            }
-        }
-        defer {
-            maintenance.cancel()
-            relay.cancel()
-        }
-        try await makeApplication(onServerRunning: onServerRunning).runService()
-        // Stopped: no more relaying or collecting, then the connections close.
-        relay.cancel()
-        maintenance.cancel()
-        await relay.value
-        await maintenance.value
+        // Shut down in reverse order: relaying and collecting stop, then the connections close.
+        let group = ServiceGroup(configuration: .init(
+            services: [
+                try makeApplication(onServerRunning: onServerRunning),
+                GarbageCollectionService(storage: storage, retention: configuration.retention, logger: logger),
+                ChangeRelayService(database: storage.database, notifier: services.notifier),
+            ],
+            gracefulShutdownSignals: [.sigterm, .sigint],
+            logger: logger))
+        try await group.run()
         await close()
     }
 }

@@ -96,6 +96,11 @@ import UbiquitySync
                 #expect(await !offline.isIdle, "the server could not be reached: the change waits")
                 let errors = await offline.errors
                 #expect(errors[ContainerSync.fetchErrorKey]?.contains("unreachable") == true && errors.count == 2, "\(errors)")
+                // `ubiquity status` says what waits, and why.
+                let status = await offline.containerStatus(root: root)
+                let pending = try #require(status.pending)
+                #expect(status.pendingCount == 1 && pending.map(\.path) == ["Documents/Offline.txt"], "\(pending)")
+                #expect(pending.first?.reason == .failed && pending.first?.detail?.contains("unreachable") == true)
             }
             let online = try ContainerSync(container: container, root: root, client: SyncClient(server: base, token: token),
                                            store: try AgentStore(path: dir + "/laptop.sqlite"), device: "laptop")

@@ -1,0 +1,49 @@
+import Foundation
+import Logging
+import ServiceLifecycle
+
+/// Collects garbage — revisions past the retention, chunks nothing names any more — when the
+/// server starts and every ``interval`` after, until the server shuts down gracefully.
+struct GarbageCollectionService: Service {
+    let storage: ServerStorage
+    let retention: TimeInterval
+    let logger: Logger
+    var interval: Duration = .seconds(3_600)
+    /// Called after each collection with what went (for tests and metrics).
+    var collected: (@Sendable (_ revisions: Int, _ chunks: Int) -> Void)?
+
+    func run() async {
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                do {
+                    let collected = try await SyncServer.collectGarbage(storage: storage, retention: retention, now: Date())
+                    self.collected?(collected.revisions, collected.chunks)
+                    if collected.revisions + collected.chunks > 0 {
+                        logger.info("collected garbage", metadata: ["revisions": "\(collected.revisions)", "chunks": "\(collected.chunks)", "bytes": "\(collected.bytes)"])
+                    }
+                } catch is CancellationError {
+                    return
+                } catch {
+                    logger.error("garbage collection failed; tried again in an hour", metadata: ["error": "\(error)"])
+                }
+                do { try await Task.sleep(for: interval) } catch { return } // cancelled: the server stops
+            }
+        }
+    }
+}
+
+/// Relays the changes other server instances commit (PostgreSQL's LISTEN/NOTIFY) to this
+/// instance's devices until the server shuts down gracefully; with embedded storage there are
+/// none, and it only waits for the shutdown.
+struct ChangeRelayService: Service {
+    let database: any SyncDatabase
+    let notifier: ChangeNotifier
+
+    func run() async {
+        await cancelWhenGracefulShutdown {
+            await database.relayChanges(to: notifier)
+        }
+        // A group ends when one of its services does: this one lasts as long as the server.
+        try? await gracefulShutdown() // throws only when cancelled: the group stops anyway
+    }
+}
