@@ -38,25 +38,14 @@ package enum SystemCall {
         return total
     }
 
-    /// `write(2)` of all of `bytes` (continuing short writes, at most 1 GiB a call): their
-    /// count, or -1 (some may have been written).
-    package static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int {
-        guard let base = bytes.baseAddress else { return 0 }
-        var offset = 0
-        while offset < bytes.count {
-            let count = retrying { Glibc.write(fd, base + offset, min(bytes.count - offset, 1 << 30)) }
-            if count < 0 { return -1 }
-            offset += count
-        }
-        return offset
-    }
-
-    /// `pwrite(2)` of all of `bytes` at `offset`: their count, or -1.
-    package static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64) -> Int {
+    /// `write(2)` — or, at an `offset`, `pwrite(2)` — of all of `bytes` (continuing short
+    /// writes, at most 1 GiB a call): their count, or -1 (some may have been written).
+    package static func writeAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer, at offset: Int64? = nil) -> Int {
         guard let base = bytes.baseAddress else { return 0 }
         var done = 0
         while done < bytes.count {
-            let count = retrying { pwrite(fd, base + done, min(bytes.count - done, 1 << 30), off_t(offset) + off_t(done)) }
+            let size = min(bytes.count - done, 1 << 30)
+            let count = retrying { offset.map { pwrite(fd, base + done, size, off_t($0) + off_t(done)) } ?? Glibc.write(fd, base + done, size) }
             if count < 0 { return -1 }
             done += count
         }

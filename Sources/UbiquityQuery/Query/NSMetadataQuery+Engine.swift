@@ -95,6 +95,24 @@ extension NSMetadataItem {
 }
 
 extension NSMetadataQuery.State {
+    /// Brings the item at `path` in line with what is there now (`record`, nil if nothing):
+    /// added, changed or removed as the predicate says, the change noted for the next update.
+    mutating func settle(path: String, _ record: MetadataRecord?, matching predicate: PredicateMatcher) {
+        let existing = items[path: path]
+        if let record, predicate.evaluate(with: record) {
+            if let existing {
+                if existing.update(record) { pending.change(existing) }
+            } else {
+                let item = NSMetadataItem(record)
+                items.insert(item, for: record)
+                pending.add(item)
+            }
+        } else if let existing {
+            items.remove(path: path)
+            pending.remove(existing)
+        }
+    }
+
     /// The published results after `changes`.
     mutating func apply(_ changes: NSMetadataQuery.Changes) {
         let sorted = !sortDescriptors.isEmpty
@@ -296,19 +314,7 @@ extension NSMetadataQuery {
     func refresh(_ path: String, in source: any MetadataSource, predicate: PredicateMatcher, askingAgent: Bool = true) {
         let record = askingAgent ? source.current(at: path, agent: containers.agent) : source.record(at: path)
         state.withLock { state in
-            let existing = state.items[path: path]
-            if let record, predicate.evaluate(with: record) {
-                if let existing {
-                    if existing.update(record) { state.pending.change(existing) }
-                } else {
-                    let item = NSMetadataItem(record)
-                    state.items.insert(item, for: record)
-                    state.pending.add(item)
-                }
-            } else if let existing {
-                state.items.remove(path: path)
-                state.pending.remove(existing)
-            }
+            state.settle(path: path, record, matching: predicate)
             // A folder gone (or moved away): what was in it goes too.
             if record == nil || record?.isDirectory == false {
                 for item in state.items.removeAll(under: path) { state.pending.remove(item) }
@@ -330,19 +336,7 @@ extension NSMetadataQuery {
             var seen = Set<FolderAndName>()
             for record in records {
                 if removingMissing { seen.insert(FolderAndName(folder: record.folder.path, name: record.name)) }
-                let existing = state.items[record]
-                if predicate.evaluate(with: record) {
-                    if let existing {
-                        if existing.update(record) { state.pending.change(existing) }
-                    } else {
-                        let item = NSMetadataItem(record)
-                        state.items.insert(item, for: record)
-                        state.pending.add(item)
-                    }
-                } else if let existing {
-                    state.items.remove(path: record.path)
-                    state.pending.remove(existing)
-                }
+                state.settle(path: record.path, record, matching: predicate)
             }
             guard removingMissing else { return }
             let gone = state.items.removeAll(under: base) { !seen.contains(FolderAndName(folder: $0, name: $1)) }
