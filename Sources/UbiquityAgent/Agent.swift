@@ -259,7 +259,7 @@ actor AccountSession {
     /// Follows `container`'s statuses: the items whose status changed, as it happens.
     func watch(_ container: String) async -> AsyncStream<AgentResponse> {
         let (stream, continuation) = AsyncStream.makeStream(of: AgentResponse.self, bufferingPolicy: .bufferingNewest(64))
-        guard let sync = try? self.container(container) else {
+        guard let sync = try? self.container(container) else { // not a container name: answered as such
             continuation.yield(AgentResponse(error: AgentError(.unknownContainer, "“\(container)” is not a container")))
             continuation.finish()
             return stream

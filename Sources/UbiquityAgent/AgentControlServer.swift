@@ -25,7 +25,7 @@ enum AgentControlServer {
             throw AgentError(.failed, "the agent's socket folder \(folder.path) belongs to another user")
         }
         if info.st_mode & 0o077 != 0 { chmod(folder.path, 0o700) }
-        if (try? AgentConnection(socket: socket).send(AgentRequest(.status), timeout: .seconds(2))) != nil {
+        if (try? AgentConnection(socket: socket).send(AgentRequest(.status), timeout: .seconds(2))) != nil { // no answer: no other agent
             throw AgentError(.failed, "another agent already answers at \(socket.path)")
         }
         let stopping = Flag() // set when stopping; read on the event loops
@@ -69,9 +69,10 @@ enum AgentControlServer {
                       watch: @escaping @Sendable (AgentRequest) async -> AsyncStream<AgentResponse>) async {
         if let uid = await peerUser(connection.channel), uid != getuid() {
             logger.warning("turned away a connection from another user", metadata: ["uid": "\(uid)"])
-            try? await connection.channel.close()
+            try? await connection.channel.close() // refused while stopping: already closing is fine
             return
         }
+        // A client that goes away mid-answer ends its own connection; nothing else depends on it.
         try? await connection.executeThenClose { inbound, outbound in
             for try await line in inbound {
                 let response: AgentResponse
@@ -100,6 +101,7 @@ enum AgentControlServer {
     /// The user id of the process at the other end, when the platform says.
     static func peerUser(_ channel: any Channel) async -> uid_t? {
         guard let provider = channel as? any SocketOptionProvider else { return nil }
+        // Unknown peer credentials count as another user's: the connection is refused.
         let credentials: PeerCredentials? = try? await provider.unsafeGetSocketOption(
             level: NIOBSDSocket.OptionLevel(rawValue: SOL_SOCKET), name: NIOBSDSocket.Option(rawValue: SO_PEERCRED)).get()
         return credentials?.uid

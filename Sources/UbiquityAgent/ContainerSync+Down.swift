@@ -155,7 +155,7 @@ extension ContainerSync {
         // Unreadable, or a leftover that cannot go: the folder stays, and the rmdir below says so.
         let names = (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? []
         if names.allSatisfy({ UbiquityPlaceholder.itemName(ofPlaceholder: $0) != nil || $0.hasPrefix(".ubiquity-") }) {
-            for name in names { try? FileManager.default.removeItem(at: url.appendingPathComponent(name)) }
+            for name in names { try? FileManager.default.removeItem(at: url.appendingPathComponent(name)) } // one left: the rmdir below says so
         }
         if rmdir(url.path) != 0 && errno != ENOENT {
             logger.info("a folder deleted elsewhere still holds local items; it stays", metadata: ["container": "\(container)", "path": "\(path)"])
@@ -491,7 +491,7 @@ extension ContainerSync {
             }
             // A local piece that cannot be read (or no longer hashes right) comes from the server.
             if let (url, piece) = local[chunk.hash], let handle = try? FileHandle(forReadingFrom: url) {
-                try? handle.seek(toOffset: UInt64(piece.offset))
+                try? handle.seek(toOffset: UInt64(piece.offset)) // a failed seek or read gives bytes whose hash does not match: fetched instead
                 let read = [UInt8]((try? handle.read(upToCount: piece.length)) ?? Data())
                 try? handle.close()
                 if read.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash {

@@ -44,7 +44,7 @@ extension ContainerSync {
         var found: [String: UbiquityPlaceholder] = [:]
         func walk(_ relative: String) {
             let url = relative.isEmpty ? folder : folder.appendingPathComponent(relative)
-            for name in (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? [] {
+            for name in (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? [] { // unreadable: the scan reports it
                 let path = relative.isEmpty ? name : relative + "/" + name
                 if let itemName = UbiquityPlaceholder.itemName(ofPlaceholder: name) {
                     found[path] = UbiquityPlaceholder.read(for: url.appendingPathComponent(itemName)) ?? UbiquityPlaceholder(name: itemName, item: "", size: nil)

@@ -28,6 +28,7 @@ actor KeyValueSync {
 
     /// The stores kept on this device.
     func stores() -> [String] {
+        // No folder yet: no store used on this device.
         ((try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []).filter { $0.hasSuffix(".json") }.map { String($0.dropLast(5)) }.sorted()
     }
 

@@ -151,13 +151,19 @@ package struct LocalScanner: Sendable {
         }
     }
 
-    /// The fingerprint of the file, folder or package at `relative`, or nil if there is none.
+    /// The fingerprint of the file, folder or package at `relative`, or nil if there is none. A
+    /// package a member of which cannot be read is there with contents unknown: its fingerprint
+    /// matches no recorded one (so nothing takes it for gone, or for unchanged), and the next
+    /// scan reports the error.
     package func fingerprint(of relative: String) -> LocalFingerprint? {
         var info = stat()
         guard lstat(root.path + "/" + relative, &info) == 0 else { return nil }
         switch info.st_mode & S_IFMT {
         case S_IFREG: return Self.fingerprint(info)
-        case S_IFDIR where isPackage((relative as NSString).lastPathComponent): return try? packageFingerprint(relative, info)
+        case S_IFDIR where isPackage((relative as NSString).lastPathComponent):
+            do { return try packageFingerprint(relative, info) } catch {
+                return LocalFingerprint(inode: UInt64(info.st_ino), size: 0, modified: 0, changed: Int64.min, kind: .package)
+            }
         case S_IFDIR: return LocalFingerprint(inode: UInt64(info.st_ino), size: 0, modified: 0, changed: 0, kind: .directory)
         default: return nil
         }

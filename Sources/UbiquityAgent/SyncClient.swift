@@ -189,7 +189,7 @@ package struct SyncClient: Sendable {
         var payload = raw.map { ByteBuffer(bytes: $0) }
         if let raw {
             request.headers.add(name: "Content-Type", value: json ? "application/json" : "application/octet-stream")
-            if json, raw.count >= Self.compressionThreshold, serverTakesGzip.isSet, let compressed = try? payload?.compress(with: .gzip()) {
+            if json, raw.count >= Self.compressionThreshold, serverTakesGzip.isSet, let compressed = try? payload?.compress(with: .gzip()) { // not compressed: sent as it is
                 // (Compressing memory cannot fail but for lack of memory: then it goes as it is.)
                 payload = compressed
                 request.headers.add(name: "Content-Encoding", value: "gzip")
@@ -222,7 +222,7 @@ package struct SyncClient: Sendable {
             }
         }
         guard expecting.contains(response.status) else {
-            let shaped = try? JSONDecoder().decode(ErrorResponse.self, from: Data(body.readableBytesView))
+            let shaped = try? JSONDecoder().decode(ErrorResponse.self, from: Data(body.readableBytesView)) // not the server's shape: the status and body are reported
             throw SyncClientError(status: Int(response.status.code), code: shaped?.error.code ?? "http\(response.status.code)",
                                   message: shaped?.error.message ?? "\(method) /\(path): \(response.status)")
         }

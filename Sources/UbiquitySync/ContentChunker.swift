@@ -109,7 +109,7 @@ package struct ContentChunker: Sendable {
     /// - Throws: The file's read errors.
     package func chunks(ofFileAt url: URL) throws -> [ContentChunk] {
         let handle = try FileHandle(forReadingFrom: url)
-        defer { try? handle.close() }
+        defer { try? handle.close() } // read-only: closing cannot lose anything
         var chunks: [ContentChunk] = []
         var buffer = Data()
         var offset = 0

@@ -67,6 +67,7 @@ extension NSFileCoordinator {
         // 3. Access.
         var readURLs: [URL] = []
         var snapshots: [URL] = []
+        // Snapshots live in the temporary directory: one left behind is the system's to clean.
         defer { for snapshot in snapshots { try? FileManager.default.removeItem(at: snapshot.deletingLastPathComponent()) } }
         for (index, (url, options)) in reading.enumerated() {
             var given = options.contains(.resolvesSymbolicLink) ? URL(fileURLWithPath: readPaths[index]) : url
@@ -85,6 +86,7 @@ extension NSFileCoordinator {
     /// An item deleted by a `.forDeleting` write takes its versions with it.
     func removeVersionsOfDeletedItems(_ writing: [(URL, WritingOptions)]) {
         for (url, options) in writing where options.contains(.forDeleting) {
+            // Only an item surely gone (not one that cannot be read) loses its versions.
             guard (try? POSIX.status(url.standardizedFileURL.path)) == .some(nil), let store = try? VersionStore(item: url) else { continue }
             do { try store.deleteStore() } catch {
                 logger.warning("could not remove the versions of a deleted item", metadata: ["item": "\(url.path)", "error": "\(error)"])

@@ -65,7 +65,7 @@ final class PresenterChannel: Sendable {
 
     /// Asks every other process with presenters to prepare for `access`.
     func prepareRemote(_ access: AccessDescription, timeout: Duration, logger: Logger) -> [RemoteSession] {
-        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return [] }
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return [] } // no folder: no other process presents
         let own = "\(getpid()).sock"
         var sessions: [RemoteSession] = []
         for entry in entries where entry.hasSuffix(".sock") && entry != own {
@@ -176,7 +176,7 @@ final class PresenterChannel: Sendable {
     // MARK: Framing: one JSON object per line
 
     static func send<T: Encodable>(_ message: T, to fd: Int32) -> Bool {
-        guard var data = try? JSONEncoder().encode(message) else { return false }
+        guard var data = try? JSONEncoder().encode(message) else { return false } // our own messages always encode
         data.append(0x0A)
         return data.withUnsafeBytes { SystemCall.sendAll(fd, $0) } == data.count
     }
@@ -187,7 +187,7 @@ final class PresenterChannel: Sendable {
         while line.count < 1 << 20 {
             let n = SystemCall.retrying { recv(fd, &byte, 1, 0) }
             if n <= 0 { return nil }
-            if byte == 0x0A { return try? JSONDecoder().decode(type, from: line) }
+            if byte == 0x0A { return try? JSONDecoder().decode(type, from: line) } // a malformed line ends the exchange, like a closed one
             line.append(byte)
         }
         return nil

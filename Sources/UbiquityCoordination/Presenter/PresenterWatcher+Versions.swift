@@ -17,6 +17,8 @@ import Glibc
 extension PresenterWatcher {
     /// The store directories to watch for a presented item.
     static func versionStoreDirectories(for item: String) -> [String] {
+        // Watching is best effort: a store that cannot be opened or read is not watched, and its
+        // versions are still found when an app asks (NSFileVersion reads the disk).
         guard !VersionStore.isInsideStore(item), let store = try? VersionStore(item: URL(fileURLWithPath: item)) else { return [] }
         var found: [String] = []
         if (try? POSIX.status(store.root))??.kind == .directory { found.append(store.root) }

@@ -398,7 +398,7 @@ final class PresenterWatcher: Sendable {
         for presenter in PresenterRegistry.shared.all {
             guard let url = presenter.presentedItemURL else { continue }
             var path = FileCoordinationLocks.canonicalPath(url)
-            var status = try? POSIX.status(path)
+            var status = try? POSIX.status(path) // unreadable: looked for where it moved, like one gone
             var hops = 0
             while status == nil, let moved = aliases[path], hops < 8 {
                 used[path] = moved
@@ -470,7 +470,7 @@ final class PresenterWatcher: Sendable {
                         if state.freshStoreRoots.contains(root) { state.versions[item] = [:] } else { snapshots.append(item) }
                     }
                 }
-                let names = Set((try? POSIX.directoryEntries(directory)) ?? [])
+                let names = Set((try? POSIX.directoryEntries(directory)) ?? []) // unreadable: its next event lists it again
                 state.names[directory] = names
                 if fresh.contains(directory) {
                     // Made before the watch was in place: report what is already there.
@@ -500,6 +500,7 @@ final class PresenterWatcher: Sendable {
         var queue = [path]
         while let directory = queue.popLast(), found.count < maximumWatches {
             found.append(directory)
+            // A folder that cannot be read is watched but not entered (what is in it cannot be presented either).
             for name in (try? POSIX.directoryEntries(directory)) ?? [] where !SafeSave.isTemporaryName(name) {
                 let child = directory + "/" + name
                 guard (try? POSIX.status(child))??.kind == .directory else { continue }
@@ -526,7 +527,7 @@ final class PresenterWatcher: Sendable {
     }
 
     private func deliver(_ path: String, _ change: Change) {
-        let exists = (try? POSIX.status(path)) != nil
+        let exists = (try? POSIX.status(path)) != nil // cannot be read: not called gone
         if !exists, change.notBefore == nil, !PresenterRegistry.shared.presenters(relatedTo: path, excluding: nil).filter({ $0.1 != .ancestor }).isEmpty {
             // A presented item vanished: give it a moment to come back before calling it gone.
             var waiting = change

@@ -148,7 +148,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         persistentIdentifier = .current
         isConflict = false
         hasLocalContents = true
-        size = status.kind == .directory ? ((try? POSIX.treeUsage(item.path).bytes) ?? 0) : status.size
+        size = status.kind == .directory ? ((try? POSIX.treeUsage(item.path).bytes) ?? 0) : status.size // a size only: unreadable counts 0
         flags = Mutex((true, false))
         store = nil
     }
@@ -158,7 +158,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
     /// The item's current version (the item itself), or nil if there is no item.
     /// - Parameter url: The item.
     public class func currentVersionOfItem(at url: URL) -> NSFileVersion? {
-        guard let status = try? POSIX.status(url.standardizedFileURL.path) else { return nil }
+        guard let status = try? POSIX.status(url.standardizedFileURL.path) else { return nil } // Apple's API: nil when it cannot be read
         return NSFileVersion(current: url.standardizedFileURL, status: status)
     }
 
@@ -191,7 +191,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         default: return nil
         }
         if id == PersistentIdentifier.current.rawValue { return currentVersionOfItem(at: url) }
-        guard let store = try? VersionStore(item: url), let record = try? store.record(id) else { return nil }
+        guard let store = try? VersionStore(item: url), let record = try? store.record(id) else { return nil } // Apple's API: nil, not an error
         return NSFileVersion(item: url.standardizedFileURL, record: record, store: store)
     }
 
@@ -264,7 +264,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         } catch {
             VersionStore.logger.warning("cannot make a staging directory beside the item; using the temporary directory", metadata: ["item": "\(url.path)", "error": "\(error)"])
             let fallback = FileManager.default.temporaryDirectory.appendingPathComponent("ubiquity-version-\(UUID().uuidString)", isDirectory: true)
-            try? FileManager.default.createDirectory(at: fallback, withIntermediateDirectories: true)
+            try? FileManager.default.createDirectory(at: fallback, withIntermediateDirectories: true) // a failure surfaces when the URL is written
             return fallback
         }
     }

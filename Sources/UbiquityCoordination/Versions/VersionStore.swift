@@ -172,10 +172,11 @@ struct VersionStore: Sendable {
                 try POSIX.sync(adding, directory: true)
                 try POSIX.rename(adding, folder + "/" + id)
                 try POSIX.sync(folder, directory: true)
-                if byMoving && !moved { try? POSIX.removeTree(source) }
+                if byMoving && !moved { try? POSIX.removeTree(source) } // the version is kept; a copy left at the source loses nothing
                 bumpGeneration()
                 return record
             } catch {
+                // The caller needs the first error; a `.adding-` folder left is removed by the next writer.
                 if moved { try? POSIX.rename(contents, source) }
                 try? POSIX.removeTree(adding)
                 throw error
@@ -241,7 +242,7 @@ struct VersionStore: Sendable {
             let removing = root + "/.removing-" + UUID().uuidString
             try POSIX.rename(folder, removing)
             try POSIX.removeTree(removing)
-            try? POSIX.sync(root, directory: true)
+            try? POSIX.sync(root, directory: true) // done; a crash before the flush brings back a store of a deleted item, which is harmless
         }
     }
 
@@ -273,7 +274,7 @@ struct VersionStore: Sendable {
                     if try POSIX.status(old) != nil { try POSIX.rename(old, destination.folder + "/" + entry + "/" + destination.name) }
                 }
             }
-            try? POSIX.sync(destination.root, directory: true)
+            try? POSIX.sync(destination.root, directory: true) // moved; only its durability across a crash is in doubt
             destination.bumpGeneration()
         }
     }
@@ -343,6 +344,7 @@ struct VersionStore: Sendable {
     }
 
     /// Half-added or half-removed versions a killed process left (the caller holds the write).
+    /// Best effort: what cannot go now is tried again by the next writer, and is hidden meanwhile.
     private func removeLeftovers() {
         for entry in (try? POSIX.directoryEntries(root)) ?? [] where entry.hasPrefix(".removing-") {
             try? POSIX.removeTree(root + "/" + entry)
@@ -352,6 +354,7 @@ struct VersionStore: Sendable {
         }
     }
 
+    /// Staged copies a day old (their writer died). Best effort, like ``removeLeftovers()``.
     private func removeStaleStaging(_ staging: String) {
         let dayAgo = Int64(Date().addingTimeInterval(-86_400).timeIntervalSince1970 * 1e9)
         for entry in (try? POSIX.directoryEntries(staging)) ?? [] {

@@ -15,7 +15,7 @@ extension Document {
         updateState(inserting: .progressAvailable)
         performAsynchronousFileAccess { [self] in
             let result = Result { try ownCoordinator.coordinate(readingItemAt: url) { try read(from: $0) } }
-            let date = try? POSIX.status(url.path)?.modificationDate
+            let date = try? POSIX.status(url.path)?.modificationDate // informative: nil if it cannot be read
             let conflicted = Self.hasUnresolvedConflicts(url)
             Task { @MainActor in
                 isOpening = false
@@ -57,7 +57,7 @@ extension Document {
         setEditingDisabled(true)
         performAsynchronousFileAccess { [self] in
             let result = Result { try ownCoordinator.coordinate(readingItemAt: url) { try read(from: $0) } }
-            let date = try? POSIX.status(url.path)?.modificationDate
+            let date = try? POSIX.status(url.path)?.modificationDate // informative: nil if it cannot be read
             let conflicted = Self.hasUnresolvedConflicts(url)
             Task { @MainActor in
                 setEditingDisabled(false)

@@ -31,7 +31,7 @@ extension Document {
                     try writeContents(handoff.value.0, andAttributes: handoff.value.1, safelyTo: url, for: saveOperation)
                 }
             }
-            let date = try? POSIX.status(url.path)?.modificationDate
+            let date = try? POSIX.status(url.path)?.modificationDate // informative: nil if it cannot be read
             Task { @MainActor in
                 progress.completedUnitCount = 1
                 switch result {

@@ -62,6 +62,7 @@ extension FileWrapper {
 
     func matchesContentsImplementation(of url: URL) -> Bool {
         let path = url.standardizedFileURL.path
+        // Apple's `matchesContents(of:)`: whatever cannot be read does not match.
         guard let status = try? POSIX.status(path) else { return false }
         switch lock.withLock({ kind }) {
         case .regular:

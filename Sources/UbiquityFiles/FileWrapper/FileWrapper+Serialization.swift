@@ -7,7 +7,7 @@ extension FileWrapper {
     var serializedRepresentationImplementation: Data? {
         guard let node = serializedNode() else { return nil }
         let root: [String: Any] = ["format": Self.serializationFormat, "version": Self.serializationVersion, "root": node]
-        return try? PropertyListSerialization.data(fromPropertyList: root, format: .binary, options: 0)
+        return try? PropertyListSerialization.data(fromPropertyList: root, format: .binary, options: 0) // Apple's API is optional
     }
 
     /// Recreates a wrapper tree from ``serializedRepresentation``.
@@ -17,6 +17,7 @@ extension FileWrapper {
     /// make a later ``write(to:options:originalContentsURL:)`` escape its destination.
     /// - Parameter serializeRepresentation: Data from ``serializedRepresentation``.
     public convenience init?(serializedRepresentation serializeRepresentation: Data) {
+        // Apple's failable initializer: anything not a serialized wrapper is nil.
         guard let plist = try? PropertyListSerialization.propertyList(from: serializeRepresentation, options: [], format: nil),
               let root = plist as? [String: Any],
               root["format"] as? String == Self.serializationFormat,

@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 
 /// A runtime representation of a file-system node — a regular file, a directory or a symbolic
 /// link — with Apple's `FileWrapper` API.
@@ -146,11 +147,16 @@ open class FileWrapper: @unchecked Sendable {
     /// The bytes of a regular-file wrapper (read from disk on first access), or nil for other
     /// kinds or when a lazily read file can no longer be read.
     open var regularFileContents: Data? {
-        lock.withLock {
+        lock.withLock { () -> Data? in
             guard kind == .regular else { return nil }
             if let contents { return contents }
             guard let source else { return nil }
-            guard let data = try? Self.readContents(source.path, mapping: mapping) else { return nil }
+            let data: Data
+            do { data = try Self.readContents(source.path, mapping: mapping) } catch {
+                // Read lazily: the member's file changed or went away since the package was read.
+                Logger(label: "ubiquity.file-wrapper").error("cannot read a file wrapper's contents", metadata: ["path": "\(source.path)", "error": "\(error)"])
+                return nil
+            }
             contents = data
             return data
         }

@@ -279,7 +279,7 @@ package enum POSIX {
     /// The current process's cumulative read and written bytes from `/proc/self/io`
     /// (`rchar`, `wchar`: bytes passed to read- and write-like system calls).
     package static func ioCounters() -> (read: Int64, written: Int64)? {
-        guard let text = try? String(contentsOfFile: "/proc/self/io", encoding: .utf8) else { return nil }
+        guard let text = try? String(contentsOfFile: "/proc/self/io", encoding: .utf8) else { return nil } // measurements only: nil says unknown
         var read: Int64?
         var written: Int64?
         for line in text.split(separator: "\n") {

@@ -59,7 +59,7 @@ public enum SafeSave {
                 try POSIX.sync(parent, directory: true)
             }
         } catch {
-            try? POSIX.removeTree(temporary)
+            try? POSIX.removeTree(temporary) // the save's own error matters; a temporary left is removed by the next save
             throw error
         }
         return URL(fileURLWithPath: temporary)
@@ -85,7 +85,7 @@ public enum SafeSave {
     /// Removes temporaries that an interrupted save of `name` left in `directory`.
     static func removeStaleTemporaries(named name: String, in directory: String, logger: Logger?) {
         let prefix = "." + name + temporaryMarker
-        guard let entries = try? POSIX.directoryEntries(directory) else { return }
+        guard let entries = try? POSIX.directoryEntries(directory) else { return } // best effort: the save itself reports real trouble
         for entry in entries where entry.hasPrefix(prefix) && entry.count == prefix.count + 16 {
             do { try POSIX.removeTree(directory + "/" + entry) } catch {
                 logger?.warning("could not remove a stale temporary", metadata: ["path": "\(directory)/\(entry)", "error": "\(error)"])

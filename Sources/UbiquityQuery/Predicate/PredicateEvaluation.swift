@@ -65,6 +65,7 @@ extension PredicateComparison {
 
     /// A regular expression for `MATCHES` (case-insensitive with `[c]`); nil if it is not one.
     static func regex(_ pattern: String, _ options: PredicateOptions) -> NSRegularExpression? {
+        // An invalid pattern (checked when the predicate is parsed) matches nothing.
         try? NSRegularExpression(pattern: pattern, options: options.contains(.caseInsensitive) ? [.caseInsensitive] : [])
     }
 

@@ -288,7 +288,7 @@ extension SyncServices {
             }
             try Validate.identifier(base, field: "baseRevision")
             guard let known = try await database.revisionManifest(accountId: device.accountId, container: container, item: item, revision: base),
-                  known.kind == .file, let chunks = try? delta.apply(to: known.manifest.chunks ?? []) else {
+                  known.kind == .file, let chunks = try? delta.apply(to: known.manifest.chunks ?? []) else { // a delta that does not fit: the whole list is sent
                 throw SyncError(.conflict, "deltaBaseUnknown", "the delta does not fit revision \(base): send the whole manifest")
             }
             update.manifest = Manifest(chunks: chunks)

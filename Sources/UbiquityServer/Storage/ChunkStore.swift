@@ -264,6 +264,7 @@ struct FileChunkStore: ChunkStorage {
         }
         // Packs no index entry names, old enough not to be an upload in progress.
         let indexed = Set(try await index.read { db in try String.fetchAll(db.cachedStatement(sql: "SELECT id FROM pack")) })
+        // Sweeping orphans is best effort: what cannot be listed now is swept by a later collection.
         let accounts = (try? FileManager.default.contentsOfDirectory(atPath: directory)) ?? []
         for account in accounts where Int64(account) != nil {
             let folder = "\(directory)/\(account)/packs"

@@ -95,6 +95,7 @@ extension PostgresDatabase {
                     notifier.isRelaying = true
                     defer { notifier.isRelaying = false }
                     for try await notification in notifications {
+                        // Another version's notification: its devices catch up on their next request.
                         guard let change = try? JSONDecoder().decode(RelayedChange.self, from: Data(notification.payload.utf8)),
                               change.instance != instance else { continue }
                         notifier.publish(account: change.account, container: change.container, sequence: change.sequence, keyValue: change.keyValue,
@@ -109,8 +110,8 @@ extension PostgresDatabase {
                                metadata: ["error": "\(Self.describe(error))", "attempt": "\(failures)"])
                 }
             }
-            try? await connection?.close()
-            try? await Task.sleep(for: .seconds(min(30, 1 << min(failures, 5))))
+            try? await connection?.close() // already failed or done: closing is tidying up
+            try? await Task.sleep(for: .seconds(min(30, 1 << min(failures, 5)))) // cancelled: the loop ends
         }
     }
 }

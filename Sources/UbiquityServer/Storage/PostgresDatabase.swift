@@ -37,9 +37,9 @@ final class PostgresDatabase: SyncDatabase {
         do {
             let schema = try await Self.migrate(connection, location: location)
             channel = String("ubiquity_\(schema)".prefix(63))
-            try? await connection.close()
+            try? await connection.close() // the migration's own connection: the pool opens others
         } catch {
-            try? await connection.close()
+            try? await connection.close() // the first error is the one to report
             throw SyncError(.serviceUnavailable, "databaseUnavailable", "cannot prepare the schema in \(location.redacted): \(Self.describe(error))")
         }
         let client = PostgresClient(configuration: location.clientConfiguration(), backgroundLogger: logger)
@@ -83,7 +83,7 @@ final class PostgresDatabase: SyncDatabase {
                         try await connection.query("COMMIT", logger: logger)
                         return result
                     } catch {
-                        _ = try? await connection.query("ROLLBACK", logger: logger)
+                        _ = try? await connection.query("ROLLBACK", logger: logger) // a broken connection rolls back by itself
                         throw error
                     }
                 }

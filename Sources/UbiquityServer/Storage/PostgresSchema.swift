@@ -106,7 +106,7 @@ extension PostgresDatabase {
             try await connection.query("COMMIT", logger: logger)
             return schema
         } catch {
-            _ = try? await connection.query("ROLLBACK", logger: logger)
+            _ = try? await connection.query("ROLLBACK", logger: logger) // a broken connection rolls back by itself
             throw error
         }
     }

@@ -450,7 +450,7 @@ final class SQLiteDatabase: SyncDatabase {
     }
 
     func close() async {
-        try? pool.close()
+        try? pool.close() // GRDB refuses only while statements run; the process is ending anyway
     }
 
     // MARK: Helpers
