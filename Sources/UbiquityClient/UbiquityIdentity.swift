@@ -1,5 +1,7 @@
 import Foundation
+import Logging
 import Synchronization
+import UbiquityFiles
 
 extension NSNotification.Name {
     /// Posted (on the default notification center, object the default file manager, no
@@ -20,7 +22,9 @@ extension FileManager {
 /// Watches the signed-in account's identity for one set of ``UbiquityPaths``: ``token`` reads
 /// it; a change (sign-in, sign-out, another account) is posted as
 /// ``NSNotification/Name/NSUbiquityIdentityDidChange`` once ``startWatching()`` ran (the first
-/// read of ``token`` starts it). The check is a `stat` of the credentials file every half second.
+/// read of ``token`` starts it). Changes are seen through inotify on the configuration folder
+/// (where `ubiquity login` writes the credentials); where inotify cannot be used, by a `stat` of
+/// the credentials file every half second.
 public final class UbiquityIdentity: Sendable {
     /// For this process's environment (what `FileManager.default.ubiquityIdentityToken` uses).
     public static let shared = UbiquityIdentity(paths: UbiquityPaths())
@@ -28,7 +32,20 @@ public final class UbiquityIdentity: Sendable {
     /// The paths watched.
     public let paths: UbiquityPaths
     private let notificationCenter: NotificationCenter
-    private let state = Mutex<(stamp: String?, token: String?, timer: (any DispatchSourceTimer)?)>((nil, nil, nil))
+    private let state = Mutex<(stamp: String?, token: String?, watching: Watching?)>((nil, nil, nil))
+
+    /// How changes are followed.
+    private enum Watching {
+        case events(DirectoryWatcher)
+        case polling(any DispatchSourceTimer)
+
+        func stop() {
+            switch self {
+            case .events(let watcher): watcher.stop()
+            case .polling(let timer): timer.cancel()
+            }
+        }
+    }
 
     /// Watches the credentials under `paths`, posting to `notificationCenter`.
     public init(paths: UbiquityPaths, notificationCenter: NotificationCenter = .default) {
@@ -36,7 +53,7 @@ public final class UbiquityIdentity: Sendable {
         self.notificationCenter = notificationCenter
     }
 
-    deinit { state.withLock { $0.timer?.cancel() } }
+    deinit { state.withLock { $0.watching?.stop() } }
 
     /// The signed-in account's identity token, or nil (also nil when the credentials cannot be read).
     public var token: String? {
@@ -44,21 +61,30 @@ public final class UbiquityIdentity: Sendable {
         return refresh().token
     }
 
-    /// Starts the periodic check (idempotent).
+    /// Starts following sign-in changes (idempotent).
     public func startWatching() {
         state.withLock { state in
-            guard state.timer == nil else { return }
+            guard state.watching == nil else { return }
             state.stamp = Self.stamp(paths)
             state.token = UbiquityCredentials.signedIn(in: paths)?.identityToken
-            let timer = DispatchSource.makeTimerSource(queue: .global(qos: .utility))
-            timer.schedule(deadline: .now() + .milliseconds(500), repeating: .milliseconds(500), leeway: .milliseconds(100))
-            timer.setEventHandler { [weak self] in
+            let changed: @Sendable () -> Void = { [weak self] in
                 guard let self else { return }
                 let (changed, _) = self.refresh()
                 if changed { self.notificationCenter.post(name: .NSUbiquityIdentityDidChange, object: FileManager.default) }
             }
-            timer.resume()
-            state.timer = timer
+            do {
+                // Private like the credentials (`ubiquity login` makes it so too).
+                try FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+                state.watching = .events(try DirectoryWatcher(root: paths.configuration) { _ in changed() })
+            } catch {
+                Logger(label: "ubiquity.identity").warning("cannot watch the configuration folder; checking the sign-in every half second",
+                                                          metadata: ["folder": "\(paths.configuration.path)", "error": "\(error)"])
+                let timer = DispatchSource.makeTimerSource(queue: .global(qos: .utility))
+                timer.schedule(deadline: .now() + .milliseconds(500), repeating: .milliseconds(500), leeway: .milliseconds(100))
+                timer.setEventHandler(handler: changed)
+                timer.resume()
+                state.watching = .polling(timer)
+            }
         }
     }
 

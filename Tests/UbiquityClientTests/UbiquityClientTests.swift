@@ -58,6 +58,8 @@ import UbiquityTestSupport
         let observer = center.addObserver(forName: .NSUbiquityIdentityDidChange, object: nil, queue: nil) { _ in posted.withLock { $0 += 1 } }
         defer { center.removeObserver(observer) }
         #expect(identity.token == nil)
+        let mode = try FileManager.default.attributesOfItem(atPath: paths.configuration.path)[.posixPermissions] as? Int
+        #expect(mode == 0o700, "the folder watched for sign-ins is private, like the credentials in it")
 
         func waitForPosts(_ count: Int) async throws {
             let deadline = ContinuousClock.now + .seconds(5)

@@ -20,7 +20,7 @@ import Testing
         let group = ServiceGroup(configuration: .init(
             services: [collector, ChangeRelayService(database: storage.database, notifier: ChangeNotifier())], logger: logger))
         let running = Task { try await group.run() }
-        let deadline = ContinuousClock.now + .seconds(10)
+        let deadline = ContinuousClock.now + .seconds(60) // generous: a loaded suite once held it past 10 s
         while collections.withLock({ $0 }) == 0 && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
         #expect(collections.withLock { $0 } == 1, "collected once at start, then waits an hour")
         await group.triggerGracefulShutdown()
