@@ -118,3 +118,20 @@ long long ubq_heap_in_use(void) {
     struct mallinfo2 info = mallinfo2();
     return (long long)info.uordblks;
 }
+
+int ubq_release_free_memory(void) {
+#ifdef __GLIBC__
+    return malloc_trim(0);
+#else
+    return 0;
+#endif
+}
+
+void ubq_limit_retained_memory(int arenas) {
+#ifdef __GLIBC__
+    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    mallopt(M_ARENA_MAX, arenas);
+#else
+    (void)arenas;
+#endif
+}

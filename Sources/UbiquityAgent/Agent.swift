@@ -32,6 +32,7 @@ package actor Agent: Service {
     /// Runs until cancelled or shut down gracefully (SIGTERM under a service group).
     package func run() async throws {
         let paths = paths, logger = logger
+        FreedMemory.limitRetained() // a process that runs for weeks gives back what it frees
         do {
             try await runUntilShutdown(paths: paths, logger: logger)
         } catch is CancellationError {

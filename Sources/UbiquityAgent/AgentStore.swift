@@ -83,6 +83,13 @@ package final class AgentStore: Sendable {
 
     /// The container's sync state, or nil if it was never synced here.
     package func state(of container: String) throws -> DeviceSyncState.Persisted? {
+        var interner = StringInterner()
+        return try state(of: container, interning: &interner)
+    }
+
+    /// The container's sync state, or nil if it was never synced here, its strings shared
+    /// through `interner` (with those of the container's ``files(of:interning:)``).
+    package func state(of container: String, interning interner: inout StringInterner) throws -> DeviceSyncState.Persisted? {
         try pool.read { db -> DeviceSyncState.Persisted? in
             guard let meta = try Row.fetchOne(db, sql: "SELECT * FROM syncMeta WHERE container = ?", arguments: [container]) else { return nil }
             var state = DeviceSyncState.Persisted(device: meta["device"])
@@ -91,8 +98,12 @@ package final class AgentStore: Sendable {
             let decoder = JSONDecoder()
             let rows = try Row.fetchCursor(db, sql: "SELECT item, remote, local, sending, queued FROM syncItem WHERE container = ?", arguments: [container])
             while let row = try rows.next() {
-                let item: String = row["item"]
-                if let data = row["remote"] as Data? { state.remote[item] = try decoder.decode(ItemSnapshot.self, from: data) }
+                let item = interner(row["item"] as String)
+                if let data = row["remote"] as Data? {
+                    var remote = try decoder.decode(ItemSnapshot.self, from: data)
+                    (remote.id, remote.revision, remote.content, remote.parent) = (item, interner(remote.revision), interner(remote.content), interner(remote.parent))
+                    state.remote[item] = remote
+                }
                 if let data = row["local"] as Data? { state.local[item] = try decoder.decode(DeviceSyncState.LocalItem.self, from: data) }
                 if let data = row["sending"] as Data? { state.sending[item] = try decoder.decode(LocalChange.self, from: data) }
                 if let data = row["queued"] as Data? { state.queued[item] = try decoder.decode(LocalChange.self, from: data) }
@@ -126,15 +137,24 @@ package final class AgentStore: Sendable {
 
     /// The container's files as last seen.
     package func files(of container: String) throws -> [String: File] {
+        var interner = StringInterner()
+        return try files(of: container, interning: &interner)
+    }
+
+    /// The container's files as last seen, their strings shared through `interner` (with
+    /// those of the container's ``state(of:interning:)``).
+    package func files(of container: String, interning interner: inout StringInterner) throws -> [String: File] {
         try pool.read { db in
-            let rows = try Row.fetchAll(db, sql: "SELECT * FROM localFile WHERE container = ?", arguments: [container])
-            return Dictionary(uniqueKeysWithValues: rows.map { row in
-                let file = File(path: row["path"], item: row["item"],
+            var files: [String: File] = [:]
+            let rows = try Row.fetchCursor(db, sql: "SELECT * FROM localFile WHERE container = ?", arguments: [container])
+            while let row = try rows.next() {
+                let file = File(path: interner(row["path"] as String), item: interner(row["item"] as String),
                                 fingerprint: LocalFingerprint(inode: UInt64(bitPattern: row["inode"]), size: row["size"], modified: row["modified"], changed: row["changed"],
                                                               kind: ItemKind(rawValue: row["kind"]) ?? .file),
-                                content: row["content"], revision: row["revision"])
-                return (file.path, file)
-            })
+                                content: interner(row["content"] as String), revision: interner(row["revision"] as String?))
+                files[file.path] = file
+            }
+            return files
         }
     }
 

@@ -22,9 +22,11 @@ extension ContainerSync {
     /// first). A deleted folder that still holds something the server does not know stays, and
     /// is sent again as a new folder: nothing local is ever removed unseen. Items with local
     /// changes wait for the server's answer (which counts as a change of their state).
-    func materialize() async throws {
+    /// Returns how many items it looked at.
+    @discardableResult
+    func materialize() async throws -> Int {
         let changed = state.takeShownChanged()
-        let moved = shown.update(changed, from: state)
+        let moved = shown.update(changed, from: state, onDisk: files.path(of:))
         let everything = materialPending == nil
         let candidates = everything ? Set(state.persisted.remote.keys).union(state.persisted.local.keys)
                                     : (materialPending ?? []).union(changed).union(moved)
@@ -37,7 +39,6 @@ extension ContainerSync {
             guard !state.hasLocalChanges(item), let visible = state.visible(item) else { continue }
             settled.append((item, visible))
         }
-        let paths = shown.paths
         var wanted: [String: UbiquityPlaceholder] = [:], unwanted = Set<String>()
 
         var gone: [String] = []
@@ -61,7 +62,7 @@ extension ContainerSync {
         }
         try await persist(removed: gone)
 
-        let folders = settled.filter { !$0.shown.deleted && $0.shown.kind == .directory }.compactMap { entry in paths[entry.item].map { (entry.item, $0) } }
+        let folders = settled.filter { !$0.shown.deleted && $0.shown.kind == .directory }.compactMap { entry in shown.path(of: entry.item).map { (entry.item, $0) } }
         var made: [AgentStore.File] = []
         for (item, path) in folders.sorted(by: { (LocalContents.depth($0.1), $0.1) < (LocalContents.depth($1.1), $1.1) }) {
             unwanted.insert(item)
@@ -90,7 +91,7 @@ extension ContainerSync {
 
         var downloads: [Download] = []
         for (item, remote) in settled.sorted(by: { $0.item < $1.item }) where !remote.deleted && remote.kind != .directory {
-            guard let path = paths[item] else { continue }
+            guard let path = shown.path(of: item) else { continue }
             let folder = LocalContents.folder(of: path)
             guard parent(ofFolder: folder) != nil else {
                 later.insert(item) // its folder is not here yet
@@ -135,6 +136,7 @@ extension ContainerSync {
         }
         try await persist(removed: emptied)
         later.formUnion(try writePlaceholders(wanted, unwanted: everything ? nil : unwanted))
+        return candidates.count
     }
 
     /// An item to bring down: its contents (`content`) to `path`, over its `previous` copy here if any.

@@ -192,7 +192,7 @@ extension ContainerSync {
 
     /// Every item (downloaded or not; folders and what is in them) with its transfer state, by path.
     package func statuses() -> [UbiquityItemStatus] {
-        shown.paths.sorted { $0.value < $1.value }.map { status(of: $0.key, at: $0.value) }
+        shown.byPath.map { status(of: $0.item, at: $0.path) }
     }
 
     /// The state of the item at `name` (a path relative to `Documents`), or nil if there is none.
@@ -244,7 +244,7 @@ extension ContainerSync {
         for item in state.persisted.queued.keys { note(item, .waitingToSend) }
         for item in requested where files.file(of: item) == nil { note(item, .downloadRequested) }
         return reasons.map { item, reason in
-            PendingItem(path: shown.paths[item] ?? state.visible(item)?.name ?? item, reason: reason.0, detail: reason.1)
+            PendingItem(path: shown.path(of: item) ?? state.visible(item)?.name ?? item, reason: reason.0, detail: reason.1)
         }.sorted { $0.path < $1.path }
     }
 }

@@ -76,7 +76,7 @@ extension ContainerSync {
         }
         // Items shown here but not downloaded, by path: a file found where one is (a download a
         // killed agent had put in place without recording it) is that item, not a new one.
-        func shownElsewhere(_ path: String) -> String? { shown.items[path].flatMap { files.contains(item: $0) ? nil : $0 } }
+        func shownElsewhere(_ path: String) -> String? { shown.item(at: path).flatMap { files.contains(item: $0) ? nil : $0 } }
         // What arrived (moved here or new), parents before their items.
         let arrivals = (changes.moved.map(\.to) + changes.added).sorted { (LocalContents.depth($0), $0) < (LocalContents.depth($1), $1) }
         for path in arrivals {
@@ -106,7 +106,7 @@ extension ContainerSync {
                 materialPending?.insert(item) // its placeholder goes
                 continue
             }
-            let item = "i" + UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+            let item = RandomIdentifier.make()
             state.save(item: item, name: name, parent: parent, kind: print.kind, content: content,
                        date: print.kind == .directory ? Date().timeIntervalSince1970 : date)
             let file = AgentStore.File(path: path, item: item, fingerprint: print, content: content)

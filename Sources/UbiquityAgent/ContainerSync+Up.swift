@@ -13,23 +13,27 @@ extension ContainerSync {
     /// revision's chunk list where that list is known here), the chunks of small contents just
     /// before it, then the chunks the server says it still lacks, read back from the files and checked, so contents changed since the scan are never
     /// sent under the old hash. A change the server refuses, or that gets no answer, stays for
-    /// the next round, and its error is shown.
-    func send(_ changes: [LocalChange]) async throws {
-        var start = 0
+    /// the next round, and its error is shown. Returns the container sequences of the commits
+    /// the server made.
+    @discardableResult
+    func send(_ changes: [LocalChange]) async throws -> [Int64] {
+        var start = 0, sequences: [Int64] = []
         while start < changes.count {
             let batch = Array(changes[start..<min(changes.count, start + Self.commitBatchSize)])
             start += batch.count
             defer { statusVersion &+= 1 }
-            guard try await send(batch, deltas: true) else {
+            guard try await send(batch, deltas: true, sequences: &sequences) else {
                 // The server is not answering: the rest waits for the next round too.
                 for change in changes[start...] { state.failed(.commit(change)) }
                 break
             }
         }
+        return sequences
     }
 
-    /// Sends one batch of changes; false if the server did not answer.
-    private func send(_ batch: [LocalChange], deltas: Bool) async throws -> Bool {
+    /// Sends one batch of changes, adding the sequences of the commits made to `sequences`;
+    /// false if the server did not answer.
+    private func send(_ batch: [LocalChange], deltas: Bool, sequences: inout [Int64]) async throws -> Bool {
         var sent: [(change: LocalChange, members: [LocalMember])] = [], commits: [ItemCommit] = []
         var inlineBytes = 0, inlined = Set<String>()
         for change in batch {
@@ -91,9 +95,10 @@ extension ContainerSync {
                 upsert.append(file)
             }
             state.committed(CommitAnswer(changeId: entry.change.changeId, revision: entry.answer.revision, item: Self.snapshot(entry.answer.item)))
+            sequences.append(entry.answer.item.sequence)
         }
         try await persist(upsert: upsert)
-        if !whole.isEmpty { _ = try await send(whole, deltas: false) }
+        if !whole.isEmpty { _ = try await send(whole, deltas: false, sequences: &sequences) }
         return true
     }
 

@@ -133,13 +133,14 @@ package actor ContainerSync {
         self.client = client
         self.store = store
         self.logger = logger
-        state = try store.state(of: container).map(DeviceSyncState.init(restoring:)) ?? DeviceSyncState(device: device)
-        files = LocalFiles(try store.files(of: container))
+        var interner = StringInterner() // ids, revisions, tokens and paths held once, not once a table
+        state = try store.state(of: container, interning: &interner).map(DeviceSyncState.init(restoring:)) ?? DeviceSyncState(device: device)
+        files = LocalFiles(try store.files(of: container, interning: &interner))
         requested = try store.downloadRequests(of: container)
         conflictCopies = try store.conflictCopies(of: container)
         try FileManager.default.createDirectory(at: documents, withIntermediateDirectories: true)
         placeholders = Placeholders(Self.placeholdersOnDisk(in: root, packageExtensions: packageExtensions))
-        shown.update(Set(state.persisted.remote.keys).union(state.persisted.local.keys), from: state)
+        shown.update(Set(state.persisted.remote.keys).union(state.persisted.local.keys), from: state, onDisk: files.path(of:))
         Self.removeStagedDownloads(in: root, logger: logger)
     }
 
@@ -176,7 +177,7 @@ package actor ContainerSync {
     func item(at path: String) -> String? {
         if let file = files[path] { return file.item }
         if let placeholder = placeholders[LocalContents.placeholderPath(for: path)], !placeholder.item.isEmpty { return placeholder.item }
-        return shown.items[path]
+        return shown.item(at: path)
     }
 
     /// The container's sequence up to which every change has been fetched.
@@ -219,23 +220,23 @@ package actor ContainerSync {
             statusVersion &+= 1
         }
         try await scanLocalChanges()
-        let requests = state.requests(fetch: true)
-        try await send(requests.compactMap { if case .commit(let change) = $0 { change } else { nil } })
-        for request in requests {
-            if case .commit = request { continue }
+        let committed = try await send(state.requests(fetch: false).compactMap { if case .commit(let change) = $0 { change } else { nil } })
+        // A page listing only this round's own commits is not fetched (the answers said it all).
+        if committed.isEmpty || !state.skipOwnChanges(committed), let fetch = state.fetchRequest() {
             defer { statusVersion &+= 1 }
             do {
-                try await perform(request)
+                try await perform(fetch)
             } catch let error as SyncClientError {
-                failed(request, error)
+                failed(fetch, error)
             }
         }
-        try await materialize()
+        let looked = try await materialize()
         try await reconcileConflicts()
         forgetUnusedContents()
         try await persist()
         lastSync = Date()
         answerDownloadWaiters()
+        if looked + committed.count >= FreedMemory.threshold { FreedMemory.release() }
     }
 
     /// A request the server did not answer or refused: kept for the next round, and said.
@@ -308,10 +309,14 @@ package actor ContainerSync {
         return ChunkListDelta(from: old.chunks, to: new.chunks)
     }
 
-    /// Forgets the chunk lists nothing refers to any more (local files, the server's current
-    /// contents, changes not acknowledged yet) — once they have grown by half since the last
-    /// time, so that a round's cost follows what changed, not how many items there are.
+    /// Forgets the chunk lists of one chunk, which cost more to keep than to cut again (a file
+    /// of at most ``ContentChunker/maximumSize`` bytes; kept through the round that cut them),
+    /// and those nothing refers to any more (local files, the server's current contents,
+    /// changes not acknowledged yet) — once they have grown by half since the last time, so
+    /// that a round's cost follows what changed, not how many items there are. What stays is
+    /// what a small edit of a large file needs: the chunk list it is a difference from.
     func forgetUnusedContents() {
+        localContents = localContents.filter { $0.value.count > 1 || ($0.value.first?.chunks.count ?? 0) > 1 }
         guard localContents.count > contentsKept + max(256, contentsKept / 2) else { return }
         defer { contentsKept = localContents.count }
         var used = Set(files.byPath.values.map(\.content))

@@ -8,13 +8,14 @@ import UbiquitySync
 /// by item, and by folder (so finding an item's path, a folder's contents or a folder by its
 /// inode is a lookup, not a search).
 struct LocalFiles {
-    private(set) var byPath: [String: AgentStore.File]
+    /// The records by path (out of line: there is one per file).
+    private(set) var byPath: OutOfLineDictionary<AgentStore.File>
     private var pathByItem: [String: String] = [:]
     private var childrenByFolder: [String: Set<String>] = [:]
     private var folderByInode: [UInt64: String] = [:]
 
     init(_ files: [String: AgentStore.File]) {
-        byPath = [:]
+        byPath = OutOfLineDictionary(minimumCapacity: files.count)
         for (path, file) in files { self[path] = file }
     }
 

@@ -12,41 +12,59 @@ import UbiquitySync
 /// folder, not known yet, or in a cycle of folders) is at the top of `Documents`: an item moved
 /// into a folder deleted elsewhere at the same time is kept, not lost.
 struct ShownTree {
-    /// Item → path, for every item shown (not deleted).
-    private(set) var paths: [String: String] = [:]
+    /// Where a shown item is, and the parent it names ("" for none).
+    private struct Placement {
+        var path: String
+        var parent: String
+    }
+
+    /// Item → placement, for every item shown (not deleted).
+    private var placements: [String: Placement] = [:]
     /// Path → item.
-    private(set) var items: [String: String] = [:]
+    private var items: [String: String] = [:]
     /// Items shown, by the parent they name (shown or not: when it appears, they move under it).
     private var children: [String: Set<String>] = [:]
-    /// The parent each shown item names ("" for none).
-    private var parents: [String: String] = [:]
 
     /// How many items are shown.
-    var count: Int { paths.count }
+    var count: Int { placements.count }
+
+    /// Where `item` is shown, if it is.
+    func path(of item: String) -> String? { placements[item]?.path }
+
+    /// The item shown at `path`, if any.
+    func item(at path: String) -> String? { items[path] }
+
+    /// Every item shown with its path, by path.
+    var byPath: [(item: String, path: String)] {
+        placements.map { ($0.key, $0.value.path) }.sorted { $0.path < $1.path }
+    }
 
     /// Places `changed` again from `state`, and everything under those whose path changed.
-    /// Returns every item whose path changed (appeared, moved or went).
+    /// Returns every item whose path changed (appeared, moved or went). `onDisk` tells where an
+    /// item's file is: a path equal to it is kept as that string, not a copy.
     @discardableResult
-    mutating func update(_ changed: some Sequence<String>, from state: DeviceSyncState) -> Set<String> {
+    mutating func update(_ changed: some Sequence<String>, from state: DeviceSyncState, onDisk: (String) -> String? = { _ in nil }) -> Set<String> {
         var moved = Set<String>()
         var pending = Array(changed)
         while let item = pending.popLast() {
             let shown = state.visible(item).flatMap { $0.deleted ? nil : $0 }
-            let parent = shown.map { $0.parent ?? "" }
-            if parents[item] != parent {
-                if let old = parents[item] {
-                    children[old]?.remove(item)
-                    if children[old]?.isEmpty == true { children[old] = nil }
-                }
-                parents[item] = parent
-                if let parent { children[parent, default: []].insert(item) }
+            let old = placements[item]
+            var placement: Placement?
+            if let shown, var path = Self.path(of: item, in: state) {
+                if let existing = onDisk(item), existing == path { path = existing }
+                placement = Placement(path: path, parent: shown.parent ?? "")
             }
-            let path = shown == nil ? nil : Self.path(of: item, in: state)
-            let old = paths[item]
-            guard old != path else { continue }
-            if let old, items[old] == item { items[old] = nil }
-            paths[item] = path
-            if let path { items[path] = item }
+            if old?.parent != placement?.parent {
+                if let parent = old?.parent {
+                    children[parent]?.remove(item)
+                    if children[parent]?.isEmpty == true { children[parent] = nil }
+                }
+                if let parent = placement?.parent { children[parent, default: []].insert(item) }
+            }
+            placements[item] = placement
+            guard old?.path != placement?.path else { continue }
+            if let path = old?.path, items[path] == item { items[path] = nil }
+            if let path = placement?.path { items[path] = item }
             moved.insert(item)
             pending.append(contentsOf: children[item] ?? []) // what is in a folder moves with it
         }

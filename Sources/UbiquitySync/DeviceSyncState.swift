@@ -4,6 +4,7 @@ import UbiquityProtocol
 /// An item as the server has it (what `changes` and commit answers carry), reduced to what the
 /// sync decisions need. `content` names the contents (a manifest's hash in the agent).
 package struct ItemSnapshot: Sendable, Equatable, Codable {
+    // Strings first, then words, then bytes: no padding between them (one of these per item).
     /// The item's id (stable; not its name).
     package var id: String
     /// Its current revision.
@@ -12,8 +13,8 @@ package struct ItemSnapshot: Sendable, Equatable, Codable {
     package var name: String
     /// Its contents.
     package var content: String
-    /// Whether it is deleted (a tombstone).
-    package var deleted: Bool
+    /// The folder item it is in (nil: the container's top level).
+    package var parent: String?
     /// The container's sequence at its last change (newer snapshots have greater ones).
     package var sequence: Int64
     /// Its unresolved conflict versions.
@@ -22,8 +23,8 @@ package struct ItemSnapshot: Sendable, Equatable, Codable {
     package var size: Int64?
     /// When it was last modified (seconds since 1970), when known.
     package var modificationDate: Double?
-    /// The folder item it is in (nil: the container's top level).
-    package var parent: String?
+    /// Whether it is deleted (a tombstone).
+    package var deleted: Bool
     /// File, package or folder (nil: a file).
     package var kind: ItemKind?
 
@@ -126,8 +127,8 @@ package struct DeviceSyncState: Sendable {
     package struct Persisted: Sendable, Equatable, Codable {
         /// The device's id (the conflict rule's tie-breaker).
         package var device: String
-        /// The newest server state of each item seen.
-        package var remote: [String: ItemSnapshot] = [:]
+        /// The newest server state of each item seen (out of line: there is one per item).
+        package var remote = OutOfLineDictionary<ItemSnapshot>()
         /// The local state of items with unacknowledged changes: what the device shows for them.
         package var local: [String: LocalItem] = [:]
         /// Per item, the change sent and not yet acknowledged.
@@ -312,6 +313,25 @@ package struct DeviceSyncState: Sendable {
         }
     }
 
+    /// The fetch to send now, if none is on the wire.
+    package mutating func fetchRequest() -> SyncRequest? {
+        guard !fetching else { return nil }
+        fetching = true
+        return .fetch(since: persisted.cursor)
+    }
+
+    /// After commits the server answered with these container sequences: when they are every
+    /// change after the cursor (nobody else changed the container in between), the cursor moves
+    /// past them, since a fetch would only list this device's own changes again. Returns whether
+    /// it moved; if not, a fetch brings what happened in between.
+    package mutating func skipOwnChanges(_ sequences: some Sequence<Int64>) -> Bool {
+        let cursor = persisted.cursor
+        let newer = Set(sequences.filter { $0 > cursor })
+        guard let last = newer.max(), last - cursor == Int64(newer.count) else { return false }
+        persisted.cursor = last
+        return true
+    }
+
     /// The server's answer to a fetch: the items changed since the cursor, and the sequence they
     /// bring the container to.
     package mutating func fetched(_ items: [ItemSnapshot], upTo sequence: Int64) {
@@ -323,6 +343,9 @@ package struct DeviceSyncState: Sendable {
     /// An item's state from any answer (the newest wins; older ones arriving late are ignored).
     package mutating func learn(_ item: ItemSnapshot) {
         if let known = persisted.remote[item.id], known.sequence >= item.sequence { return }
+        var item = item
+        // Its folder's id is a key here already (siblings share it instead of a copy each).
+        if let parent = item.parent, let stored = persisted.remote.storedKey(parent) { item.parent = stored }
         touched.insert(item.id)
         persisted.remote[item.id] = item
         shownChanged.insert(item.id)

@@ -17,6 +17,16 @@ int ubq_set_attribute(const char *path, const char *name, const void *value, uns
 long ubq_get_attribute(const char *path, const char *name, void *value, unsigned long size);
 int ubq_remove_attribute(const char *path, const char *name);
 
+/// Keeps a long-lived process's heap from holding freed memory (glibc only; elsewhere
+/// nothing): blocks of 128 KiB and more are always mapped on their own and unmapped when freed
+/// (glibc otherwise raises that threshold to the largest block freed, up to 32 MiB, and later
+/// large blocks then fragment the heap), and at most `arenas` arenas are made.
+void ubq_limit_retained_memory(int arenas);
+
+/// Gives the free memory of every heap arena back to the system (glibc's malloc_trim(0));
+/// returns whether any was. Does nothing where the C library is not glibc.
+int ubq_release_free_memory(void);
+
 /// Makes `destination` share `source`'s extents (FICLONE, a reflink). Returns 0 or -1 with errno set.
 int ubq_clone_file(int destination, int source);
 

@@ -218,7 +218,7 @@ extension PostgresDatabase {
             }
             (name, renameOther) = folders[update.parent]!.settle(name: name, id: itemId)
         }
-        let revision = UUID().uuidString.lowercased()
+        let revision = RandomIdentifier.make()
         try await db.rows("""
             INSERT INTO revision (id, container_id, item_id, base_revision, device_id, device_name, name, parent, kind, size,
                 modification_date, type, manifest, deleted, complete, state, created, change_id, digest)
@@ -405,7 +405,7 @@ extension PostgresDatabase {
     /// A new current revision of an item, made by the server: the same contents under another name.
     static func serverRename(_ db: PostgresConnection, containerId: Int64, itemId: String, to name: String, now: Date) async throws {
         guard let current = try await db.rows("SELECT current_revision FROM item WHERE container_id = \(containerId) AND id = \(itemId)").first?.get("current_revision", as: String.self) else { return }
-        let revision = UUID().uuidString.lowercased()
+        let revision = RandomIdentifier.make()
         try await db.rows("""
             INSERT INTO revision (id, container_id, item_id, base_revision, device_id, device_name, name, parent, kind, size,
                 modification_date, type, manifest, deleted, complete, state, created)

@@ -38,7 +38,7 @@ extension PostgresDatabase {
             let itemId: String = try row.get("item_id")
             try await db.rows("SELECT 1 AS one FROM account WHERE id = \(try row.get("account_id", as: Int64.self)) FOR SHARE")
             try await db.rows("SELECT id FROM container WHERE id = \(containerId) FOR UPDATE")
-            let restored = UUID().uuidString.lowercased()
+            let restored = RandomIdentifier.make()
             try await db.rows("""
                 INSERT INTO revision (id, container_id, item_id, base_revision, device_id, device_name, name, parent, kind, size,
                     modification_date, type, manifest, deleted, complete, state, created)

@@ -204,7 +204,7 @@ final class SQLiteDatabase: SyncDatabase {
             }
             (name, renameOther) = folders[update.parent]!.settle(name: name, id: itemId)
         }
-        let revision = UUID().uuidString.lowercased()
+        let revision = RandomIdentifier.make()
         try db.cachedStatement(sql: """
             INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
                 modificationDate, type, manifest, deleted, complete, state, created, changeId, digest)
@@ -411,7 +411,7 @@ final class SQLiteDatabase: SyncDatabase {
                 """), arguments: [accountName, revision]) else { return nil }
             let containerId: Int64 = row["containerId"]
             let itemId: String = row["itemId"]
-            let restored = UUID().uuidString.lowercased()
+            let restored = RandomIdentifier.make()
             try db.cachedStatement(sql: """
                 INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
                     modificationDate, type, manifest, deleted, complete, state, created)
@@ -458,7 +458,7 @@ final class SQLiteDatabase: SyncDatabase {
     /// A new current revision of an item, made by the server: the same contents under another name.
     static func serverRename(_ db: Database, containerId: Int64, itemId: String, to name: String, now: Date) throws {
         guard let current = try String.fetchOne(db.cachedStatement(sql: "SELECT currentRevision FROM item WHERE containerId = ? AND id = ?"), arguments: [containerId, itemId]) else { return }
-        let revision = UUID().uuidString.lowercased()
+        let revision = RandomIdentifier.make()
         try db.cachedStatement(sql: """
             INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
                 modificationDate, type, manifest, deleted, complete, state, created)

@@ -49,6 +49,44 @@ import UbiquitySync
         #expect(first.server.items == second.server.items)
     }
 
+    /// A device whose commits were the only changes since its cursor moves past them without a
+    /// fetch; one that another device's change came between must fetch, and learns it.
+    @Test func onlyOwnCommitsNeedNoFetch() {
+        var server = ModelServer()
+        var a = DeviceSyncState(device: "a"), b = DeviceSyncState(device: "b")
+        func commitAll(_ device: inout DeviceSyncState) -> [Int64] {
+            device.requests(fetch: false).compactMap { request -> Int64? in
+                guard case .commit(let change) = request else { return nil }
+                let answer = server.commit(change, device: device.persisted.device)
+                device.committed(answer)
+                return answer.item.sequence
+            }
+        }
+        a.save(item: "x", name: "x.txt", content: "one", date: 1)
+        a.save(item: "y", name: "y.txt", content: "two", date: 1)
+        let own = commitAll(&a)
+        let skipped = a.skipOwnChanges(own)
+        #expect(skipped)
+        #expect(a.persisted.cursor == server.sequence)
+        let fetch = a.fetchRequest()
+        #expect(fetch == .fetch(since: 2))
+
+        b.save(item: "z", name: "z.txt", content: "three", date: 2)
+        _ = commitAll(&b)
+        a.fetched([], upTo: a.persisted.cursor) // the fetch above answered before z
+        a.save(item: "x", content: "four", date: 3)
+        let sequences = commitAll(&a)
+        #expect(sequences == [4])
+        let skippedAgain = a.skipOwnChanges(sequences)
+        #expect(!skippedAgain, "z (sequence 3) came in between")
+        #expect(a.persisted.cursor == 2)
+        guard case .fetch(let since) = a.fetchRequest() else { Issue.record("no fetch"); return }
+        let page = server.changes(since: since)
+        a.fetched(page.items, upTo: page.sequence)
+        #expect(a.visible("z")?.content == "three")
+        #expect(a.persisted.cursor == 4)
+    }
+
     /// A change whose answer was lost is sent again with its id, and the server does not apply it twice.
     @Test func aRepeatedChangeIsCommittedOnce() {
         var server = ModelServer()

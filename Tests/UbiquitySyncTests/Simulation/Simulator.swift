@@ -175,7 +175,10 @@ struct Simulator {
 
     mutating func receive(_ answer: Answer, on device: Int, for request: SyncRequest) {
         switch answer {
-        case .committed(let commit): devices[device].committed(commit)
+        case .committed(let commit):
+            devices[device].committed(commit)
+            // As the agent does: a commit that is the next change needs no fetch to be known.
+            _ = devices[device].skipOwnChanges([commit.item.sequence])
         case .fetched(let items, let sequence): devices[device].fetched(items, upTo: sequence)
         case .resolved(let item): if let item { devices[device].learn(item) }
         }
