@@ -81,6 +81,12 @@ package final class AgentStore: Sendable {
         try migrator.migrate(pool)
     }
 
+    /// Lets SQLite free its page caches (and idle readers close) once they finish what they
+    /// are doing: after large rounds, which fill them with rows not read again soon.
+    package func releaseMemory() {
+        pool.releaseMemoryEventually()
+    }
+
     /// The container's sync state, or nil if it was never synced here.
     package func state(of container: String) throws -> DeviceSyncState.Persisted? {
         var interner = StringInterner()

@@ -94,7 +94,9 @@ extension ContainerSync {
                 files[file.path] = file
                 upsert.append(file)
             }
-            state.committed(CommitAnswer(changeId: entry.change.changeId, revision: entry.answer.revision, item: Self.snapshot(entry.answer.item)))
+            var snapshot = Self.snapshot(entry.answer.item)
+            if snapshot.content == entry.change.content { snapshot.content = entry.change.content } // the file's token, not a copy
+            state.committed(CommitAnswer(changeId: entry.change.changeId, revision: entry.answer.revision, item: snapshot))
             sequences.append(entry.answer.item.sequence)
         }
         try await persist(upsert: upsert)

@@ -236,7 +236,10 @@ package actor ContainerSync {
         try await persist()
         lastSync = Date()
         answerDownloadWaiters()
-        if looked + committed.count >= FreedMemory.threshold { FreedMemory.release() }
+        if looked + committed.count >= FreedMemory.threshold {
+            store.releaseMemory()
+            FreedMemory.release()
+        }
     }
 
     /// A request the server did not answer or refused: kept for the next round, and said.
