@@ -221,8 +221,11 @@ package actor ContainerSync {
         }
         try await scanLocalChanges()
         let committed = try await send(state.requests(fetch: false).compactMap { if case .commit(let change) = $0 { change } else { nil } })
-        // A page listing only this round's own commits is not fetched (the answers said it all).
-        if committed.isEmpty || !state.skipOwnChanges(committed), let fetch = state.fetchRequest() {
+        // A page listing only this round's own commits is not fetched (the answers said it all,
+        // and the container is known up to them: an earlier fetch's failure no longer stands).
+        if !committed.isEmpty, state.skipOwnChanges(committed) {
+            errors[Self.fetchErrorKey] = nil
+        } else if let fetch = state.fetchRequest() {
             defer { statusVersion &+= 1 }
             do {
                 try await perform(fetch)
