@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOPosix
+import Synchronization
 import UbiquityClient
 
 #if canImport(Glibc)
@@ -28,31 +29,31 @@ enum AgentControlServer {
         if (try? AgentConnection(socket: socket).send(AgentRequest(.status), timeout: .seconds(2))) != nil { // no answer: no other agent
             throw AgentError(.failed, "another agent already answers at \(socket.path)")
         }
-        let stopping = Flag() // set when stopping; read on the event loops
+        let accepted = AcceptedConnections()
         let server = try await ServerBootstrap(group: MultiThreadedEventLoopGroup.singleton)
             .bind(unixDomainSocketPath: socket.path, cleanupExistingSocketFile: true) { channel in
                 channel.eventLoop.makeCompletedFuture {
-                    // Accepted while stopping: refused here, before it is wrapped — a wrapped
-                    // connection that the stopped server no longer hands over would be dropped
-                    // unclosed, which NIO does not allow.
-                    guard !stopping.isSet else { throw AgentError(.stopping, "the agent is stopping") }
                     try channel.pipeline.syncOperations.addHandler(ByteToMessageHandler(LineDecoder()))
-                    return try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
+                    return try accepted.wrap(channel)
                 }
             }
         chmod(socket.path, 0o600)
         logger.info("agent answering", metadata: ["socket": "\(socket.path)"])
         defer { unlink(socket.path) }
-        // Stopping closes the listening socket and keeps taking what it had accepted until its
-        // stream ends: a connection accepted while stopping is closed properly, never dropped
-        // (NIO stops the process when an accepted channel is dropped unclosed).
+        // Stopping closes the listening socket. A connection NIO accepted but the closed stream
+        // no longer hands over is still in `accepted` and closed there: NIO stops the process
+        // when an accepted connection is dropped unclosed.
         let channel = server.channel
         let accepting = Task {
             try await withThrowingDiscardingTaskGroup { group in
                 try await server.executeThenClose { connections in
                     for try await connection in connections {
+                        accepted.handedOver(connection)
                         group.addTask { await serve(connection, logger: logger, answer: answer, watch: watch) }
                     }
+                }
+                for leftover in accepted.close() {
+                    try? await leftover.executeThenClose { _, _ in } // closing a connection nobody used: nothing to report
                 }
                 group.cancelAll() // the socket is closed: the connections end too
             }
@@ -60,8 +61,38 @@ enum AgentControlServer {
         try await withTaskCancellationHandler {
             try await accepting.value
         } onCancel: {
-            stopping.set()
             channel.close(promise: nil)
+        }
+    }
+
+    /// The connections wrapped for the accept loop and not yet taken by it. Wrapping and
+    /// closing are under one lock, so every wrapped connection is either served or closed
+    /// here — none is wrapped after the leftovers were closed.
+    final class AcceptedConnections: Sendable {
+        private let state = Mutex<(closed: Bool, waiting: [ObjectIdentifier: NIOAsyncChannel<ByteBuffer, ByteBuffer>])>((false, [:]))
+
+        /// Wraps `channel` (on its event loop) unless the server has stopped.
+        func wrap(_ channel: any Channel) throws -> NIOAsyncChannel<ByteBuffer, ByteBuffer> {
+            try state.withLock { state in
+                guard !state.closed else { throw AgentError(.stopping, "the agent is stopping") }
+                let wrapped = try NIOAsyncChannel<ByteBuffer, ByteBuffer>(wrappingChannelSynchronously: channel)
+                state.waiting[ObjectIdentifier(channel)] = wrapped
+                return wrapped
+            }
+        }
+
+        /// The accept loop took `connection`: serving it closes it.
+        func handedOver(_ connection: NIOAsyncChannel<ByteBuffer, ByteBuffer>) {
+            _ = state.withLock { $0.waiting.removeValue(forKey: ObjectIdentifier(connection.channel)) }
+        }
+
+        /// Refuses further connections; answers those wrapped but never handed over.
+        func close() -> [NIOAsyncChannel<ByteBuffer, ByteBuffer>] {
+            state.withLock { state in
+                state.closed = true
+                defer { state.waiting = [:] }
+                return Array(state.waiting.values)
+            }
         }
     }
 
@@ -69,7 +100,7 @@ enum AgentControlServer {
                       watch: @escaping @Sendable (AgentRequest) async -> AsyncStream<AgentResponse>) async {
         if let uid = await peerUser(connection.channel), uid != getuid() {
             logger.warning("turned away a connection from another user", metadata: ["uid": "\(uid)"])
-            try? await connection.channel.close() // refused while stopping: already closing is fine
+            try? await connection.executeThenClose { _, _ in } // closed unanswered (closing a wrapped connection any other way stops the process)
             return
         }
         // A client that goes away mid-answer ends its own connection; nothing else depends on it.
