@@ -43,7 +43,7 @@ let package = Package(
         // The sync protocol's messages (Codable, Foundation only): shared by the server and its clients.
         .target(name: "UbiquityProtocol"),
         // The sync engine: content-defined chunks, chunk-list deltas (no server, no network).
-        .target(name: "UbiquitySync", dependencies: ["UbiquityProtocol", .product(name: "Crypto", package: "swift-crypto")]),
+        .target(name: "UbiquitySync", dependencies: ["UbiquityProtocol", "UbiquityFiles", .product(name: "Crypto", package: "swift-crypto")]),
         // What apps and the agent say to each other over the agent's local socket: typed requests, answers, error codes.
         .target(name: "UbiquityAgentProtocol", dependencies: ["UbiquityFiles"]),
         // Ubiquity client: the signed-in account and identity token, containers and item status, the key-value store.
@@ -101,7 +101,7 @@ let package = Package(
             dependencies: ["Ubiquity", "UbiquityExamples", "UbiquityServer", "UbiquityProtocol", "UbiquityAgent", .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
         ),
-        .executableTarget(name: "UbiquityBenchmarks", dependencies: ["CUbiquitySystem", "Ubiquity", "UbiquityFiles"]),
+        .executableTarget(name: "UbiquityBenchmarks", dependencies: ["CUbiquitySystem", "Ubiquity", "UbiquityFiles", "UbiquitySync", .product(name: "Crypto", package: "swift-crypto")]),
         // The sync figures against Syncthing, in one run.
         .executableTarget(
             name: "UbiquitySyncBenchmarks",

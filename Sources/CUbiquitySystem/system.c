@@ -57,6 +57,15 @@ int ubq_clone_file(int destination, int source) {
 #endif
 }
 
+long long ubq_copy_file_range(int source, long long source_offset, int destination, long long destination_offset, unsigned long length) {
+    off_t from = (off_t)source_offset, to = (off_t)destination_offset;
+    return (long long)copy_file_range(source, &from, destination, &to, (size_t)length, 0);
+}
+
+void ubq_start_writeback(int fd, long long offset, long long length) {
+    (void)sync_file_range(fd, (off_t)offset, (off_t)length, SYNC_FILE_RANGE_WRITE);
+}
+
 int ubq_ofd_lock_byte(int fd, long long byte, int exclusive) {
     struct flock lock = {0};
     lock.l_type = exclusive < 0 ? F_UNLCK : (exclusive ? F_WRLCK : F_RDLCK);

@@ -179,7 +179,9 @@ actor AccountSession {
         self.paths = paths
         self.configuration = configuration
         self.logger = logger
-        client = SyncClient(server: credentials.server, token: credentials.token)
+        var client = SyncClient(server: credentials.server, token: credentials.token)
+        client.logger = logger
+        self.client = client
         let account = paths.account(credentials.identityToken)
         store = try AgentStore(path: account.appendingPathComponent("agent.sqlite").path)
         containersFolder = account.appendingPathComponent("containers")

@@ -2,7 +2,7 @@ import Foundation
 import UbiquityProtocol
 import UbiquitySync
 
-// What goes up: local changes as commits in batches, the chunks of small contents just before
+// What goes up: local changes as commits in batches, the chunks of small contents and small edits just before
 // their commit, those of larger ones after it (metadata first) and only those the server
 // lacks, in shared batches. The rounds themselves are in ContainerSync.swift.
 extension ContainerSync {
@@ -10,8 +10,8 @@ extension ContainerSync {
     static let commitBatchSize = 500
 
     /// Sends local changes: many in one commit request (each as a difference from its base
-    /// revision's chunk list where that list is known here), the chunks of small contents just
-    /// before it, then the chunks the server says it still lacks, read back from the files and checked, so contents changed since the scan are never
+    /// revision's chunk list where that list is known here), the chunks of small contents and
+    /// small edits just before it, then the chunks the server says it still lacks, read back from the files and checked, so contents changed since the scan are never
     /// sent under the old hash. A change the server refuses, or that gets no answer, stays for
     /// the next round, and its error is shown. Returns the container sequences of the commits
     /// the server made.
@@ -59,7 +59,7 @@ extension ContainerSync {
         guard !commits.isEmpty else { return true }
         let results: [CommitResult]
         do {
-            try await upload(smallContents(of: sent.filter { !inlined.contains($0.change.item) }))
+            try await upload(contentsBeforeCommit(of: sent.filter { !inlined.contains($0.change.item) }))
             results = try await client.commit(container: container, batch: commits, brief: true)
         } catch let error as SyncClientError {
             for entry in sent { failed(.commit(entry.change), error) }
@@ -107,18 +107,24 @@ extension ContainerSync {
     /// The largest contents whose chunks go before their commit.
     static let smallContentBytes = 64 << 10
 
-    /// The chunks of small contents the server is not known to have, sent before their commit:
-    /// the revision is complete when committed, so the other devices get the item whole with
-    /// one push and never list it as not downloaded meanwhile. (Larger contents go after their
-    /// commit, metadata first, and only the chunks the server says it lacks.)
-    func smallContents(of batch: [(change: LocalChange, members: [LocalMember])]) -> [Upload] {
+    /// The most new bytes an edit of known contents may have for them to go before its commit.
+    static let smallEditBytes = 256 << 10
+
+    /// The chunks, not known to be on the server, of small contents and of edits that add
+    /// little to contents known here (a few changed chunks of a large file), sent before their
+    /// commit: the revision is complete when committed, so the other devices get the item
+    /// whole with one push and never list it as not downloaded meanwhile. (Larger contents go
+    /// after their commit, metadata first, and only the chunks the server says it lacks.)
+    func contentsBeforeCommit(of batch: [(change: LocalChange, members: [LocalMember])]) -> [Upload] {
         batch.compactMap { entry in
             let chunks = entry.members.flatMap(\.chunks)
-            guard !entry.change.deleted, !chunks.isEmpty, chunks.reduce(0, { $0 + $1.length }) <= Self.smallContentBytes,
-                  let path = files.path(of: entry.change.item) else { return nil }
-            let known = state.persisted.remote[entry.change.item].flatMap { localContents[$0.content] }.map { Set($0.flatMap(\.chunks).map(\.hash)) } ?? []
-            let missing = Set(chunks.map(\.hash)).subtracting(known)
-            guard !missing.isEmpty else { return nil }
+            guard !entry.change.deleted, !chunks.isEmpty, let path = files.path(of: entry.change.item) else { return nil }
+            let base = state.persisted.remote[entry.change.item].flatMap { localContents[$0.content] }
+            let known = base.map { Set($0.flatMap(\.chunks).map(\.hash)) } ?? []
+            var missing = Set<String>(), missingBytes = 0
+            for chunk in chunks where !known.contains(chunk.hash) && missing.insert(chunk.hash).inserted { missingBytes += chunk.length }
+            guard !missing.isEmpty,
+                  chunks.reduce(0, { $0 + $1.length }) <= Self.smallContentBytes || (base != nil && missingBytes <= Self.smallEditBytes) else { return nil }
             return Upload(item: entry.change.item, members: entry.members, missing: missing, url: root.appendingPathComponent(path))
         }
     }

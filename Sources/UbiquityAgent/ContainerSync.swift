@@ -219,7 +219,21 @@ package actor ContainerSync {
             forgetInlined()
             statusVersion &+= 1
         }
+        let clock = ContinuousClock(), start = clock.now
+        var marks: [(String, ContinuousClock.Instant)] = []
+        defer {
+            // Where a round's time went, for whoever runs the agent at debug level.
+            if logger.logLevel <= .debug {
+                var metadata: Logger.Metadata = ["container": "\(container)"], last = start
+                for (phase, at) in marks {
+                    metadata[phase + "Ms"] = "\(Self.milliseconds(at - last))"
+                    last = at
+                }
+                logger.debug("round", metadata: metadata)
+            }
+        }
         try await scanLocalChanges()
+        marks.append(("scan", clock.now))
         let committed = try await send(state.requests(fetch: false).compactMap { if case .commit(let change) = $0 { change } else { nil } })
         // A page listing only this round's own commits is not fetched (the answers said it all,
         // and the container is known up to them: an earlier fetch's failure no longer stands).
@@ -233,16 +247,24 @@ package actor ContainerSync {
                 failed(fetch, error)
             }
         }
+        marks.append(("up", clock.now))
         let looked = try await materialize()
+        marks.append(("down", clock.now))
         try await reconcileConflicts()
         forgetUnusedContents()
         try await persist()
+        marks.append(("settle", clock.now))
         lastSync = Date()
         answerDownloadWaiters()
         if looked + committed.count >= FreedMemory.threshold {
             store.releaseMemory()
             FreedMemory.release()
         }
+    }
+
+    /// A duration in milliseconds, to a tenth.
+    static func milliseconds(_ duration: Duration) -> Double {
+        ((Double(duration.components.seconds) * 1_000 + Double(duration.components.attoseconds) / 1e15) * 10).rounded() / 10
     }
 
     /// A request the server did not answer or refused: kept for the next round, and said.

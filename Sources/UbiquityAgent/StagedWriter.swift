@@ -1,3 +1,4 @@
+import CUbiquitySystem
 import Foundation
 import UbiquityFiles
 import UbiquityProtocol
@@ -55,6 +56,36 @@ struct StagedWriter: Sendable {
             let wrote = bytes.withUnsafeBytes { SystemCall.writeAll(descriptors[place.member], $0, at: Int64(place.offset)) }
             guard wrote == bytes.count else { throw Self.failure("write", root) }
         }
+    }
+
+    /// Copies inside the kernel every chunk of `source` that this item has (`pieces`: where
+    /// each chunk is in `source`, by hash) to every place it goes, runs of adjacent chunks in
+    /// one copy. The caller has made sure `source` holds those chunks. Returns the hashes
+    /// copied.
+    func copy(from source: Int32, pieces: [String: ContentChunk]) throws -> Set<String> {
+        var runs: [(member: Int, from: Int, to: Int, count: Int)] = [], copied = Set<String>()
+        for (hash, targets) in places {
+            guard let piece = pieces[hash] else { continue }
+            copied.insert(hash)
+            for place in targets { runs.append((place.member, piece.offset, place.offset, piece.length)) }
+        }
+        runs.sort { ($0.member, $0.to) < ($1.member, $1.to) }
+        var merged: [(member: Int, from: Int, to: Int, count: Int)] = []
+        for run in runs {
+            if let last = merged.last, last.member == run.member, last.from + last.count == run.from, last.to + last.count == run.to {
+                merged[merged.count - 1].count += run.count
+            } else {
+                merged.append(run)
+            }
+        }
+        for run in merged {
+            guard SystemCall.copyRange(from: source, at: Int64(run.from), to: descriptors[run.member], at: Int64(run.to), count: run.count) == run.count else {
+                throw Self.failure("copy the unchanged parts into", root)
+            }
+            // Written back while the rest is copied: the closing fsync waits less.
+            if run.count >= 1 << 20 { ubq_start_writeback(descriptors[run.member], Int64(run.to), Int64(run.count)) }
+        }
+        return copied
     }
 
     /// Makes every member durable (a package's folders are synced by the safe save).

@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import CompressNIO
 import Foundation
+import Logging
 import NIOCore
 import NIOHTTP1
 import Synchronization
@@ -26,6 +27,8 @@ package struct SyncClient: Sendable {
     private let serverTakesGzip = Flag()
     /// JSON bodies smaller than this go as they are.
     static let compressionThreshold = 1024
+    /// Where each request is said at trace level (method, path, status, milliseconds, bytes).
+    package var logger: Logger?
 
     /// A client of `server`, signed in with `token` if given.
     package init(server: URL, token: String? = nil, http: HTTPClient = SyncClient.defaultHTTPClient) {
@@ -198,6 +201,13 @@ package struct SyncClient: Sendable {
         }
         let response: HTTPClientResponse
         var body: ByteBuffer
+        let started = ContinuousClock.now
+        defer {
+            if let logger, logger.logLevel <= .trace {
+                logger.trace("request", metadata: ["method": "\(method)", "path": "\(path.prefix(80))", "ms": "\(ContainerSync.milliseconds(ContinuousClock.now - started))",
+                                                   "sent": "\(payload?.readableBytes ?? 0)"])
+            }
+        }
         do {
             response = try await http.execute(request, timeout: timeout)
             body = try await response.body.collect(upTo: 64 << 20)

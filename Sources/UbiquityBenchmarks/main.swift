@@ -1,7 +1,7 @@
 // ubiquity-bench: prints the document and coordination layers' figures as JSON, each measured against its peer
 // in the same run (ratios, not absolute times).
 //
-//   swift run -c release ubiquity-bench [--iterations N] [--query-items N] [--only safeSave|package|coordination|query] [--directory DIR]
+//   swift run -c release ubiquity-bench [--iterations N] [--query-items N] [--only safeSave|package|coordination|query|chunking] [--directory DIR]
 import Foundation
 import Synchronization
 import Ubiquity
@@ -318,7 +318,7 @@ func main() async throws {
         case "--query-items": queryItems = Int(arguments.popFirst() ?? "") ?? queryItems
         case "--only": only = arguments.popFirst()
         default:
-            FileHandle.standardError.write(Data("usage: ubiquity-bench [--iterations N] [--query-items N] [--only safeSave|package|coordination|query] [--directory DIR]\n".utf8))
+            FileHandle.standardError.write(Data("usage: ubiquity-bench [--iterations N] [--query-items N] [--only safeSave|package|coordination|query|chunking] [--directory DIR]\n".utf8))
             exit(64)
         }
     }
@@ -333,6 +333,7 @@ func main() async throws {
     if only == nil || only == "safeSave" { report["safeSave1MiB"] = try await safeSaveFigures(in: work, iterations: iterations) }
     if only == nil || only == "package" { report["package1000x16KiB"] = try await packageFigures(in: work, members: 1000, memberSize: 16 * 1024) }
     if only == nil || only == "coordination" { report["coordination"] = try coordinationFigures(in: work, iterations: iterations) }
+    if only == nil || only == "chunking" { report["chunking64MiB"] = try chunkingFigures(in: work, mib: 64, iterations: iterations) }
     if only == nil || only == "query" { report["metadataQuery"] = try await metadataQueryFigures(in: work, count: queryItems) }
     let json = try JSONSerialization.data(withJSONObject: report, options: [.prettyPrinted, .sortedKeys])
     FileHandle.standardOutput.write(json + Data("\n".utf8))

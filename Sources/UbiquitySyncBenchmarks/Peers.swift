@@ -112,7 +112,8 @@ final class UbiquityPeer: Peer {
 
                 let agent = Process()
                 agent.executableURL = binary
-                agent.arguments = ["agent", "--greedy", "--log-level", "error"]
+                // UBIQUITY_BENCH_AGENT_LOG_LEVEL=debug puts where each round's time went in agent.log (kept with --keep).
+                agent.arguments = ["agent", "--greedy", "--log-level", ProcessInfo.processInfo.environment["UBIQUITY_BENCH_AGENT_LOG_LEVEL"] ?? "error"]
                 agent.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
                 let logFile = home.appendingPathComponent("agent.log")
                 _ = FileManager.default.createFile(atPath: logFile.path, contents: nil)

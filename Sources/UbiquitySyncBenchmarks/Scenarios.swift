@@ -148,7 +148,18 @@ struct LargeFile: Encodable {
 }
 
 struct Edit: Encodable {
+    /// The middle run (by time).
     var transfer: Transfer
+    /// Every run's time, in order.
+    var runsMs: [Double]
+    /// Every run's bytes on the wire, in order.
+    var runsBytes: [Int64]
+
+    init(_ runs: [Transfer]) {
+        transfer = runs.sorted { $0.ms < $1.ms }[runs.count / 2]
+        runsMs = runs.map(\.ms)
+        runsBytes = runs.map(\.bytesOnWire)
+    }
 }
 
 struct LargeFigures: Encodable {
@@ -159,7 +170,7 @@ struct LargeFigures: Encodable {
     var oneByteEditInPlace: Edit
 }
 
-/// New `mib` MiB files, then 1-byte edits in the last one.
+/// New `mib` MiB files, then 1-byte edits in the last one (`runs` of each kind).
 func largeFiles(_ peer: some Peer, mib: Int, runs: Int) async throws -> LargeFigures {
     log("\(peer.name): \(runs) new \(mib) MiB files, one at a time")
     let size = mib << 20
@@ -182,30 +193,36 @@ func largeFiles(_ peer: some Peer, mib: Int, runs: Int) async throws -> LargeFig
     let middle = transfers.sorted { $0.ms < $1.ms }[transfers.count / 2]
     let newFile = LargeFile(mib: mib, ms: middle.ms, runsMs: transfers.map(\.ms), cpuMs: middle.cpuMs, bytesOnWire: middle.bytesOnWire)
 
-    log("\(peer.name): a 1-byte edit in the \(mib) MiB file, saved safely")
+    log("\(peer.name): \(runs) 1-byte edits in the \(mib) MiB file, saved safely")
     let source = peer.sideA.appendingPathComponent(target.lastPathComponent)
-    let offset = size / 2 + 12_345
-    large[offset] ^= 0x5a
-    let safe = try await transfer(peer) { [large, target] in
-        try large.write(to: source, options: .atomic)
-        _ = try await until("\(peer.name) syncs the edit", limit: .seconds(600)) { byte(at: offset, of: target, size: size) == large[offset] }
+    var safe: [Transfer] = []
+    for run in 0..<runs {
+        let offset = size / 2 + 12_345 + run * 7_919
+        large[offset] ^= 0x5a
+        safe.append(try await transfer(peer) { [large, target] in
+            try large.write(to: source, options: .atomic)
+            _ = try await until("\(peer.name) syncs the edit", limit: .seconds(600)) { byte(at: offset, of: target, size: size) == large[offset] }
+        })
+        expect((try? Data(contentsOf: target)) == large, "\(peer.name): the edited file arrived whole")
     }
-    expect((try? Data(contentsOf: target)) == large, "\(peer.name): the edited file arrived whole")
 
-    log("\(peer.name): a 1-byte edit in the \(mib) MiB file, written in place")
-    let place = size / 3 + 777
-    large[place] ^= 0xa5
-    let inPlace = try await transfer(peer) { [large, target] in
-        let fd = open(source.path, O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw BenchError("open \(source.path): errno \(errno)") }
-        var value = large[place]
-        let wrote = pwrite(fd, &value, 1, off_t(place))
-        close(fd)
-        guard wrote == 1 else { throw BenchError("pwrite: errno \(errno)") }
-        _ = try await until("\(peer.name) syncs the edit in place", limit: .seconds(600)) { byte(at: place, of: target, size: size) == large[place] }
+    log("\(peer.name): \(runs) 1-byte edits in the \(mib) MiB file, written in place")
+    var inPlace: [Transfer] = []
+    for run in 0..<runs {
+        let place = size / 3 + 777 + run * 7_919
+        large[place] ^= 0xa5
+        inPlace.append(try await transfer(peer) { [large, target] in
+            let fd = open(source.path, O_WRONLY | O_CLOEXEC)
+            guard fd >= 0 else { throw BenchError("open \(source.path): errno \(errno)") }
+            var value = large[place]
+            let wrote = pwrite(fd, &value, 1, off_t(place))
+            close(fd)
+            guard wrote == 1 else { throw BenchError("pwrite: errno \(errno)") }
+            _ = try await until("\(peer.name) syncs the edit in place", limit: .seconds(600)) { byte(at: place, of: target, size: size) == large[place] }
+        })
+        expect((try? Data(contentsOf: target)) == large, "\(peer.name): the file edited in place arrived whole")
     }
-    expect((try? Data(contentsOf: target)) == large, "\(peer.name): the file edited in place arrived whole")
-    return LargeFigures(newFile: newFile, oneByteEditSafeSave: Edit(transfer: safe), oneByteEditInPlace: Edit(transfer: inPlace))
+    return LargeFigures(newFile: newFile, oneByteEditSafeSave: Edit(safe), oneByteEditInPlace: Edit(inPlace))
 }
 
 struct WholeContainer: Encodable {

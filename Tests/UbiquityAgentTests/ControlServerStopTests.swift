@@ -21,20 +21,25 @@ import UbiquityAgentProtocol
                     return AgentResponse()
                 }, watch: { _ in AsyncStream { $0.finish() } })
             }
-            while (try? AgentConnection(socket: socket).send(AgentRequest(.status), timeout: .seconds(2))) == nil {
+            // Asked from a thread of its own: a blocking wait on one of the few shared threads
+            // would hold up the server it waits for (and every other test's tasks).
+            while await onOwnThread({ (try? AgentConnection(socket: socket).send(AgentRequest(.status), timeout: .seconds(2))) == nil }) {
                 try await Task.sleep(for: .milliseconds(5))
             }
-            // Clients connect from threads of their own while the server is told to stop.
-            let burst = Thread { DispatchQueue.concurrentPerform(iterations: 64) { _ in
-                _ = try? AgentConnection(socket: socket).send(AgentRequest(.status), timeout: .seconds(2))
-            } }
-            burst.start()
+            // Clients connect from threads of their own (not the shared pool's: blocking there
+            // would starve every other test's tasks) while the server is told to stop.
+            let burst = (0..<16).map { _ in
+                Thread {
+                    for _ in 0..<4 { _ = try? AgentConnection(socket: socket).send(AgentRequest(.status), timeout: .milliseconds(500)) }
+                }
+            }
+            for thread in burst { thread.start() }
             try await Task.sleep(for: .microseconds(Int.random(in: 0...2_000)))
             server.cancel()
             try await server.value
             #expect(answered.value >= 1)
             #expect(!FileManager.default.fileExists(atPath: socket.path)) // the socket goes with the server
-            while !burst.isFinished { try await Task.sleep(for: .milliseconds(5)) }
+            while burst.contains(where: { !$0.isFinished }) { try await Task.sleep(for: .milliseconds(5)) }
         }
     }
 }
@@ -44,4 +49,11 @@ private final class Counter: Sendable {
     private let count = Mutex(0)
     func add() { count.withLock { $0 += 1 } }
     var value: Int { count.withLock { $0 } }
+}
+
+/// Runs blocking `body` on a thread of its own and returns its result.
+private func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+    await withCheckedContinuation { continuation in
+        Thread { continuation.resume(returning: body()) }.start()
+    }
 }

@@ -53,7 +53,17 @@ final class RunningServer {
         try create.run()
         input.fileHandleForWriting.write(Data("correct horse\n".utf8))
         try input.fileHandleForWriting.close()
-        create.waitUntilExit()
+        // Waited for by polling, within a limit: Foundation's `waitUntilExit` spins a core while
+        // it waits, and a command that never ends would hold that core for the rest of the run.
+        let deadline = ContinuousClock.now + .seconds(90)
+        while create.isRunning && ContinuousClock.now < deadline { usleep(20_000) }
+        if create.isRunning {
+            create.terminate()
+            usleep(200_000)
+            if create.isRunning { kill(create.processIdentifier, SIGKILL) }
+            Issue.record("`ubiquity account create` did not end within 90 s")
+            return
+        }
         #expect(create.terminationStatus == 0)
     }
 

@@ -60,6 +60,13 @@ func bytesMoved(from old: [ContentChunk], to new: [ContentChunk]) throws -> (chu
         try data.write(to: url)
         defer { try? FileManager.default.removeItem(at: url) }
         #expect(try chunker.chunks(ofFileAt: url) == chunker.chunks(of: data))
+        // Sizes around the windows the file is read in (cut in one, hashed while the next is read).
+        let window = 1 << 20
+        for size in [100_000, window - 1, window, window + 1, 2 * window + chunker.maximumSize, 2 * window - chunker.maximumSize] {
+            let bytes = randomData(size, seed: UInt64(size))
+            try bytes.write(to: url)
+            #expect(try chunker.chunks(ofFileAt: url) == chunker.chunks(of: bytes), "\(size) bytes")
+        }
         let empty = url.appendingPathExtension("empty")
         try Data().write(to: empty)
         defer { try? FileManager.default.removeItem(at: empty) }

@@ -30,6 +30,17 @@ int ubq_release_free_memory(void);
 /// Makes `destination` share `source`'s extents (FICLONE, a reflink). Returns 0 or -1 with errno set.
 int ubq_clone_file(int destination, int source);
 
+/// Copies `length` bytes from `source` at `source_offset` to `destination` at
+/// `destination_offset` inside the kernel (copy_file_range; no file offset moves; the file
+/// system may share the blocks). Returns the bytes copied (possibly fewer; 0 at the source's
+/// end), or -1 with errno set.
+long long ubq_copy_file_range(int source, long long source_offset, int destination, long long destination_offset, unsigned long length);
+
+/// Starts writing back the dirty pages of `fd` in the range, without waiting
+/// (sync_file_range with SYNC_FILE_RANGE_WRITE): a later fsync has less to wait for. Only a
+/// hint: failures are ignored (the fsync reports real trouble).
+void ubq_start_writeback(int fd, long long offset, long long length);
+
 /// Takes (or, with `exclusive` < 0, releases) an open-file-description lock on one byte of
 /// `fd` without waiting (F_OFD_SETLK). OFD locks belong to the open file description: they
 /// conflict between descriptors even within one process, and the kernel drops them when the

@@ -52,6 +52,37 @@ package enum SystemCall {
         return done
     }
 
+    /// Copies `count` bytes of `source` at `sourceOffset` to `destination` at
+    /// `destinationOffset` — inside the kernel (`copy_file_range(2)`) where the file systems
+    /// allow, else through a buffer — continuing short copies: the bytes copied (fewer if the
+    /// source ends first), or -1.
+    package static func copyRange(from source: Int32, at sourceOffset: Int64, to destination: Int32, at destinationOffset: Int64, count: Int) -> Int {
+        var done = 0
+        var inKernel = true
+        while done < count {
+            if inKernel {
+                let copied = retrying { ubq_copy_file_range(source, sourceOffset + Int64(done), destination, destinationOffset + Int64(done), UInt(count - done)) }
+                if copied > 0 {
+                    done += Int(copied)
+                    continue
+                }
+                if copied == 0 { return done }
+                // Not between these files (other file systems, old kernels): through a buffer.
+                guard [EXDEV, ENOSYS, EINVAL, EOPNOTSUPP].contains(errno) else { return -1 }
+                inKernel = false
+            }
+            let size = min(count - done, 1 << 20)
+            let buffer = UnsafeMutableRawBufferPointer.allocate(byteCount: size, alignment: 16)
+            defer { buffer.deallocate() }
+            let read = readFully(source, into: buffer, at: sourceOffset + Int64(done))
+            if read < 0 { return -1 }
+            if read == 0 { return done }
+            guard writeAll(destination, UnsafeRawBufferPointer(rebasing: buffer[..<read]), at: destinationOffset + Int64(done)) == read else { return -1 }
+            done += read
+        }
+        return done
+    }
+
     /// `send(2)` of all of `bytes` without `SIGPIPE` (a closed peer is an error, -1): their
     /// count, or -1.
     package static func sendAll(_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int {

@@ -144,7 +144,7 @@ extension PostgresDatabase {
                 SELECT id, manifest FROM revision
                 WHERE container_id = \(containerId) AND kind = 'file' AND device_id <> \(device) AND id = ANY(\(revisions)::TEXT[])
                 """) {
-                lists[try row.get("id")] = try Self.manifest(row).chunks ?? []
+                lists[try row.get("id")] = try Self.manifest(row, of: try row.get("id")).chunks ?? []
             }
             return lists
         }
@@ -158,7 +158,7 @@ extension PostgresDatabase {
                     SELECT kind, manifest FROM revision WHERE container_id = \(containerId) AND item_id = \(item) AND id = \(revision)
                     """).first,
                   let kind = ItemKind(rawValue: try row.get("kind", as: String.self)) else { return nil }
-            return (kind, try Self.manifest(row))
+            return (kind, try Self.manifest(row, of: revision))
         }
     }
 
@@ -249,6 +249,7 @@ extension PostgresDatabase {
         guard let item = try await itemState(db, containerId: containerId, id: itemId, brief: brief) else {
             throw SyncError(.internalServerError, "internal", "the item vanished during its commit")
         }
+        ManifestCache.shared.remember(commit.update.manifest, of: revision) // the base of the next edit's difference
         return CommitOutcome(revision: revision, isCurrent: state == "current", item: item, missingChunks: missing)
     }
 
@@ -484,11 +485,12 @@ extension PostgresDatabase {
     /// manifest for revisions from before tokens were stored) and an empty manifest.
     static func contents(_ row: PostgresRandomAccessRow, kind: ItemKind, brief: Bool) throws -> (manifest: Manifest, digest: String?) {
         if brief, let digest = try row.get("digest", as: String?.self) { return (Manifest(), digest) }
-        let manifest = try Self.manifest(row)
+        let manifest = try Self.manifest(row, of: try row.get("id"))
         return brief ? (Manifest(), ContentToken.of(manifest, kind: kind)) : (manifest, nil)
     }
 
-    static func manifest(_ row: PostgresRandomAccessRow) throws -> Manifest {
-        try JSONDecoder().decode(Manifest.self, from: Data(try row.get("manifest", as: ByteBuffer.self).readableBytesView))
+    /// The manifest of `revision` stored in `row` (decoded, or from ``ManifestCache``).
+    static func manifest(_ row: PostgresRandomAccessRow, of revision: String) throws -> Manifest {
+        try ManifestCache.shared.manifest(of: revision, stored: Data(try row.get("manifest", as: ByteBuffer.self).readableBytesView))
     }
 }

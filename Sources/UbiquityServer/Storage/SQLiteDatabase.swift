@@ -138,7 +138,7 @@ final class SQLiteDatabase: SyncDatabase {
                 let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
                 for row in try Row.fetchAll(db, sql: "SELECT id, manifest FROM revision WHERE containerId = ? AND kind = 'file' AND deviceId != ? AND id IN (\(marks))",
                                             arguments: StatementArguments([containerId as any DatabaseValueConvertible, device] + batch.map { $0 as any DatabaseValueConvertible })) {
-                    lists[row["id"]] = try JSONDecoder().decode(Manifest.self, from: row["manifest"] as Data).chunks ?? []
+                    lists[row["id"]] = try ManifestCache.shared.manifest(of: row["id"], stored: row["manifest"]).chunks ?? []
                 }
             }
             return lists
@@ -151,7 +151,7 @@ final class SQLiteDatabase: SyncDatabase {
                   let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT kind, manifest FROM revision WHERE containerId = ? AND itemId = ? AND id = ?"),
                                              arguments: [containerId, item, revision]),
                   let kind = ItemKind(rawValue: row["kind"]) else { return nil }
-            return (kind, try JSONDecoder().decode(Manifest.self, from: row["manifest"] as Data))
+            return (kind, try ManifestCache.shared.manifest(of: revision, stored: row["manifest"]))
         }
     }
 
@@ -182,8 +182,18 @@ final class SQLiteDatabase: SyncDatabase {
             return CommitOutcome(revision: revision, isCurrent: earlier["state"] == "current", item: item,
                                  missingChunks: chunks.filter { !present.contains($0) }.sorted(), repeated: true)
         }
-        let present = try presentChunks(db, accountId: accountId, hashes: hashes)
-        let missing = hashes.filter { !present.contains($0) }
+        // An edit of a large file from a complete revision of it (its list still at hand): the
+        // base's chunks are all stored (a chunk goes only when nothing refers to it), so only the
+        // new ones are looked up (a 1-byte edit of a 64 MiB file: a few chunks, not 4,000).
+        var stored: Set<String>?
+        if let baseRevision = update.baseRevision, hashes.count >= ManifestCache.smallest, let known = ManifestCache.shared.cached(baseRevision),
+           try Bool.fetchOne(db.cachedStatement(sql: "SELECT complete FROM revision WHERE id = ? AND containerId = ? AND itemId = ?"),
+                             arguments: [baseRevision, containerId, itemId]) == true {
+            stored = Set(known.allChunks.map(\.hash))
+        }
+        let looked = stored.map { stored in hashes.filter { !stored.contains($0) } } ?? hashes
+        let present = try presentChunks(db, accountId: accountId, hashes: looked)
+        let missing = looked.filter { !present.contains($0) }
 
         // Where the new revision goes: current, or kept as a conflict version.
         let current = try Row.fetchOne(db.cachedStatement(sql: """
@@ -235,6 +245,7 @@ final class SQLiteDatabase: SyncDatabase {
         guard let item = try itemState(db, containerId: containerId, id: itemId, brief: brief) else {
             throw SyncError(.internalServerError, "internal", "the item vanished during its commit")
         }
+        ManifestCache.shared.remember(commit.update.manifest, of: revision) // the base of the next edit's difference
         return CommitOutcome(revision: revision, isCurrent: state == "current", item: item, missingChunks: missing)
     }
 
@@ -528,7 +539,7 @@ final class SQLiteDatabase: SyncDatabase {
     /// manifest for revisions from before tokens were stored) and an empty manifest.
     static func contents(_ row: Row, kind: ItemKind, brief: Bool) throws -> (manifest: Manifest, digest: String?) {
         if brief, let digest = row["digest"] as String? { return (Manifest(), digest) }
-        let manifest = try JSONDecoder().decode(Manifest.self, from: row["manifest"] as Data)
+        let manifest = try ManifestCache.shared.manifest(of: row["id"], stored: row["manifest"])
         return brief ? (Manifest(), ContentToken.of(manifest, kind: kind)) : (manifest, nil)
     }
 

@@ -1,0 +1,53 @@
+import Crypto
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import UbiquitySync
+
+/// Cutting a large file into content-defined chunks (what a device does to every file it
+/// sends, and again after every edit): the agent's chunker on a `mib` MiB file, cache warm,
+/// against GNU `sha256sum` reading and hashing the same file once — the least any scheme that
+/// hashes every byte pays. Also its two parts alone, in memory: finding the cut points and
+/// hashing the chunks.
+func chunkingFigures(in directory: URL, mib: Int, iterations: Int) throws -> [String: Any] {
+    let file = directory.appendingPathComponent("chunking.bin")
+    var generator = SystemRandomNumberGenerator()
+    let bytes = Data((0..<(mib << 20) / 8).flatMap { _ in withUnsafeBytes(of: generator.next() as UInt64) { Array($0) } })
+    try bytes.write(to: file)
+    defer { try? FileManager.default.removeItem(at: file) }
+    let runs = max(3, min(iterations, 7))
+    let clock = ContinuousClock()
+    func best(_ body: () throws -> Void) rethrows -> Double {
+        var times: [Double] = []
+        for _ in 0..<runs {
+            let start = clock.now
+            try body()
+            times.append(seconds(clock.now - start))
+        }
+        return times.min() ?? 0
+    }
+    var count = 0
+    var usage = rusage()
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    let cpuBefore = Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
+    let cut = try best { count = try ContentChunker.standard.chunks(ofFileAt: file).count }
+    getrusage(RUSAGE_SELF.rawValue, &usage)
+    let cutCPU = (Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6 - cpuBefore) / Double(runs)
+    let boundaries = best { _ = bytes.withUnsafeBytes { ContentChunker.standard.boundaries(of: $0) } }
+    let hashing = best { _ = bytes.withUnsafeBytes { SHA256.hash(data: $0) } }
+    let peer = try best {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
+        process.arguments = [file.path]
+        process.standardOutput = FileHandle.nullDevice
+        try process.run()
+        process.waitUntilExit()
+    }
+    return [
+        "mib": mib, "chunks": count, "runs": runs,
+        "chunkFileSeconds": cut, "chunkFileCPUSecondsPerRun": cutCPU, "cutPointsInMemorySeconds": boundaries, "sha256InMemorySeconds": hashing,
+        "peer": "GNU sha256sum of the same file", "peerSeconds": peer, "ratioToPeer": cut / peer,
+        "chunkFileMiBPerSecond": Double(mib) / cut,
+    ]
+}

@@ -1,0 +1,72 @@
+import Foundation
+import Synchronization
+import UbiquityProtocol
+
+/// The decoded manifests of large files' recent revisions. A revision's manifest never
+/// changes, and a large file's is long (a 64 MiB file lists about 4,000 chunks, some 300 KB of
+/// JSON): without this, every small edit of it decoded its base revision's list to apply the
+/// edit's difference, and every device fetching it decoded both lists again to send the
+/// difference on. Small manifests are decoded each time (cheap, and they would crowd out the
+/// large ones). Keyed by revision id (unique across accounts, and only ever looked up for a row
+/// already read within the requester's account); bounded by the chunk references held, the
+/// least recently used going first.
+final class ManifestCache: Sendable {
+    /// The process's cache (both database backends use it).
+    static let shared = ManifestCache(limit: 200_000)
+
+    /// Manifests with fewer chunks than this are not kept.
+    static let smallest = 256
+
+    private struct Entry {
+        var manifest: Manifest
+        var references: Int
+        var used: UInt64
+    }
+
+    private let limit: Int
+    private let state = Mutex<(entries: [String: Entry], references: Int, clock: UInt64)>(([:], 0, 0))
+
+    /// A cache that holds at most `limit` chunk references.
+    init(limit: Int) {
+        self.limit = limit
+    }
+
+    /// The manifest of `revision` if it is kept.
+    func cached(_ revision: String) -> Manifest? {
+        state.withLock { state -> Manifest? in
+            guard state.entries[revision] != nil else { return nil }
+            state.clock &+= 1
+            state.entries[revision]!.used = state.clock
+            return state.entries[revision]!.manifest
+        }
+    }
+
+    /// The manifest of `revision`, whose stored JSON is `stored`: from the cache, or decoded
+    /// (and kept if large).
+    func manifest(of revision: String, stored: Data) throws -> Manifest {
+        if let known = cached(revision) { return known }
+        let manifest = try JSONDecoder().decode(Manifest.self, from: stored)
+        remember(manifest, of: revision)
+        return manifest
+    }
+
+    /// Keeps `manifest` as `revision`'s, if it is large.
+    func remember(_ manifest: Manifest, of revision: String) {
+        let references = (manifest.chunks?.count ?? 0) + (manifest.members ?? []).reduce(0) { $0 + $1.chunks.count }
+        guard references >= Self.smallest, references <= limit else { return }
+        state.withLock { state in
+            guard state.entries[revision] == nil else { return }
+            state.clock &+= 1
+            state.entries[revision] = Entry(manifest: manifest, references: references, used: state.clock)
+            state.references += references
+            // At most limit / smallest entries: finding the oldest by a walk is cheap.
+            while state.references > limit, let oldest = state.entries.min(by: { $0.value.used < $1.value.used }) {
+                state.entries[oldest.key] = nil
+                state.references -= oldest.value.references
+            }
+        }
+    }
+
+    /// How many manifests are kept (for tests).
+    var count: Int { state.withLock { $0.entries.count } }
+}
