@@ -226,7 +226,7 @@ package actor ContainerSync {
             if logger.logLevel <= .debug {
                 var metadata: Logger.Metadata = ["container": "\(container)"], last = start
                 for (phase, at) in marks {
-                    metadata[phase + "Ms"] = "\(Self.milliseconds(at - last))"
+                    metadata[phase + "Ms"] = "\((at - last).inMilliseconds)"
                     last = at
                 }
                 logger.debug("round", metadata: metadata)
@@ -260,11 +260,6 @@ package actor ContainerSync {
             store.releaseMemory()
             FreedMemory.release()
         }
-    }
-
-    /// A duration in milliseconds, to a tenth.
-    static func milliseconds(_ duration: Duration) -> Double {
-        ((Double(duration.components.seconds) * 1_000 + Double(duration.components.attoseconds) / 1e15) * 10).rounded() / 10
     }
 
     /// A request the server did not answer or refused: kept for the next round, and said.

@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import CompressNIO
 import Foundation
+import UbiquityFiles
 import Logging
 import NIOCore
 import NIOHTTP1
@@ -204,7 +205,7 @@ package struct SyncClient: Sendable {
         let started = ContinuousClock.now
         defer {
             if let logger, logger.logLevel <= .trace {
-                logger.trace("request", metadata: ["method": "\(method)", "path": "\(path.prefix(80))", "ms": "\(ContainerSync.milliseconds(ContinuousClock.now - started))",
+                logger.trace("request", metadata: ["method": "\(method)", "path": "\(path.prefix(80))", "ms": "\((ContinuousClock.now - started).inMilliseconds)",
                                                    "sent": "\(payload?.readableBytes ?? 0)"])
             }
         }

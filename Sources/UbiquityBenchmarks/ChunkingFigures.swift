@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import UbiquityFiles
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -23,7 +24,7 @@ func chunkingFigures(in directory: URL, mib: Int, iterations: Int) throws -> [St
         for _ in 0..<runs {
             let start = clock.now
             try body()
-            times.append(seconds(clock.now - start))
+            times.append((clock.now - start).inSeconds)
         }
         return times.min() ?? 0
     }

@@ -1,5 +1,6 @@
 import CUbiquitySystem
 import Foundation
+import UbiquityFiles
 import Synchronization
 import Ubiquity
 
@@ -68,7 +69,7 @@ func metadataQueryFigures(in directory: URL, count: Int, nesting: String) async 
         try process.run()
         let output = pipe.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
-        return (seconds(ContinuousClock.now - start), output.reduce(0) { $0 + ($1 == 0x0A ? 1 : 0) })
+        return ((ContinuousClock.now - start).inSeconds, output.reduce(0) { $0 + ($1 == 0x0A ? 1 : 0) })
     }
     _ = try find()
     let peer = try find()
@@ -97,7 +98,7 @@ func metadataQueryFigures(in directory: URL, count: Int, nesting: String) async 
     let start = ContinuousClock.now
     query.start()
     while finished.withLock({ $0 }) == nil { try await Task.sleep(for: .milliseconds(1)) }
-    let firstResults = seconds(finished.withLock { $0! } - start)
+    let firstResults = (finished.withLock { $0! } - start).inSeconds
     let results = query.resultCount
     let heap = heapInUse() - before
     let pathBytes = query.results.reduce(0) { total, result in
@@ -122,7 +123,7 @@ func metadataQueryFigures(in directory: URL, count: Int, nesting: String) async 
         "peerLines": peer.lines,
         "ratioToPeer": round3(firstResults / max(peer.seconds, 1e-6)),
         "heapBytesPerResult": results > 0 ? heap / results : 0,
-        "updateForOneNewFileSeconds": arrived.map { round3(seconds($0.at - created)) } ?? -1,
+        "updateForOneNewFileSeconds": arrived.map { round3(($0.at - created).inSeconds) } ?? -1,
         "updateCarries": arrived.map { ["added": $0.added, "changed": $0.changed, "removed": $0.removed] } ?? [:],
     ]
 }

@@ -41,10 +41,6 @@ struct BenchError: Error, CustomStringConvertible {
 /// Bytes this process passed to read and write system calls so far (`/proc/self/io`).
 func ioCounters() -> (read: Int64, written: Int64) { POSIX.ioCounters() ?? (0, 0) }
 
-func seconds(_ duration: Duration) -> Double {
-    Double(duration.components.seconds) + Double(duration.components.attoseconds) / 1e18
-}
-
 func median(_ values: [Double]) -> Double {
     let sorted = values.sorted()
     return sorted.isEmpty ? 0 : sorted[sorted.count / 2]
@@ -90,10 +86,10 @@ func safeSaveFigures(in directory: URL, iterations: Int) async throws -> [String
         document.updateChangeCount(.done)
         let start = clock.now
         guard await document.save(to: documentURL, for: .forOverwriting) else { throw BenchError("save failed") }
-        documentTimes.append(seconds(clock.now - start))
+        documentTimes.append((clock.now - start).inSeconds)
         let bareStart = clock.now
         try bareWrite(data, to: bareURL)
-        bareTimes.append(seconds(clock.now - bareStart))
+        bareTimes.append((clock.now - bareStart).inSeconds)
     }
     let ratio = median(documentTimes) / median(bareTimes)
     return [
@@ -128,7 +124,7 @@ func packageFigures(in directory: URL, members: Int, memberSize: Int) async thro
     let beforeSave = ioCounters()
     let start = clock.now
     guard await reopened.save(to: url, for: .forOverwriting) else { throw BenchError("save failed") }
-    let incrementalTime = seconds(clock.now - start)
+    let incrementalTime = (clock.now - start).inSeconds
     let incrementalWritten = ioCounters().written - beforeSave.written
 
     // Peer: the same package written in full (no original contents to reuse).
@@ -136,7 +132,7 @@ func packageFigures(in directory: URL, members: Int, memberSize: Int) async thro
     let beforeFull = ioCounters()
     let fullStart = clock.now
     try reopened.root.write(to: fullURL, options: .atomic, originalContentsURL: nil)
-    let fullTime = seconds(clock.now - fullStart)
+    let fullTime = (clock.now - fullStart).inSeconds
     let fullWritten = ioCounters().written - beforeFull.written
 
     let metadataBytes = 0 // a plain package has no index or manifest of its own
@@ -259,13 +255,13 @@ func coordinationFigures(in directory: URL, iterations: Int) throws -> [String: 
     for _ in 0..<iterations * 10 {
         var start = clock.now
         _ = try Data(contentsOf: url)
-        bare.append(seconds(clock.now - start))
+        bare.append((clock.now - start).inSeconds)
         start = clock.now
         _ = try coordinator.coordinate(readingItemAt: url) { try Data(contentsOf: $0) }
-        reads.append(seconds(clock.now - start))
+        reads.append((clock.now - start).inSeconds)
         start = clock.now
         _ = try coordinator.coordinate(writingItemAt: url, options: .contentIndependentMetadataOnly) { try Data(contentsOf: $0) }
-        writes.append(seconds(clock.now - start))
+        writes.append((clock.now - start).inSeconds)
     }
     // Latency from a coordinated write to the presenter's presentedItemDidChange.
     let presenter = SignallingPresenter(url)
@@ -276,7 +272,7 @@ func coordinationFigures(in directory: URL, iterations: Int) throws -> [String: 
         let start = clock.now
         try coordinator.coordinate(writingItemAt: url, options: .forReplacing) { try Data([UInt8(truncatingIfNeeded: i)]).write(to: $0) }
         presenter.changed.wait()
-        latencies.append(seconds(clock.now - start))
+        latencies.append((clock.now - start).inSeconds)
     }
     let p50 = percentile(latencies, 0.5)
     let other = try crossProcessLatencies(of: url, iterations: iterations * 3)

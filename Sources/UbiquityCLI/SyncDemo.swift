@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityFiles
 import Logging
 import Ubiquity
 import UbiquityAgent
@@ -74,7 +75,7 @@ struct SyncDemo {
     }
 
     static func milliseconds(_ elapsed: Duration) -> String {
-        String(format: "%.0f ms", Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15)
+        String(format: "%.0f ms", elapsed.inMilliseconds)
     }
 
     func run() async throws {

@@ -18,10 +18,6 @@ func expect(_ condition: Bool, _ message: String) {
     if !condition { log("CHECK FAILED: " + message) }
 }
 
-func milliseconds(_ duration: Duration) -> Double {
-    (Double(duration.components.seconds) * 1000 + Double(duration.components.attoseconds) / 1e15).rounded(toPlaces: 1)
-}
-
 extension Double {
     func rounded(toPlaces places: Int) -> Double {
         let scale = Foundation.pow(10, Double(places))

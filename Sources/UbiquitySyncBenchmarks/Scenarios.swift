@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityFiles
 
 #if canImport(Glibc)
 import Glibc
@@ -35,7 +36,7 @@ func transfer(_ peer: some Peer, _ body: () async throws -> Void) async throws -
     let after = peer.legs()
     var perLeg: [String: Int64] = [:]
     for (leg, bytes) in after { perLeg[leg] = bytes - (legs[leg] ?? 0) }
-    return Transfer(ms: milliseconds(took), cpuMs: (Double(used.reduce(0, +)) / 1e6).rounded(toPlaces: 1), cpuMsByProcess: byProcess,
+    return Transfer(ms: took.inMilliseconds, cpuMs: (Double(used.reduce(0, +)) / 1e6).rounded(toPlaces: 1), cpuMsByProcess: byProcess,
                     bytesOnWire: perLeg.values.reduce(0, +), legs: perLeg)
 }
 
@@ -101,7 +102,7 @@ func newSmallFiles(_ peer: some Peer, count: Int) async throws -> Latency {
         let name = "small-\(index).bin"
         try data.write(to: peer.sideA.appendingPathComponent(name), options: .atomic)
         let took = try await until("\(peer.name) syncs \(name)") { (try? Data(contentsOf: peer.sideB.appendingPathComponent(name))) == data }
-        times.append(milliseconds(took))
+        times.append(took.inMilliseconds)
         try await Task.sleep(for: .milliseconds(20))
     }
     try await peer.settle()
@@ -129,7 +130,7 @@ func changeCost(_ peer: some Peer, items: Int, changes: Int, label: String) asyn
         let name = "cost-\(label)-\(index).bin"
         try data.write(to: peer.sideA.appendingPathComponent(name), options: .atomic)
         let took = try await until("\(peer.name) syncs \(name)") { (try? Data(contentsOf: peer.sideB.appendingPathComponent(name))) == data }
-        times.append(milliseconds(took))
+        times.append(took.inMilliseconds)
         try await Task.sleep(for: .milliseconds(300))
         for (slot, pid) in peer.processIDs.enumerated() { cpu[slot] += ProcessStats.cpuNanoseconds([pid]) - before[slot] }
     }
@@ -247,7 +248,7 @@ func wholeContainer(_ peer: UbiquityPeer) async throws -> WholeContainer {
     try await Task.sleep(for: .seconds(2))
     let arrived = fm.fileExists(atPath: peer.rootB.appendingPathComponent("Local.nosync").path)
     expect(!arrived, "ubiquity: a .nosync folder reached the other device")
-    return WholeContainer(besideDocumentsMs: milliseconds(took), noSyncAbsentAfterMs: milliseconds(took) + 2000, noSyncArrived: arrived)
+    return WholeContainer(besideDocumentsMs: took.inMilliseconds, noSyncAbsentAfterMs: took.inMilliseconds + 2000, noSyncArrived: arrived)
 }
 
 struct Idle: Encodable {
@@ -302,6 +303,6 @@ func idleAgents(_ peer: UbiquityPeer, items: Int, seconds: Int, changes: Int) as
         cpu[agent.0] = (Double(ProcessStats.processCPUNanoseconds(agent.1) - cpuBefore[slot]) / 1e6).rounded(toPlaces: 1)
         resident[agent.0] = (Double(ProcessStats.residentBytes(agent.1)) / 1_048_576).rounded(toPlaces: 1)
     }
-    return Idle(items: peer.itemsOnB(), populateSeconds: (milliseconds(populated) / 1000).rounded(toPlaces: 1), seconds: seconds,
+    return Idle(items: peer.itemsOnB(), populateSeconds: (populated.inMilliseconds / 1000).rounded(toPlaces: 1), seconds: seconds,
                 wakeUpsPerSecond: wakeUps, cpuMs: cpu, residentMiB: resident, costOfOneChange: cost)
 }

@@ -11,6 +11,7 @@
 //     [--directory DIR] [--keep]
 import Foundation
 import Ubiquity
+import UbiquityFiles
 
 #if canImport(Glibc)
 import Glibc
@@ -140,7 +141,7 @@ try noise(options.largeMiB << 20, seed: 1).write(to: referenceFile)
 var copies: [Double] = []
 for run in 0..<3 {
     let copy = options.directory.appendingPathComponent("reference-copy-\(run).bin")
-    copies.append(milliseconds(try await loopbackCopy(of: referenceFile, to: copy)))
+    copies.append((try await loopbackCopy(of: referenceFile, to: copy)).inMilliseconds)
     try FileManager.default.removeItem(at: copy)
 }
 let loopbackCopyMs = percentile(copies, 0.5)

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityFiles
 import Logging
 import Synchronization
 
@@ -80,8 +81,7 @@ func askPresenter<Answer: Sendable>(
     } else {
         queue.addOperation { ask(reply) }
     }
-    let seconds = Double(timeout.components.seconds) + Double(timeout.components.attoseconds) / 1e18
-    if answered.wait(timeout: .now() + seconds) == .timedOut {
+    if answered.wait(timeout: .now() + timeout.inSeconds) == .timedOut {
         logger.warning("file presenter did not answer in time; proceeding without it", metadata: [
             "question": "\(question)", "presenter": "\(type(of: presenter))",
             "item": "\(presenter.presentedItemURL?.path ?? "-")", "timeout": "\(timeout)",

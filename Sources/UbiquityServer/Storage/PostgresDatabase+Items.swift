@@ -196,8 +196,16 @@ extension PostgresDatabase {
             return CommitOutcome(revision: revision, isCurrent: try earlier.get("state", as: String.self) == "current", item: item,
                                  missingChunks: chunks.filter { !present.contains($0) }.sorted(), repeated: true)
         }
-        let present = try await presentChunks(db, accountId: accountId, hashes: hashes)
-        let missing = hashes.filter { !present.contains($0) }
+        // An edit of a large file from a complete revision: only its new chunks are looked up.
+        var looked = hashes
+        if let stored = ManifestCache.shared.chunks(ofBase: update.baseRevision, forEditOf: hashes.count),
+           try await db.rows("""
+               SELECT complete FROM revision WHERE id = \(update.baseRevision) AND container_id = \(containerId) AND item_id = \(itemId)
+               """).first?.get("complete", as: Bool.self) == true {
+            looked = hashes.filter { !stored.contains($0) }
+        }
+        let present = try await presentChunks(db, accountId: accountId, hashes: looked)
+        let missing = looked.filter { !present.contains($0) }
 
         // Where the new revision goes: current, or kept as a conflict version.
         let current = try await db.rows("""

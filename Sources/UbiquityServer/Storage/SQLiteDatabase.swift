@@ -182,16 +182,13 @@ final class SQLiteDatabase: SyncDatabase {
             return CommitOutcome(revision: revision, isCurrent: earlier["state"] == "current", item: item,
                                  missingChunks: chunks.filter { !present.contains($0) }.sorted(), repeated: true)
         }
-        // An edit of a large file from a complete revision of it (its list still at hand): the
-        // base's chunks are all stored (a chunk goes only when nothing refers to it), so only the
-        // new ones are looked up (a 1-byte edit of a 64 MiB file: a few chunks, not 4,000).
-        var stored: Set<String>?
-        if let baseRevision = update.baseRevision, hashes.count >= ManifestCache.smallest, let known = ManifestCache.shared.cached(baseRevision),
+        // An edit of a large file from a complete revision: only its new chunks are looked up.
+        var looked = hashes
+        if let stored = ManifestCache.shared.chunks(ofBase: update.baseRevision, forEditOf: hashes.count),
            try Bool.fetchOne(db.cachedStatement(sql: "SELECT complete FROM revision WHERE id = ? AND containerId = ? AND itemId = ?"),
-                             arguments: [baseRevision, containerId, itemId]) == true {
-            stored = Set(known.allChunks.map(\.hash))
+                             arguments: [update.baseRevision, containerId, itemId]) == true {
+            looked = hashes.filter { !stored.contains($0) }
         }
-        let looked = stored.map { stored in hashes.filter { !stored.contains($0) } } ?? hashes
         let present = try presentChunks(db, accountId: accountId, hashes: looked)
         let missing = looked.filter { !present.contains($0) }
 
