@@ -46,12 +46,12 @@ extension ContainerSync {
     /// staging goes.
     func stage(_ members: [LocalMember], kind: ItemKind, of item: String, name: String, reusing previous: AgentStore.File?,
                given: [String: [UInt8]] = [:]) async throws -> URL {
-        var local: [String: (url: URL, chunk: ContentChunk)] = [:]
+        var local: [String: (url: URL, chunk: ContentChunk)] = [:], known: [LocalMember] = []
         if let previous {
             let url = root.appendingPathComponent(previous.path)
             let scanner = scanner
             // The previous copy only saves downloading what it has: unreadable, every chunk comes from the server.
-            let known = localContents[previous.content]
+            known = localContents[previous.content]
                 ?? (try? LocalContents.cut(url, kind: previous.fingerprint.kind, scanner: scanner, relative: previous.path)) ?? []
             for member in known {
                 for chunk in member.chunks { local[chunk.hash] = (member.path.isEmpty ? url : url.appendingPathComponent(member.path), chunk) }
@@ -82,18 +82,14 @@ extension ContainerSync {
                 continue
             }
             // A local piece that cannot be read (or no longer hashes right) comes from the server.
-            if let (url, piece) = local[chunk.hash], let handle = try? FileHandle(forReadingFrom: url) {
-                try? handle.seek(toOffset: UInt64(piece.offset)) // a failed seek or read gives bytes whose hash does not match: fetched instead
-                let read = [UInt8]((try? handle.read(upToCount: piece.length)) ?? Data())
-                try? handle.close()
-                if read.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash {
-                    try writer.write(read, hash: chunk.hash)
-                    transfers[item]?.done += Int64(writer.occurrences(of: chunk.hash) * chunk.length)
-                    continue
-                }
+            if let (url, piece) = local[chunk.hash], let read = Self.read(piece, of: url), read.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash {
+                try writer.write(read, hash: chunk.hash)
+                transfers[item]?.done += Int64(writer.occurrences(of: chunk.hash) * chunk.length)
+                continue
             }
             needed.append(chunk)
         }
+        needed = try await patchIn(needed, of: members, changing: known, local: local, into: writer, item: item)
         // The rest from the server, in batches of about `transferBatchBytes`, a few at a time,
         // each chunk checked (by the client) and written as its batch arrives.
         var batches: [[String]] = [], current: [String] = [], currentBytes = 0
@@ -133,6 +129,51 @@ extension ContainerSync {
         try writer.finish()
         done = true
         return staged
+    }
+
+    /// The bytes of `piece` of the file at `url`, or nil if they cannot be read (unchecked).
+    static func read(_ piece: ContentChunk, of url: URL) -> [UInt8]? {
+        guard let handle = try? FileHandle(forReadingFrom: url) else { return nil }
+        defer { try? handle.close() } // read-only: closing cannot lose anything
+        guard (try? handle.seek(toOffset: UInt64(piece.offset))) != nil, let data = try? handle.read(upToCount: piece.length) else { return nil }
+        return [UInt8](data)
+    }
+
+    /// Of the chunks `needed` of the new contents `members`, writes into `writer` those that
+    /// change a chunk of the local copy (`previous`, its chunks' places in `local`), made from
+    /// patches of those the server sends (``ChunkPartners``; a 1-byte edit: a few hundred
+    /// bytes, not 16 KiB), each checked against its hash. Returns the chunks still needed
+    /// (those without such a partner, and any patch that did not make its chunk).
+    func patchIn(_ needed: [ContentChunk], of members: [LocalMember], changing previous: [LocalMember], local: [String: (url: URL, chunk: ContentChunk)],
+                 into writer: StagedWriter, item: String) async throws -> [ContentChunk] {
+        guard !needed.isEmpty, !previous.isEmpty else { return needed }
+        let old = Dictionary(previous.map { ($0.path, $0.chunks) }, uniquingKeysWith: { first, _ in first })
+        var partners: [String: String] = [:]
+        for member in members {
+            guard let before = old[member.path] else { continue }
+            partners.merge(ChunkPartners.of(old: before.map(\.reference), new: member.chunks.map(\.reference))) { first, _ in first }
+        }
+        var asked = Set<String>()
+        let wanted = needed.compactMap { chunk in
+            partners[chunk.hash].flatMap { local[$0] != nil && asked.insert(chunk.hash).inserted ? ChunkPatchRequest.Wanted(hash: chunk.hash, base: $0) : nil }
+        }
+        guard !wanted.isEmpty else { return needed }
+        let patches: [ChunkPatch]
+        do {
+            patches = try await client.downloadPatches(wanted)
+        } catch let error as SyncClientError where error.status != 0 {
+            logger.debug("chunk patches refused: the chunks come whole", metadata: ["container": "\(container)", "error": "\(error)"])
+            return needed
+        }
+        var made = Set<String>()
+        for patch in patches {
+            // A base that cannot be read, or a patch that does not make its chunk: the chunk comes whole.
+            guard let (url, piece) = local[patch.base], let base = Self.read(piece, of: url), let bytes = patch.made(from: base) else { continue }
+            try writer.write(bytes, hash: patch.hash)
+            transfers[item]?.done += Int64(writer.occurrences(of: patch.hash) * bytes.count)
+            made.insert(patch.hash)
+        }
+        return needed.filter { !made.contains($0.hash) }
     }
 
     /// Copies into `writer` the chunks it shares with the local flat file at `url` (whose

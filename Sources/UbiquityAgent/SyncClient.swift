@@ -152,6 +152,50 @@ package struct SyncClient: Sendable {
         return chunks
     }
 
+    /// The block signatures of chunks the server has, in the order asked (asking again while
+    /// the server answers fewer than asked).
+    package func signatures(of hashes: [String]) async throws -> [ChunkSignature] {
+        var signatures: [ChunkSignature] = []
+        while signatures.count < hashes.count {
+            let asked = Array(hashes[signatures.count..<min(hashes.count, signatures.count + ChunkSignaturesRequest.maximumCount)])
+            let answer: ChunkSignaturesResponse = try await json(.POST, "v1/chunks/signatures", body: ChunkSignaturesRequest(hashes: asked))
+            guard !answer.signatures.isEmpty, answer.signatures.count <= asked.count, zip(answer.signatures, asked).allSatisfy({ $0.hash == $1 }) else {
+                throw SyncClientError(status: 200, code: "badAnswer", message: "the server answered \(answer.signatures.count) signatures for \(asked.count) asked, not in order")
+            }
+            signatures += answer.signatures
+        }
+        return signatures
+    }
+
+    /// Uploads chunks as patches of chunks the server has (``ChunkPatchBatch``); the server
+    /// makes each, checks it against its hash, and keeps all or none.
+    package func upload(_ patches: ChunkPatchBatch) async throws {
+        _ = try await send(.POST, "v1/chunks/patches", raw: patches.encoded(), expecting: [.created], timeout: timeout * 4)
+    }
+
+    /// Downloads chunks as patches of chunks this side has, in the order asked (asking again for
+    /// the rest). Unchecked: apply each with ``ChunkPatch/made(from:)``, which checks the result.
+    package func downloadPatches(_ wanted: [ChunkPatchRequest.Wanted]) async throws -> [ChunkPatch] {
+        var patches: [ChunkPatch] = []
+        while patches.count < wanted.count {
+            let asked = Array(wanted[patches.count..<min(wanted.count, patches.count + ChunkBatch.maximumCount)])
+            let body = try await send(.POST, "v1/chunks/patches/fetch", raw: try JSONEncoder().encode(ChunkPatchRequest(patches: asked)).map { $0 },
+                                      expecting: [.ok], timeout: timeout * 4, json: true)
+            let batch: ChunkPatchBatch
+            do {
+                batch = try ChunkPatchBatch(decoding: Array(buffer: body), maximumChunkSize: 64 << 20, maximumTotal: 64 << 20)
+            } catch {
+                throw SyncClientError(status: 200, code: "badAnswer", message: "the server's patches are not what the protocol says: \(error)")
+            }
+            guard !batch.patches.isEmpty, batch.patches.count <= asked.count,
+                  zip(batch.patches, asked).allSatisfy({ $0.hash == $1.hash && $0.base == $1.base }) else {
+                throw SyncClientError(status: 200, code: "badAnswer", message: "the server answered \(batch.patches.count) patches for \(asked.count) asked, not in order")
+            }
+            patches += batch.patches
+        }
+        return patches
+    }
+
     /// Downloads one chunk.
     package func download(_ hash: String) async throws -> [UInt8] {
         let body = try await send(.GET, "v1/chunks/\(hash)", raw: nil, expecting: [.ok], timeout: timeout * 4)

@@ -168,18 +168,21 @@ extension ContainerSyncTests {
             try await phone.sync.syncOnce()
             #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Film.raw")) == bytes)
 
-            // One byte changed in 16 MiB (about 1,000 chunks): the chunk lists travel as
-            // differences, both ways, and only the changed chunks move.
-            bytes[bytes.count / 2] ^= 0xff
-            try laptop.write("Film.raw", bytes)
-            let laptopBefore = laptop.client.traffic.snapshot, phoneBefore = phone.client.traffic.snapshot
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
-            let laptopMoved = laptop.client.traffic.snapshot.total - laptopBefore.total
-            let phoneMoved = phone.client.traffic.snapshot.total - phoneBefore.total
-            #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Film.raw")) == bytes)
-            #expect(laptopMoved < 65_536 && phoneMoved < 65_536, "sent and received: laptop \(laptopMoved) bytes, phone \(phoneMoved) bytes")
-            print("1-byte edit in 16 MiB: laptop \(laptopMoved) bytes, phone \(phoneMoved) bytes")
+            // One byte changed in 16 MiB (about 1,000 chunks), then one inserted: the chunk lists
+            // travel as differences, both ways, and the changed chunks as patches of the old
+            // ones (about a 16 KiB chunk each way without them).
+            for edit in ["changed", "inserted"] {
+                if edit == "changed" { bytes[bytes.count / 2] ^= 0xff } else { bytes.insert(0x2a, at: bytes.count / 3) }
+                try laptop.write("Film.raw", bytes)
+                let laptopBefore = laptop.client.traffic.snapshot, phoneBefore = phone.client.traffic.snapshot
+                try await laptop.sync.syncOnce()
+                try await phone.sync.syncOnce()
+                let laptopMoved = laptop.client.traffic.snapshot.total - laptopBefore.total
+                let phoneMoved = phone.client.traffic.snapshot.total - phoneBefore.total
+                #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Film.raw")) == bytes)
+                #expect(laptopMoved < 8_192 && phoneMoved < 8_192, "1 byte \(edit): laptop \(laptopMoved) bytes, phone \(phoneMoved) bytes")
+                print("1 byte \(edit) in 16 MiB: laptop \(laptopMoved) bytes, phone \(phoneMoved) bytes")
+            }
         }
     }
 }

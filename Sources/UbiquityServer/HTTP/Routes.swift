@@ -14,6 +14,7 @@ extension CommitBatchResponse: ResponseEncodable {}
 extension ItemsResponse: ResponseEncodable {}
 extension ChangesResponse: ResponseEncodable {}
 extension MissingChunksResponse: ResponseEncodable {}
+extension ChunkSignaturesResponse: ResponseEncodable {}
 extension KeyValueResponse: ResponseEncodable {}
 extension AccountResponse: ResponseEncodable {}
 
@@ -256,13 +257,78 @@ extension SyncServices {
             guard !asked.hashes.isEmpty, asked.hashes.count <= ChunkBatch.maximumCount else {
                 throw SyncError.badRequest("tooMany", "ask for 1 to \(ChunkBatch.maximumCount) chunks at a time")
             }
-            for hash in asked.hashes { try Validate.hash(hash) }
-            let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: asked.hashes))
-            if let absent = asked.hashes.first(where: lacking.contains) { throw SyncError.noSuchChunk(absent) }
+            try await requireChunks(asked.hashes, of: device)
             // As many as fit, in the order asked; the client asks again for the rest.
             let loaded = try await self.chunks.load(asked.hashes, account: device.accountId, upTo: ChunkBatch.maximumBytes)
             guard !loaded.isEmpty else { throw SyncError.noSuchChunk(asked.hashes[0]) }
             let batch = ChunkBatch(zip(asked.hashes, loaded).map { ChunkBatch.Chunk(hash: $0, bytes: [UInt8]($1)) })
+            return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: ByteBuffer(bytes: batch.encoded())))
+        }
+        // Chunks as changes of chunks the account has (docs/SyncProtocol.md, "Chunk patches").
+        chunks.post("signatures") { request, context in
+            let device = try context.requireDevice()
+            let asked = try await request.decode(as: ChunkSignaturesRequest.self, context: context)
+            guard !asked.hashes.isEmpty, asked.hashes.count <= ChunkSignaturesRequest.maximumCount else {
+                throw SyncError.badRequest("tooMany", "ask for 1 to \(ChunkSignaturesRequest.maximumCount) signatures at a time")
+            }
+            try await requireChunks(asked.hashes, of: device)
+            // As many as 16 MiB of chunks make, in the order asked; the client asks again for the rest.
+            var signatures: [ChunkSignature] = [], read = 0
+            for hash in asked.hashes where signatures.isEmpty || read < ChunkBatch.maximumBytes {
+                let bytes = try await loadChunk(hash, of: device)
+                read += bytes.count
+                signatures.append(ChunkSignature(of: bytes, hash: hash))
+            }
+            return ChunkSignaturesResponse(signatures: signatures)
+        }
+        chunks.post("patches") { request, context -> Response in
+            let device = try context.requireDevice()
+            let limit = ChunkBatch.maximumBytes + Int(Validate.maximumChunkSize) + ChunkBatch.maximumCount * ChunkPatchBatch.framing
+            let body: ByteBuffer
+            do {
+                body = try await request.body.collect(upTo: limit)
+            } catch {
+                throw SyncError(.contentTooLarge, "batchTooLarge", "patches make at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
+            }
+            let batch: ChunkPatchBatch
+            do {
+                batch = try ChunkPatchBatch(decoding: Array(buffer: body), maximumChunkSize: Int(Validate.maximumChunkSize), maximumTotal: ChunkBatch.maximumBytes)
+            } catch let error as ChunkPatchBatch.FormatError {
+                throw SyncError.badRequest("badBatch", error.description)
+            }
+            guard !batch.patches.isEmpty else { throw SyncError.badRequest("badBatch", "the batch holds no patches") }
+            try await requireChunks(batch.patches.map(\.base), of: device)
+            // One base at a time; what is read for them is bounded too (a base may be large and named often).
+            var made: [ChunkBatch.Chunk] = [], read = 0
+            for patch in batch.patches {
+                let base = try await loadChunk(patch.base, of: device)
+                read += base.count
+                guard read <= 4 * ChunkBatch.maximumBytes || made.isEmpty else {
+                    throw SyncError(.contentTooLarge, "batchTooLarge", "the patches' bases are more than \(4 * ChunkBatch.maximumBytes) bytes: send fewer at a time")
+                }
+                do {
+                    made.append(ChunkBatch.Chunk(hash: patch.hash, bytes: try patch.applied(to: base)))
+                } catch let error as ChunkPatchBatch.FormatError {
+                    throw SyncError.badRequest("badPatch", error.description)
+                }
+            }
+            try await receive(made, from: device, logger: context.logger) // each checked against its hash
+            return Response(status: .created)
+        }
+        chunks.post("patches/fetch") { request, context -> Response in
+            let device = try context.requireDevice()
+            let asked = try await request.decode(as: ChunkPatchRequest.self, context: context)
+            guard !asked.patches.isEmpty, asked.patches.count <= ChunkBatch.maximumCount else {
+                throw SyncError.badRequest("tooMany", "ask for 1 to \(ChunkBatch.maximumCount) patches at a time")
+            }
+            try await requireChunks(asked.patches.flatMap { [$0.hash, $0.base] }, of: device)
+            // As many as 16 MiB of chunks and bases make, in the order asked; the client asks again for the rest.
+            var batch = ChunkPatchBatch(), read = 0
+            for wanted in asked.patches where batch.patches.isEmpty || read < ChunkBatch.maximumBytes {
+                let target = try await loadChunk(wanted.hash, of: device), base = try await loadChunk(wanted.base, of: device)
+                read += target.count + base.count
+                batch.patches.append(ChunkPatch(making: target, hash: wanted.hash, from: base, baseHash: wanted.base))
+            }
             return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: ByteBuffer(bytes: batch.encoded())))
         }
         chunks.get(":hash") { _, context -> Response in
@@ -273,6 +339,20 @@ extension SyncServices {
                   let data = try await self.chunks.load(hash: hash, account: device.accountId) else { throw SyncError.chunkNotFound }
             return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
         }
+    }
+
+    /// Checks that `hashes` are well formed and chunks the device's account has.
+    /// - Throws: ``SyncError`` 400 for a malformed hash, 404 naming the first chunk it lacks.
+    func requireChunks(_ hashes: [String], of device: DeviceAuth) async throws {
+        for hash in hashes { try Validate.hash(hash) }
+        let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: hashes))
+        if let absent = hashes.first(where: lacking.contains) { throw SyncError.noSuchChunk(absent) }
+    }
+
+    /// The bytes of chunk `hash` of the device's account (listed in its index: see ``requireChunks(_:of:)``).
+    func loadChunk(_ hash: String, of device: DeviceAuth) async throws -> [UInt8] {
+        guard let data = try await chunks.load(hash: hash, account: device.accountId) else { throw SyncError.noSuchChunk(hash) }
+        return [UInt8](data)
     }
 
     /// An update as it will be committed: a chunk-list difference applied to its base

@@ -1,4 +1,5 @@
 import Hummingbird
+import PostgresNIO
 import Synchronization
 
 /// Counters the server exposes at `GET /metrics` in Prometheus' text format.
@@ -51,7 +52,10 @@ struct MetricsCountingMiddleware: RouterMiddleware {
 }
 
 /// Makes every failure answer the same JSON shape (`{"error":{"code","message"}}`): errors
-/// Hummingbird raises itself (a body that does not decode, an unknown route) included.
+/// Hummingbird raises itself (a body that does not decode, an unknown route) included. Any other
+/// error (the database's, the file system's) is the server's fault: logged with the request,
+/// answered 500 `internal` without its details (or 503 `databaseBusy` when PostgreSQL kept
+/// finding the transaction in conflict with others after its retries).
 struct ErrorShapingMiddleware: RouterMiddleware {
     typealias Context = SyncContext
 
@@ -66,6 +70,18 @@ struct ErrorShapingMiddleware: RouterMiddleware {
             throw Self.shape(error.status, (error as? HTTPError)?.body)
         } catch is DecodingError {
             throw SyncError.badRequest("invalidBody", "the body is not the JSON this request takes")
+        } catch is CancellationError {
+            throw SyncError(.serviceUnavailable, "cancelled", "the request was cancelled (the server is stopping)")
+        } catch let error as PSQLError where ["40001", "40P01"].contains(error.serverInfo?[.sqlState] ?? "") {
+            context.logger.warning("a transaction kept conflicting with others", metadata: [
+                "method": "\(request.method)", "path": "\(request.uri.path)", "error": "\(PostgresDatabase.describe(error))",
+            ])
+            throw SyncError(.serviceUnavailable, "databaseBusy", "the change conflicted with others too often: try again")
+        } catch {
+            context.logger.error("request failed", metadata: [
+                "method": "\(request.method)", "path": "\(request.uri.path)", "error": "\(String(reflecting: error))",
+            ])
+            throw SyncError(.internalServerError, "internal", "the server failed to answer this request; its log says why")
         }
     }
 
