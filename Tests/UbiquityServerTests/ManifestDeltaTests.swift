@@ -93,3 +93,15 @@ import UbiquityProtocol
         }
     }
 }
+
+/// Manifests as stored: a flat file's written directly, read back as `JSONEncoder`'s would be.
+@Suite struct StoredManifestTests {
+    @Test func aStoredManifestReadsBackAsItWas() throws {
+        let flat = Manifest(chunks: (0..<500).map { ChunkReference(hash: sha256(Array("chunk \($0)".utf8)), size: Int64($0) * 1_000 + 7) })
+        let package = Manifest(members: [ManifestMember(path: "Text.txt", chunks: Array(flat.chunks!.prefix(3)))])
+        for manifest in [flat, Manifest(chunks: []), package, Manifest(), Manifest(chunks: [ChunkReference(hash: "not \"hex\"", size: 1)])] {
+            #expect(try JSONDecoder().decode(Manifest.self, from: PreparedCommit.stored(manifest)) == manifest)
+        }
+        #expect(String(decoding: try PreparedCommit.stored(Manifest(chunks: [ChunkReference(hash: "ab", size: 3)])), as: UTF8.self) == #"{"chunks":[{"hash":"ab","size":3}]}"#)
+    }
+}

@@ -41,11 +41,11 @@ final class ManifestCache: Sendable {
         }
     }
 
-    /// The manifest of `revision`, whose stored JSON is `stored`: from the cache, or decoded
-    /// (and kept if large).
-    func manifest(of revision: String, stored: Data) throws -> Manifest {
+    /// The manifest of `revision`, whose stored JSON is `stored`: from the cache, or read and
+    /// decoded (and kept if large).
+    func manifest(of revision: String, stored: @autoclosure () throws -> Data) throws -> Manifest {
         if let known = cached(revision) { return known }
-        let manifest = try JSONDecoder().decode(Manifest.self, from: stored)
+        let manifest = try JSONDecoder().decode(Manifest.self, from: try stored())
         remember(manifest, of: revision)
         return manifest
     }

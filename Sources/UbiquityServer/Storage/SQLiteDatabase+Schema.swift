@@ -78,6 +78,50 @@ extension SQLiteDatabase {
             // not by walking every item of the container.
             try db.execute(sql: "CREATE INDEX revision_parent ON revision(containerId, parent)")
         }
+        migrator.registerMigration("v7-manifests-apart") { db in
+            // A large file's manifest (about 300 KB of JSON for 64 MiB) in its revision's row made
+            // every read of the row (a page of changes, an item's state) read it, and every
+            // update of the row (demoted, completed) write it again: manifests live apart.
+            try db.execute(sql: """
+                CREATE TABLE revisionManifest (
+                    revisionId TEXT PRIMARY KEY NOT NULL REFERENCES revision(id) ON DELETE CASCADE, manifest BLOB NOT NULL);
+                INSERT INTO revisionManifest (revisionId, manifest) SELECT id, manifest FROM revision;
+                ALTER TABLE revision DROP COLUMN manifest;
+                """)
+        }
+        migrator.registerMigration("v8-revision-chunks-without-rowid") { db in
+            // A revision's chunk references in one tree keyed by revision and hash (and the index
+            // by hash), not a row-id tree plus two indexes: a large file's commit (a reference per
+            // chunk, 4,000 for 64 MiB) writes a third less.
+            try db.execute(sql: """
+                CREATE TABLE revisionChunkByRevision (
+                    revisionId TEXT NOT NULL REFERENCES revision(id) ON DELETE CASCADE, accountId INTEGER NOT NULL,
+                    hash TEXT NOT NULL, PRIMARY KEY(revisionId, hash)) WITHOUT ROWID;
+                INSERT INTO revisionChunkByRevision (revisionId, accountId, hash) SELECT revisionId, accountId, hash FROM revisionChunk;
+                DROP TABLE revisionChunk;
+                ALTER TABLE revisionChunkByRevision RENAME TO revisionChunk;
+                CREATE INDEX revisionChunk_hash ON revisionChunk(accountId, hash);
+                """)
+        }
+        migrator.registerMigration("v9-waiting-chunks") { db in
+            // The index of every chunk reference by hash took a random page per reference: a
+            // large file's commit (4,000 references) dirtied most of it, megabytes written and
+            // synced for a 1-byte edit. What a hash must find is only the revisions still waiting
+            // for that chunk (to complete them when it arrives): those few references are kept
+            // apart, and the index goes (garbage collection joins the references once instead).
+            try db.execute(sql: """
+                CREATE TABLE revisionWaiting (
+                    accountId INTEGER NOT NULL, hash TEXT NOT NULL, revisionId TEXT NOT NULL REFERENCES revision(id) ON DELETE CASCADE,
+                    PRIMARY KEY(accountId, hash, revisionId)) WITHOUT ROWID;
+                CREATE INDEX revisionWaiting_revision ON revisionWaiting(revisionId);
+                INSERT INTO revisionWaiting (accountId, hash, revisionId)
+                    SELECT revisionChunk.accountId, revisionChunk.hash, revisionChunk.revisionId FROM revisionChunk
+                    JOIN revision ON revision.id = revisionChunk.revisionId
+                    LEFT JOIN chunk ON chunk.accountId = revisionChunk.accountId AND chunk.hash = revisionChunk.hash
+                    WHERE revision.complete = 0 AND chunk.hash IS NULL;
+                DROP INDEX revisionChunk_hash;
+                """)
+        }
         return migrator
     }
 }

@@ -136,9 +136,9 @@ final class SQLiteDatabase: SyncDatabase {
             for start in stride(from: 0, to: revisions.count, by: 500) {
                 let batch = Array(revisions[start..<min(start + 500, revisions.count)])
                 let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
-                for row in try Row.fetchAll(db, sql: "SELECT id, manifest FROM revision WHERE containerId = ? AND kind = 'file' AND deviceId != ? AND id IN (\(marks))",
-                                            arguments: StatementArguments([containerId as any DatabaseValueConvertible, device] + batch.map { $0 as any DatabaseValueConvertible })) {
-                    lists[row["id"]] = try ManifestCache.shared.manifest(of: row["id"], stored: row["manifest"]).chunks ?? []
+                for id in try String.fetchAll(db, sql: "SELECT id FROM revision WHERE containerId = ? AND kind = 'file' AND deviceId != ? AND id IN (\(marks))",
+                                              arguments: StatementArguments([containerId as any DatabaseValueConvertible, device] + batch.map { $0 as any DatabaseValueConvertible })) {
+                    lists[id] = try Self.manifest(db, of: id).chunks ?? []
                 }
             }
             return lists
@@ -148,10 +148,10 @@ final class SQLiteDatabase: SyncDatabase {
     func revisionManifest(accountId: Int64, container: String, item: String, revision: String) async throws -> (kind: ItemKind, manifest: Manifest)? {
         try await pool.read { db in
             guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container),
-                  let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT kind, manifest FROM revision WHERE containerId = ? AND itemId = ? AND id = ?"),
-                                             arguments: [containerId, item, revision]),
-                  let kind = ItemKind(rawValue: row["kind"]) else { return nil }
-            return (kind, try ManifestCache.shared.manifest(of: revision, stored: row["manifest"]))
+                  let stored = try String.fetchOne(db.cachedStatement(sql: "SELECT kind FROM revision WHERE containerId = ? AND itemId = ? AND id = ?"),
+                                                   arguments: [containerId, item, revision]),
+                  let kind = ItemKind(rawValue: stored) else { return nil }
+            return (kind, try Self.manifest(db, of: revision))
         }
     }
 
@@ -214,13 +214,23 @@ final class SQLiteDatabase: SyncDatabase {
         let revision = RandomIdentifier.make()
         try db.cachedStatement(sql: """
             INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
-                modificationDate, type, manifest, deleted, complete, state, created, changeId, digest)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                modificationDate, type, deleted, complete, state, created, changeId, digest)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """).execute(arguments: [revision, containerId, itemId, update.baseRevision, device.deviceId, device.deviceName, name,
-                             update.parent, update.kind.rawValue, commit.size, update.modificationDate, update.type, commit.manifest,
+                             update.parent, update.kind.rawValue, commit.size, update.modificationDate, update.type,
                              commit.deleted, missing.isEmpty, state, now.timeIntervalSince1970, update.changeId, commit.digest])
-        for hash in hashes {
-            try db.cachedStatement(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) VALUES (?, ?, ?)").execute(arguments: [revision, accountId, hash])
+        try db.cachedStatement(sql: "INSERT INTO revisionManifest (revisionId, manifest) VALUES (?, ?)").execute(arguments: [revision, commit.manifest])
+        // Many rows a statement (a 64 MiB file lists about 4,000 chunks).
+        for start in stride(from: 0, to: hashes.count, by: 250) {
+            let batch = hashes[start..<min(start + 250, hashes.count)]
+            let rows = Array(repeating: "(?, ?, ?)", count: batch.count).joined(separator: ", ")
+            var values: [any DatabaseValueConvertible] = []
+            values.reserveCapacity(batch.count * 3)
+            for hash in batch { values += [revision, accountId, hash] as [any DatabaseValueConvertible] }
+            try db.cachedStatement(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) VALUES \(rows)").execute(arguments: StatementArguments(values))
+        }
+        for hash in missing {
+            try db.cachedStatement(sql: "INSERT INTO revisionWaiting (accountId, hash, revisionId) VALUES (?, ?, ?)").execute(arguments: [accountId, hash, revision])
         }
         if let demoted = placement.demoted {
             try db.cachedStatement(sql: "UPDATE revision SET state = ? WHERE id = ?").execute(arguments: [demoted.state, demoted.id])
@@ -360,21 +370,19 @@ final class SQLiteDatabase: SyncDatabase {
             for batch in stride(from: 0, to: hashes.count, by: 500).map({ Array(hashes[$0..<min($0 + 500, hashes.count)]) }) {
                 let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
                 for row in try Row.fetchAll(db, sql: """
-                    SELECT DISTINCT revision.id, revision.containerId, revision.itemId, revision.state FROM revisionChunk
-                    JOIN revision ON revision.id = revisionChunk.revisionId
-                    WHERE revisionChunk.accountId = ? AND revisionChunk.hash IN (\(marks)) AND revision.complete = 0
+                    SELECT DISTINCT revision.id, revision.containerId, revision.itemId, revision.state FROM revisionWaiting
+                    JOIN revision ON revision.id = revisionWaiting.revisionId
+                    WHERE revisionWaiting.accountId = ? AND revisionWaiting.hash IN (\(marks))
                     """, arguments: StatementArguments([accountId] + batch)) {
                     waiting[row["id"]] = row
                 }
+                try db.execute(sql: "DELETE FROM revisionWaiting WHERE accountId = ? AND hash IN (\(marks))", arguments: StatementArguments([accountId] + batch))
             }
             var changed: [String: Int64] = [:]
             for (revision, row) in waiting.sorted(by: { $0.key < $1.key }) {
                 // Is any chunk still missing? (Stops at the first: a large file's upload must not
                 // count all its chunks once per batch.)
-                let stillMissing = try Bool.fetchOne(db.cachedStatement(sql: """
-                    SELECT 1 FROM revisionChunk LEFT JOIN chunk ON chunk.accountId = revisionChunk.accountId AND chunk.hash = revisionChunk.hash
-                    WHERE revisionChunk.revisionId = ? AND chunk.hash IS NULL LIMIT 1
-                    """), arguments: [revision]) == true
+                let stillMissing = try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM revisionWaiting WHERE revisionId = ? LIMIT 1"), arguments: [revision]) == true
                 guard !stillMissing else { continue }
                 try db.cachedStatement(sql: "UPDATE revision SET complete = 1 WHERE id = ?").execute(arguments: [revision])
                 let state: String = row["state"]
@@ -422,11 +430,13 @@ final class SQLiteDatabase: SyncDatabase {
             let restored = RandomIdentifier.make()
             try db.cachedStatement(sql: """
                 INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
-                    modificationDate, type, manifest, deleted, complete, state, created)
+                    modificationDate, type, deleted, complete, state, created, digest)
                 SELECT ?, containerId, itemId, (SELECT currentRevision FROM item WHERE containerId = ? AND id = ?), 'server', 'server',
-                    name, parent, kind, size, modificationDate, type, manifest, 0, complete, 'current', ?
+                    name, parent, kind, size, modificationDate, type, 0, complete, 'current', ?, digest
                 FROM revision WHERE id = ?
                 """).execute(arguments: [restored, containerId, itemId, now.timeIntervalSince1970, revision])
+            try Self.copyManifest(db, of: revision, to: restored)
+            try Self.copyWaiting(db, of: revision, to: restored)
             try db.cachedStatement(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) SELECT ?, accountId, hash FROM revisionChunk WHERE revisionId = ?").execute(arguments: [restored, revision])
             try db.cachedStatement(sql: "UPDATE revision SET state = 'replaced' WHERE id = (SELECT currentRevision FROM item WHERE containerId = ? AND id = ?)").execute(arguments: [containerId, itemId])
             let sequence = try Self.bump(db, containerId: containerId)
@@ -440,8 +450,9 @@ final class SQLiteDatabase: SyncDatabase {
             try db.cachedStatement(sql: "DELETE FROM revision WHERE state IN ('replaced', 'resolved', 'superseded') AND created < ?").execute(arguments: [now.timeIntervalSince1970 - retention])
             let revisions = db.changesCount
             let orphans = try Row.fetchAll(db.cachedStatement(sql: """
-                SELECT accountId, hash, size FROM chunk WHERE created < ? AND NOT EXISTS
-                    (SELECT 1 FROM revisionChunk WHERE revisionChunk.accountId = chunk.accountId AND revisionChunk.hash = chunk.hash)
+                SELECT chunk.accountId, chunk.hash, chunk.size FROM chunk
+                LEFT JOIN (SELECT DISTINCT accountId, hash FROM revisionChunk) AS used ON used.accountId = chunk.accountId AND used.hash = chunk.hash
+                WHERE chunk.created < ? AND used.hash IS NULL
                 """), arguments: [now.timeIntervalSince1970 - grace])
             for orphan in orphans {
                 try db.cachedStatement(sql: "DELETE FROM chunk WHERE accountId = ? AND hash = ?").execute(arguments: [orphan["accountId"] as Int64, orphan["hash"] as String])
@@ -469,10 +480,12 @@ final class SQLiteDatabase: SyncDatabase {
         let revision = RandomIdentifier.make()
         try db.cachedStatement(sql: """
             INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
-                modificationDate, type, manifest, deleted, complete, state, created)
-            SELECT ?, containerId, itemId, id, 'server', 'server', ?, parent, kind, size, modificationDate, type, manifest, deleted, complete, 'current', ?
+                modificationDate, type, deleted, complete, state, created, digest)
+            SELECT ?, containerId, itemId, id, 'server', 'server', ?, parent, kind, size, modificationDate, type, deleted, complete, 'current', ?, digest
             FROM revision WHERE id = ?
             """).execute(arguments: [revision, name, now.timeIntervalSince1970, current])
+        try copyManifest(db, of: current, to: revision)
+        try copyWaiting(db, of: current, to: revision)
         try db.cachedStatement(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) SELECT ?, accountId, hash FROM revisionChunk WHERE revisionId = ?").execute(arguments: [revision, current])
         try db.cachedStatement(sql: "UPDATE revision SET state = 'replaced' WHERE id = ?").execute(arguments: [current])
         let sequence = try bump(db, containerId: containerId)
@@ -513,16 +526,16 @@ final class SQLiteDatabase: SyncDatabase {
             """), arguments: [containerId, id]) else { return nil }
         let kind = ItemKind(rawValue: row["kind"]) ?? .file
         let conflicts = try Row.fetchAll(db.cachedStatement(sql: """
-            SELECT id, deviceName, modificationDate, size, complete, manifest, digest FROM revision
+            SELECT id, deviceName, modificationDate, size, complete, digest FROM revision
             WHERE containerId = ? AND itemId = ? AND state = 'conflict' ORDER BY modificationDate, id
             """), arguments: [containerId, id]).map {
-            let contents = try Self.contents($0, kind: kind, brief: brief)
+            let contents = try Self.contents(db, $0, kind: kind, brief: brief)
             var version = ConflictVersion(revision: $0["id"], deviceName: $0["deviceName"], modificationDate: $0["modificationDate"], size: $0["size"],
                                           uploaded: $0["complete"], manifest: contents.manifest)
             version.digest = contents.digest
             return version
         }
-        let contents = try Self.contents(row, kind: kind, brief: brief)
+        let contents = try Self.contents(db, row, kind: kind, brief: brief)
         var state = ItemState(
             id: id, revision: row["id"], name: row["name"], parent: row["parent"], kind: kind,
             size: row["size"], modificationDate: row["modificationDate"], type: row["type"], deleted: row["deleted"],
@@ -534,10 +547,33 @@ final class SQLiteDatabase: SyncDatabase {
 
     /// A revision's manifest — or, `brief`, its content token (stored, or worked out from the
     /// manifest for revisions from before tokens were stored) and an empty manifest.
-    static func contents(_ row: Row, kind: ItemKind, brief: Bool) throws -> (manifest: Manifest, digest: String?) {
+    static func contents(_ db: Database, _ row: Row, kind: ItemKind, brief: Bool) throws -> (manifest: Manifest, digest: String?) {
         if brief, let digest = row["digest"] as String? { return (Manifest(), digest) }
-        let manifest = try ManifestCache.shared.manifest(of: row["id"], stored: row["manifest"])
+        let manifest = try manifest(db, of: row["id"])
         return brief ? (Manifest(), ContentToken.of(manifest, kind: kind)) : (manifest, nil)
+    }
+
+    /// The manifest of `revision` (from ``ManifestCache``, or read and decoded).
+    static func manifest(_ db: Database, of revision: String) throws -> Manifest {
+        try ManifestCache.shared.manifest(of: revision, stored: try {
+            guard let stored = try Data.fetchOne(db.cachedStatement(sql: "SELECT manifest FROM revisionManifest WHERE revisionId = ?"), arguments: [revision]) else {
+                throw SyncError(.internalServerError, "internal", "revision \(revision) has no manifest")
+            }
+            return stored
+        }())
+    }
+
+    /// Makes revision `copy` wait for the chunks revision `revision` waits for (a server-made
+    /// revision of the same contents).
+    static func copyWaiting(_ db: Database, of revision: String, to copy: String) throws {
+        try db.cachedStatement(sql: "INSERT INTO revisionWaiting (accountId, hash, revisionId) SELECT accountId, hash, ? FROM revisionWaiting WHERE revisionId = ?")
+            .execute(arguments: [copy, revision])
+    }
+
+    /// Gives revision `copy` the manifest of revision `revision` (a server-made revision of the same contents).
+    static func copyManifest(_ db: Database, of revision: String, to copy: String) throws {
+        try db.cachedStatement(sql: "INSERT INTO revisionManifest (revisionId, manifest) SELECT ?, manifest FROM revisionManifest WHERE revisionId = ?")
+            .execute(arguments: [copy, revision])
     }
 
     /// 32 random bytes as lowercase hexadecimal.
