@@ -37,8 +37,8 @@ package struct ContentChunker: Sendable {
     package let averageSize: Int
     /// A cut at this many bytes whatever the content (32 KiB).
     package let maximumSize: Int
-    private let strictMask: UInt64
-    private let looseMask: UInt64
+    let strictMask: UInt64
+    let looseMask: UInt64
 
     /// The chunker every device uses.
     package static let standard = ContentChunker(minimumSize: 4 << 10, averageSize: 16 << 10, maximumSize: 32 << 10)
@@ -65,18 +65,31 @@ package struct ContentChunker: Sendable {
         guard remaining > minimumSize else { return remaining }
         let normal = min(averageSize, remaining)
         let limit = min(maximumSize, remaining)
+        // The hot loop of every scan: raw pointers, no bounds checks (the indexes stay below
+        // `limit`, within `bytes`; the table has an entry for every byte value).
+        guard let base = bytes.baseAddress?.assumingMemoryBound(to: UInt8.self).advanced(by: start) else { return remaining }
+        let gear = Self.gearTable
+        let strictMask = strictMask, looseMask = looseMask
         var fingerprint: UInt64 = 0
         var index = minimumSize
-        let gear = Self.gear
-        while index < normal {
-            fingerprint = (fingerprint << 1) &+ gear[Int(bytes[start + index])]
-            if fingerprint & strictMask == 0 { return index + 1 }
-            index += 1
-        }
-        while index < limit {
-            fingerprint = (fingerprint << 1) &+ gear[Int(bytes[start + index])]
-            if fingerprint & looseMask == 0 { return index + 1 }
-            index += 1
+        // Two bytes a step: the fingerprint after the second byte is worked out from the one
+        // before the first (shifted twice), so the two need not wait for each other — the same
+        // values as one byte at a time, in about two thirds of the time.
+        for (end, mask) in [(normal, strictMask), (limit, looseMask)] {
+            while index &+ 1 < end {
+                let first = gear[Int(base[index])], second = gear[Int(base[index &+ 1])]
+                let one = (fingerprint << 1) &+ first
+                let two = (fingerprint << 2) &+ ((first << 1) &+ second)
+                if one & mask == 0 { return index &+ 1 }
+                if two & mask == 0 { return index &+ 2 }
+                fingerprint = two
+                index &+= 2
+            }
+            if index < end {
+                fingerprint = (fingerprint << 1) &+ gear[Int(base[index])]
+                if fingerprint & mask == 0 { return index &+ 1 }
+                index &+= 1
+            }
         }
         return limit
     }
@@ -220,6 +233,13 @@ package struct ContentChunker: Sendable {
     }
 
     /// 256 fixed pseudo-random words (SplitMix64 from a fixed seed): part of the protocol.
+    /// ``gear`` where the cutting loop reads it without bounds checks (allocated once, never freed).
+    nonisolated(unsafe) static let gearTable: UnsafePointer<UInt64> = {
+        let table = UnsafeMutablePointer<UInt64>.allocate(capacity: 256)
+        table.initialize(from: gear, count: 256)
+        return UnsafePointer(table)
+    }()
+
     static let gear: [UInt64] = {
         var state: UInt64 = 0x5542_4951_5549_5459 // "UBIQUITY"
         return (0..<256).map { _ in

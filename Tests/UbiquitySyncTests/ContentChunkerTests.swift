@@ -54,6 +54,34 @@ func bytesMoved(from old: [ContentChunk], to new: [ContentChunk]) throws -> (chu
         #expect(chunker.chunks(of: Data([1, 2, 3])).map(\.length) == [3])
     }
 
+    /// The gear hash written the plain way, one byte a step: the cutter (two bytes a step, raw
+    /// pointers) must find the same cut points, so every device and every version agree.
+    @Test(arguments: [ContentChunker.standard, ContentChunker(minimumSize: 63, averageSize: 256, maximumSize: 1_001)])
+    func cutPointsAreThoseOfTheGearHashByteByByte(chunker: ContentChunker) {
+        func reference(_ bytes: [UInt8], from start: Int) -> Int {
+            let remaining = bytes.count - start
+            guard remaining > chunker.minimumSize else { return remaining }
+            var fingerprint: UInt64 = 0
+            for index in chunker.minimumSize..<min(chunker.maximumSize, remaining) {
+                fingerprint = (fingerprint << 1) &+ ContentChunker.gear[Int(bytes[start + index])]
+                let mask = index < min(chunker.averageSize, remaining) ? chunker.strictMask : chunker.looseMask
+                if fingerprint & mask == 0 { return index + 1 }
+            }
+            return min(chunker.maximumSize, remaining)
+        }
+        let bytes = [UInt8](randomData(3 << 20, seed: 11)) + [UInt8](repeating: 7, count: 100_000) + [UInt8](randomData(12_345, seed: 12))
+        var start = 0, cuts = 0
+        bytes.withUnsafeBytes { raw in
+            while start < bytes.count {
+                let length = chunker.cut(raw, from: start)
+                #expect(length == reference(bytes, from: start), "at \(start)")
+                start += length
+                cuts += 1
+            }
+        }
+        #expect(cuts > 10)
+    }
+
     @Test func aFileIsCutTheSameWayStreamedAsInMemory() throws {
         let data = randomData(3 << 20 + 12_345, seed: 2)
         let url = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("chunker-\(UUID().uuidString)")
