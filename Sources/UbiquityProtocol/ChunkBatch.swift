@@ -73,7 +73,7 @@ public struct ChunkBatch: Sendable, Equatable {
             guard chunks.count < Self.maximumCount else { throw FormatError(description: "a batch holds at most \(Self.maximumCount) chunks") }
             guard body.endIndex - index >= Self.framing else { throw FormatError(description: "the batch ends inside chunk \(chunks.count + 1)'s framing") }
             let hashBytes = body[index..<index + 64]
-            guard hashBytes.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }) else {
+            guard hashBytes.allSatisfy(\.isLowercaseHexDigit) else {
                 throw FormatError(description: "chunk \(chunks.count + 1)'s hash is not 64 lowercase hexadecimal characters")
             }
             let lengthStart = index + 64
@@ -112,5 +112,13 @@ extension Sequence<UInt8> {
             out.append(digits[Int(byte & 0x0f)])
         }
         return String(decoding: out, as: UTF8.self)
+    }
+}
+
+extension UInt8 {
+    /// Whether the byte is a lowercase hexadecimal digit (`0`–`9`, `a`–`f`), as chunk hashes are
+    /// written.
+    package var isLowercaseHexDigit: Bool {
+        (UInt8(ascii: "0")...UInt8(ascii: "9")).contains(self) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains(self)
     }
 }

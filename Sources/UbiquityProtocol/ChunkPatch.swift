@@ -120,7 +120,7 @@ public struct ChunkPatchBatch: Sendable, Equatable {
         var index = 0, total = 0
         func hash(at start: Int, _ what: String) throws -> String {
             let bytes = body[start..<start + 64]
-            guard bytes.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }) else {
+            guard bytes.allSatisfy(\.isLowercaseHexDigit) else {
                 throw FormatError(description: "patch \(patches.count + 1)'s \(what) is not 64 lowercase hexadecimal characters")
             }
             return String(decoding: bytes, as: UTF8.self)

@@ -88,7 +88,7 @@ enum Validate {
 
     /// A chunk hash: 64 lowercase hexadecimal digits.
     static func hash(_ hash: String) throws {
-        guard hash.utf8.count == 64, hash.utf8.allSatisfy({ (48...57).contains($0) || (97...102).contains($0) }) else {
+        guard hash.utf8.count == 64, hash.utf8.allSatisfy(\.isLowercaseHexDigit) else {
             throw SyncError.badRequest("invalidHash", "chunk hashes are 64 lowercase hexadecimal digits (SHA-256)")
         }
     }

@@ -108,7 +108,7 @@ extension PreparedCommit {
     /// `JSONDecoder`.
     static func stored(_ manifest: Manifest) throws -> Data {
         guard manifest.members == nil, let chunks = manifest.chunks,
-              chunks.allSatisfy({ $0.hash.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) } }) else {
+              chunks.allSatisfy({ $0.hash.utf8.allSatisfy(\.isLowercaseHexDigit) }) else {
             return try JSONEncoder().encode(manifest)
         }
         var json: [UInt8] = []
