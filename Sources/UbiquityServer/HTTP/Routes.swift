@@ -230,13 +230,7 @@ extension SyncServices {
         // Many chunks in one body (docs/SyncProtocol.md, "Chunks in batches").
         chunks.post { request, context -> Response in
             let device = try context.requireDevice()
-            let limit = ChunkBatch.maximumBytes + Int(Validate.maximumChunkSize) + ChunkBatch.maximumCount * ChunkBatch.framing
-            let body: ByteBuffer
-            do {
-                body = try await request.body.collect(upTo: limit)
-            } catch {
-                throw SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
-            }
+            let body = try await Self.batchBody(of: request, framing: ChunkBatch.framing)
             let batch: ChunkBatch
             do {
                 batch = try ChunkBatch(decoding: Array(buffer: body), maximumChunkSize: Int(Validate.maximumChunkSize))
@@ -283,13 +277,7 @@ extension SyncServices {
         }
         chunks.post("patches") { request, context -> Response in
             let device = try context.requireDevice()
-            let limit = ChunkBatch.maximumBytes + Int(Validate.maximumChunkSize) + ChunkBatch.maximumCount * ChunkPatchBatch.framing
-            let body: ByteBuffer
-            do {
-                body = try await request.body.collect(upTo: limit)
-            } catch {
-                throw SyncError(.contentTooLarge, "batchTooLarge", "patches make at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
-            }
+            let body = try await Self.batchBody(of: request, framing: ChunkPatchBatch.framing)
             let batch: ChunkPatchBatch
             do {
                 batch = try ChunkPatchBatch(decoding: Array(buffer: body), maximumChunkSize: Int(Validate.maximumChunkSize), maximumTotal: ChunkBatch.maximumBytes)
@@ -338,6 +326,18 @@ extension SyncServices {
             guard try await database.hasChunk(accountId: device.accountId, hash: hash),
                   let data = try await self.chunks.load(hash: hash, account: device.accountId) else { throw SyncError.chunkNotFound }
             return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
+        }
+    }
+
+    /// The body of a chunk or patch batch (`framing` bytes per entry): at most 16 MiB of chunks
+    /// (or one chunk of up to ``Validate/maximumChunkSize``) and the framing of as many entries
+    /// as a batch holds.
+    /// - Throws: ``SyncError`` 413 `batchTooLarge` for a longer body.
+    static func batchBody(of request: Request, framing: Int) async throws -> ByteBuffer {
+        do {
+            return try await request.body.collect(upTo: ChunkBatch.maximumBytes + Int(Validate.maximumChunkSize) + ChunkBatch.maximumCount * framing)
+        } catch {
+            throw SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
         }
     }
 
