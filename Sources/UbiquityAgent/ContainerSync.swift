@@ -33,6 +33,14 @@ import UbiquitySync
 /// folder it is in, so moving a folder is one change); a package is one item whose members
 /// travel individually (only the chunks of changed members move) and whose conflict versions
 /// are whole packages.
+///
+/// A round's work is done in four rooms, each the one owner of its own state: the
+/// ``ChangeFinder`` (where to look, what changed), the ``Uploader`` (commits and chunks up),
+/// the ``Materialiser`` (the folder brought to the server's state: shown paths, placeholders,
+/// downloads) and the ``ConflictReconciler`` (conflict versions on disk). What they share —
+/// the sync decisions (``DeviceSyncState``), the records of local files, the chunk lists known
+/// here, what apps asked for and what `ubiquity status` shows — is this actor's, and their
+/// work runs on it (each takes it as an `isolated` parameter).
 package actor ContainerSync {
     /// The container's identifier.
     package let container: String
@@ -72,31 +80,15 @@ package actor ContainerSync {
     }
     /// Who waits for an item's download.
     var downloadWaiters: [String: [CheckedContinuation<Void, any Error>]] = [:]
-    /// The placeholders in the folder (path → what it says), to notice one deleted by a user
-    /// and to write only those that change.
-    var placeholders = Placeholders()
-    /// Per item, the conflict revisions put in its version store.
-    var conflictCopies: [String: Set<String>]
-    /// The folders (relative paths) to look at in the next round; nil: everything. Without a
-    /// watcher (``noteChange(at:)`` never called) every round looks at everything.
-    var changedFolders: Set<String>?
-    /// Folders made or moved in since the last round, walked whole by the next.
-    var changedTrees: Set<String> = []
-    /// Whether a watcher tells this container's changes.
-    var watched = false
-    /// Where each item is shown (kept in step with ``state`` item by item).
-    var shown = ShownTree()
-    /// Items to bring in step again in the next round, besides those whose state changed
-    /// (their folder was not there yet, their download failed…); nil: every item.
-    var materialPending: Set<String>?
-    /// Items whose server state has conflict versions (with ``conflictCopies``, what
-    /// reconciling conflicts looks at).
-    var conflicted: Set<String> = []
     /// How many chunk lists were kept when unused ones were last forgotten.
     var contentsKept = 0
-    /// Small files' bytes from this round's pages of changes, by item, and their total.
-    var inlined: [String: Inlined] = [:]
-    var inlinedBytes = 0
+    /// The rooms of the work: seeing local changes, sending them, bringing the folder in step,
+    /// keeping conflict versions (each owns its own state; what they share is this actor's,
+    /// and their work runs on it).
+    let finder = ChangeFinder()
+    let uploader = Uploader()
+    let materialiser: Materialiser
+    let reconciler: ConflictReconciler
     /// Counts what an item's status could show changing (transfers, errors, rounds): the
     /// agent compares it to tell watchers (metadata queries) only when something changed.
     package internal(set) var statusVersion = 0 {
@@ -137,33 +129,16 @@ package actor ContainerSync {
         state = try store.state(of: container, interning: &interner).map(DeviceSyncState.init(restoring:)) ?? DeviceSyncState(device: device)
         files = LocalFiles(try store.files(of: container, interning: &interner))
         requested = try store.downloadRequests(of: container)
-        conflictCopies = try store.conflictCopies(of: container)
+        reconciler = ConflictReconciler(copies: try store.conflictCopies(of: container))
         try FileManager.default.createDirectory(at: documents, withIntermediateDirectories: true)
-        placeholders = Placeholders(Self.placeholdersOnDisk(in: root, packageExtensions: packageExtensions))
-        shown.update(Set(state.persisted.remote.keys).union(state.persisted.local.keys), from: state, onDisk: files.path(of:))
-        Self.removeStagedDownloads(in: root, logger: logger)
+        materialiser = Materialiser(placeholders: Placeholders(Materialiser.placeholdersOnDisk(in: root, packageExtensions: packageExtensions)))
+        materialiser.shown.update(Set(state.persisted.remote.keys).union(state.persisted.local.keys), from: state, onDisk: files.path(of:))
+        Materialiser.removeStagedDownloads(in: root, logger: logger)
     }
 
     /// A scanner of the container's folder (`Documents` walked through, not an item).
     var scanner: LocalScanner {
         LocalScanner(root: root, packageExtensions: packageExtensions, transparent: [ContainerLayout.documentsFolder])
-    }
-
-    /// Downloads a killed agent left half-written (`.ubiquity-download-…`: scans skip them, and
-    /// nothing else uses them) are removed when the container is opened again.
-    static func removeStagedDownloads(in folder: URL, logger: Logger) {
-        guard let walker = FileManager.default.enumerator(atPath: folder.path) else { return }
-        while let relative = walker.nextObject() as? String {
-            let name = (relative as NSString).lastPathComponent
-            guard name.hasPrefix(".ubiquity-download-") else { continue }
-            walker.skipDescendants()
-            do {
-                try FileManager.default.removeItem(at: folder.appendingPathComponent(relative))
-                logger.info("removed a download left unfinished", metadata: ["path": "\(relative)"])
-            } catch {
-                logger.warning("cannot remove a download left unfinished", metadata: ["path": "\(relative)", "error": "\(error)"])
-            }
-        }
     }
 
     /// The conflict versions of the item at `path` (relative to the container's folder) as the server last
@@ -176,8 +151,8 @@ package actor ContainerSync {
     /// The item shown at `path` (relative to the container's folder), downloaded or not.
     func item(at path: String) -> String? {
         if let file = files[path] { return file.item }
-        if let placeholder = placeholders[LocalContents.placeholderPath(for: path)], !placeholder.item.isEmpty { return placeholder.item }
-        return shown.item(at: path)
+        if let placeholder = materialiser.placeholders[LocalContents.placeholderPath(for: path)], !placeholder.item.isEmpty { return placeholder.item }
+        return materialiser.shown.item(at: path)
     }
 
     /// The container's sequence up to which every change has been fetched.
@@ -216,7 +191,7 @@ package actor ContainerSync {
 
     private func round() async throws {
         defer {
-            forgetInlined()
+            materialiser.forgetInlined()
             statusVersion &+= 1
         }
         let clock = ContinuousClock(), start = clock.now
@@ -232,9 +207,9 @@ package actor ContainerSync {
                 logger.debug("round", metadata: metadata)
             }
         }
-        try await scanLocalChanges()
+        try await finder.scanLocalChanges(in: self)
         marks.append(("scan", clock.now))
-        let committed = try await send(state.requests(fetch: false).compactMap { if case .commit(let change) = $0 { change } else { nil } })
+        let committed = try await uploader.send(state.requests(fetch: false).compactMap { if case .commit(let change) = $0 { change } else { nil } }, in: self)
         // A page listing only this round's own commits is not fetched (the answers said it all,
         // and the container is known up to them: an earlier fetch's failure no longer stands).
         if !committed.isEmpty, state.skipOwnChanges(committed) {
@@ -248,9 +223,9 @@ package actor ContainerSync {
             }
         }
         marks.append(("up", clock.now))
-        let looked = try await materialize()
+        let looked = try await materialiser.materialize(in: self)
         marks.append(("down", clock.now))
-        try await reconcileConflicts()
+        try await reconciler.reconcileConflicts(in: self)
         forgetUnusedContents()
         try await persist()
         marks.append(("settle", clock.now))
@@ -285,7 +260,7 @@ package actor ContainerSync {
         }
     }
 
-    // MARK: Up
+    // MARK: Contents and requests
 
     /// Cuts the contents of the file or package at `path` into chunks (remembered for the
     /// upload) and returns their token; nil if it vanished meanwhile (a temporary renamed
@@ -306,13 +281,13 @@ package actor ContainerSync {
     func perform(_ request: SyncRequest) async throws {
         switch request {
         case .commit(let change):
-            try await send([change])
+            try await uploader.send([change], in: self)
         case .fetch(let since):
             errors[Self.fetchErrorKey] = nil
             var cursor = since
             while true {
                 let page = try await client.changes(container: container, since: cursor, brief: true, inline: inlineLimit)
-                keepInlined(page.items)
+                materialiser.keepInlined(page.items, in: self)
                 state.fetched(page.items.map(Self.snapshot), upTo: page.more ? (page.items.last?.sequence ?? cursor) : page.sequence)
                 guard page.more, let last = page.items.last?.sequence else { break }
                 cursor = last
@@ -321,15 +296,6 @@ package actor ContainerSync {
             state.learn(Self.snapshot(try await client.resolve(container: container, item: item, keep: keep, remove: remove)))
         }
         try await persist()
-    }
-
-    /// The change's chunk list as a difference from its base revision's, when that list is
-    /// known here (a file edited since it was downloaded or sent); nil otherwise.
-    func delta(for change: LocalChange, members: [LocalMember]) -> ChunkListDelta? {
-        guard change.kind ?? .file == .file, !change.deleted, let base = change.base, let new = members.first,
-              let remote = state.persisted.remote[change.item], remote.revision == base,
-              let old = localContents[remote.content]?.first else { return nil }
-        return ChunkListDelta(from: old.chunks, to: new.chunks)
     }
 
     /// Forgets the chunk lists of one chunk, which cost more to keep than to cut again (a file
@@ -349,17 +315,42 @@ package actor ContainerSync {
         localContents = localContents.filter { used.contains($0.key) }
     }
 
-    /// The chunks of a change's contents: known from the scan or a download, else cut again
-    /// from the item's file (after a restart). If the file changed meanwhile, its present
-    /// contents go: the next scan records them anyway.
-    func contents(for change: LocalChange) throws -> [LocalMember] {
-        if let known = localContents[change.content] { return known }
-        let kind = change.kind ?? .file
-        guard kind != .directory, let path = files.path(of: change.item) else { return [] }
-        let members = try LocalContents.cut(root.appendingPathComponent(path), kind: kind, scanner: scanner, relative: path)
-        localContents[LocalContents.token(LocalContents.manifest(members, kind: kind), kind: kind)] = members
-        return members
+    /// The parent an item in `folder` (relative to the container's folder) has on the server:
+    /// nil for the top of `Documents`, ``ContainerLayout/topLevel`` for the container's top
+    /// level, else the folder's item; `.none` when the folder is not recorded (yet).
+    func parent(ofFolder folder: String) -> String?? {
+        if folder.isEmpty { return .some(ContainerLayout.topLevel) }
+        if folder == ContainerLayout.documentsFolder { return .some(nil) }
+        guard let record = files[folder], record.fingerprint.kind == .directory else { return .none }
+        return .some(record.item)
     }
+
+    /// How large a file a page of changes should bring inline: on a greedy device (which
+    /// downloads everything anyway) as large as the protocol allows; elsewhere none, since
+    /// items are listed first and downloaded when asked (metadata first).
+    var inlineLimit: Int { greedy ? ItemUpdate.maximumInlineBytes : 0 }
+
+    // MARK: What a watcher saw
+
+    /// A watcher saw something change at `path` (relative to the container's folder): the next
+    /// round looks at the folder it is in (for something in a package, at the package's
+    /// folder), and only there. Changes inside what stays local (`.nosync` folders, version
+    /// stores) are not looked at.
+    package func noteChange(at path: String) {
+        finder.noteChange(at: path, in: self)
+    }
+
+    /// Events were lost (inotify's queue overflowed) or a slow timer asks for it: the next round
+    /// looks at everything.
+    package func noteEverythingChanged() {
+        finder.noteEverythingChanged()
+    }
+
+    /// How many batches of chunks travel at once, each way.
+    static let transferConcurrency = 4
+
+    /// About how many bytes of chunks one request carries, each way (``ChunkBatch``).
+    static let transferBatchBytes = 4 << 20
 
     // MARK: Mapping
 

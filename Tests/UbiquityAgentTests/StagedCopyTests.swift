@@ -32,7 +32,7 @@ import UbiquitySync
         // As recorded: everything shared is copied, in place, and only that.
         let staged = folder.appendingPathComponent(".staged")
         let writer = try StagedWriter(at: staged, members: [LocalMember(path: "", chunks: newChunks)], kind: .file)
-        let copied = try ContainerSync.copyUnchanged(from: local, recorded: recorded, chunks: oldChunks, into: writer)
+        let copied = try Materialiser.copyUnchanged(from: local, recorded: recorded, chunks: oldChunks, into: writer)
         let shared = Set(oldChunks.map(\.hash)).intersection(newChunks.map(\.hash))
         #expect(copied == shared && shared.count >= newChunks.count - 10 && shared.count < newChunks.count)
         for chunk in newChunks where !copied.contains(chunk.hash) {
@@ -49,9 +49,9 @@ import UbiquitySync
         try handle.close()
         let second = try StagedWriter(at: folder.appendingPathComponent(".staged-2"), members: [LocalMember(path: "", chunks: newChunks)], kind: .file)
         defer { second.close() }
-        #expect(try ContainerSync.copyUnchanged(from: local, recorded: recorded, chunks: oldChunks, into: second).isEmpty)
+        #expect(try Materialiser.copyUnchanged(from: local, recorded: recorded, chunks: oldChunks, into: second).isEmpty)
         // Gone: nothing either.
         try FileManager.default.removeItem(at: local)
-        #expect(try ContainerSync.copyUnchanged(from: local, recorded: recorded, chunks: oldChunks, into: second).isEmpty)
+        #expect(try Materialiser.copyUnchanged(from: local, recorded: recorded, chunks: oldChunks, into: second).isEmpty)
     }
 }

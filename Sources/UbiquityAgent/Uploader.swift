@@ -2,10 +2,15 @@ import Foundation
 import UbiquityProtocol
 import UbiquitySync
 
-// What goes up: local changes as commits in batches, the chunks of small contents and small edits just before
-// their commit, those of larger ones after it (metadata first) and only those the server
-// lacks, in shared batches. The rounds themselves are in ContainerSync.swift.
-extension ContainerSync {
+/// Sends a container's local changes, for ``ContainerSync``: as commits in batches, the chunks
+/// of small contents and small edits just before their commit, those of larger ones after it
+/// (metadata first) and only those the server lacks, in shared batches, and changed chunks of
+/// contents the server has as patches of the chunks they replace.
+///
+/// One of the rooms of a container's sync (see ``ChangeFinder``). It keeps nothing between
+/// rounds: what it sends comes from the sync decisions and the records of local files, and
+/// what the server answered goes back into them.
+struct Uploader {
     /// How many changes one commit request carries.
     static let commitBatchSize = 500
 
@@ -16,15 +21,15 @@ extension ContainerSync {
     /// the next round, and its error is shown. Returns the container sequences of the commits
     /// the server made.
     @discardableResult
-    func send(_ changes: [LocalChange]) async throws -> [Int64] {
+    func send(_ changes: [LocalChange], in sync: isolated ContainerSync) async throws -> [Int64] {
         var start = 0, sequences: [Int64] = []
         while start < changes.count {
             let batch = Array(changes[start..<min(changes.count, start + Self.commitBatchSize)])
             start += batch.count
-            defer { statusVersion &+= 1 }
-            guard try await send(batch, deltas: true, sequences: &sequences) else {
+            defer { sync.statusVersion &+= 1 }
+            guard try await send(batch, deltas: true, sequences: &sequences, in: sync) else {
                 // The server is not answering: the rest waits for the next round too.
-                for change in changes[start...] { state.failed(.commit(change)) }
+                for change in changes[start...] { sync.state.failed(.commit(change)) }
                 break
             }
         }
@@ -33,36 +38,36 @@ extension ContainerSync {
 
     /// Sends one batch of changes, adding the sequences of the commits made to `sequences`;
     /// false if the server did not answer.
-    private func send(_ batch: [LocalChange], deltas: Bool, sequences: inout [Int64]) async throws -> Bool {
+    private func send(_ batch: [LocalChange], deltas: Bool, sequences: inout [Int64], in sync: isolated ContainerSync) async throws -> Bool {
         var sent: [(change: LocalChange, members: [LocalMember])] = [], commits: [ItemCommit] = []
-        var inlineBytes = 0, inlined = Set<String>()
+        var inlineBytes = 0, inlinedItems = Set<String>()
         for change in batch {
             do {
-                let members = change.deleted ? [] : try contents(for: change)
+                let members = change.deleted ? [] : try contents(for: change, in: sync)
                 sent.append((change, members))
                 // A small file's bytes go with its commit (as a whole chunk list: a delta would save nothing).
-                if inlineBytes < Self.commitInlineBytes, let contents = inlineContents(of: change, members: members) {
-                    var update = update(for: change, members: members, delta: false)
+                if inlineBytes < Self.commitInlineBytes, let contents = inlineContents(of: change, members: members, in: sync) {
+                    var update = update(for: change, members: members, delta: false, in: sync)
                     update.contents = contents
                     inlineBytes += contents.count
-                    inlined.insert(change.item)
+                    inlinedItems.insert(change.item)
                     commits.append(ItemCommit(item: change.item, update: update))
                 } else {
-                    commits.append(ItemCommit(item: change.item, update: update(for: change, members: members, delta: deltas)))
+                    commits.append(ItemCommit(item: change.item, update: update(for: change, members: members, delta: deltas, in: sync)))
                 }
             } catch {
                 // Unreadable now (removed meanwhile, no permission): the next scan says what it became.
-                state.failed(.commit(change))
-                errors[change.item] = "cannot read it: \(error)"
+                sync.state.failed(.commit(change))
+                sync.errors[change.item] = "cannot read it: \(error)"
             }
         }
         guard !commits.isEmpty else { return true }
         let results: [CommitResult]
         do {
-            try await upload(contentsBeforeCommit(of: sent.filter { !inlined.contains($0.change.item) }))
-            results = try await client.commit(container: container, batch: commits, brief: true)
+            try await upload(contentsBeforeCommit(of: sent.filter { !inlinedItems.contains($0.change.item) }, in: sync), in: sync)
+            results = try await sync.client.commit(container: sync.container, batch: commits, brief: true)
         } catch let error as SyncClientError {
-            for entry in sent { failed(.commit(entry.change), error) }
+            for entry in sent { sync.failed(.commit(entry.change), error) }
             return error.status != 0
         }
         var accepted: [(change: LocalChange, members: [LocalMember], answer: CommitResponse)] = [], whole: [LocalChange] = []
@@ -70,39 +75,63 @@ extension ContainerSync {
             if let answer = result.commit {
                 accepted.append((entry.change, entry.members, answer))
             } else if deltas, result.error?.code == "deltaBaseUnknown" {
-                state.failed(.commit(entry.change))
+                sync.state.failed(.commit(entry.change))
                 whole.append(entry.change) // the server lacks the base: the whole chunk list goes
             } else {
-                failed(.commit(entry.change), SyncClientError(status: 409, code: result.error?.code ?? "refused", message: result.error?.message ?? "the server refused the change"))
+                sync.failed(.commit(entry.change), SyncClientError(status: 409, code: result.error?.code ?? "refused", message: result.error?.message ?? "the server refused the change"))
             }
         }
         do {
             let uploads = accepted.compactMap { entry -> Upload? in
-                guard !entry.answer.missingChunks.isEmpty, let path = files.path(of: entry.change.item) else { return nil }
-                return Upload(item: entry.change.item, members: entry.members, missing: Set(entry.answer.missingChunks), url: root.appendingPathComponent(path))
+                guard !entry.answer.missingChunks.isEmpty, let path = sync.files.path(of: entry.change.item) else { return nil }
+                return Upload(item: entry.change.item, members: entry.members, missing: Set(entry.answer.missingChunks), url: sync.root.appendingPathComponent(path))
             }
-            try await upload(uploads)
+            try await upload(uploads, in: sync)
         } catch let error as SyncClientError {
-            for entry in accepted { failed(.commit(entry.change), error) } // sent again: the server answers as before
+            for entry in accepted { sync.failed(.commit(entry.change), error) } // sent again: the server answers as before
             return error.status != 0
         }
         var upsert: [AgentStore.File] = []
         for entry in accepted {
-            errors[entry.change.item] = nil
-            if var file = files.file(of: entry.change.item), file.content == entry.change.content, !entry.change.deleted {
+            sync.errors[entry.change.item] = nil
+            if var file = sync.files.file(of: entry.change.item), file.content == entry.change.content, !entry.change.deleted {
                 file.revision = entry.answer.revision
-                files[file.path] = file
+                sync.files[file.path] = file
                 upsert.append(file)
             }
-            var snapshot = Self.snapshot(entry.answer.item)
+            var snapshot = ContainerSync.snapshot(entry.answer.item)
             if snapshot.content == entry.change.content { snapshot.content = entry.change.content } // the file's token, not a copy
-            state.committed(CommitAnswer(changeId: entry.change.changeId, revision: entry.answer.revision, item: snapshot))
+            sync.state.committed(CommitAnswer(changeId: entry.change.changeId, revision: entry.answer.revision, item: snapshot))
             sequences.append(entry.answer.item.sequence)
         }
-        try await persist(upsert: upsert)
-        if !whole.isEmpty { _ = try await send(whole, deltas: false, sequences: &sequences) }
+        try await sync.persist(upsert: upsert)
+        if !whole.isEmpty { _ = try await send(whole, deltas: false, sequences: &sequences, in: sync) }
         return true
     }
+
+    /// The change's chunk list as a difference from its base revision's, when that list is
+    /// known here (a file edited since it was downloaded or sent); nil otherwise.
+    func delta(for change: LocalChange, members: [LocalMember], in sync: isolated ContainerSync) -> ChunkListDelta? {
+        guard change.kind ?? .file == .file, !change.deleted, let base = change.base, let new = members.first,
+              let remote = sync.state.persisted.remote[change.item], remote.revision == base,
+              let old = sync.localContents[remote.content]?.first else { return nil }
+        return ChunkListDelta(from: old.chunks, to: new.chunks)
+    }
+
+    /// The chunks of a change's contents: known from the scan or a download, else cut again
+    /// from the item's file (after a restart). If the file changed meanwhile, its present
+    /// contents go: the next scan records them anyway.
+    func contents(for change: LocalChange, in sync: isolated ContainerSync) throws -> [LocalMember] {
+        if let known = sync.localContents[change.content] { return known }
+        let kind = change.kind ?? .file
+        guard kind != .directory, let path = sync.files.path(of: change.item) else { return [] }
+        let members = try LocalContents.cut(sync.root.appendingPathComponent(path), kind: kind, scanner: sync.scanner, relative: path)
+        sync.localContents[LocalContents.token(LocalContents.manifest(members, kind: kind), kind: kind)] = members
+        return members
+    }
+
+    /// The most bytes of small files one commit request carries inline.
+    static let commitInlineBytes = 2 << 20
 
     /// The largest contents whose chunks go before their commit.
     static let smallContentBytes = 64 << 10
@@ -115,27 +144,27 @@ extension ContainerSync {
     /// commit: the revision is complete when committed, so the other devices get the item
     /// whole with one push and never list it as not downloaded meanwhile. (Larger contents go
     /// after their commit, metadata first, and only the chunks the server says it lacks.)
-    func contentsBeforeCommit(of batch: [(change: LocalChange, members: [LocalMember])]) -> [Upload] {
+    func contentsBeforeCommit(of batch: [(change: LocalChange, members: [LocalMember])], in sync: isolated ContainerSync) -> [Upload] {
         batch.compactMap { entry in
             let chunks = entry.members.flatMap(\.chunks)
-            guard !entry.change.deleted, !chunks.isEmpty, let path = files.path(of: entry.change.item) else { return nil }
-            let base = state.persisted.remote[entry.change.item].flatMap { localContents[$0.content] }
+            guard !entry.change.deleted, !chunks.isEmpty, let path = sync.files.path(of: entry.change.item) else { return nil }
+            let base = sync.state.persisted.remote[entry.change.item].flatMap { sync.localContents[$0.content] }
             let known = base.map { Set($0.flatMap(\.chunks).map(\.hash)) } ?? []
             var missing = Set<String>(), missingBytes = 0
             for chunk in chunks where !known.contains(chunk.hash) && missing.insert(chunk.hash).inserted { missingBytes += chunk.length }
             guard !missing.isEmpty,
                   chunks.reduce(0, { $0 + $1.length }) <= Self.smallContentBytes || (base != nil && missingBytes <= Self.smallEditBytes) else { return nil }
-            return Upload(item: entry.change.item, members: entry.members, missing: missing, url: root.appendingPathComponent(path))
+            return Upload(item: entry.change.item, members: entry.members, missing: missing, url: sync.root.appendingPathComponent(path))
         }
     }
 
     /// The update a change becomes on the wire.
-    func update(for change: LocalChange, members: [LocalMember], delta allowed: Bool) -> ItemUpdate {
+    func update(for change: LocalChange, members: [LocalMember], delta allowed: Bool, in sync: isolated ContainerSync) -> ItemUpdate {
         let kind = change.kind ?? .file
         var update = ItemUpdate(baseRevision: change.base, name: change.name, parent: change.parent, kind: kind, modificationDate: change.date,
                                 manifest: LocalContents.manifest(members, kind: kind),
                                 deleted: change.deleted, changeId: change.changeId.replacingOccurrences(of: "#", with: "."))
-        if allowed, let delta = delta(for: change, members: members) {
+        if allowed, let delta = delta(for: change, members: members, in: sync) {
             // Only the difference from the base revision's chunk list travels.
             update.manifest = Manifest()
             update.manifestDelta = delta
@@ -155,25 +184,25 @@ extension ContainerSync {
     /// in shared batches of about ``transferBatchBytes``, ``transferConcurrency`` at a time.
     /// An item whose file changed since it was cut stops being read: its next change sends the
     /// new contents.
-    func upload(_ uploads: [Upload]) async throws {
+    func upload(_ uploads: [Upload], in sync: isolated ContainerSync) async throws {
         guard !uploads.isEmpty else { return }
         var sent = Set<String>()
         let wanted = uploads.map { upload in
             (upload, upload.members.map { member in (member, member.chunks.filter { upload.missing.contains($0.hash) && sent.insert($0.hash).inserted }) })
         }
         for (upload, members) in wanted {
-            transfers[upload.item] = Transfer(downloading: false, done: 0, total: members.reduce(0) { $0 + $1.1.reduce(0) { $0 + Int64($1.length) } })
+            sync.transfers[upload.item] = ContainerSync.Transfer(downloading: false, done: 0, total: members.reduce(0) { $0 + $1.1.reduce(0) { $0 + Int64($1.length) } })
         }
-        defer { for upload in uploads { transfers[upload.item] = nil } }
-        let patched = try await uploadPatches(wanted)
-        let client = client
+        defer { for upload in uploads { sync.transfers[upload.item] = nil } }
+        let patched = try await uploadPatches(wanted, in: sync)
+        let client = sync.client
         try await withThrowingTaskGroup(of: [String: Int64].self) { group in
             var inFlight = 0
             var batch = ChunkBatch(), batchBytes = 0, carried: [String: Int64] = [:]
-            func dispatch() async throws {
+            func dispatch(in sync: isolated ContainerSync) async throws {
                 guard !batch.chunks.isEmpty else { return }
-                if inFlight == Self.transferConcurrency, let done = try await group.next() {
-                    for (item, bytes) in done { transfers[item]?.done += bytes }
+                if inFlight == ContainerSync.transferConcurrency, let done = try await group.next() {
+                    for (item, bytes) in done { sync.transfers[item]?.done += bytes }
                     inFlight -= 1
                 }
                 let sending = batch, items = carried
@@ -195,16 +224,16 @@ extension ContainerSync {
                         let bytes = [UInt8](try handle.read(upToCount: chunk.length) ?? Data())
                         // Changed since the scan: the next round sends the new contents.
                         guard bytes.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash else { break reading }
-                        if batchBytes + bytes.count > Self.transferBatchBytes || batch.chunks.count == ChunkBatch.maximumCount { try await dispatch() }
+                        if batchBytes + bytes.count > ContainerSync.transferBatchBytes || batch.chunks.count == ChunkBatch.maximumCount { try await dispatch(in: sync) }
                         batch.chunks.append(.init(hash: chunk.hash, bytes: bytes))
                         batchBytes += bytes.count
                         carried[upload.item, default: 0] += Int64(bytes.count)
                     }
                 }
             }
-            try await dispatch()
+            try await dispatch(in: sync)
             while let done = try await group.next() {
-                for (item, bytes) in done { transfers[item]?.done += bytes }
+                for (item, bytes) in done { sync.transfers[item]?.done += bytes }
             }
         }
     }
@@ -215,10 +244,10 @@ extension ContainerSync {
     /// travel (a 1-byte edit: about 1 KiB, not 16). Returns the hashes sent so; the others,
     /// and any the server could not make (an old chunk it lacks, a block hash that collided),
     /// go whole. Chunks changed since the scan are left to the next round, as whole ones are.
-    func uploadPatches(_ wanted: [(Upload, [(LocalMember, [ContentChunk])])]) async throws -> Set<String> {
+    func uploadPatches(_ wanted: [(Upload, [(LocalMember, [ContentChunk])])], in sync: isolated ContainerSync) async throws -> Set<String> {
         var candidates: [(item: String, hash: String, base: String, bytes: [UInt8])] = []
         for (upload, members) in wanted {
-            guard let bases = patchBases(of: upload) else { continue }
+            guard let bases = patchBases(of: upload, in: sync) else { continue }
             for (member, chunks) in members {
                 let pairs = chunks.compactMap { chunk in bases[member.path]?[chunk.hash].map { (chunk, $0) } }
                 guard !pairs.isEmpty, let handle = try? FileHandle(forReadingFrom: member.path.isEmpty ? upload.url : upload.url.appendingPathComponent(member.path)) else { continue }
@@ -236,9 +265,9 @@ extension ContainerSync {
         let signatures: [String: ChunkSignature]
         do {
             let bases = Array(Set(candidates.map(\.base)))
-            signatures = Dictionary(try await client.signatures(of: bases).map { ($0.hash, $0) }, uniquingKeysWith: { first, _ in first })
+            signatures = Dictionary(try await sync.client.signatures(of: bases).map { ($0.hash, $0) }, uniquingKeysWith: { first, _ in first })
         } catch let error as SyncClientError where error.status != 0 {
-            logger.debug("chunk signatures refused: the chunks go whole", metadata: ["container": "\(container)", "error": "\(error)"])
+            sync.logger.debug("chunk signatures refused: the chunks go whole", metadata: ["container": "\(sync.container)", "error": "\(error)"])
             return []
         }
         var batches: [(patches: ChunkPatchBatch, bytes: [String: Int64])] = [], batch = ChunkPatchBatch(), carried: [String: Int64] = [:], made = 0
@@ -246,7 +275,7 @@ extension ContainerSync {
             // Worth it only when well under half the chunk travels.
             guard let signature = signatures[candidate.base], let patch = ChunkPatch(making: candidate.bytes, hash: candidate.hash, against: signature),
                   patch.middle.count + ChunkPatchBatch.framing < candidate.bytes.count / 2 else { continue }
-            if made + candidate.bytes.count > Self.transferBatchBytes || batch.patches.count == ChunkBatch.maximumCount {
+            if made + candidate.bytes.count > ContainerSync.transferBatchBytes || batch.patches.count == ChunkBatch.maximumCount {
                 batches.append((batch, carried))
                 (batch, carried, made) = (ChunkPatchBatch(), [:], 0)
             }
@@ -258,14 +287,14 @@ extension ContainerSync {
         var sent = Set<String>()
         for (patches, carried) in batches {
             do {
-                try await client.upload(patches)
+                try await sync.client.upload(patches)
             } catch let error as SyncClientError where [400, 404].contains(error.status) {
                 // An old chunk the server no longer has, or a short block hash that collided: whole.
-                logger.debug("chunk patches refused: the chunks go whole", metadata: ["container": "\(container)", "error": "\(error)"])
+                sync.logger.debug("chunk patches refused: the chunks go whole", metadata: ["container": "\(sync.container)", "error": "\(error)"])
                 continue
             }
             sent.formUnion(patches.patches.map(\.hash))
-            for (item, bytes) in carried { transfers[item]?.done += bytes }
+            for (item, bytes) in carried { sync.transfers[item]?.done += bytes }
         }
         return sent
     }
@@ -273,8 +302,8 @@ extension ContainerSync {
     /// For each member of `upload`'s item (a flat file is one, named ""), which chunk of its
     /// contents as last synced each missing chunk most likely changes (``ChunkPartners``); nil
     /// when those contents are not known here.
-    func patchBases(of upload: Upload) -> [String: [String: String]]? {
-        guard let base = state.persisted.remote[upload.item].flatMap({ localContents[$0.content] }) else { return nil }
+    func patchBases(of upload: Upload, in sync: isolated ContainerSync) -> [String: [String: String]]? {
+        guard let base = sync.state.persisted.remote[upload.item].flatMap({ sync.localContents[$0.content] }) else { return nil }
         let old = Dictionary(base.map { ($0.path, $0.chunks) }, uniquingKeysWith: { first, _ in first })
         var bases: [String: [String: String]] = [:]
         for member in upload.members {
@@ -284,9 +313,26 @@ extension ContainerSync {
         return bases
     }
 
-    /// How many batches of chunks travel at once, each way.
-    static let transferConcurrency = 4
+    /// The bytes of a change's file to send inline with its commit: a flat file of at most
+    /// ``ItemUpdate/maximumInlineBytes`` whose bytes on disk are still the chunks cut at the
+    /// scan. Nil otherwise — then its chunks go the usual way, whose reading notices a file
+    /// changed or gone since the scan (and the next scan sends what it became).
+    func inlineContents(of change: LocalChange, members: [LocalMember], in sync: isolated ContainerSync) -> Data? {
+        guard change.kind ?? .file == .file, !change.deleted, members.count == 1, let path = sync.files.path(of: change.item) else { return nil }
+        let chunks = members[0].chunks
+        let size = chunks.reduce(0) { $0 + $1.length }
+        guard size <= ItemUpdate.maximumInlineBytes else { return nil }
+        let data: Data
+        do {
+            data = try Data(contentsOf: sync.root.appendingPathComponent(path))
+        } catch {
+            return nil // gone or unreadable since the scan: see above
+        }
+        guard data.count == size else { return nil }
+        let intact = data.withUnsafeBytes { bytes in
+            chunks.allSatisfy { ContentChunker.hash(UnsafeRawBufferPointer(rebasing: bytes[$0.offset..<$0.offset + $0.length])) == $0.hash }
+        }
+        return intact ? data : nil
+    }
 
-    /// About how many bytes of chunks one request carries, each way (``ChunkBatch``).
-    static let transferBatchBytes = 4 << 20
 }

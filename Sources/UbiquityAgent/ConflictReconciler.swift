@@ -1,0 +1,128 @@
+import Foundation
+import UbiquityClient
+import UbiquityCoordination
+import UbiquityFiles
+import UbiquityProtocol
+import UbiquitySync
+
+/// Keeps a container's conflict versions on disk as the server has them, for
+/// ``ContainerSync``: each downloaded item's unresolved conflict revisions are its
+/// `NSFileVersion` conflict versions here; resolving one here (removing it, or marking it
+/// resolved) resolves it on the server, and one resolved elsewhere goes.
+///
+/// One of the rooms of a container's sync (see ``ChangeFinder``): it owns which conflict
+/// versions are on disk and which items have conflicts.
+final class ConflictReconciler {
+    /// Per item, the conflict revisions put in its version store.
+    var conflictCopies: [String: Set<String>]
+    /// Items whose server state has conflict versions (with ``conflictCopies``, what
+    /// reconciling looks at).
+    var conflicted: Set<String> = []
+
+    /// A reconciler that knows the conflict versions `copies` are on disk (as recorded).
+    init(copies: [String: Set<String>]) {
+        conflictCopies = copies
+    }
+
+    /// The persistent identifier of the conflict version for a server revision.
+    static func versionIdentifier(_ revision: String) -> String {
+        "conflict-" + String(Data(revision.utf8).withUnsafeBytes { ContentChunker.hash($0) }.prefix(40))
+    }
+
+    /// The beginnings of the item errors conflict reconciliation reports (and clears once done).
+    static let versionRemovalError = "cannot remove a resolved conflict version"
+    static let folderResolutionError = "cannot resolve the folder's concurrent renames"
+
+    /// Removes the local conflict version of server revision `revision` of `item` (at `url`)
+    /// (resolved, here or elsewhere); whether it is gone. A failure is logged and named in
+    /// ``errors`` (the item's status): the version stays until a later round removes it.
+    func removeConflictVersion(_ revision: String, of item: String, at url: URL, in sync: isolated ContainerSync) -> Bool {
+        let identifier = NSFileVersion.PersistentIdentifier(Self.versionIdentifier(revision))
+        do {
+            try NSFileVersion.version(itemAt: url, forPersistentIdentifier: identifier)?.remove()
+            if sync.errors[item]?.hasPrefix(Self.versionRemovalError) == true { sync.errors[item] = nil }
+            return true
+        } catch {
+            sync.errors[item] = "\(Self.versionRemovalError): \(error)"
+            sync.logger.warning("cannot remove a resolved conflict version", metadata: ["container": "\(sync.container)", "item": "\(url.path)", "error": "\(error)"])
+            return false
+        }
+    }
+
+    /// Keeps each downloaded item's conflict versions on disk as the server has them: new
+    /// conflict revisions are downloaded into its version store; versions resolved here
+    /// (removed, or marked resolved) are resolved on the server; those resolved elsewhere go.
+    func reconcileConflicts(in sync: isolated ContainerSync) async throws {
+        for item in conflicted.union(conflictCopies.keys).sorted() {
+            guard let remote = sync.state.persisted.remote[item], !sync.state.hasLocalChanges(item), !remote.deleted else { continue }
+            let known = Set(remote.conflicts.map(\.revision))
+            let copies = conflictCopies[item] ?? []
+            guard !known.isEmpty || !copies.isEmpty, let path = sync.files.path(of: item) else { continue }
+            if remote.kind == .directory {
+                // A folder's concurrent renames: its current name stands.
+                guard let request = sync.state.resolveKeepingCurrent(item) else { continue }
+                do {
+                    try await sync.perform(request)
+                    if sync.errors[item]?.hasPrefix(Self.folderResolutionError) == true { sync.errors[item] = nil }
+                } catch {
+                    // Tried again next round; meanwhile `ubiquity status` names it.
+                    sync.errors[item] = "\(Self.folderResolutionError): \(error)"
+                    sync.logger.warning("cannot resolve a folder's concurrent renames", metadata: ["container": "\(sync.container)", "path": "\(path)", "error": "\(error)"])
+                }
+                continue
+            }
+            let url = sync.root.appendingPathComponent(path)
+            // Resolved elsewhere: the local copy goes.
+            for revision in copies.subtracting(known) {
+                guard removeConflictVersion(revision, of: item, at: url, in: sync) else { continue } // kept; tried again next round
+                conflictCopies[item]?.remove(revision)
+                try sync.store.setConflictCopy(false, container: sync.container, item: item, revision: revision)
+            }
+            // Resolved here: tell the server.
+            var resolved: [String] = []
+            for revision in known.intersection(copies) {
+                let version = NSFileVersion.version(itemAt: url, forPersistentIdentifier: NSFileVersion.PersistentIdentifier(Self.versionIdentifier(revision)))
+                if version == nil || version?.isResolved == true { resolved.append(revision) }
+            }
+            if !resolved.isEmpty {
+                do {
+                    let answer = try await sync.client.resolve(container: sync.container, item: item, keep: remote.revision, remove: resolved.sorted())
+                    sync.state.learn(ContainerSync.snapshot(answer))
+                    for revision in resolved {
+                        guard removeConflictVersion(revision, of: item, at: url, in: sync) else { continue } // kept; tried again next round
+                        conflictCopies[item]?.remove(revision)
+                        try sync.store.setConflictCopy(false, container: sync.container, item: item, revision: revision)
+                    }
+                } catch let error as SyncClientError {
+                    sync.errors[item] = error.description
+                }
+                continue
+            }
+            // New conflict versions: their contents come down into the version store.
+            let missing = known.subtracting(copies)
+            guard !missing.isEmpty else { continue }
+            let details: ItemState
+            do { details = try await sync.client.item(container: sync.container, id: item) } catch let error as SyncClientError {
+                sync.downloadErrors[item] = error.description
+                continue
+            }
+            for conflict in details.conflicts where missing.contains(conflict.revision) && conflict.uploaded {
+                do {
+                    let kind = remote.kind ?? .file
+                    let staged = try await sync.materialiser.stage(LocalContents.members(conflict.manifest, kind: kind), kind: kind, of: item, name: path, reusing: sync.files[path], in: sync)
+                    defer { sync.materialiser.removeStaged(staged, in: sync) }
+                    let staging = NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: url).appendingPathComponent(LocalContents.name(of: path))
+                    try FileManager.default.moveItem(at: staged, to: staging)
+                    _ = try NSFileVersion.addConflictVersion(ofItemAt: url, withContentsOf: staging, savingComputer: conflict.deviceName,
+                                                             modificationDate: Date(timeIntervalSince1970: conflict.modificationDate), byMoving: true,
+                                                             identifier: Self.versionIdentifier(conflict.revision))
+                    conflictCopies[item, default: []].insert(conflict.revision)
+                    try sync.store.setConflictCopy(true, container: sync.container, item: item, revision: conflict.revision)
+                } catch let error as SyncClientError {
+                    sync.downloadErrors[item] = error.description
+                }
+            }
+        }
+    }
+
+}
