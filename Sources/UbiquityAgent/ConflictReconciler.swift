@@ -36,10 +36,10 @@ final class ConflictReconciler {
     /// Removes the local conflict version of server revision `revision` of `item` (at `url`)
     /// (resolved, here or elsewhere); whether it is gone. A failure is logged and named in
     /// ``errors`` (the item's status): the version stays until a later round removes it.
-    func removeConflictVersion(_ revision: String, of item: String, at url: URL, in sync: isolated ContainerSync) -> Bool {
+    func removeConflictVersion(_ revision: String, of item: String, at url: URL, in sync: isolated ContainerSync) async -> Bool {
         let identifier = NSFileVersion.PersistentIdentifier(Self.versionIdentifier(revision))
         do {
-            try NSFileVersion.version(itemAt: url, forPersistentIdentifier: identifier)?.remove()
+            try await sync.coordinated { try NSFileVersion.version(itemAt: url, forPersistentIdentifier: identifier)?.remove() }
             if sync.errors[item]?.hasPrefix(Self.versionRemovalError) == true { sync.errors[item] = nil }
             return true
         } catch {
@@ -74,22 +74,27 @@ final class ConflictReconciler {
             let url = sync.root.appendingPathComponent(path)
             // Resolved elsewhere: the local copy goes.
             for revision in copies.subtracting(known) {
-                guard removeConflictVersion(revision, of: item, at: url, in: sync) else { continue } // kept; tried again next round
+                guard await removeConflictVersion(revision, of: item, at: url, in: sync) else { continue } // kept; tried again next round
                 conflictCopies[item]?.remove(revision)
                 try sync.store.setConflictCopy(false, container: sync.container, item: item, revision: revision)
             }
             // Resolved here: tell the server.
             var resolved: [String] = []
-            for revision in known.intersection(copies) {
-                let version = NSFileVersion.version(itemAt: url, forPersistentIdentifier: NSFileVersion.PersistentIdentifier(Self.versionIdentifier(revision)))
-                if version == nil || version?.isResolved == true { resolved.append(revision) }
+            let kept = known.intersection(copies)
+            if !kept.isEmpty {
+                resolved = try await sync.coordinated {
+                    kept.filter { revision in
+                        let version = NSFileVersion.version(itemAt: url, forPersistentIdentifier: NSFileVersion.PersistentIdentifier(Self.versionIdentifier(revision)))
+                        return version == nil || version?.isResolved == true
+                    }
+                }
             }
             if !resolved.isEmpty {
                 do {
                     let answer = try await sync.client.resolve(container: sync.container, item: item, keep: remote.revision, remove: resolved.sorted())
                     sync.state.learn(ContainerSync.snapshot(answer))
                     for revision in resolved {
-                        guard removeConflictVersion(revision, of: item, at: url, in: sync) else { continue } // kept; tried again next round
+                        guard await removeConflictVersion(revision, of: item, at: url, in: sync) else { continue } // kept; tried again next round
                         conflictCopies[item]?.remove(revision)
                         try sync.store.setConflictCopy(false, container: sync.container, item: item, revision: revision)
                     }
@@ -113,9 +118,11 @@ final class ConflictReconciler {
                     defer { sync.materialiser.removeStaged(staged, in: sync) }
                     let staging = NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: url).appendingPathComponent(LocalContents.name(of: path))
                     try FileManager.default.moveItem(at: staged, to: staging)
-                    _ = try NSFileVersion.addConflictVersion(ofItemAt: url, withContentsOf: staging, savingComputer: conflict.deviceName,
-                                                             modificationDate: Date(timeIntervalSince1970: conflict.modificationDate), byMoving: true,
-                                                             identifier: Self.versionIdentifier(conflict.revision))
+                    let (savedBy, date, identifier) = (conflict.deviceName, Date(timeIntervalSince1970: conflict.modificationDate), Self.versionIdentifier(conflict.revision))
+                    try await sync.coordinated {
+                        _ = try NSFileVersion.addConflictVersion(ofItemAt: url, withContentsOf: staging, savingComputer: savedBy,
+                                                                 modificationDate: date, byMoving: true, identifier: identifier)
+                    }
                     conflictCopies[item, default: []].insert(conflict.revision)
                     try sync.store.setConflictCopy(true, container: sync.container, item: item, revision: conflict.revision)
                 } catch let error as SyncClientError {

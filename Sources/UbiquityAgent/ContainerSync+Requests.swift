@@ -55,6 +55,8 @@ extension ContainerSync {
     /// - Throws: ``ContainerSyncError`` when the item has changes the server does not have
     ///   (they would be lost), is a folder, or is unknown.
     package func evict(_ name: String) async throws {
+        await takeFolderTurn() // not in the middle of a round
+        defer { endFolderTurn() }
         let folder = LocalContents.folder(of: name)
         let placeholderPath = LocalContents.placeholderPath(for: name)
         guard let file = files[name] else {
@@ -71,11 +73,13 @@ extension ContainerSync {
         }
         let remote = state.persisted.remote[file.item]
         let url = root.appendingPathComponent(name)
-        try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
-            guard scanner.fingerprint(of: name) == file.fingerprint else {
-                throw ContainerSyncError("\(name) changed while being evicted; it is kept", code: .refused)
+        try await coordinated {
+            try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
+                guard scanner.fingerprint(of: name) == file.fingerprint else {
+                    throw ContainerSyncError("\(name) changed while being evicted; it is kept", code: .refused)
+                }
+                try FileManager.default.removeItem(at: url)
             }
-            try FileManager.default.removeItem(at: url)
         }
         files[name] = nil
         try await persist(removed: [name])

@@ -101,6 +101,15 @@ package actor ContainerSync {
     private var running = false
     private var rerun = false
     private var roundWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Whether a round or an eviction is changing the folder (it has the folder's turn), and
+    /// who waits for it: coordinated accesses are awaited, so without turns an eviction could
+    /// run in the middle of a round, between a change on disk and its record.
+    private var folderBusy = false
+    private var turnWaiters: [CheckedContinuation<Void, Never>] = []
+    /// Where coordinated accesses to the folder run, which may wait for an app's presenters to
+    /// save or let go: a queue of their own (dispatch always gives it a thread), so that a slow
+    /// presenter never holds one of Swift concurrency's few threads.
+    private let coordination = DispatchQueue(label: "ubiquity.agent.coordination")
     /// When the last round finished.
     package private(set) var lastSync: Date?
 
@@ -171,7 +180,9 @@ package actor ContainerSync {
             return
         }
         running = true
+        await takeFolderTurn()
         defer {
+            endFolderTurn()
             running = false
             for waiter in roundWaiters { waiter.resume() }
             roundWaiters = []
@@ -187,6 +198,30 @@ package actor ContainerSync {
             }
         } while rerun
         if let failure { throw failure }
+    }
+
+    /// Waits until nothing else changes the folder, then has it to itself until
+    /// ``endFolderTurn()``.
+    func takeFolderTurn() async {
+        while folderBusy { await withCheckedContinuation { turnWaiters.append($0) } }
+        folderBusy = true
+    }
+
+    /// Lets the next one waiting change the folder.
+    func endFolderTurn() {
+        folderBusy = false
+        for waiter in turnWaiters { waiter.resume() }
+        turnWaiters = []
+    }
+
+    /// Runs `work` — coordinated accesses to the folder, which wait for presenters and locks —
+    /// on a thread of its own, and returns what it returned (or throws what it threw). The
+    /// caller has the folder's turn: nothing else in this agent changes the folder meanwhile.
+    func coordinated<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
+        let queue = coordination
+        return try await withCheckedThrowingContinuation { continuation in
+            queue.async { continuation.resume(with: Result { try work() }) }
+        }
     }
 
     private func round() async throws {

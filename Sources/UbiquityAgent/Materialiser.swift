@@ -90,14 +90,14 @@ final class Materialiser {
             // Deleted elsewhere: its versions go with it (as they do with a file deleted on a Mac).
             let url = sync.root.appendingPathComponent(local.path)
             do {
-                try NSFileVersion.removeOtherVersionsOfItem(at: url)
+                try await sync.coordinated { try NSFileVersion.removeOtherVersionsOfItem(at: url) }
             } catch {
                 sync.logger.warning("cannot remove the versions of an item deleted elsewhere", metadata: ["path": "\(local.path)", "error": "\(error)"])
             }
             for revision in sync.reconciler.conflictCopies.removeValue(forKey: item) ?? [] {
                 try sync.store.setConflictCopy(false, container: sync.container, item: item, revision: revision)
             }
-            try coordinatedRemove(local.path, in: sync)
+            try await coordinatedRemove(local.path, in: sync)
             sync.files[local.path] = nil
             gone.append(local.path)
         }
@@ -357,10 +357,11 @@ final class Materialiser {
             return outcomes
         }
         var placed: [AgentStore.File] = [], folders = Set<String>()
-        for entry in written {
+        let moves = try await placeNew(written.map { ($0.staged, $0.download.path) }, in: sync)
+        for (entry, moved) in zip(written, moves) {
             do {
                 sync.localContents[entry.download.content] = entry.members
-                let file = try placeNew(entry.staged, as: entry.download, revision: entry.revision, in: sync)
+                let file = try moved.get() ? self.placed(entry.download, revision: entry.revision, in: sync) : nil
                 if let file {
                     placed.append(file)
                     folders.insert(LocalContents.folder(of: file.path))
@@ -408,9 +409,9 @@ final class Materialiser {
         defer { removeStaged(staged, in: sync) } // still there if not moved into place
         NSFileVersion.recordSavingComputer(savedBy, ofItemAt: staged.path)
         sync.localContents[download.content] = members
-        guard let file = try place(staged, as: download, revision: revision, in: sync) else { return nil }
+        guard let file = try await place(staged, as: download, revision: revision, in: sync) else { return nil }
         if let previous, previous.path != path {
-            try coordinatedRemove(previous.path, in: sync)
+            try await coordinatedRemove(previous.path, in: sync)
             sync.files[previous.path] = nil
             try await sync.persist(upsert: [file], removed: [previous.path])
         } else {
@@ -423,22 +424,24 @@ final class Materialiser {
     /// document reloads), unless the item was saved over since the round's scan (or made there
     /// meanwhile): then the local edit stays, the next round sends it, and the server keeps both.
     /// Returns the record of the file in place (not yet stored), or nil.
-    private func place(_ staged: URL, as download: Download, revision: String, in sync: isolated ContainerSync) throws -> AgentStore.File? {
+    private func place(_ staged: URL, as download: Download, revision: String, in sync: isolated ContainerSync) async throws -> AgentStore.File? {
         let path = download.path, previous = download.previous
         let url = sync.root.appendingPathComponent(path)
         let scanner = sync.scanner
-        let written = try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing) { url -> Bool in
-            let now = scanner.fingerprint(of: path)
-            if let previous, previous.path == path, now != previous.fingerprint { return false }
-            if previous?.path != path, now != nil { return false }
-            let replaced = ReplacedFile(holding: url.path, size: now?.size ?? 0)
-            defer { replaced?.release() }
-            try SafeSave.replaceItem(at: url) { temporary in
-                guard rename(staged.path, temporary.path) == 0 else {
-                    throw ContainerSyncError("could not move the download of \(path) into place: \(String(cString: strerror(errno)))")
+        let written = try await sync.coordinated {
+            try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing) { url -> Bool in
+                let now = scanner.fingerprint(of: path)
+                if let previous, previous.path == path, now != previous.fingerprint { return false }
+                if previous?.path != path, now != nil { return false }
+                let replaced = ReplacedFile(holding: url.path, size: now?.size ?? 0)
+                defer { replaced?.release() }
+                try SafeSave.replaceItem(at: url) { temporary in
+                    guard rename(staged.path, temporary.path) == 0 else {
+                        throw ContainerSyncError("could not move the download of \(path) into place: \(String(cString: strerror(errno)))")
+                    }
                 }
+                return true
             }
-            return true
         }
         return written ? placed(download, revision: revision, in: sync) : nil
     }
@@ -451,19 +454,27 @@ final class Materialiser {
         return file
     }
 
-    /// Puts a staged new file (its contents durable) in place under a coordinated write,
-    /// unless something was made at its path meanwhile (then the local item stays, the next
-    /// round sends it, and the server keeps both). Its folder still needs a flush.
-    private func placeNew(_ staged: URL, as download: Download, revision: String, in sync: isolated ContainerSync) throws -> AgentStore.File? {
-        let path = download.path, url = sync.root.appendingPathComponent(path)
-        let moved = try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing) { url -> Bool in
-            guard ubq_rename_noreplace(staged.path, url.path) == 0 else {
-                if errno == EEXIST { return false }
-                throw ContainerSyncError("could not move the download of \(path) into place: \(String(cString: strerror(errno)))")
+    /// Puts staged new files (their contents durable) at their paths (relative to the
+    /// container's folder), each under a coordinated write, all in one trip to the thread
+    /// coordinated accesses run on — unless something was made at a path meanwhile (then the
+    /// local item stays, the next round sends it, and the server keeps both): for each, whether
+    /// it was moved, or why it could not be. Their folders still need a flush.
+    private func placeNew(_ files: [(staged: URL, path: String)], in sync: isolated ContainerSync) async throws -> [Result<Bool, any Error>] {
+        guard !files.isEmpty else { return [] }
+        let root = sync.root
+        return try await sync.coordinated {
+            files.map { staged, path in
+                Result {
+                    try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: root.appendingPathComponent(path), options: .forReplacing) { url -> Bool in
+                        guard ubq_rename_noreplace(staged.path, url.path) == 0 else {
+                            if errno == EEXIST { return false }
+                            throw ContainerSyncError("could not move the download of \(path) into place: \(String(cString: strerror(errno)))")
+                        }
+                        return true
+                    }
+                }
             }
-            return true
         }
-        return moved ? placed(download, revision: revision, in: sync) : nil
     }
 
     /// Makes everything written to the container's file system durable at once (`syncfs`).
@@ -485,8 +496,10 @@ final class Materialiser {
             return true
         }
         guard FileManager.default.fileExists(atPath: to.deletingLastPathComponent().path) else { return false } // its folder comes first
-        try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: from, options: .forMoving) { from in
-            try FileManager.default.moveItem(at: from, to: to)
+        try await sync.coordinated {
+            try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: from, options: .forMoving) { from in
+                try FileManager.default.moveItem(at: from, to: to)
+            }
         }
         sync.errors[file.item] = nil
         let before = sync.files.subtree(file.path)
@@ -503,11 +516,15 @@ final class Materialiser {
         return true
     }
 
-    func coordinatedRemove(_ path: String, in sync: isolated ContainerSync) throws {
+    /// Removes the item at `path` (relative to the container's folder) under a coordinated
+    /// write (an app presenting it is told), if it is there.
+    func coordinatedRemove(_ path: String, in sync: isolated ContainerSync) async throws {
         sync.logger.debug("removing", metadata: ["container": "\(sync.container)", "path": "\(path)"])
         let url = sync.root.appendingPathComponent(path)
-        try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
-            if FileManager.default.fileExists(atPath: url.path) { try FileManager.default.removeItem(at: url) }
+        try await sync.coordinated {
+            try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
+                if FileManager.default.fileExists(atPath: url.path) { try FileManager.default.removeItem(at: url) }
+            }
         }
     }
 

@@ -1,0 +1,70 @@
+import Foundation
+import Synchronization
+import Testing
+import UbiquityCoordination
+@testable import UbiquityAgent
+
+/// A presenter that, asked to let a writer in, waits until the test lets it go (or `patience`
+/// runs out) — an app slow to finish what it is doing with its document.
+final class SlowPresenter: NSFilePresenter, @unchecked Sendable {
+    let presentedItemURL: URL?
+    let presentedItemOperationQueue: OperationQueue = {
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        return queue
+    }()
+    /// Whether a writer asked; whether the test let the presenter go; how the wait ended.
+    let asked = Mutex(false)
+    let released = Mutex(false)
+    let outcome = Mutex<String?>(nil)
+    let patience: Duration
+
+    init(_ url: URL, patience: Duration) {
+        presentedItemURL = url
+        self.patience = patience
+    }
+
+    func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        asked.withLock { $0 = true }
+        let deadline = ContinuousClock.now + patience
+        while !released.withLock({ $0 }) && ContinuousClock.now < deadline { usleep(5_000) } // the presenter's own queue: blocking is the point
+        outcome.withLock { $0 = released.withLock { $0 } ? "released" : "gave up" }
+        writer(nil)
+    }
+}
+
+extension ContainerSyncTests {
+    /// While a download waits for an app's presenter to let go of the document, the agent
+    /// still answers: coordinated accesses wait on a thread of their own, not on the actor (a
+    /// status asked for meanwhile comes back before the presenter is let go, which it could not
+    /// if the wait held the actor — the presenter would then give up after its patience).
+    @Test func aSlowPresenterDoesNotStallTheAgent() async throws {
+        try await withServer { base, dir in
+            let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await device("phone", base: base, dir: dir, greedy: true)
+            try laptop.write("Draft.txt", Data("first".utf8))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(phone.read("Draft.txt") == "first")
+
+            let presenter = SlowPresenter(phone.documents.appendingPathComponent("Draft.txt"), patience: .seconds(4))
+            NSFileCoordinator.addFilePresenter(presenter)
+            defer { NSFileCoordinator.removeFilePresenter(presenter) }
+            try laptop.write("Draft.txt", Data("second".utf8))
+            try await laptop.sync.syncOnce()
+
+            let round = Task { try await phone.sync.syncOnce() }
+            let waitStart = ContinuousClock.now
+            while !presenter.asked.withLock({ $0 }) {
+                try #require(ContinuousClock.now - waitStart < .seconds(30), "the download never asked the presenter")
+                try await Task.sleep(for: .milliseconds(5))
+            }
+            let statuses = await phone.sync.statuses() // answered while the download waits
+            presenter.released.withLock { $0 = true }
+            try await round.value
+            #expect(presenter.outcome.withLock { $0 } == "released")
+            #expect(statuses.contains { $0.path.hasSuffix("Documents/Draft.txt") })
+            #expect(phone.read("Draft.txt") == "second")
+        }
+    }
+}
