@@ -216,14 +216,15 @@ struct Uploader {
                 carried = [:]
             }
             for (upload, members) in wanted {
+                // A flat file as the scan recorded it before cutting it still has the bytes it cut.
+                let recorded = upload.members.count == 1 && upload.members[0].path.isEmpty ? sync.files.file(of: upload.item)?.fingerprint : nil
                 reading: for (member, chunks) in members where !chunks.isEmpty {
                     let handle = try FileHandle(forReadingFrom: member.path.isEmpty ? upload.url : upload.url.appendingPathComponent(member.path))
                     defer { try? handle.close() } // read-only: closing cannot lose anything
+                    var trusted = recorded.flatMap { Self.fingerprint(of: handle) == $0 ? $0 : nil }
                     for chunk in chunks where !patched.contains(chunk.hash) {
-                        try handle.seek(toOffset: UInt64(chunk.offset))
-                        let bytes = [UInt8](try handle.read(upToCount: chunk.length) ?? Data())
                         // Changed since the scan: the next round sends the new contents.
-                        guard bytes.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash else { break reading }
+                        guard let bytes = try Self.read(chunk, from: handle, trusting: &trusted) else { break reading }
                         if batchBytes + bytes.count > ContainerSync.transferBatchBytes || batch.chunks.count == ChunkBatch.maximumCount { try await dispatch(in: sync) }
                         batch.chunks.append(.init(hash: chunk.hash, bytes: bytes))
                         batchBytes += bytes.count
@@ -236,6 +237,26 @@ struct Uploader {
                 for (item, bytes) in done { sync.transfers[item]?.done += bytes }
             }
         }
+    }
+
+    /// The fingerprint of the open file `handle` reads (nil if it cannot be had).
+    static func fingerprint(of handle: FileHandle) -> LocalFingerprint? {
+        var info = stat()
+        return fstat(handle.fileDescriptor, &info) == 0 ? LocalScanner.fingerprint(info) : nil
+    }
+
+    /// The bytes of `chunk` of the flat file `handle` reads, if they are the chunk cut by the
+    /// scan; nil if the file changed since. While the file keeps the fingerprint `trusted` —
+    /// the one the scan recorded before it cut the file; any write changes the status-change
+    /// time — they are those bytes, and are not hashed again; otherwise (`trusted` nil, or
+    /// made nil here once the file is seen changed) they are checked against the chunk's hash.
+    /// The server checks every chunk either way.
+    static func read(_ chunk: ContentChunk, from handle: FileHandle, trusting trusted: inout LocalFingerprint?) throws -> [UInt8]? {
+        try handle.seek(toOffset: UInt64(chunk.offset))
+        let bytes = [UInt8](try handle.read(upToCount: chunk.length) ?? Data())
+        if let recorded = trusted, fingerprint(of: handle) != recorded { trusted = nil }
+        guard trusted != nil || bytes.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash else { return nil }
+        return bytes
     }
 
     /// Sends the chunks of `wanted` that change a chunk of the same item's contents as last

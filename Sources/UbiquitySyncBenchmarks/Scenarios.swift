@@ -165,7 +165,8 @@ struct Edit: Encodable {
 
 struct LargeFigures: Encodable {
     var newFile: LargeFile
-    /// A 1-byte change saved the safe way: a whole new file renamed over the old one.
+    /// A 1-byte change saved the safe way: a whole new file renamed over the old one (timed
+    /// from the rename).
     var oneByteEditSafeSave: Edit
     /// A 1-byte change written in place (`pwrite` into the file).
     var oneByteEditInPlace: Edit
@@ -200,8 +201,13 @@ func largeFiles(_ peer: some Peer, mib: Int, runs: Int) async throws -> LargeFig
     for run in 0..<runs {
         let offset = size / 2 + 12_345 + run * 7_919
         large[offset] ^= 0x5a
+        // The new file is written outside the synced folders, on their file system (untimed:
+        // that is the writer's disk, not sync), then renamed over the old one: the clock starts
+        // with the save.
+        let staged = peer.sideA.deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(".bench-save-\(run).tmp")
+        try large.write(to: staged)
         safe.append(try await transfer(peer) { [large, target] in
-            try large.write(to: source, options: .atomic)
+            guard rename(staged.path, source.path) == 0 else { throw BenchError("rename \(staged.path): errno \(errno)") }
             _ = try await until("\(peer.name) syncs the edit", limit: .seconds(600)) { byte(at: offset, of: target, size: size) == large[offset] }
         })
         expect((try? Data(contentsOf: target)) == large, "\(peer.name): the edited file arrived whole")

@@ -55,3 +55,39 @@ import UbiquitySync
         #expect(try Materialiser.copyUnchanged(from: local, recorded: recorded, chunks: oldChunks, into: second).isEmpty)
     }
 }
+
+extension StagedCopyTests {
+    /// An upload reads a file's chunks without hashing them again while the file is as the
+    /// scan recorded it; written to since, its chunks are checked, and one that changed is
+    /// never sent under its old hash.
+    @Test func uploadsTrustOnlyAnUnchangedFile() throws {
+        let folder = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("upload-read-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let contents = noise(1 << 20, seed: 9)
+        let file = folder.appendingPathComponent("Track.wav")
+        try contents.write(to: file)
+        let recorded = try #require(LocalScanner(root: folder).fingerprint(of: "Track.wav"))
+        let chunks = ContentChunker.standard.chunks(of: contents)
+        #expect(chunks.count > 4)
+
+        // As recorded: every chunk's bytes, trusted throughout.
+        var trusted: LocalFingerprint? = recorded
+        let handle = try FileHandle(forReadingFrom: file)
+        defer { try? handle.close() }
+        for chunk in chunks {
+            #expect(try Uploader.read(chunk, from: handle, trusting: &trusted) == Array(contents[chunk.offset..<chunk.offset + chunk.length]))
+        }
+        #expect(trusted == recorded)
+
+        // Written to (one byte in the last chunk, the size kept): no longer trusted; the
+        // chunks that still hash right are read, the changed one is not.
+        let writer = try FileHandle(forWritingTo: file)
+        try writer.seek(toOffset: UInt64(chunks.last!.offset + 10))
+        try writer.write(contentsOf: Data([contents[chunks.last!.offset + 10] ^ 0xff]))
+        try writer.close()
+        #expect(try Uploader.read(chunks[0], from: handle, trusting: &trusted) == Array(contents[chunks[0].offset..<chunks[0].offset + chunks[0].length]))
+        #expect(trusted == nil)
+        #expect(try Uploader.read(chunks.last!, from: handle, trusting: &trusted) == nil)
+    }
+}
