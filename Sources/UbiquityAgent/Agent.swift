@@ -333,6 +333,7 @@ actor AccountSession {
                                      packageExtensions: configuration.allPackageExtensions, logger: logger,
                                      onStatusChange: { [statusChanged] in statusChanged.yield() })
         containers[identifier] = sync
+        if connected { Task { await sync.notePushes(live: true) } }
         logger.info("keeping a container in step", metadata: ["container": "\(identifier)"])
         return sync
     }
@@ -429,6 +430,7 @@ actor AccountSession {
             }
             if connected { delay = 1; warned = false }
             connected = false
+            for sync in containers.values { await sync.notePushes(live: false) } // every round fetches meanwhile
             try? await quietSleep(for: .seconds(delay)) // throws only when cancelled: the loop ends
             delay = min(delay * 2, 30)
         }
@@ -438,13 +440,18 @@ actor AccountSession {
         switch event.type {
         case "connected":
             connected = true
-            trigger(nil) // catch up on what happened while disconnected
-            Task { await keyValues.trigger(nil) }
+            Task {
+                // Pushes tell what changes from now on; the first round catches up on the rest.
+                for sync in containers.values { await sync.notePushes(live: true) }
+                trigger(nil)
+                await keyValues.trigger(nil)
+            }
         case "changed":
             // Another device changed a container; a push for a change already fetched is old news.
             guard let container = event.container, let sync = containers[container] else { return }
             Task {
                 if let sequence = event.sequence, await sync.cursor >= sequence { return }
+                await sync.noteRemoteChange(upTo: event.sequence)
                 self.trigger(container)
             }
         case "keyValueChanged":

@@ -112,6 +112,15 @@ package actor ContainerSync {
     private let coordination = DispatchQueue(label: "ubiquity.agent.coordination")
     /// When the last round finished.
     package private(set) var lastSync: Date?
+    /// Whether a live push connection tells this container's changes: then a round fetches the
+    /// page of changes only when a push told of something newer than the cursor (or pushes may
+    /// have been missed); without one, every round fetches.
+    private var pushesLive = false
+    /// The newest container sequence a push told of.
+    private var heardOf: Int64 = 0
+    /// Whether the next round fetches whatever pushes said: when the container is opened, when
+    /// pushes (re)connect, when events may have been lost, after a failed fetch.
+    private var fetchDue = true
 
     struct Transfer {
         var downloading: Bool
@@ -249,11 +258,13 @@ package actor ContainerSync {
         // and the container is known up to them: an earlier fetch's failure no longer stands).
         if !committed.isEmpty, state.skipOwnChanges(committed) {
             errors[Self.fetchErrorKey] = nil
-        } else if let fetch = state.fetchRequest() {
+        } else if !pushesLive || fetchDue || heardOf > state.persisted.cursor, let fetch = state.fetchRequest() {
             defer { statusVersion &+= 1 }
+            fetchDue = false
             do {
                 try await perform(fetch)
             } catch let error as SyncClientError {
+                fetchDue = true
                 failed(fetch, error)
             }
         }
@@ -376,9 +387,25 @@ package actor ContainerSync {
     }
 
     /// Events were lost (inotify's queue overflowed) or a slow timer asks for it: the next round
-    /// looks at everything.
+    /// looks at everything, here and on the server.
     package func noteEverythingChanged() {
         finder.noteEverythingChanged()
+        fetchDue = true
+    }
+
+    // MARK: What the server pushed
+
+    /// Whether the server's pushes now reach this device (a push connection is up): while they
+    /// do, rounds started by local changes do not fetch the page of changes; when they start
+    /// again, the next round catches up.
+    package func notePushes(live: Bool) {
+        pushesLive = live
+        if live { fetchDue = true }
+    }
+
+    /// A push said the container changed, up to `sequence` (nil: it did not say how far).
+    package func noteRemoteChange(upTo sequence: Int64?) {
+        if let sequence { heardOf = max(heardOf, sequence) } else { fetchDue = true }
     }
 
     /// How many batches of chunks travel at once, each way.

@@ -68,3 +68,41 @@ extension ContainerSyncTests {
         }
     }
 }
+
+extension ContainerSyncTests {
+    /// While pushes tell a device what changes, a round started by a local change does not
+    /// fetch the page of changes (its own commits' answers say enough); a push of a newer
+    /// sequence, or pushes going away, makes the next round fetch.
+    @Test func aDeviceToldByPushesFetchesOnlyWhenTold() async throws {
+        try await withServer { base, dir in
+            let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await device("phone", base: base, dir: dir, greedy: true)
+            await phone.sync.notePushes(live: true)
+            try await phone.sync.syncOnce() // catches up once pushes are live
+            func requests() -> Int { phone.client.traffic.snapshot.requests }
+
+            let before = requests()
+            try await phone.sync.syncOnce()
+            #expect(requests() == before, "nothing local, nothing pushed: no request")
+
+            try laptop.write("List.txt", Data("milk".utf8))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(requests() == before && !phone.exists("List.txt"), "not told yet")
+
+            await phone.sync.noteRemoteChange(upTo: await laptop.sync.cursor)
+            try await phone.sync.syncOnce()
+            #expect(phone.read("List.txt") == "milk")
+
+            try phone.write("Reply.txt", Data("eggs".utf8))
+            let sending = requests()
+            try await phone.sync.syncOnce()
+            #expect(requests() == sending + 1, "its own change: one commit, no page")
+
+            await phone.sync.notePushes(live: false)
+            let unheard = requests()
+            try await phone.sync.syncOnce()
+            #expect(requests() == unheard + 1, "without pushes every round fetches")
+        }
+    }
+}
