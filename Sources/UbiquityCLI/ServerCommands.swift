@@ -94,7 +94,7 @@ struct AccountCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "account",
         abstract: "Manage the server's accounts (on its data directory or database; the server may be running).",
-        subcommands: [Create.self, List.self, Delete.self]
+        subcommands: [Create.self, List.self, Delete.self, Blocked.self, Unblock.self]
     )
 
     struct Create: AsyncParsableCommand {
@@ -118,9 +118,9 @@ struct AccountCommand: AsyncParsableCommand {
         func run() async throws {
             try await storage.withAdministration { admin in
                 for account in try await admin.accounts() {
-                    print("\(account.name)\tquota \(account.quotaBytes) bytes")
+                    print("\(Terminal.escaped(account.name))\tquota \(account.quotaBytes) bytes")
                     for device in try await admin.devices(ofAccount: account.name) {
-                        print("  device \(device.id)\t\(device.name)\(device.revoked ? "\t(revoked)" : "")")
+                        print("  device \(device.id)\t\(Terminal.escaped(device.name))\(device.revoked ? "\t(revoked)" : "")")
                     }
                 }
             }
@@ -137,6 +137,36 @@ struct AccountCommand: AsyncParsableCommand {
                 throw ValidationError("no account named \(name)")
             }
             print("deleted account \(name)")
+        }
+    }
+}
+
+extension AccountCommand {
+    struct Blocked: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List the account names and addresses whose sign-ins are refused now (too many attempts).")
+        @OptionGroup var storage: StorageOptions
+
+        func run() async throws {
+            let blocked = try await storage.withAdministration { try await $0.blockedSignIns() }
+            let format = ISO8601DateFormatter()
+            for entry in blocked { print("\(Terminal.escaped(entry.who))\tuntil \(format.string(from: entry.until))") }
+            if blocked.isEmpty { print("no sign-ins are blocked") }
+        }
+    }
+
+    struct Unblock: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Let an account, or an address, sign in again at once (forgets its attempts).")
+        @Argument(help: "The account's name.") var name: String?
+        @Option(name: .long, help: "An address to unblock (IPv4, or IPv6: its /64); may be repeated.") var address: [String] = []
+        @OptionGroup var storage: StorageOptions
+
+        func validate() throws {
+            if name == nil && address.isEmpty { throw ValidationError("name an account, or an address with --address") }
+        }
+
+        func run() async throws {
+            let known = try await storage.withAdministration { [name, address] in try await $0.unblockSignIn(account: name, addresses: address) }
+            print(known ? "unblocked" : "nothing was blocked or counted for that")
         }
     }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import ServiceLifecycle
 import UbiquityProtocol
 import Hummingbird
@@ -34,6 +35,8 @@ package struct SyncServer: Sendable {
         package var retention: TimeInterval = SyncServer.defaultRetention
         /// A PEM certificate chain and private key: serve HTTPS (and WSS) instead of HTTP.
         package var tls: (certificate: String, privateKey: String)?
+        /// How many sign-in attempts an account name and an address get.
+        package var signInPolicy = SignInPolicy()
 
         /// Creates a configuration.
         package init(dataDirectory: String = "./ubiquity-data", host: String = "127.0.0.1", port: Int = 8443, bcryptCost: UInt8 = 12) {
@@ -56,9 +59,12 @@ package struct SyncServer: Sendable {
         self.configuration = configuration
         self.logger = logger
         storage = try await ServerStorage.open(dataDirectory: configuration.dataDirectory, database: configuration.database, logger: logger)
+        let hasher = PasswordHasher(cost: configuration.bcryptCost)
         services = SyncServices(
             database: storage.database, chunks: storage.chunks,
-            metrics: ServerMetrics(), notifier: ChangeNotifier(), bcryptCost: configuration.bcryptCost)
+            metrics: ServerMetrics(), notifier: ChangeNotifier(),
+            signIns: SignInGuard(database: storage.database, hasher: hasher, policy: configuration.signInPolicy, logger: logger))
+        Task { await hasher.prepareDecoy() } // before the first unknown account asks
     }
 
     /// Delivers changes committed through other instances to this one's devices until
@@ -153,10 +159,10 @@ package struct ServerAdministration: Sendable {
     ///   - quotaBytes: Its storage quota. Default 5 GiB.
     package func createAccount(name: String, password: String, quotaBytes: Int64 = 5 << 30) async throws -> Account {
         try Validate.name(name, field: "account name")
-        guard password.count >= 8, password.utf8.count <= 72 else {
-            throw SyncError.badRequest("weakPassword", "passwords are 8 characters to 72 bytes")
+        guard password.count >= 8, password.utf8.count <= SignInGuard.longestPassword else {
+            throw SyncError.badRequest("weakPassword", "passwords are 8 characters to \(SignInGuard.longestPassword) bytes")
         }
-        return try await database.createAccount(name: name, passwordHash: Bcrypt.hash(password, cost: bcryptCost), quotaBytes: quotaBytes)
+        return try await database.createAccount(name: name, passwordHash: PasswordHasher.hashNow(password, cost: bcryptCost), quotaBytes: quotaBytes)
     }
 
     /// Every account.
@@ -172,6 +178,25 @@ package struct ServerAdministration: Sendable {
 
     /// An account's devices.
     package func devices(ofAccount name: String) async throws -> [DeviceInfo] { try await database.devices(ofAccount: name) }
+
+    /// Lifts the sign-in block (and forgets the attempts) of the account `name` and of each of
+    /// `addresses` (IPv4, or IPv6 — its /64 is what counts); returns whether any was known.
+    /// - Throws: ``SyncError`` `invalidAddress` for something that is not an IP address.
+    package func unblockSignIn(account name: String?, addresses: [String] = []) async throws -> Bool {
+        var keys = name.map { [SignInPolicy.accountKey($0)] } ?? []
+        for address in addresses {
+            guard let parsed = try? SocketAddress(ipAddress: address, port: 0), let key = SignInPolicy.addressKey(parsed) else {
+                throw SyncError.badRequest("invalidAddress", "not an IP address: \(address)")
+            }
+            keys.append(key)
+        }
+        return try await database.clearSignInAttempts(keys: keys) > 0
+    }
+
+    /// The account names and addresses whose sign-ins are refused now, with until when.
+    package func blockedSignIns() async throws -> [(who: String, until: Date)] {
+        try await database.blockedSignIns(now: Date()).map { (who: String($0.key.drop { $0 != ":" }.dropFirst()), until: $0.until) }
+    }
 
     /// Revokes a device's token. Returns false if there is no such (unrevoked) device.
     package func revokeDevice(id: String) async throws -> Bool { try await database.revokeDevice(id: id) }

@@ -3,20 +3,24 @@ import Foundation
 import UbiquityProtocol
 import Hummingbird
 import HummingbirdWebSocket
+import NIOCore
 
 /// Each request's context: who is asking (set by ``DeviceAuthMiddleware``).
-package struct SyncContext: RequestContext, WebSocketRequestContext {
+package struct SyncContext: RequestContext, WebSocketRequestContext, RemoteAddressRequestContext {
     /// Hummingbird's own per-request storage.
     package var coreContext: CoreRequestContextStorage
     /// Where a WebSocket upgrade's handler is kept.
     package let webSocket: WebSocketHandlerReference<SyncContext>
     /// The signed-in device, once authenticated.
     var device: DeviceAuth?
+    /// The address the request came from (nil when driven without a connection, in tests).
+    package let remoteAddress: SocketAddress?
 
     /// Creates a context for a request.
     package init(source: Source) {
         coreContext = .init(source: source)
         webSocket = .init()
+        remoteAddress = source.channel.remoteAddress
     }
 
     /// Largest JSON body decoded (item manifests can be long), also once inflated.

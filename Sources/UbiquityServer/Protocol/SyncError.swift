@@ -11,12 +11,15 @@ package struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equ
     package var code: String
     /// What went wrong.
     package var message: String
+    /// When to try again, in seconds (`Retry-After`), for a refusal that passes.
+    package var retryAfter: Int?
 
     /// Creates an error.
-    package init(_ status: HTTPResponse.Status, _ code: String, _ message: String) {
+    package init(_ status: HTTPResponse.Status, _ code: String, _ message: String, retryAfter: Int? = nil) {
         self.status = status
         self.code = code
         self.message = message
+        self.retryAfter = retryAfter
     }
 
     /// A one-line description.
@@ -27,15 +30,22 @@ package struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equ
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
         let body = try encoder.encode(ErrorResponse(error: .init(code: code, message: message)))
-        return Response(
-            status: status,
-            headers: [.contentType: "application/json; charset=utf-8"],
-            body: .init(byteBuffer: ByteBuffer(bytes: body)))
+        var headers: HTTPFields = [.contentType: "application/json; charset=utf-8"]
+        if let retryAfter { headers[.retryAfter] = "\(retryAfter)" }
+        return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body)))
     }
 
     static func badRequest(_ code: String, _ message: String) -> SyncError { SyncError(.badRequest, code, message) }
     static let unauthorized = SyncError(.unauthorized, "unauthorized", "a valid device token is required (Authorization: Bearer …)")
     static let signInFailed = SyncError(.unauthorized, "signInFailed", "unknown account or wrong password")
+    /// Too many sign-in attempts for the account or from the address: 429 with `Retry-After`.
+    static func tooManyAttempts(retryAfter seconds: TimeInterval) -> SyncError {
+        SyncError(.tooManyRequests, "tooManyAttempts", "too many sign-in attempts; try again later", retryAfter: max(1, Int(seconds.rounded(.up))))
+    }
+    /// The server has more of this work waiting than it takes: 503 with `Retry-After`.
+    static func busy(retryAfter seconds: Int) -> SyncError {
+        SyncError(.serviceUnavailable, "busy", "the server is busy; try again shortly", retryAfter: seconds)
+    }
     static func forbidden(_ container: String) -> SyncError {
         SyncError(.forbidden, "forbidden", "this device is not entitled to container \(container)")
     }

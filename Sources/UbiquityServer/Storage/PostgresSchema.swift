@@ -80,6 +80,14 @@ extension PostgresDatabase {
         ("v3-digests", [
             "ALTER TABLE revision ADD COLUMN digest TEXT",
         ]),
+        // Sign-in attempts per account name and per address, and blocks (SignInGuard).
+        ("v4-sign-in-attempts", [
+            """
+            CREATE TABLE sign_in_attempt (
+                key TEXT PRIMARY KEY, attempts INTEGER NOT NULL, last_attempt DOUBLE PRECISION NOT NULL,
+                blocked_until DOUBLE PRECISION NOT NULL DEFAULT 0)
+            """,
+        ]),
     ]
 
     /// Applies the migrations not yet applied (one instance at a time: an advisory lock).

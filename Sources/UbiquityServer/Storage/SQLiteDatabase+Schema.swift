@@ -122,6 +122,16 @@ extension SQLiteDatabase {
                 DROP INDEX revisionChunk_hash;
                 """)
         }
+        migrator.registerMigration("v10-sign-in-attempts") { db in
+            // Attempts per account name and per address, counted before any password is
+            // checked, and blocks (SignInGuard); kept here so that every instance and the
+            // operator's `ubiquity account unblock` see the same.
+            try db.execute(sql: """
+                CREATE TABLE signInAttempt (
+                    key TEXT PRIMARY KEY, attempts INTEGER NOT NULL, lastAttempt REAL NOT NULL,
+                    blockedUntil REAL NOT NULL DEFAULT 0) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 }

@@ -143,6 +143,14 @@ extension SyncDatabase {
     }
 }
 
+/// Where sign-in attempts stand for one key (an account name, or an address).
+package struct SignInAttempts: Sendable, Equatable {
+    /// Attempts in the current window.
+    package var attempts: Int
+    /// Until when sign-in is refused (seconds since 1970); in the past: not blocked.
+    package var blockedUntil: Double
+}
+
 /// Where the server keeps accounts, devices, containers, items and revisions. Implemented by
 /// ``SQLiteDatabase`` (embedded, the default) and ``PostgresDatabase``; every implementation
 /// gives the same answers (the server tests run against both).
@@ -200,6 +208,26 @@ protocol SyncDatabase: Sendable {
     /// revision names (older than `grace`, so a chunk uploaded just before its manifest stays).
     /// Returns the removed chunks (account, hash) for their contents to go, and how many revisions went.
     func collectGarbage(now: Date, retention: TimeInterval, grace: TimeInterval) async throws -> (revisions: Int, chunks: [(Int64, String)], bytes: Int64)
+
+    // Sign-in attempts (the rules are ``SignInGuard``'s; these are the primitives).
+
+    /// Counts one more sign-in attempt for each of `keys` — a count starts again when the
+    /// key's last attempt was before `windowStart` — and returns where each key stands, in one
+    /// atomic step, so that attempts made at the same time are all counted.
+    func countSignInAttempt(keys: [String], now: Date, windowStart: Date) async throws -> [String: SignInAttempts]
+    /// Refuses sign-in for `key` until `until` (a longer block already there stays).
+    func blockSignIn(key: String, until: Date) async throws
+    /// After a sign-in succeeded: forgets the attempts of `clearing`, and takes back one
+    /// attempt from each of `forgiving`.
+    func signInSucceeded(clearing: [String], forgiving: [String]) async throws
+    /// Forgets the attempts and block of `keys` (an operator lifting a block); how many keys had any.
+    func clearSignInAttempts(keys: [String]) async throws -> Int
+    /// The keys blocked at `now`, with until when.
+    func blockedSignIns(now: Date) async throws -> [(key: String, until: Date)]
+    /// Forgets keys neither tried since `before` nor blocked after it; how many went.
+    func pruneSignInAttempts(before: Date) async throws -> Int
+    /// Replaces an account's password hash (an old hash upgraded at sign-in).
+    func setPasswordHash(accountId: Int64, hash: String) async throws
 
     /// Delivers changes committed by other server instances to this one's connected devices,
     /// until cancelled (returns at once where there are no other instances).
