@@ -4,6 +4,7 @@
 //
 //   swift run -c release ubiquity-load [--devices 100,1000] [--seconds 10] [--writers 4]
 //                                      [--database postgres://… [--instances 2]]
+//   swift run -c release ubiquity-load --sign-in [--database postgres://…]
 //
 // Each run starts its own server in this process (embedded SQLite in a temporary directory, or
 // a fresh schema in the PostgreSQL database given), signs the devices in, connects each one's
@@ -11,6 +12,12 @@
 // server takes them for `seconds`. With `--instances N` (PostgreSQL), N server instances share
 // the database; devices and writers are spread over them round-robin, so most pushes cross
 // from one instance to another through LISTEN/NOTIFY.
+//
+// `--sign-in` measures sign-in as an attacker meets it, with passwords at bcrypt's default cost
+// (12): the time of a wrong password for an existing account against that of an unknown account
+// (they should cost the same), and `GET /health`'s latency idle and during a flood of wrong
+// passwords from 32 clients — with the default throttling, and with throttling out of the way
+// (what the bounded password pool alone holds).
 import Foundation
 import HummingbirdWSClient
 import Logging
@@ -32,6 +39,7 @@ struct Options {
     var writers = 4
     var database: String?
     var instances = 1
+    var signIn = false
 
     init(_ arguments: [String]) throws {
         var rest = arguments[...]
@@ -42,7 +50,8 @@ struct Options {
             case "--writers": writers = Int(rest.popFirst() ?? "") ?? writers
             case "--database": database = rest.popFirst()
             case "--instances": instances = Int(rest.popFirst() ?? "") ?? 0
-            default: throw LoadError("usage: ubiquity-load [--devices 100,1000] [--seconds S] [--writers W] [--database postgres://… [--instances N]]")
+            case "--sign-in": signIn = true
+            default: throw LoadError("usage: ubiquity-load [--devices 100,1000] [--seconds S] [--writers W] [--database postgres://… [--instances N]] | --sign-in [--database postgres://…]")
             }
         }
         guard !devices.isEmpty, devices.allSatisfy({ $0 >= 2 }), writers >= 1, seconds > 0, instances >= 1 else { throw LoadError("bad options") }
@@ -238,6 +247,14 @@ func raiseFileLimit() {
 do {
     let options = try Options(Array(CommandLine.arguments.dropFirst()))
     raiseFileLimit()
+    if options.signIn {
+        var report = try await signInRun(options: options)
+        report["benchmark"] = "ubiquity-load --sign-in"
+        report["backend"] = options.database == nil ? "sqlite" : "postgresql"
+        report["cores"] = ProcessInfo.processInfo.activeProcessorCount
+        FileHandle.standardOutput.write(try JSONSerialization.data(withJSONObject: report, options: [.prettyPrinted, .sortedKeys]) + Data("\n".utf8))
+        exit(0)
+    }
     var runs: [[String: Any]] = []
     for devices in options.devices { runs.append(try await run(devices: devices, options: options)) }
     let report: [String: Any] = [

@@ -15,6 +15,7 @@ import UbiquityProtocol
         var policy = SignInPolicy()
         policy.accountAttempts = account
         policy.addressAttempts = address
+        policy.refusalDelay = .milliseconds(10)
         return policy
     }
 

@@ -14,7 +14,7 @@ import Synchronization
 /// address (an IPv6 address by its /64: one host holds a whole /64). Past the free attempts of a
 /// window, each further attempt blocks its key for twice as long as the one before, from
 /// ``firstBlock`` up to ``longestBlock``; a blocked key is answered 429 with `Retry-After` at
-/// once. A sign-in that succeeds clears its account's count and takes its own attempt back from
+/// once — after ``refusalDelay``, as long as a check takes. A sign-in that succeeds clears its account's count and takes its own attempt back from
 /// its address's (an office behind one address is not blocked by its own users).
 package struct SignInPolicy: Sendable {
     /// Free attempts per account name in a window.
@@ -27,6 +27,12 @@ package struct SignInPolicy: Sendable {
     package var firstBlock: TimeInterval = 1
     /// The longest block.
     package var longestBlock: TimeInterval = 15 * 60
+    /// How long a refusal waits before it is answered — about what checking a password takes,
+    /// so that a blocked client gets its 429s no faster than its 401s and cannot turn cheap
+    /// refusals into a flood; at most ``delayedRefusals`` wait at once (the rest are answered at once).
+    package var refusalDelay: Duration = .milliseconds(250)
+    /// How many refusals may wait at once.
+    package var delayedRefusals = 512
 
     /// The policy of a public server.
     package init() {}
@@ -76,6 +82,7 @@ struct SignInGuard: Sendable {
     /// The longest password taken (longer ones are refused, as a wrong password is).
     static let longestPassword = 1024
     private let counted = ManagedAtomicCounter()
+    private let waiting = ManagedAtomicCounter()
 
     /// The account `name` if `password` is its password. Throws ``SyncError`` 429 when the
     /// name or `address` is blocked, 401 when the name is unknown or the password wrong (the
@@ -90,12 +97,13 @@ struct SignInGuard: Sendable {
         if counted.increment() % Self.pruneEvery == 0 {
             _ = try await database.pruneSignInAttempts(before: now.addingTimeInterval(-max(policy.window, 24 * 3600)))
         }
-        let standing = try await database.countSignInAttempt(keys: keys, now: now, windowStart: now.addingTimeInterval(-policy.window))
-        // Already blocked: refused at once.
-        if let until = standing.values.map(\.blockedUntil).max(), until > now.timeIntervalSince1970 {
+        // Already blocked: refused at once, and only read (a flood of refusals writes nothing).
+        if let until = try await database.signInAttempts(keys: keys).values.map(\.blockedUntil).max(), until > now.timeIntervalSince1970 {
             logger.notice("sign-in refused: blocked", metadata: ["account": "\(name)", "address": "\(from)", "retryAfter": "\(Int((until - now.timeIntervalSince1970).rounded(.up)))"])
+            await delayRefusal()
             throw SyncError.tooManyAttempts(retryAfter: until - now.timeIntervalSince1970)
         }
+        let standing = try await database.countSignInAttempt(keys: keys, now: now, windowStart: now.addingTimeInterval(-policy.window))
         // Past the free attempts: blocked from now, and refused.
         var longest: TimeInterval = 0
         for (key, attempts) in standing {
@@ -106,6 +114,7 @@ struct SignInGuard: Sendable {
         }
         if longest > 0 {
             logger.warning("sign-in blocked: too many attempts", metadata: ["account": "\(name)", "address": "\(from)", "seconds": "\(Int(longest))"])
+            await delayRefusal()
             throw SyncError.tooManyAttempts(retryAfter: longest)
         }
         guard let account = try await database.credentials(of: name) else {
@@ -125,6 +134,14 @@ struct SignInGuard: Sendable {
         try await database.signInSucceeded(clearing: [accountKey], forgiving: addressKey.map { [$0] } ?? [])
         return (account.id, account.identityToken)
     }
+
+    /// Holds a refusal for ``SignInPolicy/refusalDelay`` (without a thread), unless
+    /// ``SignInPolicy/delayedRefusals`` are held already.
+    private func delayRefusal() async {
+        guard waiting.increment(below: policy.delayedRefusals) else { return }
+        defer { waiting.decrement() }
+        try? await Task.sleep(for: policy.refusalDelay) // cancelled: the client went, nothing to answer
+    }
 }
 
 /// An atomic counter (a lock around an integer: sign-ins are not a hot path).
@@ -132,12 +149,22 @@ final class ManagedAtomicCounter: Sendable {
     private let state = Mutex(0)
     /// Adds one; the new count.
     func increment() -> Int { state.withLock { $0 += 1; return $0 } }
+    /// Adds one if the count is below `limit`; whether it did.
+    func increment(below limit: Int) -> Bool {
+        state.withLock { count in
+            guard count < limit else { return false }
+            count += 1
+            return true
+        }
+    }
+    /// Takes one away.
+    func decrement() { state.withLock { $0 -= 1 } }
     /// The count.
     var value: Int { state.withLock { $0 } }
 }
 
 /// bcrypt off the event loops, a few at a time: passwords are hashed and checked on NIO's
-/// blocking pool, at most ``concurrency`` at once, with at most ``waitingLimit`` more waiting
+/// blocking pool, at most ``concurrency`` at once (one core fewer than the machine has), with at most ``waitingLimit`` more waiting
 /// (beyond that: 503 `busy` with `Retry-After`) — so a flood of sign-ins slows sign-ins, not
 /// the server.
 ///
@@ -162,7 +189,9 @@ final class PasswordHasher: Sendable {
     /// The longest password bcrypt reads whole.
     static let bcryptLimit = 72
 
-    init(cost: UInt8, concurrency: Int = max(1, System.coreCount), waitingLimit: Int = 64) {
+    /// A hasher of `cost` (4…31), hashing `concurrency` passwords at once — by default one core
+    /// fewer than the machine has, so that the event loops always have one.
+    init(cost: UInt8, concurrency: Int = max(1, System.coreCount - 1), waitingLimit: Int = 64) {
         self.cost = cost
         self.concurrency = concurrency
         self.waitingLimit = waitingLimit

@@ -65,6 +65,16 @@ extension PostgresDatabase {
         }
     }
 
+    func signInAttempts(keys: [String]) async throws -> [String: SignInAttempts] {
+        try await read { db in
+            var found: [String: SignInAttempts] = [:]
+            for row in try await db.rows("SELECT key, attempts, blocked_until FROM sign_in_attempt WHERE key = ANY(\(keys))") {
+                found[try row.get("key")] = SignInAttempts(attempts: Int(try row.get("attempts", as: Int32.self)), blockedUntil: try row.get("blocked_until"))
+            }
+            return found
+        }
+    }
+
     func blockSignIn(key: String, until: Date) async throws {
         let at = until.timeIntervalSince1970
         _ = try await transaction { db in

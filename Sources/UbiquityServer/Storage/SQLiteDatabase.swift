@@ -72,6 +72,18 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
+    func signInAttempts(keys: [String]) async throws -> [String: SignInAttempts] {
+        try await pool.read { db in
+            var found: [String: SignInAttempts] = [:]
+            for key in keys {
+                if let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT attempts, blockedUntil FROM signInAttempt WHERE key = ?"), arguments: [key]) {
+                    found[key] = SignInAttempts(attempts: row["attempts"], blockedUntil: row["blockedUntil"])
+                }
+            }
+            return found
+        }
+    }
+
     func blockSignIn(key: String, until: Date) async throws {
         try await pool.write { db in
             try db.cachedStatement(sql: "UPDATE signInAttempt SET blockedUntil = max(blockedUntil, ?) WHERE key = ?")

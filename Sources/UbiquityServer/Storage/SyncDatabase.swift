@@ -211,6 +211,8 @@ protocol SyncDatabase: Sendable {
 
     // Sign-in attempts (the rules are ``SignInGuard``'s; these are the primitives).
 
+    /// Where each of `keys` stands (those never tried are left out).
+    func signInAttempts(keys: [String]) async throws -> [String: SignInAttempts]
     /// Counts one more sign-in attempt for each of `keys` — a count starts again when the
     /// key's last attempt was before `windowStart` — and returns where each key stands, in one
     /// atomic step, so that attempts made at the same time are all counted.
