@@ -100,7 +100,9 @@ package struct SyncServer: Sendable {
             do {
                 let chain = try NIOSSLCertificate.fromPEMFile(tls.certificate).map { NIOSSLCertificateSource.certificate($0) }
                 let key = try NIOSSLPrivateKey(file: tls.privateKey, format: .pem)
-                server = try .tls(server, tlsConfiguration: .makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key)))
+                var tlsConfiguration = TLSConfiguration.makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key))
+                tlsConfiguration.minimumTLSVersion = .tlsv12 // 1.0 and 1.1 are broken and retired (RFC 8996)
+                server = try .tls(server, tlsConfiguration: tlsConfiguration)
             } catch {
                 throw SyncError(.internalServerError, "tlsConfiguration", "cannot use the TLS certificate \(tls.certificate) and key \(tls.privateKey): \(error)")
             }
@@ -109,6 +111,7 @@ package struct SyncServer: Sendable {
             router: router,
             server: server,
             configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "ubiquity"),
+            services: [PushRevocationService(database: services.database, notifier: services.notifier, logger: logger)],
             onServerRunning: { channel in await onServerRunning?(channel.localAddress?.port ?? 0) },
             logger: logger)
     }
@@ -254,10 +257,26 @@ struct ServerStorage: Sendable {
             let database = try await PostgresDatabase(location: try PostgresLocation(url: url), logger: logger)
             return ServerStorage(database: database, chunks: PostgresChunkStore(database: database))
         }
-        try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true)
-        return ServerStorage(
-            database: try SQLiteDatabase(path: dataDirectory + "/ubiquity.sqlite"),
-            chunks: try FileChunkStore(directory: dataDirectory + "/chunks"))
+        try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        keepPrivate(dataDirectory, logger: logger)
+        let database = try SQLiteDatabase(path: dataDirectory + "/ubiquity.sqlite")
+        for file in ["ubiquity.sqlite", "ubiquity.sqlite-wal", "ubiquity.sqlite-shm"] { keepPrivate(dataDirectory + "/" + file, logger: logger) }
+        return ServerStorage(database: database, chunks: try FileChunkStore(directory: dataDirectory + "/chunks"))
+    }
+
+    /// Makes the data directory (0700) and the database's files (0600) this user's alone — what
+    /// is in them is everyone's documents and the accounts' password hashes. A looser mode found
+    /// (a directory made by hand, files from an older version) is tightened and said.
+    static func keepPrivate(_ path: String, logger: Logger) {
+        var info = stat()
+        guard stat(path, &info) == 0 else { return } // not there (yet): made private when made
+        let wanted: mode_t = (info.st_mode & S_IFMT) == S_IFDIR ? 0o700 : 0o600
+        guard info.st_mode & 0o777 != wanted else { return }
+        if chmod(path, wanted) == 0 {
+            logger.notice("made private", metadata: ["path": "\(path)", "mode": "\(String(wanted, radix: 8))", "was": "\(String(info.st_mode & 0o777, radix: 8))"])
+        } else {
+            logger.warning("cannot make private", metadata: ["path": "\(path)", "error": "\(String(cString: strerror(errno)))"])
+        }
     }
 }
 

@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import Hummingbird
 import HummingbirdTesting
@@ -264,6 +265,40 @@ import UbiquityProtocol
         }
     }
 
+    /// A revoked device — by the operator, from another process — and a device that signs out
+    /// lose their push connection within a second; the others keep theirs.
+    @Test(.timeLimit(.minutes(1)), arguments: Backend.all) func revokedAndSignedOutDevicesAreCutOff(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.server.makeApplication().test(.live) { raw in
+            let client = Client(client: raw)
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let phone = try await client.signIn("ada", device: "phone")
+            let tablet = try await client.signIn("ada", device: "tablet")
+            let connected = Confirmations()
+            func connection(_ name: String, _ token: String) async throws -> ContinuousClock.Instant {
+                try await raw.ws("/v1/push", configuration: .init(additionalHeaders: [.authorization: "Bearer \(token)"])) { inbound, _, _ in
+                    for try await _ in inbound.messages(maxSize: 1 << 16) { connected.mark(name) }
+                }
+                return ContinuousClock.now
+            }
+            async let phoneClosed = connection("phone", phone.token)
+            async let tabletClosed = connection("tablet", tablet.token)
+            async let laptopClosed = connection("laptop", laptop.token)
+            try await connected.wait(for: ["phone", "tablet", "laptop"])
+
+            let revoked = ContinuousClock.now
+            #expect(try await server.admin.revokeDevice(id: phone.deviceId))
+            #expect(try await phoneClosed - revoked < .seconds(1))
+            let signedOut = ContinuousClock.now
+            #expect(try await client.send(.post, "/v1/sign-out", token: tablet.token).status == .noContent)
+            #expect(try await tabletClosed - signedOut < .seconds(1))
+            // The laptop is still connected (until it is revoked too).
+            #expect(server.server.services.notifier.connectedDevices == [laptop.deviceId])
+            #expect(try await server.admin.revokeDevice(id: laptop.deviceId))
+            _ = try await laptopClosed
+        }
+    }
+
     @Test(arguments: Backend.all) func pushNeedsAToken(backend: Backend) async throws {
         let server = try await TestServer(backend); defer { server.remove() }
         try await server.server.makeApplication().test(.live) { raw in
@@ -272,6 +307,28 @@ import UbiquityProtocol
             }
             return ()
         }
+    }
+
+    /// The data directory and the database files are the server's user's alone (they hold
+    /// everyone's documents and the password hashes); a directory left looser is tightened.
+    @Test func theDataIsPrivate() async throws {
+        let directory = NSTemporaryDirectory() + "ubiquity-private-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
+        let admin = try await ServerAdministration(dataDirectory: directory, bcryptCost: 4)
+        _ = try await admin.createAccount(name: "ada", password: "correct horse")
+        let bytes: [UInt8] = [1, 2, 3]
+        try await admin.storage.chunks.store([ChunkBatch.Chunk(hash: SHA256.hash(data: bytes).lowercaseHex, bytes: bytes)], account: 1)
+        await admin.close()
+        func mode(_ path: String) -> Int? { (try? FileManager.default.attributesOfItem(atPath: directory + path)[.posixPermissions] as? Int) ?? nil }
+        #expect(mode("") == 0o700 && mode("/ubiquity.sqlite") == 0o600 && mode("/chunks") == 0o700)
+        for file in ["/ubiquity.sqlite-wal", "/ubiquity.sqlite-shm"] { #expect(mode(file) == nil || mode(file) == 0o600, "\(file)") }
+    }
+
+    @Test func healthAnswersHead() async throws {
+        let server = try await TestServer(); defer { server.remove() }
+        let status = try await server.run { client in try await client.send(.head, "/health").status }
+        #expect(status == .ok)
     }
 }
 

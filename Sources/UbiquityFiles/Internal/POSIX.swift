@@ -276,10 +276,13 @@ package enum POSIX {
         }
     }
 
-    /// The current process's cumulative read and written bytes from `/proc/self/io`
-    /// (`rchar`, `wchar`: bytes passed to read- and write-like system calls).
-    package static func ioCounters() -> (read: Int64, written: Int64)? {
-        guard let text = try? String(contentsOfFile: "/proc/self/io", encoding: .utf8) else { return nil } // measurements only: nil says unknown
+    /// The current process's — or, with `thisThread`, the calling thread's — cumulative read
+    /// and written bytes from `/proc/self/io` or `/proc/thread-self/io` (`rchar`, `wchar`:
+    /// bytes passed to read- and write-like system calls). A thread's counts leave out what other
+    /// threads of the process read meanwhile (other tests running at the same time).
+    package static func ioCounters(thisThread: Bool = false) -> (read: Int64, written: Int64)? {
+        let file = thisThread ? "/proc/thread-self/io" : "/proc/self/io"
+        guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { return nil } // measurements only: nil says unknown
         var read: Int64?
         var written: Int64?
         for line in text.split(separator: "\n") {

@@ -49,4 +49,17 @@ final class ChangeNotifier: Sendable {
 
     /// How many devices are connected.
     var connected: Int { subscribers.withLock { $0.count } }
+
+    /// The devices connected now.
+    var connectedDevices: Set<String> { subscribers.withLock { Set($0.values.map(\.device.deviceId)) } }
+
+    /// Ends the push connections of `devices` (revoked, signed out, their account deleted):
+    /// their streams finish, and the connections close.
+    func disconnect(_ devices: Set<String>) {
+        let ended = subscribers.withLock { subscribers in
+            let ids = subscribers.filter { devices.contains($0.value.device.deviceId) }.map(\.key)
+            return ids.compactMap { subscribers.removeValue(forKey: $0)?.continuation }
+        }
+        for continuation in ended { continuation.finish() }
+    }
 }

@@ -39,6 +39,11 @@ extension SyncServices {
             try await database.ping() // 503 databaseUnavailable when it does not answer
             return HealthResponse(status: "ok")
         }
+        // What load balancers and uptime checks often ask.
+        router.head("health") { _, _ -> HTTPResponse.Status in
+            try await database.ping()
+            return .ok
+        }
         router.get("metrics") { _, _ in
             Response(status: .ok, headers: [.contentType: "text/plain; version=0.0.4"], body: .init(byteBuffer: ByteBuffer(string: metrics.exposition())))
         }
@@ -55,6 +60,7 @@ extension SyncServices {
         v1.post("sign-out") { _, context -> HTTPResponse.Status in
             let device = try context.requireDevice()
             _ = try await database.revokeDevice(id: device.deviceId)
+            notifier.disconnect([device.deviceId])
             return .noContent
         }
 
@@ -78,6 +84,8 @@ extension SyncServices {
                     for await event in events {
                         try await outbound.write(.text(String(decoding: try encoder.encode(event), as: UTF8.self)))
                     }
+                    // The stream ended: the device was revoked or signed out.
+                    try await outbound.close(.policyViolation, reason: "signed out")
                 }
                 try await group.next()
                 group.cancelAll()

@@ -32,6 +32,38 @@ struct GarbageCollectionService: Service {
     }
 }
 
+/// Closes the push connections of devices no longer signed in — revoked by the operator
+/// (`ubiquity device revoke`, another process), signed out through another instance, or whose
+/// account was deleted — within ``interval``: one look-up of the connected devices each time.
+struct PushRevocationService: Service {
+    let database: any SyncDatabase
+    let notifier: ChangeNotifier
+    let logger: Logger
+    var interval: Duration = .milliseconds(500)
+
+    func run() async {
+        await cancelWhenGracefulShutdown {
+            while !Task.isCancelled {
+                let connected = notifier.connectedDevices
+                if !connected.isEmpty {
+                    do {
+                        let gone = connected.subtracting(try await database.activeDevices(among: connected))
+                        if !gone.isEmpty {
+                            notifier.disconnect(gone)
+                            logger.info("closed the push connections of devices no longer signed in", metadata: ["devices": "\(gone.count)"])
+                        }
+                    } catch is CancellationError {
+                        return
+                    } catch {
+                        logger.warning("cannot check the connected devices; tried again shortly", metadata: ["error": "\(error)"])
+                    }
+                }
+                do { try await Task.sleep(for: interval) } catch { return } // cancelled: the server stops
+            }
+        }
+    }
+}
+
 /// Relays the changes other server instances commit (PostgreSQL's LISTEN/NOTIFY) to this
 /// instance's devices until the server shuts down gracefully; with embedded storage there are
 /// none, and it only waits for the shutdown.

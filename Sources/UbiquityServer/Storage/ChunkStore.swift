@@ -70,7 +70,7 @@ struct FileChunkStore: ChunkStorage {
 
     init(directory: String) throws {
         self.directory = directory
-        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
         index = try DatabasePool(path: directory + "/index.sqlite", configuration: configuration)
@@ -295,7 +295,7 @@ struct FileChunkStore: ChunkStorage {
     /// folder: once this returns, the file and its name survive a crash.
     static func writeDurably(_ pieces: [[UInt8]], to path: String) throws {
         let folder = (path as NSString).deletingLastPathComponent
-        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw ioError("create", path) }
         var ok = false

@@ -165,6 +165,13 @@ extension PostgresDatabase {
         }
     }
 
+    func activeDevices(among ids: Set<String>) async throws -> Set<String> {
+        let list = Array(ids)
+        return try await read { db in
+            Set(try await db.rows("SELECT id FROM device WHERE id = ANY(\(list)) AND NOT revoked").map { try $0.get("id", as: String.self) })
+        }
+    }
+
     func revokeDevice(id: String) async throws -> Bool {
         try await transaction { db in
             try await !db.rows("UPDATE device SET revoked = TRUE WHERE id = \(id) AND NOT revoked RETURNING id").isEmpty

@@ -174,6 +174,15 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
+    func activeDevices(among ids: Set<String>) async throws -> Set<String> {
+        try await pool.read { db in
+            var active = Set<String>()
+            let statement = try db.cachedStatement(sql: "SELECT 1 FROM device WHERE id = ? AND revoked = 0")
+            for id in ids where try Bool.fetchOne(statement, arguments: [id]) != nil { active.insert(id) }
+            return active
+        }
+    }
+
     func revokeDevice(id: String) async throws -> Bool {
         try await pool.write { db in
             try db.cachedStatement(sql: "UPDATE device SET revoked = 1 WHERE id = ? AND revoked = 0").execute(arguments: [id])

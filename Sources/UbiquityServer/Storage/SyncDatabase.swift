@@ -169,6 +169,8 @@ protocol SyncDatabase: Sendable {
     func device(tokenHash: String) async throws -> DeviceAuth?
     func devices(ofAccount name: String) async throws -> [DeviceInfo]
     func revokeDevice(id: String) async throws -> Bool
+    /// Which of `ids` are devices still signed in (not revoked, their account not deleted).
+    func activeDevices(among ids: Set<String>) async throws -> Set<String>
 
     /// The items changed after `since`; `brief`: with content tokens instead of manifests.
     func changes(accountId: Int64, container: String, since: Int64, limit: Int, brief: Bool) async throws -> ChangesResponse
