@@ -62,14 +62,40 @@ package struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equ
 
 /// Rules every name, path, id and number from the network must pass.
 enum Validate {
-    /// A file name: 1…255 bytes of UTF-8, no `/`, no NUL, not `.` or `..`.
+    /// A name (of an item, a package member, a device, an account): 1…255 bytes of UTF-8 in
+    /// Unicode's composed form (NFC, as Apple's systems keep names), no `/`, no NUL or other
+    /// control character (C0, DEL, C1), no invisible character that reorders or hides text
+    /// (bidi controls, zero-width spaces, the byte-order mark …; the joiners that emoji and some
+    /// scripts need are fine), no space at either end, not `.` or `..`. Answered 400
+    /// `invalidName` saying which rule.
     static func name(_ name: String, field: String = "name") throws {
         let bytes = name.utf8.count
         guard bytes > 0 else { throw SyncError.badRequest("invalidName", "\(field) is empty") }
         guard bytes <= 255 else { throw SyncError.badRequest("invalidName", "\(field) is longer than 255 bytes") }
         guard !name.contains("/") else { throw SyncError.badRequest("invalidName", "\(field) contains '/'") }
-        guard !name.contains("\0") else { throw SyncError.badRequest("invalidName", "\(field) contains NUL") }
+        guard !name.unicodeScalars.contains("\0") else { throw SyncError.badRequest("invalidName", "\(field) contains NUL") }
         guard name != ".", name != ".." else { throw SyncError.badRequest("invalidName", "\(field) is '\(name)'") }
+        if let bad = name.unicodeScalars.first(where: { isControl($0) || isHiddenFormat($0) }) {
+            throw SyncError.badRequest("invalidName", "\(field) contains the invisible or control character U+\(String(format: "%04X", bad.value))")
+        }
+        if let first = name.unicodeScalars.first, let last = name.unicodeScalars.last, first.properties.isWhitespace || last.properties.isWhitespace {
+            throw SyncError.badRequest("invalidName", "\(field) begins or ends with a space")
+        }
+        guard name.unicodeScalars.elementsEqual(name.precomposedStringWithCanonicalMapping.unicodeScalars) else {
+            throw SyncError.badRequest("invalidName", "\(field) is not in Unicode's composed form (NFC)")
+        }
+    }
+
+    /// C0 controls, DEL and C1 controls.
+    static func isControl(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
+    }
+
+    /// Format characters (Unicode's category Cf: bidi embeddings, overrides, isolates and marks,
+    /// zero-width space and word joiner, the byte-order mark, soft hyphen …) but the zero-width
+    /// non-joiner and joiner, which Persian, Indic scripts and emoji sequences need.
+    static func isHiddenFormat(_ scalar: Unicode.Scalar) -> Bool {
+        scalar.properties.generalCategory == .format && scalar.value != 0x200C && scalar.value != 0x200D
     }
 
     /// A relative path inside a package: names joined by `/`, never absolute, no `..`.
