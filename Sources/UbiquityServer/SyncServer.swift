@@ -37,6 +37,8 @@ package struct SyncServer: Sendable {
         package var tls: (certificate: String, privateKey: String)?
         /// How many sign-in attempts an account name and an address get.
         package var signInPolicy = SignInPolicy()
+        /// How many connections at once, and how long one may stay idle.
+        package var connectionLimits = ConnectionLimits()
 
         /// Creates a configuration.
         package init(dataDirectory: String = "./ubiquity-data", host: String = "127.0.0.1", port: Int = 8443, bcryptCost: UInt8 = 12) {
@@ -51,6 +53,8 @@ package struct SyncServer: Sendable {
     let services: SyncServices
     let storage: ServerStorage
     let logger: Logger
+    /// The connections open now (``Configuration/connectionLimits``).
+    let openConnections = OpenConnections()
 
     /// Opens (or creates) the data directory, or connects to PostgreSQL and prepares its schema.
     /// - Throws: ``SyncError`` when the database URL is invalid or PostgreSQL cannot be reached;
@@ -95,7 +99,12 @@ package struct SyncServer: Sendable {
     /// - Throws: ``SyncError`` when the TLS certificate or key cannot be read.
     package func makeApplication(onServerRunning: (@Sendable (Int) async -> Void)? = nil) throws -> some ApplicationProtocol {
         let router = makeRouter()
-        var server: HTTPServerBuilder = .http1WebSocketUpgrade(webSocketRouter: router)
+        let webSocketResponder = router.buildResponder()
+        let (limits, open) = (configuration.connectionLimits, openConnections)
+        var server = HTTPServerBuilder { responder in
+            GuardedChannel(inner: HTTP1WebSocketUpgradeChannel(responder: responder, webSocketResponder: webSocketResponder, configuration: .init()),
+                           limits: limits, open: open)
+        }
         if let tls = configuration.tls {
             do {
                 let chain = try NIOSSLCertificate.fromPEMFile(tls.certificate).map { NIOSSLCertificateSource.certificate($0) }

@@ -43,11 +43,13 @@ struct TestServer {
     let relay: Task<Void, Never>
 
     /// - Parameter postgresURL: A database of the test's own (default: a fresh schema in the test cluster).
-    init(_ backend: Backend = .sqlite, postgresURL: String? = nil, signInPolicy: SignInPolicy = SignInPolicy()) async throws {
+    init(_ backend: Backend = .sqlite, postgresURL: String? = nil, signInPolicy: SignInPolicy = SignInPolicy(),
+         connectionLimits: ConnectionLimits = ConnectionLimits()) async throws {
         self.backend = backend
         directory = NSTemporaryDirectory() + "ubiquity-server-\(UUID().uuidString.prefix(8))"
         var configuration = SyncServer.Configuration(dataDirectory: directory, port: 0, bcryptCost: 4)
         configuration.signInPolicy = signInPolicy
+        configuration.connectionLimits = connectionLimits
         if backend == .postgres { configuration.database = try postgresURL ?? Backend.postgresURL() }
         self.configuration = configuration
         server = try await SyncServer(configuration: configuration)

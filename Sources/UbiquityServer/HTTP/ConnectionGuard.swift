@@ -1,0 +1,98 @@
+import Hummingbird
+import HummingbirdCore
+import HummingbirdWebSocket
+import Logging
+import NIOCore
+import Synchronization
+
+/// What a connection may hold of the server: how many there are at once, and how long one may
+/// sit without a byte either way.
+package struct ConnectionLimits: Sendable {
+    /// Connections open at once; the next one is closed as soon as it is accepted (and said in
+    /// the log, once a minute at most).
+    package var maximum = 10_000
+    /// A connection with nothing read or written for this long is closed — one that never sends
+    /// a request, an idle keep-alive, a push connection whose device stopped answering the
+    /// server's pings (every 30 s).
+    package var idleTimeout: Duration = .seconds(90)
+
+    /// The limits of a public server.
+    package init() {}
+}
+
+/// The HTTP/1 + WebSocket channel of every connection, with ``ConnectionLimits`` in front: a
+/// connection over the limit is closed at once, and one idle for too long is closed (the
+/// WebSocket library's own idle timer only starts after a first request).
+struct GuardedChannel<Inner: ServerChildChannel>: ServerChildChannel {
+    typealias Value = Inner.Value
+    let inner: Inner
+    let limits: ConnectionLimits
+    let open: OpenConnections
+
+    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        guard open.enter(limit: limits.maximum) else {
+            open.sayRefused(logger: logger, limit: limits.maximum)
+            channel.close(promise: nil)
+            return channel.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel)
+        }
+        channel.closeFuture.whenComplete { _ in open.leave() }
+        do {
+            let timeout = TimeAmount.nanoseconds(Int64(limits.idleTimeout.components.seconds) * 1_000_000_000 + limits.idleTimeout.components.attoseconds / 1_000_000_000)
+            try channel.pipeline.syncOperations.addHandlers([IdleStateHandler(allTimeout: timeout), IdleCloser(logger: logger)], position: .first)
+        } catch {
+            return channel.eventLoop.makeFailedFuture(error)
+        }
+        return inner.setup(channel: channel, logger: logger)
+    }
+
+    func handle(value: Value, logger: Logger) async {
+        await inner.handle(value: value, logger: logger)
+    }
+}
+
+/// Closes a connection on which nothing was read or written for the idle timeout.
+final class IdleCloser: ChannelInboundHandler, RemovableChannelHandler, Sendable {
+    typealias InboundIn = NIOAny
+    let logger: Logger
+
+    init(logger: Logger) { self.logger = logger }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if let idle = event as? IdleStateHandler.IdleStateEvent, idle == .all {
+            logger.debug("closing an idle connection", metadata: ["address": "\(context.remoteAddress?.description ?? "unknown")"])
+            context.close(promise: nil)
+            return
+        }
+        context.fireUserInboundEventTriggered(event)
+    }
+}
+
+/// How many connections are open, shared by every connection's channel.
+final class OpenConnections: Sendable {
+    private let state = Mutex((count: 0, lastSaid: ContinuousClock.Instant?.none))
+
+    /// Counts one more if fewer than `limit` are open; whether it did.
+    func enter(limit: Int) -> Bool {
+        state.withLock { state in
+            guard state.count < limit else { return false }
+            state.count += 1
+            return true
+        }
+    }
+
+    func leave() { state.withLock { $0.count -= 1 } }
+
+    /// How many are open.
+    var count: Int { state.withLock { $0.count } }
+
+    /// Logs a refused connection, at most once a minute.
+    func sayRefused(logger: Logger, limit: Int) {
+        let now = ContinuousClock.now
+        let say = state.withLock { state in
+            if let last = state.lastSaid, now - last < .seconds(60) { return false }
+            state.lastSaid = now
+            return true
+        }
+        if say { logger.warning("connection refused: the server holds its most connections", metadata: ["limit": "\(limit)"]) }
+    }
+}

@@ -1,0 +1,81 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import NIOCore
+import NIOPosix
+import Testing
+@testable import UbiquityServer
+
+/// Connections as a stranger holds them: opened and never used, or more of them than the server
+/// keeps. (A live server on loopback; raw TCP connections.)
+@Suite struct ConnectionLimitTests {
+    /// A TCP connection to `port`; its channel.
+    func connection(to port: Int) async throws -> any Channel {
+        try await ClientBootstrap(group: MultiThreadedEventLoopGroup.singleton).connect(host: "127.0.0.1", port: port).get()
+    }
+
+    /// Waits until `channel` is closed by the other end; how long that took (nil: not within `limit`).
+    func closed(_ channel: any Channel, within limit: Duration) async throws -> Duration? {
+        let start = ContinuousClock.now
+        while channel.isActive {
+            if ContinuousClock.now - start > limit { return nil }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        return ContinuousClock.now - start
+    }
+
+    @Test func anIdleConnectionIsClosedAndABusyOneIsNot() async throws {
+        var limits = ConnectionLimits()
+        limits.idleTimeout = .seconds(3)
+        let server = try await TestServer(connectionLimits: limits); defer { server.remove() }
+        try await server.server.makeApplication().test(.live) { client in
+            let port = try #require(client.port)
+            let idle = try await connection(to: port)
+            let busy = try await connection(to: port)
+            // The busy one trickles a request's first line, a byte every 250 ms.
+            let trickle = Task {
+                for byte in "GET /health HTTP/1.1\r\nHost: x\r\n".utf8 {
+                    try await busy.writeAndFlush(ByteBuffer(bytes: [byte]))
+                    try await Task.sleep(for: .milliseconds(250))
+                }
+            }
+            // (Loose bounds: under a full test run a connection's own start can lag by a second.)
+            let took = try await closed(idle, within: .seconds(15))
+            #expect(took.map { $0 < .seconds(10) } == true, "\(String(describing: took))")
+            try await Task.sleep(for: .seconds(1))
+            #expect(busy.isActive, "bytes keep a connection")
+            trickle.cancel()
+            try await busy.close()
+        }
+    }
+
+    @Test func connectionsPastTheMostAreClosedAtOnce() async throws {
+        var limits = ConnectionLimits()
+        limits.maximum = 3
+        limits.idleTimeout = .seconds(60)
+        let server = try await TestServer(connectionLimits: limits); defer { server.remove() }
+        try await server.server.makeApplication().test(.live) { client in
+            let port = try #require(client.port)
+            // Connections one by one until one is closed at once (the test client may hold one).
+            var held: [any Channel] = []
+            var refused = false
+            for _ in 0..<5 {
+                let channel = try await connection(to: port)
+                if try await closed(channel, within: .seconds(1)) == nil {
+                    held.append(channel)
+                } else {
+                    refused = true
+                    break
+                }
+            }
+            #expect(refused && (2...3).contains(held.count), "held \(held.count)")
+            for channel in held { #expect(channel.isActive, "those before stay") }
+            // One goes: there is room for one again.
+            try await held.removeFirst().close()
+            try await Task.sleep(for: .milliseconds(300))
+            let again = try await connection(to: port)
+            #expect(try await closed(again, within: .seconds(1)) == nil)
+            for channel in held + [again] { try await channel.close() }
+        }
+    }
+}
