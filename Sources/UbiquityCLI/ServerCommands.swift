@@ -118,9 +118,9 @@ struct AccountCommand: AsyncParsableCommand {
         func run() async throws {
             try await storage.withAdministration { admin in
                 for account in try await admin.accounts() {
-                    print("\(Terminal.escaped(account.name))\tquota \(account.quotaBytes) bytes")
+                    print("\(SafeText.escaped(account.name))\tquota \(account.quotaBytes) bytes")
                     for device in try await admin.devices(ofAccount: account.name) {
-                        print("  device \(device.id)\t\(Terminal.escaped(device.name))\(device.revoked ? "\t(revoked)" : "")")
+                        print("  device \(device.id)\t\(SafeText.escaped(device.name))\(device.revoked ? "\t(revoked)" : "")")
                     }
                 }
             }
@@ -149,7 +149,7 @@ extension AccountCommand {
         func run() async throws {
             let blocked = try await storage.withAdministration { try await $0.blockedSignIns() }
             let format = ISO8601DateFormatter()
-            for entry in blocked { print("\(Terminal.escaped(entry.who))\tuntil \(format.string(from: entry.until))") }
+            for entry in blocked { print("\(SafeText.escaped(entry.who))\tuntil \(format.string(from: entry.until))") }
             if blocked.isEmpty { print("no sign-ins are blocked") }
         }
     }

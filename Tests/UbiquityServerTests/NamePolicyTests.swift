@@ -55,3 +55,15 @@ import UbiquityProtocol
         }
     }
 }
+
+/// What strangers name goes into the log and onto the operator's terminal as text: no line
+/// breaks that forge a log line, no escapes that drive the terminal, no bidi tricks.
+@Suite struct SafeTextTests {
+    @Test func controlAndFormatCharactersAreShownNotObeyed() {
+        #expect(SafeText.escaped("ada\n2026-11-25 error forged line") == "ada\\u{a}2026-11-25 error forged line")
+        #expect(SafeText.escaped("phone\u{1B}]0;pwned\u{07}") == "phone\\u{1b}]0;pwned\\u{7}")
+        #expect(SafeText.escaped("\u{202E}fdp.exe") == "\\u{202e}fdp.exe")
+        #expect(SafeText.escaped("Café 日本 👨‍👩‍👧 می‌خواهم") == "Café 日本 👨‍👩‍👧 می‌خواهم")
+        #expect(SafeText.escaped(String(repeating: "a", count: 1_000), limit: 10) == String(repeating: "a", count: 10) + "…")
+    }
+}

@@ -6,6 +6,7 @@ import Logging
 import NIOCore
 import NIOPosix
 import Synchronization
+import UbiquityProtocol
 
 /// How many sign-in attempts an account name and an address get, and how long they wait
 /// after that.
@@ -94,12 +95,13 @@ struct SignInGuard: Sendable {
         let addressKey = address.flatMap(SignInPolicy.addressKey)
         let keys = [accountKey] + (addressKey.map { [$0] } ?? [])
         let from = addressKey.map { String($0.dropFirst("address:".count)) } ?? "unknown"
+        let shown = SafeText.escaped(name) // a stranger's text: no line breaks or escapes into the log
         if counted.increment() % Self.pruneEvery == 0 {
             _ = try await database.pruneSignInAttempts(before: now.addingTimeInterval(-max(policy.window, 24 * 3600)))
         }
         // Already blocked: refused at once, and only read (a flood of refusals writes nothing).
         if let until = try await database.signInAttempts(keys: keys).values.map(\.blockedUntil).max(), until > now.timeIntervalSince1970 {
-            logger.notice("sign-in refused: blocked", metadata: ["account": "\(name)", "address": "\(from)", "retryAfter": "\(Int((until - now.timeIntervalSince1970).rounded(.up)))"])
+            logger.notice("sign-in refused: blocked", metadata: ["account": "\(shown)", "address": "\(from)", "retryAfter": "\(Int((until - now.timeIntervalSince1970).rounded(.up)))"])
             await delayRefusal()
             throw SyncError.tooManyAttempts(retryAfter: until - now.timeIntervalSince1970)
         }
@@ -113,23 +115,23 @@ struct SignInGuard: Sendable {
             longest = max(longest, block)
         }
         if longest > 0 {
-            logger.warning("sign-in blocked: too many attempts", metadata: ["account": "\(name)", "address": "\(from)", "seconds": "\(Int(longest))"])
+            logger.warning("sign-in blocked: too many attempts", metadata: ["account": "\(shown)", "address": "\(from)", "seconds": "\(Int(longest))"])
             await delayRefusal()
             throw SyncError.tooManyAttempts(retryAfter: longest)
         }
         guard let account = try await database.credentials(of: name) else {
             try await hasher.verifyDecoy(password) // the same work whether the account exists or not
-            logger.notice("sign-in failed: unknown account", metadata: ["account": "\(name)", "address": "\(from)"])
+            logger.notice("sign-in failed: unknown account", metadata: ["account": "\(shown)", "address": "\(from)"])
             throw SyncError.signInFailed
         }
         let checked = try await hasher.verify(password, against: account.passwordHash)
         guard checked.matches else {
-            logger.notice("sign-in failed: wrong password", metadata: ["account": "\(name)", "address": "\(from)"])
+            logger.notice("sign-in failed: wrong password", metadata: ["account": "\(shown)", "address": "\(from)"])
             throw SyncError.signInFailed
         }
         if let upgraded = checked.upgraded {
             try await database.setPasswordHash(accountId: account.id, hash: upgraded)
-            logger.info("password hash upgraded", metadata: ["account": "\(name)"])
+            logger.info("password hash upgraded", metadata: ["account": "\(shown)"])
         }
         try await database.signInSucceeded(clearing: [accountKey], forgiving: addressKey.map { [$0] } ?? [])
         return (account.id, account.identityToken)

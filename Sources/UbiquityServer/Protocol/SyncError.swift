@@ -75,7 +75,7 @@ enum Validate {
         guard !name.contains("/") else { throw SyncError.badRequest("invalidName", "\(field) contains '/'") }
         guard !name.unicodeScalars.contains("\0") else { throw SyncError.badRequest("invalidName", "\(field) contains NUL") }
         guard name != ".", name != ".." else { throw SyncError.badRequest("invalidName", "\(field) is '\(name)'") }
-        if let bad = name.unicodeScalars.first(where: { isControl($0) || isHiddenFormat($0) }) {
+        if let bad = name.unicodeScalars.first(where: SafeText.isUnsafe) {
             throw SyncError.badRequest("invalidName", "\(field) contains the invisible or control character U+\(String(format: "%04X", bad.value))")
         }
         if let first = name.unicodeScalars.first, let last = name.unicodeScalars.last, first.properties.isWhitespace || last.properties.isWhitespace {
@@ -84,18 +84,6 @@ enum Validate {
         guard name.unicodeScalars.elementsEqual(name.precomposedStringWithCanonicalMapping.unicodeScalars) else {
             throw SyncError.badRequest("invalidName", "\(field) is not in Unicode's composed form (NFC)")
         }
-    }
-
-    /// C0 controls, DEL and C1 controls.
-    static func isControl(_ scalar: Unicode.Scalar) -> Bool {
-        scalar.value < 0x20 || (0x7F...0x9F).contains(scalar.value)
-    }
-
-    /// Format characters (Unicode's category Cf: bidi embeddings, overrides, isolates and marks,
-    /// zero-width space and word joiner, the byte-order mark, soft hyphen …) but the zero-width
-    /// non-joiner and joiner, which Persian, Indic scripts and emoji sequences need.
-    static func isHiddenFormat(_ scalar: Unicode.Scalar) -> Bool {
-        scalar.properties.generalCategory == .format && scalar.value != 0x200C && scalar.value != 0x200D
     }
 
     /// A relative path inside a package: names joined by `/`, never absolute, no `..`.
