@@ -193,6 +193,12 @@ package struct LocalScanner: Sendable {
         return LocalFingerprint(inode: UInt64(info.st_ino), size: size, modified: newest, changed: Int64(bitPattern: hash), kind: .package)
     }
 
+    /// The fingerprint of the open file `descriptor` (nil if it cannot be had).
+    static func fingerprint(descriptor: Int32) -> LocalFingerprint? {
+        var info = stat()
+        return fstat(descriptor, &info) == 0 ? fingerprint(info) : nil
+    }
+
     static func fingerprint(_ info: stat) -> LocalFingerprint {
         LocalFingerprint(
             inode: UInt64(info.st_ino), size: Int64(info.st_size),

@@ -187,10 +187,7 @@ extension Materialiser {
         let fd = open(url.path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)
         guard fd >= 0 else { return [] }
         defer { close(fd) }
-        func intact() -> Bool {
-            var info = stat()
-            return fstat(fd, &info) == 0 && LocalScanner.fingerprint(info) == recorded
-        }
+        func intact() -> Bool { LocalScanner.fingerprint(descriptor: fd) == recorded }
         guard intact() else { return [] }
         var pieces: [String: ContentChunk] = [:]
         for chunk in chunks where pieces[chunk.hash] == nil { pieces[chunk.hash] = chunk }

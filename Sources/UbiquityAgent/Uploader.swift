@@ -240,10 +240,7 @@ struct Uploader {
     }
 
     /// The fingerprint of the open file `handle` reads (nil if it cannot be had).
-    static func fingerprint(of handle: FileHandle) -> LocalFingerprint? {
-        var info = stat()
-        return fstat(handle.fileDescriptor, &info) == 0 ? LocalScanner.fingerprint(info) : nil
-    }
+    static func fingerprint(of handle: FileHandle) -> LocalFingerprint? { LocalScanner.fingerprint(descriptor: handle.fileDescriptor) }
 
     /// The bytes of `chunk` of the flat file `handle` reads, if they are the chunk cut by the
     /// scan; nil if the file changed since. While the file keeps the fingerprint `trusted` —

@@ -37,8 +37,7 @@ struct GuardedChannel<Inner: ServerChildChannel>: ServerChildChannel {
         }
         channel.closeFuture.whenComplete { _ in open.leave() }
         do {
-            let timeout = TimeAmount.nanoseconds(Int64(limits.idleTimeout.components.seconds) * 1_000_000_000 + limits.idleTimeout.components.attoseconds / 1_000_000_000)
-            try channel.pipeline.syncOperations.addHandlers([IdleStateHandler(allTimeout: timeout), IdleCloser(logger: logger)], position: .first)
+            try channel.pipeline.syncOperations.addHandlers([IdleStateHandler(allTimeout: TimeAmount(limits.idleTimeout)), IdleCloser(logger: logger)], position: .first)
         } catch {
             return channel.eventLoop.makeFailedFuture(error)
         }
