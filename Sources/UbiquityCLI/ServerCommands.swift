@@ -67,6 +67,21 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "The certificate's PEM private key.")
     var tlsKey: String?
 
+    @Option(name: .long, help: "Connections open at once; more are closed as soon as they are accepted.")
+    var maxConnections = ConnectionLimits().maximum
+
+    @Option(name: .long, help: "Seconds a connection may sit with nothing read or written before it is closed.")
+    var idleTimeout = 90
+
+    @Option(name: .long, help: "Seconds from a request's first byte to the end of its head (else 408).")
+    var headerTimeout = 20
+
+    @Option(name: .long, help: "Seconds a request body gets before the bytes received extend it.")
+    var bodyTimeout = 20
+
+    @Option(name: .long, help: "Each this many bytes of body received extend its time by a second.")
+    var minBodyRate = RequestLimits().minimumBodyRate
+
     func run() async throws {
         guard let level = Logger.Level(rawValue: logLevel) else { throw ValidationError("unknown log level \(logLevel)") }
         var logger = Logger(label: "ubiquity.server")
@@ -74,6 +89,14 @@ struct ServeCommand: AsyncParsableCommand {
         var configuration = SyncServer.Configuration(dataDirectory: storage.data, host: host, port: port)
         configuration.database = storage.database
         configuration.retention = retentionDays * 86_400
+        guard maxConnections > 0, idleTimeout > 0, headerTimeout > 0, bodyTimeout > 0, minBodyRate > 0 else {
+            throw ValidationError("connection and request limits are positive numbers")
+        }
+        configuration.connectionLimits.maximum = maxConnections
+        configuration.connectionLimits.idleTimeout = .seconds(idleTimeout)
+        configuration.requestLimits.headerTimeout = .seconds(headerTimeout)
+        configuration.requestLimits.bodyTimeout = .seconds(bodyTimeout)
+        configuration.requestLimits.minimumBodyRate = minBodyRate
         switch (tlsCert, tlsKey) {
         case (let certificate?, let key?): configuration.tls = (certificate, key)
         case (nil, nil): break

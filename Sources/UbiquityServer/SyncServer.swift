@@ -39,6 +39,8 @@ package struct SyncServer: Sendable {
         package var signInPolicy = SignInPolicy()
         /// How many connections at once, and how long one may stay idle.
         package var connectionLimits = ConnectionLimits()
+        /// How long a request may take to arrive, and how large its head may be.
+        package var requestLimits = RequestLimits()
 
         /// Creates a configuration.
         package init(dataDirectory: String = "./ubiquity-data", host: String = "127.0.0.1", port: Int = 8443, bcryptCost: UInt8 = 12) {
@@ -55,6 +57,8 @@ package struct SyncServer: Sendable {
     let logger: Logger
     /// The connections open now (``Configuration/connectionLimits``).
     let openConnections = OpenConnections()
+    /// Requests refused before they reached a route (said in the log).
+    let refusals = RefusalLog()
 
     /// Opens (or creates) the data directory, or connects to PostgreSQL and prepares its schema.
     /// - Throws: ``SyncError`` when the database URL is invalid or PostgreSQL cannot be reached;
@@ -64,9 +68,10 @@ package struct SyncServer: Sendable {
         self.logger = logger
         storage = try await ServerStorage.open(dataDirectory: configuration.dataDirectory, database: configuration.database, logger: logger)
         let hasher = PasswordHasher(cost: configuration.bcryptCost)
+        let notifier = ChangeNotifier()
         services = SyncServices(
-            database: storage.database, chunks: storage.chunks,
-            metrics: ServerMetrics(), notifier: ChangeNotifier(),
+            database: storage.database, chunks: VerifiedChunks(base: storage.chunks, database: storage.database, notifier: notifier, logger: logger),
+            metrics: ServerMetrics(), notifier: notifier,
             signIns: SignInGuard(database: storage.database, hasher: hasher, policy: configuration.signInPolicy, logger: logger))
         Task { await hasher.prepareDecoy() } // before the first unknown account asks
     }
@@ -100,10 +105,14 @@ package struct SyncServer: Sendable {
     package func makeApplication(onServerRunning: (@Sendable (Int) async -> Void)? = nil) throws -> some ApplicationProtocol {
         let router = makeRouter()
         let webSocketResponder = router.buildResponder()
-        let (limits, open) = (configuration.connectionLimits, openConnections)
+        let (limits, requestLimits, open, refusals) = (configuration.connectionLimits, configuration.requestLimits, openConnections, refusals)
+        let decoder = HTTP1Channel.Configuration.DecoderConfiguration(
+            maxHeaderFieldSize: requestLimits.maximumHeaderFieldBytes, maxHeaderListSize: requestLimits.maximumHeaderBytes,
+            maxHeaderFieldCount: requestLimits.maximumHeaderFields)
         var server = HTTPServerBuilder { responder in
-            GuardedChannel(inner: HTTP1WebSocketUpgradeChannel(responder: responder, webSocketResponder: webSocketResponder, configuration: .init()),
-                           limits: limits, open: open)
+            GuardedChannel(inner: HTTP1WebSocketUpgradeChannel(responder: responder, webSocketResponder: webSocketResponder,
+                                                               configuration: .init(http1: .init(httpDecoderConfiguration: decoder))),
+                           limits: limits, requestLimits: requestLimits, open: open, refusals: refusals)
         }
         if let tls = configuration.tls {
             do {

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Hummingbird
+import Logging
 import HummingbirdTesting
 import Testing
 #if canImport(Glibc)
@@ -44,16 +45,18 @@ struct TestServer {
 
     /// - Parameter postgresURL: A database of the test's own (default: a fresh schema in the test cluster).
     init(_ backend: Backend = .sqlite, postgresURL: String? = nil, signInPolicy: SignInPolicy = SignInPolicy(),
-         connectionLimits: ConnectionLimits = ConnectionLimits()) async throws {
+         connectionLimits: ConnectionLimits = ConnectionLimits(), requestLimits: RequestLimits = RequestLimits(), directory: String? = nil,
+         logger: Logger = Logger(label: "ubiquity.server")) async throws {
         self.backend = backend
-        directory = NSTemporaryDirectory() + "ubiquity-server-\(UUID().uuidString.prefix(8))"
-        var configuration = SyncServer.Configuration(dataDirectory: directory, port: 0, bcryptCost: 4)
+        self.directory = directory ?? NSTemporaryDirectory() + "ubiquity-server-\(UUID().uuidString.prefix(8))"
+        var configuration = SyncServer.Configuration(dataDirectory: self.directory, port: 0, bcryptCost: 4)
         configuration.signInPolicy = signInPolicy
         configuration.connectionLimits = connectionLimits
+        configuration.requestLimits = requestLimits
         if backend == .postgres { configuration.database = try postgresURL ?? Backend.postgresURL() }
         self.configuration = configuration
-        server = try await SyncServer(configuration: configuration)
-        admin = try await ServerAdministration(dataDirectory: directory, database: configuration.database, bcryptCost: 4)
+        server = try await SyncServer(configuration: configuration, logger: logger)
+        admin = try await ServerAdministration(dataDirectory: self.directory, database: configuration.database, bcryptCost: 4)
         relay = Task { [server] in await server.relayChanges() }
     }
 

@@ -3,6 +3,7 @@ import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
 import NIOCore
+import NIOHTTP1
 import Synchronization
 
 /// What a connection may hold of the server: how many there are at once, and how long one may
@@ -27,7 +28,9 @@ struct GuardedChannel<Inner: ServerChildChannel>: ServerChildChannel {
     typealias Value = Inner.Value
     let inner: Inner
     let limits: ConnectionLimits
+    let requestLimits: RequestLimits
     let open: OpenConnections
+    let refusals: RefusalLog
 
     func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         guard open.enter(limit: limits.maximum) else {
@@ -36,16 +39,29 @@ struct GuardedChannel<Inner: ServerChildChannel>: ServerChildChannel {
             return channel.eventLoop.makeFailedFuture(ChannelError.ioOnClosedChannel)
         }
         channel.closeFuture.whenComplete { _ in open.leave() }
+        let clock = RequestClock()
         do {
-            try channel.pipeline.syncOperations.addHandlers([IdleStateHandler(allTimeout: TimeAmount(limits.idleTimeout)), IdleCloser(logger: logger)], position: .first)
+            try channel.pipeline.syncOperations.addHandlers([
+                ByteWatcher(clock: clock, limits: requestLimits),
+                IdleStateHandler(allTimeout: TimeAmount(limits.idleTimeout)), IdleCloser(logger: logger),
+            ], position: .first)
         } catch {
             return channel.eventLoop.makeFailedFuture(error)
         }
-        return inner.setup(channel: channel, logger: logger)
+        let (requestLimits, refusals) = (self.requestLimits, self.refusals)
+        return inner.setup(channel: channel, logger: logger).assumeIsolated().flatMapThrowing { value in
+            // Behind the HTTP decoder (there once the inner channel is set up).
+            let operations = channel.pipeline.syncOperations
+            let decoder = try operations.context(handlerType: ByteToMessageHandler<HTTPRequestDecoder>.self)
+            try operations.addHandler(RequestGuard(clock: clock, limits: requestLimits, refusals: refusals, logger: logger), position: .after(decoder.handler))
+            return value
+        }.nonisolated()
     }
 
     func handle(value: Value, logger: Logger) async {
-        await inner.handle(value: value, logger: logger)
+        var quiet = logger
+        quiet.handler = ClosedBeforeRequestFilter(base: logger.handler)
+        await inner.handle(value: value, logger: quiet)
     }
 }
 
@@ -93,5 +109,41 @@ final class OpenConnections: Sendable {
             return true
         }
         if say { logger.warning("connection refused: the server holds its most connections", metadata: ["limit": "\(limit)"]) }
+    }
+}
+
+/// Says at `debug`, not `error`, what the WebSocket library logs when a connection closes before
+/// its first request was read — a client that connected and went, or one this server closed for
+/// idling or trickling (already said once, by ``RefusalLog`` or ``IdleCloser``). A stranger who
+/// opens and drops connections cannot fill the log with errors; every other message passes as is.
+struct ClosedBeforeRequestFilter: LogHandler {
+    var base: any LogHandler
+
+    var metadata: Logger.Metadata {
+        get { base.metadata }
+        set { base.metadata = newValue }
+    }
+    var logLevel: Logger.Level {
+        get { base.logLevel }
+        set { base.logLevel = newValue }
+    }
+    var metadataProvider: Logger.MetadataProvider? {
+        get { base.metadataProvider }
+        set { base.metadataProvider = newValue }
+    }
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { base[metadataKey: key] }
+        set { base[metadataKey: key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        var event = event
+        if event.level == .error, event.message.description == "Error handling upgrade result",
+           event.metadata?["error.type"].map({ "\($0)".contains("Inappropriate operation for state") }) == true {
+            guard base.logLevel <= .debug else { return }
+            event.level = .debug
+            event.message = "the connection closed before its first request"
+        }
+        base.log(event: event)
     }
 }

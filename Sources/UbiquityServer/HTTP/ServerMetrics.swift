@@ -1,4 +1,6 @@
+import GRDB
 import Hummingbird
+import Logging
 import PostgresNIO
 import Synchronization
 
@@ -52,37 +54,58 @@ struct MetricsCountingMiddleware: RouterMiddleware {
 }
 
 /// Makes every failure answer the same JSON shape (`{"error":{"code","message"}}`): errors
-/// Hummingbird raises itself (a body that does not decode, an unknown route) included. Any other
-/// error (the database's, the file system's) is the server's fault: logged with the request,
-/// answered 500 `internal` without its details (or 503 `databaseBusy` when PostgreSQL kept
-/// finding the transaction in conflict with others after its retries).
+/// Hummingbird raises itself (a body that does not decode, an unknown route) included. A full
+/// disk (the database's or the chunks') is 507 `noSpace`. Any other error (the database's, the
+/// file system's) is the server's fault: answered 500 `internal` without its details (or 503
+/// `databaseBusy` when PostgreSQL kept finding the transaction in conflict with others after its
+/// retries). Every 5xx is logged with the request's id (`hb.request.id`), which its message
+/// gives the client to quote. A refused WebSocket upgrade's error is handed to the connection's
+/// ``RequestGuard``, which answers it.
 struct ErrorShapingMiddleware: RouterMiddleware {
     typealias Context = SyncContext
 
     func handle(_ request: Request, context: SyncContext, next: (Request, SyncContext) async throws -> Response) async throws -> Response {
+        let shaped: SyncError
         do {
             let response = try await next(request, context)
             guard response.status.code >= 400, response.headers[.contentType] == nil else { return response }
-            throw Self.shape(response.status, nil)
-        } catch let error as SyncError {
-            throw error
-        } catch let error as any HTTPResponseError {
-            throw Self.shape(error.status, (error as? HTTPError)?.body)
-        } catch is DecodingError {
-            throw SyncError.badRequest("invalidBody", "the body is not the JSON this request takes")
-        } catch is CancellationError {
-            throw SyncError(.serviceUnavailable, "cancelled", "the request was cancelled (the server is stopping)")
-        } catch let error as PSQLError where ["40001", "40P01"].contains(error.serverInfo?[.sqlState] ?? "") {
-            context.logger.warning("a transaction kept conflicting with others", metadata: [
-                "method": "\(request.method)", "path": "\(request.uri.path)", "error": "\(PostgresDatabase.describe(error))",
-            ])
-            throw SyncError(.serviceUnavailable, "databaseBusy", "the change conflicted with others too often: try again")
+            shaped = Self.shape(response.status, nil)
         } catch {
-            context.logger.error("request failed", metadata: [
-                "method": "\(request.method)", "path": "\(request.uri.path)", "error": "\(String(reflecting: error))",
-            ])
-            throw SyncError(.internalServerError, "internal", "the server failed to answer this request; its log says why")
+            shaped = Self.shape(error, request: request, context: context)
         }
+        if request.headers[.upgrade] != nil, let channel = context.channel { await RequestGuard.noteRefusal(shaped, on: channel) }
+        throw shaped
+    }
+
+    /// The answer for `error`; logged when it is the server's (5xx).
+    static func shape(_ error: any Error, request: Request, context: SyncContext) -> SyncError {
+        let requestId = context.logger[metadataKey: "hb.request.id"].map { "\($0)" } ?? "?"
+        var shaped: SyncError
+        switch error {
+        case let error as SyncError:
+            shaped = error
+        case let error as any HTTPResponseError:
+            shaped = shape(error.status, (error as? HTTPError)?.body)
+        case is DecodingError:
+            return SyncError.badRequest("invalidBody", "the body is not the JSON this request takes")
+        case is CancellationError:
+            shaped = SyncError(.serviceUnavailable, "cancelled", "the request was cancelled (the server is stopping)")
+        case let error where SyncError.isStorageFull(error):
+            shaped = SyncError.noSpace
+        case let error as PSQLError where ["40001", "40P01"].contains(error.serverInfo?[.sqlState] ?? ""):
+            shaped = SyncError(.serviceUnavailable, "databaseBusy", "the change conflicted with others too often: try again")
+        default:
+            shaped = SyncError(.internalServerError, "internal", "the server failed to answer this request; its log says why (request \(requestId))")
+        }
+        guard shaped.status.code >= 500 else { return shaped }
+        let cause = (error as? PSQLError).map(PostgresDatabase.describe) ?? String(reflecting: error)
+        let metadata: Logger.Metadata = ["method": "\(request.method)", "path": "\(request.uri.path)", "status": "\(shaped.status.code)", "error": "\(cause)"]
+        if shaped.status.code == 500 {
+            context.logger.error("request failed", metadata: metadata)
+        } else {
+            context.logger.warning("request refused: the server cannot serve it now", metadata: metadata)
+        }
+        return shaped
     }
 
     static func shape(_ status: HTTPResponse.Status, _ message: String?) -> SyncError {

@@ -15,16 +15,20 @@ package struct SyncContext: RequestContext, WebSocketRequestContext, RemoteAddre
     var device: DeviceAuth?
     /// The address the request came from (nil when driven without a connection, in tests).
     package let remoteAddress: SocketAddress?
+    /// The request's connection (nil when driven without one).
+    let channel: (any Channel)?
 
     /// Creates a context for a request.
     package init(source: Source) {
         coreContext = .init(source: source)
         webSocket = .init()
         remoteAddress = source.channel.remoteAddress
+        channel = source.channel
     }
 
-    /// Largest JSON body decoded (item manifests can be long), also once inflated.
-    package var maxUploadSize: Int { 8 << 20 }
+    /// Largest JSON body decoded (item manifests can be long), also once inflated: 8 MiB from a
+    /// signed-in device, 64 KiB from anyone else.
+    package var maxUploadSize: Int { device == nil ? SignInGuard.bodyLimit : 8 << 20 }
 
     /// JSON bodies, gzip-compressed or not.
     package var requestDecoder: SyncRequestDecoder { SyncRequestDecoder() }

@@ -1,6 +1,8 @@
 import Foundation
 import UbiquityProtocol
+import GRDB
 import Hummingbird
+import PostgresNIO
 
 /// An error the server answers with: an HTTP status, a stable code and a message. Nothing is
 /// changed when a request fails with one.
@@ -27,12 +29,18 @@ package struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equ
 
     /// The JSON error body.
     package func response(from request: Request, context: some RequestContext) throws -> Response {
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
-        let body = try encoder.encode(ErrorResponse(error: .init(code: code, message: message)))
+        let body = jsonBody()
         var headers: HTTPFields = [.contentType: "application/json; charset=utf-8"]
         if let retryAfter { headers[.retryAfter] = "\(retryAfter)" }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body)))
+    }
+
+    /// The JSON error body's bytes: `{"error":{"code":…,"message":…}}`.
+    func jsonBody() -> Data {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        // Two strings cannot fail to encode.
+        return (try? encoder.encode(ErrorResponse(error: .init(code: code, message: message)))) ?? Data()
     }
 
     static func badRequest(_ code: String, _ message: String) -> SyncError { SyncError(.badRequest, code, message) }
@@ -54,6 +62,21 @@ package struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equ
         SyncError(HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), "quotaExceeded",
                   "the account's storage quota of \(quota) bytes would be exceeded (\(used) used, \(adding) more)")
     }
+    /// The server's disk (or its database's) is full: 507 `noSpace`. Nothing was changed; the
+    /// request can be sent again once there is room.
+    static let noSpace = SyncError(HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), "noSpace", "the server is out of disk space")
+
+    /// Whether `error` says a disk is full: SQLite's `SQLITE_FULL`, PostgreSQL's `53100
+    /// disk_full`, `ENOSPC`/`EDQUOT` from the file system.
+    static func isStorageFull(_ error: any Error) -> Bool {
+        if let error = error as? DatabaseError { return error.resultCode == .SQLITE_FULL }
+        if let error = error as? PSQLError { return error.serverInfo?[.sqlState] == "53100" }
+        if let error = error as? POSIXError { return error.code == .ENOSPC || error.code == .EDQUOT }
+        if let error = error as? CocoaError { return error.code == .fileWriteOutOfSpace }
+        let underlying = (error as NSError).userInfo[NSUnderlyingErrorKey] as? any Error
+        return underlying.map(isStorageFull) ?? false
+    }
+
     static let chunkNotFound = SyncError(.notFound, "notFound", "no such chunk")
 
     /// The account has no chunk `hash`.

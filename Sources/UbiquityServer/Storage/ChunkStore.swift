@@ -30,6 +30,10 @@ protocol ChunkStorage: Sendable {
     /// Frees the room removed chunks left (after garbage collection); returns the bytes freed.
     @discardableResult
     func compact(orphanAge: TimeInterval) async throws -> Int64
+    /// Puts a damaged chunk aside: it is no longer stored (a new upload stores it afresh); its
+    /// damaged bytes are kept where the operator can look at them, if the storage can; returns
+    /// where (nil: not kept).
+    func quarantine(hash: String, account: Int64, damaged: Data) async throws -> String?
 }
 
 extension ChunkStorage {
@@ -45,6 +49,12 @@ extension ChunkStorage {
 
     /// Nothing to free by default (PostgreSQL reclaims rows itself).
     func compact(orphanAge: TimeInterval) async throws -> Int64 { 0 }
+
+    /// By default the damaged bytes are simply removed.
+    func quarantine(hash: String, account: Int64, damaged: Data) async throws -> String? {
+        try await remove(hash: hash, account: account)
+        return nil
+    }
 
     /// Throws `hashMismatch` unless `bytes` hash (SHA-256) to `hash`.
     static func verify(_ bytes: [UInt8], hash: String) throws {
@@ -208,6 +218,14 @@ struct FileChunkStore: ChunkStorage {
         if let pack = emptied { unlink(packPath(account: account, pack: pack)) }
     }
 
+    /// Keeps the damaged bytes in `DIR/quarantine/ACCOUNT-HASH-TIME`, then removes the chunk.
+    func quarantine(hash: String, account: Int64, damaged: Data) async throws -> String? {
+        let kept = "\(directory)/quarantine/\(account)-\(hash)-\(Int(Date().timeIntervalSince1970))"
+        let saved = (try? Self.writeDurably([[UInt8](damaged)], to: kept)) != nil
+        try await remove(hash: hash, account: account)
+        return saved ? kept : nil
+    }
+
     func removeAccount(_ account: Int64) async throws {
         try await index.write { db in
             try db.cachedStatement(sql: "DELETE FROM chunk WHERE account = ?").execute(arguments: [account])
@@ -331,9 +349,7 @@ struct FileChunkStore: ChunkStorage {
 
     static func ioError(_ operation: String, _ path: String) -> SyncError {
         let reason = String(cString: strerror(errno))
-        if errno == ENOSPC || errno == EDQUOT {
-            return SyncError(HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), "noSpace", "the server is out of disk space")
-        }
+        if errno == ENOSPC || errno == EDQUOT { return SyncError.noSpace }
         return SyncError(.internalServerError, "storageFailure", "\(operation) failed: \(reason)")
     }
 }

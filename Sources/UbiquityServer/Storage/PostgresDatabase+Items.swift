@@ -416,6 +416,30 @@ extension PostgresDatabase {
         }
     }
 
+    func chunkLost(accountId: Int64, hash: String) async throws -> [String: Int64] {
+        try await transaction { [self] db in
+            try await db.rows("DELETE FROM chunk WHERE account_id = \(accountId) AND hash = \(hash)")
+            let naming = try await db.rows("""
+                SELECT revision.id, revision.container_id, revision.item_id, revision.state, container.identifier FROM revision_chunk
+                JOIN revision ON revision.id = revision_chunk.revision_id JOIN container ON container.id = revision.container_id
+                WHERE revision_chunk.account_id = \(accountId) AND revision_chunk.hash = \(hash)
+                ORDER BY revision.container_id, revision.id
+                """)
+            var changed: [String: Int64] = [:]
+            for row in naming {
+                try await db.rows("UPDATE revision SET complete = FALSE WHERE id = \(try row.get("id", as: String.self))")
+                let state: String = try row.get("state")
+                guard state == "current" || state == "conflict" else { continue }
+                let containerId: Int64 = try row.get("container_id")
+                let sequence = try await Self.bump(db, containerId: containerId)
+                try await db.rows("UPDATE item SET sequence = \(sequence) WHERE container_id = \(containerId) AND id = \(try row.get("item_id", as: String.self))")
+                changed[try row.get("identifier")] = sequence
+            }
+            for (container, sequence) in changed { try await announce(db, account: accountId, container: container, sequence: sequence) }
+            return changed
+        }
+    }
+
     // MARK: Helpers
 
     /// A new current revision of an item, made by the server: the same contents under another name.

@@ -405,6 +405,31 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
+    func chunkLost(accountId: Int64, hash: String) async throws -> [String: Int64] {
+        try await pool.write { db in
+            try db.cachedStatement(sql: "DELETE FROM chunk WHERE accountId = ? AND hash = ?").execute(arguments: [accountId, hash])
+            // (No index by hash — see migration v9: a rare event scans the references once.)
+            let naming = try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT revision.id, revision.containerId, revision.itemId, revision.state, container.identifier FROM revisionChunk
+                JOIN revision ON revision.id = revisionChunk.revisionId JOIN container ON container.id = revision.containerId
+                WHERE revisionChunk.accountId = ? AND revisionChunk.hash = ?
+                """), arguments: [accountId, hash])
+            var changed: [String: Int64] = [:]
+            for row in naming {
+                let revision: String = row["id"]
+                try db.cachedStatement(sql: "INSERT OR IGNORE INTO revisionWaiting (accountId, hash, revisionId) VALUES (?, ?, ?)").execute(arguments: [accountId, hash, revision])
+                try db.cachedStatement(sql: "UPDATE revision SET complete = 0 WHERE id = ?").execute(arguments: [revision])
+                let state: String = row["state"]
+                guard state == "current" || state == "conflict" else { continue }
+                let containerId: Int64 = row["containerId"]
+                let sequence = try Self.bump(db, containerId: containerId)
+                try db.cachedStatement(sql: "UPDATE item SET sequence = ? WHERE containerId = ? AND id = ?").execute(arguments: [sequence, containerId, row["itemId"] as String])
+                changed[row["identifier"]] = sequence
+            }
+            return changed
+        }
+    }
+
     // MARK: Recovery and garbage collection
 
     func recoverable(accountName: String, now: Date, retention: TimeInterval) async throws -> [RecoverableRevision] {

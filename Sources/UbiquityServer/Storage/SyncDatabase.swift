@@ -199,6 +199,11 @@ protocol SyncDatabase: Sendable {
     /// have; returns the containers whose items became downloadable, with their sequences now.
     /// - Throws: ``SyncError`` `quotaExceeded` (nothing recorded) when the new ones do not fit.
     func chunksStored(accountId: Int64, chunks: [StoredChunk], now: Date) async throws -> [String: Int64]
+    /// Forgets a chunk found damaged (and put aside): the account no longer holds it (it stops
+    /// counting against the quota, and `missingChunks` names it, so a device sends it again), and
+    /// every revision naming it waits for it again, not uploaded. Returns the containers whose
+    /// items changed, with their sequences now.
+    func chunkLost(accountId: Int64, hash: String) async throws -> [String: Int64]
 
     /// What an account can still get back: revisions no longer current (replaced, resolved,
     /// superseded) and deleted items, made within `retention` seconds before `now`.

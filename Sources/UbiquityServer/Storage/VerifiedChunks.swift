@@ -1,0 +1,55 @@
+import Crypto
+import Foundation
+import Logging
+import UbiquityProtocol
+
+/// Chunk contents checked against their hash on every read, wherever they are stored (a file
+/// the disk damaged, a row changed by hand): a chunk whose bytes no longer hash to its name is
+/// never served. It is put aside (``ChunkStorage/quarantine(hash:account:damaged:)``), the log
+/// says so at `error`, the database forgets it (``SyncDatabase/chunkLost(accountId:hash:)``: its
+/// revisions are not uploaded any more, devices are told) and the read answers it missing — so
+/// a device that sends it again repairs it.
+struct VerifiedChunks: ChunkStorage {
+    let base: any ChunkStorage
+    let database: any SyncDatabase
+    let notifier: ChangeNotifier
+    let logger: Logger
+
+    func store(_ chunks: [ChunkBatch.Chunk], account: Int64) async throws {
+        try await base.store(chunks, account: account)
+    }
+
+    func load(hash: String, account: Int64) async throws -> Data? {
+        guard let data = try await base.load(hash: hash, account: account) else { return nil }
+        return try await checked(data, hash: hash, account: account) ? data : nil
+    }
+
+    func load(_ hashes: [String], account: Int64, upTo limit: Int) async throws -> [Data] {
+        let loaded = try await base.load(hashes, account: account, upTo: limit)
+        for (index, data) in loaded.enumerated() where !(try await checked(data, hash: hashes[index], account: account)) {
+            return Array(loaded[..<index]) // what comes before the damaged one
+        }
+        return loaded
+    }
+
+    func remove(hash: String, account: Int64) async throws { try await base.remove(hash: hash, account: account) }
+    func removeAccount(_ account: Int64) async throws { try await base.removeAccount(account) }
+    func compact(orphanAge: TimeInterval) async throws -> Int64 { try await base.compact(orphanAge: orphanAge) }
+    func quarantine(hash: String, account: Int64, damaged: Data) async throws -> String? {
+        try await base.quarantine(hash: hash, account: account, damaged: damaged)
+    }
+
+    /// Whether `data` is chunk `hash`; if not, it is put aside and forgotten.
+    func checked(_ data: Data, hash: String, account: Int64) async throws -> Bool {
+        let digest = SHA256.hash(data: data).lowercaseHex
+        guard digest != hash else { return true }
+        let kept = try await base.quarantine(hash: hash, account: account, damaged: data)
+        let changed = try await database.chunkLost(accountId: account, hash: hash)
+        logger.error("a stored chunk is damaged: put aside, and asked of the devices again", metadata: [
+            "account": "\(account)", "hash": "\(hash)", "bytesHashTo": "\(digest)", "size": "\(data.count)",
+            "keptAt": "\(kept ?? "not kept")", "containers": "\(changed.keys.sorted())",
+        ])
+        for (container, sequence) in changed { notifier.publish(account: account, container: container, sequence: sequence) }
+        return false
+    }
+}

@@ -1,0 +1,81 @@
+import Foundation
+import GRDB
+import NIOCore
+import Testing
+#if canImport(Glibc)
+import Glibc
+#endif
+import UbiquityProtocol
+@testable import UbiquityServer
+
+/// A stored chunk damaged where it is kept (a flipped bit on disk, a row changed in PostgreSQL):
+/// never served, put aside and logged, asked of the devices again, repaired by a new upload.
+@Suite struct ChunkIntegrityTests {
+    /// Flips one byte of the stored chunk `hash` of `account`, wherever the backend keeps it.
+    func damage(_ hash: String, of account: String, on server: TestServer) async throws {
+        let id = try #require(try await server.admin.accounts().first { $0.name == account }?.id)
+        switch server.admin.storage.chunks {
+        case let files as FileChunkStore:
+            let found = try files.index.read { db in
+                try Row.fetchOne(db, sql: "SELECT pack, offset FROM chunk WHERE account = ? AND hash = ?", arguments: [id, hash])
+            }
+            let place = try #require(found)
+            let fd = open(files.packPath(account: id, pack: place["pack"]), O_RDWR)
+            defer { close(fd) }
+            var byte: UInt8 = 0
+            let offset: Int64 = place["offset"] + 1000
+            #expect(pread(fd, &byte, 1, off_t(offset)) == 1)
+            byte ^= 0x01
+            #expect(pwrite(fd, &byte, 1, off_t(offset)) == 1)
+        default:
+            let database = try #require(server.admin.storage.database as? PostgresDatabase)
+            try await database.transaction { db in
+                _ = try await db.rows("UPDATE chunk_content SET data = overlay(data placing '\\x00'::bytea from 1001 for 1) WHERE account_id = \(id) AND hash = \(hash)")
+            }
+        }
+    }
+
+    @Test(arguments: Backend.all)
+    func aDamagedChunkIsNeverServedAndARepeatedUploadRepairsIt(backend: Backend) async throws {
+        let capture = LogCapture()
+        let server = try await TestServer(backend, logger: capture.logger); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ann", password: "correct horse")
+        let bytes = (0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
+        let hash = sha256(bytes)
+        try await server.run { client in
+            let laptop = try await client.signIn("ann")
+            #expect(try await client.upload(bytes, token: laptop.token).status == .created)
+            let committed = try await client.commit(notes, "report", fileUpdate("Report.txt", [bytes]), token: laptop.token)
+            #expect(committed.item.uploaded)
+            try await damage(hash, of: "ann", on: server)
+
+            // Neither download route serves the damaged bytes: the chunk is missing now.
+            let single = try await client.send(.get, "/v1/chunks/\(hash)", token: laptop.token)
+            #expect(single.status == .notFound, "\(single.status)")
+            let batch = try await client.send(.post, "/v1/chunks/fetch", token: laptop.token, json: ChunkFetchRequest(hashes: [hash]))
+            #expect(batch.status == .notFound, "\(batch.status)")
+            let missing = try await client.send(.post, "/v1/chunks/missing", token: laptop.token, json: MissingChunksRequest(hashes: [hash]))
+            #expect(try missing.decode(MissingChunksResponse.self).missing == [hash])
+            // The item says it is not uploaded, at a new sequence (devices are told).
+            let page = try await client.changes(notes, since: committed.item.sequence, token: laptop.token)
+            #expect(page.items.map(\.id) == ["report"])
+            #expect(page.items.first?.uploaded == false)
+
+            // Sent again: stored afresh, served, the item complete again.
+            #expect(try await client.upload(bytes, token: laptop.token).status == .created)
+            let again = try await client.send(.get, "/v1/chunks/\(hash)", token: laptop.token)
+            #expect(again.status == .ok)
+            #expect(Array(buffer: again.body) == bytes)
+            let repaired = try await client.changes(notes, since: page.sequence, token: laptop.token)
+            #expect(repaired.items.first?.uploaded == true)
+        }
+        #expect(try await server.storedChunk(hash, of: "ann").map { [UInt8]($0) } == bytes)
+        let said = capture.lines.withLock { $0 }.filter { $0.level == .error && $0.metadata["hash"] == "\(hash)" }
+        #expect(said.count == 1, "\(said)")
+        if backend == .sqlite {
+            // The damaged bytes are kept for the operator.
+            let kept = try FileManager.default.contentsOfDirectory(atPath: server.directory + "/chunks/quarantine")
+            #expect(kept.count == 1 && kept[0].contains(hash))
+        }
+    }
+}
