@@ -67,6 +67,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "The certificate's PEM private key.")
     var tlsKey: String?
 
+    @Option(name: .long, help: "The oldest TLS version spoken: 1.2 or 1.3 (1.0 and 1.1 never are).")
+    var tlsMinimum = MinimumTLSVersion.v1_2.rawValue
+
     @Option(name: .long, help: "Connections open at once; more are closed as soon as they are accepted.")
     var maxConnections = ConnectionLimits().maximum
 
@@ -102,6 +105,8 @@ struct ServeCommand: AsyncParsableCommand {
         case (nil, nil): break
         default: throw ValidationError("--tls-cert and --tls-key go together")
         }
+        guard let minimum = MinimumTLSVersion(rawValue: tlsMinimum) else { throw ValidationError("--tls-minimum is 1.2 or 1.3") }
+        configuration.tlsMinimum = minimum
         let scheme = configuration.tls == nil ? "http" : "https"
         let server = try await SyncServer(configuration: configuration, logger: logger)
         let shownHost = host

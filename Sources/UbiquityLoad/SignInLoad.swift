@@ -43,12 +43,18 @@ func healthLatencies(_ client: HTTPClient, _ base: URL, count: Int) async throws
 
 /// A server on loopback with the default bcrypt cost and `policy`, an account "victim", and `body` run against it.
 func withSignInServer<T>(options: Options, policy: SignInPolicy, _ body: (URL) async throws -> T) async throws -> T {
+    try await withLoadServer(options: options, configure: { $0.signInPolicy = policy }, body)
+}
+
+/// A server on loopback with the default bcrypt cost, set up by `configure`, with an account
+/// "victim" (password "the victim's password"), and `body` run against it.
+func withLoadServer<T>(options: Options, configure: (inout SyncServer.Configuration) -> Void, _ body: (URL) async throws -> T) async throws -> T {
     let directory = NSTemporaryDirectory() + "ubiquity-load-\(UUID().uuidString.prefix(8))"
     defer { try? FileManager.default.removeItem(atPath: directory) }
     var logger = Logger(label: "ubiquity.load")
     logger.logLevel = .error
     var configuration = SyncServer.Configuration(dataDirectory: directory, port: 0)
-    configuration.signInPolicy = policy
+    configure(&configuration)
     if let database = options.database {
         configuration.database = database + (database.contains("?") ? "&" : "?") + "search_path=load_\(UUID().uuidString.prefix(8).lowercased())"
     }

@@ -5,6 +5,7 @@
 //   swift run -c release ubiquity-load [--devices 100,1000] [--seconds 10] [--writers 4]
 //                                      [--database postgres://… [--instances 2]]
 //   swift run -c release ubiquity-load --sign-in [--database postgres://…]
+//   swift run -c release ubiquity-load --connections [--slow 300] [--idle 5000]
 //
 // Each run starts its own server in this process (embedded SQLite in a temporary directory, or
 // a fresh schema in the PostgreSQL database given), signs the devices in, connects each one's
@@ -18,6 +19,11 @@
 // (they should cost the same), and `GET /health`'s latency idle and during a flood of wrong
 // passwords from 32 clients — with the default throttling, and with throttling out of the way
 // (what the bounded password pool alone holds).
+//
+// `--connections` measures what strangers' connections cost: 300 that trickle a sign-in body a
+// byte a second for 30 s (the server's memory, `/health`'s p99 against idle, when the server cut
+// them), then 5,000 opened and left idle with a 15 s idle timeout (whether `/health` still
+// answers, and when the server closed them).
 import Foundation
 import HummingbirdWSClient
 import Logging
@@ -40,6 +46,9 @@ struct Options {
     var database: String?
     var instances = 1
     var signIn = false
+    var connections = false
+    var slowConnections = 300
+    var idleConnections = 5_000
 
     init(_ arguments: [String]) throws {
         var rest = arguments[...]
@@ -51,7 +60,10 @@ struct Options {
             case "--database": database = rest.popFirst()
             case "--instances": instances = Int(rest.popFirst() ?? "") ?? 0
             case "--sign-in": signIn = true
-            default: throw LoadError("usage: ubiquity-load [--devices 100,1000] [--seconds S] [--writers W] [--database postgres://… [--instances N]] | --sign-in [--database postgres://…]")
+            case "--connections": connections = true
+            case "--slow": slowConnections = Int(rest.popFirst() ?? "") ?? slowConnections
+            case "--idle": idleConnections = Int(rest.popFirst() ?? "") ?? idleConnections
+            default: throw LoadError("usage: ubiquity-load [--devices 100,1000] [--seconds S] [--writers W] [--database postgres://… [--instances N]] | --sign-in [--database postgres://…] | --connections [--slow N] [--idle N]")
             }
         }
         guard !devices.isEmpty, devices.allSatisfy({ $0 >= 2 }), writers >= 1, seconds > 0, instances >= 1 else { throw LoadError("bad options") }
@@ -247,9 +259,9 @@ func raiseFileLimit() {
 do {
     let options = try Options(Array(CommandLine.arguments.dropFirst()))
     raiseFileLimit()
-    if options.signIn {
-        var report = try await signInRun(options: options)
-        report["benchmark"] = "ubiquity-load --sign-in"
+    if options.signIn || options.connections {
+        var report = try await options.signIn ? signInRun(options: options) : connectionRun(options: options)
+        report["benchmark"] = options.signIn ? "ubiquity-load --sign-in" : "ubiquity-load --connections"
         report["backend"] = options.database == nil ? "sqlite" : "postgresql"
         report["cores"] = ProcessInfo.processInfo.activeProcessorCount
         FileHandle.standardOutput.write(try JSONSerialization.data(withJSONObject: report, options: [.prettyPrinted, .sortedKeys]) + Data("\n".utf8))

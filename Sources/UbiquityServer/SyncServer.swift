@@ -35,6 +35,8 @@ package struct SyncServer: Sendable {
         package var retention: TimeInterval = SyncServer.defaultRetention
         /// A PEM certificate chain and private key: serve HTTPS (and WSS) instead of HTTP.
         package var tls: (certificate: String, privateKey: String)?
+        /// The oldest TLS version spoken: 1.2 (default) or 1.3. 1.0 and 1.1 never are.
+        package var tlsMinimum = MinimumTLSVersion.v1_2
         /// How many sign-in attempts an account name and an address get.
         package var signInPolicy = SignInPolicy()
         /// How many connections at once, and how long one may stay idle.
@@ -119,7 +121,7 @@ package struct SyncServer: Sendable {
                 let chain = try NIOSSLCertificate.fromPEMFile(tls.certificate).map { NIOSSLCertificateSource.certificate($0) }
                 let key = try NIOSSLPrivateKey(file: tls.privateKey, format: .pem)
                 var tlsConfiguration = TLSConfiguration.makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(key))
-                tlsConfiguration.minimumTLSVersion = .tlsv12 // 1.0 and 1.1 are broken and retired (RFC 8996)
+                tlsConfiguration.minimumTLSVersion = configuration.tlsMinimum == .v1_3 ? .tlsv13 : .tlsv12 // 1.0 and 1.1 are retired (RFC 8996)
                 server = try .tls(server, tlsConfiguration: tlsConfiguration)
             } catch {
                 throw SyncError(.internalServerError, "tlsConfiguration", "cannot use the TLS certificate \(tls.certificate) and key \(tls.privateKey): \(error)")
@@ -150,6 +152,14 @@ package struct SyncServer: Sendable {
         try await group.run()
         await close()
     }
+}
+
+/// The oldest TLS version a server speaks (`ubiquity serve --tls-minimum`).
+package enum MinimumTLSVersion: String, Sendable, CaseIterable {
+    /// TLS 1.2 and 1.3.
+    case v1_2 = "1.2"
+    /// TLS 1.3 only.
+    case v1_3 = "1.3"
 }
 
 /// Account and device administration on a server's storage (the server may be running).

@@ -150,6 +150,7 @@ func runProcess(_ path: String, _ arguments: [String], includingErrors: Bool = f
     let process = Process()
     process.executableURL = URL(fileURLWithPath: path)
     process.arguments = arguments
+    process.standardInput = FileHandle.nullDevice
     let pipe = Pipe()
     process.standardOutput = pipe
     process.standardError = includingErrors ? pipe : FileHandle.nullDevice

@@ -108,6 +108,16 @@ final class RunningServer {
         #expect(reason == .exit && status == 0, "a graceful shutdown")
     }
 
+    /// The TLS version `openssl s_client` negotiates with the server at `port` when it offers
+    /// only `version` (`-tls1`, `-tls1_1`, …); nil if the handshake fails.
+    func handshake(port: Int, version: String) throws -> String? {
+        let (status, output) = try runProcess("/usr/bin/openssl", ["s_client", "-connect", "127.0.0.1:\(port)", version, "-cipher", "DEFAULT:@SECLEVEL=0"])
+        // "New, TLSv1.2, Cipher is …" — or "New, (NONE), Cipher is (NONE)" when refused.
+        guard status == 0, let line = output.split(separator: "\n").first(where: { $0.hasPrefix("New, ") }) else { return nil }
+        let version = line.dropFirst(5).prefix { $0 != "," }
+        return version.hasPrefix("TLS") ? String(version) : nil
+    }
+
     @Test func serveSpeaksHTTPSWithACertificateAndKey() async throws {
         let dir = try TemporaryDirectory("tls"); defer { dir.remove() }
         let key = dir.file("key.pem").path, certificate = dir.file("cert.pem").path
@@ -118,7 +128,19 @@ final class RunningServer {
         let (status, body) = try runProcess("/usr/bin/curl", ["-s", "--cacert", certificate, "https://localhost:\(server.base.port!)/health"])
         #expect(status == 0 && body == #"{"status":"ok"}"#)
         #expect(try runProcess("/usr/bin/curl", ["-s", "http://127.0.0.1:\(server.base.port!)/health"]).1 != #"{"status":"ok"}"#, "no plain HTTP")
+        // TLS 1.0 and 1.1 are refused, offered by a client that allows them (OpenSSL's security
+        // level 0: it negotiates 1.1 with a server that speaks it); 1.2 and 1.3 are spoken.
+        #expect(try handshake(port: server.base.port!, version: "-tls1") == nil)
+        #expect(try handshake(port: server.base.port!, version: "-tls1_1") == nil)
+        #expect(try handshake(port: server.base.port!, version: "-tls1_2") == "TLSv1.2")
+        #expect(try handshake(port: server.base.port!, version: "-tls1_3") == "TLSv1.3")
         #expect(server.stop().1 == 0)
+
+        // 1.3 only, when asked.
+        let modern = try RunningServer(data: dir.file("data-1.3").path, extraArguments: ["--tls-cert", certificate, "--tls-key", key, "--tls-minimum", "1.3"])
+        #expect(try handshake(port: modern.base.port!, version: "-tls1_2") == nil)
+        #expect(try handshake(port: modern.base.port!, version: "-tls1_3") == "TLSv1.3")
+        #expect(modern.stop().1 == 0)
 
         // A key that does not exist: a clear error, no server.
         let broken = Process()
