@@ -278,3 +278,35 @@ struct GarbageCommand: AsyncParsableCommand {
         print("removed \(collected.revisions) revision(s) and \(collected.chunks) chunk(s), \(collected.bytes) bytes")
     }
 }
+
+/// `ubiquity fsck`: the chunk store against the database.
+struct CheckCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "fsck",
+        abstract: "Check every stored chunk against its hash and the database; with --repair, mend what can be.",
+        discussion: "Damaged chunks are put aside (their items wait for a device to upload them again), missing ones forgotten, unreferenced ones older than an hour removed. Exits 1 when something was wrong and not repaired. Safe while the server runs."
+    )
+
+    @OptionGroup var storage: StorageOptions
+    @Flag(name: .long, help: "Mend what is found.") var repair = false
+
+    func run() async throws {
+        let repair = repair
+        let report = try await storage.withAdministration { try await $0.checkStore(repair: repair) }
+        print("checked \(report.chunksChecked) chunk(s), \(report.bytesChecked) bytes")
+        func say(_ title: String, _ lines: [String]) {
+            guard !lines.isEmpty else { return }
+            print("\(lines.count) \(title)\(report.repaired ? " (repaired)" : ""):")
+            for line in lines.prefix(20) { print("  \(line)") }
+            if lines.count > 20 { print("  … and \(lines.count - 20) more") }
+        }
+        say("damaged chunk(s)", report.damaged.map { "account \($0.account) \($0.hash) (\($0.size) bytes)" })
+        say("missing chunk(s)", report.missing.map { "account \($0.account) \($0.hash) (\($0.size) bytes)" })
+        say("unreferenced chunk(s)", report.unreferenced.map { "account \($0.account) \($0.hash) (\($0.size) bytes)" })
+        say("chunk(s) named by uploaded items but not listed", report.unlisted.map {
+            "account \($0.account) \($0.hash), e.g. \(SafeText.escaped($0.name)) (\($0.item)) in \($0.container)"
+        })
+        if report.isClean { print("no problems found") }
+        if !report.isClean && !report.repaired { throw ExitCode(1) }
+    }
+}

@@ -104,6 +104,9 @@ final class RunningServer {
         #expect(try await server.request("health") == (200, #"{"status":"ok"}"#))
         #expect(try await server.token().count == 64)
         #expect(FileManager.default.fileExists(atPath: data + "/ubiquity.sqlite"))
+        // `ubiquity fsck` beside the running server: a sound store.
+        let (code, output) = try runProcess(RunningServer.binary.path, ["fsck", "--data", data])
+        #expect(code == 0 && output.contains("no problems found"), "\(output)")
         let (reason, status) = server.stop()
         #expect(reason == .exit && status == 0, "a graceful shutdown")
     }

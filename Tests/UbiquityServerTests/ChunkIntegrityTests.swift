@@ -10,9 +10,10 @@ import UbiquityProtocol
 
 /// A stored chunk damaged where it is kept (a flipped bit on disk, a row changed in PostgreSQL):
 /// never served, put aside and logged, asked of the devices again, repaired by a new upload.
-@Suite struct ChunkIntegrityTests {
+extension TestServer {
     /// Flips one byte of the stored chunk `hash` of `account`, wherever the backend keeps it.
-    func damage(_ hash: String, of account: String, on server: TestServer) async throws {
+    func damage(_ hash: String, of account: String) async throws {
+        let server = self
         let id = try #require(try await server.admin.accounts().first { $0.name == account }?.id)
         switch server.admin.storage.chunks {
         case let files as FileChunkStore:
@@ -35,6 +36,21 @@ import UbiquityProtocol
         }
     }
 
+    /// Removes the database's record that `account` holds chunk `hash` (its bytes stay).
+    func unlist(_ hash: String, of account: String) async throws {
+        let id = try #require(try await admin.accounts().first { $0.name == account }?.id)
+        switch admin.storage.database {
+        case let sqlite as SQLiteDatabase:
+            try await sqlite.pool.write { db in try db.execute(sql: "DELETE FROM chunk WHERE accountId = ? AND hash = ?", arguments: [id, hash]) }
+        default:
+            let database = try #require(admin.storage.database as? PostgresDatabase)
+            try await database.transaction { db in _ = try await db.rows("DELETE FROM chunk WHERE account_id = \(id) AND hash = \(hash)") }
+        }
+    }
+}
+
+@Suite struct ChunkIntegrityTests {
+
     @Test(arguments: Backend.all)
     func aDamagedChunkIsNeverServedAndARepeatedUploadRepairsIt(backend: Backend) async throws {
         let capture = LogCapture()
@@ -47,7 +63,7 @@ import UbiquityProtocol
             #expect(try await client.upload(bytes, token: laptop.token).status == .created)
             let committed = try await client.commit(notes, "report", fileUpdate("Report.txt", [bytes]), token: laptop.token)
             #expect(committed.item.uploaded)
-            try await damage(hash, of: "ann", on: server)
+            try await server.damage(hash, of: "ann")
 
             // Neither download route serves the damaged bytes: the chunk is missing now.
             let single = try await client.send(.get, "/v1/chunks/\(hash)", token: laptop.token)

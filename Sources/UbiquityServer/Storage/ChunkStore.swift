@@ -34,6 +34,8 @@ protocol ChunkStorage: Sendable {
     /// damaged bytes are kept where the operator can look at them, if the storage can; returns
     /// where (nil: not kept).
     func quarantine(hash: String, account: Int64, damaged: Data) async throws -> String?
+    /// Every chunk stored, whether the database lists it or not (`ubiquity fsck`).
+    func storedChunks() async throws -> [ChunkEntry]
 }
 
 extension ChunkStorage {
@@ -216,6 +218,27 @@ struct FileChunkStore: ChunkStorage {
         }
         // A pack the index no longer names is swept by compaction if this unlink fails.
         if let pack = emptied { unlink(packPath(account: account, pack: pack)) }
+    }
+
+    func storedChunks() async throws -> [ChunkEntry] {
+        var entries = try await index.read { db in
+            try Row.fetchAll(db, sql: "SELECT chunk.account, chunk.hash, chunk.length, pack.created FROM chunk JOIN pack ON pack.id = chunk.pack").map {
+                ChunkEntry(account: $0["account"], hash: $0["hash"], size: $0["length"], created: Date(timeIntervalSince1970: $0["created"]))
+            }
+        }
+        // Chunks stored one file each by earlier versions: DIR/ACCOUNT/ab/abcdef….
+        let files = FileManager.default
+        for account in (try? files.contentsOfDirectory(atPath: directory)) ?? [] {
+            guard let id = Int64(account) else { continue }
+            for folder in (try? files.contentsOfDirectory(atPath: "\(directory)/\(account)")) ?? [] where folder.count == 2 {
+                for hash in (try? files.contentsOfDirectory(atPath: "\(directory)/\(account)/\(folder)")) ?? [] where hash.hasPrefix(folder) {
+                    let attributes = try? files.attributesOfItem(atPath: loosePath(account: id, hash: hash))
+                    entries.append(ChunkEntry(account: id, hash: hash, size: (attributes?[.size] as? Int64) ?? 0,
+                                              created: (attributes?[.modificationDate] as? Date) ?? .distantPast))
+                }
+            }
+        }
+        return entries
     }
 
     /// Keeps the damaged bytes in `DIR/quarantine/ACCOUNT-HASH-TIME`, then removes the chunk.

@@ -440,6 +440,30 @@ extension PostgresDatabase {
         }
     }
 
+    func listedChunks() async throws -> [ChunkEntry] {
+        try await read { db in
+            try await db.rows("SELECT account_id, hash, size, created FROM chunk ORDER BY account_id, hash").map {
+                ChunkEntry(account: try $0.get("account_id"), hash: try $0.get("hash"), size: try $0.get("size"),
+                           created: Date(timeIntervalSince1970: try $0.get("created")))
+            }
+        }
+    }
+
+    func unlistedReferences() async throws -> [UnlistedReference] {
+        try await read { db in
+            try await db.rows("""
+                SELECT revision_chunk.account_id, revision_chunk.hash, MIN(container.identifier) AS container, MIN(revision.item_id) AS item, MIN(revision.name) AS name
+                FROM revision_chunk JOIN revision ON revision.id = revision_chunk.revision_id JOIN container ON container.id = revision.container_id
+                LEFT JOIN chunk ON chunk.account_id = revision_chunk.account_id AND chunk.hash = revision_chunk.hash
+                WHERE revision.complete AND chunk.hash IS NULL
+                GROUP BY revision_chunk.account_id, revision_chunk.hash ORDER BY revision_chunk.account_id, revision_chunk.hash
+                """).map {
+                UnlistedReference(account: try $0.get("account_id"), hash: try $0.get("hash"), container: try $0.get("container"),
+                                  item: try $0.get("item"), name: try $0.get("name"))
+            }
+        }
+    }
+
     // MARK: Helpers
 
     /// A new current revision of an item, made by the server: the same contents under another name.

@@ -203,4 +203,13 @@ struct PostgresChunkStore: ChunkStorage {
 
     /// Nothing to do: the account's rows went with it.
     func removeAccount(_ account: Int64) async throws {}
+
+    func storedChunks() async throws -> [ChunkEntry] {
+        try await database.read { db in
+            try await db.rows("SELECT account_id, hash, octet_length(data)::BIGINT AS size, created FROM chunk_content").map {
+                ChunkEntry(account: try $0.get("account_id"), hash: try $0.get("hash"), size: try $0.get("size"),
+                           created: Date(timeIntervalSince1970: try $0.get("created")))
+            }
+        }
+    }
 }

@@ -430,6 +430,26 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
+    func listedChunks() async throws -> [ChunkEntry] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT accountId, hash, size, created FROM chunk ORDER BY accountId, hash").map {
+                ChunkEntry(account: $0["accountId"], hash: $0["hash"], size: $0["size"], created: Date(timeIntervalSince1970: $0["created"]))
+            }
+        }
+    }
+
+    func unlistedReferences() async throws -> [UnlistedReference] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: """
+                SELECT revisionChunk.accountId, revisionChunk.hash, MIN(container.identifier) AS container, MIN(revision.itemId) AS item, MIN(revision.name) AS name
+                FROM revisionChunk JOIN revision ON revision.id = revisionChunk.revisionId JOIN container ON container.id = revision.containerId
+                LEFT JOIN chunk ON chunk.accountId = revisionChunk.accountId AND chunk.hash = revisionChunk.hash
+                WHERE revision.complete = 1 AND chunk.hash IS NULL
+                GROUP BY revisionChunk.accountId, revisionChunk.hash ORDER BY revisionChunk.accountId, revisionChunk.hash
+                """).map { UnlistedReference(account: $0["accountId"], hash: $0["hash"], container: $0["container"], item: $0["item"], name: $0["name"]) }
+        }
+    }
+
     // MARK: Recovery and garbage collection
 
     func recoverable(accountName: String, now: Date, retention: TimeInterval) async throws -> [RecoverableRevision] {

@@ -63,6 +63,26 @@ package struct RecoverableRevision: Sendable, Equatable {
     package var uploaded: Bool
 }
 
+/// A chunk of an account: its hash, its size and since when it is kept.
+struct ChunkEntry: Sendable, Equatable {
+    var account: Int64
+    var hash: String
+    var size: Int64
+    var created: Date
+}
+
+/// A chunk an uploaded revision names that the database does not list (``SyncDatabase/unlistedReferences()``).
+package struct UnlistedReference: Sendable, Equatable {
+    /// The account.
+    package var account: Int64
+    /// The chunk's hash.
+    package var hash: String
+    /// The container of an item that names it.
+    package var container: String
+    /// That item's id and name.
+    package var item: String, name: String
+}
+
 /// A chunk whose contents are stored: its hash and size.
 struct StoredChunk: Sendable, Equatable {
     var hash: String
@@ -204,6 +224,11 @@ protocol SyncDatabase: Sendable {
     /// every revision naming it waits for it again, not uploaded. Returns the containers whose
     /// items changed, with their sequences now.
     func chunkLost(accountId: Int64, hash: String) async throws -> [String: Int64]
+    /// Every chunk the database lists as held (`ubiquity fsck`).
+    func listedChunks() async throws -> [ChunkEntry]
+    /// Chunks that revisions marked uploaded name but the database does not list as held —
+    /// damage (`ubiquity fsck`): each once, with one item that names it.
+    func unlistedReferences() async throws -> [UnlistedReference]
 
     /// What an account can still get back: revisions no longer current (replaced, resolved,
     /// superseded) and deleted items, made within `retention` seconds before `now`.

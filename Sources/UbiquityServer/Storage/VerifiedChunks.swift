@@ -38,6 +38,7 @@ struct VerifiedChunks: ChunkStorage {
     func quarantine(hash: String, account: Int64, damaged: Data) async throws -> String? {
         try await base.quarantine(hash: hash, account: account, damaged: damaged)
     }
+    func storedChunks() async throws -> [ChunkEntry] { try await base.storedChunks() }
 
     /// Whether `data` is chunk `hash`; if not, it is put aside and forgotten.
     func checked(_ data: Data, hash: String, account: Int64) async throws -> Bool {
