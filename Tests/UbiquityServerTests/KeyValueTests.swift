@@ -93,6 +93,51 @@ import UbiquitySync
     }
 }
 
+/// Key-value stores count against the account's quota, in total: many stores of almost 1 MB
+/// each do not get past it, and an account holds at most 256 stores.
+@Suite struct KeyValueQuotaTests {
+    @Test(arguments: Backend.all) func storesCountAgainstTheQuotaTogether(backend: Backend) async throws {
+        let server = try await TestServer(backend); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse", quotaBytes: 2_500_000)
+        try await server.run { client in
+            let ada = try await client.signIn("ada")
+            let big = PropertyListValue.data(Data(repeating: 1, count: 600_000)) // 800,004 bytes as JSON
+            func put(_ store: String, _ key: String, _ value: PropertyListValue?, at time: Double = 1) async throws -> Client.Answer {
+                try await client.send(.post, "/v1/kv/ABCDE12345.com.example.s\(store)", token: ada.token,
+                                      json: KeyValueUpdate(changes: [KeyValueChange(key: key, value: value, timestamp: time)]))
+            }
+            for store in 0..<3 { #expect(try await put("\(store)", "big", big).status == .ok) }
+            let fourth = try await put("3", "big", big)
+            #expect(fourth.status.code == 507 && fourth.errorCode == "quotaExceeded", "\(String(buffer: fourth.body))")
+            let account = try await client.send(.get, "/v1/account", token: ada.token).decode(AccountResponse.self)
+            #expect(account.usedBytes == 3 * 800_014, "the stores' bytes are the account's")
+            // Rewriting a store's own bytes fits (what it holds is room it may reuse).
+            #expect(try await put("0", "big", .data(Data(repeating: 2, count: 600_000)), at: 2).status == .ok)
+            // And uploads see the room the stores took.
+            let chunk = [UInt8](repeating: 9, count: 200_000)
+            #expect(try await client.upload(chunk, token: ada.token).status.code == 507)
+            // Freeing a store makes room.
+            #expect(try await put("1", "big", nil, at: 3).status == .ok)
+            #expect(try await put("3", "big", big).status == .ok)
+        }
+    }
+
+    @Test func anAccountHoldsAtMost256Stores() async throws {
+        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+        try await server.run { client in
+            let ada = try await client.signIn("ada")
+            func put(_ store: Int) async throws -> Client.Answer {
+                try await client.send(.post, "/v1/kv/ABCDE12345.com.example.s\(store)", token: ada.token,
+                                      json: KeyValueUpdate(changes: [KeyValueChange(key: "k", value: .integer(1), timestamp: 1)]))
+            }
+            for store in 0..<KeyValueLimits.maximumStoresPerAccount { #expect(try await put(store).status == .ok) }
+            let extra = try await put(KeyValueLimits.maximumStoresPerAccount)
+            #expect(extra.status.code == 507 && extra.errorCode == "tooManyStores")
+            #expect(try await put(0).status == .ok, "an existing store still takes changes")
+        }
+    }
+}
+
 @Suite struct NameCollisionTests {
     /// (Names come composed, NFC — a decomposed one is refused, `NamePolicyTests` — so what can
     /// collide is case.)

@@ -209,7 +209,12 @@ extension SyncServices {
             let device = try context.requireDevice(for: store)
             let update = try await request.decode(as: KeyValueUpdate.self, context: context)
             try Validate.keyValues(update)
-            let answer = try await database.applyKeyValues(accountId: device.accountId, store: store, changes: update.changes, device: device)
+            // The store may hold what the quota leaves once everything else is counted.
+            let stores = try await database.keyValueUsage(accountId: device.accountId, store: store)
+            try KeyValueLimits.checkStoreCount(stores)
+            let usage = try await database.usage(ofAccount: device.accountId)
+            let room = usage.quota - (usage.used - stores.storeBytes)
+            let answer = try await database.applyKeyValues(accountId: device.accountId, store: store, changes: update.changes, device: device, room: room)
             notifier.publish(account: device.accountId, container: store, sequence: answer.sequence, keyValue: true)
             return answer
         }

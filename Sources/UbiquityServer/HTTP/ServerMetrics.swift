@@ -103,7 +103,7 @@ struct ErrorShapingMiddleware: RouterMiddleware {
         if shaped.status.code == 500 {
             context.logger.error("request failed", metadata: metadata)
         } else {
-            context.logger.warning("request refused: the server cannot serve it now", metadata: metadata)
+            context.logger.warning("request refused with a 5xx", metadata: metadata)
         }
         return shaped
     }

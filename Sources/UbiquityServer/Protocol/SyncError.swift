@@ -199,6 +199,28 @@ enum Validate {
 extension KeyValueLimits {
     /// Throws `keyValueQuotaViolation` (413) unless a store of `keys` keys and `bytes` bytes is
     /// within Apple's limits.
+    /// At most this many key-value stores per account (one per app, as on Apple's systems).
+    static let maximumStoresPerAccount = 256
+
+    /// Throws `keyValueQuotaViolation` (413) unless a store of `keys` keys and `bytes` bytes is
+    /// within Apple's limits, and `quotaExceeded` (507) when it would hold more than `room`
+    /// bytes — what the account's quota leaves it (the quota counts chunks and key-value stores).
+    static func checkStore(keys: Int, bytes: Int, room: Int64) throws {
+        try checkStore(keys: keys, bytes: bytes)
+        guard Int64(bytes) <= room else {
+            throw SyncError(HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), "quotaExceeded",
+                            "the key-value store would hold \(bytes) bytes; the account's storage quota leaves it \(max(0, room))")
+        }
+    }
+
+    /// Throws `tooManyStores` (507) when the account has its most stores and `store` is a new one.
+    static func checkStoreCount(_ usage: KeyValueUsage) throws {
+        guard usage.storeExists || usage.stores < maximumStoresPerAccount else {
+            throw SyncError(HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), "tooManyStores",
+                            "an account holds at most \(maximumStoresPerAccount) key-value stores")
+        }
+    }
+
     static func checkStore(keys: Int, bytes: Int) throws {
         guard keys <= maximumKeys else {
             throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a key-value store holds at most \(maximumKeys) keys; this would make \(keys)")

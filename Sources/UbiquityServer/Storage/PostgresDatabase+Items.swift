@@ -52,7 +52,8 @@ extension PostgresDatabase {
     func usage(ofAccount id: Int64) async throws -> (used: Int64, quota: Int64) {
         try await read { db in
             let row = try await db.rows("""
-                SELECT (SELECT COALESCE(SUM(size), 0)::BIGINT FROM chunk WHERE account_id = \(id)) AS used,
+                SELECT ((SELECT COALESCE(SUM(size), 0) FROM chunk WHERE account_id = \(id))
+                        + (SELECT COALESCE(SUM(kv.size), 0) FROM kv JOIN kv_store ON kv_store.id = kv.store_id WHERE kv_store.account_id = \(id)))::BIGINT AS used,
                        (SELECT quota_bytes FROM account WHERE id = \(id)) AS quota
                 """).first
             return (try row?.get("used") ?? 0, try row?.get("quota", as: Int64?.self) ?? 0)
@@ -297,7 +298,7 @@ extension PostgresDatabase {
 
     // MARK: Key-value stores
 
-    func applyKeyValues(accountId: Int64, store: String, changes: [KeyValueChange], device: DeviceAuth) async throws -> KeyValueResponse {
+    func applyKeyValues(accountId: Int64, store: String, changes: [KeyValueChange], device: DeviceAuth, room: Int64) async throws -> KeyValueResponse {
         let encoded = try changes.map { change in (change, try change.value.map { try JSONEncoder().encode($0) }) }
         return try await transaction { [self] db in
             try await db.rows("INSERT INTO kv_store (account_id, identifier) VALUES (\(accountId), \(store)) ON CONFLICT (account_id, identifier) DO NOTHING")
@@ -322,11 +323,25 @@ extension PostgresDatabase {
             let totals = try await db.rows("SELECT COUNT(value) AS keys, COALESCE(SUM(size), 0)::BIGINT AS bytes FROM kv WHERE store_id = \(storeId)").first
             let keys = Int(try totals?.get("keys", as: Int64.self) ?? 0)
             let bytes = Int(try totals?.get("bytes", as: Int64.self) ?? 0)
-            try KeyValueLimits.checkStore(keys: keys, bytes: bytes)
+            try KeyValueLimits.checkStore(keys: keys, bytes: bytes, room: room)
             let named = Set(changes.map(\.key))
             let entries = try await Self.keyValueEntries(db, storeId: storeId, since: 0).filter { named.contains($0.key) }
             try await announce(db, account: accountId, container: store, sequence: sequence, keyValue: true)
             return KeyValueResponse(sequence: sequence, entries: entries)
+        }
+    }
+
+    func keyValueUsage(accountId: Int64, store: String) async throws -> KeyValueUsage {
+        try await read { db in
+            let row = try await db.rows("""
+                SELECT (SELECT COUNT(*) FROM kv_store WHERE account_id = \(accountId))::BIGINT AS stores,
+                    (SELECT COALESCE(SUM(kv.size), 0) FROM kv JOIN kv_store ON kv_store.id = kv.store_id WHERE kv_store.account_id = \(accountId))::BIGINT AS bytes,
+                    (SELECT COALESCE(SUM(kv.size), 0) FROM kv JOIN kv_store ON kv_store.id = kv.store_id
+                        WHERE kv_store.account_id = \(accountId) AND kv_store.identifier = \(store))::BIGINT AS store_bytes,
+                    EXISTS (SELECT 1 FROM kv_store WHERE account_id = \(accountId) AND identifier = \(store)) AS store_exists
+                """).first
+            return KeyValueUsage(stores: Int(try row?.get("stores", as: Int64.self) ?? 0), bytes: try row?.get("bytes") ?? 0,
+                                 storeBytes: try row?.get("store_bytes") ?? 0, storeExists: try row?.get("store_exists") ?? false)
         }
     }
 

@@ -59,8 +59,12 @@ final class SQLiteDatabase: SyncDatabase {
 
     func usage(ofAccount id: Int64) async throws -> (used: Int64, quota: Int64) {
         try await pool.read { db in
-            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT usedBytes, quotaBytes FROM account WHERE id = ?"), arguments: [id]) else { return (0, 0) }
-            return (row["usedBytes"], row["quotaBytes"])
+            // Chunks (kept up to date by triggers) and key-value stores.
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: """
+                SELECT usedBytes + (SELECT COALESCE(SUM(kv.size), 0) FROM kv JOIN kvStore ON kvStore.id = kv.storeId WHERE kvStore.accountId = account.id) AS used,
+                    quotaBytes FROM account WHERE id = ?
+                """), arguments: [id]) else { return (0, 0) }
+            return (row["used"], row["quotaBytes"])
         }
     }
 
@@ -293,7 +297,7 @@ final class SQLiteDatabase: SyncDatabase {
 
     // MARK: Key-value stores
 
-    func applyKeyValues(accountId: Int64, store: String, changes: [KeyValueChange], device: DeviceAuth) async throws -> KeyValueResponse {
+    func applyKeyValues(accountId: Int64, store: String, changes: [KeyValueChange], device: DeviceAuth, room: Int64) async throws -> KeyValueResponse {
         let encoded = try changes.map { change in (change, try change.value.map { try JSONEncoder().encode($0) }) }
         return try await pool.write { db in
             let storeId: Int64
@@ -319,10 +323,22 @@ final class SQLiteDatabase: SyncDatabase {
             // Apple's limits, over the store as it would be: violating them changes nothing.
             let keys = try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM kv WHERE storeId = ? AND value IS NOT NULL"), arguments: [storeId]) ?? 0
             let bytes = try Int.fetchOne(db.cachedStatement(sql: "SELECT COALESCE(SUM(size), 0) FROM kv WHERE storeId = ?"), arguments: [storeId]) ?? 0
-            try KeyValueLimits.checkStore(keys: keys, bytes: bytes)
+            try KeyValueLimits.checkStore(keys: keys, bytes: bytes, room: room)
             let named = Set(changes.map(\.key))
             let entries = try Self.keyValueEntries(db, storeId: storeId, since: 0).filter { named.contains($0.key) }
             return KeyValueResponse(sequence: sequence, entries: entries)
+        }
+    }
+
+    func keyValueUsage(accountId: Int64, store: String) async throws -> KeyValueUsage {
+        try await pool.read { db in
+            let row = try Row.fetchOne(db.cachedStatement(sql: """
+                SELECT (SELECT COUNT(*) FROM kvStore WHERE accountId = ?) AS stores,
+                    (SELECT COALESCE(SUM(kv.size), 0) FROM kv JOIN kvStore ON kvStore.id = kv.storeId WHERE kvStore.accountId = ?) AS bytes,
+                    (SELECT COALESCE(SUM(kv.size), 0) FROM kv JOIN kvStore ON kvStore.id = kv.storeId WHERE kvStore.accountId = ? AND kvStore.identifier = ?) AS storeBytes,
+                    EXISTS (SELECT 1 FROM kvStore WHERE accountId = ? AND identifier = ?) AS storeExists
+                """), arguments: [accountId, accountId, accountId, store, accountId, store])
+            return KeyValueUsage(stores: row?["stores"] ?? 0, bytes: row?["bytes"] ?? 0, storeBytes: row?["storeBytes"] ?? 0, storeExists: row?["storeExists"] ?? false)
         }
     }
 

@@ -83,6 +83,18 @@ package struct UnlistedReference: Sendable, Equatable {
     package var item: String, name: String
 }
 
+/// An account's key-value stores (``SyncDatabase/keyValueUsage(accountId:store:)``).
+struct KeyValueUsage: Sendable, Equatable {
+    /// How many stores the account has.
+    var stores: Int
+    /// The bytes of all of them (keys and values).
+    var bytes: Int64
+    /// The bytes of the store asked about.
+    var storeBytes: Int64
+    /// Whether that store exists.
+    var storeExists: Bool
+}
+
 /// A chunk whose contents are stored: its hash and size.
 struct StoredChunk: Sendable, Equatable {
     var hash: String
@@ -210,7 +222,10 @@ protocol SyncDatabase: Sendable {
     func resolve(accountId: Int64, container: String, itemId: String, request: ResolveRequest) async throws -> ItemState
 
     /// Applies key-value changes (all or none; the most recent timestamp wins per key).
-    func applyKeyValues(accountId: Int64, store: String, changes: [KeyValueChange], device: DeviceAuth) async throws -> KeyValueResponse
+    func applyKeyValues(accountId: Int64, store: String, changes: [KeyValueChange], device: DeviceAuth, room: Int64) async throws -> KeyValueResponse
+    /// The account's key-value stores: how many, their bytes in all, and the bytes of `store`
+    /// (and whether it exists).
+    func keyValueUsage(accountId: Int64, store: String) async throws -> KeyValueUsage
     func keyValueChanges(accountId: Int64, store: String, since: Int64) async throws -> KeyValueResponse
 
     func missingChunks(accountId: Int64, hashes: [String]) async throws -> [String]
