@@ -6,6 +6,7 @@
 //                                      [--database postgres://… [--instances 2]]
 //   swift run -c release ubiquity-load --sign-in [--database postgres://…]
 //   swift run -c release ubiquity-load --connections [--slow 300] [--idle 5000]
+//   swift run -c release ubiquity-load --folder [--folder-items 10000] [--database postgres://…]
 //
 // Each run starts its own server in this process (embedded SQLite in a temporary directory, or
 // a fresh schema in the PostgreSQL database given), signs the devices in, connects each one's
@@ -24,6 +25,9 @@
 // byte a second for 30 s (the server's memory, `/health`'s p99 against idle, when the server cut
 // them), then 5,000 opened and left idle with a 15 s idle timeout (whether `/health` still
 // answers, and when the server closed them).
+//
+// `--folder` measures one commit's cost as its folder grows: single-item commits into an empty
+// folder, then into one holding 10,000 items (p50, p99, and the ratio of the p50s).
 import Foundation
 import HummingbirdWSClient
 import Logging
@@ -47,6 +51,8 @@ struct Options {
     var instances = 1
     var signIn = false
     var connections = false
+    var folder = false
+    var folderItems = 10_000
     var slowConnections = 300
     var idleConnections = 5_000
 
@@ -61,9 +67,11 @@ struct Options {
             case "--instances": instances = Int(rest.popFirst() ?? "") ?? 0
             case "--sign-in": signIn = true
             case "--connections": connections = true
+            case "--folder": folder = true
+            case "--folder-items": folderItems = max(1_000, Int(rest.popFirst() ?? "") ?? folderItems)
             case "--slow": slowConnections = Int(rest.popFirst() ?? "") ?? slowConnections
             case "--idle": idleConnections = Int(rest.popFirst() ?? "") ?? idleConnections
-            default: throw LoadError("usage: ubiquity-load [--devices 100,1000] [--seconds S] [--writers W] [--database postgres://… [--instances N]] | --sign-in [--database postgres://…] | --connections [--slow N] [--idle N]")
+            default: throw LoadError("usage: ubiquity-load [--devices 100,1000] [--seconds S] [--writers W] [--database postgres://… [--instances N]] | --sign-in [--database postgres://…] | --connections [--slow N] [--idle N] | --folder [--folder-items N] [--database postgres://…]")
             }
         }
         guard !devices.isEmpty, devices.allSatisfy({ $0 >= 2 }), writers >= 1, seconds > 0, instances >= 1 else { throw LoadError("bad options") }
@@ -259,9 +267,9 @@ func raiseFileLimit() {
 do {
     let options = try Options(Array(CommandLine.arguments.dropFirst()))
     raiseFileLimit()
-    if options.signIn || options.connections {
-        var report = try await options.signIn ? signInRun(options: options) : connectionRun(options: options)
-        report["benchmark"] = options.signIn ? "ubiquity-load --sign-in" : "ubiquity-load --connections"
+    if options.signIn || options.connections || options.folder {
+        var report = try await options.signIn ? signInRun(options: options) : options.folder ? folderRun(options: options) : connectionRun(options: options)
+        report["benchmark"] = options.signIn ? "ubiquity-load --sign-in" : options.folder ? "ubiquity-load --folder" : "ubiquity-load --connections"
         report["backend"] = options.database == nil ? "sqlite" : "postgresql"
         report["cores"] = ProcessInfo.processInfo.activeProcessorCount
         FileHandle.standardOutput.write(try JSONSerialization.data(withJSONObject: report, options: [.prettyPrinted, .sortedKeys]) + Data("\n".utf8))

@@ -52,6 +52,22 @@ package enum NameCollision {
         return (name, (clash.id, freeName(for: clash.name, taken: taken.union([key(name)]))))
     }
 
+    /// The keys settling `name` may look at: its own, then those of `name 2` … `name N+1` (the
+    /// free names tried first). A store looks these up with its index instead of reading the
+    /// whole folder; only when every one is taken does it read the folder.
+    package static func candidateKeys(for name: String, count: Int = 20) -> [String] {
+        let dot = name.lastIndex(of: ".").flatMap { $0 == name.startIndex ? nil : $0 }
+        let stem = dot.map { String(name[..<$0]) } ?? name
+        let suffix = dot.map { String(name[$0...]) } ?? ""
+        return [key(name)] + (2..<(count + 2)).map { key("\(stem) \($0)\(suffix)") }
+    }
+
+    /// What a store keeps for an item to find name clashes with its index: the folder (`""` at
+    /// the top) and the name's key (`""` for a deleted item, which clashes with nothing).
+    package static func indexKeys(name: String, parent: String?, deleted: Bool) -> (parent: String, name: String) {
+        (parent ?? "", deleted ? "" : key(name))
+    }
+
     /// `name` with " 2", " 3", … before its extension, the first whose key is not taken.
     package static func freeName(for name: String, taken: Set<String>) -> String {
         freeName(for: name) { taken.contains($0) }
@@ -71,9 +87,9 @@ package enum NameCollision {
     }
 }
 
-/// The live items of one folder by name key, kept up to date while a batch of commits changes
-/// the folder: each commit settles its name (``NameCollision``) with a lookup, not by reading
-/// every sibling again.
+/// Live items of one folder by name key — those whose keys a settlement may look at
+/// (``NameCollision/candidateKeys(for:count:)``), or the whole folder: a commit settles its name
+/// (``NameCollision``) against them.
 package struct SiblingNames: Sendable {
     private var byKey: [String: (id: String, name: String)] = [:]
     private var keyById: [String: String] = [:]

@@ -139,6 +139,26 @@ import UbiquitySync
 }
 
 @Suite struct NameCollisionTests {
+    /// Items from before the name index get their keys when a server opens the database, and a
+    /// clash with them is found.
+    @Test(.enabled(if: Backend.all.contains(.postgres))) func itemsFromBeforeTheNameIndexGetTheirKeys() async throws {
+        let server = try await TestServer.withAccount("ada", on: .postgres); defer { server.remove() }
+        try await server.run { client in
+            let ada = try await client.signIn("ada")
+            _ = try await client.commit(notes, "b-item", fileUpdate("Café.txt", []), token: ada.token)
+        }
+        let database = try #require(server.admin.storage.database as? PostgresDatabase)
+        try await database.transaction { db in _ = try await db.rows("UPDATE item SET parent_key = NULL, name_key = NULL") }
+        let reopened = try await server.secondInstance(); defer { Task { await reopened.close() } }
+        let keys = try await database.read { db in try await db.rows("SELECT parent_key, name_key FROM item").map { "\(try $0.get("parent_key", as: String.self)):\(try $0.get("name_key", as: String.self))" } }
+        #expect(keys == [":café.txt"])
+        try await server.run { client in
+            let ada = try await client.signIn("ada", device: "phone")
+            let clash = try await client.commit(notes, "c-item", fileUpdate("CAFÉ.txt", []), token: ada.token)
+            #expect(clash.item.name == "CAFÉ 2.txt")
+        }
+    }
+
     /// (Names come composed, NFC — a decomposed one is refused, `NamePolicyTests` — so what can
     /// collide is case.)
     @Test(arguments: Backend.all) func namesDifferingOnlyByCaseAreRenamedDeterministically(backend: Backend) async throws {

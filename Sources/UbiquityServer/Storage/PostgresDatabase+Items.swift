@@ -175,11 +175,9 @@ extension PostgresDatabase {
         return try await transaction { [self] db in
             guard try await !db.rows("SELECT 1 AS one FROM account WHERE id = \(accountId) FOR SHARE").isEmpty else { throw SyncError.unauthorized }
             let containerId = try await Self.lockContainer(db, accountId: accountId, identifier: container)
-            var folders: [String?: SiblingNames] = [:]
             var outcomes: [CommitOutcome] = []
             for commit in prepared {
-                outcomes.append(try await Self.commit(db, commit, accountId: accountId, containerId: containerId, device: device, now: now, brief: brief,
-                                                      folders: &folders))
+                outcomes.append(try await Self.commit(db, commit, accountId: accountId, containerId: containerId, device: device, now: now, brief: brief))
             }
             if let last = outcomes.filter({ !$0.repeated }).map(\.item.sequence).max() {
                 try await announce(db, account: accountId, container: container, sequence: last, device: device.deviceId)
@@ -188,10 +186,10 @@ extension PostgresDatabase {
         }
     }
 
-    /// One commit inside a batch's transaction; `folders` caches the live names of the folders
-    /// the batch touched.
+    /// One commit inside a batch's transaction (what commits before it in the batch wrote is
+    /// what its lookups see).
     private static func commit(_ db: PostgresConnection, _ commit: PreparedCommit, accountId: Int64, containerId: Int64, device: DeviceAuth, now: Date,
-                               brief: Bool, folders: inout [String?: SiblingNames]) async throws -> CommitOutcome {
+                               brief: Bool) async throws -> CommitOutcome {
         let itemId = commit.item, update = commit.update, hashes = commit.hashes
         // The same change again (its answer was lost): the first answer, nothing committed twice.
         if let change = update.changeId, let earlier = try await db.rows("""
@@ -226,13 +224,7 @@ extension PostgresDatabase {
         var name = update.name
         var renameOther: (id: String, name: String)?
         if state == "current" && !commit.deleted {
-            if folders[update.parent] == nil {
-                folders[update.parent] = SiblingNames(try await db.rows("""
-                    SELECT item.id, revision.name FROM item JOIN revision ON revision.id = item.current_revision
-                    WHERE item.container_id = \(containerId) AND revision.parent IS NOT DISTINCT FROM \(update.parent) AND NOT revision.deleted
-                    """).map { (id: try $0.get("id", as: String.self), name: try $0.get("name", as: String.self)) })
-            }
-            (name, renameOther) = folders[update.parent]!.settle(name: name, id: itemId)
+            (name, renameOther) = try await siblings(db, containerId: containerId, parent: update.parent, settling: name).settle(name: name, id: itemId)
         }
         let revision = RandomIdentifier.make()
         try await db.rows("""
@@ -250,17 +242,18 @@ extension PostgresDatabase {
         }
         let sequence = try await bump(db, containerId: containerId)
         if state == "current" {
+            let keys = NameCollision.indexKeys(name: name, parent: update.parent, deleted: commit.deleted)
             try await db.rows("""
-                INSERT INTO item (container_id, id, current_revision, sequence) VALUES (\(containerId), \(itemId), \(revision), \(sequence))
-                ON CONFLICT (container_id, id) DO UPDATE SET current_revision = excluded.current_revision, sequence = excluded.sequence
+                INSERT INTO item (container_id, id, current_revision, sequence, parent_key, name_key)
+                VALUES (\(containerId), \(itemId), \(revision), \(sequence), \(keys.parent), \(keys.name))
+                ON CONFLICT (container_id, id) DO UPDATE SET current_revision = excluded.current_revision, sequence = excluded.sequence,
+                    parent_key = excluded.parent_key, name_key = excluded.name_key
                 """)
-            folders.settle(itemId, name: commit.deleted ? nil : name, in: update.parent)
         } else {
             try await db.rows("UPDATE item SET sequence = \(sequence) WHERE container_id = \(containerId) AND id = \(itemId)")
         }
         if let renameOther {
             try await serverRename(db, containerId: containerId, itemId: renameOther.id, to: renameOther.name, now: now)
-            folders[update.parent]?.insert(renameOther.id, name: renameOther.name)
         }
         guard let item = try await itemState(db, containerId: containerId, id: itemId, brief: brief) else {
             throw SyncError(.internalServerError, "internal", "the item vanished during its commit")
@@ -290,6 +283,7 @@ extension PostgresDatabase {
                 try await db.rows("UPDATE revision SET state = 'resolved' WHERE id = \(removed)")
             }
             try await db.rows("UPDATE item SET current_revision = \(request.keep), sequence = \(sequence) WHERE container_id = \(containerId) AND id = \(itemId)")
+            try await Self.refreshIndexKeys(db, containerId: containerId, itemId: itemId)
             guard let item = try await Self.itemState(db, containerId: containerId, id: itemId) else { throw SyncError.notFound }
             try await announce(db, account: accountId, container: container, sequence: sequence)
             return item
@@ -496,6 +490,32 @@ extension PostgresDatabase {
         try await db.rows("UPDATE revision SET state = 'replaced' WHERE id = \(current)")
         let sequence = try await bump(db, containerId: containerId)
         try await db.rows("UPDATE item SET current_revision = \(revision), sequence = \(sequence) WHERE container_id = \(containerId) AND id = \(itemId)")
+        try await refreshIndexKeys(db, containerId: containerId, itemId: itemId)
+    }
+
+    /// The live items a settlement of `name` in `parent` may clash with, found with the
+    /// folder-and-name index; the whole folder when every candidate name is taken.
+    static func siblings(_ db: PostgresConnection, containerId: Int64, parent: String?, settling name: String) async throws -> SiblingNames {
+        let keys = NameCollision.candidateKeys(for: name)
+        let found = try await db.rows("""
+            SELECT item.id, revision.name FROM item JOIN revision ON revision.id = item.current_revision
+            WHERE item.container_id = \(containerId) AND item.parent_key = \(parent ?? "") AND item.name_key = ANY(\(keys)::TEXT[])
+            """).map { (id: try $0.get("id", as: String.self), name: try $0.get("name", as: String.self)) }
+        guard found.count >= keys.count else { return SiblingNames(found) }
+        return SiblingNames(try await db.rows("""
+            SELECT item.id, revision.name FROM item JOIN revision ON revision.id = item.current_revision
+            WHERE item.container_id = \(containerId) AND item.parent_key = \(parent ?? "") AND item.name_key != ''
+            """).map { (id: try $0.get("id", as: String.self), name: try $0.get("name", as: String.self)) })
+    }
+
+    /// Sets the item's folder and name keys from its current revision (after it changed).
+    static func refreshIndexKeys(_ db: PostgresConnection, containerId: Int64, itemId: String) async throws {
+        guard let row = try await db.rows("""
+            SELECT revision.name, revision.parent, revision.deleted FROM item JOIN revision ON revision.id = item.current_revision
+            WHERE item.container_id = \(containerId) AND item.id = \(itemId)
+            """).first else { return }
+        let keys = NameCollision.indexKeys(name: try row.get("name"), parent: try row.get("parent", as: String?.self), deleted: try row.get("deleted"))
+        try await db.rows("UPDATE item SET parent_key = \(keys.parent), name_key = \(keys.name) WHERE container_id = \(containerId) AND id = \(itemId)")
     }
 
     static func containerId(_ db: PostgresConnection, accountId: Int64, identifier: String, lock: Bool = false) async throws -> Int64? {

@@ -50,6 +50,7 @@ extension PostgresDatabase {
             try await db.rows("UPDATE revision SET state = 'replaced' WHERE id = (SELECT current_revision FROM item WHERE container_id = \(containerId) AND id = \(itemId))")
             let sequence = try await Self.bump(db, containerId: containerId)
             try await db.rows("UPDATE item SET current_revision = \(restored), sequence = \(sequence) WHERE container_id = \(containerId) AND id = \(itemId)")
+            try await Self.refreshIndexKeys(db, containerId: containerId, itemId: itemId)
             let identifier: String = try row.get("identifier")
             try await announce(db, account: try row.get("account_id"), container: identifier, sequence: sequence)
             return (identifier, sequence)

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquitySync
 import UbiquityProtocol
 import Logging
 import PostgresNIO
@@ -88,7 +89,38 @@ extension PostgresDatabase {
                 blocked_until DOUBLE PRECISION NOT NULL DEFAULT 0)
             """,
         ]),
+        // Each item's folder and name key (NameCollision), indexed: a commit's name-clash check
+        // looks up a few keys instead of reading the folder. NULL until filled in from the
+        // current revision (`fillIndexKeys`, in Swift: the key is Swift's lowercasing).
+        ("v5-item-name-index", [
+            "ALTER TABLE item ADD COLUMN parent_key TEXT",
+            "ALTER TABLE item ADD COLUMN name_key TEXT",
+            "CREATE INDEX item_name ON item(container_id, parent_key, name_key)",
+        ]),
     ]
+
+    /// Fills in the folder and name keys of items that have none (those from before
+    /// `v5-item-name-index`), 5,000 a statement.
+    static func fillIndexKeys(_ connection: PostgresConnection, logger: Logger) async throws {
+        var containers: [Int64] = [], items: [String] = [], parents: [String] = [], names: [String] = []
+        let rows = try await connection.query("""
+            SELECT item.container_id, item.id, revision.name, revision.parent, revision.deleted
+            FROM item JOIN revision ON revision.id = item.current_revision WHERE item.name_key IS NULL
+            """, logger: logger)
+        for try await (container, item, name, parent, deleted) in rows.decode((Int64, String, String, String?, Bool).self) {
+            let keys = NameCollision.indexKeys(name: name, parent: parent, deleted: deleted)
+            containers.append(container); items.append(item); parents.append(keys.parent); names.append(keys.name)
+        }
+        for start in stride(from: 0, to: items.count, by: 5_000) {
+            let range = start..<min(start + 5_000, items.count)
+            let (c, i, p, n) = (Array(containers[range]), Array(items[range]), Array(parents[range]), Array(names[range]))
+            try await connection.query("""
+                UPDATE item SET parent_key = keys.parent, name_key = keys.name
+                FROM UNNEST(\(c)::BIGINT[], \(i)::TEXT[], \(p)::TEXT[], \(n)::TEXT[]) AS keys(container, item, parent, name)
+                WHERE item.container_id = keys.container AND item.id = keys.item
+                """, logger: logger)
+        }
+    }
 
     /// Applies the migrations not yet applied (one instance at a time: an advisory lock).
     /// Returns the schema the tables are in.
@@ -109,6 +141,7 @@ extension PostgresDatabase {
                 for statement in statements { try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger) }
                 try await connection.query("INSERT INTO ubiquity_migration (version, applied) VALUES (\(version), \(Date().timeIntervalSince1970))", logger: logger)
             }
+            try await fillIndexKeys(connection, logger: logger)
             var schema = "public"
             for try await name in try await connection.query("SELECT current_schema()", logger: logger).decode(String.self) { schema = name }
             try await connection.query("COMMIT", logger: logger)

@@ -172,17 +172,15 @@ final class SQLiteDatabase: SyncDatabase {
         let prepared = try commits.map { try PreparedCommit($0) }
         return try await pool.write { db in
             let containerId = try Self.ensureContainer(db, accountId: accountId, identifier: container)
-            var folders: [String?: SiblingNames] = [:]
             return try prepared.map { commit in
-                try Self.commit(db, commit, accountId: accountId, containerId: containerId, device: device, now: now, brief: brief, folders: &folders)
+                try Self.commit(db, commit, accountId: accountId, containerId: containerId, device: device, now: now, brief: brief)
             }
         }
     }
 
-    /// One commit inside a batch's transaction; `folders` caches the live names of the folders
-    /// the batch touched.
-    private static func commit(_ db: Database, _ commit: PreparedCommit, accountId: Int64, containerId: Int64, device: DeviceAuth, now: Date, brief: Bool,
-                               folders: inout [String?: SiblingNames]) throws -> CommitOutcome {
+    /// One commit inside a batch's transaction (what commits before it in the batch wrote is
+    /// what its lookups see).
+    private static func commit(_ db: Database, _ commit: PreparedCommit, accountId: Int64, containerId: Int64, device: DeviceAuth, now: Date, brief: Bool) throws -> CommitOutcome {
         let itemId = commit.item, update = commit.update, hashes = commit.hashes
         // The same change again (its answer was lost): the first answer, nothing committed twice.
         if let change = update.changeId, let earlier = try Row.fetchOne(db.cachedStatement(sql: """
@@ -215,14 +213,7 @@ final class SQLiteDatabase: SyncDatabase {
         var name = update.name
         var renameOther: (id: String, name: String)?
         if state == "current" && !commit.deleted {
-            if folders[update.parent] == nil {
-                folders[update.parent] = SiblingNames(try Row.fetchAll(db.cachedStatement(sql: """
-                    SELECT item.id, revision.name FROM revision
-                    JOIN item ON item.containerId = revision.containerId AND item.id = revision.itemId AND item.currentRevision = revision.id
-                    WHERE revision.containerId = ? AND revision.parent IS ? AND revision.deleted = 0
-                    """), arguments: [containerId, update.parent]).map { (id: $0["id"] as String, name: $0["name"] as String) })
-            }
-            (name, renameOther) = folders[update.parent]!.settle(name: name, id: itemId)
+            (name, renameOther) = try siblings(db, containerId: containerId, parent: update.parent, settling: name).settle(name: name, id: itemId)
         }
         let revision = RandomIdentifier.make()
         try db.cachedStatement(sql: """
@@ -250,17 +241,17 @@ final class SQLiteDatabase: SyncDatabase {
         }
         let sequence = try bump(db, containerId: containerId)
         if state == "current" {
+            let keys = NameCollision.indexKeys(name: name, parent: update.parent, deleted: commit.deleted)
             try db.cachedStatement(sql: """
-                INSERT INTO item (containerId, id, currentRevision, sequence) VALUES (?, ?, ?, ?)
-                ON CONFLICT(containerId, id) DO UPDATE SET currentRevision = excluded.currentRevision, sequence = excluded.sequence
-                """).execute(arguments: [containerId, itemId, revision, sequence])
-            folders.settle(itemId, name: commit.deleted ? nil : name, in: update.parent)
+                INSERT INTO item (containerId, id, currentRevision, sequence, parentKey, nameKey) VALUES (?, ?, ?, ?, ?, ?)
+                ON CONFLICT(containerId, id) DO UPDATE SET currentRevision = excluded.currentRevision, sequence = excluded.sequence,
+                    parentKey = excluded.parentKey, nameKey = excluded.nameKey
+                """).execute(arguments: [containerId, itemId, revision, sequence, keys.parent, keys.name])
         } else {
             try db.cachedStatement(sql: "UPDATE item SET sequence = ? WHERE containerId = ? AND id = ?").execute(arguments: [sequence, containerId, itemId])
         }
         if let renameOther {
             try serverRename(db, containerId: containerId, itemId: renameOther.id, to: renameOther.name, now: now)
-            folders[update.parent]?.insert(renameOther.id, name: renameOther.name)
         }
         guard let item = try itemState(db, containerId: containerId, id: itemId, brief: brief) else {
             throw SyncError(.internalServerError, "internal", "the item vanished during its commit")
@@ -290,6 +281,7 @@ final class SQLiteDatabase: SyncDatabase {
                 try db.cachedStatement(sql: "UPDATE revision SET state = 'resolved' WHERE id = ?").execute(arguments: [removed])
             }
             try db.cachedStatement(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?").execute(arguments: [request.keep, sequence, containerId, itemId])
+            try Self.refreshIndexKeys(db, containerId: containerId, itemId: itemId)
             guard let item = try Self.itemState(db, containerId: containerId, id: itemId) else { throw SyncError.notFound }
             return item
         }
@@ -511,6 +503,7 @@ final class SQLiteDatabase: SyncDatabase {
             try db.cachedStatement(sql: "UPDATE revision SET state = 'replaced' WHERE id = (SELECT currentRevision FROM item WHERE containerId = ? AND id = ?)").execute(arguments: [containerId, itemId])
             let sequence = try Self.bump(db, containerId: containerId)
             try db.cachedStatement(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?").execute(arguments: [restored, sequence, containerId, itemId])
+            try Self.refreshIndexKeys(db, containerId: containerId, itemId: itemId)
             return (row["identifier"], sequence)
         }
     }
@@ -560,6 +553,33 @@ final class SQLiteDatabase: SyncDatabase {
         try db.cachedStatement(sql: "UPDATE revision SET state = 'replaced' WHERE id = ?").execute(arguments: [current])
         let sequence = try bump(db, containerId: containerId)
         try db.cachedStatement(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?").execute(arguments: [revision, sequence, containerId, itemId])
+        try refreshIndexKeys(db, containerId: containerId, itemId: itemId)
+    }
+
+    /// The live items a settlement of `name` in `parent` may clash with, found with the
+    /// folder-and-name index; the whole folder when every candidate name is taken.
+    static func siblings(_ db: Database, containerId: Int64, parent: String?, settling name: String) throws -> SiblingNames {
+        let keys = NameCollision.candidateKeys(for: name)
+        let marks = Array(repeating: "?", count: keys.count).joined(separator: ",")
+        let found = try Row.fetchAll(db.cachedStatement(sql: """
+            SELECT item.id, revision.name FROM item JOIN revision ON revision.id = item.currentRevision
+            WHERE item.containerId = ? AND item.parentKey = ? AND item.nameKey IN (\(marks))
+            """), arguments: StatementArguments([containerId, parent ?? ""] + keys)).map { (id: $0["id"] as String, name: $0["name"] as String) }
+        guard found.count >= keys.count else { return SiblingNames(found) }
+        return SiblingNames(try Row.fetchAll(db.cachedStatement(sql: """
+            SELECT item.id, revision.name FROM item JOIN revision ON revision.id = item.currentRevision
+            WHERE item.containerId = ? AND item.parentKey = ? AND item.nameKey != ''
+            """), arguments: [containerId, parent ?? ""]).map { (id: $0["id"] as String, name: $0["name"] as String) })
+    }
+
+    /// Sets the item's folder and name keys from its current revision (after it changed).
+    static func refreshIndexKeys(_ db: Database, containerId: Int64, itemId: String) throws {
+        guard let row = try Row.fetchOne(db.cachedStatement(sql: """
+            SELECT revision.name, revision.parent, revision.deleted FROM item JOIN revision ON revision.id = item.currentRevision
+            WHERE item.containerId = ? AND item.id = ?
+            """), arguments: [containerId, itemId]) else { return }
+        let keys = NameCollision.indexKeys(name: row["name"], parent: row["parent"], deleted: row["deleted"])
+        try db.cachedStatement(sql: "UPDATE item SET parentKey = ?, nameKey = ? WHERE containerId = ? AND id = ?").execute(arguments: [keys.parent, keys.name, containerId, itemId])
     }
 
     static func containerId(_ db: Database, accountId: Int64, identifier: String) throws -> Int64? {

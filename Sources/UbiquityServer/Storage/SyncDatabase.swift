@@ -159,15 +159,6 @@ extension PreparedCommit {
     }
 }
 
-extension [String?: SiblingNames] {
-    /// After a commit made `item` current: it left every folder the batch knows, and is in
-    /// `parent` as `name` (nil: deleted).
-    mutating func settle(_ item: String, name: String?, in parent: String?) {
-        for folder in keys where self[folder]!.contains(item) { self[folder]!.remove(item) }
-        if let name { self[parent]?.insert(item, name: name) }
-    }
-}
-
 extension SyncDatabase {
     /// Commits one item's update.
     func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date, brief: Bool) async throws -> CommitOutcome {
