@@ -95,3 +95,34 @@ extension TestServer {
         }
     }
 }
+
+/// A device whose token is limited to some containers reads only the chunks their items name
+/// (chunks are the account's, shared by its containers).
+@Suite struct ContainerScopedChunkTests {
+    @Test(arguments: Backend.all)
+    func aLimitedTokenReadsOnlyItsContainersChunks(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        let photos = "ABCDE12345.com.example.photos"
+        try await server.run { client in
+            let laptop = try await client.signIn("ada")
+            let notesOnly = try await client.signIn("ada", device: "notes app", containers: [notes])
+            let secret = Array("the photos' secret".utf8), shared = Array("in both containers".utf8), own = Array("a note".utf8)
+            for bytes in [secret, shared] { #expect(try await client.upload(bytes, token: laptop.token).status == .created) }
+            _ = try await client.commit(photos, "secret", fileUpdate("Secret.jpg", [secret, shared]), token: laptop.token)
+            _ = try await client.commit(notes, "shared", fileUpdate("Shared.txt", [shared]), token: laptop.token)
+            #expect(try await client.upload(own, token: notesOnly.token).status == .created)
+            _ = try await client.commit(notes, "own", fileUpdate("Own.txt", [own]), token: notesOnly.token)
+
+            // Another container's chunk: absent, by every route that reads chunks.
+            let hash = sha256(secret)
+            #expect(try await client.send(.get, "/v1/chunks/\(hash)", token: notesOnly.token).status == .notFound)
+            #expect(try await client.send(.post, "/v1/chunks/fetch", token: notesOnly.token, json: ChunkFetchRequest(hashes: [sha256(shared), hash])).status == .notFound)
+            #expect(try await client.send(.post, "/v1/chunks/signatures", token: notesOnly.token, json: ChunkSignaturesRequest(hashes: [hash])).status == .notFound)
+            // Its own containers' chunks, also one another container names too: read.
+            #expect(Array(buffer: try await client.send(.get, "/v1/chunks/\(sha256(shared))", token: notesOnly.token).body) == shared)
+            #expect(try await client.send(.post, "/v1/chunks/fetch", token: notesOnly.token, json: ChunkFetchRequest(hashes: [sha256(own), sha256(shared)])).status == .ok)
+            // A token for every container reads all.
+            #expect(Array(buffer: try await client.send(.get, "/v1/chunks/\(hash)", token: laptop.token).body) == secret)
+        }
+    }
+}

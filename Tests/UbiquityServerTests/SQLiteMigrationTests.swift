@@ -49,6 +49,8 @@ import UbiquityProtocol
         #expect(references == 10, "the chunk references kept through the table's rebuild")
         let waiting = try await database.pool.read { db in try Row.fetchAll(db, sql: "SELECT revisionId, hash FROM revisionWaiting").map { "\($0["revisionId"] as String) \($0["hash"] as String)" } }
         #expect(waiting == ["rev2 awaited"], "only the chunk an incomplete revision still lacks is waited for")
+        let containerChunks = try await database.pool.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM containerChunk WHERE containerId = 1") }
+        #expect(containerChunks == 12, "each chunk the container's revisions name, once")
         // Items got their folder and name keys, and a clash with an older item is found by them.
         let keys = try await database.pool.read { db in try Row.fetchAll(db, sql: "SELECT id, parentKey, nameKey FROM item ORDER BY id").map { "\($0["id"] as String):\($0["parentKey"] as String):\($0["nameKey"] as String)" } }
         #expect(keys == ["draft::draft.txt", "film::film.raw"])

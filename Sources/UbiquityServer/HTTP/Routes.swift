@@ -335,9 +335,8 @@ extension SyncServices {
         chunks.get(":hash") { _, context -> Response in
             let device = try context.requireDevice()
             let hash = try context.parameters.require("hash")
-            try Validate.hash(hash)
-            guard try await database.hasChunk(accountId: device.accountId, hash: hash),
-                  let data = try await self.chunks.load(hash: hash, account: device.accountId) else { throw SyncError.chunkNotFound }
+            try await requireChunks([hash], of: device)
+            guard let data = try await self.chunks.load(hash: hash, account: device.accountId) else { throw SyncError.chunkNotFound }
             return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
         }
     }
@@ -354,12 +353,18 @@ extension SyncServices {
         }
     }
 
-    /// Checks that `hashes` are well formed and chunks the device's account has.
+    /// Checks that `hashes` are well formed and chunks the device's account has — and, for a
+    /// device limited to some containers, chunks that items of those containers name (a chunk
+    /// of another container is answered as absent: its existence is not told).
     /// - Throws: ``SyncError`` 400 for a malformed hash, 404 naming the first chunk it lacks.
     func requireChunks(_ hashes: [String], of device: DeviceAuth) async throws {
         for hash in hashes { try Validate.hash(hash) }
         let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: hashes))
         if let absent = hashes.first(where: lacking.contains) { throw SyncError.noSuchChunk(absent) }
+        if let containers = device.containers {
+            let named = try await database.chunksNamed(accountId: device.accountId, containers: containers, hashes: Array(Set(hashes)))
+            if let outside = hashes.first(where: { !named.contains($0) }) { throw SyncError.noSuchChunk(outside) }
+        }
     }
 
     /// The bytes of chunk `hash` of the device's account (listed in its index: see ``requireChunks(_:of:)``).

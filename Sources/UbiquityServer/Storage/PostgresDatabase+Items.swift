@@ -370,6 +370,17 @@ extension PostgresDatabase {
         try await read { db in try await !db.rows("SELECT 1 AS one FROM chunk WHERE account_id = \(accountId) AND hash = \(hash)").isEmpty }
     }
 
+    func chunksNamed(accountId: Int64, containers: [String], hashes: [String]) async throws -> Set<String> {
+        guard !containers.isEmpty, !hashes.isEmpty else { return [] }
+        return try await read { db in
+            Set(try await db.rows("""
+                SELECT DISTINCT revision_chunk.hash FROM revision_chunk
+                JOIN revision ON revision.id = revision_chunk.revision_id JOIN container ON container.id = revision.container_id
+                WHERE revision_chunk.account_id = \(accountId) AND revision_chunk.hash = ANY(\(hashes)::TEXT[]) AND container.identifier = ANY(\(containers)::TEXT[])
+                """).map { try $0.get("hash", as: String.self) })
+        }
+    }
+
     func chunksStored(accountId: Int64, chunks: [StoredChunk], now: Date) async throws -> [String: Int64] {
         try await transaction { [self] db in
             guard let account = try await db.rows("SELECT quota_bytes FROM account WHERE id = \(accountId) FOR UPDATE").first else { throw SyncError.unauthorized }

@@ -154,6 +154,18 @@ extension SQLiteDatabase {
             for (container, item, parent, name) in keys { try update.execute(arguments: [parent, name, container, item]) }
             try db.execute(sql: "CREATE INDEX item_name ON item(containerId, parentKey, nameKey)")
         }
+        migrator.registerMigration("v12-container-chunks") { db in
+            // Which chunks each container's revisions name, once each: a device whose token is
+            // limited to some containers reads only those chunks (chunks are the account's,
+            // shared by its containers). An edit adds only its new chunks.
+            try db.execute(sql: """
+                CREATE TABLE containerChunk (
+                    containerId INTEGER NOT NULL REFERENCES container(id) ON DELETE CASCADE, hash TEXT NOT NULL,
+                    PRIMARY KEY (containerId, hash)) WITHOUT ROWID;
+                INSERT OR IGNORE INTO containerChunk (containerId, hash)
+                    SELECT revision.containerId, revisionChunk.hash FROM revisionChunk JOIN revision ON revision.id = revisionChunk.revisionId;
+                """)
+        }
         return migrator
     }
 }

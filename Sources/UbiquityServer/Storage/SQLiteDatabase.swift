@@ -236,6 +236,11 @@ final class SQLiteDatabase: SyncDatabase {
         for hash in missing {
             try db.cachedStatement(sql: "INSERT INTO revisionWaiting (accountId, hash, revisionId) VALUES (?, ?, ?)").execute(arguments: [accountId, hash, revision])
         }
+        // The container's chunks (what a device limited to it may read): those of the base are
+        // there already.
+        for hash in looked {
+            try db.cachedStatement(sql: "INSERT OR IGNORE INTO containerChunk (containerId, hash) VALUES (?, ?)").execute(arguments: [containerId, hash])
+        }
         if let demoted = placement.demoted {
             try db.cachedStatement(sql: "UPDATE revision SET state = ? WHERE id = ?").execute(arguments: [demoted.state, demoted.id])
         }
@@ -363,6 +368,23 @@ final class SQLiteDatabase: SyncDatabase {
     func hasChunk(accountId: Int64, hash: String) async throws -> Bool {
         try await pool.read { db in
             try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM chunk WHERE accountId = ? AND hash = ?"), arguments: [accountId, hash]) ?? false
+        }
+    }
+
+    func chunksNamed(accountId: Int64, containers: [String], hashes: [String]) async throws -> Set<String> {
+        guard !containers.isEmpty, !hashes.isEmpty else { return [] }
+        return try await pool.read { db in
+            var named = Set<String>()
+            let places = Array(repeating: "?", count: containers.count).joined(separator: ",")
+            for start in stride(from: 0, to: hashes.count, by: 500) {
+                let batch = Array(hashes[start..<min(start + 500, hashes.count)])
+                let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
+                named.formUnion(try String.fetchAll(db, sql: """
+                    SELECT DISTINCT containerChunk.hash FROM containerChunk JOIN container ON container.id = containerChunk.containerId
+                    WHERE container.accountId = ? AND container.identifier IN (\(places)) AND containerChunk.hash IN (\(marks))
+                    """, arguments: StatementArguments([accountId as any DatabaseValueConvertible] + containers + batch)))
+            }
+            return named
         }
     }
 

@@ -221,6 +221,9 @@ protocol SyncDatabase: Sendable {
 
     func missingChunks(accountId: Int64, hashes: [String]) async throws -> [String]
     func hasChunk(accountId: Int64, hash: String) async throws -> Bool
+    /// Which of `hashes` some revision (current or kept) of an item in `containers` names — what
+    /// a device whose token is limited to those containers may read.
+    func chunksNamed(accountId: Int64, containers: [String], hashes: [String]) async throws -> Set<String>
     /// Records stored chunks, all or none, with one quota check for those the account did not
     /// have; returns the containers whose items became downloadable, with their sequences now.
     /// - Throws: ``SyncError`` `quotaExceeded` (nothing recorded) when the new ones do not fit.
