@@ -85,6 +85,9 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Each this many bytes of body received extend its time by a second.")
     var minBodyRate = RequestLimits().minimumBodyRate
 
+    @Option(name: .long, help: "A reverse proxy (address or network, e.g. 10.0.0.0/8) whose X-Forwarded-For is believed; may be repeated.")
+    var trustedProxy: [String] = []
+
     func run() async throws {
         guard let level = Logger.Level(rawValue: logLevel) else { throw ValidationError("unknown log level \(logLevel)") }
         var logger = Logger(label: "ubiquity.server")
@@ -100,6 +103,11 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.requestLimits.headerTimeout = .seconds(headerTimeout)
         configuration.requestLimits.bodyTimeout = .seconds(bodyTimeout)
         configuration.requestLimits.minimumBodyRate = minBodyRate
+        do {
+            configuration.trustedProxies = try TrustedProxies(trustedProxy)
+        } catch let error as SyncError {
+            throw ValidationError(error.message)
+        }
         switch (tlsCert, tlsKey) {
         case (let certificate?, let key?): configuration.tls = (certificate, key)
         case (nil, nil): break

@@ -43,6 +43,8 @@ package struct SyncServer: Sendable {
         package var connectionLimits = ConnectionLimits()
         /// How long a request may take to arrive, and how large its head may be.
         package var requestLimits = RequestLimits()
+        /// Reverse proxies whose `X-Forwarded-For` is believed (none by default).
+        package var trustedProxies = TrustedProxies()
 
         /// Creates a configuration.
         package init(dataDirectory: String = "./ubiquity-data", host: String = "127.0.0.1", port: Int = 8443, bcryptCost: UInt8 = 12) {
@@ -93,6 +95,7 @@ package struct SyncServer: Sendable {
     /// The router with every route and middleware (also what tests drive).
     package func makeRouter() -> Router<SyncContext> {
         let router = Router(context: SyncContext.self)
+        router.add(middleware: ClientAddressMiddleware(proxies: configuration.trustedProxies))
         router.add(middleware: MetricsCountingMiddleware(metrics: services.metrics))
         router.add(middleware: LogRequestsMiddleware(.debug))
         router.add(middleware: ErrorShapingMiddleware())

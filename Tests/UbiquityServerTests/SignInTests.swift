@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import HummingbirdBcrypt
 import HummingbirdTesting
+import HTTPTypes
 import NIOCore
 import Testing
 import UbiquityProtocol
@@ -93,6 +94,47 @@ import UbiquityProtocol
             #expect(try await server.admin.unblockSignIn(account: nil, addresses: ["127.0.0.1"]))
             #expect(try await attempt(client, "user9", "guess").status == .unauthorized)
         }
+    }
+
+    /// Behind a trusted reverse proxy the forwarded address is what counts; from anywhere else the
+    /// header changes nothing (a stranger cannot rotate it to escape the count).
+    @Test func behindATrustedProxyTheForwardedAddressCounts() async throws {
+        @Sendable func guess(_ client: Client, _ forwarded: String) async throws -> HTTPResponse.Status {
+            try await client.send(.post, "/v1/sign-in", json: SignInRequest(account: "user-\(UUID().uuidString.prefix(6))", password: "guess", deviceName: "guess"),
+                                  headers: [HTTPField.Name("X-Forwarded-For")!: forwarded]).status
+        }
+        let proxied = try await TestServer(.sqlite, signInPolicy: Self.strict(account: 1_000, address: 3), trustedProxies: try TrustedProxies(["127.0.0.0/8"]))
+        defer { proxied.remove() }
+        try await proxied.server.makeApplication().test(.live) { raw async throws in
+            let client = Client(client: raw)
+            for _ in 0..<3 { #expect(try await guess(client, "198.51.100.7, 203.0.113.5") == .unauthorized) }
+            #expect(try await guess(client, "203.0.113.5") == .tooManyRequests, "the client behind the proxy is blocked")
+            #expect(try await guess(client, "203.0.113.6") == .unauthorized, "another client behind the same proxy is not")
+            #expect(try await proxied.admin.blockedSignIns().map(\.who) == ["203.0.113.5"])
+        }
+        let direct = try await TestServer(.sqlite, signInPolicy: Self.strict(account: 1_000, address: 3))
+        defer { direct.remove() }
+        try await direct.server.makeApplication().test(.live) { raw async throws in
+            let client = Client(client: raw)
+            for index in 0..<3 { #expect(try await guess(client, "203.0.113.\(index)") == .unauthorized) }
+            #expect(try await guess(client, "203.0.113.99") == .tooManyRequests, "the header is not believed")
+            #expect(try await direct.admin.blockedSignIns().map(\.who) == ["127.0.0.1"])
+        }
+    }
+
+    @Test func trustedProxiesAreParsedAndMatched() throws {
+        let proxies = try TrustedProxies(["10.0.0.0/8", "192.168.1.7", "fd00::/8"])
+        func address(_ text: String) -> SocketAddress { try! SocketAddress(ipAddress: text, port: 0) }
+        #expect(proxies.contains(address("10.200.3.4")) && !proxies.contains(address("11.0.0.1")))
+        #expect(proxies.contains(address("192.168.1.7")) && !proxies.contains(address("192.168.1.8")))
+        #expect(proxies.contains(address("fd12::1")) && !proxies.contains(address("fe80::1")))
+        #expect(proxies.contains(address("::ffff:10.1.1.1")), "IPv4 over IPv6")
+        // The last hop that is not a proxy; an unreadable hop stops the walk at the proxy.
+        #expect(proxies.client(peer: address("10.0.0.1"), forwardedFor: ["1.2.3.4, 5.6.7.8", "10.0.0.9"])?.ipAddress == "5.6.7.8")
+        #expect(proxies.client(peer: address("10.0.0.1"), forwardedFor: ["1.2.3.4, nonsense"])?.ipAddress == "10.0.0.1")
+        #expect(proxies.client(peer: address("8.8.8.8"), forwardedFor: ["1.2.3.4"])?.ipAddress == "8.8.8.8")
+        #expect(throws: SyncError.self) { try TrustedProxies(["10.0.0.0/33"]) }
+        #expect(throws: SyncError.self) { try TrustedProxies(["proxy.example.org"]) }
     }
 
     @Test(arguments: Backend.all) func longPasswordsCountWhole(backend: Backend) async throws {

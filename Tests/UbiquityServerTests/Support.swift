@@ -45,7 +45,7 @@ struct TestServer {
 
     /// - Parameter postgresURL: A database of the test's own (default: a fresh schema in the test cluster).
     init(_ backend: Backend = .sqlite, postgresURL: String? = nil, signInPolicy: SignInPolicy = SignInPolicy(),
-         connectionLimits: ConnectionLimits = ConnectionLimits(), requestLimits: RequestLimits = RequestLimits(), directory: String? = nil,
+         connectionLimits: ConnectionLimits = ConnectionLimits(), requestLimits: RequestLimits = RequestLimits(), trustedProxies: TrustedProxies = TrustedProxies(), directory: String? = nil,
          logger: Logger = Logger(label: "ubiquity.server")) async throws {
         self.backend = backend
         self.directory = directory ?? NSTemporaryDirectory() + "ubiquity-server-\(UUID().uuidString.prefix(8))"
@@ -53,6 +53,7 @@ struct TestServer {
         configuration.signInPolicy = signInPolicy
         configuration.connectionLimits = connectionLimits
         configuration.requestLimits = requestLimits
+        configuration.trustedProxies = trustedProxies
         if backend == .postgres { configuration.database = try postgresURL ?? Backend.postgresURL() }
         self.configuration = configuration
         server = try await SyncServer(configuration: configuration, logger: logger)

@@ -454,7 +454,7 @@ extension SyncServices {
         guard asked.account.utf8.count <= 255, asked.password.utf8.count <= SignInGuard.longestPassword else { throw SyncError.signInFailed }
         try Validate.name(asked.deviceName, field: "deviceName")
         for container in asked.containers ?? [] { try Validate.container(container) }
-        let account = try await signIns.check(account: asked.account, password: asked.password, address: context.remoteAddress)
+        let account = try await signIns.check(account: asked.account, password: asked.password, address: context.clientAddress)
         let token = SQLiteDatabase.randomToken()
         let id = try await database.addDevice(accountId: account.id, name: asked.deviceName, tokenHash: DeviceAuthMiddleware.hash(token), containers: asked.containers)
         return SignInResponse(deviceId: id, token: token, identityToken: account.identityToken)

@@ -17,6 +17,9 @@ package struct SyncContext: RequestContext, WebSocketRequestContext, RemoteAddre
     package let remoteAddress: SocketAddress?
     /// The request's connection (nil when driven without one).
     let channel: (any Channel)?
+    /// The client's address: the connection's, or, behind a trusted reverse proxy, the one it
+    /// forwarded (``TrustedProxies``).
+    package var clientAddress: SocketAddress?
 
     /// Creates a context for a request.
     package init(source: Source) {
@@ -24,6 +27,7 @@ package struct SyncContext: RequestContext, WebSocketRequestContext, RemoteAddre
         webSocket = .init()
         remoteAddress = source.channel.remoteAddress
         channel = source.channel
+        clientAddress = remoteAddress
     }
 
     /// Largest JSON body decoded (item manifests can be long), also once inflated: 8 MiB from a
