@@ -77,6 +77,10 @@ import UbiquityTestSupport
         defer { Task { await document.close() } }
         document.edit("saved by the document")
         #expect(await document.save(to: document.fileURL, for: .forOverwriting))
+        // The document's own save does not make it revert (the watcher sees it within
+        // milliseconds: half a second is plenty).
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(document.reads.withLock { $0 } == 1, "opened once; its own save did not make it revert")
 
         let shell = Process()
         shell.executableURL = URL(fileURLWithPath: "/bin/sh")
@@ -84,7 +88,8 @@ import UbiquityTestSupport
         try shell.run()
         shell.waitUntilExit()
         #expect(await waitUntil { document.text == "written by a shell" && document.documentState == .normal })
-        #expect(document.reads.withLock { $0 } == 2, "opened, then reverted once: the document's own save did not make it revert")
+        // (The shell truncates, then writes: a loaded machine may see the two apart and revert twice.)
+        #expect((2...3).contains(document.reads.withLock { $0 }), "reverted for the shell's write")
 
         // Deleted by a program that does not coordinate: the document stays open with its content.
         try FileManager.default.removeItem(at: document.fileURL)

@@ -81,8 +81,8 @@ extension SyncServices {
                     let encoder = JSONEncoder()
                     encoder.outputFormatting = .sortedKeys
                     try await outbound.write(.text(String(decoding: try encoder.encode(PushEvent.connected), as: UTF8.self)))
-                    for await event in events {
-                        try await outbound.write(.text(String(decoding: try encoder.encode(event), as: UTF8.self)))
+                    while let waiting = await events.next() {
+                        for event in waiting { try await outbound.write(.text(String(decoding: try encoder.encode(event), as: UTF8.self))) }
                     }
                     // The stream ended: the device was revoked or signed out.
                     try await outbound.close(.policyViolation, reason: "signed out")
