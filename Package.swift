@@ -136,7 +136,7 @@ let package = Package(
         .testTarget(
             name: "UbiquityAgentTests",
             dependencies: ["UbiquityAgent", "UbiquityClient", "UbiquityQuery", "UbiquityCoordination", "UbiquitySync", "UbiquityServer", "UbiquityProtocol",
-                           .product(name: "HummingbirdTesting", package: "hummingbird")]
+                           .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "GRDB", package: "GRDB.swift")]
         ),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),

@@ -121,6 +121,9 @@ package actor ContainerSync {
     /// Whether the next round fetches whatever pushes said: when the container is opened, when
     /// pushes (re)connect, when events may have been lost, after a failed fetch.
     private var fetchDue = true
+    /// Items whose current revision is this device's own contents but which the server says are
+    /// not uploaded (it lost or found damaged a chunk of them since): sent again this round.
+    var unuploadedOwn: Set<String> = []
 
     struct Transfer {
         var downloading: Bool
@@ -268,6 +271,16 @@ package actor ContainerSync {
                 failed(fetch, error)
             }
         }
+        if !unuploadedOwn.isEmpty {
+            let items = unuploadedOwn
+            unuploadedOwn = []
+            do {
+                try await uploader.uploadAgain(items, in: self)
+            } catch let error as SyncClientError {
+                unuploadedOwn.formUnion(items) // the next round tries again
+                logger.warning("cannot upload again what the server lacks", metadata: ["container": "\(container)", "error": "\(error)"])
+            }
+        }
         marks.append(("up", clock.now))
         let looked = try await materialiser.materialize(in: self)
         marks.append(("down", clock.now))
@@ -334,6 +347,9 @@ package actor ContainerSync {
             while true {
                 let page = try await client.changes(container: container, since: cursor, brief: true, inline: inlineLimit)
                 materialiser.keepInlined(page.items, in: self)
+                for item in page.items where !item.uploaded && !item.deleted && item.kind != .directory && files.file(of: item.id)?.revision == item.revision {
+                    unuploadedOwn.insert(item.id)
+                }
                 state.fetched(page.items.map(Self.snapshot), upTo: page.more ? (page.items.last?.sequence ?? cursor) : page.sequence)
                 guard page.more, let last = page.items.last?.sequence else { break }
                 cursor = last

@@ -172,6 +172,28 @@ struct Uploader {
         return update
     }
 
+    /// Uploads again the chunks the server lacks of items whose current revision is this
+    /// device's local copy (the server lost a chunk of them, or found one damaged and put it
+    /// aside): cut again from the files, sent only if the files still hold those contents (a
+    /// file changed since sends its new contents as a change of its own).
+    func uploadAgain(_ items: Set<String>, in sync: isolated ContainerSync) async throws {
+        var uploads: [Upload] = []
+        for item in items.sorted() {
+            guard let file = sync.files.file(of: item), let path = sync.files.path(of: item), let kind = sync.state.persisted.remote[item]?.kind,
+                  kind != .directory else { continue }
+            let url = sync.root.appendingPathComponent(path)
+            guard let members = try? LocalContents.cut(url, kind: kind, scanner: sync.scanner, relative: path),
+                  LocalContents.token(LocalContents.manifest(members, kind: kind), kind: kind) == file.content else { continue }
+            let hashes = Array(Set(members.flatMap { $0.chunks.map(\.hash) }))
+            let missing = try await sync.client.missingChunks(hashes)
+            if !missing.isEmpty { uploads.append(Upload(item: item, members: members, missing: Set(missing), url: url)) }
+        }
+        if !uploads.isEmpty {
+            sync.logger.notice("uploading again what the server lacks", metadata: ["container": "\(sync.container)", "items": "\(uploads.count)"])
+        }
+        try await upload(uploads, in: sync)
+    }
+
     /// What of an item's contents the server lacks, and where they are.
     struct Upload {
         var item: String

@@ -1,0 +1,46 @@
+import Foundation
+import GRDB
+import Testing
+import UbiquityProtocol
+@testable import UbiquityAgent
+@testable import UbiquityServer
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A chunk the server finds damaged is asked of the devices again: the device whose file holds
+/// those contents sends it again, and the other device then gets the file whole.
+extension ContainerSyncTests {
+    @Test func aChunkTheServerFoundDamagedIsSentAgainByADeviceThatHasIt() async throws {
+        try await withServer { base, dir in
+            let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await device("phone", base: base, dir: dir, greedy: true)
+            var random = SystemRandomNumberGenerator()
+            let bytes = Data((0..<400_000).map { _ in UInt8.random(in: 0...255, using: &random) })
+            try laptop.write("Big.bin", bytes)
+            try await laptop.sync.syncOnce()
+
+            // A bit flips in the server's chunk store.
+            let store = try FileChunkStore(directory: dir + "/server/chunks")
+            let place = try #require(try store.index.read { db in try Row.fetchOne(db, sql: "SELECT account, pack, offset FROM chunk LIMIT 1") })
+            let fd = open(store.packPath(account: place["account"], pack: place["pack"]), O_RDWR)
+            var byte: UInt8 = 0
+            let offset = off_t(place["offset"] as Int64 + 100)
+            #expect(pread(fd, &byte, 1, offset) == 1)
+            byte ^= 0x80
+            #expect(pwrite(fd, &byte, 1, offset) == 1)
+            close(fd)
+
+            // The phone cannot get it (the server does not serve damaged bytes) …
+            try await phone.sync.syncOnce()
+            #expect(phone.read("Big.bin") == nil)
+            // … the laptop, told the item is not uploaded any more, sends the chunk again …
+            try await laptop.sync.syncOnce()
+            // … and the phone gets the file whole.
+            for _ in 0..<3 where (try? Data(contentsOf: phone.documents.appendingPathComponent("Big.bin"))) != bytes {
+                try await phone.sync.syncOnce()
+            }
+            #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Big.bin")) == bytes)
+        }
+    }
+}
