@@ -65,6 +65,18 @@ import Testing
             + "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\(headers)\r\n"
     }
 
+    /// Sends `request` on a connection of its own: the server answers `status` with the JSON
+    /// error `code`, then closes the connection.
+    func expectRefusal(_ request: String, status: Int, code: String) async throws {
+        try await withServer { port, _ in
+            let connection = try await RawConnection(port: port)
+            try await connection.send(request)
+            #expect(try await connection.closed(within: .seconds(10)) != nil)
+            #expect(connection.text.hasPrefix("HTTP/1.1 \(status)"), "\(connection.text.prefix(200))")
+            #expect(connection.text.contains(#""code":"\#(code)""#))
+        }
+    }
+
     /// A server with short request limits, live on loopback.
     func withServer(_ body: @Sendable (Int, TestServer) async throws -> Void) async throws {
         var limits = RequestLimits()
@@ -143,23 +155,12 @@ import Testing
     }
 
     @Test func oversizeHeadersAreAnswered431() async throws {
-        try await withServer { port, _ in
-            let connection = try await RawConnection(port: port)
-            try await connection.send("GET /health HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 80 << 10))\r\n\r\n")
-            #expect(try await connection.closed(within: .seconds(10)) != nil)
-            #expect(connection.text.hasPrefix("HTTP/1.1 431"), "\(connection.text.prefix(200))")
-            #expect(connection.text.contains(#""code":"headersTooLarge""#))
-        }
+        try await expectRefusal("GET /health HTTP/1.1\r\nHost: x\r\nX-Big: \(String(repeating: "a", count: 80 << 10))\r\n\r\n",
+                                status: 431, code: "headersTooLarge")
     }
 
     @Test func aMalformedRequestIsAnswered400() async throws {
-        try await withServer { port, _ in
-            let connection = try await RawConnection(port: port)
-            try await connection.send("GET /health HTTP/1.1\r\nHost: x\r\nBad Header Without Colon\r\n\r\n")
-            #expect(try await connection.closed(within: .seconds(10)) != nil)
-            #expect(connection.text.hasPrefix("HTTP/1.1 400"), "\(connection.text.prefix(200))")
-            #expect(connection.text.contains(#""code":"malformedRequest""#))
-        }
+        try await expectRefusal("GET /health HTTP/1.1\r\nHost: x\r\nBad Header Without Colon\r\n\r\n", status: 400, code: "malformedRequest")
     }
 
     @Test func aWebSocketUpgradeWithoutAValidTokenIsAnswered401() async throws {
