@@ -125,12 +125,12 @@ struct ServeCommand: AsyncParsableCommand {
     }
 }
 
-/// `ubiquity account create|list|delete`.
+/// `ubiquity account create|list|quota|delete|blocked|unblock`.
 struct AccountCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "account",
         abstract: "Manage the server's accounts (on its data directory or database; the server may be running).",
-        subcommands: [Create.self, List.self, Delete.self, Blocked.self, Unblock.self]
+        subcommands: [Create.self, List.self, Quota.self, Delete.self, Blocked.self, Unblock.self]
     )
 
     struct Create: AsyncParsableCommand {
@@ -160,6 +160,20 @@ struct AccountCommand: AsyncParsableCommand {
                     }
                 }
             }
+        }
+    }
+
+    struct Quota: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Set an account's storage quota.")
+        @Argument(help: "The account's name.") var name: String
+        @Argument(help: "The quota in bytes.") var bytes: Int64
+        @OptionGroup var storage: StorageOptions
+
+        func run() async throws {
+            guard try await storage.withAdministration({ [name, bytes] in try await $0.setQuota(ofAccount: name, bytes: bytes) }) else {
+                throw ValidationError("no account named \(SafeText.escaped(name))")
+            }
+            print("account \(SafeText.escaped(name)): quota \(bytes) bytes")
         }
     }
 

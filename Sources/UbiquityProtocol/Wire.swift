@@ -366,17 +366,43 @@ public struct AccountResponse: Codable, Sendable, Equatable {
     public var deviceId: String
     /// The device's name.
     public var deviceName: String
-    /// Bytes of chunks the account stores.
+    /// Bytes counted against the quota (the sum of ``usage``'s parts).
     public var usedBytes: Int64
     /// Its quota.
     public var quotaBytes: Int64
+    /// What the used bytes are made of, and the account's items (nil from servers before it).
+    public var usage: AccountUsage?
 
     /// Creates an answer.
-    public init(identityToken: String, deviceId: String, deviceName: String, usedBytes: Int64, quotaBytes: Int64) {
+    public init(identityToken: String, deviceId: String, deviceName: String, usedBytes: Int64, quotaBytes: Int64, usage: AccountUsage? = nil) {
         self.identityToken = identityToken
         self.deviceId = deviceId
         self.deviceName = deviceName
         self.usedBytes = usedBytes
         self.quotaBytes = quotaBytes
+        self.usage = usage
+    }
+}
+
+/// What counts against an account's quota, part by part (``AccountResponse/usage``).
+public struct AccountUsage: Codable, Sendable, Equatable {
+    /// Bytes of file contents stored (each chunk once).
+    public var chunkBytes: Int64
+    /// Bytes of key-value stores (keys and values).
+    public var keyValueBytes: Int64
+    /// Bytes of revision records kept, current and past (a fixed amount each, names, chunk lists).
+    public var metadataBytes: Int64
+    /// Bytes committed revisions declare for chunks not uploaded yet (reserved).
+    public var pendingBytes: Int64
+    /// Items in all the account's containers.
+    public var items: Int64
+
+    /// Creates a breakdown.
+    public init(chunkBytes: Int64, keyValueBytes: Int64, metadataBytes: Int64, pendingBytes: Int64, items: Int64) {
+        self.chunkBytes = chunkBytes
+        self.keyValueBytes = keyValueBytes
+        self.metadataBytes = metadataBytes
+        self.pendingBytes = pendingBytes
+        self.items = items
     }
 }

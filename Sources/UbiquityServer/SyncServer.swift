@@ -45,6 +45,8 @@ package struct SyncServer: Sendable {
         package var requestLimits = RequestLimits()
         /// Reverse proxies whose `X-Forwarded-For` is believed (none by default).
         package var trustedProxies = TrustedProxies()
+        /// What an account may hold besides its quota (items).
+        package var accountLimits = AccountLimits()
 
         /// Creates a configuration.
         package init(dataDirectory: String = "./ubiquity-data", host: String = "127.0.0.1", port: Int = 8443, bcryptCost: UInt8 = 12) {
@@ -76,7 +78,8 @@ package struct SyncServer: Sendable {
         services = SyncServices(
             database: storage.database, chunks: VerifiedChunks(base: storage.chunks, database: storage.database, notifier: notifier, logger: logger),
             metrics: ServerMetrics(), notifier: notifier,
-            signIns: SignInGuard(database: storage.database, hasher: hasher, policy: configuration.signInPolicy, logger: logger))
+            signIns: SignInGuard(database: storage.database, hasher: hasher, policy: configuration.signInPolicy, logger: logger),
+            accountLimits: configuration.accountLimits)
         Task { await hasher.prepareDecoy() } // before the first unknown account asks
     }
 
@@ -201,6 +204,13 @@ package struct ServerAdministration: Sendable {
 
     /// Every account.
     package func accounts() async throws -> [Account] { try await database.accounts() }
+
+    /// Sets an account's storage quota. Returns false if there is no such account.
+    /// - Throws: ``SyncError`` `invalidQuota` for a negative quota.
+    package func setQuota(ofAccount name: String, bytes: Int64) async throws -> Bool {
+        guard bytes >= 0 else { throw SyncError.badRequest("invalidQuota", "a quota is 0 bytes or more") }
+        return try await database.setQuota(ofAccount: name, bytes: bytes)
+    }
 
     /// Deletes an account with its devices, items and chunks. Returns false if there is none.
     package func deleteAccount(named name: String) async throws -> Bool {

@@ -80,7 +80,6 @@ import UbiquitySync
         try await server.run { client in
             let ada = try await client.signIn("ada")
             let sixty = [UInt8](repeating: 6, count: 60), fifty = [UInt8](repeating: 5, count: 50)
-            _ = try await client.commit(notes, "doc", fileUpdate("a.bin", [sixty, fifty]), token: ada.token)
             #expect(try await client.upload(sixty, token: ada.token).status == .created)
             #expect(try await client.upload(sixty, token: ada.token).status == .created, "the same chunk again costs nothing")
             let refused = try await client.upload(fifty, token: ada.token)
@@ -88,7 +87,6 @@ import UbiquitySync
             let account = String(buffer: try await client.send(.get, "/v1/account", token: ada.token).body)
             #expect(account.contains("\"usedBytes\":60") && account.contains("\"quotaBytes\":100"))
             #expect(try await client.send(.get, "/v1/chunks/\(sha256(fifty))", token: ada.token).status == .notFound)
-            #expect(try await client.changes(notes, token: ada.token).items.first?.uploaded == false)
         }
     }
 }
@@ -217,8 +215,10 @@ import UbiquitySync
         #expect(try await server.storedChunk(sha256(old), of: "ada") == nil, "the contents are gone too")
         try await server.run { client in
             let ada = try await client.signIn("ada")
-            let account = String(buffer: try await client.send(.get, "/v1/account", token: ada.token).body)
-            #expect(account.contains("\"usedBytes\":\(new.count)"), "quota usage counts what is stored")
+            // The quota counts what is stored and the one revision kept (its record, name and chunk list).
+            let usage = try await client.usage(token: ada.token)
+            let kept = RevisionCost.record + Int64("Draft v2.txt".utf8.count) + Int64(try PreparedCommit.stored(fileUpdate("", [new]).manifest).count)
+            #expect(usage.parts.chunkBytes == Int64(new.count) && usage.parts.metadataBytes == kept && usage.used == Int64(new.count) + kept)
             #expect(try await client.send(.get, "/v1/chunks/\(sha256(new))", token: ada.token).status == .ok)
         }
     }
@@ -268,7 +268,7 @@ import UbiquitySync
     /// and uploads racing for the last of the quota never overshoot it.
     @Test(arguments: Backend.all) func concurrentCommitsAndUploadsStayConsistent(backend: Backend) async throws {
         let server = try await TestServer(backend); defer { server.remove() }
-        _ = try await server.admin.createAccount(name: "ada", password: "correct horse", quotaBytes: 1_000)
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse", quotaBytes: 1_000_000)
         try await server.run { client in
             var signedIn: [String] = []
             for device in 0..<4 { signedIn.append(try await client.signIn("ada", device: "device-\(device)").token) }
@@ -291,15 +291,16 @@ import UbiquitySync
             let shared = try #require(changes.items.first { $0.id == "shared" })
             #expect(shared.conflicts.count + 1 <= 20 && !shared.conflicts.isEmpty, "concurrent edits kept as conflict versions")
 
-            // Ten 300-byte chunks racing for a 1,000-byte quota: exactly three fit.
-            let chunks = (0..<10).map { [UInt8](repeating: UInt8($0), count: 300) }
+            // Ten chunks racing for the room left: exactly three fit.
+            let room = 1_000_000 - (try await client.usage(token: tokens[0])).used
+            let chunks = (0..<10).map { [UInt8](repeating: UInt8($0), count: Int(room) * 2 / 7) }
             let statuses = try await withThrowingTaskGroup(of: Int.self) { group in
                 for (index, chunk) in chunks.enumerated() { group.addTask { try await client.upload(chunk, token: tokens[index % 4]).status.code } }
                 return try await group.reduce(into: []) { $0.append($1) }
             }
             #expect(statuses.filter { $0 == 201 }.count == 3 && statuses.filter { $0 == 507 }.count == 7, "\(statuses)")
-            let account = String(buffer: try await client.send(.get, "/v1/account", token: tokens[0]).body)
-            #expect(account.contains("\"usedBytes\":900"))
+            let usage = try await client.usage(token: tokens[0])
+            #expect(usage.parts.chunkBytes == 3 * Int64(chunks[0].count) && usage.used <= 1_000_000)
         }
     }
 }

@@ -54,9 +54,17 @@ import UbiquityProtocol
         // Items got their folder and name keys, and a clash with an older item is found by them.
         let keys = try await database.pool.read { db in try Row.fetchAll(db, sql: "SELECT id, parentKey, nameKey FROM item ORDER BY id").map { "\($0["id"] as String):\($0["parentKey"] as String):\($0["nameKey"] as String)" } }
         #expect(keys == ["draft::draft.txt", "film::film.raw"])
+        // The quota's counters were filled in: items, what revisions cost, what is waited for.
+        let figures = try await database.usage(ofAccount: 1)
+        let manifestBytes = try JSONEncoder().encode(manifest).count
+        #expect(figures.items == 2 && figures.chunkBytes == 1 && figures.pendingBytes == 0)
+        #expect(figures.metadataBytes == 2 * RevisionCost.record + Int64("Film.raw".utf8.count + "Draft.txt".utf8.count + manifestBytes + 2))
+        let pending = try await database.pool.read { db in try String.fetchAll(db, sql: "SELECT hash FROM pendingChunk") }
+        #expect(pending == ["awaited"], "a chunk an incomplete revision waits for is reserved (at the size its manifest declares: none here)")
         let clash = try await database.commit(accountId: 1, container: "iCloud.notes", commits: [ItemCommit(item: "z-film", update: fileUpdate("FILM.raw", []))],
-                                              device: DeviceAuth(deviceId: "d", deviceName: "phone", accountId: 1, containers: nil), now: Date(), brief: false)
-        #expect(clash.first?.item.name == "FILM 2.raw")
+                                              device: DeviceAuth(deviceId: "d", deviceName: "phone", accountId: 1, containers: nil), now: Date(), brief: false,
+                                              limits: AccountLimits())
+        #expect(try clash.first?.get().item.name == "FILM 2.raw")
         await database.close()
     }
 }

@@ -45,7 +45,8 @@ struct TestServer {
 
     /// - Parameter postgresURL: A database of the test's own (default: a fresh schema in the test cluster).
     init(_ backend: Backend = .sqlite, postgresURL: String? = nil, signInPolicy: SignInPolicy = SignInPolicy(),
-         connectionLimits: ConnectionLimits = ConnectionLimits(), requestLimits: RequestLimits = RequestLimits(), trustedProxies: TrustedProxies = TrustedProxies(), directory: String? = nil,
+         connectionLimits: ConnectionLimits = ConnectionLimits(), requestLimits: RequestLimits = RequestLimits(), trustedProxies: TrustedProxies = TrustedProxies(),
+         accountLimits: AccountLimits = AccountLimits(), directory: String? = nil,
          logger: Logger = Logger(label: "ubiquity.server")) async throws {
         self.backend = backend
         self.directory = directory ?? NSTemporaryDirectory() + "ubiquity-server-\(UUID().uuidString.prefix(8))"
@@ -54,6 +55,7 @@ struct TestServer {
         configuration.connectionLimits = connectionLimits
         configuration.requestLimits = requestLimits
         configuration.trustedProxies = trustedProxies
+        configuration.accountLimits = accountLimits
         if backend == .postgres { configuration.database = try postgresURL ?? Backend.postgresURL() }
         self.configuration = configuration
         server = try await SyncServer(configuration: configuration, logger: logger)
@@ -145,6 +147,12 @@ struct Client: Sendable {
 
     func upload(_ bytes: [UInt8], token: String) async throws -> Answer {
         try await send(.put, "/v1/chunks/\(sha256(bytes))", token: token, raw: bytes)
+    }
+
+    /// What counts against the account's quota (`GET /v1/account`).
+    func usage(token: String) async throws -> (used: Int64, parts: AccountUsage) {
+        let account = try await send(.get, "/v1/account", token: token).decode(AccountResponse.self)
+        return (account.usedBytes, try #require(account.usage))
     }
 }
 

@@ -25,6 +25,8 @@ struct SyncServices: Sendable {
     let metrics: ServerMetrics
     let notifier: ChangeNotifier
     let signIns: SignInGuard
+    /// What an account may hold besides its quota.
+    var accountLimits = AccountLimits()
 }
 
 
@@ -54,7 +56,9 @@ extension SyncServices {
             let device = try context.requireDevice()
             guard let identity = try await database.identityToken(ofAccount: device.accountId) else { throw SyncError.unauthorized }
             let usage = try await database.usage(ofAccount: device.accountId)
-            return AccountResponse(identityToken: identity, deviceId: device.deviceId, deviceName: device.deviceName, usedBytes: usage.used, quotaBytes: usage.quota)
+            return AccountResponse(identityToken: identity, deviceId: device.deviceId, deviceName: device.deviceName, usedBytes: usage.used, quotaBytes: usage.quota,
+                                   usage: AccountUsage(chunkBytes: usage.chunkBytes, keyValueBytes: usage.keyValueBytes, metadataBytes: usage.metadataBytes,
+                                                       pendingBytes: usage.pendingBytes, items: usage.items))
         }
         // Signing out: the calling device's token stops working (`ubiquity logout`).
         v1.post("sign-out") { _, context -> HTTPResponse.Status in
@@ -134,7 +138,7 @@ extension SyncServices {
             let inline = try Self.inlineChunks(of: &update)
             if !inline.isEmpty { try await receive(inline, from: device, logger: context.logger) } // stored before the commit: complete when committed
             let outcome = try await database.commit(accountId: device.accountId, container: container, itemId: item, update: update, device: device, now: Date(),
-                                                    brief: Self.brief(request))
+                                                    brief: Self.brief(request), limits: accountLimits)
             if !outcome.repeated { // a change sent again changed nothing: nothing to count or push
                 metrics.count(.commits)
                 notifier.publish(account: device.accountId, container: container, sequence: outcome.item.sequence, except: device.deviceId)
@@ -177,10 +181,18 @@ extension SyncServices {
             // Small files' bytes stored before their commits (one quota check, one write): complete when committed.
             if !inline.isEmpty { try await receive(inline, from: device, logger: context.logger) }
             let brief = Self.brief(request)
-            let outcomes = accepted.isEmpty ? [] : try await database.commit(accountId: device.accountId, container: container, commits: accepted.map(\.commit),
-                                                                              device: device, now: Date(), brief: brief)
-            for (entry, outcome) in zip(accepted, outcomes) { results[entry.index] = CommitResult(item: entry.commit.item, commit: Self.answer(outcome, brief: brief)) }
-            let fresh = outcomes.filter { !$0.repeated }
+            let verdicts = accepted.isEmpty ? [] : try await database.commit(accountId: device.accountId, container: container, commits: accepted.map(\.commit),
+                                                                              device: device, now: Date(), brief: brief, limits: accountLimits)
+            var fresh: [CommitOutcome] = []
+            for (entry, verdict) in zip(accepted, verdicts) {
+                switch verdict {
+                case .success(let outcome):
+                    results[entry.index] = CommitResult(item: entry.commit.item, commit: Self.answer(outcome, brief: brief))
+                    if !outcome.repeated { fresh.append(outcome) }
+                case .failure(let error):
+                    results[entry.index] = CommitResult(item: entry.commit.item, error: .init(code: error.code, message: error.message))
+                }
+            }
             if let sequence = fresh.map(\.item.sequence).max() {
                 metrics.count(.commits, by: fresh.count)
                 notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId)
@@ -209,12 +221,7 @@ extension SyncServices {
             let device = try context.requireDevice(for: store)
             let update = try await request.decode(as: KeyValueUpdate.self, context: context)
             try Validate.keyValues(update)
-            // The store may hold what the quota leaves once everything else is counted.
-            let stores = try await database.keyValueUsage(accountId: device.accountId, store: store)
-            try KeyValueLimits.checkStoreCount(stores)
-            let usage = try await database.usage(ofAccount: device.accountId)
-            let room = usage.quota - (usage.used - stores.storeBytes)
-            let answer = try await database.applyKeyValues(accountId: device.accountId, store: store, changes: update.changes, device: device, room: room)
+            let answer = try await database.applyKeyValues(accountId: device.accountId, store: store, changes: update.changes, device: device)
             notifier.publish(account: device.accountId, container: store, sequence: answer.sequence, keyValue: true)
             return answer
         }
@@ -420,8 +427,10 @@ extension SyncServices {
         }
         let adding = fresh.reduce(Int64(0)) { $0 + Int64($1.bytes.count) }
         if adding > 0 {
+            // Before writing anything (chunks reserved by a commit are counted already: the
+            // database's check, after writing, is the exact one).
             let usage = try await database.usage(ofAccount: device.accountId)
-            guard usage.used + adding <= usage.quota else { throw SyncError.quotaExceeded(used: usage.used, quota: usage.quota, adding: adding) }
+            guard usage.used - usage.pendingBytes + adding <= usage.quota else { throw SyncError.quotaExceeded(used: usage.used, quota: usage.quota, adding: adding) }
         }
         try await chunks.store(fresh, account: device.accountId)
         let completed: [String: Int64]

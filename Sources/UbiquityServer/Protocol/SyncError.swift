@@ -4,6 +4,11 @@ import GRDB
 import Hummingbird
 import PostgresNIO
 
+extension HTTPResponse.Status {
+    /// 507 Insufficient Storage (WebDAV's, used for a full quota or disk).
+    static var insufficientStorage: Self { .init(code: 507, reasonPhrase: "Insufficient Storage") }
+}
+
 /// An error the server answers with: an HTTP status, a stable code and a message. Nothing is
 /// changed when a request fails with one.
 package struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equatable {
@@ -59,12 +64,21 @@ package struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equ
     }
     static let notFound = SyncError(.notFound, "notFound", "no such item")
     static func quotaExceeded(used: Int64, quota: Int64, adding: Int64) -> SyncError {
-        SyncError(HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), "quotaExceeded",
-                  "the account's storage quota of \(quota) bytes would be exceeded (\(used) used, \(adding) more)")
+        SyncError(.insufficientStorage, "quotaExceeded", "the account's storage quota of \(quota) bytes would be exceeded (\(used) used, \(adding) more)")
+    }
+    /// A commit that would take the account over its quota: 507 `quotaExceeded`, naming the
+    /// chunks it names that the account does not hold (those whose declared sizes it would
+    /// reserve).
+    static func quotaExceeded(used: Int64, quota: Int64, adding: Int64, missing: [String]) -> SyncError {
+        var error = quotaExceeded(used: used, quota: quota, adding: adding)
+        if !missing.isEmpty {
+            error.message += "; it names \(missing.count) chunk(s) the account does not hold: \(missing.prefix(8).joined(separator: ", "))\(missing.count > 8 ? ", …" : "")"
+        }
+        return error
     }
     /// The server's disk (or its database's) is full: 507 `noSpace`. Nothing was changed; the
     /// request can be sent again once there is room.
-    static let noSpace = SyncError(HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), "noSpace", "the server is out of disk space")
+    static let noSpace = SyncError(.insufficientStorage, "noSpace", "the server is out of disk space")
 
     /// Whether `error` says a disk is full: SQLite's `SQLITE_FULL`, PostgreSQL's `53100
     /// disk_full`, `ENOSPC`/`EDQUOT` from the file system.
@@ -197,30 +211,19 @@ enum Validate {
 }
 
 extension KeyValueLimits {
-    /// Throws `keyValueQuotaViolation` (413) unless a store of `keys` keys and `bytes` bytes is
-    /// within Apple's limits.
     /// At most this many key-value stores per account (one per app, as on Apple's systems).
     static let maximumStoresPerAccount = 256
 
-    /// Throws `keyValueQuotaViolation` (413) unless a store of `keys` keys and `bytes` bytes is
-    /// within Apple's limits, and `quotaExceeded` (507) when it would hold more than `room`
-    /// bytes — what the account's quota leaves it (the quota counts chunks and key-value stores).
-    static func checkStore(keys: Int, bytes: Int, room: Int64) throws {
-        try checkStore(keys: keys, bytes: bytes)
-        guard Int64(bytes) <= room else {
-            throw SyncError(HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), "quotaExceeded",
-                            "the key-value store would hold \(bytes) bytes; the account's storage quota leaves it \(max(0, room))")
-        }
-    }
-
-    /// Throws `tooManyStores` (507) when the account has its most stores and `store` is a new one.
-    static func checkStoreCount(_ usage: KeyValueUsage) throws {
-        guard usage.storeExists || usage.stores < maximumStoresPerAccount else {
-            throw SyncError(HTTPResponse.Status(code: 507, reasonPhrase: "Insufficient Storage"), "tooManyStores",
+    /// Throws `tooManyStores` (507) when an account that has `existing` stores may not have one more.
+    static func checkStoreCount(existing: Int) throws {
+        guard existing < maximumStoresPerAccount else {
+            throw SyncError(.insufficientStorage, "tooManyStores",
                             "an account holds at most \(maximumStoresPerAccount) key-value stores")
         }
     }
 
+    /// Throws `keyValueQuotaViolation` (413) unless a store of `keys` keys and `bytes` bytes is
+    /// within Apple's limits.
     static func checkStore(keys: Int, bytes: Int) throws {
         guard keys <= maximumKeys else {
             throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a key-value store holds at most \(maximumKeys) keys; this would make \(keys)")

@@ -67,14 +67,14 @@ final class ManifestCache: Sendable {
         }
     }
 
-    /// The chunk hashes of `base`, an edit's base revision, if its list is kept here and the
+    /// The chunks of `base`, an edit's base revision, and their sizes, if its list is kept here and the
     /// edit lists `count` chunks (a large file). A chunk goes from storage only when nothing
     /// refers to it, so if the base revision is complete these are all still stored, and the
     /// edit's commit need look up only its other chunks (a 1-byte edit of a 64 MiB file: a few,
     /// not 4,000). Whether the base is complete is the caller's to ask.
-    func chunks(ofBase base: String?, forEditOf count: Int) -> Set<String>? {
+    func chunkSizes(ofBase base: String?, forEditOf count: Int) -> [String: Int64]? {
         guard let base, count >= Self.smallest, let known = cached(base) else { return nil }
-        return Set(known.allChunks.map(\.hash))
+        return Dictionary(known.allChunks.map { ($0.hash, $0.size) }) { first, _ in first }
     }
 
     /// How many manifests are kept (for tests).

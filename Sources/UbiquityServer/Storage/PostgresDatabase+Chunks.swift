@@ -30,78 +30,11 @@ extension PostgresDatabase {
     }
 
     func chunksStored(accountId: Int64, chunks: [StoredChunk], now: Date) async throws -> [String: Int64] {
-        try await transaction { [self] db in
-            guard let account = try await db.rows("SELECT quota_bytes FROM account WHERE id = \(accountId) FOR UPDATE").first else { throw SyncError.unauthorized }
-            let hashes = chunks.map(\.hash)
-            let present = try await Self.presentChunks(db, accountId: accountId, hashes: hashes)
-            var fresh: [String: Int64] = [:]
-            for chunk in chunks where !present.contains(chunk.hash) { fresh[chunk.hash] = chunk.size }
-            if !fresh.isEmpty {
-                // One quota check for the whole batch.
-                let adding = fresh.values.reduce(0, +)
-                let used = try await db.rows("SELECT COALESCE(SUM(size), 0)::BIGINT AS used FROM chunk WHERE account_id = \(accountId)").first?.get("used", as: Int64.self) ?? 0
-                let quota: Int64 = try account.get("quota_bytes")
-                guard used + adding <= quota else { throw SyncError.quotaExceeded(used: used, quota: quota, adding: adding) }
-            }
-            let ordered = fresh.sorted { $0.key < $1.key }
-            if !ordered.isEmpty {
-                let freshHashes = ordered.map(\.key), sizes = ordered.map(\.value)
-                try await db.rows("""
-                    INSERT INTO chunk (account_id, hash, size, created)
-                    SELECT \(accountId), hash, size, \(now.timeIntervalSince1970) FROM UNNEST(\(freshHashes)::TEXT[], \(sizes)::BIGINT[]) AS fresh(hash, size)
-                    ON CONFLICT DO NOTHING
-                    """)
-            }
-            // Revisions waiting for these chunks that now have every chunk become downloadable.
-            let waiting = try await db.rows("""
-                SELECT DISTINCT revision.id, revision.container_id, revision.item_id, revision.state FROM revision_chunk
-                JOIN revision ON revision.id = revision_chunk.revision_id
-                WHERE revision_chunk.account_id = \(accountId) AND revision_chunk.hash = ANY(\(hashes)::TEXT[]) AND NOT revision.complete
-                ORDER BY revision.container_id, revision.id
-                """)
-            var changed: [String: Int64] = [:]
-            for row in waiting {
-                let revision: String = try row.get("id")
-                // Is any chunk still missing? (Stops at the first: a large file's upload must not
-                // count all its chunks once per batch.)
-                let stillMissing = try await !db.rows("""
-                    SELECT 1 AS missing FROM revision_chunk LEFT JOIN chunk ON chunk.account_id = revision_chunk.account_id AND chunk.hash = revision_chunk.hash
-                    WHERE revision_chunk.revision_id = \(revision) AND chunk.hash IS NULL LIMIT 1
-                    """).isEmpty
-                guard !stillMissing else { continue }
-                try await db.rows("UPDATE revision SET complete = TRUE WHERE id = \(revision)")
-                let state: String = try row.get("state")
-                guard state == "current" || state == "conflict" else { continue }
-                let containerId: Int64 = try row.get("container_id")
-                let sequence = try await Self.advance(db, containerId: containerId, itemId: try row.get("item_id"))
-                if let identifier = try await db.rows("SELECT identifier FROM container WHERE id = \(containerId)").first?.get("identifier", as: String.self) {
-                    changed[identifier] = sequence
-                }
-            }
-            for (container, sequence) in changed { try await announce(db, account: accountId, container: container, sequence: sequence) }
-            return changed
-        }
+        try await rules { storage in try await ServerRules.chunksStored(account: accountId, chunks: chunks, now: now, in: storage) }
     }
 
     func chunkLost(accountId: Int64, hash: String) async throws -> [String: Int64] {
-        try await transaction { [self] db in
-            try await db.rows("DELETE FROM chunk WHERE account_id = \(accountId) AND hash = \(hash)")
-            let naming = try await db.rows("""
-                SELECT revision.id, revision.container_id, revision.item_id, revision.state, container.identifier FROM revision_chunk
-                JOIN revision ON revision.id = revision_chunk.revision_id JOIN container ON container.id = revision.container_id
-                WHERE revision_chunk.account_id = \(accountId) AND revision_chunk.hash = \(hash)
-                ORDER BY revision.container_id, revision.id
-                """)
-            var changed: [String: Int64] = [:]
-            for row in naming {
-                try await db.rows("UPDATE revision SET complete = FALSE WHERE id = \(try row.get("id", as: String.self))")
-                let state: String = try row.get("state")
-                guard state == "current" || state == "conflict" else { continue }
-                changed[try row.get("identifier")] = try await Self.advance(db, containerId: try row.get("container_id"), itemId: try row.get("item_id"))
-            }
-            for (container, sequence) in changed { try await announce(db, account: accountId, container: container, sequence: sequence) }
-            return changed
-        }
+        try await rules { storage in try await ServerRules.chunkLost(account: accountId, hash: hash, in: storage) }
     }
 
     func listedChunks() async throws -> [ChunkEntry] {

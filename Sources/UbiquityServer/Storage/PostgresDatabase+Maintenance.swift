@@ -28,40 +28,35 @@ extension PostgresDatabase {
     }
 
     func restore(accountName: String, revision: String, now: Date) async throws -> (container: String, sequence: Int64)? {
-        try await transaction { [self] db in
-            guard let row = try await db.rows("""
-                SELECT revision.container_id, revision.item_id, container.identifier, container.account_id FROM revision
-                JOIN container ON container.id = revision.container_id JOIN account ON account.id = container.account_id
-                WHERE account.name = \(accountName) AND revision.id = \(revision) AND revision.state IN ('replaced', 'resolved', 'superseded') AND NOT revision.deleted
-                """).first else { return nil }
-            let containerId: Int64 = try row.get("container_id")
-            let itemId: String = try row.get("item_id")
-            try await db.rows("SELECT 1 AS one FROM account WHERE id = \(try row.get("account_id", as: Int64.self)) FOR SHARE")
-            try await db.rows("SELECT id FROM container WHERE id = \(containerId) FOR UPDATE")
-            let restored = RandomIdentifier.make()
-            try await db.rows("""
-                INSERT INTO revision (id, container_id, item_id, base_revision, device_id, device_name, name, parent, kind, size,
-                    modification_date, type, manifest, deleted, complete, state, created)
-                SELECT \(restored), container_id, item_id, (SELECT current_revision FROM item WHERE container_id = \(containerId) AND id = \(itemId)),
-                    'server', 'server', name, parent, kind, size, modification_date, type, manifest, FALSE, complete, 'current', \(now.timeIntervalSince1970)
-                FROM revision WHERE id = \(revision)
-                """)
-            try await db.rows("INSERT INTO revision_chunk (revision_id, account_id, hash) SELECT \(restored), account_id, hash FROM revision_chunk WHERE revision_id = \(revision)")
-            try await db.rows("UPDATE revision SET state = 'replaced' WHERE id = (SELECT current_revision FROM item WHERE container_id = \(containerId) AND id = \(itemId))")
-            let sequence = try await Self.bump(db, containerId: containerId)
-            try await db.rows("UPDATE item SET current_revision = \(restored), sequence = \(sequence) WHERE container_id = \(containerId) AND id = \(itemId)")
-            try await Self.refreshIndexKeys(db, containerId: containerId, itemId: itemId)
-            let identifier: String = try row.get("identifier")
-            try await announce(db, account: try row.get("account_id"), container: identifier, sequence: sequence)
-            return (identifier, sequence)
-        }
+        try await rules { storage in try await ServerRules.restore(accountName: accountName, revision: revision, now: now, in: storage) }
     }
 
     func collectGarbage(now: Date, retention: TimeInterval, grace: TimeInterval) async throws -> (revisions: Int, chunks: [(Int64, String)], bytes: Int64) {
         let collected = try await transaction { db in
             // No commit or upload may name a chunk while it is judged unreferenced.
             try await db.rows("SELECT id FROM account ORDER BY id FOR UPDATE")
-            let revisions = try await db.rows("DELETE FROM revision WHERE state IN ('replaced', 'resolved', 'superseded') AND created < \(now.timeIntervalSince1970 - retention) RETURNING id").count
+            let freed = try await db.rows("""
+                WITH gone AS (DELETE FROM revision WHERE state IN ('replaced', 'resolved', 'superseded') AND created < \(now.timeIntervalSince1970 - retention)
+                              RETURNING container_id, cost)
+                SELECT container.account_id, COUNT(*) AS revisions, SUM(gone.cost)::BIGINT AS cost FROM gone JOIN container ON container.id = gone.container_id
+                GROUP BY container.account_id
+                """)
+            var revisions = 0
+            for row in freed {
+                revisions += Int(try row.get("revisions", as: Int64.self))
+                try await db.rows("UPDATE account SET metadata_bytes = metadata_bytes - \(try row.get("cost", as: Int64.self)) WHERE id = \(try row.get("account_id", as: Int64.self))")
+            }
+            // Chunks no incomplete revision names any more are no longer reserved.
+            let unreserved = try await db.rows("""
+                WITH gone AS (DELETE FROM pending_chunk WHERE NOT EXISTS
+                    (SELECT 1 FROM revision_chunk JOIN revision ON revision.id = revision_chunk.revision_id
+                     WHERE revision_chunk.account_id = pending_chunk.account_id AND revision_chunk.hash = pending_chunk.hash AND NOT revision.complete)
+                    RETURNING account_id, size)
+                SELECT account_id, SUM(size)::BIGINT AS size FROM gone GROUP BY account_id
+                """)
+            for row in unreserved {
+                try await db.rows("UPDATE account SET pending_bytes = pending_bytes - \(try row.get("size", as: Int64.self)) WHERE id = \(try row.get("account_id", as: Int64.self))")
+            }
             let orphans = try await db.rows("""
                 DELETE FROM chunk WHERE created < \(now.timeIntervalSince1970 - grace) AND NOT EXISTS
                     (SELECT 1 FROM revision_chunk WHERE revision_chunk.account_id = chunk.account_id AND revision_chunk.hash = chunk.hash)

@@ -97,7 +97,72 @@ extension PostgresDatabase {
             "ALTER TABLE item ADD COLUMN name_key TEXT",
             "CREATE INDEX item_name ON item(container_id, parent_key, name_key)",
         ]),
+        // What the quota counts, kept as counters (ServerRules): chunk bytes (kept by the chunks'
+        // own inserts and deletes, a trigger), key-value bytes, what revisions cost, and the
+        // declared bytes of chunks committed revisions wait for (a row per chunk, filled in
+        // from the manifests by `fillPendingChunks`); and the account's items.
+        ("v6-account-figures", [
+            "ALTER TABLE account ADD COLUMN used_bytes BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE account ADD COLUMN key_value_bytes BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE account ADD COLUMN metadata_bytes BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE account ADD COLUMN pending_bytes BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE account ADD COLUMN item_count BIGINT NOT NULL DEFAULT 0",
+            "ALTER TABLE revision ADD COLUMN cost BIGINT NOT NULL DEFAULT 0",
+            """
+            CREATE TABLE pending_chunk (
+                account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE, hash TEXT NOT NULL, size BIGINT NOT NULL,
+                PRIMARY KEY(account_id, hash))
+            """,
+            "UPDATE revision SET cost = \(RevisionCost.record) + octet_length(name) + octet_length(manifest)",
+            """
+            UPDATE account SET
+                used_bytes = (SELECT COALESCE(SUM(size), 0) FROM chunk WHERE chunk.account_id = account.id),
+                key_value_bytes = (SELECT COALESCE(SUM(kv.size), 0) FROM kv JOIN kv_store ON kv_store.id = kv.store_id WHERE kv_store.account_id = account.id),
+                metadata_bytes = (SELECT COALESCE(SUM(revision.cost), 0) FROM revision JOIN container ON container.id = revision.container_id
+                                  WHERE container.account_id = account.id),
+                item_count = (SELECT COUNT(*) FROM item JOIN container ON container.id = item.container_id WHERE container.account_id = account.id)
+            """,
+            """
+            CREATE FUNCTION chunk_bytes_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF TG_OP = 'INSERT' THEN
+                    UPDATE account SET used_bytes = used_bytes + NEW.size WHERE id = NEW.account_id;
+                    RETURN NEW;
+                END IF;
+                UPDATE account SET used_bytes = used_bytes - OLD.size WHERE id = OLD.account_id;
+                RETURN OLD;
+            END $$
+            """,
+            "CREATE TRIGGER chunk_bytes AFTER INSERT OR DELETE ON chunk FOR EACH ROW EXECUTE FUNCTION chunk_bytes_changed()",
+        ]),
     ]
+
+    /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare
+    /// (once, when `v6-account-figures` is applied), and the accounts' pending bytes.
+    static func fillPendingChunks(_ connection: PostgresConnection, logger: Logger) async throws {
+        var accounts: [Int64] = [], hashes: [String] = [], sizes: [Int64] = []
+        let rows = try await connection.query("""
+            SELECT revision_chunk.account_id, revision_chunk.hash, revision.manifest FROM revision_chunk
+            JOIN revision ON revision.id = revision_chunk.revision_id
+            LEFT JOIN chunk ON chunk.account_id = revision_chunk.account_id AND chunk.hash = revision_chunk.hash
+            WHERE NOT revision.complete AND chunk.hash IS NULL
+            """, logger: logger)
+        for try await (account, hash, manifest) in rows.decode((Int64, String, ByteBuffer).self) {
+            // (An unreadable manifest: the chunk is reserved at 0 bytes rather than not at all.)
+            let declared = (try? JSONDecoder().decode(Manifest.self, from: Data(manifest.readableBytesView)))?.allChunks.first { $0.hash == hash }?.size
+            accounts.append(account); hashes.append(hash); sizes.append(declared ?? 0)
+        }
+        for start in stride(from: 0, to: hashes.count, by: 5_000) {
+            let range = start..<min(start + 5_000, hashes.count)
+            let (a, h, z) = (Array(accounts[range]), Array(hashes[range]), Array(sizes[range]))
+            try await connection.query("""
+                INSERT INTO pending_chunk (account_id, hash, size) SELECT * FROM UNNEST(\(a)::BIGINT[], \(h)::TEXT[], \(z)::BIGINT[]) ON CONFLICT DO NOTHING
+                """, logger: logger)
+        }
+        try await connection.query("""
+            UPDATE account SET pending_bytes = (SELECT COALESCE(SUM(size), 0) FROM pending_chunk WHERE pending_chunk.account_id = account.id)
+            """, logger: logger)
+    }
 
     /// Fills in the folder and name keys of items that have none (those from before
     /// `v5-item-name-index`), 5,000 a statement.
@@ -139,6 +204,7 @@ extension PostgresDatabase {
             }
             for (version, statements) in migrations where !applied.contains(version) {
                 for statement in statements { try await connection.query(PostgresQuery(unsafeSQL: statement), logger: logger) }
+                if version == "v6-account-figures" { try await fillPendingChunks(connection, logger: logger) }
                 try await connection.query("INSERT INTO ubiquity_migration (version, applied) VALUES (\(version), \(Date().timeIntervalSince1970))", logger: logger)
             }
             try await fillIndexKeys(connection, logger: logger)

@@ -38,71 +38,11 @@ extension SQLiteDatabase {
     }
 
     func chunksStored(accountId: Int64, chunks: [StoredChunk], now: Date) async throws -> [String: Int64] {
-        try await pool.write { db in
-            let hashes = chunks.map(\.hash)
-            let present = try Self.presentChunks(db, accountId: accountId, hashes: hashes)
-            var fresh: [String: Int64] = [:]
-            for chunk in chunks where !present.contains(chunk.hash) { fresh[chunk.hash] = chunk.size }
-            if !fresh.isEmpty {
-                // One quota check for the whole batch.
-                let adding = fresh.values.reduce(0, +)
-                let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT usedBytes, quotaBytes FROM account WHERE id = ?"), arguments: [accountId])
-                let used: Int64 = row?["usedBytes"] ?? 0, quota: Int64 = row?["quotaBytes"] ?? 0
-                guard used + adding <= quota else { throw SyncError.quotaExceeded(used: used, quota: quota, adding: adding) }
-            }
-            for (hash, size) in fresh.sorted(by: { $0.key < $1.key }) {
-                try db.cachedStatement(sql: "INSERT OR IGNORE INTO chunk (accountId, hash, size, created) VALUES (?, ?, ?, ?)").execute(arguments: [accountId, hash, size, now.timeIntervalSince1970])
-            }
-            // Revisions waiting for these chunks that now have every chunk become downloadable.
-            var waiting: [String: Row] = [:]
-            for batch in stride(from: 0, to: hashes.count, by: 500).map({ Array(hashes[$0..<min($0 + 500, hashes.count)]) }) {
-                let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
-                for row in try Row.fetchAll(db, sql: """
-                    SELECT DISTINCT revision.id, revision.containerId, revision.itemId, revision.state FROM revisionWaiting
-                    JOIN revision ON revision.id = revisionWaiting.revisionId
-                    WHERE revisionWaiting.accountId = ? AND revisionWaiting.hash IN (\(marks))
-                    """, arguments: StatementArguments([accountId] + batch)) {
-                    waiting[row["id"]] = row
-                }
-                try db.execute(sql: "DELETE FROM revisionWaiting WHERE accountId = ? AND hash IN (\(marks))", arguments: StatementArguments([accountId] + batch))
-            }
-            var changed: [String: Int64] = [:]
-            for (revision, row) in waiting.sorted(by: { $0.key < $1.key }) {
-                // Is any chunk still missing? (Stops at the first: a large file's upload must not
-                // count all its chunks once per batch.)
-                let stillMissing = try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM revisionWaiting WHERE revisionId = ? LIMIT 1"), arguments: [revision]) == true
-                guard !stillMissing else { continue }
-                try db.cachedStatement(sql: "UPDATE revision SET complete = 1 WHERE id = ?").execute(arguments: [revision])
-                let state: String = row["state"]
-                guard state == "current" || state == "conflict" else { continue }
-                let containerId: Int64 = row["containerId"]
-                let sequence = try Self.advance(db, containerId: containerId, itemId: row["itemId"])
-                if let identifier = try String.fetchOne(db.cachedStatement(sql: "SELECT identifier FROM container WHERE id = ?"), arguments: [containerId]) { changed[identifier] = sequence }
-            }
-            return changed
-        }
+        try await rules { storage in try await ServerRules.chunksStored(account: accountId, chunks: chunks, now: now, in: storage) }
     }
 
     func chunkLost(accountId: Int64, hash: String) async throws -> [String: Int64] {
-        try await pool.write { db in
-            try db.cachedStatement(sql: "DELETE FROM chunk WHERE accountId = ? AND hash = ?").execute(arguments: [accountId, hash])
-            // (No index by hash — see migration v9: a rare event scans the references once.)
-            let naming = try Row.fetchAll(db.cachedStatement(sql: """
-                SELECT revision.id, revision.containerId, revision.itemId, revision.state, container.identifier FROM revisionChunk
-                JOIN revision ON revision.id = revisionChunk.revisionId JOIN container ON container.id = revision.containerId
-                WHERE revisionChunk.accountId = ? AND revisionChunk.hash = ?
-                """), arguments: [accountId, hash])
-            var changed: [String: Int64] = [:]
-            for row in naming {
-                let revision: String = row["id"]
-                try db.cachedStatement(sql: "INSERT OR IGNORE INTO revisionWaiting (accountId, hash, revisionId) VALUES (?, ?, ?)").execute(arguments: [accountId, hash, revision])
-                try db.cachedStatement(sql: "UPDATE revision SET complete = 0 WHERE id = ?").execute(arguments: [revision])
-                let state: String = row["state"]
-                guard state == "current" || state == "conflict" else { continue }
-                changed[row["identifier"]] = try Self.advance(db, containerId: row["containerId"], itemId: row["itemId"])
-            }
-            return changed
-        }
+        try await rules { storage in try await ServerRules.chunkLost(account: accountId, hash: hash, in: storage) }
     }
 
     func listedChunks() async throws -> [ChunkEntry] {

@@ -1,4 +1,6 @@
+import Foundation
 import GRDB
+import UbiquityProtocol
 import UbiquitySync
 
 // The embedded database's schema, one migration per change (never edited once released).
@@ -165,6 +167,43 @@ extension SQLiteDatabase {
                 INSERT OR IGNORE INTO containerChunk (containerId, hash)
                     SELECT revision.containerId, revisionChunk.hash FROM revisionChunk JOIN revision ON revision.id = revisionChunk.revisionId;
                 """)
+        }
+        migrator.registerMigration("v13-account-figures") { db in
+            // What the quota counts besides chunks, kept as counters the rules (ServerRules)
+            // update: key-value bytes, what revisions cost (their record, name and manifest),
+            // and the declared bytes of chunks committed revisions wait for (one row per chunk,
+            // so a chunk waited for twice is counted once); and the account's items.
+            try db.execute(sql: """
+                ALTER TABLE account ADD COLUMN keyValueBytes INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE account ADD COLUMN metadataBytes INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE account ADD COLUMN pendingBytes INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE account ADD COLUMN itemCount INTEGER NOT NULL DEFAULT 0;
+                ALTER TABLE revision ADD COLUMN cost INTEGER NOT NULL DEFAULT 0;
+                CREATE TABLE pendingChunk (
+                    accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE, hash TEXT NOT NULL, size INTEGER NOT NULL,
+                    PRIMARY KEY(accountId, hash)) WITHOUT ROWID;
+                UPDATE revision SET cost = \(RevisionCost.record) + LENGTH(CAST(name AS BLOB))
+                    + COALESCE((SELECT LENGTH(manifest) FROM revisionManifest WHERE revisionId = revision.id), 0);
+                UPDATE account SET
+                    keyValueBytes = (SELECT COALESCE(SUM(kv.size), 0) FROM kv JOIN kvStore ON kvStore.id = kv.storeId WHERE kvStore.accountId = account.id),
+                    metadataBytes = (SELECT COALESCE(SUM(revision.cost), 0) FROM revision JOIN container ON container.id = revision.containerId
+                                     WHERE container.accountId = account.id),
+                    itemCount = (SELECT COUNT(*) FROM item JOIN container ON container.id = item.containerId WHERE container.accountId = account.id);
+                """)
+            // The chunks revisions wait for, at the sizes their manifests declare.
+            let waiting = try Row.fetchAll(db, sql: "SELECT accountId, hash, revisionId FROM revisionWaiting ORDER BY revisionId")
+            var manifests: [String: [String: Int64]] = [:]
+            for row in waiting {
+                let revision: String = row["revisionId"]
+                if manifests[revision] == nil {
+                    let stored = try Data.fetchOne(db, sql: "SELECT manifest FROM revisionManifest WHERE revisionId = ?", arguments: [revision]) ?? Data()
+                    let manifest = (try? JSONDecoder().decode(Manifest.self, from: stored)) ?? Manifest() // (unreadable: counted as 0 bytes)
+                    manifests[revision] = Dictionary(manifest.allChunks.map { ($0.hash, $0.size) }) { first, _ in first }
+                }
+                try db.execute(sql: "INSERT OR IGNORE INTO pendingChunk (accountId, hash, size) VALUES (?, ?, ?)",
+                               arguments: [row["accountId"] as Int64, row["hash"] as String, manifests[revision]?[row["hash"] as String] ?? 0])
+            }
+            try db.execute(sql: "UPDATE account SET pendingBytes = (SELECT COALESCE(SUM(size), 0) FROM pendingChunk WHERE accountId = account.id)")
         }
         return migrator
     }

@@ -46,6 +46,13 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
+    func setQuota(ofAccount name: String, bytes: Int64) async throws -> Bool {
+        try await pool.write { db in
+            try db.cachedStatement(sql: "UPDATE account SET quotaBytes = ? WHERE name = ?").execute(arguments: [bytes, name])
+            return db.changesCount > 0
+        }
+    }
+
     func credentials(of name: String) async throws -> (id: Int64, passwordHash: String, identityToken: String)? {
         try await pool.read { db in
             try Row.fetchOne(db.cachedStatement(sql: "SELECT id, passwordHash, identityToken FROM account WHERE name = ?"), arguments: [name])
@@ -57,15 +64,8 @@ final class SQLiteDatabase: SyncDatabase {
         try await pool.read { db in try String.fetchOne(db.cachedStatement(sql: "SELECT identityToken FROM account WHERE id = ?"), arguments: [id]) }
     }
 
-    func usage(ofAccount id: Int64) async throws -> (used: Int64, quota: Int64) {
-        try await pool.read { db in
-            // Chunks (kept up to date by triggers) and key-value stores.
-            guard let row = try Row.fetchOne(db.cachedStatement(sql: """
-                SELECT usedBytes + (SELECT COALESCE(SUM(kv.size), 0) FROM kv JOIN kvStore ON kvStore.id = kv.storeId WHERE kvStore.accountId = account.id) AS used,
-                    quotaBytes FROM account WHERE id = ?
-                """), arguments: [id]) else { return (0, 0) }
-            return (row["used"], row["quotaBytes"])
-        }
+    func usage(ofAccount id: Int64) async throws -> AccountFigures {
+        try await pool.read { db in try SQLiteRuleStorage(db: db).account(id) ?? AccountFigures() }
     }
 
     func addDevice(accountId: Int64, name: String, tokenHash: String, containers: [String]?) async throws -> String {
@@ -168,175 +168,22 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
-    func commit(accountId: Int64, container: String, commits: [ItemCommit], device: DeviceAuth, now: Date, brief: Bool) async throws -> [CommitOutcome] {
+    func commit(accountId: Int64, container: String, commits: [ItemCommit], device: DeviceAuth, now: Date, brief: Bool,
+                limits: AccountLimits) async throws -> [Result<CommitOutcome, SyncError>] {
         let prepared = try commits.map { try PreparedCommit($0) }
-        return try await pool.write { db in
-            let containerId = try Self.ensureContainer(db, accountId: accountId, identifier: container)
-            return try prepared.map { commit in
-                try Self.commit(db, commit, accountId: accountId, containerId: containerId, device: device, now: now, brief: brief)
-            }
+        return try await rules { storage in
+            try await ServerRules.commit(prepared, account: accountId, container: container, device: device, now: now, brief: brief, limits: limits, in: storage)
         }
-    }
-
-    /// One commit inside a batch's transaction (what commits before it in the batch wrote is
-    /// what its lookups see).
-    private static func commit(_ db: Database, _ commit: PreparedCommit, accountId: Int64, containerId: Int64, device: DeviceAuth, now: Date, brief: Bool) throws -> CommitOutcome {
-        let itemId = commit.item, update = commit.update, hashes = commit.hashes
-        // The same change again (its answer was lost): the first answer, nothing committed twice.
-        if let change = update.changeId, let earlier = try Row.fetchOne(db.cachedStatement(sql: """
-            SELECT id, state FROM revision WHERE containerId = ? AND itemId = ? AND deviceId = ? AND changeId = ?
-            """), arguments: [containerId, itemId, device.deviceId, change]) {
-            let revision: String = earlier["id"]
-            let chunks = try String.fetchAll(db.cachedStatement(sql: "SELECT hash FROM revisionChunk WHERE revisionId = ?"), arguments: [revision])
-            let present = try presentChunks(db, accountId: accountId, hashes: chunks)
-            guard let item = try itemState(db, containerId: containerId, id: itemId, brief: brief) else { throw SyncError.notFound }
-            return CommitOutcome(revision: revision, isCurrent: earlier["state"] == "current", item: item,
-                                 missingChunks: chunks.filter { !present.contains($0) }.sorted(), repeated: true)
-        }
-        // An edit of a large file from a complete revision: only its new chunks are looked up.
-        var looked = hashes
-        if let stored = ManifestCache.shared.chunks(ofBase: update.baseRevision, forEditOf: hashes.count),
-           try Bool.fetchOne(db.cachedStatement(sql: "SELECT complete FROM revision WHERE id = ? AND containerId = ? AND itemId = ?"),
-                             arguments: [update.baseRevision, containerId, itemId]) == true {
-            looked = hashes.filter { !stored.contains($0) }
-        }
-        let present = try presentChunks(db, accountId: accountId, hashes: looked)
-        let missing = looked.filter { !present.contains($0) }
-
-        // Where the new revision goes: current, or kept as a conflict version.
-        let current = try Row.fetchOne(db.cachedStatement(sql: """
-            SELECT revision.id, revision.modificationDate, revision.deviceId, revision.deleted
-            FROM item JOIN revision ON revision.id = item.currentRevision WHERE item.containerId = ? AND item.id = ?
-            """), arguments: [containerId, itemId]).map { (id: $0["id"] as String, date: $0["modificationDate"] as Double, device: $0["deviceId"] as String, deleted: $0["deleted"] as Bool) }
-        let placement = CommitPlacement(current: current, base: update.baseRevision, deleted: commit.deleted, date: update.modificationDate, device: device.deviceId)
-        let state = placement.state
-        var name = update.name
-        var renameOther: (id: String, name: String)?
-        if state == "current" && !commit.deleted {
-            (name, renameOther) = try siblings(db, containerId: containerId, parent: update.parent, settling: name).settle(name: name, id: itemId)
-        }
-        let revision = RandomIdentifier.make()
-        try db.cachedStatement(sql: """
-            INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
-                modificationDate, type, deleted, complete, state, created, changeId, digest)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-            """).execute(arguments: [revision, containerId, itemId, update.baseRevision, device.deviceId, device.deviceName, name,
-                             update.parent, update.kind.rawValue, commit.size, update.modificationDate, update.type,
-                             commit.deleted, missing.isEmpty, state, now.timeIntervalSince1970, update.changeId, commit.digest])
-        try db.cachedStatement(sql: "INSERT INTO revisionManifest (revisionId, manifest) VALUES (?, ?)").execute(arguments: [revision, commit.manifest])
-        // Many rows a statement (a 64 MiB file lists about 4,000 chunks).
-        for start in stride(from: 0, to: hashes.count, by: 250) {
-            let batch = hashes[start..<min(start + 250, hashes.count)]
-            let rows = Array(repeating: "(?, ?, ?)", count: batch.count).joined(separator: ", ")
-            var values: [any DatabaseValueConvertible] = []
-            values.reserveCapacity(batch.count * 3)
-            for hash in batch { values += [revision, accountId, hash] as [any DatabaseValueConvertible] }
-            try db.cachedStatement(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) VALUES \(rows)").execute(arguments: StatementArguments(values))
-        }
-        for hash in missing {
-            try db.cachedStatement(sql: "INSERT INTO revisionWaiting (accountId, hash, revisionId) VALUES (?, ?, ?)").execute(arguments: [accountId, hash, revision])
-        }
-        // The container's chunks (what a device limited to it may read): those of the base are
-        // there already.
-        for hash in looked {
-            try db.cachedStatement(sql: "INSERT OR IGNORE INTO containerChunk (containerId, hash) VALUES (?, ?)").execute(arguments: [containerId, hash])
-        }
-        if let demoted = placement.demoted {
-            try db.cachedStatement(sql: "UPDATE revision SET state = ? WHERE id = ?").execute(arguments: [demoted.state, demoted.id])
-        }
-        let sequence = try bump(db, containerId: containerId)
-        if state == "current" {
-            let keys = NameCollision.indexKeys(name: name, parent: update.parent, deleted: commit.deleted)
-            try db.cachedStatement(sql: """
-                INSERT INTO item (containerId, id, currentRevision, sequence, parentKey, nameKey) VALUES (?, ?, ?, ?, ?, ?)
-                ON CONFLICT(containerId, id) DO UPDATE SET currentRevision = excluded.currentRevision, sequence = excluded.sequence,
-                    parentKey = excluded.parentKey, nameKey = excluded.nameKey
-                """).execute(arguments: [containerId, itemId, revision, sequence, keys.parent, keys.name])
-        } else {
-            try db.cachedStatement(sql: "UPDATE item SET sequence = ? WHERE containerId = ? AND id = ?").execute(arguments: [sequence, containerId, itemId])
-        }
-        if let renameOther {
-            try serverRename(db, containerId: containerId, itemId: renameOther.id, to: renameOther.name, now: now)
-        }
-        guard let item = try itemState(db, containerId: containerId, id: itemId, brief: brief) else {
-            throw SyncError(.internalServerError, "internal", "the item vanished during its commit")
-        }
-        ManifestCache.shared.remember(commit.update.manifest, of: revision) // the base of the next edit's difference
-        return CommitOutcome(revision: revision, isCurrent: state == "current", item: item, missingChunks: missing)
     }
 
     func resolve(accountId: Int64, container: String, itemId: String, request: ResolveRequest) async throws -> ItemState {
-        try await pool.write { db in
-            guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container),
-                  let current = try String.fetchOne(db.cachedStatement(sql: "SELECT currentRevision FROM item WHERE containerId = ? AND id = ?"), arguments: [containerId, itemId])
-            else { throw SyncError.notFound }
-            let conflicts = Set(try String.fetchAll(db.cachedStatement(sql: "SELECT id FROM revision WHERE containerId = ? AND itemId = ? AND state = 'conflict'"), arguments: [containerId, itemId]))
-            guard request.keep == current || conflicts.contains(request.keep) else {
-                throw SyncError(.conflict, "notAVersion", "\(request.keep) is neither the current revision nor a conflict version of the item")
-            }
-            for removed in request.remove where !conflicts.contains(removed) && removed != current {
-                throw SyncError(.conflict, "notAVersion", "\(removed) is not a conflict version of the item")
-            }
-            let sequence = try Self.bump(db, containerId: containerId)
-            if request.keep != current {
-                try db.cachedStatement(sql: "UPDATE revision SET state = 'conflict' WHERE id = ?").execute(arguments: [current])
-                try db.cachedStatement(sql: "UPDATE revision SET state = 'current' WHERE id = ?").execute(arguments: [request.keep])
-            }
-            for removed in request.remove where removed != request.keep {
-                try db.cachedStatement(sql: "UPDATE revision SET state = 'resolved' WHERE id = ?").execute(arguments: [removed])
-            }
-            try db.cachedStatement(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?").execute(arguments: [request.keep, sequence, containerId, itemId])
-            try Self.refreshIndexKeys(db, containerId: containerId, itemId: itemId)
-            guard let item = try Self.itemState(db, containerId: containerId, id: itemId) else { throw SyncError.notFound }
-            return item
-        }
+        try await rules { storage in try await ServerRules.resolve(account: accountId, container: container, item: itemId, request: request, in: storage) }
     }
 
     // MARK: Key-value stores
 
-    func applyKeyValues(accountId: Int64, store: String, changes: [KeyValueChange], device: DeviceAuth, room: Int64) async throws -> KeyValueResponse {
-        let encoded = try changes.map { change in (change, try change.value.map { try JSONEncoder().encode($0) }) }
-        return try await pool.write { db in
-            let storeId: Int64
-            if let id = try Int64.fetchOne(db.cachedStatement(sql: "SELECT id FROM kvStore WHERE accountId = ? AND identifier = ?"), arguments: [accountId, store]) {
-                storeId = id
-            } else {
-                try db.cachedStatement(sql: "INSERT INTO kvStore (accountId, identifier) VALUES (?, ?)").execute(arguments: [accountId, store])
-                storeId = db.lastInsertedRowID
-            }
-            try db.cachedStatement(sql: "UPDATE kvStore SET sequence = sequence + 1 WHERE id = ?").execute(arguments: [storeId])
-            let sequence = try Int64.fetchOne(db.cachedStatement(sql: "SELECT sequence FROM kvStore WHERE id = ?"), arguments: [storeId]) ?? 0
-            for (change, value) in encoded {
-                if let existing = try Row.fetchOne(db.cachedStatement(sql: "SELECT timestamp, deviceId FROM kv WHERE storeId = ? AND key = ?"), arguments: [storeId, change.key]) {
-                    guard ConflictRule.winner((change.timestamp, device.deviceId), over: (existing["timestamp"], existing["deviceId"])) else { continue }
-                }
-                try db.cachedStatement(sql: """
-                    INSERT INTO kv (storeId, key, value, size, timestamp, deviceId, deviceName, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT(storeId, key) DO UPDATE SET value = excluded.value, size = excluded.size, timestamp = excluded.timestamp,
-                        deviceId = excluded.deviceId, deviceName = excluded.deviceName, sequence = excluded.sequence
-                    """).execute(arguments: [storeId, change.key, value, value.map { change.key.utf8.count + $0.count } ?? 0,
-                                     change.timestamp, device.deviceId, device.deviceName, sequence])
-            }
-            // Apple's limits, over the store as it would be: violating them changes nothing.
-            let keys = try Int.fetchOne(db.cachedStatement(sql: "SELECT COUNT(*) FROM kv WHERE storeId = ? AND value IS NOT NULL"), arguments: [storeId]) ?? 0
-            let bytes = try Int.fetchOne(db.cachedStatement(sql: "SELECT COALESCE(SUM(size), 0) FROM kv WHERE storeId = ?"), arguments: [storeId]) ?? 0
-            try KeyValueLimits.checkStore(keys: keys, bytes: bytes, room: room)
-            let named = Set(changes.map(\.key))
-            let entries = try Self.keyValueEntries(db, storeId: storeId, since: 0).filter { named.contains($0.key) }
-            return KeyValueResponse(sequence: sequence, entries: entries)
-        }
-    }
-
-    func keyValueUsage(accountId: Int64, store: String) async throws -> KeyValueUsage {
-        try await pool.read { db in
-            let row = try Row.fetchOne(db.cachedStatement(sql: """
-                SELECT (SELECT COUNT(*) FROM kvStore WHERE accountId = ?) AS stores,
-                    (SELECT COALESCE(SUM(kv.size), 0) FROM kv JOIN kvStore ON kvStore.id = kv.storeId WHERE kvStore.accountId = ?) AS bytes,
-                    (SELECT COALESCE(SUM(kv.size), 0) FROM kv JOIN kvStore ON kvStore.id = kv.storeId WHERE kvStore.accountId = ? AND kvStore.identifier = ?) AS storeBytes,
-                    EXISTS (SELECT 1 FROM kvStore WHERE accountId = ? AND identifier = ?) AS storeExists
-                """), arguments: [accountId, accountId, accountId, store, accountId, store])
-            return KeyValueUsage(stores: row?["stores"] ?? 0, bytes: row?["bytes"] ?? 0, storeBytes: row?["storeBytes"] ?? 0, storeExists: row?["storeExists"] ?? false)
-        }
+    func applyKeyValues(accountId: Int64, store: String, changes: [KeyValueChange], device: DeviceAuth) async throws -> KeyValueResponse {
+        try await rules { storage in try await ServerRules.applyKeyValues(account: accountId, store: store, changes: changes, device: device, in: storage) }
     }
 
     func keyValueChanges(accountId: Int64, store: String, since: Int64) async throws -> KeyValueResponse {
@@ -349,11 +196,15 @@ final class SQLiteDatabase: SyncDatabase {
     }
 
     static func keyValueEntries(_ db: Database, storeId: Int64, since: Int64) throws -> [KeyValueEntry] {
-        try Row.fetchAll(db.cachedStatement(sql: "SELECT key, value, timestamp, deviceName, sequence FROM kv WHERE storeId = ? AND sequence > ? ORDER BY sequence, key"), arguments: [storeId, since]).map {
-            let value: Data? = $0["value"]
-            return KeyValueEntry(key: $0["key"], value: try value.map { try JSONDecoder().decode(PropertyListValue.self, from: $0) },
-                                 timestamp: $0["timestamp"], deviceName: $0["deviceName"], sequence: $0["sequence"])
-        }
+        try Row.fetchAll(db.cachedStatement(sql: "SELECT key, value, timestamp, deviceName, sequence FROM kv WHERE storeId = ? AND sequence > ? ORDER BY sequence, key"),
+                         arguments: [storeId, since]).map(keyValueEntry)
+    }
+
+    /// A key-value entry from its row (key, value, timestamp, deviceName, sequence).
+    static func keyValueEntry(_ row: Row) throws -> KeyValueEntry {
+        let value: Data? = row["value"]
+        return KeyValueEntry(key: row["key"], value: try value.map { try JSONDecoder().decode(PropertyListValue.self, from: $0) },
+                             timestamp: row["timestamp"], deviceName: row["deviceName"], sequence: row["sequence"])
     }
 
     // MARK: Recovery and garbage collection
@@ -379,37 +230,31 @@ final class SQLiteDatabase: SyncDatabase {
     }
 
     func restore(accountName: String, revision: String, now: Date) async throws -> (container: String, sequence: Int64)? {
-        try await pool.write { db in
-            guard let row = try Row.fetchOne(db.cachedStatement(sql: """
-                SELECT revision.containerId, revision.itemId, container.identifier FROM revision
-                JOIN container ON container.id = revision.containerId JOIN account ON account.id = container.accountId
-                WHERE account.name = ? AND revision.id = ? AND revision.state IN ('replaced', 'resolved', 'superseded') AND revision.deleted = 0
-                """), arguments: [accountName, revision]) else { return nil }
-            let containerId: Int64 = row["containerId"]
-            let itemId: String = row["itemId"]
-            let restored = RandomIdentifier.make()
-            try db.cachedStatement(sql: """
-                INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
-                    modificationDate, type, deleted, complete, state, created, digest)
-                SELECT ?, containerId, itemId, (SELECT currentRevision FROM item WHERE containerId = ? AND id = ?), 'server', 'server',
-                    name, parent, kind, size, modificationDate, type, 0, complete, 'current', ?, digest
-                FROM revision WHERE id = ?
-                """).execute(arguments: [restored, containerId, itemId, now.timeIntervalSince1970, revision])
-            try Self.copyManifest(db, of: revision, to: restored)
-            try Self.copyWaiting(db, of: revision, to: restored)
-            try db.cachedStatement(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) SELECT ?, accountId, hash FROM revisionChunk WHERE revisionId = ?").execute(arguments: [restored, revision])
-            try db.cachedStatement(sql: "UPDATE revision SET state = 'replaced' WHERE id = (SELECT currentRevision FROM item WHERE containerId = ? AND id = ?)").execute(arguments: [containerId, itemId])
-            let sequence = try Self.bump(db, containerId: containerId)
-            try db.cachedStatement(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?").execute(arguments: [restored, sequence, containerId, itemId])
-            try Self.refreshIndexKeys(db, containerId: containerId, itemId: itemId)
-            return (row["identifier"], sequence)
-        }
+        try await rules { storage in try await ServerRules.restore(accountName: accountName, revision: revision, now: now, in: storage) }
     }
 
     func collectGarbage(now: Date, retention: TimeInterval, grace: TimeInterval) async throws -> (revisions: Int, chunks: [(Int64, String)], bytes: Int64) {
         try await pool.write { db in
-            try db.cachedStatement(sql: "DELETE FROM revision WHERE state IN ('replaced', 'resolved', 'superseded') AND created < ?").execute(arguments: [now.timeIntervalSince1970 - retention])
+            let cutoff = now.timeIntervalSince1970 - retention
+            // What the revisions going cost their accounts.
+            let freed = try Row.fetchAll(db, sql: """
+                SELECT container.accountId, SUM(revision.cost) AS cost FROM revision JOIN container ON container.id = revision.containerId
+                WHERE revision.state IN ('replaced', 'resolved', 'superseded') AND revision.created < ? GROUP BY container.accountId
+                """, arguments: [cutoff])
+            try db.cachedStatement(sql: "DELETE FROM revision WHERE state IN ('replaced', 'resolved', 'superseded') AND created < ?").execute(arguments: [cutoff])
             let revisions = db.changesCount
+            for row in freed {
+                try db.execute(sql: "UPDATE account SET metadataBytes = metadataBytes - ? WHERE id = ?", arguments: [row["cost"] as Int64, row["accountId"] as Int64])
+            }
+            // Chunks no revision waits for any more are no longer reserved.
+            let unreserved = try Row.fetchAll(db, sql: """
+                SELECT accountId, hash, size FROM pendingChunk WHERE NOT EXISTS
+                    (SELECT 1 FROM revisionWaiting WHERE revisionWaiting.accountId = pendingChunk.accountId AND revisionWaiting.hash = pendingChunk.hash)
+                """)
+            for row in unreserved {
+                try db.execute(sql: "DELETE FROM pendingChunk WHERE accountId = ? AND hash = ?", arguments: [row["accountId"] as Int64, row["hash"] as String])
+                try db.execute(sql: "UPDATE account SET pendingBytes = pendingBytes - ? WHERE id = ?", arguments: [row["size"] as Int64, row["accountId"] as Int64])
+            }
             let orphans = try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT chunk.accountId, chunk.hash, chunk.size FROM chunk
                 LEFT JOIN (SELECT DISTINCT accountId, hash FROM revisionChunk) AS used ON used.accountId = chunk.accountId AND used.hash = chunk.hash
@@ -435,51 +280,6 @@ final class SQLiteDatabase: SyncDatabase {
 
     // MARK: Helpers
 
-    /// A new current revision of an item, made by the server: the same contents under another name.
-    static func serverRename(_ db: Database, containerId: Int64, itemId: String, to name: String, now: Date) throws {
-        guard let current = try String.fetchOne(db.cachedStatement(sql: "SELECT currentRevision FROM item WHERE containerId = ? AND id = ?"), arguments: [containerId, itemId]) else { return }
-        let revision = RandomIdentifier.make()
-        try db.cachedStatement(sql: """
-            INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
-                modificationDate, type, deleted, complete, state, created, digest)
-            SELECT ?, containerId, itemId, id, 'server', 'server', ?, parent, kind, size, modificationDate, type, deleted, complete, 'current', ?, digest
-            FROM revision WHERE id = ?
-            """).execute(arguments: [revision, name, now.timeIntervalSince1970, current])
-        try copyManifest(db, of: current, to: revision)
-        try copyWaiting(db, of: current, to: revision)
-        try db.cachedStatement(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) SELECT ?, accountId, hash FROM revisionChunk WHERE revisionId = ?").execute(arguments: [revision, current])
-        try db.cachedStatement(sql: "UPDATE revision SET state = 'replaced' WHERE id = ?").execute(arguments: [current])
-        let sequence = try bump(db, containerId: containerId)
-        try db.cachedStatement(sql: "UPDATE item SET currentRevision = ?, sequence = ? WHERE containerId = ? AND id = ?").execute(arguments: [revision, sequence, containerId, itemId])
-        try refreshIndexKeys(db, containerId: containerId, itemId: itemId)
-    }
-
-    /// The live items a settlement of `name` in `parent` may clash with, found with the
-    /// folder-and-name index; the whole folder when every candidate name is taken.
-    static func siblings(_ db: Database, containerId: Int64, parent: String?, settling name: String) throws -> SiblingNames {
-        let keys = NameCollision.candidateKeys(for: name)
-        let marks = Array(repeating: "?", count: keys.count).joined(separator: ",")
-        let found = try Row.fetchAll(db.cachedStatement(sql: """
-            SELECT item.id, revision.name FROM item JOIN revision ON revision.id = item.currentRevision
-            WHERE item.containerId = ? AND item.parentKey = ? AND item.nameKey IN (\(marks))
-            """), arguments: StatementArguments([containerId, parent ?? ""] + keys)).map { (id: $0["id"] as String, name: $0["name"] as String) }
-        guard found.count >= keys.count else { return SiblingNames(found) }
-        return SiblingNames(try Row.fetchAll(db.cachedStatement(sql: """
-            SELECT item.id, revision.name FROM item JOIN revision ON revision.id = item.currentRevision
-            WHERE item.containerId = ? AND item.parentKey = ? AND item.nameKey != ''
-            """), arguments: [containerId, parent ?? ""]).map { (id: $0["id"] as String, name: $0["name"] as String) })
-    }
-
-    /// Sets the item's folder and name keys from its current revision (after it changed).
-    static func refreshIndexKeys(_ db: Database, containerId: Int64, itemId: String) throws {
-        guard let row = try Row.fetchOne(db.cachedStatement(sql: """
-            SELECT revision.name, revision.parent, revision.deleted FROM item JOIN revision ON revision.id = item.currentRevision
-            WHERE item.containerId = ? AND item.id = ?
-            """), arguments: [containerId, itemId]) else { return }
-        let keys = NameCollision.indexKeys(name: row["name"], parent: row["parent"], deleted: row["deleted"])
-        try db.cachedStatement(sql: "UPDATE item SET parentKey = ?, nameKey = ? WHERE containerId = ? AND id = ?").execute(arguments: [keys.parent, keys.name, containerId, itemId])
-    }
-
     static func containerId(_ db: Database, accountId: Int64, identifier: String) throws -> Int64? {
         try Int64.fetchOne(db.cachedStatement(sql: "SELECT id FROM container WHERE accountId = ? AND identifier = ?"), arguments: [accountId, identifier])
     }
@@ -494,14 +294,6 @@ final class SQLiteDatabase: SyncDatabase {
     static func bump(_ db: Database, containerId: Int64) throws -> Int64 {
         try db.cachedStatement(sql: "UPDATE container SET sequence = sequence + 1 WHERE id = ?").execute(arguments: [containerId])
         return try Int64.fetchOne(db.cachedStatement(sql: "SELECT sequence FROM container WHERE id = ?"), arguments: [containerId]) ?? 0
-    }
-
-    /// The item changed without a new revision (its revision completed, or lost a chunk): the
-    /// container's next sequence, now the item's too.
-    static func advance(_ db: Database, containerId: Int64, itemId: String) throws -> Int64 {
-        let sequence = try bump(db, containerId: containerId)
-        try db.cachedStatement(sql: "UPDATE item SET sequence = ? WHERE containerId = ? AND id = ?").execute(arguments: [sequence, containerId, itemId])
-        return sequence
     }
 
     static func presentChunks(_ db: Database, accountId: Int64, hashes: [String]) throws -> Set<String> {
@@ -557,19 +349,6 @@ final class SQLiteDatabase: SyncDatabase {
             }
             return stored
         }())
-    }
-
-    /// Makes revision `copy` wait for the chunks revision `revision` waits for (a server-made
-    /// revision of the same contents).
-    static func copyWaiting(_ db: Database, of revision: String, to copy: String) throws {
-        try db.cachedStatement(sql: "INSERT INTO revisionWaiting (accountId, hash, revisionId) SELECT accountId, hash, ? FROM revisionWaiting WHERE revisionId = ?")
-            .execute(arguments: [copy, revision])
-    }
-
-    /// Gives revision `copy` the manifest of revision `revision` (a server-made revision of the same contents).
-    static func copyManifest(_ db: Database, of revision: String, to copy: String) throws {
-        try db.cachedStatement(sql: "INSERT INTO revisionManifest (revisionId, manifest) SELECT ?, manifest FROM revisionManifest WHERE revisionId = ?")
-            .execute(arguments: [copy, revision])
     }
 
     /// 32 random bytes as lowercase hexadecimal.

@@ -83,18 +83,6 @@ package struct UnlistedReference: Sendable, Equatable {
     package var item: String, name: String
 }
 
-/// An account's key-value stores (``SyncDatabase/keyValueUsage(accountId:store:)``).
-struct KeyValueUsage: Sendable, Equatable {
-    /// How many stores the account has.
-    var stores: Int
-    /// The bytes of all of them (keys and values).
-    var bytes: Int64
-    /// The bytes of the store asked about.
-    var storeBytes: Int64
-    /// Whether that store exists.
-    var storeExists: Bool
-}
-
 /// A chunk whose contents are stored: its hash and size.
 struct StoredChunk: Sendable, Equatable {
     var hash: String
@@ -118,16 +106,24 @@ struct PreparedCommit: Sendable {
     var manifest: Data
     var digest: String
     var hashes: [String]
+    /// The size the manifest gives each chunk.
+    var declaredSizes: [String: Int64]
     var size: Int64
     var deleted: Bool
 
+    /// - Throws: ``SyncError`` `chunkSizeMismatch` (400) when the manifest gives one chunk two sizes.
     init(_ commit: ItemCommit) throws {
         item = commit.item
         update = commit.update
         manifest = try Self.stored(update.manifest)
         digest = ContentToken.of(update.manifest, kind: update.kind)
         let chunks = update.manifest.allChunks
-        hashes = Array(Set(chunks.map(\.hash))).sorted()
+        var declared: [String: Int64] = [:]
+        for chunk in chunks where declared.updateValue(chunk.size, forKey: chunk.hash).map({ $0 != chunk.size }) ?? false {
+            throw SyncError.badRequest("chunkSizeMismatch", "chunk \(chunk.hash) is listed at two sizes")
+        }
+        declaredSizes = declared
+        hashes = declared.keys.sorted()
         size = chunks.reduce(Int64(0)) { $0 + $1.size }
         deleted = update.deleted ?? false
     }
@@ -161,8 +157,11 @@ extension PreparedCommit {
 
 extension SyncDatabase {
     /// Commits one item's update.
-    func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date, brief: Bool) async throws -> CommitOutcome {
-        try await commit(accountId: accountId, container: container, commits: [ItemCommit(item: itemId, update: update)], device: device, now: now, brief: brief)[0]
+    /// - Throws: ``SyncError`` when it is refused (``ServerRules``).
+    func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date, brief: Bool,
+                limits: AccountLimits = AccountLimits()) async throws -> CommitOutcome {
+        try await commit(accountId: accountId, container: container, commits: [ItemCommit(item: itemId, update: update)], device: device, now: now, brief: brief,
+                         limits: limits)[0].get()
     }
 }
 
@@ -181,12 +180,17 @@ protocol SyncDatabase: Sendable {
     func createAccount(name: String, passwordHash: String, quotaBytes: Int64) async throws -> Account
     func accounts() async throws -> [Account]
     func deleteAccount(named name: String) async throws -> Bool
+    /// Sets the account's quota; false if there is no such account. (Lowering it below what
+    /// the account uses refuses its uploads and new contents until it deletes enough.)
+    func setQuota(ofAccount name: String, bytes: Int64) async throws -> Bool
     /// The account's id and password hash, for sign-in.
     func credentials(of name: String) async throws -> (id: Int64, passwordHash: String, identityToken: String)?
 
     func identityToken(ofAccount id: Int64) async throws -> String?
-    /// Bytes of chunks the account stores (each once), and its quota.
-    func usage(ofAccount id: Int64) async throws -> (used: Int64, quota: Int64)
+    /// The account's quota and what counts against it (``AccountFigures/used``: chunks stored,
+    /// each once; key-value stores; revision records; chunks committed revisions wait for); all
+    /// zero if there is no such account.
+    func usage(ofAccount id: Int64) async throws -> AccountFigures
 
     func addDevice(accountId: Int64, name: String, tokenHash: String, containers: [String]?) async throws -> String
     func device(tokenHash: String) async throws -> DeviceAuth?
@@ -208,15 +212,15 @@ protocol SyncDatabase: Sendable {
     func chunkLists(accountId: Int64, container: String, revisions: [String], notMadeBy device: String) async throws -> [String: [ChunkReference]]
     /// Several items' present states with their manifests, in the order asked (unknown ids left out).
     func items(accountId: Int64, container: String, ids: [String]) async throws -> [ItemState]
-    /// Commits updates of several items (each at most once) in one transaction, in order.
-    func commit(accountId: Int64, container: String, commits: [ItemCommit], device: DeviceAuth, now: Date, brief: Bool) async throws -> [CommitOutcome]
+    /// Commits updates of several items (each at most once) in one transaction, in order, by
+    /// ``ServerRules``: each the outcome of its commit, or why it was refused (it wrote nothing).
+    func commit(accountId: Int64, container: String, commits: [ItemCommit], device: DeviceAuth, now: Date, brief: Bool,
+                limits: AccountLimits) async throws -> [Result<CommitOutcome, SyncError>]
     func resolve(accountId: Int64, container: String, itemId: String, request: ResolveRequest) async throws -> ItemState
 
-    /// Applies key-value changes (all or none; the most recent timestamp wins per key).
-    func applyKeyValues(accountId: Int64, store: String, changes: [KeyValueChange], device: DeviceAuth, room: Int64) async throws -> KeyValueResponse
-    /// The account's key-value stores: how many, their bytes in all, and the bytes of `store`
-    /// (and whether it exists).
-    func keyValueUsage(accountId: Int64, store: String) async throws -> KeyValueUsage
+    /// Applies key-value changes (all or none; the most recent timestamp wins per key), within
+    /// Apple's limits, the account's number of stores and its quota (``ServerRules``).
+    func applyKeyValues(accountId: Int64, store: String, changes: [KeyValueChange], device: DeviceAuth) async throws -> KeyValueResponse
     func keyValueChanges(accountId: Int64, store: String, since: Int64) async throws -> KeyValueResponse
 
     func missingChunks(accountId: Int64, hashes: [String]) async throws -> [String]

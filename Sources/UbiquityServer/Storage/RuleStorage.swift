@@ -1,0 +1,179 @@
+import Foundation
+import UbiquityProtocol
+import UbiquitySync
+
+/// What the rules (``ServerRules``) read and write inside one transaction: the storage
+/// primitives each database implements (``SQLiteRuleStorage``, ``PostgresRuleStorage``), and
+/// nothing more — no primitive decides anything. Every call is part of the transaction the
+/// storage was opened for; a rule that throws leaves nothing written.
+protocol RuleStorage {
+    // MARK: Accounts
+
+    /// The account's figures, held for the transaction (no other transaction changes them
+    /// until it ends); nil if there is no such account.
+    func account(_ account: Int64) async throws -> AccountFigures?
+    /// Adds to the account's counters (negative to take away).
+    func adjust(_ account: Int64, by change: AccountChange) async throws
+    /// The id of the account named `name`.
+    func accountId(named name: String) async throws -> Int64?
+
+    // MARK: Containers
+
+    /// The container's id, held for the transaction; created when `create` and missing.
+    func container(account: Int64, identifier: String, create: Bool) async throws -> Int64?
+    /// The container's identifier.
+    func containerIdentifier(_ container: Int64) async throws -> String?
+    /// The container's next sequence number.
+    func nextSequence(of container: Int64) async throws -> Int64
+    /// Tells the other server instances sharing this database that the container
+    /// or key-value store (`keyValue`) changed, when the transaction commits; nothing where one
+    /// process serves the database. The `device` that made the change is not told.
+    func announce(account: Int64, container identifier: String, sequence: Int64, keyValue: Bool, device: String?) async throws
+
+    // MARK: Items and revisions
+
+    /// The revision a device committed earlier with `change` as its change id.
+    func revision(container: Int64, item: String, device: String, change: String) async throws -> (id: String, state: String)?
+    /// The chunk hashes a revision names.
+    func chunkHashes(of revision: String) async throws -> [String]
+    /// Whether the revision is complete (it is `item`'s, in `container`).
+    func isComplete(_ revision: String, container: Int64, item: String) async throws -> Bool
+    /// The item's current revision, if the item exists.
+    func currentRevision(container: Int64, item: String) async throws -> CurrentRevision?
+    /// The live items of a folder whose name keys are `keys` (``NameCollision``); all the
+    /// folder's named items when `keys` is nil.
+    func siblings(container: Int64, parent: String?, keys: [String]?) async throws -> [(id: String, name: String)]
+    /// The revisions of the item in state `state`.
+    func revisions(container: Int64, item: String, state: String) async throws -> Set<String>
+    /// Records a new revision: its row, manifest, chunk references, the chunks it waits for
+    /// (`missing`), and its chunks as its container's.
+    func insert(_ revision: NewRevision) async throws
+    /// Records revision `copy` with the contents of `source` (a server-made revision: a rename,
+    /// a restore) and the fields of `copy`; returns what the copy counts against the quota
+    /// (the source's cost).
+    func copy(_ source: String, as copy: CopiedRevision) async throws -> Int64
+    /// Sets revisions' state.
+    func setState(_ state: String, of revisions: [String]) async throws
+    /// Makes `revision` the item's current revision (creating the item's row if needed).
+    func setCurrent(container: Int64, item: String, revision: String, sequence: Int64, keys: (parent: String, name: String)) async throws
+    /// Sets the item's sequence.
+    func setSequence(container: Int64, item: String, sequence: Int64) async throws
+    /// A revision's name, folder and whether it deletes its item.
+    func naming(of revision: String) async throws -> (name: String, parent: String?, deleted: Bool)?
+    /// The item's state; `brief`: with content tokens instead of manifests.
+    func itemState(container: Int64, item: String, brief: Bool) async throws -> ItemState?
+    /// A revision of the account that may be restored: replaced, resolved or superseded, not a
+    /// delete.
+    func restorable(account: Int64, revision: String) async throws -> (container: Int64, identifier: String, item: String)?
+
+    // MARK: Chunks
+
+    /// The sizes of the chunks among `hashes` the account holds.
+    func storedSizes(account: Int64, hashes: [String]) async throws -> [String: Int64]
+    /// The declared sizes of the chunks among `hashes` the account is waiting for.
+    func pendingSizes(account: Int64, hashes: [String]) async throws -> [String: Int64]
+    /// Records chunks the account now waits for, with their declared sizes (none is listed).
+    func addPending(account: Int64, chunks: [String: Int64]) async throws
+    /// Forgets chunks the account waited for; returns the declared sizes of those it did.
+    func removePending(account: Int64, hashes: [String]) async throws -> [String: Int64]
+    /// Lists chunks as held by the account (none is listed yet).
+    func addChunks(account: Int64, chunks: [String: Int64], now: Date) async throws
+    /// Forgets a chunk the account held; returns its size if it did.
+    func removeChunk(account: Int64, hash: String) async throws -> Int64?
+    /// The revisions waiting for any of `hashes`, which stop waiting for them.
+    func revisionsWaiting(account: Int64, for hashes: [String]) async throws -> [RevisionPlace]
+    /// Whether the revision still waits for any chunk.
+    func isWaiting(_ revision: String) async throws -> Bool
+    /// Sets whether a revision is complete.
+    func setComplete(_ revision: String, _ complete: Bool) async throws
+    /// The revisions naming chunk `hash`, which now wait for it.
+    func revisionsNaming(account: Int64, hash: String) async throws -> [RevisionPlace]
+
+    // MARK: Key-value stores
+
+    /// The store's id, created when missing, and the account's number of stores before.
+    func keyValueStore(account: Int64, identifier: String) async throws -> (id: Int64, created: Bool, stores: Int)
+    /// The store's next sequence number.
+    func nextKeyValueSequence(of store: Int64) async throws -> Int64
+    /// The stamp (timestamp and device) and size of the key's entry.
+    func keyValueEntry(store: Int64, key: String) async throws -> (timestamp: Double, device: String, size: Int64)?
+    /// Writes the key's entry (a nil value removes it, leaving a marker).
+    func setKeyValue(store: Int64, key: String, value: Data?, size: Int64, timestamp: Double, device: DeviceAuth, sequence: Int64) async throws
+    /// The store's live keys and bytes.
+    func keyValueTotals(store: Int64) async throws -> (keys: Int, bytes: Int64)
+    /// The store's entries for `keys`.
+    func keyValueEntries(store: Int64, keys: Set<String>) async throws -> [KeyValueEntry]
+}
+
+/// An account's counters (see ``RuleStorage/account(_:)``).
+struct AccountFigures: Sendable, Equatable {
+    /// The account's quota in bytes.
+    var quota: Int64 = 0
+    /// Bytes of chunks held.
+    var chunkBytes: Int64 = 0
+    /// Bytes of key-value stores (keys and values).
+    var keyValueBytes: Int64 = 0
+    /// Bytes of revision records kept (manifests, names, a fixed cost each).
+    var metadataBytes: Int64 = 0
+    /// Declared bytes of chunks that committed revisions name and that are not uploaded yet.
+    var pendingBytes: Int64 = 0
+    /// Items in all its containers (deleted ones too).
+    var items: Int64 = 0
+
+    /// What counts against the quota.
+    var used: Int64 { chunkBytes + keyValueBytes + metadataBytes + pendingBytes }
+}
+
+/// A change of an account's counters.
+struct AccountChange: Sendable, Equatable {
+    var keyValueBytes: Int64 = 0
+    var metadataBytes: Int64 = 0
+    var pendingBytes: Int64 = 0
+    var items: Int64 = 0
+
+    var isEmpty: Bool { self == AccountChange() }
+}
+
+/// An item's current revision: what a commit is placed against.
+struct CurrentRevision: Sendable, Equatable {
+    var id: String
+    var date: Double
+    var device: String
+    var deleted: Bool
+}
+
+/// A revision and where it is.
+struct RevisionPlace: Sendable, Equatable {
+    var revision: String
+    var container: Int64
+    var item: String
+    var state: String
+}
+
+/// A revision to record (``RuleStorage/insert(_:)``).
+struct NewRevision: Sendable {
+    var id: String
+    var account: Int64
+    var container: Int64
+    var item: String
+    var commit: PreparedCommit
+    var device: DeviceAuth
+    var name: String
+    var state: String
+    var created: Date
+    /// Chunks it names that are new to its container (all of them, or those not in its base).
+    var containerChunks: [String]
+    /// Chunks it names that the account does not hold.
+    var missing: [String]
+    /// What it counts against the quota.
+    var cost: Int64
+}
+
+/// A server-made revision with another revision's contents (``RuleStorage/copy(_:as:)``).
+struct CopiedRevision: Sendable {
+    var id: String
+    /// Its name; nil: the source's.
+    var name: String?
+    var base: String?
+    var created: Date
+}

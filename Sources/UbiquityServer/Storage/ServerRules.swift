@@ -1,0 +1,338 @@
+import Foundation
+import UbiquityProtocol
+import UbiquitySync
+
+/// The server's rules, written once over the storage primitives of ``RuleStorage`` that each
+/// database implements: where a commit's revision goes, names settled, conflicts resolved,
+/// revisions restored, chunks arriving and lost, key-value changes merged — and the quota and
+/// limits every one of them is held to. Each function runs inside one transaction of the
+/// storage it is given; when it throws, nothing it wrote stays.
+enum ServerRules {
+    // MARK: Commits
+
+    /// Commits a batch of updates to one container, in order (each sees what those before it
+    /// wrote). A refused update (over the quota or a limit, declared chunk sizes that are not
+    /// the chunks', an item gone) is answered with its error and writes nothing; the others go on.
+    static func commit(_ commits: [PreparedCommit], account: Int64, container identifier: String, device: DeviceAuth, now: Date, brief: Bool,
+                       limits: AccountLimits, in storage: some RuleStorage) async throws -> [Result<CommitOutcome, SyncError>] {
+        guard var figures = try await storage.account(account) else { throw SyncError.unauthorized }
+        guard let container = try await storage.container(account: account, identifier: identifier, create: true) else {
+            throw SyncError(.internalServerError, "internal", "the container could not be created")
+        }
+        var results: [Result<CommitOutcome, SyncError>] = [], change = AccountChange()
+        for commit in commits {
+            do {
+                let outcome = try await self.commit(commit, account: account, container: container, device: device, now: now, brief: brief,
+                                                    limits: limits, figures: &figures, change: &change, in: storage)
+                results.append(.success(outcome))
+            } catch let error as SyncError where error.status.code < 500 || error.code == "quotaExceeded" || error.code == "tooManyItems" {
+                results.append(.failure(error))
+            }
+        }
+        if !change.isEmpty { try await storage.adjust(account, by: change) }
+        if let last = results.compactMap({ try? $0.get() }).filter({ !$0.repeated }).map(\.item.sequence).max() {
+            try await storage.announce(account: account, container: identifier, sequence: last, keyValue: false, device: device.deviceId)
+        }
+        return results
+    }
+
+    /// One update inside a batch. Everything it checks is checked before it writes anything.
+    private static func commit(_ commit: PreparedCommit, account: Int64, container: Int64, device: DeviceAuth, now: Date, brief: Bool, limits: AccountLimits,
+                               figures: inout AccountFigures, change: inout AccountChange, in storage: some RuleStorage) async throws -> CommitOutcome {
+        let item = commit.item, update = commit.update
+        // The same change again (its answer was lost): the first answer, nothing committed twice.
+        if let changeId = update.changeId, let earlier = try await storage.revision(container: container, item: item, device: device.deviceId, change: changeId) {
+            let chunks = try await storage.chunkHashes(of: earlier.id)
+            let stored = try await storage.storedSizes(account: account, hashes: chunks)
+            guard let state = try await storage.itemState(container: container, item: item, brief: brief) else { throw SyncError.notFound }
+            return CommitOutcome(revision: earlier.id, isCurrent: earlier.state == "current", item: state,
+                                 missingChunks: chunks.filter { stored[$0] == nil }.sorted(), repeated: true)
+        }
+        // An edit of a large file from a complete revision: only its new chunks are looked up
+        // (those it keeps are stored, at the sizes its base declared).
+        var looked = commit.hashes, known: [String: Int64] = [:]
+        if let base = update.baseRevision, let kept = ManifestCache.shared.chunkSizes(ofBase: base, forEditOf: commit.hashes.count),
+           try await storage.isComplete(base, container: container, item: item) {
+            looked = commit.hashes.filter { kept[$0] == nil }
+            for hash in commit.hashes { if let size = kept[hash] { known[hash] = size } }
+        }
+        let stored = try await storage.storedSizes(account: account, hashes: looked)
+        let missing = looked.filter { stored[$0] == nil }
+        let pending = missing.isEmpty ? [:] : try await storage.pendingSizes(account: account, hashes: missing)
+        known.merge(stored) { $1 }
+        known.merge(pending) { $1 }
+        try checkDeclaredSizes(commit, against: known)
+        var reserving: [String: Int64] = [:]
+        for hash in missing where pending[hash] == nil { reserving[hash] = commit.declaredSizes[hash] ?? 0 }
+
+        let current = try await storage.currentRevision(container: container, item: item)
+        if current == nil, figures.items >= limits.maximumItems {
+            throw SyncError(.insufficientStorage, "tooManyItems", "an account holds at most \(limits.maximumItems) items")
+        }
+        // The quota holds what the account stores, what its revisions cost, and what its
+        // committed revisions still wait for; a delete always goes (it is how room is made).
+        let cost = RevisionCost.of(commit)
+        let adding = cost + reserving.values.reduce(0, +)
+        if !commit.deleted, figures.used + adding > figures.quota {
+            throw SyncError.quotaExceeded(used: figures.used, quota: figures.quota, adding: adding, missing: missing)
+        }
+
+        // Where the new revision goes: current, or kept as a conflict version.
+        let placement = CommitPlacement(current: current.map { ($0.id, $0.date, $0.device, $0.deleted) }, base: update.baseRevision,
+                                        deleted: commit.deleted, date: update.modificationDate, device: device.deviceId)
+        var name = update.name, renameOther: (id: String, name: String)?
+        if placement.state == "current" && !commit.deleted {
+            (name, renameOther) = try await siblings(container: container, parent: update.parent, settling: name, in: storage).settle(name: name, id: item)
+        }
+        let revision = RandomIdentifier.make()
+        try await storage.insert(NewRevision(id: revision, account: account, container: container, item: item, commit: commit, device: device, name: name,
+                                             state: placement.state, created: now, containerChunks: looked, missing: missing, cost: cost))
+        if !reserving.isEmpty { try await storage.addPending(account: account, chunks: reserving) }
+        if let demoted = placement.demoted { try await storage.setState(demoted.state, of: [demoted.id]) }
+        let sequence = try await storage.nextSequence(of: container)
+        if placement.state == "current" {
+            try await storage.setCurrent(container: container, item: item, revision: revision, sequence: sequence,
+                                         keys: NameCollision.indexKeys(name: name, parent: update.parent, deleted: commit.deleted))
+        } else {
+            try await storage.setSequence(container: container, item: item, sequence: sequence)
+        }
+        var made = AccountChange(metadataBytes: cost, pendingBytes: adding - cost, items: current == nil ? 1 : 0)
+        if let renameOther {
+            made.metadataBytes += try await serverRename(container: container, item: renameOther.id, to: renameOther.name, now: now, in: storage)
+        }
+        figures.apply(made)
+        change.add(made)
+        guard let state = try await storage.itemState(container: container, item: item, brief: brief) else {
+            throw SyncError(.internalServerError, "internal", "the item vanished during its commit")
+        }
+        ManifestCache.shared.remember(update.manifest, of: revision) // the base of the next edit's difference
+        return CommitOutcome(revision: revision, isCurrent: placement.state == "current", item: state, missingChunks: missing)
+    }
+
+    /// Each chunk a commit names must be declared at the size the account holds it at (or was
+    /// told before, for one it waits for): a revision's size is the sum of its chunks', and
+    /// what a chunk is waited for counts against the quota.
+    static func checkDeclaredSizes(_ commit: PreparedCommit, against known: [String: Int64]) throws {
+        let wrong = commit.declaredSizes.filter { hash, size in known[hash].map { $0 != size } ?? false }.keys.sorted()
+        guard wrong.isEmpty else {
+            throw SyncError.badRequest("chunkSizeMismatch", "\(wrong.count) chunk(s) declared at a size other than their own: \(wrong.prefix(8).joined(separator: ", "))")
+        }
+    }
+
+    /// The live items a settlement of `name` in `parent` may clash with: those with one of the
+    /// name's candidate keys, or the whole folder when every candidate is taken.
+    static func siblings(container: Int64, parent: String?, settling name: String, in storage: some RuleStorage) async throws -> SiblingNames {
+        let keys = NameCollision.candidateKeys(for: name)
+        let found = try await storage.siblings(container: container, parent: parent, keys: keys)
+        guard found.count >= keys.count else { return SiblingNames(found) }
+        return SiblingNames(try await storage.siblings(container: container, parent: parent, keys: nil))
+    }
+
+    /// Makes a new current revision of an item, by the server: its contents under another
+    /// name. Returns what the revision costs.
+    static func serverRename(container: Int64, item: String, to name: String, now: Date, in storage: some RuleStorage) async throws -> Int64 {
+        guard let current = try await storage.currentRevision(container: container, item: item),
+              let named = try await storage.naming(of: current.id) else { return 0 }
+        let revision = RandomIdentifier.make()
+        let cost = try await storage.copy(current.id, as: CopiedRevision(id: revision, name: name, base: current.id, created: now))
+        try await storage.setState("replaced", of: [current.id])
+        let sequence = try await storage.nextSequence(of: container)
+        try await storage.setCurrent(container: container, item: item, revision: revision, sequence: sequence,
+                                     keys: NameCollision.indexKeys(name: name, parent: named.parent, deleted: named.deleted))
+        return cost
+    }
+
+    // MARK: Conflicts and recovery
+
+    /// Resolves an item's conflict: `keep` becomes (or stays) current, the versions in
+    /// `remove` are resolved.
+    static func resolve(account: Int64, container identifier: String, item: String, request: ResolveRequest, in storage: some RuleStorage) async throws -> ItemState {
+        guard try await storage.account(account) != nil,
+              let container = try await storage.container(account: account, identifier: identifier, create: false),
+              let current = try await storage.currentRevision(container: container, item: item) else { throw SyncError.notFound }
+        let conflicts = try await storage.revisions(container: container, item: item, state: "conflict")
+        guard request.keep == current.id || conflicts.contains(request.keep) else {
+            throw SyncError(.conflict, "notAVersion", "\(request.keep) is neither the current revision nor a conflict version of the item")
+        }
+        for removed in request.remove where !conflicts.contains(removed) && removed != current.id {
+            throw SyncError(.conflict, "notAVersion", "\(removed) is not a conflict version of the item")
+        }
+        let sequence = try await storage.nextSequence(of: container)
+        if request.keep != current.id {
+            try await storage.setState("conflict", of: [current.id])
+            try await storage.setState("current", of: [request.keep])
+        }
+        let removed = request.remove.filter { $0 != request.keep }
+        if !removed.isEmpty { try await storage.setState("resolved", of: removed) }
+        guard let named = try await storage.naming(of: request.keep) else { throw SyncError.notFound }
+        try await storage.setCurrent(container: container, item: item, revision: request.keep, sequence: sequence,
+                                     keys: NameCollision.indexKeys(name: named.name, parent: named.parent, deleted: named.deleted))
+        guard let state = try await storage.itemState(container: container, item: item, brief: false) else { throw SyncError.notFound }
+        try await storage.announce(account: account, container: identifier, sequence: sequence, keyValue: false, device: nil)
+        return state
+    }
+
+    /// Makes a replaced, resolved or superseded revision current again (as a new revision made
+    /// by the server); nil if the account has no such revision.
+    static func restore(accountName: String, revision: String, now: Date, in storage: some RuleStorage) async throws -> (container: String, sequence: Int64)? {
+        guard let account = try await storage.accountId(named: accountName), try await storage.account(account) != nil,
+              let place = try await storage.restorable(account: account, revision: revision),
+              try await storage.container(account: account, identifier: place.identifier, create: false) != nil,
+              let named = try await storage.naming(of: revision) else { return nil }
+        let current = try await storage.currentRevision(container: place.container, item: place.item)
+        let restored = RandomIdentifier.make()
+        let cost = try await storage.copy(revision, as: CopiedRevision(id: restored, name: nil, base: current?.id, created: now))
+        if let current { try await storage.setState("replaced", of: [current.id]) }
+        let sequence = try await storage.nextSequence(of: place.container)
+        try await storage.setCurrent(container: place.container, item: place.item, revision: restored, sequence: sequence,
+                                     keys: NameCollision.indexKeys(name: named.name, parent: named.parent, deleted: named.deleted))
+        try await storage.adjust(account, by: AccountChange(metadataBytes: cost, items: current == nil ? 1 : 0))
+        try await storage.announce(account: account, container: place.identifier, sequence: sequence, keyValue: false, device: nil)
+        return (place.identifier, sequence)
+    }
+
+    // MARK: Chunks
+
+    /// Lists chunks whose contents are now stored, within the quota (what was reserved for a
+    /// chunk a revision waited for is already counted), and completes the revisions that were
+    /// waiting only for them. Returns the sequence each changed container is at.
+    static func chunksStored(account: Int64, chunks: [StoredChunk], now: Date, in storage: some RuleStorage) async throws -> [String: Int64] {
+        guard let figures = try await storage.account(account) else { throw SyncError.unauthorized }
+        let hashes = chunks.map(\.hash)
+        let stored = try await storage.storedSizes(account: account, hashes: hashes)
+        var fresh: [String: Int64] = [:]
+        for chunk in chunks where stored[chunk.hash] == nil { fresh[chunk.hash] = chunk.size }
+        if !fresh.isEmpty {
+            let released = try await storage.removePending(account: account, hashes: fresh.keys.sorted())
+            let reserved = released.values.reduce(0, +), adding = fresh.values.reduce(0, +)
+            // One quota check for the whole batch.
+            guard adding <= reserved || figures.used + adding - reserved <= figures.quota else {
+                throw SyncError.quotaExceeded(used: figures.used, quota: figures.quota, adding: adding - reserved)
+            }
+            try await storage.addChunks(account: account, chunks: fresh, now: now)
+            if reserved != 0 { try await storage.adjust(account, by: AccountChange(pendingBytes: -reserved)) }
+        }
+        // Revisions waiting for these chunks that now have every chunk become downloadable.
+        var changed: [Int64: Int64] = [:]
+        for place in try await storage.revisionsWaiting(account: account, for: hashes).sorted(by: { $0.revision < $1.revision }) {
+            // Does it wait for anything else? (Stops at the first: a large file's upload must
+            // not count all its chunks once per batch.)
+            guard try await !storage.isWaiting(place.revision) else { continue }
+            try await storage.setComplete(place.revision, true)
+            guard place.state == "current" || place.state == "conflict" else { continue }
+            changed[place.container] = try await advance(container: place.container, item: place.item, in: storage)
+        }
+        return try await announce(changed, account: account, in: storage)
+    }
+
+    /// Forgets a chunk the account lost (found damaged and put aside): the revisions naming it
+    /// wait for it again (what they wait for counts against the quota, as for a commit), and
+    /// their items change so that devices see it. Returns the sequence each changed container is at.
+    static func chunkLost(account: Int64, hash: String, in storage: some RuleStorage) async throws -> [String: Int64] {
+        guard try await storage.account(account) != nil else { return [:] }
+        let size = try await storage.removeChunk(account: account, hash: hash)
+        let naming = try await storage.revisionsNaming(account: account, hash: hash)
+        if let size, !naming.isEmpty {
+            try await storage.addPending(account: account, chunks: [hash: size])
+            try await storage.adjust(account, by: AccountChange(pendingBytes: size))
+        }
+        var changed: [Int64: Int64] = [:]
+        for place in naming.sorted(by: { $0.revision < $1.revision }) {
+            try await storage.setComplete(place.revision, false)
+            guard place.state == "current" || place.state == "conflict" else { continue }
+            changed[place.container] = try await advance(container: place.container, item: place.item, in: storage)
+        }
+        return try await announce(changed, account: account, in: storage)
+    }
+
+    /// The item changed without a new revision (its revision completed, or lost a chunk): the
+    /// container's next sequence, now the item's too.
+    static func advance(container: Int64, item: String, in storage: some RuleStorage) async throws -> Int64 {
+        let sequence = try await storage.nextSequence(of: container)
+        try await storage.setSequence(container: container, item: item, sequence: sequence)
+        return sequence
+    }
+
+    /// Announces changed containers (by id) and returns them by identifier.
+    private static func announce(_ changed: [Int64: Int64], account: Int64, in storage: some RuleStorage) async throws -> [String: Int64] {
+        var named: [String: Int64] = [:]
+        for (container, sequence) in changed.sorted(by: { $0.key < $1.key }) {
+            guard let identifier = try await storage.containerIdentifier(container) else { continue }
+            named[identifier] = sequence
+            try await storage.announce(account: account, container: identifier, sequence: sequence, keyValue: false, device: nil)
+        }
+        return named
+    }
+
+    // MARK: Key-value stores
+
+    /// Merges key-value changes into a store, the most recent change of each key winning, within
+    /// Apple's limits for a store and the account's quota and number of stores: a change that
+    /// would break one changes nothing. Returns the store's sequence and the entries named.
+    static func applyKeyValues(account: Int64, store identifier: String, changes: [KeyValueChange], device: DeviceAuth,
+                               in storage: some RuleStorage) async throws -> KeyValueResponse {
+        let encoded = try changes.map { change in (change, try change.value.map { try JSONEncoder().encode($0) }) }
+        guard let figures = try await storage.account(account) else { throw SyncError.unauthorized }
+        let store = try await storage.keyValueStore(account: account, identifier: identifier)
+        if store.created { try KeyValueLimits.checkStoreCount(existing: store.stores) }
+        let sequence = try await storage.nextKeyValueSequence(of: store.id)
+        var growth: Int64 = 0
+        for (change, value) in encoded {
+            let existing = try await storage.keyValueEntry(store: store.id, key: change.key)
+            if let existing, !ConflictRule.winner((change.timestamp, device.deviceId), over: (existing.timestamp, existing.device)) { continue }
+            let size = value.map { Int64(change.key.utf8.count + $0.count) } ?? 0
+            try await storage.setKeyValue(store: store.id, key: change.key, value: value, size: size, timestamp: change.timestamp, device: device, sequence: sequence)
+            growth += size - (existing?.size ?? 0)
+        }
+        // Apple's limits, over the store as it would be, then the quota.
+        let totals = try await storage.keyValueTotals(store: store.id)
+        try KeyValueLimits.checkStore(keys: totals.keys, bytes: Int(totals.bytes))
+        if growth > 0, figures.used + growth > figures.quota {
+            throw SyncError(.insufficientStorage, "quotaExceeded",
+                            "the key-value store would hold \(totals.bytes) bytes; the account's storage quota leaves it \(max(0, figures.quota - figures.used + totals.bytes - growth))")
+        }
+        if growth != 0 { try await storage.adjust(account, by: AccountChange(keyValueBytes: growth)) }
+        let entries = try await storage.keyValueEntries(store: store.id, keys: Set(changes.map(\.key)))
+        try await storage.announce(account: account, container: identifier, sequence: sequence, keyValue: true, device: nil)
+        return KeyValueResponse(sequence: sequence, entries: entries)
+    }
+}
+
+/// Limits on what one account holds, besides its quota.
+package struct AccountLimits: Sendable, Equatable {
+    /// At most this many items in all its containers. Default 1,000,000.
+    package var maximumItems: Int64 = 1_000_000
+
+    /// The default limits.
+    package init() {}
+}
+
+/// What a revision costs against its account's quota, besides its chunks: its record (a fixed
+/// amount), its name and its manifest.
+enum RevisionCost {
+    /// The fixed part: a revision's row, its item's row and their indexes.
+    static let record: Int64 = 256
+
+    /// The cost of the revision `commit` makes.
+    static func of(_ commit: PreparedCommit) -> Int64 {
+        record + Int64(commit.update.name.utf8.count + commit.manifest.count)
+    }
+}
+
+extension AccountFigures {
+    mutating func apply(_ change: AccountChange) {
+        keyValueBytes += change.keyValueBytes
+        metadataBytes += change.metadataBytes
+        pendingBytes += change.pendingBytes
+        items += change.items
+    }
+}
+
+extension AccountChange {
+    mutating func add(_ other: AccountChange) {
+        keyValueBytes += other.keyValueBytes
+        metadataBytes += other.metadataBytes
+        pendingBytes += other.pendingBytes
+        items += other.items
+    }
+}
