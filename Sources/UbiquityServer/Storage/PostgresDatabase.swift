@@ -6,12 +6,12 @@ import Synchronization
 
 /// The database for more than one server instance: PostgreSQL through postgres-nio.
 ///
-/// It answers exactly as ``SQLiteDatabase`` does. Where SQLite runs one writer at a time,
+/// It answers exactly as ``SQLiteDatabase`` does: the rules are the same code
+/// (``ServerRules`` over ``PostgresRuleStorage``). Where SQLite runs one writer at a time,
 /// PostgreSQL runs transactions side by side, so each one locks what it decides on, always in
-/// the same order (account, then container): a commit holds its account shared and its
-/// container exclusively (one sequence at a time per container), a chunk upload holds its
-/// account exclusively (quota, and revisions becoming complete), garbage collection holds every
-/// account. Every change is announced with `pg_notify` inside its transaction, so other
+/// the same order (account, then container): a commit, an upload, a resolution and a restore
+/// hold their account exclusively (its quota counters) and a commit its container too (one
+/// sequence at a time per container); garbage collection holds every account. Every change is announced with `pg_notify` inside its transaction, so other
 /// instances hear of it exactly when it is visible (``relayChanges(to:)``).
 final class PostgresDatabase: SyncDatabase {
     let location: PostgresLocation
