@@ -5,11 +5,23 @@ import Synchronization
 /// The events waiting for one connected device, coalesced: of several changes to a container
 /// before the device's connection could take them, only the latest is sent ("container C is at
 /// sequence N" says all the earlier ones said). With many devices and many commits a second,
-/// what is written per device is bounded by how fast its connection takes events, not by the
-/// commit rate.
+/// what is written per device is bounded by how fast its connection takes events, and by
+/// ``pace``, not by the commit rate.
 final class PushMailbox: Sendable {
+    /// An event and its message (JSON text, encoded once for every device it goes to).
+    struct Delivery: Sendable, Equatable {
+        var event: PushEvent
+        var text: String
+    }
+
+    /// The shortest time between two messages to one device: events that come closer together
+    /// wait (coalesced) until it has passed. A device that hears nothing for a while hears the
+    /// next change at once. (``ChangeNotifier/pace(forAccount:)`` lengthens it for accounts with
+    /// many devices connected.)
+    static let pace: Duration = .milliseconds(20)
+
     private struct State {
-        var pending: [String: PushEvent] = [:]
+        var pending: [String: Delivery] = [:]
         var order: [String] = []
         var waiter: CheckedContinuation<Void, Never>?
         var finished = false
@@ -18,13 +30,19 @@ final class PushMailbox: Sendable {
 
     /// Leaves `event` for the device (replacing an older one of the same kind and container).
     func post(_ event: PushEvent) {
+        post(Delivery(event: event, text: Self.message(event)))
+    }
+
+    /// Leaves an event already encoded (``message(_:)``) for the device.
+    func post(_ delivery: Delivery) {
+        let event = delivery.event
         let key = "\(event.type)\u{0}\(event.container ?? "")"
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             guard !state.finished else { return nil }
             if let earlier = state.pending[key] {
-                if (event.sequence ?? 0) >= (earlier.sequence ?? 0) { state.pending[key] = event }
+                if (event.sequence ?? 0) >= (earlier.event.sequence ?? 0) { state.pending[key] = delivery }
             } else {
-                state.pending[key] = event
+                state.pending[key] = delivery
                 state.order.append(key)
             }
             defer { state.waiter = nil }
@@ -33,7 +51,15 @@ final class PushMailbox: Sendable {
         waiter?.resume()
     }
 
-    /// No more events: ``next()`` answers nil once what is waiting was taken.
+    /// An event as the push message's JSON text.
+    static func message(_ event: PushEvent) -> String {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        // An event is two strings and a number: it always encodes.
+        return (try? String(decoding: encoder.encode(event), as: UTF8.self)) ?? "{}"
+    }
+
+    /// No more events: ``next(notBefore:)`` answers nil once what is waiting was taken.
     func finish() {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             state.finished = true
@@ -43,36 +69,43 @@ final class PushMailbox: Sendable {
         waiter?.resume()
     }
 
-    /// The events waiting, in the order first posted, as soon as there are any; nil when
-    /// finished (or when the task is cancelled).
-    func next() async -> [PushEvent]? {
+    /// The events waiting, in the order first posted, as soon as there are any and not before
+    /// `notBefore` (what comes meanwhile joins them, coalesced); nil when finished (or when the
+    /// task is cancelled).
+    func next(notBefore: ContinuousClock.Instant? = nil) async -> [Delivery]? {
         while true {
-            let taken = state.withLock { state -> [PushEvent]? in
-                guard state.order.isEmpty else {
+            let state = self.state.withLock { state -> (waiting: Bool, finished: Bool) in (!state.order.isEmpty, state.finished) }
+            if state.waiting {
+                if let notBefore, notBefore > .now { try? await Task.sleep(until: notBefore) } // (cancelled: what waits goes now)
+                let taken = self.state.withLock { state -> [Delivery] in
                     defer { state.pending = [:]; state.order = [] }
                     return state.order.compactMap { state.pending[$0] }
                 }
-                return state.finished ? [] : nil
+                return taken
             }
-            if let taken { return taken.isEmpty ? nil : taken }
-            if Task.isCancelled { return nil }
-            await withTaskCancellationHandler {
-                await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                    let ready = state.withLock { state -> Bool in
-                        // (Cancelled before the waiter was in place: the handler found none to resume.)
-                        guard state.order.isEmpty, !state.finished, !Task.isCancelled else { return true }
-                        state.waiter = continuation
-                        return false
-                    }
-                    if ready { continuation.resume() }
+            if state.finished || Task.isCancelled { return nil }
+            await wait()
+        }
+    }
+
+    /// Returns when an event is posted, the mailbox finishes or the task is cancelled.
+    private func wait() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let ready = state.withLock { state -> Bool in
+                    // (Cancelled before the waiter was in place: the handler found none to resume.)
+                    guard state.order.isEmpty, !state.finished, !Task.isCancelled else { return true }
+                    state.waiter = continuation
+                    return false
                 }
-            } onCancel: {
-                let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-                    defer { state.waiter = nil }
-                    return state.waiter
-                }
-                waiter?.resume()
+                if ready { continuation.resume() }
             }
+        } onCancel: {
+            let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+                defer { state.waiter = nil }
+                return state.waiter
+            }
+            waiter?.resume()
         }
     }
 }
@@ -84,7 +117,8 @@ final class ChangeNotifier: Sendable {
         var mailbox: PushMailbox
     }
 
-    private let subscribers = Mutex<[UUID: Subscriber]>([:])
+    /// By account, then by connection.
+    private let subscribers = Mutex<[Int64: [UUID: Subscriber]]>([:])
     private let relayState = Mutex(false)
 
     /// Whether other server instances' changes are being heard (PostgreSQL's LISTEN is active).
@@ -97,43 +131,72 @@ final class ChangeNotifier: Sendable {
     func subscribe(_ device: DeviceAuth) -> (UUID, PushMailbox) {
         let id = UUID()
         let mailbox = PushMailbox()
-        subscribers.withLock { $0[id] = Subscriber(device: device, mailbox: mailbox) }
+        subscribers.withLock { $0[device.accountId, default: [:]][id] = Subscriber(device: device, mailbox: mailbox) }
         return (id, mailbox)
     }
 
     func unsubscribe(_ id: UUID) {
-        subscribers.withLock { $0.removeValue(forKey: id) }?.mailbox.finish()
+        let removed = subscribers.withLock { subscribers -> Subscriber? in
+            for (account, connections) in subscribers where connections[id] != nil {
+                let removed = subscribers[account]?.removeValue(forKey: id)
+                if subscribers[account]?.isEmpty == true { subscribers[account] = nil }
+                return removed
+            }
+            return nil
+        }
+        removed?.mailbox.finish()
     }
 
     /// Tells every connected device of the account that may use the container (or store),
     /// except the device that made the change (`except`): it knows already.
     func publish(account: Int64, container: String, sequence: Int64, keyValue: Bool = false, except origin: String? = nil) {
         let event = PushEvent(type: keyValue ? "keyValueChanged" : "changed", container: container, sequence: sequence)
+        let delivery = PushMailbox.Delivery(event: event, text: PushMailbox.message(event)) // encoded once for all
         let targets = subscribers.withLock { subscribers in
-            subscribers.values.filter { $0.device.accountId == account && $0.device.allows(container) && $0.device.deviceId != origin }.map(\.mailbox)
+            (subscribers[account] ?? [:]).values.filter { $0.device.allows(container) && $0.device.deviceId != origin }.map(\.mailbox)
         }
-        for mailbox in targets { mailbox.post(event) }
+        for mailbox in targets { mailbox.post(delivery) }
     }
 
     /// Tells every connected device to catch up with `changes` (as if it had just connected):
     /// events from other server instances may have been missed while their relay was down.
     func catchUpAll() {
-        let targets = subscribers.withLock { $0.values.map(\.mailbox) }
-        for mailbox in targets { mailbox.post(.connected) }
+        let targets = subscribers.withLock { $0.values.flatMap { $0.values.map(\.mailbox) } }
+        let delivery = PushMailbox.Delivery(event: .connected, text: PushMailbox.message(.connected))
+        for mailbox in targets { mailbox.post(delivery) }
+    }
+
+    /// How many push messages an account's connected devices get a second between them, at
+    /// most, however fast its containers change: pushes say "container C is at sequence N", so
+    /// the latest says what the ones before it said, and the work of telling every device is
+    /// bounded by devices × messages, not devices × commits.
+    static let messagesPerAccountPerSecond = 15_000
+
+    /// The shortest time between two messages to a device of `account`: ``PushMailbox/pace``,
+    /// or longer when so many of its devices are connected that they would get more than
+    /// ``messagesPerAccountPerSecond`` between them (1,000 devices: 40 ms).
+    func pace(forAccount account: Int64) -> Duration {
+        let devices = subscribers.withLock { $0[account]?.count ?? 0 }
+        return max(PushMailbox.pace, .microseconds(devices * 1_000_000 / Self.messagesPerAccountPerSecond))
     }
 
     /// How many devices are connected.
-    var connected: Int { subscribers.withLock { $0.count } }
+    var connected: Int { subscribers.withLock { $0.values.reduce(0) { $0 + $1.count } } }
 
     /// The devices connected now.
-    var connectedDevices: Set<String> { subscribers.withLock { Set($0.values.map(\.device.deviceId)) } }
+    var connectedDevices: Set<String> { subscribers.withLock { Set($0.values.flatMap { $0.values.map(\.device.deviceId) }) } }
 
     /// Ends the push connections of `devices` (revoked, signed out, their account deleted):
     /// their streams finish, and the connections close.
     func disconnect(_ devices: Set<String>) {
         let ended = subscribers.withLock { subscribers in
-            let ids = subscribers.filter { devices.contains($0.value.device.deviceId) }.map(\.key)
-            return ids.compactMap { subscribers.removeValue(forKey: $0)?.mailbox }
+            var ended: [PushMailbox] = []
+            for account in Array(subscribers.keys) {
+                let ids = subscribers[account, default: [:]].filter { devices.contains($0.value.device.deviceId) }.map(\.key)
+                ended += ids.compactMap { subscribers[account]?.removeValue(forKey: $0)?.mailbox }
+                if subscribers[account]?.isEmpty == true { subscribers[account] = nil }
+            }
+            return ended
         }
         for mailbox in ended { mailbox.finish() }
     }

@@ -82,11 +82,11 @@ extension SyncServices {
                     for try await _ in inbound {} // until the device closes
                 }
                 group.addTask {
-                    let encoder = JSONEncoder()
-                    encoder.outputFormatting = .sortedKeys
-                    try await outbound.write(.text(String(decoding: try encoder.encode(PushEvent.connected), as: UTF8.self)))
-                    while let waiting = await events.next() {
-                        for event in waiting { try await outbound.write(.text(String(decoding: try encoder.encode(event), as: UTF8.self))) }
+                    try await outbound.write(.text(PushMailbox.message(.connected)))
+                    var notBefore = ContinuousClock.now
+                    while let waiting = await events.next(notBefore: notBefore) {
+                        for delivery in waiting { try await outbound.write(.text(delivery.text)) }
+                        notBefore = .now + notifier.pace(forAccount: device.accountId)
                     }
                     // The stream ended: the device was revoked or signed out.
                     try await outbound.close(.policyViolation, reason: "signed out")
