@@ -32,15 +32,20 @@ import UbiquityProtocol
         let mailbox = PushMailbox()
         mailbox.post(PushEvent(type: "changed", container: "A", sequence: 1))
         let started = ContinuousClock.now
-        let notBefore = started + .milliseconds(200)
+        let notBefore = started + .seconds(1) // (room for a loaded machine to post meanwhile)
         async let taken = mailbox.next(notBefore: notBefore)
         try? await Task.sleep(for: .milliseconds(50))
         mailbox.post(PushEvent(type: "changed", container: "A", sequence: 2))
         mailbox.post(PushEvent(type: "changed", container: "B", sequence: 1))
+        let posted = ContinuousClock.now
         let deliveries = await taken
         #expect(ContinuousClock.now >= notBefore, "not before the pace allows")
-        #expect(deliveries?.map(\.event) == [PushEvent(type: "changed", container: "A", sequence: 2), PushEvent(type: "changed", container: "B", sequence: 1)])
-        #expect(deliveries?.first?.text == #"{"container":"A","sequence":2,"type":"changed"}"#)
+        // (On a machine so loaded that this task slept past the pace, the reader may have taken
+        // the first event alone: only a post well within the pace must join it.)
+        if posted < notBefore - .milliseconds(200) {
+            #expect(deliveries?.map(\.event) == [PushEvent(type: "changed", container: "A", sequence: 2), PushEvent(type: "changed", container: "B", sequence: 1)])
+            #expect(deliveries?.first?.text == #"{"container":"A","sequence":2,"type":"changed"}"#)
+        }
     }
 
     @Test func aCancelledReaderStopsWaiting() async {

@@ -60,6 +60,94 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
         try await database.announce(db, account: account, container: identifier, sequence: sequence, keyValue: keyValue, device: device)
     }
 
+    // MARK: Commits
+
+    /// A revision's row as JSON (``RevisionRow``), from `r`; with its manifest (base64) when asked.
+    private static func rowJSON(manifests: Bool) -> String {
+        """
+        json_build_object('id', r.id, 'name', r.name, 'parent', r.parent, 'kind', r.kind, 'size', r.size, 'modificationDate', r.modification_date,
+            'type', r.type, 'deleted', r.deleted, 'complete', r.complete, 'deviceId', r.device_id, 'deviceName', r.device_name, 'digest', r.digest,
+            'manifest', \(manifests ? "translate(encode(r.manifest, 'base64'), E'\\n', '')" : "NULL"))
+        """
+    }
+
+    /// One statement: the account and the container locked, and every fact read as JSON.
+    func commitFacts(_ question: CommitQuestion) async throws -> CommitFacts {
+        let (a, item, keys) = (question.account, question.item, question.nameKeys)
+        let row = Self.rowJSON(manifests: question.manifests)
+        guard let answer = try await db.rows("""
+            WITH acc AS (SELECT * FROM account WHERE id = \(a) FOR UPDATE),
+                con AS (SELECT id FROM container WHERE account_id = \(a) AND identifier = \(question.container) FOR UPDATE)
+            SELECT
+                (SELECT json_build_object('quota', quota_bytes, 'chunkBytes', used_bytes, 'keyValueBytes', key_value_bytes, 'metadataBytes', metadata_bytes,
+                    'pendingBytes', pending_bytes, 'items', item_count)::TEXT FROM acc) AS account,
+                (SELECT id FROM con) AS container,
+                (SELECT json_build_object('id', r.id, 'state', r.state)::TEXT FROM revision r JOIN con ON r.container_id = con.id
+                    WHERE r.item_id = \(item) AND r.device_id = \(question.device) AND r.change_id = \(question.change)) AS earlier,
+                (SELECT r.complete FROM revision r JOIN con ON r.container_id = con.id WHERE r.id = \(question.base) AND r.item_id = \(item)) AS base_complete,
+                (SELECT json_object_agg(hash, size)::TEXT FROM chunk WHERE account_id = \(a) AND hash = ANY(\(question.hashes)::TEXT[])) AS stored,
+                (SELECT json_object_agg(hash, size)::TEXT FROM pending_chunk WHERE account_id = \(a) AND hash = ANY(\(question.hashes)::TEXT[])) AS pending,
+                (SELECT (\(unescaped: row))::TEXT FROM item i JOIN con ON i.container_id = con.id JOIN revision r ON r.id = i.current_revision
+                    WHERE i.id = \(item)) AS current,
+                (SELECT json_agg(\(unescaped: row) ORDER BY r.modification_date, r.id)::TEXT FROM revision r JOIN con ON r.container_id = con.id
+                    WHERE r.item_id = \(item) AND r.state = 'conflict') AS conflicts,
+                (SELECT json_agg(json_build_array(i.id, r.name))::TEXT FROM item i JOIN con ON i.container_id = con.id JOIN revision r ON r.id = i.current_revision
+                    WHERE i.parent_key = \(question.parent ?? "") AND i.name_key = ANY(\(keys)::TEXT[])) AS siblings
+            """).first else { return CommitFacts() }
+        let decoder = JSONDecoder()
+        func decoded<T: Decodable>(_ column: String, as type: T.Type) throws -> T? {
+            try answer.get(column, as: String?.self).map { try decoder.decode(T.self, from: Data($0.utf8)) }
+        }
+        struct Earlier: Decodable { var id: String, state: String }
+        var facts = CommitFacts(figures: try decoded("account", as: AccountFigures.self), container: try answer.get("container", as: Int64?.self))
+        facts.earlier = try decoded("earlier", as: Earlier.self).map { ($0.id, $0.state) }
+        facts.baseComplete = try answer.get("base_complete", as: Bool?.self) ?? false
+        facts.stored = try decoded("stored", as: [String: Int64].self) ?? [:]
+        facts.pending = try decoded("pending", as: [String: Int64].self) ?? [:]
+        facts.current = try decoded("current", as: RevisionRow.self)
+        facts.conflicts = try decoded("conflicts", as: [RevisionRow].self) ?? []
+        facts.siblings = (try decoded("siblings", as: [[String]].self) ?? []).compactMap { $0.count == 2 ? ($0[0], $0[1]) : nil }
+        return facts
+    }
+
+    /// One statement: every write as a common table expression, the announcement with them.
+    func record(_ record: CommitRecord) async throws -> Int64 {
+        let revision = record.revision, commit = revision.commit, update = commit.update
+        let (a, c, id, change) = (revision.account, revision.container, revision.id, record.change)
+        let reserving = record.reserving.sorted { $0.key < $1.key }
+        let keys = record.currentKeys ?? ("", "")
+        let announce = record.announce
+        guard let answer = try await db.rows("""
+            WITH rev AS (
+                    INSERT INTO revision (id, container_id, item_id, base_revision, device_id, device_name, name, parent, kind, size,
+                        modification_date, type, manifest, deleted, complete, state, created, change_id, digest, cost)
+                    VALUES (\(id), \(c), \(revision.item), \(update.baseRevision), \(revision.device.deviceId), \(revision.device.deviceName),
+                        \(revision.name), \(update.parent), \(update.kind.rawValue), \(commit.size), \(update.modificationDate), \(update.type), \(commit.manifest),
+                        \(commit.deleted), \(revision.missing.isEmpty), \(revision.state), \(revision.created.timeIntervalSince1970), \(update.changeId),
+                        \(commit.digest), \(revision.cost))),
+                refs AS (INSERT INTO revision_chunk (revision_id, account_id, hash) SELECT \(id), \(a), unnest(\(commit.hashes)::TEXT[])),
+                pend AS (INSERT INTO pending_chunk (account_id, hash, size)
+                    SELECT \(a), p.hash, p.size FROM UNNEST(\(reserving.map(\.key))::TEXT[], \(reserving.map(\.value))::BIGINT[]) AS p(hash, size)
+                    ON CONFLICT DO NOTHING),
+                demote AS (UPDATE revision SET state = \(record.demoted?.state) WHERE id = \(record.demoted?.id)),
+                seq AS (UPDATE container SET sequence = sequence + 1 WHERE id = \(c) RETURNING sequence),
+                cur AS (INSERT INTO item (container_id, id, current_revision, sequence, parent_key, name_key)
+                    SELECT \(c), \(revision.item), \(id), seq.sequence, \(keys.parent), \(keys.name) FROM seq WHERE \(record.currentKeys != nil)
+                    ON CONFLICT (container_id, id) DO UPDATE SET current_revision = excluded.current_revision, sequence = excluded.sequence,
+                        parent_key = excluded.parent_key, name_key = excluded.name_key),
+                touch AS (UPDATE item SET sequence = seq.sequence FROM seq
+                    WHERE NOT \(record.currentKeys != nil) AND item.container_id = \(c) AND item.id = \(revision.item)),
+                acc AS (UPDATE account SET key_value_bytes = key_value_bytes + \(change.keyValueBytes), metadata_bytes = metadata_bytes + \(change.metadataBytes),
+                    pending_bytes = pending_bytes + \(change.pendingBytes), item_count = item_count + \(change.items) WHERE id = \(a))
+            SELECT seq.sequence,
+                (SELECT count(*) FROM (SELECT pg_notify(\(database.channel), json_build_object('instance', \(database.instance)::TEXT, 'account', \(a)::BIGINT,
+                    'container', \(announce?.container ?? "")::TEXT, 'sequence', seq.sequence, 'keyValue', FALSE, 'device', \(announce?.device)::TEXT)::TEXT)
+                    WHERE \(announce != nil)) AS notices) AS announced
+            FROM seq
+            """).first else { throw SyncError(.internalServerError, "internal", "the container vanished during a commit") }
+        return try answer.get("sequence", as: Int64.self)
+    }
+
     // MARK: Items and revisions
 
     func revision(container: Int64, item: String, device: String, change: String) async throws -> (id: String, state: String)? {

@@ -30,6 +30,17 @@ protocol RuleStorage {
     /// process serves the database. The `device` that made the change is not told.
     func announce(account: Int64, container identifier: String, sequence: Int64, keyValue: Bool, device: String?) async throws
 
+    // MARK: Commits
+
+    /// Everything a commit is decided on, read at once (the account and the container held
+    /// for the transaction). One round trip where that matters (PostgreSQL).
+    func commitFacts(_ question: CommitQuestion) async throws -> CommitFacts
+    /// Writes what a commit decided — the revision, its chunk references and reservations, the
+    /// revision it demotes, the item's new sequence (and current revision), the account's
+    /// counters, and the announcement if asked — and returns the item's new sequence. One round
+    /// trip where that matters.
+    func record(_ record: CommitRecord) async throws -> Int64
+
     // MARK: Items and revisions
 
     /// The revision a device committed earlier with `change` as its change id.
@@ -106,7 +117,7 @@ protocol RuleStorage {
 }
 
 /// An account's counters (see ``RuleStorage/account(_:)``).
-struct AccountFigures: Sendable, Equatable {
+struct AccountFigures: Sendable, Equatable, Codable {
     /// The account's quota in bytes.
     var quota: Int64 = 0
     /// Bytes of chunks held.
@@ -176,4 +187,79 @@ struct CopiedRevision: Sendable {
     var name: String?
     var base: String?
     var created: Date
+}
+
+/// What ``RuleStorage/commitFacts(_:)`` is asked.
+struct CommitQuestion: Sendable {
+    var account: Int64
+    var container: String
+    var item: String
+    var device: String
+    /// The commit's change id: the revision committed earlier with it, if any.
+    var change: String?
+    /// A base revision whose completeness to tell.
+    var base: String?
+    /// The chunks whose stored and reserved sizes to tell.
+    var hashes: [String]
+    /// The folder, and the name keys, of the live items to tell.
+    var parent: String?
+    var nameKeys: [String]
+    /// Whether to read the manifests of the item's current revision and conflict versions.
+    var manifests: Bool
+}
+
+/// What ``RuleStorage/commitFacts(_:)`` tells.
+struct CommitFacts: Sendable {
+    /// The account's counters; nil if there is no such account.
+    var figures: AccountFigures?
+    /// The container's id; nil if there is no such container.
+    var container: Int64?
+    /// The revision committed earlier with the change id.
+    var earlier: (id: String, state: String)?
+    /// Whether the base revision asked about is complete.
+    var baseComplete = false
+    /// Sizes of the chunks asked about that the account holds.
+    var stored: [String: Int64] = [:]
+    /// Sizes those it waits for are reserved at.
+    var pending: [String: Int64] = [:]
+    /// The item's current revision.
+    var current: RevisionRow?
+    /// Its conflict versions, oldest first.
+    var conflicts: [RevisionRow] = []
+    /// The live items of the folder with the name keys asked about.
+    var siblings: [(id: String, name: String)] = []
+}
+
+/// What ``RuleStorage/record(_:)`` writes.
+struct CommitRecord: Sendable {
+    var revision: NewRevision
+    /// Chunks to reserve, at their declared sizes.
+    var reserving: [String: Int64]
+    /// The revision that stops being current, and what it becomes.
+    var demoted: (id: String, state: String)?
+    /// The item's folder and name keys when the revision becomes current (nil: only the
+    /// item's sequence changes).
+    var currentKeys: (parent: String, name: String)?
+    /// The account's counters' change.
+    var change: AccountChange
+    /// Announce the change (the container's identifier, the device that made it).
+    var announce: (container: String, device: String)?
+}
+
+/// A revision's row as the rules read it: what an item's state is made of.
+struct RevisionRow: Sendable, Codable, Equatable {
+    var id: String
+    var name: String
+    var parent: String?
+    var kind: String
+    var size: Int64
+    var modificationDate: Double
+    var type: String?
+    var deleted: Bool
+    var complete: Bool
+    var deviceId: String
+    var deviceName: String
+    var digest: String?
+    /// The stored manifest, if it was read.
+    var manifest: Data?
 }

@@ -118,6 +118,53 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
     /// One process serves an SQLite database: nobody else to tell.
     func announce(account: Int64, container identifier: String, sequence: Int64, keyValue: Bool, device: String?) {}
 
+    // MARK: Commits
+
+    func commitFacts(_ question: CommitQuestion) throws -> CommitFacts {
+        var facts = CommitFacts(figures: try account(question.account))
+        guard facts.figures != nil,
+              let container = try SQLiteDatabase.containerId(db, accountId: question.account, identifier: question.container) else { return facts }
+        facts.container = container
+        if let change = question.change { facts.earlier = try revision(container: container, item: question.item, device: question.device, change: change) }
+        if let base = question.base { facts.baseComplete = try isComplete(base, container: container, item: question.item) }
+        facts.stored = try storedSizes(account: question.account, hashes: question.hashes)
+        facts.pending = try pendingSizes(account: question.account, hashes: question.hashes.filter { facts.stored[$0] == nil })
+        let columns = "revision.id, revision.name, revision.parent, revision.kind, revision.size, revision.modificationDate, revision.type, revision.deleted, revision.complete, revision.deviceId, revision.deviceName, revision.digest"
+        facts.current = try Row.fetchOne(db.cachedStatement(sql: """
+            SELECT \(columns) FROM item JOIN revision ON revision.id = item.currentRevision WHERE item.containerId = ? AND item.id = ?
+            """), arguments: [container, question.item]).map { try revisionRow($0, manifest: question.manifests) }
+        facts.conflicts = try Row.fetchAll(db.cachedStatement(sql: """
+            SELECT \(columns) FROM revision WHERE containerId = ? AND itemId = ? AND state = 'conflict' ORDER BY modificationDate, id
+            """), arguments: [container, question.item]).map { try revisionRow($0, manifest: question.manifests) }
+        facts.siblings = try siblings(container: container, parent: question.parent, keys: question.nameKeys)
+        return facts
+    }
+
+    /// A revision's row; with its stored manifest when `manifest` (unless it is kept decoded).
+    private func revisionRow(_ row: Row, manifest: Bool) throws -> RevisionRow {
+        let id: String = row["id"]
+        let stored = manifest && ManifestCache.shared.cached(id) == nil
+            ? try Data.fetchOne(db.cachedStatement(sql: "SELECT manifest FROM revisionManifest WHERE revisionId = ?"), arguments: [id]) : nil
+        return RevisionRow(id: id, name: row["name"], parent: row["parent"], kind: row["kind"], size: row["size"], modificationDate: row["modificationDate"],
+                           type: row["type"], deleted: row["deleted"], complete: row["complete"], deviceId: row["deviceId"], deviceName: row["deviceName"],
+                           digest: row["digest"], manifest: stored)
+    }
+
+    func record(_ record: CommitRecord) throws -> Int64 {
+        let revision = record.revision
+        try insert(revision)
+        if !record.reserving.isEmpty { try addPending(account: revision.account, chunks: record.reserving) }
+        if let demoted = record.demoted { try setState(demoted.state, of: [demoted.id]) }
+        let sequence = try nextSequence(of: revision.container)
+        if let keys = record.currentKeys {
+            try setCurrent(container: revision.container, item: revision.item, revision: revision.id, sequence: sequence, keys: keys)
+        } else {
+            try setSequence(container: revision.container, item: revision.item, sequence: sequence)
+        }
+        if !record.change.isEmpty { try adjust(revision.account, by: record.change) }
+        return sequence
+    }
+
     // MARK: Items and revisions
 
     func revision(container: Int64, item: String, device: String, change: String) throws -> (id: String, state: String)? {

@@ -13,68 +13,85 @@ enum ServerRules {
     /// Commits a batch of updates to one container, in order (each sees what those before it
     /// wrote). A refused update (over the quota or a limit, declared chunk sizes that are not
     /// the chunks', an item gone) is answered with its error and writes nothing; the others go on.
+    /// Each update is read at once and written at once (``RuleStorage/commitFacts(_:)``,
+    /// ``RuleStorage/record(_:)``): on PostgreSQL a single commit is four round trips, its
+    /// transaction's begin and end included.
     static func commit(_ commits: [PreparedCommit], account: Int64, container identifier: String, device: DeviceAuth, now: Date, brief: Bool,
                        limits: AccountLimits, in storage: some RuleStorage) async throws -> [Result<CommitOutcome, SyncError>] {
-        guard var figures = try await storage.account(account) else { throw SyncError.unauthorized }
-        guard let container = try await storage.container(account: account, identifier: identifier, create: true) else {
-            throw SyncError(.internalServerError, "internal", "the container could not be created")
-        }
-        var results: [Result<CommitOutcome, SyncError>] = [], change = AccountChange()
-        for commit in commits {
+        var results: [Result<CommitOutcome, SyncError>] = [], announced = false
+        for (index, commit) in commits.enumerated() {
             do {
-                let outcome = try await self.commit(commit, account: account, container: container, device: device, now: now, brief: brief,
-                                                    limits: limits, figures: &figures, change: &change, in: storage)
+                let last = index == commits.count - 1
+                let outcome = try await self.commit(commit, account: account, container: identifier, device: device, now: now, brief: brief,
+                                                    limits: limits, announce: last, in: storage)
                 results.append(.success(outcome))
+                announced = last && !outcome.repeated
             } catch let error as SyncError where error.status.code < 500 || error.code == "quotaExceeded" || error.code == "tooManyItems" {
                 results.append(.failure(error))
             }
         }
-        if !change.isEmpty { try await storage.adjust(account, by: change) }
-        if let last = results.compactMap({ try? $0.get() }).filter({ !$0.repeated }).map(\.item.sequence).max() {
+        if !announced, let last = results.compactMap({ try? $0.get() }).filter({ !$0.repeated }).map(\.item.sequence).max() {
             try await storage.announce(account: account, container: identifier, sequence: last, keyValue: false, device: device.deviceId)
         }
         return results
     }
 
     /// One update inside a batch. Everything it checks is checked before it writes anything.
-    private static func commit(_ commit: PreparedCommit, account: Int64, container: Int64, device: DeviceAuth, now: Date, brief: Bool, limits: AccountLimits,
-                               figures: inout AccountFigures, change: inout AccountChange, in storage: some RuleStorage) async throws -> CommitOutcome {
+    private static func commit(_ commit: PreparedCommit, account: Int64, container identifier: String, device: DeviceAuth, now: Date, brief: Bool,
+                               limits: AccountLimits, announce: Bool, in storage: some RuleStorage) async throws -> CommitOutcome {
         let item = commit.item, update = commit.update
+        // An edit of a large file from a complete revision: only its new chunks are looked up
+        // (those it keeps are stored, at the sizes its base declared).
+        let kept = update.baseRevision.flatMap { ManifestCache.shared.chunkSizes(ofBase: $0, forEditOf: commit.hashes.count) }
+        var looked = kept.map { kept in commit.hashes.filter { kept[$0] == nil } } ?? commit.hashes
+        let keys = NameCollision.candidateKeys(for: update.name)
+        var question = CommitQuestion(account: account, container: identifier, item: item, device: device.deviceId, change: update.changeId,
+                                      base: kept == nil ? nil : update.baseRevision, hashes: looked, parent: update.parent, nameKeys: keys, manifests: !brief)
+        var facts = try await storage.commitFacts(question)
+        guard let figures = facts.figures else { throw SyncError.unauthorized }
+        if facts.container == nil {
+            _ = try await storage.container(account: account, identifier: identifier, create: true)
+            facts = try await storage.commitFacts(question)
+        }
+        guard let container = facts.container else { throw SyncError(.internalServerError, "internal", "the container could not be created") }
+
         // The same change again (its answer was lost): the first answer, nothing committed twice.
-        if let changeId = update.changeId, let earlier = try await storage.revision(container: container, item: item, device: device.deviceId, change: changeId) {
+        if let earlier = facts.earlier {
             let chunks = try await storage.chunkHashes(of: earlier.id)
             let stored = try await storage.storedSizes(account: account, hashes: chunks)
             guard let state = try await storage.itemState(container: container, item: item, brief: brief) else { throw SyncError.notFound }
             return CommitOutcome(revision: earlier.id, isCurrent: earlier.state == "current", item: state,
                                  missingChunks: chunks.filter { stored[$0] == nil }.sorted(), repeated: true)
         }
-        // An edit of a large file from a complete revision: only its new chunks are looked up
-        // (those it keeps are stored, at the sizes its base declared).
-        var looked = commit.hashes, known: [String: Int64] = [:]
-        if let base = update.baseRevision, let kept = ManifestCache.shared.chunkSizes(ofBase: base, forEditOf: commit.hashes.count),
-           try await storage.isComplete(base, container: container, item: item) {
-            looked = commit.hashes.filter { kept[$0] == nil }
-            for hash in commit.hashes { if let size = kept[hash] { known[hash] = size } }
+        var known: [String: Int64] = [:]
+        if let kept {
+            if facts.baseComplete {
+                for hash in commit.hashes { if let size = kept[hash] { known[hash] = size } }
+            } else {
+                // The base is not complete after all: its chunks are looked up too.
+                question.hashes = commit.hashes.filter { kept[$0] != nil }
+                facts.stored.merge(try await storage.storedSizes(account: account, hashes: question.hashes)) { $1 }
+                facts.pending.merge(try await storage.pendingSizes(account: account, hashes: question.hashes)) { $1 }
+                looked = commit.hashes
+            }
         }
-        let stored = try await storage.storedSizes(account: account, hashes: looked)
-        let missing = looked.filter { stored[$0] == nil }
-        let pending = missing.isEmpty ? [:] : try await storage.pendingSizes(account: account, hashes: missing)
-        known.merge(stored) { $1 }
-        known.merge(pending) { $1 }
+        let missing = looked.filter { facts.stored[$0] == nil }
+        known.merge(facts.stored) { $1 }
+        for hash in missing { if let size = facts.pending[hash] { known[hash] = size } }
         try checkDeclaredSizes(commit, against: known)
         var reserving: [String: Int64] = [:]
-        for hash in missing where pending[hash] == nil { reserving[hash] = commit.declaredSizes[hash] ?? 0 }
+        for hash in missing where facts.pending[hash] == nil { reserving[hash] = commit.declaredSizes[hash] ?? 0 }
 
-        let current = try await storage.currentRevision(container: container, item: item)
+        let current = facts.current.map { CurrentRevision(id: $0.id, date: $0.modificationDate, device: $0.deviceId, deleted: $0.deleted) }
         if current == nil, figures.items >= limits.maximumItems {
             throw SyncError(.insufficientStorage, "tooManyItems", "an account holds at most \(limits.maximumItems) items")
         }
         // The quota holds what the account stores, what its revisions cost, and what its
         // committed revisions still wait for; a delete always goes (it is how room is made).
         let cost = RevisionCost.of(commit)
-        let adding = cost + reserving.values.reduce(0, +)
-        if !commit.deleted, figures.used + adding > figures.quota {
-            throw SyncError.quotaExceeded(used: figures.used, quota: figures.quota, adding: adding, missing: missing)
+        let reserved = reserving.values.reduce(0, +)
+        if !commit.deleted, figures.used + cost + reserved > figures.quota {
+            throw SyncError.quotaExceeded(used: figures.used, quota: figures.quota, adding: cost + reserved, missing: missing)
         }
 
         // Where the new revision goes: current, or kept as a conflict version.
@@ -82,31 +99,54 @@ enum ServerRules {
                                         deleted: commit.deleted, date: update.modificationDate, device: device.deviceId)
         var name = update.name, renameOther: (id: String, name: String)?
         if placement.state == "current" && !commit.deleted {
-            (name, renameOther) = try await siblings(container: container, parent: update.parent, settling: name, in: storage).settle(name: name, id: item)
+            let siblings = facts.siblings.count >= keys.count
+                ? try await storage.siblings(container: container, parent: update.parent, keys: nil) // every candidate taken: the whole folder
+                : facts.siblings
+            (name, renameOther) = SiblingNames(siblings).settle(name: name, id: item)
         }
-        let revision = RandomIdentifier.make()
-        try await storage.insert(NewRevision(id: revision, account: account, container: container, item: item, commit: commit, device: device, name: name,
-                                             state: placement.state, created: now, containerChunks: looked, missing: missing, cost: cost))
-        if !reserving.isEmpty { try await storage.addPending(account: account, chunks: reserving) }
-        if let demoted = placement.demoted { try await storage.setState(demoted.state, of: [demoted.id]) }
-        let sequence = try await storage.nextSequence(of: container)
-        if placement.state == "current" {
-            try await storage.setCurrent(container: container, item: item, revision: revision, sequence: sequence,
-                                         keys: NameCollision.indexKeys(name: name, parent: update.parent, deleted: commit.deleted))
-        } else {
-            try await storage.setSequence(container: container, item: item, sequence: sequence)
-        }
-        var made = AccountChange(metadataBytes: cost, pendingBytes: adding - cost, items: current == nil ? 1 : 0)
+        let revision = NewRevision(id: RandomIdentifier.make(), account: account, container: container, item: item, commit: commit, device: device, name: name,
+                                   state: placement.state, created: now, containerChunks: looked, missing: missing, cost: cost)
+        let sequence = try await storage.record(CommitRecord(
+            revision: revision, reserving: reserving, demoted: placement.demoted,
+            currentKeys: placement.state == "current" ? NameCollision.indexKeys(name: name, parent: update.parent, deleted: commit.deleted) : nil,
+            change: AccountChange(metadataBytes: cost, pendingBytes: reserved, items: current == nil ? 1 : 0),
+            announce: announce && renameOther == nil ? (identifier, device.deviceId) : nil))
         if let renameOther {
-            made.metadataBytes += try await serverRename(container: container, item: renameOther.id, to: renameOther.name, now: now, in: storage)
+            let renamed = try await serverRename(container: container, item: renameOther.id, to: renameOther.name, now: now, in: storage)
+            try await storage.adjust(account, by: AccountChange(metadataBytes: renamed.cost))
+            if announce { try await storage.announce(account: account, container: identifier, sequence: renamed.sequence, keyValue: false, device: device.deviceId) }
         }
-        figures.apply(made)
-        change.add(made)
-        guard let state = try await storage.itemState(container: container, item: item, brief: brief) else {
-            throw SyncError(.internalServerError, "internal", "the item vanished during its commit")
+        ManifestCache.shared.remember(update.manifest, of: revision.id) // the base of the next edit's difference
+        var state = try itemState(after: revision, placement: placement, facts: facts, sequence: sequence, brief: brief)
+        if state == nil { state = try await storage.itemState(container: container, item: item, brief: brief) }
+        guard let state else { throw SyncError(.internalServerError, "internal", "the item vanished during its commit") }
+        return CommitOutcome(revision: revision.id, isCurrent: placement.state == "current", item: state, missingChunks: missing)
+    }
+
+    /// The item's state after a commit, from what was read before it and what it wrote; nil
+    /// when that is not enough (a revision from before content tokens were stored, in a brief
+    /// answer without its manifest).
+    static func itemState(after revision: NewRevision, placement: CommitPlacement, facts: CommitFacts, sequence: Int64, brief: Bool) throws -> ItemState? {
+        let commit = revision.commit, update = commit.update
+        let written = RevisionRow(id: revision.id, name: revision.name, parent: update.parent, kind: update.kind.rawValue, size: commit.size,
+                                  modificationDate: update.modificationDate, type: update.type, deleted: commit.deleted, complete: revision.missing.isEmpty,
+                                  deviceId: revision.device.deviceId, deviceName: revision.device.deviceName, digest: commit.digest, manifest: commit.manifest)
+        var conflicts = facts.conflicts
+        let current: RevisionRow
+        switch placement.state {
+        case "current":
+            current = written
+            if placement.demoted?.state == "conflict", let demoted = facts.current { conflicts.append(demoted) }
+        case "conflict":
+            guard let existing = facts.current else { return nil }
+            current = existing
+            conflicts.append(written)
+        default:
+            guard let existing = facts.current else { return nil }
+            current = existing
         }
-        ManifestCache.shared.remember(update.manifest, of: revision) // the base of the next edit's difference
-        return CommitOutcome(revision: revision, isCurrent: placement.state == "current", item: state, missingChunks: missing)
+        conflicts.sort { ($0.modificationDate, $0.id) < ($1.modificationDate, $1.id) }
+        return try ItemStates.make(item: revision.item, sequence: sequence, current: current, conflicts: conflicts, brief: brief)
     }
 
     /// Each chunk a commit names must be declared at the size the account holds it at (or was
@@ -119,27 +159,18 @@ enum ServerRules {
         }
     }
 
-    /// The live items a settlement of `name` in `parent` may clash with: those with one of the
-    /// name's candidate keys, or the whole folder when every candidate is taken.
-    static func siblings(container: Int64, parent: String?, settling name: String, in storage: some RuleStorage) async throws -> SiblingNames {
-        let keys = NameCollision.candidateKeys(for: name)
-        let found = try await storage.siblings(container: container, parent: parent, keys: keys)
-        guard found.count >= keys.count else { return SiblingNames(found) }
-        return SiblingNames(try await storage.siblings(container: container, parent: parent, keys: nil))
-    }
-
     /// Makes a new current revision of an item, by the server: its contents under another
-    /// name. Returns what the revision costs.
-    static func serverRename(container: Int64, item: String, to name: String, now: Date, in storage: some RuleStorage) async throws -> Int64 {
+    /// name. Returns what the revision costs, and the item's new sequence.
+    static func serverRename(container: Int64, item: String, to name: String, now: Date, in storage: some RuleStorage) async throws -> (cost: Int64, sequence: Int64) {
         guard let current = try await storage.currentRevision(container: container, item: item),
-              let named = try await storage.naming(of: current.id) else { return 0 }
+              let named = try await storage.naming(of: current.id) else { return (0, 0) }
         let revision = RandomIdentifier.make()
         let cost = try await storage.copy(current.id, as: CopiedRevision(id: revision, name: name, base: current.id, created: now))
         try await storage.setState("replaced", of: [current.id])
         let sequence = try await storage.nextSequence(of: container)
         try await storage.setCurrent(container: container, item: item, revision: revision, sequence: sequence,
                                      keys: NameCollision.indexKeys(name: name, parent: named.parent, deleted: named.deleted))
-        return cost
+        return (cost, sequence)
     }
 
     // MARK: Conflicts and recovery
@@ -334,5 +365,44 @@ extension AccountChange {
         metadataBytes += other.metadataBytes
         pendingBytes += other.pendingBytes
         items += other.items
+    }
+}
+
+/// An item's state made from its revisions' rows.
+enum ItemStates {
+    /// The state of `item` whose current revision is `current`, with `conflicts` (oldest
+    /// first); `brief`: content tokens instead of manifests. Nil when a manifest it needs was
+    /// not read.
+    static func make(item: String, sequence: Int64, current: RevisionRow, conflicts: [RevisionRow], brief: Bool) throws -> ItemState? {
+        let kind = ItemKind(rawValue: current.kind) ?? .file
+        guard let contents = try contents(of: current, kind: kind, brief: brief) else { return nil }
+        var versions: [ConflictVersion] = []
+        for conflict in conflicts {
+            guard let their = try Self.contents(of: conflict, kind: kind, brief: brief) else { return nil }
+            var version = ConflictVersion(revision: conflict.id, deviceName: conflict.deviceName, modificationDate: conflict.modificationDate,
+                                          size: conflict.size, uploaded: conflict.complete, manifest: their.manifest)
+            version.digest = their.digest
+            versions.append(version)
+        }
+        var state = ItemState(id: item, revision: current.id, name: current.name, parent: current.parent, kind: kind, size: current.size,
+                              modificationDate: current.modificationDate, type: current.type, deleted: current.deleted, uploaded: current.complete,
+                              deviceName: current.deviceName, sequence: sequence, manifest: contents.manifest, conflicts: versions)
+        state.digest = contents.digest
+        return state
+    }
+
+    /// A revision's manifest — or, `brief`, its content token and an empty manifest; nil when
+    /// it needs the manifest and the row has none.
+    static func contents(of row: RevisionRow, kind: ItemKind, brief: Bool) throws -> (manifest: Manifest, digest: String?)? {
+        if brief, let digest = row.digest { return (Manifest(), digest) }
+        let manifest: Manifest
+        if let cached = ManifestCache.shared.cached(row.id) {
+            manifest = cached
+        } else if let stored = row.manifest {
+            manifest = try ManifestCache.shared.manifest(of: row.id, stored: stored)
+        } else {
+            return nil
+        }
+        return brief ? (Manifest(), ContentToken.of(manifest, kind: kind)) : (manifest, nil)
     }
 }
