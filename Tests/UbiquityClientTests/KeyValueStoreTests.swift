@@ -66,6 +66,19 @@ final class KeyValueRecorder: Sendable {
         #expect(kv.bool(forKey: "sound") && kv.data(forKey: "blob") == Data([1, 2, 3]))
         #expect(kv.array(forKey: "list")?.count == 3 && kv.dictionary(forKey: "map")?["x"] as? Int64 == 1)
         #expect(kv.object(forKey: "date") as? Date == date)
+        // Values bridge as Foundation's do on Apple's platforms.
+        #expect(kv.object(forKey: "level") as? Int == 42 && kv.object(forKey: "level") as? Double == 42 && (kv.object(forKey: "level") as? NSNumber)?.int64Value == 42)
+        #expect(kv.object(forKey: "volume") as? Double == 0.75 && kv.object(forKey: "volume") as? Int == nil)
+        #expect(kv.object(forKey: "sound") as? Bool == true && (kv.object(forKey: "sound") as? NSNumber)?.boolValue == true)
+        #expect(kv.array(forKey: "list")?[1] as? Int == 1 && kv.array(forKey: "list")?[2] as? Bool == true)
+        #expect(kv.dictionary(forKey: "map")?["x"] as? Int == 1 && kv.dictionaryRepresentation["level"] as? Int == 42)
+        // And what comes back can be set again as it is: a Boolean stays a Boolean.
+        kv.set(kv.object(forKey: "sound"), forKey: "sound again")
+        kv.set(NSNumber(value: 2.5), forKey: "ratio")
+        #expect(kv.object(forKey: "sound again") as? Bool == true && kv.longLong(forKey: "sound again") == 1)
+        #expect(kv.object(forKey: "ratio") as? Double == 2.5)
+        kv.removeObject(forKey: "sound again")
+        kv.removeObject(forKey: "ratio")
         #expect(kv.longLong(forKey: "volume") == 0 && kv.double(forKey: "level") == 42 && kv.bool(forKey: "level"), "typed getters convert numbers")
         #expect(kv.string(forKey: "level") == nil && kv.longLong(forKey: "missing") == 0 && !kv.bool(forKey: "missing") && kv.object(forKey: "missing") == nil)
         kv.set(NSObject(), forKey: "bad") // not a property list: ignored

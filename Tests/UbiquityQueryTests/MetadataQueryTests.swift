@@ -90,6 +90,11 @@ func names(_ query: NSMetadataQuery) -> [String] {
         let a = try #require(query.result(at: query.index(ofResult: query.results[1])) as? NSMetadataItem)
         #expect(a.value(forAttribute: NSMetadataItemFSSizeKey) as? Int64 == 5)
         #expect(a.value(forAttribute: NSMetadataItemIsUbiquitousKey) as? Bool == false)
+        // Numbers and Booleans bridge as on Apple's platforms.
+        #expect(a.value(forAttribute: NSMetadataItemFSSizeKey) as? Int == 5 && a.value(forAttribute: NSMetadataItemFSSizeKey) as? Double == 5)
+        #expect((a.value(forAttribute: NSMetadataItemFSSizeKey) as? NSNumber)?.intValue == 5)
+        #expect((a.value(forAttribute: NSMetadataItemIsUbiquitousKey) as? NSNumber)?.boolValue == false)
+        #expect(a.values(forAttributes: [NSMetadataItemFSSizeKey])?[NSMetadataItemFSSizeKey] as? Int == 5)
         #expect(a.value(forAttribute: NSMetadataItemURLKey) as? URL == folder.appendingPathComponent("a.txt"))
         #expect(a.value(forAttribute: NSMetadataItemContentTypeKey) as? String == "public.plain-text")
         #expect((a.value(forAttribute: NSMetadataItemContentTypeTreeKey) as? [String])?.contains("public.data") == true)
@@ -204,7 +209,7 @@ func names(_ query: NSMetadataQuery) -> [String] {
         #expect(trip.value(forAttribute: NSMetadataUbiquitousItemUploadingErrorKey) is CocoaError, "the agent is not running: uploads wait")
 
         let lists = try #require(query.valueLists[NSMetadataItemIsUbiquitousKey])
-        #expect(lists.map { "\($0.value ?? "nil")×\($0.count)" } == ["true×2", "false×1"])
+        #expect(lists.map { "\(($0.value as? Bool).map(String.init) ?? "nil")×\($0.count)" } == ["true×2", "false×1"], "Booleans as NSNumber, as on Apple's")
         let groups = query.groupedResults
         #expect(groups.count == 3 && groups.map(\.resultCount).reduce(0, +) == 3, "not downloaded, downloaded, local (no status)")
 

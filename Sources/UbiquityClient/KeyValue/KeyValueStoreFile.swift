@@ -124,7 +124,16 @@ extension PropertyListValue {
     /// arrays and string-keyed dictionaries of these); nil for anything else.
     public init?(propertyList value: Any) {
         let type = Swift.type(of: value)
-        if let value = value as? String { self = .string(value) }
+        if type is NSNumber.Type, let number = value as? NSNumber {
+            // A Foundation number (what Apple's APIs hand back): a Boolean, a real or an integer
+            // as it was made.
+            switch String(cString: number.objCType) {
+            case "c", "B": self = .bool(number.boolValue)
+            case "f", "d": self = .real(number.doubleValue)
+            default: self = .integer(number.int64Value)
+            }
+        }
+        else if let value = value as? String { self = .string(value) }
         else if type == Bool.self { self = .bool(value as! Bool) }
         else if let value = value as? Int { self = .integer(Int64(value)) }
         else if let value = value as? Int64 { self = .integer(value) }
@@ -150,6 +159,20 @@ extension PropertyListValue {
             self = .dictionary(items)
         } else {
             return nil
+        }
+    }
+
+    /// The value as Foundation hands property lists back on Apple's platforms: String,
+    /// NSNumber (integers, reals and Booleans — `as? Int`, `as? Double`, `as? Bool` and
+    /// `as? NSNumber` all work, as when bridged there), Date, Data, [Any], [String: Any].
+    public var foundationObject: Any {
+        switch self {
+        case .integer(let value): return NSNumber(value: value)
+        case .real(let value): return NSNumber(value: value)
+        case .bool(let value): return NSNumber(value: value)
+        case .array(let values): return values.map(\.foundationObject)
+        case .dictionary(let values): return values.mapValues(\.foundationObject)
+        default: return propertyList
         }
     }
 

@@ -90,11 +90,12 @@ public final class NSUbiquitousKeyValueStore: Sendable {
 
     // MARK: Reading
 
-    /// The value for `aKey` as Swift values (String, Int64, Double, Bool, Date, Data, [Any],
+    /// The value for `aKey` as Foundation hands it back on Apple's platforms (String,
+    /// NSNumber — so `as? Int`, `as? Double`, `as? Bool` work —, Date, Data, [Any],
     /// [String: Any]), or nil.
     public func object(forKey aKey: String) -> Any? {
         current()
-        return state.withLock { $0.values[aKey] }?.propertyList
+        return state.withLock { $0.values[aKey] }?.foundationObject
     }
 
     /// The string for `aKey`, or nil if there is none (or the value is not a string).
@@ -145,7 +146,7 @@ public final class NSUbiquitousKeyValueStore: Sendable {
     /// Every key and value.
     public var dictionaryRepresentation: [String: Any] {
         current()
-        return state.withLock { $0.values }.mapValues(\.propertyList)
+        return state.withLock { $0.values }.mapValues(\.foundationObject)
     }
 
     // MARK: Writing

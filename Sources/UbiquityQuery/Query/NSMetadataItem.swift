@@ -39,16 +39,32 @@ public final class NSMetadataItem: PredicateKeyValueReading, CustomStringConvert
     }
 
     /// The value of one attribute (an `NSMetadataItem…Key`), or nil if the item has none.
+    /// Numbers and Booleans come back as `NSNumber`, as on Apple's platforms: `as? Int`,
+    /// `as? Double`, `as? Bool` and `as? NSNumber` all work.
     public func value(forAttribute key: String) -> Any? {
-        record.withLock { $0.value(forAttribute: key) }
+        record.withLock { $0.value(forAttribute: key) }.map(Self.bridged)
     }
 
-    /// The values of several attributes, by name (those the item has).
+    /// The values of several attributes, by name (those the item has), bridged as
+    /// ``value(forAttribute:)``'s.
     public func values(forAttributes keys: [String]) -> [String: Any]? {
         record.withLock { record in
             var values: [String: Any] = [:]
-            for key in keys { if let value = record.value(forAttribute: key) { values[key] = value } }
+            for key in keys { if let value = record.value(forAttribute: key) { values[key] = Self.bridged(value) } }
             return values
+        }
+    }
+
+    /// A value as Foundation hands it back on Apple's platforms: numbers and Booleans as
+    /// `NSNumber` (in arrays too), anything else as it is.
+    static func bridged(_ value: Any) -> Any {
+        switch value {
+        case let flag as Bool where type(of: value) == Bool.self: return NSNumber(value: flag)
+        case let number as Int64 where type(of: value) == Int64.self: return NSNumber(value: number)
+        case let number as Int where type(of: value) == Int.self: return NSNumber(value: number)
+        case let number as Double where type(of: value) == Double.self: return NSNumber(value: number)
+        case let values as [Any]: return values.map(bridged)
+        default: return value
         }
     }
 
@@ -57,9 +73,9 @@ public final class NSMetadataItem: PredicateKeyValueReading, CustomStringConvert
         record.withLock { record in MetadataRecord.allAttributes.filter { record.value(forAttribute: $0) != nil } }
     }
 
-    /// The value of an attribute, for predicates.
+    /// The value of an attribute, for predicates (as Swift values).
     public func predicateValue(forKey key: String) -> Any? {
-        value(forAttribute: key)
+        record.withLock { $0.value(forAttribute: key) }
     }
 
     /// The item's path.

@@ -61,7 +61,7 @@ public final class NSMetadataQueryResultGroup: Sendable {
         var members: [String: (value: Any?, items: [NSMetadataItem])] = [:]
         for item in items {
             let value = item.value(forAttribute: attribute)
-            let key = PredicateValue(value).format
+            let key = PredicateValue(item.predicateValue(forKey: attribute)).format
             if members[key] == nil { order.append(key); members[key] = (value, []) }
             members[key]?.items.append(item)
         }

@@ -335,7 +335,7 @@ public final class NSMetadataQuery: Sendable {
             var index: [String: Int] = [:]
             for item in results {
                 let value = item.value(forAttribute: attribute)
-                let key = PredicateValue(value)
+                let key = PredicateValue(item.predicateValue(forKey: attribute))
                 let hashKey = key.format
                 if let at = index[hashKey] { counts[at].count += 1 } else {
                     index[hashKey] = counts.count
