@@ -367,8 +367,9 @@ extension NSMetadataQuery {
 
     // MARK: Delivering
 
-    /// Applies `changes` to the results and posts `name` (on the operation queue, if any),
-    /// then gives snapshot iterators the news.
+    /// Applies `changes` to the results and posts `name` — on the operation queue if there is
+    /// one, else on the main queue (as Apple's query does: on the main thread) — then gives
+    /// snapshot iterators the news.
     func deliver(_ name: Notification.Name, changes: Changes?, snapshot: Bool) {
         let queue = state.withLock { $0.operationQueue }
         let operation: @Sendable () -> Void = { [self] in
@@ -388,7 +389,7 @@ extension NSMetadataQuery {
                                 changed: Self.ordered(changes?.changed ?? [:]), removed: Self.ordered(changes?.removed ?? [:]), isInitial: initial)
             for continuation in continuations { continuation.yield(shot) }
         }
-        if let queue { queue.addOperation(operation) } else { operation() }
+        if let queue { queue.addOperation(operation) } else { DispatchQueue.main.async(execute: operation) }
     }
 
     static func ordered(_ entries: [ObjectIdentifier: Changes.Entry]) -> [NSMetadataItem] {

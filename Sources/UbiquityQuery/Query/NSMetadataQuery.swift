@@ -22,7 +22,9 @@ import UbiquityFiles
 /// becomes an update: ``Foundation/Notification/Name/NSMetadataQueryDidUpdate`` with the items
 /// added, changed and removed, batched over ``notificationBatchingInterval``. Notifications
 /// are posted in order on ``operationQueue`` when it is set (give it one operation at a time),
-/// else on the query's own serial queue. Swift concurrency users can iterate ``snapshots``.
+/// else on the main queue, as Apple's are on the main thread (so the process's main thread must
+/// be free to run it: an async `main`, `dispatchMain()` or the main run loop, as in an app).
+/// Swift concurrency users can iterate ``snapshots``.
 public final class NSMetadataQuery: Sendable {
     /// A search scope.
     enum Scope: Sendable, Hashable {
