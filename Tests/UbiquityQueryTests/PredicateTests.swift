@@ -86,7 +86,7 @@ import UbiquityTestSupport
         #expect(NSPredicate(format: "SELF == '%@'").evaluate(with: "%@"))
         let variable = NSPredicate(format: "kMDItemFSSize > $LIMIT")
         #expect(variable.evaluate(with: letter, substitutionVariables: ["LIMIT": 1000]) && !variable.evaluate(with: letter, substitutionVariables: ["LIMIT": 2000]))
-        #expect(variable.substituting(["LIMIT": 10])?.formatString == "kMDItemFSSize > 10")
+        #expect(variable.withSubstitutionVariables(["LIMIT": 10]).formatString == "kMDItemFSSize > 10", "Apple's name")
         #expect(!variable.evaluate(with: letter), "an unset variable is NULL")
         // The reserved word as a key, with '#'.
         #expect(NSPredicate(format: "#IN == 1").evaluate(with: ["IN": 1]))
@@ -130,8 +130,8 @@ import UbiquityTestSupport
             ("a + 1 > 2", [], "arithmetic ('+') is not supported"),
             ("SUBQUERY(x, $y, $y > 1).@count > 0", [], "SUBQUERY is not supported"),
             ("FUNCTION(a, 'x') == 1", [], "FUNCTION is not supported"),
-            ("tags.@count > 1", [], "collection operators"),
-            ("kMDItemContentTypeTree UTI-CONFORMS-TO 'public.text'", [], "UTI-CONFORMS-TO is not supported"),
+            ("tags.@first > 1", [], "not a supported collection operator"),
+            ("tags.@count.x > 1", [], "must end its key path"),
             ("AND == 1", [], "found the keyword AND"),
             ("size == 1", [], "SIZE is not supported"),
         ]
@@ -150,13 +150,41 @@ import UbiquityTestSupport
         #expect(error?.offset == 29, "points at the end, where a value is missing")
     }
 
+    @Test func collectionOperatorsAndTypeConformance() {
+        #expect(holds("tags.@count == 2") && holds("%K.@count > 1", "tags") && !holds("tags.@count > 2"))
+        #expect(holds("owner.@count == 1") && holds("missing.@count == 0"), "one value counts one, none zero")
+        let scores: [String: Any] = ["scores": [3, 5, 10]]
+        #expect(NSPredicate(format: "scores.@sum == 18 AND scores.@max == 10 AND scores.@min == 3 AND scores.@avg == 6").evaluate(with: scores))
+        let document: [String: Any] = ["kMDItemContentType": "public.plain-text", "kMDItemContentTypeTree": ["public.plain-text", "public.text", "public.data"]]
+        #expect(NSPredicate(format: "kMDItemContentType UTI-CONFORMS-TO 'public.text'").evaluate(with: document))
+        #expect(NSPredicate(format: "kMDItemContentTypeTree UTI-CONFORMS-TO %@", "public.data").evaluate(with: document))
+        #expect(!NSPredicate(format: "kMDItemContentType UTI-CONFORMS-TO 'public.image'").evaluate(with: document))
+        #expect(NSPredicate(format: "kMDItemContentType UTI-EQUALS 'public.plain-text'").evaluate(with: document))
+        #expect(!NSPredicate(format: "kMDItemContentType UTI-EQUALS 'public.text'").evaluate(with: document))
+        #expect(NSPredicate(format: "kMDItemContentType UTI-CONFORMS-TO 'public.text'").formatString == #"kMDItemContentType UTI-CONFORMS-TO "public.text""#)
+    }
+
+    /// A format Apple accepts and these predicates do not support does not stop the program:
+    /// the predicate matches nothing and says why, and a query given it does not start.
+    @Test func whatIsNotSupportedIsAnErrorNotACrash() {
+        let predicate = NSPredicate(format: "SUBQUERY(tags, $t, $t == 'work').@count > 0")
+        #expect(!predicate.evaluate(with: letter))
+        #expect(predicate.unsupportedReason?.reason == "SUBQUERY is not supported")
+        #expect(NSPredicate(format: "kMDItemFSSize * 2 > 10").unsupportedReason?.isUnsupported == true)
+        #expect(NSPredicate(format: "kMDItemFSSize > 10").unsupportedReason == nil)
+        let query = NSMetadataQuery(containers: UbiquityContainers(paths: temporaryPaths(), entitlements: UbiquityEntitlements(containers: [])))
+        query.searchScopes = [URL(fileURLWithPath: NSTemporaryDirectory())]
+        query.predicate = predicate
+        #expect(!query.start(), "refused, with the reason in the log")
+    }
+
     @Test func theyAreFoundationsPredicates() {
         // Apple's code compiles as it is: NSPredicate is Foundation's type, in type positions too.
         let predicate: NSPredicate = NSPredicate(format: "kMDItemFSName LIKE %@", "*.txt")
         let predicates: [NSPredicate] = [predicate, NSPredicate(value: true), NSPredicate(block: { _, _ in false })]
         #expect(predicates.map { $0.evaluate(with: ["kMDItemFSName": "a.txt"]) } == [true, true, false])
         #expect(predicates.map(\.formatString) == [#"kMDItemFSName LIKE "*.txt""#, "TRUEPREDICATE", nil])
-        #expect(predicates[2].substituting([:]) == nil)
+        #expect(predicates[2].withSubstitutionVariables([:]) === predicates[2], "a block predicate comes back as it is")
         let sort: NSSortDescriptor = NSSortDescriptor(key: "size", ascending: false)
         #expect(sort.attribute == "size" && !sort.ascending && NSSortDescriptor(key: nil, ascending: true).attribute == "")
         let items: [[String: Any]] = [["size": 1], ["size": 3], [:], ["size": 2]]

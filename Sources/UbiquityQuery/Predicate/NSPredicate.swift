@@ -20,9 +20,10 @@ import Synchronization
 /// `NOT`/`!`, parentheses, `TRUEPREDICATE`/`FALSEPREDICATE`, literals (quoted strings,
 /// numbers, `TRUE`/`YES`, `FALSE`/`NO`, `NULL`/`NIL`, `SELF`, `{…}` collections,
 /// `CAST(seconds, "NSDate")`), key paths, `$VARIABLES`, and the `%@`, `%K`, `%d`/`%i`/`%ld`/
-/// `%lld`/`%u`/`%lu`, `%f`/`%lf`/`%g` and `%%` substitutions. What Apple has and this does not
-/// (arithmetic, `SUBQUERY`, `FUNCTION`, `@count` and other collection operators) is a clear
-/// error, never a wrong answer.
+/// `%lld`/`%u`/`%lu`, `%f`/`%lf`/`%g` and `%%` substitutions, Spotlight's `UTI-CONFORMS-TO` and
+/// `UTI-EQUALS`, and the collection operators `@count`, `@sum`, `@avg`, `@min` and `@max` at the
+/// end of a key path. What Apple has and this does not (arithmetic, `SUBQUERY`, `FUNCTION`) is a
+/// clear error, never a wrong answer.
 ///
 /// As on Apple platforms, ``Foundation/NSPredicate/init(format:_:)`` stops the program when
 /// the format string is not a predicate (Apple raises an exception); use
@@ -39,14 +40,23 @@ extension NSPredicate {
     }
 
     /// Parses a predicate format string with its substitutions' arguments in an array. Stops
-    /// the program if it is not a valid predicate (as Apple's exception does).
+    /// the program if it is not a valid predicate (as Apple's exception does). A valid format
+    /// that uses what these predicates do not support (``PredicateFormatError/isUnsupported``:
+    /// a `SUBQUERY`, arithmetic…) does not stop it: the predicate matches nothing, says why in
+    /// ``unsupportedReason``, and an ``NSMetadataQuery`` given it does not start.
     public convenience init(format predicateFormat: String, argumentArray arguments: [Any]?) {
         do {
             try self.init(validatingFormat: predicateFormat, argumentArray: arguments)
+        } catch let error as PredicateFormatError where error.isUnsupported {
+            self.init(parsed: ParsedPredicate(node: .constant(false), unsupported: error))
         } catch {
             preconditionFailure("NSPredicate: \(error)")
         }
     }
+
+    /// Why this predicate matches nothing, when its format string uses what these predicates
+    /// do not support (see ``init(format:argumentArray:)``); nil otherwise.
+    public var unsupportedReason: PredicateFormatError? { parsed?.unsupported }
 
     /// Parses a predicate format string, throwing instead of stopping when it is not a valid
     /// predicate: for format strings typed by users.
@@ -89,12 +99,14 @@ extension NSPredicate {
         }
     }
 
-    /// A copy with `$VARIABLES` replaced by the given values (the others stay variables):
-    /// corelibs' `withSubstitutionVariables(_:)`, which it does not provide. Nil for predicates
-    /// not made from a format string.
-    public func substituting(_ variables: [String: Any]) -> NSPredicate? {
-        guard let parsed else { return nil }
-        return NSPredicate(parsed: ParsedPredicate(node: parsed.node.substituting(variables.mapValues(PredicateValue.init))))
+    /// A copy with `$VARIABLES` replaced by the given values (the others stay variables), as
+    /// Apple's `withSubstitutionVariables(_:)` (corelibs declares it unavailable; importing
+    /// Ubiquity makes an app's call find this one). A predicate not made from a format string
+    /// comes back as it is.
+    public func withSubstitutionVariables(_ variables: [String: Any]) -> Self {
+        guard let parsed else { return self }
+        let copy = NSPredicate(parsed: ParsedPredicate(node: parsed.node.substituting(variables.mapValues(PredicateValue.init))))
+        return copy as? Self ?? self
     }
 }
 
@@ -122,12 +134,16 @@ final class PredicateProbe: Sendable {
 /// A parsed predicate: its tree, evaluated directly.
 final class ParsedPredicate: CustomStringConvertible, Sendable {
     let node: PredicateNode
+    /// Why the format string could not be read, when it uses what is not supported (the node
+    /// is then `FALSEPREDICATE`).
+    let unsupported: PredicateFormatError?
 
-    init(node: PredicateNode) {
+    init(node: PredicateNode, unsupported: PredicateFormatError? = nil) {
         self.node = node
+        self.unsupported = unsupported
     }
 
-    var predicateFormat: String { node.format }
+    var predicateFormat: String { unsupported?.format ?? node.format }
     var description: String { predicateFormat }
 
     func evaluate(with object: Any?, substitutionVariables variables: [String: Any]?) -> Bool {
@@ -162,6 +178,9 @@ public struct PredicateFormatError: Error, Equatable, CustomStringConvertible {
     public var offset: Int
     /// What is wrong.
     public var reason: String
+    /// Whether the format is one Apple's predicates accept and these do not (a `SUBQUERY`,
+    /// arithmetic…), rather than a mistake.
+    public var isUnsupported = false
 
     /// The reason, with the place.
     public var description: String { "\(reason) (at character \(offset + 1) of \"\(format)\")" }
@@ -277,10 +296,34 @@ indirect enum PredicateExpression: Sendable, Equatable {
             }
             var current: Any? = context.object
             for component in components {
+                if component.hasPrefix("@") { return Self.collect(component, PredicateValue(current)) }
                 guard let reading = current as? PredicateKeyValueReading else { return .null }
                 current = reading.predicateValue(forKey: component)
             }
             return PredicateValue(current)
+        }
+    }
+
+    /// The collection operators a key path may end with.
+    static let collectionOperators: Set<String> = ["@count", "@sum", "@avg", "@min", "@max"]
+
+    /// A collection operator applied to `value`: `@count` of any collection (a single value
+    /// counts 1, none 0), `@sum`/`@avg`/`@min`/`@max` of its numbers (null when it has none).
+    static func collect(_ operation: String, _ value: PredicateValue) -> PredicateValue {
+        let elements: [PredicateValue]
+        switch value {
+        case .collection(let items): elements = items
+        case .null: elements = []
+        default: elements = [value]
+        }
+        if operation == "@count" { return .number(Double(elements.count)) }
+        let numbers = elements.compactMap { element -> Double? in if case .number(let number) = element { return number } else { return nil } }
+        guard !numbers.isEmpty else { return operation == "@sum" ? .number(0) : .null }
+        switch operation {
+        case "@sum": return .number(numbers.reduce(0, +))
+        case "@avg": return .number(numbers.reduce(0, +) / Double(numbers.count))
+        case "@min": return .number(numbers.min()!)
+        default: return .number(numbers.max()!)
         }
     }
 
@@ -298,6 +341,10 @@ enum PredicateOperator: String, Sendable {
     case equal = "==", notEqual = "!=", less = "<", lessOrEqual = "<=", greater = ">", greaterOrEqual = ">="
     case beginsWith = "BEGINSWITH", endsWith = "ENDSWITH", contains = "CONTAINS", like = "LIKE", matches = "MATCHES"
     case `in` = "IN", between = "BETWEEN"
+    /// Spotlight's: the left side (a content type, or a type tree) conforms to the type on the right.
+    case utiConformsTo = "UTI-CONFORMS-TO"
+    /// Spotlight's: the left side is the type on the right.
+    case utiEquals = "UTI-EQUALS"
 }
 
 /// How a comparison treats a collection on its left: as a whole, or element by element.

@@ -41,6 +41,15 @@ extension PredicateComparison {
             if case .collection(let elements) = left { return elements.contains { Self.equal($0, right, options) } }
             guard case .string(let text) = left, case .string(let part) = right else { return false }
             return part.isEmpty || options.fold(text).contains(options.fold(part))
+        case .utiConformsTo, .utiEquals:
+            guard case .string(let wanted) = right else { return false }
+            let types: [String]
+            switch left {
+            case .string(let type): types = self.operator == .utiEquals ? [type] : MetadataRecord.typeTree(type)
+            case .collection(let tree): types = tree.compactMap { if case .string(let type) = $0 { return type } else { return nil } }
+            default: return false
+            }
+            return types.contains { $0.caseInsensitiveCompare(wanted) == .orderedSame }
         case .beginsWith:
             guard case .string(let text) = left, case .string(let part) = right else { return false }
             return options.fold(text).hasPrefix(options.fold(part))

@@ -51,6 +51,13 @@ struct PredicateParser {
         PredicateFormatError(format: format, offset: tokens[position].offset, reason: reason)
     }
 
+    /// A construct Apple's predicates have and these do not: not a mistake in the format.
+    func unsupported(_ reason: String) -> PredicateFormatError {
+        var error = error(reason)
+        error.isUnsupported = true
+        return error
+    }
+
     func describe(_ token: Token) -> String {
         switch token {
         case .word(let word): return "'\(word)'"
@@ -166,19 +173,20 @@ struct PredicateParser {
             case "MATCHES": return .matches
             case "IN": return .in
             case "BETWEEN": return .between
-            case "UTI-CONFORMS-TO", "UTI-EQUALS": position -= 1; throw error("\(word.uppercased()) is not supported")
+            case "UTI-CONFORMS-TO": return .utiConformsTo
+            case "UTI-EQUALS": return .utiEquals
             default: break
             }
         default: break
         }
         position -= 1
-        throw error("expected a comparison operator (==, !=, <, <=, >, >=, BEGINSWITH, ENDSWITH, CONTAINS, LIKE, MATCHES, IN, BETWEEN), found \(describe(token))")
+        throw error("expected a comparison operator (==, !=, <, <=, >, >=, BEGINSWITH, ENDSWITH, CONTAINS, LIKE, MATCHES, IN, BETWEEN, UTI-CONFORMS-TO, UTI-EQUALS), found \(describe(token))")
     }
 
     mutating func parseExpression() throws -> PredicateExpression {
         let expression = try parseTerm()
         if case .symbol(let symbol) = current, ["+", "-", "*", "/", "**"].contains(symbol) {
-            throw error("arithmetic ('\(symbol)') is not supported")
+            throw unsupported("arithmetic ('\(symbol)') is not supported")
         }
         return expression
     }
@@ -233,7 +241,7 @@ struct PredicateParser {
             case "SELF": advance(); return .evaluatedObject
             case "CAST": return try parseCast()
             case "SUBQUERY", "FUNCTION", "ANYKEY", "FIRST", "LAST", "SIZE":
-                throw error("\(word.uppercased()) is not supported")
+                throw unsupported("\(word.uppercased()) is not supported")
             default:
                 guard !Self.reserved.contains(word.uppercased()) else { throw error("expected a value or a key, found the keyword \(word.uppercased())") }
                 advance()
@@ -274,7 +282,16 @@ struct PredicateParser {
             advance()
             switch current {
             case .word(let name), .escapedWord(let name):
-                if name.hasPrefix("@") { throw error("collection operators such as \(name) are not supported") }
+                if name.hasPrefix("@") {
+                    // A collection operator ends the key path: `tags.@count`.
+                    guard PredicateExpression.collectionOperators.contains(name.lowercased()) else {
+                        throw unsupported("\(name) is not a supported collection operator (@count, @sum, @avg, @min, @max are)")
+                    }
+                    components.append(name.lowercased())
+                    advance()
+                    guard current != .symbol(".") else { throw error("\(name) must end its key path") }
+                    return components
+                }
                 components.append(name)
                 advance()
             case .substitution("K"):

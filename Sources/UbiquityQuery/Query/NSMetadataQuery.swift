@@ -214,12 +214,13 @@ public final class NSMetadataQuery: Sendable {
 
     // MARK: Running
 
-    /// Starts gathering; false if the query has no predicate, has a search scope it does not
+    /// Starts gathering; false if the query has no predicate (or one that uses what is not
+    /// supported: ``Foundation/NSPredicate/unsupportedReason``), has a search scope it does not
     /// know, or is already running. The results arrive with the notifications.
     @discardableResult
     public func start() -> Bool {
         let generation: Int? = state.withLock { state in
-            guard state.predicate != nil, !state.scopes.isEmpty, !state.scopes.contains(where: { if case .invalid = $0 { return true } else { return false } }),
+            guard let predicate = state.predicate, predicate.value.unsupportedReason == nil, !state.scopes.isEmpty, !state.scopes.contains(where: { if case .invalid = $0 { return true } else { return false } }),
                   state.phase == .idle || state.phase == .stopped else { return nil }
             state.phase = .gathering
             state.started = true
@@ -228,7 +229,11 @@ public final class NSMetadataQuery: Sendable {
             return state.generation
         }
         guard let generation else {
-            logger.warning("metadata query not started: it needs a predicate and known search scopes, and must not be running")
+            if let unsupported = predicate?.unsupportedReason {
+                logger.error("metadata query not started: its predicate uses what is not supported", metadata: ["reason": "\(unsupported)"])
+            } else {
+                logger.warning("metadata query not started: it needs a predicate and known search scopes, and must not be running")
+            }
             return false
         }
         work.async { self.gather(generation) }
