@@ -204,8 +204,12 @@ func names(_ query: NSMetadataQuery) -> [String] {
         #expect(remote.value(forAttribute: NSMetadataItemFSContentChangeDateKey) as? Date == Date(timeIntervalSince1970: 1_800_000_000))
         #expect(remote.value(forAttribute: NSMetadataUbiquitousItemIsUploadedKey) as? Bool == true)
         #expect(remote.value(forAttribute: NSMetadataUbiquitousItemContainerDisplayNameKey) as? String == "notes")
+        #expect(remote.value(forAttribute: NSMetadataUbiquitousItemIsDownloadedKey) as? Bool == false)
+        #expect(remote.value(forAttribute: NSMetadataUbiquitousItemURLInLocalContainerKey) as? URL == cloud.appendingPathComponent("Remote.txt"))
+        #expect(remote.value(forAttribute: NSMetadataUbiquitousItemIsExternalDocumentKey) as? Bool == false, "the app's own container")
         let trip = try #require(query.results.compactMap { $0 as? NSMetadataItem }.first { $0.value(forAttribute: NSMetadataItemFSNameKey) as? String == "Trip.txt" })
         #expect(trip.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusDownloaded)
+        #expect(trip.value(forAttribute: NSMetadataUbiquitousItemIsDownloadedKey) as? Bool == true)
         #expect(trip.value(forAttribute: NSMetadataUbiquitousItemUploadingErrorKey) is CocoaError, "the agent is not running: uploads wait")
 
         let lists = try #require(query.valueLists[NSMetadataItemIsUbiquitousKey])
@@ -308,6 +312,8 @@ func names(_ query: NSMetadataQuery) -> [String] {
             let deadline = Date().addingTimeInterval(10)
             while onQueue.withLock({ $0 }) == nil && Date() < deadline { try await Task.sleep(for: .milliseconds(2)) }
             #expect(onQueue.withLock { $0 } == true, "posted on the operation queue when one is set, else on the main thread (as Apple's)")
+            let external = query.results.compactMap { ($0 as? NSMetadataItem)?.value(forAttribute: NSMetadataUbiquitousItemIsExternalDocumentKey) as? Bool }
+            #expect(external.allSatisfy { $0 == (scope == NSMetadataQueryAccessibleUbiquitousExternalDocumentsScope) }, "\(scope): \(external)")
             return names(query).sorted()
         }
         #expect(try await run(NSMetadataQueryUbiquitousDocumentsScope) == ["Doc.txt"])

@@ -49,6 +49,14 @@ public let NSMetadataUbiquitousItemUploadingErrorKey = "NSMetadataUbiquitousItem
 public let NSMetadataUbiquitousItemDownloadRequestedKey = "NSMetadataUbiquitousItemDownloadRequestedKey"
 /// The name of the item's container, as shown to people: a `String`.
 public let NSMetadataUbiquitousItemContainerDisplayNameKey = "NSMetadataUbiquitousItemContainerDisplayNameKey"
+/// Whether a copy of the item is here (downloaded or current): a `Bool`. (Deprecated on
+/// Apple's platforms in favour of ``NSMetadataUbiquitousItemDownloadingStatusKey``; apps still use it.)
+public let NSMetadataUbiquitousItemIsDownloadedKey = "NSMetadataUbiquitousItemIsDownloadedKey"
+/// Where the item is in the local container: a `URL`.
+public let NSMetadataUbiquitousItemURLInLocalContainerKey = "NSMetadataUbiquitousItemURLInLocalContainerKey"
+/// Whether the item is a document of another container of the account, found through
+/// ``NSMetadataQueryAccessibleUbiquitousExternalDocumentsScope``: a `Bool`.
+public let NSMetadataUbiquitousItemIsExternalDocumentKey = "NSMetadataUbiquitousItemIsExternalDocumentKey"
 
 /// The item is not downloaded: only its metadata is here.
 public let NSMetadataUbiquitousItemDownloadingStatusNotDownloaded = "NSMetadataUbiquitousItemDownloadingStatusNotDownloaded"

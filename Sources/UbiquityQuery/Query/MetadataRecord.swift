@@ -183,7 +183,18 @@ struct MetadataRecord: Sendable, Equatable {
         NSMetadataUbiquitousItemIsUploadedKey, NSMetadataUbiquitousItemIsUploadingKey, NSMetadataUbiquitousItemPercentDownloadedKey,
         NSMetadataUbiquitousItemPercentUploadedKey, NSMetadataUbiquitousItemDownloadingStatusKey, NSMetadataUbiquitousItemDownloadingErrorKey,
         NSMetadataUbiquitousItemUploadingErrorKey, NSMetadataUbiquitousItemDownloadRequestedKey, NSMetadataUbiquitousItemContainerDisplayNameKey,
+        NSMetadataUbiquitousItemIsDownloadedKey, NSMetadataUbiquitousItemURLInLocalContainerKey, NSMetadataUbiquitousItemIsExternalDocumentKey,
     ]
+
+    /// The containers this process's queries found through the external documents scope
+    /// (containers of the account that are not the app's own), by index in ``containers``.
+    static let externalContainers = Mutex<Set<UInt16>>([])
+
+    /// Notes that `container` is another app's container of the account.
+    static func markExternal(_ container: String) {
+        let index = containers.index(of: container)
+        externalContainers.withLock { _ = $0.insert(index) }
+    }
 
     /// The values predicates compare most, without going through `Any`.
     func predicateValueDirect(forKey key: String) -> PredicateValue? {
@@ -235,6 +246,9 @@ struct MetadataRecord: Sendable, Equatable {
                            userInfo: [NSLocalizedDescriptionKey: $0])
             }
         case NSMetadataUbiquitousItemContainerDisplayNameKey: return MetadataRecord.displayName(ofContainer: container)
+        case NSMetadataUbiquitousItemIsDownloadedKey: return status.downloading != .notDownloaded
+        case NSMetadataUbiquitousItemURLInLocalContainerKey: return URL(fileURLWithPath: path, isDirectory: isDirectory)
+        case NSMetadataUbiquitousItemIsExternalDocumentKey: return Self.externalContainers.withLock { $0.contains(containerIndex) }
         default: return nil
         }
     }

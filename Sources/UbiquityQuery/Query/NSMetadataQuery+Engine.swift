@@ -251,6 +251,7 @@ extension NSMetadataQuery {
                     logger.error("cannot list the account's containers: the external documents scope finds nothing", metadata: ["folder": "\(folder)", "error": "\(error)"])
                     others = []
                 }
+                for other in others { MetadataRecord.markExternal(other) }
                 sources += others.sorted().compactMap { container($0, .documents) }
             case .folder(let path):
                 sources.append(FolderSource(base: path))
