@@ -324,3 +324,83 @@ func names(_ query: NSMetadataQuery) -> [String] {
         #expect(try await run(NSMetadataQueryUbiquitousDocumentsScope, queue: queue) == ["Doc.txt"])
     }
 }
+
+/// An app's model object for a result, and a delegate written as for Apple's SDK.
+final class Note: NSObject {
+    let item: NSMetadataItem
+    init(_ item: NSMetadataItem) { self.item = item }
+    var name: String { item.value(forAttribute: NSMetadataItemFSNameKey) as? String ?? "?" }
+}
+
+final class Library: NSObject, NSMetadataQueryDelegate {
+    func metadataQuery(_ query: NSMetadataQuery, replacementObjectForResultObject result: NSMetadataItem) -> Any {
+        Note(result)
+    }
+
+    func metadataQuery(_ query: NSMetadataQuery, replacementValueForAttribute attrName: String, value attrValue: Any) -> Any {
+        attrName == NSMetadataItemFSNameKey ? (attrValue as? String ?? "").uppercased() : attrValue
+    }
+}
+
+@Suite struct MetadataQueryDelegateTests {
+    let folder = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("ubiquity-query-\(UUID().uuidString.prefix(8))")
+
+    func write(_ relative: String) throws {
+        let url = folder.appendingPathComponent(relative)
+        try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data("x".utf8).write(to: url)
+    }
+
+    func query(_ configure: (NSMetadataQuery) -> Void) async throws -> NSMetadataQuery {
+        let query = NSMetadataQuery(containers: UbiquityContainers(paths: temporaryPaths(), entitlements: UbiquityEntitlements(containers: [])))
+        query.predicate = NSPredicate(format: "%K LIKE '*.txt'", NSMetadataItemFSNameKey)
+        query.sortDescriptors = [NSSortDescriptor(key: NSMetadataItemFSNameKey, ascending: true)]
+        configure(query)
+        let recorder = QueryRecorder(query)
+        defer { recorder.remove() }
+        #expect(query.start())
+        #expect(await recorder.wait { $0.contains { $0.name == "DidFinishGathering" } })
+        return query
+    }
+
+    @Test func theDelegateGivesResultsAndValuesOfItsOwn() async throws {
+        defer { try? FileManager.default.removeItem(at: folder) }
+        for name in ["a.txt", "b.txt"] { try write(name) }
+        let library = Library()
+        let query = try await query { query in
+            query.searchScopes = [folder]
+            query.valueListAttributes = [NSMetadataItemFSNameKey]
+            query.delegate = library
+        }
+        defer { query.stop() }
+        let notes = query.results.compactMap { $0 as? Note }
+        #expect(notes.map(\.name) == ["a.txt", "b.txt"], "the delegate's objects, in order")
+        #expect(query.results.first as AnyObject === notes.first, "asked once per result: the same object each time")
+        #expect(query.result(at: 1) as AnyObject === notes[1] && query.index(ofResult: notes[1]) == 1)
+        #expect(query.index(ofResult: notes[0].item) == 0 && query.index(ofResult: Note(notes[0].item)) == NSNotFound)
+        var enumerated: [String] = []
+        query.enumerateResults { result, _, _ in enumerated.append((result as? Note)?.name ?? "?") }
+        #expect(enumerated == ["a.txt", "b.txt"])
+        #expect(query.value(ofAttribute: NSMetadataItemFSNameKey, forResultAt: 0) as? String == "A.TXT", "the delegate's value")
+        #expect(query.valueLists[NSMetadataItemFSNameKey]?.compactMap { $0.value as? String }.sorted() == ["A.TXT", "B.TXT"])
+        #expect(query.delegate === library)
+        query.delegate = nil
+        #expect(query.results.first is NSMetadataItem, "without a delegate, the items")
+    }
+
+    @Test func searchItemsLimitWhatCanBeAResult() async throws {
+        defer { try? FileManager.default.removeItem(at: folder) }
+        for name in ["a.txt", "b.txt", "sub/c.txt", "sub/deeper/d.txt", "other/e.txt"] { try write(name) }
+        let scoped = try await query { query in
+            query.searchScopes = [folder]
+            query.searchItems = [folder.appendingPathComponent("a.txt"), folder.appendingPathComponent("sub")]
+        }
+        defer { scoped.stop() }
+        #expect(names(scoped) == ["a.txt", "c.txt", "d.txt"], "the items, and what is under a folder among them")
+        #expect((scoped.searchItems as? [URL])?.count == 2)
+        // Without search scopes, the items' own folders are searched.
+        let alone = try await query { $0.searchItems = [folder.appendingPathComponent("b.txt")] }
+        defer { alone.stop() }
+        #expect(names(alone) == ["b.txt"] && alone.searchScopes.isEmpty)
+    }
+}

@@ -114,15 +114,30 @@ extension NSPredicate {
 struct PredicateMatcher: Sendable {
     let parsed: ParsedPredicate?
     let foundation: UncheckedSendable<NSPredicate>
+    /// The items (paths) a query is limited to (``NSMetadataQuery/searchItems``): those items
+    /// and what is under them; nil: no limit.
+    let items: Set<String>?
 
-    init(_ predicate: NSPredicate) {
+    init(_ predicate: NSPredicate, items: Set<String>? = nil) {
         parsed = predicate.parsed
         foundation = UncheckedSendable(predicate)
+        self.items = items
     }
 
     func evaluate(with object: Any) -> Bool {
+        if let items, let record = object as? MetadataRecord, !Self.within(record.path, items) { return false }
         if let parsed { return parsed.evaluate(with: object, substitutionVariables: nil) }
         return foundation.value.evaluate(with: object)
+    }
+
+    /// Whether `path` is one of `items` or under one of them.
+    static func within(_ path: String, _ items: Set<String>) -> Bool {
+        var current = Substring(path)
+        while true {
+            if items.contains(String(current)) { return true }
+            guard let slash = current.lastIndex(of: "/"), slash > current.startIndex else { return false }
+            current = current[..<slash]
+        }
     }
 }
 

@@ -119,6 +119,10 @@ extension NSMetadataQuery.State {
         var gone = Set(changes.removed.keys)
         if sorted { gone.formUnion(changes.changed.keys) }
         if !gone.isEmpty { results.removeAll { gone.contains(ObjectIdentifier($0)) } }
+        // What the delegate gave for results that are gone is forgotten.
+        for id in changes.removed.keys {
+            if let object = replacements.removeValue(forKey: id)?.object { replaced[object] = nil }
+        }
         var entries = Array(changes.added.values)
         if sorted { entries += changes.changed.values }
         let incoming = changes.gathered + entries.sorted { $0.order < $1.order }.map(\.item)
@@ -149,7 +153,7 @@ extension NSMetadataQuery {
     func gather(_ generation: Int) {
         guard let predicate = state.withLock({ $0.generation == generation ? $0.matcher : nil }) else { return }
         deliver(.NSMetadataQueryDidStartGathering, changes: nil, snapshot: false)
-        let sources = makeSources(state.withLock { $0.scopes })
+        let sources = makeSources(state.withLock { $0.activeScopes })
         // Watch first: a change made during the scan is seen (and settled by the next update).
         var watchers: [DirectoryWatcher] = []
         for (index, source) in sources.enumerated() where FileManager.default.fileExists(atPath: source.base) {

@@ -112,6 +112,15 @@ public final class NSMetadataQuery: Sendable {
         var statusStreams: [AgentStatusStream] = []
         var generation = 0
         var continuations: [UUID: AsyncStream<Snapshot>.Continuation] = [:]
+        var delegate = WeakQueryDelegate()
+        /// ``searchItems`` as paths.
+        var searchItems: [String]?
+        /// The scopes the running query searches (``searchScopes``, or those ``searchItems`` imply).
+        var activeScopes: [Scope] = []
+        /// The delegate's replacements of results, by result.
+        var replacements: [ObjectIdentifier: QueryReplacement] = [:]
+        /// The results replaced by objects, by replacement.
+        var replaced: [ObjectIdentifier: ObjectIdentifier] = [:]
     }
 
     let state = Mutex(State())
@@ -175,6 +184,23 @@ public final class NSMetadataQuery: Sendable {
         }
     }
 
+    /// The items the query is limited to (`URL`s and ``NSMetadataItem``s): only they, and what
+    /// is under those that are folders, can be results — within ``searchScopes``, or, when
+    /// there are none, within the app's containers and the items' own folders. Nil: no limit.
+    /// (Apple's: "scope the metadata query to a collection of existing URLs and/or metadata items".)
+    public var searchItems: [Any]? {
+        get { state.withLock { $0.searchItems }?.map { URL(fileURLWithPath: $0) } }
+        set {
+            let paths = newValue?.compactMap { item -> String? in
+                if let url = item as? URL, url.isFileURL { return url.standardizedFileURL.path }
+                if let item = item as? NSMetadataItem { return item.path }
+                if let path = item as? String, path.hasPrefix("/") { return URL(fileURLWithPath: path).standardizedFileURL.path }
+                return nil
+            }
+            state.withLock { $0.searchItems = paths }
+        }
+    }
+
     /// How results are ordered (by attribute); none: in the order they were found.
     public var sortDescriptors: [NSSortDescriptor] {
         get { state.withLock { $0.descriptors }.value }
@@ -220,11 +246,19 @@ public final class NSMetadataQuery: Sendable {
     @discardableResult
     public func start() -> Bool {
         let generation: Int? = state.withLock { state in
-            guard let predicate = state.predicate, predicate.value.unsupportedReason == nil, !state.scopes.isEmpty, !state.scopes.contains(where: { if case .invalid = $0 { return true } else { return false } }),
+            var scopes = state.scopes
+            if scopes.isEmpty, let items = state.searchItems, !items.isEmpty {
+                // Search items alone: the app's containers, and the folders of items outside them.
+                let roots = containers.entitlements.containerIdentifiers.compactMap { containers.url(forContainer: $0)?.standardizedFileURL.path }
+                scopes = [.documents, .data] + Set(items.filter { item in !roots.contains { item == $0 || item.hasPrefix($0 + "/") } }
+                    .map { ($0 as NSString).deletingLastPathComponent }).sorted().map(Scope.folder)
+            }
+            guard let predicate = state.predicate, predicate.value.unsupportedReason == nil, !scopes.isEmpty, !scopes.contains(where: { if case .invalid = $0 { return true } else { return false } }),
                   state.phase == .idle || state.phase == .stopped else { return nil }
             state.phase = .gathering
             state.started = true
-            state.matcher = state.predicate.map { PredicateMatcher($0.value) }
+            state.matcher = PredicateMatcher(predicate.value, items: state.searchItems.map(Set.init))
+            state.activeScopes = scopes
             state.generation += 1
             return state.generation
         }
@@ -281,24 +315,28 @@ public final class NSMetadataQuery: Sendable {
 
     // MARK: Results
 
-    /// The results, in order.
+    /// The results, in order (the delegate's replacements of them, if it gives any).
     public var results: [Any] {
         let items: [NSMetadataItem] = state.withLock { $0.results }
-        return items
+        guard state.withLock({ $0.delegate.value != nil }) else { return items }
+        return items.map(replacement(for:))
     }
 
     /// How many results there are.
     public var resultCount: Int { state.withLock { $0.results.count } }
 
-    /// The result at `index`.
+    /// The result at `index` (the delegate's replacement of it, if it gives one).
     public func result(at index: Int) -> Any {
         let item: NSMetadataItem = state.withLock { $0.results[index] }
-        return item
+        return replacement(for: item)
     }
 
-    /// Where `result` is in the results, or `NSNotFound`.
+    /// Where `result` (a result, or the delegate's replacement of one) is in the results, or
+    /// `NSNotFound`.
     public func index(ofResult result: Any) -> Int {
-        guard let item = result as? NSMetadataItem else { return NSNotFound }
+        let replaced: ObjectIdentifier? = type(of: result) is AnyClass ? state.withLock { $0.replaced[ObjectIdentifier(result as AnyObject)] } : nil
+        guard replaced != nil || result is NSMetadataItem else { return NSNotFound }
+        let id = replaced ?? ObjectIdentifier(result as AnyObject)
         return state.withLock { state in
             if state.positions == nil {
                 var positions: [ObjectIdentifier: Int] = [:]
@@ -306,13 +344,15 @@ public final class NSMetadataQuery: Sendable {
                 for (index, item) in state.results.enumerated() { positions[ObjectIdentifier(item)] = index }
                 state.positions = positions
             }
-            return state.positions?[ObjectIdentifier(item)] ?? NSNotFound
+            return state.positions?[id] ?? NSNotFound
         }
     }
 
-    /// The value of an attribute of the result at `index`.
+    /// The value of an attribute of the result at `index` (the delegate's replacement of it, if
+    /// it gives one).
     public func value(ofAttribute attribute: String, forResultAt index: Int) -> Any? {
-        (result(at: index) as? NSMetadataItem)?.value(forAttribute: attribute)
+        let item: NSMetadataItem = state.withLock { $0.results[index] }
+        return replacement(for: item.value(forAttribute: attribute), of: attribute)
     }
 
     /// Calls `block` with each result and its index until it sets its last argument to true.
@@ -327,7 +367,7 @@ public final class NSMetadataQuery: Sendable {
         var stop = ObjCBool(false)
         let indices = options.contains(.reverse) ? Array(results.indices.reversed()) : Array(results.indices)
         for index in indices {
-            block(results[index], index, &stop)
+            block(replacement(for: results[index]), index, &stop)
             if stop.boolValue { return }
         }
     }
@@ -349,7 +389,9 @@ public final class NSMetadataQuery: Sendable {
                     counts.append((value, key, 1))
                 }
             }
-            lists[attribute] = counts.sorted { $0.count > $1.count }.map { NSMetadataQueryAttributeValueTuple(attribute: attribute, value: $0.value, count: $0.count) }
+            lists[attribute] = counts.sorted { $0.count > $1.count }.map {
+                NSMetadataQueryAttributeValueTuple(attribute: attribute, value: replacement(for: $0.value, of: attribute), count: $0.count)
+            }
         }
         return lists
     }
