@@ -31,7 +31,7 @@ package struct ConflictResolver {
     package func resolve(keeping version: NSFileVersion) async throws {
         let url = document.fileURL
         let conflicts = NSFileVersion.unresolvedConflictVersionsOfItem(at: url) ?? []
-        if version.persistentIdentifier != NSFileVersion.currentVersionOfItem(at: url)?.persistentIdentifier {
+        if version.isConflict { // (the choices are the current version and the conflict versions)
             try await NSFileCoordinator(filePresenter: document).write(itemAt: url, options: .forReplacing) { url in
                 _ = try version.replaceItem(at: url)
             }

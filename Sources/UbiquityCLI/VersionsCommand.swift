@@ -25,7 +25,7 @@ struct VersionsCommand: ParsableCommand {
         if json {
             let rows = ([current] + others).map { version -> [String: Any] in
                 [
-                    "id": version.persistentIdentifier.rawValue, "kind": Self.kind(version),
+                    "id": version.versionIdentifier.rawValue, "kind": Self.kind(version),
                     "date": version.modificationDate.map { ISO8601DateFormatter().string(from: $0) } ?? "",
                     "computer": version.localizedNameOfSavingComputer ?? "", "bytes": version.size, "path": version.url.path,
                 ]
@@ -39,7 +39,7 @@ struct VersionsCommand: ParsableCommand {
         for version in [current] + others {
             print([
                 Self.kind(version).padding(toLength: 20, withPad: " ", startingAt: 0),
-                version.persistentIdentifier.rawValue.padding(toLength: 37, withPad: " ", startingAt: 0),
+                version.versionIdentifier.rawValue.padding(toLength: 37, withPad: " ", startingAt: 0),
                 Self.date(version.modificationDate).padding(toLength: 21, withPad: " ", startingAt: 0),
                 (version.localizedNameOfSavingComputer ?? "?").padding(toLength: 17, withPad: " ", startingAt: 0),
                 String(version.size),
@@ -49,7 +49,7 @@ struct VersionsCommand: ParsableCommand {
     }
 
     static func kind(_ version: NSFileVersion) -> String {
-        if version.persistentIdentifier == .current { return "current" }
+        if version.versionIdentifier == .current { return "current" }
         if version.isConflict { return version.isResolved ? "conflict (resolved)" : "conflict" }
         return version.isDiscardable ? "history" : "other"
     }
@@ -88,7 +88,7 @@ struct ResolveCommand: ParsableCommand {
         let conflicts = try NSFileVersion.versions(ofItemAt: url).filter { $0.isConflict }
         let unresolved = conflicts.filter { !$0.isResolved }
         if keep != "current" {
-            guard let chosen = conflicts.first(where: { $0.persistentIdentifier.rawValue == keep }) else {
+            guard let chosen = conflicts.first(where: { $0.versionIdentifier.rawValue == keep }) else {
                 throw ValidationError("\(keep) is not a conflict version of \(path); see `ubiquity versions \(path)`")
             }
             _ = try NSFileCoordinator().coordinate(writingItemAt: url, options: .forReplacing) { try chosen.replaceItem(at: $0) }

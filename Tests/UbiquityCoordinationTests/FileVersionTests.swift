@@ -28,7 +28,7 @@ import Glibc
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = try item(scratch)
         let current = try #require(NSFileVersion.currentVersionOfItem(at: item))
-        #expect(current.url == item && !current.isConflict && current.persistentIdentifier == .current)
+        #expect(current.url == item && !current.isConflict && current.versionIdentifier == .current)
         #expect(current.localizedNameOfSavingComputer == NSFileVersion.thisComputer && current.size == 7)
         #expect(NSFileVersion.otherVersionsOfItem(at: item)?.isEmpty == true)
 
@@ -46,14 +46,14 @@ import Glibc
         #expect(!FileManager.default.fileExists(atPath: prepared.path))
 
         let others = try #require(NSFileVersion.otherVersionsOfItem(at: item))
-        #expect(Set(others.map(\.persistentIdentifier)) == [copied.persistentIdentifier, moved.persistentIdentifier])
+        #expect(Set(others.map(\.versionIdentifier)) == [copied.versionIdentifier, moved.versionIdentifier])
         #expect(try text(copied.url) == "earlier" && copied.url.lastPathComponent == "note.txt")
         #expect(try text(moved.url) == "prepared")
         #expect(others.allSatisfy { !$0.isConflict && $0.hasLocalContents && $0.localizedName == "note.txt" && $0.modificationDate != nil })
         #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: item)?.isEmpty == true)
 
         // The identifier survives encoding, and finds the version again (as after a restart).
-        let encoded = try JSONEncoder().encode(moved.persistentIdentifier)
+        let encoded = try JSONEncoder().encode(moved.versionIdentifier)
         let decoded = try JSONDecoder().decode(NSFileVersion.PersistentIdentifier.self, from: encoded)
         let found = try #require(NSFileVersion.version(itemAt: item, forPersistentIdentifier: decoded))
         #expect(found.url == moved.url && found.size == 8)
@@ -136,7 +136,7 @@ import Glibc
         let bad = try conflict(item, "bad", from: "b", at: Date(), in: scratch)
         let record = bad.url.deletingLastPathComponent().appendingPathComponent("record.json")
         try Data("{ not json".utf8).write(to: record)
-        #expect(NSFileVersion.otherVersionsOfItem(at: item)?.map(\.persistentIdentifier) == [good.persistentIdentifier])
+        #expect(NSFileVersion.otherVersionsOfItem(at: item)?.map(\.versionIdentifier) == [good.versionIdentifier])
         #expect(FileManager.default.fileExists(atPath: bad.url.path), "its contents are kept for a person to rescue")
         #expect((#expect(throws: FileAccessError.self) { try bad.setResolved(true) })?.code == .corrupt)
     }
@@ -222,15 +222,40 @@ import Glibc
         #expect(!folder.events.withLock { $0 }.contains { $0.contains("ubiquity-versions") }, "the store is not a subitem")
     }
 
-    /// Runs the coordinator helper's version commands in another process.
-    func helper(_ arguments: [String]) throws {
+    /// Apple's way to remember a version across launches: archive its persistent identifier,
+    /// unarchive it later (here in another process) and look the version up with it.
+    @Test func aPersistentIdentifierIsArchivedAndFoundAgainInAnotherProcess() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = scratch.file("note.txt")
+        try Data("mine".utf8).write(to: item)
+        let incoming = scratch.file("incoming.txt")
+        try Data("theirs".utf8).write(to: incoming)
+        let conflict = try NSFileVersion.addConflictVersion(ofItemAt: item, withContentsOf: incoming, savingComputer: "tablet", modificationDate: Date())
+        let archived = try NSKeyedArchiver.archivedData(withRootObject: conflict.persistentIdentifier, requiringSecureCoding: true)
+        let again = try #require(try NSKeyedUnarchiver.unarchivedObject(ofClass: NSString.self, from: archived))
+        #expect(NSFileVersion.version(itemAt: item, forPersistentIdentifier: again)?.url == conflict.url)
+        #expect(try helper(["find-archived", item.path, archived.base64EncodedString()]) == "tablet\n")
+        let current = try #require(NSFileVersion.currentVersionOfItem(at: item))
+        let currentArchived = try NSKeyedArchiver.archivedData(withRootObject: current.persistentIdentifier, requiringSecureCoding: false)
+        let unarchived = try #require(try NSKeyedUnarchiver.unarchivedObject(ofClass: NSString.self, from: currentArchived))
+        #expect(NSFileVersion.version(itemAt: item, forPersistentIdentifier: unarchived)?.url == current.url, "the current version too")
+        #expect(!conflict.hasThumbnail && conflict.originatorNameComponents == nil, "no thumbnails, no shared documents")
+    }
+
+    /// Runs the coordinator helper's version commands in another process; returns what it printed.
+    @discardableResult
+    func helper(_ arguments: [String]) throws -> String {
         let process = Process()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
             .appendingPathComponent("UbiquityCoordinatorHelper")
         process.arguments = arguments
+        let output = Pipe()
+        process.standardOutput = output
         try process.run()
+        let printed = output.fileHandleForReading.readDataToEndOfFile()
         process.waitUntilExit()
         #expect(process.terminationStatus == 0, "\(arguments)")
+        return String(decoding: printed, as: UTF8.self)
     }
 }
 

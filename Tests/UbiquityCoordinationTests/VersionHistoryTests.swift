@@ -48,9 +48,9 @@ import Testing
         let pinned = try add(ageInDays: 45, discardable: false)
         let conflict = try add(ageInDays: 45, discardable: false, conflict: true)
         try NSFileVersion.thinLocalHistory(ofItemAt: item, policy: .standard, now: now)
-        let left = Set(try #require(NSFileVersion.otherVersionsOfItem(at: item)).map(\.persistentIdentifier))
-        #expect(left == [recent.persistentIdentifier, pinned.persistentIdentifier, conflict.persistentIdentifier])
-        #expect(!left.contains(ancient.persistentIdentifier))
+        let left = Set(try #require(NSFileVersion.otherVersionsOfItem(at: item)).map(\.versionIdentifier))
+        #expect(left == [recent.versionIdentifier, pinned.versionIdentifier, conflict.versionIdentifier])
+        #expect(!left.contains(ancient.versionIdentifier))
     }
 
     @Test func preservingTheCurrentVersionSharesItsFiles() throws {

@@ -26,7 +26,7 @@ import UbiquityTestSupport
         let rows = table.split(separator: "\n")
         #expect(rows.count == 5, "header, current, two conflicts, storage:\n\(table)")
         #expect(rows[1].hasPrefix("current ") && rows[1].hasSuffix(" 4"))
-        #expect(rows[2].hasPrefix("conflict ") && rows[2].contains(laptop.persistentIdentifier.rawValue) && rows[2].contains("2027-01-15 08:00:00Z") && rows[2].contains("laptop") && rows[2].hasSuffix(" 15"))
+        #expect(rows[2].hasPrefix("conflict ") && rows[2].contains(laptop.versionIdentifier.rawValue) && rows[2].contains("2027-01-15 08:00:00Z") && rows[2].contains("laptop") && rows[2].hasSuffix(" 15"))
         #expect(rows[3].contains("phone"))
         #expect(rows[4] == "store: 2 version(s), 30 bytes (0 shared with the file), limit \(NSFileVersion.maximumStorageBytesPerItem) bytes")
 
@@ -36,7 +36,7 @@ import UbiquityTestSupport
 
         #expect(try run("ubiquity", ["resolve", url.path, "--keep", "no-such-id"]).0 != 0)
         #expect(try String(contentsOf: url, encoding: .utf8) == "mine", "a bad ID changes nothing")
-        let (resolved, message) = try run("ubiquity", ["resolve", url.path, "--keep", laptop.persistentIdentifier.rawValue])
+        let (resolved, message) = try run("ubiquity", ["resolve", url.path, "--keep", laptop.versionIdentifier.rawValue])
         #expect(resolved == 0 && message.contains("2 conflict version(s) resolved and removed"))
         #expect(try String(contentsOf: url, encoding: .utf8) == "from the laptop")
         #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: url)?.isEmpty == true)
@@ -53,7 +53,7 @@ import UbiquityTestSupport
         let (status, _) = try run("ubiquity", ["resolve", url.path, "--keep", "current"])
         #expect(status == 0)
         #expect(try String(contentsOf: url, encoding: .utf8) == "mine, later")
-        #expect(NSFileVersion.otherVersionsOfItem(at: url)?.map(\.persistentIdentifier) == [history.persistentIdentifier])
+        #expect(NSFileVersion.otherVersionsOfItem(at: url)?.map(\.versionIdentifier) == [history.versionIdentifier])
         #expect(try run("ubiquity", ["versions", dir.file("missing.txt").path]).0 != 0)
     }
 }

@@ -44,8 +44,8 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         public static let byMoving = ReplacingOptions(rawValue: 1 << 0)
     }
 
-    /// A version's stable identity, to keep (it is `Codable`) and look up again with
-    /// ``version(itemAt:forPersistentIdentifier:)``.
+    /// A version's stable identity as a Swift value (``versionIdentifier``): `Codable`,
+    /// `Hashable`, and found again with ``version(itemAt:forPersistentIdentifier:)``.
     public struct PersistentIdentifier: Codable, Hashable, Sendable, CustomStringConvertible {
         /// The identifier's text: a UUID, or `current` for the current version.
         public let rawValue: String
@@ -81,8 +81,18 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
     public let localizedNameOfSavingComputer: String?
     /// When the version's contents were last modified.
     public let modificationDate: Date?
-    /// The version's stable identity.
-    public let persistentIdentifier: PersistentIdentifier
+    /// The version's stable identity as a Swift value (Ubiquity's addition; Apple's is
+    /// ``persistentIdentifier``).
+    public let versionIdentifier: PersistentIdentifier
+    /// The version's stable identity, as Apple's: an object to archive with `NSKeyedArchiver`
+    /// (secure coding too — it is an `NSString`), keep across launches, and give back to
+    /// ``version(itemAt:forPersistentIdentifier:)``.
+    public var persistentIdentifier: any NSCoding { NSString(string: versionIdentifier.rawValue) }
+    /// Whether the version has a thumbnail: never (Ubiquity makes none).
+    public var hasThumbnail: Bool { false }
+    /// The name of the person who saved the version, for a shared document; nil for the
+    /// account's own documents (Ubiquity shares none).
+    public var originatorNameComponents: PersonNameComponents? { nil }
     /// Whether this is a conflict version (made elsewhere at the same time as the current one).
     public let isConflict: Bool
     /// Whether the contents are on this device. Always true today; versions the sync agent
@@ -103,7 +113,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         get { flags.withLock { $0.resolved } }
         set {
             do { try setResolved(newValue) } catch {
-                VersionStore.logger.error("could not persist a version's resolved state", metadata: ["version": "\(persistentIdentifier)", "error": "\(error)"])
+                VersionStore.logger.error("could not persist a version's resolved state", metadata: ["version": "\(versionIdentifier)", "error": "\(error)"])
             }
         }
     }
@@ -114,7 +124,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         get { flags.withLock { $0.discardable } }
         set {
             do { try setDiscardable(newValue) } catch {
-                VersionStore.logger.error("could not persist a version's discardable state", metadata: ["version": "\(persistentIdentifier)", "error": "\(error)"])
+                VersionStore.logger.error("could not persist a version's discardable state", metadata: ["version": "\(versionIdentifier)", "error": "\(error)"])
             }
         }
     }
@@ -122,7 +132,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
     /// A one-line description.
     public var description: String {
         let kind = store == nil ? "current" : isConflict ? (isResolved ? "resolved conflict" : "conflict") : "other"
-        return "NSFileVersion(\(kind) \(persistentIdentifier) of \(itemURL.path), \(localizedNameOfSavingComputer ?? "?"), \(modificationDate.map { "\($0)" } ?? "?"))"
+        return "NSFileVersion(\(kind) \(versionIdentifier) of \(itemURL.path), \(localizedNameOfSavingComputer ?? "?"), \(modificationDate.map { "\($0)" } ?? "?"))"
     }
 
     init(item: URL, record: VersionRecord, store: VersionStore) {
@@ -131,7 +141,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         localizedName = record.localizedName
         localizedNameOfSavingComputer = record.savingComputer
         modificationDate = record.modificationDate
-        persistentIdentifier = PersistentIdentifier(record.id)
+        versionIdentifier = PersistentIdentifier(record.id)
         isConflict = record.kind == .conflict
         hasLocalContents = true
         size = record.size
@@ -145,7 +155,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         localizedName = item.lastPathComponent
         localizedNameOfSavingComputer = Self.savingComputer(ofItemAt: item.path) ?? Self.thisComputer
         modificationDate = status.modificationDate
-        persistentIdentifier = .current
+        versionIdentifier = .current
         isConflict = false
         hasLocalContents = true
         size = status.kind == .directory ? ((try? POSIX.treeUsage(item.path).bytes) ?? 0) : status.size // a size only: unreadable counts 0
@@ -179,7 +189,9 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         otherVersionsOfItem(at: url)?.filter { $0.isConflict && !$0.isResolved }
     }
 
-    /// The version with a persistent identifier (a ``PersistentIdentifier``, or its text), or nil.
+    /// The version with a persistent identifier — what ``persistentIdentifier`` was (also after
+    /// an `NSKeyedArchiver` round trip, in another process), a ``PersistentIdentifier``, or
+    /// its text — or nil.
     /// - Parameters:
     ///   - url: The item.
     ///   - persistentIdentifier: What ``persistentIdentifier`` was.
@@ -187,6 +199,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         let id: String
         switch persistentIdentifier {
         case let identifier as PersistentIdentifier: id = identifier.rawValue
+        case let text as NSString: id = text as String
         case let text as String: id = text
         default: return nil
         }
@@ -320,7 +333,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
             }
         }
         if options.contains(.byMoving), let store {
-            try store.remove(persistentIdentifier.rawValue)
+            try store.remove(versionIdentifier.rawValue)
         }
         return target
     }
@@ -330,7 +343,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
     ///   for the current version, which cannot be removed.
     public func remove() throws {
         guard let store else { throw FileAccessError(.unsupportedItem, "the current version cannot be removed", path: itemURL.path) }
-        try store.remove(persistentIdentifier.rawValue)
+        try store.remove(versionIdentifier.rawValue)
     }
 
     /// Sets and persists ``isResolved``.
@@ -341,7 +354,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         guard let store, isConflict else { return }
         flags.withLock { $0.resolved = resolved }
         do {
-            try store.update(persistentIdentifier.rawValue) { $0.isResolved = resolved }
+            try store.update(versionIdentifier.rawValue) { $0.isResolved = resolved }
         } catch let error as FileAccessError where error.code == .notFound && resolved {
             // Removed already (removeOtherVersionsOfItem first, as the guide does): resolved.
         }
@@ -353,7 +366,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
     public func setDiscardable(_ discardable: Bool) throws {
         guard let store else { return }
         flags.withLock { $0.discardable = discardable }
-        try store.update(persistentIdentifier.rawValue) { $0.isDiscardable = discardable }
+        try store.update(versionIdentifier.rawValue) { $0.isDiscardable = discardable }
     }
 
     /// The extended attribute naming the device that saved an item's current contents, when

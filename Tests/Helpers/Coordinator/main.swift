@@ -10,10 +10,17 @@ let arguments = CommandLine.arguments
 
 // Version commands (for the version tests): change an item's versions from another process.
 //   add-conflict ITEM CONTENTS COMPUTER | resolve-all ITEM | remove-all ITEM
-if arguments.count >= 3, ["add-conflict", "resolve-all", "remove-all"].contains(arguments[1]) {
+//   find-archived ITEM BASE64: prints the saving computer of the version whose persistent
+//   identifier, archived with NSKeyedArchiver, is BASE64 (as an app does after a relaunch)
+if arguments.count >= 3, ["add-conflict", "resolve-all", "remove-all", "find-archived"].contains(arguments[1]) {
     let item = URL(fileURLWithPath: arguments[2])
     do {
         switch arguments[1] {
+        case "find-archived" where arguments.count == 4:
+            guard let data = Data(base64Encoded: arguments[3]),
+                  let identifier = try NSKeyedUnarchiver.unarchivedObject(ofClass: NSString.self, from: data),
+                  let version = NSFileVersion.version(itemAt: item, forPersistentIdentifier: identifier) else { exit(2) }
+            print(version.localizedNameOfSavingComputer ?? "?")
         case "add-conflict" where arguments.count == 5:
             _ = try NSFileVersion.addConflictVersion(ofItemAt: item, withContentsOf: URL(fileURLWithPath: arguments[3]), savingComputer: arguments[4], modificationDate: Date())
         case "resolve-all":
