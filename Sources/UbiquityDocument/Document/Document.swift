@@ -120,7 +120,20 @@ open class Document {
     var isOpening = false
     var isClosing = false
 
-    /// Creates a document for the file at `url`. Nothing is read until ``open(completionHandler:)``.
+    /// Creates a document for the file at `url` — Apple's designated initializer, which a
+    /// subclass overrides as on Apple's platforms (`override init(fileURL url: URL) { …;
+    /// super.init(fileURL: url) }`). Nothing is read until ``open(completionHandler:)``.
+    /// - Parameter url: The document's file (it need not exist yet; save it `forCreating`).
+    public init(fileURL url: URL) {
+        self.fileURL = url.standardizedFileURL
+        self.presented = Mutex(url.standardizedFileURL)
+        self.typeRegistry = .shared
+        self.autosaveClock = ContinuousClock()
+        self.logger = Logger(label: "ubiquity.document")
+    }
+
+    /// Creates a document for the file at `url`, with its type registry, autosave clock and
+    /// logger (Ubiquity's addition, for tests and tools; ``init(fileURL:)`` is Apple's).
     /// - Parameters:
     ///   - url: The document's file (it need not exist yet; save it `forCreating`).
     ///   - typeRegistry: Where ``fileType`` is looked up.
