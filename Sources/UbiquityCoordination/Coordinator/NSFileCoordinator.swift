@@ -67,7 +67,8 @@ public final class NSFileCoordinator: Sendable {
 
     let state: Mutex<State>
     /// The presenter on whose behalf this coordinator acts; it is not asked to relinquish to itself.
-    public let filePresenter: (any NSFilePresenter)?
+    /// (Presenters are not `Sendable`, as Apple's are not: this one is only compared and asked on its own queue.)
+    nonisolated(unsafe) public let filePresenter: (any NSFilePresenter)?
     /// The locks this coordinator takes.
     public let locks: FileCoordinationLocks
     /// Where presenter time-outs and other events are logged.

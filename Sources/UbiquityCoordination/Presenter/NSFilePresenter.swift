@@ -7,7 +7,7 @@ import Foundation
 /// ``presentedItemURL`` and ``presentedItemOperationQueue`` has a default that does nothing
 /// (or, for the relinquish and accommodate methods, lets the other access proceed at once).
 /// Callbacks arrive on ``presentedItemOperationQueue``.
-public protocol NSFilePresenter: AnyObject, Sendable {
+public protocol NSFilePresenter: AnyObject {
     /// The item presented, or nil.
     var presentedItemURL: URL? { get }
     /// The queue on which this presenter's methods are called.

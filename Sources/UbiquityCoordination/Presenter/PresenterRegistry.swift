@@ -8,20 +8,24 @@ import Synchronization
 final class PresenterRegistry: Sendable {
     static let shared = PresenterRegistry()
 
-    private struct Entry {
+    /// A registered presenter, not retained. (Presenters are not `Sendable`, as Apple's are
+    /// not: each is asked things on its own queue, so the registry only keeps and hands them out.)
+    private struct Entry: @unchecked Sendable {
         weak var presenter: (any NSFilePresenter)?
     }
 
     private let entries = Mutex<[ObjectIdentifier: Entry]>([:])
 
     func add(_ presenter: any NSFilePresenter) {
-        entries.withLock { $0[ObjectIdentifier(presenter)] = Entry(presenter: presenter) }
+        let entry = Entry(presenter: presenter)
+        entries.withLock { $0[ObjectIdentifier(presenter)] = entry }
         PresenterChannel.shared.startServerIfNeeded()
         PresenterWatcher.shared.presentersChanged()
     }
 
     func remove(_ presenter: any NSFilePresenter) {
-        _ = entries.withLock { $0.removeValue(forKey: ObjectIdentifier(presenter)) }
+        let id = ObjectIdentifier(presenter)
+        _ = entries.withLock { $0.removeValue(forKey: id) }
         PresenterWatcher.shared.presentersChanged()
     }
 

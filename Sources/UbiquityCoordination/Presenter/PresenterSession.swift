@@ -42,6 +42,7 @@ final class PresenterSession: @unchecked Sendable {
         for item in description.reading {
             let options = NSFileCoordinator.ReadingOptions(rawValue: item.options)
             for (presenter, relation, _) in registry.presenters(relatedTo: item.path, excluding: excluded) where relation != .ancestor {
+                nonisolated(unsafe) let presenter = presenter // (presenters are not Sendable, as Apple's are not: each is called on its own queue)
                 if !options.contains(.withoutChanges) && !options.contains(.immediatelyAvailableMetadataOnly) { save(presenter) }
                 relinquish(presenter, toWriter: false)
             }
@@ -51,6 +52,7 @@ final class PresenterSession: @unchecked Sendable {
             if options.contains(.contentIndependentMetadataOnly) { continue }
             let url = URL(fileURLWithPath: item.url)
             for (presenter, relation, _) in registry.presenters(relatedTo: item.path, excluding: excluded) {
+                nonisolated(unsafe) let presenter = presenter // (presenters are not Sendable, as Apple's are not: each is called on its own queue)
                 if options.contains(.forDeleting) {
                     _ = askPresenter(presenter, relation == .ancestor ? "accommodate subitem deletion" : "accommodate deletion", timeout: timeout, logger: logger) { (reply: @escaping @Sendable (Bool) -> Void) in
                         if relation == .ancestor {
@@ -76,6 +78,7 @@ final class PresenterSession: @unchecked Sendable {
             guard options.isDisjoint(with: [.forDeleting, .forMoving, .contentIndependentMetadataOnly]), !moved.contains(item.path) else { continue }
             let url = URL(fileURLWithPath: item.url)
             for (presenter, relation, _) in registry.presenters(relatedTo: item.path, excluding: excluded) {
+                nonisolated(unsafe) let presenter = presenter // (presenters are not Sendable, as Apple's are not: each is called on its own queue)
                 let queue = presenter.presentedItemOperationQueue
                 switch relation {
                 case .item, .descendant: queue.addOperation { presenter.presentedItemDidChange() }
@@ -91,6 +94,7 @@ final class PresenterSession: @unchecked Sendable {
     /// Tells this process's presenters that `oldPath` moved to `newURL`.
     static func deliverMove(from oldPath: String, oldURL: URL, to newURL: URL, excluding excluded: (any NSFilePresenter)?) {
         for (presenter, relation, presented) in PresenterRegistry.shared.presenters(relatedTo: oldPath, excluding: excluded) {
+            nonisolated(unsafe) let presenter = presenter // (presenters are not Sendable, as Apple's are not: each is called on its own queue)
             let queue = presenter.presentedItemOperationQueue
             switch relation {
             case .item:
@@ -107,6 +111,7 @@ final class PresenterSession: @unchecked Sendable {
     }
 
     private func save(_ presenter: any NSFilePresenter) {
+        nonisolated(unsafe) let presenter = presenter // (presenters are not Sendable, as Apple's are not: each is called on its own queue)
         let error = askPresenter(presenter, "save changes", timeout: timeout, logger: logger) { (reply: @escaping @Sendable (String?) -> Void) in
             presenter.savePresentedItemChanges { error in reply(error.map { "\($0)" }) }
         }
@@ -116,6 +121,7 @@ final class PresenterSession: @unchecked Sendable {
     }
 
     private func relinquish(_ presenter: any NSFilePresenter, toWriter: Bool) {
+        nonisolated(unsafe) let presenter = presenter // (presenters are not Sendable, as Apple's are not: each is called on its own queue)
         typealias Reacquirer = (@Sendable () -> Void)?
         let answer = askPresenter(presenter, toWriter ? "relinquish to writer" : "relinquish to reader", timeout: timeout, logger: logger) { (reply: @escaping @Sendable (Reacquirer) -> Void) in
             if toWriter {

@@ -102,6 +102,7 @@ extension PresenterWatcher {
             for (id, record) in before where now[id] == nil { lost.append(version(record)) }
             guard !(gained.isEmpty && lost.isEmpty && resolved.isEmpty) else { continue }
             for (presenter, relation, _) in PresenterRegistry.shared.presenters(relatedTo: item, excluding: nil) {
+                nonisolated(unsafe) let presenter = presenter // (presenters are not Sendable, as Apple's are not: each is called on its own queue)
                 let queue = presenter.presentedItemOperationQueue
                 switch relation {
                 case .item:

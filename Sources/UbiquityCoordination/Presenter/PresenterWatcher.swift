@@ -537,6 +537,7 @@ final class PresenterWatcher: Sendable {
         }
         let url = URL(fileURLWithPath: path)
         for (presenter, relation, presented) in PresenterRegistry.shared.presenters(relatedTo: path, excluding: nil) {
+            nonisolated(unsafe) let presenter = presenter // (presenters are not Sendable, as Apple's are not: each is called on its own queue)
             let queue = presenter.presentedItemOperationQueue
             switch relation {
             case .item:
