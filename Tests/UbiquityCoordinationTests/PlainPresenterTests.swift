@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import Synchronization
 @testable import UbiquityCoordination
 
 /// A presenter written as Apple's documentation writes one: a plain `NSObject` subclass with a
@@ -31,5 +32,57 @@ final class PlainPresenter: NSObject, NSFilePresenter {
         defer { NSFileCoordinator.removeFilePresenter(presenter) }
         try NSFileCoordinator().coordinate(writingItemAt: item) { try Data("two".utf8).write(to: $0) }
         #expect(eventually { presenter.changes >= 1 })
+    }
+}
+
+/// A presenter that observes an item's download status, as an app that shows it does.
+final class StatusPresenter: NSObject, NSFilePresenter {
+    var presentedItemURL: URL?
+    let presentedItemOperationQueue = OperationQueue()
+    var observedPresentedItemUbiquityAttributes: Set<URLResourceKey> { [.ubiquitousItemDownloadingStatusKey] }
+    private let lock = NSLock()
+    private var heard: [Set<URLResourceKey>] = []
+    var changes: [Set<URLResourceKey>] { lock.withLock { heard } }
+
+    init(url: URL) { presentedItemURL = url }
+
+    func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>) {
+        lock.withLock { heard.append(attributes) }
+    }
+}
+
+@Suite struct UbiquityAttributeTests {
+    @Test func presentersHearOfTheUbiquityAttributesTheyObserveHereAndInOtherProcesses() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = scratch.file("photo.jpg")
+        try Data("jpeg".utf8).write(to: item)
+        let here = StatusPresenter(url: item)
+        NSFileCoordinator.addFilePresenter(here)
+        defer { NSFileCoordinator.removeFilePresenter(here) }
+        // A presenter in another process, observing the same attribute.
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+            .appendingPathComponent("UbiquityCoordinatorHelper")
+        process.arguments = ["observe", item.path, URLResourceKey.ubiquitousItemDownloadingStatusKey.rawValue]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        let reader = output.fileHandleForReading
+        var printed = ""
+        while !printed.contains("ready\n"), let chunk = try reader.read(upToCount: 1), !chunk.isEmpty { printed += String(decoding: chunk, as: UTF8.self) }
+
+        // What they do not observe is not news; what they do is, with only the observed keys.
+        NSFileCoordinator().item(at: item, didChangeUbiquityAttributes: [.ubiquitousItemIsUploadedKey])
+        NSFileCoordinator().item(at: item, didChangeUbiquityAttributes: [.ubiquitousItemDownloadingStatusKey, .ubiquitousItemIsDownloadingKey])
+        #expect(eventually { here.changes == [[.ubiquitousItemDownloadingStatusKey]] }, "\(here.changes)")
+        let rest = try reader.readToEnd() ?? Data()
+        process.waitUntilExit()
+        #expect(String(decoding: rest, as: UTF8.self) == URLResourceKey.ubiquitousItemDownloadingStatusKey.rawValue + "\n", "the other process's presenter heard it")
+        // The defaults: nothing observed, eviction goes ahead.
+        let plain = PlainPresenter(url: item)
+        #expect(plain.observedPresentedItemUbiquityAttributes.isEmpty)
+        let allowed = Mutex(false)
+        plain.accommodatePresentedItemEviction { error in allowed.withLock { $0 = error == nil } }
+        #expect(allowed.withLock { $0 })
     }
 }

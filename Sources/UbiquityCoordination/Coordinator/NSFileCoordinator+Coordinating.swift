@@ -126,6 +126,18 @@ extension NSFileCoordinator {
     ///   - newURL: Where it will be.
     public func item(at oldURL: URL, willMoveTo newURL: URL) {}
 
+    /// Announces that ubiquity attributes of the item at `url` changed (it was downloaded,
+    /// uploaded, gained a conflict…): presenters of it — in this process and in the user's
+    /// other processes — that observe some of them hear of those
+    /// (``NSFilePresenter/presentedItemDidChangeUbiquityAttributes(_:)``). The sync agent
+    /// announces its items' changes this way.
+    public func item(at url: URL, didChangeUbiquityAttributes attributes: Set<URLResourceKey>) {
+        guard !attributes.isEmpty else { return }
+        let path = FileCoordinationLocks.canonicalPath(url)
+        PresenterSession.deliverUbiquityAttributes(attributes, of: path)
+        PresenterChannel.shared.announceUbiquityAttributes(attributes.map(\.rawValue).sorted(), of: path, timeout: .seconds(5))
+    }
+
     /// Announces, from inside a `.forMoving` write, that an item moved: its presenters get
     /// `presentedItemDidMove(to:)` (presenters of items inside it get their new URLs), and
     /// presenters of the directory it left get `presentedSubitem(at:didMoveTo:)`. The item's

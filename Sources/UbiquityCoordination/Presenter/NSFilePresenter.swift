@@ -51,9 +51,25 @@ public protocol NSFilePresenter: AnyObject {
     func presentedSubitem(at url: URL, didLose version: NSFileVersion)
     /// Someone resolved a conflict version of an item inside the presented directory.
     func presentedSubitem(at url: URL, didResolve version: NSFileVersion)
+
+    /// The ubiquity attributes (`URLResourceKey.ubiquitousItem…`) whose changes the presenter
+    /// wants to hear of (``presentedItemDidChangeUbiquityAttributes(_:)``). Default: none.
+    var observedPresentedItemUbiquityAttributes: Set<URLResourceKey> { get }
+    /// Some of ``observedPresentedItemUbiquityAttributes`` changed for the item (downloaded,
+    /// uploaded, a conflict appeared…): those that did.
+    func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>)
+    /// The item's local copy is about to be evicted (replaced by its metadata): let go of it,
+    /// then call `completionHandler`. Default: lets the eviction proceed at once.
+    func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable ((any Error)?) -> Void)
 }
 
 extension NSFilePresenter {
+    /// No ubiquity attributes observed.
+    public var observedPresentedItemUbiquityAttributes: Set<URLResourceKey> { [] }
+    /// Does nothing.
+    public func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>) {}
+    /// Lets the eviction proceed at once.
+    public func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable ((any Error)?) -> Void) { completionHandler(nil) }
     /// No primary item.
     public var primaryPresentedItemURL: URL? { nil }
     /// Lets the reader proceed at once.

@@ -27,6 +27,9 @@ final class PresenterChannel: Sendable {
         var timeoutMilliseconds: Int?
         var moves: [[String]]?
         var changed: Bool?
+        /// For `ubiquity`: the item, and the attributes that changed.
+        var path: String?
+        var attributes: [String]?
     }
 
     struct Reply: Codable {
@@ -58,7 +61,7 @@ final class PresenterChannel: Sendable {
 
         func finish(moves: [[String]], changed: Bool) {
             defer { close(descriptor) }
-            guard PresenterChannel.send(Request(op: "finish", access: nil, timeoutMilliseconds: nil, moves: moves, changed: changed), to: descriptor) else { return }
+            guard PresenterChannel.send(Request(op: "finish", moves: moves, changed: changed), to: descriptor) else { return }
             _ = PresenterChannel.receive(Reply.self, from: descriptor)
         }
     }
@@ -73,7 +76,7 @@ final class PresenterChannel: Sendable {
             guard let fd = connect(to: path, timeout: timeout) else { continue }
             let process = String(entry.dropLast(5))
             let milliseconds = Int(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
-            let request = Request(op: "prepare", access: access, timeoutMilliseconds: milliseconds, moves: nil, changed: nil)
+            let request = Request(op: "prepare", access: access, timeoutMilliseconds: milliseconds)
             if Self.send(request, to: fd), Self.receive(Reply.self, from: fd)?.ok == true {
                 sessions.append(RemoteSession(descriptor: fd, process: process))
             } else {
@@ -82,6 +85,21 @@ final class PresenterChannel: Sendable {
             }
         }
         return sessions
+    }
+
+    /// Tells every other process with presenters that the ubiquity `attributes` of the item at
+    /// `path` changed (each tells its presenters that observe them); waits at most `timeout`
+    /// for each.
+    func announceUbiquityAttributes(_ attributes: [String], of path: String, timeout: Duration) {
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return } // no folder: no other process presents
+        let own = "\(getpid()).sock"
+        for entry in entries where entry.hasSuffix(".sock") && entry != own {
+            guard let fd = connect(to: directory + "/" + entry, timeout: timeout) else { continue }
+            defer { close(fd) }
+            if !Self.send(Request(op: "ubiquity", path: path, attributes: attributes), to: fd) || Self.receive(Reply.self, from: fd)?.ok != true {
+                logger.warning("a process with file presenters did not hear of an item's ubiquity attributes", metadata: ["pid": "\(entry.dropLast(5))"])
+            }
+        }
     }
 
     private func connect(to path: String, timeout: Duration) -> Int32? {
@@ -156,7 +174,13 @@ final class PresenterChannel: Sendable {
     /// One coordinated access by another process: prepare, then finish (or the peer vanishes).
     private func serve(_ connection: Int32) {
         defer { close(connection) }
-        guard let request = Self.receive(Request.self, from: connection), request.op == "prepare", let access = request.access else { return }
+        guard let request = Self.receive(Request.self, from: connection) else { return }
+        if request.op == "ubiquity", let path = request.path, let attributes = request.attributes {
+            PresenterSession.deliverUbiquityAttributes(Set(attributes.map(URLResourceKey.init(rawValue:))), of: path)
+            _ = Self.send(Reply(ok: true), to: connection)
+            return
+        }
+        guard request.op == "prepare", let access = request.access else { return }
         let timeout = Duration.milliseconds(request.timeoutMilliseconds ?? 5_000)
         let session = PresenterSession(access, excluding: nil, timeout: timeout, logger: logger)
         guard Self.send(Reply(ok: true), to: connection) else { return session.finish(moved: [], changed: false) }

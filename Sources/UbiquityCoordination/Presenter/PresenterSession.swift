@@ -91,6 +91,17 @@ final class PresenterSession: @unchecked Sendable {
         reacquirers = []
     }
 
+    /// Tells this process's presenters of the item at `path` (canonical) that observe some of
+    /// `attributes` that those changed.
+    static func deliverUbiquityAttributes(_ attributes: Set<URLResourceKey>, of path: String) {
+        for (presenter, relation, _) in PresenterRegistry.shared.presenters(relatedTo: path, excluding: nil) where relation == .item {
+            nonisolated(unsafe) let presenter = presenter // (presenters are not Sendable, as Apple's are not: each is called on its own queue)
+            let observed = presenter.observedPresentedItemUbiquityAttributes.intersection(attributes)
+            guard !observed.isEmpty else { continue }
+            presenter.presentedItemOperationQueue.addOperation { presenter.presentedItemDidChangeUbiquityAttributes(observed) }
+        }
+    }
+
     /// Tells this process's presenters that `oldPath` moved to `newURL`.
     static func deliverMove(from oldPath: String, oldURL: URL, to newURL: URL, excluding excluded: (any NSFilePresenter)?) {
         for (presenter, relation, presented) in PresenterRegistry.shared.presenters(relatedTo: oldPath, excluding: excluded) {

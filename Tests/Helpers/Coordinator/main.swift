@@ -36,6 +36,36 @@ if arguments.count >= 3, ["add-conflict", "resolve-all", "remove-all", "find-arc
         exit(1)
     }
 }
+// observe PATH KEY: presents PATH observing the ubiquity attribute KEY, prints "ready", then
+// prints the attributes it hears of (sorted, comma-separated) and exits; "none" after 10 s.
+final class ObservingPresenter: NSObject, NSFilePresenter {
+    var presentedItemURL: URL?
+    let presentedItemOperationQueue = OperationQueue()
+    let observedPresentedItemUbiquityAttributes: Set<URLResourceKey>
+    let heard = DispatchSemaphore(value: 0)
+    private let lock = NSLock()
+    private var attributes: [String] = []
+    var heardAttributes: [String] { lock.withLock { attributes } }
+
+    init(url: URL, key: URLResourceKey) {
+        presentedItemURL = url
+        observedPresentedItemUbiquityAttributes = [key]
+    }
+
+    func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>) {
+        lock.withLock { self.attributes = attributes.map(\.rawValue).sorted() }
+        heard.signal()
+    }
+}
+if arguments.count == 4, arguments[1] == "observe" {
+    let presenter = ObservingPresenter(url: URL(fileURLWithPath: arguments[2]), key: URLResourceKey(rawValue: arguments[3]))
+    NSFileCoordinator.addFilePresenter(presenter)
+    FileHandle.standardOutput.write(Data("ready\n".utf8))
+    let answered = presenter.heard.wait(timeout: .now() + 10) == .success
+    FileHandle.standardOutput.write(Data(((answered ? presenter.heardAttributes.joined(separator: ",") : "none") + "\n").utf8))
+    NSFileCoordinator.removeFilePresenter(presenter)
+    exit(0)
+}
 guard (3...4).contains(arguments.count), ["read", "write"].contains(arguments[1]) else {
     FileHandle.standardError.write(Data("usage: UbiquityCoordinatorHelper read|write PATH [TEXT]\n".utf8))
     exit(64)
