@@ -109,8 +109,8 @@ import Testing
     @Test func aBodyThatTricklesIsCut() async throws {
         try await withServer { port, _ in
             let connection = try await RawConnection(port: port)
+            let started = ContinuousClock.now // (before the head: a late test task only adds)
             try await connection.send("POST /v1/sign-in HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 2000\r\n\r\n")
-            let started = ContinuousClock.now
             let trickle = Task {
                 for _ in 0..<2000 {
                     try await connection.send("{")

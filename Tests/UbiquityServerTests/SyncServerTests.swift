@@ -250,8 +250,10 @@ import UbiquityProtocol
             let commit = try await client.commit(notes, "doc", fileUpdate("a.txt", [chunk]), token: laptop.token)
             #expect(commit.item.sequence == 1)
             #expect(try await client.upload(chunk, token: laptop.token).status == .created) // → sequence 2, downloadable
+            // (Within 20 ms of each other the two may come as one message: the latest sequence.)
             let events = try await phoneEvents
-            #expect(events == [.connected, PushEvent(type: "changed", container: notes, sequence: 1), PushEvent(type: "changed", container: notes, sequence: 2)])
+            #expect(events == [.connected, PushEvent(type: "changed", container: notes, sequence: 1), PushEvent(type: "changed", container: notes, sequence: 2)]
+                    || events == [.connected, PushEvent(type: "changed", container: notes, sequence: 2)], "\(events)")
             // The device that made a change is not told of it; it hears the phone's.
             _ = try await client.commit(notes, "c", fileUpdate("c.txt", []), token: phone.token)
             #expect(try await laptopEvents == [.connected, PushEvent(type: "changed", container: notes, sequence: 3)])
@@ -384,10 +386,12 @@ import UbiquityProtocol
                                             json: KeyValueUpdate(changes: [KeyValueChange(key: "theme", value: .string("dark"), timestamp: 1_800_000_000)]))
                 #expect(kv.status == .ok, "kv: \(String(buffer: kv.body))")
 
+                // The commit (1) and the upload completing it (2) may come as one message, the
+                // latest sequence (a device hears at most one message each 20 ms).
                 let heardByPhone = try await phoneEvents
-                let expected = [PushEvent.connected, PushEvent(type: "changed", container: notes, sequence: 1), PushEvent(type: "changed", container: notes, sequence: 2),
-                                PushEvent(type: "keyValueChanged", container: store, sequence: 1)]
-                #expect(heardByPhone.count == 4 && expected.allSatisfy(heardByPhone.contains), "the phone heard \(heardByPhone)")
+                let expected = [PushEvent.connected, PushEvent(type: "changed", container: notes, sequence: 2), PushEvent(type: "keyValueChanged", container: store, sequence: 1)]
+                #expect(expected.allSatisfy(heardByPhone.contains), "the phone heard \(heardByPhone)")
+                #expect(heardByPhone.allSatisfy { expected.contains($0) || $0 == PushEvent(type: "changed", container: notes, sequence: 1) }, "the phone heard \(heardByPhone)")
                 #expect(try await laptopEvents == [.connected, PushEvent(type: "keyValueChanged", container: store, sequence: 1)],
                         "the device that made a change is not told of it (by either instance); it hears the phone's")
                 let bobsPhone = try await one.signIn("bob", device: "phone")

@@ -58,8 +58,9 @@ public protocol NSFilePresenter: AnyObject {
     /// Some of ``observedPresentedItemUbiquityAttributes`` changed for the item (downloaded,
     /// uploaded, a conflict appeared…): those that did.
     func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>)
-    /// The item's local copy is about to be evicted (replaced by its metadata): let go of it,
-    /// then call `completionHandler`. Default: lets the eviction proceed at once.
+    /// The item's local copy is about to be evicted (replaced by its metadata): let go of it
+    /// (remove the presenter), then call `completionHandler` — or pass it an error to prevent
+    /// the eviction. Default: prevents it, as Apple's does when a presenter does not implement it.
     func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable ((any Error)?) -> Void)
 }
 
@@ -68,8 +69,10 @@ extension NSFilePresenter {
     public var observedPresentedItemUbiquityAttributes: Set<URLResourceKey> { [] }
     /// Does nothing.
     public func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>) {}
-    /// Lets the eviction proceed at once.
-    public func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable ((any Error)?) -> Void) { completionHandler(nil) }
+    /// Prevents the eviction (Apple: "If this method is not implemented, eviction will fail").
+    public func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        completionHandler(CocoaError(.featureUnsupported, userInfo: [NSLocalizedDescriptionKey: "the file presenter does not accommodate eviction"]))
+    }
     /// No primary item.
     public var primaryPresentedItemURL: URL? { nil }
     /// Lets the reader proceed at once.
