@@ -150,19 +150,8 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
 
     // MARK: Items and revisions
 
-    func revision(container: Int64, item: String, device: String, change: String) async throws -> (id: String, state: String)? {
-        try await db.rows("""
-            SELECT id, state FROM revision WHERE container_id = \(container) AND item_id = \(item) AND device_id = \(device) AND change_id = \(change)
-            """).first.map { (try $0.get("id"), try $0.get("state")) }
-    }
-
     func chunkHashes(of revision: String) async throws -> [String] {
         try await db.rows("SELECT hash FROM revision_chunk WHERE revision_id = \(revision)").map { try $0.get("hash", as: String.self) }
-    }
-
-    func isComplete(_ revision: String, container: Int64, item: String) async throws -> Bool {
-        try await db.rows("SELECT complete FROM revision WHERE id = \(revision) AND container_id = \(container) AND item_id = \(item)")
-            .first?.get("complete", as: Bool.self) ?? false
     }
 
     func currentRevision(container: Int64, item: String) async throws -> CurrentRevision? {
@@ -193,22 +182,6 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
     func revisions(container: Int64, item: String, state: String) async throws -> Set<String> {
         Set(try await db.rows("SELECT id FROM revision WHERE container_id = \(container) AND item_id = \(item) AND state = \(state)")
             .map { try $0.get("id", as: String.self) })
-    }
-
-    func insert(_ revision: NewRevision) async throws {
-        let commit = revision.commit, update = commit.update
-        try await db.rows("""
-            INSERT INTO revision (id, container_id, item_id, base_revision, device_id, device_name, name, parent, kind, size,
-                modification_date, type, manifest, deleted, complete, state, created, change_id, digest, cost)
-            VALUES (\(revision.id), \(revision.container), \(revision.item), \(update.baseRevision), \(revision.device.deviceId), \(revision.device.deviceName),
-                \(revision.name), \(update.parent), \(update.kind.rawValue), \(commit.size), \(update.modificationDate), \(update.type), \(commit.manifest),
-                \(commit.deleted), \(revision.missing.isEmpty), \(revision.state), \(revision.created.timeIntervalSince1970), \(update.changeId),
-                \(commit.digest), \(revision.cost))
-            """)
-        if !commit.hashes.isEmpty {
-            try await db.rows("INSERT INTO revision_chunk (revision_id, account_id, hash) SELECT \(revision.id), \(revision.account), unnest(\(commit.hashes)::TEXT[])")
-        }
-        // (What a revision waits for, and a container's chunks, are found from its chunk references.)
     }
 
     func copy(_ source: String, as copy: CopiedRevision) async throws -> Int64 {

@@ -43,12 +43,8 @@ protocol RuleStorage {
 
     // MARK: Items and revisions
 
-    /// The revision a device committed earlier with `change` as its change id.
-    func revision(container: Int64, item: String, device: String, change: String) async throws -> (id: String, state: String)?
     /// The chunk hashes a revision names.
     func chunkHashes(of revision: String) async throws -> [String]
-    /// Whether the revision is complete (it is `item`'s, in `container`).
-    func isComplete(_ revision: String, container: Int64, item: String) async throws -> Bool
     /// The item's current revision, if the item exists.
     func currentRevision(container: Int64, item: String) async throws -> CurrentRevision?
     /// The live items of a folder whose name keys are `keys` (``NameCollision``); all the
@@ -56,9 +52,6 @@ protocol RuleStorage {
     func siblings(container: Int64, parent: String?, keys: [String]?) async throws -> [(id: String, name: String)]
     /// The revisions of the item in state `state`.
     func revisions(container: Int64, item: String, state: String) async throws -> Set<String>
-    /// Records a new revision: its row, manifest, chunk references, the chunks it waits for
-    /// (`missing`), and its chunks as its container's.
-    func insert(_ revision: NewRevision) async throws
     /// Records revision `copy` with the contents of `source` (a server-made revision: a rename,
     /// a restore) and the fields of `copy`; returns what the copy counts against the quota
     /// (the source's cost).

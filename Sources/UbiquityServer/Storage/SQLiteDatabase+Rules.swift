@@ -167,7 +167,8 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
 
     // MARK: Items and revisions
 
-    func revision(container: Int64, item: String, device: String, change: String) throws -> (id: String, state: String)? {
+    /// The revision a device committed earlier with `change` as its change id.
+    private func revision(container: Int64, item: String, device: String, change: String) throws -> (id: String, state: String)? {
         try Row.fetchOne(db.cachedStatement(sql: """
             SELECT id, state FROM revision WHERE containerId = ? AND itemId = ? AND deviceId = ? AND changeId = ?
             """), arguments: [container, item, device, change]).map { ($0["id"], $0["state"]) }
@@ -177,7 +178,8 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
         try String.fetchAll(db.cachedStatement(sql: "SELECT hash FROM revisionChunk WHERE revisionId = ?"), arguments: [revision])
     }
 
-    func isComplete(_ revision: String, container: Int64, item: String) throws -> Bool {
+    /// Whether the revision is complete (it is `item`'s, in `container`).
+    private func isComplete(_ revision: String, container: Int64, item: String) throws -> Bool {
         try Bool.fetchOne(db.cachedStatement(sql: "SELECT complete FROM revision WHERE id = ? AND containerId = ? AND itemId = ?"),
                           arguments: [revision, container, item]) ?? false
     }
@@ -211,7 +213,9 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
                                 arguments: [container, item, state]))
     }
 
-    func insert(_ revision: NewRevision) throws {
+    /// Records a new revision: its row, manifest, chunk references, the chunks it waits for
+    /// (`missing`), and its chunks as its container's.
+    private func insert(_ revision: NewRevision) throws {
         let commit = revision.commit, update = commit.update
         try db.cachedStatement(sql: """
             INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,

@@ -350,24 +350,6 @@ enum RevisionCost {
     }
 }
 
-extension AccountFigures {
-    mutating func apply(_ change: AccountChange) {
-        keyValueBytes += change.keyValueBytes
-        metadataBytes += change.metadataBytes
-        pendingBytes += change.pendingBytes
-        items += change.items
-    }
-}
-
-extension AccountChange {
-    mutating func add(_ other: AccountChange) {
-        keyValueBytes += other.keyValueBytes
-        metadataBytes += other.metadataBytes
-        pendingBytes += other.pendingBytes
-        items += other.items
-    }
-}
-
 /// An item's state made from its revisions' rows.
 enum ItemStates {
     /// The state of `item` whose current revision is `current`, with `conflicts` (oldest
