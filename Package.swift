@@ -121,7 +121,7 @@ let package = Package(
         ),
 
         // Test support: documents and a child process that saves in a loop (killed by the crash test).
-        .target(name: "UbiquityTestSupport", dependencies: ["Ubiquity"], path: "Tests/Support"),
+        .target(name: "UbiquityTestSupport", dependencies: ["CUbiquitySystem", "Ubiquity"], path: "Tests/Support"),
         .executableTarget(name: "UbiquitySaveLoop", dependencies: ["UbiquityTestSupport"], path: "Tests/Helpers/SaveLoop"),
         // A second process for the coordination tests: takes coordinated access and holds it.
         .executableTarget(name: "UbiquityCoordinatorHelper", dependencies: ["UbiquityCoordination"], path: "Tests/Helpers/Coordinator"),
@@ -138,7 +138,7 @@ let package = Package(
             dependencies: ["UbiquityAgent", "UbiquityClient", "UbiquityQuery", "UbiquityCoordination", "UbiquitySync", "UbiquityServer", "UbiquityProtocol",
                            .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "GRDB", package: "GRDB.swift")]
         ),
-        .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityCoordinatorHelper"]),
+        .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityTestSupport", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),
         .testTarget(
             name: "UbiquityServerTests",

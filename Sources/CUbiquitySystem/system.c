@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/xattr.h>
 #include <unistd.h>
+#include <spawn.h>
 #include <linux/fs.h>
 
 #ifndef RENAME_NOREPLACE
@@ -143,4 +144,12 @@ void ubq_limit_retained_memory(int arenas) {
 #else
     (void)arenas;
 #endif
+}
+
+int ubq_spawn_actions_close_from(posix_spawn_file_actions_t *actions, int lowest) {
+    return posix_spawn_file_actions_addclosefrom_np(actions, lowest);
+}
+
+int ubq_spawn_actions_chdir(posix_spawn_file_actions_t *actions, const char *path) {
+    return posix_spawn_file_actions_addchdir_np(actions, path);
 }

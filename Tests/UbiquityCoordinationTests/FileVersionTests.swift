@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityTestSupport
 import Synchronization
 import Testing
 @testable import UbiquityCoordination
@@ -246,7 +247,7 @@ import Glibc
     /// Runs the coordinator helper's version commands in another process; returns what it printed.
     @discardableResult
     func helper(_ arguments: [String]) throws -> String {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
             .appendingPathComponent("UbiquityCoordinatorHelper")
         process.arguments = arguments

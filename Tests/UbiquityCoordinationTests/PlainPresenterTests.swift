@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityTestSupport
 import Testing
 import Synchronization
 @testable import UbiquityCoordination
@@ -60,7 +61,7 @@ final class StatusPresenter: NSObject, NSFilePresenter {
         NSFileCoordinator.addFilePresenter(here)
         defer { NSFileCoordinator.removeFilePresenter(here) }
         // A presenter in another process, observing the same attribute.
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
             .appendingPathComponent("UbiquityCoordinatorHelper")
         process.arguments = ["observe", item.path, URLResourceKey.ubiquitousItemDownloadingStatusKey.rawValue]

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityTestSupport
 import Synchronization
 import Testing
 @testable import UbiquityCoordination
@@ -92,7 +93,7 @@ final class RecordingPresenter: NSFilePresenter, @unchecked Sendable {
 
 /// A second process holding coordinated access (Tests/Helpers/Coordinator).
 final class HelperProcess {
-    let process = Process()
+    let process = ChildProcess()
     let input = Pipe()
     let output = Pipe()
 
@@ -143,7 +144,7 @@ func eventually(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> 
 
 /// Runs a shell command in another process that knows nothing of file coordination.
 func shell(_ command: String) throws {
-    let process = Process()
+    let process = ChildProcess()
     process.executableURL = URL(fileURLWithPath: "/bin/sh")
     process.arguments = ["-c", command]
     try process.run()

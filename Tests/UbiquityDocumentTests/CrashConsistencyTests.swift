@@ -47,7 +47,7 @@ import Glibc
     /// Starts the helper, waits until it has started saving, sleeps a random moment, kills it.
     /// Returns the last generation it reported saved and the one it started from.
     func runAndKill(url: URL, delayMicroseconds: UInt32) async throws -> (Int, Int) {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = Self.helper
         process.arguments = [url.path]
         let output = Pipe()

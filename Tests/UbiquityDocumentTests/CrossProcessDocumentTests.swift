@@ -7,7 +7,7 @@ import UbiquityTestSupport
 /// Process A (a helper) keeps a document open; this test process, as B, reads, writes, moves
 /// and deletes its file under coordination.
 final class DocumentHost: @unchecked Sendable {
-    let process = Process()
+    let process = ChildProcess()
     let input = Pipe()
     let output = Pipe()
     private let lines = Mutex<[String]>([])

@@ -82,7 +82,7 @@ import UbiquityTestSupport
         try await Task.sleep(for: .milliseconds(500))
         #expect(document.reads.withLock { $0 } == 1, "opened once; its own save did not make it revert")
 
-        let shell = Process()
+        let shell = ChildProcess()
         shell.executableURL = URL(fileURLWithPath: "/bin/sh")
         shell.arguments = ["-c", "printf 'written by a shell' > \"$0\"", document.fileURL.path]
         try shell.run()

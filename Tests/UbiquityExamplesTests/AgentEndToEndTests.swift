@@ -12,7 +12,7 @@ final class TestDevice: @unchecked Sendable {
     let paths: UbiquityPaths
     let containers: UbiquityContainers
     let container: String
-    private var agent: Process?
+    private var agent: ChildProcess?
 
     init(_ name: String, in dir: TemporaryDirectory, container: String) throws {
         self.name = name
@@ -35,7 +35,7 @@ final class TestDevice: @unchecked Sendable {
 
     /// Starts `ubiquity agent` and waits until it answers on its socket.
     func startAgent() async throws {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = RunningServer.binary
         process.arguments = ["agent", "--log-level", ProcessInfo.processInfo.environment["UBIQUITY_E2E_LOG_LEVEL"] ?? "warning"]
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }

@@ -147,7 +147,7 @@ import UbiquityTestSupport
 /// Runs a program to completion: its exit status and standard output (standard error dropped
 /// unless `includingErrors`).
 func runProcess(_ path: String, _ arguments: [String], includingErrors: Bool = false) throws -> (Int32, String) {
-    let process = Process()
+    let process = ChildProcess()
     process.executableURL = URL(fileURLWithPath: path)
     process.arguments = arguments
     process.standardInput = FileHandle.nullDevice

@@ -9,7 +9,7 @@ import FoundationNetworking
 /// Runs `ubiquity ARGUMENTS` with `environment` added and `input` on standard input: its exit
 /// status and what it printed (output and errors).
 func runUbiquity(_ arguments: [String], environment: [String: String], input: String = "") throws -> (status: Int32, output: String) {
-    let process = Process()
+    let process = ChildProcess()
     process.executableURL = RunningServer.binary
     process.arguments = arguments
     process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }

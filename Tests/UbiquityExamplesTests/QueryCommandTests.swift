@@ -6,7 +6,7 @@ import UbiquityTestSupport
 /// `ubiquity find` and `ubiquity kv`, run as a user would (a home of their own).
 @Suite struct QueryCommandTests {
     func ubiquity(_ arguments: [String], home: URL) throws -> (status: Int32, output: String, errors: String) {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("ubiquity")
         process.arguments = arguments
         var environment = ProcessInfo.processInfo.environment

@@ -12,7 +12,7 @@ final class RunningServer {
         URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("ubiquity")
     }
 
-    let process = Process()
+    let process = ChildProcess()
     let base: URL
 
     /// Creates the account `ada` (password "correct horse") in `data`, then starts the server.
@@ -44,7 +44,7 @@ final class RunningServer {
 
     /// `ubiquity account create ada` on `storage`.
     static func createAccount(storage: [String]) throws {
-        let create = Process()
+        let create = ChildProcess()
         create.executableURL = Self.binary
         create.arguments = ["account", "create", "ada"] + storage + ["--password-stdin"]
         let input = Pipe()
@@ -146,7 +146,7 @@ final class RunningServer {
         #expect(modern.stop().1 == 0)
 
         // A key that does not exist: a clear error, no server.
-        let broken = Process()
+        let broken = ChildProcess()
         broken.executableURL = RunningServer.binary
         broken.arguments = ["serve", "--data", dir.file("data").path, "--port", "0", "--tls-cert", certificate, "--tls-key", dir.file("missing.pem").path]
         let errors = Pipe()
@@ -192,7 +192,7 @@ final class RunningServer {
         let token = try await server.token()
         let spec = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("docs/openapi.yaml").path
-        let run = Process()
+        let run = ChildProcess()
         run.executableURL = URL(fileURLWithPath: schemathesis)
         run.currentDirectoryURL = dir.url // its cache (.schemathesis/) goes there, not into the repository
         run.arguments = ["run", spec, "--url", server.base.absoluteString, "-H", "Authorization: Bearer \(token)",

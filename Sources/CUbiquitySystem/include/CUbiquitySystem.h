@@ -1,6 +1,8 @@
 #ifndef C_UBIQUITY_SYSTEM_H
 #define C_UBIQUITY_SYSTEM_H
 
+#include <spawn.h>
+
 /// Atomically exchanges the two paths (renameat2 with RENAME_EXCHANGE). Returns 0 or -1 with errno set.
 int ubq_rename_exchange(const char *first, const char *second);
 
@@ -86,5 +88,12 @@ int ubq_accept_cloexec(int fd);
 
 /// Bytes the process's malloc heap has in use (glibc's mallinfo2), for measurements.
 long long ubq_heap_in_use(void);
+
+/// Adds to `actions` closing every descriptor from `lowest` up in the child
+/// (posix_spawn_file_actions_addclosefrom_np, glibc 2.34+), and changing its working folder
+/// (posix_spawn_file_actions_addchdir_np): 0 or an error number. (GNU extensions, which Swift's
+/// Glibc module does not show.)
+int ubq_spawn_actions_close_from(posix_spawn_file_actions_t *actions, int lowest);
+int ubq_spawn_actions_chdir(posix_spawn_file_actions_t *actions, const char *path);
 
 #endif
