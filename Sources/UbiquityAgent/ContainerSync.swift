@@ -182,7 +182,7 @@ package actor ContainerSync {
     /// Whether everything local is on the server and everything known from it is here.
     package var isIdle: Bool { state.isIdle && errors.isEmpty && !running }
 
-    /// One round: local changes go up (metadata first, then only the chunks the server lacks),
+    /// One round: local changes go up (the chunks the server lacks, then their commits),
     /// changes from the server come down. Returns after the server answered everything sent.
     /// Called while a round runs, it asks for another and returns when that one is done.
     package func syncOnce() async throws {

@@ -65,8 +65,9 @@ package struct SyncClient: Sendable {
         try await json(.GET, "v1/containers/\(container)/items/\(id)" + (since.map { "?since=\($0)" } ?? ""))
     }
 
-    /// Commits a change of an item (metadata first: the answer lists the chunks to upload);
-    /// `brief`: the answer's item without its manifest.
+    /// Commits a change of an item, whose chunks were uploaded first (the server refuses, 409
+    /// `missingChunks`, one naming chunks the account does not hold); `brief`: the answer's
+    /// item without its manifest.
     package func commit(container: String, item: String, update: ItemUpdate, brief: Bool = false) async throws -> CommitResponse {
         try await json(.PUT, "v1/containers/\(container)/items/\(item)" + (brief ? "?brief=true" : ""), body: update)
     }

@@ -2,10 +2,10 @@ import Foundation
 import UbiquityProtocol
 import UbiquitySync
 
-/// Sends a container's local changes, for ``ContainerSync``: as commits in batches, the chunks
-/// of small contents and small edits just before their commit, those of larger ones after it
-/// (metadata first) and only those the server lacks, in shared batches, and changed chunks of
-/// contents the server has as patches of the chunks they replace.
+/// Sends a container's local changes, for ``ContainerSync``: as commits in batches, each
+/// preceded by the chunks of its contents the server lacks (the server keeps no revision whose
+/// chunks it does not hold), in shared batches, and changed chunks of contents the server has
+/// as patches of the chunks they replace.
 ///
 /// One of the rooms of a container's sync (see ``ChangeFinder``). It keeps nothing between
 /// rounds: what it sends comes from the sync decisions and the records of local files, and
@@ -15,9 +15,10 @@ struct Uploader {
     static let commitBatchSize = 500
 
     /// Sends local changes: many in one commit request (each as a difference from its base
-    /// revision's chunk list where that list is known here), the chunks of small contents and
-    /// small edits just before it, then the chunks the server says it still lacks, read back from the files and checked, so contents changed since the scan are never
-    /// sent under the old hash. A change the server refuses, or that gets no answer, stays for
+    /// revision's chunk list where that list is known here), just after the chunks of their
+    /// contents the server lacks, read back from the files and checked, so contents changed
+    /// since the scan are never sent under the old hash (their commit is refused, and the next
+    /// scan sends what they became). A change the server refuses, or that gets no answer, stays for
     /// the next round, and its error is shown. Returns the container sequences of the commits
     /// the server made.
     @discardableResult
@@ -37,8 +38,10 @@ struct Uploader {
     }
 
     /// Sends one batch of changes, adding the sequences of the commits made to `sequences`;
-    /// false if the server did not answer.
-    private func send(_ batch: [LocalChange], deltas: Bool, sequences: inout [Int64], in sync: isolated ContainerSync) async throws -> Bool {
+    /// false if the server did not answer. Changes refused for chunks the server turned out
+    /// to lack (collected, or damaged, since it was asked) go once more after those chunks,
+    /// unless `retrying`.
+    private func send(_ batch: [LocalChange], deltas: Bool, retrying: Bool = false, sequences: inout [Int64], in sync: isolated ContainerSync) async throws -> Bool {
         var sent: [(change: LocalChange, members: [LocalMember])] = [], commits: [ItemCommit] = []
         var inlineBytes = 0, inlinedItems = Set<String>()
         for change in batch {
@@ -64,29 +67,36 @@ struct Uploader {
         guard !commits.isEmpty else { return true }
         let results: [CommitResult]
         do {
-            try await upload(contentsBeforeCommit(of: sent.filter { !inlinedItems.contains($0.change.item) }, in: sync), in: sync)
+            try await upload(await contentsBeforeCommit(of: sent.filter { !inlinedItems.contains($0.change.item) }, in: sync), in: sync)
             results = try await sync.client.commit(container: sync.container, batch: commits, brief: true)
         } catch let error as SyncClientError {
             for entry in sent { sync.failed(.commit(entry.change), error) }
             return error.status != 0
         }
         var accepted: [(change: LocalChange, members: [LocalMember], answer: CommitResponse)] = [], whole: [LocalChange] = []
+        var lacking: [Upload] = []
         for (entry, result) in zip(sent, results) {
             if let answer = result.commit {
                 accepted.append((entry.change, entry.members, answer))
             } else if deltas, result.error?.code == "deltaBaseUnknown" {
                 sync.state.failed(.commit(entry.change))
                 whole.append(entry.change) // the server lacks the base: the whole chunk list goes
+            } else if !retrying, result.error?.code == "missingChunks", let missing = result.error?.missingChunks, !missing.isEmpty,
+                      let path = sync.files.path(of: entry.change.item) {
+                sync.state.failed(.commit(entry.change))
+                lacking.append(Upload(item: entry.change.item, members: entry.members, missing: Set(missing), url: sync.root.appendingPathComponent(path)))
             } else {
                 sync.failed(.commit(entry.change), SyncClientError(status: 409, code: result.error?.code ?? "refused", message: result.error?.message ?? "the server refused the change"))
             }
         }
         do {
+            // A change the server had already (its first answer was lost) answers with what its
+            // revision still lacks.
             let uploads = accepted.compactMap { entry -> Upload? in
                 guard !entry.answer.missingChunks.isEmpty, let path = sync.files.path(of: entry.change.item) else { return nil }
                 return Upload(item: entry.change.item, members: entry.members, missing: Set(entry.answer.missingChunks), url: sync.root.appendingPathComponent(path))
             }
-            try await upload(uploads, in: sync)
+            try await upload(uploads + lacking, in: sync)
         } catch let error as SyncClientError {
             for entry in accepted { sync.failed(.commit(entry.change), error) } // sent again: the server answers as before
             return error.status != 0
@@ -105,7 +115,9 @@ struct Uploader {
             sequences.append(entry.answer.item.sequence)
         }
         try await sync.persist(upsert: upsert)
-        if !whole.isEmpty { _ = try await send(whole, deltas: false, sequences: &sequences, in: sync) }
+        if !whole.isEmpty { _ = try await send(whole, deltas: false, retrying: retrying, sequences: &sequences, in: sync) }
+        let again = Set(lacking.map(\.item))
+        if !again.isEmpty { _ = try await send(sent.map(\.change).filter { again.contains($0.item) }, deltas: deltas, retrying: true, sequences: &sequences, in: sync) }
         return true
     }
 
@@ -133,30 +145,49 @@ struct Uploader {
     /// The most bytes of small files one commit request carries inline.
     static let commitInlineBytes = 2 << 20
 
-    /// The largest contents whose chunks go before their commit.
+    /// The largest contents whose new chunks go without asking the server which it lacks.
     static let smallContentBytes = 64 << 10
 
-    /// The most new bytes an edit of known contents may have for them to go before its commit.
+    /// The most new bytes an edit of known contents may have for them to go without asking.
     static let smallEditBytes = 256 << 10
 
-    /// The chunks, not known to be on the server, of small contents and of edits that add
-    /// little to contents known here (a few changed chunks of a large file), sent before their
-    /// commit: the revision is complete when committed, so the other devices get the item
-    /// whole with one push and never list it as not downloaded meanwhile. (Larger contents go
-    /// after their commit, metadata first, and only the chunks the server says it lacks.)
-    func contentsBeforeCommit(of batch: [(change: LocalChange, members: [LocalMember])], in sync: isolated ContainerSync) -> [Upload] {
-        batch.compactMap { entry in
+    /// The chunks of a batch's contents the server lacks, to send before their commit. Small
+    /// contents, and edits that add little to contents known here (a few changed chunks of a
+    /// large file), send the chunks not in their base revision without asking (the server
+    /// skips what it has); larger contents send only those the server says it lacks (one
+    /// question for the batch).
+    func contentsBeforeCommit(of batch: [(change: LocalChange, members: [LocalMember])], in sync: isolated ContainerSync) async throws -> [Upload] {
+        var uploads: [Upload] = [], asking: [Upload] = []
+        for entry in batch {
             let chunks = entry.members.flatMap(\.chunks)
-            guard !entry.change.deleted, !chunks.isEmpty, let path = sync.files.path(of: entry.change.item) else { return nil }
+            guard !entry.change.deleted, !chunks.isEmpty, let path = sync.files.path(of: entry.change.item) else { continue }
             let base = sync.state.persisted.remote[entry.change.item].flatMap { sync.localContents[$0.content] }
             let known = base.map { Set($0.flatMap(\.chunks).map(\.hash)) } ?? []
             var missing = Set<String>(), missingBytes = 0
             for chunk in chunks where !known.contains(chunk.hash) && missing.insert(chunk.hash).inserted { missingBytes += chunk.length }
-            guard !missing.isEmpty,
-                  chunks.reduce(0, { $0 + $1.length }) <= Self.smallContentBytes || (base != nil && missingBytes <= Self.smallEditBytes) else { return nil }
-            return Upload(item: entry.change.item, members: entry.members, missing: missing, url: sync.root.appendingPathComponent(path))
+            guard !missing.isEmpty else { continue }
+            let upload = Upload(item: entry.change.item, members: entry.members, missing: missing, url: sync.root.appendingPathComponent(path))
+            if chunks.reduce(0, { $0 + $1.length }) <= Self.smallContentBytes || (base != nil && missingBytes <= Self.smallEditBytes) {
+                uploads.append(upload)
+            } else {
+                asking.append(upload)
+            }
         }
+        guard !asking.isEmpty else { return uploads }
+        let hashes = Array(Set(asking.flatMap(\.missing))).sorted()
+        var lacking = Set<String>()
+        for start in stride(from: 0, to: hashes.count, by: Self.missingQuestionSize) {
+            lacking.formUnion(try await sync.client.missingChunks(Array(hashes[start..<min(hashes.count, start + Self.missingQuestionSize)])))
+        }
+        for var upload in asking {
+            upload.missing.formIntersection(lacking)
+            if !upload.missing.isEmpty { uploads.append(upload) }
+        }
+        return uploads
     }
+
+    /// How many hashes one "which do you lack" question carries (the server takes 100,000).
+    static let missingQuestionSize = 50_000
 
     /// The update a change becomes on the wire.
     func update(for change: LocalChange, members: [LocalMember], delta allowed: Bool, in sync: isolated ContainerSync) -> ItemUpdate {

@@ -319,11 +319,15 @@ public struct ErrorResponse: Codable, Sendable {
         public var code: String
         /// What went wrong, for people.
         public var message: String
+        /// For `missingChunks`: the hashes of the chunks the refused commit names that the
+        /// account does not hold (upload them, then commit again); nil otherwise.
+        public var missingChunks: [String]?
 
         /// Creates a value.
-        public init(code: String, message: String) {
+        public init(code: String, message: String, missingChunks: [String]? = nil) {
             self.code = code
             self.message = message
+            self.missingChunks = missingChunks
         }
     }
     /// The error.

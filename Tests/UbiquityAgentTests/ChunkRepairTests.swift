@@ -43,4 +43,47 @@ extension ContainerSyncTests {
             #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Big.bin")) == bytes)
         }
     }
+
+    /// An edit that keeps a chunk the server has since found damaged: the commit is refused,
+    /// naming that chunk; the device sends it from its file and commits again in the same
+    /// round (else it would send the same refused edit forever), and the other device gets the
+    /// edited file whole.
+    @Test func anEditKeepingAChunkTheServerLostSendsItAndCommitsInOneRound() async throws {
+        try await withServer { base, dir in
+            let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await device("phone", base: base, dir: dir, greedy: true)
+            var random = SystemRandomNumberGenerator()
+            var bytes = Data((0..<400_000).map { _ in UInt8.random(in: 0...255, using: &random) })
+            try laptop.write("Big.bin", bytes)
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(phone.read("Big.bin") != nil)
+
+            // The first chunk stored (the file's first) is damaged; a device asking for it
+            // makes the server find out and put it aside.
+            let store = try FileChunkStore(directory: dir + "/server/chunks")
+            let place = try #require(try store.index.read { db in try Row.fetchOne(db, sql: "SELECT account, pack, offset FROM chunk ORDER BY pack, offset LIMIT 1") })
+            let fd = open(store.packPath(account: place["account"], pack: place["pack"]), O_RDWR)
+            var byte: UInt8 = 0
+            let offset = off_t(place["offset"] as Int64 + 100)
+            #expect(pread(fd, &byte, 1, offset) == 1)
+            byte ^= 0x80
+            #expect(pwrite(fd, &byte, 1, offset) == 1)
+            close(fd)
+            let tablet = try await device("tablet", base: base, dir: dir, greedy: true)
+            try await tablet.sync.syncOnce()
+            #expect(tablet.read("Big.bin") == nil, "the damaged chunk is not served")
+
+            // The laptop changes the end of the file (its first chunk kept), in one round.
+            bytes[bytes.count - 1] ^= 0xff
+            try laptop.write("Big.bin", bytes)
+            try await laptop.sync.syncOnce()
+            let errors = await laptop.sync.errors
+            #expect(errors.isEmpty, "\(errors)")
+            for _ in 0..<3 where (try? Data(contentsOf: phone.documents.appendingPathComponent("Big.bin"))) != bytes {
+                try await phone.sync.syncOnce()
+            }
+            #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Big.bin")) == bytes)
+        }
+    }
 }

@@ -19,6 +19,7 @@ import UbiquityProtocol
 
             // A compressed commit batch is read; its large answer comes compressed.
             let commits = (0..<100).map { ItemCommit(item: "f\($0)", update: fileUpdate("file \($0).txt", [Array("file \($0)".utf8)])) }
+            try await client.uploadKnownChunks(of: commits.map(\.update), token: laptop.token)
             var plain = ByteBuffer(bytes: try JSONEncoder().encode(CommitBatchRequest(commits: commits)))
             let compressed = try plain.compress(with: .gzip())
             #expect(compressed.readableBytes * 3 < plain.writerIndex, "similar items compress well")

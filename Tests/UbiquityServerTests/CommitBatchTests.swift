@@ -15,6 +15,7 @@ import UbiquityProtocol
             commits[7].update.name = "bad/name"                                   // refused on its own
             commits[8] = ItemCommit(item: "f9", update: fileUpdate("again.txt", []))  // the same item twice: the second is refused
             commits.append(ItemCommit(item: "clash", update: fileUpdate("FILE 3.txt", []))) // a name differing by case only
+            try await client.uploadKnownChunks(of: commits.map(\.update), token: laptop.token)
             let answer = try await client.send(.post, "/v1/containers/\(notes)/commits?brief=true", token: laptop.token, json: CommitBatchRequest(commits: commits))
             #expect(answer.status == .ok, "\(String(buffer: answer.body))")
             let results = try answer.decode(CommitBatchResponse.self).results

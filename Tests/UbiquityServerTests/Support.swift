@@ -4,6 +4,7 @@ import Hummingbird
 import Logging
 import HummingbirdTesting
 import Testing
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -135,7 +136,10 @@ struct Client: Sendable {
         try await send(.put, "/v1/containers/\(container)/items/\(item)", token: token, json: update)
     }
 
+    /// Commits `update` as a device does: first uploads the chunks it names that the account
+    /// lacks, of those whose bytes a test made with ``fileUpdate(_:_:base:date:deleted:)``.
     func commit(_ container: String, _ item: String, _ update: ItemUpdate, token: String) async throws -> CommitResponse {
+        try await uploadKnownChunks(of: [update], token: token)
         let answer = try await put(container, item, update, token: token)
         #expect(answer.status == .ok, "commit: \(String(buffer: answer.body))")
         return try answer.decode(CommitResponse.self)
@@ -143,6 +147,24 @@ struct Client: Sendable {
 
     func changes(_ container: String, since: Int64 = 0, token: String) async throws -> ChangesResponse {
         try await send(.get, "/v1/containers/\(container)/changes?since=\(since)", token: token).decode(ChangesResponse.self)
+    }
+
+    /// Uploads the chunks `updates` name (in their chunk lists or differences) that the
+    /// account lacks and whose bytes are known (``knownChunks``).
+    func uploadKnownChunks(of updates: [ItemUpdate], token: String) async throws {
+        let named = updates.flatMap { update in
+            update.manifest.allChunks.map(\.hash) + (update.manifestDelta?.operations ?? []).compactMap { operation -> String? in
+                if case .add(let hash, _) = operation { return hash } else { return nil }
+            }
+        }
+        let hashes = Array(Set(named)).sorted()
+        guard !hashes.isEmpty else { return }
+        let missing = try await send(.post, "/v1/chunks/missing", token: token, json: MissingChunksRequest(hashes: hashes)).decode(MissingChunksResponse.self).missing
+        for hash in missing {
+            guard let bytes = knownChunks.withLock({ $0[hash] }) else { continue }
+            let answer = try await upload(bytes, token: token)
+            #expect(answer.status == .created, "upload before commit: \(String(buffer: answer.body))")
+        }
     }
 
     func upload(_ bytes: [UInt8], token: String) async throws -> Answer {
@@ -159,8 +181,15 @@ struct Client: Sendable {
 func sha256(_ bytes: [UInt8]) -> String { SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined() }
 
 /// A file update whose contents are `chunks`.
+/// The bytes of the chunks tests named through ``fileUpdate(_:_:base:date:deleted:)``, by
+/// hash: what ``Client/commit(_:_:_:token:)`` uploads before committing, as a device does (the
+/// server refuses a commit naming chunks the account does not hold).
+let knownChunks = Mutex<[String: [UInt8]]>([:])
+
+/// A file's update naming `chunks` (remembered in ``knownChunks``).
 func fileUpdate(_ name: String, _ chunks: [[UInt8]], base: String? = nil, date: Double = 1_800_000_000, deleted: Bool? = nil) -> ItemUpdate {
-    ItemUpdate(
+    knownChunks.withLock { known in for chunk in chunks { known[sha256(chunk)] = chunk } }
+    return ItemUpdate(
         baseRevision: base, name: name, kind: .file, modificationDate: date, type: "public.plain-text",
         manifest: Manifest(chunks: chunks.map { ChunkReference(hash: sha256($0), size: Int64($0.count)) }), deleted: deleted)
 }

@@ -175,7 +175,7 @@ extension SyncServices {
                     inline += try Self.inlineChunks(of: &update)
                     accepted.append((index, ItemCommit(item: commit.item, update: update)))
                 } catch let error as SyncError {
-                    results[index] = CommitResult(item: commit.item, error: .init(code: error.code, message: error.message))
+                    results[index] = CommitResult(item: commit.item, error: error.body)
                 }
             }
             // Small files' bytes stored before their commits (one quota check, one write): complete when committed.
@@ -190,7 +190,7 @@ extension SyncServices {
                     results[entry.index] = CommitResult(item: entry.commit.item, commit: Self.answer(outcome, brief: brief))
                     if !outcome.repeated { fresh.append(outcome) }
                 case .failure(let error):
-                    results[entry.index] = CommitResult(item: entry.commit.item, error: .init(code: error.code, message: error.message))
+                    results[entry.index] = CommitResult(item: entry.commit.item, error: error.body)
                 }
             }
             if let sequence = fresh.map(\.item.sequence).max() {

@@ -20,14 +20,20 @@ package struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equ
     package var message: String
     /// When to try again, in seconds (`Retry-After`), for a refusal that passes.
     package var retryAfter: Int?
+    /// The chunks a refused commit names that the account does not hold (`missingChunks`).
+    package var missingChunks: [String]?
 
     /// Creates an error.
-    package init(_ status: HTTPResponse.Status, _ code: String, _ message: String, retryAfter: Int? = nil) {
+    package init(_ status: HTTPResponse.Status, _ code: String, _ message: String, retryAfter: Int? = nil, missingChunks: [String]? = nil) {
         self.status = status
         self.code = code
         self.message = message
         self.retryAfter = retryAfter
+        self.missingChunks = missingChunks
     }
+
+    /// The error body's value (also one refused commit's of a batch).
+    package var body: ErrorResponse.Body { ErrorResponse.Body(code: code, message: message, missingChunks: missingChunks) }
 
     /// A one-line description.
     package var description: String { "\(status.code) \(code): \(message)" }
@@ -40,12 +46,12 @@ package struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equ
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body)))
     }
 
-    /// The JSON error body's bytes: `{"error":{"code":…,"message":…}}`.
+    /// The JSON error body's bytes: `{"error":{"code":…,"message":…}}` (and `missingChunks`).
     func jsonBody() -> Data {
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
-        // Two strings cannot fail to encode.
-        return (try? encoder.encode(ErrorResponse(error: .init(code: code, message: message)))) ?? Data()
+        // Strings cannot fail to encode.
+        return (try? encoder.encode(ErrorResponse(error: body))) ?? Data()
     }
 
     static func badRequest(_ code: String, _ message: String) -> SyncError { SyncError(.badRequest, code, message) }
@@ -66,15 +72,13 @@ package struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equ
     static func quotaExceeded(used: Int64, quota: Int64, adding: Int64) -> SyncError {
         SyncError(.insufficientStorage, "quotaExceeded", "the account's storage quota of \(quota) bytes would be exceeded (\(used) used, \(adding) more)")
     }
-    /// A commit that would take the account over its quota: 507 `quotaExceeded`, naming the
-    /// chunks it names that the account does not hold (those whose declared sizes it would
-    /// reserve).
-    static func quotaExceeded(used: Int64, quota: Int64, adding: Int64, missing: [String]) -> SyncError {
-        var error = quotaExceeded(used: used, quota: quota, adding: adding)
-        if !missing.isEmpty {
-            error.message += "; it names \(missing.count) chunk(s) the account does not hold: \(missing.prefix(8).joined(separator: ", "))\(missing.count > 8 ? ", …" : "")"
-        }
-        return error
+    /// A commit that names chunks the account does not hold: 409 `missingChunks`, naming
+    /// them. Contents are uploaded before the commit that names them (the server never keeps a
+    /// revision whose chunks nobody sent, or counts chunks it does not have).
+    static func missingChunks(_ missing: [String]) -> SyncError {
+        SyncError(.conflict, "missingChunks",
+                  "the commit names \(missing.count) chunk(s) the account does not hold; upload them, then commit again: \(missing.prefix(8).joined(separator: ", "))\(missing.count > 8 ? ", …" : "")",
+                  missingChunks: missing)
     }
     /// The server's disk (or its database's) is full: 507 `noSpace`. Nothing was changed; the
     /// request can be sent again once there is room.

@@ -86,7 +86,6 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
                     WHERE r.item_id = \(item) AND r.device_id = \(question.device) AND r.change_id = \(question.change)) AS earlier,
                 (SELECT r.complete FROM revision r JOIN con ON r.container_id = con.id WHERE r.id = \(question.base) AND r.item_id = \(item)) AS base_complete,
                 (SELECT json_object_agg(hash, size)::TEXT FROM chunk WHERE account_id = \(a) AND hash = ANY(\(question.hashes)::TEXT[])) AS stored,
-                (SELECT json_object_agg(hash, size)::TEXT FROM pending_chunk WHERE account_id = \(a) AND hash = ANY(\(question.hashes)::TEXT[])) AS pending,
                 (SELECT (\(unescaped: row))::TEXT FROM item i JOIN con ON i.container_id = con.id JOIN revision r ON r.id = i.current_revision
                     WHERE i.id = \(item)) AS current,
                 (SELECT json_agg(\(unescaped: row) ORDER BY r.modification_date, r.id)::TEXT FROM revision r JOIN con ON r.container_id = con.id
@@ -103,7 +102,6 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
         facts.earlier = try decoded("earlier", as: Earlier.self).map { ($0.id, $0.state) }
         facts.baseComplete = try answer.get("base_complete", as: Bool?.self) ?? false
         facts.stored = try decoded("stored", as: [String: Int64].self) ?? [:]
-        facts.pending = try decoded("pending", as: [String: Int64].self) ?? [:]
         facts.current = try decoded("current", as: RevisionRow.self)
         facts.conflicts = try decoded("conflicts", as: [RevisionRow].self) ?? []
         facts.siblings = (try decoded("siblings", as: [[String]].self) ?? []).compactMap { $0.count == 2 ? ($0[0], $0[1]) : nil }
@@ -114,7 +112,6 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
     func record(_ record: CommitRecord) async throws -> Int64 {
         let revision = record.revision, commit = revision.commit, update = commit.update
         let (a, c, id, change) = (revision.account, revision.container, revision.id, record.change)
-        let reserving = record.reserving.sorted { $0.key < $1.key }
         let keys = record.currentKeys ?? ("", "")
         let announce = record.announce
         guard let answer = try await db.rows("""
@@ -123,12 +120,9 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
                         modification_date, type, manifest, deleted, complete, state, created, change_id, digest, cost)
                     VALUES (\(id), \(c), \(revision.item), \(update.baseRevision), \(revision.device.deviceId), \(revision.device.deviceName),
                         \(revision.name), \(update.parent), \(update.kind.rawValue), \(commit.size), \(update.modificationDate), \(update.type), \(commit.manifest),
-                        \(commit.deleted), \(revision.missing.isEmpty), \(revision.state), \(revision.created.timeIntervalSince1970), \(update.changeId),
+                        \(commit.deleted), TRUE, \(revision.state), \(revision.created.timeIntervalSince1970), \(update.changeId),
                         \(commit.digest), \(revision.cost))),
                 refs AS (INSERT INTO revision_chunk (revision_id, account_id, hash) SELECT \(id), \(a), unnest(\(commit.hashes)::TEXT[])),
-                pend AS (INSERT INTO pending_chunk (account_id, hash, size)
-                    SELECT \(a), p.hash, p.size FROM UNNEST(\(reserving.map(\.key))::TEXT[], \(reserving.map(\.value))::BIGINT[]) AS p(hash, size)
-                    ON CONFLICT DO NOTHING),
                 demote AS (UPDATE revision SET state = \(record.demoted?.state) WHERE id = \(record.demoted?.id)),
                 seq AS (UPDATE container SET sequence = sequence + 1 WHERE id = \(c) RETURNING sequence),
                 cur AS (INSERT INTO item (container_id, id, current_revision, sequence, parent_key, name_key)
@@ -232,23 +226,14 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
 
     // MARK: Chunks
 
+    /// The sizes of the chunks among `hashes` the account holds, 5,000 a statement.
     func storedSizes(account: Int64, hashes: [String]) async throws -> [String: Int64] {
-        try await sizes(in: "chunk", account: account, hashes: hashes)
-    }
-
-    func pendingSizes(account: Int64, hashes: [String]) async throws -> [String: Int64] {
-        try await sizes(in: "pending_chunk", account: account, hashes: hashes)
-    }
-
-    /// The sizes of the rows of `table` (`chunk` or `pending_chunk`) among `hashes`, 5,000 a statement.
-    private func sizes(in table: String, account: Int64, hashes: [String]) async throws -> [String: Int64] {
         var sizes: [String: Int64] = [:]
         for start in stride(from: 0, to: hashes.count, by: 5_000) {
             let batch = Array(hashes[start..<min(start + 5_000, hashes.count)])
-            var query = PostgresQuery(unsafeSQL: "SELECT hash, size FROM \(table) WHERE account_id = $1 AND hash = ANY($2::TEXT[])")
-            query.binds.append(account, context: .default)
-            query.binds.append(batch, context: .default)
-            for row in try await db.rows(query) { sizes[try row.get("hash")] = try row.get("size") }
+            for row in try await db.rows("SELECT hash, size FROM chunk WHERE account_id = \(account) AND hash = ANY(\(batch)::TEXT[])") {
+                sizes[try row.get("hash")] = try row.get("size")
+            }
         }
         return sizes
     }

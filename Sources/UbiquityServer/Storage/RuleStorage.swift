@@ -74,8 +74,6 @@ protocol RuleStorage {
 
     /// The sizes of the chunks among `hashes` the account holds.
     func storedSizes(account: Int64, hashes: [String]) async throws -> [String: Int64]
-    /// The declared sizes of the chunks among `hashes` the account is waiting for.
-    func pendingSizes(account: Int64, hashes: [String]) async throws -> [String: Int64]
     /// Records chunks the account now waits for, with their declared sizes (none is listed).
     func addPending(account: Int64, chunks: [String: Int64]) async throws
     /// Forgets chunks the account waited for; returns the declared sizes of those it did.
@@ -167,8 +165,6 @@ struct NewRevision: Sendable {
     var created: Date
     /// Chunks it names that are new to its container (all of them, or those not in its base).
     var containerChunks: [String]
-    /// Chunks it names that the account does not hold.
-    var missing: [String]
     /// What it counts against the quota.
     var cost: Int64
 }
@@ -192,7 +188,7 @@ struct CommitQuestion: Sendable {
     var change: String?
     /// A base revision whose completeness to tell.
     var base: String?
-    /// The chunks whose stored and reserved sizes to tell.
+    /// The chunks whose stored sizes to tell.
     var hashes: [String]
     /// The folder, and the name keys, of the live items to tell.
     var parent: String?
@@ -213,8 +209,6 @@ struct CommitFacts: Sendable {
     var baseComplete = false
     /// Sizes of the chunks asked about that the account holds.
     var stored: [String: Int64] = [:]
-    /// Sizes those it waits for are reserved at.
-    var pending: [String: Int64] = [:]
     /// The item's current revision.
     var current: RevisionRow?
     /// Its conflict versions, oldest first.
@@ -226,8 +220,6 @@ struct CommitFacts: Sendable {
 /// What ``RuleStorage/record(_:)`` writes.
 struct CommitRecord: Sendable {
     var revision: NewRevision
-    /// Chunks to reserve, at their declared sizes.
-    var reserving: [String: Int64]
     /// The revision that stops being current, and what it becomes.
     var demoted: (id: String, state: String)?
     /// The item's folder and name keys when the revision becomes current (nil: only the

@@ -128,7 +128,6 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
         if let change = question.change { facts.earlier = try revision(container: container, item: question.item, device: question.device, change: change) }
         if let base = question.base { facts.baseComplete = try isComplete(base, container: container, item: question.item) }
         facts.stored = try storedSizes(account: question.account, hashes: question.hashes)
-        facts.pending = try pendingSizes(account: question.account, hashes: question.hashes.filter { facts.stored[$0] == nil })
         let columns = "revision.id, revision.name, revision.parent, revision.kind, revision.size, revision.modificationDate, revision.type, revision.deleted, revision.complete, revision.deviceId, revision.deviceName, revision.digest"
         facts.current = try Row.fetchOne(db.cachedStatement(sql: """
             SELECT \(columns) FROM item JOIN revision ON revision.id = item.currentRevision WHERE item.containerId = ? AND item.id = ?
@@ -153,7 +152,6 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
     func record(_ record: CommitRecord) throws -> Int64 {
         let revision = record.revision
         try insert(revision)
-        if !record.reserving.isEmpty { try addPending(account: revision.account, chunks: record.reserving) }
         if let demoted = record.demoted { try setState(demoted.state, of: [demoted.id]) }
         let sequence = try nextSequence(of: revision.container)
         if let keys = record.currentKeys {
@@ -213,8 +211,8 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
                                 arguments: [container, item, state]))
     }
 
-    /// Records a new revision: its row, manifest, chunk references, the chunks it waits for
-    /// (`missing`), and its chunks as its container's.
+    /// Records a new revision (complete: the account holds every chunk it names): its row,
+    /// manifest, chunk references, and its chunks as its container's.
     private func insert(_ revision: NewRevision) throws {
         let commit = revision.commit, update = commit.update
         try db.cachedStatement(sql: """
@@ -223,7 +221,7 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """).execute(arguments: [revision.id, revision.container, revision.item, update.baseRevision, revision.device.deviceId,
                              revision.device.deviceName, revision.name, update.parent, update.kind.rawValue, commit.size, update.modificationDate,
-                             update.type, commit.deleted, revision.missing.isEmpty, revision.state, revision.created.timeIntervalSince1970,
+                             update.type, commit.deleted, true, revision.state, revision.created.timeIntervalSince1970,
                              update.changeId, commit.digest, revision.cost])
         try db.cachedStatement(sql: "INSERT INTO revisionManifest (revisionId, manifest) VALUES (?, ?)").execute(arguments: [revision.id, commit.manifest])
         // Many rows a statement (a 64 MiB file lists about 4,000 chunks).
@@ -234,9 +232,6 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
             values.reserveCapacity(batch.count * 3)
             for hash in batch { values += [revision.id, revision.account, hash] as [any DatabaseValueConvertible] }
             try db.cachedStatement(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) VALUES \(rows)").execute(arguments: StatementArguments(values))
-        }
-        for hash in revision.missing {
-            try db.cachedStatement(sql: "INSERT INTO revisionWaiting (accountId, hash, revisionId) VALUES (?, ?, ?)").execute(arguments: [revision.account, hash, revision.id])
         }
         // The container's chunks (what a device limited to it may read).
         for hash in revision.containerChunks {
@@ -301,7 +296,8 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
         try sizes(in: "chunk", account: account, hashes: hashes)
     }
 
-    func pendingSizes(account: Int64, hashes: [String]) throws -> [String: Int64] {
+    /// The sizes the chunks among `hashes` the account waits for are counted at.
+    private func pendingSizes(account: Int64, hashes: [String]) throws -> [String: Int64] {
         try sizes(in: "pendingChunk", account: account, hashes: hashes)
     }
 

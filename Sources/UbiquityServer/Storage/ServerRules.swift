@@ -71,27 +71,26 @@ enum ServerRules {
                 // The base is not complete after all: its chunks are looked up too.
                 question.hashes = commit.hashes.filter { kept[$0] != nil }
                 facts.stored.merge(try await storage.storedSizes(account: account, hashes: question.hashes)) { $1 }
-                facts.pending.merge(try await storage.pendingSizes(account: account, hashes: question.hashes)) { $1 }
                 looked = commit.hashes
             }
         }
+        // Contents go before the commit that names them: a revision is kept only when the
+        // account holds every chunk it names (nothing is counted that is not stored, nothing
+        // listed that no device can download).
         let missing = looked.filter { facts.stored[$0] == nil }
+        if !missing.isEmpty { throw SyncError.missingChunks(missing.sorted()) }
         known.merge(facts.stored) { $1 }
-        for hash in missing { if let size = facts.pending[hash] { known[hash] = size } }
         try checkDeclaredSizes(commit, against: known)
-        var reserving: [String: Int64] = [:]
-        for hash in missing where facts.pending[hash] == nil { reserving[hash] = commit.declaredSizes[hash] ?? 0 }
 
         let current = facts.current.map { CurrentRevision(id: $0.id, date: $0.modificationDate, device: $0.deviceId, deleted: $0.deleted) }
         if current == nil, figures.items >= limits.maximumItems {
             throw SyncError(.insufficientStorage, "tooManyItems", "an account holds at most \(limits.maximumItems) items")
         }
-        // The quota holds what the account stores, what its revisions cost, and what its
-        // committed revisions still wait for; a delete always goes (it is how room is made).
+        // The quota holds what the account stores and what its revisions cost; a delete
+        // always goes (it is how room is made).
         let cost = RevisionCost.of(commit)
-        let reserved = reserving.values.reduce(0, +)
-        if !commit.deleted, figures.used + cost + reserved > figures.quota {
-            throw SyncError.quotaExceeded(used: figures.used, quota: figures.quota, adding: cost + reserved, missing: missing)
+        if !commit.deleted, figures.used + cost > figures.quota {
+            throw SyncError.quotaExceeded(used: figures.used, quota: figures.quota, adding: cost)
         }
 
         // Where the new revision goes: current, or kept as a conflict version.
@@ -105,11 +104,11 @@ enum ServerRules {
             (name, renameOther) = SiblingNames(siblings).settle(name: name, id: item)
         }
         let revision = NewRevision(id: RandomIdentifier.make(), account: account, container: container, item: item, commit: commit, device: device, name: name,
-                                   state: placement.state, created: now, containerChunks: looked, missing: missing, cost: cost)
+                                   state: placement.state, created: now, containerChunks: looked, cost: cost)
         let sequence = try await storage.record(CommitRecord(
-            revision: revision, reserving: reserving, demoted: placement.demoted,
+            revision: revision, demoted: placement.demoted,
             currentKeys: placement.state == "current" ? NameCollision.indexKeys(name: name, parent: update.parent, deleted: commit.deleted) : nil,
-            change: AccountChange(metadataBytes: cost, pendingBytes: reserved, items: current == nil ? 1 : 0),
+            change: AccountChange(metadataBytes: cost, items: current == nil ? 1 : 0),
             announce: announce && renameOther == nil ? (identifier, device.deviceId) : nil))
         if let renameOther {
             let renamed = try await serverRename(container: container, item: renameOther.id, to: renameOther.name, now: now, in: storage)
@@ -120,7 +119,7 @@ enum ServerRules {
         var state = try itemState(after: revision, placement: placement, facts: facts, sequence: sequence, brief: brief)
         if state == nil { state = try await storage.itemState(container: container, item: item, brief: brief) }
         guard let state else { throw SyncError(.internalServerError, "internal", "the item vanished during its commit") }
-        return CommitOutcome(revision: revision.id, isCurrent: placement.state == "current", item: state, missingChunks: missing)
+        return CommitOutcome(revision: revision.id, isCurrent: placement.state == "current", item: state, missingChunks: [])
     }
 
     /// The item's state after a commit, from what was read before it and what it wrote; nil
@@ -129,7 +128,7 @@ enum ServerRules {
     static func itemState(after revision: NewRevision, placement: CommitPlacement, facts: CommitFacts, sequence: Int64, brief: Bool) throws -> ItemState? {
         let commit = revision.commit, update = commit.update
         let written = RevisionRow(id: revision.id, name: revision.name, parent: update.parent, kind: update.kind.rawValue, size: commit.size,
-                                  modificationDate: update.modificationDate, type: update.type, deleted: commit.deleted, complete: revision.missing.isEmpty,
+                                  modificationDate: update.modificationDate, type: update.type, deleted: commit.deleted, complete: true,
                                   deviceId: revision.device.deviceId, deviceName: revision.device.deviceName, digest: commit.digest, manifest: commit.manifest)
         var conflicts = facts.conflicts
         let current: RevisionRow
@@ -224,8 +223,8 @@ enum ServerRules {
 
     // MARK: Chunks
 
-    /// Lists chunks whose contents are now stored, within the quota (what was reserved for a
-    /// chunk a revision waited for is already counted), and completes the revisions that were
+    /// Lists chunks whose contents are now stored, within the quota (a lost chunk revisions
+    /// wait for is already counted), and completes the revisions that were
     /// waiting only for them. Returns the sequence each changed container is at.
     static func chunksStored(account: Int64, chunks: [StoredChunk], now: Date, in storage: some RuleStorage) async throws -> [String: Int64] {
         guard let figures = try await storage.account(account) else { throw SyncError.unauthorized }
@@ -257,7 +256,8 @@ enum ServerRules {
     }
 
     /// Forgets a chunk the account lost (found damaged and put aside): the revisions naming it
-    /// wait for it again (what they wait for counts against the quota, as for a commit), and
+    /// wait for it again (it stays counted against the quota, at its size, until it is sent
+    /// again: its upload always fits), and
     /// their items change so that devices see it. Returns the sequence each changed container is at.
     static func chunkLost(account: Int64, hash: String, in storage: some RuleStorage) async throws -> [String: Int64] {
         guard try await storage.account(account) != nil else { return [:] }
