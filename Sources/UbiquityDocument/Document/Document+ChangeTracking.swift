@@ -84,6 +84,6 @@ extension Document {
     func autosaveTimerFired() {
         autosaveTask = nil
         guard hasUnsavedChanges, !documentState.contains(.closed) else { return }
-        autosave { [weak self] _ in self?.scheduleAutosaveIfNeeded() }
+        autosave { [weak self] _ in onMainQueue { self?.scheduleAutosaveIfNeeded() } }
     }
 }

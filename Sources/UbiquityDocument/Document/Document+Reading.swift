@@ -2,7 +2,7 @@ import Foundation
 import UbiquityFiles
 
 extension Document {
-    func openDocument(completionHandler: (@MainActor (Bool) -> Void)?) {
+    func openDocument(completionHandler: (@Sendable (Bool) -> Void)?) {
         guard documentState.contains(.closed), !isOpening else {
             logger.warning("open() on a document that is already open or opening", metadata: ["document": "\(fileURL.path)"])
             completionHandler?(false)
@@ -53,7 +53,7 @@ extension Document {
         throw DocumentError(.readFailed, "\(type(of: self)) does not override load(fromContents:ofType:)", url: fileURL)
     }
 
-    func revertDocument(toContentsOf url: URL, completionHandler: (@MainActor (Bool) -> Void)?) {
+    func revertDocument(toContentsOf url: URL, completionHandler: (@Sendable (Bool) -> Void)?) {
         setEditingDisabled(true)
         performAsynchronousFileAccess { [self] in
             let result = Result { try ownCoordinator.coordinate(readingItemAt: url) { try read(from: $0) } }

@@ -3,7 +3,7 @@ import UbiquityCoordination
 import UbiquityFiles
 
 extension Document {
-    func saveDocument(to url: URL, for saveOperation: SaveOperation, completionHandler: (@MainActor (Bool) -> Void)?) {
+    func saveDocument(to url: URL, for saveOperation: SaveOperation, completionHandler: (@Sendable (Bool) -> Void)?) {
         let url = url.standardizedFileURL
         storedUndoManager?.endEventGroupIfOpen()
         if saveOperation == .forOverwriting && documentState.contains(.closed) && !isClosing {
@@ -61,7 +61,7 @@ extension Document {
         }
     }
 
-    func saveFailed(_ error: any Error, _ completionHandler: (@MainActor (Bool) -> Void)?) {
+    func saveFailed(_ error: any Error, _ completionHandler: (@Sendable (Bool) -> Void)?) {
         updateState(inserting: .savingError)
         let documentError = (error as? DocumentError)
             ?? DocumentError(.saveFailed, "could not save “\(fileURL.lastPathComponent)”", url: fileURL, underlying: error)
@@ -108,7 +108,7 @@ extension Document {
         }
     }
 
-    func autosaveDocument(completionHandler: (@MainActor (Bool) -> Void)?) {
+    func autosaveDocument(completionHandler: (@Sendable (Bool) -> Void)?) {
         storedUndoManager?.endEventGroupIfOpen()
         guard hasUnsavedChanges, !documentState.contains(.closed) || isClosing else {
             completionHandler?(true)
@@ -117,29 +117,32 @@ extension Document {
         save(to: fileURL, for: .forOverwriting, completionHandler: completionHandler)
     }
 
-    func closeDocument(completionHandler: (@MainActor (Bool) -> Void)?) {
+    func closeDocument(completionHandler: (@Sendable (Bool) -> Void)?) {
         guard !documentState.contains(.closed) else {
             completionHandler?(true)
             return
         }
         isClosing = true
         autosave { [self] success in
-            guard success else {
+            // Handlers are called on the main queue (as UIKit's are), typed `@Sendable` as Apple's.
+            onMainQueue { [self] in
+                guard success else {
+                    isClosing = false
+                    completionHandler?(false)
+                    return
+                }
+                if hasUnsavedChanges {
+                    // Edited while the closing save ran: save again before closing.
+                    isClosing = false
+                    return close(completionHandler: completionHandler)
+                }
                 isClosing = false
-                completionHandler?(false)
-                return
+                autosaveTask?.cancel()
+                autosaveTask = nil
+                stopPresenting()
+                setState(.closed)
+                completionHandler?(true)
             }
-            if hasUnsavedChanges {
-                // Edited while the closing save ran: save again before closing.
-                isClosing = false
-                return close(completionHandler: completionHandler)
-            }
-            isClosing = false
-            autosaveTask?.cancel()
-            autosaveTask = nil
-            stopPresenting()
-            setState(.closed)
-            completionHandler?(true)
         }
     }
 }

@@ -13,7 +13,9 @@ import UbiquityFiles
 /// members, tracks changes through ``updateChangeCount(_:)`` or its ``undoManager``, and
 /// autosaves at ``autosaveInterval`` and when closed.
 ///
-/// Completion handlers run on the main actor. Each operation also has an `async` form.
+/// Completion handlers are `@Sendable`, as Apple's, and are called on the main queue. Each
+/// operation also has an `async` form. The `NSFilePresenter` methods are `open` members that a
+/// subclass may override, calling `super`.
 @MainActor
 open class Document {
     /// The state of a document: an option set, empty (``normal``) when open and editable.
@@ -227,7 +229,7 @@ open class Document {
     /// ``DocumentError`` naming the file and cause, nothing on disk is changed, and the handler
     /// gets `false`.
     /// - Parameter completionHandler: Called on the main actor with whether the document opened.
-    open func open(completionHandler: (@MainActor (Bool) -> Void)? = nil) {
+    open func open(completionHandler: (@Sendable (Bool) -> Void)? = nil) {
         openDocument(completionHandler: completionHandler)
     }
 
@@ -259,7 +261,7 @@ open class Document {
     /// - Parameters:
     ///   - url: The file to read.
     ///   - completionHandler: Called on the main actor with whether the revert succeeded.
-    open func revert(toContentsOf url: URL, completionHandler: (@MainActor (Bool) -> Void)? = nil) {
+    open func revert(toContentsOf url: URL, completionHandler: (@Sendable (Bool) -> Void)? = nil) {
         revertDocument(toContentsOf: url, completionHandler: completionHandler)
     }
 
@@ -277,7 +279,7 @@ open class Document {
     ///   - url: Where to save.
     ///   - saveOperation: `.forCreating` for a new file (never overwrites), `.forOverwriting` otherwise.
     ///   - completionHandler: Called on the main actor with whether the save succeeded.
-    open func save(to url: URL, for saveOperation: SaveOperation, completionHandler: (@MainActor (Bool) -> Void)? = nil) {
+    open func save(to url: URL, for saveOperation: SaveOperation, completionHandler: (@Sendable (Bool) -> Void)? = nil) {
         saveDocument(to: url, for: saveOperation, completionHandler: completionHandler)
     }
 
@@ -341,7 +343,7 @@ open class Document {
     /// Saves if there are unsaved changes; completes with `true` at once if there are none.
     /// Runs periodically (every ``autosaveInterval`` after a change) and when closing.
     /// - Parameter completionHandler: Called on the main actor with whether the save succeeded.
-    open func autosave(completionHandler: (@MainActor (Bool) -> Void)? = nil) {
+    open func autosave(completionHandler: (@Sendable (Bool) -> Void)? = nil) {
         autosaveDocument(completionHandler: completionHandler)
     }
 
@@ -350,7 +352,7 @@ open class Document {
     /// If that save fails, the document stays open (so nothing is lost) with
     /// ``State/savingError`` and the handler gets `false`.
     /// - Parameter completionHandler: Called on the main actor with whether the document closed cleanly.
-    open func close(completionHandler: (@MainActor (Bool) -> Void)? = nil) {
+    open func close(completionHandler: (@Sendable (Bool) -> Void)? = nil) {
         closeDocument(completionHandler: completionHandler)
     }
 
@@ -431,6 +433,142 @@ open class Document {
     /// - Parameter error: The error being handled.
     open func userInteractionNoLongerPermitted(forError error: any Error) {
         finishedHandlingError(error, recovered: false)
+    }
+
+    // MARK: NSFilePresenter (Apple lets a subclass override these, calling super)
+
+    /// The document's file, as a presenter sees it.
+    nonisolated open var presentedItemURL: URL? { presented.withLock { $0 } }
+
+    /// A private serial queue; the document handles each callback on the main actor.
+    nonisolated open var presentedItemOperationQueue: OperationQueue { presenterQueue }
+
+    /// Saves unsaved changes before another process reads the file.
+    /// - Parameter completionHandler: Called with nil, or the error if the save failed.
+    nonisolated open func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        Task { @MainActor in
+            guard hasUnsavedChanges, !documentState.contains(.closed) else { return completionHandler(nil) }
+            autosave { [fileURL] success in
+                completionHandler(success ? nil : DocumentError(.saveFailed, "could not save before another access", url: fileURL))
+            }
+        }
+    }
+
+    /// Lets another process read; nothing to do while it reads.
+    /// - Parameter reader: Called at once.
+    nonisolated open func relinquishPresentedItem(toReader reader: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        reader(nil)
+    }
+
+    /// Disables editing while another process writes the file; reverts afterwards if it changed.
+    /// - Parameter writer: Called once editing is disabled, with the block that re-enables it.
+    nonisolated open func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
+        Task { @MainActor in
+            relinquishCount += 1
+            if relinquishCount == 1 { setEditingDisabled(true) }
+            writer { Task { @MainActor in self.reacquire() } }
+        }
+    }
+
+    /// Notes that the file changed (a coordinated write, or a change seen without coordination):
+    /// reverts now, or when the current writer is done.
+    nonisolated open func presentedItemDidChange() {
+        Task { @MainActor in
+            if relinquishCount > 0 { revertWhenReacquired = true } else { revertToChangedFile() }
+        }
+    }
+
+    /// A package document's member changed: the document reverts, as for any change.
+    /// - Parameter url: The member.
+    nonisolated open func presentedSubitemDidChange(at url: URL) { presentedItemDidChange() }
+
+    /// A package document gained a member: the document reverts, as for any change.
+    /// - Parameter url: The new member.
+    nonisolated open func presentedSubitemDidAppear(at url: URL) { presentedItemDidChange() }
+
+    /// A package document's member was renamed: the document reverts, as for any change.
+    /// - Parameters:
+    ///   - oldURL: Where the member was.
+    ///   - newURL: Where it is now.
+    nonisolated open func presentedSubitem(at oldURL: URL, didMoveTo newURL: URL) { presentedItemDidChange() }
+
+    /// Follows the file to its new place.
+    /// - Parameter newURL: Where the file is now.
+    nonisolated open func presentedItemDidMove(to newURL: URL) {
+        Task { @MainActor in
+            fileURL = newURL.standardizedFileURL
+            refreshConflictState()
+        }
+    }
+
+    /// Closes the document (without saving) because its file is being deleted.
+    /// - Parameter completionHandler: Called with nil once the document is closed.
+    nonisolated open func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        Task { @MainActor in
+            logger.notice("the document's file is being deleted; closing it", metadata: ["document": "\(fileURL.path)"])
+            autosaveTask?.cancel()
+            autosaveTask = nil
+            stopPresenting()
+            setState(.closed)
+            completionHandler(nil)
+        }
+    }
+
+    /// A conflict version (or any version) of the file appeared: the document re-checks
+    /// whether it is in conflict.
+    /// - Parameter version: The new version.
+    nonisolated open func presentedItemDidGain(_ version: NSFileVersion) { refreshConflictState() }
+
+    /// A version of the file was removed: the document re-checks whether it is in conflict.
+    /// - Parameter version: The removed version.
+    nonisolated open func presentedItemDidLose(_ version: NSFileVersion) { refreshConflictState() }
+
+    /// Someone resolved a conflict version: the document re-checks whether it is in conflict.
+    /// - Parameter version: The resolved version.
+    nonisolated open func presentedItemDidResolveConflict(_ version: NSFileVersion) { refreshConflictState() }
+
+    /// None: a document presents one file or package.
+    nonisolated open var primaryPresentedItemURL: URL? { nil }
+
+    /// Lets a member of a package document go (the document reverts when told it changed).
+    /// - Parameters:
+    ///   - url: The member being deleted.
+    ///   - completionHandler: Called with nil at once.
+    nonisolated open func accommodatePresentedSubitemDeletion(at url: URL, completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        completionHandler(nil)
+    }
+
+    /// Ignored: a document tracks versions of its whole file.
+    /// - Parameters:
+    ///   - url: The member.
+    ///   - version: The version.
+    nonisolated open func presentedSubitem(at url: URL, didGain version: NSFileVersion) {}
+
+    /// Ignored: a document tracks versions of its whole file.
+    /// - Parameters:
+    ///   - url: The member.
+    ///   - version: The version.
+    nonisolated open func presentedSubitem(at url: URL, didLose version: NSFileVersion) {}
+
+    /// Ignored: a document tracks versions of its whole file.
+    /// - Parameters:
+    ///   - url: The member.
+    ///   - version: The version.
+    nonisolated open func presentedSubitem(at url: URL, didResolve version: NSFileVersion) {}
+
+    /// The ubiquity attributes whose changes the document hears of: none (override to observe
+    /// some, such as `.ubiquitousItemDownloadingStatusKey`).
+    nonisolated open var observedPresentedItemUbiquityAttributes: Set<URLResourceKey> { [] }
+
+    /// Ignored unless a subclass observes attributes and overrides this.
+    /// - Parameter attributes: The observed attributes that changed.
+    nonisolated open func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>) {}
+
+    /// Refuses: an open document keeps its file's local copy (a subclass may close itself and
+    /// agree). As Apple's presenters that do not implement it.
+    /// - Parameter completionHandler: Called with an error at once.
+    nonisolated open func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        completionHandler(CocoaError(.featureUnsupported, userInfo: [NSLocalizedDescriptionKey: "an open document keeps its file's local copy"]))
     }
 }
 
