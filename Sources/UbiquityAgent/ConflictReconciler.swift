@@ -77,6 +77,7 @@ final class ConflictReconciler {
                 guard await removeConflictVersion(revision, of: item, at: url, in: sync) else { continue } // kept; tried again next round
                 conflictCopies[item]?.remove(revision)
                 try sync.store.setConflictCopy(false, container: sync.container, item: item, revision: revision)
+                sync.noteAttributes([.ubiquitousItemHasUnresolvedConflictsKey], at: path)
             }
             // Resolved here: tell the server.
             var resolved: [String] = []
@@ -97,6 +98,7 @@ final class ConflictReconciler {
                         guard await removeConflictVersion(revision, of: item, at: url, in: sync) else { continue } // kept; tried again next round
                         conflictCopies[item]?.remove(revision)
                         try sync.store.setConflictCopy(false, container: sync.container, item: item, revision: revision)
+                        sync.noteAttributes([.ubiquitousItemHasUnresolvedConflictsKey], at: path)
                     }
                 } catch let error as SyncClientError {
                     sync.errors[item] = error.description
@@ -125,6 +127,7 @@ final class ConflictReconciler {
                     }
                     conflictCopies[item, default: []].insert(conflict.revision)
                     try sync.store.setConflictCopy(true, container: sync.container, item: item, revision: conflict.revision)
+                    sync.noteAttributes([.ubiquitousItemHasUnresolvedConflictsKey], at: path)
                 } catch let error as SyncClientError {
                     sync.downloadErrors[item] = error.description
                 }

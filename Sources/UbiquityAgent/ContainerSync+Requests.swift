@@ -87,6 +87,8 @@ extension ContainerSync {
                                               modificationDate: remote?.modificationDate)
         try placeholder.write(in: root.appendingPathComponent(folder))
         materialiser.placeholders[placeholderPath] = placeholder
+        noteAttributes([.ubiquitousItemDownloadingStatusKey], at: name)
+        await announceAttributeChanges()
     }
 
     // MARK: What apps and `ubiquity ls` see

@@ -78,6 +78,10 @@ package actor ContainerSync {
     var transfers: [String: Transfer] = [:] {
         didSet { statusVersion &+= 1 }
     }
+    /// Ubiquity attributes of items that changed since they were last announced, by path
+    /// relative to the container's folder: told to the items' presenters (in the apps'
+    /// processes) at the end of the round (``announceAttributeChanges()``).
+    var attributeChanges: [String: Set<URLResourceKey>] = [:]
     /// Who waits for an item's download.
     var downloadWaiters: [String: [CheckedContinuation<Void, any Error>]] = [:]
     /// How many chunk lists were kept when unused ones were last forgotten.
@@ -229,6 +233,27 @@ package actor ContainerSync {
     /// Runs `work` — coordinated accesses to the folder, which wait for presenters and locks —
     /// on a thread of its own, and returns what it returned (or throws what it threw). The
     /// caller has the folder's turn: nothing else in this agent changes the folder meanwhile.
+    /// Notes that ubiquity attributes of the item at `path` changed (announced at the round's end).
+    func noteAttributes(_ attributes: Set<URLResourceKey>, at path: String) {
+        attributeChanges[path, default: []].formUnion(attributes)
+    }
+
+    /// Tells the presenters of the items whose ubiquity attributes changed — in every process
+    /// of the user, those that observe them — what changed (Apple's
+    /// `presentedItemDidChangeUbiquityAttributes(_:)`), in one message per process.
+    func announceAttributeChanges() async {
+        guard !attributeChanges.isEmpty else { return }
+        let changes = Dictionary(uniqueKeysWithValues: attributeChanges.map { (root.appendingPathComponent($0.key), $0.value) })
+        attributeChanges = [:]
+        let queue = coordination
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            queue.async {
+                NSFileCoordinator.items(didChangeUbiquityAttributes: changes)
+                continuation.resume()
+            }
+        }
+    }
+
     func coordinated<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
         let queue = coordination
         return try await withCheckedThrowingContinuation { continuation in
@@ -287,6 +312,7 @@ package actor ContainerSync {
         try await reconciler.reconcileConflicts(in: self)
         forgetUnusedContents()
         try await persist()
+        await announceAttributeChanges()
         marks.append(("settle", clock.now))
         lastSync = Date()
         answerDownloadWaiters()

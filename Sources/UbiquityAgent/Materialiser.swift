@@ -451,6 +451,7 @@ final class Materialiser {
         guard let print = sync.scanner.fingerprint(of: download.path) else { return nil }
         let file = AgentStore.File(path: download.path, item: download.item, fingerprint: print, content: download.content, revision: revision)
         sync.files[download.path] = file
+        sync.noteAttributes([.ubiquitousItemDownloadingStatusKey, .ubiquitousItemIsDownloadingKey], at: download.path)
         return file
     }
 

@@ -104,6 +104,9 @@ struct Uploader {
         var upsert: [AgentStore.File] = []
         for entry in accepted {
             sync.errors[entry.change.item] = nil
+            if let path = sync.files.path(of: entry.change.item) {
+                sync.noteAttributes([.ubiquitousItemIsUploadedKey, .ubiquitousItemIsUploadingKey], at: path)
+            }
             if var file = sync.files.file(of: entry.change.item), file.content == entry.change.content, !entry.change.deleted {
                 file.revision = entry.answer.revision
                 sync.files[file.path] = file

@@ -132,10 +132,19 @@ extension NSFileCoordinator {
     /// (``NSFilePresenter/presentedItemDidChangeUbiquityAttributes(_:)``). The sync agent
     /// announces its items' changes this way.
     public func item(at url: URL, didChangeUbiquityAttributes attributes: Set<URLResourceKey>) {
-        guard !attributes.isEmpty else { return }
-        let path = FileCoordinationLocks.canonicalPath(url)
-        PresenterSession.deliverUbiquityAttributes(attributes, of: path)
-        PresenterChannel.shared.announceUbiquityAttributes(attributes.map(\.rawValue).sorted(), of: path, timeout: .seconds(5))
+        Self.items(didChangeUbiquityAttributes: [url: attributes])
+    }
+
+    /// Announces the ubiquity attributes that changed of many items at once (Ubiquity's, for
+    /// the sync agent, which announces a round's downloads, uploads and conflicts together):
+    /// as ``item(at:didChangeUbiquityAttributes:)`` for each, with one message to each other
+    /// process that has presenters.
+    /// - Parameter changes: The attributes that changed, by item.
+    package static func items(didChangeUbiquityAttributes changes: [URL: Set<URLResourceKey>]) {
+        let byPath = changes.filter { !$0.value.isEmpty }.map { (FileCoordinationLocks.canonicalPath($0.key), $0.value) }
+        guard !byPath.isEmpty else { return }
+        for (path, attributes) in byPath { PresenterSession.deliverUbiquityAttributes(attributes, of: path) }
+        PresenterChannel.shared.announceUbiquityAttributes(byPath.map { [$0.0] + $0.1.map(\.rawValue).sorted() }, timeout: .seconds(5))
     }
 
     /// Announces, from inside a `.forMoving` write, that an item moved: its presenters get

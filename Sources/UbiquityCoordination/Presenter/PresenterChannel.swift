@@ -27,9 +27,8 @@ final class PresenterChannel: Sendable {
         var timeoutMilliseconds: Int?
         var moves: [[String]]?
         var changed: Bool?
-        /// For `ubiquity`: the item, and the attributes that changed.
-        var path: String?
-        var attributes: [String]?
+        /// For `ubiquity`: each item's path followed by the attributes of it that changed.
+        var changes: [[String]]?
     }
 
     struct Reply: Codable {
@@ -87,20 +86,28 @@ final class PresenterChannel: Sendable {
         return sessions
     }
 
-    /// Tells every other process with presenters that the ubiquity `attributes` of the item at
-    /// `path` changed (each tells its presenters that observe them); waits at most `timeout`
-    /// for each.
-    func announceUbiquityAttributes(_ attributes: [String], of path: String, timeout: Duration) {
+    /// Tells every other process with presenters which ubiquity attributes of which items
+    /// changed (`changes`: each a canonical path followed by attribute names; each process
+    /// tells its presenters that observe them), in messages of at most
+    /// ``ubiquityChangesPerMessage`` items; waits at most `timeout` for each.
+    func announceUbiquityAttributes(_ changes: [[String]], timeout: Duration) {
         guard let entries = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return } // no folder: no other process presents
         let own = "\(getpid()).sock"
         for entry in entries where entry.hasSuffix(".sock") && entry != own {
-            guard let fd = connect(to: directory + "/" + entry, timeout: timeout) else { continue }
-            defer { close(fd) }
-            if !Self.send(Request(op: "ubiquity", path: path, attributes: attributes), to: fd) || Self.receive(Reply.self, from: fd)?.ok != true {
-                logger.warning("a process with file presenters did not hear of an item's ubiquity attributes", metadata: ["pid": "\(entry.dropLast(5))"])
+            for start in stride(from: 0, to: changes.count, by: Self.ubiquityChangesPerMessage) {
+                guard let fd = connect(to: directory + "/" + entry, timeout: timeout) else { break }
+                defer { close(fd) }
+                let slice = Array(changes[start..<min(changes.count, start + Self.ubiquityChangesPerMessage)])
+                if !Self.send(Request(op: "ubiquity", changes: slice), to: fd) || Self.receive(Reply.self, from: fd)?.ok != true {
+                    logger.warning("a process with file presenters did not hear of items' ubiquity attributes", metadata: ["pid": "\(entry.dropLast(5))"])
+                    break
+                }
             }
         }
     }
+
+    /// How many items' attribute changes one message carries (well within a message's 1 MiB).
+    static let ubiquityChangesPerMessage = 500
 
     private func connect(to path: String, timeout: Duration) -> Int32? {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
@@ -175,8 +182,10 @@ final class PresenterChannel: Sendable {
     private func serve(_ connection: Int32) {
         defer { close(connection) }
         guard let request = Self.receive(Request.self, from: connection) else { return }
-        if request.op == "ubiquity", let path = request.path, let attributes = request.attributes {
-            PresenterSession.deliverUbiquityAttributes(Set(attributes.map(URLResourceKey.init(rawValue:))), of: path)
+        if request.op == "ubiquity", let changes = request.changes {
+            for change in changes where change.count > 1 {
+                PresenterSession.deliverUbiquityAttributes(Set(change.dropFirst().map(URLResourceKey.init(rawValue:))), of: change[0])
+            }
             _ = Self.send(Reply(ok: true), to: connection)
             return
         }
