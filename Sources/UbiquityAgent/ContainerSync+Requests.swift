@@ -53,7 +53,8 @@ extension ContainerSync {
     /// Removes the local copy of the file or package at `name` (a path relative to
     /// the container's folder), keeping it listed (a placeholder).
     /// - Throws: ``ContainerSyncError`` when the item has changes the server does not have
-    ///   (they would be lost), is a folder, or is unknown.
+    ///   (they would be lost), is a folder, is unknown, or a presenter of it (an app with the
+    ///   document open) does not accommodate the eviction.
     package func evict(_ name: String) async throws {
         await takeFolderTurn() // not in the middle of a round
         defer { endFolderTurn() }
@@ -73,13 +74,19 @@ extension ContainerSync {
         }
         let remote = state.persisted.remote[file.item]
         let url = root.appendingPathComponent(name)
-        try await coordinated {
-            try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
-                guard scanner.fingerprint(of: name) == file.fingerprint else {
-                    throw ContainerSyncError("\(name) changed while being evicted; it is kept", code: .refused)
+        do {
+            try await coordinated {
+                // Its presenters (an open document, in any process) are asked to accommodate the
+                // eviction, as Apple's are; one that does not refuses it, and the copy stays.
+                try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forEvicting) { url in
+                    guard scanner.fingerprint(of: name) == file.fingerprint else {
+                        throw ContainerSyncError("\(name) changed while being evicted; it is kept", code: .refused)
+                    }
+                    try FileManager.default.removeItem(at: url)
                 }
-                try FileManager.default.removeItem(at: url)
             }
+        } catch let error as FileCoordinationError where error.code == .refusedByPresenter {
+            throw ContainerSyncError("\(name) is open in an app that keeps its copy; it is not evicted (\(error.message))", code: .refused)
         }
         files[name] = nil
         try await persist(removed: [name])

@@ -14,6 +14,8 @@ extension ContainerSyncTests {
         let presentedItemOperationQueue = OperationQueue()
         let observedPresentedItemUbiquityAttributes: Set<URLResourceKey>
         private let heard = Mutex<[Set<URLResourceKey>]>([])
+        /// Whether it lets its item's local copy be evicted (Apple's default: no).
+        let acceptsEviction = Mutex(false)
 
         init(_ url: URL, observing attributes: Set<URLResourceKey>) {
             presentedItemURL = url
@@ -22,6 +24,10 @@ extension ContainerSyncTests {
         }
 
         func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>) { heard.withLock { $0.append(attributes) } }
+
+        func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+            completionHandler(acceptsEviction.withLock { $0 } ? nil : CocoaError(.userCancelled))
+        }
 
         /// Every attribute heard so far.
         var changes: Set<URLResourceKey> { heard.withLock { $0.reduce([], { $0.union($1) }) } }
@@ -68,12 +74,18 @@ extension ContainerSyncTests {
             for _ in 0..<3 where !downloads.changes.contains(.ubiquitousItemHasUnresolvedConflictsKey) { try await phone.sync.syncOnce() }
             #expect(await downloads.waitFor(.ubiquitousItemHasUnresolvedConflictsKey), "heard: \(downloads.changes)")
 
-            // Evicted on the laptop: its presenter of downloading status hears.
+            // Evicting on the laptop asks its presenters: one that does not accommodate it keeps
+            // the copy; once all agree, it goes, and the presenter of downloading status hears.
             let evictions = AttributeListener(laptop.documents.appendingPathComponent("Plan.txt"), observing: [.ubiquitousItemDownloadingStatusKey])
             NSFileCoordinator.addFilePresenter(evictions)
             defer { NSFileCoordinator.removeFilePresenter(evictions) }
             try await laptop.sync.syncOnce()
+            evictions.acceptsEviction.withLock { $0 = true }
+            await #expect(throws: ContainerSyncError.self, "the uploads presenter refuses") { try await laptop.sync.evict("Documents/Plan.txt") }
+            #expect(laptop.read("Plan.txt") != nil, "kept")
+            uploads.acceptsEviction.withLock { $0 = true }
             try await laptop.sync.evict("Documents/Plan.txt")
+            #expect(laptop.read("Plan.txt") == nil)
             #expect(await evictions.waitFor(.ubiquitousItemDownloadingStatusKey))
         }
     }

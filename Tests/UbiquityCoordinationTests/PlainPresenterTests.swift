@@ -44,11 +44,21 @@ final class StatusPresenter: NSObject, NSFilePresenter {
     private let lock = NSLock()
     private var heard: [Set<URLResourceKey>] = []
     var changes: [Set<URLResourceKey>] { lock.withLock { heard } }
+    /// Whether it lets its item's local copy be evicted.
+    var acceptsEviction: Bool {
+        get { lock.withLock { accepts } }
+        set { lock.withLock { accepts = newValue } }
+    }
+    private var accepts = false
 
     init(url: URL) { presentedItemURL = url }
 
     func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>) {
         lock.withLock { heard.append(attributes) }
+    }
+
+    func accommodatePresentedItemEviction(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
+        completionHandler(acceptsEviction ? nil : CocoaError(.userCancelled))
     }
 }
 
@@ -71,6 +81,15 @@ final class StatusPresenter: NSObject, NSFilePresenter {
         let reader = output.fileHandleForReading
         var printed = ""
         while !printed.contains("ready\n"), let chunk = try reader.read(upToCount: 1), !chunk.isEmpty { printed += String(decoding: chunk, as: UTF8.self) }
+
+        // An eviction asks presenters in every process; the other process's presenter does
+        // not accommodate it (Apple's default), so nothing runs and the file stays.
+        here.acceptsEviction = true
+        var ran = false
+        #expect {
+            try NSFileCoordinator().coordinate(writingItemAt: item, options: .forEvicting) { _ in ran = true }
+        } throws: { ($0 as? FileCoordinationError)?.code == .refusedByPresenter }
+        #expect(!ran && FileManager.default.fileExists(atPath: item.path))
 
         // What they do not observe is not news; what they do is, with only the observed keys.
         NSFileCoordinator().item(at: item, didChangeUbiquityAttributes: [.ubiquitousItemIsUploadedKey])

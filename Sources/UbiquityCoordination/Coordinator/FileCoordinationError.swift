@@ -13,6 +13,8 @@ public struct FileCoordinationError: Error, Sendable, CustomStringConvertible {
         public static let unsafeLockDirectory = Code(name: "unsafeLockDirectory")
         /// A system call failed.
         public static let ioFailure = Code(name: "ioFailure")
+        /// A file presenter refused the access (an eviction it does not accommodate).
+        public static let refusedByPresenter = Code(name: "refusedByPresenter")
         /// A textual name of the code.
         public var description: String { name }
     }

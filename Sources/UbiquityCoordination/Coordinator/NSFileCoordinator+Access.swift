@@ -40,7 +40,14 @@ extension NSFileCoordinator {
             reading: zip(reading, readPaths).map { AccessDescription.Item(path: $1, url: $0.0.path, options: $0.1.rawValue) },
             writing: zip(writing, writePaths).map { AccessDescription.Item(path: $1, url: $0.0.path, options: $0.1.rawValue) })
         let local = PresenterSession(description, excluding: filePresenter, timeout: timeout, logger: logger)
-        let remote = PresenterChannel.shared.prepareRemote(description, timeout: timeout, logger: logger)
+        let (remote, remoteRefusals) = PresenterChannel.shared.prepareRemote(description, timeout: timeout, logger: logger)
+        let refusals = local.refusals + remoteRefusals
+        if !refusals.isEmpty {
+            // A presenter refused (an eviction): nothing runs, and everyone gets their items back.
+            local.finish(moved: [], changed: false)
+            for session in remote { session.finish(moves: [], changed: false) }
+            throw FileCoordinationError(.refusedByPresenter, refusals.joined(separator: "; "), path: writePaths.first)
+        }
         state.withLock { $0.moves = [] }
         var accessed = false
         defer {

@@ -53,6 +53,11 @@ public final class NSFileCoordinator: Sendable {
         public static let forReplacing = WritingOptions(rawValue: 1 << 3)
         /// Only metadata that does not affect contents changes: presenters are not disturbed.
         public static let contentIndependentMetadataOnly = WritingOptions(rawValue: 1 << 4)
+        /// The item's local copy will be evicted (Ubiquity's, for the sync agent; Apple's
+        /// eviction does this inside `evictUbiquitousItem(at:)`): its presenters are asked to
+        /// accommodate the eviction (``NSFilePresenter/accommodatePresentedItemEviction(completionHandler:)``),
+        /// and the access fails, running nothing, if one of them refuses.
+        package static let forEvicting = WritingOptions(rawValue: 1 << 16)
     }
 
     struct State {

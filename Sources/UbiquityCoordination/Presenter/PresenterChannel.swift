@@ -33,6 +33,8 @@ final class PresenterChannel: Sendable {
 
     struct Reply: Codable {
         var ok: Bool
+        /// For `prepare`: why that process's presenters refused the access, if they did.
+        var refusals: [String]?
     }
 
     let directory: String
@@ -65,25 +67,30 @@ final class PresenterChannel: Sendable {
         }
     }
 
-    /// Asks every other process with presenters to prepare for `access`.
-    func prepareRemote(_ access: AccessDescription, timeout: Duration, logger: Logger) -> [RemoteSession] {
-        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return [] } // no folder: no other process presents
+    /// Asks every other process with presenters to prepare for `access`: the sessions to
+    /// finish afterwards, and why presenters there refused it (an eviction), if they did.
+    func prepareRemote(_ access: AccessDescription, timeout: Duration, logger: Logger) -> (sessions: [RemoteSession], refusals: [String]) {
+        guard let entries = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return ([], []) } // no folder: no other process presents
         let own = "\(getpid()).sock"
-        var sessions: [RemoteSession] = []
+        var sessions: [RemoteSession] = [], refusals: [String] = []
         for entry in entries where entry.hasSuffix(".sock") && entry != own {
             let path = directory + "/" + entry
             guard let fd = connect(to: path, timeout: timeout) else { continue }
             let process = String(entry.dropLast(5))
             let milliseconds = Int(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
             let request = Request(op: "prepare", access: access, timeoutMilliseconds: milliseconds)
-            if Self.send(request, to: fd), Self.receive(Reply.self, from: fd)?.ok == true {
+            let reply = Self.send(request, to: fd) ? Self.receive(Reply.self, from: fd) : nil
+            if let reply, reply.ok {
                 sessions.append(RemoteSession(descriptor: fd, process: process))
+            } else if let refused = reply?.refusals, !refused.isEmpty {
+                refusals += refused
+                close(fd) // that process finished its presenters' side already
             } else {
                 logger.warning("a process with file presenters did not answer in time; proceeding without it", metadata: ["pid": "\(process)", "timeout": "\(timeout)"])
                 close(fd)
             }
         }
-        return sessions
+        return (sessions, refusals)
     }
 
     /// Tells every other process with presenters which ubiquity attributes of which items
@@ -192,6 +199,10 @@ final class PresenterChannel: Sendable {
         guard request.op == "prepare", let access = request.access else { return }
         let timeout = Duration.milliseconds(request.timeoutMilliseconds ?? 5_000)
         let session = PresenterSession(access, excluding: nil, timeout: timeout, logger: logger)
+        if !session.refusals.isEmpty {
+            _ = Self.send(Reply(ok: false, refusals: session.refusals), to: connection)
+            return session.finish(moved: [], changed: false)
+        }
         guard Self.send(Reply(ok: true), to: connection) else { return session.finish(moved: [], changed: false) }
         // Wait (as long as the other process holds its access) for "finish".
         var none = timeval(tv_sec: 0, tv_usec: 0)

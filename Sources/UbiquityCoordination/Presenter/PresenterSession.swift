@@ -26,6 +26,8 @@ final class PresenterSession: @unchecked Sendable {
     private let logger: Logger
     /// Holds back the watcher's notices of changes this access's writes make.
     private let watcherToken: UInt64?
+    /// Why presenters refused the access (an eviction they do not accommodate), if any did.
+    private(set) var refusals: [String] = []
 
     /// Asks this process's presenters of the described items to save and relinquish them.
     /// Accesses to version stores concern no presenter (the watcher reports version changes).
@@ -53,7 +55,17 @@ final class PresenterSession: @unchecked Sendable {
             let url = URL(fileURLWithPath: item.url)
             for (presenter, relation, _) in registry.presenters(relatedTo: item.path, excluding: excluded) {
                 nonisolated(unsafe) let presenter = presenter // (presenters are not Sendable, as Apple's are not: each is called on its own queue)
-                if options.contains(.forDeleting) {
+                if options.contains(.forEvicting) {
+                    guard relation != .ancestor else { continue } // the folder stays; nothing of it is evicted
+                    let answer = askPresenter(presenter, "accommodate eviction", timeout: timeout, logger: logger) { (reply: @escaping @Sendable (String?) -> Void) in
+                        presenter.accommodatePresentedItemEviction { error in reply(error.map { "\($0)" }) }
+                    }
+                    // No answer in time is a refusal too: nothing is evicted from under a presenter that did not agree.
+                    switch answer {
+                    case .some(let refusal): if let refusal { refusals.append(refusal) }
+                    case .none: refusals.append("the presenter of \(presenter.presentedItemURL?.path ?? item.path) did not answer in time")
+                    }
+                } else if options.contains(.forDeleting) {
                     _ = askPresenter(presenter, relation == .ancestor ? "accommodate subitem deletion" : "accommodate deletion", timeout: timeout, logger: logger) { (reply: @escaping @Sendable (Bool) -> Void) in
                         if relation == .ancestor {
                             presenter.accommodatePresentedSubitemDeletion(at: url) { _ in reply(true) }
@@ -75,7 +87,7 @@ final class PresenterSession: @unchecked Sendable {
         let registry = PresenterRegistry.shared
         for item in description.writing where changed {
             let options = NSFileCoordinator.WritingOptions(rawValue: item.options)
-            guard options.isDisjoint(with: [.forDeleting, .forMoving, .contentIndependentMetadataOnly]), !moved.contains(item.path) else { continue }
+            guard options.isDisjoint(with: [.forDeleting, .forEvicting, .forMoving, .contentIndependentMetadataOnly]), !moved.contains(item.path) else { continue }
             let url = URL(fileURLWithPath: item.url)
             for (presenter, relation, _) in registry.presenters(relatedTo: item.path, excluding: excluded) {
                 nonisolated(unsafe) let presenter = presenter // (presenters are not Sendable, as Apple's are not: each is called on its own queue)
