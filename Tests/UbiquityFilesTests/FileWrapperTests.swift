@@ -177,6 +177,23 @@ import Testing
         #expect(FileWrapper(serializedRepresentation: Data("garbage".utf8)) == nil)
     }
 
+    /// As Apple's: an `NSObject` adopting `NSSecureCoding`, archived and unarchived by class.
+    @Test func aWrapperTreeArchivesWithSecureCoding() throws {
+        let root = FileWrapper(directoryWithFileWrappers: [
+            "Text.txt": FileWrapper(regularFileWithContents: Data("text".utf8)),
+            "Images": FileWrapper(directoryWithFileWrappers: ["a.png": FileWrapper(regularFileWithContents: Data([0, 1, 2]))]),
+        ])
+        #expect(FileWrapper.supportsSecureCoding)
+        let archive = try NSKeyedArchiver.archivedData(withRootObject: root, requiringSecureCoding: true)
+        let copy = try #require(try NSKeyedUnarchiver.unarchivedObject(ofClass: FileWrapper.self, from: archive))
+        #expect(copy.isDirectory && Set(copy.fileWrappers?.keys ?? [:].keys) == ["Text.txt", "Images"])
+        #expect(copy.fileWrappers?["Text.txt"]?.regularFileContents == Data("text".utf8))
+        #expect(copy.fileWrappers?["Images"]?.fileWrappers?["a.png"]?.regularFileContents == Data([0, 1, 2]))
+        // Anything else under the key is refused, not trusted.
+        let other = try NSKeyedArchiver.archivedData(withRootObject: NSString(string: "not a wrapper"), requiringSecureCoding: true)
+        #expect((try? NSKeyedUnarchiver.unarchivedObject(ofClass: FileWrapper.self, from: other)) == nil)
+    }
+
     @Test func serializedRepresentationRejectsHostileNames() throws {
         for name in ["../../etc/passwd", "a/b", "", ".."] {
             let node: [String: Any] = ["kind": "directory", "children": [name: ["kind": "file", "contents": Data()]]]

@@ -12,7 +12,11 @@ import Logging
 ///
 /// Each wrapper guards its own state with a lock, so a document may hand its wrapper tree to a
 /// background save while the main actor keeps reading it.
-open class FileWrapper: @unchecked Sendable {
+///
+/// As Apple's, it is an `NSObject` that adopts `NSSecureCoding`: a wrapper tree archives with
+/// `NSKeyedArchiver` (as its ``serializedRepresentation``) and comes back with
+/// `NSKeyedUnarchiver.unarchivedObject(ofClass: FileWrapper.self, from:)`.
+open class FileWrapper: NSObject, NSSecureCoding, @unchecked Sendable {
     /// Options for reading a wrapper from disk.
     public struct ReadingOptions: OptionSet, Sendable {
         /// The raw bits.
@@ -80,6 +84,7 @@ open class FileWrapper: @unchecked Sendable {
     /// - Parameter childrenByPreferredName: The children, keyed by the names they should have.
     public init(directoryWithFileWrappers childrenByPreferredName: [String: FileWrapper]) {
         kind = .directory
+        super.init()
         for (name, child) in childrenByPreferredName {
             child.lock.withLock { if child.storedPreferredFilename == nil { child.storedPreferredFilename = name } }
             child.parent = self
@@ -100,6 +105,14 @@ open class FileWrapper: @unchecked Sendable {
     ///   - url: The node to read.
     ///   - options: Reading options.
     /// - Throws: ``FileAccessError`` when the node is missing, unreadable or of an unsupported kind.
+    /// Recreates an archived wrapper tree (`NSSecureCoding`); nil for anything else, or for a
+    /// tree naming an unusable file name (see ``init(serializedRepresentation:)``).
+    /// - Parameter coder: The unarchiver.
+    public required convenience init?(coder: NSCoder) {
+        guard let data = coder.decodeObject(of: NSData.self, forKey: Self.archiveKey) else { return nil }
+        self.init(serializedRepresentation: Data(referencing: data))
+    }
+
     public convenience init(url: URL, options: ReadingOptions = []) throws {
         self.init(kind: .regular)
         try read(from: url, options: options)
