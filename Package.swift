@@ -138,6 +138,8 @@ let package = Package(
             dependencies: ["UbiquityAgent", "UbiquityClient", "UbiquityQuery", "UbiquityCoordination", "UbiquitySync", "UbiquityServer", "UbiquityProtocol",
                            .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "GRDB", package: "GRDB.swift")]
         ),
+        // Code written as Apple's documentation writes it: a signature that drifts from Apple's breaks this build.
+        .testTarget(name: "UbiquityAppleSourceTests", dependencies: ["Ubiquity"]),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityTestSupport", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),
         .testTarget(

@@ -1,0 +1,187 @@
+// Written the way Apple's documentation and the reference documents use each API, with only
+// the import changed (`import UIKit` → `import Ubiquity`). This target's point is that it
+// compiles: a change to one of those declarations that breaks an app's code breaks this
+// build. (Written here for this purpose, not copied from anywhere.)
+import Foundation
+import Ubiquity
+
+// MARK: A package document
+
+/// A note kept as a package: its text, and an optional image beside it.
+final class NoteDocument: UIDocument {
+    var text = ""
+    var imageData: Data?
+    private var packageWrapper: FileWrapper?
+
+    override init(fileURL url: URL) {
+        super.init(fileURL: url)
+    }
+
+    override func contents(forType typeName: String) throws -> Any {
+        var children: [String: FileWrapper] = [:]
+        let textWrapper = FileWrapper(regularFileWithContents: Data(text.utf8))
+        textWrapper.preferredFilename = "Text.txt"
+        children["Text.txt"] = textWrapper
+        if let imageData {
+            children["Image.png"] = FileWrapper(regularFileWithContents: imageData)
+        }
+        return FileWrapper(directoryWithFileWrappers: children)
+    }
+
+    override func load(fromContents contents: Any, ofType typeName: String?) throws {
+        guard let wrapper = contents as? FileWrapper, let children = wrapper.fileWrappers else {
+            throw CocoaError(.fileReadCorruptFile)
+        }
+        packageWrapper = wrapper
+        text = children["Text.txt"]?.regularFileContents.map { String(decoding: $0, as: UTF8.self) } ?? ""
+        imageData = children["Image.png"]?.regularFileContents
+    }
+
+    override func save(to url: URL, for saveOperation: UIDocument.SaveOperation, completionHandler: (@Sendable (Bool) -> Void)? = nil) {
+        super.save(to: url, for: saveOperation, completionHandler: completionHandler)
+    }
+
+    override func open(completionHandler: (@Sendable (Bool) -> Void)? = nil) {
+        super.open(completionHandler: completionHandler)
+    }
+
+    override func close(completionHandler: (@Sendable (Bool) -> Void)? = nil) {
+        super.close(completionHandler: completionHandler)
+    }
+
+    override func handleError(_ error: Error, userInteractionPermitted: Bool) {
+        super.handleError(error, userInteractionPermitted: userInteractionPermitted)
+    }
+
+    override func presentedItemDidChange() {
+        super.presentedItemDidChange()
+    }
+
+    override var observedPresentedItemUbiquityAttributes: Set<URLResourceKey> {
+        [.ubiquitousItemDownloadingStatusKey]
+    }
+
+    override func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>) {}
+
+    /// An undoable edit, as the Document-Based App Programming Guide describes.
+    func setText(_ newText: String) {
+        let oldText = text
+        undoManager.registerUndo(withTarget: self) { document in
+            document.setText(oldText)
+        }
+        undoManager.setActionName("Typing")
+        text = newText
+    }
+
+    /// Watches the document's state, as apps do to show conflicts.
+    func observeState() -> NSObjectProtocol {
+        NotificationCenter.default.addObserver(forName: UIDocument.stateChangedNotification, object: self, queue: .main) { _ in }
+    }
+}
+
+// MARK: A presenter that is a plain class
+
+/// A folder's presenter, as an app writes one.
+final class FolderPresenter: NSObject, NSFilePresenter {
+    var presentedItemURL: URL?
+    let presentedItemOperationQueue = OperationQueue()
+
+    init(url: URL) {
+        presentedItemURL = url
+        super.init()
+        presentedItemOperationQueue.maxConcurrentOperationCount = 1
+    }
+
+    func presentedSubitemDidChange(at url: URL) {}
+
+    func presentedItemDidMove(to newURL: URL) {
+        presentedItemURL = newURL
+    }
+
+    func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable (Error?) -> Void) {
+        completionHandler(nil)
+    }
+}
+
+// MARK: Coordination, versions, containers, key-value store, queries
+
+enum AppleStyleCalls {
+    /// A coordinated write with an error pointer, as in Apple's documentation.
+    static func write(_ data: Data, to url: URL) -> Bool {
+        var coordinationError: NSError?
+        var writeError: Error?
+        NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing, error: &coordinationError) { newURL in
+            do { try data.write(to: newURL) } catch { writeError = error }
+        }
+        return coordinationError == nil && writeError == nil
+    }
+
+    /// Keeps the current version and discards the conflicts.
+    static func resolveConflicts(at url: URL) throws {
+        for version in NSFileVersion.unresolvedConflictVersionsOfItem(at: url) ?? [] {
+            version.isResolved = true
+        }
+        try NSFileVersion.removeOtherVersionsOfItem(at: url)
+    }
+
+    /// Moves a local document into the container's Documents folder.
+    static func moveToCloud(_ local: URL) throws -> URL? {
+        guard FileManager.default.ubiquityIdentityToken != nil,
+              let container = FileManager.default.url(forUbiquityContainerIdentifier: nil) else { return nil }
+        let destination = container.appendingPathComponent("Documents").appendingPathComponent(local.lastPathComponent)
+        try FileManager.default.setUbiquitous(true, itemAt: local, destinationURL: destination)
+        return destination
+    }
+
+    /// Asks for an item's download.
+    static func download(_ url: URL) throws {
+        if FileManager.default.isUbiquitousItem(at: url) {
+            try FileManager.default.startDownloadingUbiquitousItem(at: url)
+        }
+    }
+
+    /// Counts launches in the key-value store and hears of other devices' changes.
+    static func countLaunch() -> NSObjectProtocol {
+        let store = NSUbiquitousKeyValueStore.default
+        let launches = (store.object(forKey: "launches") as? Int) ?? 0
+        store.set(launches + 1, forKey: "launches")
+        store.synchronize()
+        return NotificationCenter.default.addObserver(forName: NSUbiquitousKeyValueStore.didChangeExternallyNotification, object: store, queue: .main) { note in
+            let reason = note.userInfo?[NSUbiquitousKeyValueStoreChangeReasonKey] as? Int
+            let keys = note.userInfo?[NSUbiquitousKeyValueStoreChangedKeysKey] as? [String] ?? []
+            _ = (reason == NSUbiquitousKeyValueStoreServerChange, keys)
+        }
+    }
+}
+
+/// Lists the container's notes with a metadata query (notifications come on the main queue).
+@MainActor
+final class NoteList: NSObject {
+    let query = NSMetadataQuery()
+    private(set) var names: [String] = []
+    private var observer: NSObjectProtocol?
+
+    func start() {
+        query.searchScopes = [NSMetadataQueryUbiquitousDocumentsScope]
+        query.predicate = NSPredicate(format: "%K LIKE '*.note'", NSMetadataItemFSNameKey)
+        query.sortDescriptors = [NSSortDescriptor(key: NSMetadataItemFSNameKey, ascending: true)]
+        observer = NotificationCenter.default.addObserver(forName: .NSMetadataQueryDidFinishGathering, object: query, queue: .main) { [weak self] _ in
+            MainActor.assumeIsolated { self?.collect() }
+        }
+        query.start()
+    }
+
+    func collect() {
+        query.disableUpdates()
+        names = query.results.compactMap { ($0 as? NSMetadataItem)?.value(forAttribute: NSMetadataItemFSNameKey) as? String }
+        let sizes = query.results.compactMap { ($0 as? NSMetadataItem)?.value(forAttribute: NSMetadataItemFSSizeKey) as? Int }
+        let downloaded = query.results.compactMap { ($0 as? NSMetadataItem)?.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String }
+        _ = (sizes, downloaded)
+        query.enableUpdates()
+    }
+
+    func stop() {
+        query.stop()
+        if let observer { NotificationCenter.default.removeObserver(observer) }
+    }
+}

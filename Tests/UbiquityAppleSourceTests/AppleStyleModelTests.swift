@@ -1,0 +1,29 @@
+import Foundation
+import Testing
+import Ubiquity
+
+/// The Apple-style model (AppleStyleModel.swift) compiles; its document also works.
+@MainActor
+@Suite struct AppleStyleModelTests {
+    @Test func theAppleStylePackageDocumentSavesUndoesAndReopens() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("apple-style-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let url = folder.appendingPathComponent("Groceries.note")
+        let document = NoteDocument(fileURL: url)
+        // Two edits in two turns of the main queue: two undo groups (groupsByEvent).
+        document.setText("milk")
+        try await Task.sleep(for: .milliseconds(1))
+        document.setText("milk, bread")
+        try await Task.sleep(for: .milliseconds(1))
+        document.undoManager.undo()
+        #expect(document.text == "milk" && document.hasUnsavedChanges)
+        document.imageData = Data([1, 2, 3])
+        #expect(await document.save(to: url, for: .forCreating))
+        #expect(await document.close())
+        let reopened = NoteDocument(fileURL: url)
+        #expect(await reopened.open())
+        #expect(reopened.text == "milk" && reopened.imageData == Data([1, 2, 3]))
+        #expect(await reopened.close())
+    }
+}
