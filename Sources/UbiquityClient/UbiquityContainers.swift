@@ -49,6 +49,13 @@ public struct UbiquityContainers: Sendable {
     }
 
     /// The container `url` is in (for the signed-in account), with the item's path in it, or nil.
+    /// The name a container is shown by: the last component of its identifier
+    /// (`ABCDE12345.com.example.Notes` → `Notes`).
+    /// - Parameter identifier: The container's identifier.
+    package static func displayName(ofContainer identifier: String) -> String {
+        identifier.split(separator: ".").last.map(String.init) ?? identifier
+    }
+
     public func location(of url: URL) -> (container: String, root: URL, relativePath: String)? {
         guard let token = identityToken else { return nil }
         let containers = paths.account(token).appendingPathComponent("containers").standardizedFileURL.path + "/"

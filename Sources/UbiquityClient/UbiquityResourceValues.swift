@@ -23,6 +23,9 @@ extension URLResourceKey {
     /// Whether the item is excluded from sync (a `.nosync` name); read with
     /// ``Foundation/URL/ubiquityResourceValues(forKeys:)``.
     public static let ubiquitousItemIsExcludedFromSyncKey = URLResourceKey(rawValue: "NSURLUbiquitousItemIsExcludedFromSyncKey")
+    /// Whether the item is shared with other accounts (Apple's key; Foundation on Linux lacks
+    /// it); read with ``Foundation/URL/ubiquityResourceValues(forKeys:)``.
+    public static let ubiquitousItemIsSharedKey = URLResourceKey(rawValue: "NSURLUbiquitousItemIsSharedKey")
     /// Percent of the item downloaded (0…100); an addition to Apple's keys.
     public static let ubiquitousItemPercentDownloadedKey = URLResourceKey(rawValue: "UbiquityURLUbiquitousItemPercentDownloadedKey")
     /// Percent of the item uploaded (0…100); an addition to Apple's keys.
@@ -51,6 +54,11 @@ public struct UbiquityResourceValues: Sendable {
     public var ubiquitousItemDownloadingError: CocoaError?
     /// `ubiquitousItemUploadingErrorKey`.
     public var ubiquitousItemUploadingError: CocoaError?
+    /// `ubiquitousItemContainerDisplayNameKey`: the name of the item's container.
+    public var ubiquitousItemContainerDisplayName: String?
+    /// `ubiquitousItemIsSharedKey`: false for every item (Ubiquity shares nothing with other
+    /// accounts: there are no shared items).
+    public var ubiquitousItemIsShared: Bool?
     /// `ubiquitousItemIsExcludedFromSyncKey`.
     public var ubiquitousItemIsExcludedFromSync: Bool?
     /// `ubiquitousItemPercentDownloadedKey`.
@@ -72,6 +80,10 @@ extension UbiquityContainers {
         let excluded = location.map { Self.isExcludedFromSync($0.relativePath) } ?? false
         all.isUbiquitousItem = isUbiquitousItem(at: url)
         all.ubiquitousItemIsExcludedFromSync = excluded
+        if all.isUbiquitousItem == true, let location {
+            all.ubiquitousItemContainerDisplayName = Self.displayName(ofContainer: location.container)
+            all.ubiquitousItemIsShared = false
+        }
         if all.isUbiquitousItem == true {
             do {
                 guard let status = try agent.send(AgentRequest(.item, path: url.standardizedFileURL.path), timeout: .seconds(5)).items?.first else {
@@ -112,6 +124,8 @@ extension UbiquityContainers {
         take(.ubiquitousItemDownloadingErrorKey, \.ubiquitousItemDownloadingError)
         take(.ubiquitousItemUploadingErrorKey, \.ubiquitousItemUploadingError)
         take(.ubiquitousItemIsExcludedFromSyncKey, \.ubiquitousItemIsExcludedFromSync)
+        take(.ubiquitousItemContainerDisplayNameKey, \.ubiquitousItemContainerDisplayName)
+        take(.ubiquitousItemIsSharedKey, \.ubiquitousItemIsShared)
         take(.ubiquitousItemPercentDownloadedKey, \.ubiquitousItemPercentDownloaded)
         take(.ubiquitousItemPercentUploadedKey, \.ubiquitousItemPercentUploaded)
         return values

@@ -76,7 +76,7 @@ final class TestDevice: @unchecked Sendable {
     func values(_ name: String) -> UbiquityResourceValues {
         containers.resourceValues(of: documents.appendingPathComponent(name), forKeys: [
             .isUbiquitousItemKey, .ubiquitousItemDownloadingStatusKey, .ubiquitousItemIsUploadedKey, .ubiquitousItemHasUnresolvedConflictsKey,
-            .ubiquitousItemIsUploadingKey, .ubiquitousItemUploadingErrorKey,
+            .ubiquitousItemIsUploadingKey, .ubiquitousItemUploadingErrorKey, .ubiquitousItemContainerDisplayNameKey, .ubiquitousItemIsSharedKey,
         ])
     }
 
@@ -135,6 +135,7 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
         #expect(text == "pack the tent")
         let values = phone.values("Trip.txt")
         #expect(values.ubiquitousItemDownloadingStatus == .current && values.ubiquitousItemIsUploaded == true && values.isUbiquitousItem == true)
+        #expect(values.ubiquitousItemContainerDisplayName == "e2e" && values.ubiquitousItemIsShared == false, "\(values)")
 
         // Edits flow both ways.
         try phone.save("Trip.txt", "pack the tent and the stove")

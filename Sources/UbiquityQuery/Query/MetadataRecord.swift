@@ -1,6 +1,7 @@
 import CUbiquitySystem
 import Foundation
 import Synchronization
+import UbiquityClient
 import UbiquityFiles
 
 #if canImport(Glibc)
@@ -245,7 +246,7 @@ struct MetadataRecord: Sendable, Equatable {
                 CocoaError($0.contains("quota") ? .ubiquitousFileNotUploadedDueToQuota : .ubiquitousFileUbiquityServerNotAvailable,
                            userInfo: [NSLocalizedDescriptionKey: $0])
             }
-        case NSMetadataUbiquitousItemContainerDisplayNameKey: return MetadataRecord.displayName(ofContainer: container)
+        case NSMetadataUbiquitousItemContainerDisplayNameKey: return UbiquityContainers.displayName(ofContainer: container)
         case NSMetadataUbiquitousItemIsDownloadedKey: return status.downloading != .notDownloaded
         case NSMetadataUbiquitousItemURLInLocalContainerKey: return URL(fileURLWithPath: path, isDirectory: isDirectory)
         case NSMetadataUbiquitousItemIsExternalDocumentKey: return Self.externalContainers.withLock { $0.contains(containerIndex) }
@@ -254,10 +255,6 @@ struct MetadataRecord: Sendable, Equatable {
     }
 
     /// `iCloud.com.example.Notes` → `Notes`.
-    static func displayName(ofContainer identifier: String) -> String {
-        identifier.split(separator: ".").last.map(String.init) ?? identifier
-    }
-
     /// The item's type from its name: the registry's type for its extension, else a folder,
     /// package or plain data.
     static func contentType(name: String, isDirectory: Bool) -> String {
