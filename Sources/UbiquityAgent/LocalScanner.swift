@@ -124,7 +124,7 @@ package struct LocalScanner: Sendable {
         defer { closedir(directory) }
         var names: [String] = []
         while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            let name = POSIX.entryName(entry)
             if name == "." || name == ".." || Self.isExcluded(name) { continue }
             names.append(name)
         }

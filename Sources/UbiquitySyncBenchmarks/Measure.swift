@@ -74,14 +74,8 @@ func byte(at offset: Int, of url: URL, size: Int) -> UInt8? {
 /// The names in a folder that are not hidden (a peer's temporary files start with a dot), or
 /// nil when there is no such folder. One `getdents` pass, no `stat`.
 func visibleNames(in folder: URL) -> [String]? {
-    guard let directory = opendir(folder.path) else { return nil }
-    defer { closedir(directory) }
-    var names: [String] = []
-    while let entry = readdir(directory) {
-        let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
-        if !name.hasPrefix(".") { names.append(name) }
-    }
-    return names
+    // (Foundation's listing reads each entry's name in place.)
+    (try? FileManager.default.contentsOfDirectory(atPath: folder.path))?.filter { !$0.hasPrefix(".") }
 }
 
 /// The size of the file at `path`, or nil.

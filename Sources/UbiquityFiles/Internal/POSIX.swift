@@ -157,15 +157,24 @@ package enum POSIX {
         }
     }
 
+    /// The name of a directory entry that `readdir` returned (invalid UTF-8 replaced), read in
+    /// place. glibc sizes each record to its name (`d_reclen`), so copying the whole 256-byte
+    /// `d_name` field — which `entry.pointee.d_name` does — may read past the end of its buffer
+    /// and crash the process (the bug swift-corelibs-foundation fixed in `Process.run()`, #5472).
+    /// - Parameter entry: What `readdir` returned.
+    package static func entryName(_ entry: UnsafeMutablePointer<dirent>) -> String {
+        let field = UnsafeRawPointer(entry) + MemoryLayout<dirent>.offset(of: \dirent.d_name)!
+        let length = strlen(field.assumingMemoryBound(to: CChar.self))
+        return String(decoding: UnsafeRawBufferPointer(start: field, count: length), as: UTF8.self)
+    }
+
     /// Names of the entries of a directory, without `.` and `..`, sorted.
     package static func directoryEntries(_ path: String) throws -> [String] {
         guard let dir = opendir(path) else { throw FileAccessError(operation: "opendir", path: path, errno: errno) }
         defer { closedir(dir) }
         var names: [String] = []
         while let entry = readdir(dir) {
-            let name = withUnsafePointer(to: entry.pointee.d_name) {
-                $0.withMemoryRebound(to: CChar.self, capacity: Int(NAME_MAX) + 1) { String(cString: $0) }
-            }
+            let name = entryName(entry)
             if name != "." && name != ".." { names.append(name) }
         }
         return names.sorted()

@@ -96,7 +96,7 @@ private final class WatchLoop: @unchecked Sendable {
         var children: [String] = []
         while let entry = readdir(directory) {
             guard entry.pointee.d_type == UInt8(DT_DIR) else { continue } // a folder of files costs no string per file
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { String(decoding: $0.prefix { $0 != 0 }, as: UTF8.self) }
+            let name = POSIX.entryName(entry)
             if name == "." || name == ".." { continue }
             children.append(path + "/" + name)
         }

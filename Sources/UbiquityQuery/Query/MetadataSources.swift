@@ -95,13 +95,8 @@ extension MetadataSource {
         defer { closedir(directory) }
         var folders: [MetadataFolder] = []
         while let entry = readdir(directory) {
-            let name = withUnsafeBytes(of: entry.pointee.d_name) { bytes -> String? in
-                let length = bytes.firstIndex(of: 0) ?? bytes.count
-                let dot = UInt8(ascii: ".")
-                if bytes[0] == dot && (length == 1 || (length == 2 && bytes[1] == dot)) { return nil }
-                return String(decoding: UnsafeRawBufferPointer(rebasing: bytes[..<length]), as: UTF8.self)
-            }
-            guard let name, !skip(name) else { continue }
+            let name = POSIX.entryName(entry)
+            guard name != ".", name != "..", !skip(name) else { continue }
             var isDirectory = entry.pointee.d_type == UInt8(DT_DIR)
             if entry.pointee.d_type == UInt8(DT_UNKNOWN) {
                 var info = stat()
