@@ -51,6 +51,8 @@ let package = Package(
         // Metadata queries: NSMetadataQuery, NSMetadataItem, NSPredicate format strings, NSSortDescriptor by key.
         .target(name: "UbiquityQuery", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityClient", logging]),
         // The one module apps import.
+        // Databases in iCloud (issue 19): change logs of transactions, hybrid logical clock.
+        .target(name: "UbiquityDatabase", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument", "UbiquityClient", "UbiquityQuery"]),
 
         // The device agent and the server's client: signing in, keeping containers in step.
@@ -140,6 +142,7 @@ let package = Package(
         ),
         // Code written as Apple's documentation writes it: a signature that drifts from Apple's breaks this build.
         .testTarget(name: "UbiquityAppleSourceTests", dependencies: ["Ubiquity"]),
+        .testTarget(name: "UbiquityDatabaseTests", dependencies: ["UbiquityDatabase"]),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityTestSupport", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),
         .testTarget(
