@@ -52,7 +52,7 @@ let package = Package(
         .target(name: "UbiquityQuery", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityClient", logging]),
         // The one module apps import.
         // Databases in iCloud (issue 19): change logs of transactions, hybrid logical clock.
-        .target(name: "UbiquityDatabase", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
+        .target(name: "UbiquityDatabase", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument", "UbiquityClient", "UbiquityQuery"]),
 
         // The device agent and the server's client: signing in, keeping containers in step.
