@@ -131,7 +131,7 @@ let package = Package(
         .executableTarget(name: "UbiquityDocumentHost", dependencies: ["Ubiquity"], path: "Tests/Helpers/DocumentHost"),
 
         .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles"]),
-        .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync", "UbiquityProtocol"]),
+        .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync", "UbiquityProtocol", "UbiquityTestSupport"]),
         .testTarget(name: "UbiquityAgentProtocolTests", dependencies: ["UbiquityAgentProtocol"]),
         .testTarget(name: "UbiquityClientTests", dependencies: ["UbiquityClient", "UbiquityTestSupport"]),
         .testTarget(name: "UbiquityQueryTests", dependencies: ["UbiquityQuery", "UbiquityClient", "UbiquityTestSupport"]),
@@ -142,7 +142,7 @@ let package = Package(
         ),
         // Code written as Apple's documentation writes it: a signature that drifts from Apple's breaks this build.
         .testTarget(name: "UbiquityAppleSourceTests", dependencies: ["Ubiquity"]),
-        .testTarget(name: "UbiquityDatabaseTests", dependencies: ["UbiquityDatabase"]),
+        .testTarget(name: "UbiquityDatabaseTests", dependencies: ["UbiquityDatabase", "UbiquityTestSupport"]),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityTestSupport", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),
         .testTarget(

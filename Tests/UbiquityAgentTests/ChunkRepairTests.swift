@@ -21,15 +21,7 @@ extension ContainerSyncTests {
             try await laptop.sync.syncOnce()
 
             // A bit flips in the server's chunk store.
-            let store = try FileChunkStore(directory: dir + "/server/chunks")
-            let place = try #require(try store.index.read { db in try Row.fetchOne(db, sql: "SELECT account, pack, offset FROM chunk LIMIT 1") })
-            let fd = open(store.packPath(account: place["account"], pack: place["pack"]), O_RDWR)
-            var byte: UInt8 = 0
-            let offset = off_t(place["offset"] as Int64 + 100)
-            #expect(pread(fd, &byte, 1, offset) == 1)
-            byte ^= 0x80
-            #expect(pwrite(fd, &byte, 1, offset) == 1)
-            close(fd)
+            try damageStoredChunk(dir: dir, order: "")
 
             // The phone cannot get it (the server does not serve damaged bytes) …
             try await phone.sync.syncOnce()
@@ -61,15 +53,7 @@ extension ContainerSyncTests {
 
             // The first chunk stored (the file's first) is damaged; a device asking for it
             // makes the server find out and put it aside.
-            let store = try FileChunkStore(directory: dir + "/server/chunks")
-            let place = try #require(try store.index.read { db in try Row.fetchOne(db, sql: "SELECT account, pack, offset FROM chunk ORDER BY pack, offset LIMIT 1") })
-            let fd = open(store.packPath(account: place["account"], pack: place["pack"]), O_RDWR)
-            var byte: UInt8 = 0
-            let offset = off_t(place["offset"] as Int64 + 100)
-            #expect(pread(fd, &byte, 1, offset) == 1)
-            byte ^= 0x80
-            #expect(pwrite(fd, &byte, 1, offset) == 1)
-            close(fd)
+            try damageStoredChunk(dir: dir, order: "ORDER BY pack, offset")
             let tablet = try await device("tablet", base: base, dir: dir, greedy: true)
             try await tablet.sync.syncOnce()
             #expect(tablet.read("Big.bin") == nil, "the damaged chunk is not served")
@@ -85,5 +69,18 @@ extension ContainerSyncTests {
             }
             #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Big.bin")) == bytes)
         }
+    }
+
+    /// Flips a bit of a chunk in the server's store (the first the index lists in `order`).
+    func damageStoredChunk(dir: String, order: String) throws {
+        let store = try FileChunkStore(directory: dir + "/server/chunks")
+        let place = try #require(try store.index.read { db in try Row.fetchOne(db, sql: "SELECT account, pack, offset FROM chunk \(order) LIMIT 1") })
+        let fd = open(store.packPath(account: place["account"], pack: place["pack"]), O_RDWR)
+        defer { close(fd) }
+        var byte: UInt8 = 0
+        let offset = off_t(place["offset"] as Int64 + 100)
+        #expect(pread(fd, &byte, 1, offset) == 1)
+        byte ^= 0x80
+        #expect(pwrite(fd, &byte, 1, offset) == 1)
     }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import UbiquitySync
+import UbiquityTestSupport
 
 /// A deterministic world: three devices, a ``ModelServer`` and a network that delays,
 /// reorders, loses and partitions, driven by one seed. Devices save, rename, delete, resolve
