@@ -95,10 +95,4 @@ extension FileWrapper {
 
     /// Whether it decodes only as what it says it is: yes (`NSSecureCoding`).
     public class var supportsSecureCoding: Bool { true }
-
-    /// Encodes the wrapper tree (its ``serializedRepresentation``).
-    /// - Parameter coder: The archiver.
-    public func encode(with coder: NSCoder) {
-        coder.encode(serializedRepresentation.map { NSData(data: $0) }, forKey: Self.archiveKey)
-    }
 }

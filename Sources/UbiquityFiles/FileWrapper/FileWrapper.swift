@@ -113,6 +113,12 @@ open class FileWrapper: NSObject, NSSecureCoding, @unchecked Sendable {
         self.init(serializedRepresentation: Data(referencing: data))
     }
 
+    /// Encodes the wrapper tree (its ``serializedRepresentation``); `open`, as Apple's.
+    /// - Parameter coder: The archiver.
+    open func encode(with coder: NSCoder) {
+        coder.encode(serializedRepresentation.map { NSData(data: $0) }, forKey: Self.archiveKey)
+    }
+
     public convenience init(url: URL, options: ReadingOptions = []) throws {
         self.init(kind: .regular)
         try read(from: url, options: options)
