@@ -50,9 +50,9 @@ let package = Package(
         .target(name: "UbiquityClient", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", "UbiquityProtocol", "UbiquityAgentProtocol", logging]),
         // Metadata queries: NSMetadataQuery, NSMetadataItem, NSPredicate format strings, NSSortDescriptor by key.
         .target(name: "UbiquityQuery", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityClient", logging]),
+        // Databases in iCloud (issue 19): GRDB stores whose transactions sync as per-device change logs.
+        .target(name: "UbiquityDatabase", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]),
         // The one module apps import.
-        // Databases in iCloud (issue 19): change logs of transactions, hybrid logical clock.
-        .target(name: "UbiquityDatabase", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", .product(name: "Crypto", package: "swift-crypto")]),
         .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument", "UbiquityClient", "UbiquityQuery"]),
 
         // The device agent and the server's client: signing in, keeping containers in step.

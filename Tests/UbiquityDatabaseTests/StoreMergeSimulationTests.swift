@@ -1,0 +1,103 @@
+import Foundation
+import GRDB
+import Synchronization
+import Testing
+import UbiquityTestSupport
+@testable import UbiquityDatabase
+
+/// Devices writing to their own stores through SQL, as apps do, and importing each other's
+/// records in their own time: every device's tables end up as ``MergeRules`` says, whatever the
+/// interleaving.
+@Suite struct StoreMergeSimulationTests {
+    /// A wall clock the simulation moves, with a skew per device.
+    final class SimulatedTime: Sendable {
+        let now = Mutex<Int64>(1_700_000_000_000)
+        func advance(by milliseconds: Int64) { now.withLock { $0 += milliseconds } }
+        func clock(skew: Int64) -> @Sendable () -> Int64 { { [self] in now.withLock { $0 } + skew } }
+    }
+
+    struct Device {
+        let name: String
+        let store: CapturedStore
+        /// How many of each other device's records it has imported.
+        var imported: [String: Int] = [:]
+    }
+
+    static let ids = (0..<6).map { "i\($0)" }
+    static let labels = ["red", "blue", "green"]
+
+    /// One random local transaction of 1–4 statements, as an app would write them.
+    static func localTransaction(_ store: CapturedStore, _ random: inout SeededGenerator) throws {
+        var statements: [(String, StatementArguments)] = []
+        for _ in 0..<Int.random(in: 1...4, using: &random) {
+            let id = ids.randomElement(using: &random)!
+            let label = labels.randomElement(using: &random)!
+            let qty = Int64.random(in: 0...99, using: &random)
+            switch Int.random(in: 0..<12, using: &random) {
+            case 0..<3: statements.append(("INSERT OR IGNORE INTO item VALUES (?, ?, ?, ?)", [id, "n\(qty)", qty, Bool.random(using: &random) ? Data([UInt8(qty)]) : nil]))
+            case 3: statements.append(("INSERT OR REPLACE INTO item VALUES (?, ?, ?, NULL)", [id, "r\(qty)", qty]))
+            case 4..<7: statements.append(("UPDATE item SET qty = ? WHERE id = ?", [qty, id]))
+            case 7: statements.append(("UPDATE item SET name = ?, note = ? WHERE id = ?", ["u\(qty)", Data([1, UInt8(qty)]), id]))
+            case 8: statements.append(("DELETE FROM item WHERE id = ?", [id]))
+            case 9: statements.append(("INSERT OR IGNORE INTO tag VALUES (?, ?, ?)", [id, label, Double(qty) / 4]))
+            case 10: statements.append(("UPDATE tag SET weight = ? WHERE item = ? AND label = ?", [Double(qty) / 8, id, label]))
+            default: statements.append(("DELETE FROM tag WHERE item = ? AND label = ?", [id, label]))
+            }
+        }
+        try store.queue.write { db in
+            for (sql, arguments) in statements { try db.execute(sql: sql, arguments: arguments) }
+        }
+    }
+
+    @Test func devicesWritingAndImportingInAnyInterleavingAgree() throws {
+        let seeds = UInt64(ProcessInfo.processInfo.environment["UBIQUITY_DATABASE_SEEDS"].flatMap(Int.init) ?? 300)
+        for seed in 1...seeds {
+            var random = SeededGenerator(seed: seed)
+            let time = SimulatedTime()
+            var devices = try (0..<Int.random(in: 3...5, using: &random)).map { index in
+                let name = "device-\(index)"
+                return Device(name: name, store: try CapturedStore(device: name, wallClock: time.clock(skew: Int64.random(in: -3...3, using: &random))))
+            }
+            var logs: [String: [ChangeLogRecord]] = [:]
+            for _ in 0..<Int.random(in: 10...60, using: &random) {
+                time.advance(by: Int64.random(in: 0...2, using: &random))
+                let index = Int.random(in: 0..<devices.count, using: &random)
+                let device = devices[index]
+                switch Int.random(in: 0..<10, using: &random) {
+                case 0..<5:
+                    try Self.localTransaction(device.store, &random)
+                case 5:
+                    logs[device.name, default: []] += try device.store.flush()
+                default:
+                    // Import the next records of one other device (in its order, as its log is read),
+                    // sometimes again from an earlier place (a duplicate delivery).
+                    guard let other = devices.filter({ $0.name != device.name }).randomElement(using: &random) else { continue }
+                    let log = logs[other.name] ?? []
+                    var start = device.imported[other.name] ?? 0
+                    if start > 0, Int.random(in: 0..<5, using: &random) == 0 { start = Int.random(in: 0..<start, using: &random) }
+                    let end = min(log.count, start + Int.random(in: 1...4, using: &random))
+                    guard start < end else { continue }
+                    logs[device.name, default: []] += try device.store.importRecords(Array(log[start..<end])).flushed
+                    devices[index].imported[other.name] = max(device.imported[other.name] ?? 0, end)
+                }
+            }
+            for device in devices { logs[device.name, default: []] += try device.store.flush() }
+            for (index, device) in devices.enumerated() {
+                for other in devices where other.name != device.name {
+                    let log = logs[other.name] ?? []
+                    let start = devices[index].imported[other.name] ?? 0
+                    if start < log.count { _ = try device.store.importRecords(Array(log[start...])) }
+                }
+            }
+            var reference = MergeRules()
+            for record in logs.values.joined() { reference.apply(record) }
+            for device in devices {
+                for table in ["item", "tag"] {
+                    let contents = try device.store.contents(of: table)
+                    #expect(contents == reference.table(table), "seed \(seed): \(device.name)'s \(table) differs from the merge rules")
+                    if contents != reference.table(table) { return }
+                }
+            }
+        }
+    }
+}
