@@ -8,6 +8,7 @@ let package = Package(
     platforms: [.macOS(.v15)],
     products: [
         .library(name: "Ubiquity", targets: ["Ubiquity"]),
+        .library(name: "UbiquityDatabase", targets: ["UbiquityDatabase"]),
         .executable(name: "ubiquity", targets: ["UbiquityCLI"]),
         .executable(name: "ubiquity-bench", targets: ["UbiquityBenchmarks"]),
         .executable(name: "ubiquity-sync-bench", targets: ["UbiquitySyncBenchmarks"]),
@@ -51,7 +52,7 @@ let package = Package(
         // Metadata queries: NSMetadataQuery, NSMetadataItem, NSPredicate format strings, NSSortDescriptor by key.
         .target(name: "UbiquityQuery", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityClient", logging]),
         // Databases in iCloud (issue 19): GRDB stores whose transactions sync as per-device change logs.
-        .target(name: "UbiquityDatabase", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]),
+        .target(name: "UbiquityDatabase", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", logging, .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]),
         // The one module apps import.
         .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument", "UbiquityClient", "UbiquityQuery"]),
 

@@ -106,7 +106,11 @@ final class ChangeCapture: Sendable {
 
     /// Installs the SQL functions, the transaction observer and the triggers on the writer's
     /// connection (once per connection, after the app's migrations).
-    func install(_ db: Database) throws {
+    /// - Parameters:
+    ///   - db: The writer's connection.
+    ///   - onCommit: Called after each commit of a transaction that changed synced rows (on the
+    ///     writer's thread: hand the work elsewhere).
+    func install(_ db: Database, onCommit: @escaping @Sendable () -> Void = {}) throws {
         let clock = self.clock
         db.add(function: DatabaseFunction("ubq_transaction", argumentCount: 0, pure: false) { _ in
             clock.transactionTimestamp().packed
@@ -114,7 +118,7 @@ final class ChangeCapture: Sendable {
         db.add(function: DatabaseFunction("ubq_capturing", argumentCount: 0, pure: false) { _ in
             clock.isCapturing
         })
-        db.add(transactionObserver: TransactionEnd(clock: clock), extent: .databaseLifetime)
+        db.add(transactionObserver: TransactionEnd(clock: clock, onCommit: onCommit), extent: .databaseLifetime)
         // REPLACE deletes the rows it displaces; with recursive triggers on, it says so.
         try db.execute(sql: "PRAGMA recursive_triggers = ON")
         for table in schema.tables {
@@ -225,10 +229,14 @@ final class ChangeCapture: Sendable {
     /// Ends the clock's transaction when the writer's transaction ends.
     private final class TransactionEnd: TransactionObserver {
         let clock: CaptureClock
-        init(clock: CaptureClock) { self.clock = clock }
+        let onCommit: @Sendable () -> Void
+        init(clock: CaptureClock, onCommit: @escaping @Sendable () -> Void) {
+            self.clock = clock
+            self.onCommit = onCommit
+        }
         func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool { false }
         func databaseDidChange(with event: DatabaseEvent) {}
-        func databaseDidCommit(_ db: Database) { clock.endTransaction() }
+        func databaseDidCommit(_ db: Database) { if clock.endTransaction() { onCommit() } }
         func databaseDidRollback(_ db: Database) { clock.endTransaction() }
     }
 }

@@ -65,10 +65,11 @@ public struct LogFolder: Sendable {
     /// - Parameters:
     ///   - device: Whose segments.
     ///   - start: The last segment already applied (nil: from the first).
-    ///   - body: Takes each segment; an error it throws stops the reading.
+    ///   - body: Takes each segment and its position (what a later read starts after); an
+    ///     error it throws stops the reading.
     /// - Throws: ``LogSegmentError`` for a damaged, malformed, newer-format or unlinked segment
     ///   (nothing after it is read); what `body` throws.
-    public func read(_ device: String, after start: LogPosition? = nil, _ body: (LogSegment) throws -> Void) throws -> ReadResult {
+    public func read(_ device: String, after start: LogPosition? = nil, _ body: (LogSegment, LogPosition) throws -> Void) throws -> ReadResult {
         try Self.checkDevice(device)
         let folder = url.appendingPathComponent(device, isDirectory: true)
         guard FileManager.default.fileExists(atPath: folder.path) else { return ReadResult(last: start) }
@@ -92,7 +93,7 @@ public struct LogFolder: Sendable {
                 throw LogSegmentError(.malformed, "\(device): the file of segment \(number) holds segment \(segment.number)")
             }
             try chain.append(segment, hash: hash)
-            try body(segment)
+            try body(segment, LogPosition(number: number, hash: hash))
         }
         return ReadResult(last: chain.last.map { LogPosition(number: $0.number, hash: $0.hash) })
     }

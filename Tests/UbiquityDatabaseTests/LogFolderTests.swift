@@ -18,20 +18,20 @@ import Testing
         #expect(files == ["000000000001.ubqlog", "000000000002.ubqlog", "000000000003.ubqlog"], "nothing staged is left")
 
         var read: [Int64] = []
-        let all = try logs.read("laptop") { read.append($0.number) }
+        let all = try logs.read("laptop") { segment, _ in read.append(segment.number) }
         #expect(read == [1, 2, 3] && all == LogFolder.ReadResult(last: LogPosition(number: 3, hash: segments[2].hash)))
         read = []
-        _ = try logs.read("laptop", after: LogPosition(number: 2, hash: segments[1].hash)) { read.append($0.number) }
+        _ = try logs.read("laptop", after: LogPosition(number: 2, hash: segments[1].hash)) { segment, _ in read.append(segment.number) }
         #expect(read == [3], "only what follows the reader's position")
 
         // Segment 5 arrives before 4: reading stops after 3 and names 4 as missing.
         try logs.publish(segments[4].segment)
         read = []
-        let waiting = try logs.read("laptop") { read.append($0.number) }
+        let waiting = try logs.read("laptop") { segment, _ in read.append(segment.number) }
         #expect(read == [1, 2, 3] && waiting.missing == 4...4 && waiting.last?.number == 3)
         try logs.publish(segments[3].segment)
         read = []
-        _ = try logs.read("laptop", after: waiting.last) { read.append($0.number) }
+        _ = try logs.read("laptop", after: waiting.last) { segment, _ in read.append(segment.number) }
         #expect(read == [4, 5])
 
         // A published segment is never replaced; a device id must be a folder name.
@@ -39,7 +39,7 @@ import Testing
         var hostile = segments[0].segment
         hostile.device = "../escape"
         #expect { try logs.publish(hostile) } throws: { ($0 as? LogSegmentError)?.code == .malformed }
-        #expect(try logs.read("nobody") { _ in } == LogFolder.ReadResult(last: nil))
+        #expect(try logs.read("nobody") { _, _ in } == LogFolder.ReadResult(last: nil))
     }
 
     @Test func aDamagedSegmentStopsTheReadingWithItsName() throws {
@@ -51,7 +51,7 @@ import Testing
         bytes[30] ^= 0x20
         try bytes.write(to: second)
         var read: [Int64] = []
-        #expect { try logs.read("laptop") { read.append($0.number) } } throws: { ($0 as? LogSegmentError)?.code == .damaged }
+        #expect { try logs.read("laptop") { segment, _ in read.append(segment.number) } } throws: { ($0 as? LogSegmentError)?.code == .damaged }
         #expect(read == [1], "nothing after the damaged segment is applied")
     }
 }

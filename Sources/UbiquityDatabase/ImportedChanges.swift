@@ -1,0 +1,68 @@
+import Foundation
+
+/// What an import changed in the app's tables: rows inserted, updated (with the columns that
+/// took new values) and deleted, by table and primary key, and the devices the changes came
+/// from. A row appears under one kind only: what it went through overall in that import.
+public struct ImportedChanges: Equatable, Sendable {
+    /// Rows that appeared.
+    public var inserted: Set<RowKey> = []
+    /// Rows that stayed, with the columns that took new values.
+    public var updated: [RowKey: Set<String>] = [:]
+    /// Rows that went away.
+    public var deleted: Set<RowKey> = []
+    /// The devices whose changes these are.
+    public var devices: Set<String> = []
+
+    /// No changes.
+    public init() {}
+
+    /// Whether nothing changed.
+    public var isEmpty: Bool { inserted.isEmpty && updated.isEmpty && deleted.isEmpty }
+
+    /// Every row changed in `table`, whatever the kind.
+    public func rows(in table: String) -> Set<RowKey> {
+        inserted.filter { $0.table == table }
+            .union(updated.keys.filter { $0.table == table })
+            .union(deleted.filter { $0.table == table })
+    }
+
+    /// Adds one applied change, folding it into what the row went through before.
+    /// - Parameters:
+    ///   - change: The change.
+    ///   - allColumns: The table's value columns (a row deleted and inserted again in one
+    ///     import is reported as updated in all of them).
+    mutating func add(_ change: AppliedChange, allColumns: [String]) {
+        let key = RowKey(table: change.table, primaryKey: change.primaryKey)
+        devices.insert(change.device)
+        switch change.kind {
+        case .inserted:
+            if deleted.remove(key) != nil {
+                updated[key, default: []].formUnion(allColumns)
+            } else {
+                inserted.insert(key)
+            }
+        case .updated(let columns):
+            if !inserted.contains(key) { updated[key, default: []].formUnion(columns) }
+        case .deleted:
+            updated[key] = nil
+            if inserted.remove(key) == nil { deleted.insert(key) }
+        }
+    }
+}
+
+/// The notification posted after a database imported other devices' changes, once the import
+/// transaction committed. Its `object` is the ``UbiquitousDatabase``; its user info holds the
+/// rows under ``NSInsertedObjectsKey``, ``NSUpdatedObjectsKey`` and ``NSDeletedObjectsKey``
+/// (sets of ``RowKey``), and the whole ``ImportedChanges`` under
+/// ``UbiquitousDatabase/importedChangesKey``.
+extension NSNotification.Name {
+    /// Posted after records are imported from the ubiquitous content store.
+    public static let NSPersistentStoreDidImportUbiquitousContentChanges = NSNotification.Name("NSPersistentStoreDidImportUbiquitousContentChangesNotification")
+}
+
+/// The user-info key of the rows an import inserted (a `Set<RowKey>`).
+public let NSInsertedObjectsKey = "inserted"
+/// The user-info key of the rows an import updated (a `Set<RowKey>`).
+public let NSUpdatedObjectsKey = "updated"
+/// The user-info key of the rows an import deleted (a `Set<RowKey>`).
+public let NSDeletedObjectsKey = "deleted"

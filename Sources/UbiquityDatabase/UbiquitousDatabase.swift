@@ -1,0 +1,223 @@
+import Foundation
+import GRDB
+import Logging
+import Synchronization
+import UbiquityFiles
+
+/// A database in iCloud, for a shoebox app: a local SQLite store that the app reads and writes
+/// through GRDB as usual, and whose committed transactions sync to the account's other devices
+/// as change logs in the ubiquity container.
+///
+/// ```swift
+/// var migrator = DatabaseMigrator()
+/// migrator.registerMigration("v1") { db in
+///     try db.create(table: "recipe") { t in
+///         t.primaryKey("id", .text)          // a UUID: the same row on every device
+///         t.column("title", .text).notNull()
+///     }
+/// }
+/// let database = try UbiquitousDatabase(container: containerURL, name: "Recipes", migrator: migrator)
+/// try database.writer.write { db in
+///     try db.execute(sql: "INSERT INTO recipe VALUES (?, ?)", arguments: [UUID().uuidString, "Bread"])
+/// }
+/// NotificationCenter.default.addObserver(forName: .NSPersistentStoreDidImportUbiquitousContentChanges,
+///                                        object: database, queue: .main) { note in … }
+/// ```
+///
+/// Layout in the container (`name` is the database's name):
+/// - `<name>.nosync/store.sqlite` — the local store, a cache of what the logs say (a `.nosync`
+///   folder stays on this device). Delete it and it is rebuilt from the logs.
+/// - `Databases/<name>/logs/<device>/000000000001.ubqlog` … — each device's change log:
+///   immutable segments only that device writes (``LogSegment``), synced like any file.
+///
+/// Each store is a device of its own in the logs (``deviceIdentifier``, made when the store is
+/// created). Synchronizing runs on the database's own queue: after each app transaction that
+/// changed synced rows, when another device's segment arrives in the container, and on
+/// ``synchronize()``.
+public final class UbiquitousDatabase: Sendable {
+    /// The database's name.
+    public let name: String
+    /// The ubiquity container it lives in.
+    public let containerURL: URL
+    /// The local store's file.
+    public let storeURL: URL
+    /// The folder of the change logs of every device.
+    public let logsURL: URL
+    /// The store: read and write it as any GRDB database. Transactions that change synced
+    /// tables are captured and synced; schema changes go through the migrator given at
+    /// opening.
+    public let writer: DatabasePool
+
+    /// The user-info key of the whole ``ImportedChanges`` in an import notification.
+    public static let importedChangesKey = "UbiquityImportedChanges"
+
+    private let engine: DatabaseSyncEngine
+    private let queue: DispatchQueue
+    private let logger: Logger
+    private let state = Mutex(State())
+    private let watcher: Mutex<DirectoryWatcher?> = Mutex(nil)
+
+    private struct State {
+        var scheduled = false
+        var closed = false
+        var lastReport: ImportReport?
+        var lastError: String?
+        var streams: [UUID: AsyncStream<ImportedChanges>.Continuation] = [:]
+    }
+
+    /// The engine (tests take its steps one by one).
+    var engineForTests: DatabaseSyncEngine { engine }
+
+    /// This store's id in the change logs.
+    public var deviceIdentifier: String { engine.device }
+
+    /// The synced tables and the schema's hash.
+    public var schema: SyncedSchema { engine.schema }
+
+    /// Opens (or creates, or rebuilds from the logs) the database `name` in `container`.
+    /// - Parameters:
+    ///   - container: The ubiquity container's URL (`FileManager.url(forUbiquityContainerIdentifier:)`).
+    ///   - name: The database's name: one path component, not hidden.
+    ///   - migrator: The app's schema, migrated before anything syncs.
+    ///   - configuration: GRDB's configuration of the store.
+    ///   - localTables: Tables that stay on this device.
+    ///   - automaticallySynchronizes: Whether it synchronizes by itself (after commits, when
+    ///     logs arrive); otherwise only on ``synchronize()``.
+    ///   - importHook: Runs inside each import transaction, after the imported changes and before
+    ///     the commit: repair data there (what it writes syncs as this device's change).
+    /// - Throws: ``SyncedSchemaError`` for a table that cannot sync; GRDB's and file errors.
+    public init(container: URL, name: String, migrator: DatabaseMigrator, configuration: Configuration = Configuration(),
+                localTables: Set<String> = [], automaticallySynchronizes: Bool = true,
+                importHook: (@Sendable (Database, ImportedChanges) throws -> Void)? = nil) throws {
+        guard !name.isEmpty, !name.hasPrefix("."), !name.contains("/"), !name.contains("\0"), name.utf8.count <= 200 else {
+            throw SyncedSchemaError(table: name, message: "a database's name is one path component, not hidden")
+        }
+        self.name = name
+        containerURL = container
+        let storeFolder = container.appendingPathComponent("\(name).nosync", isDirectory: true)
+        storeURL = storeFolder.appendingPathComponent("store.sqlite")
+        logsURL = container.appendingPathComponent("Databases", isDirectory: true).appendingPathComponent(name, isDirectory: true).appendingPathComponent("logs", isDirectory: true)
+        try FileManager.default.createDirectory(at: storeFolder, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: logsURL, withIntermediateDirectories: true)
+        let logger = Logger(label: "ubiquity.database.\(name)")
+        self.logger = logger
+        writer = try DatabasePool(path: storeURL.path, configuration: configuration)
+        try migrator.migrate(writer)
+        queue = DispatchQueue(label: "ubiquity.database.\(name)")
+        let schedule = ScheduleBox()
+        engine = try DatabaseSyncEngine(writer: writer, logs: LogFolder(url: logsURL), localTables: localTables, logger: logger,
+                                        importHook: importHook, onCommit: { schedule.fire() })
+        guard automaticallySynchronizes else { return }
+        schedule.set { [weak self] in self?.scheduleSynchronization() }
+        let own = logsURL.appendingPathComponent(engine.device).path + "/"
+        watcher.withLock {
+            $0 = try? DirectoryWatcher(root: logsURL, logger: logger) { [weak self] event in
+                if case .changed(let path) = event, path.hasPrefix(own) { return } // this device's own segments
+                self?.scheduleSynchronization()
+            }
+        }
+        if watcher.withLock({ $0 == nil }) { logger.warning("cannot watch the logs folder; synchronizing after commits and on request only") }
+        scheduleSynchronization()
+    }
+
+    /// Publishes this device's captured transactions and imports the other devices' segments
+    /// that arrived, now. Blocks until done; do not call it from inside a database access.
+    /// - Returns: What the import did.
+    @discardableResult
+    public func synchronize() throws -> ImportReport {
+        try queue.sync { try synchronizeOnQueue() }
+    }
+
+    /// ``synchronize()`` without blocking the caller.
+    @discardableResult
+    public func synchronize() async throws -> ImportReport {
+        try await withCheckedThrowingContinuation { continuation in
+            queue.async { continuation.resume(with: Result { try self.synchronizeOnQueue() }) }
+        }
+    }
+
+    /// Each import's changes, after its transaction committed (the same as the
+    /// notifications), until the database closes.
+    public func importedChanges() -> AsyncStream<ImportedChanges> {
+        let (stream, continuation) = AsyncStream<ImportedChanges>.makeStream(bufferingPolicy: .bufferingNewest(1_000))
+        let id = UUID()
+        let closed = state.withLock { state -> Bool in
+            if !state.closed { state.streams[id] = continuation }
+            return state.closed
+        }
+        if closed { continuation.finish() }
+        continuation.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.streams.removeValue(forKey: id) } }
+        return stream
+    }
+
+    /// What the last synchronization's import did.
+    public var lastImport: ImportReport? { state.withLock(\.lastReport) }
+
+    /// The last error of a synchronization this database ran by itself (nil once one succeeds).
+    public var lastError: String? { state.withLock(\.lastError) }
+
+    /// Stops synchronizing and closes the store (what was captured stays in it, and is
+    /// published the next time it opens).
+    public func close() throws {
+        let streams = state.withLock { state in
+            state.closed = true
+            defer { state.streams = [:] }
+            return state.streams.values
+        }
+        for stream in streams { stream.finish() }
+        watcher.withLock { $0?.stop(); $0 = nil }
+        queue.sync {}
+        try writer.close()
+    }
+
+    private func scheduleSynchronization() {
+        let schedule = state.withLock { state -> Bool in
+            guard !state.closed, !state.scheduled else { return false }
+            state.scheduled = true
+            return true
+        }
+        guard schedule else { return }
+        queue.async { [weak self] in
+            guard let self else { return }
+            let closed = state.withLock { state -> Bool in
+                state.scheduled = false
+                return state.closed
+            }
+            guard !closed else { return }
+            do {
+                _ = try synchronizeOnQueue()
+                state.withLock { $0.lastError = nil }
+            } catch {
+                logger.error("synchronizing failed", metadata: ["error": "\(error)"])
+                state.withLock { $0.lastError = "\(error)" }
+            }
+        }
+    }
+
+    private func synchronizeOnQueue() throws -> ImportReport {
+        try writer.write { db in _ = try engine.flush(db) }
+        try engine.publish()
+        let report = try engine.importLogs { changes in self.post(changes) }
+        try engine.publish() // what the import hook wrote, and what was captured meanwhile
+        state.withLock { $0.lastReport = report }
+        return report
+    }
+
+    private func post(_ changes: ImportedChanges) {
+        let userInfo: [AnyHashable: Any] = [
+            NSInsertedObjectsKey: changes.inserted,
+            NSUpdatedObjectsKey: Set(changes.updated.keys),
+            NSDeletedObjectsKey: changes.deleted,
+            Self.importedChangesKey: changes,
+        ]
+        NotificationCenter.default.post(name: .NSPersistentStoreDidImportUbiquitousContentChanges, object: self, userInfo: userInfo)
+        for stream in state.withLock({ Array($0.streams.values) }) { stream.yield(changes) }
+    }
+}
+
+/// Lets the engine's commit callback, made before the database exists, reach it once it does.
+private final class ScheduleBox: Sendable {
+    private let action = Mutex<(@Sendable () -> Void)?>(nil)
+    func set(_ action: @escaping @Sendable () -> Void) { self.action.withLock { $0 = action } }
+    func fire() { action.withLock { $0 }?() }
+}

@@ -1,0 +1,214 @@
+import Foundation
+import GRDB
+import Synchronization
+import Testing
+import UbiquityTestSupport
+@testable import UbiquityDatabase
+
+/// Two devices, each with its own container; the test moves log files between them as the sync
+/// agent would (each file whole, appearing under its name at once).
+struct TwoDevices {
+    let root: TemporaryDirectory
+    var a: URL { root.file("device-a") }
+    var b: URL { root.file("device-b") }
+
+    init() throws { root = try TemporaryDirectory("database") }
+
+    static func migrator(upTo version: Int = 1) -> DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.create(table: "recipe") { t in
+                t.primaryKey("id", .text)
+                t.column("title", .text).notNull()
+                t.column("minutes", .integer)
+            }
+        }
+        if version >= 2 {
+            migrator.registerMigration("v2") { db in
+                try db.alter(table: "recipe") { t in t.add(column: "rating", .integer) }
+            }
+        }
+        return migrator
+    }
+
+    func open(_ container: URL, version: Int = 1, automatically: Bool = false) throws -> UbiquitousDatabase {
+        try UbiquitousDatabase(container: container, name: "Recipes", migrator: Self.migrator(upTo: version), automaticallySynchronizes: automatically)
+    }
+
+    /// Copies the log files one container has and the other lacks (what the agents do).
+    func exchange() throws {
+        try Self.copyLogs(from: a, to: b)
+        try Self.copyLogs(from: b, to: a)
+    }
+
+    static func copyLogs(from source: URL, to destination: URL) throws {
+        let logs = "Databases/Recipes/logs"
+        let from = source.appendingPathComponent(logs)
+        let to = destination.appendingPathComponent(logs)
+        let manager = FileManager.default
+        for device in (try? manager.contentsOfDirectory(atPath: from.path)) ?? [] {
+            try manager.createDirectory(at: to.appendingPathComponent(device), withIntermediateDirectories: true)
+            for file in try manager.contentsOfDirectory(atPath: from.appendingPathComponent(device).path) where file.hasSuffix(".ubqlog") {
+                let target = to.appendingPathComponent(device).appendingPathComponent(file)
+                guard !manager.fileExists(atPath: target.path) else { continue }
+                let staged = to.appendingPathComponent(device).appendingPathComponent(".incoming-\(file)")
+                try manager.copyItem(at: from.appendingPathComponent(device).appendingPathComponent(file), to: staged)
+                try manager.moveItem(at: staged, to: target)
+            }
+        }
+    }
+
+    static func recipes(_ database: UbiquitousDatabase) throws -> [String: String] {
+        try database.writer.read { db in
+            Dictionary(uniqueKeysWithValues: try Row.fetchAll(db, sql: "SELECT * FROM recipe").map { row in
+                (row["id"] as String, "\(row["title"] as String)|\(row["minutes"] as Int?, default: "-")")
+            })
+        }
+    }
+}
+
+@Suite struct UbiquitousDatabaseTests {
+    @Test func aRowWrittenOnOneDeviceAppearsOnTheOtherWithANotification() throws {
+        let devices = try TwoDevices(); defer { devices.root.remove() }
+        let a = try devices.open(devices.a)
+        let b = try devices.open(devices.b)
+        #expect(a.deviceIdentifier != b.deviceIdentifier)
+        try a.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r1', 'Bread', 90)") }
+        try a.synchronize()
+        try devices.exchange()
+
+        let notified = Mutex<[ImportedChanges]>([])
+        let observer = NotificationCenter.default.addObserver(forName: .NSPersistentStoreDidImportUbiquitousContentChanges, object: b, queue: nil) { note in
+            let changes = note.userInfo?[UbiquitousDatabase.importedChangesKey] as? ImportedChanges
+            let inserted = note.userInfo?[NSInsertedObjectsKey] as? Set<RowKey>
+            if let changes, inserted == changes.inserted { notified.withLock { $0.append(changes) } }
+        }
+        defer { NotificationCenter.default.removeObserver(observer) }
+        let report = try b.synchronize()
+        let row = RowKey(table: "recipe", primaryKey: [.text("r1")])
+        #expect(report.segments == 1 && report.changes.inserted == [row])
+        #expect(notified.withLock { $0 } .map(\.inserted) == [[row]])
+        #expect(notified.withLock { $0 }.first?.devices == [a.deviceIdentifier])
+        #expect(try TwoDevices.recipes(b) == ["r1": "Bread|90"])
+        // Nothing is imported twice.
+        #expect(try b.synchronize().segments == 0)
+        try a.close(); try b.close()
+    }
+
+    @Test func offlineEditsOnBothDevicesMergePerColumn() throws {
+        let devices = try TwoDevices(); defer { devices.root.remove() }
+        let a = try devices.open(devices.a)
+        let b = try devices.open(devices.b)
+        try a.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r1', 'Bread', 90), ('r2', 'Soup', 30)") }
+        try a.synchronize(); try devices.exchange(); try b.synchronize()
+        // Offline: A renames r1; B changes r1's time and deletes r2; A edits r2.
+        try a.writer.write { db in
+            try db.execute(sql: "UPDATE recipe SET title = 'Sourdough' WHERE id = 'r1'")
+            try db.execute(sql: "UPDATE recipe SET minutes = 35 WHERE id = 'r2'")
+        }
+        try b.writer.write { db in
+            try db.execute(sql: "UPDATE recipe SET minutes = 120 WHERE id = 'r1'")
+            try db.execute(sql: "DELETE FROM recipe WHERE id = 'r2'")
+        }
+        try a.synchronize(); try b.synchronize()
+        try devices.exchange()
+        let fromB = try a.synchronize()
+        try b.synchronize()
+        #expect(fromB.changes.updated[RowKey(table: "recipe", primaryKey: [.text("r1")])] == ["minutes"])
+        #expect(fromB.changes.deleted == [RowKey(table: "recipe", primaryKey: [.text("r2")])])
+        #expect(try TwoDevices.recipes(a) == ["r1": "Sourdough|120"], "both columns' edits stand; the delete beats the concurrent edit")
+        #expect(try TwoDevices.recipes(b) == TwoDevices.recipes(a))
+        try a.close(); try b.close()
+    }
+
+    @Test func aDeletedStoreIsRebuiltFromTheLogs() throws {
+        let devices = try TwoDevices(); defer { devices.root.remove() }
+        let a = try devices.open(devices.a)
+        var b = try devices.open(devices.b)
+        try a.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r1', 'Bread', 90)") }
+        try b.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r2', 'Soup', 30)") }
+        try a.synchronize(); try b.synchronize(); try devices.exchange(); try b.synchronize()
+        let before = try TwoDevices.recipes(b)
+        #expect(before.count == 2)
+        let oldIdentifier = b.deviceIdentifier
+        try b.close()
+        try FileManager.default.removeItem(at: devices.b.appendingPathComponent("Recipes.nosync"))
+        b = try devices.open(devices.b)
+        #expect(b.deviceIdentifier != oldIdentifier, "a rebuilt store is a new device in the logs")
+        let report = try b.synchronize()
+        #expect(report.segments == 2)
+        #expect(try TwoDevices.recipes(b) == before, "its own earlier rows come back from its earlier log too")
+        try a.close(); try b.close()
+    }
+
+    @Test func recordsOfANewerSchemaWaitUntilTheAppIsUpgraded() throws {
+        let devices = try TwoDevices(); defer { devices.root.remove() }
+        let a = try devices.open(devices.a, version: 2)
+        var b = try devices.open(devices.b, version: 1)
+        try a.writer.write { db in try db.execute(sql: "INSERT INTO recipe(id, title, minutes, rating) VALUES ('r1', 'Bread', 90, 5)") }
+        try a.synchronize(); try devices.exchange()
+        let report = try b.synchronize()
+        #expect(report.segments == 0)
+        #expect(report.waiting[a.deviceIdentifier]?.contains("kept until it is upgraded") == true)
+        #expect(try TwoDevices.recipes(b).isEmpty, "nothing half-applied")
+        try b.close()
+        b = try devices.open(devices.b, version: 2)
+        #expect(try b.synchronize().segments == 1)
+        #expect(try b.writer.read { db in try Int.fetchOne(db, sql: "SELECT rating FROM recipe WHERE id = 'r1'") } == 5)
+        // And records of the older schema apply to the newer one.
+        let c = try devices.open(devices.root.file("device-c"), version: 1)
+        try c.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r9', 'Jam', 20)") }
+        try c.synchronize()
+        try TwoDevices.copyLogs(from: devices.root.file("device-c"), to: devices.b)
+        #expect(try b.synchronize().changes.inserted == [RowKey(table: "recipe", primaryKey: [.text("r9")])])
+        try a.close(); try b.close(); try c.close()
+    }
+
+    @Test func aSegmentPublishedJustBeforeACrashIsNotPublishedTwice() throws {
+        let devices = try TwoDevices(); defer { devices.root.remove() }
+        let a = try devices.open(devices.a)
+        try a.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r1', 'Bread', 90)") }
+        // The steps of a synchronization up to the crash: collected, published, not yet noted.
+        let records = try a.writer.write { db in
+            try a.engineForTests.flush(db)
+            return try Data.fetchAll(db, sql: "SELECT record FROM ubq_outbox ORDER BY tx").map { try JSONDecoder().decode(ChangeLogRecord.self, from: $0) }
+        }
+        try LogFolder(url: a.logsURL).publish(LogSegment(device: a.deviceIdentifier, number: 1, previous: nil, frontier: [:], records: records))
+        try a.close()
+
+        let reopened = try devices.open(devices.a)
+        #expect(try reopened.writer.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM ubq_outbox") } == 0)
+        try reopened.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r2', 'Soup', 30)") }
+        try reopened.synchronize()
+        let own = try FileManager.default.contentsOfDirectory(atPath: reopened.logsURL.appendingPathComponent(reopened.deviceIdentifier).path).sorted()
+        #expect(own == ["000000000001.ubqlog", "000000000002.ubqlog"])
+        let b = try devices.open(devices.b)
+        try devices.exchange()
+        #expect(try b.synchronize().changes.inserted.count == 2)
+        try reopened.close(); try b.close()
+    }
+
+    @Test func itSynchronizesByItselfWhenLogsArrive() async throws {
+        let devices = try TwoDevices(); defer { devices.root.remove() }
+        let a = try devices.open(devices.a, automatically: true)
+        let b = try devices.open(devices.b, automatically: true)
+        let changes = b.importedChanges()
+        try await a.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r1', 'Bread', 90)") }
+        // A publishes by itself after its commit; the "agent" carries the file over; B imports by itself.
+        let ownFolder = a.logsURL.appendingPathComponent(a.deviceIdentifier)
+        let deadline = ContinuousClock.now + .seconds(10)
+        while ((try? FileManager.default.contentsOfDirectory(atPath: ownFolder.path)) ?? []).filter({ $0.hasSuffix(".ubqlog") }).isEmpty {
+            #expect(ContinuousClock.now < deadline, "A did not publish by itself"); if ContinuousClock.now >= deadline { return }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        try TwoDevices.copyLogs(from: devices.a, to: devices.b)
+        let first = try await withThrowingTaskGroup(of: ImportedChanges?.self) { group in
+            group.addTask { for await change in changes { return change }; return nil }
+            group.addTask { try await Task.sleep(for: .seconds(10)); return nil }
+            defer { group.cancelAll() }
+            return try await group.next() ?? nil
+        }
+        #expect(first?.inserted == [RowKey(table: "recipe", primaryKey: [.text("r1")])])
+        try a.close(); try b.close()
+    }
+}
