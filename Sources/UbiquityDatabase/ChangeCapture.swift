@@ -43,9 +43,23 @@ final class CaptureClock: Sendable {
 
     /// Runs `body` with capture off (writes made while importing are other devices' changes).
     func withoutCapture<T>(_ body: () throws -> T) rethrows -> T {
-        state.withLock { $0.capturing = false }
-        defer { state.withLock { $0.capturing = true } }
+        try capturing(false, body)
+    }
+
+    /// Runs `body` with capture on or off, then puts it back as it was.
+    func capturing<T>(_ on: Bool, _ body: () throws -> T) rethrows -> T {
+        let before = state.withLock { state in
+            defer { state.capturing = on }
+            return state.capturing
+        }
+        defer { state.withLock { $0.capturing = before } }
         return try body()
+    }
+
+    /// A timestamp for a change this device makes outside the capture (a duplicate removed,
+    /// rows adopted), after every other.
+    func tick() -> HLCTimestamp {
+        state.withLock { $0.clock.tick() }
     }
 
     /// Takes in another device's timestamp: later local transactions come after it.

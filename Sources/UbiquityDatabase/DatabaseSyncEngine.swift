@@ -44,6 +44,8 @@ final class DatabaseSyncEngine: Sendable {
     let logger: Logger
     /// Called inside each import transaction, after the changes and before the commit.
     let importHook: (@Sendable (Database, ImportedChanges) throws -> Void)?
+    /// Called before a duplicate row is removed (inside the import transaction).
+    let duplicateHook: (@Sendable (Database, DuplicateRows) throws -> Void)?
 
     /// The most bytes of records one published segment holds (well under the 64 MiB limit; a
     /// single larger transaction makes a segment of its own).
@@ -55,14 +57,17 @@ final class DatabaseSyncEngine: Sendable {
     ///   - logs: The database's log folder in the container.
     ///   - localTables: Tables that do not sync.
     ///   - importHook: Runs inside each import transaction.
+    ///   - duplicateHook: Runs before a duplicate row is removed.
     ///   - onCommit: Called after each app transaction that changed synced rows.
     init(writer: any DatabaseWriter, logs: LogFolder, localTables: Set<String>, logger: Logger,
          importHook: (@Sendable (Database, ImportedChanges) throws -> Void)? = nil,
+         duplicateHook: (@Sendable (Database, DuplicateRows) throws -> Void)? = nil,
          onCommit: @escaping @Sendable () -> Void = {}) throws {
         self.writer = writer
         self.logs = logs
         self.logger = logger
         self.importHook = importHook
+        self.duplicateHook = duplicateHook
         let (schema, device, latest) = try writer.write { db -> (SyncedSchema, String, HLCTimestamp) in
             try Self.createTables(db)
             let schema = try SyncedSchema.read(db, localTables: localTables)
@@ -86,6 +91,7 @@ final class DatabaseSyncEngine: Sendable {
         merger = StoreMerger(schema: schema)
         try writer.writeWithoutTransaction { db in try capture.install(db, onCommit: onCommit) }
         try recoverPublished()
+        try adoptUnloggedRows()
     }
 
     static func createTables(_ db: Database) throws {
@@ -106,14 +112,48 @@ final class DatabaseSyncEngine: Sendable {
     func flush(_ db: Database) throws -> Int {
         let records = try capture.collect(db)
         guard !records.isEmpty else { return 0 }
-        let encoder = JSONEncoder()
-        encoder.outputFormatting = .sortedKeys
-        for record in records {
-            try merger.apply(record, local: true, db)
-            try db.execute(sql: "INSERT OR REPLACE INTO ubq_outbox(tx, record) VALUES (?, ?)", arguments: [record.timestamp.packed, try encoder.encode(record)])
-        }
+        for record in records { try keep(record, db) }
         try saveClock(db)
         return records.count
+    }
+
+    /// Records the stamps of this device's `record` and puts it in the outbox.
+    func keep(_ record: ChangeLogRecord, _ db: Database) throws {
+        try merger.apply(record, local: true, db)
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = .sortedKeys
+        try db.execute(sql: "INSERT OR REPLACE INTO ubq_outbox(tx, record) VALUES (?, ?)", arguments: [record.timestamp.packed, try encoder.encode(record)])
+    }
+
+    /// Rows in synced tables that were never logged — written before the store synced (an app
+    /// coming from plain GRDB) or by a migration (default rows) — become this device's inserts,
+    /// once per schema. Default rows that every device made are then duplicates, resolved as
+    /// such on import.
+    func adoptUnloggedRows() throws {
+        try writer.write { db in
+            guard try String.fetchOne(db, sql: "SELECT value FROM ubq_state WHERE key = 'adopted'") != schema.hash else { return }
+            var adopted = 0
+            for table in schema.tables {
+                var changes: [RowChange] = []
+                let columns = (table.primaryKey + table.valueColumns).map(\.quotedDatabaseIdentifier).joined(separator: ", ")
+                let rows = try Row.fetchCursor(db, sql: "SELECT \(columns) FROM main.\(table.name.quotedDatabaseIdentifier)")
+                while let row = try rows.next() {
+                    let key = (0..<table.primaryKey.count).map { LogValue(row[$0] as DatabaseValue) }
+                    guard try StoreMerger.meta(table: table.name, key: RowMeta.encodedKey(key), db) == nil else { continue }
+                    var values: [String: LogValue] = [:]
+                    for (index, column) in table.valueColumns.enumerated() { values[column] = LogValue(row[table.primaryKey.count + index] as DatabaseValue) }
+                    changes.append(RowChange(table: table.name, primaryKey: key, kind: .insert, columns: values))
+                }
+                // Stamps are written only after the table's rows were read (not while a cursor is open on it).
+                for batch in stride(from: 0, to: changes.count, by: 5_000) {
+                    try keep(ChangeLogRecord(timestamp: clock.tick(), device: device, schema: schema.hash, changes: Array(changes[batch..<min(batch + 5_000, changes.count)])), db)
+                }
+                adopted += changes.count
+            }
+            try db.execute(sql: "INSERT OR REPLACE INTO ubq_state(key, value) VALUES ('adopted', ?)", arguments: [schema.hash])
+            try saveClock(db)
+            if adopted > 0 { logger.notice("adopted rows written before they synced", metadata: ["rows": "\(adopted)"]) }
+        }
     }
 
     /// Publishes the outbox as this device's next segments. Returns how many were published.
@@ -177,20 +217,24 @@ final class DatabaseSyncEngine: Sendable {
             do {
                 let result = try logs.read(other, after: positions[other]) { segment, position in
                     if let reason = unknownSchema(segment) { throw Hold(reason: reason) }
-                    let applied = try writer.write { db -> [AppliedChange] in
-                        try flush(db)
-                        var applied: [AppliedChange] = []
-                        try clock.withoutCapture {
-                            try db.execute(sql: "PRAGMA defer_foreign_keys = ON")
-                            for record in segment.records {
-                                clock.receive(record.timestamp)
-                                applied += try merger.apply(record, local: false, db)
+                    let applied = try writer.writeWithoutTransaction { db -> [AppliedChange] in
+                        try withoutForeignKeyChecks(db) {
+                            var applied: [AppliedChange] = []
+                            try db.inTransaction {
+                                try flush(db)
+                                try clock.withoutCapture {
+                                    for record in segment.records {
+                                        clock.receive(record.timestamp)
+                                        applied += try merger.apply(record, local: false, db, duplicates: self)
+                                    }
+                                }
+                                try importHook?(db, summary(of: applied))
+                                try db.execute(sql: "INSERT OR REPLACE INTO ubq_imported(device, number, hash) VALUES (?, ?, ?)", arguments: [other, position.number, position.hash])
+                                try saveClock(db)
+                                return .commit
                             }
+                            return applied
                         }
-                        try importHook?(db, summary(of: applied))
-                        try db.execute(sql: "INSERT OR REPLACE INTO ubq_imported(device, number, hash) VALUES (?, ?, ?)", arguments: [other, position.number, position.hash])
-                        try saveClock(db)
-                        return applied
                     }
                     report.segments += 1
                     report.transactions += segment.records.count
@@ -207,6 +251,24 @@ final class DatabaseSyncEngine: Sendable {
             }
         }
         return report
+    }
+
+    /// Runs `body` (outside a transaction) with foreign keys not enforced: another device's row
+    /// may arrive before the row it refers to (which comes in a third device's log), and a row
+    /// may refer to one deleted concurrently elsewhere; an import must not fail for either. The
+    /// reference is kept as its device wrote it (the app may repair it in its import hook).
+    func withoutForeignKeyChecks<T>(_ db: Database, _ body: () throws -> T) throws -> T {
+        let enforced = try Bool.fetchOne(db, sql: "PRAGMA foreign_keys") ?? false
+        guard enforced else { return try body() }
+        try db.execute(sql: "PRAGMA foreign_keys = OFF")
+        do {
+            let result = try body()
+            try db.execute(sql: "PRAGMA foreign_keys = ON")
+            return result
+        } catch {
+            try db.execute(sql: "PRAGMA foreign_keys = ON")
+            throw error
+        }
     }
 
     /// The changes of one import, folded per row.
@@ -255,5 +317,22 @@ final class DatabaseSyncEngine: Sendable {
             positions[row[0]] = LogPosition(number: row[1], hash: row[2])
         }
         return positions
+    }
+}
+
+extension DatabaseSyncEngine: DuplicateResolver {
+    /// Removes a duplicate as this device's change: the app's hook first (what it writes is
+    /// captured and kept as a transaction of its own), then a logged delete of `removed`.
+    func removeDuplicate(_ table: SyncedTable, kept: [LogValue], removed: [LogValue], _ db: Database) throws {
+        let rows = DuplicateRows(table: table.name, kept: RowKey(table: table.name, primaryKey: kept), removed: RowKey(table: table.name, primaryKey: removed))
+        if let duplicateHook {
+            try clock.capturing(true) { try duplicateHook(db, rows) }
+            try flush(db)
+            clock.endTransaction() // what is captured next in this transaction is a later change
+        }
+        let record = ChangeLogRecord(timestamp: clock.tick(), device: device, schema: schema.hash, changes: [RowChange(table: table.name, primaryKey: removed, kind: .delete)])
+        try keep(record, db)
+        try clock.capturing(false) { try StoreMerger.delete(table, key: removed, db) }
+        logger.info("removed a duplicate row", metadata: ["table": "\(table.name)", "kept": "\(kept)", "removed": "\(removed)"])
     }
 }

@@ -66,3 +66,18 @@ public let NSInsertedObjectsKey = "inserted"
 public let NSUpdatedObjectsKey = "updated"
 /// The user-info key of the rows an import deleted (a `Set<RowKey>`).
 public let NSDeletedObjectsKey = "deleted"
+
+/// Two rows that collide on a unique index after an import (the reference's "duplicate
+/// records": two devices that each created the default "Inbox"). Every device keeps the same
+/// one — the row inserted first, by its insert's hybrid-clock stamp (then device id) — and
+/// removes the other, as its own change. The app's hook sees both rows before the removal, inside
+/// the import transaction: move what refers to `removed` over to `kept` there (those writes sync).
+public struct DuplicateRows: Hashable, Sendable {
+    /// The table.
+    public var table: String
+    /// The row kept.
+    public var kept: RowKey
+    /// The row removed (it may not be in the table: another device's row that lost arrives
+    /// already removed).
+    public var removed: RowKey
+}

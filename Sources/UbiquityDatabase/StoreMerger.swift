@@ -23,6 +23,13 @@ public struct AppliedChange: Hashable, Sendable {
     public var device: String
 }
 
+/// Removes one of two rows that collide on a unique index, as this device's change.
+protocol DuplicateResolver {
+    /// Removes `removed` (which may not be in the table: an incoming row that lost), keeping
+    /// `kept`.
+    func removeDuplicate(_ table: SyncedTable, kept: [LogValue], removed: [LogValue], _ db: Database) throws
+}
+
 /// Applies transactions to a store by ``MergeRules``, keeping each synced row's stamps in
 /// `ubq_row` (``RowMeta``): other devices' records change the app's tables where their values
 /// win; this device's own records (already in its tables) only record their stamps.
@@ -45,8 +52,10 @@ struct StoreMerger {
     ///   - local: Whether it is this device's own (its values are in the tables already).
     ///   - db: A connection inside a write transaction.
     /// - Returns: What changed in the app's tables (nothing for a local record).
+    ///   - duplicates: Removes one of two rows that collide on a unique index (nil: a collision
+    ///     is an error).
     @discardableResult
-    func apply(_ record: ChangeLogRecord, local: Bool, _ db: Database) throws -> [AppliedChange] {
+    func apply(_ record: ChangeLogRecord, local: Bool, _ db: Database, duplicates: (any DuplicateResolver)? = nil) throws -> [AppliedChange] {
         var applied: [AppliedChange] = []
         for (index, change) in record.changes.enumerated() {
             guard let table = schema.table(change.table), change.primaryKey.count == table.primaryKey.count else { continue }
@@ -70,34 +79,92 @@ struct StoreMerger {
                 if meta.deleted.map({ stamp > $0 }) ?? true { meta.deleted = stamp }
             }
             let exists = meta.exists
-            if !local {
-                switch (existed, exists) {
-                case (true, true):
-                    if !changed.isEmpty {
-                        try Self.update(table, key: change.primaryKey, values: changed, db)
-                        applied.append(AppliedChange(table: table.name, primaryKey: change.primaryKey, kind: .updated(Set(changed.keys)), device: record.device))
-                    }
-                case (false, true):
-                    let values = meta.ghost.merging(changed) { $1 }
-                    meta.ghost = [:]
-                    try Self.insert(table, key: change.primaryKey, values: values, db)
-                    applied.append(AppliedChange(table: table.name, primaryKey: change.primaryKey, kind: .inserted, device: record.device))
-                case (true, false):
-                    let deleted = meta.deleted
-                    let kept = table.valueColumns.filter { column in meta.stamps[column].map { stamp in deleted.map { stamp > $0 } ?? true } ?? false }
-                    meta.ghost = try ChangeCapture.values(of: kept, in: table, key: change.primaryKey, db) ?? [:]
-                    try Self.delete(table, key: change.primaryKey, db)
-                    applied.append(AppliedChange(table: table.name, primaryKey: change.primaryKey, kind: .deleted, device: record.device))
-                case (false, false):
-                    meta.ghost.merge(changed) { $1 }
-                }
-            } else if !exists {
-                meta.ghost = [:] // this device deleted it last: nothing after its delete
+            if local {
+                if !exists { meta.ghost = [:] } // this device deleted it last: nothing after its delete
+                meta.pruneBeforeDelete()
+                try Self.save(meta, table: table.name, key: key, db)
+                continue
             }
-            meta.pruneBeforeDelete()
-            try Self.save(meta, table: table.name, key: key, db)
+            // The stamps are saved before the tables change: resolving a duplicate reads them.
+            switch (existed, exists) {
+            case (true, true):
+                try Self.save(meta, table: table.name, key: key, db)
+                guard !changed.isEmpty else { break }
+                var candidate = try ChangeCapture.values(of: table.uniqueColumns, in: table, key: change.primaryKey, db) ?? [:]
+                candidate.merge(changed) { $1 }
+                if try writeResolvingDuplicates(table, key: change.primaryKey, candidate: candidate, duplicates, db, { try Self.update(table, key: change.primaryKey, values: changed, db) }) {
+                    applied.append(AppliedChange(table: table.name, primaryKey: change.primaryKey, kind: .updated(Set(changed.keys)), device: record.device))
+                } else {
+                    applied.append(AppliedChange(table: table.name, primaryKey: change.primaryKey, kind: .deleted, device: record.device))
+                }
+            case (false, true):
+                let values = meta.ghost.merging(changed) { $1 }
+                meta.ghost = [:]
+                try Self.save(meta, table: table.name, key: key, db)
+                if try writeResolvingDuplicates(table, key: change.primaryKey, candidate: values, duplicates, db, { try Self.insert(table, key: change.primaryKey, values: values, db) }) {
+                    applied.append(AppliedChange(table: table.name, primaryKey: change.primaryKey, kind: .inserted, device: record.device))
+                }
+            case (true, false):
+                let deleted = meta.deleted
+                let kept = table.valueColumns.filter { column in meta.stamps[column].map { stamp in deleted.map { stamp > $0 } ?? true } ?? false }
+                meta.ghost = try ChangeCapture.values(of: kept, in: table, key: change.primaryKey, db) ?? [:]
+                meta.pruneBeforeDelete()
+                try Self.save(meta, table: table.name, key: key, db)
+                try Self.delete(table, key: change.primaryKey, db)
+                applied.append(AppliedChange(table: table.name, primaryKey: change.primaryKey, kind: .deleted, device: record.device))
+            case (false, false):
+                meta.ghost.merge(changed) { $1 }
+                meta.pruneBeforeDelete()
+                try Self.save(meta, table: table.name, key: key, db)
+            }
         }
         return applied
+    }
+
+    /// Writes a row of another device's change; when it collides with another row on a unique
+    /// index, keeps the row inserted first (by insert stamp: the same choice on every device)
+    /// and has `duplicates` remove the other. Returns false when the incoming row was the one
+    /// removed.
+    func writeResolvingDuplicates(_ table: SyncedTable, key: [LogValue], candidate: [String: LogValue], _ duplicates: (any DuplicateResolver)?,
+                                  _ db: Database, _ write: () throws -> Void) throws -> Bool {
+        var attempts = 0
+        while true {
+            do {
+                try write()
+                return true
+            } catch let error as DatabaseError where error.extendedResultCode == .SQLITE_CONSTRAINT_UNIQUE {
+                attempts += 1
+                guard let duplicates, attempts <= 16, let other = try Self.duplicate(of: key, in: table, candidate: candidate, db) else { throw error }
+                let incoming = try Self.meta(table: table.name, key: RowMeta.encodedKey(key), db)?.inserted
+                let existing = try Self.meta(table: table.name, key: RowMeta.encodedKey(other), db)?.inserted
+                // A row never logged (no stamp) counts as the latest.
+                let incomingFirst = switch (incoming, existing) {
+                case let (incoming?, existing?): incoming < existing
+                case (.some, nil): true
+                case (nil, _): false
+                }
+                if incomingFirst {
+                    try duplicates.removeDuplicate(table, kept: key, removed: other, db)
+                } else {
+                    try duplicates.removeDuplicate(table, kept: other, removed: key, db)
+                    return false
+                }
+            }
+        }
+    }
+
+    /// The key of a row other than `key` whose values on one of the table's unique indexes
+    /// equal `candidate`'s (NULLs never collide).
+    static func duplicate(of key: [LogValue], in table: SyncedTable, candidate: [String: LogValue], _ db: Database) throws -> [LogValue]? {
+        for unique in table.uniqueKeys {
+            let values = unique.map { candidate[$0] ?? .null }
+            guard !values.contains(.null) else { continue }
+            let sql = "SELECT \(table.primaryKey.map(\.quotedDatabaseIdentifier).joined(separator: ", ")) FROM main.\(table.name.quotedDatabaseIdentifier) WHERE \(unique.map { "\($0.quotedDatabaseIdentifier) IS ?" }.joined(separator: " AND ")) AND NOT (\(ChangeCapture.keyCondition(table))) LIMIT 1"
+            if let row = try Row.fetchOne(db.cachedStatement(sql: sql), arguments: StatementArguments(values.map(\.databaseValue) + key.map(\.databaseValue))) {
+                return (0..<table.primaryKey.count).map { LogValue(row[$0] as DatabaseValue) }
+            }
+        }
+        return nil
     }
 
     static func meta(table: String, key: [UInt8], _ db: Database) throws -> RowMeta? {

@@ -29,17 +29,27 @@ public struct SyncedTable: Hashable, Sendable {
     public let primaryKey: [String]
     /// The columns outside the primary key, in the table's order.
     public let valueColumns: [String]
+    /// The columns of each unique index other than the primary key: two devices' rows that
+    /// collide on one are duplicates (one is kept, on every device the same).
+    public let uniqueKeys: [[String]]
 
     /// The most columns a synced table's primary key may have.
     public static let maximumKeyColumns = 4
 
     /// A table's shape.
-    public init(name: String, columns: [String], primaryKey: [String]) {
+    public init(name: String, columns: [String], primaryKey: [String], uniqueKeys: [[String]] = []) {
         self.name = name
         self.columns = columns
         self.primaryKey = primaryKey
+        self.uniqueKeys = uniqueKeys
         let key = Set(primaryKey)
         self.valueColumns = columns.filter { !key.contains($0) }
+    }
+
+    /// The columns of the unique indexes, each once.
+    var uniqueColumns: [String] {
+        var seen = Set<String>()
+        return uniqueKeys.joined().filter { seen.insert($0).inserted }
     }
 
     /// The bit that marks a change of value column `index` in a captured update (columns past
@@ -96,11 +106,13 @@ public struct SyncedSchema: Sendable, Equatable {
             guard key.columns.count <= SyncedTable.maximumKeyColumns else {
                 throw SyncedSchemaError(table: name, message: "its primary key has \(key.columns.count) columns; at most \(SyncedTable.maximumKeyColumns)")
             }
-            tables.append(SyncedTable(name: name, columns: columns.map(\.name), primaryKey: key.columns))
+            let uniqueKeys = try db.indexes(on: name).filter { $0.isUnique && $0.origin != .primaryKeyConstraint && $0.columns != key.columns }.map(\.columns).sorted { $0.lexicographicallyPrecedes($1) }
+            tables.append(SyncedTable(name: name, columns: columns.map(\.name), primaryKey: key.columns, uniqueKeys: uniqueKeys))
             shape += "table \(name)\n"
             for column in columns {
                 shape += "  \(column.name) \(column.type) notnull=\(column.isNotNull) default=\(column.defaultValueSQL ?? "") pk=\(column.primaryKeyIndex)\n"
             }
+            for unique in uniqueKeys { shape += "  unique \(unique.joined(separator: ","))\n" }
         }
         let hash = SHA256.hash(data: Data(shape.utf8)).map { String(format: "%02x", $0) }.joined()
         return SyncedSchema(tables: tables, hash: hash)

@@ -83,12 +83,17 @@ public final class UbiquitousDatabase: Sendable {
     ///   - localTables: Tables that stay on this device.
     ///   - automaticallySynchronizes: Whether it synchronizes by itself (after commits, when
     ///     logs arrive); otherwise only on ``synchronize()``.
-    ///   - importHook: Runs inside each import transaction, after the imported changes and before
-    ///     the commit: repair data there (what it writes syncs as this device's change).
+    ///   - willCommitImport: Runs inside each import transaction, after the imported changes
+    ///     and before the commit: repair data there (what it writes syncs as this device's
+    ///     change). An error it throws rolls the import back (it is tried again later).
+    ///   - willRemoveDuplicate: Runs when an import makes two rows collide on a unique index,
+    ///     before the one inserted later is removed (the same one on every device): move what
+    ///     refers to it over to the row kept (those writes sync).
     /// - Throws: ``SyncedSchemaError`` for a table that cannot sync; GRDB's and file errors.
     public init(container: URL, name: String, migrator: DatabaseMigrator, configuration: Configuration = Configuration(),
                 localTables: Set<String> = [], automaticallySynchronizes: Bool = true,
-                importHook: (@Sendable (Database, ImportedChanges) throws -> Void)? = nil) throws {
+                willCommitImport: (@Sendable (Database, ImportedChanges) throws -> Void)? = nil,
+                willRemoveDuplicate: (@Sendable (Database, DuplicateRows) throws -> Void)? = nil) throws {
         guard !name.isEmpty, !name.hasPrefix("."), !name.contains("/"), !name.contains("\0"), name.utf8.count <= 200 else {
             throw SyncedSchemaError(table: name, message: "a database's name is one path component, not hidden")
         }
@@ -106,7 +111,7 @@ public final class UbiquitousDatabase: Sendable {
         queue = DispatchQueue(label: "ubiquity.database.\(name)")
         let schedule = ScheduleBox()
         engine = try DatabaseSyncEngine(writer: writer, logs: LogFolder(url: logsURL), localTables: localTables, logger: logger,
-                                        importHook: importHook, onCommit: { schedule.fire() })
+                                        importHook: willCommitImport, duplicateHook: willRemoveDuplicate, onCommit: { schedule.fire() })
         guard automaticallySynchronizes else { return }
         schedule.set { [weak self] in self?.scheduleSynchronization() }
         let own = logsURL.appendingPathComponent(engine.device).path + "/"

@@ -212,3 +212,95 @@ struct TwoDevices {
         try a.close(); try b.close()
     }
 }
+
+@Suite struct DuplicateRowsTests {
+    /// Lists and tasks; every device's first launch makes its own "Inbox" (a new UUID each).
+    static func migrator() -> DatabaseMigrator {
+        var migrator = DatabaseMigrator()
+        migrator.registerMigration("v1") { db in
+            try db.execute(sql: """
+                CREATE TABLE list(id TEXT PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+                CREATE TABLE task(id TEXT PRIMARY KEY, list TEXT NOT NULL REFERENCES list(id), title TEXT NOT NULL);
+                """)
+            try db.execute(sql: "INSERT INTO list VALUES (?, 'Inbox')", arguments: [UUID().uuidString])
+        }
+        return migrator
+    }
+
+    /// The duplicates a device's hook was told of.
+    final class Removed: Sendable {
+        let rows = Mutex<[DuplicateRows]>([])
+        var all: [DuplicateRows] { rows.withLock { $0 } }
+    }
+
+    static func open(_ container: URL, removed: Removed) throws -> UbiquitousDatabase {
+        try UbiquitousDatabase(container: container, name: "Tasks", migrator: migrator(), automaticallySynchronizes: false,
+                               willRemoveDuplicate: { db, rows in
+                                   removed.rows.withLock { $0.append(rows) }
+                                   // Move the removed list's tasks to the list kept.
+                                   try db.execute(sql: "UPDATE task SET list = ? WHERE list = ?", arguments: [rows.kept.primaryKey[0].databaseValue, rows.removed.primaryKey[0].databaseValue])
+                               })
+    }
+
+    static func copy(_ from: URL, _ to: URL) throws {
+        let manager = FileManager.default
+        let logs = "Databases/Tasks/logs"
+        for device in (try? manager.contentsOfDirectory(atPath: from.appendingPathComponent(logs).path)) ?? [] {
+            let target = to.appendingPathComponent(logs).appendingPathComponent(device)
+            try manager.createDirectory(at: target, withIntermediateDirectories: true)
+            for file in try manager.contentsOfDirectory(atPath: from.appendingPathComponent(logs).appendingPathComponent(device).path)
+            where file.hasSuffix(".ubqlog") && !manager.fileExists(atPath: target.appendingPathComponent(file).path) {
+                try manager.copyItem(at: from.appendingPathComponent(logs).appendingPathComponent(device).appendingPathComponent(file), to: target.appendingPathComponent(file))
+            }
+        }
+    }
+
+    @Test func theDefaultRowEveryDeviceMadeIsKeptOnceTheSameEverywhere() throws {
+        let root = try TemporaryDirectory("duplicates"); defer { root.remove() }
+        let removedOnA = Removed(), removedOnB = Removed()
+        let a = try Self.open(root.file("a"), removed: removedOnA)
+        let b = try Self.open(root.file("b"), removed: removedOnB)
+        for (database, task) in [(a, "milk"), (b, "bread")] {
+            try database.writer.write { db in
+                let inbox = try String.fetchOne(db, sql: "SELECT id FROM list WHERE name = 'Inbox'")
+                try db.execute(sql: "INSERT INTO task VALUES (?, ?, ?)", arguments: [UUID().uuidString, inbox, task])
+            }
+        }
+        for _ in 0..<3 {
+            try a.synchronize(); try b.synchronize()
+            try Self.copy(root.file("a"), root.file("b")); try Self.copy(root.file("b"), root.file("a"))
+            try a.synchronize(); try b.synchronize()
+        }
+        func state(_ database: UbiquitousDatabase) throws -> [String] {
+            try database.writer.read { db in
+                try String.fetchAll(db, sql: "SELECT list.id || ' ' || list.name || ': ' || coalesce(group_concat(task.title, ','), '') FROM list LEFT JOIN (SELECT * FROM task ORDER BY title) task ON task.list = list.id GROUP BY list.id")
+            }
+        }
+        let onA = try state(a)
+        #expect(onA.count == 1 && onA[0].hasSuffix("Inbox: bread,milk"), "one Inbox, with both devices' tasks: \(onA)")
+        #expect(try state(b) == onA)
+        let kept = removedOnA.all + removedOnB.all
+        #expect(!kept.isEmpty)
+        #expect(Set(kept.map(\.kept)).count == 1, "every device kept the same row")
+        try a.close(); try b.close()
+    }
+
+    @Test func rowsWrittenBeforeTheStoreSyncedAreAdopted() throws {
+        let root = try TemporaryDirectory("adopt"); defer { root.remove() }
+        let a = root.file("a"), b = root.file("b")
+        // An app that used plain GRDB, now moving its store into the container.
+        try FileManager.default.createDirectory(at: a.appendingPathComponent("Recipes.nosync"), withIntermediateDirectories: true)
+        let plain = try DatabaseQueue(path: a.appendingPathComponent("Recipes.nosync/store.sqlite").path)
+        try TwoDevices.migrator().migrate(plain)
+        try plain.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r1', 'Bread', 90), ('r2', 'Soup', 30)") }
+        try plain.close()
+
+        let first = try UbiquitousDatabase(container: a, name: "Recipes", migrator: TwoDevices.migrator(), automaticallySynchronizes: false)
+        try first.synchronize()
+        let second = try UbiquitousDatabase(container: b, name: "Recipes", migrator: TwoDevices.migrator(), automaticallySynchronizes: false)
+        try TwoDevices.copyLogs(from: a, to: b)
+        #expect(try second.synchronize().changes.inserted.count == 2)
+        #expect(try TwoDevices.recipes(second) == ["r1": "Bread|90", "r2": "Soup|30"])
+        try first.close(); try second.close()
+    }
+}
