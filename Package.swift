@@ -52,7 +52,7 @@ let package = Package(
         // Metadata queries: NSMetadataQuery, NSMetadataItem, NSPredicate format strings, NSSortDescriptor by key.
         .target(name: "UbiquityQuery", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityClient", logging]),
         // Databases in iCloud (issue 19): GRDB stores whose transactions sync as per-device change logs.
-        .target(name: "UbiquityDatabase", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", logging, .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]),
+        .target(name: "UbiquityDatabase", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", "UbiquityClient", logging, .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]),
         // The one module apps import.
         .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument", "UbiquityClient", "UbiquityQuery"]),
 
@@ -159,6 +159,6 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport", "TextEditorExample", "NotesExample", "ThingsExample", "UbiquityCLI"]),
+        .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport", "UbiquityDatabase", .product(name: "GRDB", package: "GRDB.swift"), "TextEditorExample", "NotesExample", "ThingsExample", "UbiquityCLI"]),
     ]
 )

@@ -119,7 +119,7 @@ final class ChangeFinder {
                 sync.materialiser.pending?.insert(item) // its placeholder goes
                 continue
             }
-            let item = RandomIdentifier.make()
+            let item = newItemId(name: name, parent: parent, kind: print.kind, in: sync)
             sync.state.save(item: item, name: name, parent: parent, kind: print.kind, content: content,
                        date: print.kind == .directory ? Date().timeIntervalSince1970 : date)
             let file = AgentStore.File(path: path, item: item, fingerprint: print, content: content)
@@ -158,6 +158,20 @@ final class ChangeFinder {
             sync.state.delete(item: placeholder.item, date: Date().timeIntervalSince1970)
         }
         try await sync.persist(upsert: upsert, removed: changes.removed + changes.moved.map(\.from))
+    }
+
+    /// The id of an item new here: a folder's comes from where it is
+    /// (``FolderIdentity``: the same folder made on two devices is one item), unless that id
+    /// already names another item here (a folder renamed away from this place, then a new one
+    /// made at it); anything else gets a random id.
+    func newItemId(name: String, parent: String?, kind: ItemKind, in sync: isolated ContainerSync) -> String {
+        guard kind == .directory else { return RandomIdentifier.make() }
+        let id = FolderIdentity.id(parent: parent, name: name)
+        if sync.files.contains(item: id) { return RandomIdentifier.make() }
+        if let known = sync.state.visible(id), !known.deleted, known.parent != parent || NameCollision.key(known.name) != NameCollision.key(name) {
+            return RandomIdentifier.make()
+        }
+        return id
     }
 
     /// The files recorded in `folders` and what is in them now: each folder listed (not its

@@ -46,6 +46,8 @@ final class DatabaseSyncEngine: Sendable {
     let importHook: (@Sendable (Database, ImportedChanges) throws -> Void)?
     /// Called before a duplicate row is removed (inside the import transaction).
     let duplicateHook: (@Sendable (Database, DuplicateRows) throws -> Void)?
+    /// Asks for a segment that is in the container but not on this device (its placeholder is).
+    let requestDownload: @Sendable (URL) throws -> Void
 
     /// The most bytes of records one published segment holds (well under the 64 MiB limit; a
     /// single larger transaction makes a segment of its own).
@@ -58,11 +60,14 @@ final class DatabaseSyncEngine: Sendable {
     ///   - localTables: Tables that do not sync.
     ///   - importHook: Runs inside each import transaction.
     ///   - duplicateHook: Runs before a duplicate row is removed.
+    ///   - requestDownload: Asks the sync agent for a segment not yet downloaded.
     ///   - onCommit: Called after each app transaction that changed synced rows.
     init(writer: any DatabaseWriter, logs: LogFolder, localTables: Set<String>, logger: Logger,
          importHook: (@Sendable (Database, ImportedChanges) throws -> Void)? = nil,
          duplicateHook: (@Sendable (Database, DuplicateRows) throws -> Void)? = nil,
+         requestDownload: @escaping @Sendable (URL) throws -> Void = { _ in },
          onCommit: @escaping @Sendable () -> Void = {}) throws {
+        self.requestDownload = requestDownload
         self.writer = writer
         self.logs = logs
         self.logger = logger
@@ -243,6 +248,14 @@ final class DatabaseSyncEngine: Sendable {
                     if !changes.isEmpty { onImported(changes) }
                 }
                 if let missing = result.missing { report.waiting[other] = "segments \(missing.lowerBound)…\(missing.upperBound) have not arrived" }
+                if !result.notDownloaded.isEmpty {
+                    report.waiting[other] = "\(result.notDownloaded.count) segment(s) downloading"
+                    for url in result.notDownloaded {
+                        do { try requestDownload(url) } catch {
+                            logger.warning("cannot ask for a segment to be downloaded", metadata: ["segment": "\(url.path)", "error": "\(error)"])
+                        }
+                    }
+                }
             } catch let hold as Hold {
                 report.waiting[other] = hold.reason
             } catch let error as LogSegmentError {

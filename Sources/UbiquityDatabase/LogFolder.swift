@@ -26,6 +26,17 @@ public struct LogFolder: Sendable {
         /// Segments that are missing while later ones are here (a segment still on its way
         /// from another device, or lost): reading stopped before them.
         public var missing: ClosedRange<Int64>?
+        /// Segments known to the container but not downloaded to this device (their iCloud
+        /// placeholders, `.NAME.icloud`, are here): ask for them; reading stopped before the
+        /// first.
+        public var notDownloaded: [URL] = []
+
+        /// A result.
+        public init(last: LogPosition?, missing: ClosedRange<Int64>? = nil, notDownloaded: [URL] = []) {
+            self.last = last
+            self.missing = missing
+            self.notDownloaded = notDownloaded
+        }
     }
 
     /// Publishes `segment` (see the type's description).
@@ -38,7 +49,8 @@ public struct LogFolder: Sendable {
         let folder = url.appendingPathComponent(segment.device, isDirectory: true)
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let (data, hash) = try segment.encoded()
-        let staged = folder.appendingPathComponent(".ubqlog-\(UUID().uuidString.prefix(12)).tmp").path
+        // A `.ubiquity-` name: the sync agent never takes it for an item.
+        let staged = folder.appendingPathComponent(".ubiquity-segment-\(UUID().uuidString.prefix(12)).tmp").path
         try POSIX.createFile(staged, contents: data, permissions: 0o644, sync: true)
         defer { unlink(staged) } // gone once moved; removed if the move failed
         let destination = folder.appendingPathComponent(LogSegment.fileName(number: segment.number))
@@ -74,15 +86,27 @@ public struct LogFolder: Sendable {
         let folder = url.appendingPathComponent(device, isDirectory: true)
         guard FileManager.default.fileExists(atPath: folder.path) else { return ReadResult(last: start) }
         var numbers: [Int64] = []
-        for name in try POSIX.directoryEntries(folder.path) where name.hasSuffix(".ubqlog") {
-            if let number = Int64(name.dropLast(7)), number > (start?.number ?? 0) { numbers.append(number) }
+        var placeholders: [Int64] = []
+        for name in try POSIX.directoryEntries(folder.path) {
+            if name.hasSuffix(".ubqlog"), let number = Int64(name.dropLast(7)), number > (start?.number ?? 0) {
+                numbers.append(number)
+            } else if name.hasPrefix("."), name.hasSuffix(".ubqlog.icloud"), let number = Int64(name.dropFirst().dropLast(14)), number > (start?.number ?? 0) {
+                placeholders.append(number) // `.000000000007.ubqlog.icloud`: known, not downloaded
+            }
         }
         numbers.sort()
+        placeholders.sort()
         var chain = SegmentChain(device: device, after: start.map { ($0.number, $0.hash) })
+        func position() -> LogPosition? { chain.last.map { LogPosition(number: $0.number, hash: $0.hash) } }
+        func waiting(from expected: Int64) -> [URL] {
+            placeholders.filter { $0 >= expected }.map { folder.appendingPathComponent(LogSegment.fileName(number: $0)) }
+        }
         for number in numbers {
             let expected = (chain.last?.number ?? 0) + 1
             guard number == expected else {
-                return ReadResult(last: chain.last.map { LogPosition(number: $0.number, hash: $0.hash) }, missing: expected...(number - 1))
+                let notDownloaded = waiting(from: expected)
+                let missing = placeholders.contains(expected) ? nil : expected...(number - 1)
+                return ReadResult(last: position(), missing: missing, notDownloaded: notDownloaded)
             }
             let file = folder.appendingPathComponent(LogSegment.fileName(number: number)).path
             guard (try POSIX.status(file))?.size ?? 0 <= Int64(LogSegment.maximumBytes) else {
@@ -95,7 +119,7 @@ public struct LogFolder: Sendable {
             try chain.append(segment, hash: hash)
             try body(segment, LogPosition(number: number, hash: hash))
         }
-        return ReadResult(last: chain.last.map { LogPosition(number: $0.number, hash: $0.hash) })
+        return ReadResult(last: position(), notDownloaded: waiting(from: (chain.last?.number ?? 0) + 1))
     }
 
     /// A device id names a folder: not empty, no `/` or NUL, not hidden.

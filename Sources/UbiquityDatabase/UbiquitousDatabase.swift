@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import Logging
 import Synchronization
+import UbiquityClient
 import UbiquityFiles
 
 /// A database in iCloud, for a shoebox app: a local SQLite store that the app reads and writes
@@ -60,6 +61,10 @@ public final class UbiquitousDatabase: Sendable {
     private struct State {
         var scheduled = false
         var closed = false
+        /// How long until a synchronization that left something waiting (a segment not yet
+        /// downloaded, an error) is tried again; doubles up to 30 s while it keeps waiting.
+        var retryDelay: Double = 0.25
+        var retryScheduled = false
         var lastReport: ImportReport?
         var lastError: String?
         var streams: [UUID: AsyncStream<ImportedChanges>.Continuation] = [:]
@@ -86,12 +91,14 @@ public final class UbiquitousDatabase: Sendable {
     ///   - willCommitImport: Runs inside each import transaction, after the imported changes
     ///     and before the commit: repair data there (what it writes syncs as this device's
     ///     change). An error it throws rolls the import back (it is tried again later).
+    ///   - containers: The containers' client, whose sync agent is asked for segments another
+    ///     device wrote that are listed here but not downloaded (`.NAME.icloud`).
     ///   - willRemoveDuplicate: Runs when an import makes two rows collide on a unique index,
     ///     before the one inserted later is removed (the same one on every device): move what
     ///     refers to it over to the row kept (those writes sync).
     /// - Throws: ``SyncedSchemaError`` for a table that cannot sync; GRDB's and file errors.
     public init(container: URL, name: String, migrator: DatabaseMigrator, configuration: Configuration = Configuration(),
-                localTables: Set<String> = [], automaticallySynchronizes: Bool = true,
+                localTables: Set<String> = [], automaticallySynchronizes: Bool = true, containers: UbiquityContainers = .shared,
                 willCommitImport: (@Sendable (Database, ImportedChanges) throws -> Void)? = nil,
                 willRemoveDuplicate: (@Sendable (Database, DuplicateRows) throws -> Void)? = nil) throws {
         guard !name.isEmpty, !name.hasPrefix("."), !name.contains("/"), !name.contains("\0"), name.utf8.count <= 200 else {
@@ -111,7 +118,8 @@ public final class UbiquitousDatabase: Sendable {
         queue = DispatchQueue(label: "ubiquity.database.\(name)")
         let schedule = ScheduleBox()
         engine = try DatabaseSyncEngine(writer: writer, logs: LogFolder(url: logsURL), localTables: localTables, logger: logger,
-                                        importHook: willCommitImport, duplicateHook: willRemoveDuplicate, onCommit: { schedule.fire() })
+                                        importHook: willCommitImport, duplicateHook: willRemoveDuplicate,
+                                        requestDownload: { try containers.startDownloading(at: $0) }, onCommit: { schedule.fire() })
         guard automaticallySynchronizes else { return }
         schedule.set { [weak self] in self?.scheduleSynchronization() }
         let own = logsURL.appendingPathComponent(engine.device).path + "/"
@@ -189,13 +197,37 @@ public final class UbiquitousDatabase: Sendable {
                 return state.closed
             }
             guard !closed else { return }
+            var waiting = false
             do {
-                _ = try synchronizeOnQueue()
+                let report = try synchronizeOnQueue()
+                waiting = !report.waiting.isEmpty || !report.problems.isEmpty
                 state.withLock { $0.lastError = nil }
             } catch {
                 logger.error("synchronizing failed", metadata: ["error": "\(error)"])
                 state.withLock { $0.lastError = "\(error)" }
+                waiting = true
             }
+            retry(waiting)
+        }
+    }
+
+    /// Tries again later while something waits (a download asked for may have been refused
+    /// before the agent knew the segment; an error may pass), backing off to every 30 s.
+    private func retry(_ waiting: Bool) {
+        let delay = state.withLock { state -> Double? in
+            guard waiting, !state.closed else {
+                state.retryDelay = 0.25
+                return nil
+            }
+            guard !state.retryScheduled else { return nil }
+            state.retryScheduled = true
+            defer { state.retryDelay = min(state.retryDelay * 2, 30) }
+            return state.retryDelay
+        }
+        guard let delay else { return }
+        queue.asyncAfter(deadline: .now() + delay) { [weak self] in
+            self?.state.withLock { $0.retryScheduled = false }
+            self?.scheduleSynchronization()
         }
     }
 

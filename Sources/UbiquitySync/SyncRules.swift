@@ -1,4 +1,5 @@
 import Foundation
+import Crypto
 
 /// The one rule every device agrees on when two revisions of an item were made concurrently:
 /// the later modification date wins; on equal dates, the greater device id.
@@ -127,5 +128,20 @@ package struct SiblingNames: Sendable {
         guard let clash = byKey[key], clash.id != id else { return (name, nil) }
         if id > clash.id { return (NameCollision.freeName(for: name, isTaken: taken), nil) }
         return (name, (clash.id, NameCollision.freeName(for: clash.name) { $0 == key || taken($0) }))
+    }
+}
+
+/// The id of a folder a device makes: derived from where it is (its parent's id and its name's
+/// key), so that two devices that each make the same folder before hearing of the other name
+/// the same item — one folder, with what both put in it — instead of two ("Name" and
+/// "Name 2"). (Every device opening a database in iCloud makes the same log folders.)
+package enum FolderIdentity {
+    private static let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_".utf8)
+
+    /// The id of a folder named `name` in the folder `parent` (nil: the top of `Documents`).
+    package static func id(parent: String?, name: String) -> String {
+        let digest = Array(SHA256.hash(data: Data("folder\u{0}\(parent ?? "")\u{0}\(NameCollision.key(name))".utf8)))
+        // 15 characters of the same alphabet as random ids (90 bits), prefixed so they never meet one.
+        return "d" + String(decoding: digest.prefix(15).map { alphabet[Int($0 & 63)] }, as: UTF8.self)
     }
 }

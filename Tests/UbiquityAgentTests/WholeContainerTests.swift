@@ -51,6 +51,28 @@ extension ContainerSyncTests {
         }
     }
 
+    /// Two devices that each make the same folder before hearing of the other (as every device
+    /// opening a database in iCloud makes its log folders) get one folder with what both put in
+    /// it, not "Shared" and "Shared 2".
+    @Test func theSameFolderMadeOnTwoDevicesIsOneFolder() async throws {
+        try await withServer { base, dir in
+            let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await device("phone", base: base, dir: dir, greedy: true)
+            try laptop.write("Shared/Deeper/from laptop.txt", Data("L".utf8))
+            try phone.write("Shared/Deeper/from phone.txt", Data("P".utf8))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            try await laptop.sync.syncOnce()
+            for device in [laptop, phone] {
+                #expect(device.read("Shared/Deeper/from laptop.txt") == "L" && device.read("Shared/Deeper/from phone.txt") == "P")
+                #expect(!device.exists("Shared 2") && !device.exists("Shared/Deeper 2"))
+            }
+            let items = try await phone.client.changes(container: notes, since: 0).items.filter { !$0.deleted }
+            #expect(items.filter { $0.name == "Shared" }.count == 1 && items.filter { $0.name == "Deeper" }.count == 1)
+            #expect(items.allSatisfy { $0.conflicts.isEmpty }, "no conflict versions of a folder")
+        }
+    }
+
     @Test func manyNewFilesGoUpInOneCommitAndComeDownTogether() async throws {
         try await withServer { base, dir in
             let laptop = try await device("laptop", base: base, dir: dir, greedy: true)

@@ -54,4 +54,25 @@ import Testing
         #expect { try logs.read("laptop") { segment, _ in read.append(segment.number) } } throws: { ($0 as? LogSegmentError)?.code == .damaged }
         #expect(read == [1], "nothing after the damaged segment is applied")
     }
+
+    @Test func segmentsNotDownloadedAreNamedForTheAgentToFetch() throws {
+        let logs = try Self.folder(); defer { try? FileManager.default.removeItem(at: logs.url) }
+        let segments = try LogSegmentTests.chain(3)
+        try logs.publish(segments[0].segment)
+        let folder = logs.url.appendingPathComponent("laptop")
+        // Segments 2 and 3 are known in the container, not on this device: their placeholders are here.
+        for number in [2, 3] as [Int64] {
+            try Data("{}".utf8).write(to: folder.appendingPathComponent("." + LogSegment.fileName(number: number) + ".icloud"))
+        }
+        var read: [Int64] = []
+        let result = try logs.read("laptop") { segment, _ in read.append(segment.number) }
+        #expect(read == [1])
+        #expect(result.missing == nil, "not missing: on its way")
+        #expect(result.notDownloaded == [2, 3].map { folder.appendingPathComponent(LogSegment.fileName(number: $0)) })
+        // Segment 2 arrives (its placeholder goes): reading goes on from where it stopped.
+        try FileManager.default.removeItem(at: folder.appendingPathComponent("." + LogSegment.fileName(number: 2) + ".icloud"))
+        try segments[1].data.write(to: folder.appendingPathComponent(LogSegment.fileName(number: 2)))
+        let next = try logs.read("laptop", after: result.last) { segment, _ in read.append(segment.number) }
+        #expect(read == [1, 2] && next.notDownloaded == [folder.appendingPathComponent(LogSegment.fileName(number: 3))])
+    }
 }

@@ -63,6 +63,13 @@ enum ServerRules {
             return CommitOutcome(revision: earlier.id, isCurrent: earlier.state == "current", item: state,
                                  missingChunks: chunks.filter { stored[$0] == nil }.sorted(), repeated: true)
         }
+        // The same folder made on two devices before either heard of the other (its id comes
+        // from its place, so both name one item): the folder there is the answer, no conflict.
+        if update.kind == .directory, update.baseRevision == nil, !commit.deleted, let current = facts.current, !current.deleted,
+           current.kind == ItemKind.directory.rawValue, current.parent == update.parent, NameCollision.key(current.name) == NameCollision.key(update.name) {
+            guard let state = try await storage.itemState(container: container, item: item, brief: brief) else { throw SyncError.notFound }
+            return CommitOutcome(revision: current.id, isCurrent: true, item: state, missingChunks: [], repeated: true)
+        }
         var known: [String: Int64] = [:]
         if let kept {
             if facts.baseComplete {
