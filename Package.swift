@@ -52,7 +52,7 @@ let package = Package(
         // Metadata queries: NSMetadataQuery, NSMetadataItem, NSPredicate format strings, NSSortDescriptor by key.
         .target(name: "UbiquityQuery", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityClient", logging]),
         // Databases in iCloud (issue 19): GRDB stores whose transactions sync as per-device change logs.
-        .target(name: "UbiquityDatabase", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", "UbiquityClient", logging, .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]),
+        .target(name: "UbiquityDatabase", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", "UbiquityClient", "UbiquityDocument", logging, .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]),
         // The one module apps import.
         .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument", "UbiquityClient", "UbiquityQuery"]),
 
@@ -104,7 +104,7 @@ let package = Package(
             dependencies: ["Ubiquity", "UbiquityExamples", "UbiquityServer", "UbiquityProtocol", "UbiquityAgent", .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
         ),
-        .executableTarget(name: "UbiquityBenchmarks", dependencies: ["CUbiquitySystem", "Ubiquity", "UbiquityFiles", "UbiquitySync", .product(name: "Crypto", package: "swift-crypto")]),
+        .executableTarget(name: "UbiquityBenchmarks", dependencies: ["CUbiquitySystem", "Ubiquity", "UbiquityFiles", "UbiquitySync", "UbiquityDatabase", .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]),
         // The sync figures against Syncthing, in one run.
         .executableTarget(
             name: "UbiquitySyncBenchmarks",
@@ -143,7 +143,7 @@ let package = Package(
         ),
         // Code written as Apple's documentation writes it: a signature that drifts from Apple's breaks this build.
         .testTarget(name: "UbiquityAppleSourceTests", dependencies: ["Ubiquity"]),
-        .testTarget(name: "UbiquityDatabaseTests", dependencies: ["UbiquityDatabase", "UbiquityTestSupport"]),
+        .testTarget(name: "UbiquityDatabaseTests", dependencies: ["UbiquityDatabase", "UbiquityDocument", "UbiquityTestSupport"]),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityTestSupport", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),
         .testTarget(

@@ -1,7 +1,7 @@
 // ubiquity-bench: prints the document and coordination layers' figures as JSON, each measured against its peer
 // in the same run (ratios, not absolute times).
 //
-//   swift run -c release ubiquity-bench [--iterations N] [--query-items N] [--only safeSave|package|coordination|query|chunking] [--directory DIR]
+//   swift run -c release ubiquity-bench [--iterations N] [--query-items N] [--database-rows N] [--history-rows N] [--only safeSave|package|coordination|query|chunking|database] [--directory DIR]
 import Foundation
 import Synchronization
 import Ubiquity
@@ -303,6 +303,8 @@ func coordinationFigures(in directory: URL, iterations: Int) throws -> [String: 
 func main() async throws {
     var iterations = 30
     var queryItems = 100_000
+    var databaseRows = 500_000
+    var historyRows = 100_000
     var only: String?
     var directory: URL?
     var arguments = CommandLine.arguments.dropFirst()
@@ -312,9 +314,11 @@ func main() async throws {
         case "--iterations": iterations = Int(arguments.popFirst() ?? "") ?? iterations
         case "--directory": directory = arguments.popFirst().map { URL(fileURLWithPath: $0, isDirectory: true) }
         case "--query-items": queryItems = Int(arguments.popFirst() ?? "") ?? queryItems
+        case "--database-rows": databaseRows = Int(arguments.popFirst() ?? "") ?? databaseRows
+        case "--history-rows": historyRows = Int(arguments.popFirst() ?? "") ?? historyRows
         case "--only": only = arguments.popFirst()
         default:
-            FileHandle.standardError.write(Data("usage: ubiquity-bench [--iterations N] [--query-items N] [--only safeSave|package|coordination|query|chunking] [--directory DIR]\n".utf8))
+            FileHandle.standardError.write(Data("usage: ubiquity-bench [--iterations N] [--query-items N] [--database-rows N] [--history-rows N] [--only safeSave|package|coordination|query|chunking|database] [--directory DIR]\n".utf8))
             exit(64)
         }
     }
@@ -331,6 +335,9 @@ func main() async throws {
     if only == nil || only == "coordination" { report["coordination"] = try coordinationFigures(in: work, iterations: iterations) }
     if only == nil || only == "chunking" { report["chunking64MiB"] = try chunkingFigures(in: work, mib: 64, iterations: iterations) }
     if only == nil || only == "query" { report["metadataQuery"] = try await metadataQueryFigures(in: work, count: queryItems) }
+    if only == nil || only == "database" {
+        report["database"] = try databaseFigures(in: work.appendingPathComponent("database"), iterations: iterations, largeRows: databaseRows, historyRows: historyRows)
+    }
     let json = try JSONSerialization.data(withJSONObject: report, options: [.prettyPrinted, .sortedKeys])
     FileHandle.standardOutput.write(json + Data("\n".utf8))
 }

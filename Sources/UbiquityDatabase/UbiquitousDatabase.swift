@@ -38,8 +38,6 @@ import UbiquityFiles
 public final class UbiquitousDatabase: Sendable {
     /// The database's name.
     public let name: String
-    /// The ubiquity container it lives in.
-    public let containerURL: URL
     /// The local store's file.
     public let storeURL: URL
     /// The folder of the change logs of every device.
@@ -97,19 +95,34 @@ public final class UbiquitousDatabase: Sendable {
     ///     before the one inserted later is removed (the same one on every device): move what
     ///     refers to it over to the row kept (those writes sync).
     /// - Throws: ``SyncedSchemaError`` for a table that cannot sync; GRDB's and file errors.
-    public init(container: URL, name: String, migrator: DatabaseMigrator, configuration: Configuration = Configuration(),
+    public convenience init(container: URL, name: String, migrator: DatabaseMigrator, configuration: Configuration = Configuration(),
+                            localTables: Set<String> = [], automaticallySynchronizes: Bool = true, containers: UbiquityContainers = .shared,
+                            willCommitImport: (@Sendable (Database, ImportedChanges) throws -> Void)? = nil,
+                            willRemoveDuplicate: (@Sendable (Database, DuplicateRows) throws -> Void)? = nil) throws {
+        guard Self.isValidName(name) else {
+            throw SyncedSchemaError(table: name, message: "a database's name is one path component, not hidden")
+        }
+        try self.init(storeURL: container.appendingPathComponent("\(name).nosync", isDirectory: true).appendingPathComponent("store.sqlite"),
+                      logsURL: container.appendingPathComponent("Databases", isDirectory: true).appendingPathComponent(name, isDirectory: true).appendingPathComponent("logs", isDirectory: true),
+                      name: name, migrator: migrator, configuration: configuration, localTables: localTables,
+                      automaticallySynchronizes: automaticallySynchronizes, containers: containers,
+                      willCommitImport: willCommitImport, willRemoveDuplicate: willRemoveDuplicate)
+    }
+
+    /// Opens (or creates, or rebuilds from the logs) a synced store at `storeURL` whose change
+    /// logs are in `logsURL` (what ``ManagedDocument`` uses: the store in its package, the logs
+    /// where its options say). The store's folder must not sync (a `.nosync` folder in a
+    /// container); the logs' folder must (outside `Documents`, by the reference's advice).
+    /// - Parameters: as ``init(container:name:migrator:configuration:localTables:automaticallySynchronizes:containers:willCommitImport:willRemoveDuplicate:)``,
+    ///   with `name` only naming the database in logs and errors.
+    public init(storeURL: URL, logsURL: URL, name: String, migrator: DatabaseMigrator, configuration: Configuration = Configuration(),
                 localTables: Set<String> = [], automaticallySynchronizes: Bool = true, containers: UbiquityContainers = .shared,
                 willCommitImport: (@Sendable (Database, ImportedChanges) throws -> Void)? = nil,
                 willRemoveDuplicate: (@Sendable (Database, DuplicateRows) throws -> Void)? = nil) throws {
-        guard !name.isEmpty, !name.hasPrefix("."), !name.contains("/"), !name.contains("\0"), name.utf8.count <= 200 else {
-            throw SyncedSchemaError(table: name, message: "a database's name is one path component, not hidden")
-        }
         self.name = name
-        containerURL = container
-        let storeFolder = container.appendingPathComponent("\(name).nosync", isDirectory: true)
-        storeURL = storeFolder.appendingPathComponent("store.sqlite")
-        logsURL = container.appendingPathComponent("Databases", isDirectory: true).appendingPathComponent(name, isDirectory: true).appendingPathComponent("logs", isDirectory: true)
-        try FileManager.default.createDirectory(at: storeFolder, withIntermediateDirectories: true)
+        self.storeURL = storeURL
+        self.logsURL = logsURL
+        try FileManager.default.createDirectory(at: storeURL.deletingLastPathComponent(), withIntermediateDirectories: true)
         try FileManager.default.createDirectory(at: logsURL, withIntermediateDirectories: true)
         let logger = Logger(label: "ubiquity.database.\(name)")
         self.logger = logger
@@ -181,6 +194,11 @@ public final class UbiquitousDatabase: Sendable {
         watcher.withLock { $0?.stop(); $0 = nil }
         queue.sync {}
         try writer.close()
+    }
+
+    /// Whether `name` can name a database (one path component, not hidden).
+    static func isValidName(_ name: String) -> Bool {
+        !name.isEmpty && !name.hasPrefix(".") && !name.contains("/") && !name.contains("\0") && name.utf8.count <= 200
     }
 
     private func scheduleSynchronization() {

@@ -214,7 +214,7 @@ open class Document {
     /// Runs `body` on the main actor from the file-access queue, waiting for it.
     /// The main actor's executor is the main dispatch queue (on Linux it may be drained by a
     /// thread other than the process's first), so "already on it" is asked of the queue.
-    nonisolated static func onMainActor<T: Sendable>(_ body: @MainActor () throws -> T) throws -> T {
+    nonisolated package static func onMainActor<T: Sendable>(_ body: @MainActor () throws -> T) throws -> T {
         if MainQueueMarker.isCurrent { return try MainActor.assumeIsolated(body) }
         return try DispatchQueue.main.sync { try MainActor.assumeIsolated(body) }
     }

@@ -4,6 +4,7 @@
 /// made on the main actor by `contents(forType:)` and handed to the file-access queue, which
 /// alone uses it from then on — the ownership transfer UIDocument's contract describes.
 /// `FileWrapper` is internally locked, so even a tree the app keeps editing is safe to share.
-struct Handoff<Value>: @unchecked Sendable {
-    let value: Value
+package struct Handoff<Value>: @unchecked Sendable {
+    package let value: Value
+    package init(value: Value) { self.value = value }
 }
