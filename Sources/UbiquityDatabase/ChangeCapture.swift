@@ -19,9 +19,11 @@ final class CaptureClock: Sendable {
         state = Mutex(State(clock: clock))
     }
 
-    /// The current transaction's timestamp, ticked at its first captured change.
-    func transactionTimestamp() -> HLCTimestamp {
+    /// The current transaction's timestamp, ticked at its first captured change; nil while
+    /// capture is off.
+    func transactionTimestamp() -> HLCTimestamp? {
         state.withLock { state in
+            guard state.capturing else { return nil }
             if let current = state.current { return current }
             let timestamp = state.clock.tick()
             state.current = timestamp
@@ -37,9 +39,6 @@ final class CaptureClock: Sendable {
             return state.current != nil
         }
     }
-
-    /// Whether writes are captured now.
-    var isCapturing: Bool { state.withLock(\.capturing) }
 
     /// Runs `body` with capture off (writes made while importing are other devices' changes).
     func withoutCapture<T>(_ body: () throws -> T) rethrows -> T {
@@ -99,10 +98,11 @@ final class ChangeCapture: Sendable {
     /// The writer's clock.
     let clock: CaptureClock
 
-    init(schema: SyncedSchema, device: String, clock: CaptureClock) {
+    init(schema: SyncedSchema, device: String, clock: CaptureClock, changesPerRecord: Int = ChangeCapture.defaultChangesPerRecord) {
         self.schema = schema
         self.device = device
         self.clock = clock
+        self.changesPerRecord = changesPerRecord
     }
 
     /// Creates the capture table.
@@ -126,11 +126,10 @@ final class ChangeCapture: Sendable {
     ///     writer's thread: hand the work elsewhere).
     func install(_ db: Database, onCommit: @escaping @Sendable () -> Void = {}) throws {
         let clock = self.clock
+        // NULL while capture is off: the trigger's `INSERT OR IGNORE` then writes nothing (its
+        // `tx` is NOT NULL), one function call a row either way.
         db.add(function: DatabaseFunction("ubq_transaction", argumentCount: 0, pure: false) { _ in
-            clock.transactionTimestamp().packed
-        })
-        db.add(function: DatabaseFunction("ubq_capturing", argumentCount: 0, pure: false) { _ in
-            clock.isCapturing
+            clock.transactionTimestamp()?.packed
         })
         db.add(transactionObserver: TransactionEnd(clock: clock, onCommit: onCommit), extent: .databaseLifetime)
         // REPLACE deletes the rows it displaces; with recursive triggers on, it says so.
@@ -148,7 +147,7 @@ final class ChangeCapture: Sendable {
             (0..<SyncedTable.maximumKeyColumns).map { $0 < table.primaryKey.count ? "\(row).\(table.primaryKey[$0].quotedDatabaseIdentifier)" : "NULL" }.joined(separator: ", ")
         }
         func capture(kind: Int, changed: String, row: String) -> String {
-            "INSERT INTO ubq_capture(tx, tbl, kind, changed, k1, k2, k3, k4) VALUES (ubq_transaction(), \(tableLiteral), \(kind), \(changed), \(keys(row)));"
+            "INSERT OR IGNORE INTO ubq_capture(tx, tbl, kind, changed, k1, k2, k3, k4) VALUES (ubq_transaction(), \(tableLiteral), \(kind), \(changed), \(keys(row)));"
         }
         let sameKey = table.primaryKey.map { "NEW.\($0.quotedDatabaseIdentifier) IS OLD.\($0.quotedDatabaseIdentifier)" }.joined(separator: " AND ")
         let differs = table.valueColumns.map { "OLD.\($0.quotedDatabaseIdentifier) IS NOT NEW.\($0.quotedDatabaseIdentifier)" }
@@ -156,15 +155,15 @@ final class ChangeCapture: Sendable {
             "(CASE WHEN OLD.\(column.quotedDatabaseIdentifier) IS NOT NEW.\(column.quotedDatabaseIdentifier) THEN \(SyncedTable.bit(ofValueColumn: index)) ELSE 0 END)"
         }.joined(separator: " | ")
         func trigger(_ suffix: String, _ event: String, when: String, _ body: String) -> String {
-            "CREATE TEMP TRIGGER IF NOT EXISTS \(("ubq_\(suffix)_" + table.name).quotedDatabaseIdentifier) AFTER \(event) ON main.\(name) WHEN ubq_capturing()\(when) BEGIN \(body) END"
+            "CREATE TEMP TRIGGER IF NOT EXISTS \(("ubq_\(suffix)_" + table.name).quotedDatabaseIdentifier) AFTER \(event) ON main.\(name)\(when.isEmpty ? "" : " WHEN " + when) BEGIN \(body) END"
         }
         var statements = [
             trigger("insert", "INSERT", when: "", capture(kind: 0, changed: "-1", row: "NEW")),
             trigger("delete", "DELETE", when: "", capture(kind: 2, changed: "0", row: "OLD")),
-            trigger("rekey", "UPDATE", when: " AND NOT (\(sameKey))", capture(kind: 2, changed: "0", row: "OLD") + " " + capture(kind: 0, changed: "-1", row: "NEW")),
+            trigger("rekey", "UPDATE", when: "NOT (\(sameKey))", capture(kind: 2, changed: "0", row: "OLD") + " " + capture(kind: 0, changed: "-1", row: "NEW")),
         ]
         if !differs.isEmpty {
-            statements.append(trigger("update", "UPDATE", when: " AND \(sameKey) AND (\(differs.joined(separator: " OR ")))", capture(kind: 1, changed: mask, row: "NEW")))
+            statements.append(trigger("update", "UPDATE", when: "\(sameKey) AND (\(differs.joined(separator: " OR ")))", capture(kind: 1, changed: mask, row: "NEW")))
         }
         return statements
     }
@@ -180,6 +179,15 @@ final class ChangeCapture: Sendable {
         try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ubq_capture)") ?? false
     }
 
+    /// The most changes one record holds (about 9 MiB of log for rows of a few short columns):
+    /// a larger transaction is split into records that follow each other, each under the
+    /// transaction's timestamp and starting at its place in it.
+    static let defaultChangesPerRecord = 50_000
+    /// The most bytes (roughly, as JSON) one record holds.
+    static let bytesPerRecord = 8 << 20
+    /// The most changes one record holds here (``defaultChangesPerRecord``; tests make it small).
+    let changesPerRecord: Int
+
     /// Turns the captured changes into records, one per transaction in commit order, and
     /// removes them from the capture table. Call inside a write transaction: the records must
     /// be kept (in the outbox) in the same transaction.
@@ -188,10 +196,17 @@ final class ChangeCapture: Sendable {
     /// captured transaction carries that later value in both records, which merges the same
     /// (the later stamp wins everywhere); a row deleted since has no values to carry (its
     /// delete follows in the same batch).
-    func collect(_ db: Database) throws -> [ChangeLogRecord] {
+    /// - Parameters:
+    ///   - db: The writer's connection, in a write transaction.
+    ///   - limit: The most captured changes taken (call again for the rest: memory stays bounded
+    ///     by one batch whatever the size of a transaction).
+    ///   - continuing: Where the previous batch's last record ended (its transaction and the
+    ///     place after its last change), so that a transaction spanning batches goes on at its place.
+    func collect(_ db: Database, limit: Int = .max, continuing: (timestamp: HLCTimestamp, next: Int)? = nil) throws -> [ChangeLogRecord] {
         var records: [ChangeLogRecord] = []
+        var recordBytes = 0
         var lastSequence: Int64?
-        let rows = try Row.fetchCursor(db, sql: "SELECT seq, tx, tbl, kind, changed, k1, k2, k3, k4 FROM ubq_capture ORDER BY seq")
+        let rows = try Row.fetchCursor(db, sql: "SELECT seq, tx, tbl, kind, changed, k1, k2, k3, k4 FROM ubq_capture ORDER BY seq LIMIT ?", arguments: [limit])
         while let row = try rows.next() {
             lastSequence = row[0]
             let timestamp = HLCTimestamp(packed: row[1])
@@ -209,10 +224,19 @@ final class ChangeCapture: Sendable {
             default:
                 change = RowChange(table: tableName, primaryKey: key, kind: .delete)
             }
-            if records.last?.timestamp == timestamp {
+            let size = change.estimatedBytes
+            if let last = records.last, last.timestamp == timestamp, last.changes.count < changesPerRecord, recordBytes + size <= Self.bytesPerRecord {
                 records[records.count - 1].changes.append(change)
+                recordBytes += size
+            } else if let last = records.last, last.timestamp == timestamp {
+                recordBytes = size
+                // A transaction too large for one record goes on in the next, at its place.
+                records.append(ChangeLogRecord(timestamp: timestamp, device: device, schema: schema.hash, changes: [change],
+                                               startIndex: (last.startIndex ?? 0) + last.changes.count))
             } else {
-                records.append(ChangeLogRecord(timestamp: timestamp, device: device, schema: schema.hash, changes: [change]))
+                recordBytes = size
+                let start = records.isEmpty && continuing?.timestamp == timestamp ? continuing?.next : nil
+                records.append(ChangeLogRecord(timestamp: timestamp, device: device, schema: schema.hash, changes: [change], startIndex: start))
             }
         }
         if let lastSequence { try db.execute(sql: "DELETE FROM ubq_capture WHERE seq <= ?", arguments: [lastSequence]) }
@@ -276,5 +300,20 @@ extension LogValue {
         case .text(let value): value.databaseValue
         case .blob(let value): value.databaseValue
         }
+    }
+}
+
+extension RowChange {
+    /// Roughly how many bytes the change takes in a segment's JSON.
+    var estimatedBytes: Int {
+        func size(_ value: LogValue) -> Int {
+            switch value {
+            case .null: 4
+            case .integer, .real: 28
+            case .text(let text): text.utf8.count + 12
+            case .blob(let data): data.count * 4 / 3 + 12
+            }
+        }
+        return 64 + table.utf8.count + primaryKey.reduce(0) { $0 + size($1) } + columns.reduce(0) { $0 + $1.key.utf8.count + 6 + size($1.value) }
     }
 }

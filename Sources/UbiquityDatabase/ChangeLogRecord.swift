@@ -84,13 +84,17 @@ public struct ChangeLogRecord: Hashable, Sendable, Codable {
     public var schema: String
     /// The rows it changed, in the order it changed them.
     public var changes: [RowChange]
+    /// The place of its first change in its transaction, when a transaction too large for one
+    /// record was split into several (nil: the record is the whole transaction, from 0).
+    public var startIndex: Int?
 
-    /// A transaction's record.
-    public init(timestamp: HLCTimestamp, device: String, schema: String, changes: [RowChange]) {
+    /// A transaction's record (or, with `startIndex`, a part of one).
+    public init(timestamp: HLCTimestamp, device: String, schema: String, changes: [RowChange], startIndex: Int? = nil) {
         self.timestamp = timestamp
         self.device = device
         self.schema = schema
         self.changes = changes
+        self.startIndex = startIndex
     }
 
     /// Whether this record comes before `other` in the one order every device merges by:

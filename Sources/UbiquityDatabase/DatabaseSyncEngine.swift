@@ -61,11 +61,13 @@ final class DatabaseSyncEngine: Sendable {
     ///   - importHook: Runs inside each import transaction.
     ///   - duplicateHook: Runs before a duplicate row is removed.
     ///   - requestDownload: Asks the sync agent for a segment not yet downloaded.
+    ///   - changesPerRecord: The most changes one record holds (a larger transaction is split).
     ///   - onCommit: Called after each app transaction that changed synced rows.
     init(writer: any DatabaseWriter, logs: LogFolder, localTables: Set<String>, logger: Logger,
          importHook: (@Sendable (Database, ImportedChanges) throws -> Void)? = nil,
          duplicateHook: (@Sendable (Database, DuplicateRows) throws -> Void)? = nil,
          requestDownload: @escaping @Sendable (URL) throws -> Void = { _ in },
+         changesPerRecord: Int = ChangeCapture.defaultChangesPerRecord,
          onCommit: @escaping @Sendable () -> Void = {}) throws {
         self.requestDownload = requestDownload
         self.writer = writer
@@ -92,7 +94,7 @@ final class DatabaseSyncEngine: Sendable {
         self.schema = schema
         self.device = device
         clock = CaptureClock(clock: HybridLogicalClock(latest: latest))
-        capture = ChangeCapture(schema: schema, device: device, clock: clock)
+        capture = ChangeCapture(schema: schema, device: device, clock: clock, changesPerRecord: changesPerRecord)
         merger = StoreMerger(schema: schema)
         try writer.writeWithoutTransaction { db in try capture.install(db, onCommit: onCommit) }
         try recoverPublished()
@@ -102,7 +104,7 @@ final class DatabaseSyncEngine: Sendable {
     static func createTables(_ db: Database) throws {
         try db.execute(sql: """
             CREATE TABLE IF NOT EXISTS ubq_state(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS ubq_outbox(tx INTEGER PRIMARY KEY, record BLOB NOT NULL);
+            CREATE TABLE IF NOT EXISTS ubq_outbox(tx INTEGER NOT NULL, part INTEGER NOT NULL, record BLOB NOT NULL, PRIMARY KEY (tx, part));
             CREATE TABLE IF NOT EXISTS ubq_imported(device TEXT PRIMARY KEY, number INTEGER NOT NULL, hash TEXT NOT NULL) WITHOUT ROWID;
             """)
         try ChangeCapture.createTables(db)
@@ -115,11 +117,17 @@ final class DatabaseSyncEngine: Sendable {
     /// caller's write transaction). Returns how many.
     @discardableResult
     func flush(_ db: Database) throws -> Int {
-        let records = try capture.collect(db)
-        guard !records.isEmpty else { return 0 }
-        for record in records { try keep(record, db) }
-        try saveClock(db)
-        return records.count
+        var count = 0
+        var continuing: (timestamp: HLCTimestamp, next: Int)?
+        while true {
+            let records = try capture.collect(db, limit: capture.changesPerRecord, continuing: continuing)
+            guard let last = records.last else { break }
+            for record in records { try keep(record, db) }
+            count += records.count
+            continuing = (last.timestamp, (last.startIndex ?? 0) + last.changes.count)
+        }
+        if count > 0 { try saveClock(db) }
+        return count
     }
 
     /// Records the stamps of this device's `record` and puts it in the outbox.
@@ -127,7 +135,7 @@ final class DatabaseSyncEngine: Sendable {
         try merger.apply(record, local: true, db)
         let encoder = JSONEncoder()
         encoder.outputFormatting = .sortedKeys
-        try db.execute(sql: "INSERT OR REPLACE INTO ubq_outbox(tx, record) VALUES (?, ?)", arguments: [record.timestamp.packed, try encoder.encode(record)])
+        try db.execute(sql: "INSERT OR REPLACE INTO ubq_outbox(tx, part, record) VALUES (?, ?, ?)", arguments: [record.timestamp.packed, record.startIndex ?? 0, try encoder.encode(record)])
     }
 
     /// Rows in synced tables that were never logged — written before the store synced (an app
@@ -167,23 +175,23 @@ final class DatabaseSyncEngine: Sendable {
         var published = 0
         while true {
             let (rows, last, frontier) = try writer.read { db in
-                var rows: [(tx: Int64, record: Data)] = []
+                var rows: [(tx: Int64, part: Int64, record: Data)] = []
                 var bytes = 0
-                let cursor = try Row.fetchCursor(db, sql: "SELECT tx, record FROM ubq_outbox ORDER BY tx")
+                let cursor = try Row.fetchCursor(db, sql: "SELECT tx, part, record FROM ubq_outbox ORDER BY tx, part")
                 while bytes < Self.segmentBytes, let row = try cursor.next() {
-                    let record: Data = row[1]
-                    rows.append((row[0], record))
+                    let record: Data = row[2]
+                    rows.append((row[0], row[1], record))
                     bytes += record.count
                 }
                 return (rows, try Self.published(db), try Self.imported(db).mapValues(\.number))
             }
-            guard let lastTransaction = rows.last?.tx else { return published }
+            guard let lastRow = rows.last else { return published }
             let decoder = JSONDecoder()
             let records = try rows.map { try decoder.decode(ChangeLogRecord.self, from: $0.record) }
             let segment = LogSegment(device: device, number: (last?.number ?? 0) + 1, previous: last?.hash, frontier: frontier, records: records)
             let hash = try logs.publish(segment)
             try writer.write { db in
-                try db.execute(sql: "DELETE FROM ubq_outbox WHERE tx <= ?", arguments: [lastTransaction])
+                try db.execute(sql: "DELETE FROM ubq_outbox WHERE (tx, part) <= (?, ?)", arguments: [lastRow.tx, lastRow.part])
                 try Self.setPublished(LogPosition(number: segment.number, hash: hash), db)
             }
             published += 1
@@ -198,8 +206,8 @@ final class DatabaseSyncEngine: Sendable {
         let last = try writer.read { db in try Self.published(db) }
         _ = try logs.read(device, after: last) { segment, position in
             try writer.write { db in
-                if let newest = segment.records.last?.timestamp.packed {
-                    try db.execute(sql: "DELETE FROM ubq_outbox WHERE tx <= ?", arguments: [newest])
+                if let newest = segment.records.last {
+                    try db.execute(sql: "DELETE FROM ubq_outbox WHERE (tx, part) <= (?, ?)", arguments: [newest.timestamp.packed, newest.startIndex ?? 0])
                 }
                 try Self.setPublished(position, db)
             }
@@ -348,4 +356,60 @@ extension DatabaseSyncEngine: DuplicateResolver {
         try clock.capturing(false) { try StoreMerger.delete(table, key: removed, db) }
         logger.info("removed a duplicate row", metadata: ["table": "\(table.name)", "kept": "\(kept)", "removed": "\(removed)"])
     }
+}
+
+extension DatabaseSyncEngine {
+    /// Compares the synced tables with what the logs say — every device's segments read here
+    /// (this device's own included), and this device's transactions not yet published — merged
+    /// by ``MergeRules``. Rows of devices whose logs wait (a segment not yet here, a newer
+    /// schema) are left out of the comparison of what the store should hold only if the store
+    /// has not imported them either, so a difference means the store and its logs disagree.
+    func verify() throws -> [StoreDifference] {
+        try writer.write { db in _ = try flush(db) }
+        var rules = MergeRules()
+        let positions = try writer.read { db in try Self.imported(db) }
+        for device in try logs.devices() {
+            let limit = device == self.device ? nil : positions[device]?.number
+            guard device == self.device || limit != nil else { continue }
+            _ = try logs.read(device) { segment, _ in
+                if let limit, segment.number > limit { return }
+                for record in segment.records { rules.apply(record) }
+            }
+        }
+        let pending = try writer.read { db in try Data.fetchAll(db, sql: "SELECT record FROM ubq_outbox ORDER BY tx") }
+        for data in pending { rules.apply(try JSONDecoder().decode(ChangeLogRecord.self, from: data)) }
+        var differences: [StoreDifference] = []
+        for table in schema.tables {
+            let expected = rules.table(table.name)
+            var actual: [[LogValue]: [String: LogValue]] = [:]
+            try writer.read { db in
+                let columns = (table.primaryKey + table.valueColumns).map(\.quotedDatabaseIdentifier).joined(separator: ", ")
+                let rows = try Row.fetchCursor(db, sql: "SELECT \(columns) FROM main.\(table.name.quotedDatabaseIdentifier)")
+                while let row = try rows.next() {
+                    let key = (0..<table.primaryKey.count).map { LogValue(row[$0] as DatabaseValue) }
+                    var values: [String: LogValue] = [:]
+                    for (index, column) in table.valueColumns.enumerated() { values[column] = LogValue(row[table.primaryKey.count + index] as DatabaseValue) }
+                    actual[key] = values
+                }
+            }
+            for key in Set(expected.keys).union(actual.keys) {
+                let want = expected[key], have = actual[key]
+                // A column the logs never set (a default) is the store's to keep.
+                if let want, let have, want.allSatisfy({ have[$0.key] == $0.value }) { continue }
+                if want == nil, have == nil { continue }
+                differences.append(StoreDifference(row: RowKey(table: table.name, primaryKey: key), inLogs: want, inStore: have))
+            }
+        }
+        return differences.sorted { "\($0.row)" < "\($1.row)" }
+    }
+}
+
+/// A row on which a store and its logs disagree (``UbiquitousDatabase/verify()``).
+public struct StoreDifference: Equatable, Sendable {
+    /// The row.
+    public var row: RowKey
+    /// Its values as the logs say (nil: it should not exist).
+    public var inLogs: [String: LogValue]?
+    /// Its values in the store (nil: it is not there).
+    public var inStore: [String: LogValue]?
 }

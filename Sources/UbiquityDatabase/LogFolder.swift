@@ -49,6 +49,9 @@ public struct LogFolder: Sendable {
         let folder = url.appendingPathComponent(segment.device, isDirectory: true)
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let (data, hash) = try segment.encoded()
+        guard data.count <= LogSegment.maximumBytes else {
+            throw LogSegmentError(.tooLarge, "segment \(segment.number) would be \(data.count) bytes; a segment has at most \(LogSegment.maximumBytes) (a single row larger than that cannot sync)")
+        }
         // A `.ubiquity-` name: the sync agent never takes it for an item.
         let staged = folder.appendingPathComponent(".ubiquity-segment-\(UUID().uuidString.prefix(12)).tmp").path
         try POSIX.createFile(staged, contents: data, permissions: 0o644, sync: true)

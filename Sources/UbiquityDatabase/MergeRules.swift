@@ -91,7 +91,7 @@ public struct MergeRules: Equatable, Sendable {
     /// - Parameter record: The transaction.
     public mutating func apply(_ record: ChangeLogRecord) {
         for (index, change) in record.changes.enumerated() {
-            let stamp = ChangeStamp(timestamp: record.timestamp, device: record.device, index: index)
+            let stamp = ChangeStamp(timestamp: record.timestamp, device: record.device, index: (record.startIndex ?? 0) + index)
             let key = RowKey(table: change.table, primaryKey: change.primaryKey)
             var row = rows[key] ?? MergedRow()
             switch change.kind {

@@ -59,7 +59,7 @@ struct StoreMerger {
         var applied: [AppliedChange] = []
         for (index, change) in record.changes.enumerated() {
             guard let table = schema.table(change.table), change.primaryKey.count == table.primaryKey.count else { continue }
-            let stamp = ChangeStamp(timestamp: record.timestamp, device: record.device, index: index)
+            let stamp = ChangeStamp(timestamp: record.timestamp, device: record.device, index: (record.startIndex ?? 0) + index)
             let key = RowMeta.encodedKey(change.primaryKey)
             var meta = try Self.meta(table: table.name, key: key, db) ?? RowMeta()
             let existed = meta.exists

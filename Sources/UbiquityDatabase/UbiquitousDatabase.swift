@@ -162,6 +162,14 @@ public final class UbiquitousDatabase: Sendable {
         }
     }
 
+    /// Compares the store with what the change logs say (every device's segments applied here,
+    /// and this device's unpublished transactions, merged by the merge rules) and returns the
+    /// rows on which they disagree: none for a healthy store. Reads every segment: a check, not
+    /// something to run on every launch.
+    public func verify() throws -> [StoreDifference] {
+        try queue.sync { try engine.verify() }
+    }
+
     /// Each import's changes, after its transaction committed (the same as the
     /// notifications), until the database closes.
     public func importedChanges() -> AsyncStream<ImportedChanges> {

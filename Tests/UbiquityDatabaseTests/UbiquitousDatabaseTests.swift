@@ -304,3 +304,57 @@ struct TwoDevices {
         try first.close(); try second.close()
     }
 }
+
+@Suite struct VerifyTests {
+    @Test func verifyFindsWhereTheStoreAndItsLogsDisagree() throws {
+        let devices = try TwoDevices(); defer { devices.root.remove() }
+        let a = try devices.open(devices.a)
+        let b = try devices.open(devices.b)
+        try a.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r1', 'Bread', 90), ('r2', 'Soup', 30)") }
+        try b.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r3', 'Jam', 20)") }
+        try a.synchronize(); try b.synchronize(); try devices.exchange(); try a.synchronize(); try b.synchronize()
+        try b.writer.write { db in try db.execute(sql: "UPDATE recipe SET minutes = 25 WHERE id = 'r3'") } // not yet published
+        #expect(try a.verify().isEmpty)
+        #expect(try b.verify().isEmpty)
+        // Another program changes the store behind the engine's back (its connection captures nothing).
+        let intruder = try DatabaseQueue(path: b.storeURL.path)
+        try intruder.write { db in
+            try db.execute(sql: "UPDATE recipe SET title = 'Rye' WHERE id = 'r1'")
+            try db.execute(sql: "DELETE FROM recipe WHERE id = 'r2'")
+        }
+        try intruder.close()
+        let differences = try b.verify()
+        #expect(differences.map(\.row.primaryKey) == [[.text("r1")], [.text("r2")]])
+        #expect(differences.first?.inLogs?["title"] == .text("Bread") && differences.first?.inStore?["title"] == .text("Rye"))
+        #expect(differences.last?.inStore == nil)
+        try a.close(); try b.close()
+    }
+}
+
+@Suite struct LargeTransactionTests {
+    /// A transaction larger than a record goes as several records under its one timestamp, each
+    /// at its place in it, collected a batch at a time; another device applies them all.
+    @Test func aTransactionLargerThanARecordIsSplitAndArrivesWhole() throws {
+        let root = try TemporaryDirectory("large-tx"); defer { root.remove() }
+        func engine(_ name: String) throws -> (DatabaseQueue, DatabaseSyncEngine) {
+            let queue = try DatabaseQueue(path: root.file("\(name).sqlite").path)
+            try TwoDevices.migrator().migrate(queue)
+            return (queue, try DatabaseSyncEngine(writer: queue, logs: LogFolder(url: root.file("logs")), localTables: [], logger: .init(label: "test"), changesPerRecord: 100))
+        }
+        let (a, sender) = try engine("a")
+        let (b, receiver) = try engine("b")
+        try a.write { db in
+            for index in 0..<250 { try db.execute(sql: "INSERT INTO recipe VALUES (?, ?, ?)", arguments: ["r\(index)", "Recipe \(index)", index]) }
+            try db.execute(sql: "UPDATE recipe SET minutes = -1 WHERE id = 'r0'") // the transaction's last change, at place 250
+        }
+        try a.write { db in _ = try sender.flush(db) }
+        let parts = try a.read { db in try Row.fetchAll(db, sql: "SELECT tx, part FROM ubq_outbox ORDER BY tx, part") }
+        #expect(parts.map { $0["part"] as Int } == [0, 100, 200, 300].filter { $0 <= 250 })
+        #expect(Set(parts.map { $0["tx"] as Int64 }).count == 1, "one transaction, one timestamp")
+        #expect(try sender.publish() == 1)
+        let report = try receiver.importLogs()
+        #expect(report.transactions == 3 && report.changes.inserted.count == 250)
+        #expect(try b.read { db in try Int.fetchOne(db, sql: "SELECT minutes FROM recipe WHERE id = 'r0'") } == -1, "the update after the insert wins: places go on across parts")
+        #expect(try receiver.verify().isEmpty && sender.verify().isEmpty)
+    }
+}
