@@ -12,10 +12,7 @@ func databaseFigures(in directory: URL, iterations: Int, largeRows: Int, history
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     let clock = ContinuousClock()
     let runs = max(3, min(iterations, 7))
-    var migrator = DatabaseMigrator()
-    migrator.registerMigration("v1") { db in
-        try db.execute(sql: "CREATE TABLE item(id TEXT PRIMARY KEY, name TEXT NOT NULL, qty INTEGER NOT NULL, note TEXT, price REAL)")
-    }
+    let migrator = benchMigrator()
     func open(_ name: String) throws -> UbiquitousDatabase {
         try UbiquitousDatabase(container: directory.appendingPathComponent(name), name: "Bench", migrator: migrator, automaticallySynchronizes: false)
     }
@@ -85,18 +82,8 @@ func databaseFigures(in directory: URL, iterations: Int, largeRows: Int, history
     }
     let largeCount = try large.writer.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM item") } ?? 0
 
-    // 4. A new device builds its store from a history of `historyRows` rows.
-    let history = try open("history")
-    for batch in 0..<max(1, historyRows / rowsPerTransaction) {
-        try history.writer.write { db in try insertRows(db, prefix: "h\(batch)", count: rowsPerTransaction) }
-    }
-    try history.synchronize()
-    let newcomer = try open("newcomer")
-    try copyLogs(from: "history", to: "newcomer")
-    let residentBefore = residentMiB()
-    var built = ImportReport()
-    let firstImport = try seconds { built = try newcomer.synchronize() }
-    for database in [synced, importer, large, editor, history, newcomer] { try database.close() }
+    let built = try firstImportFigures(in: directory.appendingPathComponent("first-import"), rows: historyRows)
+    for database in [synced, importer, large, editor] { try database.close() }
 
     oneChange.sort()
     return [
@@ -117,12 +104,62 @@ func databaseFigures(in directory: URL, iterations: Int, largeRows: Int, history
             "segmentBytes": oneChangeSegmentBytes,
             "note": "synchronize() of the large store after another device's one-row segment arrived (reading the folder, applying, committing)",
         ],
-        "firstImport": [
-            "rows": built.changes.inserted.count, "segments": built.segments, "seconds": firstImport,
-            "residentMiBBefore": residentBefore, "peakResidentMiB": peakResidentMiB(),
-            "note": "a new device's store built from the logs; peak is the whole process's (run alone: --only database)",
-        ],
+        "firstImport": built,
     ]
+}
+
+/// A new device building its store from a history of `rows` rows (10,000 a transaction): the
+/// time, and the process's memory before and at its peak (run alone, `--only databaseImport`,
+/// for a peak that is the import's own).
+func firstImportFigures(in directory: URL, rows: Int) throws -> [String: Any] {
+    try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+    // The history is written by a process of its own, so that this one's memory is the import's.
+    let child = Process()
+    child.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
+    child.arguments = ["--database-history", directory.appendingPathComponent("history").path, String(rows)]
+    try child.run()
+    child.waitUntilExit()
+    guard child.terminationStatus == 0 else { throw CocoaError(.fileWriteUnknown, userInfo: [NSLocalizedDescriptionKey: "writing the history failed"]) }
+    let migrator = benchMigrator()
+    let newcomer = directory.appendingPathComponent("newcomer")
+    try FileManager.default.createDirectory(at: newcomer.appendingPathComponent("Databases/Bench"), withIntermediateDirectories: true)
+    try FileManager.default.copyItem(at: directory.appendingPathComponent("history/Databases/Bench/logs"), to: newcomer.appendingPathComponent("Databases/Bench/logs"))
+    let before = residentMiB()
+    let clock = ContinuousClock(), start = clock.now
+    let database = try UbiquitousDatabase(container: newcomer, name: "Bench", migrator: migrator, automaticallySynchronizes: false)
+    let report = try database.synchronize()
+    let seconds = (clock.now - start).inSeconds
+    try database.close()
+    return [
+        "rows": report.changes.inserted.count, "segments": report.segments, "seconds": seconds,
+        "residentMiBBefore": before, "peakResidentMiB": peakResidentMiB(),
+        "note": "a new device's store built from the logs (opening included); peak is the whole process's: run alone (--only databaseImport)",
+    ]
+}
+
+/// The benchmarks' schema.
+func benchMigrator() -> DatabaseMigrator {
+    var migrator = DatabaseMigrator()
+    migrator.registerMigration("v1") { db in
+        try db.execute(sql: "CREATE TABLE item(id TEXT PRIMARY KEY, name TEXT NOT NULL, qty INTEGER NOT NULL, note TEXT, price REAL)")
+    }
+    return migrator
+}
+
+/// Writes a history of `rows` rows (10,000 a transaction) into a database in `container` and
+/// publishes it: the child process of ``firstImportFigures(in:rows:)``.
+func writeDatabaseHistory(container: URL, rows: Int) throws {
+    let history = try UbiquitousDatabase(container: container, name: "Bench", migrator: benchMigrator(), automaticallySynchronizes: false)
+    for batch in 0..<max(1, rows / 10_000) {
+        try history.writer.write { db in
+            let statement = try db.makeStatement(sql: "INSERT INTO item VALUES (?, ?, ?, ?, ?)")
+            for index in 0..<10_000 {
+                try statement.execute(arguments: ["h\(batch)-\(index)", "Item \(index)", index, "a note about item \(index)", Double(index) / 100])
+            }
+        }
+    }
+    try history.synchronize()
+    try history.close()
 }
 
 /// The process's resident memory now, in MiB (Linux).

@@ -1,7 +1,7 @@
 // ubiquity-bench: prints the document and coordination layers' figures as JSON, each measured against its peer
 // in the same run (ratios, not absolute times).
 //
-//   swift run -c release ubiquity-bench [--iterations N] [--query-items N] [--database-rows N] [--history-rows N] [--only safeSave|package|coordination|query|chunking|database] [--directory DIR]
+//   swift run -c release ubiquity-bench [--iterations N] [--query-items N] [--database-rows N] [--history-rows N] [--only safeSave|package|coordination|query|chunking|database|databaseImport] [--directory DIR]
 import Foundation
 import Synchronization
 import Ubiquity
@@ -311,6 +311,9 @@ func main() async throws {
     while let argument = arguments.popFirst() {
         switch argument {
         case "--writer": try writerProcess(arguments.popFirst() ?? "")
+        case "--database-history":
+            try writeDatabaseHistory(container: URL(fileURLWithPath: arguments.popFirst() ?? "."), rows: Int(arguments.popFirst() ?? "") ?? 100_000)
+            exit(0)
         case "--iterations": iterations = Int(arguments.popFirst() ?? "") ?? iterations
         case "--directory": directory = arguments.popFirst().map { URL(fileURLWithPath: $0, isDirectory: true) }
         case "--query-items": queryItems = Int(arguments.popFirst() ?? "") ?? queryItems
@@ -318,7 +321,7 @@ func main() async throws {
         case "--history-rows": historyRows = Int(arguments.popFirst() ?? "") ?? historyRows
         case "--only": only = arguments.popFirst()
         default:
-            FileHandle.standardError.write(Data("usage: ubiquity-bench [--iterations N] [--query-items N] [--database-rows N] [--history-rows N] [--only safeSave|package|coordination|query|chunking|database] [--directory DIR]\n".utf8))
+            FileHandle.standardError.write(Data("usage: ubiquity-bench [--iterations N] [--query-items N] [--database-rows N] [--history-rows N] [--only safeSave|package|coordination|query|chunking|database|databaseImport] [--directory DIR]\n".utf8))
             exit(64)
         }
     }
@@ -335,6 +338,9 @@ func main() async throws {
     if only == nil || only == "coordination" { report["coordination"] = try coordinationFigures(in: work, iterations: iterations) }
     if only == nil || only == "chunking" { report["chunking64MiB"] = try chunkingFigures(in: work, mib: 64, iterations: iterations) }
     if only == nil || only == "query" { report["metadataQuery"] = try await metadataQueryFigures(in: work, count: queryItems) }
+    if only == "databaseImport" {
+        report["databaseFirstImport"] = try firstImportFigures(in: work.appendingPathComponent("database-import"), rows: historyRows)
+    }
     if only == nil || only == "database" {
         report["database"] = try databaseFigures(in: work.appendingPathComponent("database"), iterations: iterations, largeRows: databaseRows, historyRows: historyRows)
     }

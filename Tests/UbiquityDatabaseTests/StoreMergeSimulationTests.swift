@@ -5,9 +5,11 @@ import Testing
 import UbiquityTestSupport
 @testable import UbiquityDatabase
 
-/// Devices writing to their own stores through SQL, as apps do, and importing each other's
-/// records in their own time: every device's tables end up as ``MergeRules`` says, whatever the
-/// interleaving.
+/// Devices writing to their own stores through SQL, as apps do, importing each other's records
+/// in their own time (some offline for long stretches, some delivered twice), and now and then
+/// deleting their store and rebuilding it from the logs as a new device: every device's tables
+/// end up as ``MergeRules`` says, whatever the interleaving. 1,000 seeds
+/// (`UBIQUITY_DATABASE_SEEDS` for more); a failure names its seed.
 @Suite struct StoreMergeSimulationTests {
     /// A wall clock the simulation moves, with a skew per device.
     final class SimulatedTime: Sendable {
@@ -50,7 +52,7 @@ import UbiquityTestSupport
     }
 
     @Test func devicesWritingAndImportingInAnyInterleavingAgree() throws {
-        let seeds = UInt64(ProcessInfo.processInfo.environment["UBIQUITY_DATABASE_SEEDS"].flatMap(Int.init) ?? 300)
+        let seeds = UInt64(ProcessInfo.processInfo.environment["UBIQUITY_DATABASE_SEEDS"].flatMap(Int.init) ?? 1_000)
         for seed in 1...seeds {
             var random = SeededGenerator(seed: seed)
             let time = SimulatedTime()
@@ -59,33 +61,41 @@ import UbiquityTestSupport
                 return Device(name: name, store: try CapturedStore(device: name, wallClock: time.clock(skew: Int64.random(in: -3...3, using: &random))))
             }
             var logs: [String: [ChangeLogRecord]] = [:]
+            var rebuilt = 0
             for _ in 0..<Int.random(in: 10...60, using: &random) {
                 time.advance(by: Int64.random(in: 0...2, using: &random))
                 let index = Int.random(in: 0..<devices.count, using: &random)
                 let device = devices[index]
-                switch Int.random(in: 0..<10, using: &random) {
-                case 0..<5:
+                switch Int.random(in: 0..<40, using: &random) {
+                case 0..<20:
                     try Self.localTransaction(device.store, &random)
-                case 5:
+                case 20..<24:
                     logs[device.name, default: []] += try device.store.flush()
+                case 24:
+                    // The store is deleted (what it published stays in its log) and rebuilt as a
+                    // new device, from every log there is — its own earlier one included.
+                    logs[device.name, default: []] += try device.store.flush()
+                    rebuilt += 1
+                    let name = "\(device.name)-rebuilt-\(rebuilt)"
+                    devices[index] = Device(name: name, store: try CapturedStore(device: name, wallClock: time.clock(skew: Int64.random(in: -3...3, using: &random))))
                 default:
-                    // Import the next records of one other device (in its order, as its log is read),
-                    // sometimes again from an earlier place (a duplicate delivery).
-                    guard let other = devices.filter({ $0.name != device.name }).randomElement(using: &random) else { continue }
-                    let log = logs[other.name] ?? []
-                    var start = device.imported[other.name] ?? 0
+                    // Import the next records of one other device's log (in its order, as its log
+                    // is read), sometimes again from an earlier place (a duplicate delivery).
+                    guard let other = logs.keys.filter({ $0 != device.name }).sorted().randomElement(using: &random) else { continue }
+                    let log = logs[other] ?? []
+                    var start = device.imported[other] ?? 0
                     if start > 0, Int.random(in: 0..<5, using: &random) == 0 { start = Int.random(in: 0..<start, using: &random) }
                     let end = min(log.count, start + Int.random(in: 1...4, using: &random))
                     guard start < end else { continue }
                     logs[device.name, default: []] += try device.store.importRecords(Array(log[start..<end])).flushed
-                    devices[index].imported[other.name] = max(device.imported[other.name] ?? 0, end)
+                    devices[index].imported[other] = max(device.imported[other] ?? 0, end)
                 }
             }
             for device in devices { logs[device.name, default: []] += try device.store.flush() }
             for (index, device) in devices.enumerated() {
-                for other in devices where other.name != device.name {
-                    let log = logs[other.name] ?? []
-                    let start = devices[index].imported[other.name] ?? 0
+                for other in logs.keys.sorted() where other != device.name {
+                    let log = logs[other] ?? []
+                    let start = devices[index].imported[other] ?? 0
                     if start < log.count { _ = try device.store.importRecords(Array(log[start...])) }
                 }
             }
