@@ -21,6 +21,21 @@ public struct ImportReport: Equatable, Sendable {
     public init() {}
 }
 
+/// How far an import has come: segments applied of those there were when it began, and the
+/// transactions in them.
+public struct ImportProgress: Equatable, Sendable {
+    /// Segments applied so far.
+    public var segments: Int
+    /// Segments to apply, counted when the import began (a segment waiting for another makes
+    /// the import end before it).
+    public var totalSegments: Int
+    /// Transactions applied so far.
+    public var transactions: Int
+
+    /// The fraction done, from 0 to 1.
+    public var fractionCompleted: Double { totalSegments == 0 ? 1 : min(1, Double(segments) / Double(totalSegments)) }
+}
+
 /// The engine of a synced store: captures this device's transactions, publishes them as its log
 /// segments, imports the other devices' segments by the merge rules. It keeps its state in the
 /// store's `ubq_` tables, changed in the same transactions as the data they describe, so a
@@ -223,10 +238,12 @@ final class DatabaseSyncEngine: Sendable {
     /// Imports every other device's segments not yet applied, each in one transaction (this
     /// device's captured changes are collected first, so their stamps are known), calling
     /// `onImported` after each commit.
-    func importLogs(onImported: (ImportedChanges) -> Void = { _ in }) throws -> ImportReport {
+    func importLogs(onImported: (ImportedChanges) -> Void = { _ in }, onProgress: (ImportProgress) -> Void = { _ in }) throws -> ImportReport {
         var report = ImportReport()
         let positions = try writer.read { db in try Self.imported(db) }
-        for other in try logs.devices() where other != device {
+        let others = try logs.devices().filter { $0 != device }
+        var progress = ImportProgress(segments: 0, totalSegments: try others.reduce(0) { $0 + (try logs.segmentCount($1, after: positions[$1])) }, transactions: 0)
+        for other in others {
             do {
                 let result = try logs.read(other, after: positions[other]) { segment, position in
                     if let reason = unknownSchema(segment) { throw Hold(reason: reason) }
@@ -251,6 +268,9 @@ final class DatabaseSyncEngine: Sendable {
                     }
                     report.segments += 1
                     report.transactions += segment.records.count
+                    progress.segments += 1
+                    progress.transactions += segment.records.count
+                    onProgress(progress)
                     for change in applied { report.changes.add(change, allColumns: schema.table(change.table)?.valueColumns ?? []) }
                     let changes = summary(of: applied)
                     if !changes.isEmpty { onImported(changes) }

@@ -66,6 +66,7 @@ public final class UbiquitousDatabase: Sendable {
         var lastReport: ImportReport?
         var lastError: String?
         var streams: [UUID: AsyncStream<ImportedChanges>.Continuation] = [:]
+        var progressStreams: [UUID: AsyncStream<ImportProgress>.Continuation] = [:]
     }
 
     /// The engine (tests take its steps one by one).
@@ -184,6 +185,20 @@ public final class UbiquitousDatabase: Sendable {
         return stream
     }
 
+    /// The progress of imports, segment by segment (a new device building its store from a long
+    /// history, a device back from a long time offline), until the database closes.
+    public func importProgress() -> AsyncStream<ImportProgress> {
+        let (stream, continuation) = AsyncStream<ImportProgress>.makeStream(bufferingPolicy: .bufferingNewest(1))
+        let id = UUID()
+        let closed = state.withLock { state -> Bool in
+            if !state.closed { state.progressStreams[id] = continuation }
+            return state.closed
+        }
+        if closed { continuation.finish() }
+        continuation.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.progressStreams.removeValue(forKey: id) } }
+        return stream
+    }
+
     /// What the last synchronization's import did.
     public var lastImport: ImportReport? { state.withLock(\.lastReport) }
 
@@ -193,12 +208,13 @@ public final class UbiquitousDatabase: Sendable {
     /// Stops synchronizing and closes the store (what was captured stays in it, and is
     /// published the next time it opens).
     public func close() throws {
-        let streams = state.withLock { state in
+        let (streams, progressStreams) = state.withLock { state in
             state.closed = true
-            defer { state.streams = [:] }
-            return state.streams.values
+            defer { state.streams = [:]; state.progressStreams = [:] }
+            return (state.streams.values, state.progressStreams.values)
         }
         for stream in streams { stream.finish() }
+        for stream in progressStreams { stream.finish() }
         watcher.withLock { $0?.stop(); $0 = nil }
         queue.sync {}
         try writer.close()
@@ -260,7 +276,9 @@ public final class UbiquitousDatabase: Sendable {
     private func synchronizeOnQueue() throws -> ImportReport {
         try writer.write { db in _ = try engine.flush(db) }
         try engine.publish()
-        let report = try engine.importLogs { changes in self.post(changes) }
+        let report = try engine.importLogs(onImported: { changes in self.post(changes) }, onProgress: { progress in
+            for stream in self.state.withLock({ Array($0.progressStreams.values) }) { stream.yield(progress) }
+        })
         try engine.publish() // what the import hook wrote, and what was captured meanwhile
         state.withLock { $0.lastReport = report }
         return report

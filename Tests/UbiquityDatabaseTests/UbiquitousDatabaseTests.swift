@@ -121,13 +121,13 @@ struct TwoDevices {
         try a.close(); try b.close()
     }
 
-    @Test func aDeletedStoreIsRebuiltFromTheLogs() throws {
+    @Test func aDeletedStoreIsRebuiltFromTheLogs() async throws {
         let devices = try TwoDevices(); defer { devices.root.remove() }
         let a = try devices.open(devices.a)
         var b = try devices.open(devices.b)
-        try a.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r1', 'Bread', 90)") }
-        try b.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r2', 'Soup', 30)") }
-        try a.synchronize(); try b.synchronize(); try devices.exchange(); try b.synchronize()
+        try await a.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r1', 'Bread', 90)") }
+        try await b.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r2', 'Soup', 30)") }
+        try await a.synchronize(); try await b.synchronize(); try devices.exchange(); try await b.synchronize()
         let before = try TwoDevices.recipes(b)
         #expect(before.count == 2)
         let oldIdentifier = b.deviceIdentifier
@@ -135,9 +135,13 @@ struct TwoDevices {
         try FileManager.default.removeItem(at: devices.b.appendingPathComponent("Recipes.nosync"))
         b = try devices.open(devices.b)
         #expect(b.deviceIdentifier != oldIdentifier, "a rebuilt store is a new device in the logs")
-        let report = try b.synchronize()
+        let progress = b.importProgress()
+        let report = try await b.synchronize()
         #expect(report.segments == 2)
         #expect(try TwoDevices.recipes(b) == before, "its own earlier rows come back from its earlier log too")
+        var reports = progress.makeAsyncIterator()
+        let last = await reports.next()
+        #expect(last == ImportProgress(segments: 2, totalSegments: 2, transactions: 2) && last?.fractionCompleted == 1, "progress, segment by segment")
         try a.close(); try b.close()
     }
 
