@@ -4,6 +4,8 @@ import Logging
 
 /// What one round of importing other devices' logs did.
 public struct ImportReport: Equatable, Sendable {
+    /// Baselines merged (a new store, or one back from longer away than the logs are kept).
+    public var baselines = 0
     /// Segments applied.
     public var segments = 0
     /// Transactions applied.
@@ -185,8 +187,10 @@ final class DatabaseSyncEngine: Sendable {
     }
 
     /// Publishes the outbox as this device's next segments. Returns how many were published.
+    /// - Parameter heartbeat: With nothing to publish, publish an empty segment anyway: it tells
+    ///   the other devices how far this one has applied their logs (what compaction waits for).
     @discardableResult
-    func publish() throws -> Int {
+    func publish(heartbeat: Bool = false) throws -> Int {
         var published = 0
         while true {
             let (rows, last, frontier) = try writer.read { db in
@@ -200,14 +204,19 @@ final class DatabaseSyncEngine: Sendable {
                 }
                 return (rows, try Self.published(db), try Self.imported(db).mapValues(\.number))
             }
-            guard let lastRow = rows.last else { return published }
+            guard heartbeat && published == 0 || !rows.isEmpty else { return published }
+            let lastRow = rows.last
             let decoder = JSONDecoder()
             let records = try rows.map { try decoder.decode(ChangeLogRecord.self, from: $0.record) }
-            let segment = LogSegment(device: device, number: (last?.number ?? 0) + 1, previous: last?.hash, frontier: frontier, records: records)
+            let segment = LogSegment(device: device, number: (last?.number ?? 0) + 1, previous: last?.hash, frontier: frontier, records: records,
+                                     written: Int64(Date().timeIntervalSince1970 * 1000))
             let hash = try logs.publish(segment)
             try writer.write { db in
-                try db.execute(sql: "DELETE FROM ubq_outbox WHERE (tx, part) <= (?, ?)", arguments: [lastRow.tx, lastRow.part])
+                if let lastRow {
+                    try db.execute(sql: "DELETE FROM ubq_outbox WHERE (tx, part) <= (?, ?)", arguments: [lastRow.tx, lastRow.part])
+                }
                 try Self.setPublished(LogPosition(number: segment.number, hash: hash), db)
+                try db.execute(sql: "INSERT OR REPLACE INTO ubq_state(key, value) VALUES ('publishedAt', ?)", arguments: [segment.written])
             }
             published += 1
             logger.debug("published segment", metadata: ["segment": "\(segment.number)", "transactions": "\(records.count)"])
@@ -240,6 +249,19 @@ final class DatabaseSyncEngine: Sendable {
     /// `onImported` after each commit.
     func importLogs(onImported: (ImportedChanges) -> Void = { _ in }, onProgress: (ImportProgress) -> Void = { _ in }) throws -> ImportReport {
         var report = ImportReport()
+        do {
+            // A new store, or one whose needed segments were deleted while it was away: from a baseline.
+            if let baseline = try baselineToLoad() {
+                let applied = try load(baseline.header, from: baseline.url)
+                report.baselines += 1
+                for change in applied { report.changes.add(change, allColumns: schema.table(change.table)?.valueColumns ?? []) }
+                let changes = summary(of: applied)
+                if !changes.isEmpty { onImported(changes) }
+            }
+        } catch let error as LogSegmentError {
+            report.problems["baseline"] = error
+            logger.error("cannot use the newest baseline", metadata: ["error": "\(error)"])
+        }
         let positions = try writer.read { db in try Self.imported(db) }
         let others = try logs.devices().filter { $0 != device }
         var progress = ImportProgress(segments: 0, totalSegments: try others.reduce(0) { $0 + (try logs.segmentCount($1, after: positions[$1])) }, transactions: 0)
@@ -387,12 +409,21 @@ extension DatabaseSyncEngine {
     func verify() throws -> [StoreDifference] {
         try writer.write { db in _ = try flush(db) }
         var rules = MergeRules()
-        let positions = try writer.read { db in try Self.imported(db) }
+        let (positions, published) = try writer.read { db in (try Self.imported(db), try Self.published(db)) }
+        // From the newest baseline this store has applied all of (segments it holds may be gone).
+        var start: [String: LogPosition] = [:]
+        let applied = { (other: String) -> Int64 in other == self.device ? published?.number ?? 0 : positions[other]?.number ?? 0 }
+        if let baseline = try baselines.headers().baselines.first(where: { $0.header.frontier.allSatisfy { $0.value.number <= applied($0.key) } }) {
+            try BaselineFolder.read(baseline.url) { line in
+                for record in records(of: line, meta: try RowMeta(encoded: [UInt8](line.m)), schema: baseline.header.schema) { rules.apply(record) }
+            }
+            start = baseline.header.frontier
+        }
         for device in try logs.devices() {
-            let limit = device == self.device ? nil : positions[device]?.number
-            guard device == self.device || limit != nil else { continue }
-            _ = try logs.read(device) { segment, _ in
-                if let limit, segment.number > limit { return }
+            let limit = applied(device)
+            guard limit > 0 else { continue }
+            _ = try logs.read(device, after: start[device]) { segment, _ in
+                if segment.number > limit { return }
                 for record in segment.records { rules.apply(record) }
             }
         }

@@ -64,15 +64,19 @@ public struct LogSegment: Equatable, Sendable, Codable {
     public var frontier: [String: Int64]
     /// The transactions, in the order they were committed.
     public var records: [ChangeLogRecord]
+    /// When it was written (milliseconds since 1970, the writer's clock): how recently its device
+    /// was heard of, for deciding which devices still hold logs back from compaction.
+    public var written: Int64?
 
     /// A segment.
-    public init(device: String, number: Int64, previous: String?, frontier: [String: Int64], records: [ChangeLogRecord]) {
+    public init(device: String, number: Int64, previous: String?, frontier: [String: Int64], records: [ChangeLogRecord], written: Int64? = nil) {
         self.format = Self.currentFormat
         self.device = device
         self.number = number
         self.previous = previous
         self.frontier = frontier
         self.records = records
+        self.written = written
     }
 
     /// The file name of segment `number` (sorting by name sorts by number).

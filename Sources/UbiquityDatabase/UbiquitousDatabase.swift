@@ -273,13 +273,39 @@ public final class UbiquitousDatabase: Sendable {
         }
     }
 
+    /// How many of its own segments a database publishes before it compacts by itself.
+    static let compactionThreshold: Int64 = 256
+    /// How long a device that is not heard of keeps holding logs back from compaction.
+    public static let defaultRegistration: TimeInterval = 30 * 24 * 3600
+    /// How long after its last segment a device that only imports tells the others how far it
+    /// has applied their logs (with an empty segment).
+    static let heartbeatInterval: TimeInterval = 600
+
+    /// Compacts the logs now: writes a baseline of the store (what a new device starts from)
+    /// and deletes this device's segments that a baseline holds and every registered device has
+    /// applied. A database does it by itself every ``compactionThreshold`` segments.
+    /// - Parameter registration: How long a device not heard of keeps holding segments back;
+    ///   back after longer, it catches up from a baseline, keeping what it did meanwhile.
+    @discardableResult
+    public func compact(registration: TimeInterval = UbiquitousDatabase.defaultRegistration) throws -> CompactionReport {
+        try queue.sync { try engine.compact(registration: registration) }
+    }
+
     private func synchronizeOnQueue() throws -> ImportReport {
         try writer.write { db in _ = try engine.flush(db) }
         try engine.publish()
         let report = try engine.importLogs(onImported: { changes in self.post(changes) }, onProgress: { progress in
             for stream in self.state.withLock({ Array($0.progressStreams.values) }) { stream.yield(progress) }
         })
-        try engine.publish() // what the import hook wrote, and what was captured meanwhile
+        // What the import hook wrote, and what was captured meanwhile; and, for a device that
+        // only imports, now and then an empty segment saying how far it has come.
+        let lastPublished = try writer.read { db in try Double.fetchOne(db, sql: "SELECT value FROM ubq_state WHERE key = 'publishedAt'") } ?? 0
+        let heartbeat = report.segments > 0 && Date().timeIntervalSince1970 - lastPublished / 1000 > Self.heartbeatInterval
+        try engine.publish(heartbeat: heartbeat)
+        if try engine.segmentsSinceBaseline() >= Self.compactionThreshold {
+            let compaction = try engine.compact(registration: Self.defaultRegistration)
+            logger.info("compacted", metadata: ["baseline": "\(compaction.baseline.map(String.init) ?? "-")", "deleted": "\(compaction.deletedSegments)"])
+        }
         state.withLock { $0.lastReport = report }
         return report
     }

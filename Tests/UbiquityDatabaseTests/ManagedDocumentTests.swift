@@ -66,8 +66,9 @@ final class ThingsDocument: UIManagedDocument {
         document.persistentStoreOptions = [NSPersistentStoreUbiquitousContentNameKey: "Stuff",
                                            NSPersistentStoreUbiquitousContentURLKey: a.appendingPathComponent("TransactionLogs")]
         #expect(await document.save(to: url, for: .forCreating), "\(document.errors)")
-        try document.add("t1", "Tent", at: "garage")
-        try document.add("t2", "Stove")
+        try await document.writer?.write { db in
+            try db.execute(sql: "INSERT INTO thing VALUES ('t1', 'Tent', 'garage'), ('t2', 'Stove', NULL)")
+        }
         #expect(await waitUntil { document.hasUnsavedChanges }, "a committed transaction marks the document edited")
         #expect(await document.autosave())
         #expect(!document.hasUnsavedChanges)

@@ -362,3 +362,85 @@ struct TwoDevices {
         #expect(try receiver.verify().isEmpty && sender.verify().isEmpty)
     }
 }
+
+/// Devices sharing one logs folder (as if their agents synced it at once), driven step by step.
+@Suite struct CompactionTests {
+    static func engine(_ root: TemporaryDirectory, _ name: String) throws -> (queue: DatabaseQueue, engine: DatabaseSyncEngine) {
+        let queue = try DatabaseQueue(path: root.file("\(name).sqlite").path)
+        try TwoDevices.migrator().migrate(queue)
+        return (queue, try DatabaseSyncEngine(writer: queue, logs: LogFolder(url: root.file("Recipes/logs")), localTables: [], logger: .init(label: name)))
+    }
+
+    static func write(_ device: (queue: DatabaseQueue, engine: DatabaseSyncEngine), _ sql: String) throws {
+        try device.queue.write { db in try db.execute(sql: sql) }
+        try device.queue.write { db in _ = try device.engine.flush(db) }
+        try device.engine.publish()
+    }
+
+    static func recipes(_ queue: DatabaseQueue) throws -> [String] {
+        try queue.read { db in try String.fetchAll(db, sql: "SELECT id || ':' || title FROM recipe ORDER BY id") }
+    }
+
+    static func segments(_ root: TemporaryDirectory, _ device: String) -> [String] {
+        ((try? FileManager.default.contentsOfDirectory(atPath: root.file("Recipes/logs/\(device)").path)) ?? []).filter { $0.hasSuffix(".ubqlog") }.sorted()
+    }
+
+    @Test func aNewDeviceStartsFromABaselineAndWhatEveryoneAppliedIsDeleted() throws {
+        let root = try TemporaryDirectory("compaction"); defer { root.remove() }
+        let a = try Self.engine(root, "a"), b = try Self.engine(root, "b")
+        for index in 1...3 { try Self.write(a, "INSERT INTO recipe VALUES ('r\(index)', 'Recipe \(index)', \(index))") }
+        try Self.write(a, "DELETE FROM recipe WHERE id = 'r2'")
+        #expect(Self.segments(root, a.engine.device).count == 4)
+        _ = try b.engine.importLogs()
+        // B only imports: an empty segment tells the others how far it has come.
+        #expect(try b.engine.publish(heartbeat: true) == 1)
+        #expect(try b.engine.publish(heartbeat: false) == 0)
+
+        let compaction = try a.engine.compact(registration: 3600)
+        #expect(compaction.baseline == 1 && compaction.rows == 3 && compaction.deletedSegments == 4, "\(compaction)")
+        #expect(Self.segments(root, a.engine.device).isEmpty, "every segment of A is held by the baseline and applied by B")
+        try Self.write(a, "INSERT INTO recipe VALUES ('r4', 'Recipe 4', 4)")
+
+        // A new device: the baseline, then what came after it.
+        let c = try Self.engine(root, "c")
+        let report = try c.engine.importLogs()
+        #expect(report.baselines == 1 && report.segments == 2, "\(report)") // A's segment 5, B's heartbeat
+        #expect(try Self.recipes(c.queue) == ["r1:Recipe 1", "r3:Recipe 3", "r4:Recipe 4"])
+        #expect(try Self.recipes(b.queue) != Self.recipes(c.queue), "B has not imported r4 yet")
+        _ = try b.engine.importLogs()
+        #expect(try Self.recipes(b.queue) == Self.recipes(c.queue))
+        // The deleted r2 stays deleted on the new device: its tombstone came with the baseline.
+        try c.queue.write { db in _ = try c.engine.flush(db) }
+        #expect(try a.engine.verify().isEmpty && b.engine.verify().isEmpty && c.engine.verify().isEmpty)
+    }
+
+    @Test func aDeviceAwayLongerThanTheLogsAreKeptCatchesUpFromABaselineKeepingWhatItDid() throws {
+        let root = try TemporaryDirectory("compaction-away"); defer { root.remove() }
+        let a = try Self.engine(root, "a"), b = try Self.engine(root, "b")
+        try Self.write(a, "INSERT INTO recipe VALUES ('r1', 'Bread', 90)")
+        _ = try b.engine.importLogs()
+        try Self.write(b, "INSERT INTO recipe VALUES ('r0', 'Tea', 5)") // B's frontier: A's segment 1
+        // B goes away; it edits offline, unpublished.
+        try b.queue.write { db in
+            try db.execute(sql: "INSERT INTO recipe VALUES ('r2', 'Soup', 30)")
+            try db.execute(sql: "UPDATE recipe SET minutes = 100 WHERE id = 'r1'")
+        }
+        try Self.write(a, "INSERT INTO recipe VALUES ('r3', 'Jam', 20)")
+        try Self.write(a, "UPDATE recipe SET title = 'Sourdough' WHERE id = 'r1'")
+        // B has not been heard of for longer than the registration: it no longer holds A's segments back.
+        _ = try a.engine.importLogs()
+        let compaction = try a.engine.compact(registration: -1)
+        #expect(compaction.expiredDevices == [b.engine.device] && compaction.deletedSegments == 3, "\(compaction)")
+        #expect(Self.segments(root, a.engine.device).isEmpty)
+
+        // B is back: A's segments it needs are gone; it catches up from the baseline, keeping its own edits.
+        let report = try b.engine.importLogs()
+        #expect(report.baselines == 1, "\(report)")
+        try b.engine.publish()
+        _ = try a.engine.importLogs()
+        let expected = ["r0:Tea", "r1:Sourdough", "r2:Soup", "r3:Jam"]
+        #expect(try Self.recipes(a.queue) == expected && Self.recipes(b.queue) == expected)
+        #expect(try b.queue.read { db in try Int.fetchOne(db, sql: "SELECT minutes FROM recipe WHERE id = 'r1'") } == 100, "B's offline edit of another column stands")
+        #expect(try a.engine.verify().isEmpty && b.engine.verify().isEmpty)
+    }
+}
