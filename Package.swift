@@ -16,6 +16,7 @@ let package = Package(
         .executable(name: "text-editor", targets: ["TextEditorExample"]),
         .executable(name: "notes", targets: ["NotesExample"]),
         .executable(name: "things", targets: ["ThingsExample"]),
+        .executable(name: "recipes", targets: ["RecipesExample"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -94,14 +95,15 @@ let package = Package(
         ),
 
         // The reference documents' sample documents, shared by the example apps and `ubiquity demo`.
-        .target(name: "UbiquityExamples", dependencies: ["Ubiquity"], path: "Examples/Documents"),
+        .target(name: "UbiquityExamples", dependencies: ["Ubiquity", "UbiquityDatabase", .product(name: "GRDB", package: "GRDB.swift")], path: "Examples/Documents"),
         .executableTarget(name: "TextEditorExample", dependencies: ["UbiquityExamples"], path: "Examples/TextEditor"),
         .executableTarget(name: "NotesExample", dependencies: ["UbiquityExamples"], path: "Examples/Notes"),
         .executableTarget(name: "ThingsExample", dependencies: ["UbiquityExamples"], path: "Examples/Things"),
+        .executableTarget(name: "RecipesExample", dependencies: ["UbiquityExamples"], path: "Examples/Recipes"),
 
         .executableTarget(
             name: "UbiquityCLI",
-            dependencies: ["Ubiquity", "UbiquityExamples", "UbiquityServer", "UbiquityProtocol", "UbiquityAgent", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            dependencies: ["Ubiquity", "UbiquityExamples", "UbiquityDatabase", "UbiquityServer", "UbiquityProtocol", "UbiquityAgent", .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
         ),
         .executableTarget(name: "UbiquityBenchmarks", dependencies: ["CUbiquitySystem", "Ubiquity", "UbiquityFiles", "UbiquitySync", "UbiquityDatabase", .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]),
@@ -159,6 +161,6 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport", "UbiquityDatabase", .product(name: "GRDB", package: "GRDB.swift"), "TextEditorExample", "NotesExample", "ThingsExample", "UbiquityCLI"]),
+        .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport", "UbiquityDatabase", .product(name: "GRDB", package: "GRDB.swift"), "TextEditorExample", "NotesExample", "ThingsExample", "RecipesExample", "UbiquityCLI"]),
     ]
 )

@@ -3,13 +3,16 @@ import UbiquityFiles
 import Logging
 import Ubiquity
 import UbiquityAgent
+import UbiquityDatabase
+import UbiquityExamples
 import UbiquityServer
 
 /// The second half of `ubiquity demo`: an embedded server and two devices (each a home of its
 /// own and an in-process agent) in a temporary folder, narrating the reference's scenarios with
 /// timings: a document created on one device appears on the other (metadata, then content),
 /// edits flow both ways, an offline edit on each side makes a conflict both see, one side
-/// resolves it, the other follows.
+/// resolves it, the other follows; then a database in iCloud (the recipe book): a row added on
+/// one device reaches the other's database, and offline edits of two fields merge.
 struct SyncDemo {
     let folder: URL
     let container = "ABCDE12345.com.example.demo"
@@ -72,6 +75,16 @@ struct SyncDemo {
             try await Task.sleep(for: .milliseconds(5))
         }
         return Self.milliseconds(ContinuousClock.now - start)
+    }
+
+    /// The first non-empty import a stream announces within `timeout`.
+    static func first(_ changes: AsyncStream<ImportedChanges>, within timeout: Duration) async -> ImportedChanges? {
+        await withTaskGroup(of: ImportedChanges?.self) { group in
+            group.addTask { for await change in changes where !change.isEmpty { return change }; return nil }
+            group.addTask { try? await Task.sleep(for: timeout); return nil }
+            defer { group.cancelAll() }
+            return await group.next() ?? nil
+        }
     }
 
     static func milliseconds(_ elapsed: Duration) -> String {
@@ -137,6 +150,29 @@ struct SyncDemo {
         }
         let followed = try await until("the phone follows") { phone.read("Trip.txt") == laptop.read("Trip.txt") && phone.conflicts("Trip.txt").isEmpty && laptop.isIdle }
         say("14. resolve the laptop keeps \"\(laptop.read("Trip.txt") ?? "?")\"; the phone follows after \(followed), no conflicts left")
+
+        // A database in iCloud: the shoebox recipe book on both devices.
+        let laptopBook = try RecipeBook(container: laptop.documents.deletingLastPathComponent(), containers: laptop.containers)
+        let phoneBook = try RecipeBook(container: phone.documents.deletingLastPathComponent(), containers: phone.containers)
+        defer { try? laptopBook.database.close(); try? phoneBook.database.close() }
+        let imports = phoneBook.database.importedChanges()
+        let added = ContinuousClock.now
+        let recipe = try laptopBook.add(title: "Sourdough", minutes: 90, ingredients: ["flour", "water", "salt", "starter"])
+        let arrived = await Self.first(imports, within: .seconds(20))
+        guard let arrived, arrived.inserted.count >= 1 else { throw DemoError("the phone's database did not import the recipe") }
+        say("15. database the laptop adds a recipe to its Recipes database; the phone's imports it after \(Self.milliseconds(ContinuousClock.now - added)) (told: \(arrived.inserted.count) rows inserted)")
+        _ = try await until("both are in step") { laptop.isIdle && phone.isIdle }
+        await laptop.stop()
+        await phone.stop()
+        try laptopBook.rate(recipe, stars: 5)
+        try phoneBook.setMinutes(recipe, 120)
+        laptop.start(container)
+        phone.start(container)
+        func merged(_ book: RecipeBook) -> Bool {
+            (try? book.recipes().first { $0.id == recipe }).flatMap { $0.map { $0.rating == 5 && $0.minutes == 120 } } ?? false
+        }
+        let merge = try await until("both databases merged the offline edits") { merged(laptopBook) && merged(phoneBook) }
+        say("16. merge   offline, the laptop rates it ★★★★★ and the phone makes it 120 min; both have both after \(merge)")
         await laptop.stop()
         await phone.stop()
         await server.stop()

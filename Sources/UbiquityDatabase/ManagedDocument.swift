@@ -195,12 +195,18 @@ open class ManagedDocument: Document {
         content = nil
     }
 
-    /// A committed transaction marks the document edited (autosave then publishes it).
+    /// A committed transaction marks the document edited (autosave then publishes it): for a
+    /// document in iCloud, each of this device's transactions the database captured (imports
+    /// are not edits); otherwise each transaction that changed the store.
     private func observeChanges() {
         guard let writer else { return }
-        // The app's tables (not the engine's bookkeeping, which publishing itself changes).
-        let observation = database.map { DatabaseRegionObservation(tracking: $0.schema.tables.map { Table($0.name) }) }
-            ?? DatabaseRegionObservation(tracking: .fullDatabase)
+        if let database {
+            database.onLocalCommit { [weak self] in
+                Task { @MainActor in self?.updateChangeCount(.done) }
+            }
+            return
+        }
+        let observation = DatabaseRegionObservation(tracking: .fullDatabase)
         changeObservation = observation.start(in: writer, onError: { [weak self] error in
             Task { @MainActor in self?.handleError(error, userInteractionPermitted: false) }
         }, onChange: { [weak self] _ in

@@ -55,6 +55,14 @@ public final class UbiquitousDatabase: Sendable {
     private let logger: Logger
     private let state = Mutex(State())
     private let watcher: Mutex<DirectoryWatcher?> = Mutex(nil)
+    private let commitHandlers = Mutex<[@Sendable () -> Void]>([])
+
+    /// Calls `handler` after each transaction of this device that changed synced rows commits
+    /// (on the writer's thread: hand the work elsewhere). A managed document marks itself
+    /// edited so.
+    package func onLocalCommit(_ handler: @escaping @Sendable () -> Void) {
+        commitHandlers.withLock { $0.append(handler) }
+    }
 
     private struct State {
         var scheduled = false
@@ -134,8 +142,12 @@ public final class UbiquitousDatabase: Sendable {
         engine = try DatabaseSyncEngine(writer: writer, logs: LogFolder(url: logsURL), localTables: localTables, logger: logger,
                                         importHook: willCommitImport, duplicateHook: willRemoveDuplicate,
                                         requestDownload: { try containers.startDownloading(at: $0) }, onCommit: { schedule.fire() })
+        schedule.set { [weak self, automaticallySynchronizes] in
+            guard let self else { return }
+            for handler in commitHandlers.withLock({ $0 }) { handler() }
+            if automaticallySynchronizes { scheduleSynchronization() }
+        }
         guard automaticallySynchronizes else { return }
-        schedule.set { [weak self] in self?.scheduleSynchronization() }
         let own = logsURL.appendingPathComponent(engine.device).path + "/"
         watcher.withLock {
             $0 = try? DirectoryWatcher(root: logsURL, logger: logger) { [weak self] event in

@@ -69,7 +69,8 @@ final class ThingsDocument: UIManagedDocument {
         try await document.writer?.write { db in
             try db.execute(sql: "INSERT INTO thing VALUES ('t1', 'Tent', 'garage'), ('t2', 'Stove', NULL)")
         }
-        #expect(await waitUntil { document.hasUnsavedChanges }, "a committed transaction marks the document edited")
+        // (Loose bound: under a full test run the main actor may be busy for long stretches.)
+        #expect(await waitUntil(timeout: .seconds(60)) { document.hasUnsavedChanges }, "a committed transaction marks the document edited")
         #expect(await document.autosave())
         #expect(!document.hasUnsavedChanges)
         // The package: metadata (synced) and the store in a folder that stays on the device; the logs beside Documents.

@@ -121,6 +121,19 @@ import UbiquityTestSupport
 
         #expect(try run("things", [dir.url.path, "add", "Lamp", "Desk"]) == (0, "0: Lamp @ Desk\n"))
         #expect(try run("things", [dir.url.path, "remove", "5"]).0 == 1)
+
+        // The shoebox app: two "devices" (containers) whose logs folders are the same folder.
+        let laptop = dir.file("laptop"), phone = dir.file("phone")
+        let (added, listing) = try run("recipes", [laptop.path, "add", "Bread", "90", "flour", "water"])
+        #expect(added == 0 && listing.contains("Bread — 90 min") && listing.contains("· flour") && listing.contains("· water"), "\(listing)")
+        let id = String(listing.split(separator: " ")[1].prefix(36))
+        try FileManager.default.createDirectory(at: phone.appendingPathComponent("Databases/Recipes"), withIntermediateDirectories: true)
+        try FileManager.default.createSymbolicLink(at: phone.appendingPathComponent("Databases/Recipes/logs"), withDestinationURL: laptop.appendingPathComponent("Databases/Recipes/logs"))
+        let (_, onPhone) = try run("recipes", [phone.path])
+        #expect(onPhone.contains("from other devices: 3 new") && onPhone.contains("Bread — 90 min"), "\(onPhone)")
+        #expect(try run("recipes", [phone.path, "rate", id, "4"]).0 == 0)
+        #expect(try run("recipes", [laptop.path]).1.contains("Bread — 90 min ★★★★"))
+        #expect(try run("recipes", [laptop.path, "frobnicate"]).0 == 64)
     }
 }
 
@@ -137,7 +150,10 @@ import UbiquityTestSupport
                      "waits for the download: \"pack the tent\"", "the laptop has it after", "the phone has it after",
                      "laptop  current \"from the phone, offline\", conflict version \"from the laptop, offline\" from laptop",
                      "phone   current \"from the phone, offline\", conflict version \"from the laptop, offline\" from laptop",
-                     "14. resolve the laptop keeps \"from the laptop, offline\"; the phone follows after", "no conflicts left"] {
+                     "14. resolve the laptop keeps \"from the laptop, offline\"; the phone follows after", "no conflicts left",
+                     // A database in iCloud: the recipe book.
+                     "15. database the laptop adds a recipe to its Recipes database; the phone's imports it after", "(told: 5 rows inserted)",
+                     "16. merge   offline, the laptop rates it ★★★★★ and the phone makes it 120 min; both have both after"] {
             #expect(output.contains(step), "missing \(step) in:\n\(output)")
         }
         #expect(try ExampleProgramTests().run("ubiquity", ["--version"]) == (0, "0.1.0\n"))
