@@ -81,3 +81,29 @@ public struct DuplicateRows: Hashable, Sendable {
     /// already removed).
     public var removed: RowKey
 }
+
+extension NSNotification.Name {
+    /// Posted before a database's store closes because the account changed or its content was
+    /// deleted; its user info's ``NSPersistentStoreUbiquitousTransitionTypeKey`` says which.
+    /// Stop using the database's writer then.
+    public static let NSPersistentStoreCoordinatorStoresWillChange = NSNotification.Name("NSPersistentStoreCoordinatorStoresWillChangeNotification")
+    /// Posted after that store closed: open the database again for the account now signed in
+    /// (its container is another folder), or not at all when nobody is.
+    public static let NSPersistentStoreCoordinatorStoresDidChange = NSNotification.Name("NSPersistentStoreCoordinatorStoresDidChangeNotification")
+}
+
+/// The user-info key of a store change's ``NSPersistentStoreUbiquitousTransitionType`` (an
+/// `NSNumber` of its raw value).
+public let NSPersistentStoreUbiquitousTransitionTypeKey = "NSPersistentStoreUbiquitousTransitionTypeKey"
+
+/// Why a database's store changed.
+public enum NSPersistentStoreUbiquitousTransitionType: UInt, Sendable {
+    /// Another account signed in (the store was the previous account's).
+    case accountAdded = 1
+    /// The account signed out.
+    case accountRemoved = 2
+    /// The database's content was deleted (every device removes its store).
+    case contentRemoved = 3
+    /// The first import finished.
+    case initialImportCompleted = 4
+}

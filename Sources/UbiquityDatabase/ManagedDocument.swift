@@ -60,6 +60,17 @@ open class ManagedDocument: Document {
     private var content: (name: String, folder: URL)?
     private var changeObservation: AnyDatabaseCancellable?
 
+    /// Whether the document has changes not yet saved: for a document in iCloud, whether the
+    /// store holds transactions of this device not yet published (exact, whenever asked: a
+    /// transaction is published by the next save, autosave, or the database's own
+    /// synchronization); otherwise the document's change count.
+    open override var hasUnsavedChanges: Bool {
+        guard let database else { return super.hasUnsavedChanges }
+        do { return try database.hasUnpublishedChanges() } catch {
+            return super.hasUnsavedChanges // the store cannot be read now: what the change count says
+        }
+    }
+
     /// The store's type for a file type: SQLite, always.
     open func persistentStoreType(forFileType fileType: String) -> String { "SQLite" }
 

@@ -56,6 +56,13 @@ public final class UbiquitousDatabase: Sendable {
     private let state = Mutex(State())
     private let watcher: Mutex<DirectoryWatcher?> = Mutex(nil)
     private let commitHandlers = Mutex<[@Sendable () -> Void]>([])
+    private let identity = Mutex<(center: NotificationCenter, watcher: UbiquityIdentity?, observer: ObserverToken?)>((NotificationCenter(), nil, nil))
+
+    /// A notification observer's token (NotificationCenter's tokens may be removed from any thread).
+    private struct ObserverToken: @unchecked Sendable {
+        let token: any NSObjectProtocol
+        init(_ token: any NSObjectProtocol) { self.token = token }
+    }
 
     /// Calls `handler` after each transaction of this device that changed synced rows commits
     /// (on the writer's thread: hand the work elsewhere). A managed document marks itself
@@ -156,6 +163,7 @@ public final class UbiquitousDatabase: Sendable {
             }
         }
         if watcher.withLock({ $0 == nil }) { logger.warning("cannot watch the logs folder; synchronizing after commits and on request only") }
+        followAccount(containers)
         scheduleSynchronization()
     }
 
@@ -220,16 +228,97 @@ public final class UbiquitousDatabase: Sendable {
     /// Stops synchronizing and closes the store (what was captured stays in it, and is
     /// published the next time it opens).
     public func close() throws {
-        let (streams, progressStreams) = state.withLock { state in
-            state.closed = true
-            defer { state.streams = [:]; state.progressStreams = [:] }
-            return (state.streams.values, state.progressStreams.values)
+        let (wasClosed, streams, progressStreams) = state.withLock { state in
+            defer { state.closed = true; state.streams = [:]; state.progressStreams = [:] }
+            return (state.closed, state.streams.values, state.progressStreams.values)
         }
+        guard !wasClosed else { return }
         for stream in streams { stream.finish() }
         for stream in progressStreams { stream.finish() }
         watcher.withLock { $0?.stop(); $0 = nil }
+        identity.withLock { identity in
+            if let observer = identity.observer { identity.center.removeObserver(observer.token) }
+            identity.observer = nil
+            identity.watcher = nil
+        }
         queue.sync {}
         try writer.close()
+    }
+
+    /// Whether this device has transactions not yet published (captured, or waiting in the
+    /// outbox).
+    package func hasUnpublishedChanges() throws -> Bool {
+        try writer.read { db in
+            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ubq_capture) OR EXISTS (SELECT 1 FROM ubq_outbox)") ?? false
+        }
+    }
+
+    /// Whether the database is closed (by ``close()``, or because the account changed or its
+    /// content was deleted: see ``NSNotification/Name/NSPersistentStoreCoordinatorStoresWillChange``).
+    public var isClosed: Bool { state.withLock(\.closed) }
+
+    // MARK: Account changes
+
+    /// Follows the signed-in account: when it changes (signed out, or another account) the
+    /// store — the old account's — closes, announced by `.NSPersistentStoreCoordinatorStoresWillChange`
+    /// and `…DidChange`; what it had not yet published stays in it (and its segments in the old
+    /// account's container), for when that account signs in again.
+    private func followAccount(_ containers: UbiquityContainers) {
+        let paths = containers.paths
+        let opened = UbiquityCredentials.signedIn(in: paths)?.identityToken
+        let center = NotificationCenter()
+        let watcher = UbiquityIdentity(paths: paths, notificationCenter: center)
+        watcher.startWatching()
+        let observer = center.addObserver(forName: .NSUbiquityIdentityDidChange, object: nil, queue: nil) { [weak self] _ in
+            let now = UbiquityCredentials.signedIn(in: paths)?.identityToken
+            guard now != opened else { return }
+            self?.closeForTransition(now == nil ? .accountRemoved : .accountAdded)
+        }
+        identity.withLock { $0 = (center, watcher, ObserverToken(observer)) }
+    }
+
+    /// Announces `transition`, closes the store, announces it done.
+    private func closeForTransition(_ transition: NSPersistentStoreUbiquitousTransitionType) {
+        guard !isClosed else { return }
+        let userInfo = [NSPersistentStoreUbiquitousTransitionTypeKey: NSNumber(value: transition.rawValue)]
+        NotificationCenter.default.post(name: .NSPersistentStoreCoordinatorStoresWillChange, object: self, userInfo: userInfo)
+        do { try close() } catch { logger.error("the store did not close cleanly", metadata: ["error": "\(error)"]) }
+        if transition == .contentRemoved {
+            // "Delete All": the store goes too (its data is the deleted content's).
+            do { try FileManager.default.removeItem(at: storeURL.deletingLastPathComponent()) } catch {
+                logger.error("cannot remove the store of deleted content", metadata: ["store": "\(storeURL.path)", "error": "\(error)"])
+            }
+        }
+        logger.notice("the store closed", metadata: ["transition": "\(transition)"])
+        NotificationCenter.default.post(name: .NSPersistentStoreCoordinatorStoresDidChange, object: self, userInfo: userInfo)
+    }
+
+    // MARK: Local data
+
+    /// Merges the rows of a store that did not sync (an app's store from while it was signed
+    /// out) into this database, as this device's changes: each synced table's rows that are not
+    /// here yet (by primary key) are added; rows here are kept. The app chooses: merge (this),
+    /// keep the local store as it is, or delete it.
+    /// - Parameter url: The other store's file.
+    /// - Returns: How many rows were added.
+    @discardableResult
+    public func mergeLocalStore(at url: URL) throws -> Int {
+        try writer.writeWithoutTransaction { db in
+            try db.execute(sql: "ATTACH DATABASE ? AS ubq_local", arguments: [url.path])
+            defer { try? db.execute(sql: "DETACH DATABASE ubq_local") } // after the transaction: cannot fail while attached
+            var added = 0
+            try db.inTransaction {
+                for table in schema.tables {
+                    let theirs = Set(try Row.fetchAll(db, sql: "SELECT name FROM pragma_table_info(?, 'ubq_local')", arguments: [table.name]).map { $0["name"] as String })
+                    guard !theirs.isEmpty, table.primaryKey.allSatisfy(theirs.contains) else { continue }
+                    let columns = table.columns.filter(theirs.contains).map(\.quotedDatabaseIdentifier).joined(separator: ", ")
+                    try db.execute(sql: "INSERT OR IGNORE INTO main.\(table.name.quotedDatabaseIdentifier)(\(columns)) SELECT \(columns) FROM ubq_local.\(table.name.quotedDatabaseIdentifier)")
+                    added += db.changesCount
+                }
+                return .commit
+            }
+            return added
+        }
     }
 
     /// Whether `name` can name a database (one path component, not hidden).
@@ -304,6 +393,12 @@ public final class UbiquitousDatabase: Sendable {
     }
 
     private func synchronizeOnQueue() throws -> ImportReport {
+        // The logs folder gone while open: the content was deleted (Manage Storage's "Delete
+        // All", on any device): so goes the store.
+        guard FileManager.default.fileExists(atPath: logsURL.path) else {
+            DispatchQueue.global().async { self.closeForTransition(.contentRemoved) }
+            return ImportReport()
+        }
         try writer.write { db in _ = try engine.flush(db) }
         try engine.publish()
         let report = try engine.importLogs(onImported: { changes in self.post(changes) }, onProgress: { progress in

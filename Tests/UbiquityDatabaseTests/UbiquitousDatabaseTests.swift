@@ -3,6 +3,7 @@ import GRDB
 import Synchronization
 import Testing
 import UbiquityTestSupport
+import UbiquityClient
 @testable import UbiquityDatabase
 
 /// Two devices, each with its own container; the test moves log files between them as the sync
@@ -442,5 +443,89 @@ struct TwoDevices {
         #expect(try Self.recipes(a.queue) == expected && Self.recipes(b.queue) == expected)
         #expect(try b.queue.read { db in try Int.fetchOne(db, sql: "SELECT minutes FROM recipe WHERE id = 'r1'") } == 100, "B's offline edit of another column stands")
         #expect(try a.engine.verify().isEmpty && b.engine.verify().isEmpty)
+    }
+}
+
+@Suite struct AccountChangeTests {
+    /// Transitions a database announced.
+    final class Transitions: @unchecked Sendable {
+        private let lock = NSLock()
+        private var values: [UInt] = []
+        private var token: (any NSObjectProtocol)?
+        var seen: [UInt] { lock.withLock { values } }
+
+        init(_ database: UbiquitousDatabase) {
+            token = NotificationCenter.default.addObserver(forName: .NSPersistentStoreCoordinatorStoresWillChange, object: database, queue: nil) { [weak self] note in
+                guard let self, let type = note.userInfo?[NSPersistentStoreUbiquitousTransitionTypeKey] as? NSNumber else { return }
+                lock.withLock { values.append(type.uintValue) }
+            }
+        }
+        deinit { token.map(NotificationCenter.default.removeObserver) }
+    }
+
+    static func signedIn(_ root: TemporaryDirectory, account: String) throws -> UbiquityContainers {
+        let paths = UbiquityPaths(configuration: root.file("config"), data: root.file("data"), runtime: root.file("run"))
+        try UbiquityCredentials(server: URL(string: "http://127.0.0.1:9")!, account: account, deviceId: "d1", deviceName: "laptop",
+                                token: "t", identityToken: "\(account)-identity").save(to: paths)
+        return UbiquityContainers(paths: paths, entitlements: UbiquityEntitlements(containers: ["ABCDE12345.com.example.recipes"]))
+    }
+
+    static func eventually(_ condition: () -> Bool) async -> Bool {
+        for _ in 0..<500 {
+            if condition() { return true }
+            try? await Task.sleep(for: .milliseconds(20))
+        }
+        return condition()
+    }
+
+    @Test func signingOutClosesTheOldAccountsStoreKeepingItsData() async throws {
+        let root = try TemporaryDirectory("account"); defer { root.remove() }
+        let containers = try Self.signedIn(root, account: "ada")
+        let database = try UbiquitousDatabase(container: root.file("container"), name: "Recipes", migrator: TwoDevices.migrator(), containers: containers)
+        let transitions = Transitions(database)
+        try await database.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r1', 'Bread', 90)") }
+        #expect(try UbiquityCredentials.remove(from: containers.paths))
+        #expect(await Self.eventually { database.isClosed }, "signing out closes the store")
+        #expect(transitions.seen == [NSPersistentStoreUbiquitousTransitionType.accountRemoved.rawValue])
+        // The old account's data stays, for when it signs in again.
+        let again = try UbiquitousDatabase(container: root.file("container"), name: "Recipes", migrator: TwoDevices.migrator(), automaticallySynchronizes: false)
+        #expect(try TwoDevices.recipes(again) == ["r1": "Bread|90"])
+        try again.close()
+    }
+
+    @Test func anotherAccountSigningInIsAnnounced() async throws {
+        let root = try TemporaryDirectory("account-switch"); defer { root.remove() }
+        let containers = try Self.signedIn(root, account: "ada")
+        let database = try UbiquitousDatabase(container: root.file("container"), name: "Recipes", migrator: TwoDevices.migrator(), containers: containers)
+        let transitions = Transitions(database)
+        _ = try Self.signedIn(root, account: "grace")
+        #expect(await Self.eventually { database.isClosed })
+        #expect(transitions.seen == [NSPersistentStoreUbiquitousTransitionType.accountAdded.rawValue])
+    }
+
+    @Test func deletedContentTakesTheStoreWithIt() async throws {
+        let root = try TemporaryDirectory("content-removed"); defer { root.remove() }
+        let database = try UbiquitousDatabase(container: root.file("container"), name: "Recipes", migrator: TwoDevices.migrator(), containers: Self.signedIn(root, account: "ada"))
+        let transitions = Transitions(database)
+        try await database.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r1', 'Bread', 90)") }
+        // "Delete All" on another device: the agent removes the content's folder here.
+        try FileManager.default.removeItem(at: root.file("container/Databases/Recipes"))
+        #expect(await Self.eventually { database.isClosed && !FileManager.default.fileExists(atPath: root.file("container/Recipes.nosync").path) })
+        #expect(transitions.seen == [NSPersistentStoreUbiquitousTransitionType.contentRemoved.rawValue])
+    }
+
+    @Test func dataMadeSignedOutCanBeMergedIn() throws {
+        let root = try TemporaryDirectory("merge-local"); defer { root.remove() }
+        let local = try DatabaseQueue(path: root.file("local.sqlite").path)
+        try TwoDevices.migrator().migrate(local)
+        try local.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r1', 'Local bread', 10), ('r2', 'Soup', 30)") }
+        try local.close()
+        let devices = try TwoDevices(); defer { devices.root.remove() }
+        let a = try devices.open(devices.a), b = try devices.open(devices.b)
+        try a.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r1', 'Bread', 90)") }
+        #expect(try a.mergeLocalStore(at: root.file("local.sqlite")) == 1, "rows already here are kept")
+        try a.synchronize(); try devices.exchange(); try b.synchronize()
+        #expect(try TwoDevices.recipes(b) == ["r1": "Bread|90", "r2": "Soup|30"], "merged rows sync as this device's changes")
+        try a.close(); try b.close()
     }
 }
