@@ -56,6 +56,8 @@ public final class UbiquitousDatabase: Sendable {
     private let state = Mutex(State())
     private let watcher: Mutex<DirectoryWatcher?> = Mutex(nil)
     private let commitHandlers = Mutex<[@Sendable () -> Void]>([])
+    private let imports = Broadcast<ImportedChanges>()
+    private let progress = Broadcast<ImportProgress>()
     private let identity = Mutex<(center: NotificationCenter, watcher: UbiquityIdentity?, observer: ObserverToken?)>((NotificationCenter(), nil, nil))
 
     /// A notification observer's token (NotificationCenter's tokens may be removed from any thread).
@@ -80,8 +82,6 @@ public final class UbiquitousDatabase: Sendable {
         var retryScheduled = false
         var lastReport: ImportReport?
         var lastError: String?
-        var streams: [UUID: AsyncStream<ImportedChanges>.Continuation] = [:]
-        var progressStreams: [UUID: AsyncStream<ImportProgress>.Continuation] = [:]
     }
 
     /// The engine (tests take its steps one by one).
@@ -194,29 +194,13 @@ public final class UbiquitousDatabase: Sendable {
     /// Each import's changes, after its transaction committed (the same as the
     /// notifications), until the database closes.
     public func importedChanges() -> AsyncStream<ImportedChanges> {
-        let (stream, continuation) = AsyncStream<ImportedChanges>.makeStream(bufferingPolicy: .bufferingNewest(1_000))
-        let id = UUID()
-        let closed = state.withLock { state -> Bool in
-            if !state.closed { state.streams[id] = continuation }
-            return state.closed
-        }
-        if closed { continuation.finish() }
-        continuation.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.streams.removeValue(forKey: id) } }
-        return stream
+        imports.stream(bufferingNewest: 1_000)
     }
 
     /// The progress of imports, segment by segment (a new device building its store from a long
     /// history, a device back from a long time offline), until the database closes.
     public func importProgress() -> AsyncStream<ImportProgress> {
-        let (stream, continuation) = AsyncStream<ImportProgress>.makeStream(bufferingPolicy: .bufferingNewest(1))
-        let id = UUID()
-        let closed = state.withLock { state -> Bool in
-            if !state.closed { state.progressStreams[id] = continuation }
-            return state.closed
-        }
-        if closed { continuation.finish() }
-        continuation.onTermination = { [weak self] _ in self?.state.withLock { _ = $0.progressStreams.removeValue(forKey: id) } }
-        return stream
+        progress.stream(bufferingNewest: 1)
     }
 
     /// What the last synchronization's import did.
@@ -228,13 +212,13 @@ public final class UbiquitousDatabase: Sendable {
     /// Stops synchronizing and closes the store (what was captured stays in it, and is
     /// published the next time it opens).
     public func close() throws {
-        let (wasClosed, streams, progressStreams) = state.withLock { state in
-            defer { state.closed = true; state.streams = [:]; state.progressStreams = [:] }
-            return (state.closed, state.streams.values, state.progressStreams.values)
+        let wasClosed = state.withLock { state in
+            defer { state.closed = true }
+            return state.closed
         }
         guard !wasClosed else { return }
-        for stream in streams { stream.finish() }
-        for stream in progressStreams { stream.finish() }
+        imports.finish()
+        progress.finish()
         watcher.withLock { $0?.stop(); $0 = nil }
         identity.withLock { identity in
             if let observer = identity.observer { identity.center.removeObserver(observer.token) }
@@ -402,7 +386,7 @@ public final class UbiquitousDatabase: Sendable {
         try writer.write { db in _ = try engine.flush(db) }
         try engine.publish()
         let report = try engine.importLogs(onImported: { changes in self.post(changes) }, onProgress: { progress in
-            for stream in self.state.withLock({ Array($0.progressStreams.values) }) { stream.yield(progress) }
+            self.progress.yield(progress)
         })
         // What the import hook wrote, and what was captured meanwhile; and, for a device that
         // only imports, now and then an empty segment saying how far it has come.
@@ -425,7 +409,7 @@ public final class UbiquitousDatabase: Sendable {
             Self.importedChangesKey: changes,
         ]
         NotificationCenter.default.post(name: .NSPersistentStoreDidImportUbiquitousContentChanges, object: self, userInfo: userInfo)
-        for stream in state.withLock({ Array($0.streams.values) }) { stream.yield(changes) }
+        imports.yield(changes)
     }
 }
 
@@ -434,4 +418,34 @@ private final class ScheduleBox: Sendable {
     private let action = Mutex<(@Sendable () -> Void)?>(nil)
     func set(_ action: @escaping @Sendable () -> Void) { self.action.withLock { $0 = action } }
     func fire() { action.withLock { $0 }?() }
+}
+
+/// Hands each value to every stream made from it, until finished (then new streams end at once).
+final class Broadcast<Element: Sendable>: Sendable {
+    private let continuations = Mutex<(open: [UUID: AsyncStream<Element>.Continuation], finished: Bool)>(([:], false))
+
+    /// A new stream of the values from now on, keeping the newest `bufferingNewest` unread.
+    func stream(bufferingNewest limit: Int) -> AsyncStream<Element> {
+        let (stream, continuation) = AsyncStream<Element>.makeStream(bufferingPolicy: .bufferingNewest(limit))
+        let id = UUID()
+        let finished = continuations.withLock { state -> Bool in
+            if !state.finished { state.open[id] = continuation }
+            return state.finished
+        }
+        if finished { continuation.finish() }
+        continuation.onTermination = { [weak self] _ in self?.continuations.withLock { _ = $0.open.removeValue(forKey: id) } }
+        return stream
+    }
+
+    func yield(_ value: Element) {
+        for continuation in continuations.withLock({ Array($0.open.values) }) { continuation.yield(value) }
+    }
+
+    func finish() {
+        let open = continuations.withLock { state in
+            defer { state = ([:], true) }
+            return Array(state.open.values)
+        }
+        for continuation in open { continuation.finish() }
+    }
 }

@@ -3,24 +3,13 @@ import GRDB
 import Testing
 import Ubiquity
 import UbiquityDatabase
+import UbiquityExamples
 import UbiquityTestSupport
 
 /// A database in iCloud between two devices with real processes: a server, two `ubiquity agent`s
 /// (not greedy: other devices' log segments arrive as placeholders, and the database asks for
 /// them), and each device's `UbiquitousDatabase` in its container.
 @Suite(.serialized) struct DatabaseEndToEndTests {
-    static func migrator() -> DatabaseMigrator {
-        var migrator = DatabaseMigrator()
-        migrator.registerMigration("v1") { db in
-            try db.create(table: "recipe") { t in
-                t.primaryKey("id", .text)
-                t.column("title", .text).notNull()
-                t.column("minutes", .integer)
-            }
-        }
-        return migrator
-    }
-
     static func recipe(_ database: UbiquitousDatabase, _ id: String) throws -> String? {
         try database.writer.read { db in
             try Row.fetchOne(db, sql: "SELECT title, minutes FROM recipe WHERE id = ?", arguments: [id]).map { "\($0["title"] as String)|\($0["minutes"] as Int?, default: "-")" }
@@ -50,14 +39,14 @@ import UbiquityTestSupport
         try await phone.startAgent()
         let laptopContainer = try #require(laptop.containers.url(forContainer: container))
         let phoneContainer = try #require(phone.containers.url(forContainer: container))
-        let a = try UbiquitousDatabase(container: laptopContainer, name: "Recipes", migrator: Self.migrator(), containers: laptop.containers)
-        let b = try UbiquitousDatabase(container: phoneContainer, name: "Recipes", migrator: Self.migrator(), containers: phone.containers)
+        let a = try UbiquitousDatabase(container: laptopContainer, name: "Recipes", migrator: RecipeBook.migrator, containers: laptop.containers)
+        let b = try UbiquitousDatabase(container: phoneContainer, name: "Recipes", migrator: RecipeBook.migrator, containers: phone.containers)
         defer { try? a.close(); try? b.close() }
 
         // A row written on the laptop appears in the phone's database, and the phone is told.
         let changes = b.importedChanges()
         let start = ContinuousClock.now
-        try await a.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r1', 'Bread', 90)") }
+        try await a.writer.write { db in try db.execute(sql: "INSERT INTO recipe(id, title, minutes) VALUES ('r1', 'Bread', 90)") }
         let imported = try await Self.firstImport(changes, timeout: .seconds(30))
         #expect(imported?.inserted == [RowKey(table: "recipe", primaryKey: [.text("r1")])], "\(String(describing: b.lastImport)) \(String(describing: b.lastError))")
         #expect(imported?.devices == [a.deviceIdentifier])
@@ -73,7 +62,7 @@ import UbiquityTestSupport
         try await a.writer.write { db in try db.execute(sql: "UPDATE recipe SET title = 'Sourdough' WHERE id = 'r1'") }
         try await b.writer.write { db in
             try db.execute(sql: "UPDATE recipe SET minutes = 120 WHERE id = 'r1'")
-            try db.execute(sql: "INSERT INTO recipe VALUES ('r2', 'Soup', 30)")
+            try db.execute(sql: "INSERT INTO recipe(id, title, minutes) VALUES ('r2', 'Soup', 30)")
         }
         try await a.synchronize(); try await b.synchronize()
         try await laptop.startAgent()
