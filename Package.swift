@@ -110,7 +110,7 @@ let package = Package(
         // The sync figures against Syncthing, in one run.
         .executableTarget(
             name: "UbiquitySyncBenchmarks",
-            dependencies: ["Ubiquity", .product(name: "AsyncHTTPClient", package: "async-http-client")]
+            dependencies: ["Ubiquity", "UbiquityDatabase", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "AsyncHTTPClient", package: "async-http-client")]
         ),
         // Load generator for the server: N simulated devices over loopback.
         .executableTarget(

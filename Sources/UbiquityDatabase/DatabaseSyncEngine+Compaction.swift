@@ -12,6 +12,8 @@ public struct CompactionReport: Equatable, Sendable {
     /// This device's segments deleted (covered by a baseline and applied by every registered
     /// device).
     public var deletedSegments = 0
+    /// Tombstones collected (deleted rows every registered device has seen deleted).
+    public var collectedTombstones = 0
     /// Devices not heard of for longer than the registration lasts: they no longer hold logs
     /// back (back again, they catch up from a baseline, keeping what they did meanwhile).
     public var expiredDevices: [String] = []
@@ -175,9 +177,50 @@ extension DatabaseSyncEngine {
         return (deleted, expired.sorted())
     }
 
+    /// Drops tombstones (rows whose delete won, holding nothing else) that can no longer matter:
+    /// every registered device has applied the delete (the device's newest segment's frontier
+    /// covers the segment holding it), and this store has applied every registered device's
+    /// segments up to that newest one — so every change not yet applied here was made after
+    /// its device saw the delete, and is later than it. A device away longer than the
+    /// registration does not hold tombstones back: one it could still bring back to life with an
+    /// insert it made before seeing the delete is its risk, as Core Data's.
+    func collectTombstones(registration: TimeInterval, now: Date = Date()) throws -> Int {
+        let (positions, published) = try writer.read { db in (try Self.imported(db), try Self.published(db)) }
+        // What each registered device has applied of each device's log (segment numbers).
+        var seen: [[String: Int64]] = [positions.mapValues(\.number).merging(published.map { [device: $0.number] } ?? [:]) { $1 }]
+        for other in try logs.devices() where other != device {
+            guard let newest = try logs.newestSegment(other) else { continue }
+            let written = newest.written.map { Date(timeIntervalSince1970: Double($0) / 1000) } ?? .distantPast
+            guard now.timeIntervalSince(written) <= registration else { continue }
+            guard positions[other]?.number ?? 0 >= newest.number else { return 0 } // its changes are not all here yet
+            seen.append(newest.frontier.merging([other: newest.number]) { $1 })
+        }
+        return try writer.write { db -> Int in
+            // The newest timestamp of the last segment of each device every registered device applied.
+            var cutoff: [String: Int64] = [:]
+            for author in Set(seen.flatMap(\.keys)) {
+                let number = seen.map { $0[author] ?? 0 }.min() ?? 0
+                guard number > 0, let newest = try Int64.fetchOne(db, sql: "SELECT max(newest) FROM ubq_segment WHERE device = ? AND number <= ?", arguments: [author, number]) else { continue }
+                cutoff[author] = newest
+            }
+            var dropped: [(String, Data)] = []
+            let rows = try Row.fetchCursor(db, sql: "SELECT tbl, pk, meta FROM ubq_row")
+            while let row = try rows.next() {
+                let meta = try RowMeta(encoded: [UInt8](row[2] as Data))
+                guard !meta.exists, meta.stamps.isEmpty, meta.ghost.isEmpty, let deleted = meta.deleted,
+                      let limit = cutoff[deleted.device], deleted.timestamp.packed <= limit else { continue }
+                dropped.append((row[0], row[1]))
+            }
+            for (table, key) in dropped { try db.execute(sql: "DELETE FROM ubq_row WHERE tbl = ? AND pk = ?", arguments: [table, key]) }
+            if !dropped.isEmpty { logger.info("collected tombstones", metadata: ["rows": "\(dropped.count)"]) }
+            return dropped.count
+        }
+    }
+
     /// Writes a baseline and deletes what it (and every registered device) covers.
     func compact(registration: TimeInterval) throws -> CompactionReport {
         var report = CompactionReport()
+        report.collectedTombstones = try collectTombstones(registration: registration)
         if let header = try writeBaseline() {
             report.baseline = header.number
             report.rows = header.rows

@@ -123,6 +123,7 @@ final class DatabaseSyncEngine: Sendable {
             CREATE TABLE IF NOT EXISTS ubq_state(key TEXT PRIMARY KEY, value) WITHOUT ROWID;
             CREATE TABLE IF NOT EXISTS ubq_outbox(tx INTEGER NOT NULL, part INTEGER NOT NULL, record BLOB NOT NULL, PRIMARY KEY (tx, part));
             CREATE TABLE IF NOT EXISTS ubq_imported(device TEXT PRIMARY KEY, number INTEGER NOT NULL, hash TEXT NOT NULL) WITHOUT ROWID;
+            CREATE TABLE IF NOT EXISTS ubq_segment(device TEXT NOT NULL, number INTEGER NOT NULL, newest INTEGER NOT NULL, PRIMARY KEY (device, number)) WITHOUT ROWID;
             """)
         try ChangeCapture.createTables(db)
         try StoreMerger.createTables(db)
@@ -216,6 +217,7 @@ final class DatabaseSyncEngine: Sendable {
                     try db.execute(sql: "DELETE FROM ubq_outbox WHERE (tx, part) <= (?, ?)", arguments: [lastRow.tx, lastRow.part])
                 }
                 try Self.setPublished(LogPosition(number: segment.number, hash: hash), db)
+                try Self.noteSegment(segment, db)
                 try db.execute(sql: "INSERT OR REPLACE INTO ubq_state(key, value) VALUES ('publishedAt', ?)", arguments: [segment.written])
             }
             published += 1
@@ -282,6 +284,7 @@ final class DatabaseSyncEngine: Sendable {
                                 }
                                 try importHook?(db, summary(of: applied))
                                 try db.execute(sql: "INSERT OR REPLACE INTO ubq_imported(device, number, hash) VALUES (?, ?, ?)", arguments: [other, position.number, position.hash])
+                                try Self.noteSegment(segment, db)
                                 try saveClock(db)
                                 return .commit
                             }
@@ -362,6 +365,13 @@ final class DatabaseSyncEngine: Sendable {
 
     func saveClock(_ db: Database) throws {
         try db.execute(sql: "INSERT OR REPLACE INTO ubq_state(key, value) VALUES ('clock', ?)", arguments: [clock.latest.packed])
+    }
+
+    /// Notes the newest timestamp of a segment applied or published here (what collecting
+    /// tombstones compares a delete's stamp with).
+    static func noteSegment(_ segment: LogSegment, _ db: Database) throws {
+        let newest = segment.records.map(\.timestamp.packed).max() ?? 0
+        try db.execute(sql: "INSERT OR REPLACE INTO ubq_segment(device, number, newest) VALUES (?, ?, ?)", arguments: [segment.device, segment.number, newest])
     }
 
     static func published(_ db: Database) throws -> LogPosition? {

@@ -7,7 +7,7 @@
 //
 //   swift build -c release --product ubiquity && swift run -c release ubiquity-sync-bench
 //     [--small N] [--syncthing-small N] [--burst N] [--folder N] [--big-folder N] [--large-mib M]
-//     [--large-runs N] [--cost-changes N] [--idle-items N] [--idle-seconds S] [--skip-syncthing]
+//     [--large-runs N] [--cost-changes N] [--idle-items N] [--idle-seconds S] [--database-updates N] [--skip-syncthing]
 //     [--directory DIR] [--keep]
 import Foundation
 import Ubiquity
@@ -28,6 +28,7 @@ struct Options {
     var costChanges = 10
     var idleItems = 100_000
     var idleSeconds = 60
+    var databaseUpdates = 20
     var skipSyncthing = false
     /// Leave the run's folder (homes, logs, data) in place afterwards.
     var keep = false
@@ -57,6 +58,7 @@ struct Options {
             case "--cost-changes": costChanges = try count(argument)
             case "--idle-items": idleItems = try count(argument, allowZero: true)
             case "--idle-seconds": idleSeconds = try count(argument)
+            case "--database-updates": databaseUpdates = try count(argument, allowZero: true)
             case "--skip-syncthing": skipSyncthing = true
             case "--keep": keep = true
             case "--directory": directory = URL(fileURLWithPath: try value(argument))
@@ -76,6 +78,7 @@ struct Figures: Encodable {
     var renameBigFolder: Rename?
     var large: LargeFigures?
     var wholeContainer: WholeContainer?
+    var database: DatabaseUpdates?
     var idle: Idle?
     var failure: String?
     var notes: String
@@ -98,6 +101,7 @@ func measure(_ peer: some Peer, options: Options, small: Int, notes: String) asy
         figures.large = try await largeFiles(peer, mib: options.largeMiB, runs: options.largeRuns)
         if let ubiquity = peer as? UbiquityPeer {
             figures.wholeContainer = try await wholeContainer(ubiquity)
+            if options.databaseUpdates > 0 { figures.database = try await databaseUpdates(ubiquity, count: options.databaseUpdates) }
             if options.idleItems > 0 {
                 figures.idle = try await idleAgents(ubiquity, items: options.idleItems, seconds: options.idleSeconds, changes: options.costChanges)
             }
@@ -223,6 +227,10 @@ if let ours = results["ubiquity"] {
         }
     }
     if let whole = ours.wholeContainer { goals["besideDocumentsArrivesNoSyncNever"] = !whole.noSyncArrived }
+    if let database = ours.database {
+        goals["databaseOneRowUpdateP50AtMost100ms"] = database.p50Ms <= 100
+        goals["databaseOneRowUpdateAtMost2KiB"] = database.bytesPerUpdate <= 2048
+    }
     if let idle = ours.idle {
         goals["idleAtMost1WakeUpPerSecond"] = idle.wakeUpsPerSecond.values.allSatisfy { $0 <= 1 }
         goals["idleAtMost150MB"] = idle.residentMiB.values.allSatisfy { $0 * 1_048_576 <= 150_000_000 }

@@ -415,6 +415,32 @@ struct TwoDevices {
         #expect(try a.engine.verify().isEmpty && b.engine.verify().isEmpty && c.engine.verify().isEmpty)
     }
 
+    @Test func tombstonesAreCollectedOnceEveryRegisteredDeviceHasSeenTheDelete() throws {
+        let root = try TemporaryDirectory("tombstones"); defer { root.remove() }
+        let a = try Self.engine(root, "a"), b = try Self.engine(root, "b")
+        func tombstones(_ queue: DatabaseQueue) throws -> Int {
+            try queue.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM ubq_row WHERE pk = ?", arguments: [Data(RowMeta.encodedKey([.text("r2")]))]) } ?? 0
+        }
+        try Self.write(a, "INSERT INTO recipe VALUES ('r1', 'Bread', 90), ('r2', 'Soup', 30)")
+        _ = try b.engine.importLogs()
+        try b.engine.publish(heartbeat: true) // B is registered: it has applied A's segment 1
+        try Self.write(a, "DELETE FROM recipe WHERE id = 'r2'")
+        _ = try a.engine.importLogs()
+        #expect(try a.engine.collectTombstones(registration: 3600) == 0, "B has not seen the delete yet")
+        #expect(try tombstones(a.queue) == 1)
+        _ = try b.engine.importLogs()
+        try b.engine.publish(heartbeat: true)
+        _ = try a.engine.importLogs()
+        #expect(try a.engine.collectTombstones(registration: 3600) == 1)
+        #expect(try b.engine.collectTombstones(registration: 3600) == 1)
+        #expect(try tombstones(a.queue) == 0 && tombstones(b.queue) == 0)
+        // A late update of the deleted row changes nothing anywhere.
+        try Self.write(b, "INSERT INTO recipe VALUES ('r3', 'Jam', 20)")
+        _ = try a.engine.importLogs()
+        #expect(try Self.recipes(a.queue) == ["r1:Bread", "r3:Jam"] && Self.recipes(b.queue) == ["r1:Bread", "r3:Jam"])
+        #expect(try a.engine.verify().isEmpty && b.engine.verify().isEmpty)
+    }
+
     @Test func aDeviceAwayLongerThanTheLogsAreKeptCatchesUpFromABaselineKeepingWhatItDid() throws {
         let root = try TemporaryDirectory("compaction-away"); defer { root.remove() }
         let a = try Self.engine(root, "a"), b = try Self.engine(root, "b")
