@@ -134,6 +134,19 @@ import UbiquityTestSupport
         #expect(try run("recipes", [phone.path, "rate", id, "4"]).0 == 0)
         #expect(try run("recipes", [laptop.path]).1.contains("Bread — 90 min ★★★★"))
         #expect(try run("recipes", [laptop.path, "frobnicate"]).0 == 64)
+
+        // MyStuff as a managed document: the package's metadata travels (as the agent carries
+        // it), the store is built from the change logs on the other device.
+        let home = dir.file("home"), office = dir.file("office")
+        #expect(try run("things", ["--managed", home.path, "add", "Lamp", "Desk"]) == (0, "0: Lamp @ Desk\n"))
+        #expect(try run("things", ["--managed", home.path, "add", "Tent", "Garage"]).1 == "0: Lamp @ Desk\n1: Tent @ Garage\n")
+        let package = "Documents/\(managedThingsDocumentName)"
+        try FileManager.default.createDirectory(at: office.appendingPathComponent(package), withIntermediateDirectories: true)
+        try FileManager.default.copyItem(at: home.appendingPathComponent("\(package)/DocumentMetadata.plist"), to: office.appendingPathComponent("\(package)/DocumentMetadata.plist"))
+        try FileManager.default.createSymbolicLink(at: office.appendingPathComponent("TransactionLogs"), withDestinationURL: home.appendingPathComponent("TransactionLogs"))
+        #expect(try run("things", ["--managed", office.path, "move", "0", "Attic"]) == (0, "0: Lamp @ Attic\n1: Tent @ Garage\n"))
+        #expect(try run("things", ["--managed", home.path]) == (0, "0: Lamp @ Attic\n1: Tent @ Garage\n"))
+        #expect(FileManager.default.fileExists(atPath: home.appendingPathComponent("\(package)/StoreContent.nosync/persistentStore").path))
     }
 }
 
