@@ -129,17 +129,17 @@ extension DatabaseSyncEngine {
     /// yet: a baseline is quicker than every segment), or when a device's segments it needs
     /// were deleted since (it was away longer than the logs are kept).
     func baselineToLoad() throws -> (header: Baseline.Header, url: URL)? {
-        guard let newest = try baselines.headers().baselines.first else { return nil }
-        let (positions, published) = try writer.read { db in (try Self.imported(db), try Self.published(db)) }
-        if newest.header.device == device && published != nil { return nil } // this store wrote it: it has all it holds
+        // Another device's (this store's own hold nothing it lacks), newest first.
+        let candidates = try baselines.headers().baselines.filter { $0.header.device != device }
+        guard let newest = candidates.first else { return nil }
+        let positions = try writer.read { db in try Self.imported(db) }
         if positions.isEmpty { return newest }
-        for (other, position) in newest.header.frontier where other != device && position.number > positions[other]?.number ?? 0 {
+        // A device whose next segment is gone: the newest baseline that is past it.
+        for other in Set(candidates.flatMap(\.header.frontier.keys)) where other != device {
             let next = (positions[other]?.number ?? 0) + 1
-            if let first = try logs.firstSegment(other) {
-                if first > next { return newest } // deleted since
-            } else {
-                return newest // all of that device's segments deleted since
-            }
+            let first = try logs.firstSegment(other)
+            guard first.map({ $0 > next }) ?? true else { continue } // its segments are here
+            if let baseline = candidates.first(where: { ($0.header.frontier[other]?.number ?? 0) >= next }) { return baseline }
         }
         return nil
     }
@@ -152,7 +152,9 @@ extension DatabaseSyncEngine {
     func collectGarbage(registration: TimeInterval, now: Date = Date()) throws -> (deleted: Int, expired: [String]) {
         guard let own = try writer.read({ db in try Self.published(db) }) else { return (0, []) }
         let covered = try baselines.headers().baselines.compactMap { $0.header.frontier[device]?.number }.max() ?? 0
-        var limit = min(covered, own.number)
+        // The newest segment always stays: its frontier tells the others how far this device
+        // has come (without it, they would take this device for one they never heard of).
+        var limit = min(covered, own.number - 1)
         var expired: [String] = []
         for other in try logs.devices() where other != device {
             guard let newest = try logs.newestSegment(other) else { continue }
@@ -181,10 +183,16 @@ extension DatabaseSyncEngine {
     /// every registered device has applied the delete (the device's newest segment's frontier
     /// covers the segment holding it), and this store has applied every registered device's
     /// segments up to that newest one — so every change not yet applied here was made after
-    /// its device saw the delete, and is later than it. A device away longer than the
-    /// registration does not hold tombstones back: one it could still bring back to life with an
-    /// insert it made before seeing the delete is its risk, as Core Data's.
-    func collectTombstones(registration: TimeInterval, now: Date = Date()) throws -> Int {
+    /// its device saw the delete, and is later than it — and the delete is older than the
+    /// registration. Only a device out of touch for longer than that (away, or never synced at
+    /// all: a device not heard of is not registered) could still bring such a row back, with an
+    /// insert of the same key it made before the delete: its risk, as with Core Data.
+    /// - Parameters:
+    ///   - registration: How long a device not heard of stays registered, and how old a delete
+    ///     must be before its tombstone goes.
+    ///   - minimumAge: How old a delete must be (default: the registration).
+    func collectTombstones(registration: TimeInterval, minimumAge: TimeInterval? = nil, now: Date = Date()) throws -> Int {
+        let oldest = Int64((now.timeIntervalSince1970 - (minimumAge ?? registration)) * 1000)
         let (positions, published) = try writer.read { db in (try Self.imported(db), try Self.published(db)) }
         // What each registered device has applied of each device's log (segment numbers).
         var seen: [[String: Int64]] = [positions.mapValues(\.number).merging(published.map { [device: $0.number] } ?? [:]) { $1 }]
@@ -207,7 +215,7 @@ extension DatabaseSyncEngine {
             let rows = try Row.fetchCursor(db, sql: "SELECT tbl, pk, meta FROM ubq_row")
             while let row = try rows.next() {
                 let meta = try RowMeta(encoded: [UInt8](row[2] as Data))
-                guard !meta.exists, meta.stamps.isEmpty, meta.ghost.isEmpty, let deleted = meta.deleted,
+                guard !meta.exists, meta.stamps.isEmpty, meta.ghost.isEmpty, let deleted = meta.deleted, deleted.timestamp.milliseconds < oldest,
                       let limit = cutoff[deleted.device], deleted.timestamp.packed <= limit else { continue }
                 dropped.append((row[0], row[1]))
             }
@@ -218,14 +226,14 @@ extension DatabaseSyncEngine {
     }
 
     /// Writes a baseline and deletes what it (and every registered device) covers.
-    func compact(registration: TimeInterval) throws -> CompactionReport {
+    func compact(registration: TimeInterval, now: Date = Date()) throws -> CompactionReport {
         var report = CompactionReport()
-        report.collectedTombstones = try collectTombstones(registration: registration)
+        report.collectedTombstones = try collectTombstones(registration: registration, now: now)
         if let header = try writeBaseline() {
             report.baseline = header.number
             report.rows = header.rows
         }
-        (report.deletedSegments, report.expiredDevices) = try collectGarbage(registration: registration)
+        (report.deletedSegments, report.expiredDevices) = try collectGarbage(registration: registration, now: now)
         return report
     }
 

@@ -79,12 +79,16 @@ final class DatabaseSyncEngine: Sendable {
     ///   - duplicateHook: Runs before a duplicate row is removed.
     ///   - requestDownload: Asks the sync agent for a segment not yet downloaded.
     ///   - changesPerRecord: The most changes one record holds (a larger transaction is split).
+    ///   - newDeviceIdentifier: The id a new store takes (random; a simulation gives its own).
+    ///   - wallClock: Milliseconds since 1970 (a simulation gives its own).
     ///   - onCommit: Called after each app transaction that changed synced rows.
     init(writer: any DatabaseWriter, logs: LogFolder, localTables: Set<String>, logger: Logger,
          importHook: (@Sendable (Database, ImportedChanges) throws -> Void)? = nil,
          duplicateHook: (@Sendable (Database, DuplicateRows) throws -> Void)? = nil,
          requestDownload: @escaping @Sendable (URL) throws -> Void = { _ in },
          changesPerRecord: Int = ChangeCapture.defaultChangesPerRecord,
+         newDeviceIdentifier: @autoclosure () -> String = UUID().uuidString.lowercased(),
+         wallClock: @escaping @Sendable () -> Int64 = { Int64((Date().timeIntervalSince1970 * 1000).rounded(.down)) },
          onCommit: @escaping @Sendable () -> Void = {}) throws {
         self.requestDownload = requestDownload
         self.writer = writer
@@ -97,7 +101,7 @@ final class DatabaseSyncEngine: Sendable {
             let schema = try SyncedSchema.read(db, localTables: localTables)
             var device = try String.fetchOne(db, sql: "SELECT value FROM ubq_state WHERE key = 'device'")
             if device == nil {
-                device = UUID().uuidString.lowercased()
+                device = newDeviceIdentifier()
                 try db.execute(sql: "INSERT INTO ubq_state(key, value) VALUES ('device', ?)", arguments: [device])
             }
             // The clock never goes back: past every timestamp this store made or saw.
@@ -110,7 +114,7 @@ final class DatabaseSyncEngine: Sendable {
         }
         self.schema = schema
         self.device = device
-        clock = CaptureClock(clock: HybridLogicalClock(latest: latest))
+        clock = CaptureClock(clock: HybridLogicalClock(latest: latest, wallClock: wallClock))
         capture = ChangeCapture(schema: schema, device: device, clock: clock, changesPerRecord: changesPerRecord)
         merger = StoreMerger(schema: schema)
         try writer.writeWithoutTransaction { db in try capture.install(db, onCommit: onCommit) }

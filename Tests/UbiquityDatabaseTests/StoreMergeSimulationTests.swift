@@ -29,7 +29,7 @@ import UbiquityTestSupport
     static let labels = ["red", "blue", "green"]
 
     /// One random local transaction of 1–4 statements, as an app would write them.
-    static func localTransaction(_ store: CapturedStore, _ random: inout SeededGenerator) throws {
+    static func localTransaction(_ queue: DatabaseQueue, _ random: inout SeededGenerator) throws {
         var statements: [(String, StatementArguments)] = []
         for _ in 0..<Int.random(in: 1...4, using: &random) {
             let id = ids.randomElement(using: &random)!
@@ -46,7 +46,7 @@ import UbiquityTestSupport
             default: statements.append(("DELETE FROM tag WHERE item = ? AND label = ?", [id, label]))
             }
         }
-        try store.queue.write { db in
+        try queue.write { db in
             for (sql, arguments) in statements { try db.execute(sql: sql, arguments: arguments) }
         }
     }
@@ -80,7 +80,7 @@ import UbiquityTestSupport
                 let device = devices[index]
                 switch Int.random(in: 0..<40, using: &random) {
                 case 0..<20:
-                    try Self.localTransaction(device.store, &random)
+                    try Self.localTransaction(device.store.queue, &random)
                 case 20..<24:
                     logs[device.name, default: []] += try device.store.flush()
                 case 24:
