@@ -47,11 +47,7 @@ import UbiquityTestSupport
 
     @Test func theWholeEngineConvergesThroughCompactionAndRebuilds() async throws {
         let seeds = UInt64(ProcessInfo.processInfo.environment["UBIQUITY_ENGINE_SEEDS"].flatMap(Int.init) ?? 200)
-        let failure: String? = try await withCheckedThrowingContinuation { continuation in
-            let thread = Thread { continuation.resume(with: Result { try Self.simulate(seeds: seeds) }) }
-            thread.stackSize = 8 << 20
-            thread.start()
-        }
+        let failure = try await onBackgroundThread { try Self.simulate(seeds: seeds) }
         #expect(failure == nil, "\(failure ?? "")")
     }
 

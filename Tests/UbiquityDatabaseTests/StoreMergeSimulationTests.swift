@@ -51,15 +51,12 @@ import UbiquityTestSupport
         }
     }
 
-    /// Runs the seeds on a thread of their own: half a minute of work must not hold one of the
-    /// two threads the other tests' tasks share.
+    /// Runs the seeds on a thread of their own at the lowest priority (``onBackgroundThread(_:)``):
+    /// half a minute of work must neither hold one of the two threads the other tests' tasks
+    /// share nor slow the tests that time what they wait for.
     @Test func devicesWritingAndImportingInAnyInterleavingAgree() async throws {
         let seeds = UInt64(ProcessInfo.processInfo.environment["UBIQUITY_DATABASE_SEEDS"].flatMap(Int.init) ?? 1_000)
-        let failure: String? = try await withCheckedThrowingContinuation { continuation in
-            let thread = Thread { continuation.resume(with: Result { try Self.simulate(seeds: seeds) }) }
-            thread.stackSize = 8 << 20
-            thread.start()
-        }
+        let failure = try await onBackgroundThread { try Self.simulate(seeds: seeds) }
         #expect(failure == nil, "\(failure ?? "")")
     }
 

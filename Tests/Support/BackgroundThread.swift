@@ -1,0 +1,22 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Runs `body` — long CPU work such as a seeded simulation — on a thread of its own at the
+/// lowest priority, and waits for it: it holds none of the threads the other tests' tasks share,
+/// and yields the processor to anything else that runs (tests that time what they wait for).
+public func onBackgroundThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        let thread = Thread {
+            #if canImport(Glibc)
+            // Linux keeps a nice value per thread; `0` names the calling one. Best effort: at
+            // worst the work runs at the usual priority.
+            _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), 0, 19)
+            #endif
+            continuation.resume(with: Result { try body() })
+        }
+        thread.stackSize = 8 << 20
+        thread.start()
+    }
+}
