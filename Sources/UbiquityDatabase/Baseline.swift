@@ -120,7 +120,7 @@ struct BaselineFolder: Sendable {
             }
             guard count == header.rows else { throw LogSegmentError(.malformed, "the baseline was to hold \(header.rows) rows, \(count) were written") }
             hasher.update(data: buffer)
-            buffer.append(contentsOf: Array("sha256:\(hasher.finalize().map { String(format: "%02x", $0) }.joined())\n".utf8))
+            buffer.append(contentsOf: Array("sha256:\(LogSegment.hex(hasher.finalize()))\n".utf8))
             try handle.write(contentsOf: buffer)
             try handle.synchronize()
             try handle.close()
@@ -151,7 +151,7 @@ struct BaselineFolder: Sendable {
         while let line = try reader.next() {
             if line.starts(with: Array("sha256:".utf8)) {
                 let recorded = String(decoding: line.dropFirst(7), as: UTF8.self)
-                let actual = hasher.finalize().map { String(format: "%02x", $0) }.joined()
+                let actual = LogSegment.hex(hasher.finalize())
                 guard recorded == actual else { throw LogSegmentError(.damaged, "baseline \(file.lastPathComponent): checksum \(recorded), bytes hash to \(actual)") }
                 guard try reader.next() == nil else { throw LogSegmentError(.malformed, "baseline \(file.lastPathComponent): bytes after its checksum") }
                 return

@@ -248,17 +248,18 @@ extension DatabaseSyncEngine {
 extension LogFolder {
     /// The number of `device`'s first segment here (nil: none).
     func firstSegment(_ device: String) throws -> Int64? {
-        try numbers(device).min()
+        try segmentNumbers(device).min()
     }
 
     /// `device`'s newest segment here, read and checked (nil: none).
     func newestSegment(_ device: String) throws -> LogSegment? {
-        guard let number = try numbers(device).max() else { return nil }
+        guard let number = try segmentNumbers(device).max() else { return nil }
         let file = url.appendingPathComponent(device).appendingPathComponent(LogSegment.fileName(number: number))
         return try LogSegment.decode(try POSIX.readFile(file.path)).segment
     }
 
-    private func numbers(_ device: String) throws -> [Int64] {
+    /// The numbers of `device`'s segments here.
+    func segmentNumbers(_ device: String) throws -> [Int64] {
         try Self.checkDevice(device)
         let folder = url.appendingPathComponent(device, isDirectory: true)
         guard FileManager.default.fileExists(atPath: folder.path) else { return [] }

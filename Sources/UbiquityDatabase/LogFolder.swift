@@ -77,12 +77,7 @@ public struct LogFolder: Sendable {
     /// How many of `device`'s segments are here after `start` (what reading them would apply, at
     /// most): the total a long import's progress counts toward.
     public func segmentCount(_ device: String, after start: LogPosition?) throws -> Int {
-        try Self.checkDevice(device)
-        let folder = url.appendingPathComponent(device, isDirectory: true)
-        guard FileManager.default.fileExists(atPath: folder.path) else { return 0 }
-        return try POSIX.directoryEntries(folder.path).count { name in
-            name.hasSuffix(".ubqlog") && (Int64(name.dropLast(7)).map { $0 > (start?.number ?? 0) } ?? false)
-        }
+        try segmentNumbers(device).count { $0 > (start?.number ?? 0) }
     }
 
     /// Reads `device`'s segments after `start` in order, checking each and its link to the one

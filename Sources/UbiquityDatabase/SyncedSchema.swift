@@ -114,7 +114,7 @@ public struct SyncedSchema: Sendable, Equatable {
             }
             for unique in uniqueKeys { shape += "  unique \(unique.joined(separator: ","))\n" }
         }
-        let hash = SHA256.hash(data: Data(shape.utf8)).map { String(format: "%02x", $0) }.joined()
+        let hash = LogSegment.hex(SHA256.hash(data: Data(shape.utf8)))
         return SyncedSchema(tables: tables, hash: hash)
     }
 }
