@@ -32,7 +32,8 @@ package struct ConflictResolver {
         let url = document.fileURL
         let conflicts = NSFileVersion.unresolvedConflictVersionsOfItem(at: url) ?? []
         if version.isConflict { // (the choices are the current version and the conflict versions)
-            try await NSFileCoordinator(filePresenter: document).write(itemAt: url, options: .forReplacing) { url in
+            let coordinator = NSFileCoordinator(filePresenter: document)
+            try await coordinator.write(itemAt: url, options: .forReplacing) { url in
                 _ = try version.replaceItem(at: url)
             }
             try NSFileVersion.removeOtherVersionsOfItem(at: url)

@@ -22,16 +22,13 @@ package final class NoteDocument: Document {
     private var cachedText: String?
     private var cachedImage: Data?
 
-    /// The note's text, read lazily from the package.
+    /// The note's text, read lazily from the package. On the main actor, where the note is
+    /// edited: setting it registers the undo with the undo manager (a main-actor object).
+    @MainActor
     package var text: String {
-        get {
-            if let cachedText { return cachedText }
-            let data = fileWrapper?.fileWrappers?[Self.textFileName]?.regularFileContents
-            cachedText = data.flatMap { String(data: $0, encoding: .utf8) } ?? ""
-            return cachedText!
-        }
+        get { currentText }
         set {
-            let old = text
+            let old = currentText
             guard old != newValue else { return }
             cachedText = newValue
             replaceMember(Self.textFileName)
@@ -40,20 +37,32 @@ package final class NoteDocument: Document {
         }
     }
 
-    /// The note's image bytes (PNG), read lazily from the package.
+    /// The note's image bytes (PNG), read lazily from the package. On the main actor, as ``text``.
+    @MainActor
     package var image: Data? {
-        get {
-            if let cachedImage { return cachedImage }
-            cachedImage = fileWrapper?.fileWrappers?[Self.imageFileName]?.regularFileContents
-            return cachedImage
-        }
+        get { currentImage }
         set {
-            let old = image
+            let old = currentImage
             cachedImage = newValue
             replaceMember(Self.imageFileName)
             undoManager.registerUndo(withTarget: self) { $0.image = old }
             undoManager.setActionName("Change Image")
         }
+    }
+
+    /// The text, read from the package member when first needed.
+    private var currentText: String {
+        if let cachedText { return cachedText }
+        let data = fileWrapper?.fileWrappers?[Self.textFileName]?.regularFileContents
+        cachedText = data.flatMap { String(data: $0, encoding: .utf8) } ?? ""
+        return cachedText!
+    }
+
+    /// The image, read from the package member when first needed.
+    private var currentImage: Data? {
+        if let cachedImage { return cachedImage }
+        cachedImage = fileWrapper?.fileWrappers?[Self.imageFileName]?.regularFileContents
+        return cachedImage
     }
 
     private func replaceMember(_ name: String) {
@@ -67,9 +76,9 @@ package final class NoteDocument: Document {
         fileWrapper = wrapper
         let members = wrapper.fileWrappers ?? [:]
         if members[Self.textFileName] == nil {
-            wrapper.addRegularFile(withContents: Data(text.utf8), preferredFilename: Self.textFileName)
+            wrapper.addRegularFile(withContents: Data(currentText.utf8), preferredFilename: Self.textFileName)
         }
-        if members[Self.imageFileName] == nil, let image {
+        if members[Self.imageFileName] == nil, let image = currentImage {
             wrapper.addRegularFile(withContents: image, preferredFilename: Self.imageFileName)
         }
         return wrapper

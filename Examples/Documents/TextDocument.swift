@@ -6,13 +6,15 @@ package final class TextDocument: Document {
     /// The document's text.
     package private(set) var documentText = ""
     /// Called whenever the text is replaced by loading (open, revert, or a change from elsewhere).
-    package var contentsUpdated: (@MainActor (TextDocument) -> Void)?
+    package var contentsUpdated: ((TextDocument) -> Void)?
 
     /// Replaces the text as a user edit: registers the inverse with the undo manager, which
-    /// marks the document changed.
+    /// marks the document changed. On the main actor, as the undo manager is (the document's
+    /// editing happens where its user interface is).
     /// - Parameters:
     ///   - text: The new text.
     ///   - actionName: The undo action's name.
+    @MainActor
     package func setText(_ text: String, actionName: String = "Typing") {
         let old = documentText
         guard old != text else { return }

@@ -25,7 +25,6 @@ package struct Whatsit: Codable, Equatable, Sendable {
 }
 
 /// Stores and retrieves images by key (the book's `ImageStorage` service).
-@MainActor
 package protocol ImageStorage: AnyObject {
     /// Stores, replaces or removes an image.
     /// - Parameters:
@@ -60,7 +59,7 @@ package final class ThingsDocument: Document, ImageStorage {
     /// The things, in order.
     package private(set) var things: [Whatsit] = []
     /// Called after the things were loaded (the book's `gotThings` delegate call).
-    package var gotThings: (@MainActor (ThingsDocument) -> Void)?
+    package var gotThings: ((ThingsDocument) -> Void)?
 
     /// How many things there are.
     package var whatsitCount: Int { things.count }

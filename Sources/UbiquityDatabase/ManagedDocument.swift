@@ -128,7 +128,7 @@ open class ManagedDocument: Document {
 
     nonisolated open override func read(from url: URL) throws {
         let metadata = try ManagedDocumentMetadata.read(from: url)
-        try Self.onMainActor { try self.openStore(in: url, metadata: metadata) }
+        try performOnMainQueueAndWait { try openStore(in: url, metadata: metadata) }
     }
 
     /// Opens the store of the package at `url`, with what its metadata says.
@@ -172,24 +172,22 @@ open class ManagedDocument: Document {
         }
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
         try snapshot.metadata.write(to: url)
-        let handoff = Handoff(value: snapshot)
-        let database = try Self.onMainActor { () -> Handoff<UbiquitousDatabase?> in
-            if let additional = handoff.value.additional {
-                try self.writeAdditionalContent(additional, to: url.appendingPathComponent("AdditionalContent"), originalContentsURL: nil)
+        let synced = try performOnMainQueueAndWait { () -> UbiquitousDatabase? in
+            if let additional = snapshot.additional {
+                try writeAdditionalContent(additional, to: url.appendingPathComponent("AdditionalContent"), originalContentsURL: nil)
             }
-            if self.writer == nil { try self.openStore(in: url, metadata: handoff.value.metadata) }
-            return Handoff(value: self.database)
+            if writer == nil { try openStore(in: url, metadata: snapshot.metadata) }
+            return database
         }
-        try database.value?.synchronize()
+        try synced?.synchronize()
     }
 
     open override func close(completionHandler: (@Sendable (Bool) -> Void)? = nil) {
-        super.close { [weak self] closed in
-            Task { @MainActor in
-                if closed { self?.closeStore() }
-                completionHandler?(closed)
-            }
-        }
+        let document = WeakHandoff(self)
+        super.close(completionHandler: mainQueueHandler { _, closed in
+            if closed { document.value?.closeStore() }
+            completionHandler?(closed)
+        })
     }
 
     /// Closes the store (after the document closed).
@@ -212,16 +210,18 @@ open class ManagedDocument: Document {
     private func observeChanges() {
         guard let writer else { return }
         if let database {
-            database.onLocalCommit { [weak self] in
-                Task { @MainActor in self?.updateChangeCount(.done) }
+            let document = WeakHandoff(self)
+            database.onLocalCommit {
+                DispatchQueue.main.async { document.value?.updateChangeCount(.done) }
             }
             return
         }
         let observation = DatabaseRegionObservation(tracking: .fullDatabase)
-        changeObservation = observation.start(in: writer, onError: { [weak self] error in
-            Task { @MainActor in self?.handleError(error, userInteractionPermitted: false) }
-        }, onChange: { [weak self] _ in
-            Task { @MainActor in self?.updateChangeCount(.done) }
+        let document = WeakHandoff(self)
+        changeObservation = observation.start(in: writer, onError: { error in
+            DispatchQueue.main.async { document.value?.handleError(error, userInteractionPermitted: false) }
+        }, onChange: { _ in
+            DispatchQueue.main.async { document.value?.updateChangeCount(.done) }
         })
     }
 

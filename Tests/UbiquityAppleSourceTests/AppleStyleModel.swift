@@ -63,7 +63,9 @@ final class NoteDocument: UIDocument {
 
     override func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>) {}
 
-    /// An undoable edit, as the Document-Based App Programming Guide describes.
+    /// An undoable edit, as the Document-Based App Programming Guide describes. On the main
+    /// actor, as edits are (`UIDocument` is `nonisolated`; its `UndoManager` is `@MainActor`).
+    @MainActor
     func setText(_ newText: String) {
         let oldText = text
         undoManager.registerUndo(withTarget: self) { document in
@@ -76,6 +78,80 @@ final class NoteDocument: UIDocument {
     /// Watches the document's state, as apps do to show conflicts.
     func observeState() -> NSObjectProtocol {
         NotificationCenter.default.addObserver(forName: UIDocument.stateChangedNotification, object: self, queue: .main) { _ in }
+    }
+}
+
+// MARK: A document that reads on its own (UIDocument is nonisolated)
+
+/// A log document that reads its file itself in `read(from:)` — on the document's background
+/// queue — and keeps what it read in its own stored properties, as Apple's nonisolated
+/// `UIDocument` allows.
+final class LogDocument: UIDocument {
+    var lines: [String] = []
+    var bytesRead = 0
+
+    override func read(from url: URL) throws {
+        let data = try Data(contentsOf: url)
+        bytesRead = data.count
+        lines = String(decoding: data, as: UTF8.self).split(separator: "\n").map(String.init)
+    }
+
+    override func contents(forType typeName: String) throws -> Any {
+        Data(lines.joined(separator: "\n").utf8)
+    }
+
+    override func writeContents(_ contents: Any, andAttributes additionalFileAttributes: [AnyHashable: Any]? = nil,
+                                safelyTo url: URL, for saveOperation: UIDocument.SaveOperation) throws {
+        try super.writeContents(contents, andAttributes: additionalFileAttributes, safelyTo: url, for: saveOperation)
+    }
+
+    override func autosave(completionHandler: (@Sendable (Bool) -> Void)? = nil) {
+        super.autosave(completionHandler: completionHandler)
+    }
+
+    override func revert(toContentsOf url: URL, completionHandler: (@Sendable (Bool) -> Void)? = nil) {
+        super.revert(toContentsOf: url, completionHandler: completionHandler)
+    }
+
+    override var hasUnsavedChanges: Bool { super.hasUnsavedChanges }
+
+    override func updateChangeCount(_ change: UIDocument.ChangeKind) {
+        super.updateChangeCount(change)
+    }
+
+    override func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable (Error?) -> Void) {
+        super.accommodatePresentedItemDeletion(completionHandler: completionHandler)
+    }
+}
+
+/// Code off the main actor makes, opens and saves a document, as it may with `UIDocument`.
+func appendToLog(at url: URL, line: String) async -> Bool {
+    let document = LogDocument(fileURL: url)
+    guard await document.open() else { return false }
+    document.lines.append(line)
+    document.updateChangeCount(.done)
+    return await document.close()
+}
+
+/// A view controller keeps its document and awaits it on the main actor.
+@MainActor
+final class LogViewController {
+    var document: LogDocument?
+    private(set) var shown: [String] = []
+
+    func show(_ url: URL) async {
+        let document = LogDocument(fileURL: url)
+        self.document = document
+        if await document.open() { shown = document.lines }
+    }
+
+    func showWithHandler(_ url: URL, done: @escaping @MainActor () -> Void) {
+        let document = LogDocument(fileURL: url)
+        self.document = document
+        document.open { success in
+            DispatchQueue.main.async { done() }
+            _ = success
+        }
     }
 }
 

@@ -26,4 +26,23 @@ import Ubiquity
         #expect(reopened.text == "milk" && reopened.imageData == Data([1, 2, 3]))
         #expect(await reopened.close())
     }
+
+    @Test func aDocumentIsMadeOpenedAndSavedOffTheMainActorAndReadsIntoItsOwnProperties() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("apple-style-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let url = folder.appendingPathComponent("app.log")
+        try Data("started".utf8).write(to: url)
+        // Off the main actor (a detached task): made, opened, edited, closed (saved).
+        let appended = await Task.detached { await appendToLog(at: url, line: "synced") }.value
+        #expect(appended)
+        #expect(String(decoding: try Data(contentsOf: url), as: UTF8.self) == "started\nsynced")
+        // On the main actor, kept by a view controller; read(from:) filled the subclass's properties.
+        let controller = LogViewController()
+        await controller.show(url)
+        #expect(controller.shown == ["started", "synced"])
+        #expect(controller.document?.bytesRead == 14)
+        #expect(controller.document?.documentState == .normal)
+        _ = await controller.document?.close()
+    }
 }

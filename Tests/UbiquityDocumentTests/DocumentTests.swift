@@ -48,7 +48,7 @@ final class ProbeDocument: Document {
         super.handleError(error, userInteractionPermitted: userInteractionPermitted)
     }
 
-    func setTextUndoably(_ newText: String) {
+    @MainActor func setTextUndoably(_ newText: String) {
         let old = text
         text = newText
         undoManager.registerUndo(withTarget: self) { $0.setTextUndoably(old) }
@@ -107,6 +107,30 @@ struct ExampleFailure: Error, CustomStringConvertible {
             document.save(to: document.fileURL, for: .forCreating) { _ in continuation.resume(returning: onMainQueue()) }
         }
         #expect(onMain, "completion handlers run on the main actor")
+    }
+
+    /// `UIDocument` is `nonisolated`: a document made and driven from a background thread
+    /// works, its state is changed on the main queue, and its handlers are called there.
+    @Test func aDocumentDrivenFromABackgroundThreadWorksOnTheMainQueue() async throws {
+        let dir = try TemporaryDirectory("doc"); defer { dir.remove() }
+        let url = dir.file("a.txt")
+        try Data("from disk".utf8).write(to: url)
+        let result = await Task.detached { () -> [Bool] in
+            let document = ProbeDocument(fileURL: url)
+            var seen: [Bool] = []
+            seen.append(await withCheckedContinuation { continuation in
+                document.open { success in continuation.resume(returning: success && onMainQueue()) }
+            })
+            seen.append(document.text == "from disk" && document.loadedOnMainQueue == true && document.readOnMainQueue.withLock { $0 } == false)
+            document.edit("edited off the main queue")
+            seen.append(await withCheckedContinuation { continuation in
+                document.close { success in continuation.resume(returning: success && onMainQueue()) }
+            })
+            seen.append(document.documentState == .closed && !document.hasUnsavedChanges && document.errors.isEmpty)
+            return seen
+        }.value
+        #expect(result == [true, true, true, true])
+        #expect(String(decoding: try Data(contentsOf: url), as: UTF8.self) == "edited off the main queue")
     }
 
     @Test func stateChangesAreNotifiedAndStreamed() async throws {

@@ -31,8 +31,9 @@ import UbiquityTestSupport
         let document = try await openDocument("mine", in: dir)
         defer { Task { await document.close() } }
         var states: [Document.State] = []
-        let observer = NotificationCenter.default.addObserver(forName: Document.stateChangedNotification, object: document, queue: nil) { _ in
-            MainActor.assumeIsolated { states.append(document.documentState) }
+        let observer = NotificationCenter.default.addObserver(forName: Document.stateChangedNotification, object: document, queue: nil) { notification in
+            guard let state = (notification.object as? Document)?.documentState else { return }
+            MainActor.assumeIsolated { states.append(state) }
         }
         defer { NotificationCenter.default.removeObserver(observer) }
         let resolver = ConflictResolver(document: document)

@@ -1,10 +1,12 @@
 import Foundation
 
+/// The `async` forms run on the caller's executor (`nonisolated(nonsending)`): a document kept
+/// by main-actor code is awaited there without leaving it, as Apple's imported `async` forms are.
 extension Document {
     /// Opens the document. See ``open(completionHandler:)``.
     /// - Returns: Whether it opened.
     @discardableResult
-    public func open() async -> Bool {
+    nonisolated(nonsending) public func open() async -> Bool {
         await withCheckedContinuation { continuation in open { continuation.resume(returning: $0) } }
     }
 
@@ -14,7 +16,7 @@ extension Document {
     ///   - saveOperation: Create or overwrite.
     /// - Returns: Whether the save succeeded.
     @discardableResult
-    public func save(to url: URL, for saveOperation: SaveOperation) async -> Bool {
+    nonisolated(nonsending) public func save(to url: URL, for saveOperation: SaveOperation) async -> Bool {
         await withCheckedContinuation { continuation in
             save(to: url, for: saveOperation) { continuation.resume(returning: $0) }
         }
@@ -23,14 +25,14 @@ extension Document {
     /// Saves if there are unsaved changes. See ``autosave(completionHandler:)``.
     /// - Returns: Whether the save (if any) succeeded.
     @discardableResult
-    public func autosave() async -> Bool {
+    nonisolated(nonsending) public func autosave() async -> Bool {
         await withCheckedContinuation { continuation in autosave { continuation.resume(returning: $0) } }
     }
 
     /// Saves unsaved changes and closes. See ``close(completionHandler:)``.
     /// - Returns: Whether the document closed cleanly.
     @discardableResult
-    public func close() async -> Bool {
+    nonisolated(nonsending) public func close() async -> Bool {
         await withCheckedContinuation { continuation in close { continuation.resume(returning: $0) } }
     }
 
@@ -38,7 +40,7 @@ extension Document {
     /// - Parameter url: The file to read.
     /// - Returns: Whether the revert succeeded.
     @discardableResult
-    public func revert(toContentsOf url: URL) async -> Bool {
+    nonisolated(nonsending) public func revert(toContentsOf url: URL) async -> Bool {
         await withCheckedContinuation { continuation in
             revert(toContentsOf: url) { continuation.resume(returning: $0) }
         }

@@ -9,6 +9,7 @@ extension Document {
     var hasUnsavedChangesDefault: Bool { changes.isDirty }
 
     func recordChange(_ change: ChangeKind) {
+        guard MainQueueMarker.isCurrent else { return onMain { [self] in updateChangeCount(change) } }
         changes.record(change)
         scheduleAutosaveIfNeeded()
     }
@@ -25,48 +26,58 @@ extension Document {
 
     func resetChangeTracking() {
         changes = ChangeTracker()
-        storedUndoManager?.removeAllActions()
+        if let manager = storedUndoManager { MainActor.assumeIsolated { manager.removeAllActions() } }
         autosaveTask?.cancel()
         autosaveTask = nil
     }
 
     // MARK: Undo
 
+    /// The undo manager (a main-actor object, as Apple's), made on the main queue on first use.
     var undoManagerDefault: UndoManager! {
         get {
             if let storedUndoManager { return storedUndoManager }
-            let manager = UndoManager()
-            attach(manager)
-            return manager
+            return try? onMainAndWait { () -> UndoManager in // cannot throw: the body does not
+                if let storedUndoManager { return storedUndoManager }
+                let manager = MainActor.assumeIsolated { UndoManager() }
+                attach(manager)
+                return manager
+            }
         }
         set {
-            attach(newValue)
+            _ = try? onMainAndWait { attach(newValue) } // cannot throw: the body does not
         }
     }
 
+    /// Closes the undo group of the current event, if one is open (before a save's snapshot).
+    func endUndoEventGroup() {
+        guard let manager = storedUndoManager else { return }
+        MainActor.assumeIsolated { manager.endEventGroupIfOpen() }
+    }
+
+    /// Listens to `manager` (on the main queue) so that its registrations, undos and redos
+    /// count as changes.
     func attach(_ manager: UndoManager?) {
         for observer in undoObservers { NotificationCenter.default.removeObserver(observer) }
         undoObservers = []
         storedUndoManager = manager
         guard let manager else { return }
-        let center = manager.notificationCenter
+        let center = MainActor.assumeIsolated { manager.notificationCenter }
         let kinds: [(Notification.Name, ChangeKind)] = [
             (.NSUndoManagerDidCloseUndoGroup, .done),
             (.NSUndoManagerDidUndoChange, .undone),
             (.NSUndoManagerDidRedoChange, .redone),
         ]
+        let document = WeakHandoff(self)
         undoObservers = kinds.map { name, kind in
-            center.addObserver(forName: name, object: manager, queue: nil) { [weak self] _ in
-                MainActor.assumeIsolated { self?.undoManager(manager, didRecord: kind) }
+            center.addObserver(forName: name, object: manager, queue: nil) { _ in
+                let counts = MainActor.assumeIsolated { () -> Bool in
+                    guard kind == .done else { return true }
+                    return manager.groupingLevel == 0 && !manager.lastClosedGroupWasEmpty && !manager.isUndoing && !manager.isRedoing
+                }
+                if counts { document.value?.updateChangeCount(kind) }
             }
         }
-    }
-
-    func undoManager(_ manager: UndoManager, didRecord kind: ChangeKind) {
-        if kind == .done {
-            guard manager.groupingLevel == 0, !manager.lastClosedGroupWasEmpty, !manager.isUndoing, !manager.isRedoing else { return }
-        }
-        updateChangeCount(kind)
     }
 
     // MARK: Autosave
@@ -75,15 +86,16 @@ extension Document {
         guard hasUnsavedChanges, !documentState.contains(.closed), autosaveTask == nil else { return }
         let clock = autosaveClock
         let interval = autosaveInterval
-        autosaveTask = Task { [weak self] in
+        let document = WeakHandoff(self)
+        autosaveTask = Task {
             do { try await clock.sleep(for: interval) } catch { return }
-            self?.autosaveTimerFired()
+            DispatchQueue.main.async { document.value?.autosaveTimerFired() }
         }
     }
 
     func autosaveTimerFired() {
         autosaveTask = nil
         guard hasUnsavedChanges, !documentState.contains(.closed) else { return }
-        autosave { [weak self] _ in onMainQueue { self?.scheduleAutosaveIfNeeded() } }
+        autosave(completionHandler: mainQueueHandler { document, _ in document.scheduleAutosaveIfNeeded() })
     }
 }

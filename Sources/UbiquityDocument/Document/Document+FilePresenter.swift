@@ -8,7 +8,7 @@ import UbiquityCoordination
 ///   changed, the document then reverts to it.
 /// - A coordinated move makes ``fileURL`` follow the file; a coordinated deletion closes the
 ///   document.
-/// Callbacks arrive on a private queue and are handled on the main actor. The presenter
+/// Callbacks arrive on a private queue and are handled on the main queue. The presenter
 /// methods themselves are members of ``Document`` (in its declaration, so that a subclass can
 /// override them, calling `super`, as on Apple's platforms).
 extension Document: NSFilePresenter {}
@@ -21,10 +21,10 @@ extension Document {
 
     /// Looks at the file's versions (on the document's queue) and sets or clears `.inConflict`.
     nonisolated func refreshConflictState() {
-        performAsynchronousFileAccess { [self] in
+        onFileAccessQueue { [self] in
             let url = presentedItemURL ?? URL(fileURLWithPath: "/")
             let conflicted = Self.hasUnresolvedConflicts(url)
-            Task { @MainActor in
+            onMain { [self] in
                 guard !documentState.contains(.closed), fileURL == url.standardizedFileURL || fileURL == url else { return }
                 guard documentState.contains(.inConflict) != conflicted else { return }
                 updateState(inserting: conflicted ? .inConflict : [], removing: conflicted ? [] : .inConflict)

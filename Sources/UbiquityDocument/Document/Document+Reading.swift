@@ -3,6 +3,7 @@ import UbiquityFiles
 
 extension Document {
     func openDocument(completionHandler: (@Sendable (Bool) -> Void)?) {
+        guard MainQueueMarker.isCurrent else { return onMain { [self] in open(completionHandler: completionHandler) } }
         guard documentState.contains(.closed), !isOpening else {
             logger.warning("open() on a document that is already open or opening", metadata: ["document": "\(fileURL.path)"])
             completionHandler?(false)
@@ -13,11 +14,11 @@ extension Document {
         let progress = Progress(totalUnitCount: 1)
         self.progress = progress
         updateState(inserting: .progressAvailable)
-        performAsynchronousFileAccess { [self] in
+        onFileAccessQueue { [self] in
             let result = Result { try ownCoordinator.coordinate(readingItemAt: url) { try read(from: $0) } }
             let date = try? POSIX.status(url.path)?.modificationDate // informative: nil if it cannot be read
             let conflicted = Self.hasUnresolvedConflicts(url)
-            Task { @MainActor in
+            onMain { [self] in
                 isOpening = false
                 progress.completedUnitCount = 1
                 switch result {
@@ -45,8 +46,7 @@ extension Document {
         }
         let contents: Any = status.kind == .directory ? try FileWrapper(url: url) : try POSIX.readFile(path)
         let typeName = typeRegistry.type(of: url)?.identifier
-        let handoff = Handoff(value: contents)
-        try Self.onMainActor { try self.load(fromContents: handoff.value, ofType: typeName) }
+        try onMainAndWait { try load(fromContents: contents, ofType: typeName) }
     }
 
     func loadDefault(fromContents contents: Any, ofType typeName: String?) throws {
@@ -54,12 +54,13 @@ extension Document {
     }
 
     func revertDocument(toContentsOf url: URL, completionHandler: (@Sendable (Bool) -> Void)?) {
+        guard MainQueueMarker.isCurrent else { return onMain { [self] in revert(toContentsOf: url, completionHandler: completionHandler) } }
         setEditingDisabled(true)
-        performAsynchronousFileAccess { [self] in
+        onFileAccessQueue { [self] in
             let result = Result { try ownCoordinator.coordinate(readingItemAt: url) { try read(from: $0) } }
             let date = try? POSIX.status(url.path)?.modificationDate // informative: nil if it cannot be read
             let conflicted = Self.hasUnresolvedConflicts(url)
-            Task { @MainActor in
+            onMain { [self] in
                 setEditingDisabled(false)
                 switch result {
                 case .success:

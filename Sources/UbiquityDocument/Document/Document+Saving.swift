@@ -4,8 +4,9 @@ import UbiquityFiles
 
 extension Document {
     func saveDocument(to url: URL, for saveOperation: SaveOperation, completionHandler: (@Sendable (Bool) -> Void)?) {
+        guard MainQueueMarker.isCurrent else { return onMain { [self] in save(to: url, for: saveOperation, completionHandler: completionHandler) } }
         let url = url.standardizedFileURL
-        storedUndoManager?.endEventGroupIfOpen()
+        endUndoEventGroup()
         if saveOperation == .forOverwriting && documentState.contains(.closed) && !isClosing {
             let error = DocumentError(.invalidState, "a closed document cannot be saved for overwriting; open it first", url: url)
             return saveFailed(error, completionHandler)
@@ -22,7 +23,7 @@ extension Document {
         let tokenHandoff = Handoff(value: token)
         let progress = Progress(totalUnitCount: 1)
         self.progress = progress
-        performAsynchronousFileAccess { [self] in
+        onFileAccessQueue { [self] in
             let result = Result {
                 // A save replaces the whole file: other presenters relinquish but are not asked to
                 // save (which could ask this document to save in turn).
@@ -32,7 +33,7 @@ extension Document {
                 }
             }
             let date = try? POSIX.status(url.path)?.modificationDate // informative: nil if it cannot be read
-            Task { @MainActor in
+            onMain { [self] in
                 progress.completedUnitCount = 1
                 switch result {
                 case .success:
@@ -109,7 +110,8 @@ extension Document {
     }
 
     func autosaveDocument(completionHandler: (@Sendable (Bool) -> Void)?) {
-        storedUndoManager?.endEventGroupIfOpen()
+        guard MainQueueMarker.isCurrent else { return onMain { [self] in autosave(completionHandler: completionHandler) } }
+        endUndoEventGroup()
         guard hasUnsavedChanges, !documentState.contains(.closed) || isClosing else {
             completionHandler?(true)
             return
@@ -118,31 +120,34 @@ extension Document {
     }
 
     func closeDocument(completionHandler: (@Sendable (Bool) -> Void)?) {
+        guard MainQueueMarker.isCurrent else { return onMain { [self] in close(completionHandler: completionHandler) } }
         guard !documentState.contains(.closed) else {
             completionHandler?(true)
             return
         }
         isClosing = true
-        autosave { [self] success in
-            // Handlers are called on the main queue (as UIKit's are), typed `@Sendable` as Apple's.
-            onMainQueue { [self] in
-                guard success else {
-                    isClosing = false
-                    completionHandler?(false)
-                    return
-                }
-                if hasUnsavedChanges {
-                    // Edited while the closing save ran: save again before closing.
-                    isClosing = false
-                    return close(completionHandler: completionHandler)
-                }
-                isClosing = false
-                autosaveTask?.cancel()
-                autosaveTask = nil
-                stopPresenting()
-                setState(.closed)
-                completionHandler?(true)
-            }
+        autosave(completionHandler: mainQueueHandler { document, success in
+            document.closeAfterSaving(success, completionHandler: completionHandler)
+        })
+    }
+
+    /// Ends closing once the closing save is over.
+    private func closeAfterSaving(_ success: Bool, completionHandler: (@Sendable (Bool) -> Void)?) {
+        guard success else {
+            isClosing = false
+            completionHandler?(false)
+            return
         }
+        if hasUnsavedChanges {
+            // Edited while the closing save ran: save again before closing.
+            isClosing = false
+            return close(completionHandler: completionHandler)
+        }
+        isClosing = false
+        autosaveTask?.cancel()
+        autosaveTask = nil
+        stopPresenting()
+        setState(.closed)
+        completionHandler?(true)
     }
 }

@@ -8,15 +8,19 @@ import UbiquityFiles
 ///
 /// Subclass it and override ``contents(forType:)`` (return `Data` for a flat file or a
 /// `FileWrapper` for a package) and ``load(fromContents:ofType:)``. The document reads and
-/// writes on its own serial file-access queue, never on the main actor; it saves crash-safely
+/// writes on its own serial file-access queue, never on the main queue; it saves crash-safely
 /// (temporary, `fsync`, atomic rename, `fsync` of the directory), rewrites only changed package
 /// members, tracks changes through ``updateChangeCount(_:)`` or its ``undoManager``, and
 /// autosaves at ``autosaveInterval`` and when closed.
 ///
-/// Completion handlers are `@Sendable`, as Apple's, and are called on the main queue. Each
-/// operation also has an `async` form. The `NSFilePresenter` methods are `open` members that a
-/// subclass may override, calling `super`.
-@MainActor
+/// As Apple's `UIDocument`, the class is `nonisolated`: a document may be created anywhere, and
+/// its subclass's stored properties may be set from `read(from:)` on the file-access queue. Its
+/// state (``documentState``, the change count, ``fileURL``) lives on the main queue, as UIKit's
+/// does: use it from there. An operation started elsewhere (`open`, `save`, `close`, `revert`,
+/// `autosave`, `updateChangeCount`) is carried out on the main queue. Completion handlers are
+/// `@Sendable`, as Apple's, and are called on the main queue. Each operation also has an `async`
+/// form. The `NSFilePresenter` methods are `open` members that a subclass may override, calling
+/// `super`.
 open class Document {
     /// The state of a document: an option set, empty (``normal``) when open and editable.
     public struct State: OptionSet, Sendable, Hashable, CustomStringConvertible {
@@ -103,7 +107,7 @@ open class Document {
     nonisolated let fileAccessQueue = DispatchQueue(label: "Ubiquity.Document.FileAccess")
     /// The presented URL, readable from any thread (``presentedItemURL``).
     nonisolated let presented: Mutex<URL>
-    /// Where the document's presenter callbacks arrive (then hop to the main actor).
+    /// Where the document's presenter callbacks arrive (then hop to the main queue).
     nonisolated let presenterQueue: OperationQueue = {
         let queue = OperationQueue()
         queue.name = "Ubiquity.Document.FilePresenter"
@@ -183,10 +187,13 @@ open class Document {
     public var stateUpdates: AsyncStream<State> {
         let (stream, continuation) = AsyncStream.makeStream(of: State.self, bufferingPolicy: .bufferingNewest(64))
         let id = UUID()
-        stateContinuations[id] = continuation
-        continuation.yield(documentState)
-        continuation.onTermination = { [weak self] _ in
-            Task { @MainActor in self?.stateContinuations[id] = nil }
+        onMain { [self] in
+            stateContinuations[id] = continuation
+            continuation.yield(documentState)
+        }
+        let document = WeakHandoff(self)
+        continuation.onTermination = { _ in
+            DispatchQueue.main.async { document.value?.stateContinuations[id] = nil }
         }
         return stream
     }
@@ -204,31 +211,34 @@ open class Document {
 
     // MARK: File access
 
-    /// Runs `block` on the document's serial file-access queue (off the main actor). All of the
+    /// Runs `block` on the document's serial file-access queue (off the main queue). All of the
     /// document's reads and writes go through here, one at a time.
     /// - Parameter block: The file access to perform.
     nonisolated open func performAsynchronousFileAccess(_ block: @escaping @Sendable () -> Void) {
         fileAccessQueue.async(execute: block)
     }
 
-    /// Runs `body` on the main actor from the file-access queue, waiting for it.
-    /// The main actor's executor is the main dispatch queue (on Linux it may be drained by a
-    /// thread other than the process's first), so "already on it" is asked of the queue.
-    nonisolated package static func onMainActor<T: Sendable>(_ body: @MainActor () throws -> T) throws -> T {
-        if MainQueueMarker.isCurrent { return try MainActor.assumeIsolated(body) }
-        return try DispatchQueue.main.sync { try MainActor.assumeIsolated(body) }
+    /// Runs `body` on the main queue from the file-access queue, waiting for it (a subclass's
+    /// override that must touch the document's state while saving or reading). The main queue
+    /// may be drained by a thread other than the process's first on Linux, so "already on it" is
+    /// asked of the queue.
+    /// - Parameter body: The work.
+    /// - Returns: What `body` returns.
+    /// - Throws: What `body` throws.
+    nonisolated package func performOnMainQueueAndWait<T>(_ body: () throws -> T) throws -> T {
+        try onMainAndWait(body)
     }
 
     // MARK: Override points (implemented by concern in Document+Reading, +Saving, +ChangeTracking)
 
-    /// Opens the document: reads its file off the main actor and hands the contents to
+    /// Opens the document: reads its file off the main queue and hands the contents to
     /// ``load(fromContents:ofType:)``.
     ///
     /// On failure (missing, unreadable or corrupt file, or `load` throwing) the document stays
     /// ``State/closed``, ``handleError(_:userInteractionPermitted:)`` receives a
     /// ``DocumentError`` naming the file and cause, nothing on disk is changed, and the handler
     /// gets `false`.
-    /// - Parameter completionHandler: Called on the main actor with whether the document opened.
+    /// - Parameter completionHandler: Called on the main queue with whether the document opened.
     open func open(completionHandler: (@Sendable (Bool) -> Void)? = nil) {
         openDocument(completionHandler: completionHandler)
     }
@@ -236,7 +246,7 @@ open class Document {
     /// Reads the document's contents from `url` and loads them.
     ///
     /// Runs on the file-access queue. The default reads a directory as a lazy `FileWrapper`
-    /// and a file as `Data`, then calls ``load(fromContents:ofType:)`` on the main actor and
+    /// and a file as `Data`, then calls ``load(fromContents:ofType:)`` on the main queue and
     /// waits for it. Override (marked `nonisolated`) to read in your own way.
     /// - Parameter url: The file or package to read.
     /// - Throws: `FileAccessError` for a missing or unreadable file, or what `load` throws.
@@ -260,14 +270,14 @@ open class Document {
     /// history is cleared. On failure the model is left as it was.
     /// - Parameters:
     ///   - url: The file to read.
-    ///   - completionHandler: Called on the main actor with whether the revert succeeded.
+    ///   - completionHandler: Called on the main queue with whether the revert succeeded.
     open func revert(toContentsOf url: URL, completionHandler: (@Sendable (Bool) -> Void)? = nil) {
         revertDocument(toContentsOf: url, completionHandler: completionHandler)
     }
 
-    /// Saves the document to `url` off the main actor.
+    /// Saves the document to `url` off the main queue.
     ///
-    /// The document takes a snapshot with ``contents(forType:)`` on the main actor, then calls
+    /// The document takes a snapshot with ``contents(forType:)`` on the main queue, then calls
     /// ``writeContents(_:andAttributes:safelyTo:for:)`` on its file-access queue. An edit made
     /// while the save runs keeps the document dirty. Saving to another URL makes it the
     /// document's ``fileURL``.
@@ -278,7 +288,7 @@ open class Document {
     /// - Parameters:
     ///   - url: Where to save.
     ///   - saveOperation: `.forCreating` for a new file (never overwrites), `.forOverwriting` otherwise.
-    ///   - completionHandler: Called on the main actor with whether the save succeeded.
+    ///   - completionHandler: Called on the main queue with whether the save succeeded.
     open func save(to url: URL, for saveOperation: SaveOperation, completionHandler: (@Sendable (Bool) -> Void)? = nil) {
         saveDocument(to: url, for: saveOperation, completionHandler: completionHandler)
     }
@@ -342,7 +352,7 @@ open class Document {
 
     /// Saves if there are unsaved changes; completes with `true` at once if there are none.
     /// Runs periodically (every ``autosaveInterval`` after a change) and when closing.
-    /// - Parameter completionHandler: Called on the main actor with whether the save succeeded.
+    /// - Parameter completionHandler: Called on the main queue with whether the save succeeded.
     open func autosave(completionHandler: (@Sendable (Bool) -> Void)? = nil) {
         autosaveDocument(completionHandler: completionHandler)
     }
@@ -351,7 +361,7 @@ open class Document {
     ///
     /// If that save fails, the document stays open (so nothing is lost) with
     /// ``State/savingError`` and the handler gets `false`.
-    /// - Parameter completionHandler: Called on the main actor with whether the document closed cleanly.
+    /// - Parameter completionHandler: Called on the main queue with whether the document closed cleanly.
     open func close(completionHandler: (@Sendable (Bool) -> Void)? = nil) {
         closeDocument(completionHandler: completionHandler)
     }
@@ -440,13 +450,13 @@ open class Document {
     /// The document's file, as a presenter sees it.
     nonisolated open var presentedItemURL: URL? { presented.withLock { $0 } }
 
-    /// A private serial queue; the document handles each callback on the main actor.
+    /// A private serial queue; the document handles each callback on the main queue.
     nonisolated open var presentedItemOperationQueue: OperationQueue { presenterQueue }
 
     /// Saves unsaved changes before another process reads the file.
     /// - Parameter completionHandler: Called with nil, or the error if the save failed.
     nonisolated open func savePresentedItemChanges(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
-        Task { @MainActor in
+        onMain { [self] in
             guard hasUnsavedChanges, !documentState.contains(.closed) else { return completionHandler(nil) }
             autosave { [fileURL] success in
                 completionHandler(success ? nil : DocumentError(.saveFailed, "could not save before another access", url: fileURL))
@@ -463,17 +473,17 @@ open class Document {
     /// Disables editing while another process writes the file; reverts afterwards if it changed.
     /// - Parameter writer: Called once editing is disabled, with the block that re-enables it.
     nonisolated open func relinquishPresentedItem(toWriter writer: @escaping @Sendable ((@Sendable () -> Void)?) -> Void) {
-        Task { @MainActor in
+        onMain { [self] in
             relinquishCount += 1
             if relinquishCount == 1 { setEditingDisabled(true) }
-            writer { Task { @MainActor in self.reacquire() } }
+            writer(mainQueueBlock { $0.reacquire() })
         }
     }
 
     /// Notes that the file changed (a coordinated write, or a change seen without coordination):
     /// reverts now, or when the current writer is done.
     nonisolated open func presentedItemDidChange() {
-        Task { @MainActor in
+        onMain { [self] in
             if relinquishCount > 0 { revertWhenReacquired = true } else { revertToChangedFile() }
         }
     }
@@ -495,7 +505,7 @@ open class Document {
     /// Follows the file to its new place.
     /// - Parameter newURL: Where the file is now.
     nonisolated open func presentedItemDidMove(to newURL: URL) {
-        Task { @MainActor in
+        onMain { [self] in
             fileURL = newURL.standardizedFileURL
             refreshConflictState()
         }
@@ -504,7 +514,7 @@ open class Document {
     /// Closes the document (without saving) because its file is being deleted.
     /// - Parameter completionHandler: Called with nil once the document is closed.
     nonisolated open func accommodatePresentedItemDeletion(completionHandler: @escaping @Sendable ((any Error)?) -> Void) {
-        Task { @MainActor in
+        onMain { [self] in
             logger.notice("the document's file is being deleted; closing it", metadata: ["document": "\(fileURL.path)"])
             autosaveTask?.cancel()
             autosaveTask = nil
