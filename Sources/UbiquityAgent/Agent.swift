@@ -490,6 +490,14 @@ actor AccountSession {
             let (sync, name) = try locate(request.path)
             try await sync.evict(name)
             return AgentResponse(items: await sync.status(ofName: name).map { [$0] })
+        case .versions:
+            let (sync, name) = try locate(request.path)
+            return AgentResponse(versions: try await sync.remoteVersions(of: name))
+        case .downloadVersion:
+            let (sync, name) = try locate(request.path)
+            guard let revision = request.revision else { throw ContainerSyncError("downloadVersion needs a revision", code: .badRequest) }
+            try await sync.downloadRemoteVersion(of: name, revision: revision)
+            return AgentResponse()
         case .sync:
             let chosen = try request.container.map { [try container($0)] } ?? containers.sorted { $0.key < $1.key }.map(\.value)
             for sync in chosen {

@@ -91,6 +91,17 @@ package struct SyncClient: Sendable {
         return answer.items
     }
 
+    /// An item's earlier revisions the server keeps, newest first.
+    package func revisions(container: String, item: String) async throws -> [ItemRevision] {
+        let answer: ItemRevisionsResponse = try await json(.GET, "v1/containers/\(container)/items/\(item)/revisions")
+        return answer.revisions
+    }
+
+    /// One revision of an item with its manifest, to download it.
+    package func revision(container: String, item: String, revision: String) async throws -> RevisionContentsResponse {
+        try await json(.GET, "v1/containers/\(container)/items/\(item)/revisions/\(revision)")
+    }
+
     /// Keeps one revision of an item and removes conflict versions.
     package func resolve(container: String, item: String, keep: String, remove: [String]) async throws -> ItemState {
         try await json(.POST, "v1/containers/\(container)/items/\(item)/resolve", body: ResolveRequest(keep: keep, remove: remove))

@@ -55,7 +55,7 @@ public struct AgentError: Error, Codable, Sendable, Equatable, CustomStringConve
 
 extension AgentResponse {
     private enum CodingKeys: String, CodingKey {
-        case error, status, items
+        case error, status, items, versions
     }
 
     /// Decodes an answer; an error given as a plain sentence (an agent older than error codes)
@@ -69,6 +69,7 @@ extension AgentResponse {
         }
         status = try container.decodeIfPresent(AgentStatus.self, forKey: .status)
         items = try container.decodeIfPresent([UbiquityItemStatus].self, forKey: .items)
+        versions = try container.decodeIfPresent([RemoteVersion].self, forKey: .versions)
     }
 
     /// Encodes the answer (an error with its code and message).
@@ -77,5 +78,6 @@ extension AgentResponse {
         try container.encodeIfPresent(error, forKey: .error)
         try container.encodeIfPresent(status, forKey: .status)
         try container.encodeIfPresent(items, forKey: .items)
+        try container.encodeIfPresent(versions, forKey: .versions)
     }
 }

@@ -25,6 +25,12 @@ public struct AgentRequest: Codable, Sendable, Equatable {
         /// the agent writes an answer whose ``AgentResponse/items`` are the items whose status
         /// changed, each time some did (a metadata query's live updates).
         case watch
+        /// The server's earlier revisions of an item (``path``): its versions that are not on
+        /// this device, newest first (``AgentResponse/versions``).
+        case versions
+        /// Download one of them (``path``, ``revision``) into the item's version store; the
+        /// answer comes once it is there.
+        case downloadVersion
     }
 
     /// What is asked.
@@ -35,13 +41,16 @@ public struct AgentRequest: Codable, Sendable, Equatable {
     public var path: String?
     /// For `download`: answer only when the item is downloaded (or cannot be).
     public var wait: Bool?
+    /// For `downloadVersion`: the revision (a ``RemoteVersion/revision``).
+    public var revision: String?
 
     /// Creates a request.
-    public init(_ operation: Operation, container: String? = nil, path: String? = nil, wait: Bool? = nil) {
+    public init(_ operation: Operation, container: String? = nil, path: String? = nil, wait: Bool? = nil, revision: String? = nil) {
         self.operation = operation
         self.container = container
         self.path = path
         self.wait = wait
+        self.revision = revision
     }
 }
 
@@ -53,12 +62,39 @@ public struct AgentResponse: Codable, Sendable, Equatable {
     public var status: AgentStatus?
     /// For `list` and `item`.
     public var items: [UbiquityItemStatus]?
+    /// For `versions`.
+    public var versions: [RemoteVersion]?
 
     /// Creates an answer.
-    public init(error: AgentError? = nil, status: AgentStatus? = nil, items: [UbiquityItemStatus]? = nil) {
+    public init(error: AgentError? = nil, status: AgentStatus? = nil, items: [UbiquityItemStatus]? = nil, versions: [RemoteVersion]? = nil) {
         self.error = error
         self.status = status
         self.items = items
+        self.versions = versions
+    }
+}
+
+/// A version of an item that the server keeps and this device does not have (an earlier
+/// revision): what `NSFileVersion.getNonlocalVersionsOfItem(at:completionHandler:)` lists.
+public struct RemoteVersion: Codable, Sendable, Equatable {
+    /// The revision's id.
+    public var revision: String
+    /// The item's name in that revision.
+    public var name: String
+    /// The device that saved it.
+    public var deviceName: String
+    /// Bytes of contents.
+    public var size: Int64
+    /// When it was modified (seconds since 1970).
+    public var modificationDate: Double
+
+    /// Creates a value.
+    public init(revision: String, name: String, deviceName: String, size: Int64, modificationDate: Double) {
+        self.revision = revision
+        self.name = name
+        self.deviceName = deviceName
+        self.size = size
+        self.modificationDate = modificationDate
     }
 }
 

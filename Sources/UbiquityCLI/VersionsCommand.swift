@@ -1,5 +1,6 @@
 import ArgumentParser
 import Foundation
+import Synchronization
 import Ubiquity
 
 /// `ubiquity versions PATH`: the item's current version, other versions and conflict versions.
@@ -15,12 +16,16 @@ struct VersionsCommand: ParsableCommand {
     @Flag(name: .long, help: "Print JSON instead of a table.")
     var json = false
 
+    @Flag(name: .long, help: "Also list the versions the server keeps that are not on this device (earlier revisions, for 30 days), newest first.")
+    var server = false
+
     func run() throws {
         let url = URL(fileURLWithPath: path)
         guard let current = NSFileVersion.currentVersionOfItem(at: url) else {
             throw ValidationError("no such file: \(path)")
         }
-        let others = try NSFileVersion.versions(ofItemAt: url)
+        var others = try NSFileVersion.versions(ofItemAt: url)
+        if server { others += try Self.nonlocalVersions(of: url) }
         let usage = try NSFileVersion.storageUsage(ofItemAt: url)
         if json {
             let rows = ([current] + others).map { version -> [String: Any] in
@@ -48,8 +53,22 @@ struct VersionsCommand: ParsableCommand {
         print("store: \(usage.versions) version(s), \(usage.bytes) bytes (\(usage.sharedBytes) shared with the file), limit \(usage.limit) bytes")
     }
 
+    /// The item's nonlocal versions (asked of the agent, which asks the server).
+    static func nonlocalVersions(of url: URL) throws -> [NSFileVersion] {
+        UbiquityContainers.shared.installDownloader() // what lists them
+        let answer = Mutex<Result<[NSFileVersion], any Error>?>(nil)
+        let done = DispatchSemaphore(value: 0)
+        NSFileVersion.getNonlocalVersionsOfItem(at: url) { versions, error in
+            answer.withLock { $0 = versions.map { .success($0) } ?? .failure(error ?? CocoaError(.fileReadUnknown)) }
+            done.signal()
+        }
+        done.wait() // a command's main thread: nothing else to run meanwhile
+        return try answer.withLock { $0! }.get()
+    }
+
     static func kind(_ version: NSFileVersion) -> String {
         if version.versionIdentifier == .current { return "current" }
+        if version.versionIdentifier.rawValue.hasPrefix("nonlocal-") { return version.hasLocalContents ? "server (downloaded)" : "server" }
         if version.isConflict { return version.isResolved ? "conflict (resolved)" : "conflict" }
         return version.isDiscardable ? "history" : "other"
     }

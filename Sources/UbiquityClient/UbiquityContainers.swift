@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import UbiquityCoordination
 
 /// The ubiquity containers of one user on this machine, as an app sees them: where they are,
@@ -146,12 +147,61 @@ public struct UbiquityContainers: Sendable {
         }
     }
 
-    /// Makes coordinated reads of items that are not downloaded wait for their download.
+    /// Makes coordinated reads of items that are not downloaded wait for their download — also
+    /// of nonlocal versions' URLs — and lets `NSFileVersion` list the versions the server keeps.
+    /// Several users' (or test devices') containers in one process each serve their own items.
     public func installDownloader() {
-        let containers = self
+        Self.installed.withLock { installed in
+            if !installed.contains(where: { $0.paths.agentSocket == paths.agentSocket }) { installed.append(self) }
+        }
         NSFileCoordinator.ubiquitousItemDownloader = { url in
-            guard containers.location(of: url) != nil, FileManager.default.fileExists(atPath: UbiquityPlaceholder.url(for: url).path) else { return }
+            if let (item, revision) = NSFileVersion.nonlocalVersionAddress(of: url) {
+                guard let containers = Self.serving(item) else { return }
+                return try containers.downloadVersion(revision, ofItemAt: item)
+            }
+            guard let containers = Self.serving(url), FileManager.default.fileExists(atPath: UbiquityPlaceholder.url(for: url).path) else { return }
             try containers.downloadAndWait(url)
+        }
+        NSFileVersion.nonlocalVersionLister = { url in try Self.serving(url)?.nonlocalVersions(ofItemAt: url) }
+    }
+
+    /// The containers whose downloader was installed, each once.
+    private static let installed = Mutex<[UbiquityContainers]>([])
+
+    /// The installed containers `url` is in, if any.
+    static func serving(_ url: URL) -> UbiquityContainers? {
+        installed.withLock { $0 }.first { $0.location(of: url) != nil }
+    }
+
+    /// The versions of a ubiquitous item the server keeps (its earlier revisions, newest first),
+    /// or nil for an item outside the containers. An item the agent does not know yet (new
+    /// here, not uploaded) has none.
+    /// - Throws: `CocoaError(.fileReadNoSuchFile)` for no such item; `.ubiquitousFileUnavailable`
+    ///   saying why the agent or the server could not be asked.
+    package func nonlocalVersions(ofItemAt url: URL) throws -> [NonlocalVersionRecord]? {
+        guard let location = location(of: url), !location.relativePath.isEmpty else { return nil }
+        let exists = FileManager.default.fileExists(atPath: url.path) || FileManager.default.fileExists(atPath: UbiquityPlaceholder.url(for: url).path)
+        guard exists else { throw CocoaError(.fileReadNoSuchFile, userInfo: [NSFilePathErrorKey: url.path]) }
+        let response: AgentResponse
+        do { response = try agent.send(AgentRequest(.versions, path: url.standardizedFileURL.path), timeout: .seconds(60)) } catch let error as AgentError {
+            if error.code == .unknownItem { return [] } // not synced yet: the server has no earlier revision of it
+            throw Self.cocoaError(error, url)
+        }
+        return (response.versions ?? []).map {
+            NonlocalVersionRecord(revision: $0.revision, name: $0.name, savingComputer: $0.deviceName,
+                                  modificationDate: Date(timeIntervalSince1970: $0.modificationDate), size: $0.size)
+        }
+    }
+
+    /// Downloads a nonlocal version of the item at `url` into its version store (where the
+    /// version's `url` points), waiting for it.
+    /// - Throws: `CocoaError(.fileNoSuchFile)` for an unknown item or revision;
+    ///   `.ubiquitousFileUnavailable` saying why it could not be downloaded.
+    package func downloadVersion(_ revision: String, ofItemAt url: URL) throws {
+        do {
+            _ = try agent.send(AgentRequest(.downloadVersion, path: url.standardizedFileURL.path, revision: revision), timeout: nil)
+        } catch let error as AgentError {
+            throw Self.cocoaError(error, url)
         }
     }
 

@@ -79,7 +79,7 @@ package struct SyncServer: Sendable {
             database: storage.database, chunks: VerifiedChunks(base: storage.chunks, database: storage.database, notifier: notifier, logger: logger),
             metrics: ServerMetrics(), notifier: notifier,
             signIns: SignInGuard(database: storage.database, hasher: hasher, policy: configuration.signInPolicy, logger: logger),
-            accountLimits: configuration.accountLimits)
+            accountLimits: configuration.accountLimits, retention: configuration.retention)
         Task { await hasher.prepareDecoy() } // before the first unknown account asks
     }
 

@@ -95,9 +95,13 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
     public var originatorNameComponents: PersonNameComponents? { nil }
     /// Whether this is a conflict version (made elsewhere at the same time as the current one).
     public let isConflict: Bool
-    /// Whether the contents are on this device. Always true today; versions the sync agent
-    /// knows of but has not downloaded will say false.
-    public let hasLocalContents: Bool
+    /// Whether the contents are on this device: false for a nonlocal version
+    /// (``getNonlocalVersionsOfItem(at:completionHandler:)``) until a coordinated read of its
+    /// ``url`` downloads it.
+    public var hasLocalContents: Bool {
+        guard nonlocalRevision != nil else { return true }
+        return (try? POSIX.status(url.path)) != nil // unreadable counts as not here: reading it downloads again
+    }
     /// The item this is a version of.
     public let itemURL: URL
     /// Bytes of the version's contents.
@@ -105,6 +109,8 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
 
     private let flags: Mutex<(resolved: Bool, discardable: Bool)>
     private let store: VersionStore?
+    /// For a nonlocal version: the server's revision it is.
+    let nonlocalRevision: String?
 
     /// Whether a conflict version has been resolved. Setting it persists the change (and tells
     /// the item's presenters); resolved conflicts are no longer "unresolved" and may be removed
@@ -131,7 +137,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
 
     /// A one-line description.
     public var description: String {
-        let kind = store == nil ? "current" : isConflict ? (isResolved ? "resolved conflict" : "conflict") : "other"
+        let kind = nonlocalRevision != nil ? "nonlocal" : store == nil ? "current" : isConflict ? (isResolved ? "resolved conflict" : "conflict") : "other"
         return "NSFileVersion(\(kind) \(versionIdentifier) of \(itemURL.path), \(localizedNameOfSavingComputer ?? "?"), \(modificationDate.map { "\($0)" } ?? "?"))"
     }
 
@@ -143,10 +149,26 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         modificationDate = record.modificationDate
         versionIdentifier = PersistentIdentifier(record.id)
         isConflict = record.kind == .conflict
-        hasLocalContents = true
         size = record.size
         flags = Mutex((record.isResolved, record.isDiscardable))
         self.store = store
+        nonlocalRevision = nil
+    }
+
+    /// A version the server keeps and this device may not have (its contents come down into
+    /// the item's version store when read).
+    init(item: URL, nonlocal record: VersionRecord, store: VersionStore) {
+        itemURL = item
+        url = URL(fileURLWithPath: store.nonlocalContentsPath(record.id))
+        localizedName = record.localizedName
+        localizedNameOfSavingComputer = record.savingComputer
+        modificationDate = record.modificationDate
+        versionIdentifier = PersistentIdentifier(Self.nonlocalPrefix + record.id)
+        isConflict = false
+        size = record.size
+        flags = Mutex((true, true))
+        self.store = nil
+        nonlocalRevision = record.id
     }
 
     private init(current item: URL, status: NodeStatus) {
@@ -157,10 +179,10 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         modificationDate = status.modificationDate
         versionIdentifier = .current
         isConflict = false
-        hasLocalContents = true
         size = status.kind == .directory ? ((try? POSIX.treeUsage(item.path).bytes) ?? 0) : status.size // a size only: unreadable counts 0
         flags = Mutex((true, false))
         store = nil
+        nonlocalRevision = nil
     }
 
     // MARK: Finding versions
@@ -204,6 +226,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         default: return nil
         }
         if id == PersistentIdentifier.current.rawValue { return currentVersionOfItem(at: url) }
+        if id.hasPrefix(nonlocalPrefix) { return downloadedNonlocalVersion(ofItemAt: url, revision: String(id.dropFirst(nonlocalPrefix.count))) }
         guard let store = try? VersionStore(item: url), let record = try? store.record(id) else { return nil } // Apple's API: nil, not an error
         return NSFileVersion(item: url.standardizedFileURL, record: record, store: store)
     }
@@ -321,6 +344,9 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
     public func replaceItem(at url: URL, options: ReplacingOptions = []) throws -> URL {
         let target = url.standardizedFileURL
         let source = self.url.path
+        if nonlocalRevision != nil, try POSIX.status(source) == nil, let download = NSFileCoordinator.ubiquitousItemDownloader {
+            try download(self.url) // not here yet: it comes down first (as a coordinated read of `url` would make it)
+        }
         guard try POSIX.status(source) != nil else {
             throw FileAccessError(.notFound, "the version no longer exists", path: source, errno: ENOENT)
         }
@@ -342,6 +368,10 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
     /// - Throws: ``FileAccessError``: `.notFound` if it was removed already; `.unsupportedItem`
     ///   for the current version, which cannot be removed.
     public func remove() throws {
+        if let nonlocalRevision {
+            // Its downloaded copy goes; the server keeps the revision for its retention.
+            return try VersionStore(item: itemURL).removeNonlocal(nonlocalRevision)
+        }
         guard let store else { throw FileAccessError(.unsupportedItem, "the current version cannot be removed", path: itemURL.path) }
         try store.remove(versionIdentifier.rawValue)
     }

@@ -374,3 +374,78 @@ struct VersionStore: Sendable {
 
     static let logger = Logger(label: "ubiquity.versions")
 }
+
+// MARK: Versions downloaded from the server (nonlocal)
+
+/// ```
+/// DIR/.ubiquity-versions/NAME/.nonlocal/REV/NAME         a nonlocal version's contents, once downloaded
+/// DIR/.ubiquity-versions/NAME/.nonlocal/REV/record.json  its record
+/// ```
+/// Hidden from ``list()`` (a nonlocal version is listed by asking the server), moved and deleted
+/// with the store, never synced.
+extension VersionStore {
+    static let nonlocalFolderName = ".nonlocal"
+
+    /// Whether a server's revision id can name a folder here: letters, digits, `-` and `_`
+    /// (no dots, no slashes), at most 128.
+    static func isValidRevision(_ revision: String) -> Bool {
+        !revision.isEmpty && revision.utf8.count <= 128
+            && revision.unicodeScalars.allSatisfy { $0.isASCII && (CharacterSet.alphanumerics.contains($0) || $0 == "-" || $0 == "_") }
+    }
+
+    var nonlocalFolder: String { folder + "/" + Self.nonlocalFolderName }
+
+    /// Where a nonlocal version's contents are once downloaded.
+    func nonlocalContentsPath(_ revision: String) -> String { nonlocalFolder + "/" + revision + "/" + name }
+
+    /// A downloaded nonlocal version's record, or nil if it is not here.
+    func nonlocalRecord(_ revision: String) throws -> VersionRecord? {
+        guard Self.isValidRevision(revision) else { return nil }
+        let path = nonlocalFolder + "/" + revision + "/" + Self.recordName
+        return try reading {
+            guard try POSIX.status(path) != nil, try POSIX.status(nonlocalContentsPath(revision)) != nil else { return nil }
+            return try JSONDecoder().decode(VersionRecord.self, from: POSIX.readFile(path))
+        }
+    }
+
+    /// Keeps a nonlocal version's downloaded contents (moved from `source`, a file or package on
+    /// the same file system) with its record: it appears whole, by one rename, or not at all.
+    func storeNonlocal(contentsAt source: String, record: VersionRecord) throws {
+        guard Self.isValidRevision(record.id) else {
+            throw FileAccessError(.invalidName, "the revision id cannot name a folder", path: nonlocalFolder)
+        }
+        try writing {
+            try makeFolders()
+            if try POSIX.status(nonlocalFolder) == nil { try POSIX.makeDirectory(nonlocalFolder, permissions: 0o755) }
+            for entry in (try? POSIX.directoryEntries(nonlocalFolder)) ?? [] where entry.hasPrefix(".adding-") || entry.hasPrefix(".removing-") {
+                try? POSIX.removeTree(nonlocalFolder + "/" + entry) // a killed download's leftovers (this writer holds the store)
+            }
+            let final = nonlocalFolder + "/" + record.id
+            if try POSIX.status(final) != nil { return } // downloaded already (by another request)
+            let adding = nonlocalFolder + "/.adding-" + UUID().uuidString
+            try POSIX.makeDirectory(adding, permissions: 0o755)
+            do {
+                try POSIX.rename(source, adding + "/" + name)
+                try POSIX.createFile(adding + "/" + Self.recordName, contents: try Self.encode(record), permissions: 0o644)
+                try POSIX.sync(adding, directory: true)
+                try POSIX.rename(adding, final)
+                try POSIX.sync(nonlocalFolder, directory: true)
+            } catch {
+                try? POSIX.removeTree(adding) // the caller gets the first error; the download can be asked again
+                throw error
+            }
+        }
+    }
+
+    /// Removes a nonlocal version's downloaded contents (the server keeps the revision).
+    func removeNonlocal(_ revision: String) throws {
+        guard Self.isValidRevision(revision) else { return }
+        try writing {
+            let path = nonlocalFolder + "/" + revision
+            guard try POSIX.status(path) != nil else { return }
+            let removing = nonlocalFolder + "/.removing-" + UUID().uuidString
+            try POSIX.rename(path, removing)
+            try POSIX.removeTree(removing)
+        }
+    }
+}

@@ -17,6 +17,8 @@ extension MissingChunksResponse: ResponseEncodable {}
 extension ChunkSignaturesResponse: ResponseEncodable {}
 extension KeyValueResponse: ResponseEncodable {}
 extension AccountResponse: ResponseEncodable {}
+extension ItemRevisionsResponse: ResponseEncodable {}
+extension RevisionContentsResponse: ResponseEncodable {}
 
 /// What every route needs.
 struct SyncServices: Sendable {
@@ -27,6 +29,8 @@ struct SyncServices: Sendable {
     let signIns: SignInGuard
     /// What an account may hold besides its quota.
     var accountLimits = AccountLimits()
+    /// How long revisions no longer current are kept (and listed as versions).
+    var retention: TimeInterval = SyncServer.defaultRetention
 }
 
 
@@ -131,6 +135,27 @@ extension SyncServices {
                 }
             }
             return Self.brief(request) ? Self.brief(state) : state
+        }
+        // An item's earlier revisions the server keeps: the versions of it that are not on the
+        // device (NSFileVersion's nonlocal versions), newest first.
+        containers.get("items/:item/revisions") { _, context in
+            let (device, container, item) = try Self.itemAddress(context)
+            guard let revisions = try await database.itemRevisions(accountId: device.accountId, container: container, item: item,
+                                                                   since: Date().timeIntervalSince1970 - retention,
+                                                                   limit: ItemRevisionsResponse.maximumCount) else {
+                throw SyncError.notFound
+            }
+            return ItemRevisionsResponse(revisions: revisions)
+        }
+        // One revision's manifest, to download that version (its chunks come as any others).
+        containers.get("items/:item/revisions/:revision") { _, context in
+            let (device, container, item) = try Self.itemAddress(context)
+            let revision = try context.parameters.require("revision")
+            try Validate.identifier(revision, field: "revision")
+            guard let contents = try await database.revisionContents(accountId: device.accountId, container: container, item: item, revision: revision) else {
+                throw SyncError.notFound
+            }
+            return contents
         }
         containers.put("items/:item") { request, context in
             let (device, container, item) = try Self.itemAddress(context)

@@ -174,6 +174,37 @@ extension PostgresDatabase {
         }
     }
 
+    func itemRevisions(accountId: Int64, container: String, item: String, since: Double, limit: Int) async throws -> [ItemRevision]? {
+        try await transaction { db in
+            try await db.rows("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container),
+                  try await db.rows("SELECT 1 FROM item WHERE container_id = \(containerId) AND id = \(item)").first != nil else { return nil }
+            return try await db.rows("""
+                SELECT id, name, kind, device_name, size, modification_date, created, complete FROM revision
+                WHERE container_id = \(containerId) AND item_id = \(item) AND state IN ('replaced', 'resolved', 'superseded') AND NOT deleted
+                    AND kind <> 'directory' AND created >= \(since)
+                ORDER BY created DESC LIMIT \(limit)
+                """).compactMap { row in
+                guard let kind = ItemKind(rawValue: try row.get("kind", as: String.self)) else { return nil }
+                return ItemRevision(revision: try row.get("id"), name: try row.get("name"), kind: kind, deviceName: try row.get("device_name"),
+                                    size: try row.get("size"), modificationDate: try row.get("modification_date"), created: try row.get("created"),
+                                    uploaded: try row.get("complete"))
+            }
+        }
+    }
+
+    func revisionContents(accountId: Int64, container: String, item: String, revision: String) async throws -> RevisionContentsResponse? {
+        try await transaction { db in
+            try await db.rows("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container),
+                  let row = try await db.rows("""
+                    SELECT kind, deleted, complete, manifest FROM revision WHERE container_id = \(containerId) AND item_id = \(item) AND id = \(revision)
+                    """).first,
+                  let kind = ItemKind(rawValue: try row.get("kind", as: String.self)), kind != .directory, !(try row.get("deleted", as: Bool.self)) else { return nil }
+            return RevisionContentsResponse(revision: revision, kind: kind, manifest: try Self.manifest(row, of: revision), uploaded: try row.get("complete"))
+        }
+    }
+
     func commit(accountId: Int64, container: String, commits: [ItemCommit], device: DeviceAuth, now: Date, brief: Bool,
                 limits: AccountLimits) async throws -> [Result<CommitOutcome, SyncError>] {
         let prepared = try commits.map { try PreparedCommit($0) }

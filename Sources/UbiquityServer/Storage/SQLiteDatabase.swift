@@ -168,6 +168,33 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
+    func itemRevisions(accountId: Int64, container: String, item: String, since: Double, limit: Int) async throws -> [ItemRevision]? {
+        try await pool.read { db in
+            guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container),
+                  try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM item WHERE containerId = ? AND id = ?"), arguments: [containerId, item]) != nil else { return nil }
+            return try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT id, name, kind, deviceName, size, modificationDate, created, complete FROM revision
+                WHERE containerId = ? AND itemId = ? AND state IN ('replaced', 'resolved', 'superseded') AND deleted = 0
+                    AND kind != 'directory' AND created >= ?
+                ORDER BY created DESC LIMIT ?
+                """), arguments: [containerId, item, since, limit]).compactMap { row in
+                guard let kind = ItemKind(rawValue: row["kind"]) else { return nil }
+                return ItemRevision(revision: row["id"], name: row["name"], kind: kind, deviceName: row["deviceName"], size: row["size"],
+                                    modificationDate: row["modificationDate"], created: row["created"], uploaded: row["complete"])
+            }
+        }
+    }
+
+    func revisionContents(accountId: Int64, container: String, item: String, revision: String) async throws -> RevisionContentsResponse? {
+        try await pool.read { db in
+            guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container),
+                  let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT kind, deleted, complete FROM revision WHERE containerId = ? AND itemId = ? AND id = ?"),
+                                             arguments: [containerId, item, revision]),
+                  let kind = ItemKind(rawValue: row["kind"]), kind != .directory, !(row["deleted"] as Bool) else { return nil }
+            return RevisionContentsResponse(revision: revision, kind: kind, manifest: try Self.manifest(db, of: revision), uploaded: row["complete"])
+        }
+    }
+
     func commit(accountId: Int64, container: String, commits: [ItemCommit], device: DeviceAuth, now: Date, brief: Bool,
                 limits: AccountLimits) async throws -> [Result<CommitOutcome, SyncError>] {
         let prepared = try commits.map { try PreparedCommit($0) }

@@ -206,6 +206,13 @@ protocol SyncDatabase: Sendable {
     /// The kind and manifest of one revision of an item (current, conflict or past), or nil if the
     /// item has no such revision: the base of chunk-list deltas.
     func revisionManifest(accountId: Int64, container: String, item: String, revision: String) async throws -> (kind: ItemKind, manifest: Manifest)?
+    /// An item's earlier revisions (replaced, resolved, superseded; not deletions, not folders)
+    /// made at or after `since` (seconds since 1970), newest first, at most `limit`; nil if the
+    /// container has no such item.
+    func itemRevisions(accountId: Int64, container: String, item: String, since: Double, limit: Int) async throws -> [ItemRevision]?
+    /// One revision of an item (current, conflict or earlier) with its manifest, to download
+    /// it; nil if the item has no such revision (or it is a deletion or a folder).
+    func revisionContents(accountId: Int64, container: String, item: String, revision: String) async throws -> RevisionContentsResponse?
     /// The chunk lists of these revisions of flat files in the container, by revision, leaving
     /// out those `device` made (and revisions that are not there): what a page of changes
     /// sends inline.

@@ -1,0 +1,71 @@
+import Foundation
+import UbiquityAgentProtocol
+import UbiquityCoordination
+import UbiquityProtocol
+
+// Versions of an item that the server keeps and this device does not have — Apple's nonlocal
+// versions (`NSFileVersion.getNonlocalVersionsOfItem(at:completionHandler:)`): listed by asking
+// the server, downloaded on request into the item's version store (only the chunks this device
+// lacks come over the wire).
+extension ContainerSync {
+    /// The server's earlier revisions of the item at `name` that can be downloaded, newest first.
+    /// - Throws: ``ContainerSyncError`` for an item the agent does not know (or the server does
+    ///   not), or when the server cannot be asked.
+    package func remoteVersions(of name: String) async throws -> [RemoteVersion] {
+        let item = try knownItem(at: name)
+        let revisions: [ItemRevision]
+        do { revisions = try await client.revisions(container: container, item: item) } catch let error as SyncClientError {
+            throw Self.versionError(error, name: name)
+        }
+        return revisions.filter(\.uploaded).map {
+            RemoteVersion(revision: $0.revision, name: $0.name, deviceName: $0.deviceName, size: $0.size, modificationDate: $0.modificationDate)
+        }
+    }
+
+    /// Downloads one of the item's earlier revisions into its version store, where its
+    /// nonlocal `NSFileVersion`'s `url` points; returns at once if it is there already.
+    /// - Throws: ``ContainerSyncError``: the item or revision is unknown, the revision is not
+    ///   uploaded, or the download failed (nothing is left half-written).
+    package func downloadRemoteVersion(of name: String, revision: String) async throws {
+        let item = try knownItem(at: name)
+        let url = root.appendingPathComponent(name)
+        let destination: URL
+        do { destination = try NSFileVersion.nonlocalContentsURL(ofItemAt: url, revision: revision) } catch {
+            throw ContainerSyncError("\(name) keeps no versions: \(error)", code: .badRequest)
+        }
+        guard !FileManager.default.fileExists(atPath: destination.path) else { return }
+        let contents: RevisionContentsResponse, listed: ItemRevision?
+        do {
+            contents = try await client.revision(container: container, item: item, revision: revision)
+            listed = try await client.revisions(container: container, item: item).first { $0.revision == revision }
+        } catch let error as SyncClientError {
+            throw Self.versionError(error, name: name)
+        }
+        guard contents.uploaded else {
+            throw ContainerSyncError("that version of \(name) is not uploaded yet by its device", code: .downloadFailed)
+        }
+        let staged = try await materialiser.stage(LocalContents.members(contents.manifest, kind: contents.kind), kind: contents.kind, of: item, name: name,
+                                                  reusing: files[name], in: self)
+        defer { materialiser.removeStaged(staged, in: self) }
+        let record = NonlocalVersionRecord(revision: revision, name: listed?.name ?? LocalContents.name(of: name), savingComputer: listed?.deviceName ?? "",
+                                           modificationDate: Date(timeIntervalSince1970: listed?.modificationDate ?? 0), size: listed?.size ?? 0)
+        do {
+            try await coordinated { try NSFileVersion.storeNonlocalVersion(ofItemAt: url, contentsAt: staged, record: record) }
+        } catch {
+            throw ContainerSyncError("cannot keep the downloaded version of \(name): \(error)", code: .downloadFailed)
+        }
+        logger.info("downloaded a version from the server", metadata: ["item": "\(name)", "revision": "\(revision)"])
+    }
+
+    /// The id of the item at `name`, downloaded or not.
+    private func knownItem(at name: String) throws -> String {
+        guard let item = item(at: name) else { throw ContainerSyncError("\(name) is not an item of \(container)", code: .unknownItem) }
+        return item
+    }
+
+    /// What the agent answers for the server's refusal.
+    private static func versionError(_ error: SyncClientError, name: String) -> ContainerSyncError {
+        if error.status == 404 { return ContainerSyncError("the server has no such item or version: \(name)", code: .unknownItem) }
+        return ContainerSyncError("cannot ask the server for versions of \(name): \(error)", code: .downloadFailed)
+    }
+}

@@ -1,0 +1,67 @@
+import Foundation
+
+/// An earlier revision of an item that the server still keeps (for its retention, 30 days by
+/// default): what a device lists as a version whose contents are not on it
+/// (`NSFileVersion.getNonlocalVersionsOfItem(at:completionHandler:)`).
+public struct ItemRevision: Codable, Sendable, Equatable {
+    /// The revision's id.
+    public var revision: String
+    /// The item's name in that revision (its last path component).
+    public var name: String
+    /// File or package.
+    public var kind: ItemKind
+    /// The device that made it.
+    public var deviceName: String
+    /// Bytes of contents.
+    public var size: Int64
+    /// Its modification date (seconds since 1970).
+    public var modificationDate: Double
+    /// When it was committed (seconds since 1970).
+    public var created: Double
+    /// Whether every chunk is on the server (it can be downloaded).
+    public var uploaded: Bool
+
+    /// Creates a value.
+    public init(revision: String, name: String, kind: ItemKind, deviceName: String, size: Int64, modificationDate: Double, created: Double, uploaded: Bool) {
+        self.revision = revision
+        self.name = name
+        self.kind = kind
+        self.deviceName = deviceName
+        self.size = size
+        self.modificationDate = modificationDate
+        self.created = created
+        self.uploaded = uploaded
+    }
+}
+
+/// `GET /v1/containers/C/items/I/revisions`: the item's earlier revisions, newest first.
+public struct ItemRevisionsResponse: Codable, Sendable, Equatable {
+    /// The revisions, newest first (at most ``maximumCount``).
+    public var revisions: [ItemRevision]
+
+    /// How many revisions one answer lists at most (the newest).
+    public static let maximumCount = 500
+
+    /// Creates a value.
+    public init(revisions: [ItemRevision]) { self.revisions = revisions }
+}
+
+/// `GET /v1/containers/C/items/I/revisions/R`: one revision's manifest, to download its contents.
+public struct RevisionContentsResponse: Codable, Sendable, Equatable {
+    /// The revision's id.
+    public var revision: String
+    /// File or package.
+    public var kind: ItemKind
+    /// Its manifest (its chunks are fetched as any others).
+    public var manifest: Manifest
+    /// Whether every chunk is on the server.
+    public var uploaded: Bool
+
+    /// Creates a value.
+    public init(revision: String, kind: ItemKind, manifest: Manifest, uploaded: Bool) {
+        self.revision = revision
+        self.kind = kind
+        self.manifest = manifest
+        self.uploaded = uploaded
+    }
+}
