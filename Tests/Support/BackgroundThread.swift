@@ -20,3 +20,12 @@ public func onBackgroundThread<T: Sendable>(_ body: @escaping @Sendable () throw
         thread.start()
     }
 }
+
+/// Runs `body` — a blocking wait, such as for a child process to start — on a thread of its own,
+/// and waits for it without holding one of the few threads Swift's concurrency shares (two on
+/// this machine): a test that blocks one of those starves every other test's tasks.
+public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+}

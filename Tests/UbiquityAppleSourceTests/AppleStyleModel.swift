@@ -75,6 +75,9 @@ final class NoteDocument: UIDocument {
         text = newText
     }
 
+    /// UIDocument is an NSObject: its description is overridden as on Apple's platforms.
+    override var description: String { "NoteDocument(\(fileURL.lastPathComponent))" }
+
     /// Watches the document's state, as apps do to show conflicts.
     func observeState() -> NSObjectProtocol {
         NotificationCenter.default.addObserver(forName: UIDocument.stateChangedNotification, object: self, queue: .main) { _ in }
@@ -190,6 +193,17 @@ enum AppleStyleCalls {
             do { try data.write(to: newURL) } catch { writeError = error }
         }
         return coordinationError == nil && writeError == nil
+    }
+
+    /// Versions and metadata items are NSObjects: equatable and hashable, as apps use them.
+    static func isListed(_ version: NSFileVersion, at url: URL) -> Bool {
+        let versions = NSFileVersion.otherVersionsOfItem(at: url) ?? []
+        return versions.firstIndex(of: version) != nil || Set(versions).contains(version)
+    }
+
+    /// The same item in two lists of results.
+    static func sameItems(_ first: [NSMetadataItem], _ second: [NSMetadataItem]) -> Bool {
+        Set(first) == Set(second)
     }
 
     /// Keeps the current version and discards the conflicts.

@@ -108,7 +108,7 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
 @Suite(.serialized) struct AgentEndToEndTests {
     @Test func twoDevicesThroughRealAgents() async throws {
         let dir = try TemporaryDirectory("e2e"); defer { if ProcessInfo.processInfo.environment["UBIQUITY_KEEP_E2E"] == nil { dir.remove() } }
-        let server = try RunningServer(data: dir.file("server").path)
+        let server = try await RunningServer.start(data: dir.file("server").path)
         defer { _ = server.stop() }
         let container = "ABCDE12345.com.example.e2e"
         let laptop = try TestDevice("laptop", in: dir, container: container)

@@ -28,7 +28,7 @@ import UbiquityTestSupport
 
     @Test func rowsTravelBetweenDevicesAndOfflineEditsMerge() async throws {
         let dir = try TemporaryDirectory("db-e2e"); defer { if ProcessInfo.processInfo.environment["UBIQUITY_KEEP_E2E"] == nil { dir.remove() } }
-        let server = try RunningServer(data: dir.file("server").path)
+        let server = try await RunningServer.start(data: dir.file("server").path)
         defer { _ = server.stop() }
         let container = "ABCDE12345.com.example.recipes"
         let laptop = try TestDevice("laptop", in: dir, container: container)

@@ -29,7 +29,7 @@ func runUbiquity(_ arguments: [String], environment: [String: String], input: St
 @Suite(.serialized) struct LoginCommandTests {
     @Test func loginStoresAPrivateTokenAndLogoutRevokesIt() async throws {
         let dir = try TemporaryDirectory("login"); defer { dir.remove() }
-        let server = try RunningServer(data: dir.file("data").path)
+        let server = try await RunningServer.start(data: dir.file("data").path)
         defer { _ = server.stop() }
         let home = ["XDG_CONFIG_HOME": dir.file("config").path, "XDG_DATA_HOME": dir.file("share").path]
         let credentials = dir.file("config/ubiquity/credentials.json").path

@@ -6,8 +6,21 @@ import UbiquityTestSupport
 import FoundationNetworking
 #endif
 
-/// `ubiquity serve` as an operator runs it: a real process on a loopback port.
-final class RunningServer {
+/// `ubiquity serve` as an operator runs it: a real process on a loopback port. Started with
+/// ``start(data:extraArguments:)`` or ``start(storage:createAccount:extraArguments:)``, which
+/// wait for it on a thread of their own (never on the threads the tests' tasks share).
+final class RunningServer: @unchecked Sendable { // its stored properties are constants
+    /// Creates the account `ada` in `data`, then starts the server; waits on a thread of its own.
+    static func start(data: String, extraArguments: [String] = []) async throws -> RunningServer {
+        try await onOwnThread { try RunningServer(data: data, extraArguments: extraArguments) }
+    }
+
+    /// Creates the account `ada` unless told not to, then starts the server on `storage`; waits
+    /// on a thread of its own.
+    static func start(storage: [String], createAccount: Bool = true, extraArguments: [String] = []) async throws -> RunningServer {
+        try await onOwnThread { try RunningServer(storage: storage, createAccount: createAccount, extraArguments: extraArguments) }
+    }
+
     static var binary: URL {
         URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("ubiquity")
     }
@@ -16,13 +29,13 @@ final class RunningServer {
     let base: URL
 
     /// Creates the account `ada` (password "correct horse") in `data`, then starts the server.
-    convenience init(data: String, extraArguments: [String] = []) throws {
+    private convenience init(data: String, extraArguments: [String] = []) throws {
         try self.init(storage: ["--data", data], extraArguments: extraArguments)
     }
 
     /// Creates the account `ada` (password "correct horse") unless told not to, then starts the
     /// server on `storage` (`--data DIR` or `--database URL`).
-    init(storage: [String], createAccount: Bool = true, extraArguments: [String] = []) throws {
+    private init(storage: [String], createAccount: Bool = true, extraArguments: [String] = []) throws {
         if createAccount { try Self.createAccount(storage: storage) }
         process.executableURL = Self.binary
         process.arguments = ["serve"] + storage + ["--port", "0", "--log-level", "warning"] + extraArguments
@@ -100,12 +113,12 @@ final class RunningServer {
     @Test func serveStartsWithEmbeddedStorageAndStopsGracefully() async throws {
         let dir = try TemporaryDirectory("serve"); defer { dir.remove() }
         let data = dir.file("data").path
-        let server = try RunningServer(data: data)
+        let server = try await RunningServer.start(data: data)
         #expect(try await server.request("health") == (200, #"{"status":"ok"}"#))
         #expect(try await server.token().count == 64)
         #expect(FileManager.default.fileExists(atPath: data + "/ubiquity.sqlite"))
         // `ubiquity fsck` beside the running server: a sound store.
-        let (code, output) = try runProcess(RunningServer.binary.path, ["fsck", "--data", data])
+        let (code, output) = try await runProcess(RunningServer.binary.path, ["fsck", "--data", data])
         #expect(code == 0 && output.contains("no problems found"), "\(output)")
         let (reason, status) = server.stop()
         #expect(reason == .exit && status == 0, "a graceful shutdown")
@@ -113,8 +126,8 @@ final class RunningServer {
 
     /// The TLS version `openssl s_client` negotiates with the server at `port` when it offers
     /// only `version` (`-tls1`, `-tls1_1`, …); nil if the handshake fails.
-    func handshake(port: Int, version: String) throws -> String? {
-        let (status, output) = try runProcess("/usr/bin/openssl", ["s_client", "-connect", "127.0.0.1:\(port)", version, "-cipher", "DEFAULT:@SECLEVEL=0"])
+    func handshake(port: Int, version: String) async throws -> String? {
+        let (status, output) = try await runProcess("/usr/bin/openssl", ["s_client", "-connect", "127.0.0.1:\(port)", version, "-cipher", "DEFAULT:@SECLEVEL=0"])
         // "New, TLSv1.2, Cipher is …" — or "New, (NONE), Cipher is (NONE)" when refused.
         guard status == 0, let line = output.split(separator: "\n").first(where: { $0.hasPrefix("New, ") }) else { return nil }
         let version = line.dropFirst(5).prefix { $0 != "," }
@@ -124,25 +137,25 @@ final class RunningServer {
     @Test func serveSpeaksHTTPSWithACertificateAndKey() async throws {
         let dir = try TemporaryDirectory("tls"); defer { dir.remove() }
         let key = dir.file("key.pem").path, certificate = dir.file("cert.pem").path
-        #expect(try runProcess("/usr/bin/openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate,
+        #expect(try await runProcess("/usr/bin/openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", certificate,
                                                       "-days", "1", "-subj", "/CN=localhost"]).0 == 0)
-        let server = try RunningServer(data: dir.file("data").path, extraArguments: ["--tls-cert", certificate, "--tls-key", key])
+        let server = try await RunningServer.start(data: dir.file("data").path, extraArguments: ["--tls-cert", certificate, "--tls-key", key])
         #expect(server.base.scheme == "https")
-        let (status, body) = try runProcess("/usr/bin/curl", ["-s", "--cacert", certificate, "https://localhost:\(server.base.port!)/health"])
+        let (status, body) = try await runProcess("/usr/bin/curl", ["-s", "--cacert", certificate, "https://localhost:\(server.base.port!)/health"])
         #expect(status == 0 && body == #"{"status":"ok"}"#)
-        #expect(try runProcess("/usr/bin/curl", ["-s", "http://127.0.0.1:\(server.base.port!)/health"]).1 != #"{"status":"ok"}"#, "no plain HTTP")
+        #expect(try await runProcess("/usr/bin/curl", ["-s", "http://127.0.0.1:\(server.base.port!)/health"]).1 != #"{"status":"ok"}"#, "no plain HTTP")
         // TLS 1.0 and 1.1 are refused, offered by a client that allows them (OpenSSL's security
         // level 0: it negotiates 1.1 with a server that speaks it); 1.2 and 1.3 are spoken.
-        #expect(try handshake(port: server.base.port!, version: "-tls1") == nil)
-        #expect(try handshake(port: server.base.port!, version: "-tls1_1") == nil)
-        #expect(try handshake(port: server.base.port!, version: "-tls1_2") == "TLSv1.2")
-        #expect(try handshake(port: server.base.port!, version: "-tls1_3") == "TLSv1.3")
+        #expect(try await handshake(port: server.base.port!, version: "-tls1") == nil)
+        #expect(try await handshake(port: server.base.port!, version: "-tls1_1") == nil)
+        #expect(try await handshake(port: server.base.port!, version: "-tls1_2") == "TLSv1.2")
+        #expect(try await handshake(port: server.base.port!, version: "-tls1_3") == "TLSv1.3")
         #expect(server.stop().1 == 0)
 
         // 1.3 only, when asked.
-        let modern = try RunningServer(data: dir.file("data-1.3").path, extraArguments: ["--tls-cert", certificate, "--tls-key", key, "--tls-minimum", "1.3"])
-        #expect(try handshake(port: modern.base.port!, version: "-tls1_2") == nil)
-        #expect(try handshake(port: modern.base.port!, version: "-tls1_3") == "TLSv1.3")
+        let modern = try await RunningServer.start(data: dir.file("data-1.3").path, extraArguments: ["--tls-cert", certificate, "--tls-key", key, "--tls-minimum", "1.3"])
+        #expect(try await handshake(port: modern.base.port!, version: "-tls1_2") == nil)
+        #expect(try await handshake(port: modern.base.port!, version: "-tls1_3") == "TLSv1.3")
         #expect(modern.stop().1 == 0)
 
         // A key that does not exist: a clear error, no server.
@@ -163,8 +176,8 @@ final class RunningServer {
     @Test(.enabled(if: ServeCommandTests.storages.contains("postgres")))
     func twoServeProcessesShareOnePostgreSQLDatabase() async throws {
         let database = try Self.postgresURL()
-        let first = try RunningServer(storage: ["--database", database])
-        let second = try RunningServer(storage: ["--database", database], createAccount: false)
+        let first = try await RunningServer.start(storage: ["--database", database])
+        let second = try await RunningServer.start(storage: ["--database", database], createAccount: false)
         #expect(first.base.port != second.base.port)
         let token = try await first.token()
         let container = "ABCDE12345.com.example.notes"
@@ -177,7 +190,7 @@ final class RunningServer {
         #expect(first.stop() == (.exit, 0) && second.stop() == (.exit, 0))
 
         // A database nobody listens on: a clear error at once, naming where it looked.
-        let (code, output) = try runProcess(RunningServer.binary.path, ["serve", "--database", "postgres://nobody@127.0.0.1:1/none?sslmode=disable", "--port", "0"], includingErrors: true)
+        let (code, output) = try await runProcess(RunningServer.binary.path, ["serve", "--database", "postgres://nobody@127.0.0.1:1/none?sslmode=disable", "--port", "0"], includingErrors: true)
         #expect(code != 0 && output.contains("cannot connect to PostgreSQL at postgres://nobody@127.0.0.1:1/none"), "\(output)")
     }
 
@@ -188,7 +201,7 @@ final class RunningServer {
     func schemathesisFindsNoServerErrorsAndNoUndocumentedAnswers(storage: String) async throws {
         let schemathesis = try #require(Self.schemathesis, "CI must install schemathesis (pip install schemathesis)")
         let dir = try TemporaryDirectory("fuzz"); defer { dir.remove() }
-        let server = try RunningServer(storage: storage == "sqlite" ? ["--data", dir.file("data").path] : ["--database", try Self.postgresURL()])
+        let server = try await RunningServer.start(storage: storage == "sqlite" ? ["--data", dir.file("data").path] : ["--database", try Self.postgresURL()])
         let token = try await server.token()
         let spec = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("docs/openapi.yaml").path

@@ -21,7 +21,7 @@ import Glibc
 ///
 /// As on Apple's platforms, replacing an item with a version is the caller's write: do it in a
 /// coordinated write of the item.
-public final class NSFileVersion: Sendable, CustomStringConvertible {
+public final class NSFileVersion: NSObject, @unchecked Sendable { // unchecked: its stored properties are constants and a Mutex
     /// Options for ``addOfItem(at:withContentsOf:options:)``.
     public struct AddingOptions: OptionSet, Sendable {
         /// The raw bits.
@@ -136,7 +136,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
     }
 
     /// A one-line description.
-    public var description: String {
+    override public var description: String {
         let kind = nonlocalRevision != nil ? "nonlocal" : store == nil ? "current" : isConflict ? (isResolved ? "resolved conflict" : "conflict") : "other"
         return "NSFileVersion(\(kind) \(versionIdentifier) of \(itemURL.path), \(localizedNameOfSavingComputer ?? "?"), \(modificationDate.map { "\($0)" } ?? "?"))"
     }
@@ -153,6 +153,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         flags = Mutex((record.isResolved, record.isDiscardable))
         self.store = store
         nonlocalRevision = nil
+        super.init()
     }
 
     /// A version the server keeps and this device may not have (its contents come down into
@@ -169,6 +170,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         flags = Mutex((true, true))
         self.store = nil
         nonlocalRevision = record.id
+        super.init()
     }
 
     private init(current item: URL, status: NodeStatus) {
@@ -183,6 +185,7 @@ public final class NSFileVersion: Sendable, CustomStringConvertible {
         flags = Mutex((true, false))
         store = nil
         nonlocalRevision = nil
+        super.init()
     }
 
     // MARK: Finding versions

@@ -21,7 +21,7 @@ import UbiquityFiles
 /// `@Sendable`, as Apple's, and are called on the main queue. Each operation also has an `async`
 /// form. The `NSFilePresenter` methods are `open` members that a subclass may override, calling
 /// `super`.
-open class Document {
+open class Document: NSObject {
     /// The state of a document: an option set, empty (``normal``) when open and editable.
     public struct State: OptionSet, Sendable, Hashable, CustomStringConvertible {
         /// The raw bits.
@@ -136,6 +136,7 @@ open class Document {
         self.typeRegistry = .shared
         self.autosaveClock = ContinuousClock()
         self.logger = Logger(label: "ubiquity.document")
+        super.init()
     }
 
     /// Creates a document for the file at `url`, with its type registry, autosave clock and
@@ -156,6 +157,7 @@ open class Document {
         self.typeRegistry = typeRegistry
         self.autosaveClock = autosaveClock
         self.logger = logger
+        super.init()
     }
 
     deinit {

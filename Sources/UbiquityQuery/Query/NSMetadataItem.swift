@@ -15,11 +15,12 @@ import Glibc
 /// A query keeps each result's item object for as long as the item is a result and updates its
 /// attributes in place, so an item seen in one update is the same object in the next (as on
 /// Apple platforms). Reading attributes is thread-safe.
-public final class NSMetadataItem: PredicateKeyValueReading, CustomStringConvertible, Sendable {
+public final class NSMetadataItem: NSObject, PredicateKeyValueReading, @unchecked Sendable { // unchecked: its record is behind a Mutex
     let record: Mutex<MetadataRecord>
 
     init(_ record: MetadataRecord) {
         self.record = Mutex(record)
+        super.init()
     }
 
     /// The item at `url`, read from disk now (its sync status too, if it is in a ubiquity
@@ -79,7 +80,7 @@ public final class NSMetadataItem: PredicateKeyValueReading, CustomStringConvert
     }
 
     /// The item's path.
-    public var description: String { "<NSMetadataItem \(record.withLock { $0.path })>" }
+    override public var description: String { "<NSMetadataItem \(record.withLock { $0.path })>" }
 
     var path: String { record.withLock { $0.path } }
 }

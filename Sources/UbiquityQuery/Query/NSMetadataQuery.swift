@@ -25,7 +25,7 @@ import UbiquityFiles
 /// else on the main queue, as Apple's are on the main thread (so the process's main thread must
 /// be free to run it: an async `main`, `dispatchMain()` or the main run loop, as in an app).
 /// Swift concurrency users can iterate ``snapshots``.
-public final class NSMetadataQuery: Sendable {
+public final class NSMetadataQuery: NSObject, @unchecked Sendable { // unchecked: its state is behind a Mutex, the rest constants
     /// A search scope.
     enum Scope: Sendable, Hashable {
         case documents, data, external
@@ -129,13 +129,14 @@ public final class NSMetadataQuery: Sendable {
     let logger = Logger(label: "ubiquity.metadata-query")
 
     /// A query over the containers of this process's user and app (``UbiquityContainers/shared``).
-    public convenience init() {
+    override public convenience init() {
         self.init(containers: .shared)
     }
 
     /// A query over the containers of `containers` (other paths or entitlements: for tests and tools).
     public init(containers: UbiquityContainers) {
         self.containers = containers
+        super.init()
     }
 
     deinit {
