@@ -26,6 +26,14 @@ package struct NonlocalVersionRecord: Sendable, Equatable {
     }
 }
 
+extension NonlocalVersionRecord {
+    /// The record a nonlocal version keeps in the item's store (the server's revision as its id).
+    var versionRecord: VersionRecord {
+        VersionRecord(id: revision, kind: .other, isResolved: true, isDiscardable: true, localizedName: name,
+                      savingComputer: savingComputer, modificationDate: modificationDate, addedDate: Date(), size: size)
+    }
+}
+
 extension NSFileVersion {
     /// The prefix of a nonlocal version's ``versionIdentifier`` (the rest is the server's revision).
     static let nonlocalPrefix = "nonlocal-"
@@ -90,9 +98,7 @@ extension NSFileVersion {
                 VersionStore.logger.warning("skipping a nonlocal version whose revision id cannot name a folder", metadata: ["item": "\(item.path)", "revision": "\(record.revision)"])
                 return nil
             }
-            let stored = VersionRecord(id: record.revision, kind: .other, isResolved: true, isDiscardable: true, localizedName: record.name,
-                                       savingComputer: record.savingComputer, modificationDate: record.modificationDate, addedDate: Date(), size: record.size)
-            return NSFileVersion(item: item, nonlocal: stored, store: store)
+            return NSFileVersion(item: item, nonlocal: record.versionRecord, store: store)
         }
     }
 
@@ -130,9 +136,7 @@ extension NSFileVersion {
     /// - Throws: ``FileAccessError``; nothing is kept then.
     package static func storeNonlocalVersion(ofItemAt url: URL, contentsAt contentsURL: URL, record: NonlocalVersionRecord) throws {
         let store = try VersionStore(item: url.standardizedFileURL)
-        let stored = VersionRecord(id: record.revision, kind: .other, isResolved: true, isDiscardable: true, localizedName: record.name,
-                                   savingComputer: record.savingComputer, modificationDate: record.modificationDate, addedDate: Date(), size: record.size)
-        try store.storeNonlocal(contentsAt: contentsURL.standardizedFileURL.path, record: stored)
+        try store.storeNonlocal(contentsAt: contentsURL.standardizedFileURL.path, record: record.versionRecord)
     }
 
     /// A nonlocal version whose contents were downloaded (found again by its persistent identifier).
