@@ -8,8 +8,9 @@ import UbiquityTestSupport
 /// once): devices write SQL, publish, import, announce how far they have come, compact (baselines,
 /// deleting segments everyone applied, collecting tombstones), and delete and rebuild their
 /// stores. At the end every device holds what the merge rules say of every transaction ever
-/// published, and `verify()` finds nothing. 200 seeds by default (`UBIQUITY_ENGINE_SEEDS` for more),
-/// on a thread of their own, in a memory file system where there is one.
+/// published, and `verify()` finds nothing. 1,000 seeds in CI (`CI` set; about 110 s of one core,
+/// at the lowest priority), 200 elsewhere (`UBIQUITY_ENGINE_SEEDS` sets it), on a thread of their
+/// own, in a memory file system where there is one.
 @Suite struct EngineSimulationTests {
     struct Device {
         let name: String
@@ -46,7 +47,8 @@ import UbiquityTestSupport
     }
 
     @Test func theWholeEngineConvergesThroughCompactionAndRebuilds() async throws {
-        let seeds = UInt64(ProcessInfo.processInfo.environment["UBIQUITY_ENGINE_SEEDS"].flatMap(Int.init) ?? 200)
+        let environment = ProcessInfo.processInfo.environment
+        let seeds = UInt64(environment["UBIQUITY_ENGINE_SEEDS"].flatMap(Int.init) ?? (environment["CI"] != nil ? 1_000 : 200))
         let failure = try await onBackgroundThread { try Self.simulate(seeds: seeds) }
         #expect(failure == nil, "\(failure ?? "")")
     }
