@@ -34,11 +34,8 @@ extension ContainerSync {
             throw ContainerSyncError("\(name) keeps no versions: \(error)", code: .badRequest)
         }
         guard !FileManager.default.fileExists(atPath: destination.path) else { return }
-        let contents: RevisionContentsResponse, listed: ItemRevision?
-        do {
-            contents = try await client.revision(container: container, item: item, revision: revision)
-            listed = try await client.revisions(container: container, item: item).first { $0.revision == revision }
-        } catch let error as SyncClientError {
+        let contents: RevisionContentsResponse
+        do { contents = try await client.revision(container: container, item: item, revision: revision) } catch let error as SyncClientError {
             throw Self.versionError(error, name: name)
         }
         guard contents.uploaded else {
@@ -47,8 +44,8 @@ extension ContainerSync {
         let staged = try await materialiser.stage(LocalContents.members(contents.manifest, kind: contents.kind), kind: contents.kind, of: item, name: name,
                                                   reusing: files[name], in: self)
         defer { materialiser.removeStaged(staged, in: self) }
-        let record = NonlocalVersionRecord(revision: revision, name: listed?.name ?? LocalContents.name(of: name), savingComputer: listed?.deviceName ?? "",
-                                           modificationDate: Date(timeIntervalSince1970: listed?.modificationDate ?? 0), size: listed?.size ?? 0)
+        let record = NonlocalVersionRecord(revision: revision, name: contents.name, savingComputer: contents.deviceName,
+                                           modificationDate: Date(timeIntervalSince1970: contents.modificationDate), size: contents.size)
         do {
             try await coordinated { try NSFileVersion.storeNonlocalVersion(ofItemAt: url, contentsAt: staged, record: record) }
         } catch {

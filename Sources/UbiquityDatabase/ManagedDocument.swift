@@ -183,9 +183,8 @@ open class ManagedDocument: Document {
     }
 
     open override func close(completionHandler: (@Sendable (Bool) -> Void)? = nil) {
-        let document = WeakHandoff(self)
-        super.close(completionHandler: mainQueueHandler { _, closed in
-            if closed { document.value?.closeStore() }
+        super.close(completionHandler: mainQueueHandler { document, closed in
+            if closed { (document as? ManagedDocument)?.closeStore() }
             completionHandler?(closed)
         })
     }

@@ -46,10 +46,19 @@ public struct ItemRevisionsResponse: Codable, Sendable, Equatable {
     public init(revisions: [ItemRevision]) { self.revisions = revisions }
 }
 
-/// `GET /v1/containers/C/items/I/revisions/R`: one revision's manifest, to download its contents.
+/// `GET /v1/containers/C/items/I/revisions/R`: one revision's manifest, to download its contents,
+/// with what a device keeps of it as a version.
 public struct RevisionContentsResponse: Codable, Sendable, Equatable {
     /// The revision's id.
     public var revision: String
+    /// The item's name in that revision.
+    public var name: String
+    /// The device that made it.
+    public var deviceName: String
+    /// Bytes of contents.
+    public var size: Int64
+    /// Its modification date (seconds since 1970).
+    public var modificationDate: Double
     /// File or package.
     public var kind: ItemKind
     /// Its manifest (its chunks are fetched as any others).
@@ -58,8 +67,12 @@ public struct RevisionContentsResponse: Codable, Sendable, Equatable {
     public var uploaded: Bool
 
     /// Creates a value.
-    public init(revision: String, kind: ItemKind, manifest: Manifest, uploaded: Bool) {
+    public init(revision: String, name: String, deviceName: String, size: Int64, modificationDate: Double, kind: ItemKind, manifest: Manifest, uploaded: Bool) {
         self.revision = revision
+        self.name = name
+        self.deviceName = deviceName
+        self.size = size
+        self.modificationDate = modificationDate
         self.kind = kind
         self.manifest = manifest
         self.uploaded = uploaded

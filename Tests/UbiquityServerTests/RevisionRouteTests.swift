@@ -27,6 +27,7 @@ import UbiquityProtocol
             let fetched = try await client.send(.get, "/v1/containers/\(notes)/items/doc/revisions/\(first.revision)", token: phone.token)
             let contents = try fetched.decode(RevisionContentsResponse.self)
             #expect(contents.kind == .file && contents.manifest.chunks?.map(\.size) == [2] && contents.uploaded)
+            #expect(contents.name == "Plan.txt" && contents.deviceName == "laptop" && contents.size == 2)
             #expect(try await client.send(.get, "/v1/containers/\(notes)/items/doc/revisions/\(third.revision)", token: phone.token).status == .ok, "the current one too")
 
             // A deletion is not a version; the deleted item's earlier revisions stay listed.

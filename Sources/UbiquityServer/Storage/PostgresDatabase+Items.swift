@@ -198,10 +198,12 @@ extension PostgresDatabase {
             try await db.rows("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container),
                   let row = try await db.rows("""
-                    SELECT kind, deleted, complete, manifest FROM revision WHERE container_id = \(containerId) AND item_id = \(item) AND id = \(revision)
+                    SELECT name, device_name, size, modification_date, kind, deleted, complete, manifest FROM revision WHERE container_id = \(containerId) AND item_id = \(item) AND id = \(revision)
                     """).first,
                   let kind = ItemKind(rawValue: try row.get("kind", as: String.self)), kind != .directory, !(try row.get("deleted", as: Bool.self)) else { return nil }
-            return RevisionContentsResponse(revision: revision, kind: kind, manifest: try Self.manifest(row, of: revision), uploaded: try row.get("complete"))
+            return RevisionContentsResponse(revision: revision, name: try row.get("name"), deviceName: try row.get("device_name"), size: try row.get("size"),
+                                            modificationDate: try row.get("modification_date"), kind: kind, manifest: try Self.manifest(row, of: revision),
+                                            uploaded: try row.get("complete"))
         }
     }
 

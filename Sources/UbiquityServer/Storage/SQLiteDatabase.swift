@@ -188,10 +188,11 @@ final class SQLiteDatabase: SyncDatabase {
     func revisionContents(accountId: Int64, container: String, item: String, revision: String) async throws -> RevisionContentsResponse? {
         try await pool.read { db in
             guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container),
-                  let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT kind, deleted, complete FROM revision WHERE containerId = ? AND itemId = ? AND id = ?"),
+                  let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT name, deviceName, size, modificationDate, kind, deleted, complete FROM revision WHERE containerId = ? AND itemId = ? AND id = ?"),
                                              arguments: [containerId, item, revision]),
                   let kind = ItemKind(rawValue: row["kind"]), kind != .directory, !(row["deleted"] as Bool) else { return nil }
-            return RevisionContentsResponse(revision: revision, kind: kind, manifest: try Self.manifest(db, of: revision), uploaded: row["complete"])
+            return RevisionContentsResponse(revision: revision, name: row["name"], deviceName: row["deviceName"], size: row["size"], modificationDate: row["modificationDate"],
+                                            kind: kind, manifest: try Self.manifest(db, of: revision), uploaded: row["complete"])
         }
     }
 
