@@ -149,17 +149,19 @@ public struct UbiquityContainers: Sendable {
 
     /// Makes coordinated reads of items that are not downloaded wait for their download — also
     /// of nonlocal versions' URLs — and lets `NSFileVersion` list the versions the server keeps.
-    /// Several users' (or test devices') containers in one process each serve their own items.
+    /// Items download through the containers installed last (an app has one user); nonlocal
+    /// versions are listed and downloaded by whichever installed containers hold the item.
     public func installDownloader() {
         Self.installed.withLock { installed in
             if !installed.contains(where: { $0.paths.agentSocket == paths.agentSocket }) { installed.append(self) }
         }
+        let containers = self
         NSFileCoordinator.ubiquitousItemDownloader = { url in
             if let (item, revision) = NSFileVersion.nonlocalVersionAddress(of: url) {
-                guard let containers = Self.serving(item) else { return }
-                return try containers.downloadVersion(revision, ofItemAt: item)
+                guard let holder = Self.serving(item) else { return }
+                return try holder.downloadVersion(revision, ofItemAt: item)
             }
-            guard let containers = Self.serving(url), FileManager.default.fileExists(atPath: UbiquityPlaceholder.url(for: url).path) else { return }
+            guard containers.location(of: url) != nil, FileManager.default.fileExists(atPath: UbiquityPlaceholder.url(for: url).path) else { return }
             try containers.downloadAndWait(url)
         }
         NSFileVersion.nonlocalVersionLister = { url in try Self.serving(url)?.nonlocalVersions(ofItemAt: url) }
