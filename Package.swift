@@ -13,6 +13,7 @@ let package = Package(
         .executable(name: "ubiquity-bench", targets: ["UbiquityBenchmarks"]),
         .executable(name: "ubiquity-sync-bench", targets: ["UbiquitySyncBenchmarks"]),
         .executable(name: "ubiquity-load", targets: ["UbiquityLoad"]),
+        .executable(name: "ubiquity-chaos", targets: ["UbiquityChaos"]),
         .executable(name: "text-editor", targets: ["TextEditorExample"]),
         .executable(name: "notes", targets: ["NotesExample"]),
         .executable(name: "things", targets: ["ThingsExample"]),
@@ -110,7 +111,13 @@ let package = Package(
         // The sync figures against Syncthing, in one run.
         .executableTarget(
             name: "UbiquitySyncBenchmarks",
-            dependencies: ["Ubiquity", "UbiquityDatabase", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "AsyncHTTPClient", package: "async-http-client")]
+            dependencies: ["Ubiquity", "UbiquityDatabase", "UbiquityTestSupport", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "AsyncHTTPClient", package: "async-http-client")]
+        ),
+        // Real processes under faults: a server, agents and app-like writers through a fault-injecting relay.
+        .executableTarget(
+            name: "UbiquityChaos",
+            dependencies: ["Ubiquity", "UbiquityTestSupport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                           .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]
         ),
         // Load generator for the server: N simulated devices over loopback.
         .executableTarget(
@@ -126,7 +133,7 @@ let package = Package(
         ),
 
         // Test support: documents and a child process that saves in a loop (killed by the crash test).
-        .target(name: "UbiquityTestSupport", dependencies: ["CUbiquitySystem", "Ubiquity"], path: "Tests/Support"),
+        .target(name: "UbiquityTestSupport", dependencies: ["CUbiquitySystem", "UbiquityFiles", "Ubiquity"], path: "Tests/Support"),
         .executableTarget(name: "UbiquitySaveLoop", dependencies: ["UbiquityTestSupport"], path: "Tests/Helpers/SaveLoop"),
         // A second process for the coordination tests: takes coordinated access and holds it.
         .executableTarget(name: "UbiquityCoordinatorHelper", dependencies: ["UbiquityCoordination"], path: "Tests/Helpers/Coordinator"),
@@ -140,7 +147,7 @@ let package = Package(
         .testTarget(name: "UbiquityQueryTests", dependencies: ["UbiquityQuery", "UbiquityClient", "UbiquityTestSupport"]),
         .testTarget(
             name: "UbiquityAgentTests",
-            dependencies: ["UbiquityAgent", "UbiquityClient", "UbiquityQuery", "UbiquityCoordination", "UbiquitySync", "UbiquityServer", "UbiquityProtocol",
+            dependencies: ["UbiquityAgent", "UbiquityTestSupport", "UbiquityClient", "UbiquityQuery", "UbiquityCoordination", "UbiquitySync", "UbiquityServer", "UbiquityProtocol",
                            .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "GRDB", package: "GRDB.swift")]
         ),
         // Code written as Apple's documentation writes it: a signature that drifts from Apple's breaks this build.

@@ -32,6 +32,7 @@ final class ConflictReconciler {
     /// The beginnings of the item errors conflict reconciliation reports (and clears once done).
     static let versionRemovalError = "cannot remove a resolved conflict version"
     static let folderResolutionError = "cannot resolve the folder's concurrent renames"
+    static let resolutionError = "cannot resolve the conflict"
 
     /// Removes the local conflict version of server revision `revision` of `item` (at `url`)
     /// (resolved, here or elsewhere); whether it is gone. A failure is logged and named in
@@ -53,11 +54,17 @@ final class ConflictReconciler {
     /// conflict revisions are downloaded into its version store; versions resolved here
     /// (removed, or marked resolved) are resolved on the server; those resolved elsewhere go.
     func reconcileConflicts(in sync: isolated ContainerSync) async throws {
-        for item in conflicted.union(conflictCopies.keys).sorted() {
+        let items = conflicted.union(conflictCopies.keys)
+        // Conflicts gone (resolved here or elsewhere): an earlier attempt's failure no longer stands.
+        for (item, message) in sync.errors where message.hasPrefix(Self.resolutionError) && !items.contains(item) { sync.errors[item] = nil }
+        for item in items.sorted() {
             guard let remote = sync.state.persisted.remote[item], !sync.state.hasLocalChanges(item), !remote.deleted else { continue }
             let known = Set(remote.conflicts.map(\.revision))
             let copies = conflictCopies[item] ?? []
-            guard !known.isEmpty || !copies.isEmpty, let path = sync.files.path(of: item) else { continue }
+            guard !known.isEmpty || !copies.isEmpty, let path = sync.files.path(of: item) else {
+                if known.isEmpty && copies.isEmpty && sync.errors[item]?.hasPrefix(Self.resolutionError) == true { sync.errors[item] = nil }
+                continue
+            }
             if remote.kind == .directory {
                 // A folder's concurrent renames: its current name stands.
                 guard let request = sync.state.resolveKeepingCurrent(item) else { continue }
@@ -94,6 +101,7 @@ final class ConflictReconciler {
                 do {
                     let answer = try await sync.client.resolve(container: sync.container, item: item, keep: remote.revision, remove: resolved.sorted())
                     sync.state.learn(ContainerSync.snapshot(answer))
+                    if sync.errors[item]?.hasPrefix(Self.resolutionError) == true { sync.errors[item] = nil }
                     for revision in resolved {
                         guard await removeConflictVersion(revision, of: item, at: url, in: sync) else { continue } // kept; tried again next round
                         conflictCopies[item]?.remove(revision)
@@ -101,10 +109,16 @@ final class ConflictReconciler {
                         sync.noteAttributes([.ubiquitousItemHasUnresolvedConflictsKey], at: path)
                     }
                 } catch let error as SyncClientError {
-                    sync.errors[item] = error.description
+                    // Tried again next round. Refused as `notAVersion`, this device's view of the
+                    // item is behind the server's (another device saved or resolved meanwhile):
+                    // the next round fetches first.
+                    sync.errors[item] = "\(Self.resolutionError): \(error)"
+                    if error.code == "notAVersion" { sync.fetchAgain() }
                 }
                 continue
             }
+            // Nothing (left) to resolve here: an earlier attempt's failure no longer stands.
+            if sync.errors[item]?.hasPrefix(Self.resolutionError) == true { sync.errors[item] = nil }
             // New conflict versions: their contents come down into the version store.
             let missing = known.subtracting(copies)
             guard !missing.isEmpty else { continue }

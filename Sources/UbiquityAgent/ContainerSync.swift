@@ -125,6 +125,9 @@ package actor ContainerSync {
     /// Whether the next round fetches whatever pushes said: when the container is opened, when
     /// pushes (re)connect, when events may have been lost, after a failed fetch.
     private var fetchDue = true
+
+    /// Makes the next round fetch the server's changes (this device's view is known stale).
+    func fetchAgain() { fetchDue = true }
     /// Items whose current revision is this device's own contents but which the server says are
     /// not uploaded (it lost or found damaged a chunk of them since): sent again this round.
     var unuploadedOwn: Set<String> = []
@@ -210,6 +213,7 @@ package actor ContainerSync {
                 try await round()
                 failure = nil
             } catch {
+                state.roundFailed() // what it had sent goes again next round
                 failure = error // a change during the round asked for another: it may succeed
             }
         } while rerun
@@ -281,7 +285,13 @@ package actor ContainerSync {
         }
         try await finder.scanLocalChanges(in: self)
         marks.append(("scan", clock.now))
-        let committed = try await uploader.send(state.requests(fetch: false).compactMap { if case .commit(let change) = $0 { change } else { nil } }, in: self)
+        let sending = state.requests(fetch: false).compactMap { if case .commit(let change) = $0 { change } else { nil } }
+        // Written ahead: a change goes on the wire only once it is recorded as sent. An agent
+        // killed after the server made the commit, before the round's end, otherwise came back
+        // with the change still queued — and a newer edit replaced it on a stale base, which the
+        // server took for a conflict with the device's own commit.
+        if !sending.isEmpty { try await persist() }
+        let committed = try await uploader.send(sending, in: self)
         // A page listing only this round's own commits is not fetched (the answers said it all,
         // and the container is known up to them: an earlier fetch's failure no longer stands).
         if !committed.isEmpty, state.skipOwnChanges(committed) {

@@ -81,6 +81,11 @@ struct Uploader {
             } else if deltas, result.error?.code == "deltaBaseUnknown" {
                 sync.state.failed(.commit(entry.change))
                 whole.append(entry.change) // the server lacks the base: the whole chunk list goes
+            } else if result.error?.code == "missingChunks", sync.files.file(of: entry.change.item)?.content != entry.change.content {
+                // Contents this device no longer has (written again, or deleted, since the
+                // change was made — it was sent again after a failed round): the server never
+                // committed it and never will; the newer change goes in its place.
+                abandon(entry.change, in: sync)
             } else if !retrying, result.error?.code == "missingChunks", let missing = result.error?.missingChunks, !missing.isEmpty,
                       let path = sync.files.path(of: entry.change.item) {
                 sync.state.failed(.commit(entry.change))
@@ -122,6 +127,18 @@ struct Uploader {
         let again = Set(lacking.map(\.item))
         if !again.isEmpty { _ = try await send(sent.map(\.change).filter { again.contains($0.item) }, deltas: deltas, retrying: true, sequences: &sequences, in: sync) }
         return true
+    }
+
+    /// Gives up a change the server can never accept (its contents are gone from here): the
+    /// item's newer change, or one made now from the file as it is, goes instead.
+    func abandon(_ change: LocalChange, in sync: isolated ContainerSync) {
+        sync.state.abandoned(change)
+        sync.errors[change.item] = nil
+        sync.logger.notice("a change whose contents are gone from this device gives way to the newer one",
+                           metadata: ["container": "\(sync.container)", "item": "\(change.item)"])
+        if sync.state.persisted.queued[change.item] == nil, let file = sync.files.file(of: change.item) {
+            sync.state.save(item: change.item, name: change.name, parent: change.parent, kind: change.kind ?? .file, content: file.content, date: change.date)
+        }
     }
 
     /// The change's chunk list as a difference from its base revision's, when that list is
@@ -272,10 +289,23 @@ struct Uploader {
                 carried = [:]
             }
             for (upload, members) in wanted {
-                // A flat file as the scan recorded it before cutting it still has the bytes it cut.
-                let recorded = upload.members.count == 1 && upload.members[0].path.isEmpty ? sync.files.file(of: upload.item)?.fingerprint : nil
+                // A flat file as the scan recorded it before cutting it still has the bytes it cut
+                // — if the scan's record is of these contents: a change sent again after a failed
+                // round carries the contents it was made with, while the file and its record may
+                // have moved on (trusting the newer record sent the new bytes under the old hash,
+                // and the server refused the batch again every round).
+                let recorded = upload.members.count == 1 && upload.members[0].path.isEmpty
+                    ? sync.files.file(of: upload.item).flatMap { file in
+                        file.content == LocalContents.token(LocalContents.manifest(upload.members, kind: .file), kind: .file) ? file.fingerprint : nil
+                    }
+                    : nil
                 reading: for (member, chunks) in members where !chunks.isEmpty {
-                    let handle = try FileHandle(forReadingFrom: member.path.isEmpty ? upload.url : upload.url.appendingPathComponent(member.path))
+                    let handle: FileHandle
+                    do {
+                        handle = try FileHandle(forReadingFrom: member.path.isEmpty ? upload.url : upload.url.appendingPathComponent(member.path))
+                    } catch {
+                        break reading // gone or unreadable since the scan: the next scan says what it became
+                    }
                     defer { try? handle.close() } // read-only: closing cannot lose anything
                     var trusted = recorded.flatMap { Self.fingerprint(of: handle) == $0 ? $0 : nil }
                     for chunk in chunks where !patched.contains(chunk.hash) {

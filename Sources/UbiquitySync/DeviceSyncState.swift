@@ -296,6 +296,30 @@ package struct DeviceSyncState: Sendable {
         }
     }
 
+    /// The server refused `change` for good, without committing it: it names contents this
+    /// device no longer has (the item was written again, or deleted, since the change was
+    /// made), so sending it again can never succeed. The newer change of the item takes its
+    /// place, made on the same base (the abandoned one never became a revision).
+    package mutating func abandoned(_ change: LocalChange) {
+        inFlight.remove(change.changeId)
+        guard persisted.sending[change.item]?.changeId == change.changeId else { return }
+        touched.insert(change.item)
+        persisted.sending[change.item] = nil
+        if var next = persisted.queued[change.item] {
+            next.base = change.base
+            persisted.queued[change.item] = next
+        }
+    }
+
+    /// The round that sent the requests on the wire ended with an error before their answers
+    /// were taken in: none is in flight any more, and each is sent again next round (with its
+    /// id: the server answers a change it already has as before). Without this, a change
+    /// whose round failed part way stayed "in flight" until the agent restarted.
+    package mutating func roundFailed() {
+        inFlight.removeAll()
+        fetching = false
+    }
+
     /// The server's answer to a commit.
     package mutating func committed(_ answer: CommitAnswer) {
         inFlight.remove(answer.changeId)

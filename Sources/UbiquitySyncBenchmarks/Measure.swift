@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -190,24 +191,6 @@ func loopbackCopy(of file: URL, to destination: URL) async throws -> Duration {
         }
         thread.start()
     }
-}
-
-/// A TCP socket bound to a free port on loopback (listening, if `backlog` is given): the
-/// descriptor and the port.
-func loopbackSocket(listening backlog: Int32? = nil) throws -> (fd: Int32, port: Int) {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-    guard fd >= 0 else { throw BenchError("socket: errno \(errno)") }
-    var address = loopback(port: 0)
-    var length = socklen_t(MemoryLayout<sockaddr_in>.size)
-    let bound = withUnsafeMutablePointer(to: &address) { pointer in
-        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, length) == 0 && getsockname(fd, $0, &length) == 0 }
-    }
-    guard bound, backlog.map({ listen(fd, $0) == 0 }) ?? true else {
-        let code = errno
-        close(fd)
-        throw BenchError("bind/listen: errno \(code)")
-    }
-    return (fd, Int(UInt16(bigEndian: address.sin_port)))
 }
 
 private func blockingLoopbackCopy(of file: URL, to destination: URL) throws -> Duration {

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import Synchronization
 import Ubiquity
+import UbiquityTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -39,14 +40,14 @@ final class UbiquityPeer: Peer {
     let devices: [UbiquityContainers]
     let processes: Mutex<[Process]>
     let processIDs: [pid_t]
-    let relays: [CountingProxy]
+    let relays: [RelayProxy]
 
     let processNames = ["server", "agentA", "agentB"]
 
     /// The devices' runtime folders (on tmpfs), removed when stopping.
     let runtimes: [URL]
 
-    private init(roots: [URL], devices: [UbiquityContainers], processes: [Process], relays: [CountingProxy], runtimes: [URL]) {
+    private init(roots: [URL], devices: [UbiquityContainers], processes: [Process], relays: [RelayProxy], runtimes: [URL]) {
         self.runtimes = runtimes
         rootA = roots[0]
         rootB = roots[1]
@@ -89,7 +90,7 @@ final class UbiquityPeer: Peer {
             throw BenchError("ubiquity serve did not say where it listens: \(said)")
         }
 
-        var processes = [server], devices: [UbiquityContainers] = [], relays: [CountingProxy] = [], roots: [URL] = [], runtimes: [URL] = []
+        var processes = [server], devices: [UbiquityContainers] = [], relays: [RelayProxy] = [], roots: [URL] = [], runtimes: [URL] = []
         do {
             for name in ["a", "b"] {
                 let home = folder.appendingPathComponent(name)
@@ -104,7 +105,7 @@ final class UbiquityPeer: Peer {
                 let paths = UbiquityPaths(environment: environment)
                 try FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true)
                 try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 600}"#.utf8).write(to: paths.agentConfiguration)
-                let relay = try CountingProxy.start(to: port)
+                let relay = try RelayProxy.start(to: port)
                 relays.append(relay)
                 let login = try run(binary, ["login", "--server", "http://127.0.0.1:\(relay.port)", "--account", "ada", "--device-name", name, "--password-stdin"],
                                     environment: environment, input: "correct horse\n")
@@ -185,11 +186,11 @@ final class SyncthingPeer: Peer {
     let processes: Mutex<[Process]>
     let processIDs: [pid_t]
     let rest: [(url: String, key: String, other: String)]
-    let relay: CountingProxy
+    let relay: RelayProxy
 
     let processNames = ["a", "b"]
 
-    private init(sideA: URL, sideB: URL, version: String, processes: [Process], rest: [(url: String, key: String, other: String)], relay: CountingProxy) {
+    private init(sideA: URL, sideB: URL, version: String, processes: [Process], rest: [(url: String, key: String, other: String)], relay: RelayProxy) {
         self.sideA = sideA
         self.sideB = sideB
         self.version = version
@@ -217,7 +218,7 @@ final class SyncthingPeer: Peer {
             ids.append(id)
         }
         let listen = [try freePort(), try freePort()], gui = [try freePort(), try freePort()]
-        let relay = try CountingProxy.start(to: listen[1])
+        let relay = try RelayProxy.start(to: listen[1])
         let dial = ["dynamic", "tcp://127.0.0.1:\(relay.port)"]
         var processes: [Process] = [], rest: [(url: String, key: String, other: String)] = [], sides: [URL] = []
         for (index, name) in ["a", "b"].enumerated() {

@@ -49,6 +49,36 @@ import UbiquitySync
         #expect(first.server.items == second.server.items)
     }
 
+    /// Found by `ubiquity-chaos`: a round that failed after sending left its changes in flight,
+    /// never asked for again. After `roundFailed()` they go again, with their ids.
+    @Test func aFailedRoundLeavesNothingInFlight() {
+        var device = DeviceSyncState(device: "a")
+        device.save(item: "x", name: "x.txt", content: "one", date: 1)
+        let sent = device.requests(fetch: true)
+        #expect(sent.count == 2)
+        #expect(device.requests(fetch: true).isEmpty, "in flight: not asked for twice")
+        device.roundFailed()
+        #expect(device.requests(fetch: true) == sent)
+    }
+
+    /// Found by `ubiquity-chaos`: a change the server refused for contents the device no longer
+    /// has gives way to the item's newer change, made on the same base.
+    @Test func anAbandonedChangeGivesWayToTheNewerOne() {
+        var server = ModelServer()
+        var device = DeviceSyncState(device: "a")
+        device.save(item: "x", name: "x.txt", content: "one", date: 1)
+        guard case .commit(let first)? = device.requests(fetch: false).first else { Issue.record("no commit"); return }
+        device.committed(server.commit(first, device: "a"))
+        device.save(item: "x", content: "two", date: 2)
+        guard case .commit(let stale)? = device.requests(fetch: false).first else { Issue.record("no commit"); return }
+        device.save(item: "x", content: "three", date: 3) // queued behind the one sent
+        device.abandoned(stale)
+        guard case .commit(let next)? = device.requests(fetch: false).first else { Issue.record("no commit"); return }
+        #expect(next.content == "three" && next.base == stale.base && next.base != nil)
+        device.committed(server.commit(next, device: "a"))
+        #expect(device.isIdle || device.requests(fetch: false).allSatisfy { if case .fetch = $0 { true } else { false } })
+    }
+
     /// A device whose commits were the only changes since its cursor moves past them without a
     /// fetch; one that another device's change came between must fetch, and learns it.
     @Test func onlyOwnCommitsNeedNoFetch() {

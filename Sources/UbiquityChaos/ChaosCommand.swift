@@ -1,0 +1,65 @@
+import ArgumentParser
+import Foundation
+
+/// `ubiquity-chaos`: real servers and agents under faults, and the proof that nothing was lost.
+@main struct ChaosCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "ubiquity-chaos",
+        abstract: "Run a real server and agents with app-like writers under injected faults, then check that every device agrees and no edit was lost.",
+        discussion: """
+            Prints a JSON report on standard output and a summary on standard error; exits 1 when \
+            an invariant was broken. A failing run names its seed and the command that replays \
+            it. See docs/Reliability.md.
+            """,
+        subcommands: [RunCommand.self, WriteCommand.self],
+        defaultSubcommand: RunCommand.self)
+}
+
+/// The harness (the default subcommand).
+struct RunCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "run", abstract: "Run the harness (the default).")
+
+    @Option(help: "The seed of the faults and the writers' choices.") var seed: UInt64 = 1
+    @Option(help: "Devices (each a home, an agent and a writer).") var devices = 3
+    @Option(help: "Rounds of writes under faults, each followed by healing and the checks.") var rounds = 2
+    @Option(help: "Run rounds for this many minutes instead of --rounds.") var minutes: Double?
+    @Option(help: "Seconds of writes and faults per round.") var roundSeconds = 20.0
+    @Option(help: "Seconds the devices get to go quiet after healing.") var settleSeconds = 120.0
+    @Option(help: "Each writer waits up to this many milliseconds between steps.") var paceMilliseconds = 200
+    @Option(help: "A PostgreSQL URL for the server's storage instead of an embedded database.") var database: String?
+    @Option(help: "The working folder (default: a new one under /tmp).") var work: String?
+    @Flag(help: "Keep the working folder even when the run passes.") var keep = false
+
+    func validate() throws {
+        guard (1...8).contains(devices) else { throw ValidationError("--devices is 1 to 8") }
+        guard rounds > 0, roundSeconds >= 1, settleSeconds >= 1, paceMilliseconds >= 0 else { throw ValidationError("rounds and seconds are positive") }
+    }
+
+    func run() async throws {
+        let folder = work.map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: "/tmp/ubiquity-chaos-\(getpid())")
+        let settings = ChaosSettings(seed: seed, devices: devices, rounds: rounds, roundSeconds: roundSeconds, settleSeconds: settleSeconds, minutes: minutes,
+                                     paceMilliseconds: paceMilliseconds, database: database, work: folder, keep: keep)
+        let harness = Harness(settings: settings)
+        let report: ChaosReport
+        do {
+            report = try await harness.run()
+        } catch {
+            await harness.shutDown()
+            say("the harness failed: \(error); kept \(folder.path); replay: \(settings.replay)")
+            throw ExitCode(2)
+        }
+        await harness.shutDown()
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+        FileHandle.standardOutput.write(try encoder.encode(report) + Data("\n".utf8))
+        say("\(report.rounds.count) round(s), \(report.faultsInjected) faults \(report.faults.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", ")), "
+            + "\(report.edits) edits, \(report.lost) lost, \(report.violations) violations; quiet after healing p50 \(String(format: "%.1f", report.convergence["p50"] ?? 0)) s, "
+            + "p99 \(String(format: "%.1f", report.convergence["p99"] ?? 0)) s; \(Int(report.seconds)) s in all")
+        if report.passed {
+            if !keep { try? FileManager.default.removeItem(at: folder) } // (best effort: a leftover folder under /tmp is harmless)
+        } else {
+            say("FAILED — kept \(folder.path); replay: \(report.replay)")
+            throw ExitCode(1)
+        }
+    }
+}

@@ -1,0 +1,204 @@
+import Foundation
+import GRDB
+import Ubiquity
+import UbiquityFiles
+
+/// What one device's container holds, as the checks compare it.
+struct Snapshot: Equatable, Sendable {
+    /// Files: path relative to the container → SHA-256.
+    var files: [String: String] = [:]
+    /// Folders (relative paths).
+    var folders: Set<String> = []
+    /// Temporary files left behind (a save's or a download's), which must not outlive quiet.
+    var strays: [String] = []
+    /// Items known by metadata only (greedy agents download everything).
+    var placeholders: [String] = []
+    /// Per path, the SHA-256s of its unresolved conflict versions.
+    var conflicts: [String: Set<String>] = [:]
+
+    /// Reads `root` (the versions folder apart: versions are read through `NSFileVersion`).
+    init(root: URL) {
+        guard let names = FileManager.default.enumerator(atPath: root.path) else { return }
+        while let path = names.nextObject() as? String {
+            let name = (path as NSString).lastPathComponent
+            let url = root.appendingPathComponent(path)
+            if name == ".ubiquity-versions" {
+                names.skipDescendants()
+                continue
+            }
+            if name.hasPrefix(".ubiquity-") || SafeSave.isTemporaryName(name) {
+                strays.append(path)
+                names.skipDescendants()
+                continue
+            }
+            if UbiquityPlaceholder.itemName(ofPlaceholder: name) != nil {
+                placeholders.append(path)
+                continue
+            }
+            var isFolder: ObjCBool = false
+            guard FileManager.default.fileExists(atPath: url.path, isDirectory: &isFolder) else { continue }
+            if isFolder.boolValue {
+                folders.insert(path)
+            } else if let data = FileManager.default.contents(atPath: url.path) {
+                files[path] = sha256(data)
+                if let versions = NSFileVersion.unresolvedConflictVersionsOfItem(at: url), !versions.isEmpty {
+                    conflicts[path] = Set(versions.compactMap { FileManager.default.contents(atPath: $0.url.path).map(sha256) })
+                }
+            }
+        }
+        strays.sort()
+        placeholders.sort()
+    }
+
+    init() {}
+}
+
+/// A broken promise found by the checks.
+struct Violation: Codable, Sendable, CustomStringConvertible {
+    /// `lost`, `diverged`, `stray`, `placeholder`, `spuriousConflict`, `keyValue`, `server`, `writer`, `agent`.
+    var kind: String
+    var detail: String
+    var description: String { "\(kind): \(detail)" }
+}
+
+/// The invariants, checked once every fault is healed and the devices are quiet.
+struct Checks {
+    let devices: [ChaosDevice]
+    var violations: [Violation] = []
+    /// Edits the ledgers say must survive, and how many of them were found.
+    var expected = 0
+    var lost = 0
+
+    init(devices: [ChaosDevice]) { self.devices = devices }
+
+    private mutating func violate(_ kind: String, _ detail: String) {
+        violations.append(Violation(kind: kind, detail: detail))
+    }
+
+    /// Every device's tree is the same, without strays or placeholders.
+    mutating func checkTrees(_ snapshots: [Snapshot]) {
+        for (device, snapshot) in zip(devices, snapshots) {
+            for stray in snapshot.strays { violate("stray", "\(device.name): \(stray)") }
+            for placeholder in snapshot.placeholders { violate("placeholder", "\(device.name): \(placeholder) was never downloaded") }
+        }
+        guard let first = snapshots.first else { return }
+        for (device, snapshot) in zip(devices, snapshots).dropFirst() {
+            let paths = Set(first.files.keys).union(snapshot.files.keys)
+            for path in paths.sorted() where first.files[path] != snapshot.files[path] {
+                violate("diverged", "\(path): \(devices[0].name) \(first.files[path].map { String($0.prefix(12)) } ?? "absent"), \(device.name) \(snapshot.files[path].map { String($0.prefix(12)) } ?? "absent")")
+            }
+            for folder in first.folders.symmetricDifference(snapshot.folders).sorted() {
+                violate("diverged", "folder \(folder) on only one of \(devices[0].name) and \(device.name)")
+            }
+            for path in Set(first.conflicts.keys).union(snapshot.conflicts.keys).sorted() where first.conflicts[path] != snapshot.conflicts[path] {
+                violate("diverged", "\(path)'s unresolved conflicts: \(first.conflicts[path]?.count ?? 0) on \(devices[0].name), \(snapshot.conflicts[path]?.count ?? 0) on \(device.name)")
+            }
+        }
+    }
+
+    /// Each writer's own files are on every device exactly as its ledger says.
+    mutating func checkOwnedFiles(_ snapshots: [Snapshot], models: [LedgerModel]) {
+        for (device, model) in zip(devices, models) {
+            let prefix = Layout.owned(by: device.name) + "/"
+            for (holder, snapshot) in zip(devices, snapshots) {
+                let actual = snapshot.files.filter { $0.key.hasPrefix(prefix) }
+                for (path, sha) in model.files.sorted(by: { $0.key < $1.key }) {
+                    expected += 1
+                    if actual[path] == sha { continue }
+                    if snapshot.conflicts[path]?.contains(sha) == true {
+                        violate("spuriousConflict", "\(path) (written only by \(device.name)) has its latest contents as a conflict version on \(holder.name)")
+                    } else {
+                        lost += 1
+                        violate("lost", "\(path) by \(device.name): \(actual[path] == nil ? "absent" : "other contents") on \(holder.name)")
+                    }
+                }
+                for path in actual.keys.sorted() where model.files[path] == nil {
+                    violate("unexpected", "\(path) on \(holder.name): not in \(device.name)'s ledger (deleted or moved away)")
+                }
+            }
+        }
+    }
+
+    /// Each device's last write to each shared file is current, a conflict version, or an
+    /// earlier version the server keeps (`NSFileVersion`'s nonlocal versions) — the server's are
+    /// downloaded only for what is not found on the devices.
+    mutating func checkSharedFiles(_ snapshots: [Snapshot], models: [LedgerModel]) async {
+        var missing: [(device: String, path: String, sha: String)] = []
+        for (device, model) in zip(devices, models) {
+            for (path, sha) in model.lastShared.sorted(by: { $0.key < $1.key }) {
+                expected += 1
+                let found = snapshots.allSatisfy { $0.files[path] == sha || $0.conflicts[path]?.contains(sha) == true }
+                if !found { missing.append((device.name, path, sha)) }
+            }
+        }
+        guard !missing.isEmpty else { return }
+        var kept: [String: Set<String>] = [:]
+        let reader = devices[0]
+        for path in Set(missing.map(\.path)) {
+            guard let root = reader.root else { continue }
+            let url = root.appendingPathComponent(path)
+            do {
+                var hashes = Set<String>()
+                for version in try await NSFileVersion.nonlocalVersionsOfItem(at: url) {
+                    let data = try NSFileCoordinator(filePresenter: nil).coordinate(readingItemAt: version.url) { try Data(contentsOf: $0) }
+                    hashes.insert(sha256(data))
+                }
+                kept[path] = hashes
+            } catch {
+                violate("server", "listing or downloading \(path)'s versions failed: \(error)")
+            }
+        }
+        for entry in missing where kept[entry.path]?.contains(entry.sha) != true {
+            lost += 1
+            violate("lost", "\(entry.path): \(entry.device)'s last write (\(entry.sha.prefix(12))) is neither current, a conflict version, nor kept by the server")
+        }
+    }
+
+    /// The key-value stores are the same everywhere; each device's own key holds what it last set.
+    mutating func checkKeyValues(_ stores: [[String: String]], models: [LedgerModel]) {
+        for (device, store) in zip(devices, stores).dropFirst() where store != stores[0] {
+            violate("keyValue", "\(device.name)'s store differs from \(devices[0].name)'s: \(store.sorted { $0.key < $1.key }) vs \(stores[0].sorted { $0.key < $1.key })")
+        }
+        for (device, model) in zip(devices, models) {
+            guard let own = model.values[Layout.ownKey(device.name)] else { continue }
+            expected += 1
+            for (holder, store) in zip(devices, stores) where store[Layout.ownKey(device.name)] != own.value {
+                lost += 1
+                violate("lost", "key \(Layout.ownKey(device.name)) = \(own.value) on \(device.name), \(store[Layout.ownKey(device.name)] ?? "absent") on \(holder.name)")
+            }
+        }
+        // The shared key: the value set last wins (within a second: the devices' clocks are one here).
+        let lasts = models.compactMap { $0.values[Layout.sharedKey] }
+        if let newest = lasts.map(\.time).max(), let winner = stores.first?[Layout.sharedKey] {
+            let candidates = Set(lasts.filter { $0.time >= newest - 1 }.map(\.value))
+            if !candidates.contains(winner) { violate("keyValue", "key shared = \(winner), not one of the last values set (\(candidates.sorted()))") }
+        }
+    }
+
+    /// The server's embedded databases pass SQLite's integrity check (server stopped).
+    mutating func checkServerDatabases(data: URL) {
+        for file in ["ubiquity.sqlite", "chunks/index.sqlite"] {
+            let url = data.appendingPathComponent(file)
+            guard FileManager.default.fileExists(atPath: url.path) else { continue }
+            do {
+                let queue = try DatabaseQueue(path: url.path)
+                let result = try queue.read { db in
+                    try String.fetchAll(db, sql: "PRAGMA integrity_check").filter { line in
+                        // SQLite 3.40 (Debian 12's) reports "NULL value in T.C" for every row of a
+                        // WITHOUT ROWID table whose NOT NULL column C is declared before its
+                        // primary key's columns, though none is NULL: such a line counts only if
+                        // a NULL is really there.
+                        guard line.hasPrefix("NULL value in "), case let parts = line.dropFirst(14).split(separator: "."), parts.count == 2 else { return true }
+                        return try Int.fetchOne(db, sql: "SELECT count(*) FROM \"\(parts[0])\" WHERE \"\(parts[1])\" IS NULL") != 0
+                    }
+                }
+                if !result.isEmpty, result != ["ok"] { violate("server", "\(file): integrity check says \(result.prefix(5))") }
+                try queue.close()
+            } catch {
+                violate("server", "\(file): \(error)")
+            }
+        }
+    }
+
+    mutating func record(_ kind: String, _ detail: String) { violate(kind, detail) }
+}

@@ -1,0 +1,235 @@
+import Foundation
+import Synchronization
+import Ubiquity
+import UbiquityTestSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A failure of the harness itself (a process that would not start, a check that could not run).
+struct ChaosError: Error, CustomStringConvertible {
+    var description: String
+    init(_ description: String) { self.description = description }
+}
+
+/// The executables built beside this one.
+enum Binaries {
+    static var folder: URL { URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent() }
+    static var ubiquity: URL { folder.appendingPathComponent("ubiquity") }
+    static var chaos: URL { URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath() }
+}
+
+/// Runs a blocking wait on a thread of its own, never on one of the few threads Swift's
+/// concurrency shares.
+func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        Thread { continuation.resume(with: Result { try body() }) }.start()
+    }
+}
+
+/// Runs `ubiquity ARGS` to its end: status and what it printed.
+func runUbiquity(_ arguments: [String], environment: [String: String]? = nil, input: String? = nil) async throws -> (status: Int32, output: String) {
+    try await blocking {
+        let process = ChildProcess()
+        process.executableURL = Binaries.ubiquity
+        process.arguments = arguments
+        process.environment = environment.map { ProcessInfo.processInfo.environment.merging($0) { $1 } }
+        let output = Pipe(), stdin = Pipe()
+        process.standardOutput = output
+        process.standardError = output
+        process.standardInput = stdin
+        try process.run()
+        if let input { stdin.fileHandleForWriting.write(Data(input.utf8)) }
+        try stdin.fileHandleForWriting.close()
+        let text = String(decoding: output.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        process.waitUntilExit()
+        return (process.terminationStatus, text)
+    }
+}
+
+/// `ubiquity serve`, killed and started again on the same storage as the run goes.
+final class ChaosServer: @unchecked Sendable { // state behind `lock`
+    let storage: [String]
+    let log: URL
+    private let lock = NSLock()
+    private var process: ChildProcess?
+    private(set) var port = 0
+
+    init(storage: [String], log: URL) {
+        self.storage = storage
+        self.log = log
+    }
+
+    var isRunning: Bool { lock.withLock { process?.isRunning ?? false } }
+
+    /// Starts it and waits until it says where it listens (on any free port).
+    func start() async throws {
+        let (process, port) = try await blocking { [storage, log] in
+            let process = ChildProcess()
+            process.executableURL = Binaries.ubiquity
+            process.arguments = ["serve"] + storage + ["--port", "0", "--log-level", "warning"]
+            let output = Pipe()
+            process.standardOutput = output
+            if !FileManager.default.fileExists(atPath: log.path) { _ = FileManager.default.createFile(atPath: log.path, contents: nil) }
+            let handle = try FileHandle(forWritingTo: log)
+            handle.seekToEndOfFile()
+            process.standardError = handle
+            try process.run()
+            var text = ""
+            while !text.contains("listening on") {
+                let chunk = output.fileHandleForReading.availableData
+                if chunk.isEmpty { break }
+                text += String(decoding: chunk, as: UTF8.self)
+            }
+            guard let address = text.split(separator: " ").first(where: { $0.hasPrefix("http") }), let port = URL(string: String(address))?.port else {
+                process.signal(SIGKILL)
+                process.waitUntilExit()
+                throw ChaosError("the server did not start: \(text) (see \(log.path))")
+            }
+            // Whatever it prints later is read and dropped, so it never blocks on a full pipe.
+            Thread { while !output.fileHandleForReading.availableData.isEmpty {} }.start()
+            return (process, port)
+        }
+        lock.withLock {
+            self.process = process
+            self.port = port
+        }
+    }
+
+    /// SIGKILL, and waits for it to be gone.
+    func kill() async {
+        guard let process = lock.withLock({ () -> ChildProcess? in defer { self.process = nil }; return self.process }) else { return }
+        process.signal(SIGKILL)
+        _ = try? await blocking { process.waitUntilExit() } // (cannot fail: the thread always resumes)
+    }
+
+    /// SIGTERM (a graceful stop); its exit status.
+    func stop() async -> Int32 {
+        guard let process = lock.withLock({ () -> ChildProcess? in defer { self.process = nil }; return self.process }) else { return 0 }
+        process.terminate()
+        return (try? await blocking { process.waitUntilExit(); return process.terminationStatus }) ?? -1
+    }
+}
+
+/// One device: its own home (configuration, data, runtime folder), its link to the server (a
+/// relay the harness breaks at will), its `ubiquity agent` and its writer processes.
+final class ChaosDevice: @unchecked Sendable { // state behind `lock`
+    let index: Int
+    let name: String
+    let home: URL
+    let environment: [String: String]
+    let paths: UbiquityPaths
+    let containers: UbiquityContainers
+    let relay: RelayProxy
+    let container: String
+    let keyValueStore: String
+    private let lock = NSLock()
+    private var agent: ChildProcess?
+    private var writer: ChildProcess?
+
+    init(index: Int, folder: URL, container: String, keyValueStore: String, serverPort: Int) throws {
+        self.index = index
+        name = "device\(index)"
+        self.container = container
+        self.keyValueStore = keyValueStore
+        home = folder.appendingPathComponent(name)
+        let runtime = home.appendingPathComponent("run")
+        environment = ["HOME": home.path, "XDG_CONFIG_HOME": home.appendingPathComponent("config").path,
+                       "XDG_DATA_HOME": home.appendingPathComponent("data").path, "XDG_RUNTIME_DIR": runtime.path]
+        paths = UbiquityPaths(environment: environment)
+        containers = UbiquityContainers(paths: paths, entitlements: UbiquityEntitlements(containers: [container], keyValueStore: keyValueStore))
+        try FileManager.default.createDirectory(at: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true)
+        try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 15}"#.utf8).write(to: paths.agentConfiguration)
+        relay = try RelayProxy.start(to: serverPort)
+    }
+
+    var ledger: URL { home.appendingPathComponent("ledger.jsonl") }
+    var stopFile: URL { home.appendingPathComponent("stop-writer") }
+    var root: URL? { containers.url(forContainer: container) }
+
+    /// `ubiquity login` through the relay.
+    func login() async throws {
+        let login = try await runUbiquity(["login", "--server", "http://127.0.0.1:\(relay.port)", "--account", "ada", "--device-name", name, "--password-stdin"],
+                                          environment: environment, input: "correct horse\n")
+        guard login.status == 0 else { throw ChaosError("\(name): ubiquity login: \(login.output)") }
+    }
+
+    private func logHandle(_ file: String) throws -> FileHandle {
+        let url = home.appendingPathComponent(file)
+        if !FileManager.default.fileExists(atPath: url.path) { _ = FileManager.default.createFile(atPath: url.path, contents: nil) }
+        let handle = try FileHandle(forWritingTo: url)
+        handle.seekToEndOfFile()
+        return handle
+    }
+
+    var agentIsRunning: Bool { lock.withLock { agent?.isRunning ?? false } }
+
+    /// Starts `ubiquity agent` and waits (up to 30 s) until it answers on its socket.
+    func startAgent() async throws {
+        let process = ChildProcess()
+        process.executableURL = Binaries.ubiquity
+        process.arguments = ["agent", "--log-level", ProcessInfo.processInfo.environment["UBIQUITY_CHAOS_AGENT_LOG_LEVEL"] ?? "notice"]
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let handle = try logHandle("agent.log")
+        process.standardOutput = handle
+        process.standardError = handle
+        try process.run()
+        try? handle.close() // (the child has its own copy)
+        lock.withLock { agent = process }
+        let start = ContinuousClock.now
+        while (try? containers.agent.send(AgentRequest(.status), timeout: .seconds(1))) == nil {
+            guard process.isRunning else { throw ChaosError("\(name)'s agent exited at start (see \(home.path)/agent.log)") }
+            guard ContinuousClock.now - start < .seconds(30) else { throw ChaosError("\(name)'s agent did not answer in 30 s") }
+            try await Task.sleep(for: .milliseconds(50))
+        }
+    }
+
+    /// SIGKILL, and waits for it to be gone.
+    func killAgent() async {
+        guard let process = lock.withLock({ () -> ChildProcess? in defer { agent = nil }; return agent }) else { return }
+        process.signal(SIGKILL)
+        _ = try? await blocking { process.waitUntilExit() } // (cannot fail)
+    }
+
+    /// SIGTERM; its exit status.
+    func stopAgent() async -> Int32 {
+        guard let process = lock.withLock({ () -> ChildProcess? in defer { agent = nil }; return agent }) else { return 0 }
+        process.terminate()
+        return (try? await blocking { process.waitUntilExit(); return process.terminationStatus }) ?? -1
+    }
+
+    /// Starts this device's writer for a round.
+    func startWriter(seed: UInt64, pace: Int) throws {
+        try? FileManager.default.removeItem(at: stopFile) // (absent after the first round)
+        let process = ChildProcess()
+        process.executableURL = Binaries.chaos
+        process.arguments = ["write", "--container", container, "--key-value-store", keyValueStore, "--device", name, "--seed", "\(seed)",
+                             "--ledger", ledger.path, "--stop-file", stopFile.path, "--pace-milliseconds", "\(pace)"]
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        let handle = try logHandle("writer.log")
+        process.standardOutput = handle
+        process.standardError = handle
+        try process.run()
+        try? handle.close() // (the child has its own copy)
+        lock.withLock { writer = process }
+    }
+
+    /// Asks the writer to stop after its step and waits (up to `timeout`); false if it had to
+    /// be killed or had failed.
+    func stopWriter(timeout: Duration = .seconds(120)) async -> Bool {
+        guard let process = lock.withLock({ () -> ChildProcess? in defer { writer = nil }; return writer }) else { return true }
+        _ = FileManager.default.createFile(atPath: stopFile.path, contents: nil)
+        let start = ContinuousClock.now
+        while process.isRunning && ContinuousClock.now - start < timeout { try? await Task.sleep(for: .milliseconds(50)) }
+        if process.isRunning { process.signal(SIGKILL) }
+        _ = try? await blocking { process.waitUntilExit() } // (cannot fail)
+        return process.terminationReason == .exit && process.terminationStatus == 0
+    }
+
+    /// The agent's status, if it answers.
+    func status() -> AgentStatus? {
+        try? containers.agent.send(AgentRequest(.status), timeout: .seconds(2)).status
+    }
+}

@@ -1,0 +1,341 @@
+import Foundation
+import Synchronization
+import Ubiquity
+import UbiquityTestSupport
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The kinds of fault the harness injects.
+enum FaultKind: String, CaseIterable, Codable, Sendable {
+    /// SIGKILL an agent, start it again 0–2 s later.
+    case agentKill
+    /// SIGKILL the server, start it again 0–3 s later (devices reconnect through their relays).
+    case serverKill
+    /// A device's network gone for 1–5 s (open connections reset, new ones refused).
+    case cut
+    /// A device's network silent for 1–8 s (bytes held, no error).
+    case stall
+    /// A device's network at about 10 KB/s for 2–8 s.
+    case drip
+    /// A device's connections each delayed on their own for 2–8 s (requests reordered).
+    case jitter
+    /// Every open connection of a device reset at once.
+    case reset
+    /// A device offline for a long stretch (a quarter to a half of the round).
+    case offline
+
+    /// How often it is picked (out of the sum).
+    var weight: Int {
+        switch self {
+        case .agentKill: 5
+        case .serverKill: 2
+        case .cut: 4
+        case .stall: 3
+        case .drip: 2
+        case .jitter: 2
+        case .reset: 3
+        case .offline: 1
+        }
+    }
+}
+
+/// One round's outcome.
+struct RoundReport: Codable, Sendable {
+    var round: Int
+    var faults: [String: Int]
+    var edits: Int
+    var expected: Int
+    var lost: Int
+    var convergenceSeconds: Double?
+    var violations: [Violation]
+}
+
+/// The whole run's outcome, printed as JSON.
+struct ChaosReport: Codable, Sendable {
+    var seed: UInt64
+    var devices: Int
+    var storage: String
+    var rounds: [RoundReport]
+    var faults: [String: Int]
+    var faultsInjected: Int
+    var edits: Int
+    var lost: Int
+    var violations: Int
+    var convergence: [String: Double]
+    var seconds: Double
+    var replay: String
+    var passed: Bool
+}
+
+/// The settings of one run.
+struct ChaosSettings: Sendable {
+    var seed: UInt64
+    var devices: Int
+    var rounds: Int
+    var roundSeconds: Double
+    var settleSeconds: Double
+    var minutes: Double?
+    var paceMilliseconds: Int
+    var database: String?
+    var work: URL
+    var keep: Bool
+
+    var replay: String {
+        var words = ["ubiquity-chaos", "--seed", "\(seed)", "--devices", "\(devices)", "--round-seconds", "\(Int(roundSeconds))", "--pace-milliseconds", "\(paceMilliseconds)"]
+        if let minutes { words += ["--minutes", "\(minutes)"] } else { words += ["--rounds", "\(rounds)"] }
+        if database != nil { words += ["--database", "\"$DATABASE_URL\""] }
+        return words.joined(separator: " ")
+    }
+}
+
+/// Prints a line of the human summary (standard error; standard output is the JSON).
+func say(_ line: String) {
+    FileHandle.standardError.write(Data("[chaos] \(line)\n".utf8))
+}
+
+/// Starts the server and devices, runs rounds of writes under faults, heals, waits for quiet,
+/// checks, and reports.
+final class Harness: @unchecked Sendable { // used from one task at a time, faults through locks
+    let settings: ChaosSettings
+    let container = "CHAOS12345.com.example.chaos"
+    let keyValueStore = "CHAOS12345.com.example.chaos"
+    let server: ChaosServer
+    var devices: [ChaosDevice] = []
+    private var random: SeededGenerator
+    private let faultCounts = Mutex<[String: Int]>([:])
+    /// Devices whose network a fault holds now (one network fault per device at a time).
+    private let busyLinks = Mutex<Set<Int>>([])
+    private let serverBusy = Mutex(false)
+
+    init(settings: ChaosSettings) {
+        self.settings = settings
+        random = SeededGenerator(seed: settings.seed)
+        let storage = settings.database.map { ["--database", $0] } ?? ["--data", settings.work.appendingPathComponent("server").path]
+        server = ChaosServer(storage: storage, log: settings.work.appendingPathComponent("server.log"))
+    }
+
+    /// The whole run.
+    func run() async throws -> ChaosReport {
+        let start = ContinuousClock.now
+        try FileManager.default.createDirectory(at: settings.work, withIntermediateDirectories: true)
+        say("seed \(settings.seed), \(settings.devices) devices, work in \(settings.work.path)")
+        let created = try await runUbiquity(["account", "create", "ada"] + server.storage + ["--password-stdin", "--quota", "\(Int64(1) << 40)"], input: "correct horse\n")
+        guard created.status == 0 else { throw ChaosError("ubiquity account create: \(created.output)") }
+        try await server.start()
+        for index in 0..<settings.devices {
+            let device = try ChaosDevice(index: index, folder: settings.work, container: container, keyValueStore: keyValueStore, serverPort: server.port)
+            try await device.login()
+            try await device.startAgent()
+            devices.append(device)
+        }
+        for device in devices { device.containers.installDownloader() }
+
+        var rounds: [RoundReport] = []
+        var round = 0
+        let deadline = settings.minutes.map { ContinuousClock.now + .seconds($0 * 60) }
+        while deadline.map({ ContinuousClock.now < $0 }) ?? (round < settings.rounds) {
+            round += 1
+            let report = try await runRound(round)
+            rounds.append(report)
+            say("round \(round): \(report.faults.values.reduce(0, +)) faults, \(report.edits) edits, \(report.lost) lost, "
+                + "\(report.violations.count) violations, quiet after \(report.convergenceSeconds.map { String(format: "%.1f s", $0) } ?? "never")")
+            for violation in report.violations.prefix(20) { say("  \(violation)") }
+            if !report.violations.isEmpty { break }
+        }
+
+        // The server's storage, once it is stopped: its own check and SQLite's.
+        var closing = Checks(devices: devices)
+        for device in devices where await device.stopAgent() != 0 { closing.record("agent", "\(device.name)'s agent did not stop cleanly on SIGTERM") }
+        let status = await server.stop()
+        if status != 0 { closing.record("server", "the server exited with \(status) on SIGTERM") }
+        let fsck = try await runUbiquity(["fsck"] + server.storage)
+        if fsck.status != 0 { closing.record("server", "ubiquity fsck: \(fsck.output)") }
+        if settings.database == nil { closing.checkServerDatabases(data: settings.work.appendingPathComponent("server")) }
+        if !closing.violations.isEmpty, !rounds.isEmpty { rounds[rounds.count - 1].violations += closing.violations }
+        for violation in closing.violations { say("  \(violation)") }
+
+        let faults = faultCounts.withLock { $0 }
+        let times = rounds.compactMap(\.convergenceSeconds).sorted()
+        func percentile(_ p: Double) -> Double { times.isEmpty ? 0 : times[min(times.count - 1, Int((Double(times.count - 1) * p).rounded()))] }
+        let violations = rounds.map(\.violations.count).reduce(0, +)
+        let lost = rounds.map(\.lost).reduce(0, +)
+        let report = ChaosReport(
+            seed: settings.seed, devices: settings.devices, storage: settings.database == nil ? "sqlite" : "postgresql", rounds: rounds,
+            faults: faults, faultsInjected: faults.values.reduce(0, +), edits: rounds.map(\.edits).reduce(0, +), lost: lost, violations: violations,
+            convergence: ["p50": percentile(0.5), "p99": percentile(0.99), "max": times.last ?? 0],
+            seconds: (ContinuousClock.now - start).seconds, replay: settings.replay, passed: violations == 0 && lost == 0 && rounds.allSatisfy { $0.convergenceSeconds != nil })
+        return report
+    }
+
+    /// Stops whatever still runs (after a run, or after it failed part way).
+    func shutDown() async {
+        for device in devices {
+            _ = await device.stopWriter(timeout: .seconds(5))
+            await device.killAgent()
+            device.relay.stop()
+        }
+        await server.kill()
+    }
+
+    /// Writers run while faults come; then the faults end, the writers stop, everything is
+    /// healed, the devices go quiet, and the invariants are checked.
+    private func runRound(_ round: Int) async throws -> RoundReport {
+        let before = faultCounts.withLock { $0 }
+        let editsBefore = try devices.map { try LedgerEntry.read($0.ledger).count }.reduce(0, +)
+        for device in devices {
+            try device.startWriter(seed: settings.seed &* 1_000_003 &+ UInt64(round * 100 + device.index), pace: settings.paceMilliseconds)
+        }
+        note("round \(round): writers start")
+        let end = ContinuousClock.now + .seconds(settings.roundSeconds)
+        var faults: [Task<Void, Never>] = []
+        while ContinuousClock.now < end {
+            try await Task.sleep(for: .milliseconds(Int.random(in: 300...2_000, using: &random)))
+            if let fault = pickFault(roundEnd: end) { faults.append(fault) }
+        }
+        for fault in faults { await fault.value }
+
+        var checks = Checks(devices: devices)
+        note("round \(round): faults end, writers stop")
+        for device in devices where !(await device.stopWriter()) {
+            checks.record("writer", "\(device.name)'s writer failed or had to be killed (see \(device.home.path)/writer.log)")
+        }
+        // Heal: every link carries bytes again, every process runs.
+        for device in devices { device.relay.mode = .pass }
+        if !server.isRunning {
+            try await server.start()
+            for device in devices { device.relay.target = server.port }
+        }
+        for device in devices where !device.agentIsRunning { try await device.startAgent() }
+
+        note("round \(round): healed")
+        let healed = ContinuousClock.now
+        var snapshots: [Snapshot] = []
+        var stores: [[String: String]] = []
+        var quiet: Double?
+        while ContinuousClock.now - healed < .seconds(settings.settleSeconds) {
+            let statuses = devices.map { $0.status() }
+            let idle = statuses.allSatisfy { status in status.map { $0.connected && $0.containers.allSatisfy { $0.idle && $0.queued == 0 } } ?? false }
+            if idle {
+                snapshots = devices.map { Snapshot(root: $0.root!) }
+                stores = devices.map(keyValues)
+                if snapshots.allSatisfy({ $0 == snapshots[0] && $0.placeholders.isEmpty && $0.strays.isEmpty }) && stores.allSatisfy({ $0 == stores[0] }) {
+                    quiet = (ContinuousClock.now - healed).seconds
+                    break
+                }
+            }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        if quiet == nil {
+            snapshots = devices.map { $0.root.map { Snapshot(root: $0) } ?? Snapshot() }
+            stores = devices.map(keyValues)
+            for device in devices {
+                let status = device.status()
+                checks.record("agent", "\(device.name) not quiet after \(Int(settings.settleSeconds)) s: "
+                    + (status.map { "connected \($0.connected), \($0.containers.map { "idle \($0.idle), queued \($0.queued), errors \($0.errors)" })" } ?? "no answer"))
+            }
+        }
+
+        let models = try devices.map { LedgerModel(try LedgerEntry.read($0.ledger)) }
+        checks.checkTrees(snapshots)
+        checks.checkOwnedFiles(snapshots, models: models)
+        await checks.checkSharedFiles(snapshots, models: models)
+        checks.checkKeyValues(stores, models: models)
+
+        let after = faultCounts.withLock { $0 }
+        let edits = try devices.map { try LedgerEntry.read($0.ledger).count }.reduce(0, +) - editsBefore
+        return RoundReport(round: round, faults: after.merging(before.mapValues { -$0 }) { $0 + $1 }.filter { $0.value > 0 }, edits: edits,
+                           expected: checks.expected, lost: checks.lost, convergenceSeconds: quiet, violations: checks.violations)
+    }
+
+    /// A device's key-value store as strings.
+    private func keyValues(_ device: ChaosDevice) -> [String: String] {
+        NSUbiquitousKeyValueStore(identifier: keyValueStore, containers: device.containers).dictionaryRepresentation.mapValues { "\($0)" }
+    }
+
+    private let started = ContinuousClock.now
+    private let timeline = Mutex<[String]>([])
+
+    /// Counts a fault and notes it in the timeline (`faults.log` in the working folder: when,
+    /// what, where — to read beside the agents' and the server's logs).
+    private func count(_ kind: FaultKind, _ target: String = "", _ detail: String = "") {
+        faultCounts.withLock { $0[kind.rawValue, default: 0] += 1 }
+        note("\(kind.rawValue) \(target) \(detail)")
+    }
+
+    /// Appends a line to the timeline, stamped with the seconds since the start and the wall clock.
+    func note(_ line: String) {
+        let stamp = String(format: "%8.2f", (ContinuousClock.now - started).seconds)
+        let text = "\(stamp) \(ISO8601DateFormatter().string(from: Date())) \(line)\n"
+        timeline.withLock { _ in
+            let url = settings.work.appendingPathComponent("faults.log")
+            if let handle = try? FileHandle(forWritingTo: url) {
+                handle.seekToEndOfFile()
+                handle.write(Data(text.utf8))
+                try? handle.close() // (a timeline line is a debugging aid; the counts are what is reported)
+            } else {
+                _ = FileManager.default.createFile(atPath: url.path, contents: Data(text.utf8))
+            }
+        }
+    }
+
+    /// Picks a fault from the seed and starts it; nil when its target is busy with another.
+    private func pickFault(roundEnd: ContinuousClock.Instant) -> Task<Void, Never>? {
+        let total = FaultKind.allCases.map(\.weight).reduce(0, +)
+        var roll = Int.random(in: 0..<total, using: &random)
+        let kind = FaultKind.allCases.first { roll -= $0.weight; return roll < 0 }!
+        let device = devices[Int.random(in: 0..<devices.count, using: &random)]
+        let pause = Double.random(in: 0...1, using: &random)
+        let remaining = max(0, (roundEnd - ContinuousClock.now).seconds)
+        switch kind {
+        case .agentKill:
+            guard device.agentIsRunning else { return nil }
+            count(kind, device.name, String(format: "restart after %.1f s", pause * 2))
+            return Task {
+                await device.killAgent()
+                try? await Task.sleep(for: .seconds(pause * 2)) // (a cancelled sleep only shortens the pause)
+                do { try await device.startAgent() } catch { say("\(device.name)'s agent did not restart: \(error)") }
+            }
+        case .serverKill:
+            guard serverBusy.withLock({ busy in defer { busy = true }; return !busy }) else { return nil }
+            count(kind, "server", String(format: "restart after %.1f s", pause * 3))
+            return Task { [server, devices] in
+                await server.kill()
+                try? await Task.sleep(for: .seconds(pause * 3)) // (a cancelled sleep only shortens the pause)
+                do {
+                    try await server.start()
+                    for device in devices { device.relay.target = server.port }
+                } catch { say("the server did not restart: \(error)") }
+                self.serverBusy.withLock { $0 = false }
+            }
+        case .reset:
+            count(kind, device.name)
+            device.relay.resetAll()
+            return nil
+        case .cut, .stall, .drip, .jitter, .offline:
+            guard busyLinks.withLock({ $0.insert(device.index).inserted }) else { return nil }
+            let seconds: Double
+            let mode: RelayProxy.Mode
+            switch kind {
+            case .cut: (seconds, mode) = (1 + pause * 4, .cut)
+            case .stall: (seconds, mode) = (1 + pause * 7, .stall)
+            case .drip: (seconds, mode) = (2 + pause * 6, .drip)
+            case .jitter: (seconds, mode) = (2 + pause * 6, .jitter)
+            default: (seconds, mode) = (min(remaining, settings.roundSeconds * (0.25 + pause / 4)), .cut)
+            }
+            count(kind, device.name, String(format: "for %.1f s", seconds))
+            device.relay.mode = mode
+            return Task {
+                try? await Task.sleep(for: .seconds(seconds)) // (a cancelled sleep only shortens the fault)
+                device.relay.mode = .pass
+                self.busyLinks.withLock { _ = $0.remove(device.index) }
+            }
+        }
+    }
+}
+
+extension Duration {
+    /// In seconds.
+    var seconds: Double { Double(components.seconds) + Double(components.attoseconds) / 1e18 }
+}

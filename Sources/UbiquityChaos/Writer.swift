@@ -1,0 +1,293 @@
+import ArgumentParser
+import Foundation
+import Ubiquity
+import UbiquityTestSupport
+
+/// A flat text document as an app keeps one: its bytes.
+final class ChaosDocument: Document, @unchecked Sendable {
+    /// The contents (main queue).
+    var data = Data()
+
+    override func contents(forType typeName: String) throws -> Any { data }
+
+    override func load(fromContents contents: Any, ofType typeName: String?) throws {
+        guard let contents = contents as? Data else { throw CocoaError(.fileReadCorruptFile) }
+        data = contents
+    }
+}
+
+/// `ubiquity-chaos write`: one device's apps and users, run by the harness in a process of its
+/// own with the device's environment (so that its coordinated access meets its agent's). Acts
+/// through the public API until the stop file appears, appending what it saw succeed to the
+/// ledger.
+struct WriteCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "write",
+        abstract: "One device's writer (run by the harness in the device's environment).",
+        shouldDisplay: false)
+
+    @Option(help: "The container.") var container: String
+    @Option(help: "The key-value store.") var keyValueStore: String
+    @Option(help: "This device's name (its own folder is Documents/NAME).") var device: String
+    @Option(help: "The seed of this writer's choices.") var seed: UInt64
+    @Option(help: "The ledger (JSON lines), appended to.") var ledger: String
+    @Option(help: "Stop when this file exists.") var stopFile: String
+    @Option(help: "Milliseconds between steps (at most).") var paceMilliseconds = 200
+    @Option(help: "How many files every device writes to.") var sharedFiles = 3
+
+    @MainActor func run() async throws {
+        var writer = try Writer(command: self)
+        try await writer.run()
+    }
+}
+
+/// The writer's state: its model of its own files (from its ledger), its random choices.
+@MainActor struct Writer {
+    let command: WriteCommand
+    let containers: UbiquityContainers
+    let root: URL
+    let ledger: LedgerFile
+    let store: NSUbiquitousKeyValueStore
+    var model: LedgerModel
+    var random: SeededGenerator
+    let coordinator = NSFileCoordinator(filePresenter: nil)
+
+    init(command: WriteCommand) throws {
+        self.command = command
+        containers = UbiquityContainers(paths: UbiquityPaths(), entitlements: UbiquityEntitlements(containers: [command.container], keyValueStore: command.keyValueStore))
+        guard let root = containers.url(forContainer: command.container) else { throw ValidationError("not signed in: no container \(command.container)") }
+        self.root = root
+        let url = URL(fileURLWithPath: command.ledger)
+        model = LedgerModel(try LedgerEntry.read(url))
+        ledger = try LedgerFile(url)
+        store = NSUbiquitousKeyValueStore(identifier: command.keyValueStore, containers: containers)
+        random = SeededGenerator(seed: command.seed)
+        try FileManager.default.createDirectory(at: root.appendingPathComponent(Layout.owned(by: command.device) + "/sub"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: root.appendingPathComponent(Layout.shared), withIntermediateDirectories: true)
+    }
+
+    mutating func run() async throws {
+        while !FileManager.default.fileExists(atPath: command.stopFile) {
+            try await step()
+            try await Task.sleep(for: .milliseconds(Int.random(in: 0...command.paceMilliseconds, using: &random)))
+        }
+        store.synchronize()
+    }
+
+    // MARK: Steps
+
+    private var own: String { Layout.owned(by: command.device) }
+    private var ownFiles: [String] { model.files.keys.filter { !$0.contains(".package/") }.sorted() }
+    private var ownPackages: [String] {
+        Set(model.files.keys.compactMap { path in path.range(of: ".package/").map { String(path[..<$0.lowerBound]) + ".package" } }).sorted()
+    }
+
+    mutating func step() async throws {
+        let roll = Int.random(in: 0..<100, using: &random)
+        let files = ownFiles
+        switch roll {
+        case 0..<18: try create()
+        case 18..<36 where !files.isEmpty: try edit(files.randomElement(using: &random)!, coordinated: true)
+        case 36..<42 where !files.isEmpty: try edit(files.randomElement(using: &random)!, coordinated: false)
+        case 42..<47 where !files.isEmpty: try editInPlace(files.randomElement(using: &random)!)
+        case 47..<55: try await saveDocument(files.filter { $0.hasSuffix(".txt") }.randomElement(using: &random))
+        case 55..<60: try writePackage(ownPackages.randomElement(using: &random))
+        case 60..<68 where !files.isEmpty || !ownPackages.isEmpty: try move((files + ownPackages).randomElement(using: &random)!)
+        case 68..<73 where !files.isEmpty || !ownPackages.isEmpty: try delete((files + ownPackages).randomElement(using: &random)!)
+        case 73..<88: try writeShared()
+        case 88..<92: try resolveShared()
+        case 92..<100: try setValues()
+        default: try create()
+        }
+    }
+
+    /// Contents naming who wrote them when (so a version found later says whose it is), mostly
+    /// small, now and then large enough to take a while to upload.
+    private mutating func contents() -> Data {
+        let size: Int
+        switch Int.random(in: 0..<100, using: &random) {
+        case 0..<70: size = Int.random(in: 16...4_096, using: &random)
+        case 70..<95: size = Int.random(in: 4_096...131_072, using: &random)
+        default: size = Int.random(in: 262_144...2_097_152, using: &random)
+        }
+        var data = Data("\(command.device) step \(model.steps)\n".utf8)
+        var bytes = [UInt8](repeating: 0, count: max(0, size - data.count))
+        for index in stride(from: 0, to: bytes.count, by: 8) {
+            let word = random.next()
+            for offset in 0..<min(8, bytes.count - index) { bytes[index + offset] = UInt8(truncatingIfNeeded: word >> (offset * 8)) }
+        }
+        data.append(contentsOf: bytes)
+        return data
+    }
+
+    private func url(_ path: String) -> URL { root.appendingPathComponent(path) }
+
+    private mutating func record(_ operation: LedgerEntry.Operation, _ path: String, to: String? = nil, sha256: String? = nil, value: String? = nil, via: String? = nil) throws {
+        let entry = LedgerEntry(device: command.device, step: model.steps, operation: operation, path: path, to: to, sha256: sha256, value: value, via: via, time: Date().timeIntervalSince1970)
+        try ledger.append(entry)
+        model.apply(entry)
+    }
+
+    /// After a failed step: records what is there now (a file's hash, or nothing), so the
+    /// model follows the disk from then on; the failure is reported, never hidden.
+    private mutating func observe(_ paths: [String], after error: any Error) throws {
+        FileHandle.standardError.write(Data("writer \(command.device): step \(model.steps) failed: \(error)\n".utf8))
+        for path in paths {
+            var isFolder: ObjCBool = false
+            if FileManager.default.fileExists(atPath: url(path).path, isDirectory: &isFolder), isFolder.boolValue {
+                let inside = (try? FileManager.default.subpathsOfDirectory(atPath: url(path).path)) ?? []
+                try record(.delete, path)
+                for sub in inside {
+                    if let data = FileManager.default.contents(atPath: url(path + "/" + sub).path) { try record(.observe, path + "/" + sub, sha256: sha256(data)) }
+                }
+            } else {
+                try record(.observe, path, sha256: FileManager.default.contents(atPath: url(path).path).map(sha256))
+            }
+        }
+    }
+
+    private mutating func newName(_ ext: String) -> String {
+        let folder = Bool.random(using: &random) ? own : own + "/sub"
+        return "\(folder)/n\(model.steps)-\(random.next() % 1000).\(ext)"
+    }
+
+    mutating func create() throws {
+        let path = newName("txt")
+        let data = contents()
+        do {
+            try coordinator.coordinate(writingItemAt: url(path), options: .forReplacing) { try data.write(to: $0, options: .atomic) }
+            try record(.write, path, sha256: sha256(data), via: "coordinated")
+        } catch { try observe([path], after: error) }
+    }
+
+    /// Replaces a file's contents, through coordination as apps do or plainly as other programs do.
+    mutating func edit(_ path: String, coordinated: Bool) throws {
+        let data = contents()
+        do {
+            if coordinated {
+                try coordinator.coordinate(writingItemAt: url(path), options: .forReplacing) { try data.write(to: $0, options: .atomic) }
+            } else {
+                try data.write(to: url(path), options: .atomic)
+            }
+            try record(.write, path, sha256: sha256(data), via: coordinated ? "coordinated" : "plain")
+        } catch { try observe([path], after: error) }
+    }
+
+    /// Overwrites a few bytes inside the file, in place, without coordination (a log appender,
+    /// a database without its journal).
+    mutating func editInPlace(_ path: String) throws {
+        do {
+            let handle = try FileHandle(forUpdating: url(path))
+            defer { try? handle.close() }
+            let size = try handle.seekToEnd()
+            let offset = size == 0 ? 0 : UInt64.random(in: 0..<size, using: &random)
+            try handle.seek(toOffset: offset)
+            try handle.write(contentsOf: Data("\(command.device)@\(model.steps)".utf8))
+            try handle.synchronize()
+            try handle.seek(toOffset: 0)
+            let data = try handle.readToEnd() ?? Data()
+            try record(.write, path, sha256: sha256(data), via: "inPlace")
+        } catch { try observe([path], after: error) }
+    }
+
+    /// Opens (or makes) a text document, changes it and saves it as `UIDocument` does.
+    mutating func saveDocument(_ existing: String?) async throws {
+        let path = existing ?? newName("txt")
+        let document = ChaosDocument(fileURL: url(path))
+        let data = contents()
+        if existing != nil {
+            guard await document.open() else { return try observe([path], after: CocoaError(.fileReadUnknown)) }
+        }
+        document.data = data
+        let saved = await document.save(to: url(path), for: existing == nil ? .forCreating : .forOverwriting)
+        _ = await document.close()
+        if saved {
+            try record(.write, path, sha256: sha256(data), via: "document")
+        } else {
+            try observe([path], after: CocoaError(.fileWriteUnknown))
+        }
+    }
+
+    /// Makes a package (a folder that is one document) or rewrites one of its files, with one
+    /// coordinated write of the whole package.
+    mutating func writePackage(_ existing: String?) throws {
+        let path = existing ?? newName("package")
+        let files = ["Info.txt", "Data/body.bin", "Data/notes.txt"]
+        let name = files.randomElement(using: &random)!
+        let data = contents()
+        do {
+            try coordinator.coordinate(writingItemAt: url(path), options: .forReplacing) { target in
+                let file = target.appendingPathComponent(name)
+                try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
+                try data.write(to: file, options: .atomic)
+            }
+            try record(.write, path + "/" + name, sha256: sha256(data), via: "package")
+        } catch { try observe([path], after: error) }
+    }
+
+    /// Renames an item, or moves it between the own folder and its subfolder.
+    mutating func move(_ path: String) throws {
+        let name = (path as NSString).lastPathComponent
+        let ext = (name as NSString).pathExtension
+        let folder = path.hasPrefix(own + "/sub/") ? own : own + "/sub"
+        let to = Bool.random(using: &random) ? "\(folder)/\(name)" : "\((path as NSString).deletingLastPathComponent)/m\(model.steps).\(ext)"
+        guard to != path, !FileManager.default.fileExists(atPath: url(to).path) else { return }
+        var failure: NSError?
+        var moved: (any Error)?
+        coordinator.coordinate(writingItemAt: url(path), options: .forMoving, writingItemAt: url(to), options: .forReplacing, error: &failure) { source, destination in
+            do {
+                try FileManager.default.moveItem(at: source, to: destination)
+                coordinator.item(at: source, didMoveTo: destination)
+            } catch { moved = error }
+        }
+        if let error = failure ?? moved {
+            try observe([path, to], after: error)
+        } else {
+            try record(.move, path, to: to)
+        }
+    }
+
+    mutating func delete(_ path: String) throws {
+        do {
+            try coordinator.coordinate(writingItemAt: url(path), options: .forDeleting) { try FileManager.default.removeItem(at: $0) }
+            try record(.delete, path)
+        } catch { try observe([path], after: error) }
+    }
+
+    /// Writes one of the files every device writes (a coordinated save): where conflicts come from.
+    mutating func writeShared() throws {
+        let path = "\(Layout.shared)/note-\(Int.random(in: 0..<command.sharedFiles, using: &random)).txt"
+        let data = contents()
+        do {
+            try coordinator.coordinate(writingItemAt: url(path), options: .forReplacing) { try data.write(to: $0, options: .atomic) }
+            try record(.write, path, sha256: sha256(data), via: "coordinated")
+        } catch {
+            FileHandle.standardError.write(Data("writer \(command.device): shared write failed: \(error)\n".utf8))
+        }
+    }
+
+    /// Resolves a shared file's conflicts as an app that keeps the current version does.
+    mutating func resolveShared() throws {
+        let path = "\(Layout.shared)/note-\(Int.random(in: 0..<command.sharedFiles, using: &random)).txt"
+        guard let versions = NSFileVersion.unresolvedConflictVersionsOfItem(at: url(path)), !versions.isEmpty else { return }
+        do {
+            try coordinator.coordinate(writingItemAt: url(path), options: .forDeleting) { target in
+                for version in versions { version.isResolved = true }
+                try NSFileVersion.removeOtherVersionsOfItem(at: target)
+            }
+            try record(.resolve, path)
+        } catch {
+            FileHandle.standardError.write(Data("writer \(command.device): resolving \(path) failed: \(error)\n".utf8))
+        }
+    }
+
+    /// Sets this device's own key and the key every device sets.
+    mutating func setValues() throws {
+        let value = "\(command.device)-\(model.steps)"
+        for key in [Layout.ownKey(command.device), Layout.sharedKey] {
+            store.set(value, forKey: key)
+            try record(.keyValue, key, value: value)
+        }
+        store.synchronize()
+    }
+}
