@@ -19,6 +19,14 @@ final class ChangeFinder {
     private var changedTrees: Set<String> = []
     /// Whether a watcher tells this container's changes.
     private var watched = false
+    /// Files found gone in a look at their folder alone, kept one round more: a move's two
+    /// events (gone from one folder, arrived in another) may be read in two rounds, and the
+    /// arrival must find the record to move it — else the item was deleted and its file made a
+    /// new item (found by `ubiquity-chaos`).
+    private var vanished: Set<String> = []
+
+    /// Whether a look is owed: files gone from their folder wait for one more round.
+    var owesALook: Bool { !vanished.isEmpty }
 
     /// A watcher saw something change at `path` (relative to the container's folder): the next
     /// round looks at the folder it is in (for something in a package, at the package's
@@ -58,12 +66,16 @@ final class ChangeFinder {
         let scope = changedFolders, trees = changedTrees
         changedFolders = watched ? [] : nil
         changedTrees = []
+        let wasVanished = vanished
+        vanished = []
         if scope?.isEmpty == true && trees.isEmpty { return }
         let scanner = sync.scanner
         let old: LocalTree, now: LocalTree
         do {
             if let scope {
-                (old, now) = try look(at: scope, trees: trees, scanner: scanner, in: sync)
+                (old, now) = try look(at: scope, trees: trees, scanner: scanner, vanishedBefore: wasVanished, in: sync)
+                // What vanished is looked at again next round (a look the watcher may not ask for).
+                for path in vanished { changedFolders?.insert(LocalContents.folder(of: path)) }
             } else {
                 (old, now) = (sync.files.fingerprints, try scanner.scan())
             }
@@ -130,7 +142,12 @@ final class ChangeFinder {
             guard var file = sync.files[path], let print = now[path] else { continue }
             if print.kind != .directory {
                 guard let content = try sync.cut(path, kind: print.kind, scanner: scanner) else { continue }
-                if file.content != content {
+                if file.content != content, !sync.state.hasLocalChanges(file.item), let remote = sync.state.persisted.remote[file.item],
+                   !remote.deleted, remote.content == content {
+                    // The server's contents: a download the agent put in place and was stopped
+                    // before recording (found by `ubiquity-chaos`), not an edit made here.
+                    file.revision = remote.revision
+                } else if file.content != content {
                     sync.state.save(item: file.item, content: content, date: Double(print.modified) / 1e9)
                     file.revision = nil
                     NSFileVersion.forgetSavingComputer(ofItemAt: sync.root.appendingPathComponent(path).path) // written here in place
@@ -179,7 +196,8 @@ final class ChangeFinder {
     /// moved here) is walked whole (as is each of `trees`), and a folder gone from its path (removed, or moved away)
     /// counts with everything it held — so a folder moved between two named folders is a move
     /// of the folder with its items, not a removal and an addition.
-    func look(at folders: Set<String>, trees: Set<String> = [], scanner: LocalScanner, in sync: isolated ContainerSync) throws -> (old: LocalTree, now: LocalTree) {
+    func look(at folders: Set<String>, trees: Set<String> = [], scanner: LocalScanner, vanishedBefore: Set<String> = [],
+              in sync: isolated ContainerSync) throws -> (old: LocalTree, now: LocalTree) {
         var old: LocalTree = [:], now: LocalTree = [:]
         func holdings(of path: String) {
             for file in sync.files.subtree(path) { old[file.path] = file.fingerprint }
@@ -194,6 +212,10 @@ final class ChangeFinder {
             var listed: LocalTree = [:]
             try scanner.walk(folder, into: &listed, recursive: false)
             for child in sync.files.children(of: folder) {
+                if child.fingerprint.kind != .directory, listed[child.path] == nil, !vanishedBefore.contains(child.path), !trees.contains(where: { child.path.hasPrefix($0 + "/") }) {
+                    vanished.insert(child.path) // not seen removed yet: it may have moved to a folder not looked at
+                    continue
+                }
                 old[child.path] = child.fingerprint
                 if child.fingerprint.kind == .directory, listed[child.path]?.kind != .directory || listed[child.path]?.inode != child.fingerprint.inode {
                     holdings(of: child.path)
@@ -202,6 +224,13 @@ final class ChangeFinder {
             for (path, print) in listed {
                 now[path] = print
                 let known = sync.files[path]?.fingerprint
+                // Arrived from a folder not looked at this round: its record there joins the look,
+                // so that it is seen moved, not made new.
+                if known == nil, print.kind != .directory, let was = sync.files.path(withInode: print.inode), was != path, old[was] == nil,
+                   let record = sync.files[was], record.fingerprint.kind == print.kind, !folders.contains(LocalContents.folder(of: was)) {
+                    old[was] = record.fingerprint
+                    if let there = scanner.fingerprint(of: was) { now[was] = there }
+                }
                 guard print.kind == .directory, known?.kind != .directory || known?.inode != print.inode else { continue }
                 try scanner.walk(path, into: &now)
                 if let was = sync.files.folder(withInode: print.inode), was != path { holdings(of: was) }

@@ -127,6 +127,7 @@ final class ConflictReconciler {
                 sync.downloadErrors[item] = error.description
                 continue
             }
+            sync.downloadErrors[item] = nil // an earlier attempt's failure no longer stands (set again below if one fails)
             for conflict in details.conflicts where missing.contains(conflict.revision) && conflict.uploaded {
                 do {
                     let kind = remote.kind ?? .file

@@ -5,14 +5,14 @@ import UbiquityProtocol
 import UbiquitySync
 
 /// The synced files, folders and packages of a container as the agent last saw them, by path,
-/// by item, and by folder (so finding an item's path, a folder's contents or a folder by its
-/// inode is a lookup, not a search).
+/// by item, by folder and by inode (so finding an item's path, a folder's contents or a record
+/// by its inode is a lookup, not a search).
 struct LocalFiles {
     /// The records by path (out of line: there is one per file).
     private(set) var byPath: OutOfLineDictionary<AgentStore.File>
     private var pathByItem: [String: String] = [:]
     private var childrenByFolder: [String: Set<String>] = [:]
-    private var folderByInode: [UInt64: String] = [:]
+    private var pathByInode: [UInt64: String] = [:]
 
     init(_ files: [String: AgentStore.File]) {
         byPath = OutOfLineDictionary(minimumCapacity: files.count)
@@ -24,13 +24,13 @@ struct LocalFiles {
         set {
             if let old = byPath[path] {
                 if pathByItem[old.item] == path { pathByItem[old.item] = nil }
-                if old.fingerprint.kind == .directory, folderByInode[old.fingerprint.inode] == path { folderByInode[old.fingerprint.inode] = nil }
+                if pathByInode[old.fingerprint.inode] == path { pathByInode[old.fingerprint.inode] = nil }
             }
             byPath[path] = newValue
             let folder = LocalContents.folder(of: path)
             if let newValue {
                 pathByItem[newValue.item] = path
-                if newValue.fingerprint.kind == .directory { folderByInode[newValue.fingerprint.inode] = path }
+                pathByInode[newValue.fingerprint.inode] = path
                 childrenByFolder[folder, default: []].insert(path)
             } else {
                 childrenByFolder[folder]?.remove(path)
@@ -62,7 +62,10 @@ struct LocalFiles {
     }
 
     /// The folder recorded with `inode`, if any.
-    func folder(withInode inode: UInt64) -> String? { folderByInode[inode] }
+    func folder(withInode inode: UInt64) -> String? { path(withInode: inode).flatMap { byPath[$0]?.fingerprint.kind == .directory ? $0 : nil } }
+
+    /// Where the file, package or folder recorded with `inode` is, if any.
+    func path(withInode inode: UInt64) -> String? { pathByInode[inode] }
 
     /// The records at `path` and under it.
     func subtree(_ path: String) -> [AgentStore.File] {

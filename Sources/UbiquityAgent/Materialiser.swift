@@ -85,6 +85,7 @@ final class Materialiser {
         var gone: [String] = []
         for (item, visible) in settled where visible.deleted {
             unwanted.insert(item)
+            sync.downloadErrors[item] = nil // nothing left to download
             if sync.requested.remove(item) != nil { try sync.store.setDownloadRequested(false, container: sync.container, item: item) }
             guard let local = sync.files.file(of: item), local.fingerprint.kind != .directory else { continue }
             // Deleted elsewhere: its versions go with it (as they do with a file deleted on a Mac).
@@ -158,6 +159,9 @@ final class Materialiser {
                     sync.downloadErrors[download.item] = error.description
                     sync.logger.warning("download failed", metadata: ["container": "\(sync.container)", "item": "\(download.path)", "error": "\(error)"])
                 }
+                // Not uploaded yet by its device, or the server has moved on (the next fetch
+                // says to what): an earlier attempt's failure no longer stands.
+                if case .success = outcome { sync.downloadErrors[download.item] = nil }
                 // Not uploaded yet by its device (or failed): listed meanwhile, and tried again.
                 if download.previous == nil { wanted[LocalContents.placeholderPath(for: download.path)] = download.placeholder }
                 later.insert(download.item)

@@ -1,8 +1,12 @@
 import ArgumentParser
+import UbiquityFiles
 
 /// The `ubiquity` command: one tool for the document framework and, later, the sync service.
 @main
 struct UbiquityCommand: AsyncParsableCommand {
+    /// Parses the arguments (read from the kernel when a preloaded shim hid them from Swift).
+    static func main() async { await main(ProcessArguments.afterProgram) }
+
     static let configuration = CommandConfiguration(
         commandName: "ubiquity",
         abstract: "Apple's document architecture and iCloud-style document sync for Swift on Linux.",

@@ -1,8 +1,13 @@
 import ArgumentParser
+import UbiquityFiles
 import Foundation
 
 /// `ubiquity-chaos`: real servers and agents under faults, and the proof that nothing was lost.
 @main struct ChaosCommand: AsyncParsableCommand {
+    /// Parses the arguments (read from the kernel when libfaketime hid them from Swift: the
+    /// writer of a device with a skewed clock runs under it).
+    static func main() async { await main(ProcessArguments.afterProgram) }
+
     static let configuration = CommandConfiguration(
         commandName: "ubiquity-chaos",
         abstract: "Run a real server and agents with app-like writers under injected faults, then check that every device agrees and no edit was lost.",
@@ -28,7 +33,11 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "Each writer waits up to this many milliseconds between steps.") var paceMilliseconds = 200
     @Option(help: "A PostgreSQL URL for the server's storage instead of an embedded database.") var database: String?
     @Option(help: "The working folder (default: a new one under /tmp).") var work: String?
+    @Option(help: "MiB of the small filesystem each device's home and the server's data are on (the disk-full faults fill them).") var diskMegabytes = 768
+    @Option(help: "Seconds the last device's clock is off (libfaketime; 0: none).") var skewSeconds = 240
     @Flag(help: "Keep the working folder even when the run passes.") var keep = false
+    @Flag(help: ArgumentHelp("Delete one of the first device's files behind its writer's back (the checks must fail).", visibility: .hidden))
+    var sabotage = false
 
     func validate() throws {
         guard (1...8).contains(devices) else { throw ValidationError("--devices is 1 to 8") }
@@ -38,17 +47,19 @@ struct RunCommand: AsyncParsableCommand {
     func run() async throws {
         let folder = work.map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: "/tmp/ubiquity-chaos-\(getpid())")
         let settings = ChaosSettings(seed: seed, devices: devices, rounds: rounds, roundSeconds: roundSeconds, settleSeconds: settleSeconds, minutes: minutes,
-                                     paceMilliseconds: paceMilliseconds, database: database, work: folder, keep: keep)
+                                     paceMilliseconds: paceMilliseconds, database: database, work: folder, keep: keep, diskMegabytes: diskMegabytes, skewSeconds: skewSeconds, sabotage: sabotage)
         let harness = Harness(settings: settings)
         let report: ChaosReport
         do {
             report = try await harness.run()
         } catch {
             await harness.shutDown()
+            await harness.releaseDisks(keepingCopies: true)
             say("the harness failed: \(error); kept \(folder.path); replay: \(settings.replay)")
             throw ExitCode(2)
         }
         await harness.shutDown()
+        await harness.releaseDisks(keepingCopies: keep || !report.passed)
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
         FileHandle.standardOutput.write(try encoder.encode(report) + Data("\n".utf8))

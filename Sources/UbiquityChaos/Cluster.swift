@@ -112,13 +112,20 @@ final class ChaosServer: @unchecked Sendable { // state behind `lock`
     }
 }
 
-/// One device: its own home (configuration, data, runtime folder), its link to the server (a
-/// relay the harness breaks at will), its `ubiquity agent` and its writer processes.
+/// One device: its own home (configuration and data: on a small filesystem of its own when the
+/// harness can mount one, so that it can fill up), its runtime folder, its link to the server
+/// (a relay the harness breaks at will), its `ubiquity agent` and its writer processes. Its
+/// ledger and logs live beside it (`WORK/logs`), where a full disk cannot reach them.
 final class ChaosDevice: @unchecked Sendable { // state behind `lock`
     let index: Int
     let name: String
     let home: URL
+    let logs: URL
     let environment: [String: String]
+    /// Variables that make the device's processes see a clock off by ``skew`` seconds
+    /// (libfaketime), empty for a device on time.
+    let clockEnvironment: [String: String]
+    let skew: Int
     let paths: UbiquityPaths
     let containers: UbiquityContainers
     let relay: RelayProxy
@@ -128,25 +135,29 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
     private var agent: ChildProcess?
     private var writer: ChildProcess?
 
-    init(index: Int, folder: URL, container: String, keyValueStore: String, serverPort: Int) throws {
+    init(index: Int, folder: URL, container: String, keyValueStore: String, serverPort: Int, skew: Int = 0) throws {
         self.index = index
         name = "device\(index)"
         self.container = container
         self.keyValueStore = keyValueStore
+        self.skew = skew
+        clockEnvironment = skew == 0 ? [:] : ["LD_PRELOAD": Faults.fakeTimeLibrary, "FAKETIME": "\(skew >= 0 ? "+" : "")\(skew)", "FAKETIME_DONT_FAKE_MONOTONIC": "1"]
         home = folder.appendingPathComponent(name)
-        let runtime = home.appendingPathComponent("run")
+        logs = folder.appendingPathComponent("logs")
+        let runtime = folder.appendingPathComponent("run/\(name)")
         environment = ["HOME": home.path, "XDG_CONFIG_HOME": home.appendingPathComponent("config").path,
                        "XDG_DATA_HOME": home.appendingPathComponent("data").path, "XDG_RUNTIME_DIR": runtime.path]
         paths = UbiquityPaths(environment: environment)
         containers = UbiquityContainers(paths: paths, entitlements: UbiquityEntitlements(containers: [container], keyValueStore: keyValueStore))
         try FileManager.default.createDirectory(at: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.createDirectory(at: logs, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true)
         try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 15}"#.utf8).write(to: paths.agentConfiguration)
         relay = try RelayProxy.start(to: serverPort)
     }
 
-    var ledger: URL { home.appendingPathComponent("ledger.jsonl") }
-    var stopFile: URL { home.appendingPathComponent("stop-writer") }
+    var ledger: URL { logs.appendingPathComponent("\(name)-ledger.jsonl") }
+    var stopFile: URL { logs.appendingPathComponent("\(name)-stop-writer") }
     var root: URL? { containers.url(forContainer: container) }
 
     /// `ubiquity login` through the relay.
@@ -157,7 +168,7 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
     }
 
     private func logHandle(_ file: String) throws -> FileHandle {
-        let url = home.appendingPathComponent(file)
+        let url = logs.appendingPathComponent("\(name)-\(file)")
         if !FileManager.default.fileExists(atPath: url.path) { _ = FileManager.default.createFile(atPath: url.path, contents: nil) }
         let handle = try FileHandle(forWritingTo: url)
         handle.seekToEndOfFile()
@@ -171,7 +182,7 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
         let process = ChildProcess()
         process.executableURL = Binaries.ubiquity
         process.arguments = ["agent", "--log-level", ProcessInfo.processInfo.environment["UBIQUITY_CHAOS_AGENT_LOG_LEVEL"] ?? "notice"]
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }.merging(clockEnvironment) { $1 }
         let handle = try logHandle("agent.log")
         process.standardOutput = handle
         process.standardError = handle
@@ -180,7 +191,7 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
         lock.withLock { agent = process }
         let start = ContinuousClock.now
         while (try? containers.agent.send(AgentRequest(.status), timeout: .seconds(1))) == nil {
-            guard process.isRunning else { throw ChaosError("\(name)'s agent exited at start (see \(home.path)/agent.log)") }
+            guard process.isRunning else { throw ChaosError("\(name)'s agent exited at start (see \(logs.path)/\(name)-agent.log)") }
             guard ContinuousClock.now - start < .seconds(30) else { throw ChaosError("\(name)'s agent did not answer in 30 s") }
             try await Task.sleep(for: .milliseconds(50))
         }
@@ -207,7 +218,7 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
         process.executableURL = Binaries.chaos
         process.arguments = ["write", "--container", container, "--key-value-store", keyValueStore, "--device", name, "--seed", "\(seed)",
                              "--ledger", ledger.path, "--stop-file", stopFile.path, "--pace-milliseconds", "\(pace)"]
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
+        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }.merging(clockEnvironment) { $1 }
         let handle = try logHandle("writer.log")
         process.standardOutput = handle
         process.standardError = handle

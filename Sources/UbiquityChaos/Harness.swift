@@ -25,6 +25,13 @@ enum FaultKind: String, CaseIterable, Codable, Sendable {
     case reset
     /// A device offline for a long stretch (a quarter to a half of the round).
     case offline
+    /// A device's disk full for 2–6 s (its home is a small filesystem of its own).
+    case diskFull
+    /// The server's disk full for 1–4 s.
+    case serverDiskFull
+    /// Thousands of files made and removed in a device's folder at once: more file events than
+    /// the kernel queues for the agent's watcher.
+    case flood
 
     /// How often it is picked (out of the sum).
     var weight: Int {
@@ -37,6 +44,9 @@ enum FaultKind: String, CaseIterable, Codable, Sendable {
         case .jitter: 2
         case .reset: 3
         case .offline: 1
+        case .diskFull: 2
+        case .serverDiskFull: 1
+        case .flood: 1
         }
     }
 }
@@ -67,6 +77,11 @@ struct ChaosReport: Codable, Sendable {
     var seconds: Double
     var replay: String
     var passed: Bool
+    /// The device whose clock was skewed, and by how many seconds.
+    var skewedDevice: String?
+    var skewSeconds: Int
+    /// Faults that could not be injected on this machine, and why.
+    var unavailable: [String]
 }
 
 /// The settings of one run.
@@ -81,10 +96,18 @@ struct ChaosSettings: Sendable {
     var database: String?
     var work: URL
     var keep: Bool
+    /// Each device's home and the server's data on a tmpfs of this many MiB (to fill up).
+    var diskMegabytes = 768
+    /// The last device's clock is off by this many seconds (0: every clock on time).
+    var skewSeconds = 240
+    /// Deletes one of the first device's files behind its writer's back after the first
+    /// round's writes: a loss the checks must report (the harness's own test).
+    var sabotage = false
 
     var replay: String {
         var words = ["ubiquity-chaos", "--seed", "\(seed)", "--devices", "\(devices)", "--round-seconds", "\(Int(roundSeconds))", "--pace-milliseconds", "\(paceMilliseconds)"]
         if let minutes { words += ["--minutes", "\(minutes)"] } else { words += ["--rounds", "\(rounds)"] }
+        if skewSeconds != 240 { words += ["--skew-seconds", "\(skewSeconds)"] }
         if database != nil { words += ["--database", "\"$DATABASE_URL\""] }
         return words.joined(separator: " ")
     }
@@ -108,24 +131,79 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
     /// Devices whose network a fault holds now (one network fault per device at a time).
     private let busyLinks = Mutex<Set<Int>>([])
     private let serverBusy = Mutex(false)
+    /// Filesystems a disk-full fault holds now.
+    private let busyDisks = Mutex<Set<String>>([])
+
+    /// Small filesystems mounted for the run (released at its end).
+    private(set) var disks: [URL] = []
+    /// Fault kinds this machine cannot give, and why.
+    private(set) var unavailable: [String] = []
+    private var skewed: ChaosDevice?
 
     init(settings: ChaosSettings) {
         self.settings = settings
         random = SeededGenerator(seed: settings.seed)
         let storage = settings.database.map { ["--database", $0] } ?? ["--data", settings.work.appendingPathComponent("server").path]
-        server = ChaosServer(storage: storage, log: settings.work.appendingPathComponent("server.log"))
+        server = ChaosServer(storage: storage, log: settings.work.appendingPathComponent("logs/server.log"))
+    }
+
+    /// The server's data folder (its chunks, and its database unless on PostgreSQL).
+    var serverData: URL { settings.work.appendingPathComponent("server") }
+
+    /// Mounts the small filesystems the disk-full faults fill (as root; else those faults are
+    /// left out, and the report says so).
+    private func mountDisks() {
+        let folders = [serverData] + (0..<settings.devices).map { settings.work.appendingPathComponent("device\($0)") }
+        for folder in folders {
+            guard Faults.mountSmallDisk(at: folder, megabytes: settings.diskMegabytes) else {
+                unavailable.append("diskFull, serverDiskFull: cannot mount a tmpfs (errno \(errno); needs root or CAP_SYS_ADMIN)")
+                for disk in disks { Faults.unmount(disk) }
+                disks = []
+                return
+            }
+            disks.append(folder)
+        }
+    }
+
+    /// Unmounts the run's small filesystems; with `keepingCopies`, what they hold is copied
+    /// beside them first (`deviceN.kept`), for a failed run's post-mortem.
+    func releaseDisks(keepingCopies: Bool) async {
+        for disk in disks {
+            if keepingCopies {
+                let copy = disk.path + ".kept"
+                _ = try? await blocking { () -> Int32 in // (a failed copy loses only the post-mortem; the report stands)
+                    let process = ChildProcess()
+                    process.executableURL = URL(fileURLWithPath: "/bin/cp")
+                    process.arguments = ["-a", disk.path + "/.", copy]
+                    try FileManager.default.createDirectory(atPath: copy, withIntermediateDirectories: true)
+                    try process.run()
+                    process.waitUntilExit()
+                    return process.terminationStatus
+                }
+            }
+            Faults.unmount(disk)
+        }
+        disks = []
     }
 
     /// The whole run.
     func run() async throws -> ChaosReport {
         let start = ContinuousClock.now
-        try FileManager.default.createDirectory(at: settings.work, withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: settings.work.appendingPathComponent("logs"), withIntermediateDirectories: true)
         say("seed \(settings.seed), \(settings.devices) devices, work in \(settings.work.path)")
+        mountDisks()
+        var skew = 0
+        if settings.skewSeconds != 0 && settings.devices > 1 {
+            if Faults.canSkewClocks { skew = settings.skewSeconds } else { unavailable.append("clock skew: \(Faults.fakeTimeLibrary) missing (Debian's faketime)") }
+        }
+        for line in unavailable { say("left out: \(line)") }
         let created = try await runUbiquity(["account", "create", "ada"] + server.storage + ["--password-stdin", "--quota", "\(Int64(1) << 40)"], input: "correct horse\n")
         guard created.status == 0 else { throw ChaosError("ubiquity account create: \(created.output)") }
         try await server.start()
         for index in 0..<settings.devices {
-            let device = try ChaosDevice(index: index, folder: settings.work, container: container, keyValueStore: keyValueStore, serverPort: server.port)
+            let device = try ChaosDevice(index: index, folder: settings.work, container: container, keyValueStore: keyValueStore, serverPort: server.port,
+                                         skew: index == settings.devices - 1 ? skew : 0)
+            if device.skew != 0 { skewed = device }
             try await device.login()
             try await device.startAgent()
             devices.append(device)
@@ -165,7 +243,8 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
             seed: settings.seed, devices: settings.devices, storage: settings.database == nil ? "sqlite" : "postgresql", rounds: rounds,
             faults: faults, faultsInjected: faults.values.reduce(0, +), edits: rounds.map(\.edits).reduce(0, +), lost: lost, violations: violations,
             convergence: ["p50": percentile(0.5), "p99": percentile(0.99), "max": times.last ?? 0],
-            seconds: (ContinuousClock.now - start).seconds, replay: settings.replay, passed: violations == 0 && lost == 0 && rounds.allSatisfy { $0.convergenceSeconds != nil })
+            seconds: (ContinuousClock.now - start).seconds, replay: settings.replay, passed: violations == 0 && lost == 0 && rounds.allSatisfy { $0.convergenceSeconds != nil },
+            skewedDevice: skewed?.name, skewSeconds: skewed?.skew ?? 0, unavailable: unavailable)
         return report
     }
 
@@ -199,7 +278,12 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         var checks = Checks(devices: devices)
         note("round \(round): faults end, writers stop")
         for device in devices where !(await device.stopWriter()) {
-            checks.record("writer", "\(device.name)'s writer failed or had to be killed (see \(device.home.path)/writer.log)")
+            checks.record("writer", "\(device.name)'s writer failed or had to be killed (see \(device.logs.path)/\(device.name)-writer.log)")
+        }
+        if settings.sabotage && round == 1, let root = devices[0].root,
+           let victim = LedgerModel(try LedgerEntry.read(devices[0].ledger)).files.keys.sorted().first {
+            try FileManager.default.removeItem(at: root.appendingPathComponent(victim))
+            note("sabotage: removed \(victim) from \(devices[0].name) behind its writer's back")
         }
         // Heal: every link carries bytes again, every process runs.
         for device in devices { device.relay.mode = .pass }
@@ -313,6 +397,29 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
             count(kind, device.name)
             device.relay.resetAll()
             return nil
+        case .diskFull, .serverDiskFull:
+            guard !disks.isEmpty else { return nil }
+            let folder = kind == .serverDiskFull ? serverData : device.home
+            let seconds = kind == .serverDiskFull ? 1 + pause * 3 : 2 + pause * 4
+            guard busyDisks.withLock({ $0.insert(folder.path).inserted }) else { return nil }
+            count(kind, kind == .serverDiskFull ? "server" : device.name, String(format: "for %.1f s", seconds))
+            return Task {
+                do {
+                    let ballast = try await blocking { try Faults.fill(folder) }
+                    try? await Task.sleep(for: .seconds(seconds)) // (a cancelled sleep only shortens the fault)
+                    try FileManager.default.removeItem(at: ballast)
+                } catch {
+                    say("filling \(folder.path) failed: \(error)")
+                }
+                self.busyDisks.withLock { _ = $0.remove(folder.path) }
+            }
+        case .flood:
+            guard let root = device.root else { return nil }
+            count(kind, device.name, "6,000 files made and removed")
+            let folder = root.appendingPathComponent(Layout.owned(by: device.name))
+            return Task {
+                do { try await blocking { try Faults.flood(in: folder, count: 6_000) } } catch { say("flooding \(device.name) failed: \(error)") }
+            }
         case .cut, .stall, .drip, .jitter, .offline:
             guard busyLinks.withLock({ $0.insert(device.index).inserted }) else { return nil }
             let seconds: Double

@@ -218,8 +218,17 @@ struct WriteCommand: AsyncParsableCommand {
         do {
             try coordinator.coordinate(writingItemAt: url(path), options: .forReplacing) { target in
                 let file = target.appendingPathComponent(name)
-                try FileManager.default.createDirectory(at: file.deletingLastPathComponent(), withIntermediateDirectories: true)
-                try data.write(to: file, options: .atomic)
+                let folder = file.deletingLastPathComponent()
+                let made = !FileManager.default.fileExists(atPath: folder.path)
+                try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+                do {
+                    try data.write(to: file, options: .atomic)
+                } catch {
+                    // A careful app leaves no empty folder behind (an empty folder inside a
+                    // package does not sync: docs/Reliability.md, known gaps).
+                    if made { try? FileManager.default.removeItem(at: folder) } // (best effort; the failure is what is reported)
+                    throw error
+                }
             }
             try record(.write, path + "/" + name, sha256: sha256(data), via: "package")
         } catch { try observe([path], after: error) }

@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import UbiquityClient
 import UbiquityCoordination
+import UbiquityProtocol
 import UbiquitySync
 import UbiquityTestSupport
 @testable import UbiquityAgent
@@ -147,6 +148,76 @@ import UbiquityTestSupport
             #expect(items.map(\.name) == ["Report.txt"] && items.first?.conflicts == [], "\(items)")
             relay.stop()
             _ = await stuck.value
+        }
+    }
+
+    /// Found with seed 4: a file moved between folders makes two events (gone from one, arrived
+    /// in the other), and the watcher may hand them to two rounds, each looking at its folder
+    /// alone. Arrival first, the file was taken for a new item; departure first, the item was
+    /// deleted — either way the server ended with two items (one renamed "n125-429 2.txt") or
+    /// lost the item's history. Now the arrival finds the record by its inode, and a departure
+    /// waits one round for its arrival.
+    @Test func aMoveSeenInTwoRoundsKeepsItsItem() async throws {
+        try await ContainerSyncTests().withServer { base, dir in
+            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
+            try laptop.write("sub/a.txt", Data("first".utf8))
+            try laptop.write("sub/b.txt", Data("second".utf8))
+            try await laptop.sync.syncOnce()
+            func files() async throws -> [String: ItemState] {
+                let items = try await laptop.client.changes(container: ContainerSyncTests().notes, since: 0).items
+                return Dictionary(uniqueKeysWithValues: items.filter { $0.kind != .directory && !$0.deleted }.map { ($0.id, $0) })
+            }
+            let before = try await files()
+            #expect(before.count == 2)
+            let documents = laptop.documents
+
+            // The arrival's round first.
+            try FileManager.default.moveItem(at: documents.appendingPathComponent("sub/a.txt"), to: documents.appendingPathComponent("a.txt"))
+            await laptop.sync.noteChange(at: "Documents/a.txt")
+            try await laptop.sync.syncOnce()
+            await laptop.sync.noteChange(at: "Documents/sub/a.txt")
+            try await laptop.sync.syncOnce()
+            // The departure's round first.
+            try FileManager.default.moveItem(at: documents.appendingPathComponent("sub/b.txt"), to: documents.appendingPathComponent("b.txt"))
+            await laptop.sync.noteChange(at: "Documents/sub/b.txt")
+            try await laptop.sync.syncOnce()
+            #expect(await !laptop.sync.isIdle, "a departure waits a round for its arrival")
+            await laptop.sync.noteChange(at: "Documents/b.txt")
+            try await laptop.sync.syncOnce()
+            try await laptop.sync.syncOnce()
+            #expect(await laptop.sync.isIdle)
+
+            let after = try await files()
+            #expect(Set(after.keys) == Set(before.keys), "the same two items: \(after.values.map(\.name))")
+            #expect(Set(after.values.map(\.name)) == ["a.txt", "b.txt"] && after.values.allSatisfy { $0.parent == nil }, "\(after.values.map { ($0.name, $0.parent) })")
+        }
+    }
+
+    /// Found with seed 7: an agent killed after it put a download in place and before it
+    /// recorded so came back, saw the file changed and sent it as its own edit of the older
+    /// revision — a spurious conflict for the author, whose later delete then lost to it (the
+    /// deleted file came back on every device). See also
+    /// `SyncServerTests.theCurrentContentsSentAgainOnAnOlderBaseChangeNothing`.
+    @Test func aDownloadPutInPlaceButNotRecordedIsNotAnEdit() async throws {
+        try await ContainerSyncTests().withServer { base, dir in
+            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
+            try laptop.write("Notes.txt", Data("one".utf8))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            try laptop.write("Notes.txt", Data("two".utf8))
+            try await laptop.sync.syncOnce()
+            // The phone's agent put "two" in place and was stopped before recording it.
+            try phone.write("Notes.txt", Data("two".utf8))
+            try await phone.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            let items = try await phone.client.changes(container: ContainerSyncTests().notes, since: 0).items.filter { $0.name == "Notes.txt" }
+            #expect(items.count == 1 && items.first?.conflicts == [], "\(items)")
+            // The author's delete stands.
+            try FileManager.default.removeItem(at: laptop.documents.appendingPathComponent("Notes.txt"))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(!phone.exists("Notes.txt"))
         }
     }
 }

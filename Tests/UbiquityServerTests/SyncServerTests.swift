@@ -115,6 +115,30 @@ import UbiquityProtocol
         }
     }
 
+    /// Found by `ubiquity-chaos`: a device that downloaded the current contents and was stopped
+    /// before recording so took the file for its own edit of the older revision; the server
+    /// made it a new current revision and the author's concurrent edit a conflict — and the
+    /// author's delete that followed lost to it, so a deleted file came back. The same contents,
+    /// name and place again change nothing.
+    @Test(arguments: Backend.all) func theCurrentContentsSentAgainOnAnOlderBaseChangeNothing(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let phone = try await client.signIn("ada", device: "phone")
+            let first = try await client.commit(notes, "doc", fileUpdate("a.txt", [[0]]), token: laptop.token)
+            let second = try await client.commit(notes, "doc", fileUpdate("a.txt", [[1]], base: first.revision, date: 1_800_000_010), token: laptop.token)
+            let again = try await client.commit(notes, "doc", fileUpdate("a.txt", [[1]], base: first.revision, date: 1_800_000_020), token: phone.token)
+            #expect(again.revision == second.revision && again.outcome == "current" && again.item.conflicts.isEmpty)
+            let revisions = try await client.send(.get, "/v1/containers/\(notes)/items/doc/revisions", token: laptop.token).decode(ItemRevisionsResponse.self)
+            #expect(revisions.revisions.count == 1, "no new revision: \(revisions.revisions.map(\.revision))")
+            // Other contents on the older base are still a conflict, and a rename is still a change.
+            let other = try await client.commit(notes, "doc", fileUpdate("a.txt", [[2]], base: first.revision, date: 1_800_000_005), token: phone.token)
+            #expect(other.outcome == "conflict")
+            let renamed = try await client.commit(notes, "doc", fileUpdate("b.txt", [[1]], base: second.revision, date: 1_800_000_030), token: phone.token)
+            #expect(renamed.revision != second.revision && renamed.item.name == "b.txt")
+        }
+    }
+
     @Test(arguments: Backend.all) func concurrentEditsKeepBothAndEveryDeviceAgreesOnTheWinner(backend: Backend) async throws {
         let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.run { client in

@@ -70,6 +70,15 @@ enum ServerRules {
             guard let state = try await storage.itemState(container: container, item: item, brief: brief) else { throw SyncError.notFound }
             return CommitOutcome(revision: current.id, isCurrent: true, item: state, missingChunks: [], repeated: true)
         }
+        // The item's current contents, name and place sent again on an older base — a device
+        // that downloaded them was stopped before it recorded so, and took the file for its own
+        // edit (found by `ubiquity-chaos`): nothing changes, so no new revision and no conflict
+        // (which would have outlived the author's later delete); the current one is the answer.
+        if let base = update.baseRevision, let current = facts.current, current.id != base, !current.deleted, !commit.deleted, current.complete,
+           current.digest != nil, current.digest == commit.digest, current.kind == update.kind.rawValue, current.parent == update.parent, current.name == update.name {
+            guard let state = try await storage.itemState(container: container, item: item, brief: brief) else { throw SyncError.notFound }
+            return CommitOutcome(revision: current.id, isCurrent: true, item: state, missingChunks: [], repeated: true)
+        }
         var known: [String: Int64] = [:]
         if let kept {
             if facts.baseComplete {

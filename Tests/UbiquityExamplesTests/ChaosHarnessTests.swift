@@ -1,0 +1,78 @@
+import Foundation
+import Testing
+import UbiquityTestSupport
+
+/// `ubiquity-chaos` in the suite: a short fixed-seed profile (real server, three real agents and
+/// writers, faults from seed 7) must find every device the same and nothing lost; and the
+/// harness must fail when something is lost (a file deleted behind a writer's back).
+@Suite(.serialized) struct ChaosHarnessTests {
+    /// What a run printed: its exit status, its JSON report, its summary.
+    struct Run {
+        var status: Int32
+        var report: [String: Any]
+        var summary: String
+    }
+
+    func chaos(_ arguments: [String]) async throws -> Run {
+        let work = FileManager.default.temporaryDirectory.appendingPathComponent("chaos-test-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: work) }
+        let (status, output, errors) = try await onOwnThread {
+            let process = ChildProcess()
+            process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("ubiquity-chaos")
+            process.arguments = arguments + ["--work", work.path]
+            let output = Pipe(), errors = Pipe()
+            process.standardOutput = output
+            process.standardError = errors
+            try process.run()
+            let summary = Thread.detachedReading(errors.fileHandleForReading)
+            let data = output.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return (process.terminationStatus, data, summary.wait())
+        }
+        let report = (try? JSONSerialization.jsonObject(with: output)) as? [String: Any] ?? [:]
+        return Run(status: status, report: report, summary: errors)
+    }
+
+    /// The profile CI guards: 3 devices, 2 rounds of 12 s of writes under faults (agents and
+    /// the server killed, links cut, stalled, dripping, jittery and reset), then the checks.
+    @Test(.timeLimit(.minutes(4))) func aShortFixedSeedProfileLosesNothing() async throws {
+        let run = try await chaos(["--seed", "7", "--devices", "3", "--rounds", "2", "--round-seconds", "12", "--settle-seconds", "90"])
+        #expect(run.status == 0, "\(run.summary)")
+        #expect(run.report["lost"] as? Int == 0 && run.report["violations"] as? Int == 0, "\(run.summary)")
+        #expect((run.report["faultsInjected"] as? Int ?? 0) >= 8 && (run.report["edits"] as? Int ?? 0) >= 100, "a run that did little proves little: \(run.summary)")
+        print(run.summary)
+    }
+
+    /// A harness that cannot fail proves nothing: a file removed behind its writer's back (the
+    /// agent then syncs the removal everywhere) is reported lost, with the seed and a replay.
+    @Test(.timeLimit(.minutes(3))) func theHarnessReportsALoss() async throws {
+        let run = try await chaos(["--seed", "3", "--devices", "2", "--rounds", "1", "--round-seconds", "4", "--settle-seconds", "60", "--sabotage"])
+        #expect(run.status == 1, "\(run.summary)")
+        #expect((run.report["lost"] as? Int ?? 0) >= 1, "\(run.summary)")
+        #expect(run.summary.contains("replay: ubiquity-chaos --seed 3"), "\(run.summary)")
+    }
+}
+
+extension Thread {
+    /// Reads `handle` to its end on a thread of its own (so that a child writing much to both
+    /// of its streams never blocks on the one not being read).
+    static func detachedReading(_ handle: FileHandle) -> PendingText {
+        let pending = PendingText()
+        Thread { pending.finish(String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)) }.start()
+        return pending
+    }
+}
+
+/// Text read on another thread, waited for.
+final class PendingText: @unchecked Sendable { // `text` is written once, before `done` is signalled
+    private let done = DispatchSemaphore(value: 0)
+    private var text = ""
+    func finish(_ text: String) {
+        self.text = text
+        done.signal()
+    }
+    func wait() -> String {
+        done.wait()
+        return text
+    }
+}
