@@ -211,6 +211,13 @@ actor AccountSession {
                     let identifier = String(inside.prefix { $0 != "/" })
                     let relative = String(inside.dropFirst(identifier.count + 1))
                     Task { await self.changed(identifier, at: relative) }
+                case .moved(let from, let to):
+                    guard from.hasPrefix(folder + "/"), to.hasPrefix(folder + "/") else { return }
+                    let source = from.dropFirst(folder.count + 1), target = to.dropFirst(folder.count + 1)
+                    let identifier = String(source.prefix { $0 != "/" })
+                    guard target.prefix(while: { $0 != "/" }) == identifier else { return } // between containers: a delete and a new item
+                    let (old, new) = (String(source.dropFirst(identifier.count + 1)), String(target.dropFirst(identifier.count + 1)))
+                    Task { await self.moved(identifier, from: old, to: new) }
                 }
             }
         } catch {
@@ -226,6 +233,7 @@ actor AccountSession {
             storeWatcher = try DirectoryWatcher(root: keyValues.folder, logger: logger) { event in
                 switch event {
                 case .overflow: Task { await keyValues.trigger(nil) }
+                case .moved: break // each end came as `changed`
                 case .changed(let path):
                     guard path.hasSuffix(".json") else { return }
                     Task { await keyValues.trigger(String((path as NSString).lastPathComponent.dropLast(5))) }
@@ -348,6 +356,14 @@ actor AccountSession {
             return // not a container's folder: nothing to keep in step
         }
         await sync.noteChange(at: path)
+        trigger(identifier)
+    }
+
+    /// The watcher paired a rename inside the container `identifier`'s folder: the next round
+    /// keeps the item at `from` as the one at `to`, whatever the scan finds there.
+    func moved(_ identifier: String, from: String, to: String) async {
+        guard let sync = containers[identifier] else { return }
+        await sync.noteMove(from: from, to: to)
         trigger(identifier)
     }
 

@@ -25,8 +25,37 @@ final class ChangeFinder {
     /// new item (found by `ubiquity-chaos`).
     private var vanished: Set<String> = []
 
+    /// Renames the watcher paired, `to` → `from`, for the next round.
+    private var renames: [String: String] = [:]
+
     /// Whether a look is owed: files gone from their folder wait for one more round.
     var owesALook: Bool { !vanished.isEmpty }
+
+    /// The watcher saw `from` renamed to `to` (relative to the container's folder).
+    func noteMove(from: String, to: String) {
+        if renames.count >= 10_000 { renames = [:] } // bounded; the scan alone still decides what it sees
+        renames[to] = from
+    }
+
+    /// Applies the renames the watcher paired: the record of a file or package that left
+    /// `from` follows it to `to`, even if the file there was replaced since (a move, then a save
+    /// over the moved file, before the agent looked — else a delete and a new item).
+    private func followRenames(in sync: isolated ContainerSync) -> [(file: AgentStore.File, from: String)] {
+        defer { renames = [:] }
+        var moved: [(file: AgentStore.File, from: String)] = []
+        for (to, from) in renames.sorted(by: { $0.key < $1.key }) {
+            guard var file = sync.files[from], file.fingerprint.kind != .directory, sync.files[to] == nil,
+                  sync.scanner.fingerprint(of: from) == nil, let now = sync.scanner.fingerprint(of: to), now.kind == file.fingerprint.kind,
+                  let parent = sync.parent(ofFolder: LocalContents.folder(of: to)) else { continue }
+            sync.files[from] = nil
+            file.path = to
+            sync.files[to] = file // its old fingerprint: the look at `to` sees whether it changed too
+            sync.state.move(item: file.item, to: LocalContents.name(of: to), parent: parent, date: Date().timeIntervalSince1970)
+            vanished.remove(from)
+            moved.append((file, from))
+        }
+        return moved
+    }
 
     /// A watcher saw something change at `path` (relative to the container's folder): the next
     /// round looks at the folder it is in (for something in a package, at the package's
@@ -66,9 +95,11 @@ final class ChangeFinder {
         let scope = changedFolders, trees = changedTrees
         changedFolders = watched ? [] : nil
         changedTrees = []
+        let followed = followRenames(in: sync)
+        if !followed.isEmpty { try await sync.persist(upsert: followed.map(\.file), removed: followed.map(\.from)) }
+        if scope?.isEmpty == true && trees.isEmpty { return }
         let wasVanished = vanished
         vanished = []
-        if scope?.isEmpty == true && trees.isEmpty { return }
         let scanner = sync.scanner
         let old: LocalTree, now: LocalTree
         do {

@@ -434,6 +434,12 @@ package actor ContainerSync {
     /// round looks at the folder it is in (for something in a package, at the package's
     /// folder), and only there. Changes inside what stays local (`.nosync` folders, version
     /// stores) are not looked at.
+    /// A watcher saw the file or package at `from` renamed to `to` (paths relative to the
+    /// container's folder): the next round keeps its item for what is at `to`.
+    package func noteMove(from: String, to: String) {
+        finder.noteMove(from: from, to: to)
+    }
+
     package func noteChange(at path: String) {
         finder.noteChange(at: path, in: self)
     }

@@ -1,4 +1,6 @@
 import Foundation
+import Synchronization
+import UbiquityFiles
 import Testing
 import UbiquityClient
 import UbiquityCoordination
@@ -219,6 +221,50 @@ import UbiquityTestSupport
             try await phone.sync.syncOnce()
             #expect(!phone.exists("Notes.txt"))
         }
+    }
+
+    /// Found with seed 1: a file moved and then saved over (a safe save replaces it with a new
+    /// file) before the agent looked could not be told from a delete and a new file — the item
+    /// was deleted and its contents made a new item. The watcher pairs the rename's two events
+    /// and the item follows the rename, whatever is at its new place.
+    @Test func aMovedFileSavedOverBeforeTheLookKeepsItsItem() async throws {
+        try await ContainerSyncTests().withServer { base, dir in
+            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
+            try laptop.write("sub/c.txt", Data("first".utf8))
+            try await laptop.sync.syncOnce()
+            let before = try await laptop.client.changes(container: ContainerSyncTests().notes, since: 0).items.filter { $0.kind == .file }
+            let documents = laptop.documents
+            try FileManager.default.moveItem(at: documents.appendingPathComponent("sub/c.txt"), to: documents.appendingPathComponent("c.txt"))
+            try Data("second".utf8).write(to: documents.appendingPathComponent("c.txt"), options: .atomic) // a new file in its place
+            await laptop.sync.noteChange(at: "Documents/sub/c.txt")
+            await laptop.sync.noteChange(at: "Documents/c.txt")
+            await laptop.sync.noteMove(from: "Documents/sub/c.txt", to: "Documents/c.txt")
+            try await laptop.sync.syncOnce()
+            try await laptop.sync.syncOnce()
+            let after = try await laptop.client.changes(container: ContainerSyncTests().notes, since: 0).items.filter { $0.kind == .file && !$0.deleted }
+            #expect(after.map(\.id) == before.map(\.id) && after.map(\.name) == ["c.txt"] && after.first?.parent == nil, "\(after.map { ($0.id, $0.name) })")
+            #expect(after.first?.size == 6, "its new contents went too")
+        }
+    }
+
+    /// The watcher pairs a rename's two events into one `moved`, also when they come in two reads.
+    @Test func theWatcherPairsARenamesEvents() async throws {
+        let folder = FileManager.default.temporaryDirectory.appendingPathComponent("watch-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        try FileManager.default.createDirectory(at: folder.appendingPathComponent("a"), withIntermediateDirectories: true)
+        try FileManager.default.createDirectory(at: folder.appendingPathComponent("b"), withIntermediateDirectories: true)
+        try Data("x".utf8).write(to: folder.appendingPathComponent("a/f.txt"))
+        let seen = Mutex<[DirectoryWatcher.Event]>([])
+        let watcher = try DirectoryWatcher(root: folder) { event in seen.withLock { $0.append(event) } }
+        defer { watcher.stop() }
+        try FileManager.default.moveItem(at: folder.appendingPathComponent("a/f.txt"), to: folder.appendingPathComponent("b/g.txt"))
+        let start = ContinuousClock.now
+        while !seen.withLock({ $0.contains { if case .moved = $0 { true } else { false } } }) && ContinuousClock.now - start < .seconds(5) {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        let root = folder.resolvingSymlinksInPath().path
+        #expect(seen.withLock { $0 }.contains(.moved(from: root + "/a/f.txt", to: root + "/b/g.txt")) || seen.withLock { $0 }.contains(.moved(from: folder.path + "/a/f.txt", to: folder.path + "/b/g.txt")),
+                "\(seen.withLock { $0 })")
     }
 }
 

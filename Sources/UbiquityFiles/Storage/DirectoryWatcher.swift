@@ -19,6 +19,11 @@ public final class DirectoryWatcher: Sendable {
         case changed(String)
         /// Events were lost (queue overflow, watch limit): rescan everything.
         case overflow
+        /// The file or folder at `from` was renamed to `to` (absolute paths; both inside the
+        /// watched folder). Sent after the `changed` of each end, however far apart the two
+        /// events came: what a scan cannot tell when the file at `to` was replaced since (a
+        /// move, then a save over the moved file).
+        case moved(from: String, to: String)
     }
 
     /// The folder watched.
@@ -70,6 +75,8 @@ private final class WatchLoop: @unchecked Sendable {
     let logger: Logger
     let onEvent: @Sendable (DirectoryWatcher.Event) -> Void
     var paths: [Int32: String] = [:]
+    /// `IN_MOVED_FROM` cookies → the path that moved (the two ends of a rename may come in two reads).
+    var renamed: [UInt32: String] = [:]
     static let mask = UInt32(IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_ATTRIB)
 
     init(inotify: Int32, wake: Int32, logger: Logger, onEvent: @escaping @Sendable (DirectoryWatcher.Event) -> Void) {
@@ -145,5 +152,11 @@ private final class WatchLoop: @unchecked Sendable {
             watchTree(path) // a new folder (and whatever was made in it before the watch)
         }
         onEvent(.changed(path))
+        if event.mask & UInt32(IN_MOVED_FROM) != 0 {
+            if renamed.count >= 4_096 { renamed = [:] } // moves out of the tree never pair: bounded
+            renamed[event.cookie] = path
+        } else if event.mask & UInt32(IN_MOVED_TO) != 0, let from = renamed.removeValue(forKey: event.cookie) {
+            onEvent(.moved(from: from, to: path))
+        }
     }
 }

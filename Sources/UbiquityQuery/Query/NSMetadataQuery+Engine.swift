@@ -280,6 +280,8 @@ extension NSMetadataQuery {
         case .changed(let path):
             guard let itemPath = source.itemPath(forEvent: path) else { break }
             refresh(owningPackage(of: itemPath, under: source.base) ?? itemPath, in: source, predicate: predicate)
+        case .moved:
+            break // each end came as `changed`
         }
         scheduleFlush()
     }
