@@ -239,12 +239,13 @@ final class ChangeFinder {
             now[tree] = print
             try scanner.walk(tree, into: &now)
         }
+        var gone: [AgentStore.File] = [] // files missing from their folder's listing
         for folder in folders {
             var listed: LocalTree = [:]
             try scanner.walk(folder, into: &listed, recursive: false)
             for child in sync.files.children(of: folder) {
                 if child.fingerprint.kind != .directory, listed[child.path] == nil, !vanishedBefore.contains(child.path), !trees.contains(where: { child.path.hasPrefix($0 + "/") }) {
-                    vanished.insert(child.path) // not seen removed yet: it may have moved to a folder not looked at
+                    gone.append(child) // decided below, once every folder is listed
                     continue
                 }
                 old[child.path] = child.fingerprint
@@ -265,6 +266,17 @@ final class ChangeFinder {
                 guard print.kind == .directory, known?.kind != .directory || known?.inode != print.inode else { continue }
                 try scanner.walk(path, into: &now)
                 if let was = sync.files.folder(withInode: print.inode), was != path { holdings(of: was) }
+            }
+        }
+        // A file gone from its folder and found in another folder looked at now moved there (the
+        // comparison sees it); one found nowhere waits a round: it may have moved to a folder not
+        // looked at yet.
+        let inodes = Set(now.values.map(\.inode))
+        for child in gone {
+            if inodes.contains(child.fingerprint.inode) {
+                old[child.path] = child.fingerprint
+            } else {
+                vanished.insert(child.path)
             }
         }
         return (old, now)

@@ -188,6 +188,16 @@ import UbiquityTestSupport
             try await laptop.sync.syncOnce()
             try await laptop.sync.syncOnce()
             #expect(await laptop.sync.isIdle)
+            // Both ends in one look (found with seed 5: the departure's wait made the arrival a new item).
+            try FileManager.default.moveItem(at: documents.appendingPathComponent("a.txt"), to: documents.appendingPathComponent("sub/a.txt"))
+            await laptop.sync.noteChange(at: "Documents/a.txt")
+            await laptop.sync.noteChange(at: "Documents/sub/a.txt")
+            try await laptop.sync.syncOnce()
+            try FileManager.default.moveItem(at: documents.appendingPathComponent("sub/a.txt"), to: documents.appendingPathComponent("a.txt"))
+            await laptop.sync.noteChange(at: "Documents/a.txt")
+            await laptop.sync.noteChange(at: "Documents/sub/a.txt")
+            try await laptop.sync.syncOnce()
+            #expect(await laptop.sync.isIdle)
 
             let after = try await files()
             #expect(Set(after.keys) == Set(before.keys), "the same two items: \(after.values.map(\.name))")
