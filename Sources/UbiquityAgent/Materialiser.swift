@@ -72,7 +72,10 @@ final class Materialiser {
         let candidates = everything ? Set(sync.state.persisted.remote.keys).union(sync.state.persisted.local.keys)
                                     : (pending ?? []).union(changed).union(moved)
         var later = Set<String>() // what this round could not bring in step
-        defer { pending = (pending ?? []).union(later) }
+        var finished = false
+        // A failure part way (a full disk) leaves every candidate for the next round: those not
+        // reached yet would otherwise wait for their next change (found by `ubiquity-chaos`).
+        defer { pending = (pending ?? []).union(finished ? later : later.union(candidates)) }
         pending = []
         var settled: [(item: String, shown: DeviceSyncState.LocalItem)] = []
         for item in candidates {
@@ -181,6 +184,7 @@ final class Materialiser {
         }
         try await sync.persist(removed: emptied)
         later.formUnion(try writePlaceholders(wanted, unwanted: everything ? nil : unwanted, in: sync))
+        finished = true
         return candidates.count
     }
 

@@ -31,7 +31,8 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "Seconds of writes and faults per round.") var roundSeconds = 20.0
     @Option(help: "Seconds the devices get to go quiet after healing.") var settleSeconds = 120.0
     @Option(help: "Each writer waits up to this many milliseconds between steps.") var paceMilliseconds = 200
-    @Option(help: "A PostgreSQL URL for the server's storage instead of an embedded database.") var database: String?
+    @Option(help: "A PostgreSQL URL for the server's storage instead of an embedded database (its own schema: add search_path=NAME).") var database: String?
+    @Option(help: "Server instances behind the devices' links, each connection to one of them (with --database).") var servers = 1
     @Option(help: "The working folder (default: a new one under /tmp).") var work: String?
     @Option(help: "MiB of the small filesystem each device's home and the server's data are on (the disk-full faults fill them).") var diskMegabytes = 768
     @Option(help: "Seconds the last device's clock is off (libfaketime; 0: none).") var skewSeconds = 240
@@ -42,12 +43,13 @@ struct RunCommand: AsyncParsableCommand {
     func validate() throws {
         guard (1...8).contains(devices) else { throw ValidationError("--devices is 1 to 8") }
         guard rounds > 0, roundSeconds >= 1, settleSeconds >= 1, paceMilliseconds >= 0 else { throw ValidationError("rounds and seconds are positive") }
+        guard (1...4).contains(servers), servers == 1 || database != nil else { throw ValidationError("--servers is 1 to 4, more than one only with --database (they share its storage)") }
     }
 
     func run() async throws {
         let folder = work.map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: "/tmp/ubiquity-chaos-\(getpid())")
         let settings = ChaosSettings(seed: seed, devices: devices, rounds: rounds, roundSeconds: roundSeconds, settleSeconds: settleSeconds, minutes: minutes,
-                                     paceMilliseconds: paceMilliseconds, database: database, work: folder, keep: keep, diskMegabytes: diskMegabytes, skewSeconds: skewSeconds, sabotage: sabotage)
+                                     paceMilliseconds: paceMilliseconds, database: database, servers: servers, work: folder, keep: keep, diskMegabytes: diskMegabytes, skewSeconds: skewSeconds, sabotage: sabotage)
         let harness = Harness(settings: settings)
         let report: ChaosReport
         do {

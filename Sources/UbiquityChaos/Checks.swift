@@ -119,38 +119,41 @@ struct Checks {
         }
     }
 
-    /// Each device's last write to each shared file is current, a conflict version, or an
-    /// earlier version the server keeps (`NSFileVersion`'s nonlocal versions) — the server's are
-    /// downloaded only for what is not found on the devices.
+    /// Each device's last write to each shared file is on every device — as a file's current
+    /// contents or one of its conflict versions, under that name or another (two devices that
+    /// made the same name at once each keep their item: the server names one "note-0 2.txt") —
+    /// or is an earlier version the server keeps of one of the shared files (`NSFileVersion`'s
+    /// nonlocal versions, downloaded only when the devices do not have it).
     mutating func checkSharedFiles(_ snapshots: [Snapshot], models: [LedgerModel]) async {
+        func held(_ snapshot: Snapshot) -> Set<String> {
+            var hashes = Set(snapshot.files.filter { Layout.isShared($0.key) }.values)
+            for (path, versions) in snapshot.conflicts where Layout.isShared(path) { hashes.formUnion(versions) }
+            return hashes
+        }
+        let sets = snapshots.map(held)
+        let everywhere = sets.dropFirst().reduce(sets.first ?? []) { $0.intersection($1) }
         var missing: [(device: String, path: String, sha: String)] = []
         for (device, model) in zip(devices, models) {
             for (path, sha) in model.lastShared.sorted(by: { $0.key < $1.key }) {
                 expected += 1
-                let found = snapshots.allSatisfy { $0.files[path] == sha || $0.conflicts[path]?.contains(sha) == true }
-                if !found { missing.append((device.name, path, sha)) }
+                if !everywhere.contains(sha) { missing.append((device.name, path, sha)) }
             }
         }
-        guard !missing.isEmpty else { return }
-        var kept: [String: Set<String>] = [:]
-        let reader = devices[0]
-        for path in Set(missing.map(\.path)) {
-            guard let root = reader.root else { continue }
-            let url = root.appendingPathComponent(path)
+        guard !missing.isEmpty, let root = devices[0].root, let first = snapshots.first else { return }
+        var kept = Set<String>()
+        for path in first.files.keys.filter(Layout.isShared).sorted() {
             do {
-                var hashes = Set<String>()
-                for version in try await NSFileVersion.nonlocalVersionsOfItem(at: url) {
+                for version in try await NSFileVersion.nonlocalVersionsOfItem(at: root.appendingPathComponent(path)) {
                     let data = try NSFileCoordinator(filePresenter: nil).coordinate(readingItemAt: version.url) { try Data(contentsOf: $0) }
-                    hashes.insert(sha256(data))
+                    kept.insert(sha256(data))
                 }
-                kept[path] = hashes
             } catch {
                 violate("server", "listing or downloading \(path)'s versions failed: \(error)")
             }
         }
-        for entry in missing where kept[entry.path]?.contains(entry.sha) != true {
+        for entry in missing where !kept.contains(entry.sha) {
             lost += 1
-            violate("lost", "\(entry.path): \(entry.device)'s last write (\(entry.sha.prefix(12))) is neither current, a conflict version, nor kept by the server")
+            violate("lost", "\(entry.path): \(entry.device)'s last write (\(entry.sha.prefix(12))) is on no device and not kept by the server")
         }
     }
 

@@ -66,6 +66,7 @@ struct RoundReport: Codable, Sendable {
 struct ChaosReport: Codable, Sendable {
     var seed: UInt64
     var devices: Int
+    var servers: Int
     var storage: String
     var rounds: [RoundReport]
     var faults: [String: Int]
@@ -94,6 +95,8 @@ struct ChaosSettings: Sendable {
     var minutes: Double?
     var paceMilliseconds: Int
     var database: String?
+    /// Server instances (more than one only with ``database``).
+    var servers = 1
     var work: URL
     var keep: Bool
     /// Each device's home and the server's data on a tmpfs of this many MiB (to fill up).
@@ -108,6 +111,7 @@ struct ChaosSettings: Sendable {
         var words = ["ubiquity-chaos", "--seed", "\(seed)", "--devices", "\(devices)", "--round-seconds", "\(Int(roundSeconds))", "--pace-milliseconds", "\(paceMilliseconds)"]
         if let minutes { words += ["--minutes", "\(minutes)"] } else { words += ["--rounds", "\(rounds)"] }
         if skewSeconds != 240 { words += ["--skew-seconds", "\(skewSeconds)"] }
+        if servers != 1 { words += ["--servers", "\(servers)"] }
         if database != nil { words += ["--database", "\"$DATABASE_URL\""] }
         return words.joined(separator: " ")
     }
@@ -124,7 +128,10 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
     let settings: ChaosSettings
     let container = "CHAOS12345.com.example.chaos"
     let keyValueStore = "CHAOS12345.com.example.chaos"
-    let server: ChaosServer
+    /// The server instances (several only on PostgreSQL: they share its storage).
+    let servers: [ChaosServer]
+    /// The first instance (the one that creates the account and checks the storage).
+    var server: ChaosServer { servers[0] }
     var devices: [ChaosDevice] = []
     private var random: SeededGenerator
     private let faultCounts = Mutex<[String: Int]>([:])
@@ -144,7 +151,9 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         self.settings = settings
         random = SeededGenerator(seed: settings.seed)
         let storage = settings.database.map { ["--database", $0] } ?? ["--data", settings.work.appendingPathComponent("server").path]
-        server = ChaosServer(storage: storage, log: settings.work.appendingPathComponent("logs/server.log"))
+        servers = (0..<settings.servers).map { index in
+            ChaosServer(storage: storage, log: settings.work.appendingPathComponent(settings.servers == 1 ? "logs/server.log" : "logs/server\(index).log"))
+        }
     }
 
     /// The server's data folder (its chunks, and its database unless on PostgreSQL).
@@ -196,14 +205,16 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         if settings.skewSeconds != 0 && settings.devices > 1 {
             if Faults.canSkewClocks { skew = settings.skewSeconds } else { unavailable.append("clock skew: \(Faults.fakeTimeLibrary) missing (Debian's faketime)") }
         }
+        if settings.database != nil { unavailable.append("serverDiskFull: the server's storage is PostgreSQL (its disk is not the harness's)") }
         for line in unavailable { say("left out: \(line)") }
         let created = try await runUbiquity(["account", "create", "ada"] + server.storage + ["--password-stdin", "--quota", "\(Int64(1) << 40)"], input: "correct horse\n")
         guard created.status == 0 else { throw ChaosError("ubiquity account create: \(created.output)") }
-        try await server.start()
+        for instance in servers { try await instance.start() }
         for index in 0..<settings.devices {
             let device = try ChaosDevice(index: index, folder: settings.work, container: container, keyValueStore: keyValueStore, serverPort: server.port,
                                          skew: index == settings.devices - 1 ? skew : 0)
             if device.skew != 0 { skewed = device }
+            device.relay.targets = servers.map(\.port)
             try await device.login()
             try await device.startAgent()
             devices.append(device)
@@ -226,8 +237,10 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         // The server's storage, once it is stopped: its own check and SQLite's.
         var closing = Checks(devices: devices)
         for device in devices where await device.stopAgent() != 0 { closing.record("agent", "\(device.name)'s agent did not stop cleanly on SIGTERM") }
-        let status = await server.stop()
-        if status != 0 { closing.record("server", "the server exited with \(status) on SIGTERM") }
+        for (index, instance) in servers.enumerated() {
+            let status = await instance.stop()
+            if status != 0 { closing.record("server", "server \(index) exited with \(status) on SIGTERM") }
+        }
         let fsck = try await runUbiquity(["fsck"] + server.storage)
         if fsck.status != 0 { closing.record("server", "ubiquity fsck: \(fsck.output)") }
         if settings.database == nil { closing.checkServerDatabases(data: settings.work.appendingPathComponent("server")) }
@@ -240,7 +253,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         let violations = rounds.map(\.violations.count).reduce(0, +)
         let lost = rounds.map(\.lost).reduce(0, +)
         let report = ChaosReport(
-            seed: settings.seed, devices: settings.devices, storage: settings.database == nil ? "sqlite" : "postgresql", rounds: rounds,
+            seed: settings.seed, devices: settings.devices, servers: settings.servers, storage: settings.database == nil ? "sqlite" : "postgresql", rounds: rounds,
             faults: faults, faultsInjected: faults.values.reduce(0, +), edits: rounds.map(\.edits).reduce(0, +), lost: lost, violations: violations,
             convergence: ["p50": percentile(0.5), "p99": percentile(0.99), "max": times.last ?? 0],
             seconds: (ContinuousClock.now - start).seconds, replay: settings.replay, passed: violations == 0 && lost == 0 && rounds.allSatisfy { $0.convergenceSeconds != nil },
@@ -255,7 +268,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
             await device.killAgent()
             device.relay.stop()
         }
-        await server.kill()
+        for instance in servers { await instance.kill() }
     }
 
     /// Writers run while faults come; then the faults end, the writers stop, everything is
@@ -287,10 +300,8 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         }
         // Heal: every link carries bytes again, every process runs.
         for device in devices { device.relay.mode = .pass }
-        if !server.isRunning {
-            try await server.start()
-            for device in devices { device.relay.target = server.port }
-        }
+        for instance in servers where !instance.isRunning { try await instance.start() }
+        for device in devices { device.relay.targets = servers.map(\.port) }
         for device in devices where !device.agentIsRunning { try await device.startAgent() }
 
         note("round \(round): healed")
@@ -383,13 +394,17 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
             }
         case .serverKill:
             guard serverBusy.withLock({ busy in defer { busy = true }; return !busy }) else { return nil }
-            count(kind, "server", String(format: "restart after %.1f s", pause * 3))
-            return Task { [server, devices] in
-                await server.kill()
+            let index = Int.random(in: 0..<servers.count, using: &random)
+            let instance = servers[index]
+            count(kind, servers.count == 1 ? "server" : "server\(index)", String(format: "restart after %.1f s", pause * 3))
+            return Task { [servers, devices] in
+                await instance.kill()
+                // A load balancer stops sending to an instance that is down.
+                for device in devices { device.relay.targets = servers.filter(\.isRunning).map(\.port) }
                 try? await Task.sleep(for: .seconds(pause * 3)) // (a cancelled sleep only shortens the pause)
                 do {
-                    try await server.start()
-                    for device in devices { device.relay.target = server.port }
+                    try await instance.start()
+                    for device in devices { device.relay.targets = servers.filter(\.isRunning).map(\.port) }
                 } catch { say("the server did not restart: \(error)") }
                 self.serverBusy.withLock { $0 = false }
             }
@@ -398,7 +413,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
             device.relay.resetAll()
             return nil
         case .diskFull, .serverDiskFull:
-            guard !disks.isEmpty else { return nil }
+            guard !disks.isEmpty, kind == .diskFull || settings.database == nil else { return nil }
             let folder = kind == .serverDiskFull ? serverData : device.home
             let seconds = kind == .serverDiskFull ? 1 + pause * 3 : 2 + pause * 4
             guard busyDisks.withLock({ $0.insert(folder.path).inserted }) else { return nil }

@@ -40,14 +40,14 @@ public final class RelayProxy: Sendable {
     private let counter = Atomic<Int64>(0)
     private let stopped = Atomic<Bool>(false)
     private let modeValue = Atomic<UInt8>(Mode.pass.rawValue)
-    private let targetPort: Atomic<Int>
+    private let targetPorts: Mutex<[Int]>
     private let connections = Mutex<[ObjectIdentifier: Pair]>([:])
     private let resets = Atomic<Int>(0)
 
     private init(port: Int, listener: Int32, target: Int) {
         self.port = port
         self.listener = listener
-        targetPort = Atomic(target)
+        targetPorts = Mutex([target])
     }
 
     /// Starts relaying 127.0.0.1:`target`.
@@ -63,8 +63,16 @@ public final class RelayProxy: Sendable {
 
     /// The port connections are relayed to (a restarted server may listen elsewhere).
     public var target: Int {
-        get { targetPort.load(ordering: .relaxed) }
-        set { targetPort.store(newValue, ordering: .relaxed) }
+        get { targetPorts.withLock { $0.first ?? 0 } }
+        set { targetPorts.withLock { $0 = [newValue] } }
+    }
+
+    /// The ports connections are relayed to, each new connection to one of them at random
+    /// (several server instances behind one address, as behind a load balancer); none: every
+    /// connection is refused.
+    public var targets: [Int] {
+        get { targetPorts.withLock { $0 } }
+        set { targetPorts.withLock { $0 = newValue } }
     }
 
     /// How bytes are treated now; ``Mode/cut`` also resets every open connection.
@@ -106,8 +114,12 @@ public final class RelayProxy: Sendable {
                 Pair.abort(client)
                 continue
             }
+            guard let port = targets.randomElement() else {
+                Pair.abort(client)
+                continue
+            }
             let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-            var address = loopback(port: target)
+            var address = loopback(port: port)
             let connected = server >= 0 && withUnsafeMutablePointer(to: &address) { pointer in
                 pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) == 0 }
             }
