@@ -1,6 +1,9 @@
 import ArgumentParser
 import UbiquityFiles
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// `ubiquity-chaos`: real servers and agents under faults, and the proof that nothing was lost.
 @main struct ChaosCommand: AsyncParsableCommand {
@@ -51,6 +54,20 @@ struct RunCommand: AsyncParsableCommand {
         let settings = ChaosSettings(seed: seed, devices: devices, rounds: rounds, roundSeconds: roundSeconds, settleSeconds: settleSeconds, minutes: minutes,
                                      paceMilliseconds: paceMilliseconds, database: database, servers: servers, work: folder, keep: keep, diskMegabytes: diskMegabytes, skewSeconds: skewSeconds, sabotage: sabotage)
         let harness = Harness(settings: settings)
+        // Interrupted, the harness leaves no process or mount behind.
+        var interruptions: [any DispatchSourceSignal] = []
+        for number: Int32 in [SIGINT, SIGTERM] {
+            _ = Glibc.signal(number, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+            source.setEventHandler {
+                say("interrupted: stopping every process the run started (kept \(folder.path))")
+                harness.emergencyStop()
+                Glibc.exit(130)
+            }
+            source.resume()
+            interruptions.append(source)
+        }
+        defer { interruptions.forEach { $0.cancel() } }
         let report: ChaosReport
         do {
             report = try await harness.run()

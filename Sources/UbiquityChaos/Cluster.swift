@@ -104,6 +104,9 @@ final class ChaosServer: @unchecked Sendable { // state behind `lock`
         _ = try? await blocking { process.waitUntilExit() } // (cannot fail: the thread always resumes)
     }
 
+    /// SIGKILL without waiting (the harness itself is being stopped).
+    func killNow() { lock.withLock { process?.signal(SIGKILL) } }
+
     /// SIGTERM (a graceful stop); its exit status.
     func stop() async -> Int32 {
         guard let process = lock.withLock({ () -> ChildProcess? in defer { self.process = nil }; return self.process }) else { return 0 }
@@ -237,6 +240,14 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
         if process.isRunning { process.signal(SIGKILL) }
         _ = try? await blocking { process.waitUntilExit() } // (cannot fail)
         return process.terminationReason == .exit && process.terminationStatus == 0
+    }
+
+    /// SIGKILL to the agent and the writer without waiting (the harness itself is being stopped).
+    func killNow() {
+        lock.withLock {
+            agent?.signal(SIGKILL)
+            writer?.signal(SIGKILL)
+        }
     }
 
     /// The agent's status, if it answers.

@@ -261,6 +261,14 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         return report
     }
 
+    /// Kills every process the run started and releases its disks at once, from any thread:
+    /// the harness was interrupted (SIGINT, SIGTERM) and must leave nothing behind.
+    func emergencyStop() {
+        for device in devices { device.killNow() }
+        for instance in servers { instance.killNow() }
+        for disk in disks { Faults.unmount(disk) }
+    }
+
     /// Stops whatever still runs (after a run, or after it failed part way).
     func shutDown() async {
         for device in devices {
