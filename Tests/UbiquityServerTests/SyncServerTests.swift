@@ -139,6 +139,25 @@ import UbiquityProtocol
         }
     }
 
+    /// Found by `ubiquity-chaos` (seed 8): a new item took a name an existing item had, the server
+    /// renamed the existing one ("a 2.txt") — and that item's delete, made on the revision before
+    /// the server's rename, lost to the rename as to a concurrent edit: the deleted item came
+    /// back as "a 2.txt" on every device. The server's own rename is nobody's edit.
+    @Test(arguments: Backend.all) func aDeleteMadeBeforeTheServersCollisionRenameStands(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let phone = try await client.signIn("ada", device: "phone")
+            let first = try await client.commit(notes, "zdoc", fileUpdate("a.txt", [[0]]), token: laptop.token)
+            _ = try await client.commit(notes, "adoc", fileUpdate("a.txt", [[1]]), token: phone.token)
+            let renamed = try await client.send(.get, "/v1/containers/\(notes)/items/zdoc", token: laptop.token).decode(ItemState.self)
+            let other = try await client.send(.get, "/v1/containers/\(notes)/items/adoc", token: laptop.token).decode(ItemState.self)
+            #expect(renamed.name == "a 2.txt" && other.name == "a.txt", "the server keeps both, the existing one renamed (the smaller id keeps the name)")
+            let deleted = try await client.commit(notes, "zdoc", fileUpdate("a.txt", [], base: first.revision, date: 1_800_000_100, deleted: true), token: laptop.token)
+            #expect(deleted.outcome == "current" && deleted.item.deleted && deleted.item.conflicts.isEmpty, "\(deleted.outcome) \(deleted.item)")
+        }
+    }
+
     @Test(arguments: Backend.all) func concurrentEditsKeepBothAndEveryDeviceAgreesOnTheWinner(backend: Backend) async throws {
         let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.run { client in

@@ -67,6 +67,7 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
         """
         json_build_object('id', r.id, 'name', r.name, 'parent', r.parent, 'kind', r.kind, 'size', r.size, 'modificationDate', r.modification_date,
             'type', r.type, 'deleted', r.deleted, 'complete', r.complete, 'deviceId', r.device_id, 'deviceName', r.device_name, 'digest', r.digest,
+            'baseRevision', r.base_revision,
             'manifest', \(manifests ? "translate(encode(r.manifest, 'base64'), E'\\n', '')" : "NULL"))
         """
     }

@@ -247,4 +247,6 @@ struct RevisionRow: Sendable, Codable, Equatable {
     var digest: String?
     /// The stored manifest, if it was read.
     var manifest: Data?
+    /// The revision it was made on.
+    var baseRevision: String? = nil
 }

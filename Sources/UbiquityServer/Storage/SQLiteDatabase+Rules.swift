@@ -128,7 +128,7 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
         if let change = question.change { facts.earlier = try revision(container: container, item: question.item, device: question.device, change: change) }
         if let base = question.base { facts.baseComplete = try isComplete(base, container: container, item: question.item) }
         facts.stored = try storedSizes(account: question.account, hashes: question.hashes)
-        let columns = "revision.id, revision.name, revision.parent, revision.kind, revision.size, revision.modificationDate, revision.type, revision.deleted, revision.complete, revision.deviceId, revision.deviceName, revision.digest"
+        let columns = "revision.id, revision.name, revision.parent, revision.kind, revision.size, revision.modificationDate, revision.type, revision.deleted, revision.complete, revision.deviceId, revision.deviceName, revision.digest, revision.baseRevision"
         facts.current = try Row.fetchOne(db.cachedStatement(sql: """
             SELECT \(columns) FROM item JOIN revision ON revision.id = item.currentRevision WHERE item.containerId = ? AND item.id = ?
             """), arguments: [container, question.item]).map { try revisionRow($0, manifest: question.manifests) }
@@ -146,7 +146,7 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
             ? try Data.fetchOne(db.cachedStatement(sql: "SELECT manifest FROM revisionManifest WHERE revisionId = ?"), arguments: [id]) : nil
         return RevisionRow(id: id, name: row["name"], parent: row["parent"], kind: row["kind"], size: row["size"], modificationDate: row["modificationDate"],
                            type: row["type"], deleted: row["deleted"], complete: row["complete"], deviceId: row["deviceId"], deviceName: row["deviceName"],
-                           digest: row["digest"], manifest: stored)
+                           digest: row["digest"], manifest: stored, baseRevision: row["baseRevision"])
     }
 
     func record(_ record: CommitRecord) throws -> Int64 {

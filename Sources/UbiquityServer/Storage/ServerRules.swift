@@ -110,7 +110,13 @@ enum ServerRules {
         }
 
         // Where the new revision goes: current, or kept as a conflict version.
-        let placement = CommitPlacement(current: current.map { ($0.id, $0.date, $0.device, $0.deleted) }, base: update.baseRevision,
+        // A collision rename the server made of the revision the change was made on (while it
+        // placed another item of that name) is not anyone's edit: the change counts as made on
+        // the renamed revision. Otherwise a device's delete lost to the server's own rename and
+        // the deleted item came back as "name 2" (found by `ubiquity-chaos`).
+        var base = update.baseRevision
+        if let made = base, let current = facts.current, current.id != made, current.deviceId == ServerRules.serverDevice, current.baseRevision == made { base = current.id }
+        let placement = CommitPlacement(current: current.map { ($0.id, $0.date, $0.device, $0.deleted) }, base: base,
                                         deleted: commit.deleted, date: update.modificationDate, device: device.deviceId)
         var name = update.name, renameOther: (id: String, name: String)?
         if placement.state == "current" && !commit.deleted {
@@ -176,6 +182,10 @@ enum ServerRules {
 
     /// Makes a new current revision of an item, by the server: its contents under another
     /// name. Returns what the revision costs, and the item's new sequence.
+    /// The device id (and name) of the revisions the server makes itself: copies for collision
+    /// renames and recoveries.
+    static let serverDevice = "server"
+
     static func serverRename(container: Int64, item: String, to name: String, now: Date, in storage: some RuleStorage) async throws -> (cost: Int64, sequence: Int64) {
         guard let current = try await storage.currentRevision(container: container, item: item),
               let named = try await storage.naming(of: current.id) else { return (0, 0) }
