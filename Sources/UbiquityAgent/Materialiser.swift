@@ -505,19 +505,24 @@ final class Materialiser {
             return true
         }
         guard FileManager.default.fileExists(atPath: to.deletingLastPathComponent().path) else { return false } // its folder comes first
-        try await sync.coordinated {
-            try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: from, options: .forMoving) { from in
+        let scanner = sync.scanner, recorded = file.fingerprint, oldPath = file.path
+        // Whether the file was as recorded when it moved: written since the round's scan, its
+        // record keeps the old fingerprint so that the next scan sends the edit (else the move's
+        // fresh fingerprint hid the edit for good — found by `ubiquity-chaos`).
+        let unchanged = try await sync.coordinated {
+            try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: from, options: .forMoving) { from -> Bool in
+                let unchanged = scanner.fingerprint(of: oldPath) == recorded
                 try FileManager.default.moveItem(at: from, to: to)
+                return unchanged
             }
         }
         sync.errors[file.item] = nil
         let before = sync.files.subtree(file.path)
-        let scanner = sync.scanner
         var moved: [AgentStore.File] = []
         for var inside in before {
             sync.files[inside.path] = nil
             inside.path = path + inside.path.dropFirst(file.path.count)
-            if inside.item == file.item, let print = scanner.fingerprint(of: path) { inside.fingerprint = print } // its status change time moved
+            if inside.item == file.item, unchanged, let print = scanner.fingerprint(of: path) { inside.fingerprint = print } // its status change time moved
             moved.append(inside)
         }
         for inside in moved { sync.files[inside.path] = inside }

@@ -276,9 +276,43 @@ import UbiquityTestSupport
         #expect(seen.withLock { $0 }.contains(.moved(from: root + "/a/f.txt", to: root + "/b/g.txt")) || seen.withLock { $0 }.contains(.moved(from: folder.path + "/a/f.txt", to: folder.path + "/b/g.txt")),
                 "\(seen.withLock { $0 })")
     }
+
+    /// Found with `--database` seed 3: the server renamed an item (a name collision), and the
+    /// agent moved the file to its new name — just after the app had written it again, before
+    /// the agent looked. The move recorded the file's fresh fingerprint, so the edit was never
+    /// seen, never sent, and the devices disagreed for good. The record keeps the old
+    /// fingerprint of a file that changed before it moved.
+    @Test func anEditJustBeforeTheAgentMovesAFileIsSent() async throws {
+        try await ContainerSyncTests().withServer { base, dir in
+            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
+            func contents(_ seed: UInt8, _ count: Int) -> Data { Data((0..<count).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ Int(seed)) }) }
+            try laptop.write("Notes.txt", contents(1, 200_000)) // several chunks: its chunk list is kept
+            try await laptop.sync.syncOnce()
+            try await Task.sleep(for: .milliseconds(10))
+            try laptop.write("Notes.txt", contents(2, 250_000)) // not looked at yet
+            try await laptop.sync.relocateForTest("Documents/Notes.txt", to: "Documents/Renamed.txt")
+            try await laptop.sync.syncOnce()
+            let items = try await laptop.client.changes(container: ContainerSyncTests().notes, since: 0).items.filter { $0.kind == .file }
+            #expect(items.map(\.name) == ["Renamed.txt"] && items.first?.size == 250_000, "\(items.map { ($0.name, $0.size) })")
+            #expect(try await laptop.sync.recordMatchesFile("Documents/Renamed.txt"), "the record says what the file holds")
+        }
+    }
 }
 
 extension ContainerSync {
+    /// Whether the record of the file at `path` names the contents the file holds.
+    fileprivate func recordMatchesFile(_ path: String) throws -> Bool {
+        let members = try LocalContents.cut(root.appendingPathComponent(path), kind: .file, scanner: scanner, relative: path)
+        return files[path]?.content == LocalContents.token(LocalContents.manifest(members, kind: .file), kind: .file)
+    }
+
+    /// Moves the recorded file at `path` to `to` as applying the server's rename does.
+    fileprivate func relocateForTest(_ path: String, to: String) async throws {
+        let file = try #require(files[path])
+        state.rename(item: file.item, to: LocalContents.name(of: to), date: Date().timeIntervalSince1970)
+        _ = try await materialiser.relocate(file, to: to, in: self)
+    }
+
     /// Scans, then uploads `members` (contents `path` no longer has) as a change sent again would.
     /// With `deletingFirst`, the file is deleted after the scan instead.
     fileprivate func uploadStale(_ members: [LocalMember], of path: String, deletingFirst: Bool = false) async throws {
