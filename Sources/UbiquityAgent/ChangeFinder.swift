@@ -44,7 +44,7 @@ final class ChangeFinder {
         defer { renames = [:] }
         var moved: [(file: AgentStore.File, from: String)] = []
         for (to, from) in renames.sorted(by: { $0.key < $1.key }) {
-            guard var file = sync.files[from], file.fingerprint.kind != .directory, sync.files[to] == nil,
+            guard var file = sync.files[from], file.fingerprint.kind != .directory, sync.files[to] == nil, sync.state.visible(file.item)?.deleted == false,
                   sync.scanner.fingerprint(of: from) == nil, let now = sync.scanner.fingerprint(of: to), now.kind == file.fingerprint.kind,
                   let parent = sync.parent(ofFolder: LocalContents.folder(of: to)) else { continue }
             sync.files[from] = nil
@@ -154,7 +154,7 @@ final class ChangeFinder {
                 continue
             }
             guard let content = try sync.cut(path, kind: print.kind, scanner: scanner) else { continue }
-            if let item = shownElsewhere(path), !sync.state.hasLocalChanges(item), let remote = sync.state.persisted.remote[item],
+            if let item = shownElsewhere(path), !sync.state.hasLocalChanges(item), let remote = sync.state.persisted.remote[item], !remote.deleted,
                remote.content == content, (remote.kind ?? .file) == print.kind {
                 let file = AgentStore.File(path: path, item: item, fingerprint: print, content: content, revision: remote.revision)
                 sync.files[path] = file

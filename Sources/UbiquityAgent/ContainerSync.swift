@@ -125,6 +125,8 @@ package actor ContainerSync {
     /// Whether the next round fetches whatever pushes said: when the container is opened, when
     /// pushes (re)connect, when events may have been lost, after a failed fetch.
     private var fetchDue = true
+    /// File records (nil: removed) a failed ``persist(upsert:removed:)`` could not write yet.
+    private var unsavedFiles: [String: AgentStore.File?] = [:]
 
     /// Makes the next round fetch the server's changes (this device's view is known stale).
     func fetchAgain() { fetchDue = true }
@@ -347,8 +349,16 @@ package actor ContainerSync {
     /// transaction (what a failed write had is written by the next).
     func persist(upsert: [AgentStore.File] = [], removed: [String] = []) async throws {
         let (touched, changed) = state.takeTouched()
+        // The file records a failed write had go with this one (found by `ubiquity-chaos`: a
+        // full disk failed a scan's write, the records were dropped while the sync state was
+        // written later, and after a restart a moved file's item was taken for deleted).
+        for path in removed { unsavedFiles[path] = .some(nil) }
+        for file in upsert { unsavedFiles[file.path] = file }
+        let files = unsavedFiles
         do {
-            try await store.record(container, state: state.persisted, touched: touched, changed: changed, upsert: upsert, removed: removed)
+            try await store.record(container, state: state.persisted, touched: touched, changed: changed,
+                                   upsert: files.values.compactMap { $0 }, removed: files.filter { $0.value == nil }.map(\.key))
+            unsavedFiles = [:]
         } catch {
             state.markTouched(touched, changed: changed)
             throw error

@@ -163,11 +163,34 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
     var stopFile: URL { logs.appendingPathComponent("\(name)-stop-writer") }
     var root: URL? { containers.url(forContainer: container) }
 
+    /// Whether the device is signed in (the `signOut` fault signs it out for a while).
+    private var signedIn = false
+    var isSignedIn: Bool { lock.withLock { signedIn } }
+
     /// `ubiquity login` through the relay.
     func login() async throws {
         let login = try await runUbiquity(["login", "--server", "http://127.0.0.1:\(relay.port)", "--account", "ada", "--device-name", name, "--password-stdin"],
                                           environment: environment, input: "correct horse\n")
         guard login.status == 0 else { throw ChaosError("\(name): ubiquity login: \(login.output)") }
+        lock.withLock { signedIn = true }
+    }
+
+    /// `ubiquity login`, tried again each second (the server may be down) for up to `attempts`.
+    func loginRetrying(attempts: Int = 60) async throws {
+        for attempt in 1...attempts {
+            do {
+                return try await login()
+            } catch where attempt < attempts {
+                try? await Task.sleep(for: .seconds(1)) // (a cancelled sleep only hurries the next try)
+            }
+        }
+    }
+
+    /// `ubiquity logout` (the token revoked if the server answers; the credentials go either way).
+    func logout() async throws {
+        let logout = try await runUbiquity(["logout"], environment: environment)
+        guard logout.status == 0 else { throw ChaosError("\(name): ubiquity logout: \(logout.output)") }
+        lock.withLock { signedIn = false }
     }
 
     private func logHandle(_ file: String) throws -> FileHandle {

@@ -32,6 +32,9 @@ enum FaultKind: String, CaseIterable, Codable, Sendable {
     /// Thousands of files made and removed in a device's folder at once: more file events than
     /// the kernel queues for the agent's watcher.
     case flood
+    /// A device signed out of the account (`ubiquity logout`) for 2–6 s, then in again as a new
+    /// device of the same account (`ubiquity login`), its agent running throughout.
+    case signOut
 
     /// How often it is picked (out of the sum).
     var weight: Int {
@@ -47,6 +50,7 @@ enum FaultKind: String, CaseIterable, Codable, Sendable {
         case .diskFull: 2
         case .serverDiskFull: 1
         case .flood: 1
+        case .signOut: 1
         }
     }
 }
@@ -310,6 +314,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         for device in devices { device.relay.mode = .pass }
         for instance in servers where !instance.isRunning { try await instance.start() }
         for device in devices { device.relay.targets = servers.map(\.port) }
+        for device in devices where !device.isSignedIn { try await device.loginRetrying() }
         for device in devices where !device.agentIsRunning { try await device.startAgent() }
 
         note("round \(round): healed")
@@ -435,6 +440,20 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
                     say("filling \(folder.path) failed: \(error)")
                 }
                 self.busyDisks.withLock { _ = $0.remove(folder.path) }
+            }
+        case .signOut:
+            guard device.isSignedIn, busyLinks.withLock({ $0.insert(device.index).inserted }) else { return nil }
+            let seconds = 2 + pause * 4
+            count(kind, device.name, String(format: "for %.1f s", seconds))
+            return Task {
+                do {
+                    try await device.logout()
+                    try? await Task.sleep(for: .seconds(seconds)) // (a cancelled sleep only shortens the fault)
+                    try await device.loginRetrying()
+                } catch {
+                    say("signing \(device.name) out and in failed: \(error)")
+                }
+                self.busyLinks.withLock { _ = $0.remove(device.index) }
             }
         case .flood:
             guard let root = device.root else { return nil }
