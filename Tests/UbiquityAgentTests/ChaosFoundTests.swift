@@ -1,4 +1,7 @@
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import Synchronization
 import UbiquityFiles
 import Testing
@@ -295,6 +298,55 @@ import UbiquityTestSupport
             let items = try await laptop.client.changes(container: ContainerSyncTests().notes, since: 0).items.filter { $0.kind == .file }
             #expect(items.map(\.name) == ["Renamed.txt"] && items.first?.size == 250_000, "\(items.map { ($0.name, $0.size) })")
             #expect(try await laptop.sync.recordMatchesFile("Documents/Renamed.txt"), "the record says what the file holds")
+        }
+    }
+
+    /// Found with seeds 8 and 13 (a full disk, then a kill): a scan whose store write failed
+    /// dropped its file records (here: a rename) while the sync state was written with the next
+    /// write; the store kept the old record beside the new one, and an agent started on it took
+    /// the item for deleted — the server deleted it while its file stayed. The records a failed
+    /// write had now go with the next. (The store is on a small filesystem filled to the last
+    /// byte, which needs root to mount; without it the test says so and checks nothing.)
+    @Test func fileRecordsAFailedStoreWriteHadAreWrittenWithTheNext() async throws {
+        try await ContainerSyncTests().withServer { base, dir in
+            let disk = URL(fileURLWithPath: dir).appendingPathComponent("store")
+            try FileManager.default.createDirectory(at: disk, withIntermediateDirectories: true)
+            guard mount("tmpfs", disk.path, "tmpfs", 0, "size=4m") == 0 else {
+                print("skipped: cannot mount a tmpfs (errno \(errno)): needs root")
+                return
+            }
+            defer { _ = umount2(disk.path, Int32(MNT_DETACH)) }
+            let notes = ContainerSyncTests().notes
+            let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: "laptop").token
+            let root = URL(fileURLWithPath: dir).appendingPathComponent("laptop")
+            let documents = root.appendingPathComponent("Documents")
+            func open() throws -> ContainerSync {
+                try ContainerSync(container: notes, root: root, client: SyncClient(server: base, token: token), store: try AgentStore(path: disk.path + "/laptop.sqlite"), device: "laptop")
+            }
+            var sync: ContainerSync? = try open()
+            try FileManager.default.createDirectory(at: documents, withIntermediateDirectories: true)
+            try Data(repeating: 7, count: 100_000).write(to: documents.appendingPathComponent("a.txt"))
+            try await sync?.syncOnce()
+
+            // The disk fills; the rename's records cannot be written.
+            let ballast = disk.appendingPathComponent("ballast")
+            let fd = Glibc.open(ballast.path, O_CREAT | O_WRONLY, 0o600)
+            var block = [UInt8](repeating: 0, count: 64 << 10)
+            while write(fd, &block, block.count) > 0 {}
+            close(fd)
+            try FileManager.default.moveItem(at: documents.appendingPathComponent("a.txt"), to: documents.appendingPathComponent("b.txt"))
+            try? await sync?.syncOnce() // (fails: the disk is full)
+            try FileManager.default.removeItem(at: ballast)
+            try await sync?.syncOnce()
+            sync = nil // the agent stops
+
+            for _ in 0..<5 { // the store's records are read back in a different order each time
+                let again = try open()
+                try await again.syncOnce()
+                let items = try await SyncClient(server: base, token: token).changes(container: notes, since: 0).items.filter { $0.kind == .file }
+                #expect(items.map(\.name) == ["b.txt"] && items.allSatisfy { !$0.deleted }, "\(items.map { ($0.name, $0.deleted) })")
+                #expect(FileManager.default.fileExists(atPath: documents.appendingPathComponent("b.txt").path))
+            }
         }
     }
 }
