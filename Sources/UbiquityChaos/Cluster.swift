@@ -76,16 +76,11 @@ final class ChaosServer: @unchecked Sendable { // state behind `lock`
             handle.seekToEndOfFile()
             process.standardError = handle
             try process.run()
-            var text = ""
-            while !text.contains("listening on") {
-                let chunk = output.fileHandleForReading.availableData
-                if chunk.isEmpty { break }
-                text += String(decoding: chunk, as: UTF8.self)
-            }
-            guard let address = text.split(separator: " ").first(where: { $0.hasPrefix("http") }), let port = URL(string: String(address))?.port else {
+            let (address, said) = ChildProcess.listeningAddress(in: output)
+            guard let port = address?.port else {
                 process.signal(SIGKILL)
                 process.waitUntilExit()
-                throw ChaosError("the server did not start: \(text) (see \(log.path))")
+                throw ChaosError("the server did not start: \(said) (see \(log.path))")
             }
             // Whatever it prints later is read and dropped, so it never blocks on a full pipe.
             Thread { while !output.fileHandleForReading.availableData.isEmpty {} }.start()
@@ -203,17 +198,24 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
 
     var agentIsRunning: Bool { lock.withLock { agent?.isRunning ?? false } }
 
-    /// Starts `ubiquity agent` and waits (up to 30 s) until it answers on its socket.
-    func startAgent() async throws {
+    /// Starts `executable ARGUMENTS` with the device's environment (and clock), its output
+    /// appended to `logs/NAME-LOG`.
+    private func spawn(_ executable: URL, _ arguments: [String], log: String) throws -> ChildProcess {
         let process = ChildProcess()
-        process.executableURL = Binaries.ubiquity
-        process.arguments = ["agent", "--log-level", ProcessInfo.processInfo.environment["UBIQUITY_CHAOS_AGENT_LOG_LEVEL"] ?? "notice"]
+        process.executableURL = executable
+        process.arguments = arguments
         process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }.merging(clockEnvironment) { $1 }
-        let handle = try logHandle("agent.log")
+        let handle = try logHandle(log)
         process.standardOutput = handle
         process.standardError = handle
         try process.run()
         try? handle.close() // (the child has its own copy)
+        return process
+    }
+
+    /// Starts `ubiquity agent` and waits (up to 30 s) until it answers on its socket.
+    func startAgent() async throws {
+        let process = try spawn(Binaries.ubiquity, ["agent", "--log-level", ProcessInfo.processInfo.environment["UBIQUITY_CHAOS_AGENT_LOG_LEVEL"] ?? "notice"], log: "agent.log")
         lock.withLock { agent = process }
         let start = ContinuousClock.now
         while (try? containers.agent.send(AgentRequest(.status), timeout: .seconds(1))) == nil {
@@ -240,16 +242,8 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
     /// Starts this device's writer for a round.
     func startWriter(seed: UInt64, pace: Int) throws {
         try? FileManager.default.removeItem(at: stopFile) // (absent after the first round)
-        let process = ChildProcess()
-        process.executableURL = Binaries.chaos
-        process.arguments = ["write", "--container", container, "--key-value-store", keyValueStore, "--device", name, "--seed", "\(seed)",
-                             "--ledger", ledger.path, "--stop-file", stopFile.path, "--pace-milliseconds", "\(pace)"]
-        process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }.merging(clockEnvironment) { $1 }
-        let handle = try logHandle("writer.log")
-        process.standardOutput = handle
-        process.standardError = handle
-        try process.run()
-        try? handle.close() // (the child has its own copy)
+        let process = try spawn(Binaries.chaos, ["write", "--container", container, "--key-value-store", keyValueStore, "--device", name, "--seed", "\(seed)",
+                                                 "--ledger", ledger.path, "--stop-file", stopFile.path, "--pace-milliseconds", "\(pace)"], log: "writer.log")
         lock.withLock { writer = process }
     }
 

@@ -132,3 +132,19 @@ public final class ChildProcess: @unchecked Sendable {
         }
     }
 }
+
+extension ChildProcess {
+    /// Reads `output` (the child's standard output) until a server says where it listens
+    /// ("… listening on http://HOST:PORT …"): that address, and everything read; nil for the
+    /// address if the child closed its output first.
+    public static func listeningAddress(in output: Pipe) -> (url: URL?, said: String) {
+        var text = ""
+        while !text.contains("listening on") {
+            let chunk = output.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            text += String(decoding: chunk, as: UTF8.self)
+        }
+        let address = text.split(separator: " ").first { $0.hasPrefix("http") }
+        return (address.flatMap { URL(string: String($0)) }, text)
+    }
+}

@@ -23,10 +23,7 @@ import UbiquityTestSupport
     /// device never sent anything more.
     @Test func aChangeWhoseFileMovedOnIsNotSentUnderItsOldHash() async throws {
         try await ContainerSyncTests().withServer { base, dir in
-            let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: "laptop").token
-            let root = URL(fileURLWithPath: dir).appendingPathComponent("laptop")
-            let sync = try ContainerSync(container: ContainerSyncTests().notes, root: root, client: SyncClient(server: base, token: token),
-                                         store: try AgentStore(path: dir + "/laptop.sqlite"), device: "laptop")
+            let (sync, root) = try await laptop(base: base, dir: dir)
             let file = root.appendingPathComponent("Documents/Report.txt")
             try Data(repeating: 1, count: 40_000).write(to: file)
             // What a change made now would carry; then the file is written again (same size) and scanned.
@@ -108,10 +105,7 @@ import UbiquityTestSupport
     /// until the agent restarted. A file gone since the scan is now left to the next scan.
     @Test func aFileDeletedBeforeItsUploadFailsNothing() async throws {
         try await ContainerSyncTests().withServer { base, dir in
-            let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: "laptop").token
-            let root = URL(fileURLWithPath: dir).appendingPathComponent("laptop")
-            let sync = try ContainerSync(container: ContainerSyncTests().notes, root: root, client: SyncClient(server: base, token: token),
-                                         store: try AgentStore(path: dir + "/laptop.sqlite"), device: "laptop")
+            let (sync, root) = try await laptop(base: base, dir: dir)
             let file = root.appendingPathComponent("Documents/Gone.txt")
             try Data(repeating: 3, count: 40_000).write(to: file)
             let members = try LocalContents.cut(file, kind: .file, scanner: await sync.scanner, relative: "Documents/Gone.txt")
@@ -349,6 +343,15 @@ import UbiquityTestSupport
             }
         }
     }
+}
+
+/// A device's container sync (no watcher: each round looks at everything) and its folder.
+private func laptop(base: URL, dir: String) async throws -> (ContainerSync, URL) {
+    let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: "laptop").token
+    let root = URL(fileURLWithPath: dir).appendingPathComponent("laptop")
+    let sync = try ContainerSync(container: ContainerSyncTests().notes, root: root, client: SyncClient(server: base, token: token),
+                                 store: try AgentStore(path: dir + "/laptop.sqlite"), device: "laptop")
+    return (sync, root)
 }
 
 extension ContainerSync {

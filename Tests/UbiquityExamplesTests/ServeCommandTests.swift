@@ -42,15 +42,10 @@ final class RunningServer: @unchecked Sendable { // its stored properties are co
         let output = Pipe()
         process.standardOutput = output
         try process.run()
-        var text = ""
-        while !text.contains("listening on") {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            text += String(decoding: chunk, as: UTF8.self)
-        }
-        guard let address = text.split(separator: " ").first(where: { $0.hasPrefix("http") }), let url = URL(string: String(address)) else {
+        let (address, said) = ChildProcess.listeningAddress(in: output)
+        guard let url = address else {
             process.terminate()
-            throw CocoaError(.fileReadUnknown, userInfo: [NSLocalizedDescriptionKey: "the server did not say where it listens: \(text)"])
+            throw CocoaError(.fileReadUnknown, userInfo: [NSLocalizedDescriptionKey: "the server did not say where it listens: \(said)"])
         }
         base = url
     }
