@@ -48,6 +48,11 @@ final class ChangeFinder {
                   sync.scanner.fingerprint(of: from) == nil, let now = sync.scanner.fingerprint(of: to), now.kind == file.fingerprint.kind,
                   let parent = sync.parent(ofFolder: LocalContents.folder(of: to)) else { continue }
             sync.files[from] = nil
+            do {
+                try NSFileVersion.carryVersions(ofItemMovedFrom: sync.root.appendingPathComponent(from), to: sync.root.appendingPathComponent(to))
+            } catch {
+                sync.logger.warning("cannot carry a moved item's versions", metadata: ["from": "\(from)", "to": "\(to)", "error": "\(error)"])
+            }
             file.path = to
             sync.files[to] = file // its old fingerprint: the look at `to` sees whether it changed too
             sync.state.move(item: file.item, to: LocalContents.name(of: to), parent: parent, date: Date().timeIntervalSince1970)
@@ -143,6 +148,15 @@ final class ChangeFinder {
             }
             let date = Double(print.modified) / 1e9
             if var file = moved[path] {
+                if file.fingerprint.kind != .directory, FileManager.default.fileExists(atPath: sync.root.appendingPathComponent(file.path + "/../.ubiquity-versions").standardizedFileURL.path) {
+                    // Moved without telling (a program that does not coordinate): its versions
+                    // follow it, as they do when a coordinated move says so.
+                    do {
+                        try NSFileVersion.carryVersions(ofItemMovedFrom: sync.root.appendingPathComponent(file.path), to: sync.root.appendingPathComponent(path))
+                    } catch {
+                        sync.logger.warning("cannot carry a moved item's versions", metadata: ["from": "\(file.path)", "to": "\(path)", "error": "\(error)"])
+                    }
+                }
                 let visible = sync.state.visible(file.item)
                 if visible?.name != name || visible?.parent != parent {
                     sync.state.move(item: file.item, to: name, parent: parent, date: print.kind == .directory ? Date().timeIntervalSince1970 : date)

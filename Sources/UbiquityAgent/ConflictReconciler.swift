@@ -133,7 +133,11 @@ final class ConflictReconciler {
                     let kind = remote.kind ?? .file
                     let staged = try await sync.materialiser.stage(LocalContents.members(conflict.manifest, kind: kind), kind: kind, of: item, name: path, reusing: sync.files[path], in: sync)
                     defer { sync.materialiser.removeStaged(staged, in: sync) }
-                    let staging = NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: url).appendingPathComponent(LocalContents.name(of: path))
+                    let folder = NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: url)
+                    // The staging folder goes once the version is in (or could not be): left, each
+                    // conflict version left an empty folder behind for a day (found by `ubiquity-chaos`).
+                    defer { try? FileManager.default.removeItem(at: folder) } // (a leftover is swept by the store after a day)
+                    let staging = folder.appendingPathComponent(LocalContents.name(of: path))
                     try FileManager.default.moveItem(at: staged, to: staging)
                     let (savedBy, date, identifier) = (conflict.deviceName, Date(timeIntervalSince1970: conflict.modificationDate), Self.versionIdentifier(conflict.revision))
                     try await sync.coordinated {

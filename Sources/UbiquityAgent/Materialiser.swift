@@ -510,9 +510,14 @@ final class Materialiser {
         // record keeps the old fingerprint so that the next scan sends the edit (else the move's
         // fresh fingerprint hid the edit for good — found by `ubiquity-chaos`).
         let unchanged = try await sync.coordinated {
-            try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: from, options: .forMoving) { from -> Bool in
+            let coordinator = NSFileCoordinator(filePresenter: nil)
+            return try coordinator.coordinate(writingItemAt: from, options: .forMoving) { from -> Bool in
                 let unchanged = scanner.fingerprint(of: oldPath) == recorded
                 try FileManager.default.moveItem(at: from, to: to)
+                // Its presenters learn its new place, and its versions go with it (left behind,
+                // they became the versions of whatever next had the old name — found by
+                // `ubiquity-chaos`).
+                coordinator.item(at: from, didMoveTo: to)
                 return unchanged
             }
         }

@@ -23,6 +23,10 @@ struct Snapshot: Equatable, Sendable {
             let name = (path as NSString).lastPathComponent
             let url = root.appendingPathComponent(path)
             if name == ".ubiquity-versions" {
+                // Versions are read through `NSFileVersion`; what is staged there must be gone.
+                for leftover in (try? FileManager.default.contentsOfDirectory(atPath: url.appendingPathComponent(".staging").path)) ?? [] {
+                    strays.append(path + "/.staging/" + leftover)
+                }
                 names.skipDescendants()
                 continue
             }

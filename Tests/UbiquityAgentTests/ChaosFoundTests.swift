@@ -343,6 +343,39 @@ import UbiquityTestSupport
             }
         }
     }
+
+    /// Found with seed 8: an item renamed elsewhere (here; in the run, by the server for a name
+    /// collision) was moved to its new name without its conflict versions, which stayed with the
+    /// old name — and became the versions of whatever next had that name, on that device only.
+    /// Each conflict version staged also left an empty folder behind. A file the agent moves
+    /// takes its versions along (and its presenters hear of it); staging folders go.
+    @Test func conflictVersionsFollowARenameFromElsewhere() async throws {
+        try await ContainerSyncTests().withServer { base, dir in
+            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
+            try laptop.write("Trip.txt", Data("pack the tent".utf8))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            try laptop.write("Trip.txt", Data("from the laptop".utf8))
+            try await Task.sleep(for: .milliseconds(20))
+            try phone.write("Trip.txt", Data("from the phone".utf8))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: phone.documents.appendingPathComponent("Trip.txt"))?.count == 1)
+
+            try FileManager.default.moveItem(at: laptop.documents.appendingPathComponent("Trip.txt"), to: laptop.documents.appendingPathComponent("Journey.txt"))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: phone.documents.appendingPathComponent("Journey.txt"))?.count == 1, "the version went with the file")
+            #expect(!FileManager.default.fileExists(atPath: phone.documents.appendingPathComponent(".ubiquity-versions/Trip.txt").path), "none left at the old name")
+            let staging = (try? FileManager.default.contentsOfDirectory(atPath: phone.documents.appendingPathComponent(".ubiquity-versions/.staging").path)) ?? []
+            #expect(staging.isEmpty, "staging folders left: \(staging)")
+            // The laptop's own versions (its plain rename, seen by its scan) went along too.
+            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: laptop.documents.appendingPathComponent("Journey.txt"))?.count == 1)
+        }
+    }
 }
 
 /// A device's container sync (no watcher: each round looks at everything) and its folder.

@@ -416,6 +416,14 @@ public final class NSFileVersion: NSObject, @unchecked Sendable { // unchecked: 
     }
 
     /// Forgets who saved the item at `path` (changed here in place: this computer saved it).
+    /// Carries the versions of the item that was at `from` to `to`: it moved without
+    /// `item(at:didMoveTo:)` (renamed by a program that does not coordinate, seen afterwards by
+    /// the agent). A store of versions at `to` is replaced.
+    /// - Throws: ``FileAccessError`` when the store cannot be moved.
+    package static func carryVersions(ofItemMovedFrom from: URL, to: URL) throws {
+        try VersionStore(item: from.standardizedFileURL).move(to: VersionStore(item: to.standardizedFileURL))
+    }
+
     package static func forgetSavingComputer(ofItemAt path: String) {
         _ = ubq_remove_attribute(path, savingComputerAttribute) // none recorded (or no extended attributes): nothing to forget
     }
