@@ -110,12 +110,15 @@ struct ChaosSettings: Sendable {
     /// Deletes one of the first device's files behind its writer's back after the first
     /// round's writes: a loss the checks must report (the harness's own test).
     var sabotage = false
+    /// Fault kinds left out (`--without`).
+    var without: Set<FaultKind> = []
 
     var replay: String {
         var words = ["ubiquity-chaos", "--seed", "\(seed)", "--devices", "\(devices)", "--round-seconds", "\(Int(roundSeconds))", "--pace-milliseconds", "\(paceMilliseconds)"]
         if let minutes { words += ["--minutes", "\(minutes)"] } else { words += ["--rounds", "\(rounds)"] }
         if skewSeconds != 240 { words += ["--skew-seconds", "\(skewSeconds)"] }
         if servers != 1 { words += ["--servers", "\(servers)"] }
+        if !without.isEmpty { words += ["--without", without.map(\.rawValue).sorted().joined(separator: ",")] }
         if database != nil { words += ["--database", "\"$DATABASE_URL\""] }
         return words.joined(separator: " ")
     }
@@ -390,9 +393,11 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
 
     /// Picks a fault from the seed and starts it; nil when its target is busy with another.
     private func pickFault(roundEnd: ContinuousClock.Instant) -> Task<Void, Never>? {
-        let total = FaultKind.allCases.map(\.weight).reduce(0, +)
+        let kinds = FaultKind.allCases.filter { !settings.without.contains($0) }
+        let total = kinds.map(\.weight).reduce(0, +)
+        guard total > 0 else { return nil }
         var roll = Int.random(in: 0..<total, using: &random)
-        let kind = FaultKind.allCases.first { roll -= $0.weight; return roll < 0 }!
+        let kind = kinds.first { roll -= $0.weight; return roll < 0 }!
         let device = devices[Int.random(in: 0..<devices.count, using: &random)]
         let pause = Double.random(in: 0...1, using: &random)
         let remaining = max(0, (roundEnd - ContinuousClock.now).seconds)
