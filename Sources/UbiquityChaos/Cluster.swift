@@ -219,7 +219,10 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
         lock.withLock { agent = process }
         let start = ContinuousClock.now
         while (try? containers.agent.send(AgentRequest(.status), timeout: .seconds(1))) == nil {
-            guard process.isRunning else { throw ChaosError("\(name)'s agent exited at start (see \(logs.path)/\(name)-agent.log)") }
+            guard process.isRunning else {
+                process.waitUntilExit()
+                throw ChaosError("\(name)'s agent exited at start (\(process.terminationReason == .exit ? "status" : "signal") \(process.terminationStatus); see \(logs.path)/\(name)-agent.log)")
+            }
             guard ContinuousClock.now - start < .seconds(30) else { throw ChaosError("\(name)'s agent did not answer in 30 s") }
             try await Task.sleep(for: .milliseconds(50))
         }
