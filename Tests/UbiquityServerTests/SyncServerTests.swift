@@ -158,6 +158,25 @@ import UbiquityProtocol
         }
     }
 
+    /// Found by `ubiquity-chaos` (sign-out and sign-in): an agent signed in again is a new device
+    /// of the account, and a change it had sent just before (its answer lost) went again under the
+    /// new device — committed a second time, in conflict with itself. A change id is the agent's
+    /// (its own random prefix): the same change from either device is answered as before.
+    @Test(arguments: Backend.all) func aChangeSentAgainAfterSigningInAgainIsCommittedOnce(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let before = try await client.signIn("ada", device: "laptop")
+            var update = fileUpdate("a.txt", [[4]])
+            update.changeId = "6f0c4a3e-9a51-4b8e-8f0e-0d5b3b0c9a11.1"
+            let first = try await client.commit(notes, "doc", update, token: before.token)
+            let after = try await client.signIn("ada", device: "laptop")
+            let again = try await client.commit(notes, "doc", update, token: after.token)
+            #expect(again.revision == first.revision && again.item.conflicts.isEmpty, "\(again.outcome) \(again.item.conflicts)")
+            let revisions = try await client.send(.get, "/v1/containers/\(notes)/items/doc/revisions", token: after.token).decode(ItemRevisionsResponse.self)
+            #expect(revisions.revisions.isEmpty, "one revision in all: \(revisions.revisions.map(\.revision))")
+        }
+    }
+
     @Test(arguments: Backend.all) func concurrentEditsKeepBothAndEveryDeviceAgreesOnTheWinner(backend: Backend) async throws {
         let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.run { client in

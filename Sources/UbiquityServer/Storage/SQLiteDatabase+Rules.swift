@@ -125,7 +125,7 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
         guard facts.figures != nil,
               let container = try SQLiteDatabase.containerId(db, accountId: question.account, identifier: question.container) else { return facts }
         facts.container = container
-        if let change = question.change { facts.earlier = try revision(container: container, item: question.item, device: question.device, change: change) }
+        if let change = question.change { facts.earlier = try revision(container: container, item: question.item, change: change) }
         if let base = question.base { facts.baseComplete = try isComplete(base, container: container, item: question.item) }
         facts.stored = try storedSizes(account: question.account, hashes: question.hashes)
         let columns = "revision.id, revision.name, revision.parent, revision.kind, revision.size, revision.modificationDate, revision.type, revision.deleted, revision.complete, revision.deviceId, revision.deviceName, revision.digest, revision.baseRevision"
@@ -165,11 +165,14 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
 
     // MARK: Items and revisions
 
-    /// The revision a device committed earlier with `change` as its change id.
-    private func revision(container: Int64, item: String, device: String, change: String) throws -> (id: String, state: String)? {
+    /// The revision committed earlier with `change` as its change id — by this device, or by the
+    /// same agent signed in before as another device of the account (change ids carry the
+    /// agent's own random prefix; found by `ubiquity-chaos`: after a sign-out and sign-in, a
+    /// change sent again was committed a second time, in conflict with itself).
+    private func revision(container: Int64, item: String, change: String) throws -> (id: String, state: String)? {
         try Row.fetchOne(db.cachedStatement(sql: """
-            SELECT id, state FROM revision WHERE containerId = ? AND itemId = ? AND deviceId = ? AND changeId = ?
-            """), arguments: [container, item, device, change]).map { ($0["id"], $0["state"]) }
+            SELECT id, state FROM revision WHERE containerId = ? AND itemId = ? AND changeId = ?
+            """), arguments: [container, item, change]).map { ($0["id"], $0["state"]) }
     }
 
     func chunkHashes(of revision: String) throws -> [String] {
