@@ -250,3 +250,12 @@ struct RevisionRow: Sendable, Codable, Equatable {
     /// The revision it was made on.
     var baseRevision: String? = nil
 }
+
+/// What a change id says of where it was made.
+enum ChangeIdentity {
+    /// The device an agent's change id (`DEVICE.N`) was first made on; "" for ids of another form.
+    static func madeOn(_ change: String) -> String {
+        guard let dot = change.lastIndex(of: ".") else { return "" }
+        return String(change[..<dot])
+    }
+}

@@ -125,7 +125,7 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
         guard facts.figures != nil,
               let container = try SQLiteDatabase.containerId(db, accountId: question.account, identifier: question.container) else { return facts }
         facts.container = container
-        if let change = question.change { facts.earlier = try revision(container: container, item: question.item, change: change) }
+        if let change = question.change { facts.earlier = try revision(container: container, item: question.item, device: question.device, account: question.account, change: change) }
         if let base = question.base { facts.baseComplete = try isComplete(base, container: container, item: question.item) }
         facts.stored = try storedSizes(account: question.account, hashes: question.hashes)
         let columns = "revision.id, revision.name, revision.parent, revision.kind, revision.size, revision.modificationDate, revision.type, revision.deleted, revision.complete, revision.deviceId, revision.deviceName, revision.digest, revision.baseRevision"
@@ -165,14 +165,16 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
 
     // MARK: Items and revisions
 
-    /// The revision committed earlier with `change` as its change id — by this device, or by the
-    /// same agent signed in before as another device of the account (change ids carry the
-    /// agent's own random prefix; found by `ubiquity-chaos`: after a sign-out and sign-in, a
-    /// change sent again was committed a second time, in conflict with itself).
-    private func revision(container: Int64, item: String, change: String) throws -> (id: String, state: String)? {
+    /// The revision committed earlier with `change` as its change id by `device` — or by any
+    /// device of the account when the id starts with the id of a device of the account (the
+    /// agent's ids, `DEVICE.N`, keep the device they were first made on: signed in again, the
+    /// agent is a new device, and a change it sends again must be answered as before — found by
+    /// `ubiquity-chaos`: it was committed a second time, in conflict with itself).
+    private func revision(container: Int64, item: String, device: String, account: Int64, change: String) throws -> (id: String, state: String)? {
         try Row.fetchOne(db.cachedStatement(sql: """
             SELECT id, state FROM revision WHERE containerId = ? AND itemId = ? AND changeId = ?
-            """), arguments: [container, item, change]).map { ($0["id"], $0["state"]) }
+                AND (deviceId = ? OR EXISTS (SELECT 1 FROM device WHERE device.id = ? AND device.accountId = ?))
+            """), arguments: [container, item, change, device, ChangeIdentity.madeOn(change), account]).map { ($0["id"], $0["state"]) }
     }
 
     func chunkHashes(of revision: String) throws -> [String] {
