@@ -494,59 +494,6 @@ final class Materialiser {
         guard ubq_syncfs(fd) == 0 else { throw StagedWriter.failure("flush", sync.root) }
     }
 
-    /// Moves a file, package or folder (with everything in it) to `path`, as a coordinated move.
-    /// Returns false if it must wait for its folder to be made; a local item of that name is
-    /// said in ``errors`` (the server settles the clash).
-    @discardableResult
-    func relocate(_ file: AgentStore.File, to path: String, in sync: isolated ContainerSync) async throws -> Bool {
-        let from = sync.root.appendingPathComponent(file.path), to = sync.root.appendingPathComponent(path)
-        guard !FileManager.default.fileExists(atPath: to.path) else {
-            sync.errors[file.item] = "cannot move \(file.path) to \(path): a local item has that name"
-            return true
-        }
-        guard FileManager.default.fileExists(atPath: to.deletingLastPathComponent().path) else { return false } // its folder comes first
-        let scanner = sync.scanner, recorded = file.fingerprint, oldPath = file.path
-        // Whether the file was as recorded when it moved: written since the round's scan, its
-        // record keeps the old fingerprint so that the next scan sends the edit (else the move's
-        // fresh fingerprint hid the edit for good — found by `ubiquity-chaos`).
-        let unchanged = try await sync.coordinated {
-            let coordinator = NSFileCoordinator(filePresenter: nil)
-            return try coordinator.coordinate(writingItemAt: from, options: .forMoving) { from -> Bool in
-                let unchanged = scanner.fingerprint(of: oldPath) == recorded
-                try FileManager.default.moveItem(at: from, to: to)
-                // Its presenters learn its new place, and its versions go with it (left behind,
-                // they became the versions of whatever next had the old name — found by
-                // `ubiquity-chaos`).
-                coordinator.item(at: from, didMoveTo: to)
-                return unchanged
-            }
-        }
-        sync.errors[file.item] = nil
-        let before = sync.files.subtree(file.path)
-        var moved: [AgentStore.File] = []
-        for var inside in before {
-            sync.files[inside.path] = nil
-            inside.path = path + inside.path.dropFirst(file.path.count)
-            if inside.item == file.item, unchanged, let print = scanner.fingerprint(of: path) { inside.fingerprint = print } // its status change time moved
-            moved.append(inside)
-        }
-        for inside in moved { sync.files[inside.path] = inside }
-        try await sync.persist(upsert: moved, removed: before.map(\.path))
-        return true
-    }
-
-    /// Removes the item at `path` (relative to the container's folder) under a coordinated
-    /// write (an app presenting it is told), if it is there.
-    func coordinatedRemove(_ path: String, in sync: isolated ContainerSync) async throws {
-        sync.logger.debug("removing", metadata: ["container": "\(sync.container)", "path": "\(path)"])
-        let url = sync.root.appendingPathComponent(path)
-        try await sync.coordinated {
-            try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
-                if FileManager.default.fileExists(atPath: url.path) { try FileManager.default.removeItem(at: url) }
-            }
-        }
-    }
-
     // MARK: Small files' bytes from a page of changes
 
     /// A small file's bytes as a page of changes brought them, until the round that lists

@@ -70,17 +70,7 @@ import UbiquityTestSupport
             defer { relay.stop() }
             let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
             let phone = try await ContainerSyncTests().device("phone", base: URL(string: "http://127.0.0.1:\(relay.port)")!, dir: dir, greedy: true)
-            try laptop.write("Trip.txt", Data("pack the tent".utf8))
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
-            // Edited on both before either hears of the other: a conflict.
-            try laptop.write("Trip.txt", Data("from the laptop".utf8))
-            try await Task.sleep(for: .milliseconds(20))
-            try phone.write("Trip.txt", Data("from the phone".utf8))
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
+            try await makeConflict(laptop, phone)
             let url = phone.documents.appendingPathComponent("Trip.txt")
             #expect(await phone.sync.conflicts(of: "Documents/Trip.txt").count == 1 && NSFileVersion.unresolvedConflictVersionsOfItem(at: url)?.count == 1)
 
@@ -353,16 +343,7 @@ import UbiquityTestSupport
         try await ContainerSyncTests().withServer { base, dir in
             let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
             let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
-            try laptop.write("Trip.txt", Data("pack the tent".utf8))
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
-            try laptop.write("Trip.txt", Data("from the laptop".utf8))
-            try await Task.sleep(for: .milliseconds(20))
-            try phone.write("Trip.txt", Data("from the phone".utf8))
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
+            try await makeConflict(laptop, phone)
             #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: phone.documents.appendingPathComponent("Trip.txt"))?.count == 1)
 
             try FileManager.default.moveItem(at: laptop.documents.appendingPathComponent("Trip.txt"), to: laptop.documents.appendingPathComponent("Journey.txt"))
@@ -376,6 +357,21 @@ import UbiquityTestSupport
             #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: laptop.documents.appendingPathComponent("Journey.txt"))?.count == 1)
         }
     }
+}
+
+/// Trip.txt made on the laptop, then edited on both before either hears of the other, and
+/// every device told: one conflict (the phone's edit current, the laptop's a conflict version).
+private func makeConflict(_ laptop: ContainerSyncTests.Device, _ phone: ContainerSyncTests.Device) async throws {
+    try laptop.write("Trip.txt", Data("pack the tent".utf8))
+    try await laptop.sync.syncOnce()
+    try await phone.sync.syncOnce()
+    try laptop.write("Trip.txt", Data("from the laptop".utf8))
+    try await Task.sleep(for: .milliseconds(20))
+    try phone.write("Trip.txt", Data("from the phone".utf8))
+    try await laptop.sync.syncOnce()
+    try await phone.sync.syncOnce()
+    try await laptop.sync.syncOnce()
+    try await phone.sync.syncOnce()
 }
 
 /// A device's container sync (no watcher: each round looks at everything) and its folder.
