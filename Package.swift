@@ -152,7 +152,7 @@ let package = Package(
         ),
         // Code written as Apple's documentation writes it: a signature that drifts from Apple's breaks this build.
         .testTarget(name: "UbiquityAppleSourceTests", dependencies: ["Ubiquity"]),
-        .testTarget(name: "UbiquityDatabaseTests", dependencies: ["UbiquityDatabase", "UbiquityDocument", "UbiquityClient", "UbiquityTestSupport"]),
+        .testTarget(name: "UbiquityDatabaseTests", dependencies: ["UbiquityDatabase", "UbiquityDocument", "UbiquityClient", "UbiquityTestSupport", logging]),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityTestSupport", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),
         .testTarget(

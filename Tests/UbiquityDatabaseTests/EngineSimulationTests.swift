@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import Logging
 import Testing
 import UbiquityTestSupport
 @testable import UbiquityDatabase
@@ -21,8 +22,11 @@ import UbiquityTestSupport
     static func open(_ folder: URL, _ file: String, time: StoreMergeSimulationTests.SimulatedTime, skew: Int64) throws -> Device {
         let queue = try DatabaseQueue(path: folder.appendingPathComponent(file).path)
         try queue.write { db in try db.execute(sql: CapturedStore.sampleSchema) }
-        // Ids and clocks of the simulation's own: a seed replays exactly.
-        let engine = try DatabaseSyncEngine(writer: queue, logs: LogFolder(url: folder.appendingPathComponent("Sim/logs")), localTables: [], logger: .init(label: file),
+        // Ids and clocks of the simulation's own: a seed replays exactly. Its thousands of
+        // baselines and catch-ups are routine: only warnings reach the suite's output.
+        var logger = Logger(label: file)
+        logger.logLevel = .warning
+        let engine = try DatabaseSyncEngine(writer: queue, logs: LogFolder(url: folder.appendingPathComponent("Sim/logs")), localTables: [], logger: logger,
                                             newDeviceIdentifier: "device-" + file.replacingOccurrences(of: ".sqlite", with: ""), wallClock: time.clock(skew: skew))
         return Device(name: file, queue: queue, engine: engine)
     }
