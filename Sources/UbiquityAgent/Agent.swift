@@ -164,7 +164,12 @@ actor AccountSession {
     private var pendingAll = false
     /// Containers whose next round looks at every file.
     private var lookEverywhere: Set<String> = []
+    /// Per container, how many rounds in a row failed (or left it busy), and when the last one
+    /// failed: while they fail, changes seen meanwhile start at most a round a second.
     private var failures: [String: Int] = [:]
+    private var failedAt: [String: ContinuousClock.Instant] = [:]
+    /// Containers whose round waits out the last failure's second.
+    private var deferred: Set<String> = []
     /// Clients following containers' statuses, and what they were last told.
     private var watchers: [String: [UUID: AsyncStream<AgentResponse>.Continuation]] = [:]
     private var told: [String: (version: Int, statuses: [String: UbiquityItemStatus])] = [:]
@@ -389,6 +394,18 @@ actor AccountSession {
             pendingAll = false
             for identifier in due.sorted() {
                 guard let sync = containers[identifier], !Task.isCancelled else { continue }
+                // A round that failed (a full disk, a store that cannot commit) is not tried
+                // again at every change seen meanwhile — once ten times a second (found by
+                // `ubiquity-chaos`) — but a second after the failure at the soonest.
+                if let failed = failedAt[identifier], case let wait = failed + .seconds(1) - .now, wait > .zero {
+                    if deferred.insert(identifier).inserted {
+                        Task { [weak self] in
+                            try? await quietSleep(for: wait) // throws only when cancelled
+                            await self?.endDeferral(identifier)
+                        }
+                    }
+                    continue
+                }
                 if lookEverywhere.remove(identifier) != nil { await sync.noteEverythingChanged() }
                 var failed = false
                 do {
@@ -397,6 +414,7 @@ actor AccountSession {
                     failed = true
                     logger.error("round failed", metadata: ["container": "\(identifier)", "error": "\(error)"])
                 }
+                failedAt[identifier] = failed ? .now : nil
                 if await sync.isIdle && !failed {
                     failures[identifier] = nil
                 } else {
@@ -411,6 +429,12 @@ actor AccountSession {
                 }
             }
         }
+    }
+
+    /// The second after a failed round of `identifier` is over: the round asked for meanwhile runs.
+    private func endDeferral(_ identifier: String) {
+        deferred.remove(identifier)
+        trigger(identifier)
     }
 
     /// Keeps a push connection to the server: every change another device makes to one of
@@ -456,6 +480,7 @@ actor AccountSession {
         switch event.type {
         case "connected":
             connected = true
+            failedAt = [:] // the server is back: rounds that failed on it run at once
             Task {
                 // Pushes tell what changes from now on; the first round catches up on the rest.
                 for sync in containers.values { await sync.notePushes(live: true) }

@@ -135,9 +135,20 @@ final class ChangeFinder {
         for (from, to) in changes.moved {
             if let file = sync.files.removeValue(forKey: from) { moved[to] = file }
         }
-        // Items shown here but not downloaded, by path: a file found where one is (a download a
-        // killed agent had put in place without recording it) is that item, not a new one.
-        func shownElsewhere(_ path: String) -> String? { sync.materialiser.shown.item(at: path).flatMap { sync.files.contains(item: $0) ? nil : $0 } }
+        // The item shown at `path` whose file is not there: a file found where one is (a
+        // download a stopped agent had put in place without recording it) is that item, not a
+        // new one — also when the item's file was recorded elsewhere (a download that moved it
+        // and changed it, cut short by a kill or a sign-out: found by `ubiquity-chaos`) and is
+        // gone from there, or still there untouched (the agent's removal of it was cut short).
+        func shownElsewhere(_ path: String) -> (item: String, leftover: String?)? {
+            guard let item = sync.materialiser.shown.item(at: path) else { return nil }
+            guard let recorded = sync.files.file(of: item) else { return (item, nil) }
+            guard recorded.path != path, recorded.fingerprint.kind != .directory, !changes.modified.contains(recorded.path) else { return nil }
+            let there = scanner.fingerprint(of: recorded.path)
+            guard there == nil || there == recorded.fingerprint else { return nil } // edited there: the conflict rules decide
+            return (item, there == nil ? nil : recorded.path)
+        }
+        var adoptedFrom: [String] = []
         // What arrived (moved here or new), parents before their items.
         let arrivals = (changes.moved.map(\.to) + changes.added).sorted { (LocalContents.depth($0), $0) < (LocalContents.depth($1), $1) }
         for path in arrivals {
@@ -168,8 +179,19 @@ final class ChangeFinder {
                 continue
             }
             guard let content = try sync.cut(path, kind: print.kind, scanner: scanner) else { continue }
-            if let item = shownElsewhere(path), !sync.state.hasLocalChanges(item), let remote = sync.state.persisted.remote[item], !remote.deleted,
+            if let (item, leftover) = shownElsewhere(path), !sync.state.hasLocalChanges(item), let remote = sync.state.persisted.remote[item], !remote.deleted,
                remote.content == content, (remote.kind ?? .file) == print.kind {
+                if let old = sync.files.file(of: item) {
+                    if let leftover { try await sync.materialiser.coordinatedRemove(leftover, in: sync) }
+                    do {
+                        try NSFileVersion.carryVersions(ofItemMovedFrom: sync.root.appendingPathComponent(old.path), to: sync.root.appendingPathComponent(path))
+                    } catch {
+                        sync.logger.warning("cannot carry a moved item's versions", metadata: ["from": "\(old.path)", "to": "\(path)", "error": "\(error)"])
+                    }
+                    sync.files[old.path] = nil
+                    vanished.remove(old.path)
+                    adoptedFrom.append(old.path)
+                }
                 let file = AgentStore.File(path: path, item: item, fingerprint: print, content: content, revision: remote.revision)
                 sync.files[path] = file
                 upsert.append(file)
@@ -219,7 +241,7 @@ final class ChangeFinder {
             if placeholder.item.isEmpty || sync.files.contains(item: placeholder.item) { continue }
             sync.state.delete(item: placeholder.item, date: Date().timeIntervalSince1970)
         }
-        try await sync.persist(upsert: upsert, removed: changes.removed + changes.moved.map(\.from))
+        try await sync.persist(upsert: upsert, removed: changes.removed + changes.moved.map(\.from) + adoptedFrom)
     }
 
     /// The id of an item new here: a folder's comes from where it is

@@ -48,6 +48,8 @@ struct WriteCommand: AsyncParsableCommand {
     let root: URL
     let ledger: LedgerFile
     let store: NSUbiquitousKeyValueStore
+    /// Whether (and as whom) the device is signed in.
+    let identity = UbiquityIdentity(paths: UbiquityPaths())
     var model: LedgerModel
     var random: SeededGenerator
     let coordinator = NSFileCoordinator(filePresenter: nil)
@@ -290,13 +292,20 @@ struct WriteCommand: AsyncParsableCommand {
         }
     }
 
-    /// Sets this device's own key and the key every device sets.
+    /// Sets this device's own key and the key every device sets. Values set while the device
+    /// is signed out stay in its signed-out store — at sign-in the account's values replace
+    /// them (Apple's `NSUbiquitousKeyValueStoreAccountChange`) — so only values set and
+    /// written while one account stayed signed in are recorded as edits that must survive.
     mutating func setValues() throws {
         let value = "\(command.device)-\(model.steps)"
-        for key in [Layout.ownKey(command.device), Layout.sharedKey] {
-            store.set(value, forKey: key)
-            try record(.keyValue, key, value: value)
-        }
+        let keys = [Layout.ownKey(command.device), Layout.sharedKey]
+        let account = identity.token
+        for key in keys { store.set(value, forKey: key) }
         store.synchronize()
+        guard account != nil, identity.token == account else {
+            FileHandle.standardError.write(Data("writer \(command.device): step \(model.steps): values set while signed out (not recorded)\n".utf8))
+            return
+        }
+        for key in keys { try record(.keyValue, key, value: value) }
     }
 }

@@ -220,6 +220,48 @@ import UbiquityTestSupport
         }
     }
 
+    /// Found with seed 21 (sign-out mid-download): an agent stopped after it put a download
+    /// that renamed and changed a file in place — the new file there, the old one gone or still
+    /// there — and before it recorded so came back, saw a new file and a deleted one, and sent
+    /// them: the item was deleted and its contents made a new item, which collided with the
+    /// author's next save (kept as "name 2.txt" by the server). The file is that item.
+    @Test(arguments: [false, true]) func aRenamingDownloadPutInPlaceButNotRecordedKeepsItsItem(oldFileLeft: Bool) async throws {
+        try await ContainerSyncTests().withServer { base, dir in
+            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
+            try laptop.write("a.txt", Data("one".utf8))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            let item = try #require(try await laptop.client.changes(container: ContainerSyncTests().notes, since: 0).items.first { $0.name == "a.txt" }?.id)
+            try FileManager.default.moveItem(at: laptop.documents.appendingPathComponent("a.txt"), to: laptop.documents.appendingPathComponent("b.txt"))
+            try await laptop.sync.syncOnce()
+            try laptop.write("b.txt", Data("two".utf8))
+            try await laptop.sync.syncOnce()
+            // The phone learns the rename and the new contents, puts them in place, and is
+            // stopped before it records so (and, in one case, before it removed the old file).
+            try await phone.sync.fetchOnlyForTest()
+            try phone.write("b.txt", Data("two".utf8))
+            if !oldFileLeft { try FileManager.default.removeItem(at: phone.documents.appendingPathComponent("a.txt")) }
+            // It comes back.
+            let restarted = try ContainerSync(container: ContainerSyncTests().notes, root: phone.documents.deletingLastPathComponent(), client: phone.client,
+                                              store: try AgentStore(path: dir + "/phone.sqlite"), device: "phone", greedy: true)
+            try await restarted.syncOnce()
+            try await restarted.syncOnce()
+            let page = try await laptop.client.changes(container: ContainerSyncTests().notes, since: 0)
+            var files: [String] = []
+            for state in page.items where state.kind == .file {
+                files.append("\(state.id) \(state.name) deleted: \(state.deleted), conflicts: \(state.conflicts.count)")
+            }
+            #expect(files == ["\(item) b.txt deleted: false, conflicts: 0"])
+            #expect(!phone.exists("a.txt") && phone.read("b.txt") == "two")
+            // The author's next save is the item's next revision, under its name.
+            try laptop.write("b.txt", Data("three".utf8))
+            try await laptop.sync.syncOnce()
+            try await restarted.syncOnce()
+            #expect(phone.read("b.txt") == "three" && !phone.exists("b 2.txt"))
+        }
+    }
+
     /// Found with seed 1: a file moved and then saved over (a safe save replaces it with a new
     /// file) before the agent looked could not be told from a delete and a new file — the item
     /// was deleted and its contents made a new item. The watcher pairs the rename's two events
@@ -388,6 +430,14 @@ extension ContainerSync {
     fileprivate func recordMatchesFile(_ path: String) throws -> Bool {
         let members = try LocalContents.cut(root.appendingPathComponent(path), kind: .file, scanner: scanner, relative: path)
         return files[path]?.content == LocalContents.token(LocalContents.manifest(members, kind: .file), kind: .file)
+    }
+
+    /// Fetches the server's changes and records them, without putting anything in place (an
+    /// agent stopped right after its fetch).
+    fileprivate func fetchOnlyForTest() async throws {
+        guard let fetch = state.fetchRequest() else { throw ContainerSyncError("nothing to fetch") }
+        try await perform(fetch)
+        try await persist()
     }
 
     /// Moves the recorded file at `path` to `to` as applying the server's rename does.
