@@ -18,6 +18,11 @@ final class ConflictReconciler {
     /// Items whose server state has conflict versions (with ``conflictCopies``, what
     /// reconciling looks at).
     var conflicted: Set<String> = []
+    /// Downloaded items whose conflict versions on disk are not (yet) those the server lists
+    /// after the last reconciling (a version not uploaded yet, one the server no longer
+    /// describes as this device last heard): the container is not idle, and the next round
+    /// fetches first.
+    private(set) var owed: Set<String> = []
 
     /// A reconciler that knows the conflict versions `copies` are on disk (as recorded).
     init(copies: [String: Set<String>]) {
@@ -55,6 +60,7 @@ final class ConflictReconciler {
     /// (removed, or marked resolved) are resolved on the server; those resolved elsewhere go.
     func reconcileConflicts(in sync: isolated ContainerSync) async throws {
         let items = conflicted.union(conflictCopies.keys)
+        defer { settle(items, in: sync) }
         // Conflicts gone (resolved here or elsewhere): an earlier attempt's failure no longer stands.
         for (item, message) in sync.errors where message.hasPrefix(Self.resolutionError) && !items.contains(item) { sync.errors[item] = nil }
         for item in items.sorted() {
@@ -154,4 +160,18 @@ final class ConflictReconciler {
         }
     }
 
+    /// Notes which of `items` still differ from the server's list of conflict versions (see
+    /// ``owed``): a device that said it was idle with a conflict version missing disagreed with
+    /// the others for good (found by `ubiquity-chaos`).
+    private func settle(_ items: Set<String>, in sync: isolated ContainerSync) {
+        owed = items.filter { item in
+            guard let remote = sync.state.persisted.remote[item], !remote.deleted, remote.kind != .directory,
+                  sync.files.contains(item: item), !sync.state.hasLocalChanges(item) else { return false }
+            return Set(remote.conflicts.map(\.revision)) != (conflictCopies[item] ?? [])
+        }
+        if !owed.isEmpty {
+            sync.logger.debug("conflict versions not in step yet", metadata: ["container": "\(sync.container)", "items": "\(owed.sorted())"])
+            sync.fetchAgain()
+        }
+    }
 }

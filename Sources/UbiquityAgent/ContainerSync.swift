@@ -189,7 +189,7 @@ package actor ContainerSync {
     package var cursor: Int64 { state.persisted.cursor }
 
     /// Whether everything local is on the server and everything known from it is here.
-    package var isIdle: Bool { state.isIdle && errors.isEmpty && downloadErrors.isEmpty && !running && !finder.owesALook }
+    package var isIdle: Bool { state.isIdle && errors.isEmpty && downloadErrors.isEmpty && !running && !finder.owesALook && reconciler.owed.isEmpty }
 
     /// One round: local changes go up (the chunks the server lacks, then their commits),
     /// changes from the server come down. Returns after the server answered everything sent.
