@@ -17,29 +17,31 @@ extension Materialiser {
         // Whether the file was as recorded when it moved: written since the round's scan, its
         // record keeps the old fingerprint so that the next scan sends the edit (else the move's
         // fresh fingerprint hid the edit for good — found by `ubiquity-chaos`).
-        let unchanged = try await sync.coordinated {
+        // Its fingerprint at the new place is read while the move is still coordinated: read
+        // after, it could be of an app's save made at once after (found by `ubiquity-chaos`).
+        let (unchanged, moved) = try await sync.coordinated {
             let coordinator = NSFileCoordinator(filePresenter: nil)
-            return try coordinator.coordinate(writingItemAt: from, options: .forMoving) { from -> Bool in
+            return try coordinator.coordinate(writingItemAt: from, options: .forMoving) { from -> (Bool, LocalFingerprint?) in
                 let unchanged = scanner.fingerprint(of: oldPath) == recorded
                 try FileManager.default.moveItem(at: from, to: to)
                 // Its presenters learn its new place, and its versions go with it (left behind,
                 // they became the versions of whatever next had the old name — found by
                 // `ubiquity-chaos`).
                 coordinator.item(at: from, didMoveTo: to)
-                return unchanged
+                return (unchanged, scanner.fingerprint(of: path))
             }
         }
         sync.errors[file.item] = nil
         let before = sync.files.subtree(file.path)
-        var moved: [AgentStore.File] = []
+        var records: [AgentStore.File] = []
         for var inside in before {
             sync.files[inside.path] = nil
             inside.path = path + inside.path.dropFirst(file.path.count)
-            if inside.item == file.item, unchanged, let print = scanner.fingerprint(of: path) { inside.fingerprint = print } // its status change time moved
-            moved.append(inside)
+            if inside.item == file.item, unchanged, let moved { inside.fingerprint = moved } // its status change time moved
+            records.append(inside)
         }
-        for inside in moved { sync.files[inside.path] = inside }
-        try await sync.persist(upsert: moved, removed: before.map(\.path))
+        for inside in records { sync.files[inside.path] = inside }
+        try await sync.persist(upsert: records, removed: before.map(\.path))
         return true
     }
 

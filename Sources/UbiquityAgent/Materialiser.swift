@@ -30,6 +30,9 @@ final class Materialiser {
     var pending: Set<String>?
     /// Small files' bytes from this round's pages of changes, by item, and their total.
     private(set) var inlined: [String: Inlined] = [:]
+    /// For tests: called with a download's path once its coordinated write is over and before
+    /// it is recorded (where an app's save made at once after lands).
+    var placedForTesting: ((String) -> Void)?
     private var inlinedBytes = 0
 
     /// A materialiser for the folder whose placeholders on disk are `placeholders`.
@@ -369,7 +372,7 @@ final class Materialiser {
         for (entry, moved) in zip(written, moves) {
             do {
                 sync.localContents[entry.download.content] = entry.members
-                let file = try moved.get() ? self.placed(entry.download, revision: entry.revision, in: sync) : nil
+                let file = try moved.get().flatMap { self.placed(entry.download, revision: entry.revision, print: $0, in: sync) }
                 if let file {
                     placed.append(file)
                     folders.insert(LocalContents.folder(of: file.path))
@@ -436,11 +439,12 @@ final class Materialiser {
         let path = download.path, previous = download.previous
         let url = sync.root.appendingPathComponent(path)
         let scanner = sync.scanner
+        // The fingerprint in place is read while the write is still coordinated (see `placeNew`).
         let written = try await sync.coordinated {
-            try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing) { url -> Bool in
+            try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forReplacing) { url -> LocalFingerprint? in
                 let now = scanner.fingerprint(of: path)
-                if let previous, previous.path == path, now != previous.fingerprint { return false }
-                if previous?.path != path, now != nil { return false }
+                if let previous, previous.path == path, now != previous.fingerprint { return nil }
+                if previous?.path != path, now != nil { return nil }
                 let replaced = ReplacedFile(holding: url.path, size: now?.size ?? 0)
                 defer { replaced?.release() }
                 try SafeSave.replaceItem(at: url) { temporary in
@@ -448,15 +452,16 @@ final class Materialiser {
                         throw ContainerSyncError("could not move the download of \(path) into place: \(String(cString: strerror(errno)))")
                     }
                 }
-                return true
+                return scanner.fingerprint(of: path)
             }
         }
-        return written ? placed(download, revision: revision, in: sync) : nil
+        return written.flatMap { placed(download, revision: revision, print: $0, in: sync) }
     }
 
-    /// The record of a download just put in place (not yet stored), or nil if it is gone again.
-    private func placed(_ download: Download, revision: String, in sync: isolated ContainerSync) -> AgentStore.File? {
-        guard let print = sync.scanner.fingerprint(of: download.path) else { return nil }
+    /// The record of a download just put in place (`print`: its fingerprint there, read while
+    /// its write was coordinated), not yet stored.
+    private func placed(_ download: Download, revision: String, print: LocalFingerprint, in sync: isolated ContainerSync) -> AgentStore.File? {
+        placedForTesting?(download.path)
         let file = AgentStore.File(path: download.path, item: download.item, fingerprint: print, content: download.content, revision: revision)
         sync.files[download.path] = file
         sync.noteAttributes([.ubiquitousItemDownloadingStatusKey, .ubiquitousItemIsDownloadingKey], at: download.path)
@@ -468,18 +473,21 @@ final class Materialiser {
     /// coordinated accesses run on — unless something was made at a path meanwhile (then the
     /// local item stays, the next round sends it, and the server keeps both): for each, whether
     /// it was moved, or why it could not be. Their folders still need a flush.
-    private func placeNew(_ files: [(staged: URL, path: String)], in sync: isolated ContainerSync) async throws -> [Result<Bool, any Error>] {
+    /// Each file's fingerprint in place is read while the write is still coordinated: read
+    /// after, it could be of an app's save made at once after (the save then looked like the
+    /// download, and the next download replaced it — an edit lost, found by `ubiquity-chaos`).
+    private func placeNew(_ files: [(staged: URL, path: String)], in sync: isolated ContainerSync) async throws -> [Result<LocalFingerprint?, any Error>] {
         guard !files.isEmpty else { return [] }
-        let root = sync.root
+        let root = sync.root, scanner = sync.scanner
         return try await sync.coordinated {
             files.map { staged, path in
                 Result {
-                    try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: root.appendingPathComponent(path), options: .forReplacing) { url -> Bool in
+                    try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: root.appendingPathComponent(path), options: .forReplacing) { url -> LocalFingerprint? in
                         guard ubq_rename_noreplace(staged.path, url.path) == 0 else {
-                            if errno == EEXIST { return false }
+                            if errno == EEXIST { return nil }
                             throw ContainerSyncError("could not move the download of \(path) into place: \(String(cString: strerror(errno)))")
                         }
-                        return true
+                        return scanner.fingerprint(of: path)
                     }
                 }
             }

@@ -262,6 +262,31 @@ import UbiquityTestSupport
         }
     }
 
+    /// Found with seed 7 (under load): an app's coordinated save made at once after the agent
+    /// put a download in place — its write was waiting for the agent's — was taken for the
+    /// download: the agent read the file's fingerprint after its coordinated write was over,
+    /// so the record described the app's file with the download's contents. The edit was
+    /// never sent, and the item's next download replaced it: **an edit lost**.
+    @Test func anAppsSaveRightAfterADownloadIsSent() async throws {
+        try await ContainerSyncTests().withServer { base, dir in
+            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
+            try laptop.write("a.txt", Data("one".utf8))
+            try await laptop.sync.syncOnce()
+            let documents = phone.documents
+            await phone.sync.setPlacedForTesting { path in
+                guard path == "Documents/a.txt" else { return }
+                try? Data("the phone's edit".utf8).write(to: documents.appendingPathComponent("a.txt"), options: .atomic)
+            }
+            try await phone.sync.syncOnce()
+            await phone.sync.setPlacedForTesting(nil)
+            await phone.sync.noteEverythingChanged()
+            try await phone.sync.syncOnce()
+            try await laptop.sync.syncOnce()
+            #expect(laptop.read("a.txt") == "the phone's edit")
+        }
+    }
+
     /// Found with seed 1: a file moved and then saved over (a safe save replaces it with a new
     /// file) before the agent looked could not be told from a delete and a new file — the item
     /// was deleted and its contents made a new item. The watcher pairs the rename's two events
@@ -430,6 +455,11 @@ extension ContainerSync {
     fileprivate func recordMatchesFile(_ path: String) throws -> Bool {
         let members = try LocalContents.cut(root.appendingPathComponent(path), kind: .file, scanner: scanner, relative: path)
         return files[path]?.content == LocalContents.token(LocalContents.manifest(members, kind: .file), kind: .file)
+    }
+
+    /// Sets the materialiser's test hook (see ``Materialiser/placedForTesting``).
+    fileprivate func setPlacedForTesting(_ hook: ((String) -> Void)?) {
+        materialiser.placedForTesting = hook
     }
 
     /// Fetches the server's changes and records them, without putting anything in place (an
