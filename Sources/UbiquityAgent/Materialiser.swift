@@ -148,6 +148,10 @@ final class Materialiser {
             let local = sync.files.file(of: item)
             if let local, local.content == remote.content {
                 unwanted.insert(item)
+                // In step (a download that failed was then found in place, or the contents came
+                // from here): the failure no longer stands — kept, the agent was never idle
+                // again (found by `ubiquity-chaos`).
+                sync.downloadErrors[item] = nil
                 if local.path != path, !(try await relocate(local, to: path, in: sync)) { later.insert(item) }
                 continue
             }

@@ -287,6 +287,29 @@ import UbiquityTestSupport
         }
     }
 
+    /// Found by the long profile (seed 60): a download that failed (a reset link) left its
+    /// error on the item after the file was found holding the server's contents anyway (the
+    /// device's own commit, whose answer the reset had lost): the item was in step, yet the
+    /// agent never said it was idle again.
+    @Test func aFailedDownloadFoundInStepLeavesNoError() async throws {
+        try await ContainerSyncTests().withServer { base, dir in
+            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
+            try laptop.write("a.txt", Data("one".utf8))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            try laptop.write("a.txt", Data("two".utf8))
+            try await laptop.sync.syncOnce()
+            // The phone hears of "two", its download fails, and the file turns out to hold it.
+            try await phone.sync.fetchOnlyForTest()
+            await phone.sync.failDownloadForTest(of: "Documents/a.txt")
+            try phone.write("a.txt", Data("two".utf8))
+            try await phone.sync.syncOnce()
+            #expect(await phone.sync.isIdle)
+            #expect(await phone.sync.status(ofName: "Documents/a.txt")?.downloadingError == nil)
+        }
+    }
+
     /// Found with seed 1: a file moved and then saved over (a safe save replaces it with a new
     /// file) before the agent looked could not be told from a delete and a new file — the item
     /// was deleted and its contents made a new item. The watcher pairs the rename's two events
@@ -455,6 +478,12 @@ extension ContainerSync {
     fileprivate func recordMatchesFile(_ path: String) throws -> Bool {
         let members = try LocalContents.cut(root.appendingPathComponent(path), kind: .file, scanner: scanner, relative: path)
         return files[path]?.content == LocalContents.token(LocalContents.manifest(members, kind: .file), kind: .file)
+    }
+
+    /// Records a failed download of the item at `path`, as a round whose download failed does.
+    fileprivate func failDownloadForTest(of path: String) {
+        guard let item = files[path]?.item else { return }
+        downloadErrors[item] = "download: no answer (a test's)"
     }
 
     /// Sets the materialiser's test hook (see ``Materialiser/placedForTesting``).
