@@ -135,6 +135,15 @@ final class ConflictReconciler {
             }
             sync.downloadErrors[item] = nil // an earlier attempt's failure no longer stands (set again below if one fails)
             for conflict in details.conflicts where missing.contains(conflict.revision) && conflict.uploaded {
+                let identifier = NSFileVersion.PersistentIdentifier(Self.versionIdentifier(conflict.revision))
+                if NSFileVersion.version(itemAt: url, forPersistentIdentifier: identifier) != nil {
+                    // Put there by an agent stopped before it recorded so: it is that version
+                    // (adding it again failed every round, for good — found by `ubiquity-chaos`).
+                    conflictCopies[item, default: []].insert(conflict.revision)
+                    try sync.store.setConflictCopy(true, container: sync.container, item: item, revision: conflict.revision)
+                    sync.noteAttributes([.ubiquitousItemHasUnresolvedConflictsKey], at: path)
+                    continue
+                }
                 do {
                     let kind = remote.kind ?? .file
                     let staged = try await sync.materialiser.stage(LocalContents.members(conflict.manifest, kind: kind), kind: kind, of: item, name: path, reusing: sync.files[path], in: sync)
@@ -145,10 +154,10 @@ final class ConflictReconciler {
                     defer { try? FileManager.default.removeItem(at: folder) } // (a leftover is swept by the store after a day)
                     let staging = folder.appendingPathComponent(LocalContents.name(of: path))
                     try FileManager.default.moveItem(at: staged, to: staging)
-                    let (savedBy, date, identifier) = (conflict.deviceName, Date(timeIntervalSince1970: conflict.modificationDate), Self.versionIdentifier(conflict.revision))
+                    let (savedBy, date) = (conflict.deviceName, Date(timeIntervalSince1970: conflict.modificationDate))
                     try await sync.coordinated {
                         _ = try NSFileVersion.addConflictVersion(ofItemAt: url, withContentsOf: staging, savingComputer: savedBy,
-                                                                 modificationDate: date, byMoving: true, identifier: identifier)
+                                                                 modificationDate: date, byMoving: true, identifier: identifier.rawValue)
                     }
                     conflictCopies[item, default: []].insert(conflict.revision)
                     try sync.store.setConflictCopy(true, container: sync.container, item: item, revision: conflict.revision)

@@ -147,6 +147,9 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
     private let serverBusy = Mutex(false)
     /// Filesystems a disk-full fault holds now.
     private let busyDisks = Mutex<Set<String>>([])
+    /// Devices whose agent is being killed and started again (a second kill meanwhile would
+    /// only make the restart report a kill of its own).
+    private let busyAgents = Mutex<Set<Int>>([])
 
     /// Small filesystems mounted for the run (released at its end).
     private(set) var disks: [URL] = []
@@ -403,12 +406,13 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         let remaining = max(0, (roundEnd - ContinuousClock.now).seconds)
         switch kind {
         case .agentKill:
-            guard device.agentIsRunning else { return nil }
+            guard device.agentIsRunning, busyAgents.withLock({ $0.insert(device.index).inserted }) else { return nil }
             count(kind, device.name, String(format: "restart after %.1f s", pause * 2))
             return Task {
                 await device.killAgent()
                 try? await Task.sleep(for: .seconds(pause * 2)) // (a cancelled sleep only shortens the pause)
                 do { try await device.startAgent() } catch { say("\(device.name)'s agent did not restart: \(error)") }
+                self.busyAgents.withLock { _ = $0.remove(device.index) }
             }
         case .serverKill:
             guard serverBusy.withLock({ busy in defer { busy = true }; return !busy }) else { return nil }

@@ -429,6 +429,30 @@ import UbiquityTestSupport
     /// old name — and became the versions of whatever next had that name, on that device only.
     /// Each conflict version staged also left an empty folder behind. A file the agent moves
     /// takes its versions along (and its presenters hear of it); staging folders go.
+    /// Found by the long profile (seed 60): an agent killed after it put a conflict version in
+    /// the item's version store and before it recorded so came back and added it again — which
+    /// the store refuses (the identifier is taken): every round failed there, for good, and the
+    /// device fell behind (its later edits unsent).
+    @Test func aConflictVersionAddedButNotRecordedIsTakenAsIs() async throws {
+        try await ContainerSyncTests().withServer { base, dir in
+            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
+            try await makeConflict(laptop, phone)
+            let trip = phone.documents.appendingPathComponent("Trip.txt")
+            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: trip)?.count == 1)
+            try await phone.sync.forgetConflictCopiesForTest()
+            await phone.sync.noteEverythingChanged()
+            try await phone.sync.syncOnce()
+            #expect(await phone.sync.isIdle)
+            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: trip)?.count == 1)
+            // It is recorded again: resolving it here resolves it on the server.
+            try NSFileVersion.removeOtherVersionsOfItem(at: trip)
+            try await phone.sync.syncOnce()
+            try await laptop.sync.syncOnce()
+            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: laptop.documents.appendingPathComponent("Trip.txt"))?.isEmpty != false)
+        }
+    }
+
     @Test func conflictVersionsFollowARenameFromElsewhere() async throws {
         try await ContainerSyncTests().withServer { base, dir in
             let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
@@ -478,6 +502,15 @@ extension ContainerSync {
     fileprivate func recordMatchesFile(_ path: String) throws -> Bool {
         let members = try LocalContents.cut(root.appendingPathComponent(path), kind: .file, scanner: scanner, relative: path)
         return files[path]?.content == LocalContents.token(LocalContents.manifest(members, kind: .file), kind: .file)
+    }
+
+    /// Forgets which conflict versions are on disk (an agent killed after adding them, before
+    /// recording so).
+    fileprivate func forgetConflictCopiesForTest() throws {
+        for (item, revisions) in reconciler.conflictCopies {
+            for revision in revisions { try store.setConflictCopy(false, container: container, item: item, revision: revision) }
+        }
+        reconciler.conflictCopies = [:]
     }
 
     /// Records a failed download of the item at `path`, as a round whose download failed does.
