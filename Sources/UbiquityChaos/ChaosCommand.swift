@@ -37,7 +37,7 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "A PostgreSQL URL for the server's storage instead of an embedded database (its own schema: add search_path=NAME).") var database: String?
     @Option(help: "Server instances behind the devices' links, each connection to one of them (with --database).") var servers = 1
     @Option(help: "The working folder (default: a new one under /tmp).") var work: String?
-    @Option(help: "MiB of the small filesystem each device's home and the server's data are on (the disk-full faults fill them).") var diskMegabytes = 768
+    @Option(help: "MiB of the small filesystem each device's home is on (the disk-full faults fill them); the server's is this or 64 MiB per minute of writing, whichever is more.") var diskMegabytes = 768
     @Option(help: "Seconds the last device's clock is off (libfaketime; 0: none).") var skewSeconds = 240
     @Flag(help: "Keep the working folder even when the run passes.") var keep = false
     @Option(help: "Fault kinds to leave out, comma-separated (e.g. signOut).") var without: String?

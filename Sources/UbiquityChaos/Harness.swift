@@ -171,10 +171,15 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
 
     /// Mounts the small filesystems the disk-full faults fill (as root; else those faults are
     /// left out, and the report says so).
+    /// The server keeps every revision (about 45 MB a minute under the writers here), so its
+    /// filesystem grows with the run: full for good from the run's own writes, it would be no
+    /// fault the harness injected, and none it could heal (found by a 25-minute run).
     private func mountDisks() {
+        let writing = settings.minutes ?? Double(settings.rounds) * settings.roundSeconds / 60
+        let serverMegabytes = max(settings.diskMegabytes, Int(64 * writing.rounded(.up)))
         let folders = [serverData] + (0..<settings.devices).map { settings.work.appendingPathComponent("device\($0)") }
         for folder in folders {
-            guard Faults.mountSmallDisk(at: folder, megabytes: settings.diskMegabytes) else {
+            guard Faults.mountSmallDisk(at: folder, megabytes: folder == serverData ? serverMegabytes : settings.diskMegabytes) else {
                 unavailable.append("diskFull, serverDiskFull: cannot mount a tmpfs (errno \(errno); needs root or CAP_SYS_ADMIN)")
                 for disk in disks { Faults.unmount(disk) }
                 disks = []
