@@ -201,11 +201,7 @@ import UbiquityTestSupport
         try await ContainerSyncTests().withServer { base, dir in
             let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
             let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
-            try laptop.write("Notes.txt", Data("one".utf8))
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
-            try laptop.write("Notes.txt", Data("two".utf8))
-            try await laptop.sync.syncOnce()
+            try await editTwiceOnTheLaptop("Notes.txt", laptop, phone)
             // The phone's agent put "two" in place and was stopped before recording it.
             try phone.write("Notes.txt", Data("two".utf8))
             try await phone.sync.syncOnce()
@@ -295,11 +291,7 @@ import UbiquityTestSupport
         try await ContainerSyncTests().withServer { base, dir in
             let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
             let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
-            try laptop.write("a.txt", Data("one".utf8))
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
-            try laptop.write("a.txt", Data("two".utf8))
-            try await laptop.sync.syncOnce()
+            try await editTwiceOnTheLaptop("a.txt", laptop, phone)
             // The phone hears of "two", its download fails, and the file turns out to hold it.
             try await phone.sync.fetchOnlyForTest()
             await phone.sync.failDownloadForTest(of: "Documents/a.txt")
@@ -471,6 +463,16 @@ import UbiquityTestSupport
             #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: laptop.documents.appendingPathComponent("Journey.txt"))?.count == 1)
         }
     }
+}
+
+/// `name` made on the laptop ("one") and brought to the phone, then written again on the
+/// laptop ("two") and sent: the phone has not heard of "two" yet.
+private func editTwiceOnTheLaptop(_ name: String, _ laptop: ContainerSyncTests.Device, _ phone: ContainerSyncTests.Device) async throws {
+    try laptop.write(name, Data("one".utf8))
+    try await laptop.sync.syncOnce()
+    try await phone.sync.syncOnce()
+    try laptop.write(name, Data("two".utf8))
+    try await laptop.sync.syncOnce()
 }
 
 /// Trip.txt made on the laptop, then edited on both before either hears of the other, and
