@@ -52,6 +52,8 @@ struct WriteCommand: AsyncParsableCommand {
     let identity = UbiquityIdentity(paths: UbiquityPaths())
     var model: LedgerModel
     var random: SeededGenerator
+    /// Key-value pairs set but not yet written to the device's store, and the account they were set under.
+    var unwritten: (account: String?, values: [String: String]) = (nil, [:])
     let coordinator = NSFileCoordinator(filePresenter: nil)
 
     init(command: WriteCommand) throws {
@@ -73,7 +75,7 @@ struct WriteCommand: AsyncParsableCommand {
             try await step()
             try await Task.sleep(for: .milliseconds(Int.random(in: 0...command.paceMilliseconds, using: &random)))
         }
-        store.synchronize()
+        try synchronize()
     }
 
     // MARK: Steps
@@ -296,16 +298,36 @@ struct WriteCommand: AsyncParsableCommand {
     /// is signed out stay in its signed-out store — at sign-in the account's values replace
     /// them (Apple's `NSUbiquitousKeyValueStoreAccountChange`) — so only values set and
     /// written while one account stayed signed in are recorded as edits that must survive.
+    /// A value the store could not write yet (a full disk) is recorded once a later
+    /// `synchronize()` writes it under the same account — unless a newer value replaced it.
     mutating func setValues() throws {
         let value = "\(command.device)-\(model.steps)"
         let keys = [Layout.ownKey(command.device), Layout.sharedKey]
         let account = identity.token
-        for key in keys { store.set(value, forKey: key) }
-        store.synchronize()
+        if account == nil || account != unwritten.account { unwritten = (account, [:]) }
+        for key in keys {
+            store.set(value, forKey: key)
+            unwritten.values[key] = value
+        }
+        try synchronize()
+    }
+
+    /// Writes the store and records the values it wrote while one account stayed signed in.
+    mutating func synchronize() throws {
+        let account = unwritten.account
+        let written = store.synchronize()
         guard account != nil, identity.token == account else {
-            FileHandle.standardError.write(Data("writer \(command.device): step \(model.steps): values set while signed out (not recorded)\n".utf8))
+            if !unwritten.values.isEmpty {
+                FileHandle.standardError.write(Data("writer \(command.device): step \(model.steps): values set while signed out (not recorded)\n".utf8))
+            }
+            unwritten = (identity.token, [:])
             return
         }
-        for key in keys { try record(.keyValue, key, value: value) }
+        guard written else {
+            FileHandle.standardError.write(Data("writer \(command.device): step \(model.steps): values not written yet (recorded once they are)\n".utf8))
+            return
+        }
+        for (key, value) in unwritten.values.sorted(by: { $0.key < $1.key }) { try record(.keyValue, key, value: value) }
+        unwritten.values = [:]
     }
 }

@@ -134,7 +134,7 @@ import UbiquityProtocol
     /// The whole path with running agents: an app's write on one device reaches the other
     /// device's app as a server change (the agent sees the file change, sends it; the server
     /// pushes; the other agent pulls and records it; the app reads the record).
-    @Test(.timeLimit(.minutes(1))) func runningAgentsCarryAValueAcross() async throws {
+    @Test(.timeLimit(.minutes(3))) func runningAgentsCarryAValueAcross() async throws {
         let dir = NSTemporaryDirectory() + "kv-agents-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let running = try await RunningAgents.start(["laptop", "phone"], containers: [], in: dir)

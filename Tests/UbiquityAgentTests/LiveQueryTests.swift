@@ -9,7 +9,7 @@ import UbiquityQuery
 @Suite struct LiveQueryTests {
     let notes = "ABCDE12345.com.example.notes"
 
-    @Test(.timeLimit(.minutes(1))) func aQueryFollowsAnotherDevicesDocumentsLive() async throws {
+    @Test(.timeLimit(.minutes(3))) func aQueryFollowsAnotherDevicesDocumentsLive() async throws {
         let notes = notes
         let dir = NSTemporaryDirectory() + "live-query-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: dir) }

@@ -78,13 +78,20 @@ final class PresenterChannel: Sendable {
             guard let fd = connect(to: path, timeout: timeout) else { continue }
             let process = String(entry.dropLast(5))
             let milliseconds = Int(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
-            let request = Request(op: "prepare", access: access, timeoutMilliseconds: milliseconds)
+            // The other process's presenters get a little less time than this side waits, so
+            // that one slow presenter there is passed over with an answer, not a silence.
+            let request = Request(op: "prepare", access: access, timeoutMilliseconds: milliseconds * 4 / 5)
+            let asked = ContinuousClock.now
             let reply = Self.send(request, to: fd) ? Self.receive(Reply.self, from: fd) : nil
             if let reply, reply.ok {
                 sessions.append(RemoteSession(descriptor: fd, process: process))
             } else if let refused = reply?.refusals, !refused.isEmpty {
                 refusals += refused
                 close(fd) // that process finished its presenters' side already
+            } else if ContinuousClock.now - asked < timeout * 0.9 {
+                // The connection ended without an answer: that process is exiting (or was killed).
+                logger.debug("a process with file presenters ended the exchange; proceeding without it", metadata: ["pid": "\(process)"])
+                close(fd)
             } else {
                 logger.warning("a process with file presenters did not answer in time; proceeding without it", metadata: ["pid": "\(process)", "timeout": "\(timeout)"])
                 close(fd)
