@@ -92,7 +92,9 @@ let package = Package(
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
-            ]
+            ],
+            // The web interface's page, style and scripts, built into the binary.
+            resources: [.embedInCode("Web/Assets")]
         ),
 
         // The reference documents' sample documents, shared by the example apps and `ubiquity demo`.

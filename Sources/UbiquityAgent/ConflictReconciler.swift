@@ -142,6 +142,7 @@ final class ConflictReconciler {
                     conflictCopies[item, default: []].insert(conflict.revision)
                     try sync.store.setConflictCopy(true, container: sync.container, item: item, revision: conflict.revision)
                     sync.noteAttributes([.ubiquitousItemHasUnresolvedConflictsKey], at: path)
+                    NSFileVersion.removeAbandonedStaging(nearItemAt: url) // the killed agent's staging folder
                     continue
                 }
                 do {

@@ -104,6 +104,7 @@ package struct SyncServer: Sendable {
         router.add(middleware: ErrorShapingMiddleware())
         router.add(middleware: DeviceAuthMiddleware(database: services.database))
         services.addRoutes(to: router)
+        services.addWebRoutes(to: router)
         return router
     }
 

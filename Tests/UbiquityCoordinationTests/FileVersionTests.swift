@@ -25,6 +25,34 @@ import Glibc
         return try NSFileVersion.addConflictVersion(ofItemAt: item, withContentsOf: incoming, savingComputer: computer, modificationDate: date, byMoving: true)
     }
 
+    /// A process killed while it prepared a version leaves its staging folder: the next one
+    /// made beside the item (or the agent's sweep) removes it at once, not a day later (found
+    /// by `ubiquity-chaos`: an agent killed while adding a conflict version); a living
+    /// process's folder stays.
+    @Test func aDeadProcessesStagingFolderGoesAtOnce() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = try item(scratch)
+        let first = NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: item)
+        let staging = first.deletingLastPathComponent()
+        #expect(first.lastPathComponent.hasPrefix("\(getpid())-"))
+        let exited = Process()
+        exited.executableURL = URL(fileURLWithPath: "/bin/true")
+        try exited.run()
+        exited.waitUntilExit()
+        let dead = staging.appendingPathComponent("\(exited.processIdentifier)-\(UUID().uuidString)")
+        let living = staging.appendingPathComponent("1-\(UUID().uuidString)") // init never exits
+        for folder in [dead, living] {
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            try Data("half a version".utf8).write(to: folder.appendingPathComponent("note.txt"))
+        }
+        NSFileVersion.removeAbandonedStaging(nearItemAt: item)
+        #expect(!FileManager.default.fileExists(atPath: dead.path))
+        #expect(FileManager.default.fileExists(atPath: living.path) && FileManager.default.fileExists(atPath: first.path))
+        try FileManager.default.createDirectory(at: dead, withIntermediateDirectories: true)
+        _ = NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: item)
+        #expect(!FileManager.default.fileExists(atPath: dead.path))
+    }
+
     @Test func addingListingAndFindingVersions() throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = try item(scratch)

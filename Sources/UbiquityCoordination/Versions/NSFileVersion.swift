@@ -294,6 +294,13 @@ public final class NSFileVersion: NSObject, @unchecked Sendable { // unchecked: 
                 discardable: false, identifier: identifier)
     }
 
+    /// Removes what processes that died left where versions of `url` are prepared (see
+    /// ``temporaryDirectoryURLForNewVersionOfItem(at:)``). The agent calls it when it finds the
+    /// version it was adding when killed already in place.
+    package class func removeAbandonedStaging(nearItemAt url: URL) {
+        VersionStore.removeAbandonedStaging(nearItemAt: url)
+    }
+
     /// A new, empty directory on the item's file system in which to prepare a version's
     /// contents for ``addOfItem(at:withContentsOf:options:)`` with `.byMoving`.
     /// - Parameter url: The item.

@@ -325,7 +325,8 @@ struct VersionStore: Sendable {
             do { try POSIX.makeDirectory(staging, permissions: 0o755) } catch let error as FileAccessError where error.errno == EEXIST {}
         }
         removeStaleStaging(staging)
-        let path = staging + "/" + UUID().uuidString
+        // Named after the process, so that another can tell when its writer died.
+        let path = staging + "/\(getpid())-" + UUID().uuidString
         try POSIX.makeDirectory(path, permissions: 0o755)
         return path
     }
@@ -354,14 +355,26 @@ struct VersionStore: Sendable {
         }
     }
 
-    /// Staged copies a day old (their writer died). Best effort, like ``removeLeftovers()``.
+    /// Staged copies whose process is gone (killed while it prepared a version), and any a day
+    /// old (their process's number may have been reused). Best effort, like ``removeLeftovers()``.
     private func removeStaleStaging(_ staging: String) {
         let dayAgo = Int64(Date().addingTimeInterval(-86_400).timeIntervalSince1970 * 1e9)
         for entry in (try? POSIX.directoryEntries(staging)) ?? [] {
-            if let status = try? POSIX.status(staging + "/" + entry), status.modificationNanoseconds < dayAgo {
+            let owner = entry.split(separator: "-", maxSplits: 1).first.flatMap { pid_t($0) }
+            let ownerGone = owner.map { $0 > 0 && $0 != getpid() && kill($0, 0) != 0 && errno == ESRCH } ?? false
+            if ownerGone {
+                try? POSIX.removeTree(staging + "/" + entry)
+            } else if let status = try? POSIX.status(staging + "/" + entry), status.modificationNanoseconds < dayAgo {
                 try? POSIX.removeTree(staging + "/" + entry)
             }
         }
+    }
+
+    /// Removes what processes that died left in the staging directory of `url`'s version store
+    /// (an agent that finds a version it was adding when killed already in place calls this).
+    static func removeAbandonedStaging(nearItemAt url: URL) {
+        guard let store = try? VersionStore(item: url.standardizedFileURL) else { return }
+        store.removeStaleStaging(store.root + "/.staging")
     }
 
     private func bumpGeneration() {

@@ -30,6 +30,27 @@ extension PostgresDatabase {
         }
     }
 
+    func account(id: Int64) async throws -> Account? {
+        try await read { db in
+            try await db.rows("SELECT id, name, identity_token, quota_bytes FROM account WHERE id = \(id)").first.map {
+                Account(id: try $0.get("id"), name: try $0.get("name"), identityToken: try $0.get("identity_token"), quotaBytes: try $0.get("quota_bytes"))
+            }
+        }
+    }
+
+    func containers(ofAccount id: Int64) async throws -> [ContainerSummary] {
+        try await read { db in
+            try await db.rows("""
+                SELECT container.identifier, container.sequence, COUNT(revision.id) AS items, COALESCE(SUM(revision.size), 0)::BIGINT AS bytes
+                FROM container LEFT JOIN item ON item.container_id = container.id
+                LEFT JOIN revision ON revision.id = item.current_revision AND NOT revision.deleted
+                WHERE container.account_id = \(id) GROUP BY container.id ORDER BY container.identifier
+                """).map {
+                ContainerSummary(identifier: try $0.get("identifier"), sequence: try $0.get("sequence"), items: try $0.get("items"), bytes: try $0.get("bytes"))
+            }
+        }
+    }
+
     func deleteAccount(named name: String) async throws -> Bool {
         try await transaction { db in
             // Waits for the account's commits and uploads in flight, then takes everything with it.

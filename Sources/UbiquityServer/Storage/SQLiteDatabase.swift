@@ -39,6 +39,27 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
+    func account(id: Int64) async throws -> Account? {
+        try await pool.read { db in
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT id, name, identityToken, quotaBytes FROM account WHERE id = ?"), arguments: [id]).map {
+                Account(id: $0["id"], name: $0["name"], identityToken: $0["identityToken"], quotaBytes: $0["quotaBytes"])
+            }
+        }
+    }
+
+    func containers(ofAccount id: Int64) async throws -> [ContainerSummary] {
+        try await pool.read { db in
+            try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT container.identifier, container.sequence, COUNT(revision.id) AS items, COALESCE(SUM(revision.size), 0) AS bytes
+                FROM container LEFT JOIN item ON item.containerId = container.id
+                LEFT JOIN revision ON revision.id = item.currentRevision AND revision.deleted = 0
+                WHERE container.accountId = ? GROUP BY container.id ORDER BY container.identifier
+                """), arguments: [id]).map {
+                ContainerSummary(identifier: $0["identifier"], sequence: $0["sequence"], items: $0["items"], bytes: $0["bytes"])
+            }
+        }
+    }
+
     func deleteAccount(named name: String) async throws -> Bool {
         try await pool.write { db in
             try db.cachedStatement(sql: "DELETE FROM account WHERE name = ?").execute(arguments: [name])

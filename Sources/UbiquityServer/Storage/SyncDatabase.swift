@@ -14,6 +14,18 @@ package struct Account: Sendable, Equatable {
     package var quotaBytes: Int64
 }
 
+/// A container as the web interface lists it.
+struct ContainerSummary: Sendable, Equatable, Codable {
+    /// The container's identifier (`TEAMID.com.example.app`).
+    var identifier: String
+    /// Its change sequence.
+    var sequence: Int64
+    /// Items not deleted (files, packages and folders).
+    var items: Int64
+    /// Bytes of the current revisions of those items.
+    var bytes: Int64
+}
+
 /// A signed-in device, found by its token.
 package struct DeviceAuth: Sendable, Equatable {
     /// The device's id.
@@ -180,6 +192,10 @@ protocol SyncDatabase: Sendable {
     func createAccount(name: String, passwordHash: String, quotaBytes: Int64) async throws -> Account
     func accounts() async throws -> [Account]
     func deleteAccount(named name: String) async throws -> Bool
+    /// The account numbered `id`, or nil.
+    func account(id: Int64) async throws -> Account?
+    /// The account's containers with their item counts and the bytes of their current files.
+    func containers(ofAccount id: Int64) async throws -> [ContainerSummary]
     /// Sets the account's quota; false if there is no such account. (Lowering it below what
     /// the account uses refuses its uploads and new contents until it deletes enough.)
     func setQuota(ofAccount name: String, bytes: Int64) async throws -> Bool

@@ -1,0 +1,274 @@
+// The web interface's page: sign-in, the account's containers, a folder's items (sorted,
+// searched, uploaded into), kept current by the server's events.
+
+import { api, APIError, setCSRF, segment } from "./api.js";
+import { nameNode, plainName, formatBytes, formatDate } from "./names.js";
+import { uploadFile, uploadTree, makeFolder } from "./upload.js";
+
+const $ = (id) => document.getElementById(id);
+let session = null;
+let events = null;
+let view = { container: null, folder: null, listing: null };
+let refreshing = null;
+let refreshAgain = false;
+
+function show(section) {
+  for (const id of ["sign-in", "containers", "folder"]) $(id).hidden = id !== section;
+}
+
+function say(text) {
+  $("status").textContent = text;
+  if (text) setTimeout(() => { if ($("status").textContent === text) $("status").textContent = ""; }, 5000);
+}
+
+function failed(error) {
+  if (error instanceof APIError && error.status === 401) return showSignIn();
+  say(error.message || String(error));
+}
+
+// MARK: Session
+
+async function start() {
+  try {
+    session = await api("GET", "/web/api/session");
+  } catch (error) {
+    if (error instanceof APIError && error.status === 401) return showSignIn();
+    return say(error.message);
+  }
+  signedIn();
+}
+
+function showSignIn() {
+  session = null;
+  if (events) { events.close(); events = null; }
+  $("who").textContent = "";
+  $("sign-out").hidden = true;
+  show("sign-in");
+  $("account").focus();
+}
+
+function signedIn() {
+  setCSRF(session.csrf);
+  $("who").textContent = plainName(session.account);
+  $("sign-out").hidden = false;
+  listen();
+  route();
+}
+
+$("sign-in-form").addEventListener("submit", async (event) => {
+  event.preventDefault();
+  $("sign-in-error").textContent = "";
+  try {
+    session = await api("POST", "/web/api/sign-in", { account: $("account").value, password: $("password").value });
+    $("password").value = "";
+    signedIn();
+  } catch (error) {
+    $("sign-in-error").textContent = error.status === 401 ? "Unknown account or wrong password." : error.message;
+  }
+});
+
+$("sign-out").addEventListener("click", async () => {
+  try { await api("POST", "/web/api/sign-out"); } catch (error) { /* signed out already */ }
+  setCSRF("");
+  location.hash = "#/";
+  showSignIn();
+});
+
+// The server's events: a change in the container shown is shown at once.
+function listen() {
+  if (events) events.close();
+  events = new EventSource("/web/api/events");
+  events.onmessage = (message) => {
+    let event;
+    try { event = JSON.parse(message.data); } catch (ignored) { return; }
+    if (event.type === "changed" && (view.container === null || view.container === event.container)) refresh();
+  };
+  events.onerror = () => {
+    // Closed for good (signed out or revoked elsewhere): ask who is signed in.
+    if (events && events.readyState === EventSource.CLOSED) { events = null; start(); }
+  };
+}
+
+// MARK: Views
+
+window.addEventListener("hashchange", () => { if (session) route(); });
+
+function route() {
+  const parts = location.hash.replace(/^#\/?/, "").split("/").filter((part) => part.length > 0).map(decodeURIComponent);
+  if (parts[0] === "c" && parts[1]) {
+    view = { container: parts[1], folder: parts[2] || null, listing: null };
+  } else {
+    view = { container: null, folder: null, listing: null };
+  }
+  refresh().then(() => $("main").focus());
+}
+
+function refresh() {
+  if (refreshing) { refreshAgain = true; return refreshing; }
+  refreshing = (async () => {
+    do {
+      refreshAgain = false;
+      try {
+        if (view.container === null) await showContainers(); else await showFolder();
+      } catch (error) {
+        failed(error);
+      }
+    } while (refreshAgain);
+    refreshing = null;
+  })();
+  return refreshing;
+}
+
+async function showContainers() {
+  const [answer, me] = await Promise.all([api("GET", "/web/api/containers"), api("GET", "/web/api/session")]);
+  $("usage").textContent = `${formatBytes(me.usedBytes)} of ${formatBytes(me.quotaBytes)} used`;
+  const rows = answer.containers.map((container) => {
+    const row = document.createElement("tr");
+    const name = document.createElement("td");
+    const link = document.createElement("a");
+    link.href = "#/c/" + segment(container.identifier);
+    link.append(nameNode(container.identifier));
+    name.append(link);
+    row.append(name, cell(String(container.items), "num"), cell(formatBytes(container.bytes), "num"));
+    return row;
+  });
+  $("container-rows").replaceChildren(...rows);
+  $("no-containers").hidden = rows.length > 0;
+  document.title = "Ubiquity";
+  show("containers");
+}
+
+async function showFolder() {
+  const query = view.folder ? "?parent=" + segment(view.folder) : "";
+  view.listing = await api("GET", `/web/api/containers/${segment(view.container)}/folder${query}`);
+  const crumbs = [crumb(view.container, "#/c/" + segment(view.container))];
+  for (const folder of view.listing.path) crumbs.push(crumb(folder.name, `#/c/${segment(view.container)}/${segment(folder.id)}`));
+  crumbs.unshift(crumb("iCloud Drive", "#/"));
+  $("crumbs").replaceChildren(...crumbs);
+  const here = view.listing.path.length ? view.listing.path[view.listing.path.length - 1].name : view.container;
+  $("folder-title").replaceChildren(nameNode(here));
+  document.title = plainName(here) + " — Ubiquity";
+  renderItems();
+  show("folder");
+}
+
+function crumb(name, href) {
+  const item = document.createElement("li");
+  const link = document.createElement("a");
+  link.href = href;
+  link.append(nameNode(name));
+  item.append(link);
+  return item;
+}
+
+function cell(text, className) {
+  const td = document.createElement("td");
+  td.textContent = text;
+  if (className) td.className = className;
+  return td;
+}
+
+function badge(text) {
+  const span = document.createElement("span");
+  span.className = "badge";
+  span.textContent = text;
+  return span;
+}
+
+function renderItems() {
+  if (!view.listing) return;
+  const filter = $("filter").value.trim().toLocaleLowerCase();
+  const sort = $("sort").value;
+  let items = view.listing.items.filter((item) => !filter || item.name.toLocaleLowerCase().includes(filter));
+  const folderFirst = (a, b) => (a.kind === "directory") === (b.kind === "directory") ? 0 : a.kind === "directory" ? -1 : 1;
+  const byName = (a, b) => a.name.localeCompare(b.name, undefined, { numeric: true, sensitivity: "base" });
+  const order = { name: byName, date: (a, b) => b.modificationDate - a.modificationDate, size: (a, b) => b.size - a.size }[sort];
+  items = items.sort((a, b) => folderFirst(a, b) || order(a, b) || byName(a, b));
+  const rows = items.map((item) => {
+    const row = document.createElement("tr");
+    row.dataset.name = item.name;
+    const name = document.createElement("td");
+    const link = document.createElement("a");
+    link.append(nameNode(item.name));
+    if (item.kind === "directory") {
+      link.href = `#/c/${segment(view.container)}/${segment(item.id)}`;
+      link.classList.add("folder");
+      link.setAttribute("aria-label", "Folder " + plainName(item.name));
+    } else {
+      link.href = `/web/api/containers/${segment(view.container)}/items/${segment(item.id)}/download`;
+      link.setAttribute("download", "");
+      if (item.kind === "package") link.append(badge("package (.zip)"));
+    }
+    name.append(link);
+    if (!item.uploaded && item.kind !== "directory") name.append(badge("waiting for its device"));
+    if (item.conflicts > 0) name.append(badge(item.conflicts === 1 ? "1 conflict" : `${item.conflicts} conflicts`));
+    row.append(name, cell(formatDate(item.modificationDate)), cell(item.kind === "directory" ? "—" : formatBytes(item.size), "num"));
+    const device = document.createElement("td");
+    device.append(nameNode(item.deviceName));
+    row.append(device);
+    return row;
+  });
+  $("item-rows").replaceChildren(...rows);
+  $("empty-folder").hidden = rows.length > 0;
+}
+
+$("filter").addEventListener("input", renderItems);
+$("sort").addEventListener("change", renderItems);
+
+// MARK: Uploads and folders
+
+function progressRow(file) {
+  const row = document.createElement("li");
+  const label = document.createElement("span");
+  label.append(nameNode(file.webkitRelativePath || file.name));
+  const bar = document.createElement("progress");
+  bar.max = Math.max(1, file.size);
+  bar.value = 0;
+  bar.setAttribute("aria-label", "Uploading " + plainName(file.name));
+  row.append(label, bar);
+  $("uploads").append(row);
+  return { bar, row };
+}
+
+async function upload(file, folder) {
+  const { bar, row } = progressRow(file);
+  try {
+    await uploadFile(view.container, folder, file, (sent) => { bar.value = sent; });
+    row.remove();
+    say("Uploaded " + plainName(file.name));
+  } catch (error) {
+    row.append(badge("failed: " + error.message));
+  }
+}
+
+$("upload-files").addEventListener("change", async (event) => {
+  const files = [...event.target.files];
+  event.target.value = "";
+  const folder = view.folder;
+  for (const file of files) await upload(file, folder);
+  refresh();
+});
+
+$("upload-folder").addEventListener("change", async (event) => {
+  const files = [...event.target.files];
+  event.target.value = "";
+  try {
+    await uploadTree(view.container, view.folder, files, upload);
+  } catch (error) {
+    failed(error);
+  }
+  refresh();
+});
+
+$("new-folder").addEventListener("click", async () => {
+  const name = prompt("Name of the new folder");
+  if (!name) return;
+  try {
+    await makeFolder(view.container, view.folder, name);
+    refresh();
+  } catch (error) {
+    failed(error);
+  }
+});
+
+start();

@@ -1,0 +1,273 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import UbiquityProtocol
+import UbiquitySync
+
+/// `GET /web/api/session`: who is signed in, and the session's CSRF token.
+struct WebSessionResponse: Codable, ResponseEncodable {
+    var account: String
+    var device: String
+    var csrf: String
+    var usedBytes: Int64
+    var quotaBytes: Int64
+}
+
+/// `GET /web/api/containers`.
+struct WebContainersResponse: Codable, ResponseEncodable {
+    var containers: [ContainerSummary]
+}
+
+/// An item as a folder's page lists it.
+struct WebItem: Codable, Sendable, Equatable {
+    var id: String
+    var name: String
+    var kind: ItemKind
+    var size: Int64
+    var modificationDate: Double
+    var deviceName: String
+    /// Whether its contents are all on the server (else it waits for the device that made it).
+    var uploaded: Bool
+    /// Unresolved conflict versions.
+    var conflicts: Int
+
+    init(_ item: ItemState) {
+        id = item.id
+        name = item.name
+        kind = item.kind
+        size = item.size
+        modificationDate = item.modificationDate
+        deviceName = item.deviceName
+        uploaded = item.uploaded
+        conflicts = item.conflicts.count
+    }
+}
+
+/// `GET /web/api/containers/:container/folder`: a folder's items and the way up to it.
+struct WebFolderResponse: Codable, ResponseEncodable {
+    /// The folders from the container down to this one (the container itself is not one).
+    var path: [WebCrumb]
+    var items: [WebItem]
+    /// The container's change sequence the listing reflects.
+    var sequence: Int64
+}
+
+/// A folder on the way to the one listed.
+struct WebCrumb: Codable, Sendable, Equatable {
+    var id: String
+    var name: String
+}
+
+/// `POST /web/api/parts`: the chunks a part of an upload became.
+struct WebPartResponse: Codable, ResponseEncodable {
+    var chunks: [ChunkReference]
+}
+
+/// `POST /web/api/containers/:container/files`: a file whose parts were uploaded.
+struct WebFileRequest: Codable {
+    var name: String
+    var parent: String?
+    /// The parts' chunks, in order.
+    var chunks: [ChunkReference]
+    /// The file's modification date (seconds since 1970), or now.
+    var modificationDate: Double?
+}
+
+/// `POST /web/api/containers/:container/folders`.
+struct WebFolderRequest: Codable {
+    var name: String
+    var parent: String?
+}
+
+/// `POST /web/api/sign-in`.
+struct WebSignInRequest: Codable {
+    var account: String
+    var password: String
+}
+
+extension WebItem: ResponseEncodable {}
+
+extension SyncServices {
+    /// The web interface: its page and scripts under `/web`, its API under `/web/api` (docs/Web.md).
+    func addWebRoutes(to router: Router<SyncContext>) {
+        router.get("/") { _, _ in Response(status: .seeOther, headers: [.location: "/web/"]) }
+        let web = router.group("web").add(middleware: WebHeadersMiddleware())
+        web.get { _, _ in try WebAssets.response(for: "index.html") }
+        web.get("assets/:name") { _, context in try WebAssets.response(for: try context.parameters.require("name")) }
+
+        let api = web.group("api").add(middleware: WebSessionMiddleware(database: database))
+        api.post("sign-in") { request, context -> Response in
+            let body = try await request.body.collect(upTo: SignInGuard.bodyLimit)
+            guard let asked = try? JSONDecoder().decode(WebSignInRequest.self, from: body) else {
+                throw SyncError.badRequest("badRequest", "not a sign-in request")
+            }
+            guard asked.account.utf8.count <= 255, asked.password.utf8.count <= SignInGuard.longestPassword else { throw SyncError.signInFailed }
+            let account = try await signIns.check(account: asked.account, password: asked.password, address: context.clientAddress)
+            let token = SQLiteDatabase.randomToken()
+            let id = try await database.addDevice(accountId: account.id, name: WebSession.deviceName, tokenHash: DeviceAuthMiddleware.hash(token), containers: nil)
+            let name = try await database.account(id: account.id)?.name ?? asked.account
+            context.logger.info("signed in from a browser", metadata: ["account": "\(name)", "device": "\(id)"])
+            let usage = try await database.usage(ofAccount: account.id)
+            var response = try WebSessionResponse(account: name, device: id, csrf: WebSession.csrfToken(for: token), usedBytes: usage.used, quotaBytes: usage.quota)
+                .response(from: request, context: context)
+            response.setCookie(WebSession.cookie(token))
+            return response
+        }
+        api.post("sign-out") { _, context -> Response in
+            let device = try context.requireDevice()
+            _ = try await database.revokeDevice(id: device.deviceId)
+            notifier.disconnect([device.deviceId])
+            var response = Response(status: .noContent)
+            response.setCookie(WebSession.cookie(nil))
+            return response
+        }
+        api.get("session") { request, context -> WebSessionResponse in
+            let device = try context.requireDevice()
+            guard let account = try await database.account(id: device.accountId),
+                  let token = request.cookies[WebSession.cookieName]?.value else { throw SyncError.unauthorized }
+            let usage = try await database.usage(ofAccount: device.accountId)
+            return WebSessionResponse(account: account.name, device: device.deviceId, csrf: WebSession.csrfToken(for: token),
+                                      usedBytes: usage.used, quotaBytes: usage.quota)
+        }
+        api.get("containers") { _, context in
+            let device = try context.requireDevice()
+            return WebContainersResponse(containers: try await database.containers(ofAccount: device.accountId).filter { device.allows($0.identifier) })
+        }
+        // The account's changes, as they happen (server-sent events): what the push channel says to devices.
+        api.get("events") { _, context -> Response in
+            let device = try context.requireDevice()
+            let (id, events) = notifier.subscribe(device)
+            let pace = notifier.pace(forAccount: device.accountId)
+            let body = ResponseBody { [notifier] writer in
+                defer { notifier.unsubscribe(id) }
+                try await writer.write(ByteBuffer(string: "retry: 2000\n\n"))
+                var notBefore = ContinuousClock.now
+                while let waiting = await events.next(notBefore: notBefore) {
+                    for delivery in waiting { try await writer.write(ByteBuffer(string: "data: \(delivery.text)\n\n")) }
+                    notBefore = .now + pace
+                }
+                try await writer.finish(nil) // signed out or revoked: the stream ends
+            }
+            return Response(status: .ok, headers: [.contentType: "text/event-stream", .cacheControl: "no-store"], body: body)
+        }
+
+        let containers = api.group("containers/:container")
+        containers.get("folder") { request, context in
+            let (device, container) = try Self.webContainer(context)
+            let parent = try Self.folderId(request.uri.queryParameters["parent"].map(String.init))
+            let listing = try await WebListing.load(database: database, account: device.accountId, container: container)
+            guard parent == nil || listing.folder(parent!) != nil else { throw SyncError(.notFound, "notFound", "no such folder") }
+            return WebFolderResponse(path: listing.path(to: parent), items: listing.children(of: parent).map(WebItem.init), sequence: listing.sequence)
+        }
+        containers.get("items/:item/download") { _, context -> Response in
+            let (device, container) = try Self.webContainer(context)
+            let id = try context.parameters.require("item")
+            try Validate.identifier(id, field: "item id")
+            guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: false), !item.deleted else {
+                throw SyncError.notFound
+            }
+            return try await WebDownload.response(for: item, chunks: chunks, account: device.accountId)
+        }
+        // A part of an upload (at most ``WebUpload/partBytes``): cut into chunks as a device
+        // cuts a file, stored (against the quota), and answered with their list; a part that
+        // failed is sent again, and the parts' lists together make the file's manifest.
+        api.post("parts") { request, context -> WebPartResponse in
+            let device = try context.requireDevice()
+            let body: ByteBuffer
+            do {
+                body = try await request.body.collect(upTo: WebUpload.partBytes)
+            } catch {
+                throw SyncError(.contentTooLarge, "partTooLarge", "a part is at most \(WebUpload.partBytes) bytes")
+            }
+            guard body.readableBytes > 0 else { throw SyncError.badRequest("emptyPart", "a part holds at least one byte") }
+            let data = Data(buffer: body)
+            let pieces = ContentChunker.standard.chunks(of: data).map { chunk in
+                ChunkBatch.Chunk(hash: chunk.hash, bytes: Array(data[chunk.offset..<(chunk.offset + chunk.length)]))
+            }
+            try await receive(pieces, from: device, logger: context.logger)
+            return WebPartResponse(chunks: pieces.map { ChunkReference(hash: $0.hash, size: Int64($0.bytes.count)) })
+        }
+        containers.post("files") { request, context in
+            let (device, container) = try Self.webContainer(context)
+            let asked = try await request.decode(as: WebFileRequest.self, context: context)
+            for chunk in asked.chunks { try Validate.hash(chunk.hash) }
+            return try await webCommit(name: asked.name, parent: asked.parent, kind: .file, manifest: Manifest(chunks: asked.chunks),
+                                       modificationDate: asked.modificationDate, container: container, device: device)
+        }
+        containers.post("folders") { request, context in
+            let (device, container) = try Self.webContainer(context)
+            let asked = try await request.decode(as: WebFolderRequest.self, context: context)
+            return try await webCommit(name: asked.name, parent: asked.parent, kind: .directory, manifest: Manifest(), modificationDate: nil,
+                                       container: container, device: device)
+        }
+    }
+
+    /// Commits a file or folder made through the web interface, as the browser's device: into
+    /// `parent` (a folder of the container, or its top), as a new revision of the item of that
+    /// name there (its earlier contents stay a version) or as a new item.
+    func webCommit(name: String, parent: String?, kind: ItemKind, manifest: Manifest, modificationDate: Double?,
+                   container: String, device: DeviceAuth) async throws -> WebItem {
+        let parent = try Self.folderId(parent)
+        try Validate.name(name)
+        let listing = try await WebListing.load(database: database, account: device.accountId, container: container)
+        guard parent == nil || listing.folder(parent!) != nil else { throw SyncError(.notFound, "notFound", "no such folder") }
+        let existing = listing.children(of: parent).first { $0.name.precomposedStringWithCanonicalMapping == name.precomposedStringWithCanonicalMapping }
+        if let existing, existing.kind != kind {
+            throw SyncError(.conflict, "nameTaken", "\(existing.kind == .directory ? "a folder" : "an item") of that name is there already")
+        }
+        if let existing, kind == .directory { return WebItem(existing) } // the folder is there already
+        let itemId = existing?.id ?? RandomIdentifier.make()
+        let update = try await prepared(ItemUpdate(baseRevision: existing?.revision, name: name, parent: parent, kind: kind,
+                                                   modificationDate: modificationDate ?? Date().timeIntervalSince1970, manifest: manifest,
+                                                   changeId: RandomIdentifier.make()),
+                                        of: itemId, in: container, for: device)
+        let outcome = try await database.commit(accountId: device.accountId, container: container, itemId: itemId,
+                                                update: update, device: device, now: Date(), brief: true, limits: accountLimits)
+        metrics.count(.commits)
+        notifier.publish(account: device.accountId, container: container, sequence: outcome.item.sequence, except: device.deviceId)
+        return WebItem(outcome.item)
+    }
+
+    /// The signed-in device and the container the route names (which it may use).
+    static func webContainer(_ context: SyncContext) throws -> (DeviceAuth, String) {
+        let container = try context.parameters.require("container")
+        return (try context.requireDevice(for: container), container)
+    }
+
+    /// A folder's id as asked (nil or empty: the top of the container's `Documents`, where the
+    /// web interface starts — what an app keeps beside `Documents` is not shown, as on iCloud.com).
+    static func folderId(_ id: String?) throws -> String? {
+        guard let id, !id.isEmpty else { return nil }
+        try Validate.identifier(id, field: "parent")
+        guard id != ContainerLayout.topLevel else { throw SyncError(.notFound, "notFound", "no such folder") }
+        return id
+    }
+}
+
+/// The assets of the page, built into the binary (`Web/`): the page, its style and its modules.
+enum WebAssets {
+    /// Each asset's bytes and content type.
+    static let all: [String: (bytes: [UInt8], type: String)] = [
+        "index.html": (PackageResources.index_html, "text/html; charset=utf-8"),
+        "app.css": (PackageResources.app_css, "text/css; charset=utf-8"),
+        "app.js": (PackageResources.app_js, "text/javascript; charset=utf-8"),
+        "api.js": (PackageResources.api_js, "text/javascript; charset=utf-8"),
+        "names.js": (PackageResources.names_js, "text/javascript; charset=utf-8"),
+        "upload.js": (PackageResources.upload_js, "text/javascript; charset=utf-8"),
+    ]
+
+    /// The asset named `name`, or 404.
+    static func response(for name: String) throws -> Response {
+        guard let asset = all[name] else { throw SyncError(.notFound, "notFound", "no such page") }
+        // The page is fetched fresh (it names the session's state); scripts and style may be kept briefly.
+        let caching = name.hasSuffix(".html") ? "no-store" : "private, max-age=300"
+        return Response(status: .ok, headers: [.contentType: asset.type, .cacheControl: caching], body: .init(byteBuffer: ByteBuffer(bytes: asset.bytes)))
+    }
+}
+
+/// How the page uploads: in parts of at most ``partBytes``, each answered with its chunks.
+enum WebUpload {
+    /// The largest part (the page sends 4 MiB parts).
+    static let partBytes = 4 << 20
+}

@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""The web interface in a real browser (Chromium through Selenium), against a real server and
+a real agent's device: WebBrowserTests runs it and reads its verdict.
+
+Arguments (JSON on the command line): url, account, password, container, device (the device's
+Documents folder), work (a scratch folder), screenshots (where the pictures go).
+
+Prints one line per step ("ok: …") and exits 0 when every step held; on the first that did
+not, prints "FAILED: …" with what the page showed, and exits 1.
+"""
+
+import hashlib
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.request
+
+from selenium import webdriver
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException, TimeoutException
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
+
+args = json.loads(sys.argv[1])
+url, container, device = args["url"], args["container"], args["device"]
+work, shots = args["work"], args["screenshots"]
+downloads = os.path.join(work, "downloads")
+os.makedirs(downloads, exist_ok=True)
+os.makedirs(shots, exist_ok=True)
+
+
+def step(text):
+    print("ok: " + text, flush=True)
+
+
+def fail(text):
+    print("FAILED: " + text, flush=True)
+    try:
+        print("page: " + driver.find_element(By.TAG_NAME, "body").text[:2000], flush=True)
+        print("log: " + json.dumps(driver.get_log("browser"))[:2000], flush=True)
+        driver.save_screenshot(os.path.join(work, "failure.png"))
+    except Exception as error:  # the browser itself may be the failure
+        print("no page: %r" % error, flush=True)
+    sys.exit(1)
+
+
+def wait(condition, what, seconds=30):
+    try:
+        return WebDriverWait(driver, seconds, poll_frequency=0.05).until(lambda _: condition())
+    except TimeoutException:
+        fail("waited %ss for %s" % (seconds, what))
+
+
+def eventually(condition, what, seconds=60):
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        if condition():
+            return
+        time.sleep(0.1)
+    fail("waited %ss for %s" % (seconds, what))
+
+
+def digest(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+FIND_ROW = "const r = [...document.querySelectorAll('#item-rows tr')].find(r => r.dataset.name === arguments[0]); "
+
+
+def rows():
+    """The names of the folder's rows (read in the page: rows are redrawn as changes arrive)."""
+    return driver.execute_script("return [...document.querySelectorAll('#item-rows tr')].map(r => r.dataset.name)")
+
+
+def has_row(name):
+    return name in rows()
+
+
+def row_text(name):
+    return driver.execute_script(FIND_ROW + "return r ? r.innerText : null;", name)
+
+
+def click_row(name):
+    for _ in range(50):
+        try:
+            link = driver.execute_script(FIND_ROW + "return r ? r.querySelector('a') : null;", name)
+            if link is not None:
+                link.click()
+                return
+        except StaleElementReferenceException:
+            pass
+        time.sleep(0.1)
+    fail("cannot click the row of " + name)
+
+
+def no_alert():
+    try:
+        driver.switch_to.alert
+        fail("a script in a name ran (an alert is open)")
+    except NoAlertPresentException:
+        pass
+
+
+options = webdriver.ChromeOptions()
+options.binary_location = "/usr/bin/chromium"
+for flag in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,900", "--disable-gpu"]:
+    options.add_argument(flag)
+options.add_experimental_option("prefs", {"download.default_directory": downloads, "download.prompt_for_download": False})
+options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+try:
+    # The page and its headers: scripts only from the server, no framing, no sniffing.
+    with urllib.request.urlopen(url + "/web/") as answer:
+        policy = answer.headers.get("Content-Security-Policy", "")
+        if "script-src 'self'" not in policy or "unsafe-inline" in policy or answer.headers.get("X-Content-Type-Options") != "nosniff":
+            fail("the page's security headers: %s" % dict(answer.headers))
+    step("the page comes with a strict Content-Security-Policy")
+
+    # Sign in: a wrong password first, then the right one.
+    driver.get(url + "/web/")
+    wait(lambda: driver.find_element(By.ID, "sign-in").is_displayed(), "the sign-in form")
+    driver.save_screenshot(os.path.join(shots, "sign-in.png"))
+    driver.find_element(By.ID, "account").send_keys(args["account"])
+    driver.find_element(By.ID, "password").send_keys("wrong password")
+    driver.find_element(By.CSS_SELECTOR, "#sign-in-form button").click()
+    wait(lambda: "wrong password" in driver.find_element(By.ID, "sign-in-error").text, "the sign-in error")
+    step("a wrong password is refused with a message")
+    driver.find_element(By.ID, "password").clear()
+    driver.find_element(By.ID, "password").send_keys(args["password"])
+    driver.find_element(By.CSS_SELECTOR, "#sign-in-form button").click()
+    wait(lambda: driver.find_element(By.ID, "containers").is_displayed(), "the containers after signing in")
+    cookies = {cookie["name"]: cookie for cookie in driver.get_cookies()}
+    session = cookies.get("__Host-ubiquity")
+    if not session or not session.get("httpOnly") or not session.get("secure") or session.get("sameSite") != "Strict":
+        fail("the session cookie: %r" % cookies)
+    if driver.execute_script("return document.cookie") != "":
+        fail("the page's script can read the session cookie")
+    step("signed in: the session is an HttpOnly, Secure, SameSite=Strict cookie")
+
+    # The container the device made is listed; open it: its documents (what is in Documents).
+    wait(lambda: container in driver.find_element(By.ID, "container-rows").text, "the device's container")
+    driver.save_screenshot(os.path.join(shots, "containers.png"))
+    driver.find_element(By.LINK_TEXT, container).click()
+    wait(lambda: driver.find_element(By.ID, "folder").is_displayed() and "Welcome.txt" in rows(), "the container's documents")
+    step("browsed into the container: the device's first document is listed")
+
+    # Upload a 5 MiB file: it arrives on the device, byte for byte.
+    big = os.path.join(work, "Holiday.mov")
+    with open(big, "wb") as f:
+        f.write(os.urandom(5 * 1024 * 1024))
+    driver.find_element(By.ID, "upload-files").send_keys(big)
+    wait(lambda: has_row("Holiday.mov"), "the uploaded file's row", 120)
+    eventually(lambda: os.path.exists(os.path.join(device, "Holiday.mov")) and digest(os.path.join(device, "Holiday.mov")) == digest(big),
+               "the uploaded file on the device", 120)
+    step("a 5 MiB upload reached the device byte for byte")
+
+    # Upload a folder: its files arrive in a folder of the same name.
+    tree = os.path.join(work, "Trip")
+    os.makedirs(os.path.join(tree, "Photos"), exist_ok=True)
+    with open(os.path.join(tree, "plan.txt"), "w") as f:
+        f.write("pack the tent")
+    with open(os.path.join(tree, "Photos", "tent.jpg"), "wb") as f:
+        f.write(os.urandom(70000))
+    driver.find_element(By.ID, "upload-folder").send_keys(tree)
+    wait(lambda: has_row("Trip"), "the uploaded folder's row", 120)
+    eventually(lambda: os.path.exists(os.path.join(device, "Trip", "Photos", "tent.jpg"))
+               and digest(os.path.join(device, "Trip", "Photos", "tent.jpg")) == digest(os.path.join(tree, "Photos", "tent.jpg"))
+               and open(os.path.join(device, "Trip", "plan.txt")).read() == "pack the tent", "the uploaded folder on the device", 120)
+    step("a folder upload reached the device with its subfolder")
+
+    # A document saved on the device appears in the open page by itself, then its edit.
+    with open(os.path.join(device, "Notes.txt"), "w") as f:
+        f.write("first draft")
+    started = time.time()
+    wait(lambda: has_row("Notes.txt"), "the device's new document in the open page", 60)
+    step("a document saved on the device appeared in the page %.1f s later" % (time.time() - started))
+    before = row_text("Notes.txt")
+    with open(os.path.join(device, "Notes.txt"), "w") as f:
+        f.write("second draft, a little longer")
+    wait(lambda: row_text("Notes.txt") not in (None, before), "the device's edit in the open page", 60)
+    step("the device's edit changed the page's row")
+
+    # Download it back: the device's bytes, as an attachment.
+    click_row("Notes.txt")
+    target = os.path.join(downloads, "Notes.txt")
+    eventually(lambda: os.path.exists(target) and open(target).read() == "second draft, a little longer", "the download", 60)
+    step("downloaded the device's latest contents")
+
+    # Hostile names render as text: markup stays text.
+    hostile = ["<script>alert(1)<_script>.txt", "<img src=x onerror=alert(2)>.txt"]
+    for name in hostile:
+        with open(os.path.join(device, name), "w") as f:
+            f.write("hostile")
+    wait(lambda: all(has_row(name) for name in hostile), "the hostile names' rows", 60)
+    no_alert()
+    text = driver.find_element(By.ID, "item-rows").text
+    if any(name not in text for name in hostile):
+        fail("markup in names did not show as text: %r" % text)
+    if driver.find_elements(By.CSS_SELECTOR, "#item-rows img, #item-rows script"):
+        fail("a name became an element")
+    step("names with markup render as text")
+    # A bidi override cannot pass for another name: the server refuses it (nothing is made),
+    # and the page shows the name with the override as a visible code.
+    bidi = os.path.join(work, "invoice\u202etxt.exe")
+    with open(bidi, "w") as f:
+        f.write("not an invoice")
+    driver.find_element(By.ID, "upload-files").send_keys(bidi)
+    wait(lambda: "failed" in driver.find_element(By.ID, "uploads").text, "the refused upload's message", 60)
+    shown = driver.find_element(By.ID, "uploads").text
+    if "invoice<U+202E>txt.exe" not in shown or "\u202e" in shown or "U+202E" not in shown.split("failed", 1)[1]:
+        fail("the bidi override was not shown as a code: %r" % shown)
+    if any("\u202e" in name for name in rows()):
+        fail("an item with a bidi override was made")
+    step("a name with a bidi override is refused and shown with the override visible")
+    driver.save_screenshot(os.path.join(shots, "folder.png"))
+
+    # CSRF: a request from the page without the session's token, and a form from another site, change nothing.
+    status = driver.execute_script("""
+        return fetch(arguments[0], {method: "POST", headers: {"X-Ubiquity-Web": "1", "Content-Type": "application/json"},
+                     body: JSON.stringify({name: "forged"})}).then(r => r.status)""",
+        "/web/api/containers/%s/folders" % container)
+    if status != 403:
+        fail("a change without the CSRF token was answered %s" % status)
+    forged = os.path.join(work, "forged.html")
+    with open(forged, "w") as f:
+        f.write("""<form id=f method=post action="%s/web/api/containers/%s/folders" enctype="text/plain">
+                   <input name='{"name":"forged-form","x":"' value='"}'></form><script>document.getElementById("f").submit()</script>"""
+                % (url, container))
+    driver.get("file://" + forged)
+    time.sleep(2)
+    driver.get(url + "/web/#/c/%s" % container)
+    wait(lambda: has_row("Notes.txt"), "the container's documents again")
+    if has_row("forged") or has_row("forged-form"):
+        fail("a forged request made a folder")
+    step("forged requests (no CSRF token; a form from another site) changed nothing")
+
+    # A phone-width window in dark mode.
+    driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
+    driver.set_window_size(390, 844)
+    time.sleep(0.3)
+    driver.save_screenshot(os.path.join(shots, "folder-phone-dark.png"))
+    width = driver.execute_script("return document.documentElement.scrollWidth")
+    if width > 400:
+        fail("the folder page is %d px wide on a 390 px window" % width)
+    step("usable at phone width, in dark mode")
+
+    # Signing out ends the session: the page asks to sign in again, the old cookie opens nothing.
+    driver.set_window_size(1280, 900)
+    driver.find_element(By.ID, "sign-out").click()
+    wait(lambda: driver.find_element(By.ID, "sign-in").is_displayed(), "the sign-in form after signing out")
+    request = urllib.request.Request(url + "/web/api/session", headers={"Cookie": "__Host-ubiquity=" + session["value"]})
+    try:
+        urllib.request.urlopen(request)
+        fail("the signed-out session still opens the account")
+    except urllib.error.HTTPError as error:
+        if error.code != 401:
+            fail("the signed-out session was answered %s" % error.code)
+    step("signing out ends the session")
+finally:
+    driver.quit()
+print("all steps held", flush=True)

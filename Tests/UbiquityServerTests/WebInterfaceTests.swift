@@ -1,0 +1,177 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Testing
+import UbiquityProtocol
+@testable import UbiquityServer
+
+/// The web interface's server side (docs/Web.md): its page and headers, the cookie session and
+/// its CSRF token, uploads in parts that devices see as any change, downloads as attachments
+/// (a package as a zip). The whole of it in a browser: `WebBrowserTests`.
+@Suite struct WebInterfaceTests {
+    static let page: HTTPFields = [WebSession.pageHeader: "1"]
+
+    /// Signs in through the web API: the session cookie's value and the CSRF token.
+    func webSignIn(_ client: Client, password: String = "correct horse") async throws -> (cookie: String, csrf: String, setCookie: String) {
+        let answer = try await client.send(.post, "/web/api/sign-in", json: WebSignInRequest(account: "ada", password: password), headers: Self.page)
+        #expect(answer.status == .ok, "\(String(buffer: answer.body))")
+        let setCookie = try #require(answer.headers[.setCookie])
+        let value = try #require(setCookie.split(separator: ";").first?.split(separator: "=", maxSplits: 1).last.map(String.init))
+        return (value, try answer.decode(WebSessionResponse.self).csrf, setCookie)
+    }
+
+    func session(_ cookie: String, csrf: String? = nil) -> HTTPFields {
+        var fields = Self.page
+        fields[.cookie] = "\(WebSession.cookieName)=\(cookie)"
+        if let csrf { fields[WebSession.csrfHeader] = csrf }
+        return fields
+    }
+
+    @Test(arguments: Backend.all) func theSessionIsAPrivateCookieAndChangesNeedItsToken(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            // The page: scripts only from the server, never framed, never sniffed.
+            let page = try await client.send(.get, "/web/")
+            #expect(page.status == .ok && page.headers[.contentType] == "text/html; charset=utf-8")
+            let policy = try #require(page.headers[.contentSecurityPolicy])
+            #expect(policy.contains("script-src 'self'") && !policy.contains("unsafe-inline") && policy.contains("frame-ancestors 'none'"))
+            #expect(page.headers[.xContentTypeOptions] == "nosniff" && page.headers[HTTPField.Name("X-Frame-Options")!] == "DENY")
+            #expect(try await client.send(.get, "/").headers[.location] == "/web/")
+            #expect(try await client.send(.get, "/web/assets/app.js").headers[.contentType] == "text/javascript; charset=utf-8")
+            for missing in ["/web/assets/nothing.js", "/web/assets/..%2F..%2Fubiquity.sqlite", "/web/assets/%2e%2e"] {
+                #expect(try await client.send(.get, missing).status == .notFound, "\(missing)")
+            }
+
+            // Signing in needs the page's header (a form from elsewhere cannot set it).
+            #expect(try await client.send(.post, "/web/api/sign-in", json: WebSignInRequest(account: "ada", password: "correct horse")).status == .forbidden)
+            let wrong = try await client.send(.post, "/web/api/sign-in", json: WebSignInRequest(account: "ada", password: "wrong"), headers: Self.page)
+            #expect(wrong.status == .unauthorized && wrong.headers[.setCookie] == nil)
+            let (cookie, csrf, setCookie) = try await webSignIn(client)
+            for attribute in ["__Host-ubiquity=", "HttpOnly", "Secure", "SameSite=Strict", "Path=/"] {
+                #expect(setCookie.contains(attribute), "\(setCookie)")
+            }
+            let me = try await client.send(.get, "/web/api/session", headers: session(cookie)).decode(WebSessionResponse.self)
+            #expect(me.account == "ada" && me.csrf == csrf && me.csrf != cookie)
+
+            // A change without the session's token (or with another's) changes nothing.
+            let folder = "/web/api/containers/\(notes)/folders"
+            #expect(try await client.send(.post, folder, json: WebFolderRequest(name: "Forged"), headers: session(cookie)).status == .forbidden)
+            #expect(try await client.send(.post, folder, json: WebFolderRequest(name: "Forged"), headers: session(cookie, csrf: String(repeating: "0", count: 64))).status == .forbidden)
+            var noPage = session(cookie, csrf: csrf)
+            noPage[WebSession.pageHeader] = nil
+            #expect(try await client.send(.post, folder, json: WebFolderRequest(name: "Forged"), headers: noPage).status == .forbidden)
+            let made = try await client.send(.post, folder, json: WebFolderRequest(name: "Trip"), headers: session(cookie, csrf: csrf))
+            #expect(made.status == .ok, "\(String(buffer: made.body))")
+            let listed = try await client.send(.get, "/web/api/containers/\(notes)/folder", headers: session(cookie)).decode(WebFolderResponse.self)
+            #expect(listed.items.map(\.name) == ["Trip"])
+
+            // The sync API never takes the cookie.
+            #expect(try await client.send(.get, "/v1/account", headers: session(cookie)).status == .unauthorized)
+            // The browser is a device of the account, listed and signed out like one.
+            #expect(try await server.admin.devices(ofAccount: "ada").map(\.name) == [WebSession.deviceName])
+            let out = try await client.send(.post, "/web/api/sign-out", headers: session(cookie, csrf: csrf))
+            #expect(out.status == .noContent && out.headers[.setCookie]?.contains("Max-Age=0") == true)
+            #expect(try await client.send(.get, "/web/api/session", headers: session(cookie)).status == .unauthorized)
+        }
+    }
+
+    /// A file uploaded in parts is a change like a device's: devices list it and fetch its
+    /// chunks; uploaded again under the same name, it is a new revision of the same item (the
+    /// earlier one a version). Downloads are attachments under an escaped name.
+    @Test(arguments: Backend.all) func anUploadInPartsIsAChangeDevicesSee(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada")
+            _ = try await client.commit(notes, "welcome", fileUpdate("Welcome.txt", [[1, 2, 3]]), token: laptop.token)
+            let (cookie, csrf, _) = try await webSignIn(client)
+            let web = session(cookie, csrf: csrf)
+
+            var state: UInt64 = 0x9E37_79B9_7F4A_7C15 // xorshift: random-looking bytes, quickly
+            let bytes = (0..<(5 << 20) / 8).flatMap { _ -> [UInt8] in
+                state ^= state << 13; state ^= state >> 7; state ^= state << 17
+                return withUnsafeBytes(of: state) { Array($0) }
+            }
+            var chunks: [ChunkReference] = []
+            for start in stride(from: 0, to: bytes.count, by: WebUpload.partBytes) {
+                let part = Array(bytes[start..<min(bytes.count, start + WebUpload.partBytes)])
+                let answer = try await client.send(.post, "/web/api/parts", raw: part, headers: web)
+                #expect(answer.status == .ok, "\(String(buffer: answer.body))")
+                chunks += try answer.decode(WebPartResponse.self).chunks
+            }
+            #expect(chunks.reduce(0) { $0 + $1.size } == Int64(bytes.count) && chunks.count > 100)
+            #expect(try await client.send(.post, "/web/api/parts", raw: [UInt8](repeating: 1, count: WebUpload.partBytes + 1), headers: web).status == .contentTooLarge)
+
+            let name = "Q3 \"final\" \\ résumé <b>.bin"
+            let request = WebFileRequest(name: name, parent: nil, chunks: chunks, modificationDate: 1_800_000_000)
+            let first = try await client.send(.post, "/web/api/containers/\(notes)/files", json: request, headers: web).decode(WebItem.self)
+            #expect(first.uploaded && first.size == Int64(bytes.count) && first.deviceName == WebSession.deviceName)
+            // The laptop hears of it and finds every chunk.
+            let seen = try #require(try await client.changes(notes, token: laptop.token).items.first { $0.name == name })
+            #expect(seen.id == first.id && seen.manifest.chunks == chunks && seen.parent == nil)
+            let chunk = try await client.send(.get, "/v1/chunks/\(chunks[7].hash)", token: laptop.token)
+            #expect(chunk.status == .ok && Array(buffer: chunk.body) == Array(bytes[Int(chunks[..<7].reduce(0) { $0 + $1.size })...].prefix(Int(chunks[7].size))))
+
+            // Downloaded: the bytes, as an attachment whose name cannot break out of its header.
+            let download = try await client.send(.get, "/web/api/containers/\(notes)/items/\(first.id)/download", headers: session(cookie))
+            #expect(download.status == .ok && Array(buffer: download.body) == bytes)
+            #expect(download.headers[.contentType] == "application/octet-stream" && download.headers[.xContentTypeOptions] == "nosniff")
+            #expect(download.headers[.contentDisposition] == "attachment; filename=\"Q3 _final_ _ r_sum_ <b>.bin\"; filename*=UTF-8''Q3%20%22final%22%20%5C%20r%C3%A9sum%C3%A9%20%3Cb%3E.bin")
+
+            // The same name again: a new revision of the same item; the first stays a version.
+            let again = try await client.send(.post, "/web/api/containers/\(notes)/files",
+                                              json: WebFileRequest(name: name, parent: nil, chunks: Array(chunks.prefix(3))), headers: web).decode(WebItem.self)
+            #expect(again.id == first.id && again.size == chunks.prefix(3).reduce(0) { $0 + $1.size })
+            let revisions = try await client.send(.get, "/v1/containers/\(notes)/items/\(first.id)/revisions", token: laptop.token).decode(ItemRevisionsResponse.self)
+            #expect(revisions.revisions.count == 1)
+
+            // Refused: a name with a bidi override, a folder that is not there, the container's top level.
+            let files = "/web/api/containers/\(notes)/files"
+            let bidi = try await client.send(.post, files, json: WebFileRequest(name: "invoice\u{202E}txt.exe", chunks: []), headers: web)
+            #expect(bidi.status == .badRequest && bidi.errorCode == "invalidName")
+            #expect(try await client.send(.post, files, json: WebFileRequest(name: "a.txt", parent: "nosuchfolder", chunks: []), headers: web).status == .notFound)
+            #expect(try await client.send(.get, "/web/api/containers/\(notes)/folder?parent=container", headers: web).status == .notFound)
+            #expect(try await client.send(.get, "/web/api/containers/\(notes)/folder?parent=..%2F..", headers: web).status == .badRequest)
+            #expect(try await client.send(.get, "/web/api/containers/nocontainer/folder", headers: web).status == .badRequest)
+        }
+    }
+
+    /// A package downloads as a zip archive of its members under the package's name.
+    @Test func aPackageDownloadsAsAZip() async throws {
+        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada")
+            let text = Array("the recipe".utf8), image = (0..<70_000).map { UInt8($0 % 251) }
+            var update = fileUpdate("Soup.pkg", [text, image])
+            update.kind = .package
+            update.manifest = Manifest(members: [
+                ManifestMember(path: "Text.txt", chunks: [ChunkReference(hash: sha256(text), size: Int64(text.count))]),
+                ManifestMember(path: "Images/pot.bin", chunks: [ChunkReference(hash: sha256(image), size: Int64(image.count))]),
+            ])
+            let committed = try await client.commit(notes, "soup", update, token: laptop.token)
+            let (cookie, _, _) = try await webSignIn(client)
+            let download = try await client.send(.get, "/web/api/containers/\(notes)/items/\(committed.item.id)/download", headers: session(cookie))
+            #expect(download.status == .ok && download.headers[.contentDisposition]?.hasPrefix("attachment; filename=\"Soup.pkg.zip\"") == true)
+            // Python's zipfile, an independent reader, checks every member's CRC and reads them back.
+            let archive = NSTemporaryDirectory() + "web-zip-\(UUID().uuidString).zip"
+            defer { try? FileManager.default.removeItem(atPath: archive) }
+            try Data(buffer: download.body).write(to: URL(fileURLWithPath: archive))
+            let check = Process()
+            check.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            check.arguments = ["python3", "-c", """
+                import sys, zipfile, hashlib
+                z = zipfile.ZipFile(sys.argv[1])
+                assert z.testzip() is None
+                print(",".join(z.namelist()), z.read("Soup.pkg/Text.txt").decode(), hashlib.sha256(z.read("Soup.pkg/Images/pot.bin")).hexdigest())
+                """, archive]
+            let pipe = Pipe()
+            check.standardOutput = pipe
+            try check.run()
+            let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            check.waitUntilExit()
+            #expect(check.terminationStatus == 0)
+            #expect(output == "Soup.pkg/Text.txt,Soup.pkg/Images/pot.bin the recipe \(sha256(image))\n")
+            #expect(throws: SyncError.self) { try WebDownload.zipPath(package: "Soup.pkg", member: "../../etc/passwd") }
+        }
+    }
+}
