@@ -96,6 +96,58 @@ def click_row(name):
     fail("cannot click the row of " + name)
 
 
+def row_action(name, label):
+    """Opens the row's actions menu and clicks the action whose label starts with `label`."""
+    for _ in range(50):
+        try:
+            action = driver.execute_script(FIND_ROW + """if (!r) return null; const menu = r.querySelector('details');
+                if (!menu.open) menu.querySelector('summary').click();
+                return [...r.querySelectorAll('details button')].find(b => b.textContent.startsWith(arguments[1])) || null;""", name, label)
+            if action is not None:
+                action.click()
+                return
+        except StaleElementReferenceException:
+            pass
+        time.sleep(0.1)
+    fail("no action %r for %s" % (label, name))
+
+
+def answer_dialog(text=None):
+    """Accepts the page's confirm or prompt (typing `text` into a prompt)."""
+    alert = WebDriverWait(driver, 10).until(lambda d: d.switch_to.alert)
+    if text is not None:
+        alert.send_keys(text)
+    alert.accept()
+
+
+def v1(method, path, token=None, body=None, raw=None):
+    """The sync API, as another device speaks it."""
+    headers = {"Authorization": "Bearer " + token} if token else {}
+    data = raw
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers["Content-Type"] = "application/json"
+    with urllib.request.urlopen(urllib.request.Request(url + path, data=data, method=method, headers=headers)) as answer:
+        text = answer.read()
+        return json.loads(text) if text else None
+
+
+def device_conflicts(name):
+    """How many unresolved conflict versions the device's NSFileVersion lists for `name` (asked of the test)."""
+    ask = os.path.join(work, "ask-conflicts")
+    answer = ask + ".answer"
+    if os.path.exists(answer):
+        os.remove(answer)
+    with open(ask + ".tmp", "w") as f:
+        f.write(name)
+    os.rename(ask + ".tmp", ask)
+    eventually(lambda: os.path.exists(answer), "the device's answer", 30)
+    with open(answer) as f:
+        count = int(f.read())
+    os.remove(answer)
+    return count
+
+
 def no_alert():
     try:
         driver.switch_to.alert
@@ -236,6 +288,55 @@ try:
     if has_row("forged") or has_row("forged-form"):
         fail("a forged request made a folder")
     step("forged requests (no CSRF token; a form from another site) changed nothing")
+
+    # Rename: the device follows.
+    row_action("Holiday.mov", "Rename")
+    answer_dialog("Holiday 2026.mov")
+    eventually(lambda: os.path.exists(os.path.join(device, "Holiday 2026.mov")) and not os.path.exists(os.path.join(device, "Holiday.mov")),
+               "the rename on the device", 60)
+    step("renamed in the page, renamed on the device")
+
+    # A conflict: another device (the phone, through the sync API) saved Notes.txt from an older version.
+    phone = v1("POST", "/v1/sign-in", body={"account": args["account"], "password": args["password"], "deviceName": "phone"})["token"]
+    listed = v1("GET", "/v1/containers/%s/changes?since=0" % container, phone)["items"]
+    notes = [item for item in listed if item["name"] == "Notes.txt"][0]
+    older = [r["revision"] for r in v1("GET", "/v1/containers/%s/items/%s/revisions" % (container, notes["id"]), phone)["revisions"]
+             if r["revision"] != notes["revision"]][0]
+    phones = b"the phone's draft"
+    digest_hex = hashlib.sha256(phones).hexdigest()
+    v1("PUT", "/v1/chunks/" + digest_hex, phone, raw=phones)
+    v1("PUT", "/v1/containers/%s/items/%s" % (container, notes["id"]), phone, body={
+        "baseRevision": older, "name": "Notes.txt", "kind": "file", "modificationDate": time.time(),
+        "manifest": {"chunks": [{"hash": digest_hex, "size": len(phones)}]}})
+    wait(lambda: "1 conflict" in (row_text("Notes.txt") or ""), "the conflict in the page", 60)
+    eventually(lambda: device_conflicts("Notes.txt") == 1, "the conflict version on the device", 60)
+    step("a conflict shows in the page and as an NSFileVersion on the device")
+    row_action("Notes.txt", "Versions")
+    wait(lambda: driver.find_element(By.ID, "versions").is_displayed() and not driver.find_element(By.ID, "conflicts-part").get_attribute("hidden"),
+         "the versions page with the conflict")
+    driver.save_screenshot(os.path.join(shots, "versions.png"))
+    keep = driver.execute_script("return document.querySelector('#conflict-rows tr:first-child button')")
+    keep.click()
+    wait(lambda: driver.find_element(By.ID, "conflicts-part").get_attribute("hidden") is not None, "the conflict gone from the page", 60)
+    eventually(lambda: device_conflicts("Notes.txt") == 0, "the resolution on the device", 60)
+    step("the conflict resolved in the page: the device's NSFileVersion has no unresolved conflict")
+
+    # Delete, then recover from Recently Deleted.
+    driver.get(url + "/web/#/c/%s" % container)
+    wait(lambda: has_row("Welcome.txt"), "the container's documents after the versions page")
+    row_action("Welcome.txt", "Delete")
+    answer_dialog()
+    eventually(lambda: not os.path.exists(os.path.join(device, "Welcome.txt")), "the deletion on the device", 60)
+    driver.get(url + "/web/#/deleted")
+    wait(lambda: driver.find_element(By.ID, "deleted").is_displayed() and "Welcome.txt" in driver.find_element(By.ID, "deleted-rows").text,
+         "the deleted item in Recently Deleted", 60)
+    driver.save_screenshot(os.path.join(shots, "recently-deleted.png"))
+    driver.execute_script("return document.querySelector('#deleted-rows tr button')").click()
+    eventually(lambda: os.path.exists(os.path.join(device, "Welcome.txt")) and open(os.path.join(device, "Welcome.txt")).read() == "hello",
+               "the recovered file on the device", 60)
+    step("deleted in the page, gone from the device; recovered, back on the device")
+    driver.get(url + "/web/#/c/%s" % container)
+    wait(lambda: has_row("Welcome.txt"), "the container's documents again")
 
     # A phone-width window in dark mode.
     driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})

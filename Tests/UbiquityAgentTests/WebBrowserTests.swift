@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 import UbiquityClient
+import UbiquityCoordination
 @testable import UbiquityAgent
 
 /// The web interface in a real browser — Chromium driven by Selenium (Tests/Browser/web_flow.py)
@@ -48,6 +49,13 @@ import UbiquityClient
                     guard name.hasPrefix("."), name.hasSuffix(".icloud") else { continue }
                     let item = url.deletingLastPathComponent().appendingPathComponent(String(name.dropFirst().dropLast(".icloud".count)))
                     try? device.startDownloading(at: item)
+                }
+                // The browser script asks how many unresolved conflict versions the device lists.
+                let ask = URL(fileURLWithPath: dir + "/browser/ask-conflicts")
+                if let name = try? String(contentsOf: ask, encoding: .utf8) {
+                    try? FileManager.default.removeItem(at: ask)
+                    let count = NSFileVersion.unresolvedConflictVersionsOfItem(at: documents.appendingPathComponent(name))?.count ?? -1
+                    try? Data("\(count)".utf8).write(to: URL(fileURLWithPath: dir + "/browser/ask-conflicts.answer"), options: .atomic)
                 }
                 usleep(200_000)
             }

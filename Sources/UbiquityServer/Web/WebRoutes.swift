@@ -192,21 +192,22 @@ extension SyncServices {
             let (device, container) = try Self.webContainer(context)
             let asked = try await request.decode(as: WebFileRequest.self, context: context)
             for chunk in asked.chunks { try Validate.hash(chunk.hash) }
-            return try await webCommit(name: asked.name, parent: asked.parent, kind: .file, manifest: Manifest(chunks: asked.chunks),
+            return try await webCreate(name: asked.name, parent: asked.parent, kind: .file, manifest: Manifest(chunks: asked.chunks),
                                        modificationDate: asked.modificationDate, container: container, device: device)
         }
         containers.post("folders") { request, context in
             let (device, container) = try Self.webContainer(context)
             let asked = try await request.decode(as: WebFolderRequest.self, context: context)
-            return try await webCommit(name: asked.name, parent: asked.parent, kind: .directory, manifest: Manifest(), modificationDate: nil,
+            return try await webCreate(name: asked.name, parent: asked.parent, kind: .directory, manifest: Manifest(), modificationDate: nil,
                                        container: container, device: device)
         }
+        addWebItemRoutes(to: api)
     }
 
     /// Commits a file or folder made through the web interface, as the browser's device: into
     /// `parent` (a folder of the container, or its top), as a new revision of the item of that
     /// name there (its earlier contents stay a version) or as a new item.
-    func webCommit(name: String, parent: String?, kind: ItemKind, manifest: Manifest, modificationDate: Double?,
+    func webCreate(name: String, parent: String?, kind: ItemKind, manifest: Manifest, modificationDate: Double?,
                    container: String, device: DeviceAuth) async throws -> WebItem {
         let parent = try Self.folderId(parent)
         try Validate.name(name)
@@ -218,15 +219,9 @@ extension SyncServices {
         }
         if let existing, kind == .directory { return WebItem(existing) } // the folder is there already
         let itemId = existing?.id ?? RandomIdentifier.make()
-        let update = try await prepared(ItemUpdate(baseRevision: existing?.revision, name: name, parent: parent, kind: kind,
-                                                   modificationDate: modificationDate ?? Date().timeIntervalSince1970, manifest: manifest,
-                                                   changeId: RandomIdentifier.make()),
-                                        of: itemId, in: container, for: device)
-        let outcome = try await database.commit(accountId: device.accountId, container: container, itemId: itemId,
-                                                update: update, device: device, now: Date(), brief: true, limits: accountLimits)
-        metrics.count(.commits)
-        notifier.publish(account: device.accountId, container: container, sequence: outcome.item.sequence, except: device.deviceId)
-        return WebItem(outcome.item)
+        let update = ItemUpdate(baseRevision: existing?.revision, name: name, parent: parent, kind: kind,
+                                modificationDate: modificationDate ?? Date().timeIntervalSince1970, manifest: manifest, changeId: RandomIdentifier.make())
+        return try await webCommit([(itemId, update)], container: container, device: device)[0]
     }
 
     /// The signed-in device and the container the route names (which it may use).

@@ -13,7 +13,7 @@ let refreshing = null;
 let refreshAgain = false;
 
 function show(section) {
-  for (const id of ["sign-in", "containers", "folder"]) $(id).hidden = id !== section;
+  for (const id of ["sign-in", "containers", "folder", "versions", "deleted"]) $(id).hidden = id !== section;
 }
 
 function say(text) {
@@ -43,6 +43,7 @@ function showSignIn() {
   if (events) { events.close(); events = null; }
   $("who").textContent = "";
   $("sign-out").hidden = true;
+  $("nav").hidden = true;
   show("sign-in");
   $("account").focus();
 }
@@ -51,6 +52,7 @@ function signedIn() {
   setCSRF(session.csrf);
   $("who").textContent = plainName(session.account);
   $("sign-out").hidden = false;
+  $("nav").hidden = false;
   listen();
   route();
 }
@@ -81,7 +83,7 @@ function listen() {
   events.onmessage = (message) => {
     let event;
     try { event = JSON.parse(message.data); } catch (ignored) { return; }
-    if (event.type === "changed" && (view.container === null || view.container === event.container)) refresh();
+    if (event.type === "changed" && (view.container === null || view.container === event.container || view.kind === "deleted")) refresh();
   };
   events.onerror = () => {
     // Closed for good (signed out or revoked elsewhere): ask who is signed in.
@@ -96,9 +98,13 @@ window.addEventListener("hashchange", () => { if (session) route(); });
 function route() {
   const parts = location.hash.replace(/^#\/?/, "").split("/").filter((part) => part.length > 0).map(decodeURIComponent);
   if (parts[0] === "c" && parts[1]) {
-    view = { container: parts[1], folder: parts[2] || null, listing: null };
+    view = { kind: "folder", container: parts[1], folder: parts[2] || null, listing: null };
+  } else if (parts[0] === "v" && parts[1] && parts[2]) {
+    view = { kind: "versions", container: parts[1], item: parts[2], folder: parts[3] || null };
+  } else if (parts[0] === "deleted") {
+    view = { kind: "deleted", container: null, folder: null };
   } else {
-    view = { container: null, folder: null, listing: null };
+    view = { kind: "containers", container: null, folder: null, listing: null };
   }
   refresh().then(() => $("main").focus());
 }
@@ -109,7 +115,10 @@ function refresh() {
     do {
       refreshAgain = false;
       try {
-        if (view.container === null) await showContainers(); else await showFolder();
+        if (view.kind === "folder") await showFolder();
+        else if (view.kind === "versions") await showVersions();
+        else if (view.kind === "deleted") await showDeleted();
+        else await showContainers();
       } catch (error) {
         failed(error);
       }
@@ -205,11 +214,174 @@ function renderItems() {
     row.append(name, cell(formatDate(item.modificationDate)), cell(item.kind === "directory" ? "—" : formatBytes(item.size), "num"));
     const device = document.createElement("td");
     device.append(nameNode(item.deviceName));
-    row.append(device);
+    row.append(device, actionsCell(item));
     return row;
   });
   $("item-rows").replaceChildren(...rows);
   $("empty-folder").hidden = rows.length > 0;
+}
+
+function button(text, action, label) {
+  const element = document.createElement("button");
+  element.type = "button";
+  element.textContent = text;
+  if (label) element.setAttribute("aria-label", label);
+  element.addEventListener("click", async () => {
+    try { await action(); } catch (error) { failed(error); }
+  });
+  return element;
+}
+
+function itemPath(item) { return `/web/api/containers/${segment(view.container)}/items/${segment(item.id)}`; }
+
+function actionsCell(item) {
+  const td = document.createElement("td");
+  const menu = document.createElement("details");
+  menu.className = "actions";
+  const summary = document.createElement("summary");
+  summary.textContent = "⋯";
+  summary.setAttribute("aria-label", "Actions for " + plainName(item.name));
+  const list = document.createElement("div");
+  if (item.kind !== "directory") {
+    list.append(button("Versions" + (item.conflicts ? " and conflicts" : ""), () => {
+      location.hash = `#/v/${segment(view.container)}/${segment(item.id)}` + (view.folder ? "/" + segment(view.folder) : "");
+    }));
+  }
+  list.append(button("Rename", async () => {
+    const name = prompt("New name", item.name);
+    if (!name || name === item.name) return;
+    await api("POST", itemPath(item) + "/move", { name });
+    say("Renamed to " + plainName(name));
+    refresh();
+  }));
+  list.append(button("Move", () => move(item)));
+  list.append(button("Delete", async () => {
+    if (!confirm(`Delete “${plainName(item.name)}”? It stays in Recently Deleted for 30 days.`)) return;
+    await api("DELETE", itemPath(item));
+    say("Deleted " + plainName(item.name));
+    refresh();
+  }));
+  menu.append(summary, list);
+  td.append(menu);
+  return td;
+}
+
+// Moves into a folder beside it or up to the folder above.
+async function move(item) {
+  const select = $("move-target");
+  const options = [];
+  if (view.listing.path.length > 0) {
+    const up = view.listing.path.length > 1 ? view.listing.path[view.listing.path.length - 2] : null;
+    options.push({ value: up ? up.id : "", top: up === null, label: "↑ " + (up ? plainName(up.name) : "Top of the container") });
+  }
+  for (const folder of view.listing.items) {
+    if (folder.kind === "directory" && folder.id !== item.id) options.push({ value: folder.id, top: false, label: plainName(folder.name) });
+  }
+  if (options.length === 0) return say("There is no folder to move it into: make one first.");
+  select.replaceChildren(...options.map((option) => {
+    const element = document.createElement("option");
+    element.value = option.value;
+    element.dataset.top = option.top ? "1" : "";
+    element.textContent = option.label;
+    return element;
+  }));
+  const dialog = $("move-dialog");
+  $("move-title").textContent = "Move “" + plainName(item.name) + "”";
+  dialog.returnValue = "";
+  dialog.showModal();
+  await new Promise((resolve) => dialog.addEventListener("close", resolve, { once: true }));
+  if (dialog.returnValue !== "move") return;
+  const chosen = select.selectedOptions[0];
+  await api("POST", itemPath(item) + "/move", chosen.dataset.top ? { toTop: true } : { parent: chosen.value });
+  say("Moved " + plainName(item.name));
+  refresh();
+}
+
+// MARK: Versions and conflicts
+
+async function showVersions() {
+  const base = `/web/api/containers/${segment(view.container)}/items/${segment(view.item)}`;
+  const answer = await api("GET", base + "/versions");
+  const back = `#/c/${segment(view.container)}` + (view.folder ? "/" + segment(view.folder) : "");
+  $("versions-crumbs").replaceChildren(crumb("iCloud Drive", "#/"), crumb(view.container, back));
+  $("versions-title").replaceChildren(nameNode(answer.item.name));
+  document.title = "Versions of " + plainName(answer.item.name) + " — Ubiquity";
+  const versionRow = (version, label, actions) => {
+    const row = document.createElement("tr");
+    row.dataset.revision = version.revision;
+    const device = document.createElement("td");
+    device.append(nameNode(version.deviceName));
+    const buttons = document.createElement("td");
+    buttons.className = "buttons";
+    if (version.uploaded) {
+      const link = document.createElement("a");
+      link.href = `${base}/revisions/${segment(version.revision)}/download`;
+      link.setAttribute("download", "");
+      link.textContent = "Download";
+      buttons.append(link);
+    } else {
+      buttons.append(badge("waiting for its device"));
+    }
+    buttons.append(...actions);
+    row.append(cell(label + formatDate(version.modificationDate)), device, cell(formatBytes(version.size), "num"), buttons);
+    return row;
+  };
+  const keep = (version) => button("Keep this version", async () => {
+    await api("POST", base + "/resolve", { keep: version.revision });
+    say("Conflict resolved");
+    refresh();
+  }, "Keep the version saved on " + plainName(version.deviceName));
+  $("conflicts-part").hidden = answer.conflicts.length === 0;
+  $("conflict-rows").replaceChildren(
+    versionRow(answer.current, "Current: ", [keep(answer.current)]),
+    ...answer.conflicts.map((version) => versionRow(version, "Conflict: ", [keep(version)])));
+  $("version-rows").replaceChildren(
+    versionRow(answer.current, "Current: ", []),
+    ...answer.earlier.map((version) => versionRow(version, "", [button("Restore", async () => {
+      await api("POST", `${base}/revisions/${segment(version.revision)}/restore`);
+      say("Restored the version of " + formatDate(version.modificationDate));
+      refresh();
+    }, "Restore the version of " + formatDate(version.modificationDate))])));
+  show("versions");
+}
+
+// MARK: Recently Deleted
+
+async function showDeleted() {
+  const answer = await api("GET", "/web/api/deleted");
+  $("deleted-note").textContent = `Items deleted on any device stay here for ${answer.retentionDays} days.`;
+  const rows = answer.items.map((item) => {
+    const row = document.createElement("tr");
+    row.dataset.name = item.name;
+    const name = document.createElement("td");
+    name.append(nameNode(item.name));
+    const buttons = document.createElement("td");
+    buttons.append(button("Recover", async () => {
+      await api("POST", "/web/api/deleted/restore", { revisions: [item.revision] });
+      say("Recovered " + plainName(item.name));
+      refresh();
+    }, "Recover " + plainName(item.name)));
+    const container = document.createElement("td");
+    container.append(nameNode(item.container));
+    row.append(name, container, cell(formatDate(item.deletedAt)), buttons);
+    return row;
+  });
+  $("deleted-rows").replaceChildren(...rows);
+  $("nothing-deleted").hidden = rows.length > 0;
+  $("recover-all").hidden = rows.length === 0;
+  $("recover-all").onclick = async () => {
+    try {
+      for (let start = 0; start < answer.items.length; start += 1000) {
+        await api("POST", "/web/api/deleted/restore", { revisions: answer.items.slice(start, start + 1000).map((item) => item.revision) });
+      }
+      say("Recovered everything");
+      refresh();
+    } catch (error) {
+      failed(error);
+    }
+  };
+  document.title = "Recently Deleted — Ubiquity";
+  show("deleted");
 }
 
 $("filter").addEventListener("input", renderItems);

@@ -1,0 +1,235 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import UbiquityProtocol
+
+/// `POST …/items/:item/move`: a new name, a new folder, or both.
+struct WebMoveRequest: Codable {
+    var name: String?
+    /// The folder to move into ("" or absent: stays where it is; `top`: the top of Documents).
+    var parent: String?
+    /// Whether `parent` names the top of Documents (JSON cannot tell "absent" from null).
+    var toTop: Bool?
+}
+
+/// `GET …/items/:item/versions`: the current revision, unresolved conflict versions and the
+/// earlier revisions the server keeps (newest first).
+struct WebVersionsResponse: Codable, ResponseEncodable {
+    var item: WebItem
+    var current: WebVersion
+    var conflicts: [WebVersion]
+    var earlier: [WebVersion]
+}
+
+/// One revision of an item, as the versions page lists it.
+struct WebVersion: Codable, Sendable, Equatable {
+    var revision: String
+    var deviceName: String
+    var modificationDate: Double
+    var size: Int64
+    var uploaded: Bool
+}
+
+/// `POST …/items/:item/resolve`: the revision that wins (the current one or a conflict
+/// version); the other conflict versions are resolved.
+struct WebResolveRequest: Codable {
+    var keep: String
+}
+
+/// `GET /web/api/deleted`: items deleted within the retention period, newest first.
+struct WebDeletedResponse: Codable, ResponseEncodable {
+    var items: [WebDeletedItem]
+    /// How many days deleted items stay recoverable.
+    var retentionDays: Int
+}
+
+/// A deleted item: its last revision before the deletion.
+struct WebDeletedItem: Codable, Sendable, Equatable {
+    var container: String
+    var item: String
+    var revision: String
+    var name: String
+    var deviceName: String
+    var size: Int64
+    var deletedAt: Double
+}
+
+/// `POST /web/api/deleted/restore`: revisions to make current again (all deleted items when empty and `all`).
+struct WebRestoreRequest: Codable {
+    var revisions: [String]
+}
+
+/// What a change through the web answered: the item's new state.
+extension WebVersionsResponse {
+    init(_ item: ItemState, earlier: [ItemRevision]) {
+        self.item = WebItem(item)
+        current = WebVersion(revision: item.revision, deviceName: item.deviceName, modificationDate: item.modificationDate, size: item.size, uploaded: item.uploaded)
+        conflicts = item.conflicts.map { WebVersion(revision: $0.revision, deviceName: $0.deviceName, modificationDate: $0.modificationDate, size: $0.size, uploaded: $0.uploaded) }
+        self.earlier = earlier.filter { $0.revision != item.revision }
+            .map { WebVersion(revision: $0.revision, deviceName: $0.deviceName, modificationDate: $0.modificationDate, size: $0.size, uploaded: $0.uploaded) }
+    }
+}
+
+extension SyncServices {
+    /// Renaming, moving, deleting; versions and conflicts; Recently Deleted.
+    func addWebItemRoutes(to api: RouterGroup<SyncContext>) {
+        let items = api.group("containers/:container/items/:item")
+        items.post("move") { request, context in
+            let (device, container, id) = try Self.webItem(context)
+            let asked = try await request.decode(as: WebMoveRequest.self, context: context)
+            let listing = try await WebListing.load(database: database, account: device.accountId, container: container)
+            guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: false), !item.deleted else { throw SyncError.notFound }
+            let name = asked.name ?? item.name
+            try Validate.name(name)
+            var parent = item.parent
+            if asked.toTop == true {
+                parent = nil
+            } else if let target = try Self.folderId(asked.parent) {
+                guard listing.folder(target) != nil else { throw SyncError(.notFound, "notFound", "no such folder") }
+                // A folder cannot go into itself or into a folder inside it.
+                guard !listing.path(to: target).contains(where: { $0.id == id }) else {
+                    throw SyncError.badRequest("intoItself", "a folder cannot move into itself")
+                }
+                parent = target
+            }
+            if let taken = listing.children(of: parent).first(where: { $0.id != id && $0.name.precomposedStringWithCanonicalMapping == name.precomposedStringWithCanonicalMapping }) {
+                throw SyncError(.conflict, "nameTaken", "\(taken.kind == .directory ? "a folder" : "an item") of that name is there already")
+            }
+            let update = ItemUpdate(baseRevision: item.revision, name: name, parent: parent, kind: item.kind, modificationDate: item.modificationDate,
+                                    type: item.type, manifest: item.manifest, changeId: RandomIdentifier.make())
+            return try await webCommit([(id, update)], container: container, device: device)[0]
+        }
+        items.delete { _, context -> HTTPResponse.Status in
+            let (device, container, id) = try Self.webItem(context)
+            let listing = try await WebListing.load(database: database, account: device.accountId, container: container)
+            guard listing.items[id] != nil else { throw SyncError.notFound }
+            // A folder goes with everything in it, the innermost first (each a deletion devices apply).
+            var doomed: [ItemState] = [], next = [id]
+            while let current = next.popLast() {
+                guard let item = listing.items[current] else { continue }
+                doomed.append(item)
+                if item.kind == .directory { next += listing.children(of: current).map(\.id) }
+            }
+            let now = Date().timeIntervalSince1970
+            let updates = doomed.reversed().map { item in
+                (item.id, ItemUpdate(baseRevision: item.revision, name: item.name, parent: item.parent, kind: item.kind, modificationDate: now,
+                                     manifest: Manifest(), deleted: true, changeId: RandomIdentifier.make()))
+            }
+            for start in stride(from: 0, to: updates.count, by: CommitBatchRequest.maximumCount) {
+                _ = try await webCommit(Array(updates[start..<min(updates.count, start + CommitBatchRequest.maximumCount)]), container: container, device: device)
+            }
+            return .noContent
+        }
+        items.get("versions") { _, context in
+            let (device, container, id) = try Self.webItem(context)
+            guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: true), !item.deleted else { throw SyncError.notFound }
+            let earlier = try await database.itemRevisions(accountId: device.accountId, container: container, item: id,
+                                                           since: Date().timeIntervalSince1970 - retention, limit: ItemRevisionsResponse.maximumCount) ?? []
+            return WebVersionsResponse(item, earlier: earlier)
+        }
+        items.get("revisions/:revision/download") { _, context -> Response in
+            let (device, container, id) = try Self.webItem(context)
+            let revision = try context.parameters.require("revision")
+            try Validate.identifier(revision, field: "revision")
+            guard var item = try await database.item(accountId: device.accountId, container: container, id: id, brief: false) else { throw SyncError.notFound }
+            if revision != item.revision {
+                if let conflict = item.conflicts.first(where: { $0.revision == revision }) {
+                    (item.manifest, item.uploaded, item.size) = (conflict.manifest, conflict.uploaded, conflict.size)
+                } else {
+                    guard let earlier = try await database.revisionContents(accountId: device.accountId, container: container, item: id, revision: revision) else {
+                        throw SyncError(.notFound, "notFound", "no such version")
+                    }
+                    (item.manifest, item.name, item.kind, item.uploaded) = (earlier.manifest, earlier.name, earlier.kind, earlier.uploaded)
+                }
+            }
+            guard !item.deleted || revision != item.revision else { throw SyncError.notFound }
+            return try await WebDownload.response(for: item, chunks: chunks, account: device.accountId)
+        }
+        // An earlier version made current again: a new revision, the current one kept as a version.
+        items.post("revisions/:revision/restore") { _, context in
+            let (device, container, id) = try Self.webItem(context)
+            let revision = try context.parameters.require("revision")
+            try Validate.identifier(revision, field: "revision")
+            guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: false), !item.deleted else { throw SyncError.notFound }
+            guard let earlier = try await database.revisionContents(accountId: device.accountId, container: container, item: id, revision: revision) else {
+                throw SyncError(.notFound, "notFound", "no such version")
+            }
+            let update = ItemUpdate(baseRevision: item.revision, name: item.name, parent: item.parent, kind: item.kind, modificationDate: Date().timeIntervalSince1970,
+                                    type: item.type, manifest: earlier.manifest, changeId: RandomIdentifier.make())
+            return try await webCommit([(id, update)], container: container, device: device)[0]
+        }
+        // The winner of a conflict: every device hears of the resolution.
+        items.post("resolve") { request, context in
+            let (device, container, id) = try Self.webItem(context)
+            let asked = try await request.decode(as: WebResolveRequest.self, context: context)
+            try Validate.identifier(asked.keep, field: "keep")
+            guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: true), !item.deleted else { throw SyncError.notFound }
+            guard asked.keep == item.revision || item.conflicts.contains(where: { $0.revision == asked.keep }) else {
+                throw SyncError(.conflict, "notAVersion", "that revision is neither the current one nor a conflict version (the page is out of date: reload it)")
+            }
+            let state = try await database.resolve(accountId: device.accountId, container: container, itemId: id,
+                                                   request: ResolveRequest(keep: asked.keep, remove: item.conflicts.map(\.revision).filter { $0 != asked.keep }))
+            metrics.count(.commits)
+            notifier.publish(account: device.accountId, container: container, sequence: state.sequence)
+            return WebItem(state)
+        }
+
+        // Recently Deleted: what `ubiquity recover` lists and restores.
+        api.get("deleted") { _, context in
+            let device = try context.requireDevice()
+            guard let account = try await database.account(id: device.accountId) else { throw SyncError.unauthorized }
+            let recoverable = try await database.recoverable(accountName: account.name, now: Date(), retention: retention)
+            var latest: [String: RecoverableRevision] = [:]
+            for revision in recoverable where revision.itemDeleted && device.allows(revision.container) {
+                let key = revision.container + "\u{0}" + revision.item
+                if (latest[key]?.replacedAt ?? -1) < revision.replacedAt { latest[key] = revision }
+            }
+            let items = latest.values.sorted { $0.replacedAt > $1.replacedAt }.map {
+                WebDeletedItem(container: $0.container, item: $0.item, revision: $0.revision, name: $0.name, deviceName: $0.deviceName, size: $0.size, deletedAt: $0.replacedAt)
+            }
+            return WebDeletedResponse(items: items, retentionDays: Int(retention / 86_400))
+        }
+        api.post("deleted/restore") { request, context -> HTTPResponse.Status in
+            let device = try context.requireDevice()
+            let asked = try await request.decode(as: WebRestoreRequest.self, context: context)
+            guard (1...CommitBatchRequest.maximumCount).contains(asked.revisions.count) else {
+                throw SyncError.badRequest("tooMany", "restore 1 to \(CommitBatchRequest.maximumCount) items at a time")
+            }
+            for revision in asked.revisions { try Validate.identifier(revision, field: "revision") }
+            guard let account = try await database.account(id: device.accountId) else { throw SyncError.unauthorized }
+            let allowed = Dictionary(try await database.recoverable(accountName: account.name, now: Date(), retention: retention).map { ($0.revision, $0.container) },
+                                     uniquingKeysWith: { first, _ in first })
+            for revision in asked.revisions {
+                guard let container = allowed[revision], device.allows(container) else { throw SyncError(.notFound, "notFound", "no such deleted item") }
+                guard let (container, sequence) = try await database.restore(accountName: account.name, revision: revision, now: Date()) else {
+                    throw SyncError(.notFound, "notFound", "no such deleted item")
+                }
+                notifier.publish(account: device.accountId, container: container, sequence: sequence)
+            }
+            return .noContent
+        }
+    }
+
+    /// Commits updates made through the web interface in one transaction, as the browser's
+    /// device; a refused one throws its error.
+    func webCommit(_ updates: [(id: String, update: ItemUpdate)], container: String, device: DeviceAuth) async throws -> [WebItem] {
+        var commits: [ItemCommit] = []
+        for (id, update) in updates { commits.append(ItemCommit(item: id, update: try await prepared(update, of: id, in: container, for: device))) }
+        let verdicts = try await database.commit(accountId: device.accountId, container: container, commits: commits, device: device, now: Date(),
+                                                 brief: true, limits: accountLimits)
+        let outcomes = try verdicts.map { try $0.get() }
+        metrics.count(.commits, by: outcomes.count)
+        if let sequence = outcomes.map(\.item.sequence).max() {
+            notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId)
+        }
+        return outcomes.map { WebItem($0.item) }
+    }
+
+    /// The signed-in device, the container and the item the route names.
+    static func webItem(_ context: SyncContext) throws -> (DeviceAuth, String, String) {
+        let (device, container) = try webContainer(context)
+        let item = try context.parameters.require("item")
+        try Validate.identifier(item, field: "item id")
+        return (device, container, item)
+    }
+}
