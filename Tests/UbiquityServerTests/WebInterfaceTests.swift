@@ -136,6 +136,77 @@ import UbiquityProtocol
         }
     }
 
+    /// Renaming, moving, deleting a folder with what is in it, recovering, restoring a version
+    /// and picking a conflict's winner: each a change devices hear of, refused when it cannot be.
+    @Test(arguments: Backend.all) func itemsAreRenamedMovedDeletedRecoveredAndResolved(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada")
+            let first = try await client.commit(notes, "doc", fileUpdate("Doc.txt", [[1]]), token: laptop.token)
+            let (cookie, csrf, _) = try await webSignIn(client)
+            let web = session(cookie, csrf: csrf)
+            let base = "/web/api/containers/\(notes)"
+            func post<T: Decodable>(_ path: String, _ body: some Encodable, as type: T.Type) async throws -> T {
+                let answer = try await client.send(.post, base + path, json: body, headers: web)
+                #expect(answer.status == .ok, "\(path): \(String(buffer: answer.body))")
+                return try answer.decode(T.self)
+            }
+            let trip = try await post("/folders", WebFolderRequest(name: "Trip"), as: WebItem.self)
+            let inner = try await post("/folders", WebFolderRequest(name: "Days", parent: trip.id), as: WebItem.self)
+            #expect(try await post("/folders", WebFolderRequest(name: "Trip"), as: WebItem.self).id == trip.id) // there already
+
+            // Renamed and moved into a folder; the laptop sees both.
+            let moved = try await post("/items/doc/move", WebMoveRequest(name: "Plan.txt", parent: inner.id), as: WebItem.self)
+            #expect(moved.name == "Plan.txt")
+            let seen = try #require(try await client.changes(notes, token: laptop.token).items.first { $0.id == "doc" })
+            #expect(seen.name == "Plan.txt" && seen.parent == inner.id && seen.manifest == first.item.manifest)
+            // Refused: a folder into itself, a name taken, a folder not there.
+            #expect(try await client.send(.post, base + "/items/\(trip.id)/move", json: WebMoveRequest(parent: inner.id), headers: web).errorCode == "intoItself")
+            _ = try await post("/folders", WebFolderRequest(name: "Other", parent: inner.id), as: WebItem.self)
+            #expect(try await client.send(.post, base + "/items/doc/move", json: WebMoveRequest(name: "Other"), headers: web).errorCode == "nameTaken")
+            #expect(try await client.send(.post, base + "/items/doc/move", json: WebMoveRequest(parent: "nowhere"), headers: web).status == .notFound)
+
+            // The folder deleted: everything in it goes; each comes back from Recently Deleted.
+            #expect(try await client.send(.delete, base + "/items/\(trip.id)", headers: web).status == .noContent)
+            let after = try await client.changes(notes, token: laptop.token).items
+            #expect(after.filter { !$0.deleted }.isEmpty && after.count == 4)
+            let deleted = try await client.send(.get, "/web/api/deleted", headers: web).decode(WebDeletedResponse.self)
+            #expect(Set(deleted.items.map(\.name)) == ["Trip", "Days", "Other", "Plan.txt"] && deleted.retentionDays == 30)
+            let restore = try await client.send(.post, "/web/api/deleted/restore", json: WebRestoreRequest(revisions: deleted.items.map(\.revision)), headers: web)
+            #expect(restore.status == .noContent)
+            let back = try await client.changes(notes, token: laptop.token).items
+            #expect(back.filter { !$0.deleted }.count == 4 && back.first { $0.id == "doc" }?.manifest == first.item.manifest)
+            #expect(try await client.send(.post, "/web/api/deleted/restore", json: WebRestoreRequest(revisions: ["nosuchrevision"]), headers: web).status == .notFound)
+
+            // A conflict: the phone saved from the first revision after the laptop's second.
+            let restoredRevision = try #require(back.first { $0.id == "doc" }?.revision)
+            var edit = fileUpdate("Plan.txt", [[2]], base: restoredRevision)
+            edit.parent = inner.id
+            let second = try await client.commit(notes, "doc", edit, token: laptop.token)
+            var stale = fileUpdate("Plan.txt", [[3]], base: first.revision, date: 1_900_000_000)
+            stale.parent = inner.id
+            let phone = try await client.signIn("ada", device: "phone")
+            _ = try await client.commit(notes, "doc", stale, token: phone.token)
+            let versions = try await client.send(.get, base + "/items/doc/versions", headers: web).decode(WebVersionsResponse.self)
+            #expect(versions.conflicts.count == 1 && versions.item.conflicts == 1)
+            #expect(versions.earlier.contains { $0.revision == first.revision })
+            let loser = try #require(versions.conflicts.first)
+            #expect(loser.revision == second.revision) // the phone's later save won; the page keeps the laptop's
+            let download = try await client.send(.get, base + "/items/doc/revisions/\(loser.revision)/download", headers: web)
+            #expect(download.status == .ok && download.body.readableBytes == Int(loser.size))
+            #expect(try await client.send(.post, base + "/items/doc/resolve", json: WebResolveRequest(keep: first.revision), headers: web).errorCode == "notAVersion")
+            let resolved = try await post("/items/doc/resolve", WebResolveRequest(keep: loser.revision), as: WebItem.self)
+            #expect(resolved.conflicts == 0)
+            let state = try #require(try await client.changes(notes, token: laptop.token).items.first { $0.id == "doc" })
+            let kept = Array(buffer: download.body)
+            #expect(state.conflicts.isEmpty && state.manifest.chunks == [ChunkReference(hash: sha256(kept), size: 1)] && state.revision == loser.revision)
+            // An earlier version restored: a new revision with its contents.
+            let restored = try await post("/items/doc/revisions/\(first.revision)/restore", [String: String](), as: WebItem.self)
+            #expect(restored.size == 1)
+            #expect(try #require(try await client.changes(notes, token: laptop.token).items.first { $0.id == "doc" }).manifest == first.item.manifest)
+        }
+    }
+
     /// A package downloads as a zip archive of its members under the package's name.
     @Test func aPackageDownloadsAsAZip() async throws {
         let server = try await TestServer.withAccount("ada"); defer { server.remove() }

@@ -31,7 +31,7 @@ struct WebVersion: Codable, Sendable, Equatable {
 }
 
 /// `POST …/items/:item/resolve`: the revision that wins (the current one or a conflict
-/// version); the other conflict versions are resolved.
+/// version); every other one (the current one too, when a conflict version wins) is resolved.
 struct WebResolveRequest: Codable {
     var keep: String
 }
@@ -168,7 +168,7 @@ extension SyncServices {
                 throw SyncError(.conflict, "notAVersion", "that revision is neither the current one nor a conflict version (the page is out of date: reload it)")
             }
             let state = try await database.resolve(accountId: device.accountId, container: container, itemId: id,
-                                                   request: ResolveRequest(keep: asked.keep, remove: item.conflicts.map(\.revision).filter { $0 != asked.keep }))
+                                                   request: ResolveRequest(keep: asked.keep, remove: ([item.revision] + item.conflicts.map(\.revision)).filter { $0 != asked.keep }))
             metrics.count(.commits)
             notifier.publish(account: device.accountId, container: container, sequence: state.sequence)
             return WebItem(state)
