@@ -102,7 +102,7 @@ package struct SyncServer: Sendable {
         router.add(middleware: MetricsCountingMiddleware(metrics: services.metrics))
         router.add(middleware: LogRequestsMiddleware(.debug))
         router.add(middleware: ErrorShapingMiddleware())
-        router.add(middleware: DeviceAuthMiddleware(database: services.database))
+        router.add(middleware: DeviceAuthMiddleware(database: services.database, sightings: services.sightings))
         services.addRoutes(to: router)
         services.addWebRoutes(to: router)
         return router

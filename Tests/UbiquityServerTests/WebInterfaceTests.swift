@@ -207,6 +207,50 @@ import UbiquityProtocol
         }
     }
 
+    /// Devices (signed out from the page), key-value stores as property lists, Manage Storage
+    /// and its typed-confirmation "Delete All".
+    @Test(arguments: Backend.all) func devicesStorageKeyValuesAndDeleteAll(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada")
+            _ = try await client.commit(notes, "a", fileUpdate("A.txt", [[1, 2, 3, 4]]), token: laptop.token)
+            var inFolder = fileUpdate("B.txt", [[5]])
+            let folder = try await client.commit(notes, "f", ItemUpdate(baseRevision: nil, name: "F", kind: .directory, modificationDate: 1, manifest: Manifest()), token: laptop.token)
+            inFolder.parent = folder.item.id
+            _ = try await client.commit(notes, "b", inFolder, token: laptop.token)
+            let store = "ABCDE12345.com.example.notes"
+            let values = KeyValueUpdate(changes: [KeyValueChange(key: "theme", value: .dictionary(["dark": .bool(true), "size": .integer(12)]), timestamp: 1_800_000_000)])
+            #expect(try await client.send(.post, "/v1/kv/\(store)", token: laptop.token, json: values).status == .ok)
+            let (cookie, csrf, _) = try await webSignIn(client)
+            let web = session(cookie, csrf: csrf)
+
+            let devices = try await client.send(.get, "/web/api/devices", headers: web).decode(WebDevicesResponse.self).devices
+            #expect(devices.map(\.name) == ["laptop", WebSession.deviceName] && devices.map(\.current) == [false, true])
+            #expect(devices.allSatisfy { $0.lastSeen != nil && $0.created > 0 }) // both were heard from
+            let laptopId = try #require(devices.first?.id)
+            #expect(try await client.send(.post, "/web/api/devices/nosuchdevice/revoke", headers: web).status == .notFound)
+            #expect(try await client.send(.post, "/web/api/devices/\(laptopId)/revoke", headers: web).status == .noContent)
+            #expect(try await client.send(.get, "/v1/account", token: laptop.token).status == .unauthorized)
+            #expect(try await client.send(.get, "/web/api/devices", headers: web).decode(WebDevicesResponse.self).devices.map(\.name) == [WebSession.deviceName])
+
+            let storage = try await client.send(.get, "/web/api/storage", headers: web).decode(WebStorageResponse.self)
+            #expect(storage.containers.map(\.identifier) == [notes] && storage.containers[0].items == 3 && storage.containers[0].bytes == 5)
+            #expect(storage.keyValueStores.map(\.identifier) == [store] && storage.keyValueStores[0].keys == 1 && storage.usedBytes > 0)
+            let kv = try await client.send(.get, "/web/api/kv/\(store)", headers: web).decode(WebKeyValuesResponse.self)
+            #expect(kv.entries.map(\.key) == ["theme"] && kv.entries[0].deviceName == "laptop")
+            #expect(kv.entries[0].propertyList.contains("<key>dark</key>") && kv.entries[0].propertyList.contains("<true/>") && kv.entries[0].propertyList.contains("<integer>12</integer>"))
+
+            // Delete All needs the container's name typed again; then every item goes (recoverable).
+            let deleteAll = "/web/api/containers/\(notes)/delete-all"
+            #expect(try await client.send(.post, deleteAll, json: WebDeleteAllRequest(confirm: "yes"), headers: web).errorCode == "notConfirmed")
+            let deleted = try await client.send(.post, deleteAll, json: WebDeleteAllRequest(confirm: notes), headers: web).decode(WebDeleteAllResponse.self)
+            #expect(deleted.deleted == 3)
+            let phone = try await client.signIn("ada", device: "phone")
+            #expect(try await client.changes(notes, token: phone.token).items.allSatisfy(\.deleted))
+            #expect(try await client.send(.get, "/web/api/deleted", headers: web).decode(WebDeletedResponse.self).items.count == 3)
+        }
+    }
+
     /// A package downloads as a zip archive of its members under the package's name.
     @Test func aPackageDownloadsAsAZip() async throws {
         let server = try await TestServer.withAccount("ada"); defer { server.remove() }

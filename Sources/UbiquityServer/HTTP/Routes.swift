@@ -31,6 +31,8 @@ struct SyncServices: Sendable {
     var accountLimits = AccountLimits()
     /// How long revisions no longer current are kept (and listed as versions).
     var retention: TimeInterval = SyncServer.defaultRetention
+    /// When devices were last heard from.
+    var sightings = DeviceSightings()
 }
 
 

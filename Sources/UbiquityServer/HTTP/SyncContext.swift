@@ -1,4 +1,6 @@
 import Crypto
+import Logging
+import Synchronization
 import Foundation
 import UbiquityProtocol
 import Hummingbird
@@ -59,6 +61,7 @@ package struct SyncContext: RequestContext, WebSocketRequestContext, RemoteAddre
 struct DeviceAuthMiddleware: RouterMiddleware {
     typealias Context = SyncContext
     let database: any SyncDatabase
+    var sightings: DeviceSightings?
 
     func handle(_ request: Request, context: SyncContext, next: (Request, SyncContext) async throws -> Response) async throws -> Response {
         var context = context
@@ -67,11 +70,37 @@ struct DeviceAuthMiddleware: RouterMiddleware {
             guard !token.isEmpty, token.utf8.count <= 256 else { throw SyncError.unauthorized }
             guard let device = try await database.device(tokenHash: Self.hash(token)) else { throw SyncError.unauthorized }
             context.device = device
+            await sightings?.note(device, database: database, logger: context.logger)
         }
         return try await next(request, context)
     }
 
     static func hash(_ token: String) -> String {
         SHA256.hash(data: Data(token.utf8)).map { String(format: "%02x", $0) }.joined()
+    }
+}
+
+/// When devices were last heard from (the web interface's Devices page): written to the
+/// database at most once a minute per device, not on every request.
+final class DeviceSightings: Sendable {
+    private let recorded = Mutex<[String: ContinuousClock.Instant]>([:])
+    /// The shortest time between two writes for one device.
+    static let interval: Duration = .seconds(60)
+
+    /// Notes that `device` was heard from now.
+    func note(_ device: DeviceAuth, database: any SyncDatabase, logger: Logger) async {
+        let now = ContinuousClock.now
+        let due = recorded.withLock { recorded -> Bool in
+            if let last = recorded[device.deviceId], now - last < Self.interval { return false }
+            if recorded.count >= 100_000 { recorded.removeAll(keepingCapacity: true) } // bounded: forgetting only writes again
+            recorded[device.deviceId] = now
+            return true
+        }
+        guard due else { return }
+        do {
+            try await database.deviceSeen(id: device.deviceId, at: Date())
+        } catch {
+            logger.warning("cannot note when a device was last seen", metadata: ["device": "\(device.deviceId)", "error": "\(error)"])
+        }
     }
 }

@@ -51,6 +51,16 @@ extension PostgresDatabase {
         }
     }
 
+    func keyValueStores(ofAccount id: Int64) async throws -> [KeyValueStoreSummary] {
+        try await read { db in
+            try await db.rows("""
+                SELECT kv_store.identifier, COUNT(kv.key) AS keys, COALESCE(SUM(kv.size), 0)::BIGINT AS bytes
+                FROM kv_store LEFT JOIN kv ON kv.store_id = kv_store.id AND kv.value IS NOT NULL
+                WHERE kv_store.account_id = \(id) GROUP BY kv_store.id ORDER BY kv_store.identifier
+                """).map { KeyValueStoreSummary(identifier: try $0.get("identifier"), keys: try $0.get("keys"), bytes: try $0.get("bytes")) }
+        }
+    }
+
     func deleteAccount(named name: String) async throws -> Bool {
         try await transaction { db in
             // Waits for the account's commits and uploads in flight, then takes everything with it.
@@ -107,12 +117,19 @@ extension PostgresDatabase {
         }
     }
 
+    func deviceSeen(id: String, at date: Date) async throws {
+        try await transaction { db in _ = try await db.rows("UPDATE device SET last_seen = \(date.timeIntervalSince1970) WHERE id = \(id)") }
+    }
+
     func devices(ofAccount name: String) async throws -> [DeviceInfo] {
         try await read { db in
             try await db.rows("""
-                SELECT device.id, device.name, device.revoked FROM device JOIN account ON account.id = device.account_id
+                SELECT device.id, device.name, device.revoked, device.created, device.last_seen FROM device JOIN account ON account.id = device.account_id
                 WHERE account.name = \(name) ORDER BY device.created, device.id
-                """).map { DeviceInfo(id: try $0.get("id"), name: try $0.get("name"), revoked: try $0.get("revoked")) }
+                """).map {
+                DeviceInfo(id: try $0.get("id"), name: try $0.get("name"), revoked: try $0.get("revoked"), created: try $0.get("created"),
+                           lastSeen: try $0.get("last_seen", as: Double?.self))
+            }
         }
     }
 

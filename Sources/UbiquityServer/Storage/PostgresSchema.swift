@@ -135,6 +135,8 @@ extension PostgresDatabase {
             """,
             "CREATE TRIGGER chunk_bytes AFTER INSERT OR DELETE ON chunk FOR EACH ROW EXECUTE FUNCTION chunk_bytes_changed()",
         ]),
+        // When each device was last heard from (the web interface's Devices page).
+        ("v7-device-last-seen", ["ALTER TABLE device ADD COLUMN last_seen DOUBLE PRECISION"]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

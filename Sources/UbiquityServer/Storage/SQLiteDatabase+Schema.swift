@@ -205,6 +205,10 @@ extension SQLiteDatabase {
             }
             try db.execute(sql: "UPDATE account SET pendingBytes = (SELECT COALESCE(SUM(size), 0) FROM pendingChunk WHERE accountId = account.id)")
         }
+        migrator.registerMigration("v14-device-last-seen") { db in
+            // When each device was last heard from (the web interface's Devices page).
+            try db.execute(sql: "ALTER TABLE device ADD COLUMN lastSeen REAL")
+        }
         return migrator
     }
 }

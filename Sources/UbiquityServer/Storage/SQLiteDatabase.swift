@@ -60,6 +60,16 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
+    func keyValueStores(ofAccount id: Int64) async throws -> [KeyValueStoreSummary] {
+        try await pool.read { db in
+            try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT kvStore.identifier, COUNT(kv.key) AS keys, COALESCE(SUM(kv.size), 0) AS bytes
+                FROM kvStore LEFT JOIN kv ON kv.storeId = kvStore.id AND kv.value IS NOT NULL
+                WHERE kvStore.accountId = ? GROUP BY kvStore.id ORDER BY kvStore.identifier
+                """), arguments: [id]).map { KeyValueStoreSummary(identifier: $0["identifier"], keys: $0["keys"], bytes: $0["bytes"]) }
+        }
+    }
+
     func deleteAccount(named name: String) async throws -> Bool {
         try await pool.write { db in
             try db.cachedStatement(sql: "DELETE FROM account WHERE name = ?").execute(arguments: [name])
@@ -110,12 +120,20 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
+    func deviceSeen(id: String, at date: Date) async throws {
+        try await pool.write { db in
+            try db.cachedStatement(sql: "UPDATE device SET lastSeen = ? WHERE id = ?").execute(arguments: [date.timeIntervalSince1970, id])
+        }
+    }
+
     func devices(ofAccount name: String) async throws -> [DeviceInfo] {
         try await pool.read { db in
             try Row.fetchAll(db.cachedStatement(sql: """
-                SELECT device.id, device.name, device.revoked FROM device JOIN account ON account.id = device.accountId
+                SELECT device.id, device.name, device.revoked, device.created, device.lastSeen FROM device JOIN account ON account.id = device.accountId
                 WHERE account.name = ? ORDER BY device.created
-                """), arguments: [name]).map { DeviceInfo(id: $0["id"], name: $0["name"], revoked: $0["revoked"]) }
+                """), arguments: [name]).map {
+                DeviceInfo(id: $0["id"], name: $0["name"], revoked: $0["revoked"], created: $0["created"], lastSeen: $0["lastSeen"])
+            }
         }
     }
 

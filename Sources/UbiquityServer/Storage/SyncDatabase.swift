@@ -14,6 +14,13 @@ package struct Account: Sendable, Equatable {
     package var quotaBytes: Int64
 }
 
+/// A key-value store as the web interface lists it.
+struct KeyValueStoreSummary: Sendable, Equatable, Codable {
+    var identifier: String
+    var keys: Int64
+    var bytes: Int64
+}
+
 /// A container as the web interface lists it.
 struct ContainerSummary: Sendable, Equatable, Codable {
     /// The container's identifier (`TEAMID.com.example.app`).
@@ -49,6 +56,10 @@ package struct DeviceInfo: Sendable, Equatable {
     package var name: String
     /// Whether its token was revoked.
     package var revoked: Bool
+    /// When it signed in (seconds since 1970).
+    package var created: Double = 0
+    /// When it was last heard from (seconds since 1970, to the minute), if ever.
+    package var lastSeen: Double?
 }
 
 /// A revision that is no longer current but can be restored (`ubiquity recover`).
@@ -196,6 +207,8 @@ protocol SyncDatabase: Sendable {
     func account(id: Int64) async throws -> Account?
     /// The account's containers with their item counts and the bytes of their current files.
     func containers(ofAccount id: Int64) async throws -> [ContainerSummary]
+    /// The account's key-value stores with their keys (those with values) and bytes.
+    func keyValueStores(ofAccount id: Int64) async throws -> [KeyValueStoreSummary]
     /// Sets the account's quota; false if there is no such account. (Lowering it below what
     /// the account uses refuses its uploads and new contents until it deletes enough.)
     func setQuota(ofAccount name: String, bytes: Int64) async throws -> Bool
@@ -212,6 +225,8 @@ protocol SyncDatabase: Sendable {
     func device(tokenHash: String) async throws -> DeviceAuth?
     func devices(ofAccount name: String) async throws -> [DeviceInfo]
     func revokeDevice(id: String) async throws -> Bool
+    /// Notes that device `id` was heard from at `date`.
+    func deviceSeen(id: String, at date: Date) async throws
     /// Which of `ids` are devices still signed in (not revoked, their account not deleted).
     func activeDevices(among ids: Set<String>) async throws -> Set<String>
 

@@ -96,7 +96,7 @@ extension SyncServices {
         web.get { _, _ in try WebAssets.response(for: "index.html") }
         web.get("assets/:name") { _, context in try WebAssets.response(for: try context.parameters.require("name")) }
 
-        let api = web.group("api").add(middleware: WebSessionMiddleware(database: database))
+        let api = web.group("api").add(middleware: WebSessionMiddleware(database: database, sightings: sightings))
         api.post("sign-in") { request, context -> Response in
             let body = try await request.body.collect(upTo: SignInGuard.bodyLimit)
             guard let asked = try? JSONDecoder().decode(WebSignInRequest.self, from: body) else {
@@ -202,6 +202,7 @@ extension SyncServices {
                                        container: container, device: device)
         }
         addWebItemRoutes(to: api)
+        addWebAccountRoutes(to: api)
     }
 
     /// Commits a file or folder made through the web interface, as the browser's device: into

@@ -71,6 +71,7 @@ struct WebHeadersMiddleware: RouterMiddleware {
 struct WebSessionMiddleware: RouterMiddleware {
     typealias Context = SyncContext
     let database: any SyncDatabase
+    let sightings: DeviceSightings
 
     func handle(_ request: Request, context: SyncContext, next: (Request, SyncContext) async throws -> Response) async throws -> Response {
         var context = context
@@ -84,6 +85,7 @@ struct WebSessionMiddleware: RouterMiddleware {
                 throw SyncError(.forbidden, "csrf", "the request lacks this session's CSRF token: reload the page")
             }
             context.device = device
+            await sightings.note(device, database: database, logger: context.logger)
         }
         return try await next(request, context)
     }

@@ -13,7 +13,7 @@ let refreshing = null;
 let refreshAgain = false;
 
 function show(section) {
-  for (const id of ["sign-in", "containers", "folder", "versions", "deleted"]) $(id).hidden = id !== section;
+  for (const id of ["sign-in", "containers", "folder", "versions", "deleted", "storage", "kv", "devices"]) $(id).hidden = id !== section;
 }
 
 function say(text) {
@@ -83,7 +83,8 @@ function listen() {
   events.onmessage = (message) => {
     let event;
     try { event = JSON.parse(message.data); } catch (ignored) { return; }
-    if (event.type === "changed" && (view.container === null || view.container === event.container || view.kind === "deleted")) refresh();
+    if (event.type === "changed" && (view.container === null || view.container === event.container)) refresh();
+    if (event.type === "keyValueChanged" && (view.kind === "kv" || view.kind === "storage")) refresh();
   };
   events.onerror = () => {
     // Closed for good (signed out or revoked elsewhere): ask who is signed in.
@@ -103,6 +104,10 @@ function route() {
     view = { kind: "versions", container: parts[1], item: parts[2], folder: parts[3] || null };
   } else if (parts[0] === "deleted") {
     view = { kind: "deleted", container: null, folder: null };
+  } else if (parts[0] === "storage" || parts[0] === "devices") {
+    view = { kind: parts[0], container: null, folder: null };
+  } else if (parts[0] === "kv" && parts[1]) {
+    view = { kind: "kv", store: parts[1], container: null, folder: null };
   } else {
     view = { kind: "containers", container: null, folder: null, listing: null };
   }
@@ -118,6 +123,9 @@ function refresh() {
         if (view.kind === "folder") await showFolder();
         else if (view.kind === "versions") await showVersions();
         else if (view.kind === "deleted") await showDeleted();
+        else if (view.kind === "storage") await showStorage();
+        else if (view.kind === "kv") await showKeyValues();
+        else if (view.kind === "devices") await showDevices();
         else await showContainers();
       } catch (error) {
         failed(error);
@@ -382,6 +390,104 @@ async function showDeleted() {
   };
   document.title = "Recently Deleted — Ubiquity";
   show("deleted");
+}
+
+// MARK: Manage Storage, key-value stores, devices
+
+async function showStorage() {
+  const answer = await api("GET", "/web/api/storage");
+  $("quota-text").textContent = `${formatBytes(answer.usedBytes)} of ${formatBytes(answer.quotaBytes)} used`;
+  $("quota-bar").max = Math.max(1, answer.quotaBytes);
+  $("quota-bar").value = Math.min(answer.usedBytes, answer.quotaBytes);
+  $("storage-parts").textContent = `Documents ${formatBytes(answer.chunkBytes)}, key-value stores ${formatBytes(answer.keyValueBytes)}, `
+    + `versions and records ${formatBytes(answer.metadataBytes)}` + (answer.pendingBytes ? `, still arriving ${formatBytes(answer.pendingBytes)}` : "");
+  $("storage-rows").replaceChildren(...answer.containers.map((container) => {
+    const row = document.createElement("tr");
+    row.dataset.name = container.identifier;
+    const name = document.createElement("td");
+    name.append(nameNode(container.identifier));
+    const buttons = document.createElement("td");
+    const remove = button("Delete All…", () => deleteAll(container), "Delete all documents and data of " + plainName(container.identifier));
+    remove.classList.add("danger");
+    buttons.append(remove);
+    row.append(name, cell(String(container.items), "num"), cell(formatBytes(container.bytes), "num"), buttons);
+    return row;
+  }));
+  $("kv-store-rows").replaceChildren(...answer.keyValueStores.map((store) => {
+    const row = document.createElement("tr");
+    const name = document.createElement("td");
+    const link = document.createElement("a");
+    link.href = "#/kv/" + segment(store.identifier);
+    link.append(nameNode(store.identifier));
+    name.append(link);
+    row.append(name, cell(String(store.keys), "num"), cell(formatBytes(store.bytes), "num"));
+    return row;
+  }));
+  document.title = "Manage Storage — Ubiquity";
+  show("storage");
+}
+
+async function deleteAll(container) {
+  const dialog = $("delete-all-dialog"), input = $("delete-all-confirm"), confirmButton = $("delete-all-button");
+  $("delete-all-text").textContent = `Every document and all data of ${plainName(container.identifier)} (${container.items} items) `
+    + "are deleted from iCloud and from every device. They stay in Recently Deleted for 30 days.";
+  input.value = "";
+  confirmButton.disabled = true;
+  input.oninput = () => { confirmButton.disabled = input.value !== container.identifier; };
+  dialog.returnValue = "";
+  dialog.showModal();
+  await new Promise((resolve) => dialog.addEventListener("close", resolve, { once: true }));
+  if (dialog.returnValue !== "delete" || input.value !== container.identifier) return;
+  const answer = await api("POST", `/web/api/containers/${segment(container.identifier)}/delete-all`, { confirm: input.value });
+  say(`Deleted ${answer.deleted} items`);
+  refresh();
+}
+
+async function showKeyValues() {
+  const answer = await api("GET", "/web/api/kv/" + segment(view.store));
+  $("kv-title").replaceChildren(nameNode(answer.store));
+  $("kv-rows").replaceChildren(...answer.entries.map((entry) => {
+    const row = document.createElement("tr");
+    row.dataset.name = entry.key;
+    const key = document.createElement("td");
+    key.append(nameNode(entry.key));
+    const value = document.createElement("td");
+    const plist = document.createElement("pre");
+    plist.className = "plist";
+    plist.textContent = entry.propertyList;
+    value.append(plist);
+    const device = document.createElement("td");
+    device.append(nameNode(entry.deviceName), document.createElement("br"), formatDate(entry.timestamp));
+    row.append(key, value, device);
+    return row;
+  }));
+  $("kv-empty").hidden = answer.entries.length > 0;
+  document.title = plainName(answer.store) + " — Ubiquity";
+  show("kv");
+}
+
+async function showDevices() {
+  const answer = await api("GET", "/web/api/devices");
+  $("device-rows").replaceChildren(...answer.devices.map((device) => {
+    const row = document.createElement("tr");
+    row.dataset.name = device.name;
+    const name = document.createElement("td");
+    name.append(nameNode(device.name));
+    if (device.current) name.append(badge("this browser"));
+    const buttons = document.createElement("td");
+    if (!device.current) {
+      buttons.append(button("Sign out", async () => {
+        if (!confirm(`Sign out “${plainName(device.name)}”? It stops syncing until it signs in again.`)) return;
+        await api("POST", `/web/api/devices/${segment(device.id)}/revoke`);
+        say("Signed out " + plainName(device.name));
+        refresh();
+      }, "Sign out " + plainName(device.name)));
+    }
+    row.append(name, cell(formatDate(device.created)), cell(device.lastSeen ? formatDate(device.lastSeen) : "—"), buttons);
+    return row;
+  }));
+  document.title = "Devices — Ubiquity";
+  show("devices");
 }
 
 $("filter").addEventListener("input", renderItems);
