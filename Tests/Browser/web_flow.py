@@ -46,6 +46,12 @@ def fail(text):
     sys.exit(1)
 
 
+def shot(name):
+    """A screenshot for docs/screenshots (without a passing status message)."""
+    driver.execute_script("document.getElementById('status').textContent = ''")
+    driver.save_screenshot(os.path.join(shots, name))
+
+
 def wait(condition, what, seconds=30):
     try:
         return WebDriverWait(driver, seconds, poll_frequency=0.05).until(lambda _: condition())
@@ -174,7 +180,7 @@ try:
     # Sign in: a wrong password first, then the right one.
     driver.get(url + "/web/")
     wait(lambda: driver.find_element(By.ID, "sign-in").is_displayed(), "the sign-in form")
-    driver.save_screenshot(os.path.join(shots, "sign-in.png"))
+    shot("sign-in.png")
     driver.find_element(By.ID, "account").send_keys(args["account"])
     driver.find_element(By.ID, "password").send_keys("wrong password")
     driver.find_element(By.CSS_SELECTOR, "#sign-in-form button").click()
@@ -194,7 +200,7 @@ try:
 
     # The container the device made is listed; open it: its documents (what is in Documents).
     wait(lambda: container in driver.find_element(By.ID, "container-rows").text, "the device's container")
-    driver.save_screenshot(os.path.join(shots, "containers.png"))
+    shot("containers.png")
     driver.find_element(By.LINK_TEXT, container).click()
     wait(lambda: driver.find_element(By.ID, "folder").is_displayed() and "Welcome.txt" in rows(), "the container's documents")
     step("browsed into the container: the device's first document is listed")
@@ -267,7 +273,7 @@ try:
     if any("\u202e" in name for name in rows()):
         fail("an item with a bidi override was made")
     step("a name with a bidi override is refused and shown with the override visible")
-    driver.save_screenshot(os.path.join(shots, "folder.png"))
+    shot("folder.png")
 
     # CSRF: a request from the page without the session's token, and a form from another site, change nothing.
     status = driver.execute_script("""
@@ -314,7 +320,7 @@ try:
     row_action("Notes.txt", "Versions")
     wait(lambda: driver.find_element(By.ID, "versions").is_displayed() and not driver.find_element(By.ID, "conflicts-part").get_attribute("hidden"),
          "the versions page with the conflict")
-    driver.save_screenshot(os.path.join(shots, "versions.png"))
+    shot("versions.png")
     keep = driver.execute_script("return document.querySelector('#conflict-rows tr:first-child button')")
     keep.click()
     wait(lambda: driver.find_element(By.ID, "conflicts-part").get_attribute("hidden") is not None, "the conflict gone from the page", 60)
@@ -330,7 +336,7 @@ try:
     driver.get(url + "/web/#/deleted")
     wait(lambda: driver.find_element(By.ID, "deleted").is_displayed() and "Welcome.txt" in driver.find_element(By.ID, "deleted-rows").text,
          "the deleted item in Recently Deleted", 60)
-    driver.save_screenshot(os.path.join(shots, "recently-deleted.png"))
+    shot("recently-deleted.png")
     driver.execute_script("return document.querySelector('#deleted-rows tr button')").click()
     eventually(lambda: os.path.exists(os.path.join(device, "Welcome.txt")) and open(os.path.join(device, "Welcome.txt")).read() == "hello",
                "the recovered file on the device", 60)
@@ -338,11 +344,65 @@ try:
     driver.get(url + "/web/#/c/%s" % container)
     wait(lambda: has_row("Welcome.txt"), "the container's documents again")
 
+    # Manage Storage: the container and the phone's key-value store, its value as a property list.
+    store = container
+    v1("POST", "/v1/kv/" + store, phone, body={"changes": [{"key": "theme <b>", "value": {"dictionary": {"dark": {"bool": True}}}, "timestamp": time.time()}]})
+    driver.get(url + "/web/#/storage")
+    wait(lambda: driver.find_element(By.ID, "storage").is_displayed() and container in driver.find_element(By.ID, "storage-rows").text
+         and store in driver.find_element(By.ID, "kv-store-rows").text, "Manage Storage", 60)
+    shot("manage-storage.png")
+    driver.find_element(By.CSS_SELECTOR, "#kv-store-rows a").click()
+    wait(lambda: driver.find_element(By.ID, "kv").is_displayed() and "<key>dark</key>" in driver.find_element(By.ID, "kv-rows").text
+         and "theme <b>" in driver.find_element(By.ID, "kv-rows").text, "the key-value store's values", 60)
+    step("Manage Storage lists the container and the key-value store; values show as property lists")
+
+    # Devices: the laptop, the phone and this browser; the phone signed out from the page.
+    driver.get(url + "/web/#/devices")
+    wait(lambda: driver.find_element(By.ID, "devices").is_displayed() and "phone" in driver.find_element(By.ID, "device-rows").text, "the devices", 60)
+    listed_devices = driver.execute_script("return [...document.querySelectorAll('#device-rows tr')].map(r => r.dataset.name)")
+    if sorted(listed_devices) != sorted(["laptop", "phone", "Web browser"]):
+        fail("the devices listed: %r" % listed_devices)
+    shot("devices.png")
+    driver.execute_script("return [...document.querySelectorAll('#device-rows tr')].find(r => r.dataset.name === 'phone').querySelector('button')").click()
+    answer_dialog()
+    wait(lambda: "phone" not in driver.find_element(By.ID, "device-rows").text, "the phone gone from the list", 60)
+    try:
+        v1("GET", "/v1/account", phone)
+        fail("the signed-out phone's token still works")
+    except urllib.error.HTTPError as error:
+        if error.code != 401:
+            fail("the signed-out phone was answered %s" % error.code)
+    step("a device signed out from the page can no longer sync")
+
+    # Delete All, confirmed by typing the container's name: the device's documents go; Recover all brings them back.
+    before_all = sorted(os.listdir(device))
+    driver.get(url + "/web/#/storage")
+    wait(lambda: container in driver.find_element(By.ID, "storage-rows").text, "Manage Storage again")
+    driver.find_element(By.CSS_SELECTOR, "#storage-rows button").click()
+    wait(lambda: driver.find_element(By.ID, "delete-all-dialog").is_displayed(), "the Delete All dialog")
+    if driver.find_element(By.ID, "delete-all-button").is_enabled():
+        fail("Delete All was possible without typing the container's name")
+    driver.find_element(By.ID, "delete-all-confirm").send_keys(container)
+    driver.find_element(By.ID, "delete-all-button").click()
+    eventually(lambda: [name for name in os.listdir(device) if not name.startswith(".")] == [], "the device's documents gone", 120)
+    step("Delete All (typed confirmation) removed the documents from the device")
+    driver.get(url + "/web/#/deleted")
+    wait(lambda: driver.find_element(By.ID, "deleted").is_displayed() and "Holiday 2026.mov" in driver.find_element(By.ID, "deleted-rows").text,
+         "everything in Recently Deleted", 60)
+    driver.find_element(By.ID, "recover-all").click()
+    eventually(lambda: sorted(n for n in os.listdir(device) if not n.startswith(".")) == [n for n in before_all if not n.startswith(".")],
+               "every document back on the device", 120)
+    eventually(lambda: os.path.exists(os.path.join(device, "Holiday 2026.mov")) and digest(os.path.join(device, "Holiday 2026.mov")) == digest(big),
+               "the large file back on the device byte for byte", 120)
+    step("Recover all brought every document back to the device")
+    driver.get(url + "/web/#/c/%s" % container)
+    wait(lambda: has_row("Welcome.txt"), "the container's documents after recovering")
+
     # A phone-width window in dark mode.
     driver.execute_cdp_cmd("Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]})
     driver.set_window_size(390, 844)
     time.sleep(0.3)
-    driver.save_screenshot(os.path.join(shots, "folder-phone-dark.png"))
+    shot("folder-phone-dark.png")
     width = driver.execute_script("return document.documentElement.scrollWidth")
     if width > 400:
         fail("the folder page is %d px wide on a 390 px window" % width)
