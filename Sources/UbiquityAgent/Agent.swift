@@ -2,6 +2,7 @@ import Foundation
 import HummingbirdWSClient
 import Logging
 import ServiceLifecycle
+import Synchronization
 import UbiquityClient
 import UbiquityFiles
 import UbiquityProtocol
@@ -23,10 +24,15 @@ package actor Agent: Service {
     private var session: AccountSession?
 
     /// An agent for the user of `paths`.
-    package init(paths: UbiquityPaths = UbiquityPaths(), configuration: AgentConfiguration, logger: Logger = Logger(label: "ubiquity.agent")) {
+    /// How long a push connection may take to open before another attempt is made.
+    let pushOpenTimeout: Duration
+
+    package init(paths: UbiquityPaths = UbiquityPaths(), configuration: AgentConfiguration, logger: Logger = Logger(label: "ubiquity.agent"),
+                 pushOpenTimeout: Duration = .seconds(20)) {
         self.paths = paths
         self.configuration = configuration
         self.logger = logger
+        self.pushOpenTimeout = pushOpenTimeout
     }
 
     /// Runs until cancelled or shut down gracefully (SIGTERM under a service group).
@@ -70,7 +76,7 @@ package actor Agent: Service {
                 continue
             }
             announcedSignedOut = false
-            let session = try AccountSession(credentials: credentials, paths: paths, configuration: configuration, logger: logger)
+            let session = try AccountSession(credentials: credentials, paths: paths, configuration: configuration, logger: logger, pushOpenTimeout: pushOpenTimeout)
             self.session = session
             logger.info("syncing", metadata: ["account": "\(credentials.account)", "server": "\(credentials.server.absoluteString)"])
             let paths = paths
@@ -159,6 +165,10 @@ actor AccountSession {
     let keyValues: KeyValueSync
     private var containers: [String: ContainerSync] = [:]
     private var connected = false
+    /// The push connection attempt in progress (events of earlier ones are ignored).
+    private var pushAttempt = 0
+    /// How long a push connection may take to open before another attempt is made.
+    let pushOpenTimeout: Duration
     /// Containers due for a round (nil: all).
     private var pending: Set<String> = []
     private var pendingAll = false
@@ -179,7 +189,8 @@ actor AccountSession {
     private let statusChanges: AsyncStream<Void>
     private let statusChanged: AsyncStream<Void>.Continuation
 
-    init(credentials: UbiquityCredentials, paths: UbiquityPaths, configuration: AgentConfiguration, logger: Logger) throws {
+    init(credentials: UbiquityCredentials, paths: UbiquityPaths, configuration: AgentConfiguration, logger: Logger, pushOpenTimeout: Duration = .seconds(20)) throws {
+        self.pushOpenTimeout = pushOpenTimeout
         self.credentials = credentials
         self.paths = paths
         self.configuration = configuration
@@ -448,25 +459,53 @@ actor AccountSession {
         let url = components.string!
         var configuration = WebSocketClientConfiguration()
         configuration.additionalHeaders = [.authorization: "Bearer \(credentials.token)"]
+        // A connection that died without a word (a laptop that slept, a NAT that forgot it) is
+        // found by its unanswered ping and closed, then opened again.
+        configuration.autoPing = .enabled(timePeriod: Self.pushPingPeriod)
         var delay = 1.0
         var warned = false
+        var abandoned: [(connection: Task<Void, any Error>, ended: EndFlag)] = []
         while !Task.isCancelled {
-            do {
-                try await WebSocketClient.connect(url: url, configuration: configuration, logger: logger) { inbound, _, _ in
+            pushAttempt += 1
+            let attempt = pushAttempt
+            let ended = EndFlag()
+            let connection = Task {
+                defer { ended.set() }
+                try await WebSocketClient.connect(url: url, configuration: configuration, logger: self.logger) { inbound, _, _ in
                     for try await message in inbound.messages(maxSize: 1 << 16) {
                         guard case .text(let text) = message else { continue }
                         do {
-                            await self.pushed(try JSONDecoder().decode(PushEvent.self, from: Data(text.utf8)))
+                            await self.pushed(try JSONDecoder().decode(PushEvent.self, from: Data(text.utf8)), attempt: attempt)
                         } catch {
                             // A newer server's event, or a broken one: the rescan timer still catches up.
                             self.logger.warning("push message not understood; ignored", metadata: ["message": "\(text.prefix(200))", "error": "\(error)"])
                         }
                     }
                 }
-            } catch {
-                if Task.isCancelled { break }
-                if !warned { logger.warning("push connection lost; reconnecting", metadata: ["error": "\(error)"]) }
-                warned = true
+            }
+            // Opening is bounded: an attempt made while the network dropped packets can wait for
+            // an answer for ever (no timeout covers the WebSocket handshake) — found by
+            // `ubiquity-chaos`: a device that never heard of changes again. Such an attempt is
+            // left behind (it cannot be cancelled; at most a few are kept) and another is made.
+            let deadline = ContinuousClock.now + pushOpenTimeout
+            while !connected && !ended.isSet && ContinuousClock.now < deadline && !Task.isCancelled {
+                try? await quietSleep(for: .milliseconds(200))
+            }
+            if connected || ended.isSet {
+                do {
+                    try await connection.value
+                } catch {
+                    if Task.isCancelled { break }
+                    if !warned { logger.warning("push connection lost; reconnecting", metadata: ["error": "\(error)"]) }
+                    warned = true
+                }
+            } else if !Task.isCancelled {
+                connection.cancel()
+                abandoned.removeAll { $0.ended.isSet }
+                abandoned.append((connection, ended))
+                logger.warning("push connection did not open in time; trying again", metadata: ["seconds": "\(pushOpenTimeout.components.seconds)"])
+                // Bounded: past a few stuck attempts, wait for the oldest to end before another.
+                if abandoned.count > Self.abandonedAttemptsKept { _ = await abandoned.removeFirst().connection.result }
             }
             if connected { delay = 1; warned = false }
             connected = false
@@ -476,7 +515,14 @@ actor AccountSession {
         }
     }
 
-    private func pushed(_ event: PushEvent) {
+    /// How often an open push connection is pinged (unanswered by the next ping: closed).
+    static let pushPingPeriod: Duration = .seconds(30)
+    /// How many stuck opening attempts are left behind before the agent waits for one to end.
+    static let abandonedAttemptsKept = 4
+
+    private func pushed(_ event: PushEvent, attempt: Int) {
+        // An attempt given up on that opened after all: the current one speaks for the server.
+        guard attempt == pushAttempt else { return }
         switch event.type {
         case "connected":
             connected = true
@@ -539,6 +585,13 @@ actor AccountSession {
             guard let revision = request.revision else { throw ContainerSyncError("downloadVersion needs a revision", code: .badRequest) }
             try await sync.downloadRemoteVersion(of: name, revision: revision)
             return AgentResponse()
+        case .publish:
+            let (sync, name) = try locate(request.path)
+            let link = try await sync.publish(name)
+            guard let path = link.path, let url = URL(string: String(path.dropFirst()), relativeTo: credentials.server.appendingPathComponent("/")) else {
+                throw ContainerSyncError("the server answered no link for \(name)", code: .badRequest)
+            }
+            return AgentResponse(link: PublishedItemLink(url: url.absoluteString, expires: link.expires))
         case .sync:
             let chosen = try request.container.map { [try container($0)] } ?? containers.sorted { $0.key < $1.key }.map(\.value)
             for sync in chosen {
@@ -568,4 +621,13 @@ actor AccountSession {
         }
         return (try container(parts[0]), parts[1...].joined(separator: "/"))
     }
+}
+
+/// Whether a task has ended (set by the task, read by whoever waits for it without awaiting it).
+final class EndFlag: Sendable {
+    private let value = Mutex(false)
+    /// Marks the end.
+    func set() { value.withLock { $0 = true } }
+    /// Whether it ended.
+    var isSet: Bool { value.withLock { $0 } }
 }

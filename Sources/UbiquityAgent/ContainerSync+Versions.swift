@@ -22,6 +22,20 @@ extension ContainerSync {
         }
     }
 
+    /// Publishes the item's current revision (`FileManager.url(forPublishingUbiquitousItemAt:expiration:)`).
+    /// - Throws: ``ContainerSyncError``: the item is unknown, not a flat file, not uploaded, or
+    ///   the server cannot be reached.
+    package func publish(_ name: String) async throws -> PublishedLink {
+        let item = try knownItem(at: name)
+        do { return try await client.publish(container: container, item: item) } catch let error as SyncClientError {
+            switch error.status {
+            case 404: throw ContainerSyncError("the server has no such item: \(name)", code: .unknownItem)
+            case 409: throw ContainerSyncError("cannot publish \(name): \(error)", code: .badRequest) // a package, or not uploaded yet
+            default: throw ContainerSyncError("cannot publish \(name): \(error)", code: .downloadFailed)
+            }
+        }
+    }
+
     /// Downloads one of the item's earlier revisions into its version store, where its
     /// nonlocal `NSFileVersion`'s `url` points; returns at once if it is there already.
     /// - Throws: ``ContainerSyncError``: the item or revision is unknown, the revision is not

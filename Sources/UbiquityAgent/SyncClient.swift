@@ -102,6 +102,11 @@ package struct SyncClient: Sendable {
         try await json(.GET, "v1/containers/\(container)/items/\(item)/revisions/\(revision)")
     }
 
+    /// Publishes an item's current revision: a link anyone can download it from.
+    package func publish(container: String, item: String) async throws -> PublishedLink {
+        try await json(.POST, "v1/containers/\(container)/items/\(item)/links", body: PublishRequest())
+    }
+
     /// Keeps one revision of an item and removes conflict versions.
     package func resolve(container: String, item: String, keep: String, remove: [String]) async throws -> ItemState {
         try await json(.POST, "v1/containers/\(container)/items/\(item)/resolve", body: ResolveRequest(keep: keep, remove: remove))

@@ -31,6 +31,9 @@ public struct AgentRequest: Codable, Sendable, Equatable {
         /// Download one of them (``path``, ``revision``) into the item's version store; the
         /// answer comes once it is there.
         case downloadVersion
+        /// Publish an uploaded flat file (``path``): a link anyone can download its current
+        /// revision from until it expires (``AgentResponse/link``).
+        case publish
     }
 
     /// What is asked.
@@ -64,13 +67,31 @@ public struct AgentResponse: Codable, Sendable, Equatable {
     public var items: [UbiquityItemStatus]?
     /// For `versions`.
     public var versions: [RemoteVersion]?
+    /// For `publish`.
+    public var link: PublishedItemLink?
 
     /// Creates an answer.
-    public init(error: AgentError? = nil, status: AgentStatus? = nil, items: [UbiquityItemStatus]? = nil, versions: [RemoteVersion]? = nil) {
+    public init(error: AgentError? = nil, status: AgentStatus? = nil, items: [UbiquityItemStatus]? = nil, versions: [RemoteVersion]? = nil,
+                link: PublishedItemLink? = nil) {
         self.error = error
         self.status = status
         self.items = items
         self.versions = versions
+        self.link = link
+    }
+}
+
+/// A published item's link: its full address and when it expires.
+public struct PublishedItemLink: Codable, Sendable, Equatable {
+    /// The address anyone can download the item from.
+    public var url: String
+    /// When the link stops working (seconds since 1970).
+    public var expires: Double
+
+    /// Creates a value.
+    public init(url: String, expires: Double) {
+        self.url = url
+        self.expires = expires
     }
 }
 

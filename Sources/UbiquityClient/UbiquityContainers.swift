@@ -116,6 +116,22 @@ public struct UbiquityContainers: Sendable {
 
     // MARK: Downloads and evictions
 
+    /// Publishes an uploaded flat file: the address anyone can download its current revision
+    /// from, and when that stops working.
+    /// - Throws: `CocoaError(.fileNoSuchFile)` if `url` is not a ubiquitous item;
+    ///   `.ubiquitousFileUnavailable` if it cannot be published (a package, not uploaded yet,
+    ///   no agent, no server), saying why.
+    public func publish(at url: URL) throws -> (url: URL, expires: Date) {
+        guard isUbiquitousItem(at: url) else { throw CocoaError(.fileNoSuchFile, userInfo: [NSFilePathErrorKey: url.path]) }
+        do {
+            guard let link = try agent.send(AgentRequest(.publish, path: url.standardizedFileURL.path), timeout: .seconds(30)).link,
+                  let address = URL(string: link.url) else { throw Self.unavailable("the agent answered no link for \(url.path)") }
+            return (address, Date(timeIntervalSince1970: link.expires))
+        } catch let error as AgentError {
+            throw Self.cocoaError(error, url)
+        }
+    }
+
     /// Asks the agent to download the item (it stays current afterwards). Returns at once;
     /// follow the download with ``resourceValues(of:)``.
     /// - Throws: `CocoaError(.fileNoSuchFile)` if `url` is not a ubiquitous item;
@@ -248,4 +264,21 @@ extension FileManager {
     public func evictUbiquitousItem(at url: URL) throws {
         try UbiquityContainers.shared.evict(at: url)
     }
+
+    /// A URL anyone can download a copy of an uploaded flat file from (the revision current
+    /// now: later saves do not change what the link serves) until it expires, at most 30 days
+    /// later; on return `outDate` (when not nil) holds that date.
+    /// - Throws: `CocoaError(.fileNoSuchFile)` if `url` is not a ubiquitous item;
+    ///   `.ubiquitousFileUnavailable` for a package, a file not uploaded yet, or no agent.
+    public func url(forPublishingUbiquitousItemAt url: URL, expiration outDate: AutoreleasingUnsafeMutablePointer<NSDate?>?) throws -> URL {
+        let (link, expires) = try UbiquityContainers.shared.publish(at: url)
+        outDate?.pointee = expires as NSDate
+        return link
+    }
 }
+
+#if !_runtime(_ObjC)
+/// Without the Objective-C runtime (Linux), an out-parameter of Apple's API is a plain pointer:
+/// `&date` and `nil` are written exactly as on Apple's systems.
+public typealias AutoreleasingUnsafeMutablePointer<Pointee> = UnsafeMutablePointer<Pointee>
+#endif

@@ -78,3 +78,53 @@ public struct RevisionContentsResponse: Codable, Sendable, Equatable {
         self.uploaded = uploaded
     }
 }
+
+/// `POST /v1/containers/{container}/items/{item}/links`: publish the item's current revision
+/// (a flat file, uploaded) as a link anyone can download it from until it expires
+/// (`FileManager.url(forPublishingUbiquitousItemAt:expiration:)`).
+public struct PublishRequest: Codable, Sendable, Equatable {
+    /// How long the link should last, in seconds (at most ``PublishedLink/longestLifetime``; absent: that).
+    public var seconds: Double?
+
+    /// Creates a request.
+    public init(seconds: Double? = nil) {
+        self.seconds = seconds
+    }
+}
+
+/// A published link: the revision current when it was published, downloadable by anyone who
+/// has the link until it expires or is revoked.
+public struct PublishedLink: Codable, Sendable, Equatable {
+    /// The link's id (to list and revoke it; not the secret part of its address).
+    public var id: String
+    /// Its address on the server: `/l/` and an unguessable token (256 random bits). Given only
+    /// when the link is made; lists leave it out.
+    public var path: String?
+    /// The item's container.
+    public var container: String
+    /// The item's id.
+    public var item: String
+    /// The revision it serves.
+    public var revision: String
+    /// The item's name when published.
+    public var name: String
+    /// When it was published (seconds since 1970).
+    public var created: Double
+    /// When it stops working (seconds since 1970).
+    public var expires: Double
+
+    /// The longest a link lasts: 30 days (the server keeps a replaced revision that long).
+    public static let longestLifetime: Double = 30 * 86_400
+
+    /// Creates a value.
+    public init(id: String, path: String?, container: String, item: String, revision: String, name: String, created: Double, expires: Double) {
+        self.id = id
+        self.path = path
+        self.container = container
+        self.item = item
+        self.revision = revision
+        self.name = name
+        self.created = created
+        self.expires = expires
+    }
+}

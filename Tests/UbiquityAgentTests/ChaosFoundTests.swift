@@ -2,12 +2,14 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+import Logging
 import Synchronization
 import UbiquityFiles
 import Testing
 import UbiquityClient
 import UbiquityCoordination
 import UbiquityProtocol
+import UbiquityServer
 import UbiquitySync
 import UbiquityTestSupport
 @testable import UbiquityAgent
@@ -58,6 +60,43 @@ import UbiquityTestSupport
             try await phone.sync.syncOnce()
             #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Big.bin")) == contents(2))
         }
+    }
+
+    /// Found with the 60-minute profile (seed 60, round 21): a push connection opened while the
+    /// server was down and coming back was never answered, and the agent waited for it for
+    /// ever — no timeout covers a WebSocket's opening — hearing of no change again. Here the
+    /// first attempts reach a server that accepts connections and never answers; the agent
+    /// gives such an attempt up and connects once the real server is reachable.
+    @Test(.timeLimit(.minutes(3))) func aPushConnectionThatNeverOpensIsGivenUpAndMadeAgain() async throws {
+        let dir = NSTemporaryDirectory() + "push-open-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var quiet = Logger(label: "test")
+        quiet.logLevel = .critical
+        let server = try await EmbeddedServer.start(dataDirectory: dir + "/server", account: "ada", password: "correct horse", logger: quiet)
+        defer { server.cancel() }
+        let port = try #require(server.url.port)
+        let relay = try RelayProxy.start(to: port)
+        defer { relay.stop() }
+        let silent = try loopbackSocket(listening: 64) // accepts connections, never answers
+        defer { close(silent.fd) }
+        let root = URL(fileURLWithPath: dir).appendingPathComponent("laptop")
+        let home = UbiquityPaths(configuration: root.appendingPathComponent("config"), data: root.appendingPathComponent("data"), runtime: root.appendingPathComponent("run"))
+        try await SyncClient(server: URL(string: "http://127.0.0.1:\(relay.port)")!).signIn(account: "ada", password: "correct horse", deviceName: "laptop", savingTo: home)
+        relay.targets = [silent.port]
+        let agent = Agent(paths: home, configuration: AgentConfiguration(containers: ["ABCDE12345.com.example.notes"], rescanSeconds: 60), logger: quiet,
+                          pushOpenTimeout: .seconds(2))
+        let running = Task { try await agent.run() }
+        defer { running.cancel() }
+        try await Task.sleep(for: .seconds(1)) // the first attempt waits on the silent server
+        relay.targets = [port]
+        let device = UbiquityContainers(paths: home, entitlements: UbiquityEntitlements(containers: ["ABCDE12345.com.example.notes"]))
+        var connected = false
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !connected && ContinuousClock.now < deadline {
+            connected = try await blocking { (try? device.agent.send(AgentRequest(.status), timeout: .seconds(2)).status?.connected) == true }
+            if !connected { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(connected, "the push connection never opened after the server became reachable")
     }
 
     /// Found with seed 1: a conflict resolution the server refused once (here: no network; in

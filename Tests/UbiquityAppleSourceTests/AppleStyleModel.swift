@@ -230,6 +230,14 @@ enum AppleStyleCalls {
         }
     }
 
+    /// A link to email: anyone can download a copy of the file until it expires.
+    static func shareLink(_ url: URL) throws -> (URL, Date?) {
+        var expiration: NSDate?
+        let link = try FileManager.default.url(forPublishingUbiquitousItemAt: url, expiration: &expiration)
+        _ = try FileManager.default.url(forPublishingUbiquitousItemAt: url, expiration: nil)
+        return (link, expiration as Date?)
+    }
+
     /// Counts launches in the key-value store and hears of other devices' changes.
     static func countLaunch() -> NSObjectProtocol {
         let store = NSUbiquitousKeyValueStore.default

@@ -251,6 +251,67 @@ import UbiquityProtocol
         }
     }
 
+    /// Published links: the revision current when published, to anyone with the link, as an
+    /// attachment that cannot run script in the site's origin; listed and revoked in the page;
+    /// refused for a package or a file not uploaded; gone once expired or revoked.
+    @Test(arguments: Backend.all) func publishedLinksServeTheirRevisionUntilRevokedOrExpired(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada")
+            let first = try await client.commit(notes, "doc", fileUpdate("Plan <b>.html", [Array("<script>alert(1)</script>".utf8)]), token: laptop.token)
+            let published = try await client.send(.post, "/v1/containers/\(notes)/items/doc/links", token: laptop.token, json: PublishRequest(seconds: 3_600))
+            #expect(published.status == .ok, "\(String(buffer: published.body))")
+            let link = try published.decode(PublishedLink.self)
+            let path = try #require(link.path)
+            #expect(path.hasPrefix("/l/") && path.count == 3 + 64 && link.revision == first.revision)
+            #expect(abs(link.expires - link.created - 3_600) < 1)
+
+            // A later save does not change what the link serves.
+            _ = try await client.commit(notes, "doc", fileUpdate("Plan <b>.html", [[9, 9]], base: first.revision), token: laptop.token)
+            let download = try await client.send(.get, path)
+            #expect(download.status == .ok && String(buffer: download.body) == "<script>alert(1)</script>")
+            #expect(download.headers[.contentDisposition]?.hasPrefix("attachment;") == true && download.headers[.xContentTypeOptions] == "nosniff")
+            #expect(download.headers[.contentType] == "application/octet-stream" && download.headers[.contentSecurityPolicy]?.hasPrefix("sandbox") == true)
+            // Guessed, malformed or unknown tokens: nothing said about what exists.
+            for wrong in ["/l/" + String(repeating: "a", count: 64), "/l/short", "/l/" + String(path.dropFirst(3).reversed())] {
+                #expect(try await client.send(.get, wrong).status == .notFound, "\(wrong)")
+            }
+
+            // Refused: a package, a file not uploaded, an item not there.
+            let package = ItemUpdate(baseRevision: nil, name: "P.pkg", kind: .package, modificationDate: 1, manifest: Manifest(members: []))
+            _ = try await client.commit(notes, "pkg", package, token: laptop.token)
+            #expect(try await client.send(.post, "/v1/containers/\(notes)/items/pkg/links", token: laptop.token, json: PublishRequest()).errorCode == "notAFlatFile")
+            let absent: [UInt8] = [7, 7, 7]
+            _ = try await client.put(notes, "pending", ItemUpdate(baseRevision: nil, name: "Pending.txt", kind: .file, modificationDate: 1,
+                                                                  manifest: Manifest(chunks: [ChunkReference(hash: sha256(absent), size: 3)])), token: laptop.token)
+            #expect(try await client.send(.post, "/v1/containers/\(notes)/items/pending/links", token: laptop.token, json: PublishRequest()).errorCode == "notUploaded")
+            #expect(try await client.send(.post, "/v1/containers/\(notes)/items/nothing/links", token: laptop.token, json: PublishRequest()).status == .notFound)
+
+            // The page lists the account's links and revokes them; a revoked link is gone.
+            let (cookie, csrf, _) = try await webSignIn(client)
+            let listed = try await client.send(.get, "/web/api/links", headers: session(cookie)).decode(PublishedLinksResponse.self).links
+            #expect(listed.map(\.id) == [link.id] && listed[0].path == nil) // the secret part is shown once, when made
+            #expect(try await client.send(.post, "/web/api/links/\(link.id)/revoke", headers: session(cookie, csrf: csrf)).status == .noContent)
+            #expect(try await client.send(.get, path).status == .notFound)
+            #expect(try await client.send(.get, "/web/api/links", headers: session(cookie)).decode(PublishedLinksResponse.self).links.isEmpty)
+
+            // Expired: gone too.
+            let account = try #require(try await server.admin.accounts().first?.id)
+            let token = String(repeating: "b", count: 64)
+            try await server.server.services.database.addLink(
+                PublishedLink(id: "old", path: nil, container: notes, item: "doc", revision: first.revision, name: "x", created: 1, expires: 2),
+                accountId: account, tokenHash: DeviceAuthMiddleware.hash(token))
+            #expect(try await client.send(.get, "/l/" + token).status == .notFound)
+        }
+    }
+
+    /// One address opens at most so many links a minute.
+    @Test func linksAreThrottledPerAddress() {
+        let throttle = LinkThrottle(limit: 3)
+        #expect((0..<5).map { _ in throttle.allow("192.0.2.1") } == [true, true, true, false, false])
+        #expect(throttle.allow("192.0.2.2"))
+    }
+
     /// A package downloads as a zip archive of its members under the package's name.
     @Test func aPackageDownloadsAsAZip() async throws {
         let server = try await TestServer.withAccount("ada"); defer { server.remove() }

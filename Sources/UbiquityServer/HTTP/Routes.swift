@@ -33,6 +33,8 @@ struct SyncServices: Sendable {
     var retention: TimeInterval = SyncServer.defaultRetention
     /// When devices were last heard from.
     var sightings = DeviceSightings()
+    /// How often an address may open published links.
+    var links = LinkThrottle()
 }
 
 

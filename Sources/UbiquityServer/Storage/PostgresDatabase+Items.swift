@@ -61,6 +61,40 @@ extension PostgresDatabase {
         }
     }
 
+    func addLink(_ link: PublishedLink, accountId: Int64, tokenHash: String) async throws {
+        try await transaction { db in
+            _ = try await db.rows("""
+                INSERT INTO public_link (id, account_id, container, item, revision, name, token_hash, created, expires)
+                VALUES (\(link.id), \(accountId), \(link.container), \(link.item), \(link.revision), \(link.name), \(tokenHash), \(link.created), \(link.expires))
+                """)
+        }
+    }
+
+    func link(tokenHash: String) async throws -> (accountId: Int64, link: PublishedLink)? {
+        try await read { db in
+            try await db.rows("SELECT * FROM public_link WHERE token_hash = \(tokenHash) AND NOT revoked").first.map {
+                (try $0.get("account_id", as: Int64.self), try Self.publishedLink($0))
+            }
+        }
+    }
+
+    func links(ofAccount id: Int64) async throws -> [PublishedLink] {
+        try await read { db in
+            try await db.rows("SELECT * FROM public_link WHERE account_id = \(id) AND NOT revoked ORDER BY created DESC, id").map(Self.publishedLink)
+        }
+    }
+
+    func revokeLink(id: String, accountId: Int64) async throws -> Bool {
+        try await transaction { db in
+            try await !db.rows("UPDATE public_link SET revoked = TRUE WHERE id = \(id) AND account_id = \(accountId) AND NOT revoked RETURNING id").isEmpty
+        }
+    }
+
+    static func publishedLink(_ row: PostgresRandomAccessRow) throws -> PublishedLink {
+        PublishedLink(id: try row.get("id"), path: nil, container: try row.get("container"), item: try row.get("item"), revision: try row.get("revision"),
+                      name: try row.get("name"), created: try row.get("created"), expires: try row.get("expires"))
+    }
+
     func deleteAccount(named name: String) async throws -> Bool {
         try await transaction { db in
             // Waits for the account's commits and uploads in flight, then takes everything with it.

@@ -137,6 +137,17 @@ extension PostgresDatabase {
         ]),
         // When each device was last heard from (the web interface's Devices page).
         ("v7-device-last-seen", ["ALTER TABLE device ADD COLUMN last_seen DOUBLE PRECISION"]),
+        // Links anyone may download a published revision from (the token kept as a hash).
+        ("v8-public-links", [
+            """
+            CREATE TABLE public_link (
+                id TEXT PRIMARY KEY, account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                container TEXT NOT NULL, item TEXT NOT NULL, revision TEXT NOT NULL, name TEXT NOT NULL,
+                token_hash TEXT NOT NULL UNIQUE, created DOUBLE PRECISION NOT NULL, expires DOUBLE PRECISION NOT NULL,
+                revoked BOOLEAN NOT NULL DEFAULT FALSE)
+            """,
+            "CREATE INDEX public_link_account ON public_link(account_id, created)",
+        ]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

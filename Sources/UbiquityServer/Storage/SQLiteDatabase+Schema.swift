@@ -209,6 +209,16 @@ extension SQLiteDatabase {
             // When each device was last heard from (the web interface's Devices page).
             try db.execute(sql: "ALTER TABLE device ADD COLUMN lastSeen REAL")
         }
+        migrator.registerMigration("v15-public-links") { db in
+            // Links anyone may download a published revision from (the token kept as a hash).
+            try db.execute(sql: """
+                CREATE TABLE publicLink (
+                    id TEXT PRIMARY KEY, accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                    container TEXT NOT NULL, item TEXT NOT NULL, revision TEXT NOT NULL, name TEXT NOT NULL,
+                    tokenHash TEXT NOT NULL UNIQUE, created REAL NOT NULL, expires REAL NOT NULL, revoked INTEGER NOT NULL DEFAULT 0);
+                CREATE INDEX publicLink_account ON publicLink(accountId, created);
+                """)
+        }
         return migrator
     }
 }

@@ -70,6 +70,41 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
+    func addLink(_ link: PublishedLink, accountId: Int64, tokenHash: String) async throws {
+        try await pool.write { db in
+            try db.execute(sql: """
+                INSERT INTO publicLink (id, accountId, container, item, revision, name, tokenHash, created, expires) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [link.id, accountId, link.container, link.item, link.revision, link.name, tokenHash, link.created, link.expires])
+        }
+    }
+
+    func link(tokenHash: String) async throws -> (accountId: Int64, link: PublishedLink)? {
+        try await pool.read { db in
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM publicLink WHERE tokenHash = ? AND revoked = 0"), arguments: [tokenHash]).map {
+                ($0["accountId"], Self.publishedLink($0))
+            }
+        }
+    }
+
+    func links(ofAccount id: Int64) async throws -> [PublishedLink] {
+        try await pool.read { db in
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM publicLink WHERE accountId = ? AND revoked = 0 ORDER BY created DESC, id"), arguments: [id])
+                .map(Self.publishedLink)
+        }
+    }
+
+    func revokeLink(id: String, accountId: Int64) async throws -> Bool {
+        try await pool.write { db in
+            try db.cachedStatement(sql: "UPDATE publicLink SET revoked = 1 WHERE id = ? AND accountId = ? AND revoked = 0").execute(arguments: [id, accountId])
+            return db.changesCount > 0
+        }
+    }
+
+    static func publishedLink(_ row: Row) -> PublishedLink {
+        PublishedLink(id: row["id"], path: nil, container: row["container"], item: row["item"], revision: row["revision"], name: row["name"],
+                      created: row["created"], expires: row["expires"])
+    }
+
     func deleteAccount(named name: String) async throws -> Bool {
         try await pool.write { db in
             try db.cachedStatement(sql: "DELETE FROM account WHERE name = ?").execute(arguments: [name])

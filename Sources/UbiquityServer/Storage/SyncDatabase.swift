@@ -209,6 +209,15 @@ protocol SyncDatabase: Sendable {
     func containers(ofAccount id: Int64) async throws -> [ContainerSummary]
     /// The account's key-value stores with their keys (those with values) and bytes.
     func keyValueStores(ofAccount id: Int64) async throws -> [KeyValueStoreSummary]
+
+    /// Records a published link (its token kept only as a hash).
+    func addLink(_ link: PublishedLink, accountId: Int64, tokenHash: String) async throws
+    /// The link whose token hashes to `tokenHash`, if it is not revoked, with its account.
+    func link(tokenHash: String) async throws -> (accountId: Int64, link: PublishedLink)?
+    /// The account's links not revoked, newest first.
+    func links(ofAccount id: Int64) async throws -> [PublishedLink]
+    /// Revokes one of the account's links; false if it has no such link.
+    func revokeLink(id: String, accountId: Int64) async throws -> Bool
     /// Sets the account's quota; false if there is no such account. (Lowering it below what
     /// the account uses refuses its uploads and new contents until it deletes enough.)
     func setQuota(ofAccount name: String, bytes: Int64) async throws -> Bool

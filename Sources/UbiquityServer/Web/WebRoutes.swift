@@ -203,6 +203,7 @@ extension SyncServices {
         }
         addWebItemRoutes(to: api)
         addWebAccountRoutes(to: api)
+        addLinkRoutes(to: router, api: api)
     }
 
     /// Commits a file or folder made through the web interface, as the browser's device: into
