@@ -55,7 +55,7 @@ public struct AgentError: Error, Codable, Sendable, Equatable, CustomStringConve
 
 extension AgentResponse {
     private enum CodingKeys: String, CodingKey {
-        case error, status, items, versions
+        case error, status, items, versions, link
     }
 
     /// Decodes an answer; an error given as a plain sentence (an agent older than error codes)
@@ -70,6 +70,7 @@ extension AgentResponse {
         status = try container.decodeIfPresent(AgentStatus.self, forKey: .status)
         items = try container.decodeIfPresent([UbiquityItemStatus].self, forKey: .items)
         versions = try container.decodeIfPresent([RemoteVersion].self, forKey: .versions)
+        link = try container.decodeIfPresent(PublishedItemLink.self, forKey: .link)
     }
 
     /// Encodes the answer (an error with its code and message).
@@ -79,5 +80,6 @@ extension AgentResponse {
         try container.encodeIfPresent(status, forKey: .status)
         try container.encodeIfPresent(items, forKey: .items)
         try container.encodeIfPresent(versions, forKey: .versions)
+        try container.encodeIfPresent(link, forKey: .link)
     }
 }

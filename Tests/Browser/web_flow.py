@@ -154,6 +154,33 @@ def device_conflicts(name):
     return count
 
 
+def device_publish(name):
+    """Publishes `name` on the device (FileManager.url(forPublishingUbiquitousItemAt:expiration:), asked of the test)."""
+    ask = os.path.join(work, "ask-publish")
+    answer = ask + ".answer"
+    if os.path.exists(answer):
+        os.remove(answer)
+    with open(ask + ".tmp", "w") as f:
+        f.write(name)
+    os.rename(ask + ".tmp", ask)
+    eventually(lambda: os.path.exists(answer), "the device's link", 60)
+    with open(answer) as f:
+        published = json.load(f)
+    os.remove(answer)
+    if "error" in published:
+        fail("the device could not publish %s: %s" % (name, published["error"]))
+    return published
+
+
+def fetch_link(address):
+    """A link opened by someone else: no cookie, no session. The status, the headers and the body."""
+    try:
+        with urllib.request.urlopen(urllib.request.Request(address)) as answer:
+            return answer.status, answer.headers, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, b""
+
+
 def no_alert():
     try:
         driver.switch_to.alert
@@ -343,6 +370,36 @@ try:
     step("deleted in the page, gone from the device; recovered, back on the device")
     driver.get(url + "/web/#/c/%s" % container)
     wait(lambda: has_row("Welcome.txt"), "the container's documents again")
+
+    # Public links: one made on the device, one from the page; anyone can download, until revoked.
+    published = device_publish("Notes.txt")
+    if float(published["expires"]) < time.time() + 29 * 86400:
+        fail("the device's link expires too soon: %r" % published)
+    status, headers, body = fetch_link(published["url"])
+    with open(os.path.join(device, "Notes.txt"), "rb") as f:
+        if status != 200 or body != f.read():
+            fail("the device's link answered %s %r" % (status, body[:100]))
+    if not headers.get("Content-Disposition", "").startswith("attachment") or headers.get("X-Content-Type-Options") != "nosniff":
+        fail("the link's download headers: %s" % dict(headers))
+    step("a link published on the device downloads the file for anyone, as an attachment")
+    row_action("Welcome.txt", "Share link")
+    wait(lambda: driver.find_element(By.ID, "link-dialog").is_displayed() and driver.find_element(By.ID, "link-address").get_attribute("value"),
+         "the shared link's dialog")
+    shared = driver.find_element(By.ID, "link-address").get_attribute("value")
+    shot("share-link.png")
+    driver.execute_script("document.getElementById('link-dialog').close()")
+    status, headers, body = fetch_link(shared)
+    if status != 200 or body != b"hello":
+        fail("the page's link answered %s %r" % (status, body[:100]))
+    driver.get(url + "/web/#/links")
+    wait(lambda: driver.find_element(By.ID, "links").is_displayed() and len(driver.find_elements(By.CSS_SELECTOR, "#link-rows tr")) == 2,
+         "both links in Shared Links", 60)
+    shot("shared-links.png")
+    driver.execute_script("return [...document.querySelectorAll('#link-rows tr')].find(r => r.dataset.name === 'Notes.txt').querySelector('button')").click()
+    wait(lambda: len(driver.find_elements(By.CSS_SELECTOR, "#link-rows tr")) == 1, "the revoked link gone from the list", 60)
+    if fetch_link(published["url"])[0] != 404 or fetch_link(shared)[0] != 200:
+        fail("revoking one link did not end it alone")
+    step("links listed in the page; the revoked one no longer downloads")
 
     # Manage Storage: the container and the phone's key-value store, its value as a property list.
     store = container

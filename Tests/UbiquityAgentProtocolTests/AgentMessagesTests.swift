@@ -16,6 +16,17 @@ import UbiquityAgentProtocol
         #expect(newer.error == AgentError(AgentError.Code(rawValue: "tooTired"), "later") && "\(newer.error!)" == "later")
     }
 
+    /// Every field of an answer travels (a published link once did not: the coding keys were
+    /// written out and the new field was missing from them).
+    @Test func everyFieldOfAnAnswerTravels() throws {
+        let answers = [
+            AgentResponse(link: PublishedItemLink(url: "https://icloud.example/l/abc", expires: 1_800_000_000)),
+            AgentResponse(versions: [RemoteVersion(revision: "r", name: "A.txt", deviceName: "phone", size: 3, modificationDate: 1)]),
+            AgentResponse(items: []),
+        ]
+        for answer in answers { #expect(try JSONDecoder().decode(AgentResponse.self, from: JSONEncoder().encode(answer)) == answer) }
+    }
+
     @Test func anOlderAgentsPlainErrorIsAFailure() throws {
         let old = try JSONDecoder().decode(AgentResponse.self, from: Data(#"{"error":"not signed in (ubiquity login)"}"#.utf8))
         #expect(old.error == AgentError(.failed, "not signed in (ubiquity login)"))

@@ -57,6 +57,19 @@ import UbiquityCoordination
                     let count = NSFileVersion.unresolvedConflictVersionsOfItem(at: documents.appendingPathComponent(name))?.count ?? -1
                     try? Data("\(count)".utf8).write(to: URL(fileURLWithPath: dir + "/browser/ask-conflicts.answer"), options: .atomic)
                 }
+                // … and asks the device to publish a file (FileManager.url(forPublishingUbiquitousItemAt:expiration:)).
+                let publish = URL(fileURLWithPath: dir + "/browser/ask-publish")
+                if let name = try? String(contentsOf: publish, encoding: .utf8) {
+                    try? FileManager.default.removeItem(at: publish)
+                    var answer: [String: String] = [:]
+                    do {
+                        let (link, expires) = try device.publish(at: documents.appendingPathComponent(name))
+                        answer = ["url": link.absoluteString, "expires": "\(expires.timeIntervalSince1970)"]
+                    } catch {
+                        answer = ["error": "\(error)"]
+                    }
+                    try? JSONSerialization.data(withJSONObject: answer).write(to: URL(fileURLWithPath: dir + "/browser/ask-publish.answer"), options: .atomic)
+                }
                 usleep(200_000)
             }
         }

@@ -13,7 +13,7 @@ let refreshing = null;
 let refreshAgain = false;
 
 function show(section) {
-  for (const id of ["sign-in", "containers", "folder", "versions", "deleted", "storage", "kv", "devices"]) $(id).hidden = id !== section;
+  for (const id of ["sign-in", "containers", "folder", "versions", "deleted", "storage", "kv", "devices", "links"]) $(id).hidden = id !== section;
 }
 
 function say(text) {
@@ -104,7 +104,7 @@ function route() {
     view = { kind: "versions", container: parts[1], item: parts[2], folder: parts[3] || null };
   } else if (parts[0] === "deleted") {
     view = { kind: "deleted", container: null, folder: null };
-  } else if (parts[0] === "storage" || parts[0] === "devices") {
+  } else if (parts[0] === "storage" || parts[0] === "devices" || parts[0] === "links") {
     view = { kind: parts[0], container: null, folder: null };
   } else if (parts[0] === "kv" && parts[1]) {
     view = { kind: "kv", store: parts[1], container: null, folder: null };
@@ -126,6 +126,7 @@ function refresh() {
         else if (view.kind === "storage") await showStorage();
         else if (view.kind === "kv") await showKeyValues();
         else if (view.kind === "devices") await showDevices();
+        else if (view.kind === "links") await showLinks();
         else await showContainers();
       } catch (error) {
         failed(error);
@@ -255,6 +256,7 @@ function actionsCell(item) {
       location.hash = `#/v/${segment(view.container)}/${segment(item.id)}` + (view.folder ? "/" + segment(view.folder) : "");
     }));
   }
+  if (item.kind === "file" && item.uploaded) list.append(button("Share link", () => share(item)));
   list.append(button("Rename", async () => {
     const name = prompt("New name", item.name);
     if (!name || name === item.name) return;
@@ -488,6 +490,46 @@ async function showDevices() {
   }));
   document.title = "Devices — Ubiquity";
   show("devices");
+}
+
+// MARK: Shared links
+
+async function share(item) {
+  const link = await api("POST", itemPath(item) + "/links");
+  const address = new URL(link.path, location.origin).href;
+  $("link-address").value = address;
+  $("link-expires").textContent = formatDate(link.expires);
+  $("link-title").textContent = "Link to “" + plainName(item.name) + "”";
+  $("link-copy").onclick = async () => {
+    try { await navigator.clipboard.writeText(address); say("Link copied"); } catch (error) { $("link-address").select(); }
+  };
+  $("link-dialog").showModal();
+  $("link-address").select();
+}
+
+async function showLinks() {
+  const answer = await api("GET", "/web/api/links");
+  const now = Date.now() / 1000;
+  $("link-rows").replaceChildren(...answer.links.map((link) => {
+    const row = document.createElement("tr");
+    row.dataset.name = link.name;
+    const name = document.createElement("td");
+    name.append(nameNode(link.name));
+    if (link.expires < now) name.append(badge("expired"));
+    const container = document.createElement("td");
+    container.append(nameNode(link.container));
+    const buttons = document.createElement("td");
+    buttons.append(button("Revoke", async () => {
+      await api("POST", `/web/api/links/${segment(link.id)}/revoke`);
+      say("The link to " + plainName(link.name) + " no longer works");
+      refresh();
+    }, "Revoke the link to " + plainName(link.name)));
+    row.append(name, container, cell(formatDate(link.created)), cell(formatDate(link.expires)), buttons);
+    return row;
+  }));
+  $("no-links").hidden = answer.links.length > 0;
+  document.title = "Shared Links — Ubiquity";
+  show("links");
 }
 
 $("filter").addEventListener("input", renderItems);
