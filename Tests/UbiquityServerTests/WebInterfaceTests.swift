@@ -281,9 +281,11 @@ import UbiquityProtocol
             let package = ItemUpdate(baseRevision: nil, name: "P.pkg", kind: .package, modificationDate: 1, manifest: Manifest(members: []))
             _ = try await client.commit(notes, "pkg", package, token: laptop.token)
             #expect(try await client.send(.post, "/v1/containers/\(notes)/items/pkg/links", token: laptop.token, json: PublishRequest()).errorCode == "notAFlatFile")
-            let absent: [UInt8] = [7, 7, 7]
-            _ = try await client.put(notes, "pending", ItemUpdate(baseRevision: nil, name: "Pending.txt", kind: .file, modificationDate: 1,
-                                                                  manifest: Manifest(chunks: [ChunkReference(hash: sha256(absent), size: 3)])), token: laptop.token)
+            // (A chunk the server lost — found damaged — makes its file wait for a device to send it again.)
+            let lost: [UInt8] = [7, 7, 7]
+            _ = try await client.commit(notes, "pending", fileUpdate("Pending.txt", [lost]), token: laptop.token)
+            let accountId = try #require(try await server.admin.accounts().first?.id)
+            _ = try await server.server.services.database.chunkLost(accountId: accountId, hash: sha256(lost))
             #expect(try await client.send(.post, "/v1/containers/\(notes)/items/pending/links", token: laptop.token, json: PublishRequest()).errorCode == "notUploaded")
             #expect(try await client.send(.post, "/v1/containers/\(notes)/items/nothing/links", token: laptop.token, json: PublishRequest()).status == .notFound)
 
