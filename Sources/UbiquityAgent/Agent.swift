@@ -493,19 +493,25 @@ actor AccountSession {
             }
             if connected || ended.isSet {
                 do {
-                    try await connection.value
+                    // (The connection is a task of its own: the agent stopping must end it.)
+                    try await withTaskCancellationHandler { try await connection.value } onCancel: { connection.cancel() }
                 } catch {
                     if Task.isCancelled { break }
                     if !warned { logger.warning("push connection lost; reconnecting", metadata: ["error": "\(error)"]) }
                     warned = true
                 }
-            } else if !Task.isCancelled {
+            } else if Task.isCancelled {
+                connection.cancel()
+            } else {
                 connection.cancel()
                 abandoned.removeAll { $0.ended.isSet }
                 abandoned.append((connection, ended))
                 logger.warning("push connection did not open in time; trying again", metadata: ["seconds": "\(pushOpenTimeout.components.seconds)"])
                 // Bounded: past a few stuck attempts, wait for the oldest to end before another.
-                if abandoned.count > Self.abandonedAttemptsKept { _ = await abandoned.removeFirst().connection.result }
+                if abandoned.count > Self.abandonedAttemptsKept {
+                    let oldest = abandoned.removeFirst()
+                    while !oldest.ended.isSet && !Task.isCancelled { try? await quietSleep(for: .seconds(1)) }
+                }
             }
             if connected { delay = 1; warned = false }
             connected = false

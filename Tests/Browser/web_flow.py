@@ -138,35 +138,30 @@ def v1(method, path, token=None, body=None, raw=None):
         return json.loads(text) if text else None
 
 
-def device_conflicts(name):
-    """How many unresolved conflict versions the device's NSFileVersion lists for `name` (asked of the test)."""
-    ask = os.path.join(work, "ask-conflicts")
+def ask_device(question, name, seconds=60):
+    """Asks the test, which acts on the device, `question` about `name`; its answer's text."""
+    ask = os.path.join(work, "ask-" + question)
     answer = ask + ".answer"
     if os.path.exists(answer):
         os.remove(answer)
     with open(ask + ".tmp", "w") as f:
         f.write(name)
     os.rename(ask + ".tmp", ask)
-    eventually(lambda: os.path.exists(answer), "the device's answer", 30)
+    eventually(lambda: os.path.exists(answer), "the device's answer to " + question, seconds)
     with open(answer) as f:
-        count = int(f.read())
+        text = f.read()
     os.remove(answer)
-    return count
+    return text
+
+
+def device_conflicts(name):
+    """How many unresolved conflict versions the device's NSFileVersion lists for `name`."""
+    return int(ask_device("conflicts", name, 30))
 
 
 def device_publish(name):
-    """Publishes `name` on the device (FileManager.url(forPublishingUbiquitousItemAt:expiration:), asked of the test)."""
-    ask = os.path.join(work, "ask-publish")
-    answer = ask + ".answer"
-    if os.path.exists(answer):
-        os.remove(answer)
-    with open(ask + ".tmp", "w") as f:
-        f.write(name)
-    os.rename(ask + ".tmp", ask)
-    eventually(lambda: os.path.exists(answer), "the device's link", 60)
-    with open(answer) as f:
-        published = json.load(f)
-    os.remove(answer)
+    """Publishes `name` on the device (FileManager.url(forPublishingUbiquitousItemAt:expiration:))."""
+    published = json.loads(ask_device("publish", name))
     if "error" in published:
         fail("the device could not publish %s: %s" % (name, published["error"]))
     return published

@@ -142,12 +142,8 @@ async function showContainers() {
   $("usage").textContent = `${formatBytes(me.usedBytes)} of ${formatBytes(me.quotaBytes)} used`;
   const rows = answer.containers.map((container) => {
     const row = document.createElement("tr");
-    const name = document.createElement("td");
-    const link = document.createElement("a");
-    link.href = "#/c/" + segment(container.identifier);
-    link.append(nameNode(container.identifier));
-    name.append(link);
-    row.append(name, cell(String(container.items), "num"), cell(formatBytes(container.bytes), "num"));
+    row.append(linkCell(container.identifier, "#/c/" + segment(container.identifier)),
+      cell(String(container.items), "num"), cell(formatBytes(container.bytes), "num"));
     return row;
   });
   $("container-rows").replaceChildren(...rows);
@@ -177,6 +173,15 @@ function crumb(name, href) {
   link.append(nameNode(name));
   item.append(link);
   return item;
+}
+
+function linkCell(name, href) {
+  const td = document.createElement("td");
+  const link = document.createElement("a");
+  link.href = href;
+  link.append(nameNode(name));
+  td.append(link);
+  return td;
 }
 
 function cell(text, className) {
@@ -417,12 +422,7 @@ async function showStorage() {
   }));
   $("kv-store-rows").replaceChildren(...answer.keyValueStores.map((store) => {
     const row = document.createElement("tr");
-    const name = document.createElement("td");
-    const link = document.createElement("a");
-    link.href = "#/kv/" + segment(store.identifier);
-    link.append(nameNode(store.identifier));
-    name.append(link);
-    row.append(name, cell(String(store.keys), "num"), cell(formatBytes(store.bytes), "num"));
+    row.append(linkCell(store.identifier, "#/kv/" + segment(store.identifier)), cell(String(store.keys), "num"), cell(formatBytes(store.bytes), "num"));
     return row;
   }));
   document.title = "Manage Storage — Ubiquity";
