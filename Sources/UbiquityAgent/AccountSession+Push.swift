@@ -1,0 +1,123 @@
+import Foundation
+import HummingbirdWSClient
+import Logging
+import Synchronization
+import UbiquityProtocol
+
+// The push connection of an account's session: how the agent hears of other devices' changes.
+extension AccountSession {
+    /// Keeps a push connection to the server: every change another device makes to one of
+    /// these containers starts a round at once. Reconnects with back-off (1 s … 30 s).
+    func listenForPushes() async {
+        var scheme = credentials.server.scheme == "https" ? "wss" : "ws"
+        if credentials.server.scheme != "https" && credentials.server.scheme != "http" { scheme = "ws" }
+        var components = URLComponents(url: credentials.server, resolvingAgainstBaseURL: false)!
+        components.scheme = scheme
+        components.path = (components.path.hasSuffix("/") ? String(components.path.dropLast()) : components.path) + "/v1/push"
+        let url = components.string!
+        var configuration = WebSocketClientConfiguration()
+        configuration.additionalHeaders = [.authorization: "Bearer \(credentials.token)"]
+        // A connection that died without a word (a laptop that slept, a NAT that forgot it) is
+        // found by its unanswered ping and closed, then opened again.
+        configuration.autoPing = .enabled(timePeriod: Self.pushPingPeriod)
+        var delay = 1.0
+        var warned = false
+        var abandoned: [(connection: Task<Void, any Error>, ended: EndFlag)] = []
+        while !Task.isCancelled {
+            pushAttempt += 1
+            let attempt = pushAttempt
+            let ended = EndFlag()
+            let connection = Task {
+                defer { ended.set() }
+                try await WebSocketClient.connect(url: url, configuration: configuration, logger: self.logger) { inbound, _, _ in
+                    for try await message in inbound.messages(maxSize: 1 << 16) {
+                        guard case .text(let text) = message else { continue }
+                        do {
+                            await self.pushed(try JSONDecoder().decode(PushEvent.self, from: Data(text.utf8)), attempt: attempt)
+                        } catch {
+                            // A newer server's event, or a broken one: the rescan timer still catches up.
+                            self.logger.warning("push message not understood; ignored", metadata: ["message": "\(text.prefix(200))", "error": "\(error)"])
+                        }
+                    }
+                }
+            }
+            // Opening is bounded: an attempt made while the network dropped packets can wait for
+            // an answer for ever (no timeout covers the WebSocket handshake) — found by
+            // `ubiquity-chaos`: a device that never heard of changes again. Such an attempt is
+            // left behind (it cannot be cancelled; at most a few are kept) and another is made.
+            let deadline = ContinuousClock.now + pushOpenTimeout
+            while !connected && !ended.isSet && ContinuousClock.now < deadline && !Task.isCancelled {
+                try? await quietSleep(for: .milliseconds(200))
+            }
+            if connected || ended.isSet {
+                do {
+                    // (The connection is a task of its own: the agent stopping must end it.)
+                    try await withTaskCancellationHandler { try await connection.value } onCancel: { connection.cancel() }
+                } catch {
+                    if Task.isCancelled { break }
+                    if !warned { logger.warning("push connection lost; reconnecting", metadata: ["error": "\(error)"]) }
+                    warned = true
+                }
+            } else if Task.isCancelled {
+                connection.cancel()
+            } else {
+                connection.cancel()
+                abandoned.removeAll { $0.ended.isSet }
+                abandoned.append((connection, ended))
+                logger.warning("push connection did not open in time; trying again", metadata: ["seconds": "\(pushOpenTimeout.components.seconds)"])
+                // Bounded: past a few stuck attempts, wait for the oldest to end before another.
+                if abandoned.count > Self.abandonedAttemptsKept {
+                    let oldest = abandoned.removeFirst()
+                    while !oldest.ended.isSet && !Task.isCancelled { try? await quietSleep(for: .seconds(1)) }
+                }
+            }
+            if connected { delay = 1; warned = false }
+            connected = false
+            for sync in containers.values { await sync.notePushes(live: false) } // every round fetches meanwhile
+            try? await quietSleep(for: .seconds(delay)) // throws only when cancelled: the loop ends
+            delay = min(delay * 2, 30)
+        }
+    }
+
+    /// How often an open push connection is pinged (unanswered by the next ping: closed).
+    static let pushPingPeriod: Duration = .seconds(30)
+    /// How many stuck opening attempts are left behind before the agent waits for one to end.
+    static let abandonedAttemptsKept = 4
+
+    private func pushed(_ event: PushEvent, attempt: Int) {
+        // An attempt given up on that opened after all: the current one speaks for the server.
+        guard attempt == pushAttempt else { return }
+        switch event.type {
+        case "connected":
+            connected = true
+            failedAt = [:] // the server is back: rounds that failed on it run at once
+            Task {
+                // Pushes tell what changes from now on; the first round catches up on the rest.
+                for sync in containers.values { await sync.notePushes(live: true) }
+                trigger(nil)
+                await keyValues.trigger(nil)
+            }
+        case "changed":
+            // Another device changed a container; a push for a change already fetched is old news.
+            guard let container = event.container, let sync = containers[container] else { return }
+            Task {
+                if let sequence = event.sequence, await sync.cursor >= sequence { return }
+                await sync.noteRemoteChange(upTo: event.sequence)
+                self.trigger(container)
+            }
+        case "keyValueChanged":
+            if let store = event.container { Task { await keyValues.trigger(store) } }
+        default:
+            break
+        }
+    }
+}
+
+/// Whether a task has ended (set by the task, read by whoever waits for it without awaiting it).
+final class EndFlag: Sendable {
+    private let value = Mutex(false)
+    /// Marks the end.
+    func set() { value.withLock { $0 = true } }
+    /// Whether it ended.
+    var isSet: Bool { value.withLock { $0 } }
+}
