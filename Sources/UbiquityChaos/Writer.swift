@@ -71,7 +71,14 @@ struct WriteCommand: AsyncParsableCommand {
     }
 
     mutating func run() async throws {
+        // A harness that died (killed with the test that ran it) leaves no stop file: a writer
+        // whose parent is gone stops rather than write on for ever.
+        let harness = getppid()
         while !FileManager.default.fileExists(atPath: command.stopFile) {
+            guard getppid() == harness else {
+                FileHandle.standardError.write(Data("writer \(command.device): the harness is gone; stopping\n".utf8))
+                return
+            }
             try await step()
             try await Task.sleep(for: .milliseconds(Int.random(in: 0...command.paceMilliseconds, using: &random)))
         }

@@ -18,7 +18,8 @@ import urllib.error
 import urllib.request
 
 from selenium import webdriver
-from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException, TimeoutException
+from selenium.common.exceptions import (ElementNotInteractableException, NoAlertPresentException,
+                                        StaleElementReferenceException, TimeoutException)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -77,8 +78,11 @@ FIND_ROW = "const r = [...document.querySelectorAll('#item-rows tr')].find(r => 
 
 
 def rows():
-    """The names of the folder's rows (read in the page: rows are redrawn as changes arrive)."""
-    return driver.execute_script("return [...document.querySelectorAll('#item-rows tr')].map(r => r.dataset.name)")
+    """The names of the folder's rows (read in the page: rows are redrawn as changes arrive), none
+    while the folder's section is hidden (rows of the last folder shown stay in the page while
+    another section is up, and cannot be clicked)."""
+    return driver.execute_script("""if (document.getElementById('folder').hidden) return [];
+        return [...document.querySelectorAll('#item-rows tr')].map(r => r.dataset.name)""")
 
 
 def has_row(name):
@@ -96,7 +100,7 @@ def click_row(name):
             if link is not None:
                 link.click()
                 return
-        except StaleElementReferenceException:
+        except (StaleElementReferenceException, ElementNotInteractableException):
             pass
         time.sleep(0.1)
     fail("cannot click the row of " + name)
@@ -112,7 +116,7 @@ def row_action(name, label):
             if action is not None:
                 action.click()
                 return
-        except StaleElementReferenceException:
+        except (StaleElementReferenceException, ElementNotInteractableException):
             pass
         time.sleep(0.1)
     fail("no action %r for %s" % (label, name))
