@@ -130,7 +130,7 @@ struct AccountCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "account",
         abstract: "Manage the server's accounts (on its data directory or database; the server may be running).",
-        subcommands: [Create.self, List.self, Quota.self, Delete.self, Blocked.self, Unblock.self]
+        subcommands: [Create.self, List.self, Quota.self, Admin.self, Delete.self, Blocked.self, Unblock.self]
     )
 
     struct Create: AsyncParsableCommand {
@@ -139,11 +139,16 @@ struct AccountCommand: AsyncParsableCommand {
         @OptionGroup var storage: StorageOptions
         @Flag(name: .long, help: "Read the password from standard input (one line) instead of asking.") var passwordStdin = false
         @Option(name: .long, help: "Storage quota in bytes.") var quota: Int64 = 5 << 30
+        @Flag(name: .long, help: "Make it an operator: its web interface shows the administration page.") var admin = false
 
         func run() async throws {
             let password = try readPassword(fromStandardInput: passwordStdin)
-            let account = try await storage.withAdministration { [name, quota] in try await $0.createAccount(name: name, password: password, quotaBytes: quota) }
-            print("created account \(account.name) (identity \(account.identityToken))")
+            let account = try await storage.withAdministration { [name, quota, admin] in
+                let account = try await $0.createAccount(name: name, password: password, quotaBytes: quota)
+                if admin { _ = try await $0.setAdmin(ofAccount: name, admin: true) }
+                return account
+            }
+            print("created account \(account.name) (identity \(account.identityToken))\(admin ? ", an operator" : "")")
         }
     }
 
@@ -154,7 +159,7 @@ struct AccountCommand: AsyncParsableCommand {
         func run() async throws {
             try await storage.withAdministration { admin in
                 for account in try await admin.accounts() {
-                    print("\(SafeText.escaped(account.name))\tquota \(account.quotaBytes) bytes")
+                    print("\(SafeText.escaped(account.name))\tquota \(account.quotaBytes) bytes\(account.admin ? "\toperator" : "")")
                     for device in try await admin.devices(ofAccount: account.name) {
                         print("  device \(device.id)\t\(SafeText.escaped(device.name))\(device.revoked ? "\t(revoked)" : "")")
                     }
@@ -174,6 +179,20 @@ struct AccountCommand: AsyncParsableCommand {
                 throw ValidationError("no account named \(SafeText.escaped(name))")
             }
             print("account \(SafeText.escaped(name)): quota \(bytes) bytes")
+        }
+    }
+
+    struct Admin: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Make an account an operator of the server (the web interface's administration page), or no longer.")
+        @Argument(help: "The account's name.") var name: String
+        @Flag(name: .long, help: "Take the operator's role away.") var remove = false
+        @OptionGroup var storage: StorageOptions
+
+        func run() async throws {
+            guard try await storage.withAdministration({ [name, remove] in try await $0.setAdmin(ofAccount: name, admin: !remove) }) else {
+                throw ValidationError("no account named \(SafeText.escaped(name))")
+            }
+            print("account \(SafeText.escaped(name)): \(remove ? "no longer an operator" : "an operator")")
         }
     }
 

@@ -213,6 +213,13 @@ package struct ServerAdministration: Sendable {
         return try await database.setQuota(ofAccount: name, bytes: bytes)
     }
 
+    /// Makes an account an operator of the server (its web interface shows the administration
+    /// page: accounts, quotas, devices, health and storage) or takes that away. Returns false if
+    /// there is no such account.
+    package func setAdmin(ofAccount name: String, admin: Bool) async throws -> Bool {
+        try await database.setAdmin(ofAccount: name, admin: admin)
+    }
+
     /// Deletes an account with its devices, items and chunks. Returns false if there is none.
     package func deleteAccount(named name: String) async throws -> Bool {
         guard let account = try await database.accounts().first(where: { $0.name == name }) else { return false }

@@ -47,8 +47,12 @@ final class UbiquityPeer: Peer {
     /// The devices' runtime folders (on tmpfs), removed when stopping.
     let runtimes: [URL]
 
-    private init(roots: [URL], devices: [UbiquityContainers], processes: [Process], relays: [RelayProxy], runtimes: [URL]) {
+    /// The server's port on loopback (the devices reach it through ``relays``).
+    let serverPort: Int
+
+    private init(roots: [URL], devices: [UbiquityContainers], processes: [Process], relays: [RelayProxy], runtimes: [URL], serverPort: Int) {
         self.runtimes = runtimes
+        self.serverPort = serverPort
         rootA = roots[0]
         rootB = roots[1]
         sideA = roots[0].appendingPathComponent("Documents")
@@ -135,7 +139,7 @@ final class UbiquityPeer: Peer {
             for runtime in runtimes { try? FileManager.default.removeItem(at: runtime) } // best effort
             throw error
         }
-        let peer = UbiquityPeer(roots: roots, devices: devices, processes: processes, relays: relays, runtimes: runtimes)
+        let peer = UbiquityPeer(roots: roots, devices: devices, processes: processes, relays: relays, runtimes: runtimes, serverPort: port)
         do {
             try await peer.settle()
         } catch {

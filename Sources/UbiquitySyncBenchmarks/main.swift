@@ -8,7 +8,10 @@
 //   swift build -c release --product ubiquity && swift run -c release ubiquity-sync-bench
 //     [--small N] [--syncthing-small N] [--burst N] [--folder N] [--big-folder N] [--large-mib M]
 //     [--large-runs N] [--cost-changes N] [--idle-items N] [--idle-seconds S] [--database-updates N] [--skip-syncthing]
-//     [--directory DIR] [--keep]
+//     [--web-items N] [--web-only] [--directory DIR] [--keep]
+//
+// `--web-only` measures only the web interface's figures (WebScenario.swift) on Ubiquity's
+// server: no sync scenarios, no Syncthing.
 import Foundation
 import Ubiquity
 import UbiquityFiles
@@ -29,6 +32,8 @@ struct Options {
     var idleItems = 100_000
     var idleSeconds = 60
     var databaseUpdates = 20
+    var webItems = 10_000
+    var webOnly = false
     var skipSyncthing = false
     /// Leave the run's folder (homes, logs, data) in place afterwards.
     var keep = false
@@ -59,6 +64,8 @@ struct Options {
             case "--idle-items": idleItems = try count(argument, allowZero: true)
             case "--idle-seconds": idleSeconds = try count(argument)
             case "--database-updates": databaseUpdates = try count(argument, allowZero: true)
+            case "--web-items": webItems = try count(argument)
+            case "--web-only": webOnly = true
             case "--skip-syncthing": skipSyncthing = true
             case "--keep": keep = true
             case "--directory": directory = URL(fileURLWithPath: try value(argument))
@@ -80,6 +87,7 @@ struct Figures: Encodable {
     var wholeContainer: WholeContainer?
     var database: DatabaseUpdates?
     var idle: Idle?
+    var web: WebFigures?
     var failure: String?
     var notes: String
 }
@@ -92,6 +100,10 @@ func measure(_ peer: some Peer, options: Options, small: Int, notes: String) asy
         let warm = Data("warm".utf8)
         try warm.write(to: peer.sideA.appendingPathComponent("warm-up.txt"), options: .atomic)
         _ = try await until("\(peer.name) syncs the warm-up file") { (try? Data(contentsOf: peer.sideB.appendingPathComponent("warm-up.txt"))) == warm }
+        if options.webOnly, let ubiquity = peer as? UbiquityPeer {
+            figures.web = try await webFigures(ubiquity, items: options.webItems, uploadMiB: options.largeMiB)
+            return figures
+        }
         figures.newSmallFile = try await newSmallFiles(peer, count: small)
         figures.burst = try await newFolder(peer, named: "burst", count: options.burst, size: 4096, seed: 1_000_000)
         figures.newFolder = try await newFolder(peer, named: "folder", count: options.folder, size: 1024, seed: 2_000_000)
@@ -102,6 +114,7 @@ func measure(_ peer: some Peer, options: Options, small: Int, notes: String) asy
         if let ubiquity = peer as? UbiquityPeer {
             figures.wholeContainer = try await wholeContainer(ubiquity)
             if options.databaseUpdates > 0 { figures.database = try await databaseUpdates(ubiquity, count: options.databaseUpdates) }
+            figures.web = try await webFigures(ubiquity, items: options.webItems, uploadMiB: options.largeMiB)
             if options.idleItems > 0 {
                 figures.idle = try await idleAgents(ubiquity, items: options.idleItems, seconds: options.idleSeconds, changes: options.costChanges)
             }
@@ -128,7 +141,7 @@ if !FileManager.default.isExecutableFile(atPath: UbiquityPeer.executable.path) {
     log("\(UbiquityPeer.executable.path) is missing: swift build -c release --product ubiquity")
     exit(2)
 }
-if !options.skipSyncthing && SyncthingPeer.executable == nil {
+if !options.skipSyncthing && !options.webOnly && SyncthingPeer.executable == nil {
     log("syncthing is not installed (apt-get install syncthing), or pass --skip-syncthing")
     exit(2)
 }
@@ -161,7 +174,7 @@ do {
     results["ubiquity"] = Figures(failure: "\(error)", notes: "")
 }
 var syncthingVersion: String?
-if !options.skipSyncthing {
+if !options.skipSyncthing && !options.webOnly {
     // Ubiquity's figures are printed whatever happens to the peer's.
     do {
         let syncthing = try await SyncthingPeer.start(in: options.directory.appendingPathComponent("syncthing"))
@@ -230,6 +243,13 @@ if let ours = results["ubiquity"] {
     if let database = ours.database {
         goals["databaseOneRowUpdateP50AtMost100ms"] = database.p50Ms <= 100
         goals["databaseOneRowUpdateAtMost2KiB"] = database.bytesPerUpdate <= 2048
+    }
+    if let web = ours.web {
+        goals["webFirstPageOf10000ItemFolderAtMost100ms"] = web.firstPageP50Ms <= 100
+        goals["webUploadAtLeastHalfTheAgents"] = web.webUploadMiBPerSecond >= 0.5 * web.agentUploadMiBPerSecond
+        ratios["webFirstPageBigOverSmallFolder"] = (web.firstPageP50Ms / max(0.01, web.smallFolderFirstPageP50Ms)).rounded(toPlaces: 2)
+        ratios["webFirstPageOverWholeListing"] = (web.firstPageP50Ms / max(0.01, web.wholeContainerListingP50Ms)).rounded(toPlaces: 3)
+        ratios["webUploadSpeedOverAgents"] = (web.webUploadMiBPerSecond / max(0.01, web.agentUploadMiBPerSecond)).rounded(toPlaces: 2)
     }
     if let idle = ours.idle {
         goals["idleAtMost1WakeUpPerSecond"] = idle.wakeUpsPerSecond.values.allSatisfy { $0 <= 1 }

@@ -273,6 +273,15 @@ try:
     eventually(lambda: os.path.exists(target) and open(target).read() == "second draft, a little longer", "the download", 60)
     step("downloaded the device's latest contents")
 
+    # Searched by the server (a folder's page is sorted and searched there, a page at a time).
+    search = driver.find_element(By.ID, "filter")
+    search.send_keys("NOTES")
+    wait(lambda: rows() == ["Notes.txt"], "only Notes.txt in the search's rows")
+    search.clear()
+    search.send_keys(" ")  # an input event: the search emptied
+    wait(lambda: len(rows()) > 1 and "Notes.txt" in rows(), "every row again after the search")
+    step("searching by name lists only what matches, case not counted")
+
     # Hostile names render as text: markup stays text.
     hostile = ["<script>alert(1)<_script>.txt", "<img src=x onerror=alert(2)>.txt"]
     for name in hostile:
@@ -429,6 +438,18 @@ try:
         if error.code != 401:
             fail("the signed-out phone was answered %s" % error.code)
     step("a device signed out from the page can no longer sync")
+
+    # The operator's page (the test made this account an operator): health, accounts, a quota set.
+    driver.get(url + "/web/#/admin")
+    wait(lambda: driver.find_element(By.ID, "admin").is_displayed() and "ok" in driver.find_element(By.ID, "health").text
+         and "ada" in driver.find_element(By.ID, "account-rows").text, "the administration page")
+    if not driver.find_element(By.ID, "nav-admin").is_displayed():
+        fail("the administration link is not in the bar of an operator's page")
+    shot("administration.png")
+    driver.execute_script("return document.querySelector('#account-rows tr[data-name=\"ada\"] td:last-child button')").click()
+    answer_dialog("12")
+    wait(lambda: "12 GB" in driver.find_element(By.ID, "account-rows").text, "the new quota in the accounts' table")
+    step("the operator's page shows the server's health and the accounts; a quota set there holds")
 
     # Delete All, confirmed by typing the container's name: the device's documents go; Recover all brings them back.
     before_all = sorted(os.listdir(device))

@@ -3,6 +3,7 @@ import Synchronization
 import Testing
 import UbiquityClient
 import UbiquityCoordination
+import UbiquityServer
 @testable import UbiquityAgent
 
 /// The web interface in a real browser — Chromium driven by Selenium (Tests/Browser/web_flow.py)
@@ -33,6 +34,10 @@ import UbiquityCoordination
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let running = try await RunningAgents.start(["laptop"], containers: [notes], in: dir)
         defer { running.stop() }
+        // The account is the server's operator too (what `ubiquity account admin ada` does).
+        let administration = try await ServerAdministration(dataDirectory: dir + "/server", bcryptCost: 4)
+        #expect(try await administration.setAdmin(ofAccount: "ada", admin: true))
+        await administration.close()
         let device = UbiquityContainers(paths: running.paths[0], entitlements: UbiquityEntitlements(containers: [notes]))
         let documents = try #require(try await blocking { device.url(forContainer: notes) }).appendingPathComponent("Documents")
         // A first document, so that the container and its Documents folder are on the server.

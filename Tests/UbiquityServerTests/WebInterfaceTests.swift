@@ -136,6 +136,107 @@ import UbiquityProtocol
         }
     }
 
+    /// A folder's page comes from one query on the folder (not the whole container), sorted,
+    /// searched and cut into pages by the server: folders first, names in the order people
+    /// expect (numbers by value, case and accents not counted).
+    @Test(arguments: Backend.all) func aFolderIsListedAPageAtATimeInTheOrderPeopleExpect(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada")
+            let (cookie, csrf, _) = try await webSignIn(client)
+            let web = session(cookie, csrf: csrf)
+            let base = "/web/api/containers/\(notes)"
+            let music = try await client.send(.post, base + "/folders", json: WebFolderRequest(name: "Music"), headers: web).decode(WebItem.self)
+            let names = ["Track 10.m4a", "track 2.m4a", "Track 1.m4a", "Été.txt", "ete 3.txt", "Track 02b.m4a"]
+            for (index, name) in names.enumerated() {
+                var update = fileUpdate(name, [[UInt8](repeating: 7, count: index + 1)])
+                update.parent = music.id
+                _ = try await client.commit(notes, "song\(index)", update, token: laptop.token)
+            }
+            _ = try await client.send(.post, base + "/folders", json: WebFolderRequest(name: "Zeta", parent: music.id), headers: web)
+            _ = try await client.commit(notes, "elsewhere", fileUpdate("Track 3.m4a", [[1]]), token: laptop.token) // at the top, not in Music
+            var gone = fileUpdate("Track 4.m4a", [[1]])
+            gone.parent = music.id
+            let deleted = try await client.commit(notes, "gone", gone, token: laptop.token)
+            _ = try await client.commit(notes, "gone", ItemUpdate(baseRevision: deleted.revision, name: "Track 4.m4a", parent: music.id, kind: .file,
+                                                                  modificationDate: 1, manifest: Manifest(), deleted: true), token: laptop.token)
+
+            func page(_ query: String) async throws -> WebFolderResponse {
+                let answer = try await client.send(.get, base + "/folder?parent=\(music.id)&" + query, headers: web)
+                #expect(answer.status == .ok, "\(query): \(String(buffer: answer.body))")
+                return try answer.decode(WebFolderResponse.self)
+            }
+            let all = try await page("sort=name")
+            #expect(all.path.map(\.name) == ["Music"] && all.total == 7 && all.offset == 0)
+            #expect(all.items.map(\.name) == ["Zeta", "ete 3.txt", "Été.txt", "Track 1.m4a", "track 2.m4a", "Track 02b.m4a", "Track 10.m4a"])
+            let second = try await page("sort=name&offset=3&limit=2")
+            #expect(second.items.map(\.name) == ["Track 1.m4a", "track 2.m4a"] && second.total == 7 && second.offset == 3)
+            #expect(try await page("sort=size&limit=3").items.map(\.name) == ["Zeta", "Track 02b.m4a", "ete 3.txt"])
+            let found = try await page("filter=TRACK%202")
+            #expect(found.items.map(\.name) == ["track 2.m4a"] && found.total == 1)
+            #expect(try await page("filter=ETE").total == 2)
+            #expect(try await page("offset=50").items.isEmpty)
+            for bad in ["sort=colour", "limit=0", "limit=100000", "offset=-1", "offset=x"] {
+                #expect(try await client.send(.get, base + "/folder?parent=\(music.id)&" + bad, headers: web).status == .badRequest, "\(bad)")
+            }
+            // A file is not a folder to list.
+            #expect(try await client.send(.get, base + "/folder?parent=song0", headers: web).status == .notFound)
+        }
+    }
+
+    /// The operator's pages: only for an account made an operator; accounts with their usage,
+    /// quotas and devices; a quota set and a device signed out from the page; the server's
+    /// health and storage figures.
+    @Test(arguments: Backend.all) func operatorsSeeAccountsQuotasDevicesAndHealth(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "grace", password: "correct horse", quotaBytes: 1 << 30)
+        try await server.run { client in
+            let phone = try await client.signIn("grace", device: "grace's phone")
+            _ = try await client.commit(notes, "doc", fileUpdate("Doc.txt", [[1, 2, 3]]), token: phone.token)
+            let (cookie, csrf, _) = try await webSignIn(client)
+            let web = session(cookie, csrf: csrf)
+            // Not an operator: every administration route is refused.
+            #expect(try await client.send(.get, "/web/api/session", headers: web).decode(WebSessionResponse.self).admin == false)
+            for path in ["/web/api/admin/accounts", "/web/api/admin/health"] {
+                let refused = try await client.send(.get, path, headers: web)
+                #expect(refused.status == .forbidden && refused.errorCode == "notAnOperator", "\(path)")
+            }
+            #expect(try await client.send(.post, "/web/api/admin/accounts/grace/quota", json: WebQuotaRequest(bytes: 1), headers: web).status == .forbidden)
+            #expect(try await client.send(.post, "/web/api/admin/devices/\(phone.deviceId)/revoke", headers: web).status == .forbidden)
+
+            #expect(try await server.admin.setAdmin(ofAccount: "ada", admin: true))
+            #expect(try await server.admin.accounts().first { $0.name == "ada" }?.admin == true)
+            #expect(try await client.send(.get, "/web/api/session", headers: web).decode(WebSessionResponse.self).admin == true)
+            let accounts = try await client.send(.get, "/web/api/admin/accounts", headers: web).decode(WebAdminAccountsResponse.self).accounts
+            #expect(accounts.map(\.name) == ["ada", "grace"] && accounts.map(\.admin) == [true, false])
+            let grace = try #require(accounts.last)
+            #expect(grace.quotaBytes == 1 << 30 && grace.usedBytes > 0 && grace.items == 1 && grace.devices.map(\.name) == ["grace's phone"])
+
+            // A quota set (refused: negative, no such account; a change without the CSRF token).
+            #expect(try await client.send(.post, "/web/api/admin/accounts/grace/quota", json: WebQuotaRequest(bytes: 2 << 30), headers: web).status == .noContent)
+            #expect(try await server.admin.accounts().first { $0.name == "grace" }?.quotaBytes == 2 << 30)
+            #expect(try await client.send(.post, "/web/api/admin/accounts/grace/quota", json: WebQuotaRequest(bytes: -1), headers: web).errorCode == "invalidQuota")
+            #expect(try await client.send(.post, "/web/api/admin/accounts/nobody/quota", json: WebQuotaRequest(bytes: 1), headers: web).status == .notFound)
+            #expect(try await client.send(.post, "/web/api/admin/accounts/grace/quota", json: WebQuotaRequest(bytes: 0), headers: session(cookie)).status == .forbidden)
+
+            // Another account's device signed out: its token stops working.
+            #expect(try await client.send(.post, "/web/api/admin/devices/\(phone.deviceId)/revoke", headers: web).status == .noContent)
+            #expect(try await client.send(.get, "/v1/containers/\(notes)/changes?since=0", token: phone.token).status == .unauthorized)
+            #expect(try await client.send(.post, "/web/api/admin/devices/nosuchdevice/revoke", headers: web).status == .notFound)
+
+            let health = try await client.send(.get, "/web/api/admin/health", headers: web).decode(WebHealthResponse.self)
+            #expect(health.status == "ok" && health.database == (backend == .postgres ? "PostgreSQL" : "SQLite"))
+            #expect(health.accounts == 2 && health.devices == 1 && health.requests > 10 && health.commits >= 1)
+            #expect(health.usedBytes >= grace.usedBytes && health.quotaBytes == (5 << 30) + (2 << 30))
+            if backend == .sqlite { #expect((health.diskFreeBytes ?? 0) > 0 && (health.diskTotalBytes ?? 0) >= (health.diskFreeBytes ?? 0)) }
+
+            // Taken away again: refused again.
+            #expect(try await server.admin.setAdmin(ofAccount: "ada", admin: false))
+            #expect(try await client.send(.get, "/web/api/admin/health", headers: web).status == .forbidden)
+            #expect(try await server.admin.setAdmin(ofAccount: "nobody", admin: true) == false)
+        }
+    }
+
     /// Renaming, moving, deleting a folder with what is in it, recovering, restoring a version
     /// and picking a conflict's winner: each a change devices hear of, refused when it cannot be.
     @Test(arguments: Backend.all) func itemsAreRenamedMovedDeletedRecoveredAndResolved(backend: Backend) async throws {

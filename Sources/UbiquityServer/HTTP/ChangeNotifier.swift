@@ -127,6 +127,12 @@ final class ChangeNotifier: Sendable {
         set { relayState.withLock { $0 = newValue } }
     }
 
+    /// Connections listening now (devices' push connections and pages' event streams), and the
+    /// accounts they belong to.
+    var listening: (connections: Int, accounts: Int) {
+        subscribers.withLock { subscribers in (subscribers.values.reduce(0) { $0 + $1.count }, subscribers.count) }
+    }
+
     /// The mailbox of the events the device may see; finish it with ``unsubscribe(_:)``.
     func subscribe(_ device: DeviceAuth) -> (UUID, PushMailbox) {
         let id = UUID()

@@ -15,6 +15,8 @@ final class ServerMetrics: Sendable {
     }
 
     private let values = Mutex<[Counter: Int]>([:])
+    /// When the server started counting (its start).
+    let started = ContinuousClock.now
 
     func count(_ counter: Counter, by amount: Int = 1) {
         values.withLock { $0[counter, default: 0] += amount }

@@ -36,9 +36,14 @@ protocol ChunkStorage: Sendable {
     func quarantine(hash: String, account: Int64, damaged: Data) async throws -> String?
     /// Every chunk stored, whether the database lists it or not (`ubiquity fsck`).
     func storedChunks() async throws -> [ChunkEntry]
+    /// The folder chunks are kept in, when they are files (the operator's page shows its file
+    /// system's free space); nil when they are not.
+    var folder: String? { get }
 }
 
 extension ChunkStorage {
+    var folder: String? { nil }
+
     func load(_ hashes: [String], account: Int64, upTo limit: Int) async throws -> [Data] {
         var loaded: [Data] = [], total = 0
         for hash in hashes {
@@ -78,6 +83,7 @@ extension ChunkStorage {
 /// earlier versions (`DIR/ACCOUNT/ab/abcdef…`) are still read and removed.
 struct FileChunkStore: ChunkStorage {
     let directory: String
+    var folder: String? { directory }
     let index: DatabasePool
 
     init(directory: String) throws {

@@ -24,16 +24,18 @@ extension PostgresDatabase {
 
     func accounts() async throws -> [Account] {
         try await read { db in
-            try await db.rows("SELECT id, name, identity_token, quota_bytes FROM account ORDER BY name").map {
-                Account(id: try $0.get("id"), name: try $0.get("name"), identityToken: try $0.get("identity_token"), quotaBytes: try $0.get("quota_bytes"))
+            try await db.rows("SELECT id, name, identity_token, quota_bytes, admin FROM account ORDER BY name").map {
+                Account(id: try $0.get("id"), name: try $0.get("name"), identityToken: try $0.get("identity_token"), quotaBytes: try $0.get("quota_bytes"),
+                        admin: try $0.get("admin"))
             }
         }
     }
 
     func account(id: Int64) async throws -> Account? {
         try await read { db in
-            try await db.rows("SELECT id, name, identity_token, quota_bytes FROM account WHERE id = \(id)").first.map {
-                Account(id: try $0.get("id"), name: try $0.get("name"), identityToken: try $0.get("identity_token"), quotaBytes: try $0.get("quota_bytes"))
+            try await db.rows("SELECT id, name, identity_token, quota_bytes, admin FROM account WHERE id = \(id)").first.map {
+                Account(id: try $0.get("id"), name: try $0.get("name"), identityToken: try $0.get("identity_token"), quotaBytes: try $0.get("quota_bytes"),
+                        admin: try $0.get("admin"))
             }
         }
     }
@@ -104,6 +106,10 @@ extension PostgresDatabase {
 
     func setQuota(ofAccount name: String, bytes: Int64) async throws -> Bool {
         try await transaction { db in try await !db.rows("UPDATE account SET quota_bytes = \(bytes) WHERE name = \(name) RETURNING id").isEmpty }
+    }
+
+    func setAdmin(ofAccount name: String, admin: Bool) async throws -> Bool {
+        try await transaction { db in try await !db.rows("UPDATE account SET admin = \(admin) WHERE name = \(name) RETURNING id").isEmpty }
     }
 
     func credentials(of name: String) async throws -> (id: Int64, passwordHash: String, identityToken: String)? {
@@ -197,6 +203,23 @@ extension PostgresDatabase {
                 if let item = try await Self.itemState(db, containerId: containerId, id: id, brief: brief) { items.append(item) }
             }
             return ChangesResponse(sequence: try row.get("sequence"), items: items, more: ids.count > limit)
+        }
+    }
+
+    func folderEntries(accountId: Int64, container: String, parent: String?) async throws -> [FolderEntry] {
+        try await read { db in
+            guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container) else { return [] }
+            return try await db.rows("""
+                SELECT item.id, revision.name, revision.kind, revision.size, revision.modification_date, revision.device_name, revision.complete,
+                       (SELECT COUNT(*) FROM revision AS other WHERE other.container_id = item.container_id AND other.item_id = item.id
+                                                               AND other.state = 'conflict') AS conflicts
+                FROM item JOIN revision ON revision.id = item.current_revision
+                WHERE item.container_id = \(containerId) AND item.parent_key = \(parent ?? "") AND item.name_key != ''
+                """).map {
+                FolderEntry(id: try $0.get("id"), name: try $0.get("name"), kind: ItemKind(rawValue: try $0.get("kind", as: String.self)) ?? .file,
+                            size: try $0.get("size"), modificationDate: try $0.get("modification_date"), deviceName: try $0.get("device_name"),
+                            uploaded: try $0.get("complete"), conflicts: Int(try $0.get("conflicts", as: Int64.self)))
+            }
         }
     }
 

@@ -148,6 +148,8 @@ extension PostgresDatabase {
             """,
             "CREATE INDEX public_link_account ON public_link(account_id, created)",
         ]),
+        // Operators: accounts that may use the web interface's administration page.
+        ("v9-account-admin", ["ALTER TABLE account ADD COLUMN admin BOOLEAN NOT NULL DEFAULT FALSE"]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

@@ -219,6 +219,10 @@ extension SQLiteDatabase {
                 CREATE INDEX publicLink_account ON publicLink(accountId, created);
                 """)
         }
+        migrator.registerMigration("v16-account-admin") { db in
+            // Operators: accounts that may use the web interface's administration page.
+            try db.execute(sql: "ALTER TABLE account ADD COLUMN admin INTEGER NOT NULL DEFAULT 0")
+        }
         return migrator
     }
 }

@@ -33,16 +33,16 @@ final class SQLiteDatabase: SyncDatabase {
 
     func accounts() async throws -> [Account] {
         try await pool.read { db in
-            try Row.fetchAll(db.cachedStatement(sql: "SELECT id, name, identityToken, quotaBytes FROM account ORDER BY name")).map {
-                Account(id: $0["id"], name: $0["name"], identityToken: $0["identityToken"], quotaBytes: $0["quotaBytes"])
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT id, name, identityToken, quotaBytes, admin FROM account ORDER BY name")).map {
+                Account(id: $0["id"], name: $0["name"], identityToken: $0["identityToken"], quotaBytes: $0["quotaBytes"], admin: $0["admin"])
             }
         }
     }
 
     func account(id: Int64) async throws -> Account? {
         try await pool.read { db in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT id, name, identityToken, quotaBytes FROM account WHERE id = ?"), arguments: [id]).map {
-                Account(id: $0["id"], name: $0["name"], identityToken: $0["identityToken"], quotaBytes: $0["quotaBytes"])
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT id, name, identityToken, quotaBytes, admin FROM account WHERE id = ?"), arguments: [id]).map {
+                Account(id: $0["id"], name: $0["name"], identityToken: $0["identityToken"], quotaBytes: $0["quotaBytes"], admin: $0["admin"])
             }
         }
     }
@@ -115,6 +115,13 @@ final class SQLiteDatabase: SyncDatabase {
     func setQuota(ofAccount name: String, bytes: Int64) async throws -> Bool {
         try await pool.write { db in
             try db.cachedStatement(sql: "UPDATE account SET quotaBytes = ? WHERE name = ?").execute(arguments: [bytes, name])
+            return db.changesCount > 0
+        }
+    }
+
+    func setAdmin(ofAccount name: String, admin: Bool) async throws -> Bool {
+        try await pool.write { db in
+            try db.cachedStatement(sql: "UPDATE account SET admin = ? WHERE name = ?").execute(arguments: [admin, name])
             return db.changesCount > 0
         }
     }
@@ -199,6 +206,23 @@ final class SQLiteDatabase: SyncDatabase {
             let ids = try String.fetchAll(db.cachedStatement(sql: "SELECT id FROM item WHERE containerId = ? AND sequence > ? ORDER BY sequence LIMIT ?"), arguments: [containerId, since, limit + 1])
             let items = try ids.prefix(limit).compactMap { try Self.itemState(db, containerId: containerId, id: $0, brief: brief) }
             return ChangesResponse(sequence: sequence, items: items, more: ids.count > limit)
+        }
+    }
+
+    func folderEntries(accountId: Int64, container: String, parent: String?) async throws -> [FolderEntry] {
+        try await pool.read { db in
+            guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container) else { return [] }
+            return try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT item.id, revision.name, revision.kind, revision.size, revision.modificationDate, revision.deviceName, revision.complete,
+                       (SELECT COUNT(*) FROM revision AS other WHERE other.containerId = item.containerId AND other.itemId = item.id
+                                                               AND other.state = 'conflict') AS conflicts
+                FROM item JOIN revision ON revision.id = item.currentRevision
+                WHERE item.containerId = ? AND item.parentKey = ? AND item.nameKey != ''
+                """), arguments: [containerId, parent ?? ""]).map {
+                // By position (a folder may hold many thousands: looking columns up by name costs).
+                FolderEntry(id: $0[0], name: $0[1], kind: ItemKind(rawValue: $0[2]) ?? .file, size: $0[3],
+                            modificationDate: $0[4], deviceName: $0[5], uploaded: $0[6], conflicts: $0[7])
+            }
         }
     }
 

@@ -12,6 +12,8 @@ package struct Account: Sendable, Equatable {
     package var identityToken: String
     /// Its storage quota in bytes.
     package var quotaBytes: Int64
+    /// Whether it may use the operator's pages of the web interface (`ubiquity account admin`).
+    package var admin = false
 }
 
 /// A key-value store as the web interface lists it.
@@ -31,6 +33,20 @@ struct ContainerSummary: Sendable, Equatable, Codable {
     var items: Int64
     /// Bytes of the current revisions of those items.
     var bytes: Int64
+}
+
+/// An item as a folder's listing shows it (its current revision, without its contents).
+struct FolderEntry: Sendable, Equatable {
+    var id: String
+    var name: String
+    var kind: ItemKind
+    var size: Int64
+    var modificationDate: Double
+    var deviceName: String
+    /// Whether its contents are all on the server.
+    var uploaded: Bool
+    /// Its unresolved conflict versions.
+    var conflicts: Int
 }
 
 /// A signed-in device, found by its token.
@@ -221,6 +237,8 @@ protocol SyncDatabase: Sendable {
     /// Sets the account's quota; false if there is no such account. (Lowering it below what
     /// the account uses refuses its uploads and new contents until it deletes enough.)
     func setQuota(ofAccount name: String, bytes: Int64) async throws -> Bool
+    /// Makes the account an operator (or not); false if there is no such account.
+    func setAdmin(ofAccount name: String, admin: Bool) async throws -> Bool
     /// The account's id and password hash, for sign-in.
     func credentials(of name: String) async throws -> (id: Int64, passwordHash: String, identityToken: String)?
 
@@ -241,6 +259,10 @@ protocol SyncDatabase: Sendable {
 
     /// The items changed after `since`; `brief`: with content tokens instead of manifests.
     func changes(accountId: Int64, container: String, since: Int64, limit: Int, brief: Bool) async throws -> ChangesResponse
+    /// The items, not deleted, whose parent is `parent` (nil: the top of the container's
+    /// `Documents`), in no particular order: one query on the item index, however many items
+    /// the rest of the container holds.
+    func folderEntries(accountId: Int64, container: String, parent: String?) async throws -> [FolderEntry]
     /// An item's state; `brief`: with content tokens instead of manifests.
     func item(accountId: Int64, container: String, id: String, brief: Bool) async throws -> ItemState?
     /// The kind and manifest of one revision of an item (current, conflict or past), or nil if the

@@ -11,6 +11,7 @@ import UbiquityProtocol
 /// a device that sends it again repairs it.
 struct VerifiedChunks: ChunkStorage {
     let base: any ChunkStorage
+    var folder: String? { base.folder }
     let database: any SyncDatabase
     let notifier: ChangeNotifier
     let logger: Logger

@@ -109,19 +109,12 @@ extension SyncServices {
                 throw SyncError.badRequest("notConfirmed", "type the container's identifier to confirm")
             }
             let listing = try await WebListing.load(database: database, account: device.accountId, container: container)
-            let now = Date().timeIntervalSince1970
             // Innermost first: a folder goes after what is in it.
             func depth(_ item: ItemState) -> Int { listing.path(to: item.id).count }
             let doomed = listing.items.values.sorted { depth($0) > depth($1) } // what is beside Documents too: all the app's data
-            let updates = doomed.map { item in
-                (item.id, ItemUpdate(baseRevision: item.revision, name: item.name, parent: item.parent, kind: item.kind, modificationDate: now,
-                                     manifest: Manifest(), deleted: true, changeId: RandomIdentifier.make()))
-            }
-            for start in stride(from: 0, to: updates.count, by: CommitBatchRequest.maximumCount) {
-                _ = try await webCommit(Array(updates[start..<min(updates.count, start + CommitBatchRequest.maximumCount)]), container: container, device: device)
-            }
-            context.logger.notice("a container's items were deleted from the web interface", metadata: ["container": "\(container)", "items": "\(updates.count)"])
-            return WebDeleteAllResponse(deleted: updates.count)
+            try await webDelete(doomed, container: container, device: device)
+            context.logger.notice("a container's items were deleted from the web interface", metadata: ["container": "\(container)", "items": "\(doomed.count)"])
+            return WebDeleteAllResponse(deleted: doomed.count)
         }
     }
 

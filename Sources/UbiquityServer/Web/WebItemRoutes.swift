@@ -77,7 +77,6 @@ extension SyncServices {
         items.post("move") { request, context in
             let (device, container, id) = try Self.webItem(context)
             let asked = try await request.decode(as: WebMoveRequest.self, context: context)
-            let listing = try await WebListing.load(database: database, account: device.accountId, container: container)
             guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: false), !item.deleted else { throw SyncError.notFound }
             let name = asked.name ?? item.name
             try Validate.name(name)
@@ -85,14 +84,13 @@ extension SyncServices {
             if asked.toTop == true {
                 parent = nil
             } else if let target = try Self.folderId(asked.parent) {
-                guard listing.folder(target) != nil else { throw SyncError(.notFound, "notFound", "no such folder") }
                 // A folder cannot go into itself or into a folder inside it.
-                guard !listing.path(to: target).contains(where: { $0.id == id }) else {
+                guard try await !webPath(to: target, container: container, account: device.accountId).contains(where: { $0.id == id }) else {
                     throw SyncError.badRequest("intoItself", "a folder cannot move into itself")
                 }
                 parent = target
             }
-            if let taken = listing.children(of: parent).first(where: { $0.id != id && $0.name.precomposedStringWithCanonicalMapping == name.precomposedStringWithCanonicalMapping }) {
+            if let taken = try await webSibling(named: name, in: parent, excluding: id, container: container, account: device.accountId) {
                 throw SyncError(.conflict, "nameTaken", "\(taken.kind == .directory ? "a folder" : "an item") of that name is there already")
             }
             let update = ItemUpdate(baseRevision: item.revision, name: name, parent: parent, kind: item.kind, modificationDate: item.modificationDate,
@@ -110,14 +108,7 @@ extension SyncServices {
                 doomed.append(item)
                 if item.kind == .directory { next += listing.children(of: current).map(\.id) }
             }
-            let now = Date().timeIntervalSince1970
-            let updates = doomed.reversed().map { item in
-                (item.id, ItemUpdate(baseRevision: item.revision, name: item.name, parent: item.parent, kind: item.kind, modificationDate: now,
-                                     manifest: Manifest(), deleted: true, changeId: RandomIdentifier.make()))
-            }
-            for start in stride(from: 0, to: updates.count, by: CommitBatchRequest.maximumCount) {
-                _ = try await webCommit(Array(updates[start..<min(updates.count, start + CommitBatchRequest.maximumCount)]), container: container, device: device)
-            }
+            try await webDelete(doomed.reversed(), container: container, device: device)
             return .noContent
         }
         items.get("versions") { _, context in
@@ -223,6 +214,20 @@ extension SyncServices {
             notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId)
         }
         return outcomes.map { WebItem($0.item) }
+    }
+
+    /// Deletes `items` in that order (what is in a folder before it), in batches of at most
+    /// ``CommitBatchRequest/maximumCount``: each a deletion every device applies, recoverable
+    /// from Recently Deleted.
+    func webDelete(_ items: [ItemState], container: String, device: DeviceAuth) async throws {
+        let now = Date().timeIntervalSince1970
+        let updates = items.map { item in
+            (item.id, ItemUpdate(baseRevision: item.revision, name: item.name, parent: item.parent, kind: item.kind, modificationDate: now,
+                                 manifest: Manifest(), deleted: true, changeId: RandomIdentifier.make()))
+        }
+        for start in stride(from: 0, to: updates.count, by: CommitBatchRequest.maximumCount) {
+            _ = try await webCommit(Array(updates[start..<min(updates.count, start + CommitBatchRequest.maximumCount)]), container: container, device: device)
+        }
     }
 
     /// The signed-in device, the container and the item the route names.

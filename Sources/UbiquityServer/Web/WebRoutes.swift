@@ -12,6 +12,8 @@ struct WebSessionResponse: Codable, ResponseEncodable {
     var csrf: String
     var usedBytes: Int64
     var quotaBytes: Int64
+    /// Whether the account is an operator's (the page then offers the administration page).
+    var admin: Bool
 }
 
 /// `GET /web/api/containers`.
@@ -42,15 +44,30 @@ struct WebItem: Codable, Sendable, Equatable {
         uploaded = item.uploaded
         conflicts = item.conflicts.count
     }
+
+    init(_ entry: FolderEntry) {
+        id = entry.id
+        name = entry.name
+        kind = entry.kind
+        size = entry.size
+        modificationDate = entry.modificationDate
+        deviceName = entry.deviceName
+        uploaded = entry.uploaded
+        conflicts = entry.conflicts
+    }
 }
 
-/// `GET /web/api/containers/:container/folder`: a folder's items and the way up to it.
+/// `GET /web/api/containers/:container/folder?sort=&filter=&offset=&limit=`: a page of a
+/// folder's items (``WebFolderQuery``) and the way up to it.
 struct WebFolderResponse: Codable, ResponseEncodable {
     /// The folders from the container down to this one (the container itself is not one).
     var path: [WebCrumb]
+    /// The page's items, in the asked order.
     var items: [WebItem]
-    /// The container's change sequence the listing reflects.
-    var sequence: Int64
+    /// How many items match (the filter) in the whole folder.
+    var total: Int
+    /// Where in them the page starts.
+    var offset: Int
 }
 
 /// A folder on the way to the one listed.
@@ -106,10 +123,12 @@ extension SyncServices {
             let account = try await signIns.check(account: asked.account, password: asked.password, address: context.clientAddress)
             let token = SQLiteDatabase.randomToken()
             let id = try await database.addDevice(accountId: account.id, name: WebSession.deviceName, tokenHash: DeviceAuthMiddleware.hash(token), containers: nil)
-            let name = try await database.account(id: account.id)?.name ?? asked.account
+            let stored = try await database.account(id: account.id)
+            let name = stored?.name ?? asked.account
             context.logger.info("signed in from a browser", metadata: ["account": "\(name)", "device": "\(id)"])
             let usage = try await database.usage(ofAccount: account.id)
-            var response = try WebSessionResponse(account: name, device: id, csrf: WebSession.csrfToken(for: token), usedBytes: usage.used, quotaBytes: usage.quota)
+            var response = try WebSessionResponse(account: name, device: id, csrf: WebSession.csrfToken(for: token), usedBytes: usage.used, quotaBytes: usage.quota,
+                                                  admin: stored?.admin ?? false)
                 .response(from: request, context: context)
             response.setCookie(WebSession.cookie(token))
             return response
@@ -128,7 +147,7 @@ extension SyncServices {
                   let token = request.cookies[WebSession.cookieName]?.value else { throw SyncError.unauthorized }
             let usage = try await database.usage(ofAccount: device.accountId)
             return WebSessionResponse(account: account.name, device: device.deviceId, csrf: WebSession.csrfToken(for: token),
-                                      usedBytes: usage.used, quotaBytes: usage.quota)
+                                      usedBytes: usage.used, quotaBytes: usage.quota, admin: account.admin)
         }
         api.get("containers") { _, context in
             let device = try context.requireDevice()
@@ -155,10 +174,13 @@ extension SyncServices {
         let containers = api.group("containers/:container")
         containers.get("folder") { request, context in
             let (device, container) = try Self.webContainer(context)
-            let parent = try Self.folderId(request.uri.queryParameters["parent"].map(String.init))
-            let listing = try await WebListing.load(database: database, account: device.accountId, container: container)
-            guard parent == nil || listing.folder(parent!) != nil else { throw SyncError(.notFound, "notFound", "no such folder") }
-            return WebFolderResponse(path: listing.path(to: parent), items: listing.children(of: parent).map(WebItem.init), sequence: listing.sequence)
+            let parameters = request.uri.queryParameters
+            let parent = try Self.folderId(parameters["parent"].map(String.init))
+            let query = try WebFolderQuery(sort: parameters["sort"].map(String.init), filter: parameters["filter"].map(String.init),
+                                           offset: parameters["offset"].map(String.init), limit: parameters["limit"].map(String.init))
+            let path = try await webPath(to: parent, container: container, account: device.accountId)
+            let page = query.page(of: try await database.folderEntries(accountId: device.accountId, container: container, parent: parent))
+            return WebFolderResponse(path: path, items: page.items.map(WebItem.init), total: page.total, offset: query.offset)
         }
         containers.get("items/:item/download") { _, context -> Response in
             let (device, container) = try Self.webContainer(context)
@@ -203,6 +225,7 @@ extension SyncServices {
         }
         addWebItemRoutes(to: api)
         addWebAccountRoutes(to: api)
+        addWebAdminRoutes(to: api)
         addLinkRoutes(to: router, api: api)
     }
 
@@ -213,9 +236,8 @@ extension SyncServices {
                    container: String, device: DeviceAuth) async throws -> WebItem {
         let parent = try Self.folderId(parent)
         try Validate.name(name)
-        let listing = try await WebListing.load(database: database, account: device.accountId, container: container)
-        guard parent == nil || listing.folder(parent!) != nil else { throw SyncError(.notFound, "notFound", "no such folder") }
-        let existing = listing.children(of: parent).first { $0.name.precomposedStringWithCanonicalMapping == name.precomposedStringWithCanonicalMapping }
+        _ = try await webPath(to: parent, container: container, account: device.accountId) // a folder of the container
+        let existing = try await webSibling(named: name, in: parent, container: container, account: device.accountId)
         if let existing, existing.kind != kind {
             throw SyncError(.conflict, "nameTaken", "\(existing.kind == .directory ? "a folder" : "an item") of that name is there already")
         }
@@ -224,6 +246,31 @@ extension SyncServices {
         let update = ItemUpdate(baseRevision: existing?.revision, name: name, parent: parent, kind: kind,
                                 modificationDate: modificationDate ?? Date().timeIntervalSince1970, manifest: manifest, changeId: RandomIdentifier.make())
         return try await webCommit([(itemId, update)], container: container, device: device)[0]
+    }
+
+    /// The folders from the container's top down to `folder` (empty for the top), each read
+    /// by its id.
+    /// - Throws: 404 when `folder` is not a folder of the container.
+    func webPath(to folder: String?, container: String, account: Int64) async throws -> [WebCrumb] {
+        var crumbs: [WebCrumb] = [], next = folder, seen = Set<String>()
+        while let id = next, seen.insert(id).inserted {
+            guard let item = try await database.item(accountId: account, container: container, id: id, brief: true), !item.deleted, item.kind == .directory else {
+                guard id != folder else { throw SyncError(.notFound, "notFound", "no such folder") }
+                break // the folder beside Documents an item in it sits in
+            }
+            crumbs.append(WebCrumb(id: item.id, name: item.name))
+            next = item.parent
+        }
+        return crumbs.reversed()
+    }
+
+    /// The item (not deleted) named `name` in folder `parent`, apart from `excluded`: names are
+    /// compared as the file system compares them (canonical composition).
+    func webSibling(named name: String, in parent: String?, excluding excluded: String? = nil, container: String, account: Int64) async throws -> ItemState? {
+        let wanted = name.precomposedStringWithCanonicalMapping
+        let entries = try await database.folderEntries(accountId: account, container: container, parent: parent)
+        guard let found = entries.first(where: { $0.id != excluded && $0.name.precomposedStringWithCanonicalMapping == wanted }) else { return nil }
+        return try await database.item(accountId: account, container: container, id: found.id, brief: false)
     }
 
     /// The signed-in device and the container the route names (which it may use).

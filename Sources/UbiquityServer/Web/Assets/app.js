@@ -13,7 +13,7 @@ let refreshing = null;
 let refreshAgain = false;
 
 function show(section) {
-  for (const id of ["sign-in", "containers", "folder", "versions", "deleted", "storage", "kv", "devices", "links"]) $(id).hidden = id !== section;
+  for (const id of ["sign-in", "containers", "folder", "versions", "deleted", "storage", "kv", "devices", "links", "admin"]) $(id).hidden = id !== section;
 }
 
 function say(text) {
@@ -44,6 +44,7 @@ function showSignIn() {
   $("who").textContent = "";
   $("sign-out").hidden = true;
   $("nav").hidden = true;
+  $("nav-admin").hidden = true;
   show("sign-in");
   $("account").focus();
 }
@@ -53,6 +54,7 @@ function signedIn() {
   $("who").textContent = plainName(session.account);
   $("sign-out").hidden = false;
   $("nav").hidden = false;
+  $("nav-admin").hidden = !session.admin;
   listen();
   route();
 }
@@ -104,7 +106,7 @@ function route() {
     view = { kind: "versions", container: parts[1], item: parts[2], folder: parts[3] || null };
   } else if (parts[0] === "deleted") {
     view = { kind: "deleted", container: null, folder: null };
-  } else if (parts[0] === "storage" || parts[0] === "devices" || parts[0] === "links") {
+  } else if (parts[0] === "storage" || parts[0] === "devices" || parts[0] === "links" || parts[0] === "admin") {
     view = { kind: parts[0], container: null, folder: null };
   } else if (parts[0] === "kv" && parts[1]) {
     view = { kind: "kv", store: parts[1], container: null, folder: null };
@@ -127,6 +129,7 @@ function refresh() {
         else if (view.kind === "kv") await showKeyValues();
         else if (view.kind === "devices") await showDevices();
         else if (view.kind === "links") await showLinks();
+        else if (view.kind === "admin") await showAdmin();
         else await showContainers();
       } catch (error) {
         failed(error);
@@ -152,9 +155,23 @@ async function showContainers() {
   show("containers");
 }
 
+// Items a page of a folder's listing holds; a folder of more shows "Show more".
+const pageSize = 200;
+
+// The folder's listing, sorted and searched by the server (so a folder of 10,000 items is not
+// sent whole): `offset`, `limit` of what matches.
+function folderQuery(offset, limit) {
+  const query = new URLSearchParams({ sort: $("sort").value, offset: String(offset), limit: String(limit) });
+  const filter = $("filter").value.trim();
+  if (filter) query.set("filter", filter);
+  if (view.folder) query.set("parent", view.folder);
+  return `/web/api/containers/${segment(view.container)}/folder?${query}`;
+}
+
 async function showFolder() {
-  const query = view.folder ? "?parent=" + segment(view.folder) : "";
-  view.listing = await api("GET", `/web/api/containers/${segment(view.container)}/folder${query}`);
+  // Refreshed (a change arrived): as many rows as were shown.
+  const shown = view.listing ? Math.min(2000, Math.max(pageSize, view.listing.items.length)) : pageSize;
+  view.listing = await api("GET", folderQuery(0, shown));
   const crumbs = [crumb(view.container, "#/c/" + segment(view.container))];
   for (const folder of view.listing.path) crumbs.push(crumb(folder.name, `#/c/${segment(view.container)}/${segment(folder.id)}`));
   crumbs.unshift(crumb("iCloud Drive", "#/"));
@@ -198,16 +215,16 @@ function badge(text) {
   return span;
 }
 
+async function showMore() {
+  const more = await api("GET", folderQuery(view.listing.items.length, pageSize));
+  view.listing.items.push(...more.items);
+  view.listing.total = more.total;
+  renderItems();
+}
+
 function renderItems() {
   if (!view.listing) return;
-  const filter = $("filter").value.trim().toLocaleLowerCase();
-  const sort = $("sort").value;
-  let items = view.listing.items.filter((item) => !filter || item.name.toLocaleLowerCase().includes(filter));
-  const folderFirst = (a, b) => (a.kind === "directory") === (b.kind === "directory") ? 0 : a.kind === "directory" ? -1 : 1;
-  const byName = (a, b) => a.name.localeCompare(b.name, undefined, { numeric: true, sensitivity: "base" });
-  const order = { name: byName, date: (a, b) => b.modificationDate - a.modificationDate, size: (a, b) => b.size - a.size }[sort];
-  items = items.sort((a, b) => folderFirst(a, b) || order(a, b) || byName(a, b));
-  const rows = items.map((item) => {
+  const rows = view.listing.items.map((item) => {
     const row = document.createElement("tr");
     row.dataset.name = item.name;
     const name = document.createElement("td");
@@ -232,7 +249,11 @@ function renderItems() {
     return row;
   });
   $("item-rows").replaceChildren(...rows);
+  const { total } = view.listing;
+  $("empty-folder").textContent = $("filter").value.trim() ? "No name here matches the search." : "This folder is empty.";
   $("empty-folder").hidden = rows.length > 0;
+  $("more-items").hidden = rows.length >= total;
+  $("item-count").textContent = rows.length < total ? `${rows.length.toLocaleString()} of ${total.toLocaleString()} shown` : "";
 }
 
 function button(text, action, label) {
@@ -492,6 +513,70 @@ async function showDevices() {
   show("devices");
 }
 
+// MARK: Administration (operators only: the server answers 403 to any other account)
+
+function figure(term, value) {
+  const dt = document.createElement("dt");
+  dt.textContent = term;
+  const dd = document.createElement("dd");
+  dd.textContent = value;
+  return [dt, dd];
+}
+
+function formatDuration(seconds) {
+  const days = Math.floor(seconds / 86400), hours = Math.floor((seconds % 86400) / 3600), minutes = Math.floor((seconds % 3600) / 60);
+  return days > 0 ? `${days} d ${hours} h` : hours > 0 ? `${hours} h ${minutes} min` : `${minutes} min`;
+}
+
+async function showAdmin() {
+  const [health, answer] = await Promise.all([api("GET", "/web/api/admin/health"), api("GET", "/web/api/admin/accounts")]);
+  const disk = health.diskTotalBytes ? `${formatBytes(health.diskFreeBytes)} free of ${formatBytes(health.diskTotalBytes)}` : "—";
+  $("health").replaceChildren(...[
+    ["Status", health.status], ["Database", health.database], ["Up for", formatDuration(health.uptimeSeconds)],
+    ["Accounts", String(health.accounts)], ["Devices signed in", String(health.devices)], ["Connected now", String(health.connections)],
+    ["Stored for accounts", `${formatBytes(health.usedBytes)} of ${formatBytes(health.quotaBytes)} in quotas`], ["Disk", disk],
+    ["Requests", `${health.requests.toLocaleString()} (${health.clientErrors} refused, ${health.serverErrors} failed)`],
+    ["Commits", health.commits.toLocaleString()], ["Received", formatBytes(health.chunkBytesReceived)],
+  ].flatMap(([term, value]) => figure(term, value)));
+  $("account-rows").replaceChildren(...answer.accounts.map((account) => {
+    const row = document.createElement("tr");
+    row.dataset.name = account.name;
+    const name = document.createElement("td");
+    name.append(nameNode(account.name));
+    if (account.admin) name.append(badge("operator"));
+    const devices = document.createElement("td");
+    const list = document.createElement("ul");
+    list.className = "plain";
+    for (const device of account.devices) {
+      const item = document.createElement("li");
+      item.append(nameNode(device.name), " ", badge(device.lastSeen ? "seen " + formatDate(device.lastSeen) : "not seen yet"), " ");
+      item.append(button("Sign out", async () => {
+        if (!confirm(`Sign “${plainName(device.name)}” of ${plainName(account.name)} out? It stops syncing until it signs in again.`)) return;
+        await api("POST", `/web/api/admin/devices/${segment(device.id)}/revoke`);
+        say("Signed out " + plainName(device.name));
+        refresh();
+      }, `Sign out ${plainName(device.name)} of ${plainName(account.name)}`));
+      list.append(item);
+    }
+    devices.append(list);
+    const actions = document.createElement("td");
+    actions.append(button("Set quota", async () => {
+      const typed = prompt(`Quota of ${plainName(account.name)} in GB:`, String(+(account.quotaBytes / 2 ** 30).toFixed(3)));
+      if (typed === null) return;
+      const gigabytes = Number(typed);
+      if (!Number.isFinite(gigabytes) || gigabytes < 0) return say("A quota is a number of GB, 0 or more.");
+      await api("POST", `/web/api/admin/accounts/${segment(account.name)}/quota`, { bytes: Math.round(gigabytes * 2 ** 30) });
+      say(`Quota of ${plainName(account.name)} set`);
+      refresh();
+    }, "Set the quota of " + plainName(account.name)));
+    row.append(name, cell(formatBytes(account.usedBytes), "num"), cell(formatBytes(account.quotaBytes), "num"),
+      cell(account.items.toLocaleString(), "num"), devices, actions);
+    return row;
+  }));
+  document.title = "Administration — Ubiquity";
+  show("admin");
+}
+
 // MARK: Shared links
 
 async function share(item) {
@@ -532,8 +617,13 @@ async function showLinks() {
   show("links");
 }
 
-$("filter").addEventListener("input", renderItems);
-$("sort").addEventListener("change", renderItems);
+let filterTimer = null;
+$("filter").addEventListener("input", () => {
+  clearTimeout(filterTimer);
+  filterTimer = setTimeout(() => { view.listing = null; refresh(); }, 150);
+});
+$("sort").addEventListener("change", () => { view.listing = null; refresh(); });
+$("more-items").addEventListener("click", () => showMore().catch(failed));
 
 // MARK: Uploads and folders
 

@@ -1,0 +1,190 @@
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import UbiquityProtocol
+import UbiquityTestSupport
+
+/// The web interface's figures (issue 21), measured against the same server the agents use, in
+/// the same run:
+/// - a folder of `items` items opened in the page: its first page (what the page asks for:
+///   sorted by name, 200 rows), timed from the request to the last byte of the answer, beside
+///   the first page of a folder of ten in the same container and beside reading the whole
+///   container the way a device lists it (`/v1/…/changes`, page by page);
+/// - a new file of the large size uploaded the way the page uploads it (`upload.js`: parts of
+///   4 MiB one after the other, then the file committed from their chunk lists) beside the same
+///   size written into device A's container and uploaded by its agent, each through a
+///   counting relay of its own, timed until the server has every byte.
+struct WebFigures: Encodable {
+    var folderItems: Int
+    /// The big folder's first page: median and 99th percentile over the runs, in ms.
+    var firstPageP50Ms: Double
+    var firstPageP99Ms: Double
+    /// The same for a folder of ten items.
+    var smallFolderFirstPageP50Ms: Double
+    /// The whole container read as a device lists it (median, ms).
+    var wholeContainerListingP50Ms: Double
+    var runs: Int
+    var uploadMiB: Int
+    /// Through the page's protocol.
+    var webUploadMs: Double
+    var webUploadMiBPerSecond: Double
+    var webUploadBytesOnWire: Int64
+    /// Through the agent (written into the container's `Documents`).
+    var agentUploadMs: Double
+    var agentUploadMiBPerSecond: Double
+    var notes: String
+}
+
+/// The web interface's figures on `peer`'s server.
+func webFigures(_ peer: UbiquityPeer, items: Int, uploadMiB: Int, runs: Int = 30) async throws -> WebFigures {
+    log("ubiquity: the web interface — a folder of \(items) items, a \(uploadMiB) MiB upload through the page and through the agent")
+    let web = try await WebSession.signIn(port: peer.serverPort)
+    let listed = "BENCH12345.com.example.web" // a container no agent syncs: only the listing is measured
+
+    // The folders: one of `items`, one of ten, filled through the sync API in batches.
+    let big = try await web.json("POST", "/web/api/containers/\(listed)/folders", body: ["name": "big"])["id"] as? String ?? ""
+    let small = try await web.json("POST", "/web/api/containers/\(listed)/folders", body: ["name": "small"])["id"] as? String ?? ""
+    let device = try await web.deviceToken()
+    for (folder, count) in [(big, items), (small, 10)] {
+        for start in stride(from: 0, to: count, by: CommitBatchRequest.maximumCount) {
+            let commits = (start..<min(count, start + CommitBatchRequest.maximumCount)).map { index in
+                ItemCommit(item: "\(folder)-\(index)", update: ItemUpdate(baseRevision: nil, name: "Photo \(index).jpg", parent: folder, kind: .file,
+                                                                          modificationDate: 1_800_000_000 + Double(index), manifest: Manifest(chunks: [])))
+            }
+            let answer = try await web.send("POST", "/v1/containers/\(listed)/commits", body: try JSONEncoder().encode(CommitBatchRequest(commits: commits)), bearer: device)
+            guard answer.status == 200 else { throw BenchError("the batch commit was answered \(answer.status): \(String(decoding: answer.body.prefix(300), as: UTF8.self))") }
+        }
+    }
+
+    func timed(_ body: () async throws -> Void) async throws -> [Double] {
+        try await body() // warm: the first request of each kind is not counted
+        var times: [Double] = []
+        for _ in 0..<runs {
+            let start = ContinuousClock.now
+            try await body()
+            times.append((ContinuousClock.now - start).inMilliseconds)
+        }
+        return times
+    }
+    func firstPage(_ folder: String, expecting count: Int) async throws {
+        let page = try await web.json("GET", "/web/api/containers/\(listed)/folder?parent=\(folder)&sort=name&limit=200")
+        guard page["total"] as? Int == count, (page["items"] as? [Any])?.count == min(200, count) else { throw BenchError("a first page of the wrong size") }
+    }
+    let bigPages = try await timed { try await firstPage(big, expecting: items) }
+    let smallPages = try await timed { try await firstPage(small, expecting: 10) }
+    let whole = try await timed {
+        var since: Int64 = 0, seen = 0
+        while true {
+            let page = try await web.json("GET", "/v1/containers/\(listed)/changes?since=\(since)", bearer: device)
+            let listed = page["items"] as? [[String: Any]] ?? []
+            seen += listed.count
+            guard page["more"] as? Bool == true, let last = listed.last?["sequence"] as? Int else { break }
+            since = Int64(last)
+        }
+        guard seen >= items else { throw BenchError("the whole listing had \(seen) items") }
+    }
+
+    // The upload: the page's protocol through a relay of its own, then the agent's.
+    let bytes = uploadMiB << 20
+    let relay = try RelayProxy.start(to: peer.serverPort)
+    defer { relay.stop() }
+    let viaRelay = try await WebSession.signIn(port: relay.port)
+    let webBytes = noise(bytes, seed: 21_000)
+    let webStart = ContinuousClock.now
+    var chunks: [[String: Any]] = []
+    for start in stride(from: 0, to: bytes, by: 4 << 20) {
+        let part = webBytes[start..<min(bytes, start + (4 << 20))]
+        let answer = try await viaRelay.send("POST", "/web/api/parts", body: Data(part), contentType: "application/octet-stream")
+        guard answer.status == 200, let json = try JSONSerialization.jsonObject(with: answer.body) as? [String: Any],
+              let list = json["chunks"] as? [[String: Any]] else { throw BenchError("a part was answered \(answer.status)") }
+        chunks += list
+    }
+    let file = try await viaRelay.json("POST", "/web/api/containers/\(container)/files", body: ["name": "web-upload.bin", "chunks": chunks])
+    let webTook = (ContinuousClock.now - webStart).inMilliseconds
+    guard file["uploaded"] as? Bool == true, file["size"] as? Int == bytes else { throw BenchError("the page's upload did not arrive whole: \(file)") }
+    let webWire = relay.bytes
+
+    try await peer.settle()
+    let sequence = try await web.json("GET", "/v1/containers/\(container)/changes?since=\(Int64.max / 2)", bearer: device)["sequence"] as? Int ?? 0
+    let agentFile = peer.sideA.appendingPathComponent("agent-upload.bin")
+    try noise(bytes, seed: 22_000).write(to: agentFile, options: .atomic)
+    let agentStart = ContinuousClock.now
+    var agentTook: Double?
+    while agentTook == nil {
+        guard ContinuousClock.now - agentStart < .seconds(300) else { throw BenchError("the agent's upload did not reach the server in 300 s") }
+        let changes = try await web.json("GET", "/v1/containers/\(container)/changes?since=\(sequence)", bearer: device)
+        for item in changes["items"] as? [[String: Any]] ?? [] where item["name"] as? String == "agent-upload.bin" {
+            if item["uploaded"] as? Bool == true, item["size"] as? Int == bytes { agentTook = (ContinuousClock.now - agentStart).inMilliseconds }
+        }
+        if agentTook == nil { try await Task.sleep(for: .milliseconds(10)) }
+    }
+    let agentMs = agentTook ?? 0
+    let mib = Double(uploadMiB)
+    return WebFigures(
+        folderItems: items, firstPageP50Ms: percentile(bigPages, 0.5).rounded(toPlaces: 2), firstPageP99Ms: percentile(bigPages, 0.99).rounded(toPlaces: 2),
+        smallFolderFirstPageP50Ms: percentile(smallPages, 0.5).rounded(toPlaces: 2), wholeContainerListingP50Ms: percentile(whole, 0.5).rounded(toPlaces: 1),
+        runs: runs, uploadMiB: uploadMiB, webUploadMs: webTook.rounded(toPlaces: 1), webUploadMiBPerSecond: (mib / (webTook / 1000)).rounded(toPlaces: 1),
+        webUploadBytesOnWire: webWire, agentUploadMs: agentMs.rounded(toPlaces: 1), agentUploadMiBPerSecond: (mib / (agentMs / 1000)).rounded(toPlaces: 1),
+        notes: "page figures from an HTTP client speaking the page's requests (the same headers, cookie and CSRF token; parts sent one after the other as upload.js does); first pages sorted by name, 200 rows")
+}
+
+/// A signed-in web session (the cookie and CSRF token the page holds), speaking to the server
+/// at `port` on loopback.
+struct WebSession {
+    let base: String
+    let cookie: String
+    let csrf: String
+
+    static func signIn(port: Int) async throws -> WebSession {
+        let base = "http://127.0.0.1:\(port)"
+        var request = HTTPClientRequest(url: base + "/web/api/sign-in")
+        request.method = .POST
+        request.headers.add(name: "X-Ubiquity-Web", value: "1")
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.body = .bytes(ByteBuffer(bytes: try JSONSerialization.data(withJSONObject: ["account": "ada", "password": "correct horse"])))
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(30))
+        let body = try await response.body.collect(upTo: 1 << 20)
+        guard response.status == .ok, let setCookie = response.headers.first(name: "Set-Cookie"),
+              let pair = setCookie.split(separator: ";").first,
+              let csrf = (try JSONSerialization.jsonObject(with: Data(body.readableBytesView)) as? [String: Any])?["csrf"] as? String else {
+            throw BenchError("web sign-in was answered \(response.status)")
+        }
+        return WebSession(base: base, cookie: String(pair), csrf: csrf)
+    }
+
+    /// A device's token for the sync API (a device of the same account).
+    func deviceToken() async throws -> String {
+        let answer = try await json("POST", "/v1/sign-in", body: ["account": "ada", "password": "correct horse", "deviceName": "web-bench"])
+        guard let token = answer["token"] as? String else { throw BenchError("no device token") }
+        return token
+    }
+
+    /// A request as the page sends it (or, with `bearer`, as a device does): status and body.
+    func send(_ method: String, _ path: String, body: Data? = nil, contentType: String = "application/json", bearer: String? = nil) async throws -> (status: Int, body: Data) {
+        var request = HTTPClientRequest(url: base + path)
+        request.method = .init(rawValue: method)
+        if let bearer {
+            request.headers.add(name: "Authorization", value: "Bearer \(bearer)")
+        } else {
+            request.headers.add(name: "Cookie", value: cookie)
+            request.headers.add(name: "X-Ubiquity-Web", value: "1")
+            request.headers.add(name: "X-CSRF-Token", value: csrf)
+        }
+        if let body {
+            request.headers.add(name: "Content-Type", value: contentType)
+            request.body = .bytes(ByteBuffer(bytes: body))
+        }
+        let response = try await HTTPClient.shared.execute(request, timeout: .seconds(120))
+        let answer = try await response.body.collect(upTo: 256 << 20)
+        return (Int(response.status.code), Data(answer.readableBytesView))
+    }
+
+    /// A JSON request and its JSON answer (an error for anything but 200).
+    func json(_ method: String, _ path: String, body: [String: Any]? = nil, bearer: String? = nil) async throws -> [String: Any] {
+        let answer = try await send(method, path, body: try body.map { try JSONSerialization.data(withJSONObject: $0) }, bearer: bearer)
+        guard answer.status == 200, let object = try JSONSerialization.jsonObject(with: answer.body) as? [String: Any] else {
+            throw BenchError("\(method) \(path) was answered \(answer.status): \(String(decoding: answer.body.prefix(300), as: UTF8.self))")
+        }
+        return object
+    }
+}
