@@ -255,6 +255,30 @@ try:
                and open(os.path.join(device, "Trip", "plan.txt")).read() == "pack the tent", "the uploaded folder on the device", 120)
     step("a folder upload reached the device with its subfolder")
 
+    # An upload cut by a reload of the page resumes: the same file chosen again sends only the
+    # parts the server has not answered yet.
+    lecture = os.path.join(work, "Lecture.mp4")
+    with open(lecture, "wb") as f:
+        f.write(os.urandom(40 * 1024 * 1024))
+    parts_total = 10
+    kept = "return Object.keys(localStorage).filter(k => k.startsWith('ubiquity-upload:')).map(k => JSON.parse(localStorage.getItem(k)).parts.length)"
+    driver.find_element(By.ID, "upload-files").send_keys(lecture)
+    wait(lambda: any(n >= 1 for n in driver.execute_script(kept)), "the first part of the long upload answered", 60)
+    driver.refresh()
+    wait(lambda: driver.find_element(By.ID, "folder").is_displayed() and "Welcome.txt" in rows(), "the folder after the reload")
+    done_before = max(driver.execute_script(kept) or [0])
+    if not 1 <= done_before < parts_total:
+        fail("the reload did not cut the upload (%s of %s parts kept)" % (done_before, parts_total))
+    driver.find_element(By.ID, "upload-files").send_keys(lecture)
+    eventually(lambda: os.path.exists(os.path.join(device, "Lecture.mp4")) and digest(os.path.join(device, "Lecture.mp4")) == digest(lecture),
+               "the resumed upload on the device", 120)
+    sent_after = driver.execute_script("return performance.getEntriesByType('resource').filter(e => e.name.endsWith('/web/api/parts')).length")
+    if sent_after != parts_total - done_before:
+        fail("the resumed upload sent %s parts; %s of %s were answered before the reload" % (sent_after, done_before, parts_total))
+    if driver.execute_script(kept):
+        fail("a finished upload is still kept for resuming")
+    step("an upload cut by a reload resumed: %d of %d parts sent again, the file whole on the device" % (sent_after, parts_total))
+
     # A document saved on the device appears in the open page by itself, then its edit.
     with open(os.path.join(device, "Notes.txt"), "w") as f:
         f.write("first draft")

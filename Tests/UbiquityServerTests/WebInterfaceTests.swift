@@ -130,6 +130,10 @@ import UbiquityProtocol
             let bidi = try await client.send(.post, files, json: WebFileRequest(name: "invoice\u{202E}txt.exe", chunks: []), headers: web)
             #expect(bidi.status == .badRequest && bidi.errorCode == "invalidName")
             #expect(try await client.send(.post, files, json: WebFileRequest(name: "a.txt", parent: "nosuchfolder", chunks: []), headers: web).status == .notFound)
+            // Chunks the server does not have (an upload resumed after they were collected): refused, the page sends them again.
+            let unknown = ChunkReference(hash: String(repeating: "ab", count: 32), size: 10)
+            let missing = try await client.send(.post, files, json: WebFileRequest(name: "resumed.bin", chunks: [chunks[0], unknown]), headers: web)
+            #expect(missing.status == .conflict && missing.errorCode == "missingChunks")
             #expect(try await client.send(.get, "/web/api/containers/\(notes)/folder?parent=container", headers: web).status == .notFound)
             #expect(try await client.send(.get, "/web/api/containers/\(notes)/folder?parent=..%2F..", headers: web).status == .badRequest)
             #expect(try await client.send(.get, "/web/api/containers/nocontainer/folder", headers: web).status == .badRequest)

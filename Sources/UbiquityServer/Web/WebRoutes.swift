@@ -214,6 +214,13 @@ extension SyncServices {
             let (device, container) = try Self.webContainer(context)
             let asked = try await request.decode(as: WebFileRequest.self, context: context)
             for chunk in asked.chunks { try Validate.hash(chunk.hash) }
+            // Parts uploaded earlier (an upload resumed after the page was reloaded) may have been
+            // collected since: the page is told to send them again rather than leave a file
+            // waiting for a device that will never bring its contents.
+            let missing = try await database.missingChunks(accountId: device.accountId, hashes: Array(Set(asked.chunks.map(\.hash))))
+            guard missing.isEmpty else {
+                throw SyncError(.conflict, "missingChunks", "\(missing.count) of the file's chunks are not on the server: upload its parts again")
+            }
             return try await webCreate(name: asked.name, parent: asked.parent, kind: .file, manifest: Manifest(chunks: asked.chunks),
                                        modificationDate: asked.modificationDate, container: container, device: device)
         }

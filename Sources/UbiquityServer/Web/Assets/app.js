@@ -3,7 +3,7 @@
 
 import { api, APIError, setCSRF, segment } from "./api.js";
 import { nameNode, plainName, formatBytes, formatDate } from "./names.js";
-import { uploadFile, uploadTree, makeFolder } from "./upload.js";
+import { uploadFile, uploadTree, makeFolder, forgetUploads } from "./upload.js";
 
 const $ = (id) => document.getElementById(id);
 let session = null;
@@ -73,6 +73,7 @@ $("sign-in-form").addEventListener("submit", async (event) => {
 
 $("sign-out").addEventListener("click", async () => {
   try { await api("POST", "/web/api/sign-out"); } catch (error) { /* signed out already */ }
+  forgetUploads();
   setCSRF("");
   location.hash = "#/";
   showSignIn();

@@ -2,10 +2,17 @@
 // answers their list; a part that fails (the network, a restart) is sent again with growing
 // pauses, the parts already answered are not; then the file is committed from the lists.
 // Devices see the result like any other change.
+//
+// An upload survives a reload of the page: the lists of the parts answered are kept in the
+// browser's local storage under the file's place, name, size and date, and when the same file
+// is uploaded to the same place again, only the parts not answered yet are sent. If the server
+// no longer has some of them (collected since), it says so and the file is sent whole again.
 
 import { api, APIError, segment } from "./api.js";
 
 export const partBytes = 4 * 1024 * 1024;
+
+const resumePrefix = "ubiquity-upload:";
 
 function sleep(milliseconds) { return new Promise((resolve) => setTimeout(resolve, milliseconds)); }
 
@@ -23,21 +30,65 @@ async function withRetries(action) {
   }
 }
 
+function resumeKey(container, parent, file) {
+  return resumePrefix + JSON.stringify([container, parent || "", file.webkitRelativePath || file.name, file.size, file.lastModified]);
+}
+
+function savedParts(key) {
+  try {
+    const saved = JSON.parse(localStorage.getItem(key) || "null");
+    return saved && Array.isArray(saved.parts) ? saved.parts : [];
+  } catch (ignored) {
+    return []; // storage refused or damaged: the upload starts over
+  }
+}
+
+function saveParts(key, parts) {
+  try {
+    localStorage.setItem(key, JSON.stringify({ parts, saved: Date.now() }));
+  } catch (ignored) { /* storage full or refused: this upload is not resumable, nothing more */ }
+}
+
+function forget(key) {
+  try { localStorage.removeItem(key); } catch (ignored) { /* nothing kept */ }
+}
+
+/** Forgets every unfinished upload (at sign-out: the next account must not see their names). */
+export function forgetUploads() {
+  try {
+    for (const key of Object.keys(localStorage)) if (key.startsWith(resumePrefix)) localStorage.removeItem(key);
+  } catch (ignored) { /* nothing kept */ }
+}
+
 /** Uploads `file` into folder `parent` (null: the container's top); reports bytes sent. */
 export async function uploadFile(container, parent, file, onProgress) {
-  const chunks = [];
-  let sent = 0;
-  for (let start = 0; start < file.size; start += partBytes) {
-    const part = file.slice(start, Math.min(file.size, start + partBytes));
-    const answer = await withRetries(() => api("POST", "/web/api/parts", part));
-    chunks.push(...answer.chunks);
-    sent += part.size;
-    onProgress(sent, file.size);
+  const key = resumeKey(container, parent, file);
+  for (let attempt = 0; ; attempt += 1) {
+    const parts = savedParts(key);
+    let sent = 0;
+    for (let index = 0, start = 0; start < file.size; index += 1, start += partBytes) {
+      const end = Math.min(file.size, start + partBytes);
+      if (!Array.isArray(parts[index])) {
+        const answer = await withRetries(() => api("POST", "/web/api/parts", file.slice(start, end)));
+        parts[index] = answer.chunks;
+        saveParts(key, parts);
+      }
+      sent += end - start;
+      onProgress(sent, file.size);
+    }
+    onProgress(file.size, file.size);
+    try {
+      const made = await withRetries(() => api("POST", `/web/api/containers/${segment(container)}/files`, {
+        name: file.name, parent, chunks: parts.slice(0, Math.ceil(file.size / partBytes)).flat(), modificationDate: file.lastModified / 1000,
+      }));
+      forget(key);
+      return made;
+    } catch (error) {
+      // The parts stay kept for another try, unless the server no longer has them all.
+      if (!(error instanceof APIError) || error.code !== "missingChunks" || attempt > 0) throw error;
+      forget(key);
+    }
   }
-  onProgress(file.size, file.size);
-  return withRetries(() => api("POST", `/web/api/containers/${segment(container)}/files`, {
-    name: file.name, parent, chunks, modificationDate: file.lastModified / 1000,
-  }));
 }
 
 /** The folder `name` in `parent`, made if it is not there. */
