@@ -14,12 +14,13 @@ import json
 import os
 import sys
 import time
+import traceback
 import urllib.error
 import urllib.request
 
 from selenium import webdriver
 from selenium.common.exceptions import (ElementNotInteractableException, NoAlertPresentException,
-                                        StaleElementReferenceException, TimeoutException)
+                                        StaleElementReferenceException, TimeoutException, WebDriverException)
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
@@ -194,7 +195,16 @@ for flag in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--win
     options.add_argument(flag)
 options.add_experimental_option("prefs", {"download.default_directory": downloads, "download.prompt_for_download": False})
 options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+# A machine under load may not bring the browser up the first time.
+for attempt in range(3):
+    try:
+        driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+        break
+    except WebDriverException as error:
+        if attempt == 2:
+            print("FAILED: the browser did not start: %s" % error, flush=True)
+            sys.exit(1)
+        time.sleep(3)
 try:
     # The page and its headers: scripts only from the server, no framing, no sniffing.
     with urllib.request.urlopen(url + "/web/") as answer:
@@ -521,6 +531,8 @@ try:
         if error.code != 401:
             fail("the signed-out session was answered %s" % error.code)
     step("signing out ends the session")
+except Exception:  # a step that raised (not one that failed its check): said with where it was
+    fail("the step after the last \"ok\" raised:\n" + traceback.format_exc())
 finally:
     driver.quit()
 print("all steps held", flush=True)

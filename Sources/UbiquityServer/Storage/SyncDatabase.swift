@@ -35,8 +35,9 @@ struct ContainerSummary: Sendable, Equatable, Codable {
     var bytes: Int64
 }
 
-/// An item as a folder's listing shows it (its current revision, without its contents).
-struct FolderEntry: Sendable, Equatable {
+/// An item as a folder's listing shows it (its current revision, without its contents); the web
+/// interface's `WebItem`.
+struct FolderEntry: Codable, Sendable, Equatable {
     var id: String
     var name: String
     var kind: ItemKind

@@ -22,18 +22,9 @@ struct WebContainersResponse: Codable, ResponseEncodable {
 }
 
 /// An item as a folder's page lists it.
-struct WebItem: Codable, Sendable, Equatable {
-    var id: String
-    var name: String
-    var kind: ItemKind
-    var size: Int64
-    var modificationDate: Double
-    var deviceName: String
-    /// Whether its contents are all on the server (else it waits for the device that made it).
-    var uploaded: Bool
-    /// Unresolved conflict versions.
-    var conflicts: Int
+typealias WebItem = FolderEntry
 
+extension FolderEntry {
     init(_ item: ItemState) {
         id = item.id
         name = item.name
@@ -43,17 +34,6 @@ struct WebItem: Codable, Sendable, Equatable {
         deviceName = item.deviceName
         uploaded = item.uploaded
         conflicts = item.conflicts.count
-    }
-
-    init(_ entry: FolderEntry) {
-        id = entry.id
-        name = entry.name
-        kind = entry.kind
-        size = entry.size
-        modificationDate = entry.modificationDate
-        deviceName = entry.deviceName
-        uploaded = entry.uploaded
-        conflicts = entry.conflicts
     }
 }
 
@@ -180,7 +160,7 @@ extension SyncServices {
                                            offset: parameters["offset"].map(String.init), limit: parameters["limit"].map(String.init))
             let path = try await webPath(to: parent, container: container, account: device.accountId)
             let page = query.page(of: try await database.folderEntries(accountId: device.accountId, container: container, parent: parent))
-            return WebFolderResponse(path: path, items: page.items.map(WebItem.init), total: page.total, offset: query.offset)
+            return WebFolderResponse(path: path, items: page.items, total: page.total, offset: query.offset)
         }
         containers.get("items/:item/download") { _, context -> Response in
             let (device, container) = try Self.webContainer(context)

@@ -257,6 +257,15 @@ function renderItems() {
   $("item-count").textContent = rows.length < total ? `${rows.length.toLocaleString()} of ${total.toLocaleString()} shown` : "";
 }
 
+// The name cell of a row named `name` (the row keeps it for tests and scripts), with a badge.
+function nameCell(name, row, badgeText) {
+  row.dataset.name = name;
+  const td = document.createElement("td");
+  td.append(nameNode(name));
+  if (badgeText) td.append(badge(badgeText));
+  return td;
+}
+
 function button(text, action, label) {
   const element = document.createElement("button");
   element.type = "button";
@@ -494,10 +503,7 @@ async function showDevices() {
   const answer = await api("GET", "/web/api/devices");
   $("device-rows").replaceChildren(...answer.devices.map((device) => {
     const row = document.createElement("tr");
-    row.dataset.name = device.name;
-    const name = document.createElement("td");
-    name.append(nameNode(device.name));
-    if (device.current) name.append(badge("this browser"));
+    const name = nameCell(device.name, row, device.current ? "this browser" : null);
     const buttons = document.createElement("td");
     if (!device.current) {
       buttons.append(button("Sign out", async () => {
@@ -541,10 +547,7 @@ async function showAdmin() {
   ].flatMap(([term, value]) => figure(term, value)));
   $("account-rows").replaceChildren(...answer.accounts.map((account) => {
     const row = document.createElement("tr");
-    row.dataset.name = account.name;
-    const name = document.createElement("td");
-    name.append(nameNode(account.name));
-    if (account.admin) name.append(badge("operator"));
+    const name = nameCell(account.name, row, account.admin ? "operator" : null);
     const devices = document.createElement("td");
     const list = document.createElement("ul");
     list.className = "plain";
