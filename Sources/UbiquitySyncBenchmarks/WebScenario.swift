@@ -32,6 +32,12 @@ struct WebFigures: Encodable {
     /// Through the agent (written into the container's `Documents`).
     var agentUploadMs: Double
     var agentUploadMiBPerSecond: Double
+    /// Through the page in a real browser (Chromium driven by Selenium, `Tests/Browser/web_upload_bench.py`):
+    /// from the file chosen in the upload button to the file whole on the server; nil where no
+    /// browser is installed (`browser` says why).
+    var browserUploadMs: Double?
+    var browserUploadMiBPerSecond: Double?
+    var browser: String
     var notes: String
 }
 
@@ -91,18 +97,38 @@ func webFigures(_ peer: UbiquityPeer, items: Int, uploadMiB: Int, runs: Int = 30
     let viaRelay = try await WebSession.signIn(port: relay.port)
     let webBytes = noise(bytes, seed: 21_000)
     let webStart = ContinuousClock.now
+    // As upload.js sends them: parts of 4 MiB, two on the way at once, their lists kept in order.
+    let starts = Array(stride(from: 0, to: bytes, by: 4 << 20))
+    var lists = [Data](repeating: Data(), count: starts.count)
+    try await withThrowingTaskGroup(of: (Int, Data).self) { group in
+        func send(_ index: Int) {
+            let part = Data(webBytes[starts[index]..<min(bytes, starts[index] + (4 << 20))])
+            group.addTask {
+                let answer = try await viaRelay.send("POST", "/web/api/parts", body: part, contentType: "application/octet-stream")
+                guard answer.status == 200 else { throw BenchError("a part was answered \(answer.status)") }
+                return (index, answer.body)
+            }
+        }
+        var next = 0
+        while next < min(2, starts.count) { send(next); next += 1 }
+        while let (index, body) = try await group.next() {
+            lists[index] = body
+            if next < starts.count { send(next); next += 1 }
+        }
+    }
     var chunks: [[String: Any]] = []
-    for start in stride(from: 0, to: bytes, by: 4 << 20) {
-        let part = webBytes[start..<min(bytes, start + (4 << 20))]
-        let answer = try await viaRelay.send("POST", "/web/api/parts", body: Data(part), contentType: "application/octet-stream")
-        guard answer.status == 200, let json = try JSONSerialization.jsonObject(with: answer.body) as? [String: Any],
-              let list = json["chunks"] as? [[String: Any]] else { throw BenchError("a part was answered \(answer.status)") }
+    for body in lists {
+        guard let json = try JSONSerialization.jsonObject(with: body) as? [String: Any], let list = json["chunks"] as? [[String: Any]] else {
+            throw BenchError("a part's answer holds no chunks")
+        }
         chunks += list
     }
     let file = try await viaRelay.json("POST", "/web/api/containers/\(container)/files", body: ["name": "web-upload.bin", "chunks": chunks])
     let webTook = (ContinuousClock.now - webStart).inMilliseconds
     guard file["uploaded"] as? Bool == true, file["size"] as? Int == bytes else { throw BenchError("the page's upload did not arrive whole: \(file)") }
     let webWire = relay.bytes
+
+    let (browserMs, browser) = try browserUpload(port: peer.serverPort, bytes: bytes)
 
     try await peer.settle()
     let sequence = try await web.json("GET", "/v1/containers/\(container)/changes?since=\(Int64.max / 2)", bearer: device)["sequence"] as? Int ?? 0
@@ -125,7 +151,36 @@ func webFigures(_ peer: UbiquityPeer, items: Int, uploadMiB: Int, runs: Int = 30
         smallFolderFirstPageP50Ms: percentile(smallPages, 0.5).rounded(toPlaces: 2), wholeContainerListingP50Ms: percentile(whole, 0.5).rounded(toPlaces: 1),
         runs: runs, uploadMiB: uploadMiB, webUploadMs: webTook.rounded(toPlaces: 1), webUploadMiBPerSecond: (mib / (webTook / 1000)).rounded(toPlaces: 1),
         webUploadBytesOnWire: webWire, agentUploadMs: agentMs.rounded(toPlaces: 1), agentUploadMiBPerSecond: (mib / (agentMs / 1000)).rounded(toPlaces: 1),
-        notes: "page figures from an HTTP client speaking the page's requests (the same headers, cookie and CSRF token; parts sent one after the other as upload.js does); first pages sorted by name, 200 rows")
+        browserUploadMs: browserMs.map { $0.rounded(toPlaces: 1) }, browserUploadMiBPerSecond: browserMs.map { (mib / ($0 / 1000)).rounded(toPlaces: 1) },
+        browser: browser,
+        notes: "page figures from an HTTP client speaking the page's requests (the same headers, cookie and CSRF token; parts of 4 MiB, two on the way at once, as upload.js sends them); first pages sorted by name, 200 rows")
+}
+
+/// A new file of `bytes` uploaded through the page in Chromium, through a counting relay of its
+/// own: the time, or nil and why not.
+func browserUpload(port: Int, bytes: Int) throws -> (Double?, String) {
+    let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+    let script = repository.appendingPathComponent("Tests/Browser/web_upload_bench.py")
+    guard FileManager.default.isExecutableFile(atPath: "/usr/bin/chromium"), FileManager.default.isExecutableFile(atPath: "/usr/bin/chromedriver") else {
+        return (nil, "skipped: no /usr/bin/chromium or /usr/bin/chromedriver (apt-get install chromium chromium-driver)")
+    }
+    guard FileManager.default.fileExists(atPath: script.path),
+          (try? run(URL(fileURLWithPath: "/usr/bin/env"), ["python3", "-c", "import selenium"]))?.status == 0 else {
+        return (nil, "skipped: no selenium for python3 (pip install selenium), or not run from the repository")
+    }
+    let relay = try RelayProxy.start(to: port)
+    defer { relay.stop() }
+    let file = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("ubiquity-browser-upload-\(getpid()).bin")
+    try noise(bytes, seed: 23_000).write(to: file)
+    defer { try? FileManager.default.removeItem(at: file) }
+    let arguments = try JSONSerialization.data(withJSONObject: ["url": "http://127.0.0.1:\(relay.port)", "account": "ada", "password": "correct horse",
+                                                                "container": container, "file": file.path])
+    let (status, output) = try run(URL(fileURLWithPath: "/usr/bin/env"), ["python3", script.path, String(decoding: arguments, as: UTF8.self)])
+    let answer = output.split(separator: "\n").last.flatMap { try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any] }
+    guard status == 0, let ms = answer?["ms"] as? Double else { throw BenchError("the browser's upload failed: \(output.suffix(2000))") }
+    let said = (try? run(URL(fileURLWithPath: "/usr/bin/chromium"), ["--version"]).output) ?? ""
+    let version = said.split(separator: "\n").last { $0.hasPrefix("Chromium") }.map(String.init) ?? "Chromium"
+    return (ms, "\(version), headless, through Selenium; \(relay.bytes) bytes on the wire")
 }
 
 /// A signed-in web session (the cookie and CSRF token the page holds), speaking to the server

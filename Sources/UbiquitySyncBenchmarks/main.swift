@@ -246,7 +246,10 @@ if let ours = results["ubiquity"] {
     }
     if let web = ours.web {
         goals["webFirstPageOf10000ItemFolderAtMost100ms"] = web.firstPageP50Ms <= 100
-        goals["webUploadAtLeastHalfTheAgents"] = web.webUploadMiBPerSecond >= 0.5 * web.agentUploadMiBPerSecond
+        goals["webUploadAtLeastHalfTheAgents"] = (web.browserUploadMiBPerSecond ?? web.webUploadMiBPerSecond) >= 0.5 * web.agentUploadMiBPerSecond
+        if let browser = web.browserUploadMiBPerSecond {
+            ratios["webBrowserUploadSpeedOverAgents"] = (browser / max(0.01, web.agentUploadMiBPerSecond)).rounded(toPlaces: 2)
+        }
         ratios["webFirstPageBigOverSmallFolder"] = (web.firstPageP50Ms / max(0.01, web.smallFolderFirstPageP50Ms)).rounded(toPlaces: 2)
         ratios["webFirstPageOverWholeListing"] = (web.firstPageP50Ms / max(0.01, web.wholeContainerListingP50Ms)).rounded(toPlaces: 3)
         ratios["webUploadSpeedOverAgents"] = (web.webUploadMiBPerSecond / max(0.01, web.agentUploadMiBPerSecond)).rounded(toPlaces: 2)

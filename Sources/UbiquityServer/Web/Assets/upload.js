@@ -1,5 +1,5 @@
-// Uploads go in parts of 4 MiB: the server cuts each into chunks as a device would and
-// answers their list; a part that fails (the network, a restart) is sent again with growing
+// Uploads go in parts of 4 MiB, two on the way at once: the server cuts each into chunks as a
+// device would and answers their list; a part that fails (the network, a restart) is sent again with growing
 // pauses, the parts already answered are not; then the file is committed from the lists.
 // Devices see the result like any other change.
 //
@@ -11,6 +11,9 @@
 import { api, APIError, segment } from "./api.js";
 
 export const partBytes = 4 * 1024 * 1024;
+
+// Parts on the way at once: while the server cuts one into chunks the next is on the wire.
+const partsAtOnce = 2;
 
 const resumePrefix = "ubiquity-upload:";
 
@@ -65,21 +68,29 @@ export async function uploadFile(container, parent, file, onProgress) {
   const key = resumeKey(container, parent, file);
   for (let attempt = 0; ; attempt += 1) {
     const parts = savedParts(key);
+    const count = Math.ceil(file.size / partBytes);
+    const size = (index) => Math.min(file.size, (index + 1) * partBytes) - index * partBytes;
+    const waiting = [];
     let sent = 0;
-    for (let index = 0, start = 0; start < file.size; index += 1, start += partBytes) {
-      const end = Math.min(file.size, start + partBytes);
-      if (!Array.isArray(parts[index])) {
-        const answer = await withRetries(() => api("POST", "/web/api/parts", file.slice(start, end)));
+    for (let index = 0; index < count; index += 1) {
+      if (Array.isArray(parts[index])) sent += size(index); else waiting.push(index);
+    }
+    onProgress(sent, file.size);
+    const sender = async () => {
+      for (let index = waiting.shift(); index !== undefined; index = waiting.shift()) {
+        const start = index * partBytes;
+        const answer = await withRetries(() => api("POST", "/web/api/parts", file.slice(start, start + size(index))));
         parts[index] = answer.chunks;
         saveParts(key, parts);
+        sent += size(index);
+        onProgress(sent, file.size);
       }
-      sent += end - start;
-      onProgress(sent, file.size);
-    }
+    };
+    await Promise.all(Array.from({ length: partsAtOnce }, sender));
     onProgress(file.size, file.size);
     try {
       const made = await withRetries(() => api("POST", `/web/api/containers/${segment(container)}/files`, {
-        name: file.name, parent, chunks: parts.slice(0, Math.ceil(file.size / partBytes)).flat(), modificationDate: file.lastModified / 1000,
+        name: file.name, parent, chunks: parts.slice(0, count).flat(), modificationDate: file.lastModified / 1000,
       }));
       forget(key);
       return made;
