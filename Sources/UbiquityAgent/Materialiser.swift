@@ -376,7 +376,11 @@ final class Materialiser {
         for (entry, moved) in zip(written, moves) {
             do {
                 sync.localContents[entry.download.content] = entry.members
-                let file = try moved.get().flatMap { self.placed(entry.download, revision: entry.revision, print: $0, in: sync) }
+                let print = try moved.get()
+                if print == nil {
+                    sync.logger.debug("a new download gave way to a file made here", metadata: ["path": "\(entry.download.path)", "item": "\(entry.download.item)"])
+                }
+                let file = print.flatMap { self.placed(entry.download, revision: entry.revision, print: $0, in: sync) }
                 if let file {
                     placed.append(file)
                     folders.insert(LocalContents.folder(of: file.path))
@@ -459,13 +463,19 @@ final class Materialiser {
                 return scanner.fingerprint(of: path)
             }
         }
-        return written.flatMap { placed(download, revision: revision, print: $0, in: sync) }
+        guard let written else {
+            sync.logger.debug("a download gave way to the file changed here", metadata: ["path": "\(path)", "item": "\(download.item)", "revision": "\(revision)"])
+            return nil
+        }
+        return placed(download, revision: revision, print: written, in: sync)
     }
 
     /// The record of a download just put in place (`print`: its fingerprint there, read while
     /// its write was coordinated), not yet stored.
     private func placed(_ download: Download, revision: String, print: LocalFingerprint, in sync: isolated ContainerSync) -> AgentStore.File? {
         placedForTesting?(download.path)
+        sync.logger.debug("a download is in place", metadata: ["path": "\(download.path)", "item": "\(download.item)", "revision": "\(revision)",
+                                                            "over": "\(download.previous?.path ?? "nothing")"])
         let file = AgentStore.File(path: download.path, item: download.item, fingerprint: print, content: download.content, revision: revision)
         sync.files[download.path] = file
         sync.noteAttributes([.ubiquitousItemDownloadingStatusKey, .ubiquitousItemIsDownloadingKey], at: download.path)

@@ -215,7 +215,7 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
 
     /// Starts `ubiquity agent` and waits (up to 30 s) until it answers on its socket.
     func startAgent() async throws {
-        let process = try spawn(Binaries.ubiquity, ["agent", "--log-level", ProcessInfo.processInfo.environment["UBIQUITY_CHAOS_AGENT_LOG_LEVEL"] ?? "notice"], log: "agent.log")
+        let process = try spawn(Binaries.ubiquity, ["agent", "--log-level", ProcessInfo.processInfo.environment["UBIQUITY_CHAOS_AGENT_LOG_LEVEL"] ?? "debug"], log: "agent.log")
         lock.withLock { agent = process }
         let start = ContinuousClock.now
         while (try? containers.agent.send(AgentRequest(.status), timeout: .seconds(1))) == nil {
