@@ -46,14 +46,27 @@ extension Materialiser {
     }
 
     /// Removes the item at `path` (relative to the container's folder) under a coordinated
-    /// write (an app presenting it is told), if it is there.
-    func coordinatedRemove(_ path: String, in sync: isolated ContainerSync) async throws {
+    /// write (an app presenting it is told), if it is there — and, given its `recorded`
+    /// fingerprint, only if it is still as recorded: a file written since (an app's save just
+    /// before the removal) stays, for the next scan to send (found by `ubiquity-chaos`: a file
+    /// saved as a download moved its item to a new name was removed with the old name).
+    /// Returns false when it stayed.
+    @discardableResult
+    func coordinatedRemove(_ path: String, ifStill recorded: LocalFingerprint? = nil, in sync: isolated ContainerSync) async throws -> Bool {
         sync.logger.debug("removing", metadata: ["container": "\(sync.container)", "path": "\(path)"])
-        let url = sync.root.appendingPathComponent(path)
-        try await sync.coordinated {
-            try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url in
-                if FileManager.default.fileExists(atPath: url.path) { try FileManager.default.removeItem(at: url) }
+        let url = sync.root.appendingPathComponent(path), scanner = sync.scanner
+        let removed = try await sync.coordinated {
+            try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: url, options: .forDeleting) { url -> Bool in
+                guard FileManager.default.fileExists(atPath: url.path) else { return true }
+                if let recorded, scanner.fingerprint(of: path) != recorded { return false }
+                try FileManager.default.removeItem(at: url)
+                return true
             }
         }
+        if !removed {
+            sync.logger.notice("a file written since the agent last looked is kept, not removed; it goes as a new item",
+                               metadata: ["container": "\(sync.container)", "path": "\(path)"])
+        }
+        return removed
     }
 }

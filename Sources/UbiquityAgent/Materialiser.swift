@@ -104,7 +104,8 @@ final class Materialiser {
             for revision in sync.reconciler.conflictCopies.removeValue(forKey: item) ?? [] {
                 try sync.store.setConflictCopy(false, container: sync.container, item: item, revision: revision)
             }
-            try await coordinatedRemove(local.path, in: sync)
+            // Unless written since the scan: then it stays, and goes again as a new item.
+            try await coordinatedRemove(local.path, ifStill: local.fingerprint, in: sync)
             sync.files[local.path] = nil
             gone.append(local.path)
         }
@@ -430,7 +431,9 @@ final class Materialiser {
         sync.localContents[download.content] = members
         guard let file = try await place(staged, as: download, revision: revision, in: sync) else { return nil }
         if let previous, previous.path != path {
-            try await coordinatedRemove(previous.path, in: sync)
+            // The copy at the old name goes, unless it was written since (then it stays and the
+            // next scan sends it as a new item: nothing of it is lost).
+            try await coordinatedRemove(previous.path, ifStill: previous.fingerprint, in: sync)
             sync.files[previous.path] = nil
             try await sync.persist(upsert: [file], removed: [previous.path])
         } else {
@@ -453,6 +456,9 @@ final class Materialiser {
                 let now = scanner.fingerprint(of: path)
                 if let previous, previous.path == path, now != previous.fingerprint { return nil }
                 if previous?.path != path, now != nil { return nil }
+                // Moving to a new name: the copy at the old one saved over since the scan makes
+                // the download give way too (the edit goes next round; the server keeps both).
+                if let previous, previous.path != path, scanner.fingerprint(of: previous.path) != previous.fingerprint { return nil }
                 let replaced = ReplacedFile(holding: url.path, size: now?.size ?? 0)
                 defer { replaced?.release() }
                 try SafeSave.replaceItem(at: url) { temporary in

@@ -323,6 +323,46 @@ import UbiquityTestSupport
         }
     }
 
+    /// Found with seeds 10 and 11 (short runs six at once): an item renamed and changed elsewhere
+    /// (in the runs, renamed by the server for a name collision, then saved by another device)
+    /// was brought down to its new name, then its copy at the old name was removed — with the
+    /// save an app had made there a moment before: **an edit lost**. The copy at the old name
+    /// now goes only if it is as the agent last saw it; a file written since stays and is sent.
+    @Test func aSaveAtTheOldNameOfAnItemMovedElsewhereIsKept() async throws {
+        try await ContainerSyncTests().withServer { base, dir in
+            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
+            try laptop.write("a.txt", Data("one".utf8))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(phone.read("a.txt") == "one")
+            // The laptop renames it and saves it again.
+            let documents = laptop.documents
+            try FileManager.default.moveItem(at: documents.appendingPathComponent("a.txt"), to: documents.appendingPathComponent("b.txt"))
+            try Data("two".utf8).write(to: documents.appendingPathComponent("b.txt"), options: .atomic)
+            await laptop.sync.noteChange(at: "Documents/a.txt")
+            await laptop.sync.noteChange(at: "Documents/b.txt")
+            await laptop.sync.noteMove(from: "Documents/a.txt", to: "Documents/b.txt")
+            try await laptop.sync.syncOnce()
+            // The phone's app saves a.txt just as the agent has put the new contents at b.txt.
+            let phoneDocuments = phone.documents
+            await phone.sync.setPlacedForTesting { path in
+                guard path == "Documents/b.txt" else { return }
+                try? Data("the phone's edit".utf8).write(to: phoneDocuments.appendingPathComponent("a.txt"), options: .atomic)
+            }
+            try await phone.sync.syncOnce()
+            await phone.sync.setPlacedForTesting(nil)
+            #expect(phone.read("a.txt") == "the phone's edit", "the save at the old name was removed")
+            #expect(phone.read("b.txt") == "two")
+            await phone.sync.noteEverythingChanged()
+            try await phone.sync.syncOnce()
+            try await laptop.sync.syncOnce()
+            let contents = try await laptop.client.changes(container: ContainerSyncTests().notes, since: 0).items.filter { !$0.deleted && $0.kind == .file }
+            #expect(laptop.read("a.txt") == "the phone's edit", "\(contents.map(\.name))")
+            #expect(laptop.read("b.txt") == "two")
+        }
+    }
+
     /// Found by the long profile (seed 60): a download that failed (a reset link) left its
     /// error on the item after the file was found holding the server's contents anyway (the
     /// device's own commit, whose answer the reset had lost): the item was in step, yet the
