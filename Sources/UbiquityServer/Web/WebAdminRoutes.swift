@@ -20,16 +20,8 @@ struct WebAdminAccount: Codable, Sendable, Equatable {
     var usedBytes: Int64
     /// Its items not deleted, in every container.
     var items: Int64
-    /// Its devices signed in now (revoked ones are not listed).
-    var devices: [WebAdminDevice]
-}
-
-/// A device as the administration page lists it.
-struct WebAdminDevice: Codable, Sendable, Equatable {
-    var id: String
-    var name: String
-    var created: Double
-    var lastSeen: Double?
+    /// Its devices signed in now (revoked ones are not listed; `current`: the operator's browser).
+    var devices: [WebDevice]
 }
 
 /// `POST /web/api/admin/accounts/:account/quota`.
@@ -69,12 +61,13 @@ extension SyncServices {
         let operators = api.group("admin")
         operators.get("accounts") { _, context in
             _ = try await requireAdmin(context)
+            let asking = try context.requireDevice()
             var listed: [WebAdminAccount] = []
             for account in try await database.accounts() {
                 let usage = try await database.usage(ofAccount: account.id)
                 let devices = try await database.devices(ofAccount: account.name).filter { !$0.revoked }
                 listed.append(WebAdminAccount(name: account.name, admin: account.admin, quotaBytes: usage.quota, usedBytes: usage.used, items: usage.items,
-                                              devices: devices.map { WebAdminDevice(id: $0.id, name: $0.name, created: $0.created, lastSeen: $0.lastSeen) }))
+                                              devices: devices.map { WebDevice(id: $0.id, name: $0.name, created: $0.created, lastSeen: $0.lastSeen, current: $0.id == asking.deviceId) }))
             }
             return WebAdminAccountsResponse(accounts: listed)
         }
