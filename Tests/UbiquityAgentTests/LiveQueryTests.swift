@@ -62,8 +62,9 @@ import UbiquityQuery
 
         // The phone asks for it: the same result changes to current (the agent's status stream).
         try await blocking { try phoneDevice.startDownloading(at: phone.appendingPathComponent("Trip.txt")) }
-        #expect(await eventually { item.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusCurrent })
-        #expect(await eventually { item.value(forAttribute: NSMetadataUbiquitousItemIsUploadedKey) as? Bool == true })
+        // (A minute at most: once in CI, at the suite's busiest start, 15 s were not enough.)
+        #expect(await eventually(60) { item.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusCurrent })
+        #expect(await eventually(60) { item.value(forAttribute: NSMetadataUbiquitousItemIsUploadedKey) as? Bool == true })
         #expect(await eventually { updates.withLock { $0.contains { $0.changed.contains("Trip.txt") } } })
         print("a document saved on one device listed by the other's query after \(listed)")
     }
