@@ -118,7 +118,7 @@ let package = Package(
         // Real processes under faults: a server, agents and app-like writers through a fault-injecting relay.
         .executableTarget(
             name: "UbiquityChaos",
-            dependencies: ["Ubiquity", "UbiquityFiles", "UbiquityTestSupport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            dependencies: ["Ubiquity", "UbiquityFiles", "UbiquityDatabase", "UbiquityTestSupport", .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]
         ),
         // Load generator for the server: N simulated devices over loopback.

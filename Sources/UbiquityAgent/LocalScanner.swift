@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import UbiquityClient
 import UbiquityFiles
 import UbiquityProtocol
@@ -123,11 +124,17 @@ package struct LocalScanner: Sendable {
         }
         defer { closedir(directory) }
         var names: [String] = []
+        var temporaries: [String] = []
         while let entry = readdir(directory) {
             let name = POSIX.entryName(entry)
-            if name == "." || name == ".." || Self.isExcluded(name) { continue }
+            if name == "." || name == ".." { continue }
+            if Self.isExcluded(name) {
+                if Leftovers.isTemporary(name) { temporaries.append(name) }
+                continue
+            }
             names.append(name)
         }
+        for name in temporaries { Self.removeIfAbandoned(path + "/" + name) }
         for name in names.sorted() {
             let child = relative.isEmpty ? name : relative + "/" + name
             var info = stat()
@@ -150,6 +157,20 @@ package struct LocalScanner: Sendable {
             }
         }
     }
+
+    /// Removes a temporary that a program killed mid-save left (see ``Leftovers``): it would
+    /// never sync, and take space for ever. Logged, as is a failure to remove it.
+    static func removeIfAbandoned(_ path: String) {
+        do {
+            if try Leftovers.removeIfAbandoned(at: path) {
+                logger.notice("removed a temporary left by a program that stopped mid-save", metadata: ["path": "\(path)"])
+            }
+        } catch {
+            logger.warning("cannot remove a temporary left by a program that stopped mid-save", metadata: ["path": "\(path)", "error": "\(error)"])
+        }
+    }
+
+    static let logger = Logger(label: "ubiquity.agent.scanner")
 
     /// The fingerprint of the file, folder or package at `relative`, or nil if there is none. A
     /// package a member of which cannot be read is there with contents unknown: its fingerprint

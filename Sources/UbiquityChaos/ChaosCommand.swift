@@ -19,7 +19,7 @@ import Glibc
             an invariant was broken. A failing run names its seed and the command that replays \
             it. See docs/Reliability.md.
             """,
-        subcommands: [RunCommand.self, WriteCommand.self],
+        subcommands: [RunCommand.self, WriteCommand.self, DatabaseCommand.self],
         defaultSubcommand: RunCommand.self)
 }
 

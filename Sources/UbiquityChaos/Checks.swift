@@ -9,7 +9,8 @@ struct Snapshot: Equatable, Sendable {
     var files: [String: String] = [:]
     /// Folders (relative paths).
     var folders: Set<String> = []
-    /// Temporary files left behind (a save's or a download's), which must not outlive quiet.
+    /// Temporary files left behind (a save's or a download's; an app's killed mid-save, which
+    /// its device's agent removes), which must not outlive quiet.
     var strays: [String] = []
     /// Items known by metadata only (greedy agents download everything).
     var placeholders: [String] = []
@@ -30,8 +31,13 @@ struct Snapshot: Equatable, Sendable {
                 names.skipDescendants()
                 continue
             }
-            if name.hasPrefix(".ubiquity-") || SafeSave.isTemporaryName(name) {
+            if name.hasPrefix(".ubiquity-") || SafeSave.isTemporaryName(name) || Leftovers.isTemporary(name) {
                 strays.append(path)
+                names.skipDescendants()
+                continue
+            }
+            if name.hasSuffix(".nosync") {
+                // Stays on its device (a database's local store): not compared.
                 names.skipDescendants()
                 continue
             }
@@ -59,7 +65,7 @@ struct Snapshot: Equatable, Sendable {
 
 /// A broken promise found by the checks.
 struct Violation: Codable, Sendable, CustomStringConvertible {
-    /// `lost`, `diverged`, `stray`, `placeholder`, `spuriousConflict`, `keyValue`, `server`, `writer`, `agent`.
+    /// `lost`, `diverged`, `stray`, `placeholder`, `spuriousConflict`, `torn`, `keyValue`, `server`, `writer`, `agent`.
     var kind: String
     var detail: String
     var description: String { "\(kind): \(detail)" }
@@ -103,6 +109,7 @@ struct Checks {
     /// Each writer's own files are on every device exactly as its ledger says.
     mutating func checkOwnedFiles(_ snapshots: [Snapshot], models: [LedgerModel]) {
         for (device, model) in zip(devices, models) {
+            for save in model.torn { violate("torn", "\(device.name): an app killed mid-save left \(save)") }
             let prefix = Layout.owned(by: device.name) + "/"
             for (holder, snapshot) in zip(devices, snapshots) {
                 let actual = snapshot.files.filter { $0.key.hasPrefix(prefix) }
@@ -179,6 +186,40 @@ struct Checks {
         if let newest = lasts.map(\.time).max(), let winner = stores.first?[Layout.sharedKey] {
             let candidates = Set(lasts.filter { $0.time >= newest - 1 }.map(\.value))
             if !candidates.contains(winner) { violate("keyValue", "key shared = \(winner), not one of the last values set (\(candidates.sorted()))") }
+        }
+    }
+
+    /// Every device's database holds the same rows, agrees with its logs, waits for nothing;
+    /// each device's own notes are as it last committed them (its deleted ones gone); each
+    /// tally holds a value some device committed to it.
+    mutating func checkDatabases(_ states: [DatabaseState], models: [LedgerModel]) {
+        for (device, state) in zip(devices, states) {
+            for (author, reason) in state.waiting.sorted(by: { $0.key < $1.key }) { violate("database", "\(device.name) still waits for \(author)'s log: \(reason)") }
+            for (author, problem) in state.problems.sorted(by: { $0.key < $1.key }) { violate("database", "\(device.name) cannot read \(author)'s log: \(problem)") }
+            for difference in state.differences.prefix(5) { violate("database", "\(device.name)'s store disagrees with its logs: \(difference)") }
+        }
+        guard let first = states.first else { return }
+        for (device, state) in zip(devices, states).dropFirst() where state.rows != first.rows {
+            let differing = Set(first.rows.keys).union(state.rows.keys).filter { first.rows[$0] != state.rows[$0] }.sorted()
+            violate("diverged", "database rows differ between \(devices[0].name) and \(device.name): \(differing.prefix(5).map { "\($0): \(first.rows[$0] ?? "absent") vs \(state.rows[$0] ?? "absent")" })")
+        }
+        for (device, model) in zip(devices, models) {
+            for (path, value) in model.rows.sorted(by: { $0.key < $1.key }) {
+                expected += 1
+                for (holder, state) in zip(devices, states) where state.rows[path] != value {
+                    lost += 1
+                    violate("lost", "database row \(path) = \(value) committed on \(device.name): \(state.rows[path] ?? "absent") on \(holder.name)")
+                }
+            }
+            for path in model.deletedRows.sorted() {
+                for (holder, state) in zip(devices, states) where state.rows[path] != nil {
+                    violate("unexpected", "database row \(path), deleted on \(device.name), is on \(holder.name)")
+                }
+            }
+        }
+        let committed = models.reduce(into: [String: Set<String>]()) { all, model in all.merge(model.sharedRowValues) { $0.union($1) } }
+        for (path, value) in first.rows.sorted(by: { $0.key < $1.key }) where path.hasPrefix(ChaosDatabase.sharedTable + "/") && committed[path]?.contains(value) != true {
+            violate("database", "\(path) = \(value): a value no device committed")
         }
     }
 

@@ -242,12 +242,58 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
         return (try? await blocking { process.waitUntilExit(); return process.terminationStatus }) ?? -1
     }
 
+    /// The seed and pace of the round's writer, and how many times it was killed this round.
+    private var writerSettings: (seed: UInt64, pace: Int, kills: UInt64)?
+
     /// Starts this device's writer for a round.
     func startWriter(seed: UInt64, pace: Int) throws {
         try? FileManager.default.removeItem(at: stopFile) // (absent after the first round)
+        lock.withLock { writerSettings = (seed, pace, 0) }
+        try spawnWriter(seed: seed, pace: pace)
+    }
+
+    private func spawnWriter(seed: UInt64, pace: Int) throws {
         let process = try spawn(Binaries.chaos, ["write", "--container", container, "--key-value-store", keyValueStore, "--device", name, "--seed", "\(seed)",
                                                  "--ledger", ledger.path, "--stop-file", stopFile.path, "--pace-milliseconds", "\(pace)"], log: "writer.log")
         lock.withLock { writer = process }
+    }
+
+    var writerIsRunning: Bool { lock.withLock { writer?.isRunning ?? false } }
+
+    /// SIGKILLs the writer (an app killed wherever it is: mid-save, mid-move, holding a
+    /// coordinated write or a document open), and waits for it to be gone.
+    func killWriter() async {
+        guard let process = lock.withLock({ () -> ChildProcess? in defer { writer = nil }; return writer }) else { return }
+        process.signal(SIGKILL)
+        _ = try? await blocking { process.waitUntilExit() } // (cannot fail)
+    }
+
+    /// Waits (up to `timeout`) until the writer is inside a step — its ledger's last line an
+    /// intent written ahead — so that a kill lands mid-save; false if none began meanwhile.
+    func waitForWriterMidStep(timeout: Duration) async -> Bool {
+        let start = ContinuousClock.now
+        while ContinuousClock.now - start < timeout {
+            if let handle = try? FileHandle(forReadingFrom: ledger) {
+                defer { try? handle.close() } // (read-only)
+                let size = (try? handle.seekToEnd()) ?? 0
+                try? handle.seek(toOffset: size > 4_096 ? size - 4_096 : 0)
+                let tail = (try? handle.readToEnd()) ?? Data()
+                if let line = tail.split(separator: UInt8(ascii: "\n")).last, let entry = try? JSONDecoder().decode(LedgerEntry.self, from: Data(line)),
+                   entry.operation == .intent { return true }
+            }
+            try? await Task.sleep(for: .milliseconds(2))
+        }
+        return false
+    }
+
+    /// Starts the round's writer again after a kill (the app launched again): its choices
+    /// from a seed of their own, its ledger where the killed one left it.
+    func restartWriter() throws {
+        guard let settings = lock.withLock({ () -> (seed: UInt64, pace: Int, kills: UInt64)? in
+            writerSettings?.kills += 1
+            return writerSettings
+        }) else { return }
+        try spawnWriter(seed: settings.seed &+ 7_919 &* settings.kills, pace: settings.pace)
     }
 
     /// Asks the writer to stop after its step and waits (up to `timeout`); false if it had to
@@ -268,6 +314,29 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
             agent?.signal(SIGKILL)
             writer?.signal(SIGKILL)
         }
+    }
+
+    /// Opens the device's database as its app would at launch (`ubiquity-chaos database`, in the
+    /// device's environment): what it published, imported and holds.
+    func databaseState() async throws -> DatabaseState {
+        let environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }.merging(clockEnvironment) { $1 }
+        let log = try logHandle("writer.log")
+        defer { try? log.close() } // (the child has its own copy)
+        let (status, output) = try await blocking { () -> (Int32, Data) in
+            let process = ChildProcess()
+            process.executableURL = Binaries.chaos
+            process.arguments = ["database", "--container", self.container]
+            process.environment = environment
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            process.standardError = log
+            try process.run()
+            let output = pipe.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return (process.terminationStatus, output)
+        }
+        guard status == 0 else { throw ChaosError("\(name)'s database did not open or import (status \(status); see \(logs.path)/\(name)-writer.log)") }
+        return try JSONDecoder().decode(DatabaseState.self, from: output)
     }
 
     /// The agent's status, if it answers.

@@ -13,6 +13,9 @@ enum FaultKind: String, CaseIterable, Codable, Sendable {
     case agentKill
     /// SIGKILL the server, start it again 0–3 s later (devices reconnect through their relays).
     case serverKill
+    /// SIGKILL a device's writer — an app killed mid-save, mid-move, with a document open or a
+    /// coordinated write held — and start it again 0–2 s later (it recovers from its ledger).
+    case appKill
     /// A device's network gone for 1–5 s (open connections reset, new ones refused).
     case cut
     /// A device's network silent for 1–8 s (bytes held, no error).
@@ -41,6 +44,7 @@ enum FaultKind: String, CaseIterable, Codable, Sendable {
         switch self {
         case .agentKill: 5
         case .serverKill: 2
+        case .appKill: 3
         case .cut: 4
         case .stall: 3
         case .drip: 2
@@ -150,6 +154,8 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
     /// Devices whose agent is being killed and started again (a second kill meanwhile would
     /// only make the restart report a kill of its own).
     private let busyAgents = Mutex<Set<Int>>([])
+    /// Devices whose writer is being killed and started again.
+    private let busyWriters = Mutex<Set<Int>>([])
 
     /// Small filesystems mounted for the run (released at its end).
     private(set) var disks: [URL] = []
@@ -298,7 +304,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
     /// healed, the devices go quiet, and the invariants are checked.
     private func runRound(_ round: Int) async throws -> RoundReport {
         let before = faultCounts.withLock { $0 }
-        let editsBefore = try devices.map { try LedgerEntry.read($0.ledger).count }.reduce(0, +)
+        let editsBefore = try devices.map { try LedgerEntry.read($0.ledger).filter { $0.operation != .intent }.count }.reduce(0, +)
         for device in devices {
             try device.startWriter(seed: settings.seed &* 1_000_003 &+ UInt64(round * 100 + device.index), pace: settings.paceMilliseconds)
         }
@@ -330,21 +336,24 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
 
         note("round \(round): healed")
         let healed = ContinuousClock.now
-        var snapshots: [Snapshot] = []
-        var stores: [[String: String]] = []
-        var quiet: Double?
-        while ContinuousClock.now - healed < .seconds(settings.settleSeconds) {
-            let statuses = devices.map { $0.status() }
-            let idle = statuses.allSatisfy { status in status.map { $0.connected && $0.containers.allSatisfy { $0.idle && $0.queued == 0 } } ?? false }
-            if idle {
-                snapshots = devices.map { Snapshot(root: $0.root!) }
-                stores = devices.map(keyValues)
-                if snapshots.allSatisfy({ $0 == snapshots[0] && $0.placeholders.isEmpty && $0.strays.isEmpty }) && stores.allSatisfy({ $0 == stores[0] }) {
-                    quiet = (ContinuousClock.now - healed).seconds
+        var (quiet, snapshots, stores) = try await settle(since: healed)
+        // The databases, opened as their apps would at launch: each publishes what a killed
+        // writer had not, and imports the others' logs; what one published must reach the
+        // others (quiet again) before they import it. Three passes at most.
+        var databases: [DatabaseState] = []
+        for pass in 1...3 where quiet != nil {
+            databases = []
+            for device in devices {
+                do { databases.append(try await device.databaseState()) } catch {
+                    checks.record("database", "\(error)")
+                    databases = []
                     break
                 }
             }
-            try await Task.sleep(for: .milliseconds(250))
+            let published = zip(devices, databases).filter { $0.1.published }.map(\.0.name)
+            if published.isEmpty { break }
+            note("round \(round): database pass \(pass): \(published.joined(separator: ", ")) published what a killed writer had not")
+            (quiet, snapshots, stores) = try await settle(since: healed)
         }
         if quiet == nil {
             snapshots = devices.map { $0.root.map { Snapshot(root: $0) } ?? Snapshot() }
@@ -361,11 +370,33 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         checks.checkOwnedFiles(snapshots, models: models)
         await checks.checkSharedFiles(snapshots, models: models)
         checks.checkKeyValues(stores, models: models)
+        if !databases.isEmpty { checks.checkDatabases(databases, models: models) }
 
         let after = faultCounts.withLock { $0 }
-        let edits = try devices.map { try LedgerEntry.read($0.ledger).count }.reduce(0, +) - editsBefore
+        let edits = try devices.map { try LedgerEntry.read($0.ledger).filter { $0.operation != .intent }.count }.reduce(0, +) - editsBefore
         return RoundReport(round: round, faults: after.merging(before.mapValues { -$0 }) { $0 + $1 }.filter { $0.value > 0 }, edits: edits,
                            expected: checks.expected, lost: checks.lost, convergenceSeconds: quiet, violations: checks.violations)
+    }
+
+    /// Waits (until `settleSeconds` after `healed`) for every agent to be connected and idle,
+    /// every tree the same without strays or placeholders, and every key-value store the same:
+    /// the seconds since `healed` it took (nil: never), and the trees and stores last read.
+    private func settle(since healed: ContinuousClock.Instant) async throws -> (quiet: Double?, snapshots: [Snapshot], stores: [[String: String]]) {
+        var snapshots: [Snapshot] = []
+        var stores: [[String: String]] = []
+        while ContinuousClock.now - healed < .seconds(settings.settleSeconds) {
+            let statuses = devices.map { $0.status() }
+            let idle = statuses.allSatisfy { status in status.map { $0.connected && $0.containers.allSatisfy { $0.idle && $0.queued == 0 } } ?? false }
+            if idle {
+                snapshots = devices.map { Snapshot(root: $0.root!) }
+                stores = devices.map(keyValues)
+                if snapshots.allSatisfy({ $0 == snapshots[0] && $0.placeholders.isEmpty && $0.strays.isEmpty }) && stores.allSatisfy({ $0 == stores[0] }) {
+                    return ((ContinuousClock.now - healed).seconds, snapshots, stores)
+                }
+            }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        return (nil, snapshots, stores)
     }
 
     /// A device's key-value store as strings.
@@ -418,6 +449,17 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
                 try? await Task.sleep(for: .seconds(pause * 2)) // (a cancelled sleep only shortens the pause)
                 do { try await device.startAgent() } catch { say("\(device.name)'s agent did not restart: \(error)") }
                 self.busyAgents.withLock { _ = $0.remove(device.index) }
+            }
+        case .appKill:
+            guard device.writerIsRunning, busyWriters.withLock({ $0.insert(device.index).inserted }) else { return nil }
+            return Task {
+                // Aimed mid-step (a save, a move, a delete under way) when one begins within 3 s.
+                let midStep = await device.waitForWriterMidStep(timeout: .seconds(3))
+                self.count(kind, device.name, (midStep ? "mid-step, " : "between steps, ") + String(format: "restart after %.1f s", pause * 2))
+                await device.killWriter()
+                try? await Task.sleep(for: .seconds(pause * 2)) // (a cancelled sleep only shortens the pause)
+                do { try device.restartWriter() } catch { say("\(device.name)'s writer did not restart: \(error)") }
+                self.busyWriters.withLock { _ = $0.remove(device.index) }
             }
         case .serverKill:
             guard serverBusy.withLock({ busy in defer { busy = true }; return !busy }) else { return nil }

@@ -19,6 +19,17 @@ struct LedgerEntry: Codable, Sendable, Equatable {
         case keyValue
         /// The unresolved conflicts of `path` were resolved by keeping the current version.
         case resolve
+        /// Written ahead of a step: what it is about to do (`via` names the step; `sha256` the
+        /// contents it writes, `value` the value it sets). A writer killed mid-step finds it last
+        /// in its ledger when it starts again, and records what the step left (see
+        /// `Writer.recover(_:)`).
+        case intent
+        /// A row of the device's `UbiquitousDatabase` committed: `path` is `TABLE/ID`, `value`
+        /// its value (nil: the row deleted).
+        case row
+        /// An atomic save was killed part way and left at `path` contents that are neither the
+        /// old ones nor the new (`sha256`): a torn save, a broken promise of its own.
+        case torn
     }
 
     /// The device's name.
@@ -75,6 +86,14 @@ struct LedgerModel: Sendable, Equatable {
     var values: [String: (value: String, time: Double)] = [:]
     /// Per shared path, the last contents this device wrote there.
     var lastShared: [String: String] = [:]
+    /// Saves that a kill left torn (path and what was found).
+    var torn: [String] = []
+    /// The device's own database rows (`note/ID` → value) as it last committed them.
+    var rows: [String: String] = [:]
+    /// Its own rows it deleted (and did not make again).
+    var deletedRows: Set<String> = []
+    /// Every value it committed to a row every device writes (`tally/ID`).
+    var sharedRowValues: [String: Set<String>] = [:]
     /// Steps taken.
     var steps = 0
 
@@ -108,7 +127,19 @@ struct LedgerModel: Sendable, Equatable {
             remove(entry.path)
         case .keyValue:
             values[entry.path] = (entry.value ?? "", entry.time)
-        case .resolve:
+        case .row:
+            if entry.path.hasPrefix(ChaosDatabase.sharedTable + "/") {
+                if let value = entry.value { sharedRowValues[entry.path, default: []].insert(value) }
+            } else if let value = entry.value {
+                rows[entry.path] = value
+                deletedRows.remove(entry.path)
+            } else {
+                rows[entry.path] = nil
+                deletedRows.insert(entry.path)
+            }
+        case .torn:
+            torn.append("\(entry.path) (\(entry.via ?? "a save") left \(entry.sha256.map { String($0.prefix(12)) } ?? "nothing"))")
+        case .resolve, .intent:
             break
         }
     }

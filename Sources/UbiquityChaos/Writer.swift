@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Ubiquity
+import UbiquityDatabase
 import UbiquityTestSupport
 
 /// A flat text document as an app keeps one: its bytes.
@@ -55,6 +56,11 @@ struct WriteCommand: AsyncParsableCommand {
     /// Key-value pairs set but not yet written to the device's store, and the account they were set under.
     var unwritten: (account: String?, values: [String: String]) = (nil, [:])
     let coordinator = NSFileCoordinator(filePresenter: nil)
+    /// The step a kill cut short in an earlier run of this writer (its ledger's last entry is
+    /// its intent), to recover from before anything else.
+    var pendingIntent: LedgerEntry?
+    /// The device's database in iCloud (opened when signed in).
+    var database: UbiquitousDatabase?
 
     init(command: WriteCommand) throws {
         self.command = command
@@ -62,8 +68,10 @@ struct WriteCommand: AsyncParsableCommand {
         guard let root = containers.url(forContainer: command.container) else { throw ValidationError("not signed in: no container \(command.container)") }
         self.root = root
         let url = URL(fileURLWithPath: command.ledger)
-        model = LedgerModel(try LedgerEntry.read(url))
+        let entries = try LedgerEntry.read(url)
+        model = LedgerModel(entries)
         ledger = try LedgerFile(url)
+        pendingIntent = entries.last.flatMap { $0.operation == .intent ? $0 : nil }
         store = NSUbiquitousKeyValueStore(identifier: command.keyValueStore, containers: containers)
         random = SeededGenerator(seed: command.seed)
         try FileManager.default.createDirectory(at: root.appendingPathComponent(Layout.owned(by: command.device) + "/sub"), withIntermediateDirectories: true)
@@ -74,6 +82,11 @@ struct WriteCommand: AsyncParsableCommand {
         // A harness that died (killed with the test that ran it) leaves no stop file: a writer
         // whose parent is gone stops rather than write on for ever.
         let harness = getppid()
+        _ = openDatabase() // as an app opens its store at launch: what a killed run captured is published now
+        if let intent = pendingIntent {
+            try recover(intent)
+            pendingIntent = nil
+        }
         while !FileManager.default.fileExists(atPath: command.stopFile) {
             guard getppid() == harness else {
                 FileHandle.standardError.write(Data("writer \(command.device): the harness is gone; stopping\n".utf8))
@@ -82,6 +95,7 @@ struct WriteCommand: AsyncParsableCommand {
             try await step()
             try await Task.sleep(for: .milliseconds(Int.random(in: 0...command.paceMilliseconds, using: &random)))
         }
+        await closeDatabase()
         try synchronize()
     }
 
@@ -94,7 +108,7 @@ struct WriteCommand: AsyncParsableCommand {
     }
 
     mutating func step() async throws {
-        let roll = Int.random(in: 0..<100, using: &random)
+        let roll = Int.random(in: 0..<110, using: &random)
         let files = ownFiles
         switch roll {
         case 0..<18: try create()
@@ -108,6 +122,7 @@ struct WriteCommand: AsyncParsableCommand {
         case 73..<88: try writeShared()
         case 88..<92: try resolveShared()
         case 92..<100: try setValues()
+        case 100..<110: try await writeDatabase()
         default: try create()
         }
     }
@@ -133,10 +148,60 @@ struct WriteCommand: AsyncParsableCommand {
 
     private func url(_ path: String) -> URL { root.appendingPathComponent(path) }
 
-    private mutating func record(_ operation: LedgerEntry.Operation, _ path: String, to: String? = nil, sha256: String? = nil, value: String? = nil, via: String? = nil) throws {
-        let entry = LedgerEntry(device: command.device, step: model.steps, operation: operation, path: path, to: to, sha256: sha256, value: value, via: via, time: Date().timeIntervalSince1970)
+    mutating func record(_ operation: LedgerEntry.Operation, _ path: String, to: String? = nil, sha256: String? = nil, value: String? = nil, via: String? = nil,
+                                 step: Int? = nil, time: Double? = nil) throws {
+        let entry = LedgerEntry(device: command.device, step: step ?? model.steps, operation: operation, path: path, to: to, sha256: sha256, value: value, via: via,
+                                time: time ?? Date().timeIntervalSince1970)
         try ledger.append(entry)
         model.apply(entry)
+    }
+
+    /// Writes ahead what the step is about to do (see ``LedgerEntry/Operation/intent``).
+    func intend(_ via: String, _ path: String, to: String? = nil, sha256: String? = nil, value: String? = nil) throws {
+        try ledger.append(LedgerEntry(device: command.device, step: model.steps, operation: .intent, path: path, to: to, sha256: sha256, value: value, via: via,
+                                      time: Date().timeIntervalSince1970))
+    }
+
+    /// After a kill (the harness's `appKill`) cut `intent`'s step short: records what the step
+    /// left, as an app that starts again finds it. An atomic save left the old contents or the
+    /// new ones — anything else is a torn save, recorded as such (the checks report it); an
+    /// in-place write, a move or a delete left whatever is there. A package member's folder the
+    /// step had just made and left empty is removed, as the app would have on a failure.
+    mutating func recover(_ intent: LedgerEntry) throws {
+        let path = intent.path
+        FileHandle.standardError.write(Data("writer \(command.device): recovering from step \(intent.step) (\(intent.via ?? "?") \(path)), cut short by a kill\n".utf8))
+        func onDisk(_ path: String) -> String? { FileManager.default.contents(atPath: url(path).path).map(sha256) }
+        switch intent.via {
+        case "coordinated", "plain", "document", "package", "shared":
+            let found = onDisk(path)
+            let old = Layout.isShared(path) ? nil : model.files[path]
+            if found == intent.sha256 {
+                try record(.write, path, sha256: found, via: intent.via, step: intent.step, time: intent.time)
+            } else if Layout.isShared(path) {
+                break // another device's contents may be there now: what this one wrote last stands
+            } else if found != old {
+                try record(.torn, path, sha256: found, via: intent.via, step: intent.step)
+                try record(.observe, path, sha256: found, step: intent.step)
+            }
+            if intent.via == "package" {
+                let folder = url(path).deletingLastPathComponent()
+                if (try? FileManager.default.contentsOfDirectory(atPath: folder.path))?.isEmpty == true { try FileManager.default.removeItem(at: folder) }
+            }
+        case "inPlace":
+            try record(.observe, path, sha256: onDisk(path), step: intent.step)
+        case "move":
+            try observe([path] + (intent.to.map { [$0] } ?? []), after: CocoaError(.userCancelled))
+        case "delete":
+            try observe([path], after: CocoaError(.userCancelled))
+        case "database":
+            try recoverDatabase(intent)
+        case "keyValue":
+            if let value = intent.value, identity.token != nil, store.string(forKey: Layout.ownKey(command.device)) == value {
+                for key in [Layout.ownKey(command.device), Layout.sharedKey] { try record(.keyValue, key, value: value, step: intent.step, time: intent.time) }
+            }
+        default:
+            break
+        }
     }
 
     /// After a failed step: records what is there now (a file's hash, or nothing), so the
@@ -165,6 +230,7 @@ struct WriteCommand: AsyncParsableCommand {
     mutating func create() throws {
         let path = newName("txt")
         let data = contents()
+        try intend("coordinated", path, sha256: sha256(data))
         do {
             try coordinator.coordinate(writingItemAt: url(path), options: .forReplacing) { try data.write(to: $0, options: .atomic) }
             try record(.write, path, sha256: sha256(data), via: "coordinated")
@@ -174,6 +240,7 @@ struct WriteCommand: AsyncParsableCommand {
     /// Replaces a file's contents, through coordination as apps do or plainly as other programs do.
     mutating func edit(_ path: String, coordinated: Bool) throws {
         let data = contents()
+        try intend(coordinated ? "coordinated" : "plain", path, sha256: sha256(data))
         do {
             if coordinated {
                 try coordinator.coordinate(writingItemAt: url(path), options: .forReplacing) { try data.write(to: $0, options: .atomic) }
@@ -187,6 +254,7 @@ struct WriteCommand: AsyncParsableCommand {
     /// Overwrites a few bytes inside the file, in place, without coordination (a log appender,
     /// a database without its journal).
     mutating func editInPlace(_ path: String) throws {
+        try intend("inPlace", path)
         do {
             let handle = try FileHandle(forUpdating: url(path))
             defer { try? handle.close() }
@@ -210,6 +278,7 @@ struct WriteCommand: AsyncParsableCommand {
             guard await document.open() else { return try observe([path], after: CocoaError(.fileReadUnknown)) }
         }
         document.data = data
+        try intend("document", path, sha256: sha256(data))
         let saved = await document.save(to: url(path), for: existing == nil ? .forCreating : .forOverwriting)
         _ = await document.close()
         if saved {
@@ -226,6 +295,7 @@ struct WriteCommand: AsyncParsableCommand {
         let files = ["Info.txt", "Data/body.bin", "Data/notes.txt"]
         let name = files.randomElement(using: &random)!
         let data = contents()
+        try intend("package", path + "/" + name, sha256: sha256(data))
         do {
             try coordinator.coordinate(writingItemAt: url(path), options: .forReplacing) { target in
                 let file = target.appendingPathComponent(name)
@@ -252,6 +322,7 @@ struct WriteCommand: AsyncParsableCommand {
         let folder = path.hasPrefix(own + "/sub/") ? own : own + "/sub"
         let to = Bool.random(using: &random) ? "\(folder)/\(name)" : "\((path as NSString).deletingLastPathComponent)/m\(model.steps).\(ext)"
         guard to != path, !FileManager.default.fileExists(atPath: url(to).path) else { return }
+        try intend("move", path, to: to)
         var failure: NSError?
         var moved: (any Error)?
         coordinator.coordinate(writingItemAt: url(path), options: .forMoving, writingItemAt: url(to), options: .forReplacing, error: &failure) { source, destination in
@@ -268,6 +339,7 @@ struct WriteCommand: AsyncParsableCommand {
     }
 
     mutating func delete(_ path: String) throws {
+        try intend("delete", path)
         do {
             try coordinator.coordinate(writingItemAt: url(path), options: .forDeleting) { try FileManager.default.removeItem(at: $0) }
             try record(.delete, path)
@@ -278,6 +350,7 @@ struct WriteCommand: AsyncParsableCommand {
     mutating func writeShared() throws {
         let path = "\(Layout.shared)/note-\(Int.random(in: 0..<command.sharedFiles, using: &random)).txt"
         let data = contents()
+        try intend("shared", path, sha256: sha256(data))
         do {
             try coordinator.coordinate(writingItemAt: url(path), options: .forReplacing) { try data.write(to: $0, options: .atomic) }
             try record(.write, path, sha256: sha256(data), via: "coordinated")
@@ -312,6 +385,7 @@ struct WriteCommand: AsyncParsableCommand {
         let keys = [Layout.ownKey(command.device), Layout.sharedKey]
         let account = identity.token
         if account == nil || account != unwritten.account { unwritten = (account, [:]) }
+        try intend("keyValue", keys[0], value: value)
         for key in keys {
             store.set(value, forKey: key)
             unwritten.values[key] = value

@@ -92,7 +92,7 @@ struct BaselineFolder: Sendable {
         try LogFolder.checkDevice(header.device)
         let folder = url.appendingPathComponent(header.device, isDirectory: true)
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
-        let staged = folder.appendingPathComponent(".ubiquity-baseline-\(UUID().uuidString.prefix(12)).tmp")
+        let staged = folder.appendingPathComponent(".ubiquity-baseline-\(Leftovers.ownedSuffix()).tmp")
         defer { unlink(staged.path) }
         guard FileManager.default.createFile(atPath: staged.path, contents: nil) else {
             throw FileAccessError(operation: "create baseline", path: staged.path, errno: errno)

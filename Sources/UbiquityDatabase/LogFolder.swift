@@ -53,7 +53,7 @@ public struct LogFolder: Sendable {
             throw LogSegmentError(.tooLarge, "segment \(segment.number) would be \(data.count) bytes; a segment has at most \(LogSegment.maximumBytes) (a single row larger than that cannot sync)")
         }
         // A `.ubiquity-` name: the sync agent never takes it for an item.
-        let staged = folder.appendingPathComponent(".ubiquity-segment-\(UUID().uuidString.prefix(12)).tmp").path
+        let staged = folder.appendingPathComponent(".ubiquity-segment-\(Leftovers.ownedSuffix()).tmp").path
         try POSIX.createFile(staged, contents: data, permissions: 0o644, sync: true)
         defer { unlink(staged) } // gone once moved; removed if the move failed
         let destination = folder.appendingPathComponent(LogSegment.fileName(number: segment.number))

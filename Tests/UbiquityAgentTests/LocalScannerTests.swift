@@ -38,6 +38,29 @@ import Glibc
         }
     }
 
+    /// A program killed mid-save leaves its temporary beside the item: it never syncs, so a
+    /// look at its folder removes it once it is abandoned (its process gone; or, for one that
+    /// names no process, closed and quiet) — and leaves a live save's alone.
+    @Test func aLookRemovesTemporariesThatKilledProgramsLeft() throws {
+        defer { try? FileManager.default.removeItem(at: root) }
+        let killed = Process()
+        killed.executableURL = URL(fileURLWithPath: "/bin/true")
+        try killed.run()
+        killed.waitUntilExit()
+        let gone = killed.processIdentifier
+        try write("Documents/a.txt", "a")
+        try write("Documents/.a.txt.ubiquity-save-\(gone)-0123456789abcdef", "a save cut short")
+        try write("Documents/.b.txt.ubiquity-save-\(getppid())-0123456789abcdef", "a save under way")
+        try write("Documents/.dat.nosync1a2b.c3d4", "an atomic write cut short")
+        try FileManager.default.setAttributes([.modificationDate: Date().addingTimeInterval(-60)], ofItemAtPath: root.appendingPathComponent("Documents/.dat.nosync1a2b.c3d4").path)
+        try write("Databases/Recipes/logs/d1/.ubiquity-segment-\(gone)-0123456789abcdef.tmp", "a segment cut short")
+        try write("Documents/.ubiquity-download-1234abcd", "the agent's own staging: its materialiser's to clean")
+        #expect(try LocalScanner(root: root).scan().keys.sorted() == ["Databases", "Databases/Recipes", "Databases/Recipes/logs", "Databases/Recipes/logs/d1", "Documents", "Documents/a.txt"])
+        let left = try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("Documents").path).sorted()
+        #expect(left == [".b.txt.ubiquity-save-\(getppid())-0123456789abcdef", ".ubiquity-download-1234abcd", "a.txt"])
+        #expect(try FileManager.default.contentsOfDirectory(atPath: root.appendingPathComponent("Databases/Recipes/logs/d1").path).isEmpty)
+    }
+
     @Test func changesAreAddsModificationsMovesAndRemovals() throws {
         defer { try? FileManager.default.removeItem(at: root) }
         let scanner = LocalScanner(root: root)

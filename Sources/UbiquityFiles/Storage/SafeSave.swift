@@ -11,7 +11,8 @@ import Logging
 /// one at the path, never a mixture; a failure before the switch leaves the old item untouched
 /// and removes the temporary.
 public enum SafeSave {
-    /// The prefix-and-infix that marks this library's temporary siblings: `.NAME.ubiquity-save-…`.
+    /// The prefix-and-infix that marks this library's temporary siblings: `.NAME.ubiquity-save-PID-…`
+    /// (the process that writes it: see ``Leftovers``).
     static let temporaryMarker = ".ubiquity-save-"
 
     /// Replaces (or creates) the item at `destination` with one that `write` produces.
@@ -37,7 +38,7 @@ public enum SafeSave {
         let parent = (destinationPath as NSString).deletingLastPathComponent
         let name = (destinationPath as NSString).lastPathComponent
         removeStaleTemporaries(named: name, in: parent, logger: logger)
-        let temporary = parent + "/." + name + temporaryMarker + randomSuffix()
+        let temporary = parent + "/." + name + temporaryMarker + Leftovers.ownedSuffix()
         do {
             try write(URL(fileURLWithPath: temporary))
             guard let written = try POSIX.status(temporary) else {
@@ -82,11 +83,15 @@ public enum SafeSave {
         name.hasPrefix(".") && name.contains(temporaryMarker)
     }
 
-    /// Removes temporaries that an interrupted save of `name` left in `directory`.
+    /// Removes temporaries that an interrupted save of `name` left in `directory`: those whose
+    /// process is gone (a save another process is making now is left alone), and those of
+    /// earlier versions, which named no process.
     static func removeStaleTemporaries(named name: String, in directory: String, logger: Logger?) {
         let prefix = "." + name + temporaryMarker
         guard let entries = try? POSIX.directoryEntries(directory) else { return } // best effort: the save itself reports real trouble
-        for entry in entries where entry.hasPrefix(prefix) && entry.count == prefix.count + 16 {
+        for entry in entries where entry.hasPrefix(prefix) {
+            let unowned = entry.count == prefix.count + 16
+            guard unowned || Leftovers.isAbandoned(at: directory + "/" + entry) else { continue }
             do { try POSIX.removeTree(directory + "/" + entry) } catch {
                 logger?.warning("could not remove a stale temporary", metadata: ["path": "\(directory)/\(entry)", "error": "\(error)"])
             }
