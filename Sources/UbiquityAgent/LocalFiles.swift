@@ -106,7 +106,8 @@ enum LocalContents {
             return [LocalMember(path: "", chunks: try ContentChunker.standard.chunks(ofFileAt: url))]
         case .package:
             return try scanner.members(of: relative).map { member in
-                LocalMember(path: member.path, chunks: try ContentChunker.standard.chunks(ofFileAt: url.appendingPathComponent(member.path)))
+                member.path.hasSuffix("/") ? LocalMember(path: member.path, chunks: []) // an empty folder
+                    : LocalMember(path: member.path, chunks: try ContentChunker.standard.chunks(ofFileAt: url.appendingPathComponent(member.path)))
             }
         }
     }

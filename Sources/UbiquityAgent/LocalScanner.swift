@@ -191,12 +191,24 @@ package struct LocalScanner: Sendable {
     }
 
     /// The files of the package at `relative`, by path inside it (sorted), with their
-    /// fingerprints; excluded names are left out as everywhere.
+    /// fingerprints, and its folders that hold nothing (as `PATH/`); excluded names are left out
+    /// as everywhere.
     /// - Throws: ``ScanError`` when a folder of it cannot be read.
     package func members(of relative: String) throws -> [(path: String, fingerprint: LocalFingerprint)] {
         var tree: LocalTree = [:]
         try LocalScanner(root: root.appendingPathComponent(relative), packageExtensions: []).walk("", into: &tree)
-        return tree.filter { $0.value.kind == .file }.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+        // Files, and folders with nothing in them (as `PATH/`): an empty folder an app made in
+        // its package is part of the document.
+        let parents = Set(tree.keys.map { ($0 as NSString).deletingLastPathComponent })
+        var members: [(path: String, fingerprint: LocalFingerprint)] = []
+        for (path, print) in tree {
+            switch print.kind {
+            case .file: members.append((path, print))
+            case .directory where !parents.contains(path): members.append((path + "/", print))
+            default: continue
+            }
+        }
+        return members.sorted { $0.path < $1.path }
     }
 
     func packageFingerprint(_ relative: String, _ info: stat) throws -> LocalFingerprint {

@@ -31,6 +31,14 @@ struct StagedWriter: Sendable {
         do {
             for (index, member) in members.enumerated() {
                 let url = member.path.isEmpty ? root : root.appendingPathComponent(member.path)
+                if kind == .package, member.path.hasSuffix("/") {
+                    // An empty folder: made, and held open so that finishing syncs it as the rest.
+                    try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+                    let fd = open(url.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+                    guard fd >= 0 else { throw Self.failure("open", url) }
+                    descriptors.append(fd)
+                    continue
+                }
                 if kind == .package { try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true) }
                 let fd = open(url.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
                 guard fd >= 0 else { throw Self.failure("create", url) }

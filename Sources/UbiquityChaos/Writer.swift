@@ -165,8 +165,8 @@ struct WriteCommand: AsyncParsableCommand {
     /// After a kill (the harness's `appKill`) cut `intent`'s step short: records what the step
     /// left, as an app that starts again finds it. An atomic save left the old contents or the
     /// new ones — anything else is a torn save, recorded as such (the checks report it); an
-    /// in-place write, a move or a delete left whatever is there. A package member's folder the
-    /// step had just made and left empty is removed, as the app would have on a failure.
+    /// in-place write, a move or a delete left whatever is there (a package member's folder the
+    /// step had just made may be left empty: it syncs with the package).
     mutating func recover(_ intent: LedgerEntry) throws {
         let path = intent.path
         FileHandle.standardError.write(Data("writer \(command.device): recovering from step \(intent.step) (\(intent.via ?? "?") \(path)), cut short by a kill\n".utf8))
@@ -182,10 +182,6 @@ struct WriteCommand: AsyncParsableCommand {
             } else if found != old {
                 try record(.torn, path, sha256: found, via: intent.via, step: intent.step)
                 try record(.observe, path, sha256: found, step: intent.step)
-            }
-            if intent.via == "package" {
-                let folder = url(path).deletingLastPathComponent()
-                if (try? FileManager.default.contentsOfDirectory(atPath: folder.path))?.isEmpty == true { try FileManager.default.removeItem(at: folder) }
             }
         case "inPlace":
             try record(.observe, path, sha256: onDisk(path), step: intent.step)
@@ -305,8 +301,8 @@ struct WriteCommand: AsyncParsableCommand {
                 do {
                     try data.write(to: file, options: .atomic)
                 } catch {
-                    // A careful app leaves no empty folder behind (an empty folder inside a
-                    // package does not sync: docs/Reliability.md, known gaps).
+                    // A careful app leaves no empty folder behind (one killed here does: the
+                    // empty folder syncs as part of the package).
                     if made { try? FileManager.default.removeItem(at: folder) } // (best effort; the failure is what is reported)
                     throw error
                 }

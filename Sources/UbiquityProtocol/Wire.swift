@@ -55,9 +55,11 @@ public struct ChunkReference: Codable, Sendable, Hashable {
     }
 }
 
-/// One file inside a package: its path (relative, `/`-separated) and chunks.
+/// One file inside a package: its path (relative, `/`-separated) and chunks — or a folder with
+/// nothing in it, whose path ends in `/` and which has no chunks (an app's package may hold an
+/// empty folder it fills later; the other devices must find it too).
 public struct ManifestMember: Codable, Sendable, Equatable {
-    /// The member's path inside the package.
+    /// The member's path inside the package (ending in `/` for an empty folder).
     public var path: String
     /// Its chunks, in order.
     public var chunks: [ChunkReference]

@@ -100,6 +100,19 @@ extension ContainerSyncTests {
             #expect(phone.read("Work/Sketch.note/Text.txt") == "second draft")
             #expect(sent < 16_384 && received < 16_384, "a 1 MiB member unchanged does not travel: sent \(sent), received \(received)")
 
+            // An empty folder the app made in its package is part of it (found by the chaos
+            // harness: it stayed on its device), and goes when the app removes it.
+            try FileManager.default.createDirectory(at: laptop.documents.appendingPathComponent("Work/Sketch.note/Audio/Takes"), withIntermediateDirectories: true)
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            var isFolder: ObjCBool = false
+            #expect(FileManager.default.fileExists(atPath: phone.documents.appendingPathComponent("Work/Sketch.note/Audio/Takes").path, isDirectory: &isFolder) && isFolder.boolValue)
+            #expect(phone.read("Work/Sketch.note/Text.txt") == "second draft")
+            try FileManager.default.removeItem(at: phone.documents.appendingPathComponent("Work/Sketch.note/Audio"))
+            try await phone.sync.syncOnce()
+            try await laptop.sync.syncOnce()
+            #expect(!laptop.exists("Work/Sketch.note/Audio") && laptop.read("Work/Sketch.note/Text.txt") == "second draft")
+
             // Offline edits of the package on both: one current everywhere, the other a whole-package conflict version.
             try laptop.write("Work/Sketch.note/Text.txt", Data("laptop draft".utf8))
             try await Task.sleep(for: .milliseconds(20))

@@ -113,6 +113,15 @@ import Glibc
         let changes = LocalScanner.changes(from: before, to: edited)
         #expect(changes.modified == ["Work/Sketch.note"] && changes.added == ["Work/new.txt"], "\(changes)")
 
+        // An empty folder in a package is a member (`PATH/`, found by the chaos harness: it did
+        // not sync); making one changes the package, and filling it makes it a folder of files.
+        try FileManager.default.createDirectory(at: root.appendingPathComponent("Work/Sketch.note/Audio/Takes"), withIntermediateDirectories: true)
+        #expect(try scanner.members(of: "Work/Sketch.note").map(\.path) == ["Audio/Takes/", "Images/a.bin", "Text.txt"])
+        #expect(LocalScanner.changes(from: edited, to: try scanner.scan()).modified == ["Work/Sketch.note"])
+        try write("Work/Sketch.note/Audio/Takes/1.m4a", "take")
+        #expect(try scanner.members(of: "Work/Sketch.note").map(\.path) == ["Audio/Takes/1.m4a", "Images/a.bin", "Text.txt"])
+        try FileManager.default.removeItem(at: root.appendingPathComponent("Work/Sketch.note/Audio"))
+
         // Moving a folder moves what is in it; a folder replaced by a file is another item.
         try FileManager.default.moveItem(at: root.appendingPathComponent("Work"), to: root.appendingPathComponent("Play"))
         let moved = LocalScanner.changes(from: edited, to: try scanner.scan())

@@ -233,6 +233,14 @@ import UbiquityProtocol
                 let answer = try await client.put(notes, "doc", fileUpdate(name, [[1]]), token: ada.token)
                 #expect(answer.status == .badRequest && answer.errorCode == "invalidName", "\(name.debugDescription)")
             }
+            // An empty folder is a member whose path ends in "/" and which has no chunks.
+            var folder = ItemUpdate(baseRevision: nil, name: "Doc.pkg", kind: .package, modificationDate: 1,
+                                    manifest: Manifest(members: [ManifestMember(path: "Audio/", chunks: [ChunkReference(hash: sha256([1]), size: 1)])]))
+            #expect(try await client.put(notes, "pkg", folder, token: ada.token).errorCode == "invalidManifest", "a folder with contents")
+            for path in ["/", "../", "a//", "a/../"] {
+                folder.manifest = Manifest(members: [ManifestMember(path: path, chunks: [])])
+                #expect(try await client.put(notes, "pkg", folder, token: ada.token).status == .badRequest, "\(path.debugDescription)")
+            }
             for path in ["/abs/path", "a/../../b", "a//b", "ok/\0"] {
                 var update = ItemUpdate(baseRevision: nil, name: "Doc.pkg", kind: .package, modificationDate: 1, manifest: Manifest(members: [ManifestMember(path: path, chunks: [])]))
                 #expect(try await client.put(notes, "pkg", update, token: ada.token).status == .badRequest, "\(path.debugDescription)")

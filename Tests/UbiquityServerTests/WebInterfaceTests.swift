@@ -430,6 +430,7 @@ import UbiquityProtocol
             update.manifest = Manifest(members: [
                 ManifestMember(path: "Text.txt", chunks: [ChunkReference(hash: sha256(text), size: Int64(text.count))]),
                 ManifestMember(path: "Images/pot.bin", chunks: [ChunkReference(hash: sha256(image), size: Int64(image.count))]),
+                ManifestMember(path: "Audio/", chunks: []),
             ])
             let committed = try await client.commit(notes, "soup", update, token: laptop.token)
             let (cookie, _, _) = try await webSignIn(client)
@@ -445,6 +446,7 @@ import UbiquityProtocol
                 import sys, zipfile, hashlib
                 z = zipfile.ZipFile(sys.argv[1])
                 assert z.testzip() is None
+                assert z.getinfo("Soup.pkg/Audio/").is_dir()
                 print(",".join(z.namelist()), z.read("Soup.pkg/Text.txt").decode(), hashlib.sha256(z.read("Soup.pkg/Images/pot.bin")).hexdigest())
                 """, archive]
             let pipe = Pipe()
@@ -453,7 +455,7 @@ import UbiquityProtocol
             let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
             check.waitUntilExit()
             #expect(check.terminationStatus == 0)
-            #expect(output == "Soup.pkg/Text.txt,Soup.pkg/Images/pot.bin the recipe \(sha256(image))\n")
+            #expect(output == "Soup.pkg/Text.txt,Soup.pkg/Images/pot.bin,Soup.pkg/Audio/ the recipe \(sha256(image))\n")
             #expect(throws: SyncError.self) { try WebDownload.zipPath(package: "Soup.pkg", member: "../../etc/passwd") }
         }
     }

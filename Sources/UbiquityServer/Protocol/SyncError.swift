@@ -200,7 +200,12 @@ enum Validate {
         }
         var paths = Set<String>()
         for member in manifest.members ?? [] {
-            try memberPath(member.path)
+            if member.path.hasSuffix("/") {
+                guard member.chunks.isEmpty else { throw SyncError.badRequest("invalidManifest", "member \(member.path) is an empty folder: it has no chunks") }
+                try memberPath(String(member.path.dropLast()))
+            } else {
+                try memberPath(member.path)
+            }
             guard paths.insert(member.path).inserted else { throw SyncError.badRequest("invalidManifest", "member \(member.path) appears twice") }
         }
         let chunks = manifest.allChunks

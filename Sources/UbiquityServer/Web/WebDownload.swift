@@ -76,7 +76,8 @@ enum WebDownload {
     /// A member's name in the archive: `Package.ext/path/in/it`, refused if any part of it
     /// could climb out of the folder it is unpacked into.
     static func zipPath(package: String, member: String) throws -> String {
-        let parts = member.split(separator: "/", omittingEmptySubsequences: false)
+        // An empty folder (`Data/`) goes in as a folder entry, its name ending in `/` as zip's do.
+        let parts = (member.hasSuffix("/") ? String(member.dropLast()) : member).split(separator: "/", omittingEmptySubsequences: false)
         guard !parts.isEmpty, parts.allSatisfy({ !$0.isEmpty && $0 != "." && $0 != ".." && !$0.contains("\\") && !$0.contains("\u{0}") }),
               !package.contains("/"), !package.contains("\\"), package != "..", package != "." else {
             throw SyncError(.conflict, "invalidMember", "the package holds a member whose name cannot go into an archive")
