@@ -148,6 +148,14 @@ final class ChangeFinder {
             guard there == nil || there == recorded.fingerprint else { return nil } // edited there: the conflict rules decide
             return (item, there == nil ? nil : recorded.path)
         }
+        // Files gone in this look whose items the server last had elsewhere (moved here, the
+        // move not sent yet), by that place: one found back there is the item (see below).
+        var awayFrom: [ServerPlace: String] = [:]
+        for path in changes.removed {
+            guard let file = before[path], file.fingerprint.kind != .directory, let remote = sync.state.persisted.remote[file.item], !remote.deleted,
+                  let visible = sync.state.visible(file.item), visible.name != remote.name || visible.parent != remote.parent else { continue }
+            awayFrom[ServerPlace(parent: remote.parent, name: remote.name)] = file.item
+        }
         var adoptedFrom: [String] = []
         // What arrived (moved here or new), parents before their items.
         let arrivals = (changes.moved.map(\.to) + changes.added).sorted { (LocalContents.depth($0), $0) < (LocalContents.depth($1), $1) }
@@ -179,8 +187,20 @@ final class ChangeFinder {
                 continue
             }
             guard let content = try sync.cut(path, kind: print.kind, scanner: scanner) else { continue }
+            // The item shown here, if this file is it (holding its current contents: a download
+            // put in place, not recorded) — or the item the server last had here, whose file
+            // recorded elsewhere (a move not sent yet) is gone: moved back and saved over (a new
+            // file) before the agent looked again. Found by `ubiquity-chaos`: else a new item,
+            // which collided on the server with the item itself, kept as "a 2.txt".
+            var found: (item: String, leftover: String?, remote: ItemSnapshot, edited: Bool)?
             if let (item, leftover) = shownElsewhere(path), !sync.state.hasLocalChanges(item), let remote = sync.state.persisted.remote[item], !remote.deleted,
                remote.content == content, (remote.kind ?? .file) == print.kind {
+                found = (item, leftover, remote, false)
+            } else if print.kind != .directory, let item = awayFrom[ServerPlace(parent: parent, name: name)], let remote = sync.state.persisted.remote[item],
+                      (remote.kind ?? .file) == print.kind, sync.files.file(of: item).map({ changes.removed.contains($0.path) }) == true {
+                found = (item, nil, remote, true)
+            }
+            if let (item, leftover, remote, edited) = found {
                 if let old = sync.files.file(of: item) {
                     if let leftover { try await sync.materialiser.coordinatedRemove(leftover, in: sync) }
                     do {
@@ -192,7 +212,13 @@ final class ChangeFinder {
                     vanished.remove(old.path)
                     adoptedFrom.append(old.path)
                 }
-                let file = AgentStore.File(path: path, item: item, fingerprint: print, content: content, revision: remote.revision)
+                if edited {
+                    let visible = sync.state.visible(item)
+                    if visible?.name != name || visible?.parent != parent { sync.state.move(item: item, to: name, parent: parent, date: date) }
+                    sync.state.save(item: item, content: content, date: date)
+                    NSFileVersion.forgetSavingComputer(ofItemAt: sync.root.appendingPathComponent(path).path) // written here
+                }
+                let file = AgentStore.File(path: path, item: item, fingerprint: print, content: content, revision: edited ? nil : remote.revision)
                 sync.files[path] = file
                 upsert.append(file)
                 sync.materialiser.pending?.insert(item) // its placeholder goes
@@ -317,4 +343,10 @@ final class ChangeFinder {
         }
         return (old, now)
     }
+}
+
+/// A place as the server names it: the parent item (nil: the top of `Documents`) and the name.
+private struct ServerPlace: Hashable {
+    var parent: String?
+    var name: String
 }
