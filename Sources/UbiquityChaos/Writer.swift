@@ -37,6 +37,13 @@ struct WriteCommand: AsyncParsableCommand {
     @Option(help: "How many files every device writes to.") var sharedFiles = 3
 
     @MainActor func run() async throws {
+        // Launched again (after `appKill`) while its device is signed out: an app then has no
+        // container; this one waits for one (or for the stop file) before it writes.
+        let containers = UbiquityContainers(paths: UbiquityPaths(), entitlements: UbiquityEntitlements(containers: [container], keyValueStore: keyValueStore))
+        while containers.url(forContainer: container) == nil {
+            if FileManager.default.fileExists(atPath: stopFile) { return }
+            try await Task.sleep(for: .milliseconds(100))
+        }
         var writer = try Writer(command: self)
         try await writer.run()
     }
