@@ -71,15 +71,23 @@ struct Violation: Codable, Sendable, CustomStringConvertible {
     var description: String { "\(kind): \(detail)" }
 }
 
+/// What the checks need of a device: its name, and its container's folder (if signed in).
+protocol CheckedDevice {
+    var name: String { get }
+    var root: URL? { get }
+}
+
+extension ChaosDevice: CheckedDevice {}
+
 /// The invariants, checked once every fault is healed and the devices are quiet.
 struct Checks {
-    let devices: [ChaosDevice]
+    let devices: [any CheckedDevice]
     var violations: [Violation] = []
     /// Edits the ledgers say must survive, and how many of them were found.
     var expected = 0
     var lost = 0
 
-    init(devices: [ChaosDevice]) { self.devices = devices }
+    init(devices: [any CheckedDevice]) { self.devices = devices }
 
     private mutating func violate(_ kind: String, _ detail: String) {
         violations.append(Violation(kind: kind, detail: detail))
