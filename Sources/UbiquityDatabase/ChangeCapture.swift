@@ -1,73 +1,29 @@
 import Foundation
 import GRDB
+import GRDBSQLite
 import Synchronization
 
-/// The clock and the current transaction of one store's writer, shared by its capture triggers
-/// (through SQL functions), the capture's transaction observer and the import.
+/// The hybrid logical clock of one store's writer, shared by its capture, the import and the
+/// engine's own changes.
 final class CaptureClock: Sendable {
-    private struct State {
-        var clock: HybridLogicalClock
-        /// The current transaction's timestamp, once it changed a synced row.
-        var current: HLCTimestamp?
-        /// Whether writes are captured (not while importing other devices' changes).
-        var capturing = true
-    }
-
-    private let state: Mutex<State>
+    private let clock: Mutex<HybridLogicalClock>
 
     init(clock: HybridLogicalClock) {
-        state = Mutex(State(clock: clock))
+        self.clock = Mutex(clock)
     }
 
-    /// The current transaction's timestamp, ticked at its first captured change; nil while
-    /// capture is off.
-    func transactionTimestamp() -> HLCTimestamp? {
-        state.withLock { state in
-            guard state.capturing else { return nil }
-            if let current = state.current { return current }
-            let timestamp = state.clock.tick()
-            state.current = timestamp
-            return timestamp
-        }
-    }
-
-    /// Ends the current transaction (committed or rolled back); whether it had captured changes.
-    @discardableResult
-    func endTransaction() -> Bool {
-        state.withLock { state in
-            defer { state.current = nil }
-            return state.current != nil
-        }
-    }
-
-    /// Runs `body` with capture off (writes made while importing are other devices' changes).
-    func withoutCapture<T>(_ body: () throws -> T) rethrows -> T {
-        try capturing(false, body)
-    }
-
-    /// Runs `body` with capture on or off, then puts it back as it was.
-    func capturing<T>(_ on: Bool, _ body: () throws -> T) rethrows -> T {
-        let before = state.withLock { state in
-            defer { state.capturing = on }
-            return state.capturing
-        }
-        defer { state.withLock { $0.capturing = before } }
-        return try body()
-    }
-
-    /// A timestamp for a change this device makes outside the capture (a duplicate removed,
-    /// rows adopted), after every other.
+    /// A new timestamp, after every other made or seen.
     func tick() -> HLCTimestamp {
-        state.withLock { $0.clock.tick() }
+        clock.withLock { $0.tick() }
     }
 
     /// Takes in another device's timestamp: later local transactions come after it.
     func receive(_ remote: HLCTimestamp) {
-        state.withLock { _ = $0.clock.receive(remote) }
+        clock.withLock { _ = $0.receive(remote) }
     }
 
     /// The latest timestamp made or seen.
-    var latest: HLCTimestamp { state.withLock(\.clock.latest) }
+    var latest: HLCTimestamp { clock.withLock(\.latest) }
 }
 
 extension HLCTimestamp {
@@ -83,13 +39,22 @@ extension HLCTimestamp {
 
 /// Captures the committed changes of a store's synced tables, as GRDB's writer makes them:
 /// temporary triggers on the writer's connection record each inserted, updated (which columns)
-/// and deleted row by primary key in `ubq_capture`, inside the app's own transaction — so a
-/// change and its record commit or roll back together, and a crash loses neither — under one
-/// hybrid-logical-clock timestamp per transaction. ``collect(_:)`` later turns the captured
+/// and deleted row by primary key in `ubq_captured`, inside the app's own transaction — so a
+/// change and its record commit or roll back together (a savepoint rolled back takes its records
+/// with it), and a crash loses neither. ``collect(_:limit:continuing:)`` later turns the captured
 /// rows into one ``ChangeLogRecord`` per transaction, reading the rows' values then.
 ///
 /// The triggers are temporary (the connection's own): other programs opening the store are not
 /// affected, and nothing of the engine is written into the app's schema but its `ubq_` tables.
+///
+/// A trigger does as little as it can (it runs once for every row the app writes): one insert of
+/// constants and the key, no function call. Where one transaction ends and the next begins is
+/// learnt after each commit, by SQLite's write-ahead-log hook (no GRDB transaction observer: one
+/// costs every statement the app runs): the highest sequence number then ends the transaction,
+/// stamped with the clock at its commit. Those ends are kept in memory; rows whose end was lost
+/// (the program stopped before collecting them) are collected as one transaction stamped when
+/// they are collected. Sequence numbers never go back (a placeholder keeps the last one
+/// collected), so a commit that captured nothing is told from one that did.
 final class ChangeCapture: Sendable {
     /// The synced tables.
     let schema: SyncedSchema
@@ -98,6 +63,24 @@ final class ChangeCapture: Sendable {
     /// The writer's clock.
     let clock: CaptureClock
 
+    /// What the capture learns as transactions commit.
+    private struct Marks {
+        /// Ends of committed transactions whose changes wait in the capture table, in commit
+        /// order: each one's last sequence number and its timestamp.
+        var ends: [(sequence: Int64, timestamp: HLCTimestamp)] = []
+        /// The highest sequence number at the last commit.
+        var committed: Int64 = 0
+        /// Where capture is off, innermost last: what is captured after these sequence numbers
+        /// is discarded (other devices' changes being applied).
+        var suppressed: [Int64] = []
+        /// Called after each commit that captured changes.
+        var onCommit: @Sendable () -> Void = {}
+        /// The write-ahead-log hook's context (this capture, retained while installed) and the
+        /// automatic checkpoint threshold it keeps.
+        var hook: (context: Unmanaged<ChangeCapture>, checkpointFrames: Int32)?
+    }
+    private let marks = Mutex(Marks())
+
     init(schema: SyncedSchema, device: String, clock: CaptureClock, changesPerRecord: Int = ChangeCapture.defaultChangesPerRecord) {
         self.schema = schema
         self.device = device
@@ -105,49 +88,139 @@ final class ChangeCapture: Sendable {
         self.changesPerRecord = changesPerRecord
     }
 
-    /// Creates the capture table.
+    /// Kind of a placeholder row keeping the last collected sequence number.
+    static let placeholderKind = -1
+
+    /// Creates the capture table (moving changes captured by an older version of the engine,
+    /// which kept them in `ubq_capture`, into it).
     static func createTables(_ db: Database) throws {
         try db.execute(sql: """
-            CREATE TABLE IF NOT EXISTS ubq_capture(
+            CREATE TABLE IF NOT EXISTS ubq_captured(
                 seq INTEGER PRIMARY KEY,
-                tx INTEGER NOT NULL,
                 tbl TEXT NOT NULL,
                 kind INTEGER NOT NULL,
                 changed INTEGER NOT NULL,
                 k1, k2, k3, k4)
             """)
+        if try db.tableExists("ubq_capture") {
+            try db.execute(sql: """
+                INSERT INTO ubq_captured(tbl, kind, changed, k1, k2, k3, k4)
+                    SELECT tbl, kind, changed, k1, k2, k3, k4 FROM ubq_capture ORDER BY seq;
+                DROP TABLE ubq_capture
+                """)
+        }
     }
 
-    /// Installs the SQL functions, the transaction observer and the triggers on the writer's
-    /// connection (once per connection, after the app's migrations).
+    /// Installs the triggers and the commit hook on the writer's connection (once per
+    /// connection, after the app's migrations); ``uninstall(_:)`` before the connection closes.
     /// - Parameters:
-    ///   - db: The writer's connection.
+    ///   - db: The writer's connection, outside a transaction.
     ///   - onCommit: Called after each commit of a transaction that changed synced rows (on the
     ///     writer's thread: hand the work elsewhere).
     func install(_ db: Database, onCommit: @escaping @Sendable () -> Void = {}) throws {
-        let clock = self.clock
-        // NULL while capture is off: the trigger's `INSERT OR IGNORE` then writes nothing (its
-        // `tx` is NOT NULL), one function call a row either way.
-        db.add(function: DatabaseFunction("ubq_transaction", argumentCount: 0, pure: false) { _ in
-            clock.transactionTimestamp()?.packed
-        })
-        db.add(transactionObserver: TransactionEnd(clock: clock, onCommit: onCommit), extent: .databaseLifetime)
         // REPLACE deletes the rows it displaces; with recursive triggers on, it says so.
         try db.execute(sql: "PRAGMA recursive_triggers = ON")
         for table in schema.tables {
             for statement in Self.triggers(for: table) { try db.execute(sql: statement) }
         }
+        let last = try Self.lastSequence(db)
+        let waiting = try Self.hasCaptured(db)
+        let installHook = try marks.withLock { marks -> Bool in
+            marks.onCommit = onCommit
+            marks.committed = last
+            // Changes captured before this connection opened: one transaction, stamped now.
+            if waiting, marks.ends.isEmpty { marks.ends = [(last, clock.tick())] }
+            guard marks.hook == nil else { return false }
+            guard try String.fetchOne(db, sql: "PRAGMA journal_mode")?.lowercased() == "wal" else { return false }
+            let frames = Int32(clamping: try Int.fetchOne(db, sql: "PRAGMA wal_autocheckpoint") ?? 1000)
+            marks.hook = (Unmanaged.passRetained(self), frames)
+            return true
+        }
+        if installHook, let context = marks.withLock({ $0.hook?.context }) {
+            // Replaces SQLite's automatic checkpoint, which is itself a WAL hook: ours checkpoints
+            // as it would.
+            sqlite3_wal_hook(db.sqliteConnection, changeCaptureWALHook, context.toOpaque())
+        } else if marks.withLock({ $0.hook == nil }) {
+            // Not in WAL mode (a queue: tests): a transaction observer tells the commits.
+            db.add(transactionObserver: CommitObserver(capture: self), extent: .databaseLifetime)
+        }
+    }
+
+    /// Removes the commit hook (putting SQLite's automatic checkpoint back) and the triggers.
+    func uninstall(_ db: Database) throws {
+        if let hook = marks.withLock({ marks in defer { marks.hook = nil }; return marks.hook }) {
+            sqlite3_wal_hook(db.sqliteConnection, nil, nil)
+            sqlite3_wal_autocheckpoint(db.sqliteConnection, hook.checkpointFrames)
+            hook.context.release()
+        }
+        try Self.dropTriggers(db)
+    }
+
+    /// After a commit on the writer's connection: the highest sequence number then.
+    fileprivate func committed(lastSequence last: Int64) {
+        let fire = marks.withLock { marks -> Bool in
+            guard last > marks.committed else {
+                marks.committed = last
+                return false
+            }
+            marks.ends.append((last, clock.tick()))
+            marks.committed = last
+            return true
+        }
+        if fire { marks.withLock(\.onCommit)() }
+    }
+
+    /// The write-ahead-log hook's work, after each commit (SQLite allows reading there).
+    fileprivate func walCommitted(_ connection: OpaquePointer, database: UnsafePointer<CChar>?, frames: Int32) {
+        let threshold = marks.withLock { $0.hook?.checkpointFrames ?? 0 }
+        if threshold > 0, frames >= threshold { sqlite3_wal_checkpoint(connection, database) }
+        guard let database, strcmp(database, "main") == 0 else { return }
+        var statement: OpaquePointer?
+        defer { sqlite3_finalize(statement) }
+        guard sqlite3_prepare_v2(connection, "SELECT coalesce(max(seq), 0) FROM main.ubq_captured", -1, &statement, nil) == SQLITE_OK,
+              sqlite3_step(statement) == SQLITE_ROW else {
+            // Unreadable: say a transaction committed (its changes get a stamp when collected).
+            marks.withLock(\.onCommit)()
+            return
+        }
+        committed(lastSequence: sqlite3_column_int64(statement, 0))
+    }
+
+    /// The highest sequence number in the capture table (0 when empty).
+    static func lastSequence(_ db: Database) throws -> Int64 {
+        try Int64.fetchOne(db, sql: "SELECT coalesce(max(seq), 0) FROM ubq_captured") ?? 0
+    }
+
+    /// Runs `body` with capture off: what it writes is other devices' changes (an import), so
+    /// what the triggers captured meanwhile is discarded before the transaction commits.
+    /// - Parameter db: The writer's connection, in a write transaction.
+    func withoutCapture<T>(_ db: Database, _ body: () throws -> T) throws -> T {
+        let start = try Self.lastSequence(db)
+        marks.withLock { $0.suppressed.append(start) }
+        defer { marks.withLock { _ = $0.suppressed.popLast() } }
+        let result = try body()
+        try db.execute(sql: "DELETE FROM ubq_captured WHERE seq > ?", arguments: [start])
+        return result
+    }
+
+    /// Inside ``withoutCapture(_:_:)``: runs `body` with capture on (the app's hook, writing as
+    /// this device); what the capture was off for until now is discarded first. Collect what
+    /// `body` captured before the capture goes on being off.
+    func capturing<T>(_ db: Database, _ body: () throws -> T) throws -> T {
+        if let start = marks.withLock({ $0.suppressed.last }) {
+            try db.execute(sql: "DELETE FROM ubq_captured WHERE seq > ?", arguments: [start])
+        }
+        return try body()
     }
 
     /// The triggers capturing `table`'s changes.
     static func triggers(for table: SyncedTable) -> [String] {
         let name = table.name.quotedDatabaseIdentifier
         let tableLiteral = "'" + table.name.replacingOccurrences(of: "'", with: "''") + "'"
-        func keys(_ row: String) -> String {
-            (0..<SyncedTable.maximumKeyColumns).map { $0 < table.primaryKey.count ? "\(row).\(table.primaryKey[$0].quotedDatabaseIdentifier)" : "NULL" }.joined(separator: ", ")
-        }
+        let keyColumns = (1...table.primaryKey.count).map { "k\($0)" }.joined(separator: ", ")
         func capture(kind: Int, changed: String, row: String) -> String {
-            "INSERT OR IGNORE INTO ubq_capture(tx, tbl, kind, changed, k1, k2, k3, k4) VALUES (ubq_transaction(), \(tableLiteral), \(kind), \(changed), \(keys(row)));"
+            let keys = table.primaryKey.map { "\(row).\($0.quotedDatabaseIdentifier)" }.joined(separator: ", ")
+            return "INSERT INTO ubq_captured(tbl, kind, changed, \(keyColumns)) VALUES (\(tableLiteral), \(kind), \(changed), \(keys));"
         }
         let sameKey = table.primaryKey.map { "NEW.\($0.quotedDatabaseIdentifier) IS OLD.\($0.quotedDatabaseIdentifier)" }.joined(separator: " AND ")
         let differs = table.valueColumns.map { "OLD.\($0.quotedDatabaseIdentifier) IS NOT NEW.\($0.quotedDatabaseIdentifier)" }
@@ -176,7 +249,7 @@ final class ChangeCapture: Sendable {
 
     /// Whether changes wait in the capture table.
     static func hasCaptured(_ db: Database) throws -> Bool {
-        try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ubq_capture)") ?? false
+        try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ubq_captured WHERE kind >= 0)") ?? false
     }
 
     /// The most changes one record holds (about 9 MiB of log for rows of a few short columns):
@@ -206,19 +279,29 @@ final class ChangeCapture: Sendable {
         var records: [ChangeLogRecord] = []
         var recordBytes = 0
         var lastSequence: Int64?
-        let rows = try Row.fetchCursor(db, sql: "SELECT seq, tx, tbl, kind, changed, k1, k2, k3, k4 FROM ubq_capture ORDER BY seq LIMIT ?", arguments: [limit])
+        var ends = marks.withLock(\.ends)[...]
+        let rows = try Row.fetchCursor(db, sql: "SELECT seq, tbl, kind, changed, k1, k2, k3, k4 FROM ubq_captured WHERE kind >= 0 ORDER BY seq LIMIT ?", arguments: [limit])
         while let row = try rows.next() {
-            lastSequence = row[0]
-            let timestamp = HLCTimestamp(packed: row[1])
-            let tableName: String = row[2]
+            let sequence: Int64 = row[0]
+            lastSequence = sequence
+            while let end = ends.first, end.sequence < sequence { ends.removeFirst() }
+            if ends.isEmpty {
+                // Changes whose commit was not seen (captured before the store opened, or
+                // written by the engine itself in this transaction): one transaction, stamped now.
+                let end = (sequence: try Self.lastSequence(db), timestamp: clock.tick())
+                marks.withLock { $0.ends.append(end) }
+                ends.append(end)
+            }
+            let timestamp = ends.first!.timestamp
+            let tableName: String = row[1]
             guard let table = schema.table(tableName) else { continue } // dropped by a migration since
-            let key = (0..<table.primaryKey.count).map { LogValue(row[5 + $0] as DatabaseValue) }
+            let key = (0..<table.primaryKey.count).map { LogValue(row[4 + $0] as DatabaseValue) }
             let change: RowChange
-            switch row[3] as Int {
+            switch row[2] as Int {
             case 0:
                 change = RowChange(table: tableName, primaryKey: key, kind: .insert, columns: try Self.values(of: table.valueColumns, in: table, key: key, db) ?? [:])
             case 1:
-                let columns = table.valueColumns(in: row[4])
+                let columns = table.valueColumns(in: row[3])
                 guard let values = try Self.values(of: columns, in: table, key: key, db) else { continue } // deleted since: its delete follows
                 change = RowChange(table: tableName, primaryKey: key, kind: .update, columns: values)
             default:
@@ -239,7 +322,12 @@ final class ChangeCapture: Sendable {
                 records.append(ChangeLogRecord(timestamp: timestamp, device: device, schema: schema.hash, changes: [change], startIndex: start))
             }
         }
-        if let lastSequence { try db.execute(sql: "DELETE FROM ubq_capture WHERE seq <= ?", arguments: [lastSequence]) }
+        if let lastSequence {
+            // The placeholder keeps the number: the next captured change comes after it.
+            try db.execute(sql: "DELETE FROM ubq_captured WHERE seq <= ?", arguments: [lastSequence])
+            try db.execute(sql: "INSERT INTO ubq_captured(seq, tbl, kind, changed) VALUES (?, '', ?, 0)", arguments: [lastSequence, Self.placeholderKind])
+            marks.withLock { $0.ends.removeAll { $0.sequence <= lastSequence } }
+        }
         return records
     }
 
@@ -264,19 +352,28 @@ final class ChangeCapture: Sendable {
         table.primaryKey.map { "\($0.quotedDatabaseIdentifier) IS ?" }.joined(separator: " AND ")
     }
 
-    /// Ends the clock's transaction when the writer's transaction ends.
-    private final class TransactionEnd: TransactionObserver {
-        let clock: CaptureClock
-        let onCommit: @Sendable () -> Void
-        init(clock: CaptureClock, onCommit: @escaping @Sendable () -> Void) {
-            self.clock = clock
-            self.onCommit = onCommit
-        }
+    /// Tells the capture of commits where there is no write-ahead log (a queue: tests).
+    private final class CommitObserver: TransactionObserver {
+        let capture: ChangeCapture
+        init(capture: ChangeCapture) { self.capture = capture }
         func observes(eventsOfKind eventKind: DatabaseEventKind) -> Bool { false }
         func databaseDidChange(with event: DatabaseEvent) {}
-        func databaseDidCommit(_ db: Database) { if clock.endTransaction() { onCommit() } }
-        func databaseDidRollback(_ db: Database) { clock.endTransaction() }
+        func databaseDidCommit(_ db: Database) {
+            do { capture.committed(lastSequence: try ChangeCapture.lastSequence(db)) } catch {
+                // Unreadable: say a transaction committed (its changes get a stamp when collected).
+                capture.marks.withLock(\.onCommit)()
+            }
+        }
+        func databaseDidRollback(_ db: Database) {}
     }
+}
+
+/// SQLite's write-ahead-log hook, called after each commit on the writer's connection, with the
+/// ``ChangeCapture`` as its context.
+private func changeCaptureWALHook(_ context: UnsafeMutableRawPointer?, _ connection: OpaquePointer?, _ database: UnsafePointer<CChar>?, _ frames: Int32) -> Int32 {
+    guard let context, let connection else { return SQLITE_OK }
+    Unmanaged<ChangeCapture>.fromOpaque(context).takeUnretainedValue().walCommitted(connection, database: database, frames: frames)
+    return SQLITE_OK
 }
 
 extension LogValue {

@@ -100,7 +100,7 @@ extension DatabaseSyncEngine {
                 var applied: [AppliedChange] = []
                 try db.inTransaction {
                     try flush(db)
-                    try clock.withoutCapture {
+                    try capture.withoutCapture(db) {
                         try BaselineFolder.read(file) { line in
                             guard let table = schema.table(line.t), line.k.count == table.primaryKey.count else {
                                 throw LogSegmentError(.newerFormat, "baseline \(header.number) of \(header.device) has rows of \(line.t), which this version of the app does not have")

@@ -43,7 +43,7 @@ public struct ImportProgress: Equatable, Sendable {
 /// store's `ubq_` tables, changed in the same transactions as the data they describe, so a
 /// crash at any point loses nothing and applies nothing twice:
 ///
-/// - `ubq_capture`: changes captured with the app's transactions, not yet collected;
+/// - `ubq_captured`: changes captured with the app's transactions, not yet collected;
 /// - `ubq_outbox`: collected records (JSON), not yet in a published segment;
 /// - `ubq_row`: each synced row's stamps (``RowMeta``);
 /// - `ubq_imported`: each other device's last applied segment (number and hash);
@@ -107,8 +107,7 @@ final class DatabaseSyncEngine: Sendable {
             // The clock never goes back: past every timestamp this store made or saw.
             let latest = try Int64.fetchOne(db, sql: """
                 SELECT max(coalesce((SELECT value FROM ubq_state WHERE key = 'clock'), 0),
-                           coalesce((SELECT max(tx) FROM ubq_outbox), 0),
-                           coalesce((SELECT max(tx) FROM ubq_capture), 0))
+                           coalesce((SELECT max(tx) FROM ubq_outbox), 0))
                 """) ?? 0
             return (schema, device!, HLCTimestamp(packed: latest))
         }
@@ -280,7 +279,7 @@ final class DatabaseSyncEngine: Sendable {
                             var applied: [AppliedChange] = []
                             try db.inTransaction {
                                 try flush(db)
-                                try clock.withoutCapture {
+                                try capture.withoutCapture(db) {
                                     for record in segment.records {
                                         clock.receive(record.timestamp)
                                         applied += try merger.apply(record, local: false, db, duplicates: self)
@@ -403,13 +402,12 @@ extension DatabaseSyncEngine: DuplicateResolver {
     func removeDuplicate(_ table: SyncedTable, kept: [LogValue], removed: [LogValue], _ db: Database) throws {
         let rows = DuplicateRows(table: table.name, kept: RowKey(table: table.name, primaryKey: kept), removed: RowKey(table: table.name, primaryKey: removed))
         if let duplicateHook {
-            try clock.capturing(true) { try duplicateHook(db, rows) }
-            try flush(db)
-            clock.endTransaction() // what is captured next in this transaction is a later change
+            try capture.capturing(db) { try duplicateHook(db, rows) }
+            try flush(db) // what is captured next in this transaction is a later change
         }
         let record = ChangeLogRecord(timestamp: clock.tick(), device: device, schema: schema.hash, changes: [RowChange(table: table.name, primaryKey: removed, kind: .delete)])
         try keep(record, db)
-        try clock.capturing(false) { try StoreMerger.delete(table, key: removed, db) }
+        try StoreMerger.delete(table, key: removed, db) // inside the import: not captured
         logger.info("removed a duplicate row", metadata: ["table": "\(table.name)", "kept": "\(kept)", "removed": "\(removed)"])
     }
 }

@@ -35,7 +35,7 @@ protocol DuplicateResolver {
 /// win; this device's own records (already in its tables) only record their stamps.
 ///
 /// Writes nothing that the capture would take for this device's changes: the caller runs it
-/// with capture off (``CaptureClock/withoutCapture(_:)``) inside one write transaction, with
+/// with capture off (``ChangeCapture/withoutCapture(_:_:)``) inside one write transaction, with
 /// foreign keys checked only at its commit.
 struct StoreMerger {
     /// The synced tables.

@@ -226,6 +226,7 @@ public final class UbiquitousDatabase: Sendable {
             identity.watcher = nil
         }
         queue.sync {}
+        try writer.writeWithoutTransaction { db in try engine.capture.uninstall(db) }
         try writer.close()
     }
 
@@ -233,7 +234,7 @@ public final class UbiquitousDatabase: Sendable {
     /// outbox).
     package func hasUnpublishedChanges() throws -> Bool {
         try writer.read { db in
-            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ubq_capture) OR EXISTS (SELECT 1 FROM ubq_outbox)") ?? false
+            try Bool.fetchOne(db, sql: "SELECT EXISTS (SELECT 1 FROM ubq_captured WHERE kind >= 0) OR EXISTS (SELECT 1 FROM ubq_outbox)") ?? false
         }
     }
 

@@ -1,6 +1,8 @@
 import Foundation
 import GRDB
+import Synchronization
 import Testing
+import UbiquityTestSupport
 @testable import UbiquityDatabase
 
 /// A store with capture installed, as a device's writer has it.
@@ -45,7 +47,7 @@ struct CapturedStore {
             let flushed = try capture.collect(db)
             for record in flushed { try merger.apply(record, local: true, db) }
             var applied: [AppliedChange] = []
-            try clock.withoutCapture {
+            try capture.withoutCapture(db) {
                 try db.execute(sql: "PRAGMA defer_foreign_keys = ON")
                 for record in records {
                     clock.receive(record.timestamp)
@@ -181,5 +183,95 @@ struct CapturedStore {
         for length in 0..<bytes.count {
             #expect(throws: (any Error).self) { try RowMeta(encoded: Array(bytes.prefix(length))) }
         }
+    }
+}
+
+/// The capture on a store in WAL mode, as apps have it: transactions' ends come from SQLite's
+/// write-ahead-log hook, which also does the automatic checkpoints.
+@Suite struct WALCaptureTests {
+    static func open(_ path: URL, checkpointFrames: Int? = nil, before: (Database) throws -> Void = { _ in }) throws -> (DatabasePool, ChangeCapture) {
+        let pool = try DatabasePool(path: path.path)
+        try pool.write { db in
+            try db.execute(sql: "CREATE TABLE IF NOT EXISTS item(id TEXT PRIMARY KEY, name TEXT, qty INTEGER, note BLOB)")
+            try before(db)
+            try ChangeCapture.createTables(db)
+            try StoreMerger.createTables(db)
+        }
+        let schema = try pool.read { db in try SyncedSchema.read(db) }
+        let capture = ChangeCapture(schema: schema, device: "laptop", clock: CaptureClock(clock: HybridLogicalClock()))
+        try pool.writeWithoutTransaction { db in
+            if let checkpointFrames { try db.execute(sql: "PRAGMA wal_autocheckpoint = \(checkpointFrames)") }
+            try capture.install(db)
+        }
+        return (pool, capture)
+    }
+
+    @Test func eachCommittedTransactionIsOneRecordStampedInCommitOrder() throws {
+        let folder = try TemporaryDirectory("wal-capture")
+        let commits = Mutex(0)
+        let pool = try DatabasePool(path: folder.file("store.sqlite").path)
+        try pool.write { db in
+            try db.execute(sql: "CREATE TABLE item(id TEXT PRIMARY KEY, name TEXT, qty INTEGER, note BLOB)")
+            try ChangeCapture.createTables(db)
+        }
+        let capture = ChangeCapture(schema: try pool.read { db in try SyncedSchema.read(db) }, device: "laptop", clock: CaptureClock(clock: HybridLogicalClock()))
+        try pool.writeWithoutTransaction { db in try capture.install(db) { commits.withLock { $0 += 1 } } }
+
+        try pool.write { db in try db.execute(sql: "INSERT INTO item VALUES ('a', 'Apples', 3, NULL)") }
+        let first = try pool.write { db in try capture.collect(db) }
+        #expect(first.count == 1)
+        try pool.write { db in try db.execute(sql: "UPDATE item SET qty = 4 WHERE id = 'a'") }
+        try pool.write { db in try db.execute(sql: "CREATE TABLE local(x)") } // captures nothing
+        try pool.write { db in try db.execute(sql: "INSERT INTO item VALUES ('b', 'Bread', 1, NULL)") }
+        let next = try pool.write { db in try capture.collect(db) }
+        #expect(next.map(\.changes.count) == [1, 1], "two transactions, two records")
+        #expect(next.map { $0.changes[0].primaryKey } == [[.text("a")], [.text("b")]])
+        #expect(first[0].timestamp < next[0].timestamp && next[0].timestamp < next[1].timestamp)
+        #expect(commits.withLock { $0 } == 3, "only the commits that captured changes are told (not the collections)")
+        // The sequence never goes back: what is captured after a collection follows it.
+        try pool.write { db in try db.execute(sql: "DELETE FROM item WHERE id = 'b'") }
+        let last = try pool.write { db in try capture.collect(db) }
+        #expect(last.map { $0.changes.map(\.kind) } == [[.delete]])
+        #expect(commits.withLock { $0 } == 4)
+        try pool.writeWithoutTransaction { db in try capture.uninstall(db) }
+        try pool.close()
+    }
+
+    @Test func theHookKeepsCheckpointingTheLog() throws {
+        let folder = try TemporaryDirectory("wal-checkpoint")
+        let (pool, capture) = try Self.open(folder.file("store.sqlite"), checkpointFrames: 8)
+        for index in 0..<300 {
+            try pool.write { db in try db.execute(sql: "INSERT INTO item VALUES (?, 'x', 1, NULL)", arguments: ["k\(index)"]) }
+        }
+        let walBytes = try FileManager.default.attributesOfItem(atPath: folder.file("store.sqlite-wal").path)[.size] as? Int ?? 0
+        // Without checkpoints the log holds every transaction's pages (300 × 3 pages and more).
+        #expect(walBytes < 64 * 4_096, "the log was checkpointed: \(walBytes) bytes")
+        let records = try pool.write { db in try capture.collect(db) }
+        #expect(records.map { $0.changes.count }.reduce(0, +) == 300)
+        try pool.writeWithoutTransaction { db in try capture.uninstall(db) }
+        try pool.close()
+    }
+
+    @Test func changesCapturedBeforeTheStoreOpenedAreOneTransactionAndAnOlderCaptureTableMovesIn() throws {
+        let folder = try TemporaryDirectory("wal-reopen")
+        // An older engine kept its captured changes in `ubq_capture`, with a timestamp each.
+        let (pool, capture) = try Self.open(folder.file("store.sqlite")) { db in
+            try db.execute(sql: """
+                CREATE TABLE ubq_capture(seq INTEGER PRIMARY KEY, tx INTEGER NOT NULL, tbl TEXT NOT NULL, kind INTEGER NOT NULL, changed INTEGER NOT NULL, k1, k2, k3, k4);
+                INSERT INTO item VALUES ('old', 'Old', 1, NULL);
+                INSERT INTO ubq_capture(tx, tbl, kind, changed, k1) VALUES (42, 'item', 0, -1, 'old');
+                """)
+        }
+        #expect(try pool.read { db in try db.tableExists("ubq_capture") } == false)
+        try pool.write { db in try db.execute(sql: "INSERT INTO item VALUES ('new', 'New', 2, NULL)") }
+        try pool.writeWithoutTransaction { db in try capture.uninstall(db) }
+        try pool.close()
+        // Closed without collecting: the ends were in memory only.
+        let (reopened, again) = try Self.open(folder.file("store.sqlite"))
+        let records = try reopened.write { db in try again.collect(db) }
+        #expect(records.count == 1)
+        #expect(records.first?.changes.map(\.primaryKey) == [[.text("old")], [.text("new")]])
+        try reopened.writeWithoutTransaction { db in try again.uninstall(db) }
+        try reopened.close()
     }
 }
