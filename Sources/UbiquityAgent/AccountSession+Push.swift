@@ -1,4 +1,7 @@
+import CompressNIO
 import Foundation
+import NIOFoundationCompat
+import NIOCore
 import HummingbirdWSClient
 import Logging
 import Synchronization
@@ -14,6 +17,9 @@ extension AccountSession {
         var components = URLComponents(url: credentials.server, resolvingAgainstBaseURL: false)!
         components.scheme = scheme
         components.path = (components.path.hasSuffix("/") ? String(components.path.dropLast()) : components.path) + "/v1/push"
+        // Small commits' changes come along with their events (no request for them), with
+        // small files' bytes for an agent that keeps every file here.
+        components.queryItems = [URLQueryItem(name: "pages", value: "gzip"), URLQueryItem(name: "inline", value: "\(configuration.greedy ? ItemUpdate.maximumInlineBytes : 0)")]
         let url = components.string!
         var configuration = WebSocketClientConfiguration()
         configuration.additionalHeaders = [.authorization: "Bearer \(credentials.token)"]
@@ -30,13 +36,23 @@ extension AccountSession {
             let connection = Task {
                 defer { ended.set() }
                 try await WebSocketClient.connect(url: url, configuration: configuration, logger: self.logger) { inbound, _, _ in
-                    for try await message in inbound.messages(maxSize: 1 << 16) {
-                        guard case .text(let text) = message else { continue }
+                    for try await message in inbound.messages(maxSize: Self.pushMessageBytes) {
+                        let json: Data
+                        switch message {
+                        case .text(let text): json = Data(text.utf8)
+                        case .binary(var compressed): // an event with its page of changes, gzip-compressed
+                            do {
+                                json = Data(buffer: try compressed.decompress(with: .gzip(), maxSize: Self.pushPageBytes))
+                            } catch {
+                                self.logger.warning("push page not readable; ignored (the changes are fetched)", metadata: ["bytes": "\(compressed.readableBytes)", "error": "\(error)"])
+                                continue
+                            }
+                        }
                         do {
-                            await self.pushed(try JSONDecoder().decode(PushEvent.self, from: Data(text.utf8)), attempt: attempt)
+                            await self.pushed(try JSONDecoder().decode(PushEvent.self, from: json), attempt: attempt)
                         } catch {
                             // A newer server's event, or a broken one: the rescan timer still catches up.
-                            self.logger.warning("push message not understood; ignored", metadata: ["message": "\(text.prefix(200))", "error": "\(error)"])
+                            self.logger.warning("push message not understood; ignored", metadata: ["message": "\(String(decoding: json.prefix(200), as: UTF8.self))", "error": "\(error)"])
                         }
                     }
                 }
@@ -79,6 +95,11 @@ extension AccountSession {
         }
     }
 
+    /// The most bytes one push message takes as it comes (a compressed page of changes).
+    static let pushMessageBytes = 1 << 20
+    /// The most bytes a push message's page of changes takes once inflated.
+    static let pushPageBytes = 4 << 20
+
     /// How often an open push connection is pinged (unanswered by the next ping: closed).
     static let pushPingPeriod: Duration = .seconds(30)
     /// How many stuck opening attempts are left behind before the agent waits for one to end.
@@ -103,6 +124,9 @@ extension AccountSession {
             Task {
                 if let sequence = event.sequence, await sync.cursor >= sequence { return }
                 await sync.noteRemoteChange(upTo: event.sequence)
+                if let since = event.since, let sequence = event.sequence, let items = event.items {
+                    await sync.notePushedPage(ChangesResponse(sequence: sequence, items: items, more: false), since: since)
+                }
                 self.trigger(container)
             }
         case "keyValueChanged":

@@ -122,6 +122,10 @@ package actor ContainerSync {
     private var pushesLive = false
     /// The newest container sequence a push told of.
     private var heardOf: Int64 = 0
+    /// The page of changes after a sequence that a push brought (``notePushedPage(_:since:)``).
+    private var pushedPage: (since: Int64, page: ChangesResponse)?
+    /// How many pages of changes came with pushes instead of being fetched.
+    package private(set) var pushedChanges = 0
     /// Whether the next round fetches whatever pushes said: when the container is opened, when
     /// pushes (re)connect, when events may have been lost, after a failed fetch.
     private var fetchDue = true
@@ -391,7 +395,14 @@ package actor ContainerSync {
             errors[Self.fetchErrorKey] = nil
             var cursor = since
             while true {
-                let page = try await client.changes(container: container, since: cursor, brief: true, inline: inlineLimit)
+                let page: ChangesResponse
+                if let pushed = pushedPage, pushed.since == cursor {
+                    page = pushed.page // brought by the push that told of it
+                    pushedChanges += 1
+                } else {
+                    page = try await client.changes(container: container, since: cursor, brief: true, inline: inlineLimit)
+                }
+                pushedPage = nil
                 materialiser.keepInlined(page.items, in: self)
                 for item in page.items where !item.uploaded && !item.deleted && item.kind != .directory && files.file(of: item.id)?.revision == item.revision {
                     unuploadedOwn.insert(item.id)
@@ -474,6 +485,13 @@ package actor ContainerSync {
     /// A push said the container changed, up to `sequence` (nil: it did not say how far).
     package func noteRemoteChange(upTo sequence: Int64?) {
         if let sequence { heardOf = max(heardOf, sequence) } else { fetchDue = true }
+    }
+
+    /// A push brought the page of changes after `since`: the next fetch from `since` takes it
+    /// instead of asking (only the latest is kept; one from elsewhere is fetched as usual).
+    package func notePushedPage(_ page: ChangesResponse, since: Int64) {
+        guard page.sequence > state.persisted.cursor else { return }
+        pushedPage = (since, page)
     }
 
     /// How many batches of chunks travel at once, each way.

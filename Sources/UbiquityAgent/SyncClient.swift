@@ -27,7 +27,7 @@ package struct SyncClient: Sendable {
     /// RFC 7694): until it does, bodies go as they are.
     private let serverTakesGzip = Flag()
     /// JSON bodies smaller than this go as they are.
-    static let compressionThreshold = 1024
+    static let compressionThreshold = 256
     /// Where each request is said at trace level (method, path, status, milliseconds, bytes).
     package var logger: Logger?
 
@@ -75,8 +75,12 @@ package struct SyncClient: Sendable {
     /// Commits changes of many items in one request and one transaction (at most
     /// ``CommitBatchRequest/maximumCount``): one result per change, in order, each its
     /// commit's answer or the reason it was refused; `brief`: answers without manifests.
-    package func commit(container: String, batch: [ItemCommit], brief: Bool = false) async throws -> [CommitResult] {
-        let answer: CommitBatchResponse = try await json(.POST, "v1/containers/\(container)/commits" + (brief ? "?brief=true" : ""),
+    /// `terse`: a commit that made its item exactly what its update said is answered by its
+    /// revision and sequence alone (``CommitResult/committed``; a server that does not know
+    /// the word answers in full).
+    package func commit(container: String, batch: [ItemCommit], brief: Bool = false, terse: Bool = false) async throws -> [CommitResult] {
+        let query = [brief ? "brief=true" : nil, terse ? "terse=true" : nil].compactMap { $0 }.joined(separator: "&")
+        let answer: CommitBatchResponse = try await json(.POST, "v1/containers/\(container)/commits" + (query.isEmpty ? "" : "?" + query),
                                                          body: CommitBatchRequest(commits: batch))
         guard answer.results.count == batch.count else {
             throw SyncClientError(status: 200, code: "badAnswer", message: "the server answered \(answer.results.count) results for \(batch.count) commits")

@@ -68,15 +68,15 @@ struct Uploader {
         let results: [CommitResult]
         do {
             try await upload(await contentsBeforeCommit(of: sent.filter { !inlinedItems.contains($0.change.item) }, in: sync), in: sync)
-            results = try await sync.client.commit(container: sync.container, batch: commits, brief: true)
+            results = try await sync.client.commit(container: sync.container, batch: commits, brief: true, terse: true)
         } catch let error as SyncClientError {
             for entry in sent { sync.failed(.commit(entry.change), error) }
             return error.status != 0
         }
         var accepted: [(change: LocalChange, members: [LocalMember], answer: CommitResponse)] = [], whole: [LocalChange] = []
         var lacking: [Upload] = []
-        for (entry, result) in zip(sent, results) {
-            if let answer = result.commit {
+        for ((entry, commit), result) in zip(zip(sent, commits), results) {
+            if let answer = result.commit ?? result.committed.map({ Self.answer($0, to: commit.update, of: entry.change, members: entry.members) }) {
                 accepted.append((entry.change, entry.members, answer))
             } else if deltas, result.error?.code == "deltaBaseUnknown" {
                 sync.state.failed(.commit(entry.change))
@@ -127,6 +127,17 @@ struct Uploader {
         let again = Set(lacking.map(\.item))
         if !again.isEmpty { _ = try await send(sent.map(\.change).filter { again.contains($0.item) }, deltas: deltas, retrying: true, sequences: &sequences, in: sync) }
         return true
+    }
+
+    /// The whole answer a terse one stands for: the item is what the update said, at the new
+    /// revision and sequence, its contents this change's.
+    static func answer(_ committed: CommittedRevision, to update: ItemUpdate, of change: LocalChange, members: [LocalMember]) -> CommitResponse {
+        let size = members.reduce(Int64(0)) { total, member in member.chunks.reduce(total) { $0 + Int64($1.length) } }
+        var item = ItemState(id: change.item, revision: committed.revision, name: update.name, parent: update.parent, kind: update.kind, size: size,
+                             modificationDate: update.modificationDate, type: update.type, deleted: false, uploaded: true, deviceName: "",
+                             sequence: committed.sequence, manifest: Manifest(), conflicts: [])
+        item.digest = change.content
+        return CommitResponse(revision: committed.revision, outcome: "current", item: item, missingChunks: [])
     }
 
     /// Gives up a change the server can never accept (its contents are gone from here): the

@@ -36,16 +36,38 @@ public struct CommitBatchRequest: Codable, Sendable {
 public struct CommitResult: Codable, Sendable {
     /// The item's id.
     public var item: String
-    /// The commit's answer, as `PUT …/items/{item}` gives it; nil when refused.
+    /// The commit's answer, as `PUT …/items/{item}` gives it; nil when refused (or answered
+    /// by ``committed``).
     public var commit: CommitResponse?
+    /// With `terse=true`: a commit that made the item exactly what the update said (its
+    /// current revision, no conflict versions, every chunk on the server, the name, folder,
+    /// kind, type and date sent) is answered by its new revision and sequence alone — the
+    /// device knows the rest. Any other outcome comes as ``commit``.
+    public var committed: CommittedRevision?
     /// Why the update was refused (nothing of it was committed); nil when committed.
     public var error: ErrorResponse.Body?
 
     /// Creates a value.
-    public init(item: String, commit: CommitResponse? = nil, error: ErrorResponse.Body? = nil) {
+    public init(item: String, commit: CommitResponse? = nil, committed: CommittedRevision? = nil, error: ErrorResponse.Body? = nil) {
         self.item = item
         self.commit = commit
+        self.committed = committed
         self.error = error
+    }
+}
+
+/// A commit that made its item exactly what the update said: the new revision and the
+/// container sequence it was made at (a ``CommitResult`` asked with `terse=true`).
+public struct CommittedRevision: Codable, Sendable, Equatable {
+    /// The new revision's id (the item's current revision).
+    public var revision: String
+    /// The container sequence at which the item changed.
+    public var sequence: Int64
+
+    /// Creates a value.
+    public init(revision: String, sequence: Int64) {
+        self.revision = revision
+        self.sequence = sequence
     }
 }
 

@@ -125,8 +125,9 @@ public struct ItemUpdate: Codable, Sendable {
     /// `manifest` (which is then empty). The server answers `409 deltaBaseUnknown` when it
     /// cannot apply it; the device then sends the whole list.
     public var manifestDelta: ChunkListDelta?
-    /// For a flat file of at most ``maximumInlineBytes``: its bytes (base64 in JSON), which
-    /// must be exactly the chunks its chunk list names, in order. The server stores them as
+    /// For a flat file of at most ``maximumInlineBytes``: its bytes, which must be exactly the
+    /// chunks its chunk list names, in order. In JSON: `text`, a string, when they are UTF-8
+    /// (a third smaller than base64, and it compresses), `contents` in base64 otherwise. The server stores them as
     /// those chunks with the commit, so the revision is downloadable at once and no chunk
     /// request is needed. Answered `400 invalidContents` when they do not fit the chunk list.
     public var contents: Data?
@@ -190,6 +191,8 @@ public struct ItemState: Codable, Sendable, Equatable {
     /// A small flat file's bytes, in pages of changes asked with `inline=N`: its whole
     /// contents (at most N bytes, at most ``ItemUpdate/maximumInlineBytes``), so the device
     /// needs no other request to download it. Left out for revisions the asking device made.
+    /// In JSON: `text` when they are UTF-8, `contents` in base64 otherwise (as
+    /// ``ItemUpdate/contents``).
     public var contents: Data?
 
     /// Creates a value.
@@ -352,16 +355,33 @@ public struct PushEvent: Codable, Sendable, Equatable {
     public var container: String?
     /// Its sequence now.
     public var sequence: Int64?
+    /// With `changed`, when the change was small enough to send along: the container's
+    /// sequence before it. ``items`` are then every item that changed after `since` up to
+    /// ``sequence`` — the page of changes (`brief=true`) a device whose cursor is `since` would
+    /// fetch, so it needs no request. Sent only on push connections that asked for them
+    /// (`pages=gzip`), as a gzip-compressed binary message.
+    public var since: Int64?
+    /// The changed items (see ``since``), brief, with small files' bytes inline for a
+    /// connection that asked for them (`inline=N`).
+    public var items: [ItemState]?
 
     /// The first message on a push connection.
     public static let connected = PushEvent(type: "connected", container: nil, sequence: nil)
 
     /// Creates a value.
-    public init(type: String, container: String? = nil, sequence: Int64? = nil) {
+    public init(type: String, container: String? = nil, sequence: Int64? = nil, since: Int64? = nil, items: [ItemState]? = nil) {
         self.type = type
         self.container = container
         self.sequence = sequence
+        self.since = since
+        self.items = items
     }
+
+    /// The most bytes of small files' contents a pushed page carries (more: the page is left
+    /// out, and devices fetch it).
+    public static let maximumPageContentBytes = 64 << 10
+    /// The most items a pushed page lists.
+    public static let maximumPageItems = 64
 }
 
 /// The account a request acts for: `GET /v1/account`.
@@ -410,5 +430,120 @@ public struct AccountUsage: Codable, Sendable, Equatable {
         self.metadataBytes = metadataBytes
         self.pendingBytes = pendingBytes
         self.items = items
+    }
+}
+
+/// Inline contents in JSON: UTF-8 bytes as the string `text` (smaller than base64, and a
+/// compressed body then compresses them too), other bytes as base64 `contents`. Either is read.
+enum InlineContents {
+    /// Writes `contents` under the key that fits them.
+    static func encode<Key: CodingKey>(_ contents: Data?, text: Key, base64: Key, into container: inout KeyedEncodingContainer<Key>) throws {
+        guard let contents else { return }
+        if let string = String(validating: contents, as: UTF8.self), Data(string.utf8) == contents {
+            try container.encode(string, forKey: text)
+        } else {
+            try container.encode(contents, forKey: base64)
+        }
+    }
+
+    /// Reads contents sent either way (both at once is refused).
+    static func decode<Key: CodingKey>(text: Key, base64: Key, from container: KeyedDecodingContainer<Key>) throws -> Data? {
+        let string = try container.decodeIfPresent(String.self, forKey: text)
+        let bytes = try container.decodeIfPresent(Data.self, forKey: base64)
+        if string != nil, bytes != nil {
+            throw DecodingError.dataCorruptedError(forKey: text, in: container, debugDescription: "contents sent both as text and as base64")
+        }
+        return string.map { Data($0.utf8) } ?? bytes
+    }
+}
+
+extension ItemUpdate {
+    private enum CodingKeys: String, CodingKey {
+        case baseRevision, name, parent, kind, modificationDate, type, manifest, deleted, changeId, manifestDelta, contents, text
+    }
+
+    /// Reads an update (its contents as `text` or base64 `contents`).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(baseRevision: try container.decodeIfPresent(String.self, forKey: .baseRevision),
+                  name: try container.decode(String.self, forKey: .name),
+                  parent: try container.decodeIfPresent(String.self, forKey: .parent),
+                  kind: try container.decode(ItemKind.self, forKey: .kind),
+                  modificationDate: try container.decode(Double.self, forKey: .modificationDate),
+                  type: try container.decodeIfPresent(String.self, forKey: .type),
+                  manifest: try container.decode(Manifest.self, forKey: .manifest),
+                  deleted: try container.decodeIfPresent(Bool.self, forKey: .deleted),
+                  changeId: try container.decodeIfPresent(String.self, forKey: .changeId))
+        manifestDelta = try container.decodeIfPresent(ChunkListDelta.self, forKey: .manifestDelta)
+        contents = try InlineContents.decode(text: .text, base64: .contents, from: container)
+    }
+
+    /// Writes the update (UTF-8 contents as `text`).
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encodeIfPresent(baseRevision, forKey: .baseRevision)
+        try container.encode(name, forKey: .name)
+        try container.encodeIfPresent(parent, forKey: .parent)
+        try container.encode(kind, forKey: .kind)
+        try container.encode(modificationDate, forKey: .modificationDate)
+        try container.encodeIfPresent(type, forKey: .type)
+        try container.encode(manifest, forKey: .manifest)
+        try container.encodeIfPresent(deleted, forKey: .deleted)
+        try container.encodeIfPresent(changeId, forKey: .changeId)
+        try container.encodeIfPresent(manifestDelta, forKey: .manifestDelta)
+        try InlineContents.encode(contents, text: .text, base64: .contents, into: &container)
+    }
+}
+
+extension ItemState {
+    private enum CodingKeys: String, CodingKey {
+        case id, revision, name, parent, kind, size, modificationDate, type, deleted, uploaded, deviceName, sequence, manifest, conflicts
+        case digest, manifestDelta, deltaBase, contents, text
+    }
+
+    /// Reads a state (its contents as `text` or base64 `contents`).
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        self.init(id: try container.decode(String.self, forKey: .id),
+                  revision: try container.decode(String.self, forKey: .revision),
+                  name: try container.decode(String.self, forKey: .name),
+                  parent: try container.decodeIfPresent(String.self, forKey: .parent),
+                  kind: try container.decode(ItemKind.self, forKey: .kind),
+                  size: try container.decode(Int64.self, forKey: .size),
+                  modificationDate: try container.decode(Double.self, forKey: .modificationDate),
+                  type: try container.decodeIfPresent(String.self, forKey: .type),
+                  deleted: try container.decode(Bool.self, forKey: .deleted),
+                  uploaded: try container.decode(Bool.self, forKey: .uploaded),
+                  deviceName: try container.decode(String.self, forKey: .deviceName),
+                  sequence: try container.decode(Int64.self, forKey: .sequence),
+                  manifest: try container.decode(Manifest.self, forKey: .manifest),
+                  conflicts: try container.decode([ConflictVersion].self, forKey: .conflicts))
+        digest = try container.decodeIfPresent(String.self, forKey: .digest)
+        manifestDelta = try container.decodeIfPresent(ChunkListDelta.self, forKey: .manifestDelta)
+        deltaBase = try container.decodeIfPresent(String.self, forKey: .deltaBase)
+        contents = try InlineContents.decode(text: .text, base64: .contents, from: container)
+    }
+
+    /// Writes the state (UTF-8 contents as `text`).
+    public func encode(to encoder: any Encoder) throws {
+        var container = encoder.container(keyedBy: CodingKeys.self)
+        try container.encode(id, forKey: .id)
+        try container.encode(revision, forKey: .revision)
+        try container.encode(name, forKey: .name)
+        try container.encodeIfPresent(parent, forKey: .parent)
+        try container.encode(kind, forKey: .kind)
+        try container.encode(size, forKey: .size)
+        try container.encode(modificationDate, forKey: .modificationDate)
+        try container.encodeIfPresent(type, forKey: .type)
+        try container.encode(deleted, forKey: .deleted)
+        try container.encode(uploaded, forKey: .uploaded)
+        try container.encode(deviceName, forKey: .deviceName)
+        try container.encode(sequence, forKey: .sequence)
+        try container.encode(manifest, forKey: .manifest)
+        try container.encode(conflicts, forKey: .conflicts)
+        try container.encodeIfPresent(digest, forKey: .digest)
+        try container.encodeIfPresent(manifestDelta, forKey: .manifestDelta)
+        try container.encodeIfPresent(deltaBase, forKey: .deltaBase)
+        try InlineContents.encode(contents, text: .text, base64: .contents, into: &container)
     }
 }

@@ -137,7 +137,7 @@ package struct SyncServer: Sendable {
         return Application(
             router: router,
             server: server,
-            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "ubiquity"),
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port)), // no `Server` header: bytes on every answer, and a fingerprint
             services: [PushRevocationService(database: services.database, notifier: services.notifier, logger: logger)],
             onServerRunning: { channel in await onServerRunning?(channel.localAddress?.port ?? 0) },
             logger: logger)

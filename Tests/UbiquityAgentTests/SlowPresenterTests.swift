@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 import UbiquityCoordination
+import UbiquityProtocol
 @testable import UbiquityAgent
 
 /// A presenter that, asked to let a writer in, waits until the test lets it go (or `patience`
@@ -103,6 +104,41 @@ extension ContainerSyncTests {
             let unheard = requests()
             try await phone.sync.syncOnce()
             #expect(requests() == unheard + 1, "without pushes every round fetches")
+        }
+    }
+
+    /// A push that brought the page of changes after the device's cursor is taken as the
+    /// fetch: the change is put in place with no request; a page from elsewhere is fetched.
+    @Test func aPageBroughtByAPushIsTakenWithoutARequest() async throws {
+        try await withServer { base, dir in
+            let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await device("phone", base: base, dir: dir, greedy: true)
+            await phone.sync.notePushes(live: true)
+            try await phone.sync.syncOnce()
+            func requests() -> Int { phone.client.traffic.snapshot.requests }
+
+            try laptop.write("List.txt", Data("milk".utf8))
+            try await laptop.sync.syncOnce()
+            let since = await phone.sync.cursor
+            // The page the server pushes along (here: asked for beforehand, then not counted).
+            let page = try await phone.client.changes(container: phone.sync.container, since: since, brief: true, inline: ItemUpdate.maximumInlineBytes)
+            let before = requests()
+            await phone.sync.noteRemoteChange(upTo: page.sequence)
+            await phone.sync.notePushedPage(page, since: since)
+            try await phone.sync.syncOnce()
+            #expect(phone.read("List.txt") == "milk")
+            #expect(requests() == before, "no request: the push brought the page and the bytes")
+            #expect(await phone.sync.pushedChanges == 1)
+
+            // A page after another sequence than the cursor is not taken: the device fetches.
+            try laptop.write("List.txt", Data("milk, eggs".utf8))
+            try await laptop.sync.syncOnce()
+            let stale = ChangesResponse(sequence: await laptop.sync.cursor, items: [], more: false)
+            await phone.sync.noteRemoteChange(upTo: stale.sequence)
+            await phone.sync.notePushedPage(stale, since: since)
+            try await phone.sync.syncOnce()
+            #expect(phone.read("List.txt") == "milk, eggs" && requests() > before)
+            #expect(await phone.sync.pushedChanges == 1)
         }
     }
 }

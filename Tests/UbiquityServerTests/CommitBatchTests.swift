@@ -6,6 +6,43 @@ import UbiquityProtocol
 
 /// Many items per request: `POST /v1/containers/{container}/commits` and `…/fetch`.
 @Suite struct CommitBatchTests {
+    /// `terse=true`: a commit that made its item exactly what the update said is answered by its
+    /// revision and sequence alone; a rename by the server, a conflict and a deletion are
+    /// answered in full.
+    @Test func aCommitThatWentAsSentIsAnsweredTersely() async throws {
+        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let phone = try await client.signIn("ada", device: "phone")
+            let shared = try await client.commit(notes, "shared", fileUpdate("shared.txt", [Array("v1".utf8)]), token: laptop.token)
+            _ = try await client.commit(notes, "a-taken", fileUpdate("Taken.txt", []), token: laptop.token)
+            let gone = try await client.commit(notes, "gone", fileUpdate("gone.txt", []), token: laptop.token)
+            // The phone changes the shared file first: the laptop's edit from the same base loses.
+            _ = try await client.commit(notes, "shared", fileUpdate("shared.txt", [Array("phone".utf8)], base: shared.revision), token: phone.token)
+            let commits = [
+                ItemCommit(item: "new", update: fileUpdate("new.txt", [Array("new".utf8)])),
+                ItemCommit(item: "z-clash", update: fileUpdate("TAKEN.txt", [])), // a name the server changes (the greater id gives way)
+                ItemCommit(item: "shared", update: fileUpdate("shared.txt", [Array("laptop".utf8)], base: shared.revision, date: 1_700_000_000)), // older: it loses
+                ItemCommit(item: "gone", update: fileUpdate("gone.txt", [], base: gone.revision, deleted: true)),
+            ]
+            try await client.uploadKnownChunks(of: commits.map(\.update), token: laptop.token)
+            let answer = try await client.send(.post, "/v1/containers/\(notes)/commits?brief=true&terse=true", token: laptop.token, json: CommitBatchRequest(commits: commits))
+            #expect(answer.status == .ok, "\(String(buffer: answer.body))")
+            let results = try answer.decode(CommitBatchResponse.self).results
+            let fresh = try #require(results[0].committed)
+            #expect(results[0].commit == nil)
+            let state = try await client.changes(notes, token: phone.token).items.first { $0.id == "new" }
+            #expect(state?.revision == fresh.revision && state?.sequence == fresh.sequence)
+            #expect(results[1].committed == nil && results[1].commit?.item.name == "TAKEN 2.txt", "renamed: answered in full")
+            #expect(results[2].committed == nil && results[2].commit?.outcome == "conflict", "a conflict: in full")
+            #expect(results[3].committed == nil && results[3].commit?.item.deleted == true, "a deletion: in full \(String(describing: results[3].error))")
+            // Without the word, every answer is whole.
+            let plain = try await client.send(.post, "/v1/containers/\(notes)/commits?brief=true", token: laptop.token,
+                                              json: CommitBatchRequest(commits: [ItemCommit(item: "other", update: fileUpdate("other.txt", []))]))
+            #expect(try plain.decode(CommitBatchResponse.self).results.allSatisfy { $0.commit != nil && $0.committed == nil })
+        }
+    }
+
     @Test(arguments: Backend.all) func manyUpdatesCommitTogetherAndARefusedOneStopsNoOther(backend: Backend) async throws {
         let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.run { client in

@@ -1,6 +1,8 @@
+import CompressNIO
 import Crypto
 import Foundation
 import Hummingbird
+import NIOFoundationCompat
 import HummingbirdTesting
 import HummingbirdWSTesting
 import Synchronization
@@ -282,12 +284,18 @@ import UbiquityProtocol
 }
 
 @Suite struct PushTests {
-    /// Connects a device's push socket and collects what arrives until `until` holds.
-    func listen(_ client: any TestClientProtocol, token: String, until done: @escaping @Sendable ([PushEvent]) -> Bool) async throws -> [PushEvent] {
+    /// Connects a device's push socket (with `query`) and collects what arrives until `until`
+    /// holds (binary messages: gzip-compressed events with their pages).
+    func listen(_ client: any TestClientProtocol, token: String, query: String = "", until done: @escaping @Sendable ([PushEvent]) -> Bool) async throws -> [PushEvent] {
         let received = Mutex<[PushEvent]>([])
-        try await client.ws("/v1/push", configuration: .init(additionalHeaders: [.authorization: "Bearer \(token)"])) { inbound, _, _ in
+        try await client.ws("/v1/push" + query, configuration: .init(additionalHeaders: [.authorization: "Bearer \(token)"])) { inbound, _, _ in
             for try await message in inbound.messages(maxSize: 1 << 16) {
-                guard case .text(let text) = message, let event = try? JSONDecoder().decode(PushEvent.self, from: Data(text.utf8)) else { continue }
+                let json: Data
+                switch message {
+                case .text(let text): json = Data(text.utf8)
+                case .binary(var compressed): json = Data(buffer: try compressed.decompress(with: .gzip()))
+                }
+                guard let event = try? JSONDecoder().decode(PushEvent.self, from: json) else { continue }
                 let all = received.withLock { $0.append(event); return $0 }
                 if done(all) { return }
             }
@@ -338,6 +346,54 @@ import UbiquityProtocol
             let bobsPhone = try await client.signIn("bob", device: "phone")
             _ = try await client.commit(notes, "b", fileUpdate("b.txt", []), token: bobsPhone.token)
             #expect(try await bobEvents == [.connected, PushEvent(type: "changed", container: notes, sequence: 1)])
+        }
+    }
+
+    /// A device whose push connection takes pages (`pages=gzip`) gets a small commit's changes
+    /// with its event — the page it would have fetched, small files' bytes inline when it asked
+    /// (`inline=N`) — and needs no request; a device that did not ask gets the event alone, and
+    /// a batch whose sequences another commit came between is not sent as a page.
+    @Test func smallCommitsComeWithTheirPages() async throws {
+        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+        try await server.server.makeApplication().test(.live) { raw in
+            let client = Client(client: raw)
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let phone = try await client.signIn("ada", device: "phone")
+            let tablet = try await client.signIn("ada", device: "tablet")
+            let watch = try await client.signIn("ada", device: "watch")
+            let connected = Confirmations()
+            func until(_ name: String, _ sequence: Int64) -> @Sendable ([PushEvent]) -> Bool {
+                { events in
+                    if events.count == 1 { connected.mark(name) }
+                    return events.contains { $0.type == "changed" && $0.sequence == sequence }
+                }
+            }
+            async let phoneEvents = listen(raw, token: phone.token, query: "?pages=gzip&inline=16384", until: until("phone", 3))
+            async let tabletEvents = listen(raw, token: tablet.token, query: "?pages=gzip", until: until("tablet", 3))
+            async let watchEvents = listen(raw, token: watch.token, until: until("watch", 3))
+            try await connected.wait(for: ["phone", "tablet", "watch"])
+
+            var note = fileUpdate("note.txt", [Array("a note".utf8)])
+            note.contents = Data("a note".utf8)
+            let commits = [ItemCommit(item: "note", update: note), ItemCommit(item: "folder", update: ItemUpdate(baseRevision: nil, name: "Folder", kind: .directory, modificationDate: 1, manifest: Manifest()))]
+            let answer = try await client.send(.post, "/v1/containers/\(notes)/commits?brief=true", token: laptop.token, json: CommitBatchRequest(commits: commits))
+            #expect(answer.status == .ok)
+            let fetched = try await client.changes(notes, token: phone.token)
+            // A third commit: its page says since 2.
+            let third = try await client.send(.post, "/v1/containers/\(notes)/commits?brief=true", token: laptop.token,
+                                              json: CommitBatchRequest(commits: [ItemCommit(item: "other", update: fileUpdate("other.txt", []))]))
+            #expect(third.status == .ok)
+
+            let phones = try await phoneEvents, tablets = try await tabletEvents, watches = try await watchEvents
+            let paged = try #require(phones.first { $0.type == "changed" && $0.sequence == 2 })
+            #expect(paged.since == 0 && paged.items?.map(\.id).sorted() == ["folder", "note"])
+            #expect(paged.items?.first { $0.id == "note" }?.contents == Data("a note".utf8), "the bytes, asked for")
+            #expect(paged.items?.map { $0.revision }.sorted() == fetched.items.map(\.revision).sorted(), "what a fetch gives")
+            #expect(paged.items?.allSatisfy { $0.digest != nil && $0.manifest == Manifest() } == true, "brief, as pages are fetched")
+            let tablets2 = try #require(tablets.first { $0.type == "changed" && $0.sequence == 2 })
+            #expect(tablets2.items?.count == 2 && tablets2.items?.allSatisfy { $0.contents == nil } == true, "no bytes unless asked")
+            #expect(watches.contains(PushEvent(type: "changed", container: notes, sequence: 2)), "no page unless asked")
+            #expect(phones.first { $0.sequence == 3 }?.since == 2)
         }
     }
 

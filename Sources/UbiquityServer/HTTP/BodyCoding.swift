@@ -40,11 +40,15 @@ package struct SyncRequestDecoder: RequestDecoder {
     }
 }
 
-/// Writes an answer as JSON, gzip-compressed when the request accepts it and the body is
-/// large enough to gain (a commit batch's or a page of changes' answer, not a small one).
+/// Writes an answer as JSON (`application/json`: UTF-8 is JSON's only encoding, RFC 8259, so no
+/// `charset`), gzip-compressed when the request accepts it and the body is large enough to gain.
+/// A request that sent a body as it is hears `Accept-Encoding: gzip` (RFC 7694): the server
+/// takes compressed bodies too (a client that already sends them, or sends none, is not told
+/// again on every answer).
 package struct SyncResponseEncoder: ResponseEncoder {
-    /// Bodies smaller than this go as they are.
-    package static let compressionThreshold = 1024
+    /// Bodies smaller than this go as they are (below it, gzip's own 18 bytes and the
+    /// `Content-Encoding` and `Vary` headers eat most of the gain).
+    package static let compressionThreshold = 256
 
     /// How answers are compressed: zlib's fastest level — chunk lists and hashes are most of a
     /// large answer, and the higher levels shrink them by 2% more for three times the CPU.
@@ -56,7 +60,9 @@ package struct SyncResponseEncoder: ResponseEncoder {
     /// The answer for `value`.
     package func encode(_ value: some Encodable, from request: Request, context: some RequestContext) throws -> Response {
         var body = ByteBuffer(bytes: try JSONEncoder().encode(value))
-        var headers: HTTPFields = [.contentType: "application/json; charset=utf-8", .acceptEncoding: "gzip"]
+        var headers: HTTPFields = [.contentType: "application/json"]
+        let sentBody = request.headers[.contentLength].flatMap { Int($0) }.map { $0 > 0 } ?? (request.headers[.transferEncoding] != nil)
+        if sentBody, request.headers[.contentEncoding] == nil { headers[.acceptEncoding] = "gzip" }
         if body.readableBytes >= Self.compressionThreshold, Self.acceptsGzip(request.headers[values: .acceptEncoding]) {
             body = try body.compress(with: Self.gzip)
             headers[.contentEncoding] = "gzip"

@@ -1,4 +1,7 @@
+import CompressNIO
 import Foundation
+import NIOCore
+import NIOFoundationCompat
 import UbiquityProtocol
 import Synchronization
 
@@ -8,10 +11,13 @@ import Synchronization
 /// what is written per device is bounded by how fast its connection takes events, and by
 /// ``pace``, not by the commit rate.
 final class PushMailbox: Sendable {
-    /// An event and its message (JSON text, encoded once for every device it goes to).
+    /// An event and its message (JSON text, encoded once for every device it goes to), or,
+    /// for a device that asked for pages, the event with its changes (``PushEvent/items``) as
+    /// gzip-compressed JSON, sent as a binary message.
     struct Delivery: Sendable, Equatable {
         var event: PushEvent
         var text: String
+        var page: Data? = nil
     }
 
     /// The shortest time between two messages to one device: events that come closer together
@@ -115,6 +121,20 @@ final class ChangeNotifier: Sendable {
     private struct Subscriber {
         var device: DeviceAuth
         var mailbox: PushMailbox
+        /// Whether the connection takes pages of changes (`pages=gzip`).
+        var pages = false
+        /// Up to how many bytes a small file's contents come inline in those pages (`inline=N`).
+        var inline = 0
+    }
+
+    /// A commit's changes, small enough to push along with the event that tells of them.
+    struct PushedPage: Sendable {
+        /// The container's sequence before them.
+        var since: Int64
+        /// Every item that changed after `since` (brief states, without contents).
+        var items: [ItemState]
+        /// Small files' bytes, by item id.
+        var contents: [String: Data]
     }
 
     /// By account, then by connection.
@@ -134,10 +154,13 @@ final class ChangeNotifier: Sendable {
     }
 
     /// The mailbox of the events the device may see; finish it with ``unsubscribe(_:)``.
-    func subscribe(_ device: DeviceAuth) -> (UUID, PushMailbox) {
+    /// - Parameters:
+    ///   - pages: Whether the connection takes pages of changes with its events.
+    ///   - inline: Up to how many bytes a small file's contents come inline in them.
+    func subscribe(_ device: DeviceAuth, pages: Bool = false, inline: Int = 0) -> (UUID, PushMailbox) {
         let id = UUID()
         let mailbox = PushMailbox()
-        subscribers.withLock { $0[device.accountId, default: [:]][id] = Subscriber(device: device, mailbox: mailbox) }
+        subscribers.withLock { $0[device.accountId, default: [:]][id] = Subscriber(device: device, mailbox: mailbox, pages: pages, inline: inline) }
         return (id, mailbox)
     }
 
@@ -155,13 +178,47 @@ final class ChangeNotifier: Sendable {
 
     /// Tells every connected device of the account that may use the container (or store),
     /// except the device that made the change (`except`): it knows already.
-    func publish(account: Int64, container: String, sequence: Int64, keyValue: Bool = false, except origin: String? = nil) {
+    /// With `page` (a commit's changes, when small), devices that take pages get them along,
+    /// so that they need no request for them.
+    func publish(account: Int64, container: String, sequence: Int64, keyValue: Bool = false, except origin: String? = nil, page: PushedPage? = nil) {
         let event = PushEvent(type: keyValue ? "keyValueChanged" : "changed", container: container, sequence: sequence)
         let delivery = PushMailbox.Delivery(event: event, text: PushMailbox.message(event)) // encoded once for all
         let targets = subscribers.withLock { subscribers in
-            (subscribers[account] ?? [:]).values.filter { $0.device.allows(container) && $0.device.deviceId != origin }.map(\.mailbox)
+            (subscribers[account] ?? [:]).values.filter { $0.device.allows(container) && $0.device.deviceId != origin }
         }
-        for mailbox in targets { mailbox.post(delivery) }
+        // Each form of the page is encoded once, for every device that takes it.
+        var withContents: PushMailbox.Delivery?, withoutContents: PushMailbox.Delivery?
+        let largest = page?.contents.values.map(\.count).max()
+        for target in targets {
+            guard target.pages, let page else {
+                target.mailbox.post(delivery)
+                continue
+            }
+            if let largest, target.inline >= largest {
+                if withContents == nil { withContents = Self.delivery(event, page, contents: true) ?? delivery }
+                target.mailbox.post(withContents ?? delivery)
+            } else {
+                if withoutContents == nil { withoutContents = Self.delivery(event, page, contents: false) ?? delivery }
+                target.mailbox.post(withoutContents ?? delivery)
+            }
+        }
+    }
+
+    /// `event` with `page`'s changes, gzip-compressed; nil if it cannot be encoded (the event
+    /// then goes alone, and devices fetch the page).
+    static func delivery(_ event: PushEvent, _ page: PushedPage, contents: Bool) -> PushMailbox.Delivery? {
+        var items = page.items
+        if contents { for index in items.indices { items[index].contents = page.contents[items[index].id] } }
+        var paged = event
+        paged.since = page.since
+        paged.items = items
+        do {
+            var body = ByteBuffer(bytes: try JSONEncoder().encode(paged))
+            let compressed = try body.compress(with: SyncResponseEncoder.gzip)
+            return PushMailbox.Delivery(event: event, text: PushMailbox.message(event), page: Data(buffer: compressed))
+        } catch {
+            return nil
+        }
     }
 
     /// Tells every connected device to catch up with `changes` (as if it had just connected):

@@ -186,7 +186,7 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
         if clock.phase == .head || clock.phase == .between {
             var head = HTTPResponseHead(version: .http1_1, status: HTTPResponseStatus(statusCode: Int(error.status.code), reasonPhrase: error.status.reasonPhrase))
             let body = error.jsonBody()
-            head.headers = ["content-type": "application/json; charset=utf-8", "content-length": "\(body.count)", "connection": "close"]
+            head.headers = ["content-type": "application/json", "content-length": "\(body.count)", "connection": "close"]
             context.write(wrapOutboundOut(.head(head)), promise: nil)
             context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: nil)
             context.writeAndFlush(wrapOutboundOut(.end(nil))).assumeIsolated().whenComplete { _ in context.close(promise: nil) }
@@ -209,7 +209,7 @@ final class RequestGuard: ChannelDuplexHandler, RemovableChannelHandler {
             let error = refusal ?? SyncError.badRequest("upgradeRefused", "this request cannot be upgraded to a WebSocket")
             let body = error.jsonBody()
             var replaced = HTTPResponseHead(version: head.version, status: HTTPResponseStatus(statusCode: Int(error.status.code), reasonPhrase: error.status.reasonPhrase))
-            replaced.headers = ["content-type": "application/json; charset=utf-8", "content-length": "\(body.count)", "connection": "close"]
+            replaced.headers = ["content-type": "application/json", "content-length": "\(body.count)", "connection": "close"]
             replacing = true
             context.write(wrapOutboundOut(.head(replaced)), promise: nil)
             context.write(wrapOutboundOut(.body(.byteBuffer(ByteBuffer(bytes: body)))), promise: promise)

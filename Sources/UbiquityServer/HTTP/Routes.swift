@@ -83,7 +83,11 @@ extension SyncServices {
             return .upgrade([:])
         }, onUpgrade: { inbound, outbound, context in
             guard let device = context.requestContext.device else { return }
-            let (id, events) = notifier.subscribe(device)
+            // `pages=gzip`: small commits' changes come along, as gzip-compressed binary
+            // messages; `inline=N`: with small files' bytes of at most N bytes.
+            let query = context.request.uri.queryParameters
+            let inline = query["inline"].flatMap { Int($0) }.map { min(max($0, 0), ItemUpdate.maximumInlineBytes) } ?? 0
+            let (id, events) = notifier.subscribe(device, pages: query["pages"] == "gzip", inline: inline)
             defer { notifier.unsubscribe(id) }
             try await withThrowingTaskGroup(of: Void.self) { group in
                 group.addTask {
@@ -93,7 +97,13 @@ extension SyncServices {
                     try await outbound.write(.text(PushMailbox.message(.connected)))
                     var notBefore = ContinuousClock.now
                     while let waiting = await events.next(notBefore: notBefore) {
-                        for delivery in waiting { try await outbound.write(.text(delivery.text)) }
+                        for delivery in waiting {
+                        if let page = delivery.page {
+                            try await outbound.write(.binary(ByteBuffer(bytes: page)))
+                        } else {
+                            try await outbound.write(.text(delivery.text))
+                        }
+                    }
                         notBefore = .now + notifier.pace(forAccount: device.accountId)
                     }
                     // The stream ended: the device was revoked or signed out.
@@ -196,12 +206,15 @@ extension SyncServices {
             // Each update checked on its own: one refused is answered with its error, the others go on.
             var results = [CommitResult?](repeating: nil, count: batch.commits.count)
             var accepted: [(index: Int, commit: ItemCommit)] = [], items = Set<String>(), inline: [ChunkBatch.Chunk] = []
+            var inlineBytes: [String: Data] = [:]
             for (index, commit) in batch.commits.enumerated() {
                 do {
                     try Validate.identifier(commit.item, field: "item id")
                     guard items.insert(commit.item).inserted else { throw SyncError.badRequest("duplicateItem", "item \(commit.item) appears twice in the batch") }
                     var update = try await prepared(commit.update, of: commit.item, in: container, for: device)
+                    let bytes = update.contents
                     inline += try Self.inlineChunks(of: &update)
+                    if let bytes { inlineBytes[commit.item] = bytes }
                     accepted.append((index, ItemCommit(item: commit.item, update: update)))
                 } catch let error as SyncError {
                     results[index] = CommitResult(item: commit.item, error: error.body)
@@ -209,14 +222,18 @@ extension SyncServices {
             }
             // Small files' bytes stored before their commits (one quota check, one write): complete when committed.
             if !inline.isEmpty { try await receive(inline, from: device, logger: context.logger) }
-            let brief = Self.brief(request)
+            let brief = Self.brief(request), terse = request.uri.queryParameters["terse"] == "true"
             let verdicts = accepted.isEmpty ? [] : try await database.commit(accountId: device.accountId, container: container, commits: accepted.map(\.commit),
                                                                               device: device, now: Date(), brief: brief, limits: accountLimits)
             var fresh: [CommitOutcome] = []
             for (entry, verdict) in zip(accepted, verdicts) {
                 switch verdict {
                 case .success(let outcome):
-                    results[entry.index] = CommitResult(item: entry.commit.item, commit: Self.answer(outcome, brief: brief))
+                    if terse, let committed = Self.committed(outcome, as: entry.commit.update, by: device) {
+                        results[entry.index] = CommitResult(item: entry.commit.item, committed: committed)
+                    } else {
+                        results[entry.index] = CommitResult(item: entry.commit.item, commit: Self.answer(outcome, brief: brief))
+                    }
                     if !outcome.repeated { fresh.append(outcome) }
                 case .failure(let error):
                     results[entry.index] = CommitResult(item: entry.commit.item, error: error.body)
@@ -224,7 +241,8 @@ extension SyncServices {
             }
             if let sequence = fresh.map(\.item.sequence).max() {
                 metrics.count(.commits, by: fresh.count)
-                notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId)
+                notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId,
+                                 page: Self.pushedPage(fresh, inlineBytes: inlineBytes))
             }
             return CommitBatchResponse(results: results.map { $0! })
         }
@@ -430,6 +448,33 @@ extension SyncServices {
         }
         try Validate.update(update)
         return update
+    }
+
+    /// The changes of a commit batch as a page to push along with its event, when they are
+    /// small and are all the container's changes from before the batch to after it (their
+    /// sequences follow each other); nil otherwise (devices then fetch them).
+    static func pushedPage(_ outcomes: [CommitOutcome], inlineBytes: [String: Data]) -> ChangeNotifier.PushedPage? {
+        guard !outcomes.isEmpty, outcomes.count <= PushEvent.maximumPageItems else { return nil }
+        let states = outcomes.map(\.item).sorted { $0.sequence < $1.sequence }
+        let since = states[0].sequence - 1
+        guard states.enumerated().allSatisfy({ $0.element.sequence == since + 1 + Int64($0.offset) }) else { return nil }
+        var contents: [String: Data] = [:], total = 0
+        for outcome in outcomes where outcome.isCurrent && outcome.item.revision == outcome.revision && outcome.item.uploaded && !outcome.item.deleted {
+            guard let bytes = inlineBytes[outcome.item.id], Int64(bytes.count) == outcome.item.size, total + bytes.count <= PushEvent.maximumPageContentBytes else { continue }
+            contents[outcome.item.id] = bytes
+            total += bytes.count
+        }
+        return ChangeNotifier.PushedPage(since: since, items: states.map(Self.brief), contents: contents)
+    }
+
+    /// The terse answer to a commit that made its item exactly what `update` said (`terse=true`):
+    /// nil when anything differs, and the whole answer goes.
+    static func committed(_ outcome: CommitOutcome, as update: ItemUpdate, by device: DeviceAuth) -> CommittedRevision? {
+        let item = outcome.item
+        guard outcome.isCurrent, item.revision == outcome.revision, outcome.missingChunks.isEmpty, item.uploaded, item.conflicts.isEmpty,
+              !item.deleted, update.deleted != true, item.name == update.name, item.parent == update.parent, item.kind == update.kind,
+              item.type == update.type, item.modificationDate == update.modificationDate, item.deviceName == device.deviceName else { return nil }
+        return CommittedRevision(revision: outcome.revision, sequence: item.sequence)
     }
 
     /// A commit's answer (brief: manifests left out).

@@ -41,7 +41,7 @@ package struct SyncError: Error, HTTPResponseError, CustomStringConvertible, Equ
     /// The JSON error body.
     package func response(from request: Request, context: some RequestContext) throws -> Response {
         let body = jsonBody()
-        var headers: HTTPFields = [.contentType: "application/json; charset=utf-8"]
+        var headers: HTTPFields = [.contentType: "application/json"]
         if let retryAfter { headers[.retryAfter] = "\(retryAfter)" }
         return Response(status: status, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: body)))
     }
