@@ -23,6 +23,9 @@ extension AccountSession {
         let url = components.string!
         var configuration = WebSocketClientConfiguration()
         configuration.additionalHeaders = [.authorization: "Bearer \(credentials.token)"]
+        // A page of changes comes as one frame (WebSocket's default of 16 KiB would refuse it,
+        // and the connection with it).
+        configuration.maxFrameSize = PushEvent.maximumMessageBytes
         // A connection that died without a word (a laptop that slept, a NAT that forgot it) is
         // found by its unanswered ping and closed, then opened again.
         configuration.autoPing = .enabled(timePeriod: Self.pushPingPeriod)
@@ -35,7 +38,7 @@ extension AccountSession {
             let ended = EndFlag()
             let connection = Task {
                 defer { ended.set() }
-                try await WebSocketClient.connect(url: url, configuration: configuration, logger: self.logger) { inbound, _, _ in
+                let close = try await WebSocketClient.connect(url: url, configuration: configuration, logger: self.logger) { inbound, _, _ in
                     for try await message in inbound.messages(maxSize: Self.pushMessageBytes) {
                         let json: Data
                         switch message {
@@ -55,6 +58,11 @@ extension AccountSession {
                             self.logger.warning("push message not understood; ignored", metadata: ["message": "\(String(decoding: json.prefix(200), as: UTF8.self))", "error": "\(error)"])
                         }
                     }
+                }
+                // Closed without an error (by the server, or by this side on a frame it would not
+                // take): said, since every one costs a reconnection; the loop reconnects.
+                if !Task.isCancelled {
+                    self.logger.notice("push connection closed; reconnecting", metadata: ["code": "\(close.map { "\($0.closeCode)" } ?? "none")", "reason": "\(close?.reason ?? "")"])
                 }
             }
             // Opening is bounded: an attempt made while the network dropped packets can wait for
@@ -96,7 +104,7 @@ extension AccountSession {
     }
 
     /// The most bytes one push message takes as it comes (a compressed page of changes).
-    static let pushMessageBytes = 1 << 20
+    static let pushMessageBytes = PushEvent.maximumMessageBytes
     /// The most bytes a push message's page of changes takes once inflated.
     static let pushPageBytes = 4 << 20
 

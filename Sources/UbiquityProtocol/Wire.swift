@@ -382,6 +382,9 @@ public struct PushEvent: Codable, Sendable, Equatable {
     public static let maximumPageContentBytes = 64 << 10
     /// The most items a pushed page lists.
     public static let maximumPageItems = 64
+    /// The most bytes a push message takes as it is sent (a page compressed larger is left
+    /// out); a device reads messages (and frames) up to this size.
+    public static let maximumMessageBytes = 256 << 10
 }
 
 /// The account a request acts for: `GET /v1/account`.

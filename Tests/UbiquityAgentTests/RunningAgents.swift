@@ -13,7 +13,10 @@ struct RunningAgents {
     let paths: [UbiquityPaths]
     let agents: [Task<Void, any Error>]
 
-    static func start(_ names: [String], containers: [String], in dir: String) async throws -> RunningAgents {
+    /// - Parameters:
+    ///   - greedy: Whether the agents keep every file (and ask for small files' bytes inline).
+    ///   - agentLogger: The agents' logger (default: only critical messages, nowhere).
+    static func start(_ names: [String], containers: [String], in dir: String, greedy: Bool = false, agentLogger: Logger? = nil) async throws -> RunningAgents {
         var logger = Logger(label: "test")
         logger.logLevel = .critical
         let server = try await EmbeddedServer.start(dataDirectory: dir + "/server", account: "ada", password: "correct horse", logger: logger)
@@ -22,7 +25,7 @@ struct RunningAgents {
             let root = URL(fileURLWithPath: dir).appendingPathComponent(name)
             let home = UbiquityPaths(configuration: root.appendingPathComponent("config"), data: root.appendingPathComponent("data"), runtime: root.appendingPathComponent("run"))
             try await SyncClient(server: server.url).signIn(account: "ada", password: "correct horse", deviceName: name, savingTo: home)
-            let agent = Agent(paths: home, configuration: AgentConfiguration(containers: containers, rescanSeconds: 60), logger: logger)
+            let agent = Agent(paths: home, configuration: AgentConfiguration(containers: containers, greedy: greedy, rescanSeconds: 60), logger: agentLogger ?? logger)
             agents.append(Task { try await agent.run() })
             paths.append(home)
         }

@@ -215,6 +215,7 @@ final class ChangeNotifier: Sendable {
         do {
             var body = ByteBuffer(bytes: try JSONEncoder().encode(paged))
             let compressed = try body.compress(with: SyncResponseEncoder.gzip)
+            guard compressed.readableBytes <= PushEvent.maximumMessageBytes - 16 else { return nil } // (frame header)
             return PushMailbox.Delivery(event: event, text: PushMailbox.message(event), page: Data(buffer: compressed))
         } catch {
             return nil
