@@ -135,7 +135,7 @@ let package = Package(
         ),
 
         // Test support: documents and a child process that saves in a loop (killed by the crash test).
-        .target(name: "UbiquityTestSupport", dependencies: ["CUbiquitySystem", "UbiquityFiles", "Ubiquity"], path: "Tests/Support"),
+        .target(name: "UbiquityTestSupport", dependencies: ["CUbiquitySystem", "UbiquityFiles", "Ubiquity", logging], path: "Tests/Support"),
         .executableTarget(name: "UbiquitySaveLoop", dependencies: ["UbiquityTestSupport"], path: "Tests/Helpers/SaveLoop"),
         // A second process for the coordination tests: takes coordinated access and holds it.
         .executableTarget(name: "UbiquityCoordinatorHelper", dependencies: ["UbiquityCoordination"], path: "Tests/Helpers/Coordinator"),
@@ -163,6 +163,7 @@ let package = Package(
                 "UbiquityServer",
                 "UbiquityProtocol",
                 "UbiquitySync",
+                "UbiquityTestSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSTesting", package: "hummingbird-websocket"),

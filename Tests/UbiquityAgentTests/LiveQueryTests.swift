@@ -15,21 +15,8 @@ import UbiquityQuery
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let running = try await RunningAgents.start(["laptop", "phone"], containers: [notes], in: dir)
         defer { running.stop() }
-        let devices = running.paths.map { UbiquityContainers(paths: $0, entitlements: UbiquityEntitlements(containers: [notes])) }
-        // Apps' calls to the agent block: they run on threads of their own, never on the
-        // concurrency pool the in-process agents need to answer them.
-        let laptopDevice = devices[0], phoneDevice = devices[1]
-        let laptop = try #require(try await blocking { laptopDevice.url(forContainer: notes) }).appendingPathComponent("Documents")
-        let phone = try #require(try await blocking { phoneDevice.url(forContainer: notes) }).appendingPathComponent("Documents")
-        // Both agents answer.
-        for device in devices {
-            var connected = false
-            for _ in 0..<100 where !connected {
-                connected = try await blocking { (try? device.agent.send(AgentRequest(.status), timeout: .seconds(1)).status?.connected) == true }
-                if !connected { try await Task.sleep(for: .milliseconds(50)) }
-            }
-            #expect(connected)
-        }
+        let (devices, documents) = try await running.connectedDevices(containers: [notes])
+        let laptop = documents[0], phone = documents[1]
 
         let query = NSMetadataQuery(containers: devices[1])
         query.searchScopes = [NSMetadataQueryUbiquitousDocumentsScope]
@@ -61,6 +48,7 @@ import UbiquityQuery
         #expect(item.value(forAttribute: NSMetadataItemFSSizeKey) as? Int64 == 13)
 
         // The phone asks for it: the same result changes to current (the agent's status stream).
+        let phoneDevice = devices[1]
         try await blocking { try phoneDevice.startDownloading(at: phone.appendingPathComponent("Trip.txt")) }
         // (A minute at most: once in CI, at the suite's busiest start, 15 s were not enough.)
         #expect(await eventually(60) { item.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusCurrent })

@@ -1,9 +1,6 @@
 import Foundation
-import Logging
-import Synchronization
 import Testing
-import UbiquityAgentProtocol
-import UbiquityClient
+import UbiquityTestSupport
 @testable import UbiquityAgent
 
 /// Pages of changes pushed along with their events, between two running agents and a real
@@ -12,43 +9,15 @@ import UbiquityClient
 @Suite struct PushedPageTests {
     let notes = "ABCDE12345.com.example.notes"
 
-    /// Notices, warnings and errors the agents logged.
-    final class Warnings: Sendable {
-        let lines = Mutex<[String]>([])
-        struct Handler: LogHandler {
-            let warnings: Warnings
-            var metadata: Logger.Metadata = [:]
-            var logLevel: Logger.Level = .notice
-            subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-                get { metadata[key] }
-                set { metadata[key] = newValue }
-            }
-            func log(event: LogEvent) {
-                warnings.lines.withLock { $0.append("\(event.message) \(event.metadata ?? [:])") }
-            }
-        }
-        var logger: Logger { Logger(label: "agent") { _ in Handler(warnings: self) } }
-    }
-
     @Test(.timeLimit(.minutes(3))) func aFolderOfSmallFilesArrivesInOnePushedPage() async throws {
         let notes = notes
         let dir = NSTemporaryDirectory() + "pushed-page-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let warnings = Warnings()
-        let running = try await RunningAgents.start(["laptop", "phone"], containers: [notes], in: dir, greedy: true, agentLogger: warnings.logger)
+        let notices = LogCapture(level: .notice)
+        let running = try await RunningAgents.start(["laptop", "phone"], containers: [notes], in: dir, greedy: true, agentLogger: notices.logger(label: "agent"))
         defer { running.stop() }
-        let devices = running.paths.map { UbiquityContainers(paths: $0, entitlements: UbiquityEntitlements(containers: [notes])) }
-        let laptopDevice = devices[0], phoneDevice = devices[1]
-        let laptop = try #require(try await blocking { laptopDevice.url(forContainer: notes) }).appendingPathComponent("Documents")
-        let phone = try #require(try await blocking { phoneDevice.url(forContainer: notes) }).appendingPathComponent("Documents")
-        for device in devices {
-            var connected = false
-            for _ in 0..<100 where !connected {
-                connected = try await blocking { (try? device.agent.send(AgentRequest(.status), timeout: .seconds(1)).status?.connected) == true }
-                if !connected { try await Task.sleep(for: .milliseconds(50)) }
-            }
-            #expect(connected)
-        }
+        let documents = try await running.connectedDevices(containers: [notes]).documents
+        let laptop = documents[0], phone = documents[1]
 
         // Twelve files of 4 KiB that are not text (base64 in the page: about 64 KiB before
         // compression, far above a 16 KiB frame), put in place at once as one folder.
@@ -63,7 +32,7 @@ import UbiquityClient
             files.allSatisfy { name, bytes in (try? Data(contentsOf: phone.appendingPathComponent("Album").appendingPathComponent(name))) == bytes }
         }
         #expect(arrived)
-        let logged = warnings.lines.withLock { $0 }
+        let logged = notices.lines.withLock { $0 }.map(\.message)
         #expect(!logged.contains { $0.contains("push") }, "the push connection stayed up and every message was read: \(logged)")
     }
 }

@@ -1,5 +1,7 @@
 import Foundation
 import Logging
+import Testing
+import UbiquityAgentProtocol
 import UbiquityClient
 import UbiquityServer
 @testable import UbiquityAgent
@@ -30,6 +32,26 @@ struct RunningAgents {
             paths.append(home)
         }
         return RunningAgents(server: server, paths: paths, agents: agents)
+    }
+
+    /// Each device's view of `containers` (in the order named) and, for each, the
+    /// `Documents` folder of the first container — once every agent says it is connected (an
+    /// agent that never does fails the test). Apps' calls to the agent block: they run on
+    /// threads of their own, never on the concurrency pool the in-process agents answer on.
+    func connectedDevices(containers: [String]) async throws -> (devices: [UbiquityContainers], documents: [URL]) {
+        let devices = paths.map { UbiquityContainers(paths: $0, entitlements: UbiquityEntitlements(containers: containers)) }
+        var documents: [URL] = []
+        for device in devices {
+            var connected = false
+            for _ in 0..<100 where !connected {
+                connected = try await blocking { (try? device.agent.send(AgentRequest(.status), timeout: .seconds(1)).status?.connected) == true }
+                if !connected { try await Task.sleep(for: .milliseconds(50)) }
+            }
+            #expect(connected)
+            let url = try #require(try await blocking { device.url(forContainer: containers[0]) })
+            documents.append(url.appendingPathComponent("Documents"))
+        }
+        return (devices, documents)
     }
 
     func stop() {

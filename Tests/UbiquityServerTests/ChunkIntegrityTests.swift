@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import NIOCore
 import Testing
+import UbiquityTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -54,7 +55,7 @@ extension TestServer {
     @Test(arguments: Backend.all)
     func aDamagedChunkIsNeverServedAndARepeatedUploadRepairsIt(backend: Backend) async throws {
         let capture = LogCapture()
-        let server = try await TestServer(backend, logger: capture.logger); defer { server.remove() }
+        let server = try await TestServer(backend, logger: capture.logger()); defer { server.remove() }
         _ = try await server.admin.createAccount(name: "ann", password: "correct horse")
         let bytes = (0..<100_000).map { UInt8(truncatingIfNeeded: $0 &* 31 &+ 7) }
         let hash = sha256(bytes)

@@ -2,31 +2,12 @@ import Foundation
 import Logging
 import Synchronization
 import Testing
+import UbiquityTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
 import UbiquityProtocol
 @testable import UbiquityServer
-
-/// What a log handler received (for tests that read the log).
-final class LogCapture: Sendable {
-    let lines = Mutex<[(level: Logger.Level, message: String, metadata: Logger.Metadata)]>([])
-
-    struct Handler: LogHandler {
-        let capture: LogCapture
-        var metadata: Logger.Metadata = [:]
-        var logLevel: Logger.Level = .info
-        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-            get { metadata[key] }
-            set { metadata[key] = newValue }
-        }
-        func log(event: LogEvent) {
-            capture.lines.withLock { $0.append((event.level, event.message.description, metadata.merging(event.metadata ?? [:]) { $1 })) }
-        }
-    }
-
-    var logger: Logger { Logger(label: "ubiquity.server") { _ in Handler(capture: self) } }
-}
 
 /// A small file system of the test's own, mounted for the test (root only).
 struct SmallDisk {
@@ -73,7 +54,7 @@ struct DiskFullTests {
     @Test func aFullDiskIsAnswered507AndLosesNothing() async throws {
         let disk = try SmallDisk(megabytes: 6); defer { disk.remove() }
         let capture = LogCapture()
-        let server = try await TestServer(directory: disk.path + "/data", logger: capture.logger); defer { server.remove() }
+        let server = try await TestServer(directory: disk.path + "/data", logger: capture.logger()); defer { server.remove() }
         _ = try await server.admin.createAccount(name: "ann", password: "correct horse")
         try await server.run { client in
             let laptop = try await client.signIn("ann")
