@@ -10,6 +10,8 @@
 #include <sys/socket.h>
 #include <sys/xattr.h>
 #include <unistd.h>
+#include <pthread.h>
+#include <string.h>
 #include <spawn.h>
 #include <linux/fs.h>
 
@@ -152,4 +154,11 @@ int ubq_spawn_actions_close_from(posix_spawn_file_actions_t *actions, int lowest
 
 int ubq_spawn_actions_chdir(posix_spawn_file_actions_t *actions, const char *path) {
     return posix_spawn_file_actions_addchdir_np(actions, path);
+}
+
+int ubq_name_this_thread(const char *name) {
+    char kept[16];
+    strncpy(kept, name, sizeof kept - 1);
+    kept[sizeof kept - 1] = 0;
+    return pthread_setname_np(pthread_self(), kept);
 }

@@ -1,5 +1,6 @@
 import Foundation
 import GRDB
+import UbiquityFiles
 import UbiquityProtocol
 import UbiquitySync
 
@@ -35,6 +36,9 @@ package final class AgentStore: Sendable {
     }
 
     let pool: DatabasePool
+    /// Where ``record(_:state:touched:changed:upsert:removed:)`` writes, off the caller's thread
+    /// (GRDB's asynchronous writes would use Dispatch's shared pool, see ``WorkThread``).
+    private let writer = WorkThread(name: "ubq-store")
 
     /// Opens (or creates) the store at `path`.
     /// - Throws: GRDB's errors when the file cannot be opened or is not a database.
@@ -42,6 +46,10 @@ package final class AgentStore: Sendable {
         try FileManager.default.createDirectory(atPath: (path as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
+        // Readers stay open (``releaseMemory()`` empties their caches instead of closing them):
+        // a closed connection's dispatch queue is torn down on Dispatch's shared pool, which
+        // wakes the process every second from then on (see ``WorkThread``).
+        configuration.persistentReadOnlyConnections = true
         pool = try DatabasePool(path: path, configuration: configuration)
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1") { db in
@@ -82,9 +90,12 @@ package final class AgentStore: Sendable {
     }
 
     /// Lets SQLite free its page caches (and idle readers close) once they finish what they
-    /// are doing: after large rounds, which fill them with rows not read again soon.
+    /// are doing: after large rounds, which fill them with rows not read again soon. On the
+    /// store's own thread, after the writes handed to it (GRDB's `releaseMemoryEventually()`
+    /// would use Dispatch's shared pool, see ``WorkThread``).
     package func releaseMemory() {
-        pool.releaseMemoryEventually()
+        let pool = pool
+        writer.async { pool.releaseMemory() }
     }
 
     /// The container's sync state, or nil if it was never synced here.
@@ -170,7 +181,8 @@ package final class AgentStore: Sendable {
     package func record(_ container: String, state: DeviceSyncState.Persisted, touched: Set<String>, changed: Bool = true,
                        upsert: [File] = [], removed: [String] = []) async throws {
         guard changed || !touched.isEmpty || !upsert.isEmpty || !removed.isEmpty else { return }
-        try await pool.write { db in
+        let pool = pool
+        try await writer.run { try pool.write { db in
             try Self.write(db, container: container, state: state, items: touched, meta: changed)
             for path in removed {
                 try db.execute(sql: "DELETE FROM localFile WHERE container = ? AND path = ?", arguments: [container, path])
@@ -184,7 +196,7 @@ package final class AgentStore: Sendable {
                     """, arguments: [container, file.path, file.item, Int64(bitPattern: file.fingerprint.inode), file.fingerprint.size,
                                      file.fingerprint.modified, file.fingerprint.changed, file.content, file.fingerprint.kind.rawValue, file.revision])
             }
-        }
+        } }
     }
 
     /// The items of `container` an app asked to download that are not downloaded yet.

@@ -111,9 +111,9 @@ package actor ContainerSync {
     private var folderBusy = false
     private var turnWaiters: [CheckedContinuation<Void, Never>] = []
     /// Where coordinated accesses to the folder run, which may wait for an app's presenters to
-    /// save or let go: a queue of their own (dispatch always gives it a thread), so that a slow
-    /// presenter never holds one of Swift concurrency's few threads.
-    private let coordination = DispatchQueue(label: "ubiquity.agent.coordination")
+    /// save or let go: a thread of their own, so that a slow presenter never holds one of Swift
+    /// concurrency's few threads.
+    private let coordination = WorkThread(name: "ubq-coordinate")
     /// When the last round finished.
     package private(set) var lastSync: Date?
     /// Whether a live push connection tells this container's changes: then a round fetches the
@@ -255,20 +255,11 @@ package actor ContainerSync {
         guard !attributeChanges.isEmpty else { return }
         let changes = Dictionary(uniqueKeysWithValues: attributeChanges.map { (root.appendingPathComponent($0.key), $0.value) })
         attributeChanges = [:]
-        let queue = coordination
-        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-            queue.async {
-                NSFileCoordinator.items(didChangeUbiquityAttributes: changes)
-                continuation.resume()
-            }
-        }
+        await coordination.run { NSFileCoordinator.items(didChangeUbiquityAttributes: changes) }
     }
 
     func coordinated<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
-        let queue = coordination
-        return try await withCheckedThrowingContinuation { continuation in
-            queue.async { continuation.resume(with: Result { try work() }) }
-        }
+        try await coordination.run(work)
     }
 
     private func round() async throws {

@@ -199,12 +199,14 @@ extension Materialiser {
 
 
 /// A large file about to be replaced, held open so that its blocks are freed when that
-/// descriptor closes — off the round, on a background queue — and not inside the rename that
+/// descriptor closes — off the round, on a thread of its own — and not inside the rename that
 /// replaces it (ext4 took 30–40 ms in the rename over a 64 MiB file, while the new contents
 /// waited to be seen).
 struct ReplacedFile: Sendable {
     /// Files smaller than this are freed quickly enough where they are.
     static let threshold: Int64 = 4 << 20
+    /// Where replaced files are closed (one thread for the process, asleep while none is).
+    private static let closer = WorkThread(name: "ubq-close")
 
     private let descriptor: Int32
 
@@ -219,6 +221,6 @@ struct ReplacedFile: Sendable {
     /// Lets the replaced file go, in the background.
     func release() {
         let fd = descriptor
-        DispatchQueue.global(qos: .utility).async { close(fd) }
+        Self.closer.async { close(fd) }
     }
 }

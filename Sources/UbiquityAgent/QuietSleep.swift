@@ -9,7 +9,8 @@ import NIOPosix
 /// wake every second for nothing (seen with strace: `timerfd_settime` each second on the
 /// dispatch manager thread). An event loop's timer sleeps in `epoll_wait` until its deadline.
 /// For the agent's long, idle waits (the slow rescan timer, retry back-offs); short waits may
-/// use `Task.sleep`.
+/// use `Task.sleep`. (In `ubiquity agent` itself `Task.sleep` runs on event loops too, see
+/// ``TaskThreads``; an agent run in another process — the tests — has Dispatch's executor.)
 func quietSleep(for duration: Duration) async throws {
     let (seconds, attoseconds) = duration.components
     let nanoseconds = seconds.multipliedReportingOverflow(by: 1_000_000_000)

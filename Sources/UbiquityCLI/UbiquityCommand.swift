@@ -1,11 +1,19 @@
 import ArgumentParser
+import Foundation
+import UbiquityAgent
 import UbiquityFiles
 
 /// The `ubiquity` command: one tool for the document framework and, later, the sync service.
 @main
 struct UbiquityCommand: AsyncParsableCommand {
     /// Parses the arguments (read from the kernel when a preloaded shim hid them from Swift).
-    static func main() async { await main(ProcessArguments.afterProgram) }
+    static func main() async {
+        let arguments = ProcessArguments.afterProgram
+        // An idle agent sleeps (see TaskThreads); UBIQUITY_AGENT_EXECUTOR=dispatch keeps Swift's
+        // own executor (to compare, or should the take-over ever misbehave).
+        if arguments.first == "agent", ProcessInfo.processInfo.environment["UBIQUITY_AGENT_EXECUTOR"] != "dispatch" { TaskThreads.takeOver() }
+        await main(arguments)
+    }
 
     static let configuration = CommandConfiguration(
         commandName: "ubiquity",

@@ -1,6 +1,5 @@
 import Crypto
 import Foundation
-import Synchronization
 import UbiquityFiles
 import UbiquityProtocol
 
@@ -132,19 +131,18 @@ package struct ContentChunker: Sendable {
         var chunks: [ContentChunk] = []
         var window = try cutWindow(into: buffers[0], after: nil, from: handle.fileDescriptor, url: url)
         var turn = 0
-        // A queue of its own (dispatch gives it a thread even when every thread of the shared
-        // pool is busy — or waiting here, as callers on Swift's cooperative threads do: on the
-        // shared pool, two cuts at once could each wait for a hashing that never got a thread).
-        let hashing = window.atEnd ? nil : DispatchQueue(label: "ubiquity.chunk-hashing")
+        // A thread of its own (a thread of a shared pool may never come: callers on Swift's
+        // cooperative threads wait here, and two cuts at once could each wait for a hashing
+        // that got no thread), started only for a file of more than one window.
+        let hashing = window.atEnd ? nil : WorkThread(name: "ubq-hash")
         while !window.atEnd, let hashing {
             // This window hashed on that thread while the next is read and cut here (a
             // blocking wait, not a spinning one: other processes need the cores too). The
             // hashing reads its buffer up to the last cut; this thread reads only what follows.
-            let current = window, hashed = HashedChunks(), done = DispatchGroup()
-            hashing.async(group: done) { hashed.set(Self.hash(current)) }
+            let current = window, hashed = HashedChunks()
+            hashing.async { hashed.set(Self.hash(current)) }
             turn = 1 - turn
             let next = Result { try cutWindow(into: buffers[turn], after: current, from: handle.fileDescriptor, url: url) }
-            done.wait()
             chunks += hashed.get()
             window = try next.get()
         }
@@ -153,7 +151,7 @@ package struct ContentChunker: Sendable {
 
     /// Memory a window is read into, reused from window to window. Written by one thread at a
     /// time: filled before its window is handed to the hashing thread, and filled again only
-    /// after that thread is done with it (the hand-overs are a dispatch group's).
+    /// after that thread is done with it (the hand-overs are ``HashedChunks``').
     private final class WindowBuffer: @unchecked Sendable {
         let memory: UnsafeMutableRawBufferPointer
         var count = 0
@@ -161,11 +159,22 @@ package struct ContentChunker: Sendable {
         deinit { memory.deallocate() }
     }
 
-    /// A window's chunks, handed from the thread that hashed them.
-    private final class HashedChunks: Sendable {
-        private let chunks = Mutex<[ContentChunk]>([])
-        func set(_ value: [ContentChunk]) { chunks.withLock { $0 = value } }
-        func get() -> [ContentChunk] { chunks.withLock { $0 } }
+    /// A window's chunks, handed from the thread that hashed them (``get()`` waits for them).
+    private final class HashedChunks: @unchecked Sendable {
+        private let condition = NSCondition()
+        private var chunks: [ContentChunk]? // guarded by the condition's lock
+        func set(_ value: [ContentChunk]) {
+            condition.lock()
+            chunks = value
+            condition.signal()
+            condition.unlock()
+        }
+        func get() -> [ContentChunk] {
+            condition.lock()
+            defer { condition.unlock() }
+            while chunks == nil { condition.wait() }
+            return chunks ?? []
+        }
     }
 
     /// Bytes read from a file at `offset` (in `buffer`), and where their chunks end (relative to them).

@@ -80,6 +80,28 @@ final class TestDevice: @unchecked Sendable {
         ])
     }
 
+    /// The running agent's process id.
+    var agentProcessID: Int32? { agent?.processIdentifier }
+
+    /// How often each of the agent's threads has gone to sleep so far (each a later wake-up):
+    /// their voluntary context switches, by thread id.
+    var agentSleeps: [String: Int] {
+        guard let pid = agentProcessID, let threads = try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task") else { return [:] }
+        var sleeps: [String: Int] = [:]
+        for thread in threads {
+            let status = (try? String(contentsOfFile: "/proc/\(pid)/task/\(thread)/status", encoding: .utf8)) ?? ""
+            let line = status.split(separator: "\n").first { $0.hasPrefix("voluntary_ctxt_switches:") }
+            sleeps[thread] = line.flatMap { Int($0.split(separator: "\t").last?.trimmingCharacters(in: .whitespaces) ?? "") }
+        }
+        return sleeps
+    }
+
+    /// The wake-ups between two readings of ``agentSleeps``: each thread's increase (a thread
+    /// started meanwhile counts from zero; one that ended is not seen).
+    static func wakeUps(from before: [String: Int], to after: [String: Int]) -> Int {
+        after.reduce(0) { $0 + max(0, $1.value - (before[$1.key] ?? 0)) }
+    }
+
     /// Whether the agent has nothing left to do.
     var isIdle: Bool {
         guard let status = try? containers.agent.send(AgentRequest(.status), timeout: .seconds(2)).status else { return false }
@@ -106,6 +128,38 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
 /// The whole story with real processes: a server and two agents, each device with its own home,
 /// driven through the client API an app uses.
 @Suite(.serialized) struct AgentEndToEndTests {
+    /// An agent with nothing to do sleeps until something happens, even after the work that
+    /// used to start Dispatch's once-a-second monitor for good (its shared pool's first
+    /// thread does): a round of more than a thousand files (SQLite's caches are released
+    /// afterwards), a file of several windows (hashed on a thread beside its reader),
+    /// coordinated writes and `Task.sleep`s. Over four idle seconds, the monitor alone would
+    /// wake it four times.
+    @Test func anIdleAgentSleeps() async throws {
+        let dir = try TemporaryDirectory("idle"); defer { dir.remove() }
+        let server = try await RunningServer.start(data: dir.file("server").path)
+        defer { _ = server.stop() }
+        let laptop = try TestDevice("laptop", in: dir, container: "ABCDE12345.com.example.idle")
+        try laptop.login(server)
+        try await laptop.startAgent()
+
+        let batch = dir.file("Batch")
+        try FileManager.default.createDirectory(at: batch, withIntermediateDirectories: true)
+        for index in 0..<1_100 { try Data("note \(index)".utf8).write(to: batch.appendingPathComponent("note-\(index).txt")) }
+        try FileManager.default.moveItem(at: batch, to: laptop.documents.appendingPathComponent("Batch"))
+        var generator = SystemRandomNumberGenerator()
+        try Data((0..<(3 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) }).write(to: laptop.documents.appendingPathComponent("Large.bin"))
+        try await eventually("the laptop sent everything", timeout: .seconds(120)) {
+            laptop.isIdle && (try? laptop.containers.agent.send(AgentRequest(.status), timeout: .seconds(2)).status?.containers.first?.items) ?? 0 >= 1_102
+        }
+
+        try await Task.sleep(for: .seconds(1))
+        let before = laptop.agentSleeps
+        try await Task.sleep(for: .seconds(4))
+        let woke = TestDevice.wakeUps(from: before, to: laptop.agentSleeps)
+        #expect(!before.isEmpty, "the agent's threads are read")
+        #expect(woke <= 2, "the idle agent woke \(woke) times in 4 s")
+    }
+
     @Test func twoDevicesThroughRealAgents() async throws {
         let dir = try TemporaryDirectory("e2e"); defer { if ProcessInfo.processInfo.environment["UBIQUITY_KEEP_E2E"] == nil { dir.remove() } }
         let server = try await RunningServer.start(data: dir.file("server").path)

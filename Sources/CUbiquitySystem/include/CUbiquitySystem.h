@@ -54,6 +54,10 @@ int ubq_ofd_lock_byte(int fd, long long byte, int exclusive);
 /// that waits in poll. Returns 0, or -1 with errno set.
 int ubq_wake_pipe(int fds[2]);
 
+/// Names the calling thread (`top -H`, `/proc/PID/task/TID/comm`): at most 15 bytes of
+/// `name` are kept. Returns 0, or an errno value.
+int ubq_name_this_thread(const char *name);
+
 /// Opens an unnamed, close-on-exec file in `directory` (O_TMPFILE): a private marker whose
 /// changes an inotify watch (on /proc/self/fd/N) reports in order with other events. Returns
 /// the descriptor, or -1 with errno set.
