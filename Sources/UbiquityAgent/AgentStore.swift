@@ -138,16 +138,19 @@ package final class AgentStore: Sendable {
                 """, arguments: [container, state.device, state.cursor, state.changesMade])
         }
         let encoder = JSONEncoder()
+        // Prepared once per connection (GRDB's cache), not parsed and authorized again a row.
+        let delete = try db.cachedStatement(sql: "DELETE FROM syncItem WHERE container = ? AND item = ?")
+        let upsert = try db.cachedStatement(sql: """
+            INSERT INTO syncItem (container, item, remote, local, sending, queued) VALUES (?, ?, ?, ?, ?, ?)
+            ON CONFLICT(container, item) DO UPDATE SET remote = excluded.remote, local = excluded.local, sending = excluded.sending, queued = excluded.queued
+            """)
         for item in items {
             let remote = try state.remote[item].map { try encoder.encode($0) }, local = try state.local[item].map { try encoder.encode($0) }
             let sending = try state.sending[item].map { try encoder.encode($0) }, queued = try state.queued[item].map { try encoder.encode($0) }
             if remote == nil && local == nil && sending == nil && queued == nil {
-                try db.execute(sql: "DELETE FROM syncItem WHERE container = ? AND item = ?", arguments: [container, item])
+                try delete.execute(arguments: [container, item])
             } else {
-                try db.execute(sql: """
-                    INSERT INTO syncItem (container, item, remote, local, sending, queued) VALUES (?, ?, ?, ?, ?, ?)
-                    ON CONFLICT(container, item) DO UPDATE SET remote = excluded.remote, local = excluded.local, sending = excluded.sending, queued = excluded.queued
-                    """, arguments: [container, item, remote, local, sending, queued])
+                try upsert.execute(arguments: [container, item, remote, local, sending, queued])
             }
         }
     }
@@ -184,17 +187,19 @@ package final class AgentStore: Sendable {
         let pool = pool
         try await writer.run { try pool.write { db in
             try Self.write(db, container: container, state: state, items: touched, meta: changed)
+            let delete = try db.cachedStatement(sql: "DELETE FROM localFile WHERE container = ? AND path = ?")
             for path in removed {
-                try db.execute(sql: "DELETE FROM localFile WHERE container = ? AND path = ?", arguments: [container, path])
+                try delete.execute(arguments: [container, path])
             }
+            let record = try db.cachedStatement(sql: """
+                INSERT INTO localFile (container, path, item, inode, size, modified, changed, content, kind, revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                ON CONFLICT(container, path) DO UPDATE SET item = excluded.item, inode = excluded.inode, size = excluded.size,
+                    modified = excluded.modified, changed = excluded.changed, content = excluded.content, kind = excluded.kind,
+                    revision = excluded.revision
+                """)
             for file in upsert {
-                try db.execute(sql: """
-                    INSERT INTO localFile (container, path, item, inode, size, modified, changed, content, kind, revision) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-                    ON CONFLICT(container, path) DO UPDATE SET item = excluded.item, inode = excluded.inode, size = excluded.size,
-                        modified = excluded.modified, changed = excluded.changed, content = excluded.content, kind = excluded.kind,
-                        revision = excluded.revision
-                    """, arguments: [container, file.path, file.item, Int64(bitPattern: file.fingerprint.inode), file.fingerprint.size,
-                                     file.fingerprint.modified, file.fingerprint.changed, file.content, file.fingerprint.kind.rawValue, file.revision])
+                try record.execute(arguments: [container, file.path, file.item, Int64(bitPattern: file.fingerprint.inode), file.fingerprint.size,
+                                               file.fingerprint.modified, file.fingerprint.changed, file.content, file.fingerprint.kind.rawValue, file.revision])
             }
         } }
     }

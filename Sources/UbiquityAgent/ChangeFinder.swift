@@ -157,6 +157,16 @@ final class ChangeFinder {
             awayFrom[ServerPlace(parent: remote.parent, name: remote.name)] = file.item
         }
         var adoptedFrom: [String] = []
+        // Whether a folder holds a version store, asked once per folder (a folder of 10,000
+        // files renamed is 10,000 moves from the same folder).
+        var versionStores: [String: Bool] = [:]
+        func hasVersions(_ folder: String) -> Bool {
+            if let known = versionStores[folder] { return known }
+            let store = sync.root.path + "/" + (folder.isEmpty ? "" : folder + "/") + ".ubiquity-versions"
+            let found = FileManager.default.fileExists(atPath: store)
+            versionStores[folder] = found
+            return found
+        }
         // What arrived (moved here or new), parents before their items.
         let arrivals = (changes.moved.map(\.to) + changes.added).sorted { (LocalContents.depth($0), $0) < (LocalContents.depth($1), $1) }
         for path in arrivals {
@@ -167,7 +177,7 @@ final class ChangeFinder {
             }
             let date = Double(print.modified) / 1e9
             if var file = moved[path] {
-                if file.fingerprint.kind != .directory, FileManager.default.fileExists(atPath: sync.root.appendingPathComponent(file.path + "/../.ubiquity-versions").standardizedFileURL.path) {
+                if file.fingerprint.kind != .directory, hasVersions(LocalContents.folder(of: file.path)) {
                     // Moved without telling (a program that does not coordinate): its versions
                     // follow it, as they do when a coordinated move says so.
                     do {

@@ -387,9 +387,11 @@ package actor ContainerSync {
             var cursor = since
             while true {
                 let page: ChangesResponse
-                if let pushed = pushedPage, pushed.since == cursor {
-                    page = pushed.page // brought by the push that told of it
+                var pushed = false
+                if let kept = pushedPage, kept.since == cursor {
+                    page = kept.page // brought by the push that told of it
                     pushedChanges += 1
+                    pushed = true
                 } else {
                     page = try await client.changes(container: container, since: cursor, brief: true, inline: inlineLimit)
                 }
@@ -399,8 +401,13 @@ package actor ContainerSync {
                     unuploadedOwn.insert(item.id)
                 }
                 state.fetched(page.items.map(Self.snapshot), upTo: page.more ? (page.items.last?.sequence ?? cursor) : page.sequence)
-                guard page.more, let last = page.items.last?.sequence else { break }
-                cursor = last
+                if page.more, let last = page.items.last?.sequence {
+                    cursor = last
+                } else if pushed, heardOf > page.sequence {
+                    cursor = page.sequence // pushes told of more than the pushed pages brought: fetched now
+                } else {
+                    break
+                }
             }
         case .resolve(let item, let keep, let remove):
             state.learn(Self.snapshot(try await client.resolve(container: container, item: item, keep: keep, remove: remove)))
@@ -479,11 +486,25 @@ package actor ContainerSync {
     }
 
     /// A push brought the page of changes after `since`: the next fetch from `since` takes it
-    /// instead of asking (only the latest is kept; one from elsewhere is fetched as usual).
+    /// instead of asking. Pages that follow one another while the device is busy are joined
+    /// (a folder of many small files comes as many pushed pages: without joining, each newer
+    /// page replaced the one the cursor could take, and the device fetched every page's
+    /// bytes a second time); one from elsewhere is kept only while nothing usable is.
     package func notePushedPage(_ page: ChangesResponse, since: Int64) {
-        guard page.sequence > state.persisted.cursor else { return }
-        pushedPage = (since, page)
+        let cursor = state.persisted.cursor
+        guard page.sequence > cursor else { return }
+        if let kept = pushedPage, !kept.page.more, since == kept.page.sequence, kept.page.items.count + page.items.count <= Self.joinedPageItems {
+            let newer = Set(page.items.map(\.id))
+            pushedPage = (kept.since, ChangesResponse(sequence: page.sequence, items: kept.page.items.filter { !newer.contains($0.id) } + page.items, more: page.more))
+        } else if since == cursor || pushedPage?.since != cursor {
+            pushedPage = (since, page)
+        } // else: the kept page still starts at the cursor; this one is fetched when its turn comes
     }
+
+    /// At most this many items in pushed pages joined (each page brings at most
+    /// ``PushEvent/maximumPageItems`` items and ``PushEvent/maximumPageContentBytes`` of contents:
+    /// a few MiB at most are held).
+    static let joinedPageItems = 4_096
 
     /// How many batches of chunks travel at once, each way.
     static let transferConcurrency = 4

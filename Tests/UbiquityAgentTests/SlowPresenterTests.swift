@@ -141,4 +141,40 @@ extension ContainerSyncTests {
             #expect(await phone.sync.pushedChanges == 1)
         }
     }
+
+    /// Pages pushed one after another while the device has not taken them yet are joined: the
+    /// round takes them all with no request (each newer page used to replace the one the
+    /// cursor could take, and every page's bytes were fetched again).
+    @Test func pagesPushedOneAfterAnotherAreJoined() async throws {
+        try await withServer { base, dir in
+            let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await device("phone", base: base, dir: dir, greedy: true)
+            await phone.sync.notePushes(live: true)
+            try await phone.sync.syncOnce()
+            func requests() -> Int { phone.client.traffic.snapshot.requests }
+            let container = await phone.sync.container
+
+            var since = await phone.sync.cursor
+            var pages: [(since: Int64, page: ChangesResponse)] = []
+            for (name, text) in [("A.txt", "one"), ("B.txt", "two"), ("A.txt", "one, edited")] {
+                try laptop.write(name, Data(text.utf8))
+                try await laptop.sync.syncOnce()
+                let page = try await phone.client.changes(container: container, since: since, brief: true, inline: ItemUpdate.maximumInlineBytes)
+                pages.append((since, page))
+                since = page.sequence
+            }
+            let before = requests()
+            for (since, page) in pages {
+                await phone.sync.noteRemoteChange(upTo: page.sequence)
+                await phone.sync.notePushedPage(page, since: since)
+            }
+            // A page from elsewhere meanwhile does not replace the joined one.
+            await phone.sync.notePushedPage(ChangesResponse(sequence: since + 5, items: [], more: false), since: since + 3)
+            try await phone.sync.syncOnce()
+            #expect(phone.read("A.txt") == "one, edited" && phone.read("B.txt") == "two")
+            #expect(requests() == before, "no request: three pushed pages joined")
+            #expect(await phone.sync.pushedChanges == 1)
+            #expect(await phone.sync.cursor == since)
+        }
+    }
 }
