@@ -107,14 +107,20 @@ extension ContainerSyncTests {
         }
     }
 
+    /// A laptop and a phone keeping every file, the phone told its pushes are live and in step.
+    func greedyPairWithPushes(base: URL, dir: String) async throws -> (laptop: Device, phone: Device) {
+        let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
+        let phone = try await device("phone", base: base, dir: dir, greedy: true)
+        await phone.sync.notePushes(live: true)
+        try await phone.sync.syncOnce()
+        return (laptop, phone)
+    }
+
     /// A push that brought the page of changes after the device's cursor is taken as the
     /// fetch: the change is put in place with no request; a page from elsewhere is fetched.
     @Test func aPageBroughtByAPushIsTakenWithoutARequest() async throws {
         try await withServer { base, dir in
-            let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
-            let phone = try await device("phone", base: base, dir: dir, greedy: true)
-            await phone.sync.notePushes(live: true)
-            try await phone.sync.syncOnce()
+            let (laptop, phone) = try await greedyPairWithPushes(base: base, dir: dir)
             func requests() -> Int { phone.client.traffic.snapshot.requests }
 
             try laptop.write("List.txt", Data("milk".utf8))
@@ -147,10 +153,7 @@ extension ContainerSyncTests {
     /// cursor could take, and every page's bytes were fetched again).
     @Test func pagesPushedOneAfterAnotherAreJoined() async throws {
         try await withServer { base, dir in
-            let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
-            let phone = try await device("phone", base: base, dir: dir, greedy: true)
-            await phone.sync.notePushes(live: true)
-            try await phone.sync.syncOnce()
+            let (laptop, phone) = try await greedyPairWithPushes(base: base, dir: dir)
             func requests() -> Int { phone.client.traffic.snapshot.requests }
             let container = await phone.sync.container
 

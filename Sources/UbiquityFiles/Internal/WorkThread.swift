@@ -54,17 +54,17 @@ package final class WorkThread: Sendable {
         private var finished = false
 
         func append(_ work: @escaping @Sendable () -> Void) {
-            condition.lock()
-            pending.append(work)
-            condition.signal()
-            condition.unlock()
+            condition.withLock {
+                pending.append(work)
+                condition.signal()
+            }
         }
 
         func finish() {
-            condition.lock()
-            finished = true
-            condition.signal()
-            condition.unlock()
+            condition.withLock {
+                finished = true
+                condition.signal()
+            }
         }
 
         func serve() {
