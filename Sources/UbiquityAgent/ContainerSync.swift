@@ -340,6 +340,18 @@ package actor ContainerSync {
         logger.warning("sync request failed", metadata: ["container": "\(container)", "error": "\(error)"])
     }
 
+    /// A batch of commits the server did not answer or refused as a whole: each kept for the
+    /// next round, and said once (a batch of a thousand changes is one failure, not a
+    /// thousand warnings).
+    func failed(commits changes: [LocalChange], _ error: SyncClientError) {
+        guard !changes.isEmpty else { return }
+        for change in changes {
+            state.failed(.commit(change))
+            errors[change.item] = error.description
+        }
+        logger.warning("sync request failed", metadata: ["container": "\(container)", "changes": "\(changes.count)", "error": "\(error)"])
+    }
+
     /// Writes what changed of the sync state, with the files that changed or went, in one
     /// transaction (what a failed write had is written by the next).
     func persist(upsert: [AgentStore.File] = [], removed: [String] = []) async throws {

@@ -70,7 +70,7 @@ struct Uploader {
             try await upload(await contentsBeforeCommit(of: sent.filter { !inlinedItems.contains($0.change.item) }, in: sync), in: sync)
             results = try await sync.client.commit(container: sync.container, batch: commits, brief: true, terse: true)
         } catch let error as SyncClientError {
-            for entry in sent { sync.failed(.commit(entry.change), error) }
+            sync.failed(commits: sent.map(\.change), error)
             return error.status != 0
         }
         var accepted: [(change: LocalChange, members: [LocalMember], answer: CommitResponse)] = [], whole: [LocalChange] = []
@@ -103,7 +103,7 @@ struct Uploader {
             }
             try await upload(uploads + lacking, in: sync)
         } catch let error as SyncClientError {
-            for entry in accepted { sync.failed(.commit(entry.change), error) } // sent again: the server answers as before
+            sync.failed(commits: accepted.map(\.change), error) // sent again: the server answers as before
             return error.status != 0
         }
         var upsert: [AgentStore.File] = []

@@ -3,6 +3,7 @@ import Synchronization
 import Testing
 import UbiquityCoordination
 import UbiquityProtocol
+import UbiquityTestSupport
 @testable import UbiquityAgent
 
 /// A presenter that, asked to let a writer in, waits until the test lets it go (or `patience`
@@ -104,6 +105,26 @@ extension ContainerSyncTests {
             let unheard = requests()
             try await phone.sync.syncOnce()
             #expect(requests() == unheard + 1, "without pushes every round fetches")
+        }
+    }
+
+    /// A batch of commits the server cannot be reached for is one failure, said once with how
+    /// many changes wait (it was a warning a change: a folder of a thousand files, a thousand).
+    @Test func aBatchThatFailsIsSaidOnce() async throws {
+        try await withServer { base, dir in
+            let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: "laptop").token
+            let warnings = LogCapture(level: .warning)
+            let root = URL(fileURLWithPath: dir).appendingPathComponent("laptop")
+            let sync = try ContainerSync(container: notes, root: root, client: SyncClient(server: URL(string: "http://127.0.0.1:1")!, token: token),
+                                         store: try AgentStore(path: dir + "/laptop.sqlite"), device: "laptop", logger: warnings.logger(label: "agent"))
+            let documents = root.appendingPathComponent("Documents")
+            try FileManager.default.createDirectory(at: documents, withIntermediateDirectories: true)
+            for index in 0..<12 { try Data("note \(index)".utf8).write(to: documents.appendingPathComponent("note-\(index).txt")) }
+            try? await sync.syncOnce() // nothing reaches the server
+            let failures = warnings.lines.withLock { $0 }.filter { $0.message == "sync request failed" }
+            #expect(failures.contains { $0.metadata["changes"] == "12" }, "\(failures.map(\.metadata))")
+            #expect(failures.count <= 2, "the batch once (and the fetch, if asked): \(failures.count)")
+            #expect(await sync.containerStatus(root: root).queued >= 12, "every change waits for the next round")
         }
     }
 
