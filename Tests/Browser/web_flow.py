@@ -282,9 +282,12 @@ try:
     driver.find_element(By.ID, "upload-files").send_keys(lecture)
     eventually(lambda: os.path.exists(os.path.join(device, "Lecture.mp4")) and digest(os.path.join(device, "Lecture.mp4")) == digest(lecture),
                "the resumed upload on the device", 120)
-    sent_after = driver.execute_script("return performance.getEntriesByType('resource').filter(e => e.name.endsWith('/web/api/parts')).length")
+    # Parts answered by the server (a part refused on the way — busy, throttled — is tried
+    # again by the page: one part, two requests; seen in CI under the whole suite's load).
+    statuses = driver.execute_script("return performance.getEntriesByType('resource').filter(e => e.name.endsWith('/web/api/parts')).map(e => e.responseStatus === undefined ? 200 : e.responseStatus)")
+    sent_after = len([status for status in statuses if 200 <= status < 300])
     if sent_after != parts_total - done_before:
-        fail("the resumed upload sent %s parts; %s of %s were answered before the reload" % (sent_after, done_before, parts_total))
+        fail("the resumed upload sent %s parts (statuses %s); %s of %s were answered before the reload" % (sent_after, statuses, done_before, parts_total))
     if driver.execute_script(kept):
         fail("a finished upload is still kept for resuming")
     step("an upload cut by a reload resumed: %d of %d parts sent again, the file whole on the device" % (sent_after, parts_total))
