@@ -283,7 +283,9 @@ actor AccountSession {
         poke.finish()
     }
 
-    /// Follows `container`'s statuses: the items whose status changed, as it happens.
+    /// Follows `container`'s statuses: first every item's, then the items whose status
+    /// changed, as it happens. The first answer is what later ones are changes from (what
+    /// watchers were last told), so nothing changes unseen between a list and a watch.
     func watch(_ container: String) async -> AsyncStream<AgentResponse> {
         let (stream, continuation) = AsyncStream.makeStream(of: AgentResponse.self, bufferingPolicy: .bufferingNewest(64))
         guard let sync = try? self.container(container) else { // not a container name: answered as such
@@ -296,6 +298,7 @@ actor AccountSession {
             let version = await sync.statusVersion
             told[container] = (version, Dictionary(await sync.statuses().map { ($0.path, $0) }, uniquingKeysWith: { $1 }))
         }
+        continuation.yield(AgentResponse(items: (told[container]?.statuses.values).map { $0.sorted { $0.path < $1.path } } ?? []))
         watchers[container, default: [:]][id] = continuation
         continuation.onTermination = { [weak self] _ in Task { await self?.unwatch(container, id) } }
         return stream

@@ -31,8 +31,8 @@ public struct AgentConnection: Sendable {
         return response
     }
 
-    /// Follows a container's item statuses: the agent sends the items whose status changed,
-    /// each time some did, until ``AgentStatusStream/close()``.
+    /// Follows a container's item statuses: the agent sends every item's status first, then
+    /// the items whose status changed, each time some did, until ``AgentStatusStream/close()``.
     /// - Throws: ``AgentError`` (`notRunning`) when the agent is not running.
     public func watch(container: String) throws -> AgentStatusStream {
         AgentStatusStream(descriptor: try connect(sending: AgentRequest(.watch, container: container), timeout: nil))
@@ -84,6 +84,9 @@ struct LineReader {
         self.descriptor = descriptor
     }
 
+    /// Whether a whole answer has been read and not yet returned.
+    var holdsAnswer: Bool { pending.contains(UInt8(ascii: "\n")) }
+
     /// The next answer; nil when the connection closed.
     mutating func next() throws -> AgentResponse? {
         var buffer = [UInt8](repeating: 0, count: 65536)
@@ -127,6 +130,18 @@ public final class AgentStatusStream: Sendable {
         // A broken connection is the end of the stream (the agent stopped): the caller sees nil.
         guard let response = try? reader.withLock({ try $0.next() }), response.error == nil else { return nil }
         return response.items ?? []
+    }
+
+    /// Whether the agent has written something within `timeout`: an answer (``next()`` then
+    /// returns it without waiting for the agent), or the connection's end. False when it said
+    /// nothing in that time — a slow agent (a loaded machine, a long round), not a stopped one:
+    /// what it sends later is still there for ``next()``.
+    public func isReady(within timeout: Duration) -> Bool {
+        if reader.withLock({ $0.holdsAnswer }) { return true }
+        var descriptors = [pollfd(fd: descriptor, events: Int16(POLLIN), revents: 0)]
+        let milliseconds = timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000
+        // An error (a broken descriptor) counts as ready: next() then says the stream ended.
+        return SystemCall.poll(&descriptors, timeout: Int32(clamping: milliseconds)) != 0
     }
 
     /// Stops following (a waiting ``next()`` returns nil).

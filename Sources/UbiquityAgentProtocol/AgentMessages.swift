@@ -21,9 +21,10 @@ public struct AgentRequest: Codable, Sendable, Equatable {
         case sync
         /// Start keeping a container (``container``) in step (an app asked for its URL).
         case register
-        /// Follow a container's item statuses (``container``): the connection stays open and
-        /// the agent writes an answer whose ``AgentResponse/items`` are the items whose status
-        /// changed, each time some did (a metadata query's live updates).
+        /// Follow a container's item statuses (``container``): the connection stays open; the
+        /// agent's first answer lists every item's status (as ``list``), and each later one
+        /// (``AgentResponse/items``) the items whose status changed since, each time some did
+        /// (a metadata query's live updates).
         case watch
         /// The server's earlier revisions of an item (``path``): its versions that are not on
         /// this device, newest first (``AgentResponse/versions``).

@@ -398,8 +398,10 @@ import UbiquityProtocol
     }
 
     /// A revoked device — by the operator, from another process — and a device that signs out
-    /// lose their push connection within a second (the sweep runs every 500 ms; the test allows
-    /// three, for a loaded 2-core machine running the whole suite); the others keep theirs.
+    /// lose their push connection within a second (the sweep runs every 500 ms); the others keep
+    /// theirs. The test allows ten seconds: on the 2-core machine running the whole suite, three
+    /// were once not enough (every test of that minute ran slow) — still far below what a sweep
+    /// that stopped, or ran at a slow timer's pace, would take.
     @Test(.timeLimit(.minutes(3)), arguments: Backend.all) func revokedAndSignedOutDevicesAreCutOff(backend: Backend) async throws {
         let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.server.makeApplication().test(.live) { raw in
@@ -421,10 +423,10 @@ import UbiquityProtocol
 
             let revoked = ContinuousClock.now
             #expect(try await server.admin.revokeDevice(id: phone.deviceId))
-            #expect(try await phoneClosed - revoked < .seconds(3))
+            #expect(try await phoneClosed - revoked < .seconds(10))
             let signedOut = ContinuousClock.now
             #expect(try await client.send(.post, "/v1/sign-out", token: tablet.token).status == .noContent)
-            #expect(try await tabletClosed - signedOut < .seconds(3))
+            #expect(try await tabletClosed - signedOut < .seconds(10))
             // The laptop is still connected (until it is revoked too).
             #expect(server.server.services.notifier.connectedDevices == [laptop.deviceId])
             #expect(try await server.admin.revokeDevice(id: laptop.deviceId))

@@ -158,6 +158,9 @@ struct ContainerSource: MetadataSource {
     var statuses: [String: UbiquityItemStatus] = [:]
     /// Why the agent could not be asked (its absence is every item's uploading error).
     var agentProblem: String?
+    /// The agent's status changes for the container (its ``statuses`` follow them), while the
+    /// agent runs.
+    var statusStream: AgentStatusStream?
 
     init(identifier: String, root: URL, part: Part, statuses: [String: UbiquityItemStatus] = [:], agentProblem: String? = nil) {
         self.identifier = identifier

@@ -169,13 +169,7 @@ extension NSMetadataQuery {
         // The agent's status changes (uploads, downloads, conflicts, errors: no file changes).
         var streams: [AgentStatusStream] = []
         for (index, source) in sources.enumerated() {
-            guard let container = source as? ContainerSource, container.agentProblem == nil else { continue }
-            let stream: AgentStatusStream
-            do { stream = try containers.agent.watch(container: container.identifier) } catch {
-                logger.warning("cannot follow the agent's item statuses; they change in the results only with the files",
-                               metadata: ["container": "\(container.identifier)", "error": "\(error)"])
-                continue
-            }
+            guard let stream = (source as? ContainerSource)?.statusStream else { continue }
             streams.append(stream)
             let thread = Thread { [weak self] in
                 while let items = stream.next() {
@@ -228,12 +222,27 @@ extension NSMetadataQuery {
             // Failing, the scope is watched from nearer the top (the watcher says so if it cannot).
             if part == .documents { try? FileManager.default.createDirectory(at: root.appendingPathComponent("Documents"), withIntermediateDirectories: true) }
             var source = ContainerSource(identifier: identifier, root: root, part: part)
+            // The agent's statuses: every item's first, then what changes. A busy agent (a long
+            // round, a loaded machine) may take a while to answer: the gathering waits a little,
+            // then goes on with the disk's view, and the statuses follow when they come — a slow
+            // answer is not a stopped agent (once, taken for one, a query never showed a
+            // download completing).
             do {
-                let answer = try containers.agent.send(AgentRequest(.list, container: identifier), timeout: .seconds(2))
-                if let error = answer.error { throw error }
-                for status in answer.items ?? [] { source.statuses[URL(fileURLWithPath: status.path).standardizedFileURL.path] = status }
+                let stream = try containers.agent.watch(container: identifier)
+                source.statusStream = stream
+                if stream.isReady(within: .seconds(2)) {
+                    guard let statuses = stream.next() else { throw AgentError(.noAnswer, "the agent ended the connection") }
+                    for status in statuses { source.statuses[URL(fileURLWithPath: status.path).standardizedFileURL.path] = status }
+                } else {
+                    logger.notice("the agent is slow to list the container's statuses; they follow when it does",
+                                  metadata: ["container": "\(identifier)"])
+                }
             } catch {
+                source.statusStream?.close()
+                source.statusStream = nil
                 source.agentProblem = "the agent does not answer: \(error)"
+                logger.warning("cannot follow the agent's item statuses; they change in the results only with the files",
+                               metadata: ["container": "\(identifier)", "error": "\(error)"])
             }
             return source
         }
@@ -409,11 +418,13 @@ extension MetadataSource {
     func current(at path: String, agent: AgentConnection) -> MetadataRecord? {
         guard var container = self as? ContainerSource else { return record(at: path) }
         if container.agentProblem == nil {
-            // No answer (the agent stopped meanwhile): the disk's view, as for a query without an agent.
-            if let status = try? agent.send(AgentRequest(.item, path: path), timeout: .seconds(1)).items?.first {
-                container.statuses[path] = status
-            } else {
-                container.statuses[path] = nil
+            do {
+                container.statuses[path] = try agent.send(AgentRequest(.item, path: path), timeout: .seconds(1)).items?.first
+            } catch let error as AgentError where error.code == .unknownItem {
+                container.statuses[path] = nil // not an item the agent keeps (yet): the disk's view
+            } catch {
+                // No answer in time (a busy agent) or none at all (it stopped meanwhile): what
+                // its status stream said last, which it corrects when it next speaks.
             }
         }
         return container.record(at: path)
