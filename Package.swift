@@ -22,6 +22,7 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-collections", from: "1.1.0"),
         // The sync server's stack (never a dependency of the document and file layers).
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.0.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird-auth", from: "2.0.0"),
@@ -46,7 +47,8 @@ let package = Package(
         // The sync protocol's messages (Codable, Foundation only): shared by the server and its clients.
         .target(name: "UbiquityProtocol"),
         // The sync engine: content-defined chunks, chunk-list deltas (no server, no network).
-        .target(name: "UbiquitySync", dependencies: ["UbiquityProtocol", "UbiquityFiles", .product(name: "Crypto", package: "swift-crypto")]),
+        .target(name: "UbiquitySync", dependencies: ["UbiquityProtocol", "UbiquityFiles", .product(name: "Crypto", package: "swift-crypto"),
+                                                    .product(name: "OrderedCollections", package: "swift-collections")]),
         // What apps and the agent say to each other over the agent's local socket: typed requests, answers, error codes.
         .target(name: "UbiquityAgentProtocol", dependencies: ["UbiquityFiles"]),
         // Ubiquity client: the signed-in account and identity token, containers and item status, the key-value store.
@@ -143,7 +145,7 @@ let package = Package(
         .executableTarget(name: "UbiquityDocumentHost", dependencies: ["Ubiquity"], path: "Tests/Helpers/DocumentHost"),
 
         .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles"]),
-        .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync", "UbiquityProtocol", "UbiquityTestSupport"]),
+        .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync", "UbiquityProtocol", "UbiquityTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "UbiquityAgentProtocolTests", dependencies: ["UbiquityAgentProtocol"]),
         .testTarget(name: "UbiquityClientTests", dependencies: ["UbiquityClient", "UbiquityTestSupport"]),
         .testTarget(name: "UbiquityQueryTests", dependencies: ["UbiquityQuery", "UbiquityClient", "UbiquityTestSupport"]),

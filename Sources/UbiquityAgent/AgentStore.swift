@@ -20,13 +20,13 @@ package final class AgentStore: Sendable {
         /// Its fingerprint then.
         package var fingerprint: LocalFingerprint
         /// Its contents then (the hash of its chunk list).
-        package var content: String
+        package var content: ContentToken
         /// The server revision these contents are (downloaded, or committed from here), if
         /// known: the base a changed chunk list is sent and received against.
         package var revision: String?
 
         /// Creates a record.
-        package init(path: String, item: String, fingerprint: LocalFingerprint, content: String, revision: String? = nil) {
+        package init(path: String, item: String, fingerprint: LocalFingerprint, content: ContentToken, revision: String? = nil) {
             self.revision = revision
             self.path = path
             self.item = item
@@ -118,7 +118,7 @@ package final class AgentStore: Sendable {
                 let item = interner(row["item"] as String)
                 if let data = row["remote"] as Data? {
                     var remote = try decoder.decode(ItemSnapshot.self, from: data)
-                    (remote.id, remote.revision, remote.content, remote.parent) = (item, interner(remote.revision), interner(remote.content), interner(remote.parent))
+                    (remote.id, remote.revision, remote.parent) = (item, interner(remote.revision), interner(remote.parent))
                     state.remote[item] = remote
                 }
                 if let data = row["local"] as Data? { state.local[item] = try decoder.decode(DeviceSyncState.LocalItem.self, from: data) }
@@ -171,7 +171,7 @@ package final class AgentStore: Sendable {
                 let file = File(path: interner(row["path"] as String), item: interner(row["item"] as String),
                                 fingerprint: LocalFingerprint(inode: UInt64(bitPattern: row["inode"]), size: row["size"], modified: row["modified"], changed: row["changed"],
                                                               kind: ItemKind(rawValue: row["kind"]) ?? .file),
-                                content: interner(row["content"] as String), revision: interner(row["revision"] as String?))
+                                content: ContentToken(row["content"] as String), revision: interner(row["revision"] as String?))
                 files[file.path] = file
             }
             return files
@@ -199,7 +199,7 @@ package final class AgentStore: Sendable {
                 """)
             for file in upsert {
                 try record.execute(arguments: [container, file.path, file.item, Int64(bitPattern: file.fingerprint.inode), file.fingerprint.size,
-                                               file.fingerprint.modified, file.fingerprint.changed, file.content, file.fingerprint.kind.rawValue, file.revision])
+                                               file.fingerprint.modified, file.fingerprint.changed, file.content.description, file.fingerprint.kind.rawValue, file.revision])
             }
         } }
     }

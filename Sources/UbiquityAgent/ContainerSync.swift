@@ -54,7 +54,7 @@ package actor ContainerSync {
     var state: DeviceSyncState
     var files: LocalFiles
     /// Chunk lists of local contents (per member for a package), by content token.
-    var localContents: [String: [LocalMember]] = [:]
+    var localContents: [ContentToken: [LocalMember]] = [:]
     /// The extensions that make a folder a package.
     package let packageExtensions: Set<String>
     /// The last problem, per item (quota, unreachable server, …; fetching under ``fetchErrorKey``),
@@ -377,7 +377,7 @@ package actor ContainerSync {
     /// Cuts the contents of the file or package at `path` into chunks (remembered for the
     /// upload) and returns their token; nil if it vanished meanwhile (a temporary renamed
     /// away: the next scan sees what it became).
-    func cut(_ path: String, kind: ItemKind, scanner: LocalScanner) throws -> String? {
+    func cut(_ path: String, kind: ItemKind, scanner: LocalScanner) throws -> ContentToken? {
         guard kind != .directory else { return LocalContents.folderToken }
         let members: [LocalMember]
         do {
@@ -527,9 +527,9 @@ package actor ContainerSync {
     // MARK: Mapping
 
     static func snapshot(_ item: ItemState) -> ItemSnapshot {
-        ItemSnapshot(id: item.id, revision: item.revision, name: item.name, content: item.digest ?? LocalContents.token(item.manifest, kind: item.kind),
+        ItemSnapshot(id: item.id, revision: item.revision, name: item.name, content: item.digest.map { ContentToken($0) } ?? LocalContents.token(item.manifest, kind: item.kind),
                      deleted: item.deleted, sequence: item.sequence,
-                     conflicts: item.conflicts.map { ConflictSnapshot(revision: $0.revision, content: $0.digest ?? LocalContents.token($0.manifest, kind: item.kind)) },
+                     conflicts: item.conflicts.map { ConflictSnapshot(revision: $0.revision, content: $0.digest.map { ContentToken($0) } ?? LocalContents.token($0.manifest, kind: item.kind)) },
                      size: item.size, modificationDate: item.modificationDate, parent: item.parent, kind: item.kind)
     }
 }

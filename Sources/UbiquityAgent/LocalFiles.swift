@@ -10,9 +10,10 @@ import UbiquitySync
 struct LocalFiles {
     /// The records by path (out of line: there is one per file).
     private(set) var byPath: OutOfLineDictionary<AgentStore.File>
-    private var pathByItem: [String: String] = [:]
+    // An entry per file: dense tables (see ``CompactDictionary``).
+    private var pathByItem = CompactDictionary<String, String>()
     private var childrenByFolder: [String: Set<String>] = [:]
-    private var pathByInode: [UInt64: String] = [:]
+    private var pathByInode = CompactDictionary<UInt64, String>()
 
     init(_ files: [String: AgentStore.File]) {
         byPath = OutOfLineDictionary(minimumCapacity: files.count)
@@ -122,10 +123,10 @@ enum LocalContents {
     }
 
     /// The token naming contents for the sync decisions (``ContentToken``).
-    static func token(_ manifest: Manifest, kind: ItemKind) -> String { ContentToken.of(manifest, kind: kind) }
+    static func token(_ manifest: Manifest, kind: ItemKind) -> ContentToken { ContentToken.of(manifest, kind: kind) }
 
     /// The token of a flat file's chunk list.
-    static func token(_ chunks: [ChunkReference]) -> String { ContentToken.of(chunks) }
+    static func token(_ chunks: [ChunkReference]) -> ContentToken { ContentToken.of(chunks) }
 
     /// Chunk positions for a chunk list.
     static func pieces(_ chunks: [ChunkReference]) -> [ContentChunk] {

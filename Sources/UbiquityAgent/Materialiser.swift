@@ -200,7 +200,7 @@ final class Materialiser {
     struct Download {
         var item: String
         var kind: ItemKind
-        var content: String
+        var content: ContentToken
         var path: String
         var previous: AgentStore.File?
         var placeholder: UbiquityPlaceholder
@@ -530,7 +530,7 @@ final class Materialiser {
         /// The revision they are.
         var revision: String
         /// Their content token (what the item's state names).
-        var content: String
+        var content: ContentToken
         /// The device that saved the revision.
         var savedBy: String
         /// The bytes, as chunks.
@@ -553,7 +553,7 @@ final class Materialiser {
     /// elsewhere is downloaded the usual way), up to ``inlineHeldBytes`` in all.
     func keepInlined(_ items: [ItemState], in sync: isolated ContainerSync) {
         for item in items {
-            guard let contents = item.contents, let digest = item.digest, inlinedBytes + contents.count <= Self.inlineHeldBytes else { continue }
+            guard let contents = item.contents, let digest = item.digest.map({ ContentToken($0) }), inlinedBytes + contents.count <= Self.inlineHeldBytes else { continue }
             let chunks = ContentChunker.standard.chunks(of: contents)
             guard ContentToken.of(chunks.map(\.reference)) == digest else {
                 sync.logger.debug("inline contents cut otherwise here: downloaded the usual way", metadata: ["container": "\(sync.container)", "item": "\(item.id)"])

@@ -18,10 +18,11 @@ struct ShownTree {
         var parent: String
     }
 
-    /// Item → placement, for every item shown (not deleted).
-    private var placements: [String: Placement] = [:]
+    /// Item → placement, for every item shown (not deleted). (An entry per item: dense tables,
+    /// see ``CompactDictionary``.)
+    private var placements = CompactDictionary<String, Placement>()
     /// Path → item.
-    private var items: [String: String] = [:]
+    private var items = CompactDictionary<String, String>()
     /// Items shown, by the parent they name (shown or not: when it appears, they move under it).
     private var children: [String: Set<String>] = [:]
 

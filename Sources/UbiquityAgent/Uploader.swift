@@ -136,7 +136,7 @@ struct Uploader {
         var item = ItemState(id: change.item, revision: committed.revision, name: update.name, parent: update.parent, kind: update.kind, size: size,
                              modificationDate: update.modificationDate, type: update.type, deleted: false, uploaded: true, deviceName: "",
                              sequence: committed.sequence, manifest: Manifest(), conflicts: [])
-        item.digest = change.content
+        item.digest = change.content.description
         return CommitResponse(revision: committed.revision, outcome: "current", item: item, missingChunks: [])
     }
 

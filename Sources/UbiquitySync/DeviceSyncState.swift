@@ -12,7 +12,7 @@ package struct ItemSnapshot: Sendable, Equatable, Codable {
     /// Its name.
     package var name: String
     /// Its contents.
-    package var content: String
+    package var content: ContentToken
     /// The folder item it is in (nil: the container's top level).
     package var parent: String?
     /// The container's sequence at its last change (newer snapshots have greater ones).
@@ -29,7 +29,7 @@ package struct ItemSnapshot: Sendable, Equatable, Codable {
     package var kind: ItemKind?
 
     /// Creates a snapshot.
-    package init(id: String, revision: String, name: String, content: String, deleted: Bool, sequence: Int64, conflicts: [ConflictSnapshot],
+    package init(id: String, revision: String, name: String, content: ContentToken, deleted: Bool, sequence: Int64, conflicts: [ConflictSnapshot],
                 size: Int64? = nil, modificationDate: Double? = nil, parent: String? = nil, kind: ItemKind? = nil) {
         self.parent = parent
         self.kind = kind
@@ -50,10 +50,10 @@ package struct ConflictSnapshot: Sendable, Equatable, Codable {
     /// Its revision.
     package var revision: String
     /// Its contents.
-    package var content: String
+    package var content: ContentToken
 
     /// Creates a conflict snapshot.
-    package init(revision: String, content: String) {
+    package init(revision: String, content: ContentToken) {
         self.revision = revision
         self.content = content
     }
@@ -72,7 +72,7 @@ package struct LocalChange: Sendable, Equatable, Codable {
     /// The item's name.
     package var name: String
     /// Its contents.
-    package var content: String
+    package var content: ContentToken
     /// Whether the change deletes the item.
     package var deleted: Bool
     /// When it was made (the conflict rule's first criterion).
@@ -151,7 +151,7 @@ package struct DeviceSyncState: Sendable {
         /// Its name.
         package var name: String
         /// Its contents.
-        package var content: String
+        package var content: ContentToken
         /// Whether it is deleted.
         package var deleted: Bool
         /// The folder item it is in (nil: the container's top level).
@@ -160,7 +160,7 @@ package struct DeviceSyncState: Sendable {
         package var kind: ItemKind?
 
         /// Creates a local item.
-        package init(name: String, content: String, deleted: Bool, parent: String? = nil, kind: ItemKind? = nil) {
+        package init(name: String, content: ContentToken, deleted: Bool, parent: String? = nil, kind: ItemKind? = nil) {
             self.parent = parent
             self.kind = kind
             self.name = name
@@ -223,14 +223,14 @@ package struct DeviceSyncState: Sendable {
     // MARK: Local changes
 
     /// The user saved `content` (creating the item if it is new).
-    package mutating func save(item: String, name: String? = nil, content: String, date: Double) {
+    package mutating func save(item: String, name: String? = nil, content: ContentToken, date: Double) {
         let current = visible(item)
         change(item, LocalItem(name: name ?? current?.name ?? item, content: content, deleted: false, parent: current?.parent, kind: current?.kind), date: date)
     }
 
     /// The user saved `content` as the `kind` named `name` in the folder item `parent` (nil:
     /// the top level), creating the item if it is new.
-    package mutating func save(item: String, name: String, parent: String?, kind: ItemKind, content: String, date: Double) {
+    package mutating func save(item: String, name: String, parent: String?, kind: ItemKind, content: ContentToken, date: Double) {
         change(item, LocalItem(name: name, content: content, deleted: false, parent: parent, kind: kind), date: date)
     }
 

@@ -1,16 +1,17 @@
-/// A dictionary from strings to values kept out of line: each bucket holds a key and one
+/// A dictionary from strings to values kept out of line: each entry holds a key and one
 /// pointer, each value lives in its own immutable box. A Swift dictionary keeps its load factor
 /// between 3/8 and 3/4, so with large values inline most of its memory is empty buckets the
 /// size of a value (at 100,010 items, 262,144 buckets of 160 bytes: 42 MB for 16 MB of
-/// snapshots); out of line an empty bucket costs 24 bytes. Value semantics are kept: a value
-/// is never changed in place, a new box replaces it.
+/// snapshots); out of line, in a ``CompactDictionary``, an entry costs 24 bytes and there are
+/// no empty buckets. Value semantics are kept: a value is never changed in place, a new box
+/// replaces it.
 package struct OutOfLineDictionary<Value: Sendable>: Sendable {
     private final class Box: Sendable {
         let value: Value
         init(_ value: Value) { self.value = value }
     }
 
-    private var storage: [String: Box]
+    private var storage: CompactDictionary<String, Box>
 
     /// An empty dictionary.
     package init() {
@@ -19,7 +20,7 @@ package struct OutOfLineDictionary<Value: Sendable>: Sendable {
 
     /// An empty dictionary with room for `capacity` values.
     package init(minimumCapacity capacity: Int) {
-        storage = Dictionary(minimumCapacity: capacity)
+        storage = CompactDictionary(minimumCapacity: capacity)
     }
 
     /// The value for `key`, if any; setting nil removes it.
@@ -62,7 +63,8 @@ extension OutOfLineDictionary: Codable where Value: Codable {
     /// Decodes it as a dictionary (its encoded form is a plain JSON object).
     package init(from decoder: any Decoder) throws {
         let plain = try [String: Value](from: decoder)
-        storage = plain.mapValues(Box.init)
+        storage = CompactDictionary(minimumCapacity: plain.count)
+        for (key, value) in plain { storage[key] = Box(value) }
     }
 
     /// Encodes it as a dictionary.
@@ -74,7 +76,8 @@ extension OutOfLineDictionary: Codable where Value: Codable {
 extension OutOfLineDictionary: ExpressibleByDictionaryLiteral {
     /// A dictionary of the pairs given (the last of equal keys wins).
     package init(dictionaryLiteral elements: (String, Value)...) {
-        storage = Dictionary(elements.map { ($0.0, Box($0.1)) }, uniquingKeysWith: { $1 })
+        storage = CompactDictionary(minimumCapacity: elements.count)
+        for (key, value) in elements { storage[key] = Box(value) }
     }
 }
 
@@ -82,7 +85,7 @@ extension OutOfLineDictionary {
     /// The instance of `key` the dictionary holds, if it holds it: what a string equal to a
     /// key (a parent folder's id in each of its children) can share instead of its own copy.
     package func storedKey(_ key: String) -> String? {
-        storage.index(forKey: key).map { storage[$0].key }
+        storage.storedKey(key)
     }
 }
 

@@ -116,9 +116,18 @@ final class UbiquityPeer: Peer {
                 guard login.status == 0 else { throw BenchError("ubiquity login: \(login.output)") }
 
                 let agent = Process()
-                agent.executableURL = binary
                 // UBIQUITY_BENCH_AGENT_LOG_LEVEL=debug puts where each round's time went in agent.log (kept with --keep).
-                agent.arguments = ["agent", "--greedy", "--log-level", ProcessInfo.processInfo.environment["UBIQUITY_BENCH_AGENT_LOG_LEVEL"] ?? "error"]
+                var arguments = ["agent", "--greedy", "--log-level", ProcessInfo.processInfo.environment["UBIQUITY_BENCH_AGENT_LOG_LEVEL"] ?? "error"]
+                // UBIQUITY_BENCH_AGENT_B_WRAPPER="heaptrack -o /tmp/b" runs device B's agent under a
+                // tool (a profiler: what the agent that did the work holds, not one restarted).
+                let wrapper = name == "b" ? ProcessInfo.processInfo.environment["UBIQUITY_BENCH_AGENT_B_WRAPPER"]?.split(separator: " ").map(String.init) : nil
+                if let wrapper, let tool = wrapper.first {
+                    agent.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+                    arguments = [tool] + wrapper.dropFirst() + [binary.path] + arguments
+                } else {
+                    agent.executableURL = binary
+                }
+                agent.arguments = arguments
                 agent.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 }
                 let logFile = home.appendingPathComponent("agent.log")
                 _ = FileManager.default.createFile(atPath: logFile.path, contents: nil)

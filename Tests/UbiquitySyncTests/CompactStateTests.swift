@@ -2,6 +2,7 @@ import Foundation
 import Testing
 import UbiquityProtocol
 import UbiquitySync
+import UbiquityTestSupport
 
 /// What keeps an agent's per-item state small: values out of line, strings held once, ids
 /// short enough to be stored inline.
@@ -81,5 +82,40 @@ import UbiquitySync
         var perPosition = Array(repeating: Set<Character>(), count: RandomIdentifier.length)
         for id in seen.prefix(20_000) { for (index, character) in id.enumerated() { perPosition[index].insert(character) } }
         #expect(perPosition.allSatisfy { $0.count == 64 })
+    }
+
+    /// Random insertions, replacements and removals, checked against a `Dictionary` after
+    /// each: removal moves the last entry into the removed one's place, and every key is still
+    /// found where it went.
+    @Test func aCompactDictionaryIsADictionary() {
+        var generator = SeededGenerator(seed: 16)
+        var table = CompactDictionary<String, Int>(), model: [String: Int] = [:]
+        for step in 0..<20_000 {
+            let key = "k\(Int.random(in: 0..<600, using: &generator))"
+            switch Int.random(in: 0..<10, using: &generator) {
+            case 0..<5:
+                table[key] = step
+                model[key] = step
+            case 5..<8:
+                #expect(table.removeValue(forKey: key) == model.removeValue(forKey: key))
+            default:
+                table[key] = nil
+                model[key] = nil
+            }
+            if step % 97 == 0 {
+                #expect(table.count == model.count)
+                #expect(model.allSatisfy { table[$0.key] == $0.value })
+            }
+        }
+        #expect(Dictionary(uniqueKeysWithValues: table.map { ($0.key, $0.value) }) == model)
+        #expect(Set(table.keys) == Set(model.keys) && table.values.sorted() == model.values.sorted())
+        #expect(table.mapValues { $0 + 1 } == model.mapValues { $0 + 1 })
+        let literal: CompactDictionary = ["a": 1, "b": 2]
+        var reordered = CompactDictionary<String, Int>()
+        reordered["b"] = 2
+        reordered["a"] = 1
+        #expect(literal == reordered, "equal entries in another order")
+        reordered["a"] = 3
+        #expect(literal != reordered)
     }
 }

@@ -550,11 +550,11 @@ extension SyncServices {
     /// The item with its manifests left out and their tokens given instead.
     static func brief(_ item: ItemState) -> ItemState {
         var brief = item
-        if brief.digest == nil { brief.digest = ContentToken.of(item.manifest, kind: item.kind) }
+        if brief.digest == nil { brief.digest = ContentToken.of(item.manifest, kind: item.kind).description }
         brief.manifest = Manifest()
         brief.conflicts = item.conflicts.map { conflict in
             var version = conflict
-            if version.digest == nil { version.digest = ContentToken.of(conflict.manifest, kind: item.kind) }
+            if version.digest == nil { version.digest = ContentToken.of(conflict.manifest, kind: item.kind).description }
             version.manifest = Manifest()
             return version
         }

@@ -410,7 +410,7 @@ extension PostgresDatabase {
     static func contents(_ row: PostgresRandomAccessRow, kind: ItemKind, brief: Bool) throws -> (manifest: Manifest, digest: String?) {
         if brief, let digest = try row.get("digest", as: String?.self) { return (Manifest(), digest) }
         let manifest = try Self.manifest(row, of: try row.get("id"))
-        return brief ? (Manifest(), ContentToken.of(manifest, kind: kind)) : (manifest, nil)
+        return brief ? (Manifest(), ContentToken.of(manifest, kind: kind).description) : (manifest, nil)
     }
 
     /// The manifest of `revision` stored in `row` (decoded, or from ``ManifestCache``).

@@ -464,7 +464,7 @@ final class SQLiteDatabase: SyncDatabase {
     static func contents(_ db: Database, _ row: Row, kind: ItemKind, brief: Bool) throws -> (manifest: Manifest, digest: String?) {
         if brief, let digest = row["digest"] as String? { return (Manifest(), digest) }
         let manifest = try manifest(db, of: row["id"])
-        return brief ? (Manifest(), ContentToken.of(manifest, kind: kind)) : (manifest, nil)
+        return brief ? (Manifest(), ContentToken.of(manifest, kind: kind).description) : (manifest, nil)
     }
 
     /// The manifest of `revision` (from ``ManifestCache``, or read and decoded).

@@ -411,6 +411,6 @@ enum ItemStates {
         } else {
             return nil
         }
-        return brief ? (Manifest(), ContentToken.of(manifest, kind: kind)) : (manifest, nil)
+        return brief ? (Manifest(), ContentToken.of(manifest, kind: kind).description) : (manifest, nil)
     }
 }

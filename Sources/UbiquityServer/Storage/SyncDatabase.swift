@@ -156,7 +156,7 @@ struct PreparedCommit: Sendable {
         item = commit.item
         update = commit.update
         manifest = try Self.stored(update.manifest)
-        digest = ContentToken.of(update.manifest, kind: update.kind)
+        digest = ContentToken.of(update.manifest, kind: update.kind).description
         let chunks = update.manifest.allChunks
         var declared: [String: Int64] = [:]
         for chunk in chunks where declared.updateValue(chunk.size, forKey: chunk.hash).map({ $0 != chunk.size }) ?? false {

@@ -9,7 +9,7 @@ struct ModelServer {
         var id: String
         var item: String
         var name: String
-        var content: String
+        var content: ContentToken
         var deleted: Bool
         var date: Double
         var device: String
@@ -25,7 +25,7 @@ struct ModelServer {
     /// What each change id became: a repeated change gets the same answer, and is not applied again.
     private var answered: [String: String] = [:]
     /// Contents a user removed by resolving a conflict (their decision, not a loss).
-    private(set) var resolvedAway: Set<String> = []
+    private(set) var resolvedAway: Set<ContentToken> = []
     private var revisionsMade = 0
 
     private mutating func newRevision() -> String {

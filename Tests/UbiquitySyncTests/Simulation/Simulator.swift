@@ -26,10 +26,12 @@ struct Simulator {
     var wire: [Message] = []
     var clock = 1_800_000_000.0
     /// Every content ever saved, with the content it replaced on that device (its parent).
-    var parents: [String: String?] = [:]
+    var parents: [ContentToken: ContentToken?] = [:]
+    /// What each content is called in the log and in problems ("c12@d1": the 12th, made on device 1).
+    var contentNames: [ContentToken: String] = [:]
     var contentsMade = 0
     /// Contents a user deleted (their decision, like resolving a conflict away).
-    var deletedByUser: Set<String> = []
+    var deletedByUser: Set<ContentToken> = []
     var itemsMade = 0
     var log: [String] = []
 
@@ -66,12 +68,16 @@ struct Simulator {
 
     // MARK: Local actions
 
-    mutating func newContent(on device: Int, replacing item: String?) -> String {
+    mutating func newContent(on device: Int, replacing item: String?) -> ContentToken {
         contentsMade += 1
-        let content = "c\(contentsMade)@d\(device)"
+        let content = ContentToken("c\(contentsMade)@d\(device)")
+        contentNames[content] = "c\(contentsMade)@d\(device)"
         parents[content] = item.flatMap { devices[device].visible($0)?.content }
         return content
     }
+
+    /// What `content` is called ("c12@d1"), or its token if the simulation did not make it.
+    func name(of content: ContentToken) -> String { contentNames[content] ?? content.description }
 
     mutating func pickItem(_ device: Int) -> String? {
         let items = devices[device].visibleItems.filter { !$0.value.deleted }.keys.sorted()
@@ -87,11 +93,11 @@ struct Simulator {
             let content = newContent(on: device, replacing: nil)
             let name = pickName()
             devices[device].save(item: item, name: name, content: content, date: clock)
-            log.append("d\(device) create \(item) \(name) \(content)")
+            log.append("d\(device) create \(item) \(name) \(self.name(of: content))")
         } else if let item = pickItem(device) {
             let content = newContent(on: device, replacing: item)
             devices[device].save(item: item, content: content, date: clock)
-            log.append("d\(device) save \(item) \(content)")
+            log.append("d\(device) save \(item) \(name(of: content))")
         }
     }
 
@@ -227,7 +233,7 @@ struct Simulator {
             for (id, item) in truth {
                 let mine = shown[id]
                 if mine != DeviceSyncState.LocalItem(name: item.name, content: item.content, deleted: item.deleted) {
-                    problems.append("device \(index) shows \(id) as \(String(describing: mine)), the server has \(item.name) \(item.content) deleted=\(item.deleted)")
+                    problems.append("device \(index) shows \(id) as \(String(describing: mine)), the server has \(item.name) \(name(of: item.content)) deleted=\(item.deleted)")
                 }
                 if device.conflicts(id) != item.conflicts {
                     problems.append("device \(index) has conflicts \(device.conflicts(id)) for \(id), the server \(item.conflicts)")
@@ -242,13 +248,13 @@ struct Simulator {
             for conflict in item.conflicts { kept.insert(conflict.content) }
         }
         // Covered: kept contents and everything they were made on top of.
-        var covered = Set<String>()
+        var covered = Set<ContentToken>()
         for content in kept {
-            var next: String? = content
+            var next: ContentToken? = content
             while let content = next, covered.insert(content).inserted { next = parents[content] ?? nil }
         }
         for content in parents.keys where !covered.contains(content) {
-            problems.append("the save \(content) was lost: not current, not a conflict version, not replaced by a save made on top of it")
+            problems.append("the save \(name(of: content)) was lost: not current, not a conflict version, not replaced by a save made on top of it")
         }
         return problems.sorted()
     }
