@@ -21,21 +21,26 @@ import UbiquityTestSupport
         let trip = documents.appendingPathComponent("Trip.txt")
         try Data("pack the tent".utf8).write(to: trip)
 
-        // The agent lists the container's statuses only after three seconds, then tells of a
-        // conflict; it never answers a question about one item.
+        // The agent lists the container's statuses only when the test lets it (after the
+        // gathering, which waits two seconds for them), then tells of a conflict when let again;
+        // it never answers a question about one item.
         @Sendable func status(conflicts: Int) -> UbiquityItemStatus {
             UbiquityItemStatus(container: identifier, path: trip.path, size: 13, downloaded: true, current: true, downloading: false, downloadRequested: false,
                                uploaded: true, uploading: false, percentDownloaded: 100, percentUploaded: 100, conflicts: conflicts,
                                downloadingError: nil, uploadingError: nil)
         }
-        let release = Mutex(false)
+        let released = Mutex(0)
+        @Sendable func waitForRelease(_ count: Int) {
+            while released.withLock({ $0 }) < count { Thread.sleep(forTimeInterval: 0.01) }
+        }
         let agent = try FakeAgent(socket: paths.agentSocket) { request, reply in
             guard request.operation == .watch else { return } // no answer
-            Thread.sleep(forTimeInterval: 3)
+            waitForRelease(1)
             reply(AgentResponse(items: [status(conflicts: 0)]))
-            while !release.withLock({ $0 }) { Thread.sleep(forTimeInterval: 0.01) }
+            waitForRelease(2)
             reply(AgentResponse(items: [status(conflicts: 1)]))
         }
+        defer { released.withLock { $0 = 2 } } // the agent's thread ends
         defer { agent.stop() }
 
         let query = NSMetadataQuery(containers: containers)
@@ -52,11 +57,12 @@ import UbiquityTestSupport
         #expect(item.value(forAttribute: NSMetadataUbiquitousItemUploadingErrorKey) == nil)
 
         // The agent's list comes: the result takes it, as an update.
+        released.withLock { $0 = 1 }
         #expect(await recorder.wait { _ in item.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusCurrent })
         #expect(item.value(forAttribute: NSMetadataUbiquitousItemIsUploadedKey) as? Bool == true)
         #expect(await recorder.wait { $0.contains { $0.name == "DidUpdate" && $0.changed == ["Trip.txt"] } })
         // And what changes after it.
-        release.withLock { $0 = true }
+        released.withLock { $0 = 2 }
         #expect(await recorder.wait { _ in item.value(forAttribute: NSMetadataUbiquitousItemHasUnresolvedConflictsKey) as? Bool == true })
 
         // A file event asks the agent about the item; no answer in time keeps what its stream said.
