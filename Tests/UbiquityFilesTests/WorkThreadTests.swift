@@ -63,4 +63,22 @@ import Testing
         for _ in 0..<200 where !ended.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
         #expect(ended.withLock { $0 })
     }
+
+    /// The watcher's thread is named for `top -H` (a name over 15 bytes, as it had, was refused
+    /// by the kernel and the thread kept its creator's).
+    @Test func theWatchersThreadIsNamed() throws {
+        let folder = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("named-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let watcher = try DirectoryWatcher(root: folder) { _ in }
+        defer { watcher.stop() }
+        func names() -> [String] {
+            ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []).compactMap {
+                try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            }
+        }
+        let deadline = Date().addingTimeInterval(5)
+        while !names().contains("ubq-watcher") && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(names().contains("ubq-watcher"))
+    }
 }

@@ -1,3 +1,4 @@
+import CUbiquitySystem
 import Foundation
 import UbiquityFiles
 import Logging
@@ -154,8 +155,10 @@ final class PresenterChannel: Sendable {
         guard start else { return }
         do {
             let fd = try listen()
-            let thread = Thread { [self] in acceptLoop(fd) }
-            thread.name = "Ubiquity.PresenterChannel"
+            let thread = Thread { [self] in
+                _ = ubq_name_this_thread("ubq-pres-chan") // as `top -H` shows it (at most 15 bytes: a longer name was refused, leaving the creator's)
+                acceptLoop(fd)
+            }
             thread.start()
         } catch {
             logger.error("file presenters cannot be reached from other processes", metadata: ["error": "\(error)"])

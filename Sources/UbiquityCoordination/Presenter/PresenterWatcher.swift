@@ -166,8 +166,10 @@ final class PresenterWatcher: Sendable {
             return true
         }
         guard start else { return }
-        let thread = Thread { [self] in run() }
-        thread.name = "Ubiquity.PresenterWatcher"
+        let thread = Thread { [self] in
+            _ = ubq_name_this_thread("ubq-presenters") // as `top -H` shows it (at most 15 bytes: a longer name was refused, leaving the creator's)
+            run()
+        }
         thread.start()
     }
 

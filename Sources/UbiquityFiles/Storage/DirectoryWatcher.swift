@@ -53,8 +53,10 @@ public final class DirectoryWatcher: Sendable {
             close(ends[1])
             throw FileAccessError(operation: "watch", path: root.path, errno: errno)
         }
-        let thread = Thread { loop.run() }
-        thread.name = "ubiquity-watcher"
+        let thread = Thread {
+            _ = ubq_name_this_thread("ubq-watcher") // as `top -H` shows it (at most 15 bytes: a longer name was refused, leaving the creator's)
+            loop.run()
+        }
         thread.start()
     }
 

@@ -1,3 +1,4 @@
+import CUbiquitySystem
 import Foundation
 import UbiquityClient
 import UbiquityFiles
@@ -172,12 +173,12 @@ extension NSMetadataQuery {
             guard let stream = (source as? ContainerSource)?.statusStream else { continue }
             streams.append(stream)
             let thread = Thread { [weak self] in
+                _ = ubq_name_this_thread("ubq-query-stat") // as `top -H` shows it (at most 15 bytes: a longer name was refused, leaving the creator's)
                 while let items = stream.next() {
                     guard let self else { return }
                     self.work.async { self.statusesChanged(items, sourceIndex: index, generation: generation) }
                 }
             }
-            thread.name = "ubiquity-query-statuses"
             thread.start()
         }
         let current = state.withLock { state -> Bool in
