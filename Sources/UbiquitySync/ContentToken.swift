@@ -17,6 +17,10 @@ package struct ContentToken: Hashable, Sendable, Codable, CustomStringConvertibl
     // Four words, not an array or `Data`: no allocation, 32 bytes wherever it is stored.
     private var words: (UInt64, UInt64, UInt64, UInt64)
 
+    private init(words: (UInt64, UInt64, UInt64, UInt64)) {
+        self.words = words
+    }
+
     /// The token of a digest's 32 bytes.
     package init(digest: some Sequence<UInt8>) {
         var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
@@ -34,8 +38,8 @@ package struct ContentToken: Hashable, Sendable, Codable, CustomStringConvertibl
     /// The token written as `text`: 64 hexadecimal digits (either case) are the digest they
     /// spell; anything else is named by the SHA-256 of its UTF-8.
     package init(_ text: String) {
-        if let digest = Self.digest(hex: text) {
-            self.init(digest: digest)
+        if let words = Self.words(hex: text) {
+            self.init(words: words)
         } else {
             self.init(digest: SHA256.hash(data: Data(text.utf8)))
         }
@@ -82,8 +86,9 @@ package struct ContentToken: Hashable, Sendable, Codable, CustomStringConvertibl
         hasher.combine(words.3)
     }
 
-    /// The 32 bytes `text` spells in hexadecimal, if it is 64 hexadecimal digits.
-    private static func digest(hex text: String) -> [UInt8]? {
+    /// The 32 bytes `text` spells in hexadecimal, in place, if it is 64 hexadecimal digits
+    /// (read for every item of every page of changes: no allocation).
+    private static func words(hex text: String) -> (UInt64, UInt64, UInt64, UInt64)? {
         let utf8 = text.utf8
         guard utf8.count == 64 else { return nil }
         func value(_ digit: UInt8) -> UInt8? {
@@ -94,19 +99,22 @@ package struct ContentToken: Hashable, Sendable, Codable, CustomStringConvertibl
             default: nil
             }
         }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(32)
-        var high: UInt8?
-        for digit in utf8 {
-            guard let nibble = value(digit) else { return nil }
-            if let first = high {
-                bytes.append(first << 4 | nibble)
-                high = nil
-            } else {
-                high = nibble
+        var words: (UInt64, UInt64, UInt64, UInt64) = (0, 0, 0, 0)
+        let valid = withUnsafeMutableBytes(of: &words) { raw -> Bool in
+            var index = 0, high: UInt8?
+            for digit in utf8 {
+                guard let nibble = value(digit) else { return false }
+                if let first = high {
+                    raw[index] = first << 4 | nibble
+                    index += 1
+                    high = nil
+                } else {
+                    high = nibble
+                }
             }
+            return true
         }
-        return bytes
+        return valid ? words : nil
     }
 
     // MARK: Tokens of contents

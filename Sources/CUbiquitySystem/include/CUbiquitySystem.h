@@ -55,7 +55,9 @@ int ubq_ofd_lock_byte(int fd, long long byte, int exclusive);
 int ubq_wake_pipe(int fds[2]);
 
 /// Names the calling thread (`top -H`, `/proc/PID/task/TID/comm`): at most 15 bytes of
-/// `name` are kept. Returns 0, or an errno value.
+/// `name` are kept (the kernel refuses a longer name, which is why Foundation's `Thread.name`
+/// of more left a thread with its creator's name; names are not needed: the result may be
+/// ignored). Returns 0, or an errno value.
 int ubq_name_this_thread(const char *name);
 
 /// Opens an unnamed, close-on-exec file in `directory` (O_TMPFILE): a private marker whose

@@ -156,7 +156,7 @@ final class PresenterChannel: Sendable {
         do {
             let fd = try listen()
             let thread = Thread { [self] in
-                _ = ubq_name_this_thread("ubq-pres-chan") // as `top -H` shows it (at most 15 bytes: a longer name was refused, leaving the creator's)
+                _ = ubq_name_this_thread("ubq-pres-chan") // for `top -H` (see ubq_name_this_thread)
                 acceptLoop(fd)
             }
             thread.start()

@@ -167,7 +167,7 @@ final class PresenterWatcher: Sendable {
         }
         guard start else { return }
         let thread = Thread { [self] in
-            _ = ubq_name_this_thread("ubq-presenters") // as `top -H` shows it (at most 15 bytes: a longer name was refused, leaving the creator's)
+            _ = ubq_name_this_thread("ubq-presenters") // for `top -H` (see ubq_name_this_thread)
             run()
         }
         thread.start()

@@ -54,7 +54,7 @@ public final class DirectoryWatcher: Sendable {
             throw FileAccessError(operation: "watch", path: root.path, errno: errno)
         }
         let thread = Thread {
-            _ = ubq_name_this_thread("ubq-watcher") // as `top -H` shows it (at most 15 bytes: a longer name was refused, leaving the creator's)
+            _ = ubq_name_this_thread("ubq-watcher") // for `top -H` (see ubq_name_this_thread)
             loop.run()
         }
         thread.start()

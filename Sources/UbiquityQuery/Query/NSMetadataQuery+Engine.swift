@@ -173,7 +173,7 @@ extension NSMetadataQuery {
             guard let stream = (source as? ContainerSource)?.statusStream else { continue }
             streams.append(stream)
             let thread = Thread { [weak self] in
-                _ = ubq_name_this_thread("ubq-query-stat") // as `top -H` shows it (at most 15 bytes: a longer name was refused, leaving the creator's)
+                _ = ubq_name_this_thread("ubq-query-stat") // for `top -H` (see ubq_name_this_thread)
                 while let items = stream.next() {
                     guard let self else { return }
                     self.work.async { self.statusesChanged(items, sourceIndex: index, generation: generation) }
