@@ -104,15 +104,25 @@ extension Materialiser {
             currentBytes += chunk.length
         }
         if !current.isEmpty { batches.append(current) }
+        // Each batch written where it goes as it arrives, each chunk checked first (by the
+        // client), straight from the answer; the answers' buffers used again by later batches
+        // (new large buffers cost a page fault every 4 KiB).
         let client = sync.client
-        try await withThrowingTaskGroup(of: [ChunkBatch.Chunk].self) { group in
+        let buffers = TransferBuffers()
+        try await withThrowingTaskGroup(of: Int64.self) { group in
             var inFlight = 0
             var queued = batches.makeIterator()
             while true {
                 while inFlight < ContainerSync.transferConcurrency, let hashes = queued.next() {
                     group.addTask {
+                        var written: Int64 = 0
                         do {
-                            return try await client.download(hashes)
+                            let used = try await client.download(hashes, accumulation: buffers.take()) { hash, bytes in
+                                try writer.write(bytes, hash: hash)
+                                written += Int64(writer.occurrences(of: hash) * bytes.count)
+                            }
+                            buffers.give(consume used)
+                            return written
                         } catch let error as SyncClientError where error.code == "hashMismatch" {
                             throw SyncClientError(status: 200, code: "hashMismatch", message: "\(error.message) (\(name))")
                         }
@@ -121,10 +131,7 @@ extension Materialiser {
                 }
                 guard let fetched = try await group.next() else { break }
                 inFlight -= 1
-                for chunk in fetched {
-                    try writer.write(chunk.bytes, hash: chunk.hash)
-                    sync.transfers[item]?.done += Int64(writer.occurrences(of: chunk.hash) * chunk.bytes.count)
-                }
+                sync.transfers[item]?.done += fetched
             }
         }
         try writer.finish()

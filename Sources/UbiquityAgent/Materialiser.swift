@@ -348,7 +348,7 @@ final class Materialiser {
             return group.map { ($0.download, .failure(error)) }
         }
         var bytes = given
-        for chunk in chunks { bytes[chunk.hash] = chunk.bytes }
+        for chunk in chunks { bytes[chunk.hash] = Array(chunk.bytes) }
         var outcomes: [(Download, Result<AgentStore.File?, SyncClientError>)] = []
         func fail(_ download: Download, _ error: any Error) {
             outcomes.append((download, .failure(SyncClientError(status: 0, code: "localFailure", message: "\(error)"))))

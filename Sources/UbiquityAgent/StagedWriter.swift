@@ -59,7 +59,7 @@ struct StagedWriter: Sendable {
     func occurrences(of hash: String) -> Int { places[hash]?.count ?? 0 }
 
     /// Writes a chunk (already checked against its hash) everywhere it goes.
-    func write(_ bytes: [UInt8], hash: String) throws {
+    func write(_ bytes: some ContiguousBytes & Collection<UInt8>, hash: String) throws {
         for place in places[hash] ?? [] {
             let wrote = bytes.withUnsafeBytes { SystemCall.writeAll(descriptors[place.member], $0, at: Int64(place.offset)) }
             guard wrote == bytes.count else { throw Self.failure("write", root) }

@@ -145,32 +145,58 @@ package struct SyncClient: Sendable {
         _ = try await send(.POST, "v1/chunks", raw: batch.encoded(), expecting: [.created], timeout: timeout * 4)
     }
 
+    /// Uploads a ``ChunkBatch`` already written as a body (framing and bytes, as
+    /// ``ChunkBatch/encoded()`` writes them): large uploads read their chunks straight into it.
+    package func upload(batchBody: ByteBuffer) async throws {
+        _ = try await send(.POST, "v1/chunks", payload: batchBody, expecting: [.created], timeout: timeout * 4)
+    }
+
     /// Downloads chunks, in the order asked, each checked against its hash: the server answers
     /// with as many as fit in one batch, and this asks again for the rest.
     package func download(_ hashes: [String]) async throws -> [ChunkBatch.Chunk] {
         var chunks: [ChunkBatch.Chunk] = []
         chunks.reserveCapacity(hashes.count)
-        while chunks.count < hashes.count {
-            let asked = Array(hashes[chunks.count..<min(hashes.count, chunks.count + ChunkBatch.maximumCount)])
-            let body = try await send(.POST, "v1/chunks/fetch", raw: try JSONEncoder().encode(ChunkFetchRequest(hashes: asked)).map { $0 },
-                                      expecting: [.ok], timeout: timeout * 4, json: true)
-            let batch: ChunkBatch
-            do {
-                batch = try ChunkBatch(decoding: Array(buffer: body), maximumChunkSize: 64 << 20)
-            } catch {
-                throw SyncClientError(status: 200, code: "badAnswer", message: "the server's chunk batch is not what the protocol says: \(error)")
-            }
-            guard !batch.chunks.isEmpty, batch.chunks.count <= asked.count else {
-                throw SyncClientError(status: 200, code: "badAnswer", message: "the server answered \(batch.chunks.count) chunks for \(asked.count) asked")
-            }
-            for (chunk, hash) in zip(batch.chunks, asked) {
-                guard chunk.hash == hash, chunk.bytes.withUnsafeBytes({ ContentChunker.hash($0) }) == hash else {
-                    throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(hash) arrived damaged")
-                }
-                chunks.append(chunk)
-            }
-        }
+        _ = try await download(hashes) { hash, bytes in chunks.append(ChunkBatch.Chunk(hash: hash, bytes: Array(bytes))) }
         return chunks
+    }
+
+    /// Downloads chunks, in the order asked, handing each to `each` once checked against its
+    /// hash, as its batch arrives (the bytes are valid only during the call: nothing is copied
+    /// out of the answer). The answers are gathered in `accumulation` (cleared first), which
+    /// comes back to be used again.
+    /// - Throws: ``SyncClientError`` (`hashMismatch` for a damaged chunk, `badAnswer` for a
+    ///   body that is not a batch of what was asked), or what `each` throws.
+    package func download(_ hashes: [String], accumulation: consuming ByteBuffer = ByteBuffer(),
+                          each: (String, UnsafeRawBufferPointer) throws -> Void) async throws -> ByteBuffer {
+        // Handed on, never copied, so that clearing it reuses its memory.
+        var spare: ByteBuffer? = consume accumulation, received = 0
+        while received < hashes.count {
+            let asked = Array(hashes[received..<min(hashes.count, received + ChunkBatch.maximumCount)])
+            let answer = try await send(.POST, "v1/chunks/fetch", payload: ByteBuffer(bytes: try JSONEncoder().encode(ChunkFetchRequest(hashes: asked))),
+                                        expecting: [.ok], timeout: timeout * 4, json: true, accumulation: spare.take())
+            let count = try answer.withUnsafeReadableBytes { body in
+                let frames: [ChunkBatch.Frame]
+                do {
+                    frames = try ChunkBatch.frames(in: body, maximumChunkSize: Self.maximumAnswerBytes)
+                } catch {
+                    throw SyncClientError(status: 200, code: "badAnswer", message: "the server's chunk batch is not what the protocol says: \(error)")
+                }
+                guard !frames.isEmpty, frames.count <= asked.count else {
+                    throw SyncClientError(status: 200, code: "badAnswer", message: "the server answered \(frames.count) chunks for \(asked.count) asked")
+                }
+                for (frame, hash) in zip(frames, asked) {
+                    let bytes = UnsafeRawBufferPointer(rebasing: body[frame.bytes])
+                    guard frame.hash == hash, ContentChunker.hash(bytes) == hash else {
+                        throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(hash) arrived damaged")
+                    }
+                    try each(hash, bytes)
+                }
+                return frames.count
+            }
+            received += count
+            spare = answer
+        }
+        return spare ?? ByteBuffer()
     }
 
     /// The block signatures of chunks the server has, in the order asked (asking again while
@@ -250,19 +276,30 @@ package struct SyncClient: Sendable {
         try await send(method, path, raw: body.map { [UInt8]($0) }, expecting: expecting, timeout: timeout, json: body != nil)
     }
 
+    /// The longest answer body taken (a chunk batch is at most 16 MiB of chunks).
+    static let maximumAnswerBytes = 64 << 20
+
     /// How JSON bodies are compressed: zlib's fastest level — chunk lists and hashes are most
     /// of a large body, and the higher levels shrink them by 2% more for three times the CPU.
     static let gzip = CompressionAlgorithm.gzip(configuration: .init(compressionLevel: .fastestCompression))
 
     func send(_ method: HTTPMethod, _ path: String, raw: [UInt8]?, expecting: Set<HTTPResponseStatus>, timeout: TimeAmount, json: Bool = false) async throws -> ByteBuffer {
+        try await send(method, path, payload: raw.map { ByteBuffer(bytes: $0) }, expecting: expecting, timeout: timeout, json: json)
+    }
+
+    /// Sends a request and answers its body (at most 64 MiB). `accumulation`, when given, is
+    /// where the body is gathered (cleared first; a buffer of an earlier answer, so a large
+    /// transfer does not ask for new memory for every answer).
+    func send(_ method: HTTPMethod, _ path: String, payload body: ByteBuffer?, expecting: Set<HTTPResponseStatus>, timeout: TimeAmount, json: Bool = false,
+              accumulation: consuming ByteBuffer? = nil) async throws -> ByteBuffer {
         var request = HTTPClientRequest(url: server.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + "/" + path)
         request.method = method
         if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
         request.headers.add(name: "Accept-Encoding", value: "gzip")
-        var payload = raw.map { ByteBuffer(bytes: $0) }
-        if let raw {
+        var payload = body
+        if let body {
             request.headers.add(name: "Content-Type", value: json ? "application/json" : "application/octet-stream")
-            if json, raw.count >= Self.compressionThreshold, serverTakesGzip.isSet, let compressed = try? payload?.compress(with: Self.gzip) { // not compressed: sent as it is
+            if json, body.readableBytes >= Self.compressionThreshold, serverTakesGzip.isSet, let compressed = try? payload?.compress(with: Self.gzip) { // not compressed: sent as it is
                 // (Compressing memory cannot fail but for lack of memory: then it goes as it is.)
                 payload = compressed
                 request.headers.add(name: "Content-Encoding", value: "gzip")
@@ -280,7 +317,13 @@ package struct SyncClient: Sendable {
         }
         do {
             response = try await http.execute(request, timeout: timeout)
-            body = try await response.body.collect(upTo: 64 << 20)
+            if var gathered = accumulation.take() { // its only reference: cleared in place
+                gathered.clear()
+                try await response.body.collect(upTo: Self.maximumAnswerBytes, into: &gathered)
+                body = gathered
+            } else {
+                body = try await response.body.collect(upTo: Self.maximumAnswerBytes)
+            }
             let wireBody = body.readableBytes
             // HTTP/1.1 as on the wire: request line, headers (ours and the client's Host,
             // Content-Length), body; status line, headers, body.
@@ -296,7 +339,7 @@ package struct SyncClient: Sendable {
         if response.headers["Accept-Encoding"].contains(where: { $0.lowercased().contains("gzip") }) { serverTakesGzip.set() }
         if response.headers["Content-Encoding"].contains(where: { $0.lowercased() == "gzip" }) {
             do {
-                body = try body.decompress(with: .gzip(), maxSize: 64 << 20)
+                body = try body.decompress(with: .gzip(), maxSize: Self.maximumAnswerBytes)
             } catch {
                 throw SyncClientError(status: Int(response.status.code), code: "badAnswer", message: "the server's answer to \(method) /\(path) is not valid gzip: \(error)")
             }

@@ -1,4 +1,6 @@
 import Foundation
+import NIOCore
+import UbiquityFiles
 import UbiquityProtocol
 import UbiquitySync
 
@@ -280,23 +282,32 @@ struct Uploader {
         defer { for upload in uploads { sync.transfers[upload.item] = nil } }
         let patched = try await uploadPatches(wanted, in: sync)
         let client = sync.client
+        // Each batch is written as the body it goes as (framing, then the chunk read from its
+        // file straight into place: no copy of it is made here), and the few bodies in flight
+        // are used again once sent (a new large buffer costs a page fault every 4 KiB).
+        let buffers = TransferBuffers()
         try await withThrowingTaskGroup(of: [String: Int64].self) { group in
             var inFlight = 0
-            var batch = ChunkBatch(), batchBytes = 0, carried: [String: Int64] = [:]
+            var body = buffers.take(capacity: Self.batchBodyCapacity), chunkCount = 0, payload = 0, carried: [String: Int64] = [:]
+            func finished(_ done: [String: Int64], in sync: isolated ContainerSync) {
+                for (item, bytes) in done { sync.transfers[item]?.done += bytes }
+                inFlight -= 1
+            }
             func dispatch(in sync: isolated ContainerSync) async throws {
-                guard !batch.chunks.isEmpty else { return }
-                if inFlight == ContainerSync.transferConcurrency, let done = try await group.next() {
-                    for (item, bytes) in done { sync.transfers[item]?.done += bytes }
-                    inFlight -= 1
-                }
-                let sending = batch, items = carried
+                guard chunkCount > 0 else { return }
+                if inFlight == ContainerSync.transferConcurrency, let done = try await group.next() { finished(done, in: sync) }
+                let items = carried
+                let sending = TransferBuffers.Handoff(body)
                 group.addTask {
-                    try await client.upload(sending)
+                    let sent = sending.take()
+                    try await client.upload(batchBody: sent)
+                    buffers.give(consume sent)
                     return items
                 }
                 inFlight += 1
-                batch = ChunkBatch()
-                batchBytes = 0
+                body = buffers.take(capacity: Self.batchBodyCapacity)
+                chunkCount = 0
+                payload = 0
                 carried = [:]
             }
             for (upload, members) in wanted {
@@ -320,37 +331,56 @@ struct Uploader {
                     defer { try? handle.close() } // read-only: closing cannot lose anything
                     var trusted = recorded.flatMap { Self.fingerprint(of: handle) == $0 ? $0 : nil }
                     for chunk in chunks where !patched.contains(chunk.hash) {
+                        if chunkCount > 0 && (payload + chunk.length > ContainerSync.transferBatchBytes || chunkCount == ChunkBatch.maximumCount) { try await dispatch(in: sync) }
                         // Changed since the scan: the next round sends the new contents.
-                        guard let bytes = try Self.read(chunk, from: handle, trusting: &trusted) else { break reading }
-                        if batchBytes + bytes.count > ContainerSync.transferBatchBytes || batch.chunks.count == ChunkBatch.maximumCount { try await dispatch(in: sync) }
-                        batch.chunks.append(.init(hash: chunk.hash, bytes: bytes))
-                        batchBytes += bytes.count
-                        carried[upload.item, default: 0] += Int64(bytes.count)
+                        guard try Self.read(chunk, from: handle, trusting: &trusted, into: &body) else { break reading }
+                        chunkCount += 1
+                        payload += chunk.length
+                        carried[upload.item, default: 0] += Int64(chunk.length)
                     }
                 }
             }
             try await dispatch(in: sync)
-            while let done = try await group.next() {
-                for (item, bytes) in done { sync.transfers[item]?.done += bytes }
-            }
+            while let done = try await group.next() { finished(done, in: sync) }
         }
     }
+
+    /// Room for a batch body of ``ContainerSync/transferBatchBytes`` of chunks of the standard
+    /// sizes, framing included (a batch of smaller chunks grows its body).
+    static let batchBodyCapacity = ContainerSync.transferBatchBytes + (ContainerSync.transferBatchBytes / ContentChunker.standard.minimumSize + 1) * ChunkBatch.framing
 
     /// The fingerprint of the open file `handle` reads (nil if it cannot be had).
     static func fingerprint(of handle: FileHandle) -> LocalFingerprint? { LocalScanner.fingerprint(descriptor: handle.fileDescriptor) }
 
-    /// The bytes of `chunk` of the flat file `handle` reads, if they are the chunk cut by the
-    /// scan; nil if the file changed since. While the file keeps the fingerprint `trusted` —
-    /// the one the scan recorded before it cut the file; any write changes the status-change
-    /// time — they are those bytes, and are not hashed again; otherwise (`trusted` nil, or
-    /// made nil here once the file is seen changed) they are checked against the chunk's hash.
-    /// The server checks every chunk either way.
-    static func read(_ chunk: ContentChunk, from handle: FileHandle, trusting trusted: inout LocalFingerprint?) throws -> [UInt8]? {
-        try handle.seek(toOffset: UInt64(chunk.offset))
-        let bytes = [UInt8](try handle.read(upToCount: chunk.length) ?? Data())
+    /// Appends `chunk` of the flat file `handle` reads to the batch body `body` (its framing,
+    /// then its bytes read into place), if the bytes are the chunk cut by the scan; false, with
+    /// `body` as it was, if the file changed since. While the file keeps the fingerprint
+    /// `trusted` — the one the scan recorded before it cut the file; any write changes the
+    /// status-change time — they are those bytes, and are not hashed again; otherwise
+    /// (`trusted` nil, or made nil here once the file is seen changed) they are checked against
+    /// the chunk's hash. The server checks every chunk either way.
+    /// - Throws: The file's read errors.
+    static func read(_ chunk: ContentChunk, from handle: FileHandle, trusting trusted: inout LocalFingerprint?, into body: inout ByteBuffer) throws -> Bool {
+        let start = body.writerIndex
+        body.writeBytes(ChunkBatch.frame(hash: chunk.hash, length: chunk.length))
+        let bytesStart = body.writerIndex
+        var failure: Int32 = 0
+        body.writeWithUnsafeMutableBytes(minimumWritableBytes: chunk.length) { space in
+            let got = SystemCall.readFully(handle.fileDescriptor, into: UnsafeMutableRawBufferPointer(rebasing: space[..<chunk.length]), at: Int64(chunk.offset))
+            if got < 0 { failure = errno }
+            return max(got, 0)
+        }
+        guard failure == 0 else {
+            body.moveWriterIndex(to: start)
+            throw POSIXError(POSIXErrorCode(rawValue: failure) ?? .EIO)
+        }
         if let recorded = trusted, fingerprint(of: handle) != recorded { trusted = nil }
-        guard trusted != nil || bytes.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash else { return nil }
-        return bytes
+        let whole = body.writerIndex - bytesStart == chunk.length
+        guard whole, trusted != nil || body.withUnsafeReadableBytes({ ContentChunker.hash(UnsafeRawBufferPointer(rebasing: $0[(bytesStart - body.readerIndex)...])) }) == chunk.hash else {
+            body.moveWriterIndex(to: start)
+            return false
+        }
+        return true
     }
 
     /// Sends the chunks of `wanted` that change a chunk of the same item's contents as last

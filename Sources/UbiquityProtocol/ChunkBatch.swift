@@ -12,13 +12,19 @@ public struct ChunkBatch: Sendable, Equatable {
     public struct Chunk: Sendable, Equatable {
         /// The SHA-256 hash of `bytes`, lowercase hexadecimal.
         public var hash: String
-        /// The chunk's contents.
-        public var bytes: [UInt8]
+        /// The chunk's contents: when decoded from a body, a slice of that body (its chunks
+        /// share the body's storage; none is copied out).
+        public var bytes: ArraySlice<UInt8>
+
+        /// A chunk of these bytes, named `hash`.
+        public init(hash: String, bytes: ArraySlice<UInt8>) {
+            self.hash = hash
+            self.bytes = bytes
+        }
 
         /// A chunk of these bytes, named `hash`.
         public init(hash: String, bytes: [UInt8]) {
-            self.hash = hash
-            self.bytes = bytes
+            self.init(hash: hash, bytes: bytes[...])
         }
     }
 
@@ -53,38 +59,69 @@ public struct ChunkBatch: Sendable, Equatable {
         var out: [UInt8] = []
         out.reserveCapacity(encodedSize)
         for chunk in chunks {
-            var hash = Array(chunk.hash.utf8.prefix(64))
-            hash += Array(repeating: UInt8(ascii: "0"), count: 64 - hash.count)
-            out += hash
-            let length = UInt32(truncatingIfNeeded: chunk.bytes.count)
-            out += [UInt8(length >> 24), UInt8(length >> 16 & 0xff), UInt8(length >> 8 & 0xff), UInt8(length & 0xff)]
+            out += Self.frame(hash: chunk.hash, length: chunk.bytes.count)
             out += chunk.bytes
         }
         return out
     }
 
-    /// Reads a body: every chunk whole, its hash well formed, at most `maximumCount` chunks of at
-    /// most `maximumChunkSize` bytes each.
+    /// The framing that comes before a chunk's bytes in a body: its hash (64 ASCII characters;
+    /// a shorter one is padded with `0`s, a longer one cut) and its length (4 bytes, big-endian).
+    public static func frame(hash: String, length: Int) -> [UInt8] {
+        var frame = Array(hash.utf8.prefix(64))
+        frame += Array(repeating: UInt8(ascii: "0"), count: 64 - frame.count)
+        let length = UInt32(truncatingIfNeeded: length)
+        frame += [UInt8(length >> 24), UInt8(length >> 16 & 0xff), UInt8(length >> 8 & 0xff), UInt8(length & 0xff)]
+        return frame
+    }
+
+    /// Where one chunk is in a body: its hash, and the range of its bytes.
+    public struct Frame: Sendable, Equatable {
+        /// The chunk's hash as the framing names it (64 lowercase hexadecimal characters).
+        public var hash: String
+        /// Where its bytes are in the body.
+        public var bytes: Range<Int>
+    }
+
+    /// Reads a body's framing: every chunk whole, its hash well formed, at most
+    /// ``maximumCount`` chunks of at most `maximumChunkSize` bytes each.
     /// - Throws: ``FormatError`` saying what is wrong.
-    public init<Bytes: Collection<UInt8>>(decoding body: Bytes, maximumChunkSize: Int) throws where Bytes.Index == Int {
-        var chunks: [Chunk] = []
-        var index = body.startIndex
-        while index < body.endIndex {
-            guard chunks.count < Self.maximumCount else { throw FormatError(description: "a batch holds at most \(Self.maximumCount) chunks") }
-            guard body.endIndex - index >= Self.framing else { throw FormatError(description: "the batch ends inside chunk \(chunks.count + 1)'s framing") }
-            let hashBytes = body[index..<index + 64]
+    public static func frames(in body: UnsafeRawBufferPointer, maximumChunkSize: Int) throws -> [Frame] {
+        var frames: [Frame] = []
+        var index = 0
+        while index < body.count {
+            guard frames.count < maximumCount else { throw FormatError(description: "a batch holds at most \(maximumCount) chunks") }
+            guard body.count - index >= framing else { throw FormatError(description: "the batch ends inside chunk \(frames.count + 1)'s framing") }
+            let hashBytes = UnsafeRawBufferPointer(rebasing: body[index..<index + 64])
             guard hashBytes.allSatisfy(\.isLowercaseHexDigit) else {
-                throw FormatError(description: "chunk \(chunks.count + 1)'s hash is not 64 lowercase hexadecimal characters")
+                throw FormatError(description: "chunk \(frames.count + 1)'s hash is not 64 lowercase hexadecimal characters")
             }
             let lengthStart = index + 64
             let length = body[lengthStart..<lengthStart + 4].reduce(0) { $0 << 8 | Int($1) }
-            guard length <= maximumChunkSize else { throw FormatError(description: "chunk \(chunks.count + 1) is \(length) bytes; chunks are at most \(maximumChunkSize)") }
+            guard length <= maximumChunkSize else { throw FormatError(description: "chunk \(frames.count + 1) is \(length) bytes; chunks are at most \(maximumChunkSize)") }
             let start = lengthStart + 4
-            guard body.endIndex - start >= length else { throw FormatError(description: "the batch ends inside chunk \(chunks.count + 1)") }
-            chunks.append(Chunk(hash: String(decoding: hashBytes, as: UTF8.self), bytes: Array(body[start..<start + length])))
+            guard body.count - start >= length else { throw FormatError(description: "the batch ends inside chunk \(frames.count + 1)") }
+            frames.append(Frame(hash: String(decoding: hashBytes, as: UTF8.self), bytes: start..<start + length))
             index = start + length
         }
-        self.chunks = chunks
+        return frames
+    }
+
+    /// Reads a body: every chunk whole, its hash well formed, at most `maximumCount` chunks of at
+    /// most `maximumChunkSize` bytes each. The chunks' bytes are slices of `body` (nothing is
+    /// copied).
+    /// - Throws: ``FormatError`` saying what is wrong.
+    public init(decoding body: ArraySlice<UInt8>, maximumChunkSize: Int) throws {
+        let frames = try body.withUnsafeBytes { try Self.frames(in: $0, maximumChunkSize: maximumChunkSize) }
+        let base = body.startIndex
+        chunks = frames.map { Chunk(hash: $0.hash, bytes: body[(base + $0.bytes.lowerBound)..<(base + $0.bytes.upperBound)]) }
+    }
+
+    /// Reads a body (see ``init(decoding:maximumChunkSize:)-(ArraySlice<UInt8>,_)``); the chunks
+    /// share the array's storage.
+    /// - Throws: ``FormatError`` saying what is wrong.
+    public init(decoding body: [UInt8], maximumChunkSize: Int) throws {
+        try self.init(decoding: body[...], maximumChunkSize: maximumChunkSize)
     }
 }
 

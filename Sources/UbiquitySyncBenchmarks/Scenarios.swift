@@ -145,6 +145,8 @@ struct LargeFile: Encodable {
     var ms: Double
     var runsMs: [Double]
     var cpuMs: Double
+    /// The median run's CPU time by process.
+    var cpuMsByProcess: [String: Double]
     var bytesOnWire: Int64
 }
 
@@ -193,7 +195,7 @@ func largeFiles(_ peer: some Peer, mib: Int, runs: Int) async throws -> LargeFig
         })
     }
     let middle = transfers.sorted { $0.ms < $1.ms }[transfers.count / 2]
-    let newFile = LargeFile(mib: mib, ms: middle.ms, runsMs: transfers.map(\.ms), cpuMs: middle.cpuMs, bytesOnWire: middle.bytesOnWire)
+    let newFile = LargeFile(mib: mib, ms: middle.ms, runsMs: transfers.map(\.ms), cpuMs: middle.cpuMs, cpuMsByProcess: middle.cpuMsByProcess, bytesOnWire: middle.bytesOnWire)
 
     log("\(peer.name): \(runs) 1-byte edits in the \(mib) MiB file, saved safely")
     let source = peer.sideA.appendingPathComponent(target.lastPathComponent)

@@ -1,5 +1,7 @@
 import Foundation
+import NIOCore
 import Testing
+import UbiquityProtocol
 import UbiquitySync
 @testable import UbiquityAgent
 
@@ -71,23 +73,35 @@ extension StagedCopyTests {
         let chunks = ContentChunker.standard.chunks(of: contents)
         #expect(chunks.count > 4)
 
-        // As recorded: every chunk's bytes, trusted throughout.
+        // As recorded: every chunk's bytes, framed into the batch body, trusted throughout.
         var trusted: LocalFingerprint? = recorded
         let handle = try FileHandle(forReadingFrom: file)
         defer { try? handle.close() }
-        for chunk in chunks {
-            #expect(try Uploader.read(chunk, from: handle, trusting: &trusted) == Array(contents[chunk.offset..<chunk.offset + chunk.length]))
-        }
+        var body = ByteBuffer()
+        for chunk in chunks { #expect(try Uploader.read(chunk, from: handle, trusting: &trusted, into: &body)) }
         #expect(trusted == recorded)
+        let batch = try ChunkBatch(decoding: Array(buffer: body), maximumChunkSize: 1 << 20)
+        #expect(batch.chunks.map(\.hash) == chunks.map(\.hash) && Data(batch.chunks.flatMap(\.bytes)) == contents)
 
         // Written to (one byte in the last chunk, the size kept): no longer trusted; the
-        // chunks that still hash right are read, the changed one is not.
+        // chunks that still hash right are read, the changed one is not, and leaves the body
+        // as it was.
         let writer = try FileHandle(forWritingTo: file)
         try writer.seek(toOffset: UInt64(chunks.last!.offset + 10))
         try writer.write(contentsOf: Data([contents[chunks.last!.offset + 10] ^ 0xff]))
         try writer.close()
-        #expect(try Uploader.read(chunks[0], from: handle, trusting: &trusted) == Array(contents[chunks[0].offset..<chunks[0].offset + chunks[0].length]))
+        body.clear()
+        #expect(try Uploader.read(chunks[0], from: handle, trusting: &trusted, into: &body))
         #expect(trusted == nil)
-        #expect(try Uploader.read(chunks.last!, from: handle, trusting: &trusted) == nil)
+        let before = body
+        #expect(try !Uploader.read(chunks.last!, from: handle, trusting: &trusted, into: &body))
+        #expect(body == before)
+
+        // Cut shorter since: a chunk past the new end is not read either.
+        let cutter = try FileHandle(forWritingTo: file)
+        try cutter.truncate(atOffset: UInt64(chunks[2].offset + 1))
+        try cutter.close()
+        #expect(try !Uploader.read(chunks[3], from: handle, trusting: &trusted, into: &body))
+        #expect(body == before)
     }
 }

@@ -16,7 +16,14 @@ import UbiquityProtocol
         let encoded = Self.batch(parts)
         #expect(encoded.count == parts.reduce(0) { $0 + 68 + $1.count })
         let decoded = try ChunkBatch(decoding: encoded, maximumChunkSize: 1 << 20)
-        #expect(decoded.chunks.map(\.bytes) == parts && decoded.chunks.map(\.hash) == parts.map(sha256))
+        #expect(decoded.chunks.map { Array($0.bytes) } == parts && decoded.chunks.map(\.hash) == parts.map(sha256))
+        // The frames name each chunk's bytes where they are; a batch inside a larger body
+        // (a slice that does not start at 0) reads the same.
+        let frames = try encoded.withUnsafeBytes { try ChunkBatch.frames(in: $0, maximumChunkSize: 1 << 20) }
+        #expect(frames.map(\.hash) == parts.map(sha256) && frames.map { Array(encoded[$0.bytes]) } == parts)
+        let inside = [7, 7, 7] + encoded + [7]
+        let sliced = try ChunkBatch(decoding: inside[3..<(inside.count - 1)], maximumChunkSize: 1 << 20)
+        #expect(sliced.chunks.map { Array($0.bytes) } == parts && sliced == decoded)
 
         #expect(throws: ChunkBatch.FormatError.self) { try ChunkBatch(decoding: Array(encoded.dropLast()), maximumChunkSize: 1 << 20) }
         #expect(throws: ChunkBatch.FormatError.self) { try ChunkBatch(decoding: Array(encoded.prefix(40)), maximumChunkSize: 1 << 20) }
@@ -51,7 +58,7 @@ import UbiquityProtocol
             let fetched = try await client.send(.post, "/v1/chunks/fetch", token: phone.token, json: ChunkFetchRequest(hashes: asked))
             #expect(fetched.status == .ok)
             let answer = try ChunkBatch(decoding: Array(buffer: fetched.body), maximumChunkSize: 1 << 20)
-            #expect(answer.chunks.map(\.hash) == asked && answer.chunks.map(\.bytes) == [parts[39], parts[0], parts[7], parts[0]])
+            #expect(answer.chunks.map(\.hash) == asked && answer.chunks.map { Array($0.bytes) } == [parts[39], parts[0], parts[7], parts[0]])
 
             // A chunk the account does not have, an empty or too long request, a bad hash: clear errors.
             let unknown = try await client.send(.post, "/v1/chunks/fetch", token: phone.token, json: ChunkFetchRequest(hashes: [asked[0], sha256([1, 2, 3])]))

@@ -26,7 +26,7 @@ extension SyncServices {
         let bytes = [UInt8](contents)
         var chunks: [ChunkBatch.Chunk] = [], offset = 0
         for reference in listed {
-            let piece = Array(bytes[offset..<offset + Int(reference.size)])
+            let piece = bytes[offset..<offset + Int(reference.size)]
             offset += piece.count
             do {
                 try FileChunkStore.verify(piece, hash: reference.hash)

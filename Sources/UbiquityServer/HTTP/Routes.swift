@@ -300,7 +300,7 @@ extension SyncServices {
             let body = try await Self.batchBody(of: request, framing: ChunkBatch.framing)
             let batch: ChunkBatch
             do {
-                batch = try ChunkBatch(decoding: Array(buffer: body), maximumChunkSize: Int(Validate.maximumChunkSize))
+                batch = try ChunkBatch(decoding: body, maximumChunkSize: Int(Validate.maximumChunkSize))
             } catch let error as ChunkBatch.FormatError {
                 throw SyncError.badRequest("badBatch", error.description)
             }
@@ -322,8 +322,14 @@ extension SyncServices {
             // As many as fit, in the order asked; the client asks again for the rest.
             let loaded = try await self.chunks.load(asked.hashes, account: device.accountId, upTo: ChunkBatch.maximumBytes)
             guard !loaded.isEmpty else { throw SyncError.noSuchChunk(asked.hashes[0]) }
-            let batch = ChunkBatch(zip(asked.hashes, loaded).map { ChunkBatch.Chunk(hash: $0, bytes: [UInt8]($1)) })
-            return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: ByteBuffer(bytes: batch.encoded())))
+            // The batch written once, straight from what was read.
+            var body = ByteBuffer()
+            body.reserveCapacity(loaded.reduce(0) { $0 + ChunkBatch.framing + $1.count })
+            for (hash, bytes) in zip(asked.hashes, loaded) {
+                body.writeBytes(ChunkBatch.frame(hash: hash, length: bytes.count))
+                body.writeBytes(bytes)
+            }
+            return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: body))
         }
         // Chunks as changes of chunks the account has (docs/SyncProtocol.md, "Chunk patches").
         chunks.post("signatures") { request, context in
@@ -347,7 +353,7 @@ extension SyncServices {
             let body = try await Self.batchBody(of: request, framing: ChunkPatchBatch.framing)
             let batch: ChunkPatchBatch
             do {
-                batch = try ChunkPatchBatch(decoding: Array(buffer: body), maximumChunkSize: Int(Validate.maximumChunkSize), maximumTotal: ChunkBatch.maximumBytes)
+                batch = try ChunkPatchBatch(decoding: body, maximumChunkSize: Int(Validate.maximumChunkSize), maximumTotal: ChunkBatch.maximumBytes)
             } catch let error as ChunkPatchBatch.FormatError {
                 throw SyncError.badRequest("badBatch", error.description)
             }
@@ -397,14 +403,22 @@ extension SyncServices {
 
     /// The body of a chunk or patch batch (`framing` bytes per entry): at most 16 MiB of chunks
     /// (or one chunk of up to ``Validate/maximumChunkSize``) and the framing of as many entries
-    /// as a batch holds.
+    /// as a batch holds. Gathered straight into one array (room for the declared length, when
+    /// it is within the limit, asked for once), which the decoded chunks share.
     /// - Throws: ``SyncError`` 413 `batchTooLarge` for a longer body.
-    static func batchBody(of request: Request, framing: Int) async throws -> ByteBuffer {
-        do {
-            return try await request.body.collect(upTo: ChunkBatch.maximumBytes + Int(Validate.maximumChunkSize) + ChunkBatch.maximumCount * framing)
-        } catch {
-            throw SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
+    static func batchBody(of request: Request, framing: Int) async throws -> [UInt8] {
+        let limit = ChunkBatch.maximumBytes + Int(Validate.maximumChunkSize) + ChunkBatch.maximumCount * framing
+        let tooLarge = SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
+        var bytes: [UInt8] = []
+        if let declared = request.headers[.contentLength].flatMap({ Int($0) }) {
+            guard declared <= limit else { throw tooLarge }
+            bytes.reserveCapacity(declared)
         }
+        for try await fragment in request.body {
+            guard fragment.readableBytes <= limit - bytes.count else { throw tooLarge }
+            bytes.append(contentsOf: fragment.readableBytesView)
+        }
+        return bytes
     }
 
     /// Checks that `hashes` are well formed and chunks the device's account has — and, for a

@@ -64,8 +64,8 @@ extension ChunkStorage {
     }
 
     /// Throws `hashMismatch` unless `bytes` hash (SHA-256) to `hash`.
-    static func verify(_ bytes: [UInt8], hash: String) throws {
-        let digest = SHA256.hash(data: bytes).lowercaseHex
+    static func verify(_ bytes: ArraySlice<UInt8>, hash: String) throws {
+        let digest = bytes.withUnsafeBytes { SHA256.hash(data: $0) }.lowercaseHex
         guard digest == hash else {
             throw SyncError.badRequest("hashMismatch", "the chunk's bytes hash to \(digest), not \(hash)")
         }
@@ -340,7 +340,7 @@ struct FileChunkStore: ChunkStorage {
 
     /// Writes `pieces` one after the other as a new file at `path`, then `fsync`s it and its
     /// folder: once this returns, the file and its name survive a crash.
-    static func writeDurably(_ pieces: [[UInt8]], to path: String) throws {
+    static func writeDurably<Piece: ContiguousBytes>(_ pieces: [Piece], to path: String) throws {
         let folder = (path as NSString).deletingLastPathComponent
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)

@@ -183,9 +183,9 @@ extension SyncServices {
                 throw SyncError(.contentTooLarge, "partTooLarge", "a part is at most \(WebUpload.partBytes) bytes")
             }
             guard body.readableBytes > 0 else { throw SyncError.badRequest("emptyPart", "a part holds at least one byte") }
-            let data = Data(buffer: body)
+            let data = Data(buffer: body), bytes = [UInt8](buffer: body)
             let pieces = ContentChunker.standard.chunks(of: data).map { chunk in
-                ChunkBatch.Chunk(hash: chunk.hash, bytes: Array(data[chunk.offset..<(chunk.offset + chunk.length)]))
+                ChunkBatch.Chunk(hash: chunk.hash, bytes: bytes[chunk.offset..<(chunk.offset + chunk.length)])
             }
             try await receive(pieces, from: device, logger: context.logger)
             return WebPartResponse(chunks: pieces.map { ChunkReference(hash: $0.hash, size: Int64($0.bytes.count)) })
