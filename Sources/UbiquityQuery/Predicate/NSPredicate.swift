@@ -125,9 +125,18 @@ struct PredicateMatcher: Sendable {
     }
 
     func evaluate(with object: Any) -> Bool {
-        if let items, let record = object as? MetadataRecord, !Self.within(record.path, items) { return false }
+        if let record = object as? MetadataRecord { return evaluate(record: record) }
         if let parsed { return parsed.evaluate(with: object, substitutionVariables: nil) }
         return foundation.value.evaluate(with: object)
+    }
+
+    /// Whether a record matches: a parsed predicate reads it directly (a query asks this once
+    /// per item: the record is not boxed, nor its type asked of it, unless the predicate reads
+    /// what only the boxed record gives, such as `SELF`).
+    func evaluate(record: MetadataRecord) -> Bool {
+        if let items, !Self.within(record.path, items) { return false }
+        if let parsed { return parsed.node.evaluate(PredicateContext(record: record)) }
+        return foundation.value.evaluate(with: record)
     }
 
     /// Whether `path` is one of `items` or under one of them.
@@ -305,6 +314,9 @@ indirect enum PredicateExpression: Sendable, Equatable {
         case .aggregate(let items): return .collection(items.map { $0.value(context) })
         case .keyPath(let components):
             // Metadata records and items give their common values without boxing them.
+            if components.count == 1, let record = context.record, let value = record.predicateValueDirect(forKey: components[0]) {
+                return value
+            }
             if components.count == 1, let direct = context.object as? PredicateDirectReading,
                let value = direct.predicateValueDirect(forKey: components[0]) {
                 return value
@@ -451,6 +463,25 @@ indirect enum PredicateNode: Sendable {
 }
 
 struct PredicateContext {
-    var object: Any?
+    /// The object evaluated when it is a metadata record: read directly, boxed only when
+    /// ``object`` is asked for.
+    var record: MetadataRecord?
+    /// Any other object evaluated.
+    var other: Any?
     var variables: [String: PredicateValue]
+
+    /// A context for any object (a record is read directly all the same).
+    init(object: Any?, variables: [String: PredicateValue]) {
+        if let record = object as? MetadataRecord { self.record = record } else { other = object }
+        self.variables = variables
+    }
+
+    /// A context for a metadata record, without variables.
+    init(record: MetadataRecord) {
+        self.record = record
+        variables = [:]
+    }
+
+    /// The object evaluated.
+    var object: Any? { record.map { $0 as Any } ?? other }
 }

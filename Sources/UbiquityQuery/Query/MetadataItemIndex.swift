@@ -22,12 +22,14 @@ struct MetadataItemIndex: Sendable {
     /// look their folder up once.
     mutating func insertNew(_ records: [MetadataRecord], where include: (MetadataRecord) -> Bool) -> [NSMetadataItem] {
         var added: [NSMetadataItem] = []
+        added.reserveCapacity(records.count)
         var start = records.startIndex
         while start < records.endIndex {
             let folder = records[start].folder
             var end = start + 1
             while end < records.endIndex && records[end].folder === folder { end += 1 }
             var names = folders.removeValue(forKey: folder.path) ?? [:] // taken out: changed in place
+            names.reserveCapacity(names.count + (end - start)) // grown once, not rehashed as it fills
             for record in records[start..<end] where names[record.name] == nil && include(record) {
                 let item = NSMetadataItem(record)
                 names[record.name] = item

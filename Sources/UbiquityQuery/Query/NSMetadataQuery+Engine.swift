@@ -100,7 +100,7 @@ extension NSMetadataQuery.State {
     /// added, changed or removed as the predicate says, the change noted for the next update.
     mutating func settle(path: String, _ record: MetadataRecord?, matching predicate: PredicateMatcher) {
         let existing = items[path: path]
-        if let record, predicate.evaluate(with: record) {
+        if let record, predicate.evaluate(record: record) {
             if let existing {
                 if existing.update(record) { pending.change(existing) }
             } else {
@@ -201,7 +201,7 @@ extension NSMetadataQuery {
             var found = Changes()
             state.withLock { state in
                 guard state.generation == generation else { return }
-                found.gathered = state.items.insertNew(records) { predicate.evaluate(with: $0) }
+                found.gathered = state.items.insertNew(records) { predicate.evaluate(record: $0) }
             }
             deliver(.NSMetadataQueryGatheringProgress, changes: found, snapshot: false)
         }
