@@ -181,7 +181,7 @@ actor AccountSession {
     /// Containers whose round waits out the last failure's second.
     private var deferred: Set<String> = []
     /// Clients following containers' statuses, and what they were last told.
-    private var watchers: [String: [UUID: AsyncStream<AgentResponse>.Continuation]] = [:]
+    private var watchers: [String: [UUID: WeakMailbox]] = [:]
     private var told: [String: (version: Int, statuses: [String: UbiquityItemStatus])] = [:]
     private let signal: AsyncStream<Void>
     private let poke: AsyncStream<Void>.Continuation
@@ -287,8 +287,8 @@ actor AccountSession {
     /// changed, as it happens. The first answer is what later ones are changes from (what
     /// watchers were last told), so nothing changes unseen between a list and a watch.
     func watch(_ container: String) async -> AsyncStream<AgentResponse> {
-        let (stream, continuation) = AsyncStream.makeStream(of: AgentResponse.self, bufferingPolicy: .bufferingNewest(64))
         guard let sync = try? self.container(container) else { // not a container name: answered as such
+            let (stream, continuation) = AsyncStream.makeStream(of: AgentResponse.self)
             continuation.yield(AgentResponse(error: AgentError(.unknownContainer, "“\(container)” is not a container")))
             continuation.finish()
             return stream
@@ -298,10 +298,11 @@ actor AccountSession {
             let version = await sync.statusVersion
             told[container] = (version, Dictionary(await sync.statuses().map { ($0.path, $0) }, uniquingKeysWith: { $1 }))
         }
-        continuation.yield(AgentResponse(items: (told[container]?.statuses.values).map { $0.sorted { $0.path < $1.path } } ?? []))
-        watchers[container, default: [:]][id] = continuation
-        continuation.onTermination = { [weak self] _ in Task { await self?.unwatch(container, id) } }
-        return stream
+        // Released when the client goes (its stream with it): then it is forgotten here.
+        let mailbox = StatusMailbox { [weak self] in Task { await self?.unwatch(container, id) } }
+        mailbox.post(told[container]?.statuses.values ?? [:].values)
+        watchers[container, default: [:]][id] = WeakMailbox(mailbox: mailbox)
+        return mailbox.stream()
     }
 
     private func unwatch(_ container: String, _ id: UUID) {
@@ -328,10 +329,10 @@ actor AccountSession {
                 let changed = now.values.filter { last.statuses[$0.path] != $0 }.sorted { $0.path < $1.path }
                 told[container] = (version, now)
                 guard !changed.isEmpty else { continue }
-                for continuation in (watchers[container] ?? [:]).values { continuation.yield(AgentResponse(items: changed)) }
+                for watcher in (watchers[container] ?? [:]).values { watcher.mailbox?.post(changed) }
             }
         }
-        for continuation in watchers.values.flatMap(\.values) { continuation.finish() }
+        for watcher in watchers.values.flatMap(\.values) { watcher.mailbox?.finish() }
     }
 
     /// Ends the status stream (the session stops).
@@ -524,4 +525,9 @@ actor AccountSession {
         }
         return (try container(parts[0]), parts[1...].joined(separator: "/"))
     }
+}
+
+/// A watching client's mailbox, as the session keeps it: weakly (the client's stream holds it).
+struct WeakMailbox {
+    weak var mailbox: StatusMailbox?
 }
