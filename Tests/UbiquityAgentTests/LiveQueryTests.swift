@@ -41,8 +41,9 @@ import UbiquityQuery
         // The laptop saves a document: the phone's query lists it (metadata first: not downloaded).
         let saved = ContinuousClock.now
         try Data("pack the tent".utf8).write(to: laptop.appendingPathComponent("Trip.txt"))
-        #expect(await eventually { updates.withLock { $0.contains { $0.added == ["Trip.txt"] } } })
-        let listed = updates.withLock { $0.first { $0.added == ["Trip.txt"] }!.at } - saved
+        // (A minute at most, as below: the whole suite's busiest minute runs dozens of processes.)
+        #expect(await eventually(60) { updates.withLock { $0.contains { $0.added == ["Trip.txt"] } } })
+        let listed = try #require(updates.withLock { $0.first { $0.added == ["Trip.txt"] }?.at }) - saved
         let item = try #require(query.results.compactMap { $0 as? NSMetadataItem }.first)
         #expect(item.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusNotDownloaded)
         #expect(item.value(forAttribute: NSMetadataItemFSSizeKey) as? Int64 == 13)

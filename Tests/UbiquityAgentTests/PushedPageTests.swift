@@ -28,7 +28,7 @@ import UbiquityTestSupport
         for (name, bytes) in files { try bytes.write(to: outside.appendingPathComponent(name)) }
         try FileManager.default.moveItem(at: outside, to: laptop.appendingPathComponent("Album"))
 
-        let arrived = await eventually(30) {
+        let arrived = await eventually(60) { // (the whole suite's busiest minute runs dozens of processes)
             files.allSatisfy { name, bytes in (try? Data(contentsOf: phone.appendingPathComponent("Album").appendingPathComponent(name))) == bytes }
         }
         #expect(arrived)
