@@ -286,9 +286,11 @@ struct Uploader {
         // file straight into place: no copy of it is made here), and the few bodies in flight
         // are used again once sent (a new large buffer costs a page fault every 4 KiB).
         let buffers = TransferBuffers()
+        let framed = wanted.reduce(0) { $0 + $1.1.reduce(0) { $0 + $1.1.reduce(0) { $0 + ChunkBatch.framing + $1.length } } }
+        let capacity = min(framed, Self.batchBodyCapacity) // a small upload asks for no more than it sends
         try await withThrowingTaskGroup(of: [String: Int64].self) { group in
             var inFlight = 0
-            var body = buffers.take(capacity: Self.batchBodyCapacity), chunkCount = 0, payload = 0, carried: [String: Int64] = [:]
+            var body = buffers.take(capacity: capacity), chunkCount = 0, payload = 0, carried: [String: Int64] = [:]
             func finished(_ done: [String: Int64], in sync: isolated ContainerSync) {
                 for (item, bytes) in done { sync.transfers[item]?.done += bytes }
                 inFlight -= 1
@@ -305,7 +307,7 @@ struct Uploader {
                     return items
                 }
                 inFlight += 1
-                body = buffers.take(capacity: Self.batchBodyCapacity)
+                body = buffers.take(capacity: capacity)
                 chunkCount = 0
                 payload = 0
                 carried = [:]

@@ -117,8 +117,7 @@ public struct ChunkBatch: Sendable, Equatable {
         chunks = frames.map { Chunk(hash: $0.hash, bytes: body[(base + $0.bytes.lowerBound)..<(base + $0.bytes.upperBound)]) }
     }
 
-    /// Reads a body (see ``init(decoding:maximumChunkSize:)-(ArraySlice<UInt8>,_)``); the chunks
-    /// share the array's storage.
+    /// Reads a body, as the slice form does; the chunks share the array's storage.
     /// - Throws: ``FormatError`` saying what is wrong.
     public init(decoding body: [UInt8], maximumChunkSize: Int) throws {
         try self.init(decoding: body[...], maximumChunkSize: maximumChunkSize)

@@ -96,6 +96,11 @@ import UbiquityProtocol
             #expect(try await client.send(.post, "/v1/chunks", token: ada.token, raw: []).errorCode == "badBatch")
             #expect(try await client.send(.post, "/v1/chunks", token: ada.token, raw: Array(String(repeating: "x", count: 100).utf8)).errorCode == "badBatch")
             #expect(try await missing() == 2)
+            // Longer than any batch can be (16 MiB of chunks, or one chunk of up to 16 MiB, and
+            // the framing of a full batch): refused by its length, before anything is read into it.
+            let longest = ChunkBatch.maximumBytes + (16 << 20) + ChunkBatch.maximumCount * ChunkBatch.framing
+            let tooLong = try await client.send(.post, "/v1/chunks", token: ada.token, raw: [UInt8](repeating: UInt8(ascii: "a"), count: longest + 1))
+            #expect(tooLong.status == .contentTooLarge && tooLong.errorCode == "batchTooLarge")
 
             // Past the quota as a whole: refused, nothing stored, though each chunk alone would fit.
             let big = (0..<3).map { [UInt8](repeating: UInt8($0), count: 400) }

@@ -414,9 +414,15 @@ extension SyncServices {
             guard declared <= limit else { throw tooLarge }
             bytes.reserveCapacity(declared)
         }
-        for try await fragment in request.body {
-            guard fragment.readableBytes <= limit - bytes.count else { throw tooLarge }
-            bytes.append(contentsOf: fragment.readableBytesView)
+        do {
+            for try await fragment in request.body {
+                guard fragment.readableBytes <= limit - bytes.count else { throw tooLarge }
+                bytes.append(contentsOf: fragment.readableBytesView)
+            }
+        } catch let error as SyncError {
+            throw error
+        } catch {
+            throw SyncError.badRequest("badBatch", "the body did not arrive whole: \(error)")
         }
         return bytes
     }
