@@ -2,8 +2,9 @@ import CompressNIO
 import Foundation
 import NIOCore
 import NIOFoundationCompat
-import UbiquityProtocol
 import Synchronization
+import UbiquityFiles
+import UbiquityProtocol
 
 /// The events waiting for one connected device, coalesced: of several changes to a container
 /// before the device's connection could take them, only the latest is sent ("container C is at
@@ -26,13 +27,10 @@ final class PushMailbox: Sendable {
     /// many devices connected.)
     static let pace: Duration = .milliseconds(20)
 
-    private struct State {
-        var pending: [String: Delivery] = [:]
-        var order: [String] = []
-        var waiter: CheckedContinuation<Void, Never>?
-        var finished = false
+    /// By kind and container; a later event replaces an earlier one unless its sequence is lower.
+    private let waiting = CoalescingMailbox<String, Delivery> { earlier, later in
+        (later.event.sequence ?? 0) >= (earlier.event.sequence ?? 0) ? later : earlier
     }
-    private let state = Mutex(State())
 
     /// Leaves `event` for the device (replacing an older one of the same kind and container).
     func post(_ event: PushEvent) {
@@ -41,20 +39,7 @@ final class PushMailbox: Sendable {
 
     /// Leaves an event already encoded (``message(_:)``) for the device.
     func post(_ delivery: Delivery) {
-        let event = delivery.event
-        let key = "\(event.type)\u{0}\(event.container ?? "")"
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard !state.finished else { return nil }
-            if let earlier = state.pending[key] {
-                if (event.sequence ?? 0) >= (earlier.event.sequence ?? 0) { state.pending[key] = delivery }
-            } else {
-                state.pending[key] = delivery
-                state.order.append(key)
-            }
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume()
+        waiting.post(delivery, for: "\(delivery.event.type)\u{0}\(delivery.event.container ?? "")")
     }
 
     /// An event as the push message's JSON text.
@@ -67,52 +52,14 @@ final class PushMailbox: Sendable {
 
     /// No more events: ``next(notBefore:)`` answers nil once what is waiting was taken.
     func finish() {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            state.finished = true
-            defer { state.waiter = nil }
-            return state.waiter
-        }
-        waiter?.resume()
+        waiting.finish()
     }
 
     /// The events waiting, in the order first posted, as soon as there are any and not before
     /// `notBefore` (what comes meanwhile joins them, coalesced); nil when finished (or when the
     /// task is cancelled).
     func next(notBefore: ContinuousClock.Instant? = nil) async -> [Delivery]? {
-        while true {
-            let state = self.state.withLock { state -> (waiting: Bool, finished: Bool) in (!state.order.isEmpty, state.finished) }
-            if state.waiting {
-                if let notBefore, notBefore > .now { try? await Task.sleep(until: notBefore) } // (cancelled: what waits goes now)
-                let taken = self.state.withLock { state -> [Delivery] in
-                    defer { state.pending = [:]; state.order = [] }
-                    return state.order.compactMap { state.pending[$0] }
-                }
-                return taken
-            }
-            if state.finished || Task.isCancelled { return nil }
-            await wait()
-        }
-    }
-
-    /// Returns when an event is posted, the mailbox finishes or the task is cancelled.
-    private func wait() async {
-        await withTaskCancellationHandler {
-            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
-                let ready = state.withLock { state -> Bool in
-                    // (Cancelled before the waiter was in place: the handler found none to resume.)
-                    guard state.order.isEmpty, !state.finished, !Task.isCancelled else { return true }
-                    state.waiter = continuation
-                    return false
-                }
-                if ready { continuation.resume() }
-            }
-        } onCancel: {
-            let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-                defer { state.waiter = nil }
-                return state.waiter
-            }
-            waiter?.resume()
-        }
+        await waiting.next(notBefore: notBefore)
     }
 }
 

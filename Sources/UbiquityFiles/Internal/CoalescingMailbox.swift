@@ -1,0 +1,110 @@
+import Synchronization
+
+/// Values waiting for one reader, merged by key: a value posted for a key that already waits
+/// is merged with it (by default the later replaces the earlier), so however far behind the
+/// reader falls, what waits is at most one value per key, and the reader takes all of them at
+/// once, in the order their keys were first posted. The server's push connections
+/// (`PushMailbox`) and the agent's status watchers (`StatusMailbox`) are made of one.
+package final class CoalescingMailbox<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+    private struct State {
+        var pending: [Key: Value] = [:]
+        var order: [Key] = []
+        /// The next ``next(notBefore:)`` answers even with nothing waiting.
+        var due = false
+        var waiter: CheckedContinuation<Void, Never>?
+        var finished = false
+
+        var isReady: Bool { !order.isEmpty || due }
+    }
+
+    private let state = Mutex(State())
+    private let merge: @Sendable (_ earlier: Value, _ later: Value) -> Value
+
+    /// An empty mailbox; `merge` makes one value of two posted for the same key.
+    package init(merge: @escaping @Sendable (_ earlier: Value, _ later: Value) -> Value = { $1 }) {
+        self.merge = merge
+    }
+
+    /// Leaves values for the reader (nothing once finished).
+    package func post(_ values: some Sequence<(key: Key, value: Value)>) {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard !state.finished else { return nil }
+            for (key, value) in values {
+                if let earlier = state.pending[key] {
+                    state.pending[key] = merge(earlier, value)
+                } else {
+                    state.pending[key] = value
+                    state.order.append(key)
+                }
+            }
+            guard state.isReady else { return nil }
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    /// Leaves one value for the reader.
+    package func post(_ value: Value, for key: Key) {
+        post(CollectionOfOne((key: key, value: value)))
+    }
+
+    /// Makes the next ``next(notBefore:)`` answer at once, even with nothing waiting.
+    package func wake() {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.due = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    /// No more values: ``next(notBefore:)`` answers nil once what waits was taken.
+    package func finish() {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            state.finished = true
+            defer { state.waiter = nil }
+            return state.waiter
+        }
+        waiter?.resume()
+    }
+
+    /// The values waiting, in the order their keys were first posted, as soon as there are any
+    /// and not before `notBefore` (what comes meanwhile joins them); nil when finished (or when
+    /// the task is cancelled) with nothing waiting. One reader at a time.
+    package func next(notBefore: ContinuousClock.Instant? = nil) async -> [Value]? {
+        while true {
+            let (ready, finished) = state.withLock { state in (state.isReady, state.finished) }
+            if ready {
+                if let notBefore, notBefore > .now { try? await Task.sleep(until: notBefore) } // (cancelled: what waits goes now)
+                return state.withLock { state -> [Value] in
+                    defer { state.pending = [:]; state.order = []; state.due = false }
+                    return state.order.compactMap { state.pending[$0] }
+                }
+            }
+            if finished || Task.isCancelled { return nil }
+            await wait()
+        }
+    }
+
+    /// Returns when something is posted, the mailbox finishes or the task is cancelled.
+    private func wait() async {
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                let ready = state.withLock { state -> Bool in
+                    // (Cancelled before the waiter was in place: the handler found none to resume.)
+                    guard !state.isReady, !state.finished, !Task.isCancelled else { return true }
+                    state.waiter = continuation
+                    return false
+                }
+                if ready { continuation.resume() }
+            }
+        } onCancel: {
+            let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+                defer { state.waiter = nil }
+                return state.waiter
+            }
+            waiter?.resume()
+        }
+    }
+}
