@@ -27,25 +27,32 @@ import Testing
     @Test func anIdleConnectionIsClosedAndABusyOneIsNot() async throws {
         var limits = ConnectionLimits()
         limits.idleTimeout = .seconds(3)
-        let server = try await TestServer(connectionLimits: limits); defer { server.remove() }
+        // The busy connection sends a header for as long as the test lasts: no head deadline here.
+        var requestLimits = RequestLimits()
+        requestLimits.headerTimeout = .seconds(600)
+        let server = try await TestServer(connectionLimits: limits, requestLimits: requestLimits); defer { server.remove() }
         try await server.server.makeApplication().test(.live) { client in
             let port = try #require(client.port)
             let idle = try await connection(to: port)
             let busy = try await connection(to: port)
-            // The busy one trickles a request's first line, a byte every 250 ms.
-            let trickle = Task {
-                for byte in "GET /health HTTP/1.1\r\nHost: x\r\n".utf8 {
-                    try await busy.writeAndFlush(ByteBuffer(bytes: [byte]))
-                    try await Task.sleep(for: .milliseconds(250))
-                }
+            // The busy one trickles a request's head, a byte every 250 ms until the test ends — from
+            // its event loop, so that a test run that keeps the shared threads busy cannot hold a
+            // byte back past the idle limit.
+            let head = Array("GET /health HTTP/1.1\r\nHost: x\r\nX-Slow: ".utf8)
+            let sent = NIOLoopBoundBox.makeBoxSendingValue(0, eventLoop: busy.eventLoop)
+            let trickle = busy.eventLoop.scheduleRepeatedTask(initialDelay: .zero, delay: .milliseconds(250)) { _ in
+                let index = sent.value
+                sent.value += 1
+                busy.writeAndFlush(ByteBuffer(bytes: [index < head.count ? head[index] : UInt8(ascii: "a")]), promise: nil)
             }
+            defer { trickle.cancel() }
             // (Loose bounds: under a full test run a connection's own start can lag by a second.)
             let took = try await closed(idle, within: .seconds(15))
             #expect(took.map { $0 < .seconds(10) } == true, "\(String(describing: took))")
             try await Task.sleep(for: .seconds(1))
             #expect(busy.isActive, "bytes keep a connection")
             trickle.cancel()
-            try await busy.close()
+            try? await busy.close()  // (already closed when the expectation above failed)
         }
     }
 
