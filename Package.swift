@@ -144,7 +144,7 @@ let package = Package(
         // A second process that keeps a document open, for the cross-process document tests.
         .executableTarget(name: "UbiquityDocumentHost", dependencies: ["Ubiquity"], path: "Tests/Helpers/DocumentHost"),
 
-        .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles"]),
+        .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles", "UbiquityTestSupport"]),
         .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync", "UbiquityProtocol", "UbiquityTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "UbiquityAgentProtocolTests", dependencies: ["UbiquityAgentProtocol"]),
         .testTarget(name: "UbiquityClientTests", dependencies: ["UbiquityClient", "UbiquityTestSupport"]),

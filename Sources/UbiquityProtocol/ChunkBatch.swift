@@ -137,18 +137,42 @@ public struct ChunkFetchRequest: Codable, Sendable, Equatable {
     }
 }
 
-extension Sequence<UInt8> {
-    /// The bytes as lowercase hexadecimal (how chunk hashes are written).
+extension ContiguousBytes {
+    /// The bytes as lowercase hexadecimal (how chunk hashes are written): written straight into
+    /// the string's storage (a chunk's digest is made into its name on every upload and read).
     public var lowercaseHex: String {
-        let digits = Array("0123456789abcdef".utf8)
-        var out: [UInt8] = []
-        out.reserveCapacity(underestimatedCount * 2)
-        for byte in self {
-            out.append(digits[Int(byte >> 4)])
-            out.append(digits[Int(byte & 0x0f)])
+        withUnsafeBytes { bytes in
+            String(unsafeUninitializedCapacity: bytes.count * 2) { out in
+                for (index, byte) in bytes.enumerated() {
+                    out[2 * index] = hexDigit(byte >> 4)
+                    out[2 * index + 1] = hexDigit(byte & 0x0f)
+                }
+                return bytes.count * 2
+            }
         }
-        return String(decoding: out, as: UTF8.self)
     }
+}
+
+extension ContiguousBytes {
+    /// Whether `hex` is ``lowercaseHex`` of these bytes (compared where both lie, nothing made).
+    public func matches(lowercaseHex hex: String) -> Bool {
+        var hex = hex
+        return hex.withUTF8 { digits in
+            withUnsafeBytes { bytes in
+                guard digits.count == bytes.count * 2 else { return false }
+                for (index, byte) in bytes.enumerated()
+                where digits[2 * index] != hexDigit(byte >> 4) || digits[2 * index + 1] != hexDigit(byte & 0x0f) {
+                    return false
+                }
+                return true
+            }
+        }
+    }
+}
+
+/// The lowercase hexadecimal digit of `nibble` (0–15).
+@inline(__always) private func hexDigit(_ nibble: UInt8) -> UInt8 {
+    nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") - 10 + nibble
 }
 
 extension UInt8 {

@@ -93,7 +93,7 @@ import UbiquityTestSupport
         var connected = false
         let deadline = ContinuousClock.now + .seconds(60)
         while !connected && ContinuousClock.now < deadline {
-            connected = try await blocking { (try? device.agent.send(AgentRequest(.status), timeout: .seconds(2)).status?.connected) == true }
+            connected = try await onOwnThread { (try? device.agent.send(AgentRequest(.status), timeout: .seconds(2)).status?.connected) == true }
             if !connected { try await Task.sleep(for: .milliseconds(100)) }
         }
         #expect(connected, "the push connection never opened after the server became reachable")

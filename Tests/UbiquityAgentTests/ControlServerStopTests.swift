@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityTestSupport
 import Testing
 import Logging
 import Synchronization
@@ -23,7 +24,7 @@ import UbiquityAgentProtocol
             }
             // Asked from a thread of its own: a blocking wait on one of the few shared threads
             // would hold up the server it waits for (and every other test's tasks).
-            while await onOwnThread({ (try? AgentConnection(socket: socket).send(AgentRequest(.status), timeout: .seconds(2))) == nil }) {
+            while try await onOwnThread({ (try? AgentConnection(socket: socket).send(AgentRequest(.status), timeout: .seconds(2))) == nil }) {
                 try await Task.sleep(for: .milliseconds(5))
             }
             // Clients connect from threads of their own (not the shared pool's: blocking there
@@ -49,11 +50,4 @@ private final class Counter: Sendable {
     private let count = Mutex(0)
     func add() { count.withLock { $0 += 1 } }
     var value: Int { count.withLock { $0 } }
-}
-
-/// Runs blocking `body` on a thread of its own and returns its result.
-private func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-    await withCheckedContinuation { continuation in
-        Thread { continuation.resume(returning: body()) }.start()
-    }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityTestSupport
 import Synchronization
 import Testing
 import UbiquityClient
@@ -50,7 +51,7 @@ import UbiquityQuery
 
         // The phone asks for it: the same result changes to current (the agent's status stream).
         let phoneDevice = devices[1]
-        try await blocking { try phoneDevice.startDownloading(at: phone.appendingPathComponent("Trip.txt")) }
+        try await onOwnThread { try phoneDevice.startDownloading(at: phone.appendingPathComponent("Trip.txt")) }
         // (A minute at most: once in CI, at the suite's busiest start, 15 s were not enough.)
         #expect(await eventually(60) { item.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusCurrent })
         #expect(await eventually(60) { item.value(forAttribute: NSMetadataUbiquitousItemIsUploadedKey) as? Bool == true })

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityTestSupport
 import Testing
 @testable import UbiquityAgent
 
@@ -43,7 +44,7 @@ import Glibc
     /// names no process, closed and quiet) — and leaves a live save's alone.
     @Test func aLookRemovesTemporariesThatKilledProgramsLeft() throws {
         defer { try? FileManager.default.removeItem(at: root) }
-        let killed = Process()
+        let killed = ChildProcess()
         killed.executableURL = URL(fileURLWithPath: "/bin/true")
         try killed.run()
         killed.waitUntilExit()

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityTestSupport
 import Testing
 import UbiquityClient
 import UbiquityCoordination
@@ -18,8 +19,8 @@ import UbiquityCoordination
         defer { running.stop() }
         let laptopDevice = UbiquityContainers(paths: running.paths[0], entitlements: UbiquityEntitlements(containers: [notes]))
         let phoneDevice = UbiquityContainers(paths: running.paths[1], entitlements: UbiquityEntitlements(containers: [notes]))
-        let laptop = try #require(try await blocking { laptopDevice.url(forContainer: notes) }).appendingPathComponent("Documents")
-        let phone = try #require(try await blocking { phoneDevice.url(forContainer: notes) }).appendingPathComponent("Documents")
+        let laptop = try #require(try await onOwnThread { laptopDevice.url(forContainer: notes) }).appendingPathComponent("Documents")
+        let phone = try #require(try await onOwnThread { phoneDevice.url(forContainer: notes) }).appendingPathComponent("Documents")
         let onLaptop = laptop.appendingPathComponent("Plan.txt"), onPhone = phone.appendingPathComponent("Plan.txt")
 
         // The laptop saves three revisions, each on the phone before the next is made.
@@ -42,7 +43,7 @@ import UbiquityCoordination
         #expect(NSFileVersion.otherVersionsOfItem(at: onPhone)?.isEmpty == true, "nonlocal versions are not other versions")
 
         // A coordinated read of the version's URL downloads it (as on Apple's platforms).
-        let read = try await blocking { () -> String in
+        let read = try await onOwnThread { () -> String in
             var text = ""
             try NSFileCoordinator(filePresenter: nil).coordinate(readingItemAt: second.url) { url in
                 text = try String(contentsOf: url, encoding: .utf8)
@@ -59,7 +60,7 @@ import UbiquityCoordination
         #expect(again.hasLocalContents && again.localizedNameOfSavingComputer == "laptop")
 
         // Restoring it is the phone's change: it reaches the laptop.
-        try await blocking {
+        try await onOwnThread {
             try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: onPhone, options: .forReplacing) { url in
                 _ = try second.replaceItem(at: url)
             }
@@ -72,7 +73,7 @@ import UbiquityCoordination
         #expect(laptopVersions.map(\.size) == [11, 12, 11])
         let first = try #require(laptopVersions.last)
         #expect(!first.hasLocalContents)
-        try await blocking {
+        try await onOwnThread {
             try NSFileCoordinator(filePresenter: nil).coordinate(writingItemAt: onLaptop, options: .forReplacing) { url in
                 _ = try first.replaceItem(at: url)
             }

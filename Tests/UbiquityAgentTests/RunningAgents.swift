@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityTestSupport
 import Logging
 import Testing
 import UbiquityAgentProtocol
@@ -44,11 +45,11 @@ struct RunningAgents {
         for device in devices {
             var connected = false
             for _ in 0..<100 where !connected {
-                connected = try await blocking { (try? device.agent.send(AgentRequest(.status), timeout: .seconds(1)).status?.connected) == true }
+                connected = try await onOwnThread { (try? device.agent.send(AgentRequest(.status), timeout: .seconds(1)).status?.connected) == true }
                 if !connected { try await Task.sleep(for: .milliseconds(50)) }
             }
             #expect(connected)
-            let url = try #require(try await blocking { device.url(forContainer: containers[0]) })
+            let url = try #require(try await onOwnThread { device.url(forContainer: containers[0]) })
             documents.append(url.appendingPathComponent("Documents"))
         }
         return (devices, documents)
@@ -70,13 +71,6 @@ func eventually(_ seconds: Double = 15, _ condition: () -> Bool) async -> Bool {
     return condition()
 }
 
-/// Runs a blocking call (an app's call to the agent) on a thread of its own, never on the
-/// concurrency pool the in-process agents need to answer it.
-func blocking<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread { continuation.resume(with: Result { try body() }) }.start()
-    }
-}
 
 /// A notification observer's token, kept by test recorders (NotificationCenter's tokens are
 /// safe to hand to removeObserver from any thread).

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityTestSupport
 import Synchronization
 import Testing
 import UbiquityClient
@@ -17,7 +18,7 @@ import UbiquityServer
     /// Whether Chromium, its driver and Selenium are installed (`.ci/run` installs them).
     static var available: Bool {
         guard FileManager.default.isExecutableFile(atPath: browser), FileManager.default.isExecutableFile(atPath: driver) else { return false }
-        let check = Process()
+        let check = ChildProcess()
         check.executableURL = URL(fileURLWithPath: "/usr/bin/env")
         check.arguments = ["python3", "-c", "import selenium"] // the python3 that `.ci/run` installs Selenium for
         check.standardError = FileHandle.nullDevice
@@ -39,7 +40,7 @@ import UbiquityServer
         #expect(try await administration.setAdmin(ofAccount: "ada", admin: true))
         await administration.close()
         let device = UbiquityContainers(paths: running.paths[0], entitlements: UbiquityEntitlements(containers: [notes]))
-        let documents = try #require(try await blocking { device.url(forContainer: notes) }).appendingPathComponent("Documents")
+        let documents = try #require(try await onOwnThread { device.url(forContainer: notes) }).appendingPathComponent("Documents")
         // A first document, so that the container and its Documents folder are on the server.
         try FileManager.default.createDirectory(at: documents, withIntermediateDirectories: true)
         try Data("hello".utf8).write(to: documents.appendingPathComponent("Welcome.txt"))
@@ -96,7 +97,7 @@ import UbiquityServer
 
     /// Runs a program to its end (killed after `timeout`): its status and its output and errors together.
     static func run(_ command: [String], timeout: Duration) async throws -> (Int32, String) {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: command[0])
         process.arguments = Array(command.dropFirst())
         let pipe = Pipe()
@@ -108,8 +109,8 @@ import UbiquityServer
             process.terminate()
         }
         defer { killer.cancel() }
-        let output = try await blocking { pipe.fileHandleForReading.readDataToEndOfFile() }
-        try await blocking { process.waitUntilExit() }
+        let output = try await onOwnThread { pipe.fileHandleForReading.readDataToEndOfFile() }
+        try await onOwnThread { process.waitUntilExit() }
         return (process.terminationStatus, String(decoding: output, as: UTF8.self))
     }
 }

@@ -35,7 +35,7 @@ import Glibc
         let first = NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: item)
         let staging = first.deletingLastPathComponent()
         #expect(first.lastPathComponent.hasPrefix("\(getpid())-"))
-        let exited = Process()
+        let exited = ChildProcess()
         exited.executableURL = URL(fileURLWithPath: "/bin/true")
         try exited.run()
         exited.waitUntilExit()

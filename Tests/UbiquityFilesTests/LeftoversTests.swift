@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityTestSupport
 import Testing
 @testable import UbiquityFiles
 
@@ -10,7 +11,7 @@ import Glibc
 @Suite struct LeftoversTests {
     /// The number of a process that ran and is gone.
     private func deadProcess() throws -> pid_t {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/bin/true")
         try process.run()
         process.waitUntilExit()

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityTestSupport
 import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
@@ -440,7 +441,7 @@ import UbiquityProtocol
             let archive = NSTemporaryDirectory() + "web-zip-\(UUID().uuidString).zip"
             defer { try? FileManager.default.removeItem(atPath: archive) }
             try Data(buffer: download.body).write(to: URL(fileURLWithPath: archive))
-            let check = Process()
+            let check = ChildProcess()
             check.executableURL = URL(fileURLWithPath: "/usr/bin/env")
             check.arguments = ["python3", "-c", """
                 import sys, zipfile, hashlib
@@ -452,8 +453,10 @@ import UbiquityProtocol
             let pipe = Pipe()
             check.standardOutput = pipe
             try check.run()
-            let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-            check.waitUntilExit()
+            let output = try await onOwnThread { // (not on one of the threads the tests share)
+                defer { check.waitUntilExit() }
+                return String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+            }
             #expect(check.terminationStatus == 0)
             #expect(output == "Soup.pkg/Text.txt,Soup.pkg/Images/pot.bin,Soup.pkg/Audio/ the recipe \(sha256(image))\n")
             #expect(throws: SyncError.self) { try WebDownload.zipPath(package: "Soup.pkg", member: "../../etc/passwd") }

@@ -6,6 +6,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdBcrypt
 import HummingbirdWebSocket
+import Synchronization
 
 extension SignInResponse: ResponseEncodable {}
 extension ItemState: ResponseEncodable {}
@@ -35,6 +36,30 @@ struct SyncServices: Sendable {
     var sightings = DeviceSightings()
     /// How often an address may open published links.
     var links = LinkThrottle()
+    /// The arrays chunk batches are gathered into.
+    var bodies = BatchBodies()
+}
+
+/// The arrays chunk batches are gathered into, used again: a 4 MiB body gathered into a new
+/// array costs a thousand page faults as it fills (and a fresh block from the allocator every
+/// time); a few kept arrays cost their capacity once.
+final class BatchBodies: Sendable {
+    /// Arrays kept between requests (more at once are made and given back to the allocator).
+    static let kept = 4
+    private let arrays = Mutex<[[UInt8]]>([])
+
+    /// Gathers `request`'s body (as ``SyncServices/batchBody(of:framing:into:)`` does) into a
+    /// kept array and hands it to `use`; the array is kept again afterwards, whatever `use` did.
+    func gather<Result>(_ request: Request, framing: Int, _ use: ([UInt8]) async throws -> Result) async throws -> Result {
+        var bytes = arrays.withLock { $0.popLast() } ?? []
+        defer {
+            // (Not unique when `use` kept some of it: then this makes a new array, no harm done.)
+            bytes.removeAll(keepingCapacity: true)
+            if bytes.capacity > 0 { arrays.withLock { if $0.count < Self.kept { $0.append(bytes) } } }
+        }
+        try await SyncServices.batchBody(of: request, framing: framing, into: &bytes)
+        return try await use(bytes)
+    }
 }
 
 
@@ -297,19 +322,20 @@ extension SyncServices {
         // Many chunks in one body (docs/SyncProtocol.md, "Chunks in batches").
         chunks.post { request, context -> Response in
             let device = try context.requireDevice()
-            let body = try await Self.batchBody(of: request, framing: ChunkBatch.framing)
-            let batch: ChunkBatch
-            do {
-                batch = try ChunkBatch(decoding: body, maximumChunkSize: Int(Validate.maximumChunkSize))
-            } catch let error as ChunkBatch.FormatError {
-                throw SyncError.badRequest("badBatch", error.description)
+            try await bodies.gather(request, framing: ChunkBatch.framing) { body in
+                let batch: ChunkBatch
+                do {
+                    batch = try ChunkBatch(decoding: body, maximumChunkSize: Int(Validate.maximumChunkSize))
+                } catch let error as ChunkBatch.FormatError {
+                    throw SyncError.badRequest("badBatch", error.description)
+                }
+                guard !batch.chunks.isEmpty else { throw SyncError.badRequest("badBatch", "the batch holds no chunks") }
+                let payload = batch.chunks.reduce(0) { $0 + $1.bytes.count }
+                guard payload <= ChunkBatch.maximumBytes || batch.chunks.count == 1 else {
+                    throw SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
+                }
+                try await receive(batch.chunks, from: device, logger: context.logger)
             }
-            guard !batch.chunks.isEmpty else { throw SyncError.badRequest("badBatch", "the batch holds no chunks") }
-            let payload = batch.chunks.reduce(0) { $0 + $1.bytes.count }
-            guard payload <= ChunkBatch.maximumBytes || batch.chunks.count == 1 else {
-                throw SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
-            }
-            try await receive(batch.chunks, from: device, logger: context.logger)
             return Response(status: .created)
         }
         chunks.post("fetch") { request, context -> Response in
@@ -320,15 +346,10 @@ extension SyncServices {
             }
             try await requireChunks(asked.hashes, of: device)
             // As many as fit, in the order asked; the client asks again for the rest.
-            let loaded = try await self.chunks.load(asked.hashes, account: device.accountId, upTo: ChunkBatch.maximumBytes)
-            guard !loaded.isEmpty else { throw SyncError.noSuchChunk(asked.hashes[0]) }
-            // The batch written once, straight from what was read.
+            // The batch read from storage straight into the body sent.
             var body = ByteBuffer()
-            body.reserveCapacity(loaded.reduce(0) { $0 + ChunkBatch.framing + $1.count })
-            for (hash, bytes) in zip(asked.hashes, loaded) {
-                body.writeBytes(ChunkBatch.frame(hash: hash, length: bytes.count))
-                body.writeBytes(bytes)
-            }
+            let loaded = try await self.chunks.loadBatch(asked.hashes, account: device.accountId, upTo: ChunkBatch.maximumBytes, into: &body)
+            guard !loaded.isEmpty else { throw SyncError.noSuchChunk(asked.hashes[0]) }
             return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: body))
         }
         // Chunks as changes of chunks the account has (docs/SyncProtocol.md, "Chunk patches").
@@ -350,7 +371,8 @@ extension SyncServices {
         }
         chunks.post("patches") { request, context -> Response in
             let device = try context.requireDevice()
-            let body = try await Self.batchBody(of: request, framing: ChunkPatchBatch.framing)
+            var body: [UInt8] = [] // (patches are small: a new array is fine)
+            try await Self.batchBody(of: request, framing: ChunkPatchBatch.framing, into: &body)
             let batch: ChunkPatchBatch
             do {
                 batch = try ChunkPatchBatch(decoding: body, maximumChunkSize: Int(Validate.maximumChunkSize), maximumTotal: ChunkBatch.maximumBytes)
@@ -406,10 +428,10 @@ extension SyncServices {
     /// as a batch holds. Gathered straight into one array (room for the declared length, when
     /// it is within the limit, asked for once), which the decoded chunks share.
     /// - Throws: ``SyncError`` 413 `batchTooLarge` for a longer body.
-    static func batchBody(of request: Request, framing: Int) async throws -> [UInt8] {
+    static func batchBody(of request: Request, framing: Int, into bytes: inout [UInt8]) async throws {
         let limit = ChunkBatch.maximumBytes + Int(Validate.maximumChunkSize) + ChunkBatch.maximumCount * framing
         let tooLarge = SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
-        var bytes: [UInt8] = []
+        bytes.removeAll(keepingCapacity: true)
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }) {
             guard declared <= limit else { throw tooLarge }
             bytes.reserveCapacity(declared)
@@ -424,7 +446,6 @@ extension SyncServices {
         } catch {
             throw SyncError.badRequest("badBatch", "the body did not arrive whole: \(error)")
         }
-        return bytes
     }
 
     /// Checks that `hashes` are well formed and chunks the device's account has — and, for a

@@ -21,6 +21,11 @@ protocol ChunkStorage: Sendable {
     /// The contents of chunks of `account`, in the order of `hashes`: as many as fit in `limit`
     /// bytes (at least one), stopping before the first that is not stored.
     func load(_ hashes: [String], account: Int64, upTo limit: Int) async throws -> [Data]
+    /// Writes chunks of `account` at the end of `batch` as a ``ChunkBatch`` frames them, in the
+    /// order of `hashes`: as many as fit in `limit` bytes of chunks (at least one), stopping
+    /// before the first that is not stored. Returns where each one's bytes are in `batch`.
+    /// (A fetch's answer, read straight into the body that is sent.)
+    func loadBatch(_ hashes: [String], account: Int64, upTo limit: Int, into batch: inout ByteBuffer) async throws -> [Range<Int>]
     /// Removes one chunk (nothing if it is not stored).
     /// - Throws: Storage errors: the chunk may still be there.
     func remove(hash: String, account: Int64) async throws
@@ -54,6 +59,12 @@ extension ChunkStorage {
         return loaded
     }
 
+    func loadBatch(_ hashes: [String], account: Int64, upTo limit: Int, into batch: inout ByteBuffer) async throws -> [Range<Int>] {
+        let loaded = try await load(hashes, account: account, upTo: limit)
+        batch.reserveCapacity(minimumWritableBytes: loaded.reduce(0) { $0 + ChunkBatch.framing + $1.count })
+        return zip(hashes, loaded).map { hash, bytes in batch.writeFramedChunk(hash: hash, bytes) }
+    }
+
     /// Nothing to free by default (PostgreSQL reclaims rows itself).
     func compact(orphanAge: TimeInterval) async throws -> Int64 { 0 }
 
@@ -65,10 +76,20 @@ extension ChunkStorage {
 
     /// Throws `hashMismatch` unless `bytes` hash (SHA-256) to `hash`.
     static func verify(_ bytes: ArraySlice<UInt8>, hash: String) throws {
-        let digest = bytes.withUnsafeBytes { SHA256.hash(data: $0) }.lowercaseHex
-        guard digest == hash else {
-            throw SyncError.badRequest("hashMismatch", "the chunk's bytes hash to \(digest), not \(hash)")
+        let digest = bytes.withUnsafeBytes { SHA256.hash(data: $0) }
+        guard digest.matches(lowercaseHex: hash) else {
+            throw SyncError.badRequest("hashMismatch", "the chunk's bytes hash to \(digest.lowercaseHex), not \(hash)")
         }
+    }
+}
+
+extension ByteBuffer {
+    /// Writes chunk `hash`'s `bytes` as a ``ChunkBatch`` frames it; where its bytes are.
+    mutating func writeFramedChunk(hash: String, _ bytes: some Collection<UInt8>) -> Range<Int> {
+        writeBytes(ChunkBatch.frame(hash: hash, length: bytes.count))
+        let start = writerIndex
+        writeBytes(bytes)
+        return start..<writerIndex
     }
 }
 
@@ -111,10 +132,12 @@ struct FileChunkStore: ChunkStorage {
 
     func store(_ chunks: [ChunkBatch.Chunk], account: Int64) async throws {
         for chunk in chunks { try Self.verify(chunk.bytes, hash: chunk.hash) }
-        let known = try await index.read { db in try Self.indexed(db, account: account, hashes: chunks.map(\.hash)) }
+        // The caller stores what its database lacks; one the index has already (a crash between
+        // indexing and recording it) is dead bytes in the new pack, not a second entry (below).
+        let loose = hasLooseChunks(account: account)
         var fresh: [ChunkBatch.Chunk] = [], seen = Set<String>()
-        for chunk in chunks where !known.contains(chunk.hash) && seen.insert(chunk.hash).inserted
-            && !FileManager.default.fileExists(atPath: loosePath(account: account, hash: chunk.hash)) {
+        for chunk in chunks where seen.insert(chunk.hash).inserted
+            && !(loose && FileManager.default.fileExists(atPath: loosePath(account: account, hash: chunk.hash))) {
             fresh.append(chunk)
         }
         guard !fresh.isEmpty else { return }
@@ -129,10 +152,10 @@ struct FileChunkStore: ChunkStorage {
                 try db.cachedStatement(sql: "INSERT INTO pack (id, account, size, live, created) VALUES (?, ?, ?, 0, ?)")
                                .execute(arguments: [pack, account, size, Date().timeIntervalSince1970])
                 var offset = 0, live = 0
+                let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO chunk (account, hash, pack, offset, length) VALUES (?, ?, ?, ?, ?)")
                 for chunk in written {
                     // Stored meanwhile by another upload: that copy stays, this one is dead bytes.
-                    try db.cachedStatement(sql: "INSERT OR IGNORE INTO chunk (account, hash, pack, offset, length) VALUES (?, ?, ?, ?, ?)")
-                                   .execute(arguments: [account, chunk.hash, pack, offset, chunk.bytes.count])
+                    try insert.execute(arguments: [account, chunk.hash, pack, offset, chunk.bytes.count])
                     if db.changesCount > 0 { live += chunk.bytes.count }
                     offset += chunk.bytes.count
                 }
@@ -152,8 +175,48 @@ struct FileChunkStore: ChunkStorage {
     }
 
     func load(_ hashes: [String], account: Int64, upTo limit: Int) async throws -> [Data] {
-        // Where each is, from one look at the index; then each pack opened once.
-        let places = try await index.read { db in
+        var batch = ByteBuffer()
+        let places = try await loadBatch(hashes, account: account, upTo: limit, into: &batch)
+        return places.map { Data(batch.readableBytesView[$0]) }
+    }
+
+    func loadBatch(_ hashes: [String], account: Int64, upTo limit: Int, into batch: inout ByteBuffer) async throws -> [Range<Int>] {
+        // Where each is, from one look at the index; then each pack opened once, and each chunk
+        // read from it straight into the batch.
+        let places = try await self.places(of: hashes, account: account)
+        var loaded: [Range<Int>] = [], total = 0
+        var open: (pack: String, fd: Int32)?
+        defer { if let open { close(open.fd) } }
+        batch.reserveCapacity(minimumWritableBytes: min(limit, places.values.reduce(0) { $0 + $1.length }) + hashes.count * ChunkBatch.framing)
+        for hash in hashes {
+            if let place = places[hash] {
+                if !loaded.isEmpty && total + place.length > limit { break }
+                if open?.pack != place.pack {
+                    if let open { close(open.fd) }
+                    open = (place.pack, Glibc.open(packPath(account: account, pack: place.pack), O_RDONLY | O_CLOEXEC))
+                }
+                let frameStart = batch.writerIndex
+                batch.writeBytes(ChunkBatch.frame(hash: hash, length: place.length))
+                let start = batch.writerIndex
+                if let fd = open?.fd, fd >= 0, Self.read(fd, offset: place.offset, length: place.length, into: &batch) {
+                    loaded.append(start..<batch.writerIndex)
+                    total += place.length
+                    continue
+                }
+                batch.moveWriterIndex(to: frameStart) // compacted meanwhile: looked for again below
+            }
+            // Not packed (a chunk of an earlier version), or its pack compacted meanwhile.
+            guard let data = try await load(hash: hash, account: account) else { break }
+            if !loaded.isEmpty && total + data.count > limit { break }
+            loaded.append(batch.writeFramedChunk(hash: hash, data))
+            total += data.count
+        }
+        return loaded
+    }
+
+    /// Where the index says each of `hashes` is (those it does not name are not packed).
+    func places(of hashes: [String], account: Int64) async throws -> [String: (pack: String, offset: Int64, length: Int)] {
+        try await index.read { db in
             var places: [String: (pack: String, offset: Int64, length: Int)] = [:]
             for start in stride(from: 0, to: hashes.count, by: 500) {
                 let batch = Array(hashes[start..<min(start + 500, hashes.count)])
@@ -165,34 +228,6 @@ struct FileChunkStore: ChunkStorage {
             }
             return places
         }
-        var loaded: [Data] = [], total = 0
-        var open: (pack: String, fd: Int32)?
-        defer { if let open { close(open.fd) } }
-        for hash in hashes {
-            guard let place = places[hash] else {
-                // Not packed: a chunk of an earlier version, or one compacted meanwhile.
-                guard let data = try await load(hash: hash, account: account) else { break }
-                if !loaded.isEmpty && total + data.count > limit { break }
-                loaded.append(data)
-                total += data.count
-                continue
-            }
-            if !loaded.isEmpty && total + place.length > limit { break }
-            if open?.pack != place.pack {
-                if let open { close(open.fd) }
-                open = (place.pack, Glibc.open(packPath(account: account, pack: place.pack), O_RDONLY | O_CLOEXEC))
-            }
-            let data: Data?
-            if let fd = open?.fd, fd >= 0, let read = Self.read(fd, offset: place.offset, length: place.length) {
-                data = read
-            } else {
-                data = try await load(hash: hash, account: account) // compacted meanwhile: look again
-            }
-            guard let data else { break }
-            loaded.append(data)
-            total += data.count
-        }
-        return loaded
     }
 
     func load(hash: String, account: Int64) async throws -> Data? {
@@ -327,15 +362,12 @@ struct FileChunkStore: ChunkStorage {
         return freed
     }
 
-    /// Which of `hashes` the index has for `account`.
-    static func indexed(_ db: Database, account: Int64, hashes: [String]) throws -> Set<String> {
-        var found = Set<String>()
-        for start in stride(from: 0, to: hashes.count, by: 500) {
-            let batch = Array(hashes[start..<min(start + 500, hashes.count)])
-            let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
-            found.formUnion(try String.fetchAll(db, sql: "SELECT hash FROM chunk WHERE account = ? AND hash IN (\(marks))", arguments: StatementArguments([account] + batch)))
-        }
-        return found
+    /// Whether `account` has chunks stored one file each by earlier versions (`DIR/ACCOUNT/ab/…`):
+    /// one look at its folder, instead of one per chunk stored.
+    func hasLooseChunks(account: Int64) -> Bool {
+        // A folder that cannot be listed holds no loose chunks this store could find either.
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "\(directory)/\(account)")) ?? []
+        return entries.contains { $0.count == 2 }
     }
 
     /// Writes `pieces` one after the other as a new file at `path`, then `fsync`s it and its
@@ -371,9 +403,20 @@ struct FileChunkStore: ChunkStorage {
 
     /// `length` bytes at `offset` of the open file `fd`; nil if it is shorter.
     static func read(_ fd: Int32, offset: Int64, length: Int) -> Data? {
-        var data = Data(count: length)
-        let got = data.withUnsafeMutableBytes { SystemCall.readFully(fd, into: $0, at: offset) }
-        return got == length ? data : nil
+        var buffer = ByteBuffer()
+        return read(fd, offset: offset, length: length, into: &buffer) ? Data(buffer.readableBytesView) : nil
+    }
+
+    /// Reads `length` bytes at `offset` of the open file `fd` onto the end of `buffer`; false
+    /// (and `buffer` as it was) if the file is shorter or cannot be read.
+    static func read(_ fd: Int32, offset: Int64, length: Int, into buffer: inout ByteBuffer) -> Bool {
+        var complete = false
+        buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: length) { room in
+            let got = SystemCall.readFully(fd, into: UnsafeMutableRawBufferPointer(rebasing: room[..<length]), at: offset)
+            complete = got == length
+            return complete ? length : 0
+        }
+        return complete
     }
 
     static func ioError(_ operation: String, _ path: String) -> SyncError {

@@ -239,9 +239,8 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
             try db.cachedStatement(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) VALUES \(rows)").execute(arguments: StatementArguments(values))
         }
         // The container's chunks (what a device limited to it may read).
-        for hash in revision.containerChunks {
-            try db.cachedStatement(sql: "INSERT OR IGNORE INTO containerChunk (containerId, hash) VALUES (?, ?)").execute(arguments: [revision.container, hash])
-        }
+        let naming = try db.cachedStatement(sql: "INSERT OR IGNORE INTO containerChunk (containerId, hash) VALUES (?, ?)")
+        for hash in revision.containerChunks { try naming.execute(arguments: [revision.container, hash]) }
     }
 
     func copy(_ source: String, as copy: CopiedRevision) throws -> Int64 {
@@ -321,24 +320,20 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
     }
 
     func addPending(account: Int64, chunks: [String: Int64]) throws {
-        for (hash, size) in chunks.sorted(by: { $0.key < $1.key }) {
-            try db.cachedStatement(sql: "INSERT OR IGNORE INTO pendingChunk (accountId, hash, size) VALUES (?, ?, ?)").execute(arguments: [account, hash, size])
-        }
+        let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO pendingChunk (accountId, hash, size) VALUES (?, ?, ?)")
+        for (hash, size) in chunks.sorted(by: { $0.key < $1.key }) { try insert.execute(arguments: [account, hash, size]) }
     }
 
     func removePending(account: Int64, hashes: [String]) throws -> [String: Int64] {
         let pending = try pendingSizes(account: account, hashes: hashes)
-        for hash in pending.keys.sorted() {
-            try db.cachedStatement(sql: "DELETE FROM pendingChunk WHERE accountId = ? AND hash = ?").execute(arguments: [account, hash])
-        }
+        let delete = try db.cachedStatement(sql: "DELETE FROM pendingChunk WHERE accountId = ? AND hash = ?")
+        for hash in pending.keys.sorted() { try delete.execute(arguments: [account, hash]) }
         return pending
     }
 
     func addChunks(account: Int64, chunks: [String: Int64], now: Date) throws {
-        for (hash, size) in chunks.sorted(by: { $0.key < $1.key }) {
-            try db.cachedStatement(sql: "INSERT OR IGNORE INTO chunk (accountId, hash, size, created) VALUES (?, ?, ?, ?)")
-                .execute(arguments: [account, hash, size, now.timeIntervalSince1970])
-        }
+        let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO chunk (accountId, hash, size, created) VALUES (?, ?, ?, ?)")
+        for (hash, size) in chunks.sorted(by: { $0.key < $1.key }) { try insert.execute(arguments: [account, hash, size, now.timeIntervalSince1970]) }
     }
 
     func removeChunk(account: Int64, hash: String) throws -> Int64? {

@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import Logging
+import NIOCore
 import UbiquityProtocol
 
 /// Chunk contents checked against their hash on every read, wherever they are stored (a file
@@ -33,6 +34,23 @@ struct VerifiedChunks: ChunkStorage {
         return loaded
     }
 
+    func loadBatch(_ hashes: [String], account: Int64, upTo limit: Int, into batch: inout ByteBuffer) async throws -> [Range<Int>] {
+        let start = batch.writerIndex
+        let places = try await base.loadBatch(hashes, account: account, upTo: limit, into: &batch)
+        for (index, place) in places.enumerated() {
+            let digest = batch.withUnsafeReadableBytes { bytes in
+                SHA256.hash(data: UnsafeRawBufferPointer(rebasing: bytes[(place.lowerBound - batch.readerIndex)..<(place.upperBound - batch.readerIndex)]))
+            }
+            guard !digest.matches(lowercaseHex: hashes[index]) else { continue }
+            // What comes before the damaged one.
+            let damaged = Data(batch.readableBytesView[place])
+            batch.moveWriterIndex(to: index == 0 ? start : places[index - 1].upperBound)
+            _ = try await quarantined(damaged, digest: digest, hash: hashes[index], account: account)
+            return Array(places[..<index])
+        }
+        return places
+    }
+
     func remove(hash: String, account: Int64) async throws { try await base.remove(hash: hash, account: account) }
     func removeAccount(_ account: Int64) async throws { try await base.removeAccount(account) }
     func compact(orphanAge: TimeInterval) async throws -> Int64 { try await base.compact(orphanAge: orphanAge) }
@@ -43,12 +61,17 @@ struct VerifiedChunks: ChunkStorage {
 
     /// Whether `data` is chunk `hash`; if not, it is put aside and forgotten.
     func checked(_ data: Data, hash: String, account: Int64) async throws -> Bool {
-        let digest = SHA256.hash(data: data).lowercaseHex
-        guard digest != hash else { return true }
+        let digest = SHA256.hash(data: data)
+        return digest.matches(lowercaseHex: hash) ? true : try await quarantined(data, digest: digest, hash: hash, account: account)
+    }
+
+    /// Puts aside `data`, stored as chunk `hash` but hashing to `digest`, and has it asked of the
+    /// devices again; false (it is not the chunk).
+    func quarantined(_ data: Data, digest: SHA256.Digest, hash: String, account: Int64) async throws -> Bool {
         let kept = try await base.quarantine(hash: hash, account: account, damaged: data)
         let changed = try await database.chunkLost(accountId: account, hash: hash)
         logger.error("a stored chunk is damaged: put aside, and asked of the devices again", metadata: [
-            "account": "\(account)", "hash": "\(hash)", "bytesHashTo": "\(digest)", "size": "\(data.count)",
+            "account": "\(account)", "hash": "\(hash)", "bytesHashTo": "\(digest.lowercaseHex)", "size": "\(data.count)",
             "keptAt": "\(kept ?? "not kept")", "containers": "\(changed.keys.sorted())",
         ])
         for (container, sequence) in changed { notifier.publish(account: account, container: container, sequence: sequence) }
