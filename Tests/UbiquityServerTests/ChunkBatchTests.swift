@@ -1,6 +1,8 @@
+import Crypto
 import Foundation
 import GRDB
 import Hummingbird
+import NIOCore
 import Testing
 import UbiquityProtocol
 @testable import UbiquityServer
@@ -9,6 +11,16 @@ import UbiquityProtocol
 @Suite struct ChunkBatchTests {
     static func batch(_ parts: [[UInt8]]) -> [UInt8] {
         ChunkBatch(parts.map { ChunkBatch.Chunk(hash: sha256($0), bytes: $0) }).encoded()
+    }
+
+    @Test func digestsAreNamedAndComparedInLowercaseHex() {
+        let bytes: [UInt8] = [0x00, 0x0f, 0xa5, 0xff]
+        #expect(bytes.lowercaseHex == "000fa5ff")
+        #expect(bytes.matches(lowercaseHex: "000fa5ff"))
+        #expect(!bytes.matches(lowercaseHex: "000FA5FF") && !bytes.matches(lowercaseHex: "000fa5fe") && !bytes.matches(lowercaseHex: "000fa5f"))
+        let digest = SHA256.hash(data: Data("ubiquity".utf8))
+        #expect(digest.lowercaseHex == digest.map { String(format: "%02x", $0) }.joined())
+        #expect(digest.matches(lowercaseHex: digest.lowercaseHex) && [UInt8]().lowercaseHex.isEmpty)
     }
 
     @Test func theFramingReadsBackAndRefusesWhatIsNotABatch() throws {
@@ -152,11 +164,14 @@ import UbiquityProtocol
         #expect(try await store.load(hash: batch[0].hash, account: 8) == nil, "accounts are apart")
         #expect(try await store.load(hash: sha256([9]), account: 7) == nil)
 
-        // Stored again, alone or with new ones: only the new ones are written.
+        // Stored again, alone or with new ones: nothing more is kept of them (a pack of known
+        // chunks only goes at once; known ones beside new ones are dead bytes, compacted later).
         try await store.store(batch, account: 7)
         #expect(packs(7).count == 1)
         try await store.store(Array(batch.prefix(3)) + Self.chunks(2, seed: 2), account: 7)
         #expect(packs(7).count == 2)
+        let live = try await store.index.read { db in try Int.fetchOne(db, sql: "SELECT SUM(live) FROM pack") }
+        #expect(live == (batch + Self.chunks(2, seed: 2)).reduce(0) { $0 + $1.bytes.count }, "each chunk live once")
 
         // A mislabelled chunk stores nothing of its batch.
         let wrong = [ChunkBatch.Chunk(hash: sha256([1]), bytes: [2])] + Self.chunks(3, seed: 3)
@@ -221,6 +236,38 @@ import UbiquityProtocol
         try await store.removeAccount(2)
         #expect(!FileManager.default.fileExists(atPath: "\(directory)/2"))
         #expect(try await store.load(hash: first[29].hash, account: 2) == nil)
+    }
+
+    /// A fetch's batch read straight from the packs (and loose files) into one buffer, in the
+    /// order asked, as many as fit, ending before the first chunk not stored.
+    @Test func aBatchIsReadIntoOneBufferInTheOrderAsked() async throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try FileChunkStore(directory: directory)
+        let first = Self.chunks(5, seed: 8), second = Self.chunks(5, seed: 9)
+        try await store.store(first, account: 4)
+        try await store.store(second, account: 4)
+        let looseBytes: [UInt8] = Array("kept by an earlier version".utf8), looseHash = sha256(looseBytes)
+        let loose = store.loosePath(account: 4, hash: looseHash)
+        try FileManager.default.createDirectory(atPath: (loose as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(atPath: loose, contents: Data(looseBytes))
+
+        let asked = [second[3], first[1], ChunkBatch.Chunk(hash: looseHash, bytes: looseBytes), first[4], second[0]]
+        var body = ByteBuffer(string: "before")
+        let places = try await store.loadBatch(asked.map(\.hash), account: 4, upTo: 1 << 20, into: &body)
+        #expect(places.count == asked.count)
+        let batch = try ChunkBatch(decoding: Array(body.readableBytesView.dropFirst(6)), maximumChunkSize: 1 << 20)
+        #expect(batch.chunks.map(\.hash) == asked.map(\.hash) && batch.chunks.map { Array($0.bytes) } == asked.map { Array($0.bytes) })
+        for (place, chunk) in zip(places, asked) { #expect(Array(body.readableBytesView[place]) == Array(chunk.bytes)) }
+
+        // As many as fit (at least one), and none past one that is not stored.
+        var limited = ByteBuffer()
+        #expect(try await store.loadBatch(asked.map(\.hash), account: 4, upTo: asked[0].bytes.count + asked[1].bytes.count, into: &limited).count == 2)
+        var single = ByteBuffer()
+        #expect(try await store.loadBatch(asked.map(\.hash), account: 4, upTo: 1, into: &single).count == 1)
+        var stopped = ByteBuffer()
+        let unknown = sha256([1, 2, 3])
+        #expect(try await store.loadBatch([first[0].hash, unknown, first[2].hash], account: 4, upTo: 1 << 20, into: &stopped).count == 1)
+        #expect(stopped.readableBytes == ChunkBatch.framing + first[0].bytes.count)
     }
 
     @Test func chunksKeptOneFileEachByEarlierVersionsAreStillServed() async throws {

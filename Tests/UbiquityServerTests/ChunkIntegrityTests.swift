@@ -97,6 +97,34 @@ extension TestServer {
     }
 }
 
+extension ChunkIntegrityTests {
+    /// A fetch is read from storage straight into the answer; a damaged chunk in the middle of
+    /// it ends the answer before it, whole and well framed (the device asks again for the rest).
+    @Test(arguments: Backend.all)
+    func aFetchEndsBeforeADamagedChunkWithWhatCameBefore(backend: Backend) async throws {
+        let server = try await TestServer(backend); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ann", password: "correct horse")
+        let pieces = (0..<3).map { piece in (0..<20_000).map { UInt8(truncatingIfNeeded: $0 &* (piece + 3) &+ piece) } }
+        let hashes = pieces.map { sha256($0) }
+        try await server.run { client in
+            let laptop = try await client.signIn("ann")
+            for piece in pieces { #expect(try await client.upload(piece, token: laptop.token).status == .created) }
+            #expect(try await client.commit(notes, "report", fileUpdate("Report.txt", pieces), token: laptop.token).item.uploaded)
+            let whole = try await client.send(.post, "/v1/chunks/fetch", token: laptop.token, json: ChunkFetchRequest(hashes: hashes))
+            let all = try ChunkBatch(decoding: Array(buffer: whole.body), maximumChunkSize: 1 << 20)
+            #expect(all.chunks.map(\.hash) == hashes && all.chunks.map { Array($0.bytes) } == pieces)
+
+            try await server.damage(hashes[1], of: "ann")
+            let cut = try await client.send(.post, "/v1/chunks/fetch", token: laptop.token, json: ChunkFetchRequest(hashes: hashes))
+            #expect(cut.status == .ok)
+            let before = try ChunkBatch(decoding: Array(buffer: cut.body), maximumChunkSize: 1 << 20)
+            #expect(before.chunks.map(\.hash) == [hashes[0]] && before.chunks.map { Array($0.bytes) } == [pieces[0]])
+            let rest = try await client.send(.post, "/v1/chunks/fetch", token: laptop.token, json: ChunkFetchRequest(hashes: [hashes[2]]))
+            #expect(try ChunkBatch(decoding: Array(buffer: rest.body), maximumChunkSize: 1 << 20).chunks.map { Array($0.bytes) } == [pieces[2]])
+        }
+    }
+}
+
 /// A device whose token is limited to some containers reads only the chunks their items name
 /// (chunks are the account's, shared by its containers).
 @Suite struct ContainerScopedChunkTests {
