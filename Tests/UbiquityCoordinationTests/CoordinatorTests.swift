@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import UbiquityTestSupport
 @testable import UbiquityCoordination
 
 @Suite(.serialized) struct CoordinatorTests {
@@ -15,7 +16,7 @@ import Testing
         #expect(try canAcquire(writing: [item]), "everything is released afterwards")
     }
 
-    @Test func cancelStopsAWaitingCoordination() throws {
+    @Test func cancelStopsAWaitingCoordination() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         let plan = FileCoordinationLocks.shared.plan(reading: [], writing: [FileCoordinationLocks.canonicalPath(item)])
@@ -30,9 +31,9 @@ import Testing
             result.append(error.map { "error: \($0.localizedDescription)" } ?? "no error")
             done.signal()
         }
-        #expect(done.wait(timeout: .now() + 0.1) == .timedOut)
+        #expect(try await onOwnThread { done.wait(timeout: .now() + 0.1) } == .timedOut)
         coordinator.cancel()
-        done.wait()
+        try await onOwnThread { done.wait() } // (waits are made on threads of their own, never the tests' shared ones)
         #expect(result.entries.count == 1 && result.entries[0].contains("cancelled"))
     }
 
@@ -107,7 +108,7 @@ import Testing
         #expect(hung.log.contains("relinquishToWriter"))
     }
 
-    @Test func coordinatingFromThePresentersOwnQueueDoesNotDeadlock() throws {
+    @Test func coordinatingFromThePresentersOwnQueueDoesNotDeadlock() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         let presenter = RecordingPresenter(item)
@@ -118,11 +119,11 @@ import Testing
             try? NSFileCoordinator().coordinate(writingItemAt: item) { try Data("x".utf8).write(to: $0) }
             done.signal()
         }
-        #expect(done.wait(timeout: .now() + 3) == .success, "a coordinator on the presenter's own queue must not wait for that queue")
+        #expect(try await onOwnThread { done.wait(timeout: .now() + 3) } == .success, "a coordinator on the presenter's own queue must not wait for that queue")
         #expect(presenter.log.prefix(2) == ["save", "relinquishToWriter"])
     }
 
-    @Test func twoCoordinatorsSharingAPresenterDoNotDeadlock() throws {
+    @Test func twoCoordinatorsSharingAPresenterDoNotDeadlock() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         let presenter = RecordingPresenter(item)
@@ -153,7 +154,7 @@ import Testing
             order.append("other coordinator wrote")
             done.signal()
         }
-        for _ in 0..<3 { #expect(done.wait(timeout: .now() + 10) == .success, "no coordination may hang") }
+        for _ in 0..<3 { #expect(try await onOwnThread { done.wait(timeout: .now() + 10) } == .success, "no coordination may hang") }
         #expect(Set(order.entries) == ["nested read: first", "shared presenter wrote", "other coordinator wrote"])
         #expect(presenter.log.filter { $0 == "relinquishToWriter" }.count == 1, "only the coordinator without the presenter asks it")
     }

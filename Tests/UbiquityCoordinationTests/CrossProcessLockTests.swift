@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import UbiquityTestSupport
 @testable import UbiquityCoordination
 
 /// Two real processes: the helper holds coordinated access; this process checks what it can take.
@@ -50,7 +51,7 @@ import Testing
         #expect(try canAcquire(writing: [item]))
     }
 
-    @Test func aCoordinatedReadWaitsForTheOtherProcessesWrite() throws {
+    @Test func aCoordinatedReadWaitsForTheOtherProcessesWrite() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("doc.txt")
         let helper = try HelperProcess("write", item)
@@ -62,10 +63,10 @@ import Testing
             try? coordinator.coordinate(readingItemAt: item) { _ in order.append("read") }
             done.signal()
         }
-        #expect(done.wait(timeout: .now() + 0.2) == .timedOut, "the read must wait while the other process writes")
+        #expect(try await onOwnThread { done.wait(timeout: .now() + 0.2) } == .timedOut, "the read must wait while the other process writes")
         order.append("released")
         helper.release()
-        done.wait()
+        try await onOwnThread { done.wait() }
         #expect(order.entries == ["released", "read"])
     }
 }

@@ -208,7 +208,7 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
 
         // Offline on both sides: both edits survive; the same current version and conflict on both.
         try await eventually("both are in step") { laptop.isIdle && phone.isIdle }
-        let stopped = (laptop.stopAgent(), phone.stopAgent())
+        let stopped = try await onOwnThread { (laptop.stopAgent(), phone.stopAgent()) }
         #expect(stopped == (0, 0), "SIGTERM stops an agent cleanly")
         try laptop.save("Trip 2027.txt", "from the laptop")
         try await Task.sleep(for: .milliseconds(20))
@@ -276,7 +276,7 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
         try await eventually("the laptop sent it") { laptop.isIdle }
         try await Task.sleep(for: .milliseconds(500))
         #expect(!FileManager.default.fileExists(atPath: UbiquityPlaceholder.url(for: phoneFolder.appendingPathComponent("After.txt")).path))
-        let ended = (laptop.stopAgent(), phone.stopAgent())
+        let ended = try await onOwnThread { (laptop.stopAgent(), phone.stopAgent()) }
         #expect(ended == (0, 0))
     }
 }

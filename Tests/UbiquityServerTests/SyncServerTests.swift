@@ -7,6 +7,7 @@ import HummingbirdTesting
 import HummingbirdWSTesting
 import Synchronization
 import Testing
+import UbiquityTestSupport
 import UbiquityProtocol
 @testable import UbiquityServer
 
@@ -535,7 +536,7 @@ import UbiquityProtocol
 @Suite struct OutageTests {
     @Test(.enabled(if: Backend.all.contains(.postgres)), .timeLimit(.minutes(3)))
     func anOutageIsA503AndDevicesCatchUpWhenTheDatabaseIsBack() async throws {
-        let started = try clusterScript(["start"])
+        let started = try await onOwnThread { try clusterScript(["start"]) } // (seconds of waiting: not on a shared thread)
         #expect(started.status == 0)
         let values = Dictionary(uniqueKeysWithValues: started.output.split(separator: "\n").compactMap { line -> (String, String)? in
             let parts = line.replacingOccurrences(of: "export ", with: "").split(separator: "=", maxSplits: 1)
@@ -561,7 +562,7 @@ import UbiquityProtocol
                 try await Task.sleep(for: .milliseconds(5))
             }
 
-            #expect(try clusterScript(["pause", cluster]).status == 0)
+            #expect(try await onOwnThread { try clusterScript(["pause", cluster]) }.status == 0)
             let before = ContinuousClock.now
             let down = try await client.send(.get, "/health")
             #expect(down.status == .serviceUnavailable && down.errorCode == "databaseUnavailable")
@@ -571,7 +572,7 @@ import UbiquityProtocol
 
             // Back: requests work at once, and the device is told to catch up (the relay missed
             // whatever other instances did meanwhile).
-            #expect(try clusterScript(["resume", cluster]).status == 0)
+            #expect(try await onOwnThread { try clusterScript(["resume", cluster]) }.status == 0)
             let back = ContinuousClock.now + .seconds(20)
             while try await client.send(.get, "/health").status != .ok {
                 guard ContinuousClock.now < back else { Issue.record("the server never recovered"); return }
