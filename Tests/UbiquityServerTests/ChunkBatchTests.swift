@@ -1,6 +1,7 @@
 import Crypto
 import Foundation
 import GRDB
+import HTTPTypes
 import Hummingbird
 import NIOCore
 import Testing
@@ -11,6 +12,24 @@ import UbiquityProtocol
 @Suite struct ChunkBatchTests {
     static func batch(_ parts: [[UInt8]]) -> [UInt8] {
         ChunkBatch(parts.map { ChunkBatch.Chunk(hash: sha256($0), bytes: $0) }).encoded()
+    }
+
+    /// Batch bodies are gathered into arrays kept for the next ones: a few, none too large, and
+    /// given back whatever the request's handling did.
+    @Test func batchBodiesAreGatheredIntoKeptArrays() async throws {
+        let bodies = BatchBodies()
+        func request(_ bytes: [UInt8]) -> Request {
+            Request(head: HTTPRequest(method: .post, scheme: "http", authority: "localhost", path: "/v1/chunks"), body: .init(buffer: ByteBuffer(bytes: bytes)))
+        }
+        let small = [UInt8](repeating: 7, count: 1 << 20)
+        #expect(try await bodies.gather(request(small), framing: ChunkBatch.framing) { $0 } == small)
+        #expect(bodies.keptArrays == 1)
+        struct Refused: Error {}
+        await #expect(throws: Refused.self) { try await bodies.gather(request(small), framing: ChunkBatch.framing) { _ in throw Refused() } }
+        #expect(bodies.keptArrays == 1, "given back after a refusal too")
+        let large = [UInt8](repeating: 8, count: 9 << 20)
+        #expect(try await bodies.gather(request(large), framing: ChunkBatch.framing) { $0.count } == large.count)
+        #expect(bodies.keptArrays == 0, "a larger array goes back to the allocator (and the kept one was used for it)")
     }
 
     @Test func digestsAreNamedAndComparedInLowercaseHex() {

@@ -46,7 +46,12 @@ struct SyncServices: Sendable {
 final class BatchBodies: Sendable {
     /// Arrays kept between requests (more at once are made and given back to the allocator).
     static let kept = 4
+    /// The largest array kept (an agent's batch is 4 MiB of chunks and their framing; a larger
+    /// body's array goes back to the allocator): at most 32 MiB held between uploads.
+    static let keptCapacity = 8 << 20
     private let arrays = Mutex<[[UInt8]]>([])
+    /// How many arrays are kept now.
+    var keptArrays: Int { arrays.withLock { $0.count } }
 
     /// Gathers `request`'s body (as ``SyncServices/batchBody(of:framing:into:)`` does) into a
     /// kept array and hands it to `use`; the array is kept again afterwards, whatever `use` did.
@@ -55,7 +60,7 @@ final class BatchBodies: Sendable {
         defer {
             // (Not unique when `use` kept some of it: then this makes a new array, no harm done.)
             bytes.removeAll(keepingCapacity: true)
-            if bytes.capacity > 0 { arrays.withLock { if $0.count < Self.kept { $0.append(bytes) } } }
+            if bytes.capacity > 0 && bytes.capacity <= Self.keptCapacity { arrays.withLock { if $0.count < Self.kept { $0.append(bytes) } } }
         }
         try await SyncServices.batchBody(of: request, framing: framing, into: &bytes)
         return try await use(bytes)
