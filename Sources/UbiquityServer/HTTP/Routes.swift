@@ -439,7 +439,9 @@ extension SyncServices {
         bytes.removeAll(keepingCapacity: true)
         if let declared = request.headers[.contentLength].flatMap({ Int($0) }) {
             guard declared <= limit else { throw tooLarge }
-            bytes.reserveCapacity(declared)
+            // Rounded up to whole MiB: a kept array then fits the next batches, whose sizes vary
+            // by a few kilobytes, without being made anew.
+            bytes.reserveCapacity(min(limit, (declared + (1 << 20) - 1) & ~((1 << 20) - 1)))
         }
         do {
             for try await fragment in request.body {

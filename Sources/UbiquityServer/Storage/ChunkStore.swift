@@ -145,19 +145,21 @@ struct FileChunkStore: ChunkStorage {
         let path = packPath(account: account, pack: pack)
         try Self.writeDurably(fresh.map(\.bytes), to: path)
         let unused: Bool
-        let written = fresh
+        // Names and lengths only: the write's closure may outlive the call a moment on the
+        // database's queue, and must not hold the request's body (kept for the next request).
+        let written = fresh.map { (hash: $0.hash, length: $0.bytes.count) }
         do {
             unused = try await index.write { db in
-                let size = written.reduce(0) { $0 + $1.bytes.count }
+                let size = written.reduce(0) { $0 + $1.length }
                 try db.cachedStatement(sql: "INSERT INTO pack (id, account, size, live, created) VALUES (?, ?, ?, 0, ?)")
                                .execute(arguments: [pack, account, size, Date().timeIntervalSince1970])
                 var offset = 0, live = 0
                 let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO chunk (account, hash, pack, offset, length) VALUES (?, ?, ?, ?, ?)")
                 for chunk in written {
                     // Stored meanwhile by another upload: that copy stays, this one is dead bytes.
-                    try insert.execute(arguments: [account, chunk.hash, pack, offset, chunk.bytes.count])
-                    if db.changesCount > 0 { live += chunk.bytes.count }
-                    offset += chunk.bytes.count
+                    try insert.execute(arguments: [account, chunk.hash, pack, offset, chunk.length])
+                    if db.changesCount > 0 { live += chunk.length }
+                    offset += chunk.length
                 }
                 if live == 0 && size > 0 {
                     try db.cachedStatement(sql: "DELETE FROM chunk WHERE pack = ?").execute(arguments: [pack])
