@@ -166,6 +166,15 @@ import UbiquityProtocol
         ((try? FileManager.default.contentsOfDirectory(atPath: "\(directory)/\(account)/packs")) ?? []).sorted()
     }
 
+    /// Keeps `bytes` as earlier versions kept a chunk, one file of its own; its path.
+    @discardableResult
+    func keepLoose(_ bytes: [UInt8], account: Int64, in store: FileChunkStore) throws -> String {
+        let loose = store.loosePath(account: account, hash: sha256(bytes))
+        try FileManager.default.createDirectory(atPath: (loose as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
+        _ = FileManager.default.createFile(atPath: loose, contents: Data(bytes))
+        return loose
+    }
+
     static func chunks(_ count: Int, seed: UInt8) -> [ChunkBatch.Chunk] {
         (0..<count).map { index in
             let bytes = [UInt8](repeating: seed, count: 1_000 + index) + [UInt8(index)]
@@ -266,9 +275,7 @@ import UbiquityProtocol
         try await store.store(first, account: 4)
         try await store.store(second, account: 4)
         let looseBytes: [UInt8] = Array("kept by an earlier version".utf8), looseHash = sha256(looseBytes)
-        let loose = store.loosePath(account: 4, hash: looseHash)
-        try FileManager.default.createDirectory(atPath: (loose as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        _ = FileManager.default.createFile(atPath: loose, contents: Data(looseBytes))
+        try keepLoose(looseBytes, account: 4, in: store)
 
         let asked = [second[3], first[1], ChunkBatch.Chunk(hash: looseHash, bytes: looseBytes), first[4], second[0]]
         var body = ByteBuffer(string: "before")
@@ -293,9 +300,7 @@ import UbiquityProtocol
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let store = try FileChunkStore(directory: directory)
         let bytes: [UInt8] = Array("from an earlier version".utf8), hash = sha256(bytes)
-        let loose = store.loosePath(account: 3, hash: hash)
-        try FileManager.default.createDirectory(atPath: (loose as NSString).deletingLastPathComponent, withIntermediateDirectories: true)
-        _ = FileManager.default.createFile(atPath: loose, contents: Data(bytes))
+        let loose = try keepLoose(bytes, account: 3, in: store)
         #expect(try await store.load(hash: hash, account: 3) == Data(bytes))
         try await store.store([ChunkBatch.Chunk(hash: hash, bytes: bytes)], account: 3)
         #expect(packs(3).isEmpty, "not written twice")

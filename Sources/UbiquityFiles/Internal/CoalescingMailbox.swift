@@ -27,8 +27,8 @@ package final class CoalescingMailbox<Key: Hashable & Sendable, Value: Sendable>
 
     /// Leaves values for the reader (nothing once finished).
     package func post(_ values: some Sequence<(key: Key, value: Value)>) {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-            guard !state.finished else { return nil }
+        changeAndWake { state in
+            guard !state.finished else { return false }
             for (key, value) in values {
                 if let earlier = state.pending[key] {
                     state.pending[key] = merge(earlier, value)
@@ -37,11 +37,8 @@ package final class CoalescingMailbox<Key: Hashable & Sendable, Value: Sendable>
                     state.order.append(key)
                 }
             }
-            guard state.isReady else { return nil }
-            defer { state.waiter = nil }
-            return state.waiter
+            return state.isReady
         }
-        waiter?.resume()
     }
 
     /// Leaves one value for the reader.
@@ -51,18 +48,24 @@ package final class CoalescingMailbox<Key: Hashable & Sendable, Value: Sendable>
 
     /// Makes the next ``next(notBefore:)`` answer at once, even with nothing waiting.
     package func wake() {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+        changeAndWake { state in
             state.due = true
-            defer { state.waiter = nil }
-            return state.waiter
+            return true
         }
-        waiter?.resume()
     }
 
     /// No more values: ``next(notBefore:)`` answers nil once what waits was taken.
     package func finish() {
-        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+        changeAndWake { state in
             state.finished = true
+            return true
+        }
+    }
+
+    /// Applies `change`; when it says so, the waiting reader (if any) is resumed (outside the lock).
+    private func changeAndWake(_ change: (inout State) -> Bool) {
+        let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard change(&state) else { return nil }
             defer { state.waiter = nil }
             return state.waiter
         }
@@ -100,11 +103,7 @@ package final class CoalescingMailbox<Key: Hashable & Sendable, Value: Sendable>
                 if ready { continuation.resume() }
             }
         } onCancel: {
-            let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
-                defer { state.waiter = nil }
-                return state.waiter
-            }
-            waiter?.resume()
+            changeAndWake { _ in true }
         }
     }
 }

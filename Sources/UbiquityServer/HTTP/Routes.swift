@@ -6,7 +6,6 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdBcrypt
 import HummingbirdWebSocket
-import Synchronization
 
 extension SignInResponse: ResponseEncodable {}
 extension ItemState: ResponseEncodable {}
@@ -39,34 +38,6 @@ struct SyncServices: Sendable {
     /// The arrays chunk batches are gathered into.
     var bodies = BatchBodies()
 }
-
-/// The arrays chunk batches are gathered into, used again: a 4 MiB body gathered into a new
-/// array costs a thousand page faults as it fills (and a fresh block from the allocator every
-/// time); a few kept arrays cost their capacity once.
-final class BatchBodies: Sendable {
-    /// Arrays kept between requests (more at once are made and given back to the allocator).
-    static let kept = 4
-    /// The largest array kept (an agent's batch is 4 MiB of chunks and their framing; a larger
-    /// body's array goes back to the allocator): at most 32 MiB held between uploads.
-    static let keptCapacity = 8 << 20
-    private let arrays = Mutex<[[UInt8]]>([])
-    /// How many arrays are kept now.
-    var keptArrays: Int { arrays.withLock { $0.count } }
-
-    /// Gathers `request`'s body (as ``SyncServices/batchBody(of:framing:into:)`` does) into a
-    /// kept array and hands it to `use`; the array is kept again afterwards, whatever `use` did.
-    func gather<Result>(_ request: Request, framing: Int, _ use: ([UInt8]) async throws -> Result) async throws -> Result {
-        var bytes = arrays.withLock { $0.popLast() } ?? []
-        defer {
-            // (Not unique when `use` kept some of it: then this makes a new array, no harm done.)
-            bytes.removeAll(keepingCapacity: true)
-            if bytes.capacity > 0 && bytes.capacity <= Self.keptCapacity { arrays.withLock { if $0.count < Self.kept { $0.append(bytes) } } }
-        }
-        try await SyncServices.batchBody(of: request, framing: framing, into: &bytes)
-        return try await use(bytes)
-    }
-}
-
 
 /// `GET /health`.
 struct HealthResponse: Codable, ResponseEncodable {
@@ -425,33 +396,6 @@ extension SyncServices {
             try await requireChunks([hash], of: device)
             guard let data = try await self.chunks.load(hash: hash, account: device.accountId) else { throw SyncError.chunkNotFound }
             return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
-        }
-    }
-
-    /// The body of a chunk or patch batch (`framing` bytes per entry): at most 16 MiB of chunks
-    /// (or one chunk of up to ``Validate/maximumChunkSize``) and the framing of as many entries
-    /// as a batch holds. Gathered straight into one array (room for the declared length, when
-    /// it is within the limit, asked for once), which the decoded chunks share.
-    /// - Throws: ``SyncError`` 413 `batchTooLarge` for a longer body.
-    static func batchBody(of request: Request, framing: Int, into bytes: inout [UInt8]) async throws {
-        let limit = ChunkBatch.maximumBytes + Int(Validate.maximumChunkSize) + ChunkBatch.maximumCount * framing
-        let tooLarge = SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
-        bytes.removeAll(keepingCapacity: true)
-        if let declared = request.headers[.contentLength].flatMap({ Int($0) }) {
-            guard declared <= limit else { throw tooLarge }
-            // Rounded up to whole MiB: a kept array then fits the next batches, whose sizes vary
-            // by a few kilobytes, without being made anew.
-            bytes.reserveCapacity(min(limit, (declared + (1 << 20) - 1) & ~((1 << 20) - 1)))
-        }
-        do {
-            for try await fragment in request.body {
-                guard fragment.readableBytes <= limit - bytes.count else { throw tooLarge }
-                bytes.append(contentsOf: fragment.readableBytesView)
-            }
-        } catch let error as SyncError {
-            throw error
-        } catch {
-            throw SyncError.badRequest("badBatch", "the body did not arrive whole: \(error)")
         }
     }
 

@@ -405,8 +405,9 @@ struct FileChunkStore: ChunkStorage {
 
     /// `length` bytes at `offset` of the open file `fd`; nil if it is shorter.
     static func read(_ fd: Int32, offset: Int64, length: Int) -> Data? {
-        var buffer = ByteBuffer()
-        return read(fd, offset: offset, length: length, into: &buffer) ? Data(buffer.readableBytesView) : nil
+        var data = Data(count: length)
+        let got = data.withUnsafeMutableBytes { SystemCall.readFully(fd, into: $0, at: offset) }
+        return got == length ? data : nil
     }
 
     /// Reads `length` bytes at `offset` of the open file `fd` onto the end of `buffer`; false

@@ -1,0 +1,129 @@
+import CompressNIO
+import Crypto
+import Foundation
+import Hummingbird
+import NIOFoundationCompat
+import HummingbirdTesting
+import HummingbirdWSTesting
+import Synchronization
+import Testing
+import UbiquityTestSupport
+import UbiquityProtocol
+@testable import UbiquityServer
+
+/// Two server instances on one PostgreSQL database: a change committed through one reaches
+/// devices connected to the other (LISTEN/NOTIFY), containers and key-value stores alike.
+@Suite struct ScaleOutTests {
+    @Test(.enabled(if: Backend.all.contains(.postgres))) func aChangeThroughOneInstanceIsPushedFromTheOther() async throws {
+        let first = try await TestServer.withAccount("ada", on: .postgres); defer { first.remove() }
+        _ = try await first.admin.createAccount(name: "bob", password: "correct horse")
+        let second = try await first.secondInstance()
+        let relay = Task { await second.relayChanges() }
+        defer {
+            relay.cancel()
+            Task { await second.close() }
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !(first.server.services.notifier.isRelaying && second.services.notifier.isRelaying) {
+            guard ContinuousClock.now < deadline else { Issue.record("the instances never started listening"); return }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        try await first.server.makeApplication().test(.live) { rawFirst in
+            try await second.makeApplication().test(.live) { rawSecond in
+                let one = Client(client: rawFirst), two = Client(client: rawSecond)
+                let laptop = try await one.signIn("ada", device: "laptop")  // on the first instance
+                let phone = try await two.signIn("ada", device: "phone")    // on the second
+                let bob = try await two.signIn("bob")
+
+                let connected = Confirmations()
+                async let phoneEvents = PushTests().listen(rawSecond, token: phone.token) { events in
+                    if events.count == 1 { connected.mark("phone") }
+                    return events.contains { $0.type == "keyValueChanged" } && events.contains { $0.type == "changed" && $0.sequence == 1 }
+                }
+                async let laptopEvents = PushTests().listen(rawFirst, token: laptop.token) { events in
+                    if events.count == 1 { connected.mark("laptop") }
+                    return events.contains { $0.type == "keyValueChanged" }
+                }
+                async let bobEvents = PushTests().listen(rawSecond, token: bob.token) { events in
+                    if events.count == 1 { connected.mark("bob") }
+                    return events.contains { $0.type == "changed" }
+                }
+                try await connected.wait(for: ["phone", "laptop", "bob"])
+
+                // An upload and its commit through the first instance; a key-value change through the second.
+                let chunk: [UInt8] = [7, 7, 7]
+                let commit = try await one.commit(notes, "doc", fileUpdate("a.txt", [chunk]), token: laptop.token)
+                // Both instances see the same item, whoever asks.
+                let seen = try await two.changes(notes, token: phone.token)
+                #expect(seen.items.map(\.revision) == [commit.revision] && seen.items.first?.uploaded == true)
+                #expect(try await two.send(.get, "/v1/chunks/\(sha256(chunk))", token: phone.token).body == ByteBuffer(bytes: chunk))
+                let store = "ABCDE12345.com.example.notes"
+                let kv = try await two.send(.post, "/v1/kv/\(store)", token: phone.token,
+                                            json: KeyValueUpdate(changes: [KeyValueChange(key: "theme", value: .string("dark"), timestamp: 1_800_000_000)]))
+                #expect(kv.status == .ok, "kv: \(String(buffer: kv.body))")
+
+                let heardByPhone = try await phoneEvents
+                let expected = [PushEvent.connected, PushEvent(type: "changed", container: notes, sequence: 1), PushEvent(type: "keyValueChanged", container: store, sequence: 1)]
+                #expect(Set(heardByPhone.map { "\($0)" }) == Set(expected.map { "\($0)" }) && heardByPhone.count == 3, "the phone heard \(heardByPhone)")
+                #expect(try await laptopEvents == [.connected, PushEvent(type: "keyValueChanged", container: store, sequence: 1)],
+                        "the device that made a change is not told of it (by either instance); it hears the phone's")
+                let bobsPhone = try await one.signIn("bob", device: "phone")
+                _ = try await one.commit(notes, "b", fileUpdate("b.txt", []), token: bobsPhone.token)
+                #expect(try await bobEvents == [.connected, PushEvent(type: "changed", container: notes, sequence: 1)], "Bob heard only his own account")
+            }
+        }
+    }
+}
+
+/// PostgreSQL going away and coming back, on a cluster of the test's own.
+@Suite struct OutageTests {
+    @Test(.enabled(if: Backend.all.contains(.postgres)), .timeLimit(.minutes(3)))
+    func anOutageIsA503AndDevicesCatchUpWhenTheDatabaseIsBack() async throws {
+        let started = try await onOwnThread { try clusterScript(["start"]) } // (seconds of waiting: not on a shared thread)
+        #expect(started.status == 0)
+        let values = Dictionary(uniqueKeysWithValues: started.output.split(separator: "\n").compactMap { line -> (String, String)? in
+            let parts = line.replacingOccurrences(of: "export ", with: "").split(separator: "=", maxSplits: 1)
+            return parts.count == 2 ? (String(parts[0]), parts[1].trimmingCharacters(in: CharacterSet(charactersIn: "'"))) : nil
+        })
+        let url = try #require(values["UBIQUITY_TEST_POSTGRES"]), cluster = try #require(values["UBIQUITY_TEST_POSTGRES_DIR"])
+        defer { _ = try? clusterScript(["stop", cluster]) }
+
+        let server = try await TestServer(.postgres, postgresURL: url); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        try await server.server.makeApplication().test(.live) { raw in
+            let client = Client(client: raw)
+            let phone = try await client.signIn("ada", device: "phone")
+            let catchUps = Confirmations()
+            async let events = PushTests().listen(raw, token: phone.token) { events in
+                if events.count == 1 { catchUps.mark("first") }
+                return events.filter { $0 == .connected }.count == 2
+            }
+            try await catchUps.wait(for: ["first"])
+            let deadline = ContinuousClock.now + .seconds(10)
+            while !server.server.services.notifier.isRelaying {
+                guard ContinuousClock.now < deadline else { Issue.record("never listening"); return }
+                try await Task.sleep(for: .milliseconds(5))
+            }
+
+            #expect(try await onOwnThread { try clusterScript(["pause", cluster]) }.status == 0)
+            let before = ContinuousClock.now
+            let down = try await client.send(.get, "/health")
+            #expect(down.status == .serviceUnavailable && down.errorCode == "databaseUnavailable")
+            let refused = try await client.put(notes, "doc", fileUpdate("a.txt", []), token: phone.token)
+            #expect(refused.status == .serviceUnavailable && refused.errorCode == "databaseUnavailable")
+            #expect(ContinuousClock.now - before < .seconds(15), "answered within the lease timeout, not hung")
+
+            // Back: requests work at once, and the device is told to catch up (the relay missed
+            // whatever other instances did meanwhile).
+            #expect(try await onOwnThread { try clusterScript(["resume", cluster]) }.status == 0)
+            let back = ContinuousClock.now + .seconds(20)
+            while try await client.send(.get, "/health").status != .ok {
+                guard ContinuousClock.now < back else { Issue.record("the server never recovered"); return }
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            #expect(try await client.commit(notes, "doc", fileUpdate("a.txt", []), token: phone.token).item.sequence == 1)
+            let heard = try await events
+            #expect(heard.filter { $0 == .connected }.count == 2, "a catch-up after the outage: \(heard)")
+        }
+    }
+}
