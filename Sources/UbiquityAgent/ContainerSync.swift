@@ -428,7 +428,7 @@ package actor ContainerSync {
     }
 
     /// Forgets the chunk lists of one chunk, which cost more to keep than to cut again (a file
-    /// of at most ``ContentChunker/maximumSize`` bytes; kept through the round that cut them),
+    /// of at most the standard ``ContentChunker/maximumSize`` bytes; kept through the round that cut them),
     /// and those nothing refers to any more (local files, the server's current contents,
     /// changes not acknowledged yet) — once they have grown by half since the last time, so
     /// that a round's cost follows what changed, not how many items there are. What stays is

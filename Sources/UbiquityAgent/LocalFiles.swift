@@ -104,11 +104,11 @@ enum LocalContents {
         case .directory:
             return []
         case .file:
-            return [LocalMember(path: "", chunks: try ContentChunker.standard.chunks(ofFileAt: url))]
+            return [LocalMember(path: "", chunks: try ContentChunker.chunks(ofFileAt: url))]
         case .package:
             return try scanner.members(of: relative).map { member in
                 member.path.hasSuffix("/") ? LocalMember(path: member.path, chunks: []) // an empty folder
-                    : LocalMember(path: member.path, chunks: try ContentChunker.standard.chunks(ofFileAt: url.appendingPathComponent(member.path)))
+                    : LocalMember(path: member.path, chunks: try ContentChunker.chunks(ofFileAt: url.appendingPathComponent(member.path)))
             }
         }
     }

@@ -34,7 +34,7 @@ extension Materialiser {
         if let known = sync.localContents[file.content]?.first { return known.chunks }
         let url = sync.root.appendingPathComponent(file.path)
         // Unreadable counts as changed: the caller then takes the whole list from the server.
-        guard let chunks = try? ContentChunker.standard.chunks(ofFileAt: url), LocalContents.token(chunks.map(\.reference)) == file.content else { return nil }
+        guard let chunks = try? ContentChunker.chunks(ofFileAt: url), LocalContents.token(chunks.map(\.reference)) == file.content else { return nil }
         sync.localContents[file.content] = [LocalMember(path: "", chunks: chunks)]
         return chunks
     }
@@ -150,7 +150,7 @@ extension Materialiser {
     /// Of the chunks `needed` of the new contents `members`, writes into `writer` those that
     /// change a chunk of the local copy (`previous`, its chunks' places in `local`), made from
     /// patches of those the server sends (``ChunkPartners``; a 1-byte edit: a few hundred
-    /// bytes, not 16 KiB), each checked against its hash. Returns the chunks still needed
+    /// bytes, not a whole chunk of 128 KiB), each checked against its hash. Returns the chunks still needed
     /// (those without such a partner, and any patch that did not make its chunk).
     func patchIn(_ needed: [ContentChunk], of members: [LocalMember], changing previous: [LocalMember], local: [String: (url: URL, chunk: ContentChunk)],
                  into writer: StagedWriter, item: String, in sync: isolated ContainerSync) async throws -> [ContentChunk] {

@@ -554,7 +554,7 @@ final class Materialiser {
     func keepInlined(_ items: [ItemState], in sync: isolated ContainerSync) {
         for item in items {
             guard let contents = item.contents, let digest = item.digest.map({ ContentToken($0) }), inlinedBytes + contents.count <= Self.inlineHeldBytes else { continue }
-            let chunks = ContentChunker.standard.chunks(of: contents)
+            let chunks = ContentChunker.chunks(of: contents)
             guard ContentToken.of(chunks.map(\.reference)) == digest else {
                 sync.logger.debug("inline contents cut otherwise here: downloaded the usual way", metadata: ["container": "\(sync.container)", "item": "\(item.id)"])
                 continue

@@ -7,7 +7,7 @@ import Glibc
 import UbiquitySync
 
 /// Cutting a large file into content-defined chunks (what a device does to every file it
-/// sends, and again after every edit): the agent's chunker on a `mib` MiB file, cache warm,
+/// sends, and again after every edit): the agent's chunker (the sizes for the file's size) on a `mib` MiB file, cache warm,
 /// against GNU `sha256sum` reading and hashing the same file once — the least any scheme that
 /// hashes every byte pays. Also its two parts alone, in memory: finding the cut points and
 /// hashing the chunks.
@@ -32,10 +32,10 @@ func chunkingFigures(in directory: URL, mib: Int, iterations: Int) throws -> [St
     var usage = rusage()
     getrusage(RUSAGE_SELF.rawValue, &usage)
     let cpuBefore = Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6
-    let cut = try best { count = try ContentChunker.standard.chunks(ofFileAt: file).count }
+    let cut = try best { count = try ContentChunker.chunks(ofFileAt: file).count }
     getrusage(RUSAGE_SELF.rawValue, &usage)
     let cutCPU = (Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6 - cpuBefore) / Double(runs)
-    let boundaries = best { _ = bytes.withUnsafeBytes { ContentChunker.standard.boundaries(of: $0) } }
+    let boundaries = best { _ = bytes.withUnsafeBytes { ContentChunker.forFile(ofSize: bytes.count).boundaries(of: $0) } }
     let hashing = best { _ = bytes.withUnsafeBytes { SHA256.hash(data: $0) } }
     let peer = try best {
         let process = Process()

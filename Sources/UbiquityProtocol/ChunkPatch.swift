@@ -2,7 +2,7 @@ import Foundation
 
 /// A chunk written as a change of another chunk the receiver has: its first ``prefix`` bytes and
 /// its last ``suffix`` bytes are the base chunk's, ``middle`` is what lies between. A 1-byte
-/// edit of a large file changes one chunk of about 16 KiB; as a patch it travels in a few
+/// edit of a large file changes one chunk of about 128 KiB; as a patch it travels in a few
 /// hundred bytes. Whoever applies a patch checks the result against ``hash``.
 ///
 /// Patches travel many per body (``ChunkPatchBatch``): up with `POST /v1/chunks/patches`, down as

@@ -28,21 +28,68 @@ package struct ContentChunk: Sendable, Hashable, Codable {
 /// The cut points are part of the sync protocol (the same bytes must give the same chunks on
 /// every device, in every version), so the gear table and the sizes are fixed: a chunk is
 /// ``minimumSize`` to ``maximumSize`` bytes (the last may be shorter), ``averageSize`` on
-/// average; a 1-byte edit moves about two chunks.
+/// average; a 1-byte edit moves about two chunks. Which sizes depends on the file's size alone
+/// (``forFile(ofSize:)``): ``standard`` below ``largeFileSize``, ``large`` from it.
 package struct ContentChunker: Sendable {
-    /// No cut before this many bytes (4 KiB).
+    /// No cut before this many bytes (4 KiB for ``standard``, 64 KiB for ``large``).
     package let minimumSize: Int
-    /// The size chunks gather around (16 KiB).
+    /// The size chunks gather around (16 KiB, 128 KiB).
     package let averageSize: Int
-    /// A cut at this many bytes whatever the content (32 KiB).
+    /// A cut at this many bytes whatever the content (32 KiB, 256 KiB).
     package let maximumSize: Int
     let strictMask: UInt64
     let looseMask: UInt64
 
-    /// The chunker every device uses.
+    /// The sizes for files of less than ``largeFileSize``.
     package static let standard = ContentChunker(minimumSize: 4 << 10, averageSize: 16 << 10, maximumSize: 32 << 10)
 
-    /// A chunker with other sizes (for tests; devices must all use ``standard``).
+    /// The sizes for files of ``largeFileSize`` or more: eight times fewer chunks, so a large
+    /// file costs the devices and the server an eighth of the bookkeeping per byte (a row, a
+    /// list entry, a frame per chunk; a 64 MiB file is about 512 chunks, not 4,096). An edit
+    /// still moves little: a changed chunk travels as a patch of the one it replaces.
+    package static let large = ContentChunker(minimumSize: 64 << 10, averageSize: 128 << 10, maximumSize: 256 << 10)
+
+    /// The size from which files are cut by ``large`` (8 MiB). A file that grows past it is cut
+    /// anew, every chunk new (once: about this many bytes sent again).
+    package static let largeFileSize = 8 << 20
+
+    /// The chunker for a file of `size` bytes (every device chooses alike: the choice is part of
+    /// the protocol).
+    package static func forFile(ofSize size: Int) -> ContentChunker {
+        size >= largeFileSize ? large : standard
+    }
+
+    /// The chunks of `data`, hashed, cut by the chunker for its size.
+    package static func chunks(of data: Data) -> [ContentChunk] {
+        forFile(ofSize: data.count).chunks(of: data)
+    }
+
+    /// The chunks of the file at `url`, hashed, cut by the chunker for its size (as it is when
+    /// opened; if it is found to have another size once read, it is cut again with the
+    /// chunker for that one, so that the list is what any device would make of those bytes).
+    /// - Throws: The file's read errors.
+    package static func chunks(ofFileAt url: URL) throws -> [ContentChunk] {
+        let handle = try FileHandle(forReadingFrom: url)
+        defer { try? handle.close() } // read-only: closing cannot lose anything
+        var status = stat()
+        guard fstat(handle.fileDescriptor, &status) == 0 else { throw readError(url) }
+        var chunker = forFile(ofSize: Int(status.st_size))
+        for _ in 0..<3 {
+            let chunks = try chunker.chunks(of: handle.fileDescriptor, url: url)
+            let cutBy = forFile(ofSize: chunks.last.map { $0.offset + $0.length } ?? 0)
+            if cutBy.averageSize == chunker.averageSize { return chunks }
+            guard lseek(handle.fileDescriptor, 0, SEEK_SET) == 0 else { throw readError(url) }
+            chunker = cutBy
+        }
+        throw CocoaError(.fileReadUnknown, userInfo: [NSFilePathErrorKey: url.path, NSLocalizedFailureReasonErrorKey: "the file kept changing size while it was read"])
+    }
+
+    /// A read error of the file at `url`, from `errno`.
+    private static func readError(_ url: URL) -> CocoaError {
+        CocoaError(.fileReadUnknown, userInfo: [NSFilePathErrorKey: url.path, NSUnderlyingErrorKey: POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)])
+    }
+
+    /// A chunker with other sizes (for tests; devices must all use ``forFile(ofSize:)``).
     /// - Precondition: `averageSize` is a power of two, and minimum < average < maximum.
     package init(minimumSize: Int, averageSize: Int, maximumSize: Int) {
         precondition(averageSize > 0 && averageSize & (averageSize - 1) == 0, "the average size is a power of two")
@@ -105,7 +152,7 @@ package struct ContentChunker: Sendable {
     }
 
     /// The chunks of `data`, hashed.
-    package func chunks(of data: Data) -> [ContentChunk] {
+    package func chunks(of data: some ContiguousBytes) -> [ContentChunk] {
         data.withUnsafeBytes { bytes in
             var chunks: [ContentChunk] = []
             var start = 0
@@ -127,9 +174,14 @@ package struct ContentChunker: Sendable {
     package func chunks(ofFileAt url: URL) throws -> [ContentChunk] {
         let handle = try FileHandle(forReadingFrom: url)
         defer { try? handle.close() } // read-only: closing cannot lose anything
+        return try chunks(of: handle.fileDescriptor, url: url)
+    }
+
+    /// The chunks of what is left to read of the open file `fd` (the file at `url`).
+    private func chunks(of fd: Int32, url: URL) throws -> [ContentChunk] {
         let buffers = [WindowBuffer(capacity: Self.windowBytes + maximumSize), WindowBuffer(capacity: Self.windowBytes + maximumSize)]
         var chunks: [ContentChunk] = []
-        var window = try cutWindow(into: buffers[0], after: nil, from: handle.fileDescriptor, url: url)
+        var window = try cutWindow(into: buffers[0], after: nil, from: fd, url: url)
         var turn = 0
         // A thread of its own (a thread of a shared pool may never come: callers on Swift's
         // cooperative threads wait here, and two cuts at once could each wait for a hashing
@@ -142,7 +194,7 @@ package struct ContentChunker: Sendable {
             let current = window, hashed = HashedChunks()
             hashing.async { hashed.set(Self.hash(current)) }
             turn = 1 - turn
-            let next = Result { try cutWindow(into: buffers[turn], after: current, from: handle.fileDescriptor, url: url) }
+            let next = Result { try cutWindow(into: buffers[turn], after: current, from: fd, url: url) }
             chunks += hashed.get()
             window = try next.get()
         }
@@ -207,7 +259,7 @@ package struct ContentChunker: Sendable {
         var atEnd = false
         while count < memory.count {
             let read = SystemCall.read(fd, into: UnsafeMutableRawBufferPointer(rebasing: memory[count...]))
-            if read < 0 { throw CocoaError(.fileReadUnknown, userInfo: [NSFilePathErrorKey: url.path, NSUnderlyingErrorKey: POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)]) }
+            if read < 0 { throw Self.readError(url) }
             if read == 0 {
                 atEnd = true
                 break

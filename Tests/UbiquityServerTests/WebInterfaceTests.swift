@@ -5,6 +5,7 @@ import Hummingbird
 import HummingbirdTesting
 import Testing
 import UbiquityProtocol
+import UbiquitySync
 @testable import UbiquityServer
 
 /// The web interface's server side (docs/Web.md): its page and headers, the cookie session and
@@ -102,6 +103,15 @@ import UbiquityProtocol
             }
             #expect(chunks.reduce(0) { $0 + $1.size } == Int64(bytes.count) && chunks.count > 100)
             #expect(try await client.send(.post, "/web/api/parts", raw: [UInt8](repeating: 1, count: WebUpload.partBytes + 1), headers: web).status == .contentTooLarge)
+            // A part of a large file (as the page names its size) is cut into a large file's
+            // chunks, as a device cuts that file; a size that is not one is refused.
+            let large = try await client.send(.post, "/web/api/parts?fileSize=\(64 << 20)", raw: Array(bytes.prefix(WebUpload.partBytes)), headers: web)
+            let largeChunks = try large.decode(WebPartResponse.self).chunks
+            #expect(largeChunks.map(\.hash) == ContentChunker.large.chunks(of: Array(bytes.prefix(WebUpload.partBytes))).map(\.hash))
+            #expect(largeChunks.dropLast().allSatisfy { $0.size > Int64(ContentChunker.standard.maximumSize) } && largeChunks.count < chunks.count / 4)
+            for bad in ["-1", "lots", "99999999999999999999"] {
+                #expect(try await client.send(.post, "/web/api/parts?fileSize=\(bad)", raw: [1, 2, 3], headers: web).status == .badRequest, "fileSize=\(bad)")
+            }
 
             let name = "Q3 \"final\" \\ résumé <b>.bin"
             let request = WebFileRequest(name: name, parent: nil, chunks: chunks, modificationDate: 1_800_000_000)

@@ -45,7 +45,7 @@ func bytesMoved(from old: [ContentChunk], to new: [ContentChunk]) throws -> (chu
 
     /// The gear hash written the plain way, one byte a step: the cutter (two bytes a step, raw
     /// pointers) must find the same cut points, so every device and every version agree.
-    @Test(arguments: [ContentChunker.standard, ContentChunker(minimumSize: 63, averageSize: 256, maximumSize: 1_001)])
+    @Test(arguments: [ContentChunker.standard, .large, ContentChunker(minimumSize: 63, averageSize: 256, maximumSize: 1_001)])
     func cutPointsAreThoseOfTheGearHashByteByByte(chunker: ContentChunker) {
         func reference(_ bytes: [UInt8], from start: Int) -> Int {
             let remaining = bytes.count - start
@@ -112,19 +112,63 @@ func bytesMoved(from old: [ContentChunk], to new: [ContentChunk]) throws -> (chu
         }
     }
 
-    /// SYSTEM.md's figure: a 1-byte edit in a 64 MiB file moves at most 64 KiB.
-    @Test func aOneByteEditInSixtyFourMebibytesMovesAtMostSixtyFourKibibytes() async throws {
-        let chunker = chunker
+    /// SYSTEM.md's figure: a 1-byte edit in a 64 MiB file, cut as every device cuts it (a large
+    /// file's chunks), moves at most 16 KiB each way — the chunk list as a difference and each
+    /// changed chunk as a patch of the one it replaces: up, the old chunk's block signature
+    /// down and the blocks that differ up; down, the exact patch.
+    @Test func aOneByteEditInSixtyFourMebibytesMovesAtMostSixteenKibibytesEachWay() async throws {
         // (Cut on a thread of its own: seconds of work in a debug build.)
-        let (before, after) = try await onBackgroundThread {
-            var data = randomData(64 << 20, seed: 64)
-            let before = chunker.chunks(of: data)
-            data[40_000_000] &+= 1
-            return (before, chunker.chunks(of: data))
+        let (old, new, before, after) = try await onBackgroundThread {
+            let old = [UInt8](randomData(64 << 20, seed: 64))
+            var new = old
+            new[40_000_000] &+= 1
+            return (old, new, ContentChunker.chunks(of: Data(old)), ContentChunker.chunks(of: Data(new)))
         }
-        let moved = try bytesMoved(from: before, to: after)
-        #expect(moved.chunks + moved.delta <= 64 << 10, "\(moved.chunks) chunk bytes + \(moved.delta) delta bytes")
-        #expect(moved.delta < 1_024, "the chunk list travels as a difference, not \(after.count) hashes")
+        #expect(before.count > 256 && before.count < 1_024, "a large file's chunks: \(before.count)")
+        let delta = try JSONEncoder().encode(ChunkListDelta(from: before, to: after)).count
+        let partners = ChunkPartners.of(old: before.map(\.reference), new: after.map(\.reference))
+        let oldChunks = Dictionary(before.map { ($0.hash, $0) }, uniquingKeysWith: { first, _ in first })
+        var up = delta, down = delta, patched = 0
+        for chunk in after where oldChunks[chunk.hash] == nil {
+            let target = Array(new[chunk.offset..<(chunk.offset + chunk.length)])
+            guard let partner = partners[chunk.hash].flatMap({ oldChunks[$0] }) else {
+                up += chunk.length
+                down += chunk.length
+                continue
+            }
+            let base = Array(old[partner.offset..<(partner.offset + partner.length)])
+            let signature = ChunkSignature(of: base, hash: partner.hash)
+            let upPatch = try #require(ChunkPatch(making: target, hash: chunk.hash, against: signature))
+            let downPatch = ChunkPatch(making: target, hash: chunk.hash, from: base, baseHash: partner.hash)
+            #expect(upPatch.made(from: base) == target && downPatch.made(from: base) == target)
+            up += signature.front.count + signature.back.count + ChunkPatchBatch.framing + upPatch.middle.count
+            down += ChunkPatchBatch.framing + downPatch.middle.count
+            patched += 1
+        }
+        #expect(patched >= 1)
+        #expect(up <= 16 << 10 && down <= 16 << 10, "up \(up) bytes, down \(down) bytes")
+        #expect(delta < 1_024, "the chunk list travels as a difference, not \(after.count) hashes")
+    }
+
+    /// The sizes follow the file's size alone, the same on every device: under 8 MiB the
+    /// standard ones, from it a large file's, eight times larger; a file is cut the same way
+    /// read from disk as in memory on both sides of the line.
+    @Test func aFilesChunkSizesFollowItsSize() throws {
+        #expect(ContentChunker.forFile(ofSize: ContentChunker.largeFileSize - 1).averageSize == 16 << 10)
+        #expect(ContentChunker.forFile(ofSize: ContentChunker.largeFileSize).averageSize == 128 << 10)
+        #expect(ContentChunker.large.minimumSize > ContentChunker.standard.maximumSize, "a list's chunks tell which sizes cut it")
+        let url = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("chunker-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: url) }
+        for (size, chunker) in [(ContentChunker.largeFileSize - 1, ContentChunker.standard), (ContentChunker.largeFileSize, .large), (9 << 20 + 77, .large)] {
+            let data = randomData(size, seed: UInt64(size))
+            try data.write(to: url)
+            let chunks = ContentChunker.chunks(of: data)
+            #expect(chunks == chunker.chunks(of: data), "\(size) bytes")
+            #expect(try ContentChunker.chunks(ofFileAt: url) == chunks, "\(size) bytes from disk")
+            let mean = Double(size) / Double(chunks.count)
+            #expect(mean > Double(chunker.averageSize) * 0.6 && mean < Double(chunker.averageSize) * 1.6, "mean chunk \(mean) bytes")
+            for chunk in chunks.dropLast() { #expect(chunk.length >= chunker.minimumSize && chunk.length <= chunker.maximumSize) }
+        }
     }
 
     @Test func deltasRebuildTheListAndRefuseTheWrongOne() throws {

@@ -173,9 +173,15 @@ extension SyncServices {
         }
         // A part of an upload (at most ``WebUpload/partBytes``): cut into chunks as a device
         // cuts a file, stored (against the quota), and answered with their list; a part that
-        // failed is sent again, and the parts' lists together make the file's manifest.
+        // failed is sent again, and the parts' lists together make the file's manifest. The
+        // page names the whole file's size (`fileSize`), so that a large file's parts are cut
+        // into a large file's chunks (``ContentChunker/forFile(ofSize:)``).
         api.post("parts") { request, context -> WebPartResponse in
             let device = try context.requireDevice()
+            let fileSize = try request.uri.queryParameters["fileSize"].map { text in
+                guard let size = Int(text), size >= 0 else { throw SyncError.badRequest("invalidSize", "fileSize is a number of bytes") }
+                return size
+            } ?? 0
             let body: ByteBuffer
             do {
                 body = try await request.body.collect(upTo: WebUpload.partBytes)
@@ -183,8 +189,8 @@ extension SyncServices {
                 throw SyncError(.contentTooLarge, "partTooLarge", "a part is at most \(WebUpload.partBytes) bytes")
             }
             guard body.readableBytes > 0 else { throw SyncError.badRequest("emptyPart", "a part holds at least one byte") }
-            let data = Data(buffer: body), bytes = [UInt8](buffer: body)
-            let pieces = ContentChunker.standard.chunks(of: data).map { chunk in
+            let bytes = [UInt8](buffer: body)
+            let pieces = ContentChunker.forFile(ofSize: max(fileSize, bytes.count)).chunks(of: bytes).map { chunk in
                 ChunkBatch.Chunk(hash: chunk.hash, bytes: bytes[chunk.offset..<(chunk.offset + chunk.length)])
             }
             try await receive(pieces, from: device, logger: context.logger)
