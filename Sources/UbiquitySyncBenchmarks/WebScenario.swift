@@ -96,6 +96,9 @@ func webFigures(_ peer: UbiquityPeer, items: Int, uploadMiB: Int, runs: Int = 30
     defer { relay.stop() }
     let viaRelay = try await WebSession.signIn(port: relay.port)
     let webBytes = noise(bytes, seed: 21_000)
+    // Each upload starts on a quiet system: the devices done with what came before (each
+    // uploaded file comes down to both of them) and every written page on the disk.
+    try await quiet(peer)
     let webStart = ContinuousClock.now
     // As upload.js sends them: parts of 4 MiB, four on the way at once, their lists kept in order.
     let starts = Array(stride(from: 0, to: bytes, by: 4 << 20))
@@ -128,9 +131,10 @@ func webFigures(_ peer: UbiquityPeer, items: Int, uploadMiB: Int, runs: Int = 30
     guard file["uploaded"] as? Bool == true, file["size"] as? Int == bytes else { throw BenchError("the page's upload did not arrive whole: \(file)") }
     let webWire = relay.bytes
 
+    try await quiet(peer)
     let (browserMs, browser) = try browserUpload(port: peer.serverPort, bytes: bytes)
 
-    try await peer.settle()
+    try await quiet(peer)
     let sequence = try await web.json("GET", "/v1/containers/\(container)/changes?since=\(Int64.max / 2)", bearer: device)["sequence"] as? Int ?? 0
     let agentFile = peer.sideA.appendingPathComponent("agent-upload.bin")
     try noise(bytes, seed: 22_000).write(to: agentFile, options: .atomic)
@@ -154,6 +158,15 @@ func webFigures(_ peer: UbiquityPeer, items: Int, uploadMiB: Int, runs: Int = 30
         browserUploadMs: browserMs.map { $0.rounded(toPlaces: 1) }, browserUploadMiBPerSecond: browserMs.map { (mib / ($0 / 1000)).rounded(toPlaces: 1) },
         browser: browser,
         notes: "page figures from an HTTP client speaking the page's requests (the same headers, cookie and CSRF token; parts of 4 MiB, four on the way at once, as upload.js sends them); first pages sorted by name, 200 rows")
+}
+
+/// Waits until both devices are done (after a moment for the push of what came before to reach
+/// them: an agent that has not heard of it yet looks idle) and every written page is on the
+/// disk (`sync(2)`).
+private func quiet(_ peer: UbiquityPeer) async throws {
+    try await Task.sleep(for: .milliseconds(300))
+    try await peer.settle()
+    sync()
 }
 
 /// A new file of `bytes` uploaded through the page in Chromium, through a counting relay of its
