@@ -69,11 +69,17 @@ package struct ContentChunker: Sendable {
     /// chunker for that one, so that the list is what any device would make of those bytes).
     /// - Throws: The file's read errors.
     package static func chunks(ofFileAt url: URL) throws -> [ContentChunk] {
+        try chunks(ofFileAt: url, sizeWhenOpened: nil)
+    }
+
+    /// ``chunks(ofFileAt:)``, the file taken to be `sizeWhenOpened` bytes long when opened if
+    /// given (a file that grows or shrinks while it is read, for tests).
+    static func chunks(ofFileAt url: URL, sizeWhenOpened: Int?) throws -> [ContentChunk] {
         let handle = try FileHandle(forReadingFrom: url)
         defer { try? handle.close() } // read-only: closing cannot lose anything
         var status = stat()
         guard fstat(handle.fileDescriptor, &status) == 0 else { throw readError(url) }
-        var chunker = forFile(ofSize: Int(status.st_size))
+        var chunker = forFile(ofSize: sizeWhenOpened ?? Int(status.st_size))
         for _ in 0..<3 {
             let chunks = try chunker.chunks(of: handle.fileDescriptor, url: url)
             let cutBy = forFile(ofSize: chunks.last.map { $0.offset + $0.length } ?? 0)

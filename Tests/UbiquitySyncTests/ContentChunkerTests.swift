@@ -169,6 +169,13 @@ func bytesMoved(from old: [ContentChunk], to new: [ContentChunk]) throws -> (chu
             #expect(mean > Double(chunker.averageSize) * 0.6 && mean < Double(chunker.averageSize) * 1.6, "mean chunk \(mean) bytes")
             for chunk in chunks.dropLast() { #expect(chunk.length >= chunker.minimumSize && chunk.length <= chunker.maximumSize) }
         }
+        // A file that was another size when opened (it grew or shrank as it was read) is cut
+        // again with the sizes for what was read: the list any device makes of those bytes.
+        for (size, before) in [(9 << 20, 1 << 20), (1 << 20, 9 << 20)] {
+            let data = randomData(size, seed: UInt64(size) + 1)
+            try data.write(to: url)
+            #expect(try ContentChunker.chunks(ofFileAt: url, sizeWhenOpened: before) == ContentChunker.chunks(of: data), "\(size) bytes, \(before) when opened")
+        }
     }
 
     @Test func deltasRebuildTheListAndRefuseTheWrongOne() throws {
