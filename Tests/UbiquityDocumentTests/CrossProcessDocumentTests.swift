@@ -41,14 +41,17 @@ final class DocumentHost: @unchecked Sendable {
 
     var transcript: [String] { lines.withLock { $0 } }
 
-    /// Waits (at most `timeout`) for a line satisfying `match`, counting from line `after`.
+    /// Waits (at most `timeout`) for a line satisfying `match`, counting from line `after` — on
+    /// a thread of its own, not one of the two the whole suite's tasks share.
     @discardableResult
-    func waitFor(after: Int = 0, timeout: Double = 10, _ match: (String) -> Bool) -> String? {
-        let deadline = DispatchTime.now() + timeout
-        while true {
-            if let line = lines.withLock({ $0.dropFirst(after).first(where: match) }) { return line }
-            if arrived.wait(timeout: deadline) == .timedOut { return nil }
-        }
+    func waitFor(after: Int = 0, timeout: Double = 10, _ match: @escaping @Sendable (String) -> Bool) async -> String? {
+        (try? await onOwnThread {
+            let deadline = DispatchTime.now() + timeout
+            while true {
+                if let line = self.lines.withLock({ $0.dropFirst(after).first(where: match) }) { return line }
+                if self.arrived.wait(timeout: deadline) == .timedOut { return nil }
+            }
+        }) ?? nil
     }
 
     func send(_ command: String) {
@@ -62,73 +65,79 @@ final class DocumentHost: @unchecked Sendable {
 }
 
 @Suite(.serialized) struct CrossProcessDocumentTests {
-    func host(_ text: String) throws -> (DocumentHost, URL, TemporaryDirectory) {
+    func host(_ text: String) async throws -> (DocumentHost, URL, TemporaryDirectory) {
         let dir = try TemporaryDirectory("xproc")
         let url = dir.file("shared.txt")
         try Data(text.utf8).write(to: url)
         let host = try DocumentHost(url)
-        #expect(host.waitFor { $0 == "opened" } != nil, "the host did not open the document: \(host.transcript)")
+        #expect(await host.waitFor { $0 == "opened" } != nil, "the host did not open the document: \(host.transcript)")
         return (host, url, dir)
     }
 
-    @Test func aReaderInAnotherProcessGetsTheOpenDocumentsUnsavedEdits() throws {
-        let (host, url, dir) = try host("on disk")
+    @Test func aReaderInAnotherProcessGetsTheOpenDocumentsUnsavedEdits() async throws {
+        let (host, url, dir) = try await host("on disk")
         defer { host.quit(); dir.remove() }
         host.send("edit unsaved in A")
-        #expect(host.waitFor { $0 == "edited" } != nil)
-        let seen = try NSFileCoordinator().coordinate(readingItemAt: url) { try String(contentsOf: $0, encoding: .utf8) }
+        #expect(await host.waitFor { $0 == "edited" } != nil)
+        let seen = try await onOwnThread { try NSFileCoordinator().coordinate(readingItemAt: url) { try String(contentsOf: $0, encoding: .utf8) } }
         #expect(seen == "unsaved in A")
     }
 
-    @Test func aWriterInAnotherProcessDisablesEditingThenTheDocumentReverts() throws {
-        let (host, url, dir) = try host("before")
+    @Test func aWriterInAnotherProcessDisablesEditingThenTheDocumentReverts() async throws {
+        let (host, url, dir) = try await host("before")
         defer { host.quit(); dir.remove() }
         let mark = host.transcript.count
-        try NSFileCoordinator().coordinate(writingItemAt: url, options: .forReplacing) { url in
-            try SafeSave.write(Data("written by B".utf8), to: url)
+        try await onOwnThread {
+            try NSFileCoordinator().coordinate(writingItemAt: url, options: .forReplacing) { url in
+                try SafeSave.write(Data("written by B".utf8), to: url)
+            }
         }
-        #expect(host.waitFor(after: mark) { $0 == "text written by B" } != nil, "\(host.transcript)")
-        #expect(host.waitFor(after: mark) { $0 == "state editingDisabled" } != nil)
+        #expect(await host.waitFor(after: mark) { $0 == "text written by B" } != nil, "\(host.transcript)")
+        #expect(await host.waitFor(after: mark) { $0 == "state editingDisabled" } != nil)
         let disabled = host.transcript.dropFirst(mark).firstIndex(of: "state editingDisabled")
         let reloaded = host.transcript.dropFirst(mark).firstIndex(of: "text written by B")
         #expect(disabled != nil && reloaded != nil && disabled! < reloaded!, "editing is disabled before the reload: \(host.transcript)")
-        #expect(host.waitFor(after: mark) { $0 == "state normal" } != nil)
+        #expect(await host.waitFor(after: mark) { $0 == "state normal" } != nil)
     }
 
-    @Test func aMoveInAnotherProcessIsFollowed() throws {
-        let (host, url, dir) = try host("movable")
+    @Test func aMoveInAnotherProcessIsFollowed() async throws {
+        let (host, url, dir) = try await host("movable")
         defer { host.quit(); dir.remove() }
         let destination = dir.file("moved.txt")
-        let coordinator = NSFileCoordinator()
-        try coordinator.coordinate(reading: [], writing: [(url, .forMoving), (destination, .forReplacing)]) { _, urls in
-            coordinator.item(at: urls[0], willMoveTo: urls[1])
-            try FileManager.default.moveItem(at: urls[0], to: urls[1])
-            coordinator.item(at: urls[0], didMoveTo: urls[1])
+        try await onOwnThread {
+            let coordinator = NSFileCoordinator()
+            try coordinator.coordinate(reading: [], writing: [(url, .forMoving), (destination, .forReplacing)]) { _, urls in
+                coordinator.item(at: urls[0], willMoveTo: urls[1])
+                try FileManager.default.moveItem(at: urls[0], to: urls[1])
+                coordinator.item(at: urls[0], didMoveTo: urls[1])
+            }
         }
         var followed = false
         for _ in 0..<200 where !followed {
             let mark = host.transcript.count
             host.send("url?")
-            followed = host.waitFor(after: mark) { $0.hasPrefix("url ") } == "url \(destination.path)"
+            followed = await host.waitFor(after: mark) { $0.hasPrefix("url ") } == "url \(destination.path)"
         }
         #expect(followed, "\(host.transcript)")
     }
 
-    @Test func aDeletionInAnotherProcessClosesTheDocument() throws {
-        let (host, url, dir) = try host("doomed")
+    @Test func aDeletionInAnotherProcessClosesTheDocument() async throws {
+        let (host, url, dir) = try await host("doomed")
         defer { host.quit(); dir.remove() }
-        try NSFileCoordinator().coordinate(writingItemAt: url, options: .forDeleting) { try FileManager.default.removeItem(at: $0) }
-        #expect(host.waitFor { $0 == "state closed" } != nil, "\(host.transcript)")
+        try await onOwnThread { try NSFileCoordinator().coordinate(writingItemAt: url, options: .forDeleting) { try FileManager.default.removeItem(at: $0) } }
+        #expect(await host.waitFor { $0 == "state closed" } != nil, "\(host.transcript)")
     }
 
-    @Test func aStoppedProcessCannotBlockOthersForever() throws {
-        let (host, url, dir) = try host("frozen")
+    @Test func aStoppedProcessCannotBlockOthersForever() async throws {
+        let (host, url, dir) = try await host("frozen")
         defer { kill(host.process.processIdentifier, SIGCONT); host.quit(); dir.remove() }
         kill(host.process.processIdentifier, SIGSTOP)
-        let coordinator = NSFileCoordinator(filePresenter: nil, locks: .shared, presenterTimeout: .milliseconds(300))
-        let start = ContinuousClock.now
-        try coordinator.coordinate(writingItemAt: url, options: .forReplacing) { try SafeSave.write(Data("anyway".utf8), to: $0) }
-        let waited = ContinuousClock.now - start
+        let waited = try await onOwnThread {
+            let coordinator = NSFileCoordinator(filePresenter: nil, locks: .shared, presenterTimeout: .milliseconds(300))
+            let start = ContinuousClock.now
+            try coordinator.coordinate(writingItemAt: url, options: .forReplacing) { try SafeSave.write(Data("anyway".utf8), to: $0) }
+            return ContinuousClock.now - start
+        }
         #expect(waited >= .milliseconds(300) && waited < .seconds(5), "waited \(waited)")
         #expect(try String(contentsOf: url, encoding: .utf8) == "anyway")
     }
