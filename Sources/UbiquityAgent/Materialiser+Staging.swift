@@ -93,17 +93,19 @@ extension Materialiser {
         needed = try await patchIn(needed, of: members, changing: known, local: local, into: writer, item: item, in: sync)
         // The rest from the server, in batches of about `transferBatchBytes`, a few at a time,
         // each chunk checked (by the client) and written as its batch arrives.
-        var batches: [[String]] = [], current: [String] = [], currentBytes = 0
+        // (Each with the length of its answer, which is gathered into a buffer of that size
+        // from the start rather than grown, and copied, as it fills.)
+        var batches: [(hashes: [String], answerBytes: Int)] = [], current: [String] = [], currentBytes = 0
         for chunk in needed {
             if !current.isEmpty && (currentBytes + chunk.length > ContainerSync.transferBatchBytes || current.count == ChunkBatch.maximumCount) {
-                batches.append(current)
+                batches.append((current, currentBytes + current.count * ChunkBatch.framing))
                 current = []
                 currentBytes = 0
             }
             current.append(chunk.hash)
             currentBytes += chunk.length
         }
-        if !current.isEmpty { batches.append(current) }
+        if !current.isEmpty { batches.append((current, currentBytes + current.count * ChunkBatch.framing)) }
         // Each batch written where it goes as it arrives, each chunk checked first (by the
         // client), straight from the answer; the answers' buffers used again by later batches
         // (new large buffers cost a page fault every 4 KiB).
@@ -113,11 +115,11 @@ extension Materialiser {
             var inFlight = 0
             var queued = batches.makeIterator()
             while true {
-                while inFlight < ContainerSync.transferConcurrency, let hashes = queued.next() {
+                while inFlight < ContainerSync.transferConcurrency, let (hashes, answerBytes) = queued.next() {
                     group.addTask {
                         var written: Int64 = 0
                         do {
-                            let used = try await client.download(hashes, accumulation: buffers.take()) { hash, bytes in
+                            let used = try await client.download(hashes, accumulation: buffers.take(capacity: answerBytes)) { hash, bytes in
                                 try writer.write(bytes, hash: hash)
                                 written += Int64(writer.occurrences(of: hash) * bytes.count)
                             }

@@ -296,6 +296,52 @@ import UbiquityProtocol
         #expect(stopped.readableBytes == ChunkBatch.framing + first[0].bytes.count)
     }
 
+    /// The chunks of a pack this store wrote are vouched for (a fetch does not hash them again)
+    /// while the file is as written, and for a while only: not by another store (a restarted
+    /// server), not once anything wrote the file (even the same byte), not past the window, not
+    /// once more packs were written than it remembers; a chunk not from a pack never is.
+    @Test func aPackThisStoreWroteIsVouchedForUntilAnythingWritesIt() async throws {
+        defer { try? FileManager.default.removeItem(atPath: directory) }
+        let store = try FileChunkStore(directory: directory)
+        let first = Self.chunks(3, seed: 10), second = Self.chunks(2, seed: 11)
+        try await store.store(first, account: 5)
+        try await store.store(second, account: 5)
+        let looseBytes: [UInt8] = Array("kept by an earlier version".utf8)
+        try keepLoose(looseBytes, account: 5, in: store)
+        func vouched(_ store: FileChunkStore, _ hashes: [String]) async throws -> [Bool] {
+            var body = ByteBuffer()
+            let loaded = try await store.loadVouchedBatch(hashes, account: 5, upTo: 1 << 20, into: &body)
+            #expect(loaded.places.count == hashes.count)
+            let batch = try ChunkBatch(decoding: Array(body.readableBytesView), maximumChunkSize: 1 << 20)
+            #expect(batch.chunks.map(\.hash) == hashes, "the bytes are read whatever is vouched for")
+            return loaded.vouched
+        }
+        let asked = (first + second).map(\.hash) + [sha256(looseBytes)]
+        #expect(try await vouched(store, asked) == [true, true, true, true, true, false])
+        #expect(try await vouched(try FileChunkStore(directory: directory), asked) == Array(repeating: false, count: 6))
+
+        // The same byte written again over the first pack's: its chunks are hashed again, the
+        // other pack's still not.
+        let place = try #require(try await store.places(of: [first[0].hash], account: 5)[first[0].hash])
+        let fd = open(store.packPath(account: 5, pack: place.pack), O_RDWR)
+        var byte: UInt8 = 0
+        #expect(pread(fd, &byte, 1, off_t(place.offset)) == 1 && pwrite(fd, &byte, 1, off_t(place.offset)) == 1)
+        close(fd)
+        #expect(try await vouched(store, asked) == [false, false, false, true, true, false])
+
+        // Past the window; past the count remembered (the oldest forgotten first).
+        try FileManager.default.removeItem(atPath: directory)
+        let brief = try FileChunkStore(directory: directory, freshPacks: FreshPacks(trustedFor: .zero))
+        try await brief.store(first, account: 5)
+        #expect(try await vouched(brief, first.map(\.hash)) == [false, false, false])
+        try FileManager.default.removeItem(atPath: directory)
+        let forgetful = try FileChunkStore(directory: directory, freshPacks: FreshPacks(maximumCount: 2))
+        let third = Self.chunks(1, seed: 12)
+        for batch in [first, second, third] { try await forgetful.store(batch, account: 5) }
+        #expect(forgetful.freshPacks.count == 2)
+        #expect(try await vouched(forgetful, (first + second + third).map(\.hash)) == [false, false, false, true, true, true])
+    }
+
     @Test func chunksKeptOneFileEachByEarlierVersionsAreStillServed() async throws {
         defer { try? FileManager.default.removeItem(atPath: directory) }
         let store = try FileChunkStore(directory: directory)

@@ -176,7 +176,7 @@ extension SyncServices {
             let (device, container, item) = try Self.itemAddress(context)
             var update = try await prepared(try await request.decode(as: ItemUpdate.self, context: context), of: item, in: container, for: device)
             let inline = try Self.inlineChunks(of: &update)
-            if !inline.isEmpty { try await receive(inline, from: device, logger: context.logger) } // stored before the commit: complete when committed
+            if !inline.isEmpty { try await receive(inline, from: device, logger: context.logger, checked: true) } // checked as they were taken out; stored before the commit: complete when committed
             let outcome = try await database.commit(accountId: device.accountId, container: container, itemId: item, update: update, device: device, now: Date(),
                                                     brief: Self.brief(request), limits: accountLimits)
             if !outcome.repeated { // a change sent again changed nothing: nothing to count or push
@@ -221,8 +221,9 @@ extension SyncServices {
                     results[index] = CommitResult(item: commit.item, error: error.body)
                 }
             }
-            // Small files' bytes stored before their commits (one quota check, one write): complete when committed.
-            if !inline.isEmpty { try await receive(inline, from: device, logger: context.logger) }
+            // Small files' bytes (each checked as it was taken out) stored before their commits
+            // (one quota check, one write): complete when committed.
+            if !inline.isEmpty { try await receive(inline, from: device, logger: context.logger, checked: true) }
             let brief = Self.brief(request), terse = request.uri.queryParameters["terse"] == "true"
             let verdicts = accepted.isEmpty ? [] : try await database.commit(accountId: device.accountId, container: container, commits: accepted.map(\.commit),
                                                                               device: device, now: Date(), brief: brief, limits: accountLimits)
@@ -478,7 +479,9 @@ extension SyncServices {
     /// Stores uploaded chunks: the quota checked once for those the account lacks (before any
     /// byte is written), the contents stored, then recorded in one transaction, which checks the
     /// quota again (another upload may have used the room meanwhile: then nothing is kept).
-    func receive(_ received: [ChunkBatch.Chunk], from device: DeviceAuth, logger: Logger) async throws {
+    /// Each chunk is checked against its hash, unless `checked`: the caller made the hashes
+    /// from these bytes itself, or checked them against the names a moment ago.
+    func receive(_ received: [ChunkBatch.Chunk], from device: DeviceAuth, logger: Logger, checked: Bool = false) async throws {
         for chunk in received { try Validate.hash(chunk.hash) }
         let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: received.map(\.hash)))
         // Each chunk is checked against its hash once: those to store by the storage, the others
@@ -487,7 +490,7 @@ extension SyncServices {
         for chunk in received {
             if lacking.contains(chunk.hash) && seen.insert(chunk.hash).inserted {
                 fresh.append(chunk)
-            } else {
+            } else if !checked {
                 try FileChunkStore.verify(chunk.bytes, hash: chunk.hash)
             }
         }
@@ -498,7 +501,7 @@ extension SyncServices {
             let usage = try await database.usage(ofAccount: device.accountId)
             guard usage.used - usage.pendingBytes + adding <= usage.quota else { throw SyncError.quotaExceeded(used: usage.used, quota: usage.quota, adding: adding) }
         }
-        try await chunks.store(fresh, account: device.accountId)
+        try await chunks.store(fresh, account: device.accountId, checked: checked)
         let completed: [String: Int64]
         do {
             completed = try await database.chunksStored(accountId: device.accountId, chunks: received.map { StoredChunk(hash: $0.hash, size: Int64($0.bytes.count)) }, now: Date())

@@ -13,9 +13,11 @@ import Glibc
 /// PostgreSQL (``PostgresChunkStore``), so instances on several machines share them.
 protocol ChunkStorage: Sendable {
     /// Stores chunks of `account` (nothing for one that is there already), each checked
-    /// against its hash first: one that does not match stores none of them.
+    /// against its hash first — unless `checked`: the caller hashed these very bytes itself
+    /// (chunks it cut, or checked against their names a moment ago) — so that one that does not
+    /// match stores none of them.
     /// - Throws: ``SyncError`` (`hashMismatch`) if some bytes do not hash to their hash; storage errors.
-    func store(_ chunks: [ChunkBatch.Chunk], account: Int64) async throws
+    func store(_ chunks: [ChunkBatch.Chunk], account: Int64, checked: Bool) async throws
     /// The contents of chunk `hash` of `account`; nil if it is not stored.
     func load(hash: String, account: Int64) async throws -> Data?
     /// The contents of chunks of `account`, in the order of `hashes`: as many as fit in `limit`
@@ -26,6 +28,10 @@ protocol ChunkStorage: Sendable {
     /// before the first that is not stored. Returns where each one's bytes are in `batch`.
     /// (A fetch's answer, read straight into the body that is sent.)
     func loadBatch(_ hashes: [String], account: Int64, upTo limit: Int, into batch: inout ByteBuffer) async throws -> [Range<Int>]
+    /// As ``loadBatch(_:account:upTo:into:)``, and for each chunk loaded whether the storage
+    /// vouches for its bytes: read from where it wrote them itself, after checking them against
+    /// their hash, and not written since (see ``FreshPacks``). ``VerifiedChunks`` hashes the others.
+    func loadVouchedBatch(_ hashes: [String], account: Int64, upTo limit: Int, into batch: inout ByteBuffer) async throws -> (places: [Range<Int>], vouched: [Bool])
     /// Removes one chunk (nothing if it is not stored).
     /// - Throws: Storage errors: the chunk may still be there.
     func remove(hash: String, account: Int64) async throws
@@ -49,6 +55,11 @@ protocol ChunkStorage: Sendable {
 extension ChunkStorage {
     var folder: String? { nil }
 
+    /// Stores chunks of `account`, each checked against its hash first.
+    func store(_ chunks: [ChunkBatch.Chunk], account: Int64) async throws {
+        try await store(chunks, account: account, checked: false)
+    }
+
     func load(_ hashes: [String], account: Int64, upTo limit: Int) async throws -> [Data] {
         var loaded: [Data] = [], total = 0
         for hash in hashes {
@@ -63,6 +74,12 @@ extension ChunkStorage {
         let loaded = try await load(hashes, account: account, upTo: limit)
         batch.reserveCapacity(minimumWritableBytes: loaded.reduce(0) { $0 + ChunkBatch.framing + $1.count })
         return zip(hashes, loaded).map { hash, bytes in batch.writeFramedChunk(hash: hash, bytes) }
+    }
+
+    /// Vouches for none by default: every chunk is hashed when read.
+    func loadVouchedBatch(_ hashes: [String], account: Int64, upTo limit: Int, into batch: inout ByteBuffer) async throws -> (places: [Range<Int>], vouched: [Bool]) {
+        let places = try await loadBatch(hashes, account: account, upTo: limit, into: &batch)
+        return (places, Array(repeating: false, count: places.count))
     }
 
     /// Nothing to free by default (PostgreSQL reclaims rows itself).
@@ -106,9 +123,13 @@ struct FileChunkStore: ChunkStorage {
     let directory: String
     var folder: String? { directory }
     let index: DatabasePool
+    /// The packs this store wrote lately, whose chunks it vouches for while nothing writes them.
+    let freshPacks: FreshPacks
 
-    init(directory: String) throws {
+    /// The store in `directory` (made if missing), remembering the packs it writes in `freshPacks`.
+    init(directory: String, freshPacks: FreshPacks = FreshPacks()) throws {
         self.directory = directory
+        self.freshPacks = freshPacks
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
@@ -130,8 +151,8 @@ struct FileChunkStore: ChunkStorage {
     /// Where earlier versions kept a chunk, one file each.
     func loosePath(account: Int64, hash: String) -> String { "\(directory)/\(account)/\(hash.prefix(2))/\(hash)" }
 
-    func store(_ chunks: [ChunkBatch.Chunk], account: Int64) async throws {
-        for chunk in chunks { try Self.verify(chunk.bytes, hash: chunk.hash) }
+    func store(_ chunks: [ChunkBatch.Chunk], account: Int64, checked: Bool) async throws {
+        if !checked { for chunk in chunks { try Self.verify(chunk.bytes, hash: chunk.hash) } }
         // The caller stores what its database lacks; one the index has already (a crash between
         // indexing and recording it) is dead bytes in the new pack, not a second entry (below).
         let loose = hasLooseChunks(account: account)
@@ -143,19 +164,19 @@ struct FileChunkStore: ChunkStorage {
         guard !fresh.isEmpty else { return }
         let pack = UUID().uuidString.lowercased()
         let path = packPath(account: account, pack: pack)
-        try Self.writeDurably(fresh.map(\.bytes), to: path)
+        let written = try Self.writeDurably(fresh.map(\.bytes), to: path)
         let unused: Bool
         // Names and lengths only: the write's closure may outlive the call a moment on the
         // database's queue, and must not hold the request's body (kept for the next request).
-        let written = fresh.map { (hash: $0.hash, length: $0.bytes.count) }
+        let entries = fresh.map { (hash: $0.hash, length: $0.bytes.count) }
         do {
             unused = try await index.write { db in
-                let size = written.reduce(0) { $0 + $1.length }
+                let size = entries.reduce(0) { $0 + $1.length }
                 try db.cachedStatement(sql: "INSERT INTO pack (id, account, size, live, created) VALUES (?, ?, ?, 0, ?)")
                                .execute(arguments: [pack, account, size, Date().timeIntervalSince1970])
                 var offset = 0, live = 0
                 let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO chunk (account, hash, pack, offset, length) VALUES (?, ?, ?, ?, ?)")
-                for chunk in written {
+                for chunk in entries {
                     // Stored meanwhile by another upload: that copy stays, this one is dead bytes.
                     try insert.execute(arguments: [account, chunk.hash, pack, offset, chunk.length])
                     if db.changesCount > 0 { live += chunk.length }
@@ -173,7 +194,7 @@ struct FileChunkStore: ChunkStorage {
             unlink(path)
             throw error
         }
-        if unused { unlink(path) }
+        if unused { unlink(path) } else { freshPacks.wrote(pack, status: written) }
     }
 
     func load(_ hashes: [String], account: Int64, upTo limit: Int) async throws -> [Data] {
@@ -183,11 +204,15 @@ struct FileChunkStore: ChunkStorage {
     }
 
     func loadBatch(_ hashes: [String], account: Int64, upTo limit: Int, into batch: inout ByteBuffer) async throws -> [Range<Int>] {
+        try await loadVouchedBatch(hashes, account: account, upTo: limit, into: &batch).places
+    }
+
+    func loadVouchedBatch(_ hashes: [String], account: Int64, upTo limit: Int, into batch: inout ByteBuffer) async throws -> (places: [Range<Int>], vouched: [Bool]) {
         // Where each is, from one look at the index; then each pack opened once, and each chunk
         // read from it straight into the batch.
         let places = try await self.places(of: hashes, account: account)
-        var loaded: [Range<Int>] = [], total = 0
-        var open: (pack: String, fd: Int32)?
+        var loaded: [Range<Int>] = [], vouched: [Bool] = [], total = 0
+        var open: (pack: String, fd: Int32, vouched: Bool)?
         defer { if let open { close(open.fd) } }
         batch.reserveCapacity(minimumWritableBytes: min(limit, places.values.reduce(0) { $0 + $1.length }) + hashes.count * ChunkBatch.framing)
         for hash in hashes {
@@ -195,13 +220,15 @@ struct FileChunkStore: ChunkStorage {
                 if !loaded.isEmpty && total + place.length > limit { break }
                 if open?.pack != place.pack {
                     if let open { close(open.fd) }
-                    open = (place.pack, Glibc.open(packPath(account: account, pack: place.pack), O_RDONLY | O_CLOEXEC))
+                    let fd = Glibc.open(packPath(account: account, pack: place.pack), O_RDONLY | O_CLOEXEC)
+                    open = (place.pack, fd, fd >= 0 && freshPacks.vouches(for: place.pack, fd: fd))
                 }
                 let frameStart = batch.writerIndex
                 batch.writeBytes(ChunkBatch.frame(hash: hash, length: place.length))
                 let start = batch.writerIndex
-                if let fd = open?.fd, fd >= 0, Self.read(fd, offset: place.offset, length: place.length, into: &batch) {
+                if let open, open.fd >= 0, Self.read(open.fd, offset: place.offset, length: place.length, into: &batch) {
                     loaded.append(start..<batch.writerIndex)
+                    vouched.append(open.vouched)
                     total += place.length
                     continue
                 }
@@ -211,9 +238,10 @@ struct FileChunkStore: ChunkStorage {
             guard let data = try await load(hash: hash, account: account) else { break }
             if !loaded.isEmpty && total + data.count > limit { break }
             loaded.append(batch.writeFramedChunk(hash: hash, data))
+            vouched.append(false)
             total += data.count
         }
-        return loaded
+        return (loaded, vouched)
     }
 
     /// Where the index says each of `hashes` is (those it does not name are not packed).
@@ -373,13 +401,15 @@ struct FileChunkStore: ChunkStorage {
     }
 
     /// Writes `pieces` one after the other as a new file at `path`, then `fsync`s it and its
-    /// folder: once this returns, the file and its name survive a crash.
-    static func writeDurably<Piece: ContiguousBytes>(_ pieces: [Piece], to path: String) throws {
+    /// folder: once this returns, the file and its name survive a crash. Returns the file's
+    /// status as written (its status-change time changes with any later write).
+    @discardableResult
+    static func writeDurably<Piece: ContiguousBytes>(_ pieces: [Piece], to path: String) throws -> stat {
         let folder = (path as NSString).deletingLastPathComponent
         try FileManager.default.createDirectory(atPath: folder, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
         guard fd >= 0 else { throw ioError("create", path) }
-        var ok = false
+        var ok = false, status = stat()
         defer { if !ok { unlink(path) } }
         do {
             defer { close(fd) }
@@ -387,12 +417,14 @@ struct FileChunkStore: ChunkStorage {
                 guard bytes.withUnsafeBytes({ SystemCall.writeAll(fd, $0) }) >= 0 else { throw ioError("write", path) }
             }
             guard fsync(fd) == 0 else { throw ioError("fsync", path) }
+            guard fstat(fd, &status) == 0 else { throw ioError("stat", path) }
         }
         let directory = open(folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         guard directory >= 0 else { throw ioError("open", folder) }
         defer { close(directory) }
         guard fsync(directory) == 0 else { throw ioError("fsync", folder) }
         ok = true
+        return status
     }
 
     /// `length` bytes at `offset` of the file at `path`; nil if it is not there or shorter.

@@ -139,8 +139,8 @@ struct RelayedChange: Codable, Sendable {
 struct PostgresChunkStore: ChunkStorage {
     let database: PostgresDatabase
 
-    func store(_ chunks: [ChunkBatch.Chunk], account: Int64) async throws {
-        for chunk in chunks { try Self.verify(chunk.bytes, hash: chunk.hash) }
+    func store(_ chunks: [ChunkBatch.Chunk], account: Int64, checked: Bool) async throws {
+        if !checked { for chunk in chunks { try Self.verify(chunk.bytes, hash: chunk.hash) } }
         let now = Date().timeIntervalSince1970
         try await database.transaction { db in
             for chunk in chunks {

@@ -5,8 +5,9 @@ import NIOCore
 import UbiquityProtocol
 
 /// Chunk contents checked against their hash on every read, wherever they are stored (a file
-/// the disk damaged, a row changed by hand): a chunk whose bytes no longer hash to its name is
-/// never served. It is put aside (``ChunkStorage/quarantine(hash:account:damaged:)``), the log
+/// the disk damaged, a row changed by hand) — but for those the storage vouches for (a fetch of
+/// chunks from a pack this server wrote minutes ago, unwritten since: ``FreshPacks``): a chunk
+/// whose bytes no longer hash to its name is never served. It is put aside (``ChunkStorage/quarantine(hash:account:damaged:)``), the log
 /// says so at `error`, the database forgets it (``SyncDatabase/chunkLost(accountId:hash:)``: its
 /// revisions are not uploaded any more, devices are told) and the read answers it missing — so
 /// a device that sends it again repairs it.
@@ -17,8 +18,8 @@ struct VerifiedChunks: ChunkStorage {
     let notifier: ChangeNotifier
     let logger: Logger
 
-    func store(_ chunks: [ChunkBatch.Chunk], account: Int64) async throws {
-        try await base.store(chunks, account: account)
+    func store(_ chunks: [ChunkBatch.Chunk], account: Int64, checked: Bool) async throws {
+        try await base.store(chunks, account: account, checked: checked)
     }
 
     func load(hash: String, account: Int64) async throws -> Data? {
@@ -36,8 +37,8 @@ struct VerifiedChunks: ChunkStorage {
 
     func loadBatch(_ hashes: [String], account: Int64, upTo limit: Int, into batch: inout ByteBuffer) async throws -> [Range<Int>] {
         let start = batch.writerIndex
-        let places = try await base.loadBatch(hashes, account: account, upTo: limit, into: &batch)
-        for (index, place) in places.enumerated() {
+        let (places, vouched) = try await base.loadVouchedBatch(hashes, account: account, upTo: limit, into: &batch)
+        for (index, place) in places.enumerated() where !vouched[index] {
             let digest = batch.withUnsafeReadableBytes { bytes in
                 SHA256.hash(data: UnsafeRawBufferPointer(rebasing: bytes[(place.lowerBound - batch.readerIndex)..<(place.upperBound - batch.readerIndex)]))
             }

@@ -193,7 +193,7 @@ extension SyncServices {
             let pieces = ContentChunker.forFile(ofSize: max(fileSize, bytes.count)).chunks(of: bytes).map { chunk in
                 ChunkBatch.Chunk(hash: chunk.hash, bytes: bytes[chunk.offset..<(chunk.offset + chunk.length)])
             }
-            try await receive(pieces, from: device, logger: context.logger)
+            try await receive(pieces, from: device, logger: context.logger, checked: true) // hashed as they were cut
             return WebPartResponse(chunks: pieces.map { ChunkReference(hash: $0.hash, size: Int64($0.bytes.count)) })
         }
         containers.post("files") { request, context in
