@@ -96,6 +96,30 @@ struct StagedWriter: Sendable {
         return copied
     }
 
+    /// Starts writing back to the disk, without waiting, what the chunks `hashes` filled (a
+    /// batch just written): runs of adjacent places of 1 MiB or more. A large download is then
+    /// on its way to the disk while the rest arrives, and ``finish()``'s `fsync` waits for the
+    /// last batches only (64 MiB written back at once waited about 30 ms here).
+    func startWriteback(of hashes: [String], lengths: [String: Int]) {
+        var runs: [(member: Int, start: Int, end: Int)] = []
+        for hash in hashes {
+            guard let length = lengths[hash] else { continue }
+            for place in places[hash] ?? [] { runs.append((place.member, place.offset, place.offset + length)) }
+        }
+        runs.sort { ($0.member, $0.start) < ($1.member, $1.start) }
+        var merged: [(member: Int, start: Int, end: Int)] = []
+        for run in runs {
+            if let last = merged.last, last.member == run.member, last.end >= run.start {
+                merged[merged.count - 1].end = max(last.end, run.end)
+            } else {
+                merged.append(run)
+            }
+        }
+        for run in merged where run.end - run.start >= 1 << 20 {
+            ubq_start_writeback(descriptors[run.member], Int64(run.start), Int64(run.end - run.start))
+        }
+    }
+
     /// Makes every member durable (a package's folders are synced by the safe save).
     func finish() throws {
         for fd in descriptors {
