@@ -2,6 +2,7 @@ import Crypto
 import Foundation
 import GRDB
 import Hummingbird
+import NIOPosix
 import UbiquityFiles
 import UbiquityProtocol
 
@@ -164,7 +165,11 @@ struct FileChunkStore: ChunkStorage {
         guard !fresh.isEmpty else { return }
         let pack = UUID().uuidString.lowercased()
         let path = packPath(account: account, pack: pack)
-        let written = try Self.writeDurably(fresh.map(\.bytes), to: path)
+        // Written and synced on a thread of the I/O pool: an `fsync` waits milliseconds for the
+        // disk, and a few uploads at once waiting on the cooperative threads would stall every
+        // request on a small machine.
+        let pieces = fresh.map(\.bytes)
+        let written = try await NIOThreadPool.singleton.runIfActive { try Self.writeDurably(pieces, to: path) }
         let unused: Bool
         // Names and lengths only: the write's closure may outlive the call a moment on the
         // database's queue, and must not hold the request's body (kept for the next request).
