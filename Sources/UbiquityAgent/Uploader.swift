@@ -246,6 +246,7 @@ struct Uploader {
             guard let file = sync.files.file(of: item), let path = sync.files.path(of: item), let kind = sync.state.persisted.remote[item]?.kind,
                   kind != .directory else { continue }
             let url = sync.root.appendingPathComponent(path)
+            // A file that cannot be cut now (removed or replaced meanwhile) goes with its next change.
             guard let members = try? LocalContents.cut(url, kind: kind, scanner: sync.scanner, relative: path),
                   LocalContents.token(LocalContents.manifest(members, kind: kind), kind: kind) == file.content else { continue }
             let hashes = Array(Set(members.flatMap { $0.chunks.map(\.hash) }))
@@ -397,6 +398,7 @@ struct Uploader {
             guard let bases = patchBases(of: upload, in: sync) else { continue }
             for (member, chunks) in members {
                 let pairs = chunks.compactMap { chunk in bases[member.path]?[chunk.hash].map { (chunk, $0) } }
+                // A file that cannot be opened sends these chunks whole (below), which says why if it fails.
                 guard !pairs.isEmpty, let handle = try? FileHandle(forReadingFrom: member.path.isEmpty ? upload.url : upload.url.appendingPathComponent(member.path)) else { continue }
                 defer { try? handle.close() } // read-only: closing cannot lose anything
                 for (chunk, base) in pairs {

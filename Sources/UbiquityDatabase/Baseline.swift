@@ -60,7 +60,7 @@ struct BaselineFolder: Sendable {
         var found: [(Baseline.Header, URL)] = [], problems: [String] = []
         for device in try POSIX.directoryEntries(url.path) where !device.hasPrefix(".") {
             let folder = url.appendingPathComponent(device)
-            guard (try? POSIX.status(folder.path))??.kind == .directory else { continue }
+            guard (try? POSIX.status(folder.path))??.kind == .directory else { continue } // not a device's folder
             for name in try POSIX.directoryEntries(folder.path) where name.hasSuffix(".ubqbase") {
                 let file = folder.appendingPathComponent(name)
                 do { found.append((try Self.header(of: file), file)) } catch { problems.append("\(device)/\(name): \(error)") }
@@ -125,7 +125,7 @@ struct BaselineFolder: Sendable {
             try handle.synchronize()
             try handle.close()
         } catch {
-            try? handle.close()
+            try? handle.close() // the write's error is the one reported
             throw error
         }
         let destination = folder.appendingPathComponent(Baseline.fileName(number: header.number))

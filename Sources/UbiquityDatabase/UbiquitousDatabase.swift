@@ -156,13 +156,16 @@ public final class UbiquitousDatabase: Sendable {
         }
         guard automaticallySynchronizes else { return }
         let own = logsURL.appendingPathComponent(engine.device).path + "/"
-        watcher.withLock {
-            $0 = try? DirectoryWatcher(root: logsURL, logger: logger) { [weak self] event in
+        do {
+            let watching = try DirectoryWatcher(root: logsURL, logger: logger) { [weak self] event in
                 if case .changed(let path) = event, path.hasPrefix(own) { return } // this device's own segments
                 self?.scheduleSynchronization()
             }
+            watcher.withLock { $0 = watching }
+        } catch {
+            logger.warning("cannot watch the logs folder; synchronizing after commits and on request only",
+                           metadata: ["folder": "\(logsURL.path)", "error": "\(error)"])
         }
-        if watcher.withLock({ $0 == nil }) { logger.warning("cannot watch the logs folder; synchronizing after commits and on request only") }
         followAccount(containers)
         scheduleSynchronization()
     }

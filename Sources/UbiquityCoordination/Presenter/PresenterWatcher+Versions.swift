@@ -30,6 +30,7 @@ extension PresenterWatcher {
     static func versionStoreDirectories(in directory: String) -> [String] {
         let root = directory + "/" + VersionStore.directoryName
         var found = [root]
+        // (No store, or none readable: nothing to watch there.)
         for name in (try? POSIX.directoryEntries(root)) ?? [] where !name.hasPrefix(".") {
             if (try? POSIX.status(root + "/" + name))??.kind == .directory { found.append(root + "/" + name) }
         }
@@ -88,6 +89,7 @@ extension PresenterWatcher {
                 defer { state.versions[item] = now }
                 return state.versions[item]
             }
+            // An item whose store cannot be opened now has no versions to tell of this time.
             guard let before, let store = try? VersionStore(item: URL(fileURLWithPath: item)) else { continue }
             let itemURL = URL(fileURLWithPath: item)
             func version(_ record: VersionRecord) -> NSFileVersion { NSFileVersion(item: itemURL, record: record, store: store) }

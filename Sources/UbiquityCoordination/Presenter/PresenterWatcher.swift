@@ -405,7 +405,7 @@ final class PresenterWatcher: Sendable {
             while status == nil, let moved = aliases[path], hops < 8 {
                 used[path] = moved
                 path = moved
-                status = try? POSIX.status(path)
+                status = try? POSIX.status(path) // unreadable as gone: the next alias, or the item is gone
                 hops += 1
             }
             presented[path] = status?.kind == .directory

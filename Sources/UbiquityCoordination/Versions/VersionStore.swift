@@ -347,6 +347,7 @@ struct VersionStore: Sendable {
     /// Half-added or half-removed versions a killed process left (the caller holds the write).
     /// Best effort: what cannot go now is tried again by the next writer, and is hidden meanwhile.
     private func removeLeftovers() {
+        // Leftovers of killed writers: best effort, the next writer sweeps what is left.
         for entry in (try? POSIX.directoryEntries(root)) ?? [] where entry.hasPrefix(".removing-") {
             try? POSIX.removeTree(root + "/" + entry)
         }
@@ -359,6 +360,7 @@ struct VersionStore: Sendable {
     /// old (their process's number may have been reused). Best effort, like ``removeLeftovers()``.
     private func removeStaleStaging(_ staging: String) {
         let dayAgo = Int64(Date().addingTimeInterval(-86_400).timeIntervalSince1970 * 1e9)
+        // Staged copies of gone processes or a day old: best effort, swept again next time.
         for entry in (try? POSIX.directoryEntries(staging)) ?? [] {
             let owner = entry.split(separator: "-", maxSplits: 1).first.flatMap { pid_t($0) }
             let ownerGone = owner.map { $0 > 0 && $0 != getpid() && kill($0, 0) != 0 && errno == ESRCH } ?? false

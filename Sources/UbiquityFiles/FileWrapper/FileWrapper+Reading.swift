@@ -69,6 +69,7 @@ extension FileWrapper {
             guard status.kind == .regular else { return false }
             let (source, clean) = lock.withLock { (self.source, sourceMatchesContents) }
             if let source, clean, source.path == path, source.status.sameContents(as: status) { return true }
+            // A file that cannot be read does not match (the caller reads it anew).
             guard let mine = regularFileContents, let theirs = try? POSIX.readFile(path) else { return false }
             return mine == theirs
         case .directory:

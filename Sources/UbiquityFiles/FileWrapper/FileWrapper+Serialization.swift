@@ -72,6 +72,7 @@ extension FileWrapper {
             guard let encoded = node["children"] as? [String: Any] else { return false }
             kind = .directory
             for (key, value) in encoded {
+                // A child with a name no file may have makes the archive malformed.
                 guard (try? Self.validateName(key, in: "")) != nil, let childNode = value as? [String: Any] else { return false }
                 let child = FileWrapper(kind: .regular)
                 guard child.populate(from: childNode, depth: depth + 1) else { return false }

@@ -79,6 +79,7 @@ extension ServerAdministration {
             report.unlisted.append(reference)
             guard repair else { continue }
             let key = Key(account: reference.account, hash: reference.hash)
+            // Listed again if sound and the database takes it (a refusal — over quota — lists it lost below).
             if storedKeys.contains(key), try await sound(reference.account, reference.hash) == true,
                let size = stored.first(where: { $0.account == key.account && $0.hash == key.hash })?.size,
                (try? await database.chunksStored(accountId: reference.account, chunks: [StoredChunk(hash: reference.hash, size: size)], now: now)) != nil {

@@ -303,14 +303,16 @@ struct FileChunkStore: ChunkStorage {
             }
         }
         // Chunks stored one file each by earlier versions: DIR/ACCOUNT/ab/abcdef….
+        // A folder or file that cannot be read fails the check (it says what and why) rather
+        // than leaving its chunks out of it.
         let files = FileManager.default
-        for account in (try? files.contentsOfDirectory(atPath: directory)) ?? [] {
+        for account in try files.contentsOfDirectory(atPath: directory) {
             guard let id = Int64(account) else { continue }
-            for folder in (try? files.contentsOfDirectory(atPath: "\(directory)/\(account)")) ?? [] where folder.count == 2 {
-                for hash in (try? files.contentsOfDirectory(atPath: "\(directory)/\(account)/\(folder)")) ?? [] where hash.hasPrefix(folder) {
-                    let attributes = try? files.attributesOfItem(atPath: loosePath(account: id, hash: hash))
-                    entries.append(ChunkEntry(account: id, hash: hash, size: (attributes?[.size] as? Int64) ?? 0,
-                                              created: (attributes?[.modificationDate] as? Date) ?? .distantPast))
+            for folder in try files.contentsOfDirectory(atPath: "\(directory)/\(account)") where folder.count == 2 {
+                for hash in try files.contentsOfDirectory(atPath: "\(directory)/\(account)/\(folder)") where hash.hasPrefix(folder) {
+                    let attributes = try files.attributesOfItem(atPath: loosePath(account: id, hash: hash))
+                    entries.append(ChunkEntry(account: id, hash: hash, size: (attributes[.size] as? Int64) ?? Int64((attributes[.size] as? Int) ?? 0),
+                                              created: (attributes[.modificationDate] as? Date) ?? .distantPast))
                 }
             }
         }

@@ -30,6 +30,7 @@ enum ServerRules {
                 results.append(.failure(error))
             }
         }
+        // (The refused ones are in `results` as they were refused.)
         if !announced, let last = results.compactMap({ try? $0.get() }).filter({ !$0.repeated }).map(\.item.sequence).max() {
             try await storage.announce(account: account, container: identifier, sequence: last, keyValue: false, device: device.deviceId)
         }

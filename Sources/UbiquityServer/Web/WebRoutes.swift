@@ -96,6 +96,7 @@ extension SyncServices {
         let api = web.group("api").add(middleware: WebSessionMiddleware(database: database, sightings: sightings))
         api.post("sign-in") { request, context -> Response in
             let body = try await request.body.collect(upTo: SignInGuard.bodyLimit)
+            // (What did not decode is not echoed: nobody is signed in yet.)
             guard let asked = try? JSONDecoder().decode(WebSignInRequest.self, from: body) else {
                 throw SyncError.badRequest("badRequest", "not a sign-in request")
             }
