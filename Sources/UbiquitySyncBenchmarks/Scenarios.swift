@@ -144,9 +144,14 @@ struct LargeFile: Encodable {
     /// The median of `runs` new files (each a different one).
     var ms: Double
     var runsMs: [Double]
+    /// The median of the runs' CPU times (each run's own: the run in the middle by time may
+    /// be any of them by CPU).
     var cpuMs: Double
-    /// The median run's CPU time by process.
+    /// Every run's CPU time (all processes of the system), in order.
+    var runsCpuMs: [Double]
+    /// The CPU time by process of the run in the middle by CPU.
     var cpuMsByProcess: [String: Double]
+    /// The bytes on the wire of the run in the middle by time.
     var bytesOnWire: Int64
 }
 
@@ -201,7 +206,9 @@ func largeFiles(_ peer: some Peer, mib: Int, runs: Int) async throws -> LargeFig
         })
     }
     let middle = transfers.sorted { $0.ms < $1.ms }[transfers.count / 2]
-    let newFile = LargeFile(mib: mib, ms: middle.ms, runsMs: transfers.map(\.ms), cpuMs: middle.cpuMs, cpuMsByProcess: middle.cpuMsByProcess, bytesOnWire: middle.bytesOnWire)
+    let middleByCpu = transfers.sorted { $0.cpuMs < $1.cpuMs }[transfers.count / 2]
+    let newFile = LargeFile(mib: mib, ms: middle.ms, runsMs: transfers.map(\.ms), cpuMs: middleByCpu.cpuMs, runsCpuMs: transfers.map(\.cpuMs),
+                            cpuMsByProcess: middleByCpu.cpuMsByProcess, bytesOnWire: middle.bytesOnWire)
 
     log("\(peer.name): \(runs) 1-byte edits in the \(mib) MiB file, saved safely")
     let source = peer.sideA.appendingPathComponent(target.lastPathComponent)
