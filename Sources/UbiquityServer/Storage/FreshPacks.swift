@@ -14,7 +14,10 @@ import Glibc
 /// fetch a file a moment after another uploaded it — every sync of a new file — cost the server
 /// one SHA-256 pass over its bytes, not two. Damage the file system cannot see (the medium
 /// returning other bytes than were written) is caught when the chunk is read after the window,
-/// by the device that fetches it (which checks every chunk) and by `ubiquity fsck`.
+/// by the device that fetches it (which checks every chunk) and by `ubiquity fsck`. (Linux
+/// gives a file whose times were just read a fine-grained time at its next change since 6.13;
+/// on older kernels a write within the same clock tick as the pack's own last one — a few
+/// milliseconds, a writer racing the server itself — would not show.)
 final class FreshPacks: Sendable {
     /// How long after a pack is written its chunks are vouched for (ten minutes by default).
     let trustedFor: Duration
