@@ -111,7 +111,6 @@ extension Materialiser {
         // (new large buffers cost a page fault every 4 KiB).
         let client = sync.client
         let buffers = TransferBuffers()
-        let lengths = Dictionary(needed.map { ($0.hash, $0.length) }, uniquingKeysWith: { first, _ in first })
         try await withThrowingTaskGroup(of: Int64.self) { group in
             var inFlight = 0
             var queued = batches.makeIterator()
@@ -125,7 +124,7 @@ extension Materialiser {
                                 written += Int64(writer.occurrences(of: hash) * bytes.count)
                             }
                             buffers.give(consume used)
-                            writer.startWriteback(of: hashes, lengths: lengths)
+                            writer.startWriteback(of: hashes)
                             return written
                         } catch let error as SyncClientError where error.code == "hashMismatch" {
                             throw SyncClientError(status: 200, code: "hashMismatch", message: "\(error.message) (\(name))")

@@ -13,13 +13,14 @@ import Glibc
 /// owner closes it (``close()``) whatever happens.
 struct StagedWriter: Sendable {
     let root: URL
-    /// Where each chunk goes: member index and offsets.
+    /// Where each chunk goes: member index, offset and length.
     private let places: [String: [Place]]
     private let descriptors: [Int32]
 
     struct Place: Sendable {
         var member: Int
         var offset: Int
+        var length: Int
     }
 
     /// Creates the staged file (or folder with its members and their folders), each member
@@ -45,7 +46,7 @@ struct StagedWriter: Sendable {
                 descriptors.append(fd)
                 let length = member.chunks.reduce(0) { $0 + $1.length }
                 guard ftruncate(fd, off_t(length)) == 0 else { throw Self.failure("size", url) }
-                for chunk in member.chunks { places[chunk.hash, default: []].append(Place(member: index, offset: chunk.offset)) }
+                for chunk in member.chunks { places[chunk.hash, default: []].append(Place(member: index, offset: chunk.offset, length: chunk.length)) }
             }
         } catch {
             for fd in descriptors { Glibc.close(fd) }
@@ -100,11 +101,10 @@ struct StagedWriter: Sendable {
     /// batch just written): runs of adjacent places of 1 MiB or more. A large download is then
     /// on its way to the disk while the rest arrives, and ``finish()``'s `fsync` waits for the
     /// last batches only (64 MiB written back at once waited about 30 ms here).
-    func startWriteback(of hashes: [String], lengths: [String: Int]) {
+    func startWriteback(of hashes: [String]) {
         var runs: [(member: Int, start: Int, end: Int)] = []
         for hash in hashes {
-            guard let length = lengths[hash] else { continue }
-            for place in places[hash] ?? [] { runs.append((place.member, place.offset, place.offset + length)) }
+            for place in places[hash] ?? [] { runs.append((place.member, place.offset, place.offset + place.length)) }
         }
         runs.sort { ($0.member, $0.start) < ($1.member, $1.start) }
         var merged: [(member: Int, start: Int, end: Int)] = []

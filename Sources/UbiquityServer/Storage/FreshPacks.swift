@@ -1,3 +1,4 @@
+import DequeModule
 import Synchronization
 
 #if canImport(Glibc)
@@ -39,9 +40,8 @@ final class FreshPacks: Sendable {
 
     private struct State {
         var packs: [String: Written] = [:]
-        /// The packs' names in the order they were written (those before `start` forgotten).
-        var order: [String] = []
-        var start = 0
+        /// The packs' names in the order they were written.
+        var order: Deque<String> = []
     }
 
     private let state = Mutex(State())
@@ -55,14 +55,9 @@ final class FreshPacks: Sendable {
         let written = Written(device: UInt64(status.st_dev), inode: UInt64(status.st_ino), changed: status.st_ctim, until: now + trustedFor)
         state.withLock { state in
             // The oldest first: those past their window, then any over the limit.
-            while state.start < state.order.count,
-                  state.packs.count >= maximumCount || (state.packs[state.order[state.start]].map { $0.until <= now } ?? true) {
-                state.packs[state.order[state.start]] = nil
-                state.start += 1
-            }
-            if state.start > 1024 && state.start * 2 > state.order.count {
-                state.order.removeFirst(state.start)
-                state.start = 0
+            while let oldest = state.order.first, state.packs.count >= maximumCount || (state.packs[oldest].map { $0.until <= now } ?? true) {
+                state.packs[oldest] = nil
+                state.order.removeFirst()
             }
             if state.packs.updateValue(written, forKey: name) == nil { state.order.append(name) }
         }
