@@ -160,6 +160,26 @@ final class KeyValueRecorder: Sendable {
         #expect(FileManager.default.fileExists(atPath: KeyValueStoreFile.url(store, in: folder).appendingPathExtension("damaged").path))
     }
 
+    /// `ubiquity kv remove` then `get` once found the removed value: the store's own save, due
+    /// 20 ms after a change, had taken the change when `synchronize()` came, so `synchronize()`
+    /// found nothing to write, read the file the save had not written yet — and took the old
+    /// value back. A save under way is waited for, and a change is kept until it is written.
+    @Test func synchronizeWaitsForTheSaveAlreadyUnderWay() throws {
+        let (containers, kv) = try device()
+        defer { remove(containers) }
+        let folder = containers.paths.account("identity-ada").appendingPathComponent("kv")
+        for round in 0..<60 {
+            kv.set("value \(round)", forKey: "k")
+            #expect(kv.synchronize())
+            kv.removeObject(forKey: "k")
+            // Around the moment the store's own save starts.
+            usleep(useconds_t(15_000 + round % 12 * 1_000))
+            #expect(kv.synchronize())
+            #expect(kv.object(forKey: "k") == nil, "round \(round): the removed value came back")
+            #expect(KeyValueStoreFile.read(store, in: folder).values["k"] == nil, "round \(round): the removal is not in the file")
+        }
+    }
+
     @Test func anAccountChangeClearsTheStoresView() async throws {
         let (containers, kv) = try device()
         defer { remove(containers) }

@@ -68,6 +68,8 @@ public final class NSUbiquitousKeyValueStore: Sendable {
     let containers: UbiquityContainers
     let identity: UbiquityIdentity
     let state = Mutex(State())
+    /// Held while the store's file is written or read in (``save()``, ``reload()``).
+    let filing = Mutex(())
     let queue = DispatchQueue(label: "ubiquity.key-value-store")
     let logger = Logger(label: "ubiquity.key-value-store")
 
@@ -286,40 +288,48 @@ public final class NSUbiquitousKeyValueStore: Sendable {
         if schedule { queue.asyncAfter(deadline: .now() + .milliseconds(20)) { [weak self] in _ = self?.save() } }
     }
 
-    /// Writes the changes made here to the store's file (the agent sends them).
+    /// Writes the changes made here to the store's file (the agent sends them). A change stays
+    /// in `dirty` until it is written, and one save or reload runs at a time: `synchronize()`
+    /// waits for the save already under way, and nothing reads the file in between and takes a
+    /// value set or removed here back.
     func save() -> Bool {
-        let (dirty, folder) = state.withLock { state in
-            state.saveScheduled = false
-            defer { state.dirty = [:] }
-            return (state.dirty, state.folder)
-        }
-        guard let identifier, let folder, !dirty.isEmpty else { return true }
-        do {
-            try KeyValueStoreFile.update(identifier, in: folder) { file in
-                for (key, entry) in dirty { file.entries[key] = entry }
+        filing.withLock { _ in
+            let (dirty, folder) = state.withLock { state in
+                state.saveScheduled = false
+                return (state.dirty, state.folder)
+            }
+            guard let identifier, let folder, !dirty.isEmpty else { return true }
+            do {
+                try KeyValueStoreFile.update(identifier, in: folder) { file in
+                    for (key, entry) in dirty { file.entries[key] = entry }
+                }
+            } catch {
+                logger.error("cannot write the key-value store; keeping the changes in memory", metadata: ["error": "\(error)"])
+                return false
+            }
+            state.withLock { state in
+                // Written, unless changed again meanwhile (or another account's store is open now).
+                for (key, entry) in dirty where state.dirty[key] == entry { state.dirty[key] = nil }
             }
             return true
-        } catch {
-            logger.error("cannot write the key-value store; keeping the changes in memory", metadata: ["error": "\(error)"])
-            state.withLock { state in
-                for (key, entry) in dirty where state.dirty[key] == nil { state.dirty[key] = entry }
-            }
-            return false
         }
     }
 
     /// Takes in what the agent wrote, announcing it with its reason.
     func reload() {
-        guard let identifier, let folder = state.withLock({ $0.folder }) else { return }
-        let file = KeyValueStoreFile.read(identifier, in: folder)
-        let announced: KeyValueStoreFile.ExternalChange? = state.withLock { state in
-            guard state.folder == folder else { return nil }
-            // Keys changed here and not written yet keep their value here.
-            for (key, value) in file.values where state.dirty[key] == nil && state.values[key] != value { state.put(key, value) }
-            for key in state.values.keys where file.entries[key]?.value == nil && state.dirty[key] == nil { state.put(key, nil) }
-            guard let change = file.change, change.serial > state.lastSerial else { return nil }
-            state.lastSerial = change.serial
-            return change
+        guard let identifier else { return }
+        let announced: KeyValueStoreFile.ExternalChange? = filing.withLock { _ in
+            guard let folder = state.withLock({ $0.folder }) else { return nil }
+            let file = KeyValueStoreFile.read(identifier, in: folder)
+            return state.withLock { state in
+                guard state.folder == folder else { return nil }
+                // Keys changed here and not written yet keep their value here.
+                for (key, value) in file.values where state.dirty[key] == nil && state.values[key] != value { state.put(key, value) }
+                for key in state.values.keys where file.entries[key]?.value == nil && state.dirty[key] == nil { state.put(key, nil) }
+                guard let change = file.change, change.serial > state.lastSerial else { return nil }
+                state.lastSerial = change.serial
+                return change
+            }
         }
         if let announced { post(reason: announced.reason, keys: announced.keys) }
     }
