@@ -152,7 +152,7 @@ struct KeyValueCommand: AsyncParsableCommand {
                 kv.set(value, forKey: key)
             }
             guard kv.synchronize() else { throw ValidationError("the store could not be written") }
-            try await Task.sleep(for: .milliseconds(50)) // a refusal is announced asynchronously
+            kv.deliverNotifications() // a refusal is announced on the store's queue
             if violations.withLock({ $0 }) > 0 {
                 throw ValidationError("refused: past the key-value store's limits (1,024 keys of at most 64 bytes, 1 MB per value and in all)")
             }

@@ -334,6 +334,12 @@ public final class NSUbiquitousKeyValueStore: Sendable {
         if let announced { post(reason: announced.reason, keys: announced.keys) }
     }
 
+    /// Returns once every notification posted so far has been delivered (for tools that report
+    /// a refused write before they exit).
+    package func deliverNotifications() {
+        queue.sync {}
+    }
+
     func post(reason: Int, keys: [String]) {
         queue.async {
             NotificationCenter.default.post(name: Self.didChangeExternallyNotification, object: self,
