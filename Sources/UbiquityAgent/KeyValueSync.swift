@@ -77,7 +77,7 @@ actor KeyValueSync {
                 // Refused: the store takes the server's values for those keys back.
                 logger.warning("the server refused key-value changes past the limits", metadata: ["store": "\(store)", "error": "\(error.message)"])
                 let server = try await client.keyValues(store: store, since: 0)
-                try refuse(store, keys: Set(pending.keys), server: server.entries)
+                try refuse(store, sent: pending, server: server.entries)
             }
         }
         let cursor = KeyValueStoreFile.read(store, in: folder).cursor
@@ -124,18 +124,22 @@ actor KeyValueSync {
     }
 
     /// Changes the server refused: those keys take the server's values back (or go), announced
-    /// as a quota violation.
-    private func refuse(_ store: String, keys: Set<String>, server: [KeyValueEntry]) throws {
+    /// as a quota violation — unless the app changed a key again meanwhile (that change goes up
+    /// next, and is judged on its own).
+    func refuse(_ store: String, sent: [String: KeyValueStoreFile.Entry], server: [KeyValueEntry]) throws {
         let known = Dictionary(server.map { ($0.key, $0) }, uniquingKeysWith: { $1 })
         try KeyValueStoreFile.update(store, in: folder) { file in
-            for key in keys {
+            var refused: [String] = []
+            for (key, entry) in sent where file.entries[key] == entry {
+                refused.append(key)
                 if let entry = known[key], entry.value != nil {
                     file.entries[key] = .init(value: entry.value, timestamp: entry.timestamp, pending: false)
                 } else {
                     file.entries[key] = nil
                 }
             }
-            file.change = .init(serial: (file.change?.serial ?? 0) + 1, reason: NSUbiquitousKeyValueStoreQuotaViolationChange, keys: keys.sorted())
+            guard !refused.isEmpty else { return }
+            file.change = .init(serial: (file.change?.serial ?? 0) + 1, reason: NSUbiquitousKeyValueStoreQuotaViolationChange, keys: refused.sorted())
         }
     }
 }

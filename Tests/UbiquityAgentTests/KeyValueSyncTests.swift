@@ -128,6 +128,15 @@ import UbiquityProtocol
             #expect(await eventually { laptop.heard.withLock { $0.contains { $0.reason == NSUbiquitousKeyValueStoreQuotaViolationChange && $0.keys == ["kept"] } } })
             #expect(await eventually { laptop.kv.string(forKey: "kept") == "fine" })
             #expect(laptop.file(game).entries["kept"]?.pending == false)
+
+            // Set again while the refused value was on its way: the new value stays, pending,
+            // to be judged on its own; nothing is announced for it.
+            let refused = KeyValueStoreFile.Entry(value: .data(Data(count: 1_100_000)), timestamp: 1, pending: true)
+            let newer = KeyValueStoreFile.Entry(value: .string("newer"), timestamp: 2, pending: true)
+            try KeyValueStoreFile.update(game, in: laptop.folder) { $0.entries["kept"] = newer }
+            let serial = laptop.file(game).change?.serial
+            try await laptop.sync.refuse(game, sent: ["kept": refused], server: [])
+            #expect(laptop.file(game).entries["kept"] == newer && laptop.file(game).change?.serial == serial)
         }
     }
 
