@@ -112,7 +112,7 @@ let package = Package(
             dependencies: ["Ubiquity", "UbiquityFiles", "UbiquityExamples", "UbiquityDatabase", "UbiquityServer", "UbiquityProtocol", "UbiquityAgent", .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
         ),
-        .executableTarget(name: "UbiquityBenchmarks", dependencies: ["CUbiquitySystem", "Ubiquity", "UbiquityFiles", "UbiquitySync", "UbiquityDatabase", .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]),
+        .executableTarget(name: "UbiquityBenchmarks", dependencies: ["CUbiquitySystem", "Ubiquity", "UbiquityFiles", "UbiquitySync", "UbiquityDatabase", "UbiquityTestSupport", .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]),
         // The sync figures against Syncthing, in one run.
         .executableTarget(
             name: "UbiquitySyncBenchmarks",

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import UbiquityTestSupport
 import UbiquityFiles
 #if canImport(Glibc)
 import Glibc
@@ -38,7 +39,7 @@ func chunkingFigures(in directory: URL, mib: Int, iterations: Int) throws -> [St
     let boundaries = best { _ = bytes.withUnsafeBytes { ContentChunker.forFile(ofSize: bytes.count).boundaries(of: $0) } }
     let hashing = best { _ = bytes.withUnsafeBytes { SHA256.hash(data: $0) } }
     let peer = try best {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
         process.arguments = [file.path]
         process.standardOutput = FileHandle.nullDevice

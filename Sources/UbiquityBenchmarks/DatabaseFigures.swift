@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityTestSupport
 import GRDB
 import UbiquityDatabase
 
@@ -114,7 +115,7 @@ func databaseFigures(in directory: URL, iterations: Int, largeRows: Int, history
 func firstImportFigures(in directory: URL, rows: Int) throws -> [String: Any] {
     try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
     // The history is written by a process of its own, so that this one's memory is the import's.
-    let child = Process()
+    let child = ChildProcess()
     child.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
     child.arguments = ["--database-history", directory.appendingPathComponent("history").path, String(rows)]
     try child.run()

@@ -1,5 +1,6 @@
 import CUbiquitySystem
 import Foundation
+import UbiquityTestSupport
 import UbiquityFiles
 import Synchronization
 import Ubiquity
@@ -65,7 +66,7 @@ func metadataQueryFigures(in directory: URL, count: Int, nesting: String) async 
     FileHandle.standardError.write(Data("query: \(count) items written\(nesting.isEmpty ? "" : " (long paths)"); measuring\n".utf8))
     // The peer: GNU find, listing the same names with sizes and dates (warm cache for both).
     func find() throws -> (seconds: Double, lines: Int) {
-        let process = Process()
+        let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/find")
         process.arguments = [documents.path, "-name", "*.txt", "-printf", "%s %T@ %p\n"]
         let pipe = Pipe()

@@ -3,6 +3,7 @@
 //
 //   swift run -c release ubiquity-bench [--iterations N] [--query-items N] [--database-rows N] [--history-rows N] [--only safeSave|package|coordination|query|chunking|database|databaseImport] [--directory DIR]
 import Foundation
+import UbiquityTestSupport
 import Synchronization
 import Ubiquity
 import UbiquityFiles
@@ -209,7 +210,7 @@ func crossProcessLatencies(of url: URL, iterations: Int) throws -> (coordinated:
     let presenter = SignallingPresenter(url)
     NSFileCoordinator.addFilePresenter(presenter)
     defer { NSFileCoordinator.removeFilePresenter(presenter) }
-    let writer = Process()
+    let writer = ChildProcess()
     writer.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
     writer.arguments = ["--writer", url.path]
     let input = Pipe(), output = Pipe()

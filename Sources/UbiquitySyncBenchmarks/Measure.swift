@@ -161,7 +161,7 @@ enum ProcessStats {
 /// and error together).
 @discardableResult
 func run(_ executable: URL, _ arguments: [String], environment: [String: String]? = nil, input: String? = nil) throws -> (status: Int32, output: String) {
-    let process = Process()
+    let process = ChildProcess()
     process.executableURL = executable
     process.arguments = arguments
     if let environment { process.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }

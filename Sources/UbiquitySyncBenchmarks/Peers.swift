@@ -38,7 +38,7 @@ final class UbiquityPeer: Peer {
     let rootA: URL
     let rootB: URL
     let devices: [UbiquityContainers]
-    let processes: Mutex<[Process]>
+    let processes: Mutex<[ChildProcess]>
     let processIDs: [pid_t]
     let relays: [RelayProxy]
 
@@ -50,7 +50,7 @@ final class UbiquityPeer: Peer {
     /// The server's port on loopback (the devices reach it through ``relays``).
     let serverPort: Int
 
-    private init(roots: [URL], devices: [UbiquityContainers], processes: [Process], relays: [RelayProxy], runtimes: [URL], serverPort: Int) {
+    private init(roots: [URL], devices: [UbiquityContainers], processes: [ChildProcess], relays: [RelayProxy], runtimes: [URL], serverPort: Int) {
         self.runtimes = runtimes
         self.serverPort = serverPort
         rootA = roots[0]
@@ -77,7 +77,7 @@ final class UbiquityPeer: Peer {
         let created = try run(binary, ["account", "create", "ada", "--data", data, "--password-stdin", "--quota", "\(Int64(1) << 40)"], input: "correct horse\n")
         guard created.status == 0 else { throw BenchError("ubiquity account create: \(created.output)") }
 
-        let server = Process()
+        let server = ChildProcess()
         server.executableURL = binary
         server.arguments = ["serve", "--data", data, "--port", "0", "--log-level", "error"]
         let output = Pipe()
@@ -115,7 +115,7 @@ final class UbiquityPeer: Peer {
                                     environment: environment, input: "correct horse\n")
                 guard login.status == 0 else { throw BenchError("ubiquity login: \(login.output)") }
 
-                let agent = Process()
+                let agent = ChildProcess()
                 // UBIQUITY_BENCH_AGENT_LOG_LEVEL=debug puts where each round's time went in agent.log (kept with --keep).
                 var arguments = ["agent", "--greedy", "--log-level", ProcessInfo.processInfo.environment["UBIQUITY_BENCH_AGENT_LOG_LEVEL"] ?? "error"]
                 // UBIQUITY_BENCH_AGENT_B_WRAPPER="heaptrack -o /tmp/b" runs device B's agent under a
@@ -196,14 +196,14 @@ final class SyncthingPeer: Peer {
     let sideA: URL
     let sideB: URL
     let version: String
-    let processes: Mutex<[Process]>
+    let processes: Mutex<[ChildProcess]>
     let processIDs: [pid_t]
     let rest: [(url: String, key: String, other: String)]
     let relay: RelayProxy
 
     let processNames = ["a", "b"]
 
-    private init(sideA: URL, sideB: URL, version: String, processes: [Process], rest: [(url: String, key: String, other: String)], relay: RelayProxy) {
+    private init(sideA: URL, sideB: URL, version: String, processes: [ChildProcess], rest: [(url: String, key: String, other: String)], relay: RelayProxy) {
         self.sideA = sideA
         self.sideB = sideB
         self.version = version
@@ -233,7 +233,7 @@ final class SyncthingPeer: Peer {
         let listen = [try freePort(), try freePort()], gui = [try freePort(), try freePort()]
         let relay = try RelayProxy.start(to: listen[1])
         let dial = ["dynamic", "tcp://127.0.0.1:\(relay.port)"]
-        var processes: [Process] = [], rest: [(url: String, key: String, other: String)] = [], sides: [URL] = []
+        var processes: [ChildProcess] = [], rest: [(url: String, key: String, other: String)] = [], sides: [URL] = []
         for (index, name) in ["a", "b"].enumerated() {
             let home = folder.appendingPathComponent(name)
             let shared = folder.appendingPathComponent(name + "-folder")
@@ -265,7 +265,7 @@ final class SyncthingPeer: Peer {
                 </configuration>
                 """
             try Data(config.utf8).write(to: home.appendingPathComponent("config.xml"))
-            let process = Process()
+            let process = ChildProcess()
             process.executableURL = URL(fileURLWithPath: executable)
             process.arguments = ["serve", "--home=" + home.path, "--no-browser", "--no-restart", "--no-upgrade", "--logfile=" + home.appendingPathComponent("log.txt").path]
             var environment = ProcessInfo.processInfo.environment

@@ -5,7 +5,7 @@ import CUbiquitySystem
 import Glibc
 #endif
 
-/// Another program run by a test, started with `posix_spawn` — configured like Foundation's
+/// Another program run by a test or a benchmark, started with `posix_spawn` — configured like Foundation's
 /// `Process` (same property names) so that tests read the same.
 ///
 /// Foundation's `Process.run()` on Linux (swift-corelibs-foundation up to Swift 6.3) lists
