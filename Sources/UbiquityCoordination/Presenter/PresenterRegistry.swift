@@ -12,15 +12,22 @@ final class PresenterRegistry: Sendable {
     /// not: each is asked things on its own queue, so the registry only keeps and hands them out.)
     private struct Entry: @unchecked Sendable {
         weak var presenter: (any NSFilePresenter)?
+        /// The watcher's mark from which on it hears changes nobody coordinated (what happened
+        /// before it was added is not news to it, as on Apple's systems).
+        var hearsFrom: UInt64
     }
 
     private let entries = Mutex<[ObjectIdentifier: Entry]>([:])
 
     func add(_ presenter: any NSFilePresenter) {
-        let entry = Entry(presenter: presenter)
-        entries.withLock { $0[ObjectIdentifier(presenter)] = entry }
+        let id = ObjectIdentifier(presenter)
+        // Deaf to uncoordinated changes until the watcher has marked the moment it was added.
+        entries.withLock { $0[id] = Entry(presenter: presenter, hearsFrom: .max) }
         PresenterChannel.shared.startServerIfNeeded()
-        PresenterWatcher.shared.presentersChanged()
+        let mark = PresenterWatcher.shared.presentersChanged(marking: true)
+        entries.withLock { entries in
+            if entries[id]?.presenter === presenter { entries[id]?.hearsFrom = mark }
+        }
     }
 
     func remove(_ presenter: any NSFilePresenter) {
@@ -46,9 +53,14 @@ final class PresenterRegistry: Sendable {
         case ancestor
     }
 
-    /// Presenters related to `path`, excluding `excluded`.
-    func presenters(relatedTo path: String, excluding excluded: (any NSFilePresenter)?) -> [(any NSFilePresenter, Relation, String)] {
-        all.compactMap { presenter in
+    /// Presenters related to `path`, excluding `excluded`; with `heardAt`, only those added
+    /// before that mark of the watcher (``PresenterWatcher``: an uncoordinated change it read then).
+    func presenters(relatedTo path: String, excluding excluded: (any NSFilePresenter)?, heardAt mark: UInt64? = nil) -> [(any NSFilePresenter, Relation, String)] {
+        let present = entries.withLock { entries in
+            entries = entries.filter { $0.value.presenter != nil }
+            return entries.values.compactMap { entry in mark.map { entry.hearsFrom <= $0 } ?? true ? entry.presenter : nil }
+        }
+        return present.compactMap { presenter in
             guard presenter !== excluded, let url = presenter.presentedItemURL else { return nil }
             let presented = FileCoordinationLocks.canonicalPath(url)
             if presented == path { return (presenter, .item, presented) }

@@ -48,6 +48,9 @@ final class PresenterWatcher: Sendable {
         var awaitingClose = false
         /// Not to be delivered before this (an item that vanished, waiting to see if it returns).
         var notBefore: ContinuousClock.Instant?
+        /// How many marks the watcher had read when it read this change's latest event: only
+        /// presenters added before then hear of it.
+        var mark: UInt64 = 0
 
         /// When it is due: quiet (and closed), or busy for too long; not before ``notBefore``.
         var due: ContinuousClock.Instant {
@@ -67,6 +70,7 @@ final class PresenterWatcher: Sendable {
             movedTo = other.movedTo ?? movedTo
             awaitingClose = other.last >= last ? other.awaitingClose : awaitingClose
             notBefore = other.notBefore ?? notBefore
+            mark = max(mark, other.mark)
         }
     }
 
@@ -105,8 +109,12 @@ final class PresenterWatcher: Sendable {
         var marker: Int32 = -1
         var markerWatch: Int32 = -1
         var markerToggle = false
-        /// Writes whose marks are in the event queue, oldest first.
-        var markedWrites: [UInt64] = []
+        /// What the marks in the event queue stand for, oldest first: a finished write (its
+        /// token) or a presenter added (nil).
+        var marks: [UInt64?] = []
+        /// Marks made, and marks read from the event queue.
+        var marksMade: UInt64 = 0
+        var marksRead: UInt64 = 0
         /// Presented items known to have moved (old → new path) while their presenters have
         /// not updated their URLs yet.
         var aliases: [String: String] = [:]
@@ -131,9 +139,31 @@ final class PresenterWatcher: Sendable {
     /// Starts the watching thread (once per process) and brings the watches in line with the
     /// registered presenters before returning, so a change made right after
     /// ``NSFileCoordinator/addFilePresenter(_:)`` returns is seen.
-    func presentersChanged() {
+    /// - Parameter marking: A presenter was added: mark this moment in the event queue.
+    /// - Returns: The mark (a presenter added now hears the changes read after it), or 0 when
+    ///   nothing could be marked (it hears every change delivered from now on).
+    @discardableResult
+    func presentersChanged(marking: Bool = false) -> UInt64 {
         startIfNeeded()
         resync()
+        guard marking else { return 0 }
+        return state.withLock { state in touchMarker(for: nil, in: &state) ? state.marksMade : 0 }
+    }
+
+    /// Puts a mark in the event queue, standing for `write` (nil: a presenter added); false if
+    /// there is no marker or it could not be touched.
+    ///
+    /// The marker (an unnamed `O_TMPFILE` the watcher watches) is alternately written and
+    /// `fchmod`ed so that two marks never merge into one event: the n-th mark the watcher reads
+    /// is the n-th made.
+    private func touchMarker(for write: UInt64?, in state: inout State) -> Bool {
+        guard state.marker >= 0 else { return false }
+        state.markerToggle.toggle()
+        var byte: UInt8 = 1
+        guard state.markerToggle ? pwrite(state.marker, &byte, 1, 0) == 1 : fchmod(state.marker, 0o600) == 0 else { return false }
+        state.marks.append(write)
+        state.marksMade += 1
+        return true
     }
 
     private func startIfNeeded() {
@@ -188,38 +218,30 @@ final class PresenterWatcher: Sendable {
     /// The write is over. Once every event queued before now has been read, its held-back
     /// events are dropped (`changed`: the coordinator told presenters) or delivered.
     ///
-    /// "Before now" is marked in the event queue itself: the watcher's private marker file (an
-    /// unnamed `O_TMPFILE` it watches) is touched, alternately written and `fchmod`ed so that
-    /// two marks never merge into one event; the n-th mark the watcher reads releases the n-th
-    /// finished write. Events queued after the mark — someone else's change right after the
-    /// write — are not held back. Without a marker (no `O_TMPFILE`), the watcher's next pass
-    /// releases it instead.
+    /// "Before now" is marked in the event queue itself (``touchMarker(for:in:)``): the mark
+    /// the watcher reads releases the write. Events queued after the mark — someone else's
+    /// change right after the write — are not held back. Without a marker (no `O_TMPFILE`),
+    /// the watcher's next pass releases it instead.
     func finishWrite(_ token: UInt64, changed: Bool) {
         let marked = state.withLock { state -> Bool in
             guard state.writes[token] != nil else { return true }
             state.writes[token]?.changed = changed
-            guard state.marker >= 0 else {
+            guard touchMarker(for: token, in: &state) else {
                 state.writes[token]?.finished = true
                 return false
             }
-            state.markedWrites.append(token)
-            state.markerToggle.toggle()
-            var byte: UInt8 = 1
-            let touched = state.markerToggle ? pwrite(state.marker, &byte, 1, 0) == 1 : fchmod(state.marker, 0o600) == 0
-            if !touched {
-                state.markedWrites.removeLast()
-                state.writes[token]?.finished = true
-            }
-            return touched
+            return true
         }
         if !marked { wake() }
     }
 
-    /// The watcher read a mark: the oldest marked write is over, and every event it caused has been read.
-    private func releaseMarkedWrite(in state: inout State) {
-        guard !state.markedWrites.isEmpty else { return }
-        let token = state.markedWrites.removeFirst()
-        guard let write = state.writes.removeValue(forKey: token), !write.changed else { return }
+    /// The watcher read the oldest mark: if it stands for a write, that write is over and every
+    /// event it caused has been read; if for a presenter added, what is read from now on is news
+    /// to it.
+    private func readMark(in state: inout State) {
+        guard !state.marks.isEmpty else { return }
+        state.marksRead += 1
+        guard let token = state.marks.removeFirst(), let write = state.writes.removeValue(forKey: token), !write.changed else { return }
         for (path, change) in write.held { state.pending[path, default: change].merge(change) }
     }
 
@@ -305,12 +327,17 @@ final class PresenterWatcher: Sendable {
         let now = ContinuousClock.now
         state.withLock { state in
             if descriptor == state.markerWatch && state.markerWatch >= 0 {
-                return releaseMarkedWrite(in: &state)
+                return readMark(in: &state)
             }
             if mask & UInt32(IN_Q_OVERFLOW) != 0 {
-                // Events (and marks) were lost: release every marked write, look at everything.
-                while !state.markedWrites.isEmpty { releaseMarkedWrite(in: &state) }
-                for path in state.presented.keys { state.pending[path, default: Change(now)].last = now }
+                // Events (and marks) were lost: release every marked write, look at everything
+                // (every presenter hears it).
+                while !state.marks.isEmpty { readMark(in: &state) }
+                state.marksRead = state.marksMade
+                for path in state.presented.keys {
+                    state.pending[path, default: Change(now)].last = now
+                    state.pending[path]?.mark = state.marksRead
+                }
                 return
             }
             guard let directory = state.directories[descriptor] else { return }
@@ -337,6 +364,7 @@ final class PresenterWatcher: Sendable {
             let vanished = mask & UInt32(IN_DELETE | IN_MOVED_FROM) != 0
 
             var change = Change(now)
+            change.mark = state.marksRead
             if mask & UInt32(IN_MODIFY) != 0 { change.awaitingClose = true }
             if appeared {
                 change.created = state.names[directory]?.contains(name) != true
@@ -353,6 +381,7 @@ final class PresenterWatcher: Sendable {
             if mask & UInt32(IN_MOVED_FROM) != 0 { state.cookies[cookie] = path }
             if mask & UInt32(IN_MOVED_TO) != 0, let from = state.cookies.removeValue(forKey: cookie) {
                 var moved = Change(now)
+                moved.mark = state.marksRead
                 moved.movedTo = path
                 note(from, moved, in: &state)
             }
@@ -478,6 +507,7 @@ final class PresenterWatcher: Sendable {
                     // Made before the watch was in place: report what is already there.
                     var change = Change(.now)
                     change.created = true
+                    change.mark = state.marksRead
                     for name in names where !SafeSave.isTemporaryName(name) && name != VersionStore.directoryName {
                         note(directory + "/" + name, change, in: &state)
                     }
@@ -530,7 +560,8 @@ final class PresenterWatcher: Sendable {
 
     private func deliver(_ path: String, _ change: Change) {
         let exists = (try? POSIX.status(path)) != nil // cannot be read: not called gone
-        if !exists, change.notBefore == nil, !PresenterRegistry.shared.presenters(relatedTo: path, excluding: nil).filter({ $0.1 != .ancestor }).isEmpty {
+        let presenters = PresenterRegistry.shared.presenters(relatedTo: path, excluding: nil, heardAt: change.mark)
+        if !exists, change.notBefore == nil, presenters.contains(where: { $0.1 != .ancestor }) {
             // A presented item vanished: give it a moment to come back before calling it gone.
             var waiting = change
             waiting.notBefore = change.first + Self.settle
@@ -538,7 +569,7 @@ final class PresenterWatcher: Sendable {
             return
         }
         let url = URL(fileURLWithPath: path)
-        for (presenter, relation, presented) in PresenterRegistry.shared.presenters(relatedTo: path, excluding: nil) {
+        for (presenter, relation, presented) in presenters {
             nonisolated(unsafe) let presenter = presenter // (presenters are not Sendable, as Apple's are not: each is called on its own queue)
             let queue = presenter.presentedItemOperationQueue
             switch relation {
