@@ -335,7 +335,8 @@ public final class NSUbiquitousKeyValueStore: Sendable {
     }
 
     /// Returns once every notification posted so far has been delivered (for tools that report
-    /// a refused write before they exit).
+    /// a refused write before they exit). Not to be called from a notification's observer: it
+    /// runs on the queue this waits for.
     package func deliverNotifications() {
         queue.sync {}
     }
