@@ -229,6 +229,24 @@ struct ExampleFailure: Error, CustomStringConvertible {
         #expect(!document.hasUnsavedChanges && fileText(url) == "two")
     }
 
+    /// A notice that the file changed while it is still the file the document last wrote (an
+    /// attribute change, the watcher's look at everything after its event queue overflowed)
+    /// does not throw the unsaved edits away; a real change does.
+    @Test func aNoticeOfAnUnchangedFileKeepsTheUnsavedEdits() async throws {
+        let dir = try TemporaryDirectory("doc"); defer { dir.remove() }
+        let url = dir.file("a.txt")
+        let document = ProbeDocument(fileURL: url)
+        #expect(await document.save(to: url, for: .forCreating))
+        document.edit("unsaved")
+        document.presentedItemDidChange()
+        try await Task.sleep(for: .milliseconds(200)) // (a revert reads on the file-access queue)
+        #expect(document.text == "unsaved" && document.hasUnsavedChanges && document.reads.withLock { $0 } == 0)
+        try Data("from elsewhere".utf8).write(to: url)
+        document.presentedItemDidChange()
+        #expect(await waitUntil { document.text == "from elsewhere" && !document.hasUnsavedChanges })
+        #expect(await waitUntil { !document.documentState.contains(.editingDisabled) })
+    }
+
     @Test func undoManagerDrivesTheChangeCount() async throws {
         let dir = try TemporaryDirectory("doc"); defer { dir.remove() }
         let url = dir.file("a.txt")

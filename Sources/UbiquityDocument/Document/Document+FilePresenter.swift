@@ -1,5 +1,6 @@
 import Foundation
 import UbiquityCoordination
+import UbiquityFiles
 
 /// A document presents its file: its own reads and writes are coordinated, and coordinated
 /// accesses by others — in this process or another — reach it as the reference describes.
@@ -50,6 +51,16 @@ extension Document {
             // writes it back) rather than lose it.
             logger.notice("the document's file vanished without a coordinated deletion; keeping the document open", metadata: ["document": "\(fileURL.path)"])
             if documentState.contains(.editingDisabled) { setEditingDisabled(false) }
+            return
+        }
+        // As Apple advises presenters: a flat file still as the document last read or wrote it
+        // has not changed (a notice of attributes, or of the document's own save); reverting
+        // would only throw away unsaved edits. (A package's members can change under an
+        // unchanged folder: a package always reverts.)
+        if let known = fileStatus, known.kind == .regular,
+           let now = try? POSIX.status(fileURL.path), now.sameContents(as: known) { // unreadable: reverted, the read says why
+            logger.debug("told the file changed, but it is as the document last read or wrote it", metadata: ["document": "\(fileURL.path)"])
+            if documentState.contains(.editingDisabled) { setEditingDisabled(false) } // (a revert would have enabled it)
             return
         }
         revert(toContentsOf: fileURL) { _ in }

@@ -15,16 +15,17 @@ extension Document {
         self.progress = progress
         updateState(inserting: .progressAvailable)
         onFileAccessQueue { [self] in
-            let result = Result { try ownCoordinator.coordinate(readingItemAt: url) { try read(from: $0) } }
+            let result = Result { try ownCoordinator.coordinate(readingItemAt: url) { try readNoting(from: $0) } }
             let date = try? POSIX.status(url.path)?.modificationDate // informative: nil if it cannot be read
             let conflicted = Self.hasUnresolvedConflicts(url)
             onMain { [self] in
                 isOpening = false
                 progress.completedUnitCount = 1
                 switch result {
-                case .success:
+                case .success(let status):
                     resetChangeTracking()
                     fileModificationDate = date
+                    fileStatus = status
                     startPresenting()
                     var state = documentState.subtracting([.closed, .progressAvailable])
                     if conflicted { state.insert(.inConflict) } else { state.remove(.inConflict) }
@@ -37,6 +38,14 @@ extension Document {
                 }
             }
         }
+    }
+
+    /// Reads the file (through ``read(from:)``, which a subclass may override), noting it as it
+    /// was before the read: a change made during the read is news afterwards.
+    nonisolated func readNoting(from url: URL) throws -> NodeStatus? {
+        let status = try? POSIX.status(url.standardizedFileURL.path) // unreadable: every notice of a change is news
+        try read(from: url)
+        return status
     }
 
     nonisolated func readDocument(from url: URL) throws {
@@ -57,15 +66,16 @@ extension Document {
         guard MainQueueMarker.isCurrent else { return onMain { [self] in revert(toContentsOf: url, completionHandler: completionHandler) } }
         setEditingDisabled(true)
         onFileAccessQueue { [self] in
-            let result = Result { try ownCoordinator.coordinate(readingItemAt: url) { try read(from: $0) } }
+            let result = Result { try ownCoordinator.coordinate(readingItemAt: url) { try readNoting(from: $0) } }
             let date = try? POSIX.status(url.path)?.modificationDate // informative: nil if it cannot be read
             let conflicted = Self.hasUnresolvedConflicts(url)
             onMain { [self] in
                 setEditingDisabled(false)
                 switch result {
-                case .success:
+                case .success(let status):
                     resetChangeTracking()
                     fileModificationDate = date
+                    fileStatus = status
                     updateState(inserting: conflicted ? .inConflict : [], removing: conflicted ? .closed : [.closed, .inConflict])
                     completionHandler?(true)
                 case .failure(let error):

@@ -27,18 +27,20 @@ extension Document {
             let result = Result {
                 // A save replaces the whole file: other presenters relinquish but are not asked to
                 // save (which could ask this document to save in turn).
-                try ownCoordinator.coordinate(writingItemAt: url, options: .forReplacing) { url in
+                try ownCoordinator.coordinate(writingItemAt: url, options: .forReplacing) { url -> NodeStatus? in
                     if saveOperation == .forOverwriting { preserveVersion(of: url) }
                     try writeContents(handoff.value.0, andAttributes: handoff.value.1, safelyTo: url, for: saveOperation)
+                    return try? POSIX.status(url.path) // unreadable: every notice of a change is news
                 }
             }
             let date = try? POSIX.status(url.path)?.modificationDate // informative: nil if it cannot be read
             onMain { [self] in
                 progress.completedUnitCount = 1
                 switch result {
-                case .success:
+                case .success(let status):
                     fileURL = url
                     fileModificationDate = date
+                    fileStatus = status
                     startPresenting()
                     updateChangeCount(withToken: tokenHandoff.value, for: saveOperation)
                     updateState(removing: [.savingError, .closed])

@@ -125,6 +125,10 @@ open class Document: NSObject {
     var autosaveTask: Task<Void, Never>?
     var isOpening = false
     var isClosing = false
+    /// The file as the document last read or wrote it (a flat file's identity, size and
+    /// modification time, taken inside the coordinated access): a notice that the file changed
+    /// while it is still that file is not news (``revertToChangedFile()``).
+    var fileStatus: NodeStatus?
 
     /// Creates a document for the file at `url` — Apple's designated initializer, which a
     /// subclass overrides as on Apple's platforms (`override init(fileURL url: URL) { …;
@@ -483,7 +487,8 @@ open class Document: NSObject {
     }
 
     /// Notes that the file changed (a coordinated write, or a change seen without coordination):
-    /// reverts now, or when the current writer is done.
+    /// reverts now, or when the current writer is done — unless the file (a flat file) is still
+    /// the one the document last read or wrote, same size and modification time.
     nonisolated open func presentedItemDidChange() {
         onMain { [self] in
             if relinquishCount > 0 { revertWhenReacquired = true } else { revertToChangedFile() }
