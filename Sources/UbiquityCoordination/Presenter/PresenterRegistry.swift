@@ -36,10 +36,14 @@ final class PresenterRegistry: Sendable {
         PresenterWatcher.shared.presentersChanged()
     }
 
-    var all: [any NSFilePresenter] {
+    var all: [any NSFilePresenter] { live(heardAt: nil) }
+
+    /// The presenters still alive (the others forgotten); with `mark`, only those that hear
+    /// uncoordinated changes the watcher read at that mark.
+    private func live(heardAt mark: UInt64?) -> [any NSFilePresenter] {
         entries.withLock { entries in
             entries = entries.filter { $0.value.presenter != nil }
-            return entries.values.compactMap(\.presenter)
+            return entries.values.compactMap { entry in mark.map { entry.hearsFrom <= $0 } ?? true ? entry.presenter : nil }
         }
     }
 
@@ -56,11 +60,7 @@ final class PresenterRegistry: Sendable {
     /// Presenters related to `path`, excluding `excluded`; with `heardAt`, only those added
     /// before that mark of the watcher (``PresenterWatcher``: an uncoordinated change it read then).
     func presenters(relatedTo path: String, excluding excluded: (any NSFilePresenter)?, heardAt mark: UInt64? = nil) -> [(any NSFilePresenter, Relation, String)] {
-        let present = entries.withLock { entries in
-            entries = entries.filter { $0.value.presenter != nil }
-            return entries.values.compactMap { entry in mark.map { entry.hearsFrom <= $0 } ?? true ? entry.presenter : nil }
-        }
-        return present.compactMap { presenter in
+        live(heardAt: mark).compactMap { presenter in
             guard presenter !== excluded, let url = presenter.presentedItemURL else { return nil }
             let presented = FileCoordinationLocks.canonicalPath(url)
             if presented == path { return (presenter, .item, presented) }
