@@ -69,7 +69,13 @@ import UbiquityTestSupport
         NSFileCoordinator.addFilePresenter(presenter)
         NSFileCoordinator.addFilePresenter(folder)
         defer { NSFileCoordinator.removeFilePresenter(presenter); NSFileCoordinator.removeFilePresenter(folder) }
-        // The write made before the presenters came is not news to them: the move alone is heard.
+        // What the watcher may still say of the write before the presenters came (seen once in
+        // a full suite: a `didChange` ahead of the move) is not what this test is about: let it
+        // settle (past the watcher's longest wait), then look at the move alone.
+        Thread.sleep(forTimeInterval: 0.25)
+        _ = presenter.log
+        presenter.events.withLock { $0.removeAll() }
+
         let moved = scratch.file("b.txt")
         let coordinator = NSFileCoordinator()
         var error: NSError?
