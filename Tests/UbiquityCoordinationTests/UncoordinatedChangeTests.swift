@@ -98,4 +98,37 @@ import Testing
             #expect(eventually { presenter.events.withLock { $0.contains("subitemDidChange:new.txt") } })
         }
     }
+
+    /// As on Apple's systems, a presenter hears what happens after it is added: a write made a
+    /// moment before (its events still on their way, as the folder was already watched for
+    /// another presenter) is not news to it; the next one is. A round in which inotify's queue
+    /// overflowed (the process's watcher then tells every presenter, by design) proves nothing
+    /// and is not judged.
+    @Test func aPresenterDoesNotHearOfAChangeMadeBeforeItWasAdded() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = scratch.file("a.txt")
+        try Data("v1".utf8).write(to: item)
+        let overflows = { PresenterWatcher.shared.state.withLock { $0.overflows } }
+        var judged = 0
+        try presenting(scratch.url) { folder in
+            let heard = { folder.events.withLock { $0.filter { $0 == "subitemDidChange:a.txt" }.count } }
+            for round in 0..<5 {
+                let before = heard(), overflowed = overflows()
+                try Data("before \(round)".utf8).write(to: item) // not coordinated
+                try presenting(item) { presenter in
+                    // Once the folder's presenter has heard of it, a notice to the new one would
+                    // be on its queue too (`log` waits for the queue).
+                    #expect(eventually { heard() > before })
+                    let log = presenter.log
+                    if overflows() == overflowed {
+                        judged += 1
+                        #expect(log.isEmpty, "round \(round): heard of a change made before it was added: \(log)")
+                    }
+                    try Data("after \(round)".utf8).write(to: item)
+                    #expect(eventually { count("didChange", in: presenter) >= 1 })
+                }
+            }
+        }
+        #expect(judged > 0, "inotify's queue overflowed in every round")
+    }
 }

@@ -115,6 +115,8 @@ final class PresenterWatcher: Sendable {
         /// Marks made, and marks read from the event queue.
         var marksMade: UInt64 = 0
         var marksRead: UInt64 = 0
+        /// How many times inotify's queue overflowed (events lost: every presenter told).
+        var overflows: UInt64 = 0
         /// Presented items known to have moved (old → new path) while their presenters have
         /// not updated their URLs yet.
         var aliases: [String: String] = [:]
@@ -334,6 +336,8 @@ final class PresenterWatcher: Sendable {
                 // (every presenter hears it).
                 while !state.marks.isEmpty { readMark(in: &state) }
                 state.marksRead = state.marksMade
+                state.overflows += 1
+                logger.notice("inotify's event queue overflowed; every presenter is told its items may have changed", metadata: ["overflows": "\(state.overflows)"])
                 for path in state.presented.keys {
                     state.pending[path, default: Change(now)].last = now
                     state.pending[path]?.mark = state.marksRead
