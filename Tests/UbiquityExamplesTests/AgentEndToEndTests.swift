@@ -155,12 +155,18 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
             laptop.isIdle && (try? laptop.containers.agent.send(AgentRequest(.status), timeout: .seconds(2)).status?.containers.first?.items) ?? 0 >= 1_102
         }
 
+        // Idle is a stretch of 4 s with at most two wake-ups. Under a loaded machine the tail of
+        // the work (the server's news of the agent's own last commit, late) may fall into the
+        // first stretch: up to six are looked at; an agent that polls wakes in every one.
         try await Task.sleep(for: .seconds(1))
-        let before = laptop.agentSleeps
-        try await Task.sleep(for: .seconds(4))
-        let woke = TestDevice.wakeUps(from: before, to: laptop.agentSleeps)
-        #expect(!before.isEmpty, "the agent's threads are read")
-        #expect(woke <= 2, "the idle agent woke \(woke) times in 4 s")
+        var stretches: [Int] = []
+        while stretches.count < 6, stretches.last.map({ $0 > 2 }) ?? true {
+            let before = laptop.agentSleeps
+            #expect(!before.isEmpty, "the agent's threads are read")
+            try await Task.sleep(for: .seconds(4))
+            stretches.append(TestDevice.wakeUps(from: before, to: laptop.agentSleeps))
+        }
+        #expect(stretches.last.map { $0 <= 2 } == true, "the idle agent's wake-ups in each stretch of 4 s: \(stretches)")
     }
 
     @Test func twoDevicesThroughRealAgents() async throws {
