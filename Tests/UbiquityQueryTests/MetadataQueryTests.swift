@@ -150,9 +150,11 @@ func names(_ query: NSMetadataQuery) -> [String] {
         #expect(await recorder.wait { $0.contains { $0.name == "DidFinishGathering" } })
         query.disableUpdates()
         query.disableUpdates()
-        try write("two.txt")
-        try write("three.txt")
-        try await Task.sleep(for: .milliseconds(150))
+        // Each written whole under its name (one event each), then seen by the query before
+        // updates are enabled again: what is held back comes as one update.
+        try Data("x".utf8).write(to: folder.appendingPathComponent("two.txt"), options: .atomic)
+        try Data("x".utf8).write(to: folder.appendingPathComponent("three.txt"), options: .atomic)
+        #expect(await recorder.wait { _ in query.state.withLock { $0.pending.added.count } == 2 })
         #expect(recorder.updates.isEmpty && query.resultCount == 1, "nothing while held back")
         query.enableUpdates()
         try await Task.sleep(for: .milliseconds(50))
