@@ -85,6 +85,12 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Each this many bytes of body received extend its time by a second.")
     var minBodyRate = RequestLimits().minimumBodyRate
 
+    @Option(name: .long, help: "Requests of one account handled at once; the next ones wait their turn.")
+    var accountRequests = AccountShareLimits().working
+
+    @Option(name: .long, help: "Requests of one account waiting for their turn; more are answered 429.")
+    var accountWaiting = AccountShareLimits().waiting
+
     @Option(name: .long, help: "A reverse proxy (address or network, e.g. 10.0.0.0/8) whose X-Forwarded-For is believed; may be repeated.")
     var trustedProxy: [String] = []
 
@@ -95,7 +101,7 @@ struct ServeCommand: AsyncParsableCommand {
         var configuration = SyncServer.Configuration(dataDirectory: storage.data, host: host, port: port)
         configuration.database = storage.database
         configuration.retention = retentionDays * 86_400
-        guard maxConnections > 0, idleTimeout > 0, headerTimeout > 0, bodyTimeout > 0, minBodyRate > 0 else {
+        guard maxConnections > 0, idleTimeout > 0, headerTimeout > 0, bodyTimeout > 0, minBodyRate > 0, accountRequests > 0, accountWaiting >= 0 else {
             throw ValidationError("connection and request limits are positive numbers")
         }
         configuration.connectionLimits.maximum = maxConnections
@@ -103,6 +109,8 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.requestLimits.headerTimeout = .seconds(headerTimeout)
         configuration.requestLimits.bodyTimeout = .seconds(bodyTimeout)
         configuration.requestLimits.minimumBodyRate = minBodyRate
+        configuration.accountShare.working = accountRequests
+        configuration.accountShare.waiting = accountWaiting
         do {
             configuration.trustedProxies = try TrustedProxies(trustedProxy)
         } catch let error as SyncError {

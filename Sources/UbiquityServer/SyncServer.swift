@@ -47,6 +47,8 @@ package struct SyncServer: Sendable {
         package var trustedProxies = TrustedProxies()
         /// What an account may hold besides its quota (items).
         package var accountLimits = AccountLimits()
+        /// How many of one account's requests are handled at once, and how many may wait.
+        package var accountShare = AccountShareLimits()
 
         /// Creates a configuration.
         package init(dataDirectory: String = "./ubiquity-data", host: String = "127.0.0.1", port: Int = 8443, bcryptCost: UInt8 = 12) {
@@ -79,7 +81,7 @@ package struct SyncServer: Sendable {
             database: storage.database, chunks: VerifiedChunks(base: storage.chunks, database: storage.database, notifier: notifier, logger: logger),
             metrics: ServerMetrics(), notifier: notifier,
             signIns: SignInGuard(database: storage.database, hasher: hasher, policy: configuration.signInPolicy, logger: logger),
-            accountLimits: configuration.accountLimits, retention: configuration.retention)
+            accountLimits: configuration.accountLimits, retention: configuration.retention, share: AccountShare(limits: configuration.accountShare))
         Task { await hasher.prepareDecoy() } // before the first unknown account asks
     }
 
@@ -102,7 +104,7 @@ package struct SyncServer: Sendable {
         router.add(middleware: MetricsCountingMiddleware(metrics: services.metrics))
         router.add(middleware: LogRequestsMiddleware(.debug))
         router.add(middleware: ErrorShapingMiddleware())
-        router.add(middleware: DeviceAuthMiddleware(database: services.database, sightings: services.sightings))
+        router.add(middleware: DeviceAuthMiddleware(database: services.database, sightings: services.sightings, share: services.share))
         services.addRoutes(to: router)
         services.addWebRoutes(to: router)
         return router

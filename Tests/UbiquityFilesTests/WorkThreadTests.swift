@@ -60,7 +60,8 @@ import Testing
             thread.async { Thread.sleep(forTimeInterval: 0.05) }
             thread.async { ended.withLock { $0 = true } }
         } // released: the work handed over still runs, then the thread leaves
-        for _ in 0..<200 where !ended.withLock({ $0 }) { try await Task.sleep(for: .milliseconds(5)) }
+        let deadline = ContinuousClock.now + .seconds(10) // (a loaded machine may take a while)
+        while !ended.withLock({ $0 }) && ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(5)) }
         #expect(ended.withLock { $0 })
     }
 

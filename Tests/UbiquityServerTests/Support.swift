@@ -47,7 +47,7 @@ struct TestServer {
     /// - Parameter postgresURL: A database of the test's own (default: a fresh schema in the test cluster).
     init(_ backend: Backend = .sqlite, postgresURL: String? = nil, signInPolicy: SignInPolicy = SignInPolicy(),
          connectionLimits: ConnectionLimits = ConnectionLimits(), requestLimits: RequestLimits = RequestLimits(), trustedProxies: TrustedProxies = TrustedProxies(),
-         accountLimits: AccountLimits = AccountLimits(), directory: String? = nil,
+         accountLimits: AccountLimits = AccountLimits(), accountShare: AccountShareLimits = AccountShareLimits(), directory: String? = nil,
          logger: Logger = Logger(label: "ubiquity.server")) async throws {
         self.backend = backend
         self.directory = directory ?? NSTemporaryDirectory() + "ubiquity-server-\(UUID().uuidString.prefix(8))"
@@ -57,6 +57,7 @@ struct TestServer {
         configuration.requestLimits = requestLimits
         configuration.trustedProxies = trustedProxies
         configuration.accountLimits = accountLimits
+        configuration.accountShare = accountShare
         if backend == .postgres { configuration.database = try postgresURL ?? Backend.postgresURL() }
         self.configuration = configuration
         server = try await SyncServer(configuration: configuration, logger: logger)

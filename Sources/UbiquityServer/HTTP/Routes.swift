@@ -31,6 +31,8 @@ struct SyncServices: Sendable {
     var accountLimits = AccountLimits()
     /// How long revisions no longer current are kept (and listed as versions).
     var retention: TimeInterval = SyncServer.defaultRetention
+    /// Each account's share of the requests handled at once.
+    var share = AccountShare()
     /// When devices were last heard from.
     var sightings = DeviceSightings()
     /// How often an address may open published links.

@@ -57,11 +57,13 @@ package struct SyncContext: RequestContext, WebSocketRequestContext, RemoteAddre
     }
 }
 
-/// Finds the device behind `Authorization: Bearer TOKEN` (tokens are stored as SHA-256 hashes).
+/// Finds the device behind `Authorization: Bearer TOKEN` (tokens are stored as SHA-256 hashes),
+/// and handles its request in one of its account's turns (``AccountShare``).
 struct DeviceAuthMiddleware: RouterMiddleware {
     typealias Context = SyncContext
     let database: any SyncDatabase
     var sightings: DeviceSightings?
+    var share: AccountShare?
 
     func handle(_ request: Request, context: SyncContext, next: (Request, SyncContext) async throws -> Response) async throws -> Response {
         var context = context
@@ -71,6 +73,9 @@ struct DeviceAuthMiddleware: RouterMiddleware {
             guard let device = try await database.device(tokenHash: Self.hash(token)) else { throw SyncError.unauthorized }
             context.device = device
             await sightings?.note(device, database: database, logger: context.logger)
+            if let share, request.headers[.upgrade] == nil { // (a push connection is not counted)
+                return try await share.run(for: device, address: context.clientAddress, logger: context.logger) { try await next(request, context) }
+            }
         }
         return try await next(request, context)
     }

@@ -93,7 +93,7 @@ extension SyncServices {
         web.get { _, _ in try WebAssets.response(for: "index.html") }
         web.get("assets/:name") { _, context in try WebAssets.response(for: try context.parameters.require("name")) }
 
-        let api = web.group("api").add(middleware: WebSessionMiddleware(database: database, sightings: sightings))
+        let api = web.group("api").add(middleware: WebSessionMiddleware(database: database, sightings: sightings, share: share))
         api.post("sign-in") { request, context -> Response in
             let body = try await request.body.collect(upTo: SignInGuard.bodyLimit)
             // (What did not decode is not echoed: nobody is signed in yet.)

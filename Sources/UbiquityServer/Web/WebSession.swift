@@ -67,11 +67,13 @@ struct WebHeadersMiddleware: RouterMiddleware {
 }
 
 /// Finds the device behind the web session's cookie (for `/web/api` only: the sync API never
-/// takes cookies), and refuses a state change without the page's headers.
+/// takes cookies), refuses a state change without the page's headers, and handles the request
+/// in one of its account's turns (``AccountShare``).
 struct WebSessionMiddleware: RouterMiddleware {
     typealias Context = SyncContext
     let database: any SyncDatabase
     let sightings: DeviceSightings
+    let share: AccountShare
 
     func handle(_ request: Request, context: SyncContext, next: (Request, SyncContext) async throws -> Response) async throws -> Response {
         var context = context
@@ -86,6 +88,7 @@ struct WebSessionMiddleware: RouterMiddleware {
             }
             context.device = device
             await sightings.note(device, database: database, logger: context.logger)
+            return try await share.run(for: device, address: context.clientAddress, logger: context.logger) { try await next(request, context) }
         }
         return try await next(request, context)
     }

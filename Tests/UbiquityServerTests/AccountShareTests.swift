@@ -1,0 +1,76 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Testing
+@testable import UbiquityServer
+
+/// One account's requests cannot take the whole server: past its share they wait their turn,
+/// past the waiting room they are told to come back, and other accounts are answered meanwhile.
+/// (A live server on loopback; each request on a raw connection of its own.)
+@Suite struct AccountShareTests {
+    typealias RawConnection = RequestLimitTests.RawConnection
+
+    @Test func anAccountPastItsShareWaitsThenIsToldToComeBackWhileOthersAreAnswered() async throws {
+        var limits = AccountShareLimits()
+        limits.working = 2
+        limits.waiting = 2
+        let server = try await TestServer(accountShare: limits); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ann", password: "correct horse")
+        _ = try await server.admin.createAccount(name: "bob", password: "correct horse")
+        try await server.server.makeApplication().test(.live) { client in
+            let port = try #require(client.port)
+            let api = Client(client: client)
+            let ann = try await api.signIn("ann").token
+            let bob = try await api.signIn("bob").token
+            let annId = try #require(try await server.server.services.database.device(tokenHash: DeviceAuthMiddleware.hash(ann))?.accountId)
+            let share = server.server.services.share
+            func load() -> (working: Int, waiting: Int) { share.load(of: annId) }
+            func waitFor(_ expected: (Int, Int)) async throws -> Bool {
+                let deadline = ContinuousClock.now + .seconds(20)
+                while load() != expected, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+                return load() == expected
+            }
+            func accountRequest() async throws -> RawConnection {
+                let connection = try await RawConnection(port: port)
+                try await connection.send("GET /v1/account HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(ann)\r\n\r\n")
+                return connection
+            }
+
+            // Two uploads whose bodies stall hold both of ann's turns.
+            var stalled: [RawConnection] = []
+            for _ in 0..<2 {
+                let connection = try await RawConnection(port: port)
+                try await connection.send("PUT /v1/chunks/\(String(repeating: "ab", count: 32)) HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer \(ann)\r\n"
+                                          + "Content-Length: 1000\r\n\r\n" + String(repeating: "x", count: 10))
+                stalled.append(connection)
+            }
+            #expect(try await waitFor((2, 0)), "\(load())")
+
+            // Her next requests wait their turn, in order; the one past the waiting room is
+            // told to come back (429, Retry-After) at once.
+            let first = try await accountRequest()
+            #expect(try await waitFor((2, 1)), "\(load())")
+            let second = try await accountRequest()
+            #expect(try await waitFor((2, 2)), "\(load())")
+            let refused = try await accountRequest()
+            let refusal = try await refused.answers(1, within: .seconds(20))
+            #expect(refusal.hasPrefix("HTTP/1.1 429"), "\(refusal)")
+            #expect(refusal.lowercased().contains("retry-after: 1"), "\(refusal)")
+            #expect(refusal.contains(#""code":"tooManyRequests""#), "\(refusal)")
+            #expect(first.text.isEmpty && second.text.isEmpty, "still waiting")
+
+            // Another account is answered meanwhile.
+            #expect(try await api.send(.get, "/v1/account", token: bob).status == .ok)
+
+            // An upload that goes away hands its turn to the first waiting, which hands it on
+            // when answered, while the other upload still holds its own.
+            try await stalled[0].channel.close()
+            #expect(try await first.answers(1, within: .seconds(20)).hasPrefix("HTTP/1.1 200"), "\(first.text)")
+            #expect(try await second.answers(1, within: .seconds(20)).hasPrefix("HTTP/1.1 200"), "\(second.text)")
+            #expect(try await waitFor((1, 0)), "\(load())")
+            try await stalled[1].channel.close()
+            #expect(try await waitFor((0, 0)), "every turn given back: \(load())")
+            for connection in [first, second, refused] { try await connection.channel.close() }
+        }
+    }
+}
