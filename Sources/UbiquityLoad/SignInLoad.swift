@@ -47,8 +47,9 @@ func withSignInServer<T>(options: Options, policy: SignInPolicy, _ body: (URL) a
 }
 
 /// A server on loopback with the default bcrypt cost, set up by `configure`, with an account
-/// "victim" (password "the victim's password"), and `body` run against it.
-func withLoadServer<T>(options: Options, configure: (inout SyncServer.Configuration) -> Void, _ body: (URL) async throws -> T) async throws -> T {
+/// "victim" (password "the victim's password") and `more` accounts (the same password), and
+/// `body` run against it.
+func withLoadServer<T>(options: Options, accounts more: [String] = [], configure: (inout SyncServer.Configuration) -> Void, _ body: (URL) async throws -> T) async throws -> T {
     let directory = NSTemporaryDirectory() + "ubiquity-load-\(UUID().uuidString.prefix(8))"
     defer { try? FileManager.default.removeItem(atPath: directory) }
     var logger = Logger(label: "ubiquity.load")
@@ -60,7 +61,7 @@ func withLoadServer<T>(options: Options, configure: (inout SyncServer.Configurat
     }
     let server = try await SyncServer(configuration: configuration, logger: logger)
     let admin = try await ServerAdministration(dataDirectory: directory, database: configuration.database)
-    _ = try await admin.createAccount(name: "victim", password: "the victim's password")
+    for name in ["victim"] + more { _ = try await admin.createAccount(name: name, password: "the victim's password") }
     await admin.close()
     let port = BoundPort()
     let group = ServiceGroup(services: [try server.makeApplication { bound in port.value.withLock { $0 = bound } }], gracefulShutdownSignals: [], logger: logger)

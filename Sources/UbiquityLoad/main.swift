@@ -7,6 +7,7 @@
 //   swift run -c release ubiquity-load --sign-in [--database postgres://…]
 //   swift run -c release ubiquity-load --connections [--slow 300] [--idle 5000]
 //   swift run -c release ubiquity-load --folder [--folder-items 10000] [--database postgres://…]
+//   swift run -c release ubiquity-load --share [--flooders 64] [--seconds 10] [--database postgres://…]
 //
 // Each run starts its own server in this process (embedded SQLite in a temporary directory, or
 // a fresh schema in the PostgreSQL database given), signs the devices in, connects each one's
@@ -28,6 +29,11 @@
 //
 // `--folder` measures one commit's cost as its folder grows: single-item commits into an empty
 // folder, then into one holding 10,000 items (p50, p99, and the ratio of the p50s).
+//
+// `--share` measures what one account's flood costs another: a neighbour's single-item commits
+// (p50, p99) alone, then while `flooders` clients of one other account commit to one item as
+// fast as they are answered — with each account's share at its default, and with no share
+// (every request at work at once) — and the ratios of the flooded p99s to the one alone.
 import Foundation
 import HummingbirdWSClient
 import Logging
@@ -53,6 +59,8 @@ struct Options {
     var connections = false
     var folder = false
     var folderItems = 10_000
+    var share = false
+    var flooders = 64
     var slowConnections = 300
     var idleConnections = 5_000
 
@@ -69,9 +77,11 @@ struct Options {
             case "--connections": connections = true
             case "--folder": folder = true
             case "--folder-items": folderItems = max(1_000, Int(rest.popFirst() ?? "") ?? folderItems)
+            case "--share": share = true
+            case "--flooders": flooders = max(1, Int(rest.popFirst() ?? "") ?? flooders)
             case "--slow": slowConnections = Int(rest.popFirst() ?? "") ?? slowConnections
             case "--idle": idleConnections = Int(rest.popFirst() ?? "") ?? idleConnections
-            default: throw LoadError("usage: ubiquity-load [--devices 100,1000] [--seconds S] [--writers W] [--database postgres://… [--instances N]] | --sign-in [--database postgres://…] | --connections [--slow N] [--idle N] | --folder [--folder-items N] [--database postgres://…]")
+            default: throw LoadError("usage: ubiquity-load [--devices 100,1000] [--seconds S] [--writers W] [--database postgres://… [--instances N]] | --sign-in [--database postgres://…] | --connections [--slow N] [--idle N] | --folder [--folder-items N] [--database postgres://…] | --share [--flooders N] [--seconds S] [--database postgres://…]")
             }
         }
         guard !devices.isEmpty, devices.allSatisfy({ $0 >= 2 }), writers >= 1, seconds > 0, instances >= 1 else { throw LoadError("bad options") }
@@ -306,9 +316,11 @@ func raiseFileLimit() {
 do {
     let options = try Options(Array(CommandLine.arguments.dropFirst()))
     raiseFileLimit()
-    if options.signIn || options.connections || options.folder {
-        var report = try await options.signIn ? signInRun(options: options) : options.folder ? folderRun(options: options) : connectionRun(options: options)
-        report["benchmark"] = options.signIn ? "ubiquity-load --sign-in" : options.folder ? "ubiquity-load --folder" : "ubiquity-load --connections"
+    if options.signIn || options.connections || options.folder || options.share {
+        var report = try await options.signIn ? signInRun(options: options) : options.folder ? folderRun(options: options)
+            : options.share ? shareRun(options: options) : connectionRun(options: options)
+        report["benchmark"] = options.signIn ? "ubiquity-load --sign-in" : options.folder ? "ubiquity-load --folder"
+            : options.share ? "ubiquity-load --share" : "ubiquity-load --connections"
         report["backend"] = options.database == nil ? "sqlite" : "postgresql"
         report["cores"] = ProcessInfo.processInfo.activeProcessorCount
         FileHandle.standardOutput.write(try JSONSerialization.data(withJSONObject: report, options: [.prettyPrinted, .sortedKeys]) + Data("\n".utf8))
