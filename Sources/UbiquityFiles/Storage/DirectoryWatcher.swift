@@ -141,6 +141,7 @@ private final class WatchLoop: @unchecked Sendable {
 
     private func handle(_ event: inotify_event, _ name: String) {
         if event.mask & UInt32(IN_Q_OVERFLOW) != 0 {
+            logger.notice("inotify's event queue overflowed: everything under the folder is looked at again")
             onEvent(.overflow)
             return
         }
