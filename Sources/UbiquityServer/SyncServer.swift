@@ -77,11 +77,12 @@ package struct SyncServer: Sendable {
         storage = try await ServerStorage.open(dataDirectory: configuration.dataDirectory, database: configuration.database, logger: logger)
         let hasher = PasswordHasher(cost: configuration.bcryptCost)
         let notifier = ChangeNotifier()
+        let metrics = ServerMetrics()
         services = SyncServices(
             database: storage.database, chunks: VerifiedChunks(base: storage.chunks, database: storage.database, notifier: notifier, logger: logger),
-            metrics: ServerMetrics(), notifier: notifier,
+            metrics: metrics, notifier: notifier,
             signIns: SignInGuard(database: storage.database, hasher: hasher, policy: configuration.signInPolicy, logger: logger),
-            accountLimits: configuration.accountLimits, retention: configuration.retention, share: AccountShare(limits: configuration.accountShare))
+            accountLimits: configuration.accountLimits, retention: configuration.retention, share: AccountShare(limits: configuration.accountShare, metrics: metrics))
         Task { await hasher.prepareDecoy() } // before the first unknown account asks
     }
 

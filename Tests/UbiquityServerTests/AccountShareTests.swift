@@ -70,6 +70,8 @@ import Testing
             #expect(try await waitFor((1, 0)), "\(load())")
             try await stalled[1].channel.close()
             #expect(try await waitFor((0, 0)), "every turn given back: \(load())")
+            let metrics = String(buffer: try await api.send(.get, "/metrics").body)
+            #expect(metrics.contains("ubiquity_account_share_waits_total 2") && metrics.contains("ubiquity_account_share_refusals_total 1"), "\(metrics)")
             for connection in [first, second, refused] { try await connection.channel.close() }
         }
     }

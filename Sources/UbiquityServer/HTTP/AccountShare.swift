@@ -28,18 +28,21 @@ package struct AccountShareLimits: Sendable, Equatable {
 /// slow the others"). A push connection (a WebSocket, open for hours) is not counted.
 ///
 /// Memory: an account is remembered only while it has requests under way or waiting.
-package final class AccountShare: Sendable {
+final class AccountShare: Sendable {
     private struct Account {
         var working = 0
         var waiting: Deque<CheckedContinuation<Void, Never>> = []
     }
 
     private let limits: AccountShareLimits
+    private let metrics: ServerMetrics?
     private let accounts = Mutex<[Int64: Account]>([:])
     private let refusals = RefusalLog()
 
-    package init(limits: AccountShareLimits = AccountShareLimits()) {
+    /// - Parameter metrics: Where the requests that waited and those refused are counted.
+    init(limits: AccountShareLimits = AccountShareLimits(), metrics: ServerMetrics? = nil) {
         self.limits = limits
+        self.metrics = metrics
     }
 
     /// Runs `work` in one of `device`'s account's turns (after waiting for one if its share is
@@ -73,9 +76,11 @@ package final class AccountShare: Sendable {
         case .now:
             return
         case .refused:
+            metrics?.count(.accountShareRefusals)
             refusals.note("account busy", address: address, detail: "the account of device \(device.deviceId) (\(SafeText.escaped(device.deviceName))) has \(limits.working) requests under way and \(limits.waiting) waiting", logger: logger)
             throw SyncError(.tooManyRequests, "tooManyRequests", "this account has too many requests under way: try again shortly", retryAfter: 1)
         case .wait:
+            metrics?.count(.accountShareWaits)
             // Registered under the lock it was judged under: a turn handed over by `leave`
             // between the two would find no one waiting and be kept as free, so look again.
             await withCheckedContinuation { continuation in

@@ -12,6 +12,10 @@ final class ServerMetrics: Sendable {
         case serverErrors = "ubiquity_http_server_errors_total"
         case commits = "ubiquity_commits_total"
         case chunkBytesReceived = "ubiquity_chunk_bytes_received_total"
+        /// Requests that waited for a turn of their account's share (``AccountShare``).
+        case accountShareWaits = "ubiquity_account_share_waits_total"
+        /// Requests refused (429) because their account already had too many waiting.
+        case accountShareRefusals = "ubiquity_account_share_refusals_total"
     }
 
     private let values = Mutex<[Counter: Int]>([:])
