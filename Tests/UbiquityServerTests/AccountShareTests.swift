@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Hummingbird
 import HummingbirdTesting
 import Testing
@@ -74,5 +75,31 @@ import Testing
             #expect(metrics.contains("ubiquity_account_share_waits_total 2") && metrics.contains("ubiquity_account_share_refusals_total 1"), "\(metrics)")
             for connection in [first, second, refused] { try await connection.channel.close() }
         }
+    }
+
+    /// The turns under both the account share and the password hasher: per key, in order, a
+    /// full waiting room turns away, a turn given back passes to the first waiting, a key with
+    /// nothing under way is forgotten.
+    @Test func turnsAreTakenInOrderPerKeyAndAFullWaitingRoomTurnsAway() async throws {
+        let turns = Turns<Int>(slots: 1, waitingLimit: 2)
+        #expect(await turns.take(1) == false, "a free turn: taken without waiting")
+        #expect(await turns.take(2) == false, "another key has turns of its own")
+        final class Order: Sendable { let values = Mutex<[Int]>([]) }
+        let order = Order()
+        let first = Task { let waited = await turns.take(1); order.values.withLock { $0.append(1) }; return waited }
+        while turns.load(of: 1).waiting < 1 { try await Task.sleep(for: .milliseconds(1)) }
+        let second = Task { let waited = await turns.take(1); order.values.withLock { $0.append(2) }; return waited }
+        while turns.load(of: 1).waiting < 2 { try await Task.sleep(for: .milliseconds(1)) }
+        #expect(await turns.take(1) == nil, "the waiting room is full")
+        #expect(turns.load(of: 1) == (1, 2) && order.values.withLock { $0 }.isEmpty)
+        turns.giveBack(1)
+        #expect(await first.value == true)
+        #expect(turns.load(of: 1) == (1, 1) && order.values.withLock { $0 } == [1])
+        turns.giveBack(1)
+        #expect(await second.value == true)
+        #expect(order.values.withLock { $0 } == [1, 2])
+        turns.giveBack(1)
+        turns.giveBack(2)
+        #expect(turns.load(of: 1) == (0, 0) && turns.load(of: 2) == (0, 0), "nothing under way: forgotten")
     }
 }

@@ -181,7 +181,8 @@ final class PasswordHasher: Sendable {
     let concurrency: Int
     /// How many more may wait.
     let waitingLimit: Int
-    private let gate: Gate
+    /// The hashing threads' turns (one key: all passwords share them).
+    private let turns: Turns<Int>
     private let decoy = Mutex<String?>(nil)
     /// How many passwords were checked (tests see that a refusal checked none).
     let checks = ManagedAtomicCounter()
@@ -197,7 +198,7 @@ final class PasswordHasher: Sendable {
         self.cost = cost
         self.concurrency = concurrency
         self.waitingLimit = waitingLimit
-        gate = Gate(slots: concurrency, waitingLimit: waitingLimit)
+        turns = Turns(slots: concurrency, waitingLimit: waitingLimit)
     }
 
     /// What bcrypt is given for `password`.
@@ -257,44 +258,11 @@ final class PasswordHasher: Sendable {
         _ = try? await decoyHash() // only a full queue fails: then the first unknown account makes it
     }
 
+    /// Runs `work` on NIO's blocking pool in one of the hashing turns.
+    /// - Throws: ``SyncError`` 503 `busy` when `waitingLimit` passwords already wait.
     private func run<T: Sendable>(_ work: @escaping @Sendable () -> T) async throws -> T {
-        try await gate.enter()
-        do {
-            let result = try await NIOThreadPool.singleton.runIfActive { work() }
-            await gate.leave()
-            return result
-        } catch {
-            await gate.leave()
-            throw error
-        }
-    }
-
-    /// At most `slots` at once, at most `waitingLimit` waiting.
-    actor Gate {
-        private var free: Int
-        private let waitingLimit: Int
-        private var waiting: [CheckedContinuation<Void, Never>] = []
-
-        init(slots: Int, waitingLimit: Int) {
-            free = slots
-            self.waitingLimit = waitingLimit
-        }
-
-        func enter() async throws {
-            if free > 0 {
-                free -= 1
-                return
-            }
-            guard waiting.count < waitingLimit else { throw SyncError.busy(retryAfter: 1) }
-            await withCheckedContinuation { waiting.append($0) } // the leaver hands its slot over
-        }
-
-        func leave() {
-            if waiting.isEmpty {
-                free += 1
-            } else {
-                waiting.removeFirst().resume()
-            }
-        }
+        guard await turns.take(0) != nil else { throw SyncError.busy(retryAfter: 1) }
+        defer { turns.giveBack(0) }
+        return try await NIOThreadPool.singleton.runIfActive { work() }
     }
 }
