@@ -155,8 +155,13 @@ let package = Package(
             dependencies: ["UbiquityAgent", "UbiquityTestSupport", "UbiquityClient", "UbiquityQuery", "UbiquityCoordination", "UbiquitySync", "UbiquityServer", "UbiquityProtocol",
                            .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "GRDB", package: "GRDB.swift")]
         ),
+        // An app's model code as Apple's samples write it, run as real programs under each way a
+        // program drains its main queue: an async entry point, RunLoop.main.run(), dispatchMain().
+        .target(name: "UbiquityAppleAppScenarios", dependencies: ["Ubiquity", "UbiquityDatabase", .product(name: "GRDB", package: "GRDB.swift")], path: "Tests/AppleApps/Scenarios"),
+        .executableTarget(name: "UbiquityAppleAsyncApp", dependencies: ["UbiquityAppleAppScenarios"], path: "Tests/AppleApps/AsyncApp"),
+        .executableTarget(name: "UbiquityAppleMainQueueApp", dependencies: ["UbiquityAppleAppScenarios"], path: "Tests/AppleApps/MainQueueApp"),
         // Code written as Apple's documentation writes it: a signature that drifts from Apple's breaks this build.
-        .testTarget(name: "UbiquityAppleSourceTests", dependencies: ["Ubiquity"]),
+        .testTarget(name: "UbiquityAppleSourceTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquityAppleAsyncApp", "UbiquityAppleMainQueueApp"]),
         .testTarget(name: "UbiquityDatabaseTests", dependencies: ["UbiquityDatabase", "UbiquityDocument", "UbiquityClient", "UbiquityTestSupport", logging]),
         .testTarget(name: "UbiquityCoordinationTests", dependencies: ["UbiquityCoordination", "UbiquityTestSupport", "UbiquityCoordinatorHelper"]),
         .testTarget(name: "UbiquityDocumentTests", dependencies: ["Ubiquity", "UbiquityTestSupport", "UbiquitySaveLoop", "UbiquityDocumentHost"]),

@@ -5,24 +5,43 @@ import Synchronization
 /// What an app may use of the signed-in account: its ubiquity containers (the first is the
 /// default one) and its key-value store — the iCloud entitlements
 /// `com.apple.developer.ubiquity-container-identifiers` and
-/// `com.apple.developer.ubiquity-kvstore-identifier`. Declare them in code
-/// (``declare(_:)``) or in the app's document-types declaration file, under the same keys
+/// `com.apple.developer.ubiquity-kvstore-identifier` — and, on this device, the folders it
+/// shares with the user's other apps (`com.apple.security.application-groups`). Declare them in
+/// code (``declare(_:)``) or in the app's document-types declaration file, under the same keys
 /// (``init(contentsOf:)``).
 public struct UbiquityEntitlements: Sendable, Equatable, Codable {
     /// The key of the container identifiers.
     public static let containersKey = "com.apple.developer.ubiquity-container-identifiers"
     /// The key of the key-value store identifier.
     public static let keyValueStoreKey = "com.apple.developer.ubiquity-kvstore-identifier"
+    /// The key of the app groups.
+    public static let applicationGroupsKey = "com.apple.security.application-groups"
 
     /// The containers (`TEAMID.com.example.app`), the default first.
     public var containerIdentifiers: [String]
     /// The key-value store's identifier, if the app uses one.
     public var keyValueStoreIdentifier: String?
+    /// The app groups whose shared folders the app may use (`group.com.example.app`).
+    public var applicationGroupIdentifiers: [String]
 
-    /// Entitlements to `containers` (the default first) and `keyValueStore`.
-    public init(containers: [String], keyValueStore: String? = nil) {
+    /// Entitlements to `containers` (the default first), `keyValueStore` and `applicationGroups`.
+    public init(containers: [String], keyValueStore: String? = nil, applicationGroups: [String] = []) {
         containerIdentifiers = containers
         keyValueStoreIdentifier = keyValueStore
+        applicationGroupIdentifiers = applicationGroups
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case containerIdentifiers, keyValueStoreIdentifier, applicationGroupIdentifiers
+    }
+
+    /// Decodes entitlements (those written before app groups existed have none).
+    /// - Throws: `DecodingError` when the containers are missing or mistyped.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        containerIdentifiers = try container.decode([String].self, forKey: .containerIdentifiers)
+        keyValueStoreIdentifier = try container.decodeIfPresent(String.self, forKey: .keyValueStoreIdentifier)
+        applicationGroupIdentifiers = try container.decodeIfPresent([String].self, forKey: .applicationGroupIdentifiers) ?? []
     }
 
     /// Reads the entitlements from a declarations file (JSON or a property list, like the
@@ -49,7 +68,11 @@ public struct UbiquityEntitlements: Sendable, Equatable, Codable {
         guard store == nil || (store as? String).map(Self.isValidIdentifier) == true else {
             throw EntitlementsError(path: url.path, reason: "\(Self.keyValueStoreKey) must be an identifier")
         }
-        self.init(containers: containers, keyValueStore: store as? String)
+        let groups = root[Self.applicationGroupsKey]
+        guard groups == nil || (groups as? [String])?.allSatisfy(Self.isValidIdentifier) == true else {
+            throw EntitlementsError(path: url.path, reason: "\(Self.applicationGroupsKey) must be a list of group identifiers (letters, digits, “.”, “-”, “_”)")
+        }
+        self.init(containers: containers, keyValueStore: store as? String, applicationGroups: groups as? [String] ?? [])
     }
 
     /// Whether `identifier` can name a container: 1…255 of letters, digits, `.`, `-`, `_`.

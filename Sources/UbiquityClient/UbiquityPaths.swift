@@ -56,4 +56,10 @@ public struct UbiquityPaths: Sendable, Equatable {
     public func container(_ identifier: String, account identityToken: String) -> URL {
         account(identityToken).appendingPathComponent("containers").appendingPathComponent(identifier)
     }
+
+    /// The folder an app group shares among the user's apps on this machine (the analogue of
+    /// `~/Library/Group Containers/<group>`): local, never synced, the same whoever is signed in.
+    public func groupContainer(_ groupIdentifier: String) -> URL {
+        data.appendingPathComponent("Group Containers").appendingPathComponent(groupIdentifier)
+    }
 }

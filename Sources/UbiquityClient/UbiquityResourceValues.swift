@@ -103,8 +103,10 @@ extension UbiquityContainers {
                 all.ubiquitousItemPercentDownloaded = status.percentDownloaded
                 all.ubiquitousItemPercentUploaded = status.percentUploaded
             } catch {
+                // The local copy is the newest this device knows of: current (Apple's
+                // "downloaded" means a newer version is known and on its way).
                 let downloaded = FileManager.default.fileExists(atPath: url.path)
-                all.ubiquitousItemDownloadingStatus = downloaded ? .downloaded : .notDownloaded
+                all.ubiquitousItemDownloadingStatus = downloaded ? .current : .notDownloaded
                 all.ubiquitousItemIsDownloading = false
                 all.ubiquitousItemIsUploading = false
                 all.ubiquitousItemUploadingError = CocoaError(.ubiquitousFileUbiquityServerNotAvailable, userInfo: [NSLocalizedDescriptionKey: "\(error)"])

@@ -211,16 +211,16 @@ open class ManagedDocument: Document {
         if let database {
             let document = WeakHandoff(self)
             database.onLocalCommit {
-                DispatchQueue.main.async { document.value?.updateChangeCount(.done) }
+                MainQueue.async { document.value?.updateChangeCount(.done) }
             }
             return
         }
         let observation = DatabaseRegionObservation(tracking: .fullDatabase)
         let document = WeakHandoff(self)
         changeObservation = observation.start(in: writer, onError: { error in
-            DispatchQueue.main.async { document.value?.handleError(error, userInteractionPermitted: false) }
+            MainQueue.async { document.value?.handleError(error, userInteractionPermitted: false) }
         }, onChange: { _ in
-            DispatchQueue.main.async { document.value?.updateChangeCount(.done) }
+            MainQueue.async { document.value?.updateChangeCount(.done) }
         })
     }
 

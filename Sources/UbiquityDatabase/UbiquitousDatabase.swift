@@ -172,10 +172,15 @@ public final class UbiquitousDatabase: Sendable {
 
     /// Publishes this device's captured transactions and imports the other devices' segments
     /// that arrived, now. Blocks until done; do not call it from inside a database access.
+    /// The imports' `.NSPersistentStoreDidImportUbiquitousContentChanges` are posted on the
+    /// caller's thread before it returns, once the database's own queue is free — so that a
+    /// call from the main queue with an observer on `queue: .main` does not wait on itself.
     /// - Returns: What the import did.
     @discardableResult
     public func synchronize() throws -> ImportReport {
-        try queue.sync { try synchronizeOnQueue() }
+        let imported = UncheckedBox<[ImportedChanges]>([])
+        defer { for changes in imported.value { post(changes) } }
+        return try queue.sync { try synchronizeOnQueue { imported.value.append($0) } }
     }
 
     /// ``synchronize()`` without blocking the caller.
@@ -380,7 +385,9 @@ public final class UbiquitousDatabase: Sendable {
         try queue.sync { try engine.compact(registration: registration) }
     }
 
-    private func synchronizeOnQueue() throws -> ImportReport {
+    /// Synchronizes on the database's queue; each import's changes go to `deliver` (by default,
+    /// posted from the queue at once).
+    private func synchronizeOnQueue(deliver: ((ImportedChanges) -> Void)? = nil) throws -> ImportReport {
         // The logs folder gone while open: the content was deleted (Manage Storage's "Delete
         // All", on any device): so goes the store.
         guard FileManager.default.fileExists(atPath: logsURL.path) else {
@@ -389,7 +396,7 @@ public final class UbiquitousDatabase: Sendable {
         }
         try writer.write { db in _ = try engine.flush(db) }
         try engine.publish()
-        let report = try engine.importLogs(onImported: { changes in self.post(changes) }, onProgress: { progress in
+        let report = try engine.importLogs(onImported: { changes in deliver.map { $0(changes) } ?? self.post(changes) }, onProgress: { progress in
             self.progress.yield(progress)
         })
         // What the import hook wrote, and what was captured meanwhile; and, for a device that
@@ -412,7 +419,7 @@ public final class UbiquitousDatabase: Sendable {
             NSDeletedObjectsKey: changes.deleted,
             Self.importedChangesKey: changes,
         ]
-        NotificationCenter.default.post(name: .NSPersistentStoreDidImportUbiquitousContentChanges, object: self, userInfo: userInfo)
+        MainQueue.post(Notification(name: .NSPersistentStoreDidImportUbiquitousContentChanges, object: self, userInfo: userInfo))
         imports.yield(changes)
     }
 }

@@ -283,3 +283,42 @@ final class NoteList: NSObject {
         if let observer { NotificationCenter.default.removeObserver(observer) }
     }
 }
+
+/// A file from a document picker, read as the samples read one.
+enum PickedFile {
+    static func contents(of url: URL) -> Data? {
+        guard url.startAccessingSecurityScopedResource() else { return nil }
+        defer { url.stopAccessingSecurityScopedResource() }
+        return try? Data(contentsOf: url)
+    }
+
+    /// Settings the app shares with its widget, in the app group's folder.
+    static func sharedSettingsURL() -> URL? {
+        FileManager.default.containerURL(forSecurityApplicationGroupIdentifier: "group.com.example.notes")?.appendingPathComponent("Settings.plist")
+    }
+}
+
+/// A model that takes its ubiquity calls through `UbiquityFileManaging`, so its tests can mock
+/// them (on Apple's platforms, a `FileManager` subclass would; see docs/Compatibility.md).
+final class CloudLibrary {
+    let files: any UbiquityFileManaging
+
+    init(files: any UbiquityFileManaging = FileManager.default) { self.files = files }
+
+    var documentsURL: URL? { files.url(forUbiquityContainerIdentifier: nil)?.appendingPathComponent("Documents") }
+
+    var isSignedIn: Bool { files.ubiquityIdentityToken != nil }
+}
+
+/// The mock an app's tests write.
+final class MockUbiquityFiles: UbiquityFileManaging {
+    var container: URL?
+    var ubiquityIdentityToken: (any NSCoding & NSCopying & NSObjectProtocol)? { container == nil ? nil : "token" as NSString }
+    func url(forUbiquityContainerIdentifier containerIdentifier: String?) -> URL? { container }
+    func setUbiquitous(_ flag: Bool, itemAt url: URL, destinationURL: URL) throws {}
+    func isUbiquitousItem(at url: URL) -> Bool { container.map { url.path.hasPrefix($0.path) } ?? false }
+    func startDownloadingUbiquitousItem(at url: URL) throws {}
+    func evictUbiquitousItem(at url: URL) throws {}
+    func url(forPublishingUbiquitousItemAt url: URL, expiration outDate: AutoreleasingUnsafeMutablePointer<NSDate?>?) throws -> URL { url }
+    func containerURL(forSecurityApplicationGroupIdentifier groupIdentifier: String) -> URL? { nil }
+}

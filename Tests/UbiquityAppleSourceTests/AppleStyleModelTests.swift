@@ -45,4 +45,17 @@ import Ubiquity
         #expect(controller.document?.documentState == .normal)
         _ = await controller.document?.close()
     }
+
+    @Test func pickedFilesAreReadAndUbiquityCallsAreMockedThroughTheProtocol() throws {
+        let file = FileManager.default.temporaryDirectory.appendingPathComponent("picked-\(UUID().uuidString.prefix(8)).txt")
+        try Data("from the picker".utf8).write(to: file)
+        defer { try? FileManager.default.removeItem(at: file) }
+        #expect(PickedFile.contents(of: file) == Data("from the picker".utf8))
+        let mock = MockUbiquityFiles()
+        let library = CloudLibrary(files: mock)
+        #expect(!library.isSignedIn && library.documentsURL == nil)
+        mock.container = URL(fileURLWithPath: "/tmp/cloud")
+        #expect(library.isSignedIn && library.documentsURL?.path == "/tmp/cloud/Documents")
+        #expect(CloudLibrary().files === FileManager.default)
+    }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import Testing
 import UbiquityCoordination
+import UbiquityFiles
 @testable import UbiquityDocument
 import UbiquityTestSupport
 
@@ -64,7 +65,7 @@ final class ObservingDocument: UIDocument {
 
     override func open(completionHandler: (@Sendable (Bool) -> Void)? = nil) {
         super.open { [heard] success in
-            heard.append("opened:\(success):\(Thread.isMainThread || DispatchQueue.getSpecific(key: MainQueueMarker.key) == true)")
+            heard.append("opened:\(success):\(Thread.isMainThread || MainQueue.isCurrent)")
             completionHandler?(success)
         }
     }

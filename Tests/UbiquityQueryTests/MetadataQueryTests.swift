@@ -223,7 +223,7 @@ func names(_ query: NSMetadataQuery) -> [String] {
         #expect(remote.value(forAttribute: NSMetadataUbiquitousItemURLInLocalContainerKey) as? URL == cloud.appendingPathComponent("Remote.txt"))
         #expect(remote.value(forAttribute: NSMetadataUbiquitousItemIsExternalDocumentKey) as? Bool == false, "the app's own container")
         let trip = try #require(query.results.compactMap { $0 as? NSMetadataItem }.first { $0.value(forAttribute: NSMetadataItemFSNameKey) as? String == "Trip.txt" })
-        #expect(trip.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusDownloaded)
+        #expect(trip.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusCurrent)
         #expect(trip.value(forAttribute: NSMetadataUbiquitousItemIsDownloadedKey) as? Bool == true)
         #expect(trip.value(forAttribute: NSMetadataUbiquitousItemUploadingErrorKey) is CocoaError, "the agent is not running: uploads wait")
 
@@ -235,7 +235,7 @@ func names(_ query: NSMetadataQuery) -> [String] {
         // The item comes down: the placeholder goes, the file arrives — the same result changes.
         try Data("from the other device".utf8).write(to: cloud.appendingPathComponent("Remote.txt"))
         try FileManager.default.removeItem(at: UbiquityPlaceholder.url(for: cloud.appendingPathComponent("Remote.txt")))
-        #expect(await recorder.wait { _ in remote.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusDownloaded })
+        #expect(await recorder.wait { _ in remote.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusCurrent })
         #expect(!recorder.updates.contains { $0.removed.contains("Remote.txt") }, "never gone on the way")
         // A new item from elsewhere (a placeholder), and a local document.
         try UbiquityPlaceholder(name: "New.txt", item: "i3", size: 1).write(in: cloud)

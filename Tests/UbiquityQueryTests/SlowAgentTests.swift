@@ -24,8 +24,8 @@ import UbiquityTestSupport
         // The agent lists the container's statuses only when the test lets it (after the
         // gathering, which waits two seconds for them), then tells of a conflict when let again;
         // it never answers a question about one item.
-        @Sendable func status(conflicts: Int) -> UbiquityItemStatus {
-            UbiquityItemStatus(container: identifier, path: trip.path, size: 13, downloaded: true, current: true, downloading: false, downloadRequested: false,
+        @Sendable func status(conflicts: Int, current: Bool = true) -> UbiquityItemStatus {
+            UbiquityItemStatus(container: identifier, path: trip.path, size: 13, downloaded: true, current: current, downloading: false, downloadRequested: false,
                                uploaded: true, uploading: false, percentDownloaded: 100, percentUploaded: 100, conflicts: conflicts,
                                downloadingError: nil, uploadingError: nil)
         }
@@ -36,7 +36,7 @@ import UbiquityTestSupport
         let agent = try FakeAgent(socket: paths.agentSocket) { request, reply in
             guard request.operation == .watch else { return } // no answer
             waitForRelease(1)
-            reply(AgentResponse(items: [status(conflicts: 0)]))
+            reply(AgentResponse(items: [status(conflicts: 0, current: false)]))
             waitForRelease(2)
             reply(AgentResponse(items: [status(conflicts: 1)]))
         }
@@ -52,18 +52,20 @@ import UbiquityTestSupport
         query.start()
         #expect(await recorder.wait { $0.contains { $0.name == "DidFinishGathering" } })
         let item = try #require(query.results.first as? NSMetadataItem)
-        // Gathered from the disk meanwhile: downloaded, and not an agent that does not run.
-        #expect(item.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusDownloaded)
+        // Gathered from the disk meanwhile: downloaded and current (the newest this device knows of), and not an agent that does not run.
+        #expect(item.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusCurrent)
         #expect(item.value(forAttribute: NSMetadataUbiquitousItemUploadingErrorKey) == nil)
 
-        // The agent's list comes: the result takes it, as an update.
+        // The agent's list comes — a newer version is known, not here yet: "downloaded", not
+        // current — and the result takes it, as an update.
         released.withLock { $0 = 1 }
-        #expect(await recorder.wait { _ in item.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusCurrent })
+        #expect(await recorder.wait { _ in item.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusDownloaded })
         #expect(item.value(forAttribute: NSMetadataUbiquitousItemIsUploadedKey) as? Bool == true)
         #expect(await recorder.wait { $0.contains { $0.name == "DidUpdate" && $0.changed == ["Trip.txt"] } })
         // And what changes after it.
         released.withLock { $0 = 2 }
         #expect(await recorder.wait { _ in item.value(forAttribute: NSMetadataUbiquitousItemHasUnresolvedConflictsKey) as? Bool == true })
+        #expect(item.value(forAttribute: NSMetadataUbiquitousItemDownloadingStatusKey) as? String == NSMetadataUbiquitousItemDownloadingStatusCurrent)
 
         // A file event asks the agent about the item; no answer in time keeps what its stream said.
         try Data("pack the tent and the stove".utf8).write(to: trip)

@@ -102,4 +102,10 @@ long long ubq_heap_in_use(void);
 int ubq_spawn_actions_close_from(posix_spawn_file_actions_t *actions, int lowest);
 int ubq_spawn_actions_chdir(posix_spawn_file_actions_t *actions, const char *path);
 
+/// Whether this program's async entry point (an `async` `main` or top-level `await`) drains
+/// the main queue through the main run loop on the main thread, as on Apple's systems (a hook
+/// installed before `main`; not when `UBIQUITY_ASYNC_MAIN=dispatch` or another library's hook
+/// came first): 1 or 0.
+int ubq_async_main_drains_main_run_loop(void);
+
 #endif

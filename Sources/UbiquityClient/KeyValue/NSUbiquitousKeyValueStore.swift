@@ -205,6 +205,20 @@ public final class NSUbiquitousKeyValueStore: Sendable {
 
     // MARK: Inside
 
+    /// Every value as the store keeps it (for Ubiquity's own stores, such as Handoff's).
+    package var propertyListValues: [String: PropertyListValue] {
+        current()
+        return state.withLock { $0.values }
+    }
+
+    /// Sets `key` to `value` as kept (see ``propertyListValues``).
+    /// - Parameters:
+    ///   - value: The value.
+    ///   - key: The key.
+    package func setPropertyListValue(_ value: PropertyListValue, forKey key: String) {
+        change(key, to: value)
+    }
+
     func change(_ key: String, to value: PropertyListValue) {
         current()
         let violation: String? = state.withLock { state in

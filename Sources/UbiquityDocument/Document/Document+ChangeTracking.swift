@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityFiles
 
 /// An opaque token for ``Document/changeCountToken(for:)``: the content state at that moment.
 public struct DocumentChangeToken: Hashable, Sendable {
@@ -9,7 +10,7 @@ extension Document {
     var hasUnsavedChangesDefault: Bool { changes.isDirty }
 
     func recordChange(_ change: ChangeKind) {
-        guard MainQueueMarker.isCurrent else { return onMain { [self] in updateChangeCount(change) } }
+        guard MainQueue.isCurrent else { return onMain { [self] in updateChangeCount(change) } }
         changes.record(change)
         scheduleAutosaveIfNeeded()
     }
@@ -56,26 +57,31 @@ extension Document {
     }
 
     /// Listens to `manager` (on the main queue) so that its registrations, undos and redos
-    /// count as changes.
+    /// count as changes — told by the manager as it posts, not through the notification center,
+    /// so the count never lags behind the manager (a post from main-queue work may be delivered
+    /// at the main queue's next turn: see `MainQueue.post`).
     func attach(_ manager: UndoManager?) {
-        for observer in undoObservers { NotificationCenter.default.removeObserver(observer) }
-        undoObservers = []
+        let id = ObjectIdentifier(self)
+        if let previous = storedUndoManager, previous !== manager {
+            MainActor.assumeIsolated { previous.stopListening(as: id) }
+        }
         storedUndoManager = manager
         guard let manager else { return }
-        let center = MainActor.assumeIsolated { manager.notificationCenter }
-        let kinds: [(Notification.Name, ChangeKind)] = [
-            (.NSUndoManagerDidCloseUndoGroup, .done),
-            (.NSUndoManagerDidUndoChange, .undone),
-            (.NSUndoManagerDidRedoChange, .redone),
-        ]
         let document = WeakHandoff(self)
-        undoObservers = kinds.map { name, kind in
-            center.addObserver(forName: name, object: manager, queue: nil) { _ in
-                let counts = MainActor.assumeIsolated { () -> Bool in
-                    guard kind == .done else { return true }
-                    return manager.groupingLevel == 0 && !manager.lastClosedGroupWasEmpty && !manager.isUndoing && !manager.isRedoing
+        MainActor.assumeIsolated {
+            manager.listen(as: id) { name in
+                guard let listening = document.value else { return false }
+                let kind: ChangeKind
+                switch name {
+                case .NSUndoManagerDidCloseUndoGroup:
+                    guard manager.groupingLevel == 0 && !manager.lastClosedGroupWasEmpty && !manager.isUndoing && !manager.isRedoing else { return true }
+                    kind = .done
+                case .NSUndoManagerDidUndoChange: kind = .undone
+                case .NSUndoManagerDidRedoChange: kind = .redone
+                default: return true
                 }
-                if counts { document.value?.updateChangeCount(kind) }
+                listening.updateChangeCount(kind)
+                return true
             }
         }
     }
@@ -89,7 +95,7 @@ extension Document {
         let document = WeakHandoff(self)
         autosaveTask = Task {
             do { try await clock.sleep(for: interval) } catch { return }
-            DispatchQueue.main.async { document.value?.autosaveTimerFired() }
+            MainQueue.async { document.value?.autosaveTimerFired() }
         }
     }
 

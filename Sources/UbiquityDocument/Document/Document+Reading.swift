@@ -3,7 +3,7 @@ import UbiquityFiles
 
 extension Document {
     func openDocument(completionHandler: (@Sendable (Bool) -> Void)?) {
-        guard MainQueueMarker.isCurrent else { return onMain { [self] in open(completionHandler: completionHandler) } }
+        guard MainQueue.isCurrent else { return onMain { [self] in open(completionHandler: completionHandler) } }
         guard documentState.contains(.closed), !isOpening else {
             logger.warning("open() on a document that is already open or opening", metadata: ["document": "\(fileURL.path)"])
             completionHandler?(false)
@@ -63,7 +63,7 @@ extension Document {
     }
 
     func revertDocument(toContentsOf url: URL, completionHandler: (@Sendable (Bool) -> Void)?) {
-        guard MainQueueMarker.isCurrent else { return onMain { [self] in revert(toContentsOf: url, completionHandler: completionHandler) } }
+        guard MainQueue.isCurrent else { return onMain { [self] in revert(toContentsOf: url, completionHandler: completionHandler) } }
         setEditingDisabled(true)
         onFileAccessQueue { [self] in
             let result = Result { try ownCoordinator.coordinate(readingItemAt: url) { try readNoting(from: $0) } }

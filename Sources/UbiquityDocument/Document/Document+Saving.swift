@@ -4,7 +4,7 @@ import UbiquityFiles
 
 extension Document {
     func saveDocument(to url: URL, for saveOperation: SaveOperation, completionHandler: (@Sendable (Bool) -> Void)?) {
-        guard MainQueueMarker.isCurrent else { return onMain { [self] in save(to: url, for: saveOperation, completionHandler: completionHandler) } }
+        guard MainQueue.isCurrent else { return onMain { [self] in save(to: url, for: saveOperation, completionHandler: completionHandler) } }
         let url = url.standardizedFileURL
         endUndoEventGroup()
         if saveOperation == .forOverwriting && documentState.contains(.closed) && !isClosing {
@@ -112,7 +112,7 @@ extension Document {
     }
 
     func autosaveDocument(completionHandler: (@Sendable (Bool) -> Void)?) {
-        guard MainQueueMarker.isCurrent else { return onMain { [self] in autosave(completionHandler: completionHandler) } }
+        guard MainQueue.isCurrent else { return onMain { [self] in autosave(completionHandler: completionHandler) } }
         endUndoEventGroup()
         guard hasUnsavedChanges, !documentState.contains(.closed) || isClosing else {
             completionHandler?(true)
@@ -122,7 +122,7 @@ extension Document {
     }
 
     func closeDocument(completionHandler: (@Sendable (Bool) -> Void)?) {
-        guard MainQueueMarker.isCurrent else { return onMain { [self] in close(completionHandler: completionHandler) } }
+        guard MainQueue.isCurrent else { return onMain { [self] in close(completionHandler: completionHandler) } }
         guard !documentState.contains(.closed) else {
             completionHandler?(true)
             return

@@ -120,7 +120,6 @@ open class Document: NSObject {
     var revertWhenReacquired = false
     var changes = ChangeTracker()
     var storedUndoManager: UndoManager?
-    nonisolated(unsafe) var undoObservers: [any NSObjectProtocol] = []
     var stateContinuations: [UUID: AsyncStream<State>.Continuation] = [:]
     var autosaveTask: Task<Void, Never>?
     var isOpening = false
@@ -164,10 +163,6 @@ open class Document: NSObject {
         super.init()
     }
 
-    deinit {
-        for observer in undoObservers { NotificationCenter.default.removeObserver(observer) }
-    }
-
     // MARK: Identity
 
     /// The type identifier of the document's file, from its extension; nil if unknown.
@@ -199,7 +194,7 @@ open class Document: NSObject {
         }
         let document = WeakHandoff(self)
         continuation.onTermination = { _ in
-            DispatchQueue.main.async { document.value?.stateContinuations[id] = nil }
+            MainQueue.async { document.value?.stateContinuations[id] = nil }
         }
         return stream
     }
@@ -207,7 +202,7 @@ open class Document: NSObject {
     func setState(_ state: State) {
         guard state != documentState else { return }
         documentState = state
-        NotificationCenter.default.post(name: Self.stateChangedNotification, object: self)
+        MainQueue.post(Notification(name: Self.stateChangedNotification, object: self))
         for continuation in stateContinuations.values { continuation.yield(state) }
     }
 

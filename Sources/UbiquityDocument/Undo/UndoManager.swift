@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityFiles
 
 /// A general-purpose recorder of operations for undo and redo, with Apple's `UndoManager` API.
 ///
@@ -313,8 +314,29 @@ open class UndoManager {
 
     // MARK: Notifications
 
+    /// Those told of each notification at the moment it is posted, before its observers, by
+    /// who listens: documents counting their changes, which must see the manager's state as it
+    /// is then. A listener that answers false (its owner is gone) is dropped.
+    var listeners: [ObjectIdentifier: @MainActor (Notification.Name) -> Bool] = [:]
+
+    /// Tells `hear` of each notification this manager posts, at the moment it posts it, until
+    /// `owner` stops listening or `hear` answers false.
+    /// - Parameters:
+    ///   - owner: Who listens (one listener an owner).
+    ///   - hear: Called with each notification's name; answers whether to go on listening.
+    package func listen(as owner: ObjectIdentifier, _ hear: @escaping @MainActor (Notification.Name) -> Bool) {
+        listeners[owner] = hear
+    }
+
+    /// Stops telling `owner` (see ``listen(as:_:)``).
+    /// - Parameter owner: Who listened.
+    package func stopListening(as owner: ObjectIdentifier) {
+        listeners[owner] = nil
+    }
+
     func post(_ name: Notification.Name, discardable: Bool? = nil) {
+        for (owner, hear) in listeners where !hear(name) { listeners[owner] = nil }
         let info: [AnyHashable: Any]? = discardable.map { [UndoManager.groupIsDiscardableUserInfoKey: $0] }
-        notificationCenter.post(name: name, object: self, userInfo: info)
+        MainQueue.post(Notification(name: name, object: self, userInfo: info), to: notificationCenter)
     }
 }

@@ -241,7 +241,9 @@ struct ContainerSource: MetadataSource {
     /// The status of the item `name` of `folder`: the agent's, or what the disk says.
     func status(of name: String, in folder: MetadataFolder, downloaded: Bool) -> MetadataRecord.UbiquitousStatus {
         guard !statuses.isEmpty, let known = statuses[folder.path(of: name)] else {
-            var status = MetadataRecord.UbiquitousStatus(downloading: downloaded ? .downloaded : .notDownloaded)
+            // A local copy is the newest this device knows of: current, not "downloaded"
+            // (which says a newer version is known and on its way).
+            var status = MetadataRecord.UbiquitousStatus(downloading: downloaded ? .current : .notDownloaded)
             status.isUploaded = !downloaded // what only the server has is uploaded
             status.uploadingError = downloaded ? agentProblem : nil
             return status

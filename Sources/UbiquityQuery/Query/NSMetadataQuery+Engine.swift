@@ -406,7 +406,7 @@ extension NSMetadataQuery {
                                 changed: Self.ordered(changes?.changed ?? [:]), removed: Self.ordered(changes?.removed ?? [:]), isInitial: initial)
             for continuation in continuations { continuation.yield(shot) }
         }
-        if let queue { queue.addOperation(operation) } else { DispatchQueue.main.async(execute: operation) }
+        if let queue { queue.addOperation(operation) } else { MainQueue.async(operation) }
     }
 
     static func ordered(_ entries: [ObjectIdentifier: Changes.Entry]) -> [NSMetadataItem] {

@@ -1,16 +1,5 @@
 import Dispatch
-
-/// Tells whether code runs on the main dispatch queue, whichever thread drains it.
-enum MainQueueMarker {
-    static let key: DispatchSpecificKey<Bool> = {
-        let key = DispatchSpecificKey<Bool>()
-        DispatchQueue.main.setSpecific(key: key, value: true)
-        return key
-    }()
-
-    /// Whether the current code runs on the main queue.
-    static var isCurrent: Bool { DispatchQueue.getSpecific(key: key) == true }
-}
+import UbiquityFiles
 
 /// A weak reference that may cross to another queue: the document a timer or an observer
 /// calls back into on the main queue, where alone it is used.
@@ -24,22 +13,17 @@ package struct WeakHandoff<Object: AnyObject>: @unchecked Sendable {
 
 extension Document {
     /// Runs `body` on the main queue, where a document's state lives (as UIKit's documents keep
-    /// theirs): at once when called there, else at the main queue's next turn.
+    /// theirs): at once when called there, else at the main queue's next turn (as an operation
+    /// of `OperationQueue.main`, so that what it posts reaches `queue: .main` observers).
     nonisolated package func onMain(_ body: @escaping () -> Void) {
-        if MainQueueMarker.isCurrent { return body() }
-        let handoff = Handoff(value: body)
-        DispatchQueue.main.async { handoff.value() }
+        if MainQueue.isCurrent { return body() }
+        MainQueue.async(body)
     }
 
     /// Runs `body` on the main queue and waits for it (from the file-access queue: a document's
     /// `load(fromContents:ofType:)` runs on the main queue, as UIKit's does).
     nonisolated func onMainAndWait<T>(_ body: () throws -> T) throws -> T {
-        if MainQueueMarker.isCurrent { return try body() }
-        return try withoutActuallyEscaping(body) { body in
-            let handoff = Handoff(value: body)
-            let result = DispatchQueue.main.sync { Handoff(value: Result { try handoff.value() }) }
-            return try result.value.get()
-        }
+        try MainQueue.sync(body)
     }
 
     /// Runs `body` on the document's file-access queue through ``performAsynchronousFileAccess(_:)``
