@@ -42,8 +42,8 @@ let package = Package(
         .target(name: "UbiquityFiles", dependencies: ["CUbiquitySystem", logging]),
         // File coordination: NSFileCoordinator, NSFilePresenter, cross-process locks.
         .target(name: "UbiquityCoordination", dependencies: ["CUbiquitySystem", "UbiquityFiles", logging]),
-        // Document layer: Document (UIDocument), UndoManager.
-        .target(name: "UbiquityDocument", dependencies: ["UbiquityFiles", "UbiquityCoordination", logging]),
+        // Document layer: Document (UIDocument), UndoManager; Handoff of its documents through the client layer below it.
+        .target(name: "UbiquityDocument", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityClient", logging]),
         // The sync protocol's messages (Codable, Foundation only): shared by the server and its clients.
         .target(name: "UbiquityProtocol"),
         // The sync engine: content-defined chunks, chunk-list deltas (no server, no network).
@@ -157,7 +157,7 @@ let package = Package(
         ),
         // An app's model code as Apple's samples write it, run as real programs under each way a
         // program drains its main queue: an async entry point, RunLoop.main.run(), dispatchMain().
-        .target(name: "UbiquityAppleAppScenarios", dependencies: ["Ubiquity", "UbiquityDatabase", .product(name: "GRDB", package: "GRDB.swift")], path: "Tests/AppleApps/Scenarios"),
+        .target(name: "UbiquityAppleAppScenarios", dependencies: ["Ubiquity", "UbiquityDatabase", "UbiquityTestSupport", .product(name: "GRDB", package: "GRDB.swift")], path: "Tests/AppleApps/Scenarios"),
         .executableTarget(name: "UbiquityAppleAsyncApp", dependencies: ["UbiquityAppleAppScenarios"], path: "Tests/AppleApps/AsyncApp"),
         .executableTarget(name: "UbiquityAppleMainQueueApp", dependencies: ["UbiquityAppleAppScenarios"], path: "Tests/AppleApps/MainQueueApp"),
         // Code written as Apple's documentation writes it: a signature that drifts from Apple's breaks this build.

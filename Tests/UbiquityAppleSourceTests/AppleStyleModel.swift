@@ -63,6 +63,19 @@ final class NoteDocument: UIDocument {
 
     override func presentedItemDidChangeUbiquityAttributes(_ attributes: Set<URLResourceKey>) {}
 
+    // Handoff: the document's activity carries the page shown; continuing restores it.
+    var page = 0
+
+    override func updateUserActivityState(_ userActivity: NSUserActivity) {
+        super.updateUserActivityState(userActivity)
+        userActivity.addUserInfoEntries(from: ["page": page])
+    }
+
+    override func restoreUserActivityState(_ userActivity: NSUserActivity) {
+        page = userActivity.userInfo?["page"] as? Int ?? 0
+        if let url = userActivity.userInfo?[UIDocument.userActivityURLKey] as? URL { _ = url }
+    }
+
     /// An undoable edit, as the Document-Based App Programming Guide describes. On the main
     /// actor, as edits are (`UIDocument` is `nonisolated`; its `UndoManager` is `@MainActor`).
     @MainActor

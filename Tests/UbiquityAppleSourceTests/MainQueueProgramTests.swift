@@ -96,8 +96,7 @@ enum EntryPoint: String, CaseIterable, Sendable, CustomTestStringConvertible {
 final class AppProgram: @unchecked Sendable {
     let process = ChildProcess()
     let output = Pipe()
-    private let lines = Mutex<[String]>([])
-    private let arrived = DispatchSemaphore(value: 0)
+    private var lines: OutputLines!
 
     func run(_ name: String, _ arguments: [String], _ environment: [String: String]) throws {
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
@@ -107,34 +106,14 @@ final class AppProgram: @unchecked Sendable {
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
         try process.run()
-        let handle = output.fileHandleForReading
-        Thread.detachNewThread { [self] in
-            var buffer = ""
-            while true {
-                let chunk = handle.availableData
-                if chunk.isEmpty { break }
-                buffer += String(decoding: chunk, as: UTF8.self)
-                while let newline = buffer.firstIndex(of: "\n") {
-                    lines.withLock { $0.append(String(buffer[..<newline])) }
-                    buffer.removeSubrange(...newline)
-                    arrived.signal()
-                }
-            }
-            arrived.signal()
-        }
+        lines = OutputLines(output)
     }
 
-    var transcript: [String] { lines.withLock { $0 } }
+    var transcript: [String] { lines.all }
 
-    /// Waits (at most `timeout` seconds, on a thread of its own) for a line satisfying `match`.
+    /// Waits (at most `timeout` seconds) for a line satisfying `match`.
     func waitFor(timeout: Double = 90, _ match: @escaping @Sendable (String) -> Bool) async -> String? {
-        (try? await onOwnThread {
-            let deadline = DispatchTime.now() + timeout
-            while true {
-                if let line = self.lines.withLock({ $0.first(where: match) }) { return line }
-                if self.arrived.wait(timeout: deadline) == .timedOut { return nil }
-            }
-        }) ?? nil
+        await lines.waitFor(timeout: timeout, match)
     }
 
     /// The exit status, once the program ends (killed after 30 s).

@@ -43,20 +43,7 @@ struct TwoDevices {
     }
 
     static func copyLogs(from source: URL, to destination: URL) throws {
-        let logs = "Databases/Recipes/logs"
-        let from = source.appendingPathComponent(logs)
-        let to = destination.appendingPathComponent(logs)
-        let manager = FileManager.default
-        for device in (try? manager.contentsOfDirectory(atPath: from.path)) ?? [] {
-            try manager.createDirectory(at: to.appendingPathComponent(device), withIntermediateDirectories: true)
-            for file in try manager.contentsOfDirectory(atPath: from.appendingPathComponent(device).path) where file.hasSuffix(".ubqlog") {
-                let target = to.appendingPathComponent(device).appendingPathComponent(file)
-                guard !manager.fileExists(atPath: target.path) else { continue }
-                let staged = to.appendingPathComponent(device).appendingPathComponent(".incoming-\(file)")
-                try manager.copyItem(at: from.appendingPathComponent(device).appendingPathComponent(file), to: staged)
-                try manager.moveItem(at: staged, to: target)
-            }
-        }
+        try copyDatabaseLogs(from: source, to: destination)
     }
 
     static func recipes(_ database: UbiquitousDatabase) throws -> [String: String] {

@@ -10,8 +10,7 @@ final class DocumentHost: @unchecked Sendable {
     let process = ChildProcess()
     let input = Pipe()
     let output = Pipe()
-    private let lines = Mutex<[String]>([])
-    private let arrived = DispatchSemaphore(value: 0)
+    private var lines: OutputLines!
 
     init(_ url: URL) throws {
         process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath()
@@ -21,37 +20,15 @@ final class DocumentHost: @unchecked Sendable {
         process.standardOutput = output
         process.standardError = FileHandle.nullDevice
         try process.run()
-        let handle = output.fileHandleForReading
-        Thread.detachNewThread { [self] in
-            var buffer = ""
-            while true {
-                let chunk = handle.availableData
-                if chunk.isEmpty { break }
-                buffer += String(decoding: chunk, as: UTF8.self)
-                while let newline = buffer.firstIndex(of: "\n") {
-                    let line = String(buffer[..<newline])
-                    buffer.removeSubrange(...newline)
-                    lines.withLock { $0.append(line) }
-                    arrived.signal()
-                }
-            }
-            arrived.signal()
-        }
+        lines = OutputLines(output)
     }
 
-    var transcript: [String] { lines.withLock { $0 } }
+    var transcript: [String] { lines.all }
 
-    /// Waits (at most `timeout`) for a line satisfying `match`, counting from line `after` — on
-    /// a thread of its own, not one of the two the whole suite's tasks share.
+    /// Waits (at most `timeout`) for a line satisfying `match`, counting from line `after`.
     @discardableResult
     func waitFor(after: Int = 0, timeout: Double = 10, _ match: @escaping @Sendable (String) -> Bool) async -> String? {
-        (try? await onOwnThread {
-            let deadline = DispatchTime.now() + timeout
-            while true {
-                if let line = self.lines.withLock({ $0.dropFirst(after).first(where: match) }) { return line }
-                if self.arrived.wait(timeout: deadline) == .timedOut { return nil }
-            }
-        }) ?? nil
+        await lines.waitFor(after: after, timeout: timeout, match)
     }
 
     func send(_ command: String) {

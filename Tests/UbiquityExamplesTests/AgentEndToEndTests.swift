@@ -111,6 +111,19 @@ final class TestDevice: @unchecked Sendable {
     deinit { _ = stopAgent() }
 }
 
+/// A real server (its data in `dir`) and two devices of account ada — a laptop and a phone —
+/// signed in with their agents running; the caller stops the server.
+func serverAndTwoDevices(in dir: TemporaryDirectory, container: String) async throws -> (RunningServer, laptop: TestDevice, phone: TestDevice) {
+    let server = try await RunningServer.start(data: dir.file("server").path)
+    let laptop = try TestDevice("laptop", in: dir, container: container)
+    let phone = try TestDevice("phone", in: dir, container: container)
+    try laptop.login(server)
+    try phone.login(server)
+    try await laptop.startAgent()
+    try await phone.startAgent()
+    return (server, laptop, phone)
+}
+
 /// Polls `condition` until it holds (recording an issue and throwing after `timeout`); returns how long it took.
 @discardableResult
 func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: () throws -> Bool) async throws -> Duration {

@@ -28,15 +28,9 @@ import UbiquityTestSupport
 
     @Test func rowsTravelBetweenDevicesAndOfflineEditsMerge() async throws {
         let dir = try TemporaryDirectory("db-e2e"); defer { if ProcessInfo.processInfo.environment["UBIQUITY_KEEP_E2E"] == nil { dir.remove() } }
-        let server = try await RunningServer.start(data: dir.file("server").path)
-        defer { _ = server.stop() }
         let container = "ABCDE12345.com.example.recipes"
-        let laptop = try TestDevice("laptop", in: dir, container: container)
-        let phone = try TestDevice("phone", in: dir, container: container)
-        try laptop.login(server)
-        try phone.login(server)
-        try await laptop.startAgent()
-        try await phone.startAgent()
+        let (server, laptop, phone) = try await serverAndTwoDevices(in: dir, container: container)
+        defer { _ = server.stop() }
         let laptopContainer = try #require(laptop.containers.url(forContainer: container))
         let phoneContainer = try #require(phone.containers.url(forContainer: container))
         let a = try UbiquitousDatabase(container: laptopContainer, name: "Recipes", migrator: RecipeBook.migrator, containers: laptop.containers)

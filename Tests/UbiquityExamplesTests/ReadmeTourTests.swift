@@ -36,3 +36,12 @@ final class MyDocument: UIDocument {            // UIDocument is a typealias of 
     await edit(url)
     #expect(try String(contentsOf: url, encoding: .utf8) == "Hello from Linux\nHello from Linux\n")
 }
+
+// The tour's Handoff lines, verbatim, so they keep compiling (not run: they would offer an
+// activity to whatever account the machine running the tests is signed in to).
+func handoffTour() -> [NSUserActivity] {
+    let activity = NSUserActivity(activityType: "com.example.notes.editing"); activity.becomeCurrent()      // laptop
+    let offered = UbiquityHandoff.shared.activities(ofTypes: ["com.example.notes.editing"])                 // phone
+    activity.invalidate()
+    return offered
+}

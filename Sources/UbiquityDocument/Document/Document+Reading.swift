@@ -30,6 +30,7 @@ extension Document {
                     var state = documentState.subtracting([.closed, .progressAvailable])
                     if conflicted { state.insert(.inConflict) } else { state.remove(.inConflict) }
                     setState(state)
+                    offerUserActivity()
                     completionHandler?(true)
                 case .failure(let error):
                     updateState(removing: .progressAvailable)

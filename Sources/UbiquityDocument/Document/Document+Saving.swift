@@ -43,7 +43,9 @@ extension Document {
                     fileStatus = status
                     startPresenting()
                     updateChangeCount(withToken: tokenHandoff.value, for: saveOperation)
+                    let opened = documentState.contains(.closed)
                     updateState(removing: [.savingError, .closed])
+                    if opened { offerUserActivity() }
                     completionHandler?(true)
                 case .failure(let error):
                     saveFailed(error, completionHandler)
@@ -149,6 +151,7 @@ extension Document {
         autosaveTask?.cancel()
         autosaveTask = nil
         stopPresenting()
+        withdrawUserActivity()
         setState(.closed)
         completionHandler?(true)
     }

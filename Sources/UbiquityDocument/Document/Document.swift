@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Synchronization
+import UbiquityClient
 import UbiquityCoordination
 import UbiquityFiles
 
@@ -101,6 +102,14 @@ open class Document: NSObject {
     nonisolated open class var versionHistoryPolicy: VersionHistoryPolicy { .standard }
     /// The document's state. Starts as ``State/closed``.
     public internal(set) var documentState: State = .closed
+    /// The Handoff activity (``userActivity``), and whether the app set it.
+    var storedUserActivity: NSUserActivity?
+    var userActivityWasSet = false
+    /// Tells the document to bring its activity up to date before it is sent.
+    var userActivityBridge: UserActivityBridge?
+    /// Where the document's activity is offered (a Ubiquity addition: another account's, in
+    /// tests and tools). Default ``UbiquityHandoff/shared``.
+    public var handoff: UbiquityHandoff = .shared
     /// Progress of the current long operation (opening or saving), if any.
     public internal(set) var progress: Progress?
 
@@ -408,6 +417,33 @@ open class Document: NSObject {
     /// ``State/editingDisabled``.
     open func disableEditing() {}
 
+    // MARK: Handoff
+
+    /// The activity the document offers Handoff while it is open. For a document in a
+    /// ubiquity container whose type declares `NSUbiquitousDocumentUserActivityType` (in
+    /// `CFBundleDocumentTypes`), it is made automatically, of that type, with the document's URL
+    /// in its `userInfo` (``userActivityURLKey``), as UIKit does; set your own (or nil) to change that.
+    open var userActivity: NSUserActivity? {
+        get { storedUserActivity }
+        set {
+            storedUserActivity = newValue
+            userActivityWasSet = true
+        }
+    }
+
+    /// Brings `userActivity`'s state up to date before it is sent: puts the document's URL in
+    /// its `userInfo` under ``userActivityURLKey`` (on the other device, the same item's URL
+    /// there). Override to add more, and call `super`.
+    /// - Parameter userActivity: The activity.
+    open func updateUserActivityState(_ userActivity: NSUserActivity) {
+        userActivity.addUserInfoEntries(from: [Self.userActivityURLKey: fileURL])
+    }
+
+    /// Restores the state needed to continue `userActivity` (one from another device). Does
+    /// nothing by default; override to read its `userInfo`.
+    /// - Parameter userActivity: The activity to continue.
+    open func restoreUserActivityState(_ userActivity: NSUserActivity) {}
+
     /// Called when editing may resume.
     open func enableEditing() {}
 
@@ -510,6 +546,7 @@ open class Document: NSObject {
         onMain { [self] in
             fileURL = newURL.standardizedFileURL
             refreshConflictState()
+            userActivityURLChanged()
         }
     }
 

@@ -22,6 +22,9 @@ public struct DeclaredDocumentType: Hashable, Sendable, Codable {
     public var isPackage: Bool
     /// The handler rank (`LSHandlerRank`), e.g. `Owner` or `Alternate`.
     public var handlerRank: String?
+    /// The activity type of a document of this type in iCloud (`NSUbiquitousDocumentUserActivityType`):
+    /// when set, such a document offers Handoff an activity of this type while open.
+    public var ubiquitousDocumentUserActivityType: String?
 
     /// Creates a declaration.
     /// - Parameters:
@@ -30,12 +33,31 @@ public struct DeclaredDocumentType: Hashable, Sendable, Codable {
     ///   - role: The app's role.
     ///   - isPackage: Whether the documents are packages.
     ///   - handlerRank: The handler rank.
-    public init(name: String, contentTypes: [String], role: Role = .editor, isPackage: Bool = false, handlerRank: String? = nil) {
+    ///   - ubiquitousDocumentUserActivityType: The Handoff activity type of its documents in iCloud.
+    public init(name: String, contentTypes: [String], role: Role = .editor, isPackage: Bool = false, handlerRank: String? = nil,
+                ubiquitousDocumentUserActivityType: String? = nil) {
         self.name = name
         self.contentTypes = contentTypes
         self.role = role
         self.isPackage = isPackage
         self.handlerRank = handlerRank
+        self.ubiquitousDocumentUserActivityType = ubiquitousDocumentUserActivityType
+    }
+
+    enum CodingKeys: String, CodingKey {
+        case name, contentTypes, role, isPackage, handlerRank, ubiquitousDocumentUserActivityType
+    }
+
+    /// Decodes a declaration (one encoded before activity types existed has none).
+    /// - Throws: `DecodingError` when a required field is missing or mistyped.
+    public init(from decoder: any Decoder) throws {
+        let container = try decoder.container(keyedBy: CodingKeys.self)
+        name = try container.decode(String.self, forKey: .name)
+        contentTypes = try container.decode([String].self, forKey: .contentTypes)
+        role = try container.decode(Role.self, forKey: .role)
+        isPackage = try container.decode(Bool.self, forKey: .isPackage)
+        handlerRank = try container.decodeIfPresent(String.self, forKey: .handlerRank)
+        ubiquitousDocumentUserActivityType = try container.decodeIfPresent(String.self, forKey: .ubiquitousDocumentUserActivityType)
     }
 }
 
@@ -100,7 +122,8 @@ public struct DocumentTypeDeclarations: Sendable {
             }
             documentTypes.append(DeclaredDocumentType(
                 name: name, contentTypes: contentTypes, role: role, isPackage: isPackage,
-                handlerRank: entry["LSHandlerRank"] as? String))
+                handlerRank: entry["LSHandlerRank"] as? String,
+                ubiquitousDocumentUserActivityType: entry["NSUbiquitousDocumentUserActivityType"] as? String))
         }
     }
 

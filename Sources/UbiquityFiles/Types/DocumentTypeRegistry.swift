@@ -134,4 +134,20 @@ public final class DocumentTypeRegistry: Sendable {
 
     /// The document types the app declared it can open or edit.
     public var documentTypes: [DeclaredDocumentType] { state.withLock { $0.documentTypes } }
+
+    /// The Handoff activity type declared for documents of `identifier` in iCloud
+    /// (`NSUbiquitousDocumentUserActivityType` of the first document type that covers it or a
+    /// type it conforms to), or nil.
+    /// - Parameter identifier: A type identifier.
+    public func ubiquitousDocumentUserActivityType(for identifier: String) -> String? {
+        let candidates = [identifier.lowercased()] + supertypes(of: identifier).map { $0.lowercased() }
+        return state.withLock { state in
+            for candidate in candidates {
+                if let declared = state.documentTypes.first(where: { $0.ubiquitousDocumentUserActivityType != nil && $0.contentTypes.map { $0.lowercased() }.contains(candidate) }) {
+                    return declared.ubiquitousDocumentUserActivityType
+                }
+            }
+            return nil
+        }
+    }
 }

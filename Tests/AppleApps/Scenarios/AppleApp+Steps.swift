@@ -2,6 +2,7 @@ import Foundation
 import GRDB
 import Ubiquity
 import UbiquityDatabase
+import UbiquityTestSupport
 
 extension Notification.Name {
     /// The app's own notification, posted from a completion handler.
@@ -162,7 +163,7 @@ extension AppleApp {
             observe(.NSPersistentStoreDidImportUbiquitousContentChanges, object: b, as: "database-did-import")
             try await a.writer.write { db in try db.execute(sql: "INSERT INTO recipe VALUES ('r1', 'Bread')") }
             try Self.synchronizeNow(a)
-            try Self.copyLogs(from: first, to: second)
+            try copyDatabaseLogs(from: first, to: second)
             let mark = ear.count("database-did-import")
             try Self.synchronizeNow(b)
             await expect("database-did-import", after: mark)
@@ -176,22 +177,6 @@ extension AppleApp {
     /// The blocking `synchronize()`, as an app calls it from main-actor code.
     static func synchronizeNow(_ database: UbiquitousDatabase) throws {
         try database.synchronize()
-    }
-
-    /// What the agent does for a database: each log file of one container copied whole to the other.
-    nonisolated static func copyLogs(from source: URL, to destination: URL) throws {
-        let manager = FileManager.default
-        let from = source.appendingPathComponent("Databases/Recipes/logs"), to = destination.appendingPathComponent("Databases/Recipes/logs")
-        for device in try manager.contentsOfDirectory(atPath: from.path) {
-            try manager.createDirectory(at: to.appendingPathComponent(device), withIntermediateDirectories: true)
-            for file in try manager.contentsOfDirectory(atPath: from.appendingPathComponent(device).path) where file.hasSuffix(".ubqlog") {
-                let target = to.appendingPathComponent(device).appendingPathComponent(file)
-                guard !manager.fileExists(atPath: target.path) else { continue }
-                let staged = to.appendingPathComponent(device).appendingPathComponent(".incoming-\(file)")
-                try manager.copyItem(at: from.appendingPathComponent(device).appendingPathComponent(file), to: staged)
-                try manager.moveItem(at: staged, to: target)
-            }
-        }
     }
 
     /// The key-value store: a change from another device (which the test, playing the agent,
