@@ -57,6 +57,9 @@ let package = Package(
         .target(name: "UbiquityQuery", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityClient", logging]),
         // Databases in iCloud (issue 19): GRDB stores whose transactions sync as per-device change logs.
         .target(name: "UbiquityDatabase", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", "UbiquityClient", "UbiquityDocument", logging, .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift")]),
+        // Keys and the encrypted format (issue 45): service keys, sealed chunks, records and key-value
+        // values, device keys, the roster. The one place key handling lives: agent, server and CLI share it.
+        .target(name: "UbiquityKeys", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
         // The one module apps import.
         .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument", "UbiquityClient", "UbiquityQuery"]),
 
@@ -146,6 +149,7 @@ let package = Package(
         .executableTarget(name: "UbiquityDocumentHost", dependencies: ["Ubiquity"], path: "Tests/Helpers/DocumentHost"),
 
         .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles", "UbiquityTestSupport"]),
+        .testTarget(name: "UbiquityKeysTests", dependencies: ["UbiquityKeys", "UbiquityTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync", "UbiquityProtocol", "UbiquityTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "UbiquityAgentProtocolTests", dependencies: ["UbiquityAgentProtocol"]),
         .testTarget(name: "UbiquityClientTests", dependencies: ["UbiquityClient", "UbiquityTestSupport"]),

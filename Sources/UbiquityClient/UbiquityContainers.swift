@@ -165,20 +165,19 @@ public struct UbiquityContainers: Sendable {
 
     /// Makes coordinated reads of items that are not downloaded wait for their download — also
     /// of nonlocal versions' URLs — and lets `NSFileVersion` list the versions the server keeps.
-    /// Items download through the containers installed last (an app has one user); nonlocal
-    /// versions are listed and downloaded by whichever installed containers hold the item.
+    /// Each item downloads through whichever installed containers hold it (a process may serve
+    /// several users' containers — tools, tests —: one's installing never takes another's away).
     public func installDownloader() {
         Self.installed.withLock { installed in
             if !installed.contains(where: { $0.paths.agentSocket == paths.agentSocket }) { installed.append(self) }
         }
-        let containers = self
         NSFileCoordinator.ubiquitousItemDownloader = { url in
             if let (item, revision) = NSFileVersion.nonlocalVersionAddress(of: url) {
                 guard let holder = Self.serving(item) else { return }
                 return try holder.downloadVersion(revision, ofItemAt: item)
             }
-            guard containers.location(of: url) != nil, FileManager.default.fileExists(atPath: UbiquityPlaceholder.url(for: url).path) else { return }
-            try containers.downloadAndWait(url)
+            guard let holder = Self.serving(url), FileManager.default.fileExists(atPath: UbiquityPlaceholder.url(for: url).path) else { return }
+            try holder.downloadAndWait(url)
         }
         NSFileVersion.nonlocalVersionLister = { url in try Self.serving(url)?.nonlocalVersions(ofItemAt: url) }
     }

@@ -1,0 +1,99 @@
+import Crypto
+import Foundation
+
+/// A chunk's identifier: a keyed MAC of its plaintext (HMAC-SHA256 under the container's
+/// chunk-identifier key), never a plain content hash, so the server cannot confirm that an
+/// account holds a known file.
+public struct ChunkIdentifier: Hashable, Sendable, CustomStringConvertible {
+    /// The 32 bytes.
+    public let bytes: [UInt8]
+
+    /// An identifier from its bytes.
+    /// - Throws: ``EncryptionError`` `.malformed` unless there are 32.
+    public init(bytes: [UInt8]) throws {
+        guard bytes.count == 32 else { throw EncryptionError(.malformed, "a chunk identifier is 32 bytes") }
+        self.bytes = bytes
+    }
+
+    init(mac: HashedAuthenticationCode<SHA256>) { bytes = Array(mac) }
+
+    /// Lower-case hexadecimal.
+    public var description: String { bytes.map { String(format: "%02x", $0) }.joined() }
+}
+
+/// A container's chunk keys in one epoch: identifiers, contents and cut points.
+///
+/// Sealed chunk (format 1): `01 ‖ epoch (4) ‖ nonce (12) ‖ AES-256-GCM(key, padded plaintext) ‖ tag (16)`,
+/// where `key` is derived for this identifier alone (HKDF of the content key), the plaintext is
+/// padded (Padmé), and the associated data binds the label, format, epoch and identifier. A
+/// reader recomputes the identifier from what it decrypted.
+public struct ChunkKeys: Sendable {
+    /// The format this build writes.
+    public static let format: UInt8 = 1
+    /// The bytes a sealed chunk adds to its padded plaintext.
+    public static let overhead = SealedHeader.size + 12 + 16
+
+    let identifier: SecretKey
+    let content: SecretKey
+    /// The key of the chunker's cut points.
+    let chunker: SecretKey
+    /// The epoch of these keys.
+    public let epoch: UInt32
+
+    /// The identifier of `plaintext`.
+    public func identifier(of plaintext: some DataProtocol) -> ChunkIdentifier {
+        ChunkIdentifier(mac: HMAC<SHA256>.authenticationCode(for: plaintext, using: identifier.symmetric))
+    }
+
+    private func key(for id: ChunkIdentifier) -> SymmetricKey {
+        HKDF<SHA256>.deriveKey(inputKeyMaterial: content.symmetric, info: Array("chunk".utf8) + id.bytes, outputByteCount: 32)
+    }
+
+    private func binding(_ id: ChunkIdentifier) -> [UInt8] {
+        var binding = Binding("chunk", format: Self.format, epoch: epoch)
+        binding.append(id.bytes)
+        return binding.bytes
+    }
+
+    /// Seals `plaintext`: its identifier and the stored body.
+    /// - Throws: What the cipher throws (nothing in practice).
+    public func seal(_ plaintext: some DataProtocol) throws -> (id: ChunkIdentifier, body: Data) {
+        let id = identifier(of: plaintext)
+        let box = try AES.GCM.seal(Padme.pad(Array(plaintext)), using: key(for: id), authenticating: binding(id))
+        var body = Data(SealedHeader(format: Self.format, epoch: epoch).bytes)
+        body.append(contentsOf: box.nonce)
+        body.append(box.ciphertext)
+        body.append(box.tag)
+        return (id, body)
+    }
+
+    /// The plaintext of a sealed chunk asked for as `id`.
+    /// - Throws: ``EncryptionError``: `.malformed` (too short, bad padding), `.unsupportedFormat`
+    ///   (another format, or below `minimumFormat`), `.authenticationFailed` (changed,
+    ///   truncated, spliced or sealed under another identifier or epoch), `.identifierMismatch`.
+    public func open(_ body: some DataProtocol, as id: ChunkIdentifier, minimumFormat: UInt8 = 1) throws -> Data {
+        let bytes = Array(body)
+        let header = try SealedHeader(bytes)
+        guard header.format == Self.format, header.format >= minimumFormat else {
+            throw EncryptionError(.unsupportedFormat, "chunk \(id) is in format \(header.format); this device reads format \(Self.format) (minimum \(minimumFormat))")
+        }
+        guard header.epoch == epoch else {
+            throw EncryptionError(.authenticationFailed, "chunk \(id) is sealed under epoch \(header.epoch), not \(epoch)")
+        }
+        guard bytes.count >= Self.overhead + 1 else { throw EncryptionError(.malformed, "chunk \(id) is shorter than a sealed chunk") }
+        let nonceEnd = SealedHeader.size + 12
+        let padded: Data
+        do {
+            let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: bytes[SealedHeader.size..<nonceEnd]),
+                                            ciphertext: bytes[nonceEnd..<(bytes.count - 16)], tag: bytes[(bytes.count - 16)...])
+            padded = try AES.GCM.open(box, using: key(for: id), authenticating: binding(id))
+        } catch {
+            throw EncryptionError(.authenticationFailed, "chunk \(id) does not open: changed, truncated or not the chunk asked for")
+        }
+        guard let plaintext = Padme.unpad(Array(padded)) else { throw EncryptionError(.malformed, "chunk \(id) has bad padding") }
+        guard HMAC<SHA256>.isValidAuthenticationCode(id.bytes, authenticating: plaintext, using: identifier.symmetric) else {
+            throw EncryptionError(.identifierMismatch, "chunk \(id) holds other contents than its identifier names")
+        }
+        return Data(plaintext)
+    }
+}

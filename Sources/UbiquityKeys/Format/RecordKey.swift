@@ -1,0 +1,167 @@
+import Crypto
+import Foundation
+
+/// Where an item record belongs: what its seal is bound to, so that the server cannot move it
+/// to another item, folder, container or revision.
+public struct RecordBinding: Hashable, Sendable {
+    /// The container's identifier.
+    public var container: String
+    /// The item's identifier.
+    public var item: String
+    /// Its parent folder's item identifier ("" for the container's root).
+    public var parent: String
+    /// The revision the record describes.
+    public var revision: String
+
+    /// A binding.
+    public init(container: String, item: String, parent: String, revision: String) {
+        self.container = container
+        self.item = item
+        self.parent = parent
+        self.revision = revision
+    }
+}
+
+/// A container's item-record key in one epoch.
+///
+/// Sealed record (format 1): `01 ‖ epoch (4) ‖ nonce (12) ‖ AES-256-GCM(record key, padded record) ‖ tag (16)`,
+/// the associated data binding the label, format, epoch, container, item, parent and revision.
+/// The record (name, size, dates, type, chunk list) is padded (Padmé, and to at least
+/// ``minimumPaddedSize`` bytes), so its length tells little of the name's.
+public struct RecordKey: Sendable {
+    /// The format this build writes.
+    public static let format: UInt8 = 1
+    /// Records shorter than this are padded to it: short names all look alike.
+    public static let minimumPaddedSize = 256
+
+    let key: SecretKey
+    let nameTag: SecretKey
+    /// The epoch of this key.
+    public let epoch: UInt32
+
+    private func binding(_ where_: RecordBinding) -> [UInt8] {
+        var binding = Binding("record", format: Self.format, epoch: epoch)
+        binding.append(where_.container)
+        binding.append(where_.item)
+        binding.append(where_.parent)
+        binding.append(where_.revision)
+        return binding.bytes
+    }
+
+    /// Seals `record` for `binding`.
+    /// - Throws: What the cipher throws (nothing in practice).
+    public func seal(_ record: some DataProtocol, for binding: RecordBinding) throws -> Data {
+        let box = try AES.GCM.seal(Padme.pad(Array(record), minimum: Self.minimumPaddedSize), using: key.symmetric, authenticating: self.binding(binding))
+        var sealed = Data(SealedHeader(format: Self.format, epoch: epoch).bytes)
+        sealed.append(contentsOf: box.nonce)
+        sealed.append(box.ciphertext)
+        sealed.append(box.tag)
+        return sealed
+    }
+
+    /// The record sealed for `binding`.
+    /// - Throws: ``EncryptionError``: `.malformed`, `.unsupportedFormat`, or
+    ///   `.authenticationFailed` for changed bytes or a record of another item, parent,
+    ///   container, revision or epoch.
+    public func open(_ sealed: some DataProtocol, for binding: RecordBinding, minimumFormat: UInt8 = 1) throws -> Data {
+        let bytes = Array(sealed)
+        let header = try SealedHeader(bytes)
+        guard header.format == Self.format, header.format >= minimumFormat else {
+            throw EncryptionError(.unsupportedFormat, "the record of item \(binding.item) is in format \(header.format); this device reads format \(Self.format) (minimum \(minimumFormat))")
+        }
+        guard header.epoch == epoch, bytes.count >= SealedHeader.size + 12 + 16 + 1 else {
+            throw EncryptionError(.authenticationFailed, "the record of item \(binding.item) is not sealed for this epoch, or is truncated")
+        }
+        let nonceEnd = SealedHeader.size + 12
+        do {
+            let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: bytes[SealedHeader.size..<nonceEnd]),
+                                            ciphertext: bytes[nonceEnd..<(bytes.count - 16)], tag: bytes[(bytes.count - 16)...])
+            let padded = try AES.GCM.open(box, using: key.symmetric, authenticating: self.binding(binding))
+            guard let record = Padme.unpad(Array(padded)) else { throw EncryptionError(.malformed, "the record of item \(binding.item) has bad padding") }
+            return Data(record)
+        } catch let error as EncryptionError {
+            throw error
+        } catch {
+            throw EncryptionError(.authenticationFailed, "the record of item \(binding.item) does not open: changed, or not this item's, parent's or revision's")
+        }
+    }
+
+    /// A keyed tag of a name in a folder (case-folded), so that the server can refuse two items
+    /// whose names clash without seeing either name.
+    /// - Parameters:
+    ///   - name: The item's name.
+    ///   - parent: Its folder's item identifier.
+    public func nameClashTag(_ name: String, parent: String) -> String {
+        var message = Binding("name", format: Self.format, epoch: 0)
+        message.append(parent)
+        message.append(name.precomposedStringWithCanonicalMapping.folding(options: [.caseInsensitive], locale: nil))
+        return Data(HMAC<SHA256>.authenticationCode(for: message.bytes, using: nameTag.symmetric)).base64EncodedString()
+    }
+}
+
+/// A key-value store's keys in one epoch: key names as keyed tags, values sealed to their store,
+/// key and version.
+public struct KeyValueKeys: Sendable {
+    /// The format this build writes.
+    public static let format: UInt8 = 1
+
+    let name: SecretKey
+    let value: SecretKey
+    /// The epoch of these keys.
+    public let epoch: UInt32
+
+    /// The name the server sees for `key`: 43 characters of base64url, the same on every device.
+    public func storedName(of key: String) -> String {
+        Data(HMAC<SHA256>.authenticationCode(for: Array(key.utf8), using: name.symmetric)).base64EncodedString()
+            .replacingOccurrences(of: "+", with: "-").replacingOccurrences(of: "/", with: "_").replacingOccurrences(of: "=", with: "")
+    }
+
+    private func binding(key: String, version: UInt64) -> [UInt8] {
+        var binding = Binding("key-value", format: Self.format, epoch: epoch)
+        binding.append(key)
+        binding.append(version)
+        return binding.bytes
+    }
+
+    /// Seals `value` (a property list's bytes) as `key`'s `version`.
+    /// - Throws: What the cipher throws (nothing in practice).
+    public func seal(_ value: some DataProtocol, key: String, version: UInt64) throws -> Data {
+        var versioned = Array<UInt8>()
+        withUnsafeBytes(of: version.bigEndian) { versioned.append(contentsOf: $0) }
+        let box = try AES.GCM.seal(Padme.pad(Array(value), minimum: 64), using: self.value.symmetric, authenticating: binding(key: key, version: version))
+        var sealed = Data(SealedHeader(format: Self.format, epoch: epoch).bytes)
+        sealed.append(contentsOf: versioned)
+        sealed.append(contentsOf: box.nonce)
+        sealed.append(box.ciphertext)
+        sealed.append(box.tag)
+        return sealed
+    }
+
+    /// The value and version of `key` sealed in `sealed`, refused if older than `newerThan`.
+    /// - Throws: ``EncryptionError``: `.malformed`, `.unsupportedFormat`,
+    ///   `.authenticationFailed` (changed, or another key's value), `.replayed` (a version not
+    ///   above `newerThan`: an old value served again).
+    public func open(_ sealed: some DataProtocol, key: String, newerThan: UInt64? = nil) throws -> (value: Data, version: UInt64) {
+        let bytes = Array(sealed)
+        let header = try SealedHeader(bytes)
+        guard header.format == Self.format else { throw EncryptionError(.unsupportedFormat, "a key-value value is in format \(header.format)") }
+        let versionEnd = SealedHeader.size + 8, nonceEnd = versionEnd + 12
+        guard header.epoch == epoch, bytes.count >= nonceEnd + 16 + 1 else {
+            throw EncryptionError(.authenticationFailed, "a key-value value is not sealed for this epoch, or is truncated")
+        }
+        let version = bytes[SealedHeader.size..<versionEnd].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        let padded: Data
+        do {
+            let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: bytes[versionEnd..<nonceEnd]),
+                                            ciphertext: bytes[nonceEnd..<(bytes.count - 16)], tag: bytes[(bytes.count - 16)...])
+            padded = try AES.GCM.open(box, using: value.symmetric, authenticating: binding(key: key, version: version))
+        } catch {
+            throw EncryptionError(.authenticationFailed, "a key-value value does not open: changed, or another key's or version's")
+        }
+        if let newerThan, version <= newerThan {
+            throw EncryptionError(.replayed, "a key-value value of version \(version) came after version \(newerThan): an old value served again")
+        }
+        guard let plaintext = Padme.unpad(Array(padded)) else { throw EncryptionError(.malformed, "a key-value value has bad padding") }
+        return (Data(plaintext), version)
+    }
+}

@@ -1,0 +1,111 @@
+import Foundation
+
+/// Where a device last saw the roster end: the index and hash of its last entry.
+public struct RosterHead: Hashable, Sendable {
+    /// The last entry's index.
+    public var index: UInt64
+    /// The last entry's hash.
+    public var hash: [UInt8]
+
+    /// A head.
+    public init(index: UInt64, hash: [UInt8]) {
+        self.index = index
+        self.hash = hash
+    }
+}
+
+/// The account as its roster says it is.
+public struct Roster: Sendable, Equatable {
+    /// A device of the account.
+    public struct Member: Sendable, Equatable {
+        /// Its public keys.
+        public var keys: DevicePublicKeys
+        /// Its name.
+        public var name: String
+    }
+
+    /// The devices, by identifier.
+    public private(set) var members: [String: Member] = [:]
+    /// Devices once in the roster and removed (never to sign again, nor to come back with the same keys).
+    public private(set) var removed: Set<String> = []
+    /// The current epoch.
+    public private(set) var epoch: UInt32 = 0
+    /// Who holds the root key.
+    public private(set) var custody: Custody = .standard
+    /// The oldest format the account accepts.
+    public private(set) var minimumFormat: UInt8 = 1
+    /// The last entry.
+    public private(set) var head: RosterHead
+
+    private init(head: RosterHead) { self.head = head }
+
+    /// Checks `entries` — the whole roster, as the server served it — and returns the account
+    /// they describe.
+    ///
+    /// Refused: a first entry that is not a self-signed genesis; an entry out of place (index,
+    /// previous hash); a signature that does not verify, or a signer not in the roster at that
+    /// point (a removed device included); a device added under an identifier that is not its
+    /// keys'; a device added twice or removed when absent; an epoch that does not go up by
+    /// one; a minimum format lowered; and, when `pinned` is given, a roster that does not
+    /// contain that head (rolled back, forked or rewritten).
+    /// - Parameters:
+    ///   - entries: The roster.
+    ///   - pinned: The head this device saw last.
+    /// - Throws: ``EncryptionError`` naming the entry and the rule.
+    public static func verify(_ entries: [RosterEntry], pinned: RosterHead? = nil) throws -> Roster {
+        guard let first = entries.first else { throw EncryptionError(.rosterRuleBroken, "the roster is empty") }
+        guard first.index == 0, first.previous == Array(repeating: 0, count: 32), case .genesis(let keys, let name) = first.change,
+              first.signer == keys.deviceIdentifier, keys.isValidSignature(first.signature, for: first.signedBytes) else {
+            throw EncryptionError(.rosterRuleBroken, "the roster does not begin with a genesis signed by its own device")
+        }
+        var roster = Roster(head: RosterHead(index: 0, hash: first.hash))
+        roster.members[first.signer] = Member(keys: keys, name: name)
+        var previous = first
+        for entry in entries.dropFirst() {
+            guard entry.index == previous.index + 1, entry.previous == previous.hash else {
+                throw EncryptionError(.rosterNotExtended, "roster entry \(entry.index) is out of place (reordered, dropped or spliced)")
+            }
+            guard let signer = roster.members[entry.signer], signer.keys.isValidSignature(entry.signature, for: entry.signedBytes) else {
+                throw EncryptionError(.badSignature, "roster entry \(entry.index) is not signed by a device of the roster")
+            }
+            try roster.apply(entry)
+            roster.head = RosterHead(index: entry.index, hash: entry.hash)
+            previous = entry
+        }
+        if let pinned {
+            guard pinned.index < UInt64(entries.count), entries[Int(pinned.index)].hash == pinned.hash else {
+                throw EncryptionError(.rosterNotExtended, pinned.index >= UInt64(entries.count)
+                    ? "the roster ends at entry \(entries.count - 1), before entry \(pinned.index) this device saw: rolled back"
+                    : "roster entry \(pinned.index) is not the one this device saw: a forked or rewritten roster")
+            }
+        }
+        return roster
+    }
+
+    private mutating func apply(_ entry: RosterEntry) throws {
+        func broken(_ rule: String) -> EncryptionError { EncryptionError(.rosterRuleBroken, "roster entry \(entry.index): \(rule)") }
+        switch entry.change {
+        case .genesis:
+            throw broken("a second genesis")
+        case .addDevice(let keys, let name):
+            let identifier = keys.deviceIdentifier
+            guard members[identifier] == nil, !removed.contains(identifier) else { throw broken("adds a device that is or was in the roster") }
+            members[identifier] = Member(keys: keys, name: name)
+        case .removeDevice(let identifier):
+            guard members.removeValue(forKey: identifier) != nil else { throw broken("removes a device that is not in the roster") }
+            guard !members.isEmpty else { throw broken("removes the last device") }
+            removed.insert(identifier)
+            epoch += 1
+        case .newEpoch(let next):
+            guard next == epoch + 1 else { throw broken("epoch \(next) does not follow epoch \(epoch)") }
+            epoch = next
+        case .custody(let next):
+            guard next != custody else { throw broken("the custody is already \(next)") }
+            if next == .advanced { epoch += 1 }
+            custody = next
+        case .minimumFormat(let format):
+            guard format >= minimumFormat else { throw broken("lowers the minimum format from \(minimumFormat) to \(format)") }
+            minimumFormat = format
+        }
+    }
+}

@@ -1,0 +1,117 @@
+import Crypto
+import Foundation
+import Testing
+@testable import UbiquityKeys
+
+/// Each way a server may tamper with what it stores is refused, with the failure named.
+@Suite struct SealingTests {
+    let root = AccountRootKey(epoch: 3)
+
+    func refused(_ code: EncryptionError.Code, _ body: () throws -> Any) {
+        do {
+            _ = try body()
+            Issue.record("accepted; expected \(code)")
+        } catch let error as EncryptionError {
+            #expect(error.code == code, "\(error)")
+        } catch {
+            Issue.record("\(error)")
+        }
+    }
+
+    @Test func aChunkRoundTripsAndItsIdentifierIsAKeyedMACNotAContentHash() throws {
+        let keys = root.chunkKeys(container: "A.com.example.notes")
+        let plaintext = Data((0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* 31) })
+        let (id, body) = try keys.seal(plaintext)
+        #expect(try keys.open(body, as: id) == plaintext)
+        #expect(id.bytes != Array(SHA256.hash(data: plaintext)), "not the content's SHA-256")
+        #expect(AccountRootKey(epoch: 3).chunkKeys(container: "A.com.example.notes").identifier(of: plaintext) != id, "another account's identifier differs")
+        #expect(root.chunkKeys(container: "A.com.example.other").identifier(of: plaintext) != id, "another container's too")
+        #expect(body.count == Padme.paddedLength(plaintext.count + 1) + ChunkKeys.overhead)
+        #expect(body.range(of: plaintext.prefix(64)) == nil, "no plaintext in the body")
+        // Sealed twice: two nonces, two bodies, one identifier.
+        let again = try keys.seal(plaintext)
+        #expect(again.id == id && again.body != body)
+    }
+
+    @Test func aChangedTruncatedSplicedOrDowngradedChunkIsRefused() throws {
+        let keys = root.chunkKeys(container: "A.com.example.notes")
+        let (id, body) = try keys.seal(Data("the tent is in the loft".utf8))
+        let (otherID, otherBody) = try keys.seal(Data("the stove is in the car".utf8))
+        var flipped = body
+        flipped[flipped.count - 20] ^= 1
+        refused(.authenticationFailed) { try keys.open(flipped, as: id) }
+        refused(.authenticationFailed) { try keys.open(body.dropLast(), as: id) }
+        refused(.malformed) { try keys.open(body.prefix(3), as: id) }
+        refused(.authenticationFailed) { try keys.open(otherBody, as: id) } // served for another identifier
+        refused(.authenticationFailed) { try keys.open(body, as: otherID) }
+        var older = body
+        older[0] = 0
+        refused(.unsupportedFormat) { try keys.open(older, as: id) }
+        refused(.unsupportedFormat) { try keys.open(body, as: id, minimumFormat: 2) }
+        // Another epoch's keys (a removed device's, or an old epoch's record replayed).
+        refused(.authenticationFailed) { try AccountRootKey(epoch: 4).chunkKeys(container: "A.com.example.notes").open(body, as: id) }
+    }
+
+    @Test func aRecordOpensOnlyWhereItWasSealed() throws {
+        let key = root.recordKey(container: "A.com.example.notes")
+        let binding = RecordBinding(container: "A.com.example.notes", item: "item-1", parent: "folder-1", revision: "r7")
+        let record = Data(#"{"name":"Trip.txt","size":13}"#.utf8)
+        let sealed = try key.seal(record, for: binding)
+        #expect(try key.open(sealed, for: binding) == record)
+        #expect(sealed.range(of: Data("Trip".utf8)) == nil)
+        var moved = binding; moved.parent = "folder-2"
+        var swapped = binding; swapped.item = "item-2"
+        var stale = binding; stale.revision = "r6"
+        var elsewhere = binding; elsewhere.container = "A.com.example.other"
+        for other in [moved, swapped, stale, elsewhere] { refused(.authenticationFailed) { try key.open(sealed, for: other) } }
+        var flipped = sealed
+        flipped[10] ^= 0x40
+        refused(.authenticationFailed) { try key.open(flipped, for: binding) }
+        // Records are padded: every short one has one size, longer ones few.
+        #expect(Set(try (1...200).map { try key.seal(Data(repeating: 65, count: $0), for: binding).count }).count == 1)
+        #expect(Set(try (300...600).map { try key.seal(Data(repeating: 65, count: $0), for: binding).count }).count <= 24, "Padmé: steps of 16 to 32 bytes here")
+        // A name clash is found without the name: case and normalization folded, keyed.
+        #expect(key.nameClashTag("Trip.txt", parent: "f") == key.nameClashTag("TRIP.TXT", parent: "f"))
+        #expect(key.nameClashTag("Caf\u{E9}", parent: "f") == key.nameClashTag("Cafe\u{301}", parent: "f"))
+        #expect(key.nameClashTag("Trip.txt", parent: "f") != key.nameClashTag("Trip.txt", parent: "g"))
+        #expect(key.nameClashTag("Trip.txt", parent: "f") != AccountRootKey(epoch: 3).recordKey(container: "A.com.example.notes").nameClashTag("Trip.txt", parent: "f"))
+    }
+
+    @Test func aKeyValueValueIsBoundToItsKeyAndAnOldOneIsNotTakenAgain() throws {
+        let keys = root.keyValueKeys(store: "A.com.example.game")
+        #expect(keys.storedName(of: "highestLevel") == keys.storedName(of: "highestLevel"))
+        #expect(keys.storedName(of: "highestLevel").count == 43 && !keys.storedName(of: "highestLevel").contains("highest"))
+        let seven = try keys.seal(Data("7".utf8), key: "highestLevel", version: 7)
+        let eight = try keys.seal(Data("8".utf8), key: "highestLevel", version: 8)
+        #expect(try keys.open(eight, key: "highestLevel", newerThan: 7).value == Data("8".utf8))
+        refused(.replayed) { try keys.open(seven, key: "highestLevel", newerThan: 8) }
+        refused(.authenticationFailed) { try keys.open(seven, key: "player") }
+        var lied = seven
+        lied[SealedHeader.size + 7] = 9 // the version in the clear, raised
+        refused(.authenticationFailed) { try keys.open(lied, key: "highestLevel", newerThan: 8) }
+    }
+
+    @Test func paddingHidesExactSizesWithinTwoPercentFromOneMebibyte() {
+        #expect(Padme.paddedLength(1) == 1 && Padme.paddedLength(100) >= 100)
+        for length in [1 << 20, (1 << 20) + 12_345, 8 << 20, 64 << 20] {
+            let padded = Padme.paddedLength(length)
+            #expect(padded >= length && Double(padded) <= Double(length) * 1.02)
+        }
+        // Every length in a range maps to few sizes.
+        #expect(Set((4_000...4_200).map(Padme.paddedLength)).count <= 4)
+        #expect(Padme.unpad(Padme.pad([1, 2, 0, 0])) == [1, 2, 0, 0])
+        #expect(Padme.unpad([1, 2, 0]) == nil)
+    }
+
+    @Test func nonceAndKeyPairsNeverRepeatOverManyObjects() throws {
+        // Each chunk has a key of its own, and each seal a random nonce: over 100,000 seals of
+        // the same few chunks, no (identifier, nonce) pair repeats.
+        let keys = root.chunkKeys(container: "A.com.example.notes")
+        var seen = Set<Data>()
+        for index in 0..<100_000 {
+            let (id, body) = try keys.seal(Data([UInt8(index % 7)]))
+            #expect(seen.insert(Data(id.bytes) + body[SealedHeader.size..<(SealedHeader.size + 12)]).inserted)
+        }
+    }
+}
+
