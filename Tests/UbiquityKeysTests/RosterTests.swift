@@ -19,14 +19,7 @@ import UbiquityTestSupport
     }
 
     func refused(_ code: EncryptionError.Code, _ entries: [RosterEntry], pinned: RosterHead? = nil) {
-        do {
-            _ = try Roster.verify(entries, pinned: pinned)
-            Issue.record("accepted; expected \(code)")
-        } catch let error as EncryptionError {
-            #expect(error.code == code, "\(error)")
-        } catch {
-            Issue.record("\(error)")
-        }
+        expectRefused(code) { try Roster.verify(entries, pinned: pinned) }
     }
 
     @Test func aRosterOfSignedChangesGivesTheAccountsDevicesAndEpoch() throws {

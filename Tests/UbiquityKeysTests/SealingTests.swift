@@ -8,14 +8,7 @@ import Testing
     let root = AccountRootKey(epoch: 3)
 
     func refused(_ code: EncryptionError.Code, _ body: () throws -> Any) {
-        do {
-            _ = try body()
-            Issue.record("accepted; expected \(code)")
-        } catch let error as EncryptionError {
-            #expect(error.code == code, "\(error)")
-        } catch {
-            Issue.record("\(error)")
-        }
+        expectRefused(code, body)
     }
 
     @Test func aChunkRoundTripsAndItsIdentifierIsAKeyedMACNotAContentHash() throws {
@@ -115,3 +108,14 @@ import Testing
     }
 }
 
+/// Expects `body` to be refused with `code`.
+func expectRefused(_ code: EncryptionError.Code, _ body: () throws -> Any) {
+    do {
+        _ = try body()
+        Issue.record("accepted; expected \(code)")
+    } catch let error as EncryptionError {
+        #expect(error.code == code, "\(error)")
+    } catch {
+        Issue.record("\(error)")
+    }
+}
