@@ -24,6 +24,12 @@ public struct EncryptionError: Error, Sendable, Equatable, CustomStringConvertib
         public static let rosterRuleBroken = Code(rawValue: "rosterRuleBroken")
         /// A value older than one already seen (a replay).
         public static let replayed = Code(rawValue: "replayed")
+        /// Two histories where there must be one: a device's commit differs from the one seen at
+        /// the same place (the server showed devices forked histories).
+        public static let forked = Code(rawValue: "forked")
+        /// Commits were kept from this device: a gap in a device's sequence, or another device
+        /// had seen commits this one was never shown.
+        public static let withheld = Code(rawValue: "withheld")
         /// A key file that cannot be used.
         public static let keyFileUnusable = Code(rawValue: "keyFileUnusable")
     }

@@ -26,8 +26,13 @@ public struct Roster: Sendable, Equatable {
 
     /// The devices, by identifier.
     public private(set) var members: [String: Member] = [:]
-    /// Devices once in the roster and removed (never to sign again, nor to come back with the same keys).
-    public private(set) var removed: Set<String> = []
+    /// Devices once in the roster and removed (never to sign again, nor to come back with the
+    /// same keys), with the index of the entry that removed each.
+    public private(set) var removedAt: [String: UInt64] = [:]
+    /// The devices removed.
+    public var removed: Set<String> { Set(removedAt.keys) }
+    /// Every device that was ever in the roster, with its keys (commits made before a removal stay valid).
+    public private(set) var everyDevice: [String: DevicePublicKeys] = [:]
     /// The current epoch.
     public private(set) var epoch: UInt32 = 0
     /// Who holds the root key.
@@ -60,6 +65,7 @@ public struct Roster: Sendable, Equatable {
         }
         var roster = Roster(head: RosterHead(index: 0, hash: first.hash))
         roster.members[first.signer] = Member(keys: keys, name: name)
+        roster.everyDevice[first.signer] = keys
         var previous = first
         for entry in entries.dropFirst() {
             guard entry.index == previous.index + 1, entry.previous == previous.hash else {
@@ -89,12 +95,13 @@ public struct Roster: Sendable, Equatable {
             throw broken("a second genesis")
         case .addDevice(let keys, let name):
             let identifier = keys.deviceIdentifier
-            guard members[identifier] == nil, !removed.contains(identifier) else { throw broken("adds a device that is or was in the roster") }
+            guard members[identifier] == nil, removedAt[identifier] == nil else { throw broken("adds a device that is or was in the roster") }
             members[identifier] = Member(keys: keys, name: name)
+            everyDevice[identifier] = keys
         case .removeDevice(let identifier):
             guard members.removeValue(forKey: identifier) != nil else { throw broken("removes a device that is not in the roster") }
             guard !members.isEmpty else { throw broken("removes the last device") }
-            removed.insert(identifier)
+            removedAt[identifier] = entry.index
             epoch += 1
         case .newEpoch(let next):
             guard next == epoch + 1 else { throw broken("epoch \(next) does not follow epoch \(epoch)") }

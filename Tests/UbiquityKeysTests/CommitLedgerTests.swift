@@ -1,0 +1,107 @@
+import Crypto
+import Foundation
+import Testing
+@testable import UbiquityKeys
+
+/// A device's view of a container's history: every way a server may drop, replay, reorder,
+/// fork or withhold commits is refused, with the failure named.
+@Suite struct CommitLedgerTests {
+    let laptop = DeviceKeys(), phone = DeviceKeys(), tablet = DeviceKeys()
+    let container = "A.com.example.notes"
+
+    func roster(removingTablet: Bool = false) throws -> (Roster, [RosterEntry]) {
+        let genesis = try RosterEntry(.genesis(keys: laptop.publicKeys, name: "laptop"), after: nil, signedBy: laptop)
+        let addPhone = try RosterEntry(.addDevice(keys: phone.publicKeys, name: "phone"), after: genesis, signedBy: laptop)
+        var entries = [genesis, addPhone, try RosterEntry(.addDevice(keys: tablet.publicKeys, name: "tablet"), after: addPhone, signedBy: laptop)]
+        if removingTablet { entries.append(try RosterEntry(.removeDevice(identifier: tablet.publicKeys.deviceIdentifier), after: entries[2], signedBy: laptop)) }
+        return (try Roster.verify(entries), entries)
+    }
+
+    func commit(_ keys: DeviceKeys, after previous: SignedCommit?, _ content: String, roster: Roster, seen: [String: CommitHead] = [:]) throws -> SignedCommit {
+        try SignedCommit(container: container, contentHash: Array(SHA256.hash(data: Data(content.utf8))), after: previous,
+                         rosterHead: roster.head, seen: seen, signedBy: keys)
+    }
+
+    func refused(_ code: EncryptionError.Code, _ ledger: CommitLedger, _ commit: SignedCommit, _ roster: Roster) {
+        var copy = ledger
+        expectRefused(code) { try copy.accept(commit, roster: roster) }
+    }
+
+    @Test func eachDevicesChainIsTakenInOrderAndServedAgainHarmlessly() throws {
+        let (roster, _) = try roster()
+        var ledger = CommitLedger(container: container)
+        let a1 = try commit(laptop, after: nil, "a1", roster: roster)
+        let a2 = try commit(laptop, after: a1, "a2", roster: roster)
+        let b1 = try commit(phone, after: nil, "b1", roster: roster, seen: [a1.device: a2.head])
+        #expect(try ledger.accept(a1, roster: roster) == .accepted)
+        #expect(try ledger.accept(a2, roster: roster) == .accepted)
+        #expect(try ledger.accept(b1, roster: roster) == .accepted)
+        #expect(try ledger.accept(a1, roster: roster) == .alreadyKnown, "the same commit served again changes nothing")
+        #expect(ledger.heads[a1.device] == a2.head && ledger.heads[b1.device] == b1.head)
+    }
+
+    @Test func forgedStrangersAndRemovedDevicesCommitsAreRefused() throws {
+        let (roster, entries) = try roster()
+        let ledger = CommitLedger(container: container)
+        let a1 = try commit(laptop, after: nil, "a1", roster: roster)
+        var signature = a1.signature
+        signature[3] ^= 1
+        refused(.badSignature, ledger, SignedCommit(container: a1.container, device: a1.device, sequence: 1, previous: a1.previous, contentHash: a1.contentHash,
+                                                   rosterHead: a1.rosterHead, seen: [:], signature: signature), roster)
+        // The content changed under a valid signature.
+        refused(.badSignature, ledger, SignedCommit(container: a1.container, device: a1.device, sequence: 1, previous: a1.previous, contentHash: Array(repeating: 7, count: 32),
+                                                   rosterHead: a1.rosterHead, seen: [:], signature: a1.signature), roster)
+        refused(.badSignature, ledger, try commit(DeviceKeys(), after: nil, "injected", roster: roster), roster)
+        refused(.authenticationFailed, ledger, try SignedCommit(container: "A.com.example.other", contentHash: a1.contentHash, after: nil, rosterHead: roster.head, seen: [:], signedBy: laptop), roster)
+        // The tablet, removed: what it committed before stays good, what it signs after does not.
+        let (after, _) = try self.roster(removingTablet: true)
+        let before = try commit(tablet, after: nil, "t1", roster: roster)
+        var fresh = CommitLedger(container: container)
+        #expect(try fresh.accept(before, roster: after) == .accepted)
+        refused(.badSignature, fresh, try commit(tablet, after: before, "t2", roster: after), after)
+        // A commit naming a roster past this device's: fetch the roster first.
+        let (short, _) = (try Roster.verify(Array(entries.prefix(2))), 0)
+        refused(.rosterNotExtended, ledger, a1, short)
+    }
+
+    @Test func droppedReplayedReorderedAndForkedCommitsAreRefused() throws {
+        let (roster, _) = try roster()
+        var ledger = CommitLedger(container: container)
+        let a1 = try commit(laptop, after: nil, "a1", roster: roster)
+        let a2 = try commit(laptop, after: a1, "a2", roster: roster)
+        let a3 = try commit(laptop, after: a2, "a3", roster: roster)
+        // Dropped (a2 withheld), or reordered (a3 before a2).
+        refused(.withheld, ledger, a2, roster)
+        try ledger.accept(a1, roster: roster)
+        refused(.withheld, ledger, a3, roster)
+        try ledger.accept(a2, roster: roster)
+        // Forked: another second commit of the laptop, after a1.
+        let a2prime = try commit(laptop, after: a1, "a2'", roster: roster)
+        refused(.forked, ledger, a2prime, roster)
+        // A commit at the next place that does not follow the accepted one.
+        let fakeNext = SignedCommit(container: container, device: a3.device, sequence: 3, previous: a2prime.hash, contentHash: a3.contentHash,
+                                    rosterHead: a3.rosterHead, seen: [:], signature: [])
+        refused(.badSignature, ledger, fakeNext, roster) // re-signed only by the device itself: the server cannot
+        let forkedThird = try commit(laptop, after: a2prime, "a3 on the fork", roster: roster)
+        refused(.forked, ledger, forkedThird, roster)
+        try ledger.accept(a3, roster: roster)
+        #expect(ledger.heads[a1.device]?.sequence == 3)
+    }
+
+    @Test func aCommitWithheldFromThisDeviceIsFoundWhenAnotherDevicesHeadsMeetIt() throws {
+        let (roster, _) = try roster()
+        var ledger = CommitLedger(container: container)
+        let a1 = try commit(laptop, after: nil, "a1", roster: roster)
+        let a2 = try commit(laptop, after: a1, "a2", roster: roster)
+        try ledger.accept(a1, roster: roster)
+        // The phone saw the laptop's a2; this device was never shown it.
+        let b1 = try commit(phone, after: nil, "b1", roster: roster, seen: [a1.device: a2.head])
+        refused(.withheld, ledger, b1, roster)
+        // The phone was shown another a1 than this device (the server forked the two views).
+        let a1prime = try commit(laptop, after: nil, "a1 for the phone", roster: roster)
+        let b1forked = try commit(phone, after: nil, "b1", roster: roster, seen: [a1.device: a1prime.head])
+        refused(.forked, ledger, b1forked, roster)
+        try ledger.accept(a2, roster: roster)
+        #expect(try ledger.accept(b1, roster: roster) == .accepted)
+    }
+}
