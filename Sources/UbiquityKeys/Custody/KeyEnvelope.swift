@@ -117,12 +117,8 @@ public struct RecoveryKey: Sendable, Equatable {
     /// Seals `root` under this recovery key (kept by the server; useless without the key).
     /// - Throws: What the cipher throws (nothing in practice).
     public func seal(_ root: AccountRootKey, account: String) throws -> Data {
-        let box = try root.withUnsafeBytes { try AES.GCM.seal(Array($0), using: key(account: account), authenticating: binding(account: account, epoch: root.epoch)) }
-        var sealed = Data(SealedHeader(format: Self.format, epoch: root.epoch).bytes)
-        sealed.append(contentsOf: box.nonce)
-        sealed.append(box.ciphertext)
-        sealed.append(box.tag)
-        return sealed
+        try Sealing.seal(root.key.bytes, key: SecretKey(key(account: account)), binding: binding(account: account, epoch: root.epoch),
+                         header: SealedHeader(format: Self.format, epoch: root.epoch))
     }
 
     /// The root key sealed under this recovery key.
@@ -133,12 +129,9 @@ public struct RecoveryKey: Sendable, Equatable {
         guard header.format == Self.format, bytes.count == SealedHeader.size + 12 + 32 + 16 else {
             throw EncryptionError(.malformed, "a recovery envelope is not in format \(Self.format) or has the wrong length")
         }
-        do {
-            let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: bytes[SealedHeader.size..<(SealedHeader.size + 12)]),
-                                            ciphertext: bytes[(SealedHeader.size + 12)..<(bytes.count - 16)], tag: bytes[(bytes.count - 16)...])
-            return try AccountRootKey(epoch: header.epoch, bytes: try AES.GCM.open(box, using: key(account: account), authenticating: binding(account: account, epoch: header.epoch)))
-        } catch {
+        guard let key = Sealing.open(bytes, at: SealedHeader.size, key: SecretKey(key(account: account)), binding: binding(account: account, epoch: header.epoch)) else {
             throw EncryptionError(.authenticationFailed, "the recovery key does not open the account's key (another key, or another account)")
         }
+        return try AccountRootKey(epoch: header.epoch, bytes: key)
     }
 }

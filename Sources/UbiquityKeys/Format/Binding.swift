@@ -48,3 +48,30 @@ struct SealedHeader {
         return bytes
     }
 }
+
+import Crypto
+
+/// The AES-256-GCM box every sealed object carries after its header (and any clear fields):
+/// `nonce (12) ‖ ciphertext ‖ tag (16)`.
+enum Sealing {
+    /// `header ‖ clear ‖ nonce ‖ AES-256-GCM(key, plaintext, binding) ‖ tag`.
+    static func seal(_ plaintext: [UInt8], key: SecretKey, binding: [UInt8], header: SealedHeader, clear: [UInt8] = []) throws -> Data {
+        let box = try AES.GCM.seal(plaintext, using: key.symmetric, authenticating: binding)
+        var sealed = Data(header.bytes)
+        sealed.append(contentsOf: clear)
+        sealed.append(contentsOf: box.nonce)
+        sealed.append(box.ciphertext)
+        sealed.append(box.tag)
+        return sealed
+    }
+
+    /// The plaintext of the box that starts at `offset`; nil if it is too short or does not open
+    /// (changed bytes, another key, another binding).
+    static func open(_ bytes: [UInt8], at offset: Int, key: SecretKey, binding: [UInt8]) -> [UInt8]? {
+        guard bytes.count >= offset + 12 + 16 else { return nil }
+        guard let nonce = try? AES.GCM.Nonce(data: bytes[offset..<(offset + 12)]),
+              let box = try? AES.GCM.SealedBox(nonce: nonce, ciphertext: bytes[(offset + 12)..<(bytes.count - 16)], tag: bytes[(bytes.count - 16)...]),
+              let plaintext = try? AES.GCM.open(box, using: key.symmetric, authenticating: binding) else { return nil }
+        return Array(plaintext)
+    }
+}

@@ -59,12 +59,8 @@ public struct ChunkKeys: Sendable {
     /// - Throws: What the cipher throws (nothing in practice).
     public func seal(_ plaintext: some DataProtocol) throws -> (id: ChunkIdentifier, body: Data) {
         let id = identifier(of: plaintext)
-        let box = try AES.GCM.seal(Padme.pad(Array(plaintext)), using: key(for: id), authenticating: binding(id))
-        var body = Data(SealedHeader(format: Self.format, epoch: epoch).bytes)
-        body.append(contentsOf: box.nonce)
-        body.append(box.ciphertext)
-        body.append(box.tag)
-        return (id, body)
+        return (id, try Sealing.seal(Padme.pad(Array(plaintext)), key: SecretKey(key(for: id)), binding: binding(id),
+                                     header: SealedHeader(format: Self.format, epoch: epoch)))
     }
 
     /// The plaintext of a sealed chunk asked for as `id`.
@@ -81,16 +77,10 @@ public struct ChunkKeys: Sendable {
             throw EncryptionError(.authenticationFailed, "chunk \(id) is sealed under epoch \(header.epoch), not \(epoch)")
         }
         guard bytes.count >= Self.overhead + 1 else { throw EncryptionError(.malformed, "chunk \(id) is shorter than a sealed chunk") }
-        let nonceEnd = SealedHeader.size + 12
-        let padded: Data
-        do {
-            let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: bytes[SealedHeader.size..<nonceEnd]),
-                                            ciphertext: bytes[nonceEnd..<(bytes.count - 16)], tag: bytes[(bytes.count - 16)...])
-            padded = try AES.GCM.open(box, using: key(for: id), authenticating: binding(id))
-        } catch {
+        guard let padded = Sealing.open(bytes, at: SealedHeader.size, key: SecretKey(key(for: id)), binding: binding(id)) else {
             throw EncryptionError(.authenticationFailed, "chunk \(id) does not open: changed, truncated or not the chunk asked for")
         }
-        guard let plaintext = Padme.unpad(Array(padded)) else { throw EncryptionError(.malformed, "chunk \(id) has bad padding") }
+        guard let plaintext = Padme.unpad(padded) else { throw EncryptionError(.malformed, "chunk \(id) has bad padding") }
         guard HMAC<SHA256>.isValidAuthenticationCode(id.bytes, authenticating: plaintext, using: identifier.symmetric) else {
             throw EncryptionError(.identifierMismatch, "chunk \(id) holds other contents than its identifier names")
         }

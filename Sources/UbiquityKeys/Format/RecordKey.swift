@@ -51,12 +51,8 @@ public struct RecordKey: Sendable {
     /// Seals `record` for `binding`.
     /// - Throws: What the cipher throws (nothing in practice).
     public func seal(_ record: some DataProtocol, for binding: RecordBinding) throws -> Data {
-        let box = try AES.GCM.seal(Padme.pad(Array(record), minimum: Self.minimumPaddedSize), using: key.symmetric, authenticating: self.binding(binding))
-        var sealed = Data(SealedHeader(format: Self.format, epoch: epoch).bytes)
-        sealed.append(contentsOf: box.nonce)
-        sealed.append(box.ciphertext)
-        sealed.append(box.tag)
-        return sealed
+        try Sealing.seal(Padme.pad(Array(record), minimum: Self.minimumPaddedSize), key: key, binding: self.binding(binding),
+                         header: SealedHeader(format: Self.format, epoch: epoch))
     }
 
     /// The record sealed for `binding`.
@@ -72,18 +68,11 @@ public struct RecordKey: Sendable {
         guard header.epoch == epoch, bytes.count >= SealedHeader.size + 12 + 16 + 1 else {
             throw EncryptionError(.authenticationFailed, "the record of item \(binding.item) is not sealed for this epoch, or is truncated")
         }
-        let nonceEnd = SealedHeader.size + 12
-        do {
-            let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: bytes[SealedHeader.size..<nonceEnd]),
-                                            ciphertext: bytes[nonceEnd..<(bytes.count - 16)], tag: bytes[(bytes.count - 16)...])
-            let padded = try AES.GCM.open(box, using: key.symmetric, authenticating: self.binding(binding))
-            guard let record = Padme.unpad(Array(padded)) else { throw EncryptionError(.malformed, "the record of item \(binding.item) has bad padding") }
-            return Data(record)
-        } catch let error as EncryptionError {
-            throw error
-        } catch {
+        guard let padded = Sealing.open(bytes, at: SealedHeader.size, key: key, binding: self.binding(binding)) else {
             throw EncryptionError(.authenticationFailed, "the record of item \(binding.item) does not open: changed, or not this item's, parent's or revision's")
         }
+        guard let record = Padme.unpad(padded) else { throw EncryptionError(.malformed, "the record of item \(binding.item) has bad padding") }
+        return Data(record)
     }
 
     /// A keyed tag of a name in a folder (case-folded), so that the server can refuse two items
@@ -126,15 +115,10 @@ public struct KeyValueKeys: Sendable {
     /// Seals `value` (a property list's bytes) as `key`'s `version`.
     /// - Throws: What the cipher throws (nothing in practice).
     public func seal(_ value: some DataProtocol, key: String, version: UInt64) throws -> Data {
-        var versioned = Array<UInt8>()
+        var versioned = [UInt8]()
         withUnsafeBytes(of: version.bigEndian) { versioned.append(contentsOf: $0) }
-        let box = try AES.GCM.seal(Padme.pad(Array(value), minimum: 64), using: self.value.symmetric, authenticating: binding(key: key, version: version))
-        var sealed = Data(SealedHeader(format: Self.format, epoch: epoch).bytes)
-        sealed.append(contentsOf: versioned)
-        sealed.append(contentsOf: box.nonce)
-        sealed.append(box.ciphertext)
-        sealed.append(box.tag)
-        return sealed
+        return try Sealing.seal(Padme.pad(Array(value), minimum: 64), key: self.value, binding: binding(key: key, version: version),
+                                header: SealedHeader(format: Self.format, epoch: epoch), clear: versioned)
     }
 
     /// The value and version of `key` sealed in `sealed`, refused if older than `newerThan`.
@@ -145,23 +129,18 @@ public struct KeyValueKeys: Sendable {
         let bytes = Array(sealed)
         let header = try SealedHeader(bytes)
         guard header.format == Self.format else { throw EncryptionError(.unsupportedFormat, "a key-value value is in format \(header.format)") }
-        let versionEnd = SealedHeader.size + 8, nonceEnd = versionEnd + 12
-        guard header.epoch == epoch, bytes.count >= nonceEnd + 16 + 1 else {
+        let versionEnd = SealedHeader.size + 8
+        guard header.epoch == epoch, bytes.count >= versionEnd + 12 + 16 + 1 else {
             throw EncryptionError(.authenticationFailed, "a key-value value is not sealed for this epoch, or is truncated")
         }
         let version = bytes[SealedHeader.size..<versionEnd].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
-        let padded: Data
-        do {
-            let box = try AES.GCM.SealedBox(nonce: AES.GCM.Nonce(data: bytes[versionEnd..<nonceEnd]),
-                                            ciphertext: bytes[nonceEnd..<(bytes.count - 16)], tag: bytes[(bytes.count - 16)...])
-            padded = try AES.GCM.open(box, using: value.symmetric, authenticating: binding(key: key, version: version))
-        } catch {
+        guard let padded = Sealing.open(bytes, at: versionEnd, key: value, binding: binding(key: key, version: version)) else {
             throw EncryptionError(.authenticationFailed, "a key-value value does not open: changed, or another key's or version's")
         }
         if let newerThan, version <= newerThan {
             throw EncryptionError(.replayed, "a key-value value of version \(version) came after version \(newerThan): an old value served again")
         }
-        guard let plaintext = Padme.unpad(Array(padded)) else { throw EncryptionError(.malformed, "a key-value value has bad padding") }
+        guard let plaintext = Padme.unpad(padded) else { throw EncryptionError(.malformed, "a key-value value has bad padding") }
         return (Data(plaintext), version)
     }
 }

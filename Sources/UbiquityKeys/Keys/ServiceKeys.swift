@@ -56,6 +56,14 @@ public struct AccountRootKey: Sendable {
         RecordKey(key: derive(.itemRecord, scope: container), nameTag: derive(.nameTag, scope: container), epoch: epoch)
     }
 
+    /// The key of a database's change-log segments (a database in iCloud).
+    /// - Parameters:
+    ///   - container: The container's identifier.
+    ///   - database: The database's name.
+    public func databaseLogKey(container: String, database: String) -> DatabaseLogKey {
+        DatabaseLogKey(key: derive(.databaseLog, scope: container + "\u{0}" + database), epoch: epoch)
+    }
+
     /// The keys of a key-value store.
     /// - Parameter store: The store's identifier.
     public func keyValueKeys(store: String) -> KeyValueKeys {
@@ -72,4 +80,5 @@ enum ServicePurpose: String {
     case nameTag = "name-tag"
     case keyValueName = "kv-name"
     case keyValueValue = "kv-value"
+    case databaseLog = "database-log"
 }
