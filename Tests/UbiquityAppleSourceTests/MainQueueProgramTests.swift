@@ -43,7 +43,11 @@ enum EntryPoint: String, CaseIterable, Sendable, CustomTestStringConvertible {
         var environment = ProcessInfo.processInfo.environment
         environment["XDG_CONFIG_HOME"] = root.appendingPathComponent("config").path
         environment["XDG_DATA_HOME"] = root.appendingPathComponent("data").path
-        environment["XDG_RUNTIME_DIR"] = nil
+        // A runtime folder of its own: its file coordination (locks, presenters) is the program's
+        // alone, not shared with this test process and every other test's files.
+        let runtime = root.appendingPathComponent("run")
+        try FileManager.default.createDirectory(at: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        environment["XDG_RUNTIME_DIR"] = runtime.path
         environment["UBIQUITY_ENTITLEMENTS"] = entitlements.path
         environment["UBIQUITY_ASYNC_MAIN"] = entry == .asyncDrainedByDispatch ? "dispatch" : nil
         let work = root.appendingPathComponent("work").path
