@@ -191,34 +191,6 @@ open class Document: NSObject {
         typeName.flatMap { typeRegistry.type(withIdentifier: $0)?.preferredFilenameExtension } ?? fileURL.pathExtension
     }
 
-    // MARK: State
-
-    /// A stream of the document's states: the current one first, then every change.
-    public var stateUpdates: AsyncStream<State> {
-        let (stream, continuation) = AsyncStream.makeStream(of: State.self, bufferingPolicy: .bufferingNewest(64))
-        let id = UUID()
-        onMain { [self] in
-            stateContinuations[id] = continuation
-            continuation.yield(documentState)
-        }
-        let document = WeakHandoff(self)
-        continuation.onTermination = { _ in
-            MainQueue.async { document.value?.stateContinuations[id] = nil }
-        }
-        return stream
-    }
-
-    func setState(_ state: State) {
-        guard state != documentState else { return }
-        documentState = state
-        MainQueue.post(Notification(name: Self.stateChangedNotification, object: self))
-        for continuation in stateContinuations.values { continuation.yield(state) }
-    }
-
-    func updateState(inserting inserted: State = [], removing removed: State = []) {
-        setState(documentState.union(inserted).subtracting(removed))
-    }
-
     // MARK: File access
 
     /// Runs `block` on the document's serial file-access queue (off the main queue). All of the
