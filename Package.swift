@@ -59,7 +59,8 @@ let package = Package(
         .target(name: "UbiquityDatabase", dependencies: ["CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", "UbiquityClient", "UbiquityDocument", logging, .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift"), .product(name: "GRDBSQLite", package: "GRDB.swift")]),
         // Keys and the encrypted format (issue 45): service keys, sealed chunks, records and key-value
         // values, device keys, the roster. The one place key handling lives: agent, server and CLI share it.
-        .target(name: "UbiquityKeys", dependencies: [.product(name: "Crypto", package: "swift-crypto")]),
+        .target(name: "CUbiquityCut"),
+        .target(name: "UbiquityKeys", dependencies: ["CUbiquityCut", .product(name: "Crypto", package: "swift-crypto")]),
         // The one module apps import.
         .target(name: "Ubiquity", dependencies: ["UbiquityFiles", "UbiquityCoordination", "UbiquityDocument", "UbiquityClient", "UbiquityQuery"]),
 
@@ -115,7 +116,7 @@ let package = Package(
             dependencies: ["Ubiquity", "UbiquityFiles", "UbiquityExamples", "UbiquityDatabase", "UbiquityServer", "UbiquityProtocol", "UbiquityAgent", .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
         ),
-        .executableTarget(name: "UbiquityBenchmarks", dependencies: ["CUbiquitySystem", "Ubiquity", "UbiquityFiles", "UbiquitySync", "UbiquityDatabase", "UbiquityTestSupport", .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]),
+        .executableTarget(name: "UbiquityBenchmarks", dependencies: ["CUbiquitySystem", "Ubiquity", "UbiquityFiles", "UbiquityKeys", "UbiquitySync", "UbiquityDatabase", "UbiquityTestSupport", .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]),
         // The sync figures against Syncthing, in one run.
         .executableTarget(
             name: "UbiquitySyncBenchmarks",

@@ -5,13 +5,15 @@ import UbiquityFiles
 #if canImport(Glibc)
 import Glibc
 #endif
+import UbiquityKeys
 import UbiquitySync
 
 /// Cutting a large file into content-defined chunks (what a device does to every file it
 /// sends, and again after every edit): the agent's chunker (the sizes for the file's size) on a `mib` MiB file, cache warm,
 /// against GNU `sha256sum` reading and hashing the same file once — the least any scheme that
 /// hashes every byte pays. Also its two parts alone, in memory: finding the cut points and
-/// hashing the chunks.
+/// hashing the chunks — and, beside them, the encrypted format's: the keyed chunker's cut
+/// points (a cipher decides each place) and the chunks' keyed identifiers (HMAC-SHA256).
 func chunkingFigures(in directory: URL, mib: Int, iterations: Int) throws -> [String: Any] {
     let file = directory.appendingPathComponent("chunking.bin")
     var generator = SystemRandomNumberGenerator()
@@ -38,6 +40,14 @@ func chunkingFigures(in directory: URL, mib: Int, iterations: Int) throws -> [St
     let cutCPU = (Double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) + Double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec) / 1e6 - cpuBefore) / Double(runs)
     let boundaries = best { _ = bytes.withUnsafeBytes { ContentChunker.forFile(ofSize: bytes.count).boundaries(of: $0) } }
     let hashing = best { _ = bytes.withUnsafeBytes { SHA256.hash(data: $0) } }
+    let chunkKeys = AccountRootKey(epoch: 0).chunkKeys(container: "BENCH.chunking")
+    let keyed = KeyedChunker(keys: chunkKeys, sizes: KeyedChunker.sizes(forFileOfSize: bytes.count))
+    var keyedEnds: [Int] = []
+    let keyedCut = best { keyedEnds = bytes.withUnsafeBytes { keyed.boundaries(of: $0) } }
+    let keyedIdentifiers = best {
+        var start = 0
+        for end in keyedEnds { _ = chunkKeys.identifier(of: bytes[start..<end]); start = end }
+    }
     let peer = try best {
         let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
@@ -51,5 +61,9 @@ func chunkingFigures(in directory: URL, mib: Int, iterations: Int) throws -> [St
         "chunkFileSeconds": cut, "chunkFileCPUSecondsPerRun": cutCPU, "cutPointsInMemorySeconds": boundaries, "sha256InMemorySeconds": hashing,
         "peer": "GNU sha256sum of the same file", "peerSeconds": peer, "ratioToPeer": cut / peer,
         "chunkFileMiBPerSecond": Double(mib) / cut,
+        "keyedChunks": keyedEnds.count, "keyedChunkerUsesAESInstructions": KeyedChunker.usesAESInstructions,
+        "keyedCutPointsInMemorySeconds": keyedCut, "keyedCutPointsMBPerSecondPerCore": Double(bytes.count) / keyedCut / 1e6,
+        "keyedCutPointsRatioToFastCDC": keyedCut / boundaries,
+        "keyedIdentifiersInMemorySeconds": keyedIdentifiers, "keyedIdentifiersRatioToSHA256": keyedIdentifiers / hashing,
     ]
 }
