@@ -85,6 +85,7 @@ let package = Package(
             name: "UbiquityServer",
             dependencies: [
                 "UbiquityFiles",
+                "UbiquityKeys",
                 "UbiquityProtocol",
                 "UbiquitySync",
                 logging,
@@ -174,6 +175,7 @@ let package = Package(
             name: "UbiquityServerTests",
             dependencies: [
                 "UbiquityServer",
+                "UbiquityKeys",
                 "UbiquityProtocol",
                 "UbiquitySync",
                 "UbiquityTestSupport",

@@ -91,6 +91,11 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "Requests of one account waiting for their turn; more are answered 429.")
     var accountWaiting = AccountShareLimits().waiting
 
+    @Option(name: .long, help: ArgumentHelp(
+        "The escrow key's file (Standard Data Protection; default: escrow.key in --data's folder).",
+        discussion: "Made on first start (mode 0600), never in the database: back it up apart from the database. Every instance on one --database needs the same file."))
+    var escrowKey: String?
+
     @Option(name: .long, help: "A reverse proxy (address or network, e.g. 10.0.0.0/8) whose X-Forwarded-For is believed; may be repeated.")
     var trustedProxy: [String] = []
 
@@ -100,6 +105,7 @@ struct ServeCommand: AsyncParsableCommand {
         logger.logLevel = level
         var configuration = SyncServer.Configuration(dataDirectory: storage.data, host: host, port: port)
         configuration.database = storage.database
+        configuration.escrowKeyFile = escrowKey
         configuration.retention = retentionDays * 86_400
         guard maxConnections > 0, idleTimeout > 0, headerTimeout > 0, bodyTimeout > 0, minBodyRate > 0, accountRequests > 0, accountWaiting >= 0 else {
             throw ValidationError("connection and request limits are positive numbers")

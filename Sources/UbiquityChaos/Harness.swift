@@ -166,7 +166,9 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
     init(settings: ChaosSettings) {
         self.settings = settings
         random = SeededGenerator(seed: settings.seed)
-        let storage = settings.database.map { ["--database", $0] } ?? ["--data", settings.work.appendingPathComponent("server").path]
+        // Every instance on one database shares one escrow key file (in the run's folder).
+        let storage = settings.database.map { ["--database", $0, "--escrow-key", settings.work.appendingPathComponent("escrow.key").path] }
+            ?? ["--data", settings.work.appendingPathComponent("server").path]
         servers = (0..<settings.servers).map { index in
             ChaosServer(storage: storage, log: settings.work.appendingPathComponent(settings.servers == 1 ? "logs/server.log" : "logs/server\(index).log"))
         }

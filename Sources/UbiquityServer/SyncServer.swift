@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityKeys
 import NIOCore
 import ServiceLifecycle
 import UbiquityProtocol
@@ -49,6 +50,13 @@ package struct SyncServer: Sendable {
         package var accountLimits = AccountLimits()
         /// How many of one account's requests are handled at once, and how many may wait.
         package var accountShare = AccountShareLimits()
+        /// The escrow key's file (Standard Data Protection): made on first start (mode 0600),
+        /// never in the database. Default nil: `escrow.key` in ``dataDirectory`` (also with
+        /// ``database``: every instance must have the same file, and one with another is refused).
+        package var escrowKeyFile: String?
+
+        /// Where the escrow key's file is.
+        package var escrowKeyPath: String { escrowKeyFile ?? (dataDirectory as NSString).appendingPathComponent("escrow.key") }
 
         /// Creates a configuration.
         package init(dataDirectory: String = "./ubiquity-data", host: String = "127.0.0.1", port: Int = 8443, bcryptCost: UInt8 = 12) {
@@ -75,6 +83,7 @@ package struct SyncServer: Sendable {
         self.configuration = configuration
         self.logger = logger
         storage = try await ServerStorage.open(dataDirectory: configuration.dataDirectory, database: configuration.database, logger: logger)
+        let escrow = try await Self.openEscrow(configuration: configuration, database: storage.database, logger: logger)
         let hasher = PasswordHasher(cost: configuration.bcryptCost)
         let notifier = ChangeNotifier()
         let metrics = ServerMetrics()
@@ -82,8 +91,32 @@ package struct SyncServer: Sendable {
             database: storage.database, chunks: VerifiedChunks(base: storage.chunks, database: storage.database, notifier: notifier, logger: logger),
             metrics: metrics, notifier: notifier,
             signIns: SignInGuard(database: storage.database, hasher: hasher, policy: configuration.signInPolicy, logger: logger),
-            accountLimits: configuration.accountLimits, retention: configuration.retention, share: AccountShare(limits: configuration.accountShare, metrics: metrics))
+            accountLimits: configuration.accountLimits, retention: configuration.retention, share: AccountShare(limits: configuration.accountShare, metrics: metrics),
+            escrow: escrow)
         Task { await hasher.prepareDecoy() } // before the first unknown account asks
+    }
+
+    /// Loads the escrow key (making it on first start and saying where), and makes sure every
+    /// instance of the database uses the same one.
+    static func openEscrow(configuration: Configuration, database: any SyncDatabase, logger: Logger) async throws -> ServerEscrow {
+        let path = configuration.escrowKeyPath
+        let loaded: (key: EscrowKey, created: Bool)
+        do { loaded = try EscrowKey.loadOrCreate(at: URL(fileURLWithPath: path)) } catch {
+            throw SyncError(.internalServerError, "escrowKeyUnusable", "cannot use the escrow key file \(path): \(error)")
+        }
+        let identifier = loaded.key.publicKeys.deviceIdentifier
+        let claimed = try await database.claimSetting("escrowKey", value: identifier)
+        guard claimed == identifier else {
+            throw SyncError(.internalServerError, "escrowKeyMismatch", """
+                the escrow key file \(path) is not the one this database's accounts are sealed to (key \(claimed)): \
+                copy the escrow key file of the first instance here, or point --escrow-key at it
+                """)
+        }
+        if loaded.created {
+            logger.notice("made the escrow key for Standard Data Protection; back it up with the database, never beside it in one place",
+                          metadata: ["file": "\(path)"])
+        }
+        return ServerEscrow(key: loaded.key)
     }
 
     /// Delivers changes committed through other instances to this one's devices until

@@ -38,7 +38,10 @@ final class RunningServer: @unchecked Sendable { // its stored properties are co
     private init(storage: [String], createAccount: Bool = true, extraArguments: [String] = []) throws {
         if createAccount { try Self.createAccount(storage: storage) }
         process.executableURL = Self.binary
-        process.arguments = ["serve"] + storage + ["--port", "0", "--log-level", "warning"] + extraArguments
+        // With --database, the escrow key goes in a folder of the tests' (not the working
+        // directory's ./ubiquity-data), one file for every instance, as the docs ask.
+        let escrow = storage.contains("--database") ? ["--escrow-key", NSTemporaryDirectory() + "ubiquity-serve-tests-\(getpid())/escrow.key"] : []
+        process.arguments = ["serve"] + storage + escrow + ["--port", "0", "--log-level", "warning"] + extraArguments
         let output = Pipe()
         process.standardOutput = output
         try process.run()

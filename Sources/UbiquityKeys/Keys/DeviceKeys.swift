@@ -71,18 +71,31 @@ public struct DeviceKeys: Sendable {
         var agreement: Data
     }
 
-    /// Writes the keys to `url` (mode 0600, replaced atomically).
+    /// Writes the keys to `url` (mode 0600, replaced atomically, on disk before this returns:
+    /// the file and its folder are synced).
     /// - Throws: What writing throws.
     public func write(to url: URL) throws {
         let data = try JSONEncoder().encode(File(format: Self.fileFormat, signing: signingKey.rawRepresentation, agreement: agreementKey.rawRepresentation))
-        let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(UUID().uuidString)")
-        guard FileManager.default.createFile(atPath: temporary.path, contents: data, attributes: [.posixPermissions: 0o600]) else {
-            throw EncryptionError(.keyFileUnusable, "cannot write the device's keys at \(url.path)")
+        let folder = url.deletingLastPathComponent()
+        let temporary = folder.appendingPathComponent(".\(url.lastPathComponent).\(UUID().uuidString)")
+        let descriptor = open(temporary.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        guard descriptor >= 0 else { throw EncryptionError(.keyFileUnusable, "cannot write the keys at \(url.path): \(String(cString: strerror(errno)))") }
+        let written = data.withUnsafeBytes { Foundation.write(descriptor, $0.baseAddress, $0.count) }
+        let synced = fsync(descriptor) == 0
+        close(descriptor)
+        guard written == data.count, synced else {
+            try? FileManager.default.removeItem(at: temporary) // what is left of a failed write
+            throw EncryptionError(.keyFileUnusable, "cannot write the keys at \(url.path)")
         }
         guard rename(temporary.path, url.path) == 0 else {
             let reason = String(cString: strerror(errno))
             try? FileManager.default.removeItem(at: temporary) // what is left of a failed write
             throw EncryptionError(.keyFileUnusable, "cannot put the device's keys in place at \(url.path): \(reason)")
+        }
+        let directory = open(folder.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        if directory >= 0 {
+            fsync(directory) // the rename on disk too
+            close(directory)
         }
     }
 

@@ -39,6 +39,9 @@ public struct Roster: Sendable, Equatable {
     public private(set) var custody: Custody = .standard
     /// The oldest format the account accepts.
     public private(set) var minimumFormat: UInt8 = 1
+    /// The server's escrow key while the custody is Standard (nil under Advanced, or before a
+    /// device names it).
+    public private(set) var escrow: DevicePublicKeys?
     /// The last entry.
     public private(set) var head: RosterHead
 
@@ -71,7 +74,7 @@ public struct Roster: Sendable, Equatable {
             guard entry.index == previous.index + 1, entry.previous == previous.hash else {
                 throw EncryptionError(.rosterNotExtended, "roster entry \(entry.index) is out of place (reordered, dropped or spliced)")
             }
-            guard let signer = roster.members[entry.signer], signer.keys.isValidSignature(entry.signature, for: entry.signedBytes) else {
+            guard let signer = roster.signingKeys(of: entry), signer.isValidSignature(entry.signature, for: entry.signedBytes) else {
                 throw EncryptionError(.badSignature, "roster entry \(entry.index) is not signed by a device of the roster")
             }
             try roster.apply(entry)
@@ -88,6 +91,14 @@ public struct Roster: Sendable, Equatable {
         return roster
     }
 
+    /// The keys that may sign `entry`: a device's of the roster, or the escrow's for adding a
+    /// device while the custody is Standard (a password sign-in); nil for anyone else.
+    private func signingKeys(of entry: RosterEntry) -> DevicePublicKeys? {
+        if let member = members[entry.signer] { return member.keys }
+        if let escrow, custody == .standard, escrow.deviceIdentifier == entry.signer, case .addDevice = entry.change { return escrow }
+        return nil
+    }
+
     private mutating func apply(_ entry: RosterEntry) throws {
         func broken(_ rule: String) -> EncryptionError { EncryptionError(.rosterRuleBroken, "roster entry \(entry.index): \(rule)") }
         switch entry.change {
@@ -96,6 +107,7 @@ public struct Roster: Sendable, Equatable {
         case .addDevice(let keys, let name):
             let identifier = keys.deviceIdentifier
             guard members[identifier] == nil, removedAt[identifier] == nil else { throw broken("adds a device that is or was in the roster") }
+            guard identifier != escrow?.deviceIdentifier else { throw broken("adds the escrow key as a device") }
             members[identifier] = Member(keys: keys, name: name)
             everyDevice[identifier] = keys
         case .removeDevice(let identifier):
@@ -108,8 +120,18 @@ public struct Roster: Sendable, Equatable {
             epoch = next
         case .custody(let next):
             guard next != custody else { throw broken("the custody is already \(next)") }
-            if next == .advanced { epoch += 1 }
+            if next == .advanced {
+                // The server's copy is destroyed: a new root key it never sees, and no escrow.
+                epoch += 1
+                escrow = nil
+            }
             custody = next
+        case .escrow(let keys):
+            guard keys == nil || custody == .standard else { throw broken("names an escrow key under Advanced custody") }
+            if let identifier = keys?.deviceIdentifier, members[identifier] != nil || removedAt[identifier] != nil {
+                throw broken("names a device's keys as the escrow key")
+            }
+            escrow = keys
         case .minimumFormat(let format):
             guard format >= minimumFormat else { throw broken("lowers the minimum format from \(minimumFormat) to \(format)") }
             minimumFormat = format

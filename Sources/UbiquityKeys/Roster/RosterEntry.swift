@@ -23,6 +23,10 @@ public enum RosterChange: Sendable, Equatable {
     case custody(Custody)
     /// The oldest format the account's devices may write or accept from now on (never lowered).
     case minimumFormat(UInt8)
+    /// The server's escrow key under Standard custody (nil: none): it holds a copy of the root
+    /// key and may add devices (a password sign-in), nothing else, and only while the custody is
+    /// Standard. Set and cleared by devices alone.
+    case escrow(DevicePublicKeys?)
 
     /// A canonical encoding, for signing and hashing.
     var bytes: [UInt8] {
@@ -40,6 +44,8 @@ public enum RosterChange: Sendable, Equatable {
             binding.append([4]); binding.append([custody.rawValue])
         case .minimumFormat(let format):
             binding.append([5]); binding.append([format])
+        case .escrow(let keys):
+            binding.append([6]); binding.append(keys?.signing ?? []); binding.append(keys?.agreement ?? [])
         }
         return binding.bytes
     }

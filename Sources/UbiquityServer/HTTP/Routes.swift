@@ -39,6 +39,8 @@ struct SyncServices: Sendable {
     var links = LinkThrottle()
     /// The arrays chunk batches are gathered into.
     var bodies = BatchBodies()
+    /// The server's escrow key (nil: none; devices then let new devices in themselves).
+    var escrow: ServerEscrow?
 }
 
 /// `GET /health`.
@@ -62,6 +64,7 @@ extension SyncServices {
         }
 
         let v1 = router.group("v1")
+        addKeyRoutes(to: v1)
         v1.post("sign-in") { request, context in try await signIn(request, context) }
         v1.get("account") { _, context in
             let device = try context.requireDevice()

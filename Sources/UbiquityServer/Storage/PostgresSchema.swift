@@ -150,6 +150,21 @@ extension PostgresDatabase {
         ]),
         // Operators: accounts that may use the web interface's administration page.
         ("v9-account-admin", ["ALTER TABLE account ADD COLUMN admin BOOLEAN NOT NULL DEFAULT FALSE"]),
+        // Each account's roster and the sealed copies of its root key (issue 45), and the
+        // server's own settings (the escrow key's identifier, so every instance uses one).
+        ("v10-account-keys", [
+            """
+            CREATE TABLE roster_entry (
+                account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE, idx BIGINT NOT NULL, body BYTEA NOT NULL,
+                PRIMARY KEY (account_id, idx))
+            """,
+            """
+            CREATE TABLE key_envelope (
+                account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE, epoch BIGINT NOT NULL, recipient TEXT NOT NULL,
+                sender TEXT NOT NULL, body BYTEA NOT NULL, PRIMARY KEY (account_id, epoch, recipient))
+            """,
+            "CREATE TABLE server_setting (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
+        ]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

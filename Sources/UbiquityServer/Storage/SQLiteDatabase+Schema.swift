@@ -223,6 +223,19 @@ extension SQLiteDatabase {
             // Operators: accounts that may use the web interface's administration page.
             try db.execute(sql: "ALTER TABLE account ADD COLUMN admin INTEGER NOT NULL DEFAULT 0")
         }
+        migrator.registerMigration("v17-account-keys") { db in
+            // Each account's roster and the sealed copies of its root key (issue 45), and the
+            // server's own settings (the escrow key's identifier, so every instance uses one).
+            try db.execute(sql: """
+                CREATE TABLE rosterEntry (
+                    accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE, idx INTEGER NOT NULL, body BLOB NOT NULL,
+                    PRIMARY KEY(accountId, idx));
+                CREATE TABLE keyEnvelope (
+                    accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE, epoch INTEGER NOT NULL, recipient TEXT NOT NULL,
+                    sender TEXT NOT NULL, body BLOB NOT NULL, PRIMARY KEY(accountId, epoch, recipient));
+                CREATE TABLE serverSetting (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+                """)
+        }
         return migrator
     }
 }

@@ -103,6 +103,12 @@ package struct RecoverableRevision: Sendable, Equatable {
     package var uploaded: Bool
 }
 
+/// An account's keys as stored: its roster's entries (encoded) and sealed root keys.
+struct StoredAccountKeys: Sendable, Equatable {
+    var roster: [Data]
+    var envelopes: [KeyEnvelopeRecord]
+}
+
 /// A chunk of an account: its hash, its size and since when it is kept.
 struct ChunkEntry: Sendable, Equatable {
     var account: Int64
@@ -217,6 +223,16 @@ package struct SignInAttempts: Sendable, Equatable {
 /// ``SQLiteDatabase`` (embedded, the default) and ``PostgresDatabase``; every implementation
 /// gives the same answers (the server tests run against both).
 protocol SyncDatabase: Sendable {
+    /// The account's roster entries in order, and its envelopes for `recipients`.
+    func accountKeys(accountId: Int64, recipients: [String]) async throws -> StoredAccountKeys
+    /// Appends `entries` to the account's roster after its first `after` and keeps `envelopes`
+    /// (replacing those for the same epoch and recipient), all in one transaction — if the roster
+    /// still has exactly `after` entries (false otherwise: another device appended first) and
+    /// `check` accepts the whole roster that results (its error otherwise, nothing changed).
+    func appendKeys(accountId: Int64, after: Int, entries: [Data], envelopes: [KeyEnvelopeRecord],
+                    check: @escaping @Sendable ([Data]) throws -> Void) async throws -> Bool
+    /// The server setting `name`, set to `value` first if it has none.
+    func claimSetting(_ name: String, value: String) async throws -> String
     func createAccount(name: String, passwordHash: String, quotaBytes: Int64) async throws -> Account
     func accounts() async throws -> [Account]
     func deleteAccount(named name: String) async throws -> Bool

@@ -1,0 +1,96 @@
+import Foundation
+
+/// A sealed copy of the account's root key for one holder in one epoch, as the server keeps it
+/// (it cannot open those sealed to devices or the recovery key; under Standard it opens its own).
+public struct KeyEnvelopeRecord: Codable, Sendable, Equatable {
+    /// The root key's epoch.
+    public var epoch: Int64
+    /// Who can open it: a device's identifier, `escrow`, or `recovery`.
+    public var recipient: String
+    /// The device (or `escrow`) that sealed it.
+    public var sender: String
+    /// The sealed bytes.
+    public var body: Data
+
+    /// The recipient that stands for the server's escrow key.
+    public static let escrowRecipient = "escrow"
+    /// The recipient that stands for the account's recovery key.
+    public static let recoveryRecipient = "recovery"
+
+    /// Creates a record.
+    public init(epoch: Int64, recipient: String, sender: String, body: Data) {
+        self.epoch = epoch
+        self.recipient = recipient
+        self.sender = sender
+        self.body = body
+    }
+}
+
+/// The server's escrow key: what a device seals the root key to under Standard custody.
+public struct EscrowPublicKeys: Codable, Sendable, Equatable {
+    /// Its Ed25519 public key (it signs the entries that add devices by password).
+    public var signing: Data
+    /// Its X25519 public key.
+    public var agreement: Data
+
+    /// Creates a value.
+    public init(signing: Data, agreement: Data) {
+        self.signing = signing
+        self.agreement = agreement
+    }
+}
+
+/// `GET /v1/keys`: the account's roster (every entry, encoded, in order), the envelopes for the
+/// asking holder, and the server's escrow key (nil when it has none).
+public struct KeyDirectoryResponse: Codable, Sendable, Equatable {
+    /// The roster's entries (each `RosterEntry.encoded`), from the genesis on; empty for an
+    /// account no device has set up.
+    public var roster: [Data]
+    /// Envelopes whose recipient was asked for (every epoch's).
+    public var envelopes: [KeyEnvelopeRecord]
+    /// The server's escrow key.
+    public var escrow: EscrowPublicKeys?
+
+    /// Creates a value.
+    public init(roster: [Data], envelopes: [KeyEnvelopeRecord], escrow: EscrowPublicKeys?) {
+        self.roster = roster
+        self.envelopes = envelopes
+        self.escrow = escrow
+    }
+}
+
+/// `POST /v1/keys/roster`: entries a device appends after the `after` entries it saw, with the
+/// envelopes that go with them (a new epoch's root key sealed to every holder), all or nothing.
+public struct RosterAppendRequest: Codable, Sendable, Equatable {
+    /// How many entries the device saw (the new ones go from there).
+    public var after: Int
+    /// The new entries, encoded.
+    public var entries: [Data]
+    /// Envelopes to keep (replacing any for the same epoch and recipient).
+    public var envelopes: [KeyEnvelopeRecord]
+
+    /// Creates a value.
+    public init(after: Int, entries: [Data], envelopes: [KeyEnvelopeRecord]) {
+        self.after = after
+        self.entries = entries
+        self.envelopes = envelopes
+    }
+}
+
+/// `POST /v1/keys/join`: a device signed in by password asks to join an account under Standard
+/// custody; the server's escrow key adds it to the roster and seals it the root key.
+public struct JoinRequest: Codable, Sendable, Equatable {
+    /// The device's Ed25519 public key.
+    public var signing: Data
+    /// The device's X25519 public key.
+    public var agreement: Data
+    /// Its name in the roster.
+    public var name: String
+
+    /// Creates a value.
+    public init(signing: Data, agreement: Data, name: String) {
+        self.signing = signing
+        self.agreement = agreement
+        self.name = name
+    }
+}

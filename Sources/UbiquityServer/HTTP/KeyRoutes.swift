@@ -1,0 +1,134 @@
+import Foundation
+import Hummingbird
+import Logging
+import UbiquityKeys
+import UbiquityProtocol
+
+extension KeyDirectoryResponse: ResponseEncodable {}
+
+/// The server's escrow key (Standard Data Protection), loaded from its file at start.
+struct ServerEscrow: Sendable {
+    let key: EscrowKey
+
+    var publicKeys: EscrowPublicKeys {
+        EscrowPublicKeys(signing: Data(key.publicKeys.signing), agreement: Data(key.publicKeys.agreement))
+    }
+}
+
+/// Bounds on what a device may store of its account's keys.
+enum KeyLimits {
+    /// Entries a roster may reach (each append checks them all).
+    static let rosterEntries = 4_096
+    /// Entries one request may append.
+    static let entriesPerRequest = 64
+    /// Envelopes one request may store.
+    static let envelopesPerRequest = 1_024
+    /// Bytes of one entry or envelope.
+    static let objectBytes = 4_096
+    /// Holders one `GET /v1/keys` may ask envelopes for.
+    static let recipientsPerRequest = 8
+}
+
+extension SyncServices {
+    /// `GET /v1/keys`, `POST /v1/keys/roster`, `POST /v1/keys/join`: the account's roster and
+    /// sealed root keys, which devices write and the server keeps (it verifies what it can — the
+    /// signatures and the chain — and cannot open what is sealed to devices).
+    func addKeyRoutes(to v1: RouterGroup<SyncContext>) {
+        let keys = v1.group("keys")
+        keys.get { request, context in
+            let device = try context.requireDevice()
+            let recipients = (request.uri.queryParameters["for"].map(String.init) ?? "").split(separator: ",").map(String.init)
+            guard recipients.count <= KeyLimits.recipientsPerRequest else { throw SyncError.badRequest("tooMany", "at most \(KeyLimits.recipientsPerRequest) holders per request") }
+            for recipient in recipients { try Self.validateHolder(recipient, field: "for") }
+            let stored = try await database.accountKeys(accountId: device.accountId, recipients: recipients)
+            return KeyDirectoryResponse(roster: stored.roster, envelopes: stored.envelopes, escrow: escrow?.publicKeys)
+        }
+        keys.post("roster") { request, context in
+            let device = try context.requireDevice()
+            let append = try await request.decode(as: RosterAppendRequest.self, context: context)
+            guard append.after >= 0, append.after <= KeyLimits.rosterEntries, append.entries.count <= KeyLimits.entriesPerRequest,
+                  append.after + append.entries.count <= KeyLimits.rosterEntries, append.envelopes.count <= KeyLimits.envelopesPerRequest else {
+                throw SyncError.badRequest("tooMany", "at most \(KeyLimits.entriesPerRequest) entries and \(KeyLimits.envelopesPerRequest) envelopes a request, \(KeyLimits.rosterEntries) entries in all")
+            }
+            guard append.entries.allSatisfy({ $0.count <= KeyLimits.objectBytes }), append.envelopes.allSatisfy({ $0.body.count <= KeyLimits.objectBytes }) else {
+                throw SyncError.badRequest("tooLarge", "a roster entry or envelope is at most \(KeyLimits.objectBytes) bytes")
+            }
+            for envelope in append.envelopes {
+                try Self.validateHolder(envelope.recipient, field: "recipient")
+                try Self.validateHolder(envelope.sender, field: "sender")
+                guard envelope.epoch >= 0, envelope.epoch <= Int64(UInt32.max) else { throw SyncError.badRequest("invalidEpoch", "an epoch is 0 to \(UInt32.max)") }
+            }
+            let envelopes = append.envelopes
+            let appended = try await database.appendKeys(accountId: device.accountId, after: append.after, entries: append.entries,
+                                                         envelopes: envelopes) { try Self.checkRoster($0, envelopes: envelopes) }
+            guard appended else { throw SyncError(.conflict, "rosterChanged", "the roster has changed since entry \(append.after): read it again") }
+            let stored = try await database.accountKeys(accountId: device.accountId, recipients: [])
+            return KeyDirectoryResponse(roster: stored.roster, envelopes: [], escrow: escrow?.publicKeys)
+        }
+        keys.post("join") { request, context in
+            let device = try context.requireDevice()
+            let join = try await request.decode(as: JoinRequest.self, context: context)
+            guard let escrow else { throw SyncError(.conflict, "noEscrow", "this server keeps no escrow key: a device of the account lets a new one in") }
+            let publicKeys: DevicePublicKeys
+            do { publicKeys = try DevicePublicKeys(signing: Array(join.signing), agreement: Array(join.agreement)) } catch {
+                throw SyncError.badRequest("invalidKeys", "a device's public keys are two 32-byte Curve25519 keys")
+            }
+            guard !join.name.isEmpty, join.name.utf8.count <= 256 else { throw SyncError.badRequest("invalidName", "a device's name is 1 to 256 bytes") }
+            guard let account = try await database.identityToken(ofAccount: device.accountId) else { throw SyncError.unauthorized }
+            for _ in 0..<5 {
+                let stored = try await database.accountKeys(accountId: device.accountId, recipients: [EscrowKey.escrowRecipient])
+                let entries: [RosterEntry]
+                do { entries = try stored.roster.map { try RosterEntry(encoded: $0) } } catch {
+                    throw SyncError(.conflict, "badRoster", "the account's stored roster does not read: \(error)")
+                }
+                guard !entries.isEmpty else { throw SyncError(.conflict, "noRoster", "no device has set up this account's keys yet") }
+                let admitted: (entry: RosterEntry?, envelopes: [(epoch: UInt32, body: Data)])
+                do {
+                    admitted = try escrow.key.admit(publicKeys, name: join.name, roster: entries,
+                                                    envelopes: stored.envelopes.map { (UInt32(clamping: $0.epoch), $0.sender, $0.body) }, account: account)
+                } catch let error as EncryptionError {
+                    throw SyncError(.conflict, error.code == .rosterRuleBroken ? "advancedProtection" : "badRoster", error.description)
+                }
+                let envelopes = admitted.envelopes.map {
+                    KeyEnvelopeRecord(epoch: Int64($0.epoch), recipient: publicKeys.deviceIdentifier, sender: EscrowKey.escrowRecipient, body: $0.body)
+                }
+                let appended = try await database.appendKeys(accountId: device.accountId, after: entries.count, entries: admitted.entry.map { [$0.encoded] } ?? [],
+                                                             envelopes: envelopes) { try Self.checkRoster($0, envelopes: envelopes) }
+                if appended {
+                    context.logger.info("a device joined its account's roster by the escrow", metadata: ["account": "\(device.accountId)", "device": "\(device.deviceId)"])
+                    let roster = admitted.entry.map { stored.roster + [$0.encoded] } ?? stored.roster
+                    return KeyDirectoryResponse(roster: roster, envelopes: envelopes, escrow: escrow.publicKeys)
+                }
+            }
+            throw SyncError(.conflict, "rosterChanged", "the roster kept changing: try again")
+        }
+    }
+
+    /// Refuses a roster that does not verify (the server checks what a device would, so that a
+    /// broken or hostile device cannot leave the account a roster its other devices refuse), and
+    /// envelopes for holders or epochs the roster does not have (so what is kept stays bounded by
+    /// the roster: its holders times its epochs).
+    static func checkRoster(_ encoded: [Data], envelopes: [KeyEnvelopeRecord]) throws {
+        let roster: Roster
+        do {
+            roster = try Roster.verify(try encoded.map { try RosterEntry(encoded: $0) })
+        } catch let error as EncryptionError {
+            throw SyncError.badRequest("badRoster", error.description)
+        }
+        for envelope in envelopes {
+            let holder = roster.members[envelope.recipient] != nil || envelope.recipient == KeyEnvelopeRecord.recoveryRecipient
+                || (envelope.recipient == KeyEnvelopeRecord.escrowRecipient && roster.escrow != nil)
+            guard holder, envelope.epoch <= Int64(roster.epoch) else {
+                throw SyncError.badRequest("badEnvelope", "an envelope for \(envelope.recipient) in epoch \(envelope.epoch): not a holder of the roster, or past its epoch \(roster.epoch)")
+            }
+        }
+    }
+
+    /// A holder's name: a device identifier (32 hexadecimal digits), `escrow` or `recovery`.
+    static func validateHolder(_ holder: String, field: String) throws {
+        let isIdentifier = holder.utf8.count == 32 && holder.utf8.allSatisfy { (48...57).contains($0) || (97...102).contains($0) }
+        guard isIdentifier || holder == KeyEnvelopeRecord.escrowRecipient || holder == KeyEnvelopeRecord.recoveryRecipient else {
+            throw SyncError.badRequest("invalidHolder", "\(field) is a device identifier (32 hexadecimal digits), escrow or recovery")
+        }
+    }
+}

@@ -1,0 +1,142 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Testing
+import UbiquityKeys
+import UbiquityProtocol
+@testable import UbiquityServer
+
+/// The account's key directory on the server: devices write the roster and the sealed copies of
+/// the root key; the server keeps them, checks the roster as a device would, lets a device in by
+/// password only under Standard (its escrow key signs it in), and never opens what is sealed to
+/// devices.
+@Suite struct KeyDirectoryTests {
+    let laptop = DeviceKeys(), phone = DeviceKeys(), tablet = DeviceKeys()
+
+    func directory(_ client: Client, token: String, for holders: [String] = []) async throws -> KeyDirectoryResponse {
+        let answer = try await client.send(.get, "/v1/keys" + (holders.isEmpty ? "" : "?for=\(holders.joined(separator: ","))"), token: token)
+        #expect(answer.status == .ok, "\(String(buffer: answer.body))")
+        return try answer.decode(KeyDirectoryResponse.self)
+    }
+
+    func append(_ client: Client, token: String, after: Int, _ entries: [RosterEntry], _ envelopes: [KeyEnvelopeRecord] = []) async throws -> Client.Answer {
+        try await client.send(.post, "/v1/keys/roster", token: token, json: RosterAppendRequest(after: after, entries: entries.map(\.encoded), envelopes: envelopes))
+    }
+
+    func envelope(_ root: AccountRootKey, account: String, to recipient: DevicePublicKeys, named name: String? = nil, from sender: DeviceKeys) throws -> KeyEnvelopeRecord {
+        KeyEnvelopeRecord(epoch: Int64(root.epoch), recipient: name ?? recipient.deviceIdentifier, sender: sender.publicKeys.deviceIdentifier,
+                          body: try KeyEnvelope.seal(root, account: account, to: recipient, from: sender))
+    }
+
+    @Test(arguments: Backend.all) func aDeviceSetsUpTheKeysAndAnotherJoinsByPasswordUnderStandardOnly(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let signedIn = try await client.signIn("ada", device: "laptop")
+            let account = signedIn.identityToken
+            let empty = try await directory(client, token: signedIn.token)
+            #expect(empty.roster.isEmpty)
+            let escrow = try DevicePublicKeys(signing: Array(try #require(empty.escrow).signing), agreement: Array(try #require(empty.escrow).agreement))
+
+            // The first device: genesis, the escrow named, the root key sealed to itself and the escrow.
+            let root = AccountRootKey(epoch: 0)
+            let genesis = try RosterEntry(.genesis(keys: laptop.publicKeys, name: "laptop"), after: nil, signedBy: laptop)
+            let named = try RosterEntry(.escrow(escrow), after: genesis, signedBy: laptop)
+            let setUp = try await append(client, token: signedIn.token, after: 0, [genesis, named], [
+                try envelope(root, account: account, to: laptop.publicKeys, from: laptop),
+                try envelope(root, account: account, to: escrow, named: "escrow", from: laptop),
+            ])
+            #expect(setUp.status == .ok, "\(String(buffer: setUp.body))")
+            let mine = try await directory(client, token: signedIn.token, for: [laptop.publicKeys.deviceIdentifier])
+            #expect(mine.roster == [genesis.encoded, named.encoded] && mine.envelopes.count == 1)
+            let opened = try KeyEnvelope.open(mine.envelopes[0].body, account: account, recipient: laptop, sender: laptop.publicKeys)
+            #expect(opened.withUnsafeBytes { Array($0) } == root.withUnsafeBytes { Array($0) })
+
+            // Appending after a roster that has moved on: refused, nothing changed.
+            let stale = try await append(client, token: signedIn.token, after: 0, [genesis])
+            #expect(stale.status == .conflict && stale.errorCode == "rosterChanged")
+
+            // The phone signs in by password and joins: the escrow signs it in and seals it the key.
+            let phoneIn = try await client.signIn("ada", device: "phone")
+            let join = try await client.send(.post, "/v1/keys/join", token: phoneIn.token,
+                                             json: JoinRequest(signing: Data(phone.publicKeys.signing), agreement: Data(phone.publicKeys.agreement), name: "phone"))
+            #expect(join.status == .ok, "\(String(buffer: join.body))")
+            let joined = try join.decode(KeyDirectoryResponse.self)
+            let roster = try Roster.verify(try joined.roster.map { try RosterEntry(encoded: $0) }, pinned: RosterHead(index: 1, hash: named.hash))
+            #expect(roster.members[phone.publicKeys.deviceIdentifier]?.name == "phone")
+            let phoneRoot = try KeyEnvelope.open(try #require(joined.envelopes.first).body, account: account, recipient: phone, sender: escrow)
+            #expect(phoneRoot.withUnsafeBytes { Array($0) } == root.withUnsafeBytes { Array($0) })
+
+            // Advanced: turned on by the laptop; a new epoch sealed to the devices alone.
+            let advanced = try RosterEntry(.custody(.advanced), after: try RosterEntry(encoded: joined.roster.last!), signedBy: laptop)
+            let next = AccountRootKey(epoch: 1)
+            let switched = try await append(client, token: signedIn.token, after: 3, [advanced], [
+                try envelope(next, account: account, to: laptop.publicKeys, from: laptop),
+                try envelope(next, account: account, to: phone.publicKeys, from: laptop),
+            ])
+            #expect(switched.status == .ok, "\(String(buffer: switched.body))")
+            let tabletIn = try await client.signIn("ada", device: "tablet")
+            let refused = try await client.send(.post, "/v1/keys/join", token: tabletIn.token,
+                                                json: JoinRequest(signing: Data(tablet.publicKeys.signing), agreement: Data(tablet.publicKeys.agreement), name: "tablet"))
+            #expect(refused.status == .conflict && refused.errorCode == "advancedProtection", "\(String(buffer: refused.body))")
+            let after = try await directory(client, token: tabletIn.token, for: ["escrow"])
+            #expect(after.roster.count == 4 && after.envelopes.map(\.epoch) == [0], "no escrow copy of epoch 1")
+        }
+    }
+
+    @Test(arguments: Backend.all) func aRosterThatDoesNotVerifyOrOverstepsItsBoundsIsRefused(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let token = try await client.signIn("ada").token
+            let genesis = try RosterEntry(.genesis(keys: laptop.publicKeys, name: "laptop"), after: nil, signedBy: laptop)
+            let stranger = DeviceKeys()
+            let forged = try RosterEntry(.addDevice(keys: stranger.publicKeys, name: "server"), after: genesis, signedBy: stranger)
+            let answers = [
+                try await append(client, token: token, after: 0, [genesis, forged]),
+                try await append(client, token: token, after: 0, [try RosterEntry(.addDevice(keys: phone.publicKeys, name: "phone"), after: nil, signedBy: laptop)]),
+                try await client.send(.post, "/v1/keys/roster", token: token, json: RosterAppendRequest(after: 0, entries: [Data([1, 2, 3])], envelopes: [])),
+            ]
+            for answer in answers { #expect(answer.status == .badRequest && answer.errorCode == "badRoster", "\(String(buffer: answer.body))") }
+            let many = try await client.send(.post, "/v1/keys/roster", token: token,
+                                             json: RosterAppendRequest(after: 0, entries: Array(repeating: genesis.encoded, count: 65), envelopes: []))
+            #expect(many.status == .badRequest && many.errorCode == "tooMany")
+            let badHolder = try await client.send(.post, "/v1/keys/roster", token: token, json: RosterAppendRequest(after: 0, entries: [genesis.encoded], envelopes: [
+                KeyEnvelopeRecord(epoch: 0, recipient: "../../etc", sender: "escrow", body: Data([1])),
+            ]))
+            #expect(badHolder.status == .badRequest && badHolder.errorCode == "invalidHolder")
+            // Envelopes for a holder the roster does not have, or an epoch it has not reached: refused
+            // (what the server keeps stays bounded by the roster).
+            for envelope in [KeyEnvelopeRecord(epoch: 0, recipient: stranger.publicKeys.deviceIdentifier, sender: laptop.publicKeys.deviceIdentifier, body: Data([1])),
+                             KeyEnvelopeRecord(epoch: 7, recipient: laptop.publicKeys.deviceIdentifier, sender: laptop.publicKeys.deviceIdentifier, body: Data([1])),
+                             KeyEnvelopeRecord(epoch: 0, recipient: "escrow", sender: laptop.publicKeys.deviceIdentifier, body: Data([1]))] {
+                let answer = try await client.send(.post, "/v1/keys/roster", token: token, json: RosterAppendRequest(after: 0, entries: [genesis.encoded], envelopes: [envelope]))
+                #expect(answer.status == .badRequest && answer.errorCode == "badEnvelope", "\(String(buffer: answer.body))")
+            }
+            let huge = try await client.send(.post, "/v1/keys/roster", token: token, json: RosterAppendRequest(after: Int.max, entries: [genesis.encoded], envelopes: []))
+            #expect(huge.status == .badRequest)
+            #expect(try await directory(client, token: token).roster.isEmpty, "nothing stored")
+            let noRoster = try await client.send(.post, "/v1/keys/join", token: token,
+                                                 json: JoinRequest(signing: Data(phone.publicKeys.signing), agreement: Data(phone.publicKeys.agreement), name: "phone"))
+            #expect(noRoster.status == .conflict && noRoster.errorCode == "noRoster")
+            let anonymous = try await client.send(.get, "/v1/keys")
+            #expect(anonymous.status == .unauthorized)
+        }
+    }
+
+    @Test func theEscrowKeyIsAFileOfItsOwnAndEveryInstanceMustShareIt() async throws {
+        let server = try await TestServer.withAccount("ada"); defer { server.remove() }
+        let path = server.configuration.escrowKeyPath
+        let mode = try #require(try FileManager.default.attributesOfItem(atPath: path)[.posixPermissions] as? Int)
+        #expect(mode & 0o077 == 0, "mode \(String(mode, radix: 8))")
+        let again = try await server.secondInstance()
+        await again.close()
+        // Another key file for the same database: refused, naming the fix.
+        var other = server.configuration
+        other.escrowKeyFile = server.directory + "/other-escrow.key"
+        await #expect { _ = try await SyncServer(configuration: other) } throws: { error in
+            (error as? SyncError)?.code == "escrowKeyMismatch" && "\(error)".contains("copy the escrow key file")
+        }
+        // A key file others can read is not used.
+        chmod(path, 0o644)
+        await #expect { _ = try await SyncServer(configuration: server.configuration) } throws: { error in (error as? SyncError)?.code == "escrowKeyUnusable" }
+    }
+}
