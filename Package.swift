@@ -68,7 +68,7 @@ let package = Package(
         .target(
             name: "UbiquityAgent",
             dependencies: [
-                "CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", "UbiquityClient", "UbiquityProtocol", "UbiquitySync", logging,
+                "CUbiquitySystem", "UbiquityFiles", "UbiquityCoordination", "UbiquityClient", "UbiquityProtocol", "UbiquitySync", "UbiquityKeys", logging,
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -114,7 +114,7 @@ let package = Package(
 
         .executableTarget(
             name: "UbiquityCLI",
-            dependencies: ["Ubiquity", "UbiquityFiles", "UbiquityExamples", "UbiquityDatabase", "UbiquityServer", "UbiquityProtocol", "UbiquityAgent", .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            dependencies: ["Ubiquity", "UbiquityFiles", "UbiquityExamples", "UbiquityDatabase", "UbiquityServer", "UbiquityProtocol", "UbiquityAgent", "UbiquityKeys", .product(name: "ArgumentParser", package: "swift-argument-parser"),
                            .product(name: "ServiceLifecycle", package: "swift-service-lifecycle")]
         ),
         .executableTarget(name: "UbiquityBenchmarks", dependencies: ["CUbiquitySystem", "Ubiquity", "UbiquityFiles", "UbiquityKeys", "UbiquitySync", "UbiquityDatabase", "UbiquityTestSupport", .product(name: "Crypto", package: "swift-crypto"), .product(name: "GRDB", package: "GRDB.swift")]),

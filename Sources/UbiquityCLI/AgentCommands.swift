@@ -17,6 +17,7 @@ struct LoginCommand: AsyncParsableCommand {
     @Option(name: .long, help: "The account's name.") var account: String
     @Option(name: .long, help: "This device's name (default: the host name).") var deviceName: String?
     @Flag(name: .long, help: "Read the password from standard input (one line) instead of asking.") var passwordStdin = false
+    @Flag(name: .long, help: "Let this device in with the account's recovery key (asked for, or the next line of standard input): under Advanced Data Protection, when no device can approve it.") var recoveryKey = false
 
     func run() async throws {
         guard let url = URL(string: server), let scheme = url.scheme, ["http", "https"].contains(scheme), url.host != nil else {
@@ -31,6 +32,13 @@ struct LoginCommand: AsyncParsableCommand {
             print("signed out of \(previous.account) at \(previous.server.absoluteString)")
         }
         print("signed in to \(account) at \(url.absoluteString) as \(name) (device \(answer.deviceId))")
+        // Then the account's keys: set up by its first device, joined by the others.
+        let keys = AccountKeys(credentials: answer, paths: paths)
+        let status = try await reportingKeyErrors {
+            if recoveryKey { return try await keys.useRecoveryKey(try readRecoveryKey(), deviceName: name) }
+            return try await keys.setUp(deviceName: name)
+        }
+        print("\(status.custody == .advanced ? "Advanced" : "Standard") Data Protection; this device holds the account's keys (epoch \(status.epoch), \(status.devices.count) device\(status.devices.count == 1 ? "" : "s"))")
     }
 }
 

@@ -45,6 +45,10 @@ public struct UbiquityPaths: Sendable, Equatable {
     /// The signed-in account's credentials file (mode 0600).
     public var credentials: URL { configuration.appendingPathComponent("credentials.json") }
 
+    /// The device's keys for the signed-in account: its device keys, the roster head it pinned
+    /// and the account's root keys it holds (mode 0600).
+    public var keyring: URL { configuration.appendingPathComponent("keyring.json") }
+
     /// Everything kept for one account, apart from every other account's: named by the
     /// account's identity token, so signing in to another account shows none of it.
     public func account(_ identityToken: String) -> URL {

@@ -45,10 +45,15 @@ import Testing
         expectRefused(.malformed) { try RecoveryKey(text: String(characters)) }
         expectRefused(.malformed) { try RecoveryKey(text: String(text.dropLast(5))) }
         expectRefused(.malformed) { try RecoveryKey(text: text.replacingOccurrences(of: text.prefix(1), with: "U", options: [], range: text.startIndex..<text.index(after: text.startIndex))) }
-        let sealed = try recovery.seal(root, account: "ada")
-        #expect(same(try recovery.open(sealed, account: "ada"), root))
-        expectRefused(.authenticationFailed) { try RecoveryKey().open(sealed, account: "ada") }
-        expectRefused(.authenticationFailed) { try recovery.open(sealed, account: "bob") }
+        // It stands in the roster as a key pair derived from it for the account: a device seals
+        // each epoch's key to it, and only that recovery key, for that account, opens it.
+        let holder = recovery.deviceKeys(account: "ada")
+        #expect(holder.publicKeys == recovery.deviceKeys(account: "ada").publicKeys, "the same key pair each time")
+        #expect(holder.publicKeys != recovery.deviceKeys(account: "bob").publicKeys)
+        let sealed = try KeyEnvelope.seal(root, account: "ada", to: holder.publicKeys, from: laptop)
+        #expect(same(try KeyEnvelope.open(sealed, account: "ada", recipient: try RecoveryKey(text: text).deviceKeys(account: "ada"), sender: laptop.publicKeys), root))
+        expectRefused(.authenticationFailed) { try KeyEnvelope.open(sealed, account: "ada", recipient: RecoveryKey().deviceKeys(account: "ada"), sender: laptop.publicKeys) }
+        expectRefused(.authenticationFailed) { try KeyEnvelope.open(sealed, account: "bob", recipient: recovery.deviceKeys(account: "bob"), sender: laptop.publicKeys) }
     }
 
     @Test func bothDevicesShowTheSameJoinCodeAndAKeyPutInBetweenChangesIt() throws {

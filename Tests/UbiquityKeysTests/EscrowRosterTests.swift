@@ -48,11 +48,33 @@ import UbiquityTestSupport
         #expect(try Roster.verify(entries + [back, named]).escrow == escrow.publicKeys)
     }
 
+    @Test func theRecoveryKeyAddsADeviceUnderEitherCustodyAndNothingElse() throws {
+        let recovery = RecoveryKey().deviceKeys(account: "ada")
+        var entries = try standard()
+        entries.append(try RosterEntry(.recovery(recovery.publicKeys), after: entries[1], signedBy: laptop))
+        entries.append(try RosterEntry(.custody(.advanced), after: entries[2], signedBy: laptop))
+        // Every device lost: the recovery key lets a new one in, under Advanced too.
+        let added = try RosterEntry(.addDevice(keys: phone.publicKeys, name: "new phone"), after: entries[3], signedBy: recovery)
+        #expect(try Roster.verify(entries + [added]).members[phone.publicKeys.deviceIdentifier] != nil)
+        for change in [RosterChange.removeDevice(identifier: laptop.publicKeys.deviceIdentifier), .custody(.standard), .recovery(nil), .newEpoch(2)] {
+            expectRefused(.badSignature) { try Roster.verify(entries + [try RosterEntry(change, after: entries[3], signedBy: recovery)]) }
+        }
+        expectRefused(.rosterRuleBroken) {
+            try Roster.verify(entries + [try RosterEntry(.addDevice(keys: recovery.publicKeys, name: "x"), after: entries[3], signedBy: laptop)])
+        }
+        // Replaced by a device: the old recovery key signs nothing more.
+        let replaced = try RosterEntry(.recovery(RecoveryKey().deviceKeys(account: "ada").publicKeys), after: entries[3], signedBy: laptop)
+        expectRefused(.badSignature) {
+            try Roster.verify(entries + [replaced, try RosterEntry(.addDevice(keys: phone.publicKeys, name: "phone"), after: replaced, signedBy: recovery)])
+        }
+    }
+
     @Test func everyEntryRoundTripsItsWireEncodingAndGarbageIsRefused() throws {
         let genesis = try RosterEntry(.genesis(keys: laptop.publicKeys, name: "laptop ☕"), after: nil, signedBy: laptop)
         var entries = [genesis]
         for change in [RosterChange.escrow(escrow.publicKeys), .addDevice(keys: phone.publicKeys, name: "phone"), .minimumFormat(1),
-                       .newEpoch(1), .removeDevice(identifier: phone.publicKeys.deviceIdentifier), .custody(.advanced), .escrow(nil)] {
+                       .newEpoch(1), .removeDevice(identifier: phone.publicKeys.deviceIdentifier), .custody(.advanced), .escrow(nil),
+                       .recovery(RecoveryKey().deviceKeys(account: "ada").publicKeys), .recovery(nil)] {
             entries.append(try RosterEntry(change, after: entries.last, signedBy: laptop))
         }
         let decoded = try entries.map { try RosterEntry(encoded: $0.encoded) }

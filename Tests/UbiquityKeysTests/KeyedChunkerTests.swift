@@ -8,7 +8,9 @@ import Testing
 /// within bounds, moving few chunks on an edit, and unpredictable to whoever lacks the key —
 /// also to an attacker who has recovered what the published attacks recover.
 @Suite struct KeyedChunkerTests {
-    let keys = AccountRootKey(epoch: 1).chunkKeys(container: "A.com.example.notes")
+    /// A fixed key, so each run cuts alike (the figures below hold for it; over many random keys
+    /// the edits moved at most three chunks).
+    let keys = try! AccountRootKey(epoch: 1, bytes: [UInt8](repeating: 7, count: 32)).chunkKeys(container: "A.com.example.notes")
 
     /// `count` bytes from a seeded generator (SplitMix64), the same on every run.
     static func bytes(_ count: Int, seed: UInt64) -> Data {
@@ -51,13 +53,16 @@ import Testing
             #expect(ends.last == count)
             #expect(lengths.dropLast().allSatisfy { $0 >= sizes.minimum && $0 <= sizes.maximum })
             let mean = Double(count) / Double(ends.count)
-            #expect(abs(mean - Double(sizes.average)) < Double(sizes.average) * 0.12, "mean \(mean) for \(sizes)")
+            // Sizes past the minimum are geometric (standard deviation average − minimum): the
+            // mean of n of them lies within four standard errors of the target.
+            let tolerance = 4 * Double(sizes.average - sizes.minimum) / Double(ends.count).squareRoot()
+            #expect(abs(mean - Double(sizes.average)) < tolerance, "mean \(mean) for \(sizes)")
             let forced = lengths.dropLast().filter { $0 == sizes.maximum }.count
             #expect(Double(forced) < Double(lengths.count) * 0.03, "\(forced) of \(lengths.count) cut at the maximum")
         }
         // Short data is one chunk; empty data none.
         let chunker = KeyedChunker(keys: keys, sizes: .standard)
-        #expect(chunker.boundaries(of: Self.bytes(12 << 10, seed: 1)) == [12 << 10])
+        #expect(chunker.boundaries(of: Self.bytes(4 << 10, seed: 1)) == [4 << 10])
         #expect(chunker.boundaries(of: Data()) == [])
     }
 
@@ -86,7 +91,7 @@ import Testing
         edits.append(("5,000 bytes inserted", spliced))
         for (name, edited) in edits {
             let new = chunks(edited, chunker).subtracting(before)
-            #expect(new.count <= 4, "\(name): \(new.count) new chunks of \(before.count)")
+            #expect(new.count <= 3, "\(name): \(new.count) new chunks of \(before.count)")
         }
     }
 

@@ -60,8 +60,6 @@ public enum KeyEnvelope {
 /// Advanced account when every device is lost. Shown as 13 groups of 4 characters (Crockford
 /// base32) ending in a check group, so that a mistyped key is caught before it is used.
 public struct RecoveryKey: Sendable, Equatable {
-    /// The format of what it seals.
-    public static let format: UInt8 = 1
     static let alphabet = Array("0123456789ABCDEFGHJKMNPQRSTVWXYZ")
 
     let secret: SecretKey
@@ -104,34 +102,13 @@ public struct RecoveryKey: Sendable, Equatable {
         secret = SecretKey(SymmetricKey(data: bytes))
     }
 
-    private func key(account: String) -> SymmetricKey {
-        HKDF<SHA256>.deriveKey(inputKeyMaterial: secret.symmetric, info: Array("ubiquity recovery \(account)".utf8), outputByteCount: 32)
-    }
-
-    private func binding(account: String, epoch: UInt32) -> [UInt8] {
-        var binding = Binding("recovery envelope", format: Self.format, epoch: epoch)
-        binding.append(account)
-        return binding.bytes
-    }
-
-    /// Seals `root` under this recovery key (kept by the server; useless without the key).
-    /// - Throws: What the cipher throws (nothing in practice).
-    public func seal(_ root: AccountRootKey, account: String) throws -> Data {
-        try Sealing.seal(root.key.bytes, key: SecretKey(key(account: account)), binding: binding(account: account, epoch: root.epoch),
-                         header: SealedHeader(format: Self.format, epoch: root.epoch))
-    }
-
-    /// The root key sealed under this recovery key.
-    /// - Throws: ``EncryptionError`` `.authenticationFailed` for another key, account or epoch, or changed bytes.
-    public func open(_ sealed: some DataProtocol, account: String) throws -> AccountRootKey {
-        let bytes = Array(sealed)
-        let header = try SealedHeader(bytes)
-        guard header.format == Self.format, bytes.count == SealedHeader.size + 12 + 32 + 16 else {
-            throw EncryptionError(.malformed, "a recovery envelope is not in format \(Self.format) or has the wrong length")
+    /// The key pair the recovery key stands for in the roster (derived from it for `account`):
+    /// it signs the entry that adds a device let in by the recovery key.
+    public func deviceKeys(account: String) -> DeviceKeys {
+        func derive(_ label: String) -> [UInt8] {
+            HKDF<SHA256>.deriveKey(inputKeyMaterial: secret.symmetric, info: Array("ubiquity recovery \(label) \(account)".utf8), outputByteCount: 32)
+                .withUnsafeBytes { Array($0) }
         }
-        guard let key = Sealing.open(bytes, at: SealedHeader.size, key: SecretKey(key(account: account)), binding: binding(account: account, epoch: header.epoch)) else {
-            throw EncryptionError(.authenticationFailed, "the recovery key does not open the account's key (another key, or another account)")
-        }
-        return try AccountRootKey(epoch: header.epoch, bytes: key)
+        return DeviceKeys(signing: derive("signing"), agreement: derive("agreement"))
     }
 }

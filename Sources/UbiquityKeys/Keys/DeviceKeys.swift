@@ -47,6 +47,16 @@ public struct DeviceKeys: Sendable {
     var signingKey: Curve25519.Signing.PrivateKey { try! Curve25519.Signing.PrivateKey(rawRepresentation: signingBytes) }
     var agreementKey: Curve25519.KeyAgreement.PrivateKey { try! Curve25519.KeyAgreement.PrivateKey(rawRepresentation: agreementBytes) }
 
+    /// Keys from their 32-byte private halves (any 32 bytes make valid Curve25519 keys).
+    init(signing: [UInt8], agreement: [UInt8]) {
+        precondition(signing.count == 32 && agreement.count == 32)
+        signingBytes = signing
+        agreementBytes = agreement
+    }
+
+    /// The private halves, for the keyring's file.
+    var privateBytes: (signing: [UInt8], agreement: [UInt8]) { (signingBytes, agreementBytes) }
+
     /// New random keys.
     public init() {
         signingBytes = Array(Curve25519.Signing.PrivateKey().rawRepresentation)
@@ -75,38 +85,15 @@ public struct DeviceKeys: Sendable {
     /// the file and its folder are synced).
     /// - Throws: What writing throws.
     public func write(to url: URL) throws {
-        let data = try JSONEncoder().encode(File(format: Self.fileFormat, signing: signingKey.rawRepresentation, agreement: agreementKey.rawRepresentation))
-        let folder = url.deletingLastPathComponent()
-        let temporary = folder.appendingPathComponent(".\(url.lastPathComponent).\(UUID().uuidString)")
-        let descriptor = open(temporary.path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        guard descriptor >= 0 else { throw EncryptionError(.keyFileUnusable, "cannot write the keys at \(url.path): \(String(cString: strerror(errno)))") }
-        let written = data.withUnsafeBytes { Foundation.write(descriptor, $0.baseAddress, $0.count) }
-        let synced = fsync(descriptor) == 0
-        close(descriptor)
-        guard written == data.count, synced else {
-            try? FileManager.default.removeItem(at: temporary) // what is left of a failed write
-            throw EncryptionError(.keyFileUnusable, "cannot write the keys at \(url.path)")
-        }
-        guard rename(temporary.path, url.path) == 0 else {
-            let reason = String(cString: strerror(errno))
-            try? FileManager.default.removeItem(at: temporary) // what is left of a failed write
-            throw EncryptionError(.keyFileUnusable, "cannot put the device's keys in place at \(url.path): \(reason)")
-        }
-        let directory = open(folder.path, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if directory >= 0 {
-            fsync(directory) // the rename on disk too
-            close(directory)
-        }
+        try PrivateFile.write(try JSONEncoder().encode(File(format: Self.fileFormat, signing: signingKey.rawRepresentation, agreement: agreementKey.rawRepresentation)), to: url)
     }
 
     /// Reads the keys written by ``write(to:)``.
     /// - Throws: ``EncryptionError`` `.keyFileUnusable`: missing, readable by others, another
     ///   format, or damaged.
     public init(contentsOf url: URL) throws {
-        let attributes = try? FileManager.default.attributesOfItem(atPath: url.path)
-        guard let mode = attributes?[.posixPermissions] as? Int else { throw EncryptionError(.keyFileUnusable, "no device keys at \(url.path)") }
-        guard mode & 0o077 == 0 else { throw EncryptionError(.keyFileUnusable, "the device keys at \(url.path) are readable by others (mode \(String(mode, radix: 8))): not used") }
-        guard let data = try? Data(contentsOf: url), let file = try? JSONDecoder().decode(File.self, from: data) else {
+        let data = try PrivateFile.read(url, what: "device keys")
+        guard let file = try? JSONDecoder().decode(File.self, from: data) else {
             throw EncryptionError(.keyFileUnusable, "the device keys at \(url.path) are damaged")
         }
         guard file.format == Self.fileFormat else { throw EncryptionError(.keyFileUnusable, "the device keys at \(url.path) are in format \(file.format)") }

@@ -42,6 +42,8 @@ public struct Roster: Sendable, Equatable {
     /// The server's escrow key while the custody is Standard (nil under Advanced, or before a
     /// device names it).
     public private(set) var escrow: DevicePublicKeys?
+    /// The recovery key's public half, if the account has one.
+    public private(set) var recovery: DevicePublicKeys?
     /// The last entry.
     public private(set) var head: RosterHead
 
@@ -95,7 +97,9 @@ public struct Roster: Sendable, Equatable {
     /// device while the custody is Standard (a password sign-in); nil for anyone else.
     private func signingKeys(of entry: RosterEntry) -> DevicePublicKeys? {
         if let member = members[entry.signer] { return member.keys }
-        if let escrow, custody == .standard, escrow.deviceIdentifier == entry.signer, case .addDevice = entry.change { return escrow }
+        guard case .addDevice = entry.change else { return nil }
+        if let escrow, custody == .standard, escrow.deviceIdentifier == entry.signer { return escrow }
+        if let recovery, recovery.deviceIdentifier == entry.signer { return recovery }
         return nil
     }
 
@@ -107,7 +111,7 @@ public struct Roster: Sendable, Equatable {
         case .addDevice(let keys, let name):
             let identifier = keys.deviceIdentifier
             guard members[identifier] == nil, removedAt[identifier] == nil else { throw broken("adds a device that is or was in the roster") }
-            guard identifier != escrow?.deviceIdentifier else { throw broken("adds the escrow key as a device") }
+            guard identifier != escrow?.deviceIdentifier, identifier != recovery?.deviceIdentifier else { throw broken("adds the escrow or recovery key as a device") }
             members[identifier] = Member(keys: keys, name: name)
             everyDevice[identifier] = keys
         case .removeDevice(let identifier):
@@ -128,10 +132,15 @@ public struct Roster: Sendable, Equatable {
             custody = next
         case .escrow(let keys):
             guard keys == nil || custody == .standard else { throw broken("names an escrow key under Advanced custody") }
-            if let identifier = keys?.deviceIdentifier, members[identifier] != nil || removedAt[identifier] != nil {
-                throw broken("names a device's keys as the escrow key")
+            if let identifier = keys?.deviceIdentifier, members[identifier] != nil || removedAt[identifier] != nil || identifier == recovery?.deviceIdentifier {
+                throw broken("names a device's or the recovery key's keys as the escrow key")
             }
             escrow = keys
+        case .recovery(let keys):
+            if let identifier = keys?.deviceIdentifier, members[identifier] != nil || removedAt[identifier] != nil || identifier == escrow?.deviceIdentifier {
+                throw broken("names a device's or the escrow's keys as the recovery key")
+            }
+            recovery = keys
         case .minimumFormat(let format):
             guard format >= minimumFormat else { throw broken("lowers the minimum format from \(minimumFormat) to \(format)") }
             minimumFormat = format

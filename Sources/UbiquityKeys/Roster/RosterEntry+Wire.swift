@@ -75,6 +75,9 @@ extension RosterEntry {
         case .escrow(let escrow):
             writer.append([6, escrow == nil ? 0 : 1])
             if let escrow { keys(escrow) }
+        case .recovery(let recovery):
+            writer.append([7, recovery == nil ? 0 : 1])
+            if let recovery { keys(recovery) }
         }
         writer.append(string: signer)
         writer.append(signature)
@@ -103,6 +106,7 @@ extension RosterEntry {
             change = .custody(custody)
         case 5: change = .minimumFormat(try reader.byte())
         case 6: change = .escrow(try reader.byte() == 0 ? nil : try keys())
+        case 7: change = .recovery(try reader.byte() == 0 ? nil : try keys())
         case let kind: throw EncryptionError(.malformed, "a roster entry of unknown kind \(kind)")
         }
         let signer = try reader.string()

@@ -27,6 +27,10 @@ public enum RosterChange: Sendable, Equatable {
     /// key and may add devices (a password sign-in), nothing else, and only while the custody is
     /// Standard. Set and cleared by devices alone.
     case escrow(DevicePublicKeys?)
+    /// The public half of the account's recovery key (nil: none): whoever holds the recovery key
+    /// may add a device — the way back in when every device is lost — and nothing else, under
+    /// either custody. Set and cleared by devices alone.
+    case recovery(DevicePublicKeys?)
 
     /// A canonical encoding, for signing and hashing.
     var bytes: [UInt8] {
@@ -46,6 +50,8 @@ public enum RosterChange: Sendable, Equatable {
             binding.append([5]); binding.append([format])
         case .escrow(let keys):
             binding.append([6]); binding.append(keys?.signing ?? []); binding.append(keys?.agreement ?? [])
+        case .recovery(let keys):
+            binding.append([7]); binding.append(keys?.signing ?? []); binding.append(keys?.agreement ?? [])
         }
         return binding.bytes
     }

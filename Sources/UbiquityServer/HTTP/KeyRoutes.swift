@@ -108,7 +108,9 @@ extension SyncServices {
     /// broken or hostile device cannot leave the account a roster its other devices refuse), and
     /// envelopes for holders or epochs the roster does not have (so what is kept stays bounded by
     /// the roster: its holders times its epochs).
-    static func checkRoster(_ encoded: [Data], envelopes: [KeyEnvelopeRecord]) throws {
+    /// Answers whether the escrow's copies go (the custody is Advanced: the server destroys
+    /// what it could open).
+    static func checkRoster(_ encoded: [Data], envelopes: [KeyEnvelopeRecord]) throws -> Bool {
         let roster: Roster
         do {
             roster = try Roster.verify(try encoded.map { try RosterEntry(encoded: $0) })
@@ -116,12 +118,13 @@ extension SyncServices {
             throw SyncError.badRequest("badRoster", error.description)
         }
         for envelope in envelopes {
-            let holder = roster.members[envelope.recipient] != nil || envelope.recipient == KeyEnvelopeRecord.recoveryRecipient
+            let holder = roster.members[envelope.recipient] != nil || (envelope.recipient == KeyEnvelopeRecord.recoveryRecipient && roster.recovery != nil)
                 || (envelope.recipient == KeyEnvelopeRecord.escrowRecipient && roster.escrow != nil)
             guard holder, envelope.epoch <= Int64(roster.epoch) else {
                 throw SyncError.badRequest("badEnvelope", "an envelope for \(envelope.recipient) in epoch \(envelope.epoch): not a holder of the roster, or past its epoch \(roster.epoch)")
             }
         }
+        return roster.custody == .advanced
     }
 
     /// A holder's name: a device identifier (32 hexadecimal digits), `escrow` or `recovery`.

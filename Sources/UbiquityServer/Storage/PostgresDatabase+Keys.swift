@@ -17,13 +17,13 @@ extension PostgresDatabase {
     }
 
     func appendKeys(accountId: Int64, after: Int, entries: [Data], envelopes: [KeyEnvelopeRecord],
-                    check: @escaping @Sendable ([Data]) throws -> Void) async throws -> Bool {
+                    check: @escaping @Sendable ([Data]) throws -> Bool) async throws -> Bool {
         try await transaction { db in
             // One append at a time per account: the account's row is the lock.
             _ = try await db.rows("SELECT id FROM account WHERE id = \(accountId) FOR UPDATE")
             let roster = try await db.rows("SELECT body FROM roster_entry WHERE account_id = \(accountId) ORDER BY idx").map { try $0.get("body", as: Data.self) }
             guard roster.count == after else { return false }
-            try check(roster + entries)
+            let dropEscrow = try check(roster + entries)
             for (offset, entry) in entries.enumerated() {
                 _ = try await db.rows("INSERT INTO roster_entry (account_id, idx, body) VALUES (\(accountId), \(Int64(after + offset)), \(entry))")
             }
@@ -33,6 +33,9 @@ extension PostgresDatabase {
                     VALUES (\(accountId), \(envelope.epoch), \(envelope.recipient), \(envelope.sender), \(envelope.body))
                     ON CONFLICT (account_id, epoch, recipient) DO UPDATE SET sender = EXCLUDED.sender, body = EXCLUDED.body
                     """)
+            }
+            if dropEscrow {
+                _ = try await db.rows("DELETE FROM key_envelope WHERE account_id = \(accountId) AND recipient = \(KeyEnvelopeRecord.escrowRecipient)")
             }
             return true
         }

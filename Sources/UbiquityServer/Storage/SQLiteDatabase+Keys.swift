@@ -18,11 +18,11 @@ extension SQLiteDatabase {
     }
 
     func appendKeys(accountId: Int64, after: Int, entries: [Data], envelopes: [KeyEnvelopeRecord],
-                    check: @escaping @Sendable ([Data]) throws -> Void) async throws -> Bool {
+                    check: @escaping @Sendable ([Data]) throws -> Bool) async throws -> Bool {
         try await pool.write { db in
             let roster = try Data.fetchAll(db.cachedStatement(sql: "SELECT body FROM rosterEntry WHERE accountId = ? ORDER BY idx"), arguments: [accountId])
             guard roster.count == after else { return false }
-            try check(roster + entries)
+            let dropEscrow = try check(roster + entries)
             for (offset, entry) in entries.enumerated() {
                 try db.cachedStatement(sql: "INSERT INTO rosterEntry (accountId, idx, body) VALUES (?, ?, ?)").execute(arguments: [accountId, after + offset, entry])
             }
@@ -31,6 +31,9 @@ extension SQLiteDatabase {
                     INSERT INTO keyEnvelope (accountId, epoch, recipient, sender, body) VALUES (?, ?, ?, ?, ?)
                     ON CONFLICT(accountId, epoch, recipient) DO UPDATE SET sender = excluded.sender, body = excluded.body
                     """).execute(arguments: [accountId, envelope.epoch, envelope.recipient, envelope.sender, envelope.body])
+            }
+            if dropEscrow {
+                try db.execute(sql: "DELETE FROM keyEnvelope WHERE accountId = ? AND recipient = ?", arguments: [accountId, KeyEnvelopeRecord.escrowRecipient])
             }
             return true
         }

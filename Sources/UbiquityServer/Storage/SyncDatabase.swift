@@ -228,9 +228,10 @@ protocol SyncDatabase: Sendable {
     /// Appends `entries` to the account's roster after its first `after` and keeps `envelopes`
     /// (replacing those for the same epoch and recipient), all in one transaction — if the roster
     /// still has exactly `after` entries (false otherwise: another device appended first) and
-    /// `check` accepts the whole roster that results (its error otherwise, nothing changed).
+    /// `check` accepts the whole roster that results (its error otherwise, nothing changed). When
+    /// `check` answers true (the custody is Advanced), the escrow's envelopes are deleted with it.
     func appendKeys(accountId: Int64, after: Int, entries: [Data], envelopes: [KeyEnvelopeRecord],
-                    check: @escaping @Sendable ([Data]) throws -> Void) async throws -> Bool
+                    check: @escaping @Sendable ([Data]) throws -> Bool) async throws -> Bool
     /// The server setting `name`, set to `value` first if it has none.
     func claimSetting(_ name: String, value: String) async throws -> String
     func createAccount(name: String, passwordHash: String, quotaBytes: Int64) async throws -> Account
