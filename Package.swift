@@ -186,6 +186,6 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport", "UbiquityDatabase", .product(name: "GRDB", package: "GRDB.swift"), "TextEditorExample", "NotesExample", "ThingsExample", "RecipesExample", "UbiquityCLI", "UbiquityChaos"]),
+        .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport", "UbiquityDatabase", "UbiquityKeys", .product(name: "GRDB", package: "GRDB.swift"), "TextEditorExample", "NotesExample", "ThingsExample", "RecipesExample", "UbiquityCLI", "UbiquityChaos"]),
     ]
 )

@@ -139,6 +139,19 @@ extension AccountSession {
             }
         case "keyValueChanged":
             if let store = event.container { Task { await keyValues.trigger(store) } }
+        case "keyRequest":
+            // A new device asks to join by a code: answer it, so it can show its code (typed
+            // here with `ubiquity devices approve CODE`; answering approves nothing).
+            let keys = AccountKeys(credentials: credentials, paths: paths, logger: logger)
+            let logger = logger
+            Task {
+                do {
+                    let answered = try await keys.answerRequests()
+                    if !answered.isEmpty { logger.notice("a device asks to join the account: approve it with `ubiquity devices approve CODE`, the code it shows") }
+                } catch {
+                    logger.error("cannot answer a request to join", metadata: ["error": "\(error)"])
+                }
+            }
         default:
             break
         }

@@ -36,10 +36,25 @@ struct LoginCommand: AsyncParsableCommand {
         let keys = AccountKeys(credentials: answer, paths: paths)
         let status = try await reportingKeyErrors {
             if recoveryKey { return try await keys.useRecoveryKey(try readRecoveryKey(), deviceName: name) }
-            return try await keys.setUp(deviceName: name)
+            do {
+                return try await keys.setUp(deviceName: name)
+            } catch let error as KeySetupError where error.reason == .needsApproval {
+                // Advanced Data Protection: a device of the account lets this one in by a code.
+                say("the account uses Advanced Data Protection: asking its devices to let this one in (or sign in with --recovery-key)…")
+                return try await keys.joinByCode(deviceName: name) { pending in
+                    say("On \(pending.approver), run:  ubiquity devices approve \(pending.code)")
+                    say("waiting for the approval…")
+                }
+            }
         }
         print("\(status.custody == .advanced ? "Advanced" : "Standard") Data Protection; this device holds the account's keys (epoch \(status.epoch), \(status.devices.count) device\(status.devices.count == 1 ? "" : "s"))")
     }
+}
+
+/// Writes a line to standard output at once (a program reading it through a pipe sees it
+/// while this one waits).
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
 }
 
 /// `ubiquity logout`: signs this device out (its token is revoked on the server when it answers).

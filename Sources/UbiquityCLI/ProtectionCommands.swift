@@ -102,7 +102,7 @@ struct DevicesCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "devices",
         abstract: "The devices that hold the account's keys (its roster).",
-        subcommands: [List.self, Remove.self])
+        subcommands: [List.self, Approve.self, Remove.self])
 
     struct List: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "List the account's devices.")
@@ -111,6 +111,28 @@ struct DevicesCommand: AsyncParsableCommand {
             let keys = try signedInKeys()
             let status = try await reportingKeyErrors { try await keys.status() }
             for device in status.devices { print("\(device.id)  \(device.name)\(device.isThisDevice ? "  (this device)" : "")") }
+        }
+    }
+
+    struct Approve: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Let a new device in by the code it shows (without a code: answer the devices waiting, so that they show one).",
+            discussion: """
+                A device signing in to an account under Advanced Data Protection shows a code and the name of the device \
+                to type it on (the one that answered it: a running agent answers at once). The code is made from both \
+                devices' keys: if the server put its own key in between, the codes would differ.
+                """)
+        @Argument(help: "The eight digits the new device shows.") var code: String?
+
+        func run() async throws {
+            let keys = try signedInKeys()
+            guard let code else {
+                let answered = try await reportingKeyErrors { try await keys.answerRequests() }
+                print(answered.isEmpty ? "no device is waiting for an answer" : answered.map { "answered \($0.name): it now shows a code to type here" }.joined(separator: "\n"))
+                return
+            }
+            let (name, status) = try await reportingKeyErrors { try await keys.approve(code: code) }
+            print("approved \(name); the account has \(status.devices.count) devices")
         }
     }
 

@@ -94,3 +94,84 @@ public struct JoinRequest: Codable, Sendable, Equatable {
         self.name = name
     }
 }
+
+/// `POST /v1/keys/requests`: a device signed in by password asks the account's devices to let
+/// it in (joining by a code): its keys and a commitment to a nonce it reveals later.
+public struct KeyRequestCreate: Codable, Sendable, Equatable {
+    /// The device's Ed25519 public key.
+    public var signing: Data
+    /// The device's X25519 public key.
+    public var agreement: Data
+    /// Its name in the roster.
+    public var name: String
+    /// SHA-256 commitment to its nonce and keys (32 bytes).
+    public var commitment: Data
+
+    /// Creates a value.
+    public init(signing: Data, agreement: Data, name: String, commitment: Data) {
+        self.signing = signing
+        self.agreement = agreement
+        self.name = name
+        self.commitment = commitment
+    }
+}
+
+/// A pending request to join, as the server keeps it (for ten minutes).
+public struct KeyRequestRecord: Codable, Sendable, Equatable {
+    /// The request's id.
+    public var id: String
+    /// The new device's Ed25519 public key.
+    public var signing: Data
+    /// The new device's X25519 public key.
+    public var agreement: Data
+    /// Its name.
+    public var name: String
+    /// Its commitment.
+    public var commitment: Data
+    /// When it was made (seconds since 1970).
+    public var created: Double
+    /// The roster device that answered it, if one has.
+    public var answerer: String?
+    /// That device's nonce.
+    public var answerNonce: Data?
+    /// The new device's nonce, once revealed (after the answer).
+    public var revealNonce: Data?
+
+    /// Creates a value.
+    public init(id: String, signing: Data, agreement: Data, name: String, commitment: Data, created: Double,
+                answerer: String? = nil, answerNonce: Data? = nil, revealNonce: Data? = nil) {
+        self.id = id
+        self.signing = signing
+        self.agreement = agreement
+        self.name = name
+        self.commitment = commitment
+        self.created = created
+        self.answerer = answerer
+        self.answerNonce = answerNonce
+        self.revealNonce = revealNonce
+    }
+}
+
+/// `GET /v1/keys/requests`: the account's pending requests to join.
+public struct KeyRequestsResponse: Codable, Sendable, Equatable {
+    /// The requests, oldest first.
+    public var requests: [KeyRequestRecord]
+
+    /// Creates a value.
+    public init(requests: [KeyRequestRecord]) { self.requests = requests }
+}
+
+/// `POST /v1/keys/requests/ID/answer` (with the answering device's identifier) and
+/// `…/reveal` (without): a nonce of 32 bytes.
+public struct KeyRequestNonce: Codable, Sendable, Equatable {
+    /// The nonce.
+    public var nonce: Data
+    /// The answering device's identifier in the roster (answers only).
+    public var answerer: String?
+
+    /// Creates a value.
+    public init(nonce: Data, answerer: String? = nil) {
+        self.nonce = nonce
+        self.answerer = answerer
+    }
+}

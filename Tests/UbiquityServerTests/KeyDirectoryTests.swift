@@ -122,6 +122,51 @@ import UbiquityProtocol
         }
     }
 
+    @Test(arguments: Backend.all) func aRequestToJoinGoesThroughItsStepsInOrderAndOnlyThem(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada", device: "laptop").token
+            let phone = try await client.signIn("ada", device: "phone").token
+            let keys = tablet.publicKeys
+            func create(commitment: Data = Data(repeating: 1, count: 32), name: String = "tablet") async throws -> Client.Answer {
+                try await client.send(.post, "/v1/keys/requests", token: phone, json: KeyRequestCreate(signing: Data(keys.signing), agreement: Data(keys.agreement),
+                                                                                                       name: name, commitment: commitment))
+            }
+            #expect(try await create(commitment: Data([1, 2])).errorCode == "invalidKeys")
+            #expect(try await create(name: "").errorCode == "invalidName")
+            let made = try await create()
+            #expect(made.status == .ok, "\(String(buffer: made.body))")
+            let request = try made.decode(KeyRequestRecord.self)
+            let answerer = String(repeating: "a", count: 32)
+            // Revealed before an answer: refused.
+            let early = try await client.send(.post, "/v1/keys/requests/\(request.id)/reveal", token: phone, json: KeyRequestNonce(nonce: Data(repeating: 2, count: 32)))
+            #expect(early.status == .conflict && early.errorCode == "notPending")
+            let answer = try await client.send(.post, "/v1/keys/requests/\(request.id)/answer", token: laptop,
+                                               json: KeyRequestNonce(nonce: Data(repeating: 3, count: 32), answerer: answerer))
+            let answered = try answer.decode(KeyRequestRecord.self)
+            #expect(answer.status == .ok && answered.answerer == answerer)
+            let again = try await client.send(.post, "/v1/keys/requests/\(request.id)/answer", token: laptop,
+                                              json: KeyRequestNonce(nonce: Data(repeating: 4, count: 32), answerer: answerer))
+            #expect(again.status == .conflict, "answered once only")
+            // Only the device that made it reveals, once.
+            let stranger = try await client.send(.post, "/v1/keys/requests/\(request.id)/reveal", token: laptop, json: KeyRequestNonce(nonce: Data(repeating: 2, count: 32)))
+            #expect(stranger.status == .conflict)
+            let reveal = try await client.send(.post, "/v1/keys/requests/\(request.id)/reveal", token: phone, json: KeyRequestNonce(nonce: Data(repeating: 2, count: 32)))
+            let revealed = try reveal.decode(KeyRequestRecord.self)
+            #expect(reveal.status == .ok && revealed.revealNonce == Data(repeating: 2, count: 32))
+            let twice = try await client.send(.post, "/v1/keys/requests/\(request.id)/reveal", token: phone, json: KeyRequestNonce(nonce: Data(repeating: 5, count: 32)))
+            #expect(twice.status == .conflict)
+            let listed = try await client.send(.get, "/v1/keys/requests", token: laptop).decode(KeyRequestsResponse.self)
+            #expect(listed.requests.map(\.id) == [request.id])
+            // At most eight wait.
+            for _ in 0..<7 { #expect(try await create().status == .ok) }
+            let ninth = try await create()
+            #expect(ninth.status == .tooManyRequests && ninth.errorCode == "tooManyRequests")
+            #expect(try await client.send(.delete, "/v1/keys/requests/\(request.id)", token: laptop).status == .noContent)
+            #expect(try await client.send(.get, "/v1/keys/requests", token: laptop).decode(KeyRequestsResponse.self).requests.count == 7)
+        }
+    }
+
     @Test func theEscrowKeyIsAFileOfItsOwnAndEveryInstanceMustShareIt() async throws {
         let server = try await TestServer.withAccount("ada"); defer { server.remove() }
         let path = server.configuration.escrowKeyPath

@@ -18,3 +18,31 @@ extension SyncClient {
         try await json(.POST, "v1/keys/join", body: request)
     }
 }
+
+extension SyncClient {
+    /// Asks the account's devices to let this one in by a code.
+    package func requestToJoin(_ request: KeyRequestCreate) async throws -> KeyRequestRecord {
+        try await json(.POST, "v1/keys/requests", body: request)
+    }
+
+    /// The account's pending requests to join.
+    package func keyRequests() async throws -> [KeyRequestRecord] {
+        let answer: KeyRequestsResponse = try await json(.GET, "v1/keys/requests")
+        return answer.requests
+    }
+
+    /// Answers a request with this (roster) device's nonce.
+    package func answerKeyRequest(_ id: String, nonce: [UInt8], answerer: String) async throws -> KeyRequestRecord {
+        try await json(.POST, "v1/keys/requests/\(id)/answer", body: KeyRequestNonce(nonce: Data(nonce), answerer: answerer))
+    }
+
+    /// Reveals this (new) device's nonce for its request.
+    package func revealKeyRequest(_ id: String, nonce: [UInt8]) async throws -> KeyRequestRecord {
+        try await json(.POST, "v1/keys/requests/\(id)/reveal", body: KeyRequestNonce(nonce: Data(nonce)))
+    }
+
+    /// Removes a request.
+    package func removeKeyRequest(_ id: String) async throws {
+        _ = try await send(.DELETE, "v1/keys/requests/\(id)", body: nil, expecting: [.noContent])
+    }
+}

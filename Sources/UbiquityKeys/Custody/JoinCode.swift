@@ -44,4 +44,16 @@ public enum JoinCode {
         let digits = String(format: "%08llu", number)
         return digits.prefix(4) + " " + digits.suffix(4)
     }
+
+    /// The existing device's nonce for the request `request` (which committed to `commitment`):
+    /// derived from the device's own secret, so it is unpredictable to anyone else, new for each
+    /// request, and worked out again when the person types the code (nothing to keep meanwhile).
+    public static func answerNonce(device: DeviceKeys, request: String, commitment: [UInt8]) -> [UInt8] {
+        let secret = HKDF<SHA256>.deriveKey(inputKeyMaterial: SymmetricKey(data: device.privateBytes.signing),
+                                            info: Array("ubiquity join answer".utf8), outputByteCount: 32)
+        var binding = Binding("join answer", format: 1, epoch: 0)
+        binding.append(request)
+        binding.append(commitment)
+        return Array(HMAC<SHA256>.authenticationCode(for: binding.bytes, using: secret))
+    }
 }

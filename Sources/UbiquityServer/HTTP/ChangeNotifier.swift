@@ -151,6 +151,15 @@ final class ChangeNotifier: Sendable {
         }
     }
 
+    /// Tells every connected device of the account (but `origin`, which made it) that a request
+    /// to join changed: made, answered or revealed (`{"type":"keyRequest"}`).
+    func publishKeyRequest(account: Int64, except origin: String? = nil) {
+        let event = PushEvent(type: "keyRequest")
+        let delivery = PushMailbox.Delivery(event: event, text: PushMailbox.message(event))
+        let targets = subscribers.withLock { ($0[account] ?? [:]).values.filter { $0.device.deviceId != origin } }
+        for target in targets { target.mailbox.post(delivery) }
+    }
+
     /// `event` with `page`'s changes, gzip-compressed; nil if it cannot be encoded (the event
     /// then goes alone, and devices fetch the page).
     static func delivery(_ event: PushEvent, _ page: PushedPage, contents: Bool) -> PushMailbox.Delivery? {

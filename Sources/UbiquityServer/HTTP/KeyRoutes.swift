@@ -1,10 +1,13 @@
 import Foundation
+import HTTPTypes
 import Hummingbird
 import Logging
 import UbiquityKeys
 import UbiquityProtocol
 
 extension KeyDirectoryResponse: ResponseEncodable {}
+extension KeyRequestRecord: ResponseEncodable {}
+extension KeyRequestsResponse: ResponseEncodable {}
 
 /// The server's escrow key (Standard Data Protection), loaded from its file at start.
 struct ServerEscrow: Sendable {
@@ -27,6 +30,10 @@ enum KeyLimits {
     static let objectBytes = 4_096
     /// Holders one `GET /v1/keys` may ask envelopes for.
     static let recipientsPerRequest = 8
+    /// How long a request to join waits (seconds).
+    static let requestLifetime: Double = 600
+    /// Requests to join an account may have waiting.
+    static let pendingRequests = 8
 }
 
 extension SyncServices {
@@ -35,6 +42,7 @@ extension SyncServices {
     /// signatures and the chain — and cannot open what is sealed to devices).
     func addKeyRoutes(to v1: RouterGroup<SyncContext>) {
         let keys = v1.group("keys")
+        addKeyRequestRoutes(to: keys)
         keys.get { request, context in
             let device = try context.requireDevice()
             let recipients = (request.uri.queryParameters["for"].map(String.init) ?? "").split(separator: ",").map(String.init)
@@ -102,6 +110,73 @@ extension SyncServices {
             }
             throw SyncError(.conflict, "rosterChanged", "the roster kept changing: try again")
         }
+    }
+
+    /// `POST /v1/keys/requests`, `GET /v1/keys/requests`, `POST /v1/keys/requests/ID/answer`,
+    /// `POST /v1/keys/requests/ID/reveal`, `DELETE /v1/keys/requests/ID`: a new device asks to
+    /// join by a code. It commits to a nonce; a device of the roster answers with its own; it
+    /// reveals; both show a code made of both devices' keys and nonces, which the person compares
+    /// by typing it on the device that answered. The server relays and cannot choose a code.
+    func addKeyRequestRoutes(to keys: RouterGroup<SyncContext>) {
+        let requests = keys.group("requests")
+        requests.post { request, context in
+            let device = try context.requireDevice()
+            let create = try await request.decode(as: KeyRequestCreate.self, context: context)
+            guard create.signing.count == 32, create.agreement.count == 32, create.commitment.count == 32 else {
+                throw SyncError.badRequest("invalidKeys", "the keys and the commitment are 32 bytes each")
+            }
+            guard !create.name.isEmpty, create.name.utf8.count <= 256 else { throw SyncError.badRequest("invalidName", "a device's name is 1 to 256 bytes") }
+            let now = Date().timeIntervalSince1970
+            let record = KeyRequestRecord(id: RandomIdentifier.make(), signing: create.signing, agreement: create.agreement, name: create.name,
+                                          commitment: create.commitment, created: now)
+            guard try await database.addKeyRequest(accountId: device.accountId, deviceId: device.deviceId, request: record,
+                                                   since: now - KeyLimits.requestLifetime, limit: KeyLimits.pendingRequests) else {
+                throw SyncError(.tooManyRequests, "tooManyRequests", "the account has \(KeyLimits.pendingRequests) requests to join waiting: answer or let them expire")
+            }
+            notifier.publishKeyRequest(account: device.accountId, except: device.deviceId)
+            return record
+        }
+        requests.get { _, context in
+            let device = try context.requireDevice()
+            let pending = try await database.keyRequests(accountId: device.accountId, since: Date().timeIntervalSince1970 - KeyLimits.requestLifetime)
+            return KeyRequestsResponse(requests: pending.map(\.request))
+        }
+        requests.post(":id/answer") { request, context in
+            let device = try context.requireDevice()
+            let id = try context.parameters.require("id")
+            let answer = try await request.decode(as: KeyRequestNonce.self, context: context)
+            guard answer.nonce.count == 32, let answerer = answer.answerer else { throw SyncError.badRequest("invalidNonce", "an answer is a 32-byte nonce and the answering device") }
+            try Self.validateHolder(answerer, field: "answerer")
+            guard try await database.answerKeyRequest(accountId: device.accountId, id: id, answerer: answerer, nonce: answer.nonce,
+                                                      since: Date().timeIntervalSince1970 - KeyLimits.requestLifetime) else {
+                throw SyncError(.conflict, "notPending", "no such request waits for an answer (answered already, or expired)")
+            }
+            notifier.publishKeyRequest(account: device.accountId, except: device.deviceId)
+            return try await Self.pendingRequest(id, of: device, in: database)
+        }
+        requests.post(":id/reveal") { request, context in
+            let device = try context.requireDevice()
+            let id = try context.parameters.require("id")
+            let reveal = try await request.decode(as: KeyRequestNonce.self, context: context)
+            guard reveal.nonce.count == 32 else { throw SyncError.badRequest("invalidNonce", "a nonce is 32 bytes") }
+            guard try await database.revealKeyRequest(accountId: device.accountId, id: id, deviceId: device.deviceId, nonce: reveal.nonce,
+                                                      since: Date().timeIntervalSince1970 - KeyLimits.requestLifetime) else {
+                throw SyncError(.conflict, "notPending", "no such request of this device waits to be revealed (not answered yet, revealed already, or expired)")
+            }
+            notifier.publishKeyRequest(account: device.accountId, except: device.deviceId)
+            return try await Self.pendingRequest(id, of: device, in: database)
+        }
+        requests.delete(":id") { _, context -> HTTPResponse.Status in
+            let device = try context.requireDevice()
+            try await database.removeKeyRequest(accountId: device.accountId, id: try context.parameters.require("id"))
+            return .noContent
+        }
+    }
+
+    static func pendingRequest(_ id: String, of device: DeviceAuth, in database: any SyncDatabase) async throws -> KeyRequestRecord {
+        let pending = try await database.keyRequests(accountId: device.accountId, since: Date().timeIntervalSince1970 - KeyLimits.requestLifetime)
+        guard let found = pending.first(where: { $0.request.id == id }) else { throw SyncError(.conflict, "notPending", "the request expired") }
+        return found.request
     }
 
     /// Refuses a roster that does not verify (the server checks what a device would, so that a

@@ -48,3 +48,61 @@ extension PostgresDatabase {
         }
     }
 }
+
+// Requests to join by a code (as the embedded database's), each change announced to the other
+// instances so their devices hear of it.
+extension PostgresDatabase {
+    func addKeyRequest(accountId: Int64, deviceId: String, request: KeyRequestRecord, since: Double, limit: Int) async throws -> Bool {
+        try await transaction { db in
+            _ = try await db.rows("SELECT id FROM account WHERE id = \(accountId) FOR UPDATE")
+            _ = try await db.rows("DELETE FROM key_request WHERE account_id = \(accountId) AND created <= \(since)")
+            let count = try await db.rows("SELECT COUNT(*) AS n FROM key_request WHERE account_id = \(accountId)").first?.get("n", as: Int64.self) ?? 0
+            guard count < Int64(limit) else { return false }
+            _ = try await db.rows("""
+                INSERT INTO key_request (id, account_id, device_id, signing, agreement, name, commitment, created)
+                VALUES (\(request.id), \(accountId), \(deviceId), \(request.signing), \(request.agreement), \(request.name), \(request.commitment), \(request.created))
+                """)
+            try await self.announce(db, account: accountId, container: "", sequence: 0, device: deviceId, type: "keyRequest")
+            return true
+        }
+    }
+
+    func keyRequests(accountId: Int64, since: Double) async throws -> [(deviceId: String, request: KeyRequestRecord)] {
+        try await read { db in
+            try await db.rows("SELECT * FROM key_request WHERE account_id = \(accountId) AND created > \(since) ORDER BY created, id").map {
+                (try $0.get("device_id", as: String.self),
+                 KeyRequestRecord(id: try $0.get("id"), signing: try $0.get("signing"), agreement: try $0.get("agreement"), name: try $0.get("name"),
+                                  commitment: try $0.get("commitment"), created: try $0.get("created"), answerer: try $0.get("answerer"),
+                                  answerNonce: try $0.get("answer_nonce"), revealNonce: try $0.get("reveal_nonce")))
+            }
+        }
+    }
+
+    func answerKeyRequest(accountId: Int64, id: String, answerer: String, nonce: Data, since: Double) async throws -> Bool {
+        try await transaction { db in
+            let updated = try await db.rows("""
+                UPDATE key_request SET answerer = \(answerer), answer_nonce = \(nonce)
+                WHERE id = \(id) AND account_id = \(accountId) AND created > \(since) AND answerer IS NULL RETURNING id
+                """)
+            guard !updated.isEmpty else { return false }
+            try await self.announce(db, account: accountId, container: "", sequence: 0, device: nil, type: "keyRequest")
+            return true
+        }
+    }
+
+    func revealKeyRequest(accountId: Int64, id: String, deviceId: String, nonce: Data, since: Double) async throws -> Bool {
+        try await transaction { db in
+            let updated = try await db.rows("""
+                UPDATE key_request SET reveal_nonce = \(nonce) WHERE id = \(id) AND account_id = \(accountId) AND device_id = \(deviceId)
+                AND created > \(since) AND answerer IS NOT NULL AND reveal_nonce IS NULL RETURNING id
+                """)
+            guard !updated.isEmpty else { return false }
+            try await self.announce(db, account: accountId, container: "", sequence: 0, device: deviceId, type: "keyRequest")
+            return true
+        }
+    }
+
+    func removeKeyRequest(accountId: Int64, id: String) async throws {
+        try await transaction { db in _ = try await db.rows("DELETE FROM key_request WHERE id = \(id) AND account_id = \(accountId)") }
+    }
+}

@@ -94,8 +94,12 @@ extension PostgresDatabase {
                         // Another version's notification: its devices catch up on their next request.
                         guard let change = try? JSONDecoder().decode(RelayedChange.self, from: Data(notification.payload.utf8)),
                               change.instance != instance else { continue }
-                        notifier.publish(account: change.account, container: change.container, sequence: change.sequence, keyValue: change.keyValue,
-                                         except: change.device)
+                        if change.type == "keyRequest" {
+                            notifier.publishKeyRequest(account: change.account, except: change.device)
+                        } else {
+                            notifier.publish(account: change.account, container: change.container, sequence: change.sequence, keyValue: change.keyValue,
+                                             except: change.device)
+                        }
                     }
                 }
             } catch {
@@ -133,6 +137,8 @@ struct RelayedChange: Codable, Sendable {
     var keyValue: Bool
     /// The device that made the change (not told of it again), if one did.
     var device: String?
+    /// What else than a container's change it announces: `keyRequest` (a request to join).
+    var type: String? = nil
 }
 
 /// Chunk contents in PostgreSQL (`chunk_content`), so every instance serves every chunk.

@@ -140,8 +140,9 @@ final class PostgresDatabase: SyncDatabase {
 
     /// Announces a change to every instance (delivered when the transaction commits); the
     /// `device` that made it is not told.
-    func announce(_ db: PostgresConnection, account: Int64, container: String, sequence: Int64, keyValue: Bool = false, device: String? = nil) async throws {
-        let change = RelayedChange(instance: instance, account: account, container: container, sequence: sequence, keyValue: keyValue, device: device)
+    func announce(_ db: PostgresConnection, account: Int64, container: String, sequence: Int64, keyValue: Bool = false, device: String? = nil,
+                  type: String? = nil) async throws {
+        let change = RelayedChange(instance: instance, account: account, container: container, sequence: sequence, keyValue: keyValue, device: device, type: type)
         let payload = String(decoding: try JSONEncoder().encode(change), as: UTF8.self)
         try await db.rows("SELECT pg_notify(\(channel), \(payload))")
     }

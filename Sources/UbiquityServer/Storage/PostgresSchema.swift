@@ -165,6 +165,16 @@ extension PostgresDatabase {
             """,
             "CREATE TABLE server_setting (name TEXT PRIMARY KEY, value TEXT NOT NULL)",
         ]),
+        // Devices asking to join by a code (issue 45): kept ten minutes.
+        ("v11-key-requests", [
+            """
+            CREATE TABLE key_request (
+                id TEXT PRIMARY KEY, account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE, device_id TEXT NOT NULL,
+                signing BYTEA NOT NULL, agreement BYTEA NOT NULL, name TEXT NOT NULL, commitment BYTEA NOT NULL, created DOUBLE PRECISION NOT NULL,
+                answerer TEXT, answer_nonce BYTEA, reveal_nonce BYTEA)
+            """,
+            "CREATE INDEX key_request_account ON key_request(account_id, created)",
+        ]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

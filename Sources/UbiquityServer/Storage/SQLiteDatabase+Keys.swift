@@ -46,3 +46,48 @@ extension SQLiteDatabase {
         }
     }
 }
+
+// Requests to join by a code.
+extension SQLiteDatabase {
+    func addKeyRequest(accountId: Int64, deviceId: String, request: KeyRequestRecord, since: Double, limit: Int) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: "DELETE FROM keyRequest WHERE accountId = ? AND created <= ?", arguments: [accountId, since])
+            guard try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM keyRequest WHERE accountId = ?", arguments: [accountId]) ?? 0 < limit else { return false }
+            try db.execute(sql: """
+                INSERT INTO keyRequest (id, accountId, deviceId, signing, agreement, name, commitment, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [request.id, accountId, deviceId, request.signing, request.agreement, request.name, request.commitment, request.created])
+            return true
+        }
+    }
+
+    func keyRequests(accountId: Int64, since: Double) async throws -> [(deviceId: String, request: KeyRequestRecord)] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT * FROM keyRequest WHERE accountId = ? AND created > ? ORDER BY created, id", arguments: [accountId, since]).map {
+                ($0["deviceId"], KeyRequestRecord(id: $0["id"], signing: $0["signing"], agreement: $0["agreement"], name: $0["name"], commitment: $0["commitment"],
+                                                  created: $0["created"], answerer: $0["answerer"], answerNonce: $0["answerNonce"], revealNonce: $0["revealNonce"]))
+            }
+        }
+    }
+
+    func answerKeyRequest(accountId: Int64, id: String, answerer: String, nonce: Data, since: Double) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: """
+                UPDATE keyRequest SET answerer = ?, answerNonce = ? WHERE id = ? AND accountId = ? AND created > ? AND answerer IS NULL
+                """, arguments: [answerer, nonce, id, accountId, since])
+            return db.changesCount > 0
+        }
+    }
+
+    func revealKeyRequest(accountId: Int64, id: String, deviceId: String, nonce: Data, since: Double) async throws -> Bool {
+        try await pool.write { db in
+            try db.execute(sql: """
+                UPDATE keyRequest SET revealNonce = ? WHERE id = ? AND accountId = ? AND deviceId = ? AND created > ? AND answerer IS NOT NULL AND revealNonce IS NULL
+                """, arguments: [nonce, id, accountId, deviceId, since])
+            return db.changesCount > 0
+        }
+    }
+
+    func removeKeyRequest(accountId: Int64, id: String) async throws {
+        try await pool.write { db in try db.execute(sql: "DELETE FROM keyRequest WHERE id = ? AND accountId = ?", arguments: [id, accountId]) }
+    }
+}

@@ -236,6 +236,16 @@ extension SQLiteDatabase {
                 CREATE TABLE serverSetting (name TEXT PRIMARY KEY, value TEXT NOT NULL);
                 """)
         }
+        migrator.registerMigration("v18-key-requests") { db in
+            // Devices asking to join by a code (issue 45): kept ten minutes.
+            try db.execute(sql: """
+                CREATE TABLE keyRequest (
+                    id TEXT PRIMARY KEY, accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE, deviceId TEXT NOT NULL,
+                    signing BLOB NOT NULL, agreement BLOB NOT NULL, name TEXT NOT NULL, commitment BLOB NOT NULL, created REAL NOT NULL,
+                    answerer TEXT, answerNonce BLOB, revealNonce BLOB);
+                CREATE INDEX keyRequest_account ON keyRequest(accountId, created);
+                """)
+        }
         return migrator
     }
 }

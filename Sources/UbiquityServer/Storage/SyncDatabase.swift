@@ -232,6 +232,18 @@ protocol SyncDatabase: Sendable {
     /// `check` answers true (the custody is Advanced), the escrow's envelopes are deleted with it.
     func appendKeys(accountId: Int64, after: Int, entries: [Data], envelopes: [KeyEnvelopeRecord],
                     check: @escaping @Sendable ([Data]) throws -> Bool) async throws -> Bool
+    /// Keeps a request to join made by `deviceId`, unless the account has `limit` requests made
+    /// after `since` (false then); older ones are removed.
+    func addKeyRequest(accountId: Int64, deviceId: String, request: KeyRequestRecord, since: Double, limit: Int) async throws -> Bool
+    /// The account's requests made after `since`, oldest first, with the device that made each.
+    func keyRequests(accountId: Int64, since: Double) async throws -> [(deviceId: String, request: KeyRequestRecord)]
+    /// Records an answer to a request that has none (false: none such, or answered already).
+    func answerKeyRequest(accountId: Int64, id: String, answerer: String, nonce: Data, since: Double) async throws -> Bool
+    /// Records the nonce the device that made the request reveals, once it is answered (false:
+    /// none such of that device, not answered, or revealed already).
+    func revealKeyRequest(accountId: Int64, id: String, deviceId: String, nonce: Data, since: Double) async throws -> Bool
+    /// Removes a request (answered with, or given up).
+    func removeKeyRequest(accountId: Int64, id: String) async throws
     /// The server setting `name`, set to `value` first if it has none.
     func claimSetting(_ name: String, value: String) async throws -> String
     func createAccount(name: String, passwordHash: String, quotaBytes: Int64) async throws -> Account
