@@ -17,6 +17,7 @@ struct LoginCommand: AsyncParsableCommand {
     @Option(name: .long, help: "The account's name.") var account: String
     @Option(name: .long, help: "This device's name (default: the host name).") var deviceName: String?
     @Flag(name: .long, help: "Read the password from standard input (one line) instead of asking.") var passwordStdin = false
+    @Option(name: .long, help: "Under Advanced Data Protection, how long to wait for a device to answer and then to approve this one's code.") var waitSeconds = 600
     @Flag(name: .long, help: "Let this device in with the account's recovery key (asked for, or the next line of standard input): under Advanced Data Protection, when no device can approve it.") var recoveryKey = false
 
     func run() async throws {
@@ -41,7 +42,7 @@ struct LoginCommand: AsyncParsableCommand {
             } catch let error as KeySetupError where error.reason == .needsApproval {
                 // Advanced Data Protection: a device of the account lets this one in by a code.
                 say("the account uses Advanced Data Protection: asking its devices to let this one in (or sign in with --recovery-key)…")
-                return try await keys.joinByCode(deviceName: name) { pending in
+                return try await keys.joinByCode(deviceName: name, timeout: .seconds(max(0, waitSeconds))) { pending in
                     say("On \(pending.approver), run:  ubiquity devices approve \(pending.code)")
                     say("waiting for the approval…")
                 }

@@ -23,8 +23,10 @@ import UbiquityTestSupport
             try runUbiquity(arguments, environment: home, input: input)
         }
 
+        /// `ubiquity login` (under Advanced, waiting a second at most for a device to answer).
         func login(_ server: RunningServer, recoveryKey: String? = nil) throws -> (status: Int32, output: String) {
-            try run(["login", "--server", server.base.absoluteString, "--account", "ada", "--device-name", name, "--password-stdin"] + (recoveryKey == nil ? [] : ["--recovery-key"]),
+            try run(["login", "--server", server.base.absoluteString, "--account", "ada", "--device-name", name, "--password-stdin", "--wait-seconds", "1"]
+                        + (recoveryKey == nil ? [] : ["--recovery-key"]),
                     input: "correct horse\n" + (recoveryKey.map { $0 + "\n" } ?? ""))
         }
 
@@ -68,7 +70,8 @@ import UbiquityTestSupport
 
         // A password no longer lets a device in; the recovery key does.
         let refused = try tablet.login(server)
-        #expect(refused.status == 2 && refused.output.contains("Advanced Data Protection") && refused.output.contains("--recovery-key"), "\(refused.output)")
+        #expect(refused.status == 2 && refused.output.contains("Advanced Data Protection") && refused.output.contains("--recovery-key")
+                    && refused.output.contains("no device of the account answered in time"), "\(refused.output)")
         let mistyped = try tablet.run(["recovery-key", "use"], input: String(recoveryKey.dropLast()) + "Z\n")
         #expect(mistyped.status != 0 && mistyped.output.contains("mistyped"), "\(mistyped.output)")
         let recovered = try tablet.login(server, recoveryKey: recoveryKey)
