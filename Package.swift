@@ -186,6 +186,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport", "UbiquityDatabase", "UbiquityKeys", .product(name: "GRDB", package: "GRDB.swift"), "TextEditorExample", "NotesExample", "ThingsExample", "RecipesExample", "UbiquityCLI", "UbiquityChaos"]),
+        .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport", "UbiquityDatabase", "UbiquityKeys", "UbiquityProtocol",
+                                                           .product(name: "Hummingbird", package: "hummingbird"), .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "GRDB", package: "GRDB.swift"), "TextEditorExample", "NotesExample", "ThingsExample", "RecipesExample", "UbiquityCLI", "UbiquityChaos"]),
     ]
 )

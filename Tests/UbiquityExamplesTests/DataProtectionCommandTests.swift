@@ -25,7 +25,12 @@ import UbiquityTestSupport
 
         /// `ubiquity login` (under Advanced, waiting a second at most for a device to answer).
         func login(_ server: RunningServer, recoveryKey: String? = nil) throws -> (status: Int32, output: String) {
-            try run(["login", "--server", server.base.absoluteString, "--account", "ada", "--device-name", name, "--password-stdin", "--wait-seconds", "1"]
+            try login(server.base, recoveryKey: recoveryKey)
+        }
+
+        /// `ubiquity login` to the server at `base` (a relay in front of one, say).
+        func login(_ base: URL, recoveryKey: String? = nil) throws -> (status: Int32, output: String) {
+            try run(["login", "--server", base.absoluteString, "--account", "ada", "--device-name", name, "--password-stdin", "--wait-seconds", "1"]
                         + (recoveryKey == nil ? [] : ["--recovery-key"]),
                     input: "correct horse\n" + (recoveryKey.map { $0 + "\n" } ?? ""))
         }

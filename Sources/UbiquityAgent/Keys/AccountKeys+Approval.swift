@@ -42,11 +42,12 @@ extension AccountKeys {
             }
         }
         guard let answer, let answerer = answer.answerer, let answerNonce = answer.answerNonce else { throw KeySetupError(reason: .needsApproval, description: "the request was not answered") }
-        _ = try await client.revealKeyRequest(request.id, nonce: nonce)
+        // Only a device of the roster gets this device's nonce (and so a code to be typed on it).
         let (_, read, _) = try await self.read(&keyring)
         guard let roster = read, let approver = roster.members[answerer] else {
             throw KeySetupError(reason: .needsApproval, description: "the request was answered by \(answerer), which is not a device of the account's roster")
         }
+        _ = try await client.revealKeyRequest(request.id, nonce: nonce)
         let code = try JoinCode.code(existing: approver.keys, joining: keys, existingNonce: Array(answerNonce), joiningNonce: nonce, commitment: commitment)
         answered(PendingJoin(id: request.id, code: code, approver: approver.name))
         deadline = clock.now + timeout
