@@ -88,6 +88,9 @@ import UbiquityTestSupport
         let outside = try tablet.run(["protection", "status"])
         #expect(outside.output.contains("does not hold the current key") && !outside.output.contains("tablet"), "\(outside.output)")
         #expect(try phone.run(["protection", "status"]).output.contains("holds the current key"))
+        // Signed in again, the removed tablet asks to join as a new device (its old keys sign nothing).
+        let again = try tablet.login(server)
+        #expect(again.status == 2 && again.output.contains("asking its devices"), "\(again.output)")
 
         // No escrow copy survives the switch; Standard again seals every epoch to the escrow.
         let database = try DatabaseQueue(path: dir.file("data/ubiquity.sqlite").path)

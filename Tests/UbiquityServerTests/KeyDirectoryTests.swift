@@ -167,6 +167,18 @@ import UbiquityProtocol
         }
     }
 
+    @Test(arguments: Backend.all) func anAccountKeepsABoundedNumberOfSealedKeys(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        let account = try #require(try await server.admin.accounts().first).id
+        let database = server.server.storage.database
+        func envelope(_ epoch: Int64) -> KeyEnvelopeRecord { KeyEnvelopeRecord(epoch: epoch, recipient: "recovery", sender: "escrow", body: Data([1])) }
+        #expect(try await database.appendKeys(accountId: account, after: 0, entries: [], envelopes: [envelope(0), envelope(1)], envelopeLimit: 3) { _ in false })
+        await #expect { _ = try await database.appendKeys(accountId: account, after: 0, entries: [], envelopes: [envelope(2), envelope(3)], envelopeLimit: 3) { _ in false } } throws: { error in
+            (error as? SyncError)?.code == "tooManyEnvelopes"
+        }
+        #expect(try await database.accountKeys(accountId: account, recipients: ["recovery"]).envelopes.count == 2, "nothing of the refused append kept")
+    }
+
     @Test func theEscrowKeyIsAFileOfItsOwnAndEveryInstanceMustShareIt() async throws {
         let server = try await TestServer.withAccount("ada"); defer { server.remove() }
         let path = server.configuration.escrowKeyPath

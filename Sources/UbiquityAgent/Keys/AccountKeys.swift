@@ -132,7 +132,12 @@ package struct AccountKeys: Sendable {
                     try keyring.write(to: keyringURL)
                     return Self.status(roster, keyring: keyring)
                 }
-                guard roster.members[keyring.deviceIdentifier] == nil, roster.removed.contains(keyring.deviceIdentifier) == false else {
+                if roster.removed.contains(keyring.deviceIdentifier) {
+                    // Removed, and signed in again: it joins as a new device (its old keys never sign again).
+                    keyring = Keyring(account: account)
+                    continue
+                }
+                guard roster.members[keyring.deviceIdentifier] == nil else {
                     try keyring.write(to: keyringURL)
                     throw KeySetupError(reason: .noCurrentKey, description: "this device is in the roster but holds no key of epoch \(roster.epoch) yet")
                 }

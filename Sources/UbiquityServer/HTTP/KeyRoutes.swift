@@ -34,6 +34,11 @@ enum KeyLimits {
     static let requestLifetime: Double = 600
     /// Requests to join an account may have waiting.
     static let pendingRequests = 8
+    /// Sealed root keys one account may keep (its holders times its epochs, bounded: what a
+    /// device of the account can make the server store).
+    static let envelopesPerAccount = 65_536
+    /// The refusal past ``envelopesPerAccount``.
+    static let tooManyEnvelopes = SyncError.badRequest("tooManyEnvelopes", "the account keeps \(envelopesPerAccount) sealed keys, the most it may")
 }
 
 extension SyncServices {
@@ -68,7 +73,7 @@ extension SyncServices {
             }
             let envelopes = append.envelopes
             let appended = try await database.appendKeys(accountId: device.accountId, after: append.after, entries: append.entries,
-                                                         envelopes: envelopes) { try Self.checkRoster($0, envelopes: envelopes) }
+                                                         envelopes: envelopes, envelopeLimit: KeyLimits.envelopesPerAccount) { try Self.checkRoster($0, envelopes: envelopes) }
             guard appended else { throw SyncError(.conflict, "rosterChanged", "the roster has changed since entry \(append.after): read it again") }
             let stored = try await database.accountKeys(accountId: device.accountId, recipients: [])
             return KeyDirectoryResponse(roster: stored.roster, envelopes: [], escrow: escrow?.publicKeys)
@@ -101,7 +106,7 @@ extension SyncServices {
                     KeyEnvelopeRecord(epoch: Int64($0.epoch), recipient: publicKeys.deviceIdentifier, sender: EscrowKey.escrowRecipient, body: $0.body)
                 }
                 let appended = try await database.appendKeys(accountId: device.accountId, after: entries.count, entries: admitted.entry.map { [$0.encoded] } ?? [],
-                                                             envelopes: envelopes) { try Self.checkRoster($0, envelopes: envelopes) }
+                                                             envelopes: envelopes, envelopeLimit: KeyLimits.envelopesPerAccount) { try Self.checkRoster($0, envelopes: envelopes) }
                 if appended {
                     context.logger.info("a device joined its account's roster by the escrow", metadata: ["account": "\(device.accountId)", "device": "\(device.deviceId)"])
                     let roster = admitted.entry.map { stored.roster + [$0.encoded] } ?? stored.roster

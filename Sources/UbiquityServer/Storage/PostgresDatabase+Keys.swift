@@ -16,7 +16,7 @@ extension PostgresDatabase {
         }
     }
 
-    func appendKeys(accountId: Int64, after: Int, entries: [Data], envelopes: [KeyEnvelopeRecord],
+    func appendKeys(accountId: Int64, after: Int, entries: [Data], envelopes: [KeyEnvelopeRecord], envelopeLimit: Int,
                     check: @escaping @Sendable ([Data]) throws -> Bool) async throws -> Bool {
         try await transaction { db in
             // One append at a time per account: the account's row is the lock.
@@ -24,6 +24,8 @@ extension PostgresDatabase {
             let roster = try await db.rows("SELECT body FROM roster_entry WHERE account_id = \(accountId) ORDER BY idx").map { try $0.get("body", as: Data.self) }
             guard roster.count == after else { return false }
             let dropEscrow = try check(roster + entries)
+            let kept = try await db.rows("SELECT COUNT(*) AS n FROM key_envelope WHERE account_id = \(accountId)").first?.get("n", as: Int64.self) ?? 0
+            guard Int(kept) + envelopes.count <= envelopeLimit else { throw KeyLimits.tooManyEnvelopes }
             for (offset, entry) in entries.enumerated() {
                 _ = try await db.rows("INSERT INTO roster_entry (account_id, idx, body) VALUES (\(accountId), \(Int64(after + offset)), \(entry))")
             }

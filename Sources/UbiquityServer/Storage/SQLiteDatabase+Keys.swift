@@ -17,12 +17,14 @@ extension SQLiteDatabase {
         }
     }
 
-    func appendKeys(accountId: Int64, after: Int, entries: [Data], envelopes: [KeyEnvelopeRecord],
+    func appendKeys(accountId: Int64, after: Int, entries: [Data], envelopes: [KeyEnvelopeRecord], envelopeLimit: Int,
                     check: @escaping @Sendable ([Data]) throws -> Bool) async throws -> Bool {
         try await pool.write { db in
             let roster = try Data.fetchAll(db.cachedStatement(sql: "SELECT body FROM rosterEntry WHERE accountId = ? ORDER BY idx"), arguments: [accountId])
             guard roster.count == after else { return false }
             let dropEscrow = try check(roster + entries)
+            let kept = try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM keyEnvelope WHERE accountId = ?", arguments: [accountId]) ?? 0
+            guard kept + envelopes.count <= envelopeLimit else { throw KeyLimits.tooManyEnvelopes }
             for (offset, entry) in entries.enumerated() {
                 try db.cachedStatement(sql: "INSERT INTO rosterEntry (accountId, idx, body) VALUES (?, ?, ?)").execute(arguments: [accountId, after + offset, entry])
             }

@@ -230,7 +230,9 @@ protocol SyncDatabase: Sendable {
     /// still has exactly `after` entries (false otherwise: another device appended first) and
     /// `check` accepts the whole roster that results (its error otherwise, nothing changed). When
     /// `check` answers true (the custody is Advanced), the escrow's envelopes are deleted with it.
-    func appendKeys(accountId: Int64, after: Int, entries: [Data], envelopes: [KeyEnvelopeRecord],
+    /// Refused (``KeyLimits/tooManyEnvelopes``) when the account would keep more than
+    /// `envelopeLimit` envelopes.
+    func appendKeys(accountId: Int64, after: Int, entries: [Data], envelopes: [KeyEnvelopeRecord], envelopeLimit: Int,
                     check: @escaping @Sendable ([Data]) throws -> Bool) async throws -> Bool
     /// Keeps a request to join made by `deviceId`, unless the account has `limit` requests made
     /// after `since` (false then); older ones are removed.
