@@ -466,6 +466,11 @@ try:
     listed_devices = driver.execute_script("return [...document.querySelectorAll('#device-rows tr')].map(r => r.dataset.name)")
     if sorted(listed_devices) != sorted(["laptop", "phone", "Web browser"]):
         fail("the devices listed: %r" % listed_devices)
+    # The account's data protection, as its roster says: the laptop set its keys up.
+    wait(lambda: "Standard Data Protection" in driver.find_element(By.ID, "protection-summary").text, "the data protection", 20)
+    key_devices = driver.execute_script("return [...document.querySelectorAll('#protection-devices li')].map(li => li.dataset.name)")
+    if key_devices != ["laptop"]:
+        fail("the devices holding the keys: %r" % key_devices)
     shot("devices.png")
     driver.execute_script("return [...document.querySelectorAll('#device-rows tr')].find(r => r.dataset.name === 'phone').querySelector('button')").click()
     answer_dialog()

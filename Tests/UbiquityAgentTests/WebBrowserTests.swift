@@ -35,6 +35,9 @@ import UbiquityServer
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let running = try await RunningAgents.start(["laptop"], containers: [notes], in: dir)
         defer { running.stop() }
+        // The laptop sets the account's keys up (as `ubiquity login` does): the Devices page shows them.
+        let credentials = try #require(try UbiquityCredentials.load(from: running.paths[0]))
+        _ = try await AccountKeys(credentials: credentials, paths: running.paths[0]).setUp(deviceName: "laptop")
         // The account is the server's operator too (what `ubiquity account admin ada` does).
         let administration = try await ServerAdministration(dataDirectory: dir + "/server", bcryptCost: 4)
         #expect(try await administration.setAdmin(ofAccount: "ada", admin: true))

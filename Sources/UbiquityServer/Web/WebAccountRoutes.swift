@@ -59,6 +59,7 @@ struct WebDeleteAllResponse: Codable, ResponseEncodable {
 extension SyncServices {
     /// Devices, key-value stores, Manage Storage.
     func addWebAccountRoutes(to api: RouterGroup<SyncContext>) {
+        addWebProtectionRoutes(to: api)
         api.get("devices") { _, context in
             let device = try context.requireDevice()
             guard let account = try await database.account(id: device.accountId) else { throw SyncError.unauthorized }

@@ -516,8 +516,31 @@ async function showDevices() {
     row.append(name, cell(formatDate(device.created)), cell(device.lastSeen ? formatDate(device.lastSeen) : "—"), buttons);
     return row;
   }));
+  await showProtection();
   document.title = "Devices — Ubiquity";
   show("devices");
+}
+
+// The account's data protection, as its roster says (read only: a device signs every change).
+async function showProtection() {
+  const answer = await api("GET", "/web/api/protection");
+  const summary = $("protection-summary");
+  if (!answer.custody) {
+    summary.textContent = "Not set up yet: the account's first device sets its keys up when it signs in with ubiquity login.";
+  } else if (answer.custody === "advanced") {
+    summary.textContent = "Advanced Data Protection is on: only your devices" + (answer.recoveryKey ? " and your recovery key" : "") + " hold the account's keys. The server holds none.";
+  } else {
+    summary.textContent = "Standard Data Protection: the server also keeps a copy of the account's keys (so this page and password sign-in work)." + (answer.recoveryKey ? " A recovery key is set." : "");
+  }
+  $("protection-devices").replaceChildren(...answer.devices.map((device) => {
+    const item = document.createElement("li");
+    item.dataset.name = device.name;
+    item.textContent = plainName(device.name) + " — " + device.id.slice(0, 8);
+    return item;
+  }));
+  const waiting = $("protection-waiting");
+  waiting.hidden = answer.waiting.length === 0;
+  waiting.textContent = answer.waiting.map((request) => plainName(request.name) + (request.answered ? " waits for its code to be approved" : " asks to join")).join("; ");
 }
 
 // MARK: Administration (operators only: the server answers 403 to any other account)
