@@ -159,7 +159,8 @@ let package = Package(
         .testTarget(
             name: "UbiquityAgentTests",
             dependencies: ["UbiquityAgent", "UbiquityTestSupport", "UbiquityClient", "UbiquityQuery", "UbiquityCoordination", "UbiquitySync", "UbiquityServer", "UbiquityProtocol",
-                           .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "GRDB", package: "GRDB.swift")]
+                           "UbiquityKeys", .product(name: "HummingbirdTesting", package: "hummingbird"), .product(name: "GRDB", package: "GRDB.swift"),
+                           .product(name: "Crypto", package: "swift-crypto")]
         ),
         // An app's model code as Apple's samples write it, run as real programs under each way a
         // program drains its main queue: an async entry point, RunLoop.main.run(), dispatchMain().

@@ -293,6 +293,7 @@ enum WebAssets {
         "api.js": (PackageResources.api_js, "text/javascript; charset=utf-8"),
         "names.js": (PackageResources.names_js, "text/javascript; charset=utf-8"),
         "upload.js": (PackageResources.upload_js, "text/javascript; charset=utf-8"),
+        "sealed.js": (PackageResources.sealed_js, "text/javascript; charset=utf-8"),
     ]
 
     /// The asset named `name`, or 404.
