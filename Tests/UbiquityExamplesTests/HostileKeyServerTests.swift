@@ -15,6 +15,7 @@ import UbiquityTestSupport
     enum Attack: String, CaseIterable, Sendable {
         case rosterRolledBack, rosterForkedBySwallowingAnAppend, strangerInjectedIntoRoster, deviceRenamedInRoster, rosterEntryDowngraded
         case escrowAddsADeviceUnderAdvanced, envelopeOfAnotherDeviceServed, envelopeFromAStranger, joinAnsweredByAStranger, revealedNonceSubstituted
+        case joinSignedByAForgedEscrow, recoveryEnvelopeChanged, newEpochKeyWithheld, deviceAddedByAStrangerDuringApproval
     }
 
     /// A server, a relay for each device, the laptop (the account's first device) and the phone
@@ -201,6 +202,99 @@ import UbiquityTestSupport
             }
             let refused = try await laptop.running(["devices", "approve", String(shown.split(separator: "approve ").last ?? "")])
             #expect(refused.status == 2 && refused.output.contains("no device waiting to join shows the code"), "\(refused.output)")
+
+        case .joinSignedByAForgedEscrow:
+            // A third device signs in by password; the server answers its join with an entry
+            // signed by a key of its choosing, not the escrow the roster names.
+            let tablet = Device("tablet", in: setup.dir)
+            let relay = try await HostileRelay.start(to: setup.server.base)
+            defer { relay.stop() }
+            let forger = DeviceKeys()
+            relay.intercept.withLock {
+                $0 = { exchange in
+                    guard exchange.path == "/v1/keys/join", let join = try? JSONDecoder().decode(JoinRequest.self, from: exchange.requestBody),
+                          let seen = relay.exchanges.withLock({ $0.last { $0.path.hasPrefix("/v1/keys?") }?.decoded(KeyDirectoryResponse.self) }),
+                          let last = seen.roster.last.flatMap({ try? RosterEntry(encoded: $0) }),
+                          let keys = try? DevicePublicKeys(signing: Array(join.signing), agreement: Array(join.agreement)),
+                          let added = try? RosterEntry(.addDevice(keys: keys, name: join.name), after: last, signedBy: forger) else { return nil }
+                    var faked = exchange
+                    faked.status = 200
+                    faked.encode(KeyDirectoryResponse(roster: seen.roster + [added.encoded], envelopes: [], escrow: seen.escrow))
+                    return faked
+                }
+            }
+            let login = try await tablet.loggingIn(relay.base)
+            #expect(login.status == 2 && login.output.contains("not signed by a device of the roster"), "\(login.output)")
+
+        case .recoveryEnvelopeChanged:
+            // The sealed copy for the recovery key is changed on its way to a device using it.
+            let created = try await laptop.running(["recovery-key", "create"])
+            let recoveryKey = try #require(created.output.split(separator: "\n").map(String.init).first { $0.split(separator: "-").count == 14 })
+            setup.phoneRelay.tamper.withLock {
+                $0 = { exchange in
+                    guard exchange.path.hasPrefix("/v1/keys?"), var directory = exchange.decoded(KeyDirectoryResponse.self) else { return exchange }
+                    directory.envelopes = directory.envelopes.map { envelope in
+                        var changed = envelope
+                        if envelope.recipient == "recovery" { changed.body[changed.body.count - 1] ^= 1 }
+                        return changed
+                    }
+                    var changed = exchange
+                    changed.encode(directory)
+                    return changed
+                }
+            }
+            let used = try await phone.running(["recovery-key", "use"], input: recoveryKey + "\n")
+            #expect(used.status == 2 && used.output.contains("does not open"), "\(used.output)")
+
+        case .newEpochKeyWithheld:
+            // Advanced (epoch 1); the server withholds the phone's key of epoch 1: the phone says
+            // it does not hold the current key (and keeps what it had), never that it does.
+            #expect(try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"]).status == 0)
+            setup.phoneRelay.tamper.withLock {
+                $0 = { exchange in
+                    guard exchange.path.hasPrefix("/v1/keys?"), var directory = exchange.decoded(KeyDirectoryResponse.self) else { return exchange }
+                    directory.envelopes.removeAll { $0.epoch == 1 }
+                    var changed = exchange
+                    changed.encode(directory)
+                    return changed
+                }
+            }
+            let status = try await phone.running(["protection", "status"])
+            #expect(status.status == 0 && status.output.contains("does not hold the current key") && status.output.contains("epoch:      1"), "\(status.output)")
+
+        case .deviceAddedByAStrangerDuringApproval:
+            // A device waits to join an Advanced account; the server, instead of a device's
+            // approval, serves it a roster in which a stranger added it: it keeps waiting, then gives up.
+            #expect(try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"]).status == 0)
+            let tablet = Device("tablet", in: setup.dir)
+            let relay = try await HostileRelay.start(to: setup.server.base)
+            defer { relay.stop() }
+            let stranger = DeviceKeys()
+            relay.tamper.withLock {
+                $0 = { exchange in
+                    if exchange.path == "/v1/keys/requests", var listed = exchange.decoded(KeyRequestsResponse.self) {
+                        // "Answered" by the laptop, so the tablet goes on to wait for its approval.
+                        let seen = relay.exchanges.withLock { $0.last { $0.path.hasPrefix("/v1/keys?") }?.decoded(KeyDirectoryResponse.self) }
+                        let laptopID = seen?.roster.first.flatMap { try? RosterEntry(encoded: $0) }?.signer
+                        listed.requests = listed.requests.map { var request = $0; request.answerer = laptopID; request.answerNonce = Data(repeating: 3, count: 32); return request }
+                        var changed = exchange
+                        changed.encode(listed)
+                        return changed
+                    }
+                    guard exchange.path.hasPrefix("/v1/keys?"), var directory = exchange.decoded(KeyDirectoryResponse.self),
+                          let request = relay.exchanges.withLock({ $0.last { $0.path == "/v1/keys/requests" && $0.method == "POST" } }),
+                          let asked = try? JSONDecoder().decode(KeyRequestCreate.self, from: request.requestBody),
+                          let keys = try? DevicePublicKeys(signing: Array(asked.signing), agreement: Array(asked.agreement)),
+                          let last = directory.roster.last.flatMap({ try? RosterEntry(encoded: $0) }),
+                          let added = try? RosterEntry(.addDevice(keys: keys, name: "tablet"), after: last, signedBy: stranger) else { return exchange }
+                    directory.roster.append(added.encoded)
+                    var changed = exchange
+                    changed.encode(directory)
+                    return changed
+                }
+            }
+            let login = try await tablet.loggingIn(relay.base)
+            #expect(login.status == 2 && login.output.contains("not signed by a device of the roster"), "\(login.output)")
         }
         // Whatever the lie, the laptop's own view, asked honestly, still holds.
         setup.laptopRelay.tamper.withLock { $0 = nil }
