@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import UbiquityKeys
 import UbiquityProtocol
 import UbiquityServer
 
@@ -339,15 +340,21 @@ struct CheckCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "fsck",
         abstract: "Check every stored chunk against its hash and the database; with --repair, mend what can be.",
-        discussion: "Damaged chunks are put aside (their items wait for a device to upload them again), missing ones forgotten, unreferenced ones older than an hour removed. Exits 1 when something was wrong and not repaired. Safe while the server runs."
+        discussion: "Damaged chunks are put aside (their items wait for a device to upload them again), missing ones forgotten, unreferenced ones older than an hour removed. Then every account's keys: its roster verifies, and under Standard each escrow copy opens with the escrow key file (the check of a restored key file). Exits 1 when something was wrong and not repaired. Safe while the server runs."
     )
 
     @OptionGroup var storage: StorageOptions
     @Flag(name: .long, help: "Mend what is found.") var repair = false
+    @Option(name: .long, help: "The escrow key's file (default: escrow.key in --data's folder), to check that Standard accounts' escrow copies open with it.")
+    var escrowKey: String?
 
     func run() async throws {
         let repair = repair
-        let report = try await storage.withAdministration { try await $0.checkStore(repair: repair) }
+        let escrowPath = escrowKey ?? (storage.data as NSString).appendingPathComponent("escrow.key")
+        let escrow = FileManager.default.fileExists(atPath: escrowPath) ? try EscrowKey.loadOrCreate(at: URL(fileURLWithPath: escrowPath)).key : nil
+        let (report, keys) = try await storage.withAdministration { admin in
+            (try await admin.checkStore(repair: repair), try await admin.checkKeys(escrow: escrow))
+        }
         print("checked \(report.chunksChecked) chunk(s), \(report.bytesChecked) bytes")
         func say(_ title: String, _ lines: [String]) {
             guard !lines.isEmpty else { return }
@@ -361,7 +368,10 @@ struct CheckCommand: AsyncParsableCommand {
         say("chunk(s) named by uploaded items but not listed", report.unlisted.map {
             "account \($0.account) \($0.hash), e.g. \(SafeText.escaped($0.name)) (\($0.item)) in \($0.container)"
         })
-        if report.isClean { print("no problems found") }
-        if !report.isClean && !report.repaired { throw ExitCode(1) }
+        print("checked the keys of \(keys.accountsChecked) account(s)\(escrow == nil ? " (no escrow key file at \(escrowPath))" : "")")
+        for (account, problem) in keys.problems.prefix(20) { print("  account \(SafeText.escaped(account)): \(problem)") }
+        if keys.problems.count > 20 { print("  … and \(keys.problems.count - 20) more") }
+        if report.isClean && keys.problems.isEmpty { print("no problems found") }
+        if (!report.isClean && !report.repaired) || !keys.problems.isEmpty { throw ExitCode(1) }
     }
 }

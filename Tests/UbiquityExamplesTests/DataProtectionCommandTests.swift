@@ -98,6 +98,9 @@ import UbiquityTestSupport
         let standard = try laptop.run(["protection", "standard"])
         #expect(standard.status == 0 && standard.output.contains("Standard Data Protection"), "\(standard.output)")
         #expect(try await database.read { try Int.fetchAll($0, sql: "SELECT epoch FROM keyEnvelope WHERE recipient = 'escrow' ORDER BY epoch") } == [0, 1, 2])
+        // The operator's check: the roster verifies, and every escrow copy opens with the key file.
+        let fsck = try laptop.run(["fsck", "--data", dir.file("data").path])
+        #expect(fsck.status == 0 && fsck.output.contains("checked the keys of 1 account(s)") && fsck.output.contains("no problems found"), "\(fsck.output)")
 
         // The server rolls the roster back (its last entry dropped): the laptop, which saw that
         // entry, refuses it; the phone, which never saw it, cannot tell (its pinned head is older).

@@ -179,6 +179,34 @@ import UbiquityProtocol
         #expect(try await database.accountKeys(accountId: account, recipients: ["recovery"]).envelopes.count == 2, "nothing of the refused append kept")
     }
 
+    @Test(arguments: Backend.all) func fsckChecksThatEveryEscrowCopyOpensWithTheServersKey(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        let escrowKey = try EscrowKey.loadOrCreate(at: URL(fileURLWithPath: server.configuration.escrowKeyPath)).key
+        #expect(try await server.admin.checkKeys(escrow: escrowKey) == KeyCheckReport(), "no account set up: nothing to check")
+        try await server.run { client in
+            let signedIn = try await client.signIn("ada", device: "laptop")
+            let root = AccountRootKey(epoch: 0)
+            let genesis = try RosterEntry(.genesis(keys: laptop.publicKeys, name: "laptop"), after: nil, signedBy: laptop)
+            let named = try RosterEntry(.escrow(escrowKey.publicKeys), after: genesis, signedBy: laptop)
+            let setUp = try await append(client, token: signedIn.token, after: 0, [genesis, named], [
+                try envelope(root, account: signedIn.identityToken, to: escrowKey.publicKeys, named: "escrow", from: laptop),
+            ])
+            #expect(setUp.status == .ok)
+        }
+        let clean = try await server.admin.checkKeys(escrow: escrowKey)
+        #expect(clean.accountsChecked == 1 && clean.problems.isEmpty, "\(clean.problems)")
+        // The key file of another server (or another backup), or none at all.
+        let other = try await server.admin.checkKeys(escrow: EscrowKey(keys: DeviceKeys()))
+        #expect(other.problems.map(\.problem) == ["its roster names another escrow key than this server's (a key file from another server or backup?)"])
+        #expect(try await server.admin.checkKeys(escrow: nil).problems.first?.problem.contains("no escrow key file") == true)
+        // A damaged escrow copy.
+        let account = try #require(try await server.admin.accounts().first).id
+        _ = try await server.server.storage.database.appendKeys(accountId: account, after: 2, entries: [], envelopes: [
+            KeyEnvelopeRecord(epoch: 0, recipient: "escrow", sender: laptop.publicKeys.deviceIdentifier, body: Data(repeating: 1, count: 90)),
+        ], envelopeLimit: 10) { _ in false }
+        #expect(try await server.admin.checkKeys(escrow: escrowKey).problems.map(\.problem) == ["the escrow's copy of epoch 0 does not open with this server's escrow key"])
+    }
+
     @Test func theEscrowKeyIsAFileOfItsOwnAndEveryInstanceMustShareIt() async throws {
         let server = try await TestServer.withAccount("ada"); defer { server.remove() }
         let path = server.configuration.escrowKeyPath

@@ -9,6 +9,9 @@ public struct EscrowKey: Sendable {
     /// the root keys sealed to it).
     public let keys: DeviceKeys
 
+    /// An escrow key of these keys (one read from its file, or made for a test).
+    public init(keys: DeviceKeys) { self.keys = keys }
+
     /// The key in `url`, or a new one written there (with its folder, mode 0700) if there is no
     /// file: `created` says which.
     /// - Throws: ``EncryptionError`` `.keyFileUnusable` for a file others can read, of another
