@@ -101,6 +101,7 @@ struct StatusCommand: AsyncParsableCommand {
         do {
             let account = try await SyncClient(server: credentials.server, token: credentials.token).account()
             print("storage:  \(account.usedBytes) of \(account.quotaBytes) bytes used")
+            print("keys:     \(await Self.protection(credentials))")
         } catch let error as SyncClientError {
             print("server:   \(error.code == "unreachable" ? "unreachable" : "refused: \(error.message)")")
             failed = true
@@ -124,6 +125,20 @@ struct StatusCommand: AsyncParsableCommand {
             print("agent:    \(error.message)")
         }
         if failed { throw ExitCode(2) }
+    }
+
+    /// The account's data protection and this device's part in it, in words (the reason when
+    /// it cannot be told).
+    static func protection(_ credentials: UbiquityCredentials) async -> String {
+        do {
+            let status = try await AccountKeys(credentials: credentials, paths: UbiquityPaths()).status()
+            return "\(status.custody == .advanced ? "Advanced" : "Standard") Data Protection, "
+                + (status.holdsCurrentKey ? "this device holds the current key" : "this device does not hold the current key (ubiquity protection status)")
+        } catch let error as KeySetupError {
+            return error.description
+        } catch {
+            return "cannot be checked: \(error)"
+        }
     }
 
     /// Why an item waits, in words.

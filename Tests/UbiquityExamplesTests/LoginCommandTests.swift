@@ -48,7 +48,8 @@ func runUbiquity(_ arguments: [String], environment: [String: String], input: St
         #expect(token.count == 64 && stored?["deviceName"] as? String == "laptop")
 
         let status = try runUbiquity(["status"], environment: home)
-        #expect(status.status == 0 && status.output.contains("account:  ada") && status.output.contains("bytes used"), "\(status.output)")
+        #expect(status.status == 0 && status.output.contains("account:  ada") && status.output.contains("bytes used")
+                    && status.output.contains("keys:     Standard Data Protection, this device holds the current key"), "\(status.output)")
 
         let logout = try runUbiquity(["logout"], environment: home)
         #expect(logout.status == 0 && logout.output.contains("signed out of ada") && !logout.output.contains("this device only"), "\(logout.output)")

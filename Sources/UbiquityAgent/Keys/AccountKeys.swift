@@ -106,7 +106,7 @@ package struct AccountKeys: Sendable {
         var keyring = try loadKeyring()
         let (_, roster, _) = try await read(&keyring)
         try keyring.write(to: keyringURL)
-        guard let roster else { throw KeySetupError(reason: .notInRoster, description: "no device has set up this account's keys yet: `ubiquity login` or the agent does") }
+        guard let roster else { throw KeySetupError(reason: .notInRoster, description: "no device has set up this account's keys yet: `ubiquity login` sets them up") }
         return Self.status(roster, keyring: keyring)
     }
 
