@@ -64,8 +64,11 @@ def wait(condition, what, seconds=30):
 def eventually(condition, what, seconds=60):
     deadline = time.time() + seconds
     while time.time() < deadline:
-        if condition():
-            return
+        try:
+            if condition():
+                return
+        except OSError:
+            pass  # a file the condition reads is not there yet (one of a folder's files arrives before the next)
         time.sleep(0.1)
     fail("waited %ss for %s" % (seconds, what))
 
