@@ -47,16 +47,7 @@ import UbiquityTestSupport
 
     /// Changes the roster in every `GET /v1/keys` answer.
     static func rewriteRoster(_ relay: HostileRelay, _ change: @escaping @Sendable ([Data]) -> [Data]) {
-        relay.tamper.withLock {
-            $0 = { exchange in
-                guard exchange.method == "GET", exchange.path.hasPrefix("/v1/keys"), !exchange.path.hasPrefix("/v1/keys/requests"),
-                      var directory = exchange.decoded(KeyDirectoryResponse.self) else { return exchange }
-                directory.roster = change(directory.roster)
-                var changed = exchange
-                changed.encode(directory)
-                return changed
-            }
-        }
+        relay.rewriteDirectories { $0.roster = change($0.roster) }
     }
 
     /// Expects `ubiquity protection status` on `device` to refuse, naming `words`.
@@ -86,7 +77,7 @@ import UbiquityTestSupport
                           let append = try? JSONDecoder().decode(RosterAppendRequest.self, from: exchange.requestBody) else { return nil }
                     var faked = exchange
                     faked.status = 200
-                    let seen = setup.laptopRelay.exchanges.withLock { $0.last { $0.path.hasPrefix("/v1/keys?") }?.decoded(KeyDirectoryResponse.self) }
+                    let seen = setup.laptopRelay.lastDirectory
                     faked.encode(KeyDirectoryResponse(roster: Array((seen?.roster ?? []).prefix(3)) + append.entries, envelopes: [], escrow: nil))
                     return faked
                 }
@@ -141,19 +132,9 @@ import UbiquityTestSupport
             #expect(try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"]).status == 0)
             let laptopID = try await laptop.identifying()
             let laptopCopy = try await setup.server.envelope(recipient: laptopID, epoch: 1)
-            setup.phoneRelay.tamper.withLock {
-                $0 = { exchange in
-                    guard exchange.path.hasPrefix("/v1/keys?"), var directory = exchange.decoded(KeyDirectoryResponse.self) else { return exchange }
-                    directory.envelopes = directory.envelopes.map { envelope in
-                        var changed = envelope
-                        if envelope.epoch == 1 {
-                            if attack == .envelopeOfAnotherDeviceServed { changed.body = laptopCopy } else { changed.sender = String(repeating: "e", count: 32) }
-                        }
-                        return changed
-                    }
-                    var changed = exchange
-                    changed.encode(directory)
-                    return changed
+            setup.phoneRelay.rewriteDirectories { directory in
+                for index in directory.envelopes.indices where directory.envelopes[index].epoch == 1 {
+                    if attack == .envelopeOfAnotherDeviceServed { directory.envelopes[index].body = laptopCopy } else { directory.envelopes[index].sender = String(repeating: "e", count: 32) }
                 }
             }
             let status = try await phone.running(["protection", "status"])
@@ -166,14 +147,9 @@ import UbiquityTestSupport
             let tablet = Device("tablet", in: setup.dir)
             let relay = try await HostileRelay.start(to: setup.server.base)
             defer { relay.stop() }
-            relay.tamper.withLock {
-                $0 = { exchange in
-                    guard exchange.path == "/v1/keys/requests", var listed = exchange.decoded(KeyRequestsResponse.self) else { return exchange }
-                    listed.requests = listed.requests.map { var request = $0; request.answerer = String(repeating: "f", count: 32); request.answerNonce = Data(repeating: 9, count: 32); return request }
-                    var changed = exchange
-                    changed.encode(listed)
-                    return changed
-                }
+            relay.rewriteRequests { request in
+                request.answerer = String(repeating: "f", count: 32)
+                request.answerNonce = Data(repeating: 9, count: 32)
             }
             let login = try await tablet.loggingIn(relay.base)
             #expect(login.status == 2 && login.output.contains("not a device of the account's roster"), "\(login.output)")
@@ -191,15 +167,7 @@ import UbiquityTestSupport
                 answered = try await laptop.running(["devices", "approve"])
             }
             let shown = try #require(await lines.waitFor(timeout: 20) { $0.contains("devices approve") }, "\(lines.all)")
-            setup.laptopRelay.tamper.withLock {
-                $0 = { exchange in
-                    guard exchange.path == "/v1/keys/requests", var listed = exchange.decoded(KeyRequestsResponse.self) else { return exchange }
-                    listed.requests = listed.requests.map { var request = $0; request.revealNonce = Data(repeating: 7, count: 32); return request }
-                    var changed = exchange
-                    changed.encode(listed)
-                    return changed
-                }
-            }
+            setup.laptopRelay.rewriteRequests { $0.revealNonce = Data(repeating: 7, count: 32) }
             let refused = try await laptop.running(["devices", "approve", String(shown.split(separator: "approve ").last ?? "")])
             #expect(refused.status == 2 && refused.output.contains("no device waiting to join shows the code"), "\(refused.output)")
 
@@ -213,7 +181,7 @@ import UbiquityTestSupport
             relay.intercept.withLock {
                 $0 = { exchange in
                     guard exchange.path == "/v1/keys/join", let join = try? JSONDecoder().decode(JoinRequest.self, from: exchange.requestBody),
-                          let seen = relay.exchanges.withLock({ $0.last { $0.path.hasPrefix("/v1/keys?") }?.decoded(KeyDirectoryResponse.self) }),
+                          let seen = relay.lastDirectory,
                           let last = seen.roster.last.flatMap({ try? RosterEntry(encoded: $0) }),
                           let keys = try? DevicePublicKeys(signing: Array(join.signing), agreement: Array(join.agreement)),
                           let added = try? RosterEntry(.addDevice(keys: keys, name: join.name), after: last, signedBy: forger) else { return nil }
@@ -230,17 +198,9 @@ import UbiquityTestSupport
             // The sealed copy for the recovery key is changed on its way to a device using it.
             let created = try await laptop.running(["recovery-key", "create"])
             let recoveryKey = try #require(created.output.split(separator: "\n").map(String.init).first { $0.split(separator: "-").count == 14 })
-            setup.phoneRelay.tamper.withLock {
-                $0 = { exchange in
-                    guard exchange.path.hasPrefix("/v1/keys?"), var directory = exchange.decoded(KeyDirectoryResponse.self) else { return exchange }
-                    directory.envelopes = directory.envelopes.map { envelope in
-                        var changed = envelope
-                        if envelope.recipient == "recovery" { changed.body[changed.body.count - 1] ^= 1 }
-                        return changed
-                    }
-                    var changed = exchange
-                    changed.encode(directory)
-                    return changed
+            setup.phoneRelay.rewriteDirectories { directory in
+                for index in directory.envelopes.indices where directory.envelopes[index].recipient == "recovery" {
+                    directory.envelopes[index].body[directory.envelopes[index].body.count - 1] ^= 1
                 }
             }
             let used = try await phone.running(["recovery-key", "use"], input: recoveryKey + "\n")
@@ -250,15 +210,7 @@ import UbiquityTestSupport
             // Advanced (epoch 1); the server withholds the phone's key of epoch 1: the phone says
             // it does not hold the current key (and keeps what it had), never that it does.
             #expect(try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"]).status == 0)
-            setup.phoneRelay.tamper.withLock {
-                $0 = { exchange in
-                    guard exchange.path.hasPrefix("/v1/keys?"), var directory = exchange.decoded(KeyDirectoryResponse.self) else { return exchange }
-                    directory.envelopes.removeAll { $0.epoch == 1 }
-                    var changed = exchange
-                    changed.encode(directory)
-                    return changed
-                }
-            }
+            setup.phoneRelay.rewriteDirectories { $0.envelopes.removeAll { $0.epoch == 1 } }
             let status = try await phone.running(["protection", "status"])
             #expect(status.status == 0 && status.output.contains("does not hold the current key") && status.output.contains("epoch:      1"), "\(status.output)")
 
@@ -274,7 +226,7 @@ import UbiquityTestSupport
                 $0 = { exchange in
                     if exchange.path == "/v1/keys/requests", var listed = exchange.decoded(KeyRequestsResponse.self) {
                         // "Answered" by the laptop, so the tablet goes on to wait for its approval.
-                        let seen = relay.exchanges.withLock { $0.last { $0.path.hasPrefix("/v1/keys?") }?.decoded(KeyDirectoryResponse.self) }
+                        let seen = relay.lastDirectory
                         let laptopID = seen?.roster.first.flatMap { try? RosterEntry(encoded: $0) }?.signer
                         listed.requests = listed.requests.map { var request = $0; request.answerer = laptopID; request.answerNonce = Data(repeating: 3, count: 32); return request }
                         var changed = exchange
@@ -303,6 +255,23 @@ import UbiquityTestSupport
             #expect(try await laptop.running(["protection", "status"]).status == 0)
         }
     }
+}
+
+extension HostileRelay {
+    /// From now on, every key directory (`GET /v1/keys`) reaches the device changed by `change`.
+    func rewriteDirectories(_ change: @escaping @Sendable (inout KeyDirectoryResponse) -> Void) {
+        rewrite(KeyDirectoryResponse.self, where: { $0 == "/v1/keys" || $0.hasPrefix("/v1/keys?") }, change)
+    }
+
+    /// From now on, every request to join listed (`GET /v1/keys/requests`) is changed by `change`.
+    func rewriteRequests(_ change: @escaping @Sendable (inout KeyRequestRecord) -> Void) {
+        rewrite(KeyRequestsResponse.self, where: { $0 == "/v1/keys/requests" }) { listed in
+            for index in listed.requests.indices { change(&listed.requests[index]) }
+        }
+    }
+
+    /// The last key directory the server answered.
+    var lastDirectory: KeyDirectoryResponse? { last(KeyDirectoryResponse.self) { $0.hasPrefix("/v1/keys?") } }
 }
 
 extension DataProtectionCommandTests.Device {

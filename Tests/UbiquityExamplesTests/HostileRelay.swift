@@ -70,6 +70,27 @@ final class HostileRelay: Sendable {
     /// Stops relaying.
     func stop() { task.cancel() }
 
+    /// From now on, answers to `method` requests whose path satisfies `matches` reach the client
+    /// decoded as `T`, changed by `change` and encoded again (answers of another shape pass as
+    /// they are).
+    func rewrite<T: Codable & Sendable>(_ type: T.Type, method: String = "GET", where matches: @escaping @Sendable (String) -> Bool,
+                             _ change: @escaping @Sendable (inout T) -> Void) {
+        tamper.withLock {
+            $0 = { exchange in
+                guard exchange.method == method, matches(exchange.path), var value = exchange.decoded(T.self) else { return exchange }
+                change(&value)
+                var changed = exchange
+                changed.encode(value)
+                return changed
+            }
+        }
+    }
+
+    /// The last answer to a request whose path satisfies `matches`, decoded as `T`.
+    func last<T: Decodable>(_ type: T.Type, where matches: (String) -> Bool) -> T? {
+        exchanges.withLock { $0.last { matches($0.path) } }?.decoded(T.self)
+    }
+
     /// Carries every request to the server and the (tampered) answer back.
     struct Forwarding: RouterMiddleware {
         typealias Context = BasicRequestContext
