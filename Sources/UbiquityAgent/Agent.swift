@@ -161,6 +161,8 @@ actor AccountSession {
     let store: AgentStore
     /// The account's containers folder.
     let containersFolder: URL
+    /// The account's keys as this session uses them.
+    let keys: SessionKeys
     /// The account's key-value stores on this device.
     let keyValues: KeyValueSync
     var containers: [String: ContainerSync] = [:]
@@ -201,7 +203,8 @@ actor AccountSession {
         let account = paths.account(credentials.identityToken)
         store = try AgentStore(path: account.appendingPathComponent("agent.sqlite").path)
         containersFolder = account.appendingPathComponent("containers")
-        keyValues = KeyValueSync(client: client, folder: account.appendingPathComponent("kv"), logger: logger)
+        keys = SessionKeys(keys: AccountKeys(credentials: credentials, paths: paths, client: client, logger: logger), deviceName: credentials.deviceName, logger: logger)
+        keyValues = KeyValueSync(client: client, folder: account.appendingPathComponent("kv"), keys: keys, logger: logger)
         (signal, poke) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         (statusChanges, statusChanged) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
@@ -262,6 +265,10 @@ actor AccountSession {
         }
         defer { storeWatcher?.stop() }
         trigger(nil)
+        // The account's keys: set up or joined now if this device signed in before it had any.
+        Task { [keys, logger] in
+            do { _ = try await keys.current() } catch { logger.error("cannot read the account's keys", metadata: ["error": "\(error)"]) }
+        }
         await keyValues.trigger(nil)
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.rounds() }
@@ -462,7 +469,7 @@ actor AccountSession {
                 statuses.append(await sync.containerStatus(root: paths.container(identifier, account: credentials.identityToken)))
             }
             return AgentResponse(status: AgentStatus(account: credentials.account, server: credentials.server.absoluteString, connected: connected,
-                                                     greedy: configuration.greedy, containers: statuses))
+                                                     greedy: configuration.greedy, containers: statuses, keyValueErrors: await keyValues.errors))
         case .list:
             guard let identifier = request.container else { throw ContainerSyncError("list needs a container", code: .badRequest) }
             guard let sync = containers[identifier] else { throw ContainerSyncError("\(identifier) is not a container kept here", code: .unknownContainer) }

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import UbiquityClient
+import UbiquityKeys
 import UbiquityProtocol
 
 /// Keeps the account's key-value stores on this device (`ACCOUNT/kv/STORE.json`, written by
@@ -8,10 +9,22 @@ import UbiquityProtocol
 /// the values set here, brings other devices' changes, and records in the file what changed
 /// and why, so apps announce it. A store syncs when an app writes it, when the server pushes
 /// a change, when the push connection (re)connects, and at each periodic rescan.
+///
+/// When the device holds the account's keys, what goes up is sealed (each key's name a keyed
+/// tag, each value and removal sealed to its store, name and version) and what comes down is
+/// opened and checked before the file changes: a change that does not open, or is older than
+/// one this device already took for that key (a replay), is refused and logged, and the file
+/// keeps what it had. Plaintext values left by older builds are taken under Standard and sealed
+/// again in their place; under Advanced they are refused.
 actor KeyValueSync {
     let client: SyncClient
     let folder: URL
     let logger: Logger
+    /// The account's keys (nil: values go as they are, as for an account that has none).
+    let keys: SessionKeys?
+    /// Per store, the highest version taken of each key (by its tag), so that an older change
+    /// served again is refused: `ACCOUNT/kv-seen/STORE.json`.
+    let seenFolder: URL
     private var due: Set<String> = []
     private var all = false
     private let signal: AsyncStream<Void>
@@ -19,9 +32,11 @@ actor KeyValueSync {
     /// The last failure per store, for `ubiquity status`.
     private(set) var errors: [String: String] = [:]
 
-    init(client: SyncClient, folder: URL, logger: Logger) {
+    init(client: SyncClient, folder: URL, keys: SessionKeys?, logger: Logger) {
         self.client = client
         self.folder = folder
+        self.keys = keys
+        seenFolder = folder.deletingLastPathComponent().appendingPathComponent("kv-seen")
         self.logger = logger
         (signal, poke) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
@@ -46,8 +61,8 @@ actor KeyValueSync {
             all = false
             for store in stores.sorted() where FileManager.default.fileExists(atPath: KeyValueStoreFile.url(store, in: folder).path) {
                 do {
-                    try await sync(store)
-                    errors[store] = nil
+                    let refusals = try await sync(store)
+                    errors[store] = refusals.isEmpty ? nil : "refused \(refusals.count) change\(refusals.count == 1 ? "" : "s") the server sent: \(refusals[0])"
                 } catch {
                     errors[store] = "\(error)"
                     logger.warning("key-value store sync failed", metadata: ["store": "\(store)", "error": "\(error)"])
@@ -65,24 +80,52 @@ actor KeyValueSync {
     }
 
     /// One store: its pending values up, the server's changes down.
-    func sync(_ store: String) async throws {
+    /// - Returns: The server's changes refused (each already logged).
+    @discardableResult
+    func sync(_ store: String) async throws -> [EncryptionError] {
+        do {
+            return try await sync(store, codec: KeyValueCodec(state: keys?.current() ?? .plain, store: store, seen: seenFolder, logger: logger))
+        } catch is KeyValueCodec.EpochNotHeld {
+            // A change of an epoch this device does not hold yet: the roster is read again, and
+            // what still does not open is refused.
+            var codec = try await KeyValueCodec(state: keys?.current(refresh: true) ?? .plain, store: store, seen: seenFolder, logger: logger)
+            codec.refusesUnheldEpochs = true
+            return try await sync(store, codec: codec)
+        }
+    }
+
+    private func sync(_ store: String, codec: KeyValueCodec) async throws -> [EncryptionError] {
+        var codec = codec
         let local = KeyValueStoreFile.read(store, in: folder)
         let pending = local.entries.filter(\.value.pending)
         if !pending.isEmpty {
-            let changes = pending.map { KeyValueChange(key: $0.key, value: $0.value.value, timestamp: $0.value.timestamp) }.sorted { $0.key < $1.key }
+            let changes = try pending.map { try codec.change(key: $0.key, value: $0.value.value, timestamp: $0.value.timestamp) }.sorted { $0.key < $1.key }
             do {
+                // The server cannot read sealed values: Apple's limits are checked here.
+                if codec.sealing, let reason = KeyValueLimits.exceeded(by: local.entries.compactMapValues(\.value)) {
+                    throw SyncClientError(status: 413, code: "keyValueQuotaViolation", message: reason)
+                }
                 let answer = try await client.applyKeyValues(store: store, changes: changes)
-                try record(store, answer.entries, sent: pending, reason: NSUbiquitousKeyValueStoreServerChange)
+                try record(store, codec.open(answer.entries), sent: pending, reason: NSUbiquitousKeyValueStoreServerChange)
             } catch let error as SyncClientError where error.code == "keyValueQuotaViolation" {
                 // Refused: the store takes the server's values for those keys back.
-                logger.warning("the server refused key-value changes past the limits", metadata: ["store": "\(store)", "error": "\(error.message)"])
+                logger.warning("key-value changes past the limits were refused", metadata: ["store": "\(store)", "error": "\(error.message)"])
                 let server = try await client.keyValues(store: store, since: 0)
-                try refuse(store, sent: pending, server: server.entries)
+                try refuse(store, sent: pending, server: codec.open(server.entries))
             }
         }
         let cursor = KeyValueStoreFile.read(store, in: folder).cursor
         let answer = try await client.keyValues(store: store, since: cursor)
-        try record(store, answer.entries, sent: [:], reason: NSUbiquitousKeyValueStoreServerChange, sequence: answer.sequence)
+        try record(store, codec.open(answer.entries), sent: [:], reason: NSUbiquitousKeyValueStoreServerChange, sequence: answer.sequence)
+        // Plaintext values an older build left: sealed again in their place, their plaintext removed.
+        let upgrade = try codec.upgrades()
+        if !upgrade.isEmpty {
+            let answer = try await client.applyKeyValues(store: store, changes: upgrade)
+            try record(store, codec.open(answer.entries), sent: [:], reason: NSUbiquitousKeyValueStoreServerChange)
+            logger.info("sealed the plaintext values an older build left", metadata: ["store": "\(store)", "values": "\(upgrade.count / 2)"])
+        }
+        try codec.saveSeen()
+        return codec.refusals
     }
 
     /// Takes the server's entries into the file: a key set here later than the server's value

@@ -132,14 +132,17 @@ public struct AgentStatus: Codable, Sendable, Equatable {
     public var greedy: Bool
     /// The containers kept in step.
     public var containers: [ContainerStatus]
+    /// Problems with key-value stores, by store (nil from an agent older than this field).
+    public var keyValueErrors: [String: String]?
 
     /// Creates a status.
-    public init(account: String?, server: String?, connected: Bool, greedy: Bool, containers: [ContainerStatus]) {
+    public init(account: String?, server: String?, connected: Bool, greedy: Bool, containers: [ContainerStatus], keyValueErrors: [String: String]? = nil) {
         self.account = account
         self.server = server
         self.connected = connected
         self.greedy = greedy
         self.containers = containers
+        self.keyValueErrors = keyValueErrors
     }
 }
 

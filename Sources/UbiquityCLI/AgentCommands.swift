@@ -121,6 +121,7 @@ struct StatusCommand: AsyncParsableCommand {
                     print("    … \(count - (container.pending?.count ?? 0)) more pending")
                 }
             }
+            for (store, error) in (status.keyValueErrors ?? [:]).sorted(by: { $0.key < $1.key }) { print("  key-value store \(store): \(error)") }
         } catch let error as AgentError {
             print("agent:    \(error.message)")
         }

@@ -50,19 +50,35 @@ public indirect enum PropertyListValue: Codable, Sendable, Equatable {
 }
 
 /// One key's change: a new value, or nil to remove it, stamped by the device.
+///
+/// An account whose devices hold its keys sends sealed changes instead: `key` is the key's
+/// keyed tag, `value` is nil, `sealed` holds the value or the removal sealed on the device, and
+/// `removed` says which, so that the server counts keys without reading them.
 public struct KeyValueChange: Codable, Sendable, Equatable {
-    /// The key (at most 64 bytes of UTF-8).
+    /// The key (at most 64 bytes of UTF-8), or its tag for a sealed change.
     public var key: String
-    /// The new value, or nil to remove the key.
+    /// The new value, or nil to remove the key (always nil for a sealed change).
     public var value: PropertyListValue?
     /// When the device made the change (seconds since 1970); the most recent change wins.
     public var timestamp: Double
+    /// The change sealed on the device (an encrypted account), or nil.
+    public var sealed: Data?
+    /// For a sealed change: whether it removes the key.
+    public var removed: Bool?
 
     /// Creates a change.
     public init(key: String, value: PropertyListValue?, timestamp: Double) {
         self.key = key
         self.value = value
         self.timestamp = timestamp
+    }
+
+    /// Creates a sealed change.
+    public init(key: String, sealed: Data, removed: Bool, timestamp: Double) {
+        self.key = key
+        self.timestamp = timestamp
+        self.sealed = sealed
+        self.removed = removed
     }
 }
 
@@ -75,12 +91,16 @@ public struct KeyValueUpdate: Codable, Sendable {
     public init(changes: [KeyValueChange]) { self.changes = changes }
 }
 
-/// A key as the server has it (value nil: removed).
+/// A key as the server has it (value nil and nothing sealed: removed).
 public struct KeyValueEntry: Codable, Sendable, Equatable {
-    /// The key.
+    /// The key (its tag, for a sealed entry).
     public var key: String
-    /// Its value, or nil if it was removed.
+    /// Its value, or nil if it was removed or is sealed.
     public var value: PropertyListValue?
+    /// The winning change as its device sealed it (an encrypted account), or nil.
+    public var sealed: Data?
+    /// For a sealed entry: whether it is a removal.
+    public var removed: Bool?
     /// The winning change's timestamp.
     public var timestamp: Double
     /// The device that made it.
@@ -123,6 +143,13 @@ public enum KeyValueLimits {
     public static let maximumValueBytes = 1_048_576
     /// At most this many bytes of UTF-8 per key.
     public static let maximumKeyBytes = 64
+
+    /// The most bytes a sealed value may take: what sealing adds (padding, at most an eighth, the
+    /// key inside, the seal) to the largest value. Devices check Apple's limits on the values
+    /// themselves; the server, which cannot read them, allows this much.
+    public static let maximumSealedValueBytes = maximumValueBytes + maximumValueBytes / 8 + 256
+    /// The most bytes a store of sealed values may take, by the same reckoning.
+    public static let maximumSealedTotalBytes = maximumTotalBytes + maximumTotalBytes / 8 + maximumKeys * 256
 
     /// The bytes a key and value count for: the key's UTF-8 plus the value's JSON.
     public static func size(key: String, value: PropertyListValue) throws -> Int {

@@ -19,11 +19,14 @@ import UbiquityProtocol
         let best = Mutex<Int64>(0)
         let heard = Mutex<[(reason: Int, keys: [String])]>([])
         let observer = Mutex<ObserverToken?>(nil)
+        /// The account's keys as this device's sync reads them (nil: it holds none).
+        let keys: SessionKeys?
 
-        init(kv: NSUbiquitousKeyValueStore, sync: KeyValueSync, folder: URL) {
+        init(kv: NSUbiquitousKeyValueStore, sync: KeyValueSync, folder: URL, keys: SessionKeys? = nil) {
             self.kv = kv
             self.sync = sync
             self.folder = folder
+            self.keys = keys
             // The app-side resolution the guide describes: the highest level must never go
             // backwards, whatever another device last wrote.
             let token = NotificationCenter.default.addObserver(forName: NSUbiquitousKeyValueStore.didChangeExternallyNotification, object: kv, queue: nil) { [weak self] notification in
@@ -55,15 +58,20 @@ import UbiquityProtocol
         func file(_ store: String) -> KeyValueStoreFile { KeyValueStoreFile.read(store, in: folder) }
     }
 
-    func device(_ name: String, base: URL, dir: String) async throws -> Device {
+    /// A device signed in to the account; `sealed`: it holds the account's keys (set up or
+    /// joined by the escrow on its first sync, as the agent does), else it sends values as an
+    /// older build did.
+    func device(_ name: String, base: URL, dir: String, sealed: Bool = true) async throws -> Device {
         let root = URL(fileURLWithPath: dir).appendingPathComponent(name)
         let paths = UbiquityPaths(configuration: root.appendingPathComponent("config"), data: root.appendingPathComponent("data"))
         let credentials = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: name, savingTo: paths)
         let containers = UbiquityContainers(paths: paths, entitlements: UbiquityEntitlements(containers: [], keyValueStore: game))
         let folder = paths.account(credentials.identityToken).appendingPathComponent("kv")
+        let client = SyncClient(server: base, token: credentials.token)
+        let keys = sealed ? SessionKeys(keys: AccountKeys(credentials: credentials, paths: paths, client: client), deviceName: name, logger: Logger(label: "test")) : nil
         return Device(kv: NSUbiquitousKeyValueStore(identifier: game, containers: containers),
-                      sync: KeyValueSync(client: SyncClient(server: base, token: credentials.token), folder: folder, logger: Logger(label: "test")),
-                      folder: folder)
+                      sync: KeyValueSync(client: client, folder: folder, keys: keys, logger: Logger(label: "test")),
+                      folder: folder, keys: keys)
     }
 
     @Test func theHighestLevelNeverGoesBackwards() async throws {

@@ -70,18 +70,36 @@ import Testing
         #expect(key.nameClashTag("Trip.txt", parent: "f") != AccountRootKey(epoch: 3).recordKey(container: "A.com.example.notes").nameClashTag("Trip.txt", parent: "f"))
     }
 
-    @Test func aKeyValueValueIsBoundToItsKeyAndAnOldOneIsNotTakenAgain() throws {
-        let keys = root.keyValueKeys(store: "A.com.example.game")
-        #expect(keys.storedName(of: "highestLevel") == keys.storedName(of: "highestLevel"))
-        #expect(keys.storedName(of: "highestLevel").count == 43 && !keys.storedName(of: "highestLevel").contains("highest"))
-        let seven = try keys.seal(Data("7".utf8), key: "highestLevel", version: 7)
-        let eight = try keys.seal(Data("8".utf8), key: "highestLevel", version: 8)
-        #expect(try keys.open(eight, key: "highestLevel", newerThan: 7).value == Data("8".utf8))
-        refused(.replayed) { try keys.open(seven, key: "highestLevel", newerThan: 8) }
-        refused(.authenticationFailed) { try keys.open(seven, key: "player") }
+    @Test func aKeyValueChangeIsBoundToItsNameStoreAndVersionAndNamesOutliveEpochs() throws {
+        let first = AccountRootKey(epoch: 0), second = AccountRootKey(epoch: 1)
+        let before = try KeyValueKeys(store: "A.com.example.game", rootKeys: [first])
+        let keys = try KeyValueKeys(store: "A.com.example.game", rootKeys: [first, second])
+        #expect(keys.epoch == 1)
+        let name = keys.storedName(of: "highestLevel")
+        #expect(name == before.storedName(of: "highestLevel"), "a new epoch renames nothing")
+        #expect(name.count == 43 && !name.contains("highest"))
+        let (storedName, seven) = try keys.seal(key: "highestLevel", value: Data("7".utf8), version: 7)
+        #expect(storedName == name)
+        #expect(try keys.open(seven, storedName: name) == .init(key: "highestLevel", value: Data("7".utf8), version: 7))
+        // An older epoch's change still opens; one of an epoch not held does not.
+        let (_, old) = try before.seal(key: "highestLevel", value: Data("6".utf8), version: 6)
+        #expect(try keys.open(old, storedName: name).version == 6)
+        refused(.authenticationFailed) { try before.open(seven, storedName: name) }
+        // Moved to another key, another store, or its version raised: refused.
+        refused(.authenticationFailed) { try keys.open(seven, storedName: keys.storedName(of: "player")) }
+        let other = try KeyValueKeys(store: "A.com.example.other", rootKeys: [first, second])
+        refused(.authenticationFailed) { try other.open(seven, storedName: other.storedName(of: "highestLevel")) }
         var lied = seven
         lied[SealedHeader.size + 7] = 9 // the version in the clear, raised
-        refused(.authenticationFailed) { try keys.open(lied, key: "highestLevel", newerThan: 8) }
+        refused(.authenticationFailed) { try keys.open(lied, storedName: name) }
+        // A removal is sealed too, and small.
+        let (_, removal) = try keys.seal(key: "highestLevel", value: nil, version: 8)
+        #expect(try keys.open(removal, storedName: name) == .init(key: "highestLevel", value: nil, version: 8))
+        #expect(removal.count <= KeyValueKeys.maximumSealedRemoval)
+        let (_, longest) = try keys.seal(key: String(repeating: "k", count: 64), value: nil, version: 8)
+        #expect(longest.count <= KeyValueKeys.maximumSealedRemoval)
+        // Without the first epoch's key there are no names.
+        #expect(throws: EncryptionError.self) { try KeyValueKeys(store: "A.com.example.game", rootKeys: [second]) }
     }
 
     @Test func paddingHidesExactSizesWithinTwoPercentFromOneMebibyte() {

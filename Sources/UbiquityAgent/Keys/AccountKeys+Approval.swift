@@ -24,6 +24,10 @@ extension AccountKeys {
     @discardableResult
     package func joinByCode(deviceName: String, timeout: Duration = .seconds(600), poll: Duration = .milliseconds(500),
                             answered: @Sendable (PendingJoin) -> Void) async throws -> ProtectionStatus {
+        try await holdingKeyringLock { try await joinByCodeHoldingLock(deviceName: deviceName, timeout: timeout, poll: poll, answered: answered) }
+    }
+
+    private func joinByCodeHoldingLock(deviceName: String, timeout: Duration, poll: Duration, answered: @Sendable (PendingJoin) -> Void) async throws -> ProtectionStatus {
         var keyring = try loadKeyring()
         try keyring.write(to: keyringURL) // the keys the request names are the ones this device keeps
         let keys = keyring.device.publicKeys

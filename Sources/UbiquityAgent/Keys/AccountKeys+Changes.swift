@@ -11,6 +11,11 @@ extension AccountKeys {
     @discardableResult
     func change(_ changes: @escaping (Roster, Keyring) throws -> [RosterChange],
                 envelopes: (Roster, Keyring) throws -> [KeyEnvelopeRecord] = { _, _ in [] }) async throws -> (Roster, Keyring) {
+        try await holdingKeyringLock { try await changeHoldingLock(changes, envelopes: envelopes) }
+    }
+
+    private func changeHoldingLock(_ changes: @escaping (Roster, Keyring) throws -> [RosterChange],
+                                   envelopes: (Roster, Keyring) throws -> [KeyEnvelopeRecord]) async throws -> (Roster, Keyring) {
         var keyring = try loadKeyring()
         for _ in 0..<5 {
             let (entries, read, _) = try await self.read(&keyring)
@@ -119,6 +124,10 @@ extension AccountKeys {
     ///   is not it; ``EncryptionError`` when a sealed key does not open.
     @discardableResult
     package func useRecoveryKey(_ recoveryKey: RecoveryKey, deviceName: String) async throws -> ProtectionStatus {
+        try await holdingKeyringLock { try await useRecoveryKeyHoldingLock(recoveryKey, deviceName: deviceName) }
+    }
+
+    private func useRecoveryKeyHoldingLock(_ recoveryKey: RecoveryKey, deviceName: String) async throws -> ProtectionStatus {
         var keyring = try loadKeyring()
         let signer = recoveryKey.deviceKeys(account: account)
         for _ in 0..<5 {

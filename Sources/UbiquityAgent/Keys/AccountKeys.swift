@@ -44,6 +44,8 @@ package struct KeySetupError: Error, CustomStringConvertible, Equatable {
         case noCurrentKey
         /// The account has no recovery key, or this one is not it.
         case noRecoveryKey
+        /// Another process is changing this device's keys.
+        case busy
     }
 
     /// What stands in the way.
@@ -103,6 +105,10 @@ package struct AccountKeys: Sendable {
 
     /// Where the device stands, after reading the roster (and taking any keys sealed to it).
     package func status() async throws -> ProtectionStatus {
+        try await holdingKeyringLock(waiting: .seconds(5)) { try await statusHoldingLock() }
+    }
+
+    private func statusHoldingLock() async throws -> ProtectionStatus {
         var keyring = try loadKeyring()
         let (_, roster, _) = try await read(&keyring)
         try keyring.write(to: keyringURL)
@@ -124,6 +130,11 @@ package struct AccountKeys: Sendable {
     /// - Throws: ``KeySetupError`` `.needsApproval` under Advanced; the server's and the roster's refusals.
     @discardableResult
     package func setUp(deviceName: String) async throws -> ProtectionStatus {
+        try await holdingKeyringLock { try await setUpHoldingLock(deviceName: deviceName) }
+    }
+
+    /// ``setUp(deviceName:)``, the keyring's lock held.
+    func setUpHoldingLock(deviceName: String) async throws -> ProtectionStatus {
         var keyring = try loadKeyring()
         for _ in 0..<5 {
             let (_, roster, directory) = try await read(&keyring)

@@ -53,14 +53,36 @@ public struct EscrowKey: Sendable {
         }
         let entry: RosterEntry? = roster.members[device.deviceIdentifier] == nil
             ? try RosterEntry(.addDevice(keys: device, name: name), after: entries.last, signedBy: keys) : nil
-        var sealed: [(epoch: UInt32, body: Data)] = []
-        for envelope in envelopes {
-            guard let sender = roster.everyDevice[envelope.sender] else { continue } // sealed by no device of the roster: not trusted
-            let root = try KeyEnvelope.open(envelope.body, account: account, recipient: keys, sender: sender)
-            guard root.epoch == envelope.epoch else { throw EncryptionError(.authenticationFailed, "an escrow envelope filed under epoch \(envelope.epoch) holds epoch \(root.epoch)") }
-            sealed.append((root.epoch, try KeyEnvelope.seal(root, account: account, to: device, from: keys)))
+        let sealed = try open(envelopes, roster: roster, account: account).map { root in
+            (root.epoch, try KeyEnvelope.seal(root, account: account, to: device, from: keys))
         }
         return (entry, sealed)
+    }
+
+    /// The root keys the escrow holds for an account under Standard: what the server opens
+    /// values with for the web interface (never stored, never logged).
+    /// - Parameters:
+    ///   - entries: The account's roster entries, in order.
+    ///   - envelopes: The escrow's envelopes, by epoch, each with its sender.
+    ///   - account: The account's identity.
+    /// - Throws: ``EncryptionError``: the roster's refusal, `.rosterRuleBroken` under Advanced or
+    ///   for another escrow, `.authenticationFailed` for an envelope that does not open.
+    public func rootKeys(roster entries: [RosterEntry], envelopes: [(epoch: UInt32, sender: String, body: Data)], account: String) throws -> [AccountRootKey] {
+        let roster = try Roster.verify(entries)
+        guard roster.custody == .standard, roster.escrow == publicKeys else {
+            throw EncryptionError(.rosterRuleBroken, "the account's keys are not in this server's escrow")
+        }
+        return try open(envelopes, roster: roster, account: account)
+    }
+
+    /// The envelopes sealed to the escrow by devices the roster vouches for, opened.
+    private func open(_ envelopes: [(epoch: UInt32, sender: String, body: Data)], roster: Roster, account: String) throws -> [AccountRootKey] {
+        try envelopes.compactMap { envelope in
+            guard let sender = roster.everyDevice[envelope.sender] else { return nil } // sealed by no device of the roster: not trusted
+            let root = try KeyEnvelope.open(envelope.body, account: account, recipient: keys, sender: sender)
+            guard root.epoch == envelope.epoch else { throw EncryptionError(.authenticationFailed, "an escrow envelope filed under epoch \(envelope.epoch) holds epoch \(root.epoch)") }
+            return root
+        }
     }
 
     /// The recipient name of envelopes sealed to the escrow.

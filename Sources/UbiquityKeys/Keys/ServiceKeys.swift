@@ -64,11 +64,6 @@ public struct AccountRootKey: Sendable {
         DatabaseLogKey(key: derive(.databaseLog, scope: container + "\u{0}" + database), epoch: epoch)
     }
 
-    /// The keys of a key-value store.
-    /// - Parameter store: The store's identifier.
-    public func keyValueKeys(store: String) -> KeyValueKeys {
-        KeyValueKeys(name: derive(.keyValueName, scope: store), value: derive(.keyValueValue, scope: store), epoch: epoch)
-    }
 }
 
 /// What a derived key is for: each its own label, never shared.

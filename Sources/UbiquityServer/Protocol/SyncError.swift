@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityKeys
 import UbiquityProtocol
 import GRDB
 import Hummingbird
@@ -176,6 +177,23 @@ enum Validate {
             if let value = change.value, try KeyValueLimits.size(key: change.key, value: value) > KeyValueLimits.maximumValueBytes {
                 throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a value is at most \(KeyValueLimits.maximumValueBytes) bytes")
             }
+            try sealedKeyValue(change)
+        }
+    }
+
+    /// A sealed key-value change: no value beside it, whether it removes the key said, a removal
+    /// small and a value within what sealing adds to Apple's limit.
+    static func sealedKeyValue(_ change: KeyValueChange) throws {
+        guard let sealed = change.sealed else {
+            guard change.removed == nil else { throw SyncError.badRequest("invalidKeyValue", "removed goes with a sealed change") }
+            return
+        }
+        guard change.value == nil, let removed = change.removed else {
+            throw SyncError.badRequest("invalidKeyValue", "a sealed change has no value beside it and says whether it removes the key")
+        }
+        let limit = removed ? KeyValueKeys.maximumSealedRemoval : KeyValueLimits.maximumSealedValueBytes
+        guard sealed.count <= limit else {
+            throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a sealed \(removed ? "removal" : "value") is at most \(limit) bytes")
         }
     }
 
@@ -232,13 +250,14 @@ extension KeyValueLimits {
     }
 
     /// Throws `keyValueQuotaViolation` (413) unless a store of `keys` keys and `bytes` bytes is
-    /// within Apple's limits.
-    static func checkStore(keys: Int, bytes: Int) throws {
+    /// within Apple's limits (`sealed`: with what sealing adds, which devices check themselves).
+    static func checkStore(keys: Int, bytes: Int, sealed: Bool = false) throws {
         guard keys <= maximumKeys else {
             throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a key-value store holds at most \(maximumKeys) keys; this would make \(keys)")
         }
-        guard bytes <= maximumTotalBytes else {
-            throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a key-value store holds at most \(maximumTotalBytes) bytes; this would make \(bytes)")
+        let limit = sealed ? maximumSealedTotalBytes : maximumTotalBytes
+        guard bytes <= limit else {
+            throw SyncError(.contentTooLarge, "keyValueQuotaViolation", "a key-value store holds at most \(limit) bytes; this would make \(bytes)")
         }
     }
 }

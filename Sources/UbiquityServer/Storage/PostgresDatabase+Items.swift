@@ -331,15 +331,15 @@ extension PostgresDatabase {
     }
 
     static func keyValueEntries(_ db: PostgresConnection, storeId: Int64, since: Int64) async throws -> [KeyValueEntry] {
-        try await db.rows("SELECT key, value, timestamp, device_name, sequence FROM kv WHERE store_id = \(storeId) AND sequence > \(since) ORDER BY sequence, key")
+        try await db.rows("SELECT key, value, sealed, timestamp, device_name, sequence FROM kv WHERE store_id = \(storeId) AND sequence > \(since) ORDER BY sequence, key")
             .map(keyValueEntry)
     }
 
-    /// A key-value entry from its row (key, value, timestamp, device_name, sequence).
+    /// A key-value entry from its row (key, value, sealed, timestamp, device_name, sequence).
     static func keyValueEntry(_ row: PostgresRandomAccessRow) throws -> KeyValueEntry {
-        let value = try row.get("value", as: ByteBuffer?.self)
-        return KeyValueEntry(key: try row.get("key"), value: try value.map { try JSONDecoder().decode(PropertyListValue.self, from: Data($0.readableBytesView)) },
-                             timestamp: try row.get("timestamp"), deviceName: try row.get("device_name"), sequence: try row.get("sequence"))
+        try KeyValueEntry(stored: try row.get("value", as: ByteBuffer?.self).map { Data($0.readableBytesView) },
+                          sealed: try row.get("sealed", as: ByteBuffer?.self).map { Data($0.readableBytesView) },
+                          key: try row.get("key"), timestamp: try row.get("timestamp"), deviceName: try row.get("device_name"), sequence: try row.get("sequence"))
     }
 
     // MARK: Helpers

@@ -319,13 +319,17 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
             .map { (try $0.get("timestamp"), try $0.get("device_id"), try $0.get("size")) }
     }
 
-    func setKeyValue(store: Int64, key: String, value: Data?, size: Int64, timestamp: Double, device: DeviceAuth, sequence: Int64) async throws {
+    func setKeyValue(store: Int64, key: String, value: Data?, sealed: Data?, size: Int64, timestamp: Double, device: DeviceAuth, sequence: Int64) async throws {
         try await db.rows("""
-            INSERT INTO kv (store_id, key, value, size, timestamp, device_id, device_name, sequence)
-            VALUES (\(store), \(key), \(value), \(size), \(timestamp), \(device.deviceId), \(device.deviceName), \(sequence))
-            ON CONFLICT (store_id, key) DO UPDATE SET value = excluded.value, size = excluded.size, timestamp = excluded.timestamp,
+            INSERT INTO kv (store_id, key, value, sealed, size, timestamp, device_id, device_name, sequence)
+            VALUES (\(store), \(key), \(value), \(sealed), \(size), \(timestamp), \(device.deviceId), \(device.deviceName), \(sequence))
+            ON CONFLICT (store_id, key) DO UPDATE SET value = excluded.value, sealed = excluded.sealed, size = excluded.size, timestamp = excluded.timestamp,
                 device_id = excluded.device_id, device_name = excluded.device_name, sequence = excluded.sequence
             """)
+    }
+
+    func purgePlaintextRemovals(store: Int64) async throws {
+        try await db.rows("DELETE FROM kv WHERE store_id = \(store) AND value IS NULL AND sealed IS NULL")
     }
 
     func keyValueTotals(store: Int64) async throws -> (keys: Int, bytes: Int64) {
@@ -335,7 +339,7 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
 
     func keyValueEntries(store: Int64, keys: Set<String>) async throws -> [KeyValueEntry] {
         try await db.rows("""
-            SELECT key, value, timestamp, device_name, sequence FROM kv WHERE store_id = \(store) AND key = ANY(\(keys.sorted())::TEXT[]) ORDER BY sequence, key
+            SELECT key, value, sealed, timestamp, device_name, sequence FROM kv WHERE store_id = \(store) AND key = ANY(\(keys.sorted())::TEXT[]) ORDER BY sequence, key
             """).map(PostgresDatabase.keyValueEntry)
     }
 }

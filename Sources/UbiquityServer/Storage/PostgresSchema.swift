@@ -175,6 +175,9 @@ extension PostgresDatabase {
             """,
             "CREATE INDEX key_request_account ON key_request(account_id, created)",
         ]),
+        // Sealed key-value changes (issue 45): the change as its device sealed it; `value` is
+        // then empty for a value and NULL for a removal, as before.
+        ("v12-sealed-key-values", ["ALTER TABLE kv ADD COLUMN sealed BYTEA"]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

@@ -100,7 +100,9 @@ protocol RuleStorage {
     /// The stamp (timestamp and device) and size of the key's entry.
     func keyValueEntry(store: Int64, key: String) async throws -> (timestamp: Double, device: String, size: Int64)?
     /// Writes the key's entry (a nil value removes it, leaving a marker).
-    func setKeyValue(store: Int64, key: String, value: Data?, size: Int64, timestamp: Double, device: DeviceAuth, sequence: Int64) async throws
+    func setKeyValue(store: Int64, key: String, value: Data?, sealed: Data?, size: Int64, timestamp: Double, device: DeviceAuth, sequence: Int64) async throws
+    /// Deletes the store's plaintext removals (rows with neither a value nor a sealed change).
+    func purgePlaintextRemovals(store: Int64) async throws
     /// The store's live keys and bytes.
     func keyValueTotals(store: Int64) async throws -> (keys: Int, bytes: Int64)
     /// The store's entries for `keys`.

@@ -402,12 +402,16 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
             .map { ($0["timestamp"], $0["deviceId"], $0["size"]) }
     }
 
-    func setKeyValue(store: Int64, key: String, value: Data?, size: Int64, timestamp: Double, device: DeviceAuth, sequence: Int64) throws {
+    func setKeyValue(store: Int64, key: String, value: Data?, sealed: Data?, size: Int64, timestamp: Double, device: DeviceAuth, sequence: Int64) throws {
         try db.cachedStatement(sql: """
-            INSERT INTO kv (storeId, key, value, size, timestamp, deviceId, deviceName, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-            ON CONFLICT(storeId, key) DO UPDATE SET value = excluded.value, size = excluded.size, timestamp = excluded.timestamp,
+            INSERT INTO kv (storeId, key, value, sealed, size, timestamp, deviceId, deviceName, sequence) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+            ON CONFLICT(storeId, key) DO UPDATE SET value = excluded.value, sealed = excluded.sealed, size = excluded.size, timestamp = excluded.timestamp,
                 deviceId = excluded.deviceId, deviceName = excluded.deviceName, sequence = excluded.sequence
-            """).execute(arguments: [store, key, value, size, timestamp, device.deviceId, device.deviceName, sequence])
+            """).execute(arguments: [store, key, value, sealed, size, timestamp, device.deviceId, device.deviceName, sequence])
+    }
+
+    func purgePlaintextRemovals(store: Int64) throws {
+        try db.cachedStatement(sql: "DELETE FROM kv WHERE storeId = ? AND value IS NULL AND sealed IS NULL").execute(arguments: [store])
     }
 
     func keyValueTotals(store: Int64) throws -> (keys: Int, bytes: Int64) {
@@ -417,7 +421,7 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
 
     func keyValueEntries(store: Int64, keys: Set<String>) throws -> [KeyValueEntry] {
         try keys.sorted().compactMap { key in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT key, value, timestamp, deviceName, sequence FROM kv WHERE storeId = ? AND key = ?"),
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT key, value, sealed, timestamp, deviceName, sequence FROM kv WHERE storeId = ? AND key = ?"),
                              arguments: [store, key])
         }.sorted { ($0["sequence"] as Int64, $0["key"] as String) < ($1["sequence"] as Int64, $1["key"] as String) }.map(SQLiteDatabase.keyValueEntry)
     }

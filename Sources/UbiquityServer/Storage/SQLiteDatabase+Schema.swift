@@ -246,6 +246,11 @@ extension SQLiteDatabase {
                 CREATE INDEX keyRequest_account ON keyRequest(accountId, created);
                 """)
         }
+        migrator.registerMigration("v19-sealed-key-values") { db in
+            // Sealed key-value changes (issue 45): the change as its device sealed it; `value`
+            // is then empty for a value and NULL for a removal, as before.
+            try db.execute(sql: "ALTER TABLE kv ADD COLUMN sealed BLOB")
+        }
         return migrator
     }
 }

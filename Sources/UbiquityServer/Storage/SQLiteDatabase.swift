@@ -322,15 +322,13 @@ final class SQLiteDatabase: SyncDatabase {
     }
 
     static func keyValueEntries(_ db: Database, storeId: Int64, since: Int64) throws -> [KeyValueEntry] {
-        try Row.fetchAll(db.cachedStatement(sql: "SELECT key, value, timestamp, deviceName, sequence FROM kv WHERE storeId = ? AND sequence > ? ORDER BY sequence, key"),
+        try Row.fetchAll(db.cachedStatement(sql: "SELECT key, value, sealed, timestamp, deviceName, sequence FROM kv WHERE storeId = ? AND sequence > ? ORDER BY sequence, key"),
                          arguments: [storeId, since]).map(keyValueEntry)
     }
 
-    /// A key-value entry from its row (key, value, timestamp, deviceName, sequence).
+    /// A key-value entry from its row (key, value, sealed, timestamp, deviceName, sequence).
     static func keyValueEntry(_ row: Row) throws -> KeyValueEntry {
-        let value: Data? = row["value"]
-        return KeyValueEntry(key: row["key"], value: try value.map { try JSONDecoder().decode(PropertyListValue.self, from: $0) },
-                             timestamp: row["timestamp"], deviceName: row["deviceName"], sequence: row["sequence"])
+        try KeyValueEntry(stored: row["value"], sealed: row["sealed"], key: row["key"], timestamp: row["timestamp"], deviceName: row["deviceName"], sequence: row["sequence"])
     }
 
     // MARK: Recovery and garbage collection

@@ -329,7 +329,11 @@ enum ServerRules {
     /// would break one changes nothing. Returns the store's sequence and the entries named.
     static func applyKeyValues(account: Int64, store identifier: String, changes: [KeyValueChange], device: DeviceAuth,
                                in storage: some RuleStorage) async throws -> KeyValueResponse {
-        let encoded = try changes.map { change in (change, try change.value.map { try JSONEncoder().encode($0) }) }
+        // What each change stores: a value's JSON, or for a sealed value an empty marker (the
+        // sealed change is kept beside it); a removal stores no value.
+        let encoded = try changes.map { change in
+            (change, change.sealed != nil ? (change.removed == true ? nil : Data()) : try change.value.map { try JSONEncoder().encode($0) })
+        }
         guard let figures = try await storage.account(account) else { throw SyncError.unauthorized }
         let store = try await storage.keyValueStore(account: account, identifier: identifier)
         if store.created { try KeyValueLimits.checkStoreCount(existing: store.stores) }
@@ -338,18 +342,22 @@ enum ServerRules {
         for (change, value) in encoded {
             let existing = try await storage.keyValueEntry(store: store.id, key: change.key)
             if let existing, !ConflictRule.winner((change.timestamp, device.deviceId), over: (existing.timestamp, existing.device)) { continue }
-            let size = value.map { Int64(change.key.utf8.count + $0.count) } ?? 0
-            try await storage.setKeyValue(store: store.id, key: change.key, value: value, size: size, timestamp: change.timestamp, device: device, sequence: sequence)
+            let size = value.map { Int64(change.key.utf8.count + $0.count + (change.sealed?.count ?? 0)) } ?? 0
+            try await storage.setKeyValue(store: store.id, key: change.key, value: value, sealed: change.sealed, size: size, timestamp: change.timestamp,
+                                          device: device, sequence: sequence)
             growth += size - (existing?.size ?? 0)
         }
         // Apple's limits, over the store as it would be, then the quota.
         let totals = try await storage.keyValueTotals(store: store.id)
-        try KeyValueLimits.checkStore(keys: totals.keys, bytes: Int(totals.bytes))
+        try KeyValueLimits.checkStore(keys: totals.keys, bytes: Int(totals.bytes), sealed: changes.contains { $0.sealed != nil })
         if growth > 0, figures.used + growth > figures.quota {
             throw SyncError(.insufficientStorage, "quotaExceeded",
                             "the key-value store would hold \(totals.bytes) bytes; the account's storage quota leaves it \(max(0, figures.quota - figures.used + totals.bytes - growth))")
         }
         if growth != 0 { try await storage.adjust(account, by: AccountChange(keyValueBytes: growth)) }
+        // A store its devices seal: the plaintext removals an upgrade left (each naming its key)
+        // go. Devices that seal take no plaintext removal; the names go with them.
+        if changes.contains(where: { $0.sealed != nil }) { try await storage.purgePlaintextRemovals(store: store.id) }
         let entries = try await storage.keyValueEntries(store: store.id, keys: Set(changes.map(\.key)))
         try await storage.announce(account: account, container: identifier, sequence: sequence, keyValue: true, device: nil)
         return KeyValueResponse(sequence: sequence, entries: entries)

@@ -34,6 +34,9 @@ struct WebStorageResponse: Codable, ResponseEncodable {
 struct WebKeyValuesResponse: Codable, ResponseEncodable {
     var store: String
     var entries: [WebKeyValue]
+    /// Values sealed with keys the server does not hold (Advanced Data Protection): only the
+    /// account's devices read them.
+    var sealed: Int
 }
 
 /// One key of a key-value store.
@@ -94,12 +97,16 @@ extension SyncServices {
             let store = try context.parameters.require("store")
             let device = try context.requireDevice(for: store)
             let answer = try await database.keyValueChanges(accountId: device.accountId, store: store, since: 0)
-            let entries = try answer.entries.filter { $0.value != nil }.sorted { $0.key < $1.key }.map { entry in
+            // Sealed values open with the escrow's keys under Standard; under Advanced only the
+            // account's devices read them.
+            let rootKeys = answer.entries.contains { $0.sealed != nil } ? try await escrow?.rootKeys(ofAccount: device.accountId, database: database) : nil
+            let opened = OpenedKeyValues(answer.entries, store: store, rootKeys: rootKeys, logger: context.logger)
+            let entries = try opened.entries.sorted { $0.key < $1.key }.map { entry in
                 let value = try Self.propertyList(entry.value!)
                 return WebKeyValue(key: entry.key, propertyList: value, bytes: entry.key.utf8.count + value.utf8.count,
                                    deviceName: entry.deviceName, timestamp: entry.timestamp)
             }
-            return WebKeyValuesResponse(store: store, entries: entries)
+            return WebKeyValuesResponse(store: store, entries: entries, sealed: opened.sealed)
         }
         // Manage Storage's "Delete All": every item of the container deleted (recoverable for
         // the retention period), so every device removes its copy.

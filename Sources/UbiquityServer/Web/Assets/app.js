@@ -494,7 +494,9 @@ async function showKeyValues() {
     row.append(key, value, device);
     return row;
   }));
-  $("kv-empty").hidden = answer.entries.length > 0;
+  $("kv-empty").hidden = answer.entries.length > 0 || answer.sealed > 0;
+  $("kv-sealed").hidden = answer.sealed === 0;
+  $("kv-sealed").textContent = `${answer.sealed} ${answer.sealed === 1 ? "value is" : "values are"} end-to-end encrypted: only your devices can read ${answer.sealed === 1 ? "it" : "them"}.`;
   document.title = plainName(answer.store) + " — Ubiquity";
   show("kv");
 }

@@ -1,0 +1,90 @@
+import Foundation
+import Logging
+import UbiquityKeys
+
+/// What this device can do with its account's keys now.
+enum KeyState: Sendable {
+    /// The account has no keys and none can be set up (a server that keeps no escrow and no
+    /// roster): values go as they are.
+    case plain
+    /// This device holds the account's keys: it seals what it sends and opens what it gets.
+    case holding(rootKeys: [AccountRootKey], custody: Custody)
+    /// The account has keys this device does not hold (Advanced Data Protection, waiting for a
+    /// device's approval): nothing is sent or taken until it does.
+    case waiting(String)
+}
+
+extension AccountKeys {
+    /// The keys this device syncs with, after setting them up or joining when it can: the
+    /// account's first device signed in before accounts had keys sets them up; a later one joins
+    /// by the escrow under Standard. Under Advanced a device not yet let in waits.
+    /// - Throws: The server's and the roster's refusals (a rolled-back roster, a bad signature):
+    ///   never answered by going on in plaintext.
+    func prepare(deviceName: String) async throws -> KeyState {
+        do {
+            return try await holdingKeyringLock(waiting: .seconds(2)) { try await prepareHoldingLock(deviceName: deviceName) }
+        } catch let error as KeySetupError where error.reason == .busy {
+            return .waiting(error.description) // a command is setting the keys up or joining: read again later
+        }
+    }
+
+    private func prepareHoldingLock(deviceName: String) async throws -> KeyState {
+        var keyring = try loadKeyring()
+        let before = (keyring.pinned, keyring.epochs)
+        let (_, roster, directory) = try await read(&keyring)
+        if let roster, roster.members[keyring.deviceIdentifier] != nil, keyring.rootKey(epoch: roster.epoch) != nil {
+            if (keyring.pinned, keyring.epochs) != before { try keyring.write(to: keyringURL) }
+            return .holding(rootKeys: keyring.epochs.compactMap { keyring.rootKey(epoch: $0) }, custody: roster.custody)
+        }
+        if roster == nil, directory.escrow == nil { return .plain }
+        do {
+            let status = try await setUpHoldingLock(deviceName: deviceName)
+            let now = try loadKeyring()
+            return .holding(rootKeys: now.epochs.compactMap { now.rootKey(epoch: $0) }, custody: status.custody)
+        } catch let error as KeySetupError {
+            return .waiting(error.description)
+        }
+    }
+}
+
+/// The account's keys as one session of the agent uses them: read when it starts, again at
+/// least once a minute while it syncs, when this device's keyring file changes (a command
+/// changed the custody or the devices), and when an object of an epoch it does not hold comes.
+actor SessionKeys {
+    let keys: AccountKeys
+    let deviceName: String
+    let logger: Logger
+    private var state: KeyState?
+    private var readAt: ContinuousClock.Instant?
+    private var keyringChanged: Date?
+    /// How long a reading stands.
+    static let freshness: Duration = .seconds(60)
+
+    init(keys: AccountKeys, deviceName: String, logger: Logger) {
+        self.keys = keys
+        self.deviceName = deviceName
+        self.logger = logger
+    }
+
+    /// A reading under way, which every caller meanwhile waits for (one at a time: a device
+    /// must never set its keys up twice).
+    private var reading: Task<KeyState, any Error>?
+
+    /// The keys now (read again when `refresh`, or when the reading is old).
+    func current(refresh: Bool = false) async throws -> KeyState {
+        if let reading { return try await reading.value }
+        let changed = (try? FileManager.default.attributesOfItem(atPath: keys.keyringURL.path))?[.modificationDate] as? Date
+        if !refresh, let state, let readAt, readAt.duration(to: .now) < Self.freshness, changed == keyringChanged { return state }
+        let task = Task { [keys, deviceName] in try await keys.prepare(deviceName: deviceName) }
+        reading = task
+        defer { reading = nil }
+        let now = try await task.value
+        if case .waiting(let why) = now, state.map({ if case .waiting = $0 { false } else { true } }) ?? true {
+            logger.warning("this device does not hold the account's keys yet: nothing encrypted is synced until it does", metadata: ["why": "\(why)"])
+        }
+        state = now
+        readAt = .now
+        keyringChanged = (try? FileManager.default.attributesOfItem(atPath: keys.keyringURL.path))?[.modificationDate] as? Date
+        return now
+    }
+}
