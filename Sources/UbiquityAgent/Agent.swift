@@ -469,7 +469,7 @@ actor AccountSession {
                 statuses.append(await sync.containerStatus(root: paths.container(identifier, account: credentials.identityToken)))
             }
             return AgentResponse(status: AgentStatus(account: credentials.account, server: credentials.server.absoluteString, connected: connected,
-                                                     greedy: configuration.greedy, containers: statuses, keyValueErrors: await keyValues.errors))
+                                                     greedy: configuration.greedy, containers: statuses, keyValueErrors: await keyValues.problems))
         case .list:
             guard let identifier = request.container else { throw ContainerSyncError("list needs a container", code: .badRequest) }
             guard let sync = containers[identifier] else { throw ContainerSyncError("\(identifier) is not a container kept here", code: .unknownContainer) }

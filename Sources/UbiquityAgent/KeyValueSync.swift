@@ -31,6 +31,19 @@ actor KeyValueSync {
     private let poke: AsyncStream<Void>.Continuation
     /// The last failure per store, for `ubiquity status`.
     private(set) var errors: [String: String] = [:]
+    /// Per store, the changes the server sent that were refused, since the agent started (kept:
+    /// a lie told once is worth seeing later).
+    private(set) var refused: [String: (count: Int, last: Date, reason: String)] = [:]
+
+    /// What `ubiquity status` shows per store: its failure, and the changes refused.
+    var problems: [String: String] {
+        var shown = errors
+        for (store, refusal) in refused {
+            let said = "refused \(refusal.count) change\(refusal.count == 1 ? "" : "s") the server sent (the last at \(refusal.last.formatted(.iso8601))): \(refusal.reason)"
+            shown[store] = shown[store].map { $0 + "; " + said } ?? said
+        }
+        return shown
+    }
 
     init(client: SyncClient, folder: URL, keys: SessionKeys?, logger: Logger) {
         self.client = client
@@ -62,7 +75,10 @@ actor KeyValueSync {
             for store in stores.sorted() where FileManager.default.fileExists(atPath: KeyValueStoreFile.url(store, in: folder).path) {
                 do {
                     let refusals = try await sync(store)
-                    errors[store] = refusals.isEmpty ? nil : "refused \(refusals.count) change\(refusals.count == 1 ? "" : "s") the server sent: \(refusals[0])"
+                    errors[store] = nil
+                    if let first = refusals.first {
+                        refused[store] = ((refused[store]?.count ?? 0) + refusals.count, Date(), "\(first)")
+                    }
                 } catch {
                     errors[store] = "\(error)"
                     logger.warning("key-value store sync failed", metadata: ["store": "\(store)", "error": "\(error)"])

@@ -1,0 +1,169 @@
+import Foundation
+import Synchronization
+import Testing
+import UbiquityKeys
+import UbiquityProtocol
+import UbiquityTestSupport
+
+/// A server that lies about an account's key-value stores, with real devices: each device's
+/// `ubiquity agent` syncs through a ``HostileRelay`` of its own, the laptop's app sets values
+/// (`ubiquity kv set`), and the phone's relay changes what the phone is served. Every lie is
+/// refused by the phone's agent — logged, and shown by `ubiquity status` — and the phone's
+/// store keeps what it had.
+@Suite struct HostileKeyValueServerTests {
+    typealias Device = DataProtectionCommandTests.Device
+    static let store = "ABCDE12345.com.example.game"
+    static let other = "ABCDE12345.com.example.other"
+
+    /// The attacks, one test each.
+    enum Attack: String, CaseIterable, Sendable {
+        case valueMovedToAnotherKey, oldValueServedAgain, valueOfAnotherStore, timestampChanged, plaintextUnderAdvanced, valueCalledARemoval
+    }
+
+    /// A device's running agent (its log kept in its folder).
+    final class Agent: Sendable {
+        let process: ChildProcess
+        let log: URL
+
+        init(_ device: Device, in dir: TemporaryDirectory) throws {
+            log = dir.file("\(device.name)-agent-\(UUID().uuidString.prefix(4)).log")
+            _ = FileManager.default.createFile(atPath: log.path, contents: nil) // checked when opened below
+            process = ChildProcess()
+            process.executableURL = RunningServer.binary
+            process.arguments = ["agent"]
+            process.environment = ProcessInfo.processInfo.environment.merging(device.home) { $1 }
+            let handle = try FileHandle(forWritingTo: log)
+            process.standardOutput = handle
+            process.standardError = handle
+            try process.run()
+            try handle.close()
+        }
+
+        func stop() {
+            process.terminate()
+            process.waitUntilExit()
+        }
+
+        var logged: String { (try? String(contentsOf: log, encoding: .utf8)) ?? "" }
+    }
+
+    /// The name the server files `key` of `store` under, computed from `device`'s keyring (the
+    /// test stands for its user, who can read it).
+    static func tag(_ key: String, of store: String = store, on device: Device) throws -> String {
+        let keyring = try Keyring(contentsOf: URL(fileURLWithPath: try #require(device.home["XDG_CONFIG_HOME"])).appendingPathComponent("ubiquity/keyring.json"))
+        return try KeyValueKeys(store: store, rootKeys: keyring.epochs.compactMap { keyring.rootKey(epoch: $0) }).storedName(of: key)
+    }
+
+    /// Waits (up to 30 s) until `condition` holds for `device`'s `ubiquity` output, the phone's
+    /// app writing its store meanwhile (each write makes its agent sync the store: send, then
+    /// pull what the server has — pushes do not pass the relay).
+    static func until(_ device: Device, _ arguments: [String], nudging phone: Device? = nil, _ condition: @escaping @Sendable (String) -> Bool) async throws -> Bool {
+        let deadline = ContinuousClock.now + .seconds(30)
+        var nudge = 0
+        while ContinuousClock.now < deadline {
+            if condition(try await device.running(arguments).output) { return true }
+            if let phone {
+                nudge += 1
+                _ = try await phone.running(["kv", "set", store, "opened", "\(nudge)"])
+            }
+            try await Task.sleep(for: .milliseconds(300))
+        }
+        return false
+    }
+
+    @Test(arguments: Attack.allCases) func thePhoneRefusesTheLie(attack: Attack) async throws {
+        let setup = try await HostileKeyServerTests.Setup()
+        defer { setup.tearDown() }
+        let (laptop, phone, relay) = (setup.laptop, setup.phone, setup.phoneRelay)
+        let store = Self.store
+        // Both devices' agents; the phone's store exists (an app of it opened it).
+        var phoneAgent = try Agent(phone, in: setup.dir)
+        let laptopAgent = try Agent(laptop, in: setup.dir)
+        defer { laptopAgent.stop(); phoneAgent.stop() }
+        #expect(try await phone.running(["kv", "set", store, "opened", "yes"]).status == 0)
+        #expect(try await laptop.running(["kv", "set", store, "player", "Ada"]).status == 0)
+        #expect(try await laptop.running(["kv", "set", store, "level", "--json", #"{"integer":7}"#]).status == 0)
+        #expect(try await Self.until(phone, ["kv", "list", store], nudging: phone) { $0.contains(#"player = {"string":"Ada"}"#) && $0.contains(#"level = {"integer":7}"#) },
+                "\(phoneAgent.logged.suffix(2000))")
+        let (player, level) = (try Self.tag("player", on: phone), try Self.tag("level", on: phone))
+        // Every entry the phone was served so far, by tag.
+        let served = relay.exchanges.withLock { exchanges in
+            exchanges.filter { $0.path.hasPrefix("/v1/kv/\(store)") }.compactMap { $0.decoded(KeyValueResponse.self) }.flatMap(\.entries)
+        }
+        func entry(_ tag: String) throws -> KeyValueEntry { try #require(served.last { $0.key == tag }, "\(served.map(\.key))") }
+        /// From now on, answers to the phone's pulls of the store get `lie` applied.
+        func tell(_ lie: @escaping @Sendable (inout KeyValueResponse) -> Void) {
+            relay.rewrite(KeyValueResponse.self, where: { $0.hasPrefix("/v1/kv/\(store)") }, lie)
+        }
+
+        switch attack {
+        case .valueMovedToAnotherKey:
+            // The level's sealed value served as the player's.
+            var moved = try entry(level)
+            moved.key = player
+            let lie = moved
+            tell { $0.entries.append(lie) }
+        case .oldValueServedAgain:
+            // The laptop reaches 9; the server then serves 7 again, exactly as it was sealed.
+            let seven = try entry(level)
+            #expect(try await laptop.running(["kv", "set", store, "level", "--json", #"{"integer":9}"#]).status == 0)
+            #expect(try await Self.until(phone, ["kv", "get", store, "level"], nudging: phone) { $0 == "{\"integer\":9}\n" })
+            tell { $0.entries.append(seven) }
+        case .valueOfAnotherStore:
+            // Another store's sealed value for the same key, filed under this store's tag.
+            #expect(try await laptop.running(["kv", "set", Self.other, "player", "Mallory"]).status == 0)
+            let otherTag = try Self.tag("player", of: Self.other, on: laptop)
+            let foreign = try #require(await eventuallyValue {
+                setup.laptopRelay.exchanges.withLock { $0.filter { $0.path.hasPrefix("/v1/kv/\(Self.other)") } }
+                    .compactMap { $0.decoded(KeyValueResponse.self) }.flatMap(\.entries).last { $0.key == otherTag }
+            })
+            tell { var spliced = foreign; spliced.key = player; $0.entries.append(spliced) }
+        case .valueCalledARemoval:
+            // The player's value served again, the server calling it a removal: only the seal
+            // says what a change is, so the phone keeps the player (nothing to refuse).
+            var removal = try entry(player)
+            removal.removed = true
+            let lie = removal, told = Told()
+            tell { $0.entries.append(lie); told.count.withLock { $0 += 1 } }
+            for nudge in 0..<5 { _ = try await phone.running(["kv", "set", store, "opened", "removal \(nudge)"]) }
+            #expect(told.count.withLock { $0 } > 0, "the lie was told")
+            let values = try await phone.running(["kv", "list", store]).output
+            #expect(values.contains(#"player = {"string":"Ada"}"#), "\(values)")
+            return
+        case .timestampChanged:
+            // Every change dated later than its device sealed it (to make it win over newer ones).
+            tell { $0.entries = $0.entries.map { var later = $0; later.timestamp += 1_000; return later } }
+        case .plaintextUnderAdvanced:
+            // Advanced Data Protection turned on; the phone's agent starts again (reads the roster
+            // at once); the server, holding no key, puts a plaintext value in.
+            #expect(try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"]).status == 0)
+            phoneAgent.stop()
+            phoneAgent = try Agent(phone, in: setup.dir)
+            #expect(try await Self.until(phone, ["protection", "status"]) { $0.contains("Advanced") })
+            tell { $0.entries.append(KeyValueEntry(key: "player", value: .string("Mallory"), timestamp: Date().timeIntervalSince1970 + 100, deviceName: "laptop", sequence: 1_000)) }
+        }
+        // A change on the laptop, and the phone's next pull carries the lie.
+        #expect(try await laptop.running(["kv", "set", store, "nudge", "1"]).status == 0)
+        let agent = phoneAgent
+        #expect(try await Self.until(phone, ["status"], nudging: phone) { $0.contains("key-value store \(store): refused") }, "\(agent.logged.suffix(3000))")
+        #expect(agent.logged.contains("refused a key-value change the server sent"))
+        let values = try await phone.running(["kv", "list", store]).output
+        #expect(values.contains(#"player = {"string":"Ada"}"#), "\(values)")
+        #expect(values.contains(attack == .oldValueServedAgain ? #"level = {"integer":9}"# : #"level = {"integer":7}"#), "\(values)")
+    }
+}
+
+/// How many times a lie was told.
+final class Told: Sendable {
+    let count = Mutex(0)
+}
+
+/// `value()` once it is not nil (up to 15 s).
+func eventuallyValue<T: Sendable>(_ value: @escaping @Sendable () -> T?) async -> T? {
+    let deadline = ContinuousClock.now + .seconds(15)
+    while ContinuousClock.now < deadline {
+        if let found = value() { return found }
+        try? await Task.sleep(for: .milliseconds(100))
+    }
+    return nil
+}
