@@ -83,6 +83,10 @@ import UbiquityProtocol
             #expect(switched.status == .ok, "\(String(buffer: switched.body))")
             let hidden = try await client.send(.get, "/web/api/kv/\(store)", headers: headers).decode(WebKeyValuesResponse.self)
             #expect(hidden.entries.isEmpty && hidden.sealed == 1)
+            // And a device of an older build can no longer store plaintext.
+            let plaintext = try await post(client, [KeyValueChange(key: "theme", value: .string("light"), timestamp: 5)], token: signedIn.token)
+            #expect(plaintext.status == .conflict && plaintext.errorCode == "sealedOnly")
+            #expect(try await post(client, [try change("theme", .string("light"), at: 5)], token: signedIn.token).status == .ok, "sealed, it is stored")
         }
     }
 
