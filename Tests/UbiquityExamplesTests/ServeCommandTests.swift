@@ -15,6 +15,12 @@ final class RunningServer: @unchecked Sendable { // its stored properties are co
         try await onOwnThread { try RunningServer(data: data, extraArguments: extraArguments) }
     }
 
+    /// Creates the account `ada` in `data`, then starts the server logging everything it logs
+    /// at `level` into `log`; waits on a thread of its own.
+    static func start(data: String, logging level: String, to log: URL) async throws -> RunningServer {
+        try await onOwnThread { try RunningServer(storage: ["--data", data], logLevel: level, log: log) }
+    }
+
     /// Creates the account `ada` unless told not to, then starts the server on `storage`; waits
     /// on a thread of its own.
     static func start(storage: [String], createAccount: Bool = true, extraArguments: [String] = []) async throws -> RunningServer {
@@ -35,13 +41,17 @@ final class RunningServer: @unchecked Sendable { // its stored properties are co
 
     /// Creates the account `ada` (password "correct horse") unless told not to, then starts the
     /// server on `storage` (`--data DIR` or `--database URL`).
-    private init(storage: [String], createAccount: Bool = true, extraArguments: [String] = []) throws {
+    private init(storage: [String], createAccount: Bool = true, extraArguments: [String] = [], logLevel: String = "warning", log: URL? = nil) throws {
         if createAccount { try Self.createAccount(storage: storage) }
         process.executableURL = Self.binary
         // With --database, the escrow key goes in a folder of the tests' (not the working
         // directory's ./ubiquity-data), one file for every instance, as the docs ask.
         let escrow = storage.contains("--database") ? ["--escrow-key", NSTemporaryDirectory() + "ubiquity-serve-tests-\(getpid())/escrow.key"] : []
-        process.arguments = ["serve"] + storage + escrow + ["--port", "0", "--log-level", "warning"] + extraArguments
+        process.arguments = ["serve"] + storage + escrow + ["--port", "0", "--log-level", logLevel] + extraArguments
+        if let log {
+            _ = FileManager.default.createFile(atPath: log.path, contents: nil) // opened just below, which says if it failed
+            process.standardError = try FileHandle(forWritingTo: log)
+        }
         let output = Pipe()
         process.standardOutput = output
         try process.run()
