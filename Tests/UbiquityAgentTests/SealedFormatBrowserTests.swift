@@ -60,6 +60,8 @@ import UbiquityTestSupport
             var changed = body
             changed[changed.count / 2] ^= 1
             #expect(throws: EncryptionError.self) { try keys.open(changed, as: id) }
+            // Sealing is deterministic: the device seals what the page sealed to the very same bytes.
+            #expect(try keys.seal(plaintext).body == body, "the page and the device seal alike")
         }
         if let sequential = result["sequentialMs"] as? Double, let parallel = result["parallelMs"] as? Double {
             print("Chromium opened 16 MiB of 128 KiB chunks at \(Int(16 * 1.048576 / sequential * 1000)) MB/s one at a time, \(Int(16 * 1.048576 / parallel * 1000)) MB/s eight at a time")

@@ -21,9 +21,9 @@ import Testing
         #expect(root.chunkKeys(container: "A.com.example.other").identifier(of: plaintext) != id, "another container's too")
         #expect(body.count == Padme.paddedLength(plaintext.count + 1) + ChunkKeys.overhead)
         #expect(body.range(of: plaintext.prefix(64)) == nil, "no plaintext in the body")
-        // Sealed twice: two nonces, two bodies, one identifier.
+        // Sealed twice: one identifier, one body (sealing is deterministic).
         let again = try keys.seal(plaintext)
-        #expect(again.id == id && again.body != body)
+        #expect(again.id == id && again.body == body)
     }
 
     @Test func aChangedTruncatedSplicedOrDowngradedChunkIsRefused() throws {
@@ -114,14 +114,23 @@ import Testing
         #expect(Padme.unpad([1, 2, 0]) == nil)
     }
 
-    @Test func nonceAndKeyPairsNeverRepeatOverManyObjects() throws {
-        // Each chunk has a key of its own, and each seal a random nonce: over 100,000 seals of
-        // the same few chunks, no (identifier, nonce) pair repeats.
+    @Test func aChunkSealsAlikeEveryTimeAndNoKeyAndNonceSealTwoPlaintexts() throws {
+        // Deterministic: the same chunk seals to the same bytes (a device sending it again sends
+        // what the server stored); another epoch or container, to other bytes.
         let keys = root.chunkKeys(container: "A.com.example.notes")
-        var seen = Set<Data>()
+        let plaintext = Data("the same chunk".utf8)
+        #expect(try keys.seal(plaintext).body == keys.seal(plaintext).body)
+        #expect(try keys.seal(plaintext).body != AccountRootKey(epoch: 7).chunkKeys(container: "A.com.example.notes").seal(plaintext).body)
+        #expect(try keys.seal(plaintext).body != root.chunkKeys(container: "A.com.example.other").seal(plaintext).body)
+        // Each key (derived for one identifier, which names one plaintext) seals one plaintext:
+        // over 100,000 different chunks, no identifier and no nonce comes twice.
+        var identifiers = Set<[UInt8]>(), nonces = Set<Data>()
         for index in 0..<100_000 {
-            let (id, body) = try keys.seal(Data([UInt8(index % 7)]))
-            #expect(seen.insert(Data(id.bytes) + body[SealedHeader.size..<(SealedHeader.size + 12)]).inserted)
+            var bytes = withUnsafeBytes(of: UInt32(index).bigEndian) { Array($0) }
+            bytes.append(7)
+            let (id, body) = try keys.seal(bytes)
+            #expect(identifiers.insert(id.bytes).inserted)
+            #expect(nonces.insert(body[SealedHeader.size..<(SealedHeader.size + 12)]).inserted)
         }
     }
 }

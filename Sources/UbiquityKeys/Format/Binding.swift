@@ -54,9 +54,10 @@ import Crypto
 /// The AES-256-GCM box every sealed object carries after its header (and any clear fields):
 /// `nonce (12) ‖ ciphertext ‖ tag (16)`.
 enum Sealing {
-    /// `header ‖ clear ‖ nonce ‖ AES-256-GCM(key, plaintext, binding) ‖ tag`.
-    static func seal(_ plaintext: [UInt8], key: SecretKey, binding: [UInt8], header: SealedHeader, clear: [UInt8] = []) throws -> Data {
-        let box = try AES.GCM.seal(plaintext, using: key.symmetric, authenticating: binding)
+    /// `header ‖ clear ‖ nonce ‖ AES-256-GCM(key, plaintext, binding) ‖ tag`, with a random
+    /// nonce, or `nonce` (only for a key that seals one plaintext and no other).
+    static func seal(_ plaintext: [UInt8], key: SecretKey, binding: [UInt8], header: SealedHeader, clear: [UInt8] = [], nonce: [UInt8]? = nil) throws -> Data {
+        let box = try AES.GCM.seal(plaintext, using: key.symmetric, nonce: try nonce.map { try AES.GCM.Nonce(data: $0) } ?? AES.GCM.Nonce(), authenticating: binding)
         var sealed = Data(header.bytes)
         sealed.append(contentsOf: clear)
         sealed.append(contentsOf: box.nonce)

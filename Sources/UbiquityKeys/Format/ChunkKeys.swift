@@ -27,6 +27,12 @@ public struct ChunkIdentifier: Hashable, Sendable, CustomStringConvertible {
 /// where `key` is derived for this identifier alone (HKDF of the content key), the plaintext is
 /// padded (Padmé), and the associated data binds the label, format, epoch and identifier. A
 /// reader recomputes the identifier from what it decrypted.
+///
+/// Sealing is deterministic: the nonce is derived too (HKDF of the content key, another label),
+/// so a chunk seals to the same bytes on every device and every time — a chunk sent again, by any
+/// device, is the very bytes the server stored, and the SHA-256 the server keeps of them stays
+/// true. A key and its nonce seal one plaintext only (the one whose keyed MAC names them), so
+/// nothing is lost by it; what it shows — that two chunks are equal — the identifier shows already.
 public struct ChunkKeys: Sendable {
     /// The format this build writes.
     public static let format: UInt8 = 1
@@ -49,6 +55,10 @@ public struct ChunkKeys: Sendable {
         HKDF<SHA256>.deriveKey(inputKeyMaterial: content.symmetric, info: Array("chunk".utf8) + id.bytes, outputByteCount: 32)
     }
 
+    private func nonce(for id: ChunkIdentifier) -> [UInt8] {
+        HKDF<SHA256>.deriveKey(inputKeyMaterial: content.symmetric, info: Array("chunk-nonce".utf8) + id.bytes, outputByteCount: 12).withUnsafeBytes { Array($0) }
+    }
+
     private func binding(_ id: ChunkIdentifier) -> [UInt8] {
         var binding = Binding("chunk", format: Self.format, epoch: epoch)
         binding.append(id.bytes)
@@ -60,7 +70,7 @@ public struct ChunkKeys: Sendable {
     public func seal(_ plaintext: some DataProtocol) throws -> (id: ChunkIdentifier, body: Data) {
         let id = identifier(of: plaintext)
         return (id, try Sealing.seal(Padme.pad(Array(plaintext)), key: SecretKey(key(for: id)), binding: binding(id),
-                                     header: SealedHeader(format: Self.format, epoch: epoch)))
+                                     header: SealedHeader(format: Self.format, epoch: epoch), nonce: nonce(for: id)))
     }
 
     /// The plaintext of a sealed chunk asked for as `id`.

@@ -77,10 +77,11 @@ async function contentKey(keys, id) {
   return subtle.importKey("raw", bits, "AES-GCM", false, ["encrypt", "decrypt"]);
 }
 
-/** Seals `plaintext`: its identifier and the stored body. */
+/** Seals `plaintext`: its identifier and the stored body — the same bytes a device seals (the
+ * nonce, like the key, is derived for this identifier alone). */
 export async function sealChunk(keys, plaintext) {
   const id = await chunkIdentifier(keys, plaintext);
-  const nonce = crypto.getRandomValues(new Uint8Array(12));
+  const nonce = await hkdf(keys.content, new Uint8Array(0), concat(encoder.encode("chunk-nonce"), id), 12);
   const box = await subtle.encrypt({ name: "AES-GCM", iv: nonce, additionalData: binding("chunk", chunkFormat, keys.epoch, [id]) }, await contentKey(keys, id), pad(plaintext));
   return { id, body: concat(new Uint8Array([chunkFormat]), u32(keys.epoch), nonce, new Uint8Array(box)) };
 }
