@@ -297,18 +297,20 @@ extension SyncServices {
             let device = try context.requireDevice()
             let hash = try context.parameters.require("hash")
             try Validate.hash(hash)
+            let sealed = try await sealedUpload(request, device: device)
             let body: ByteBuffer
             do {
                 body = try await request.body.collect(upTo: Int(Validate.maximumChunkSize))
             } catch {
                 throw SyncError(.contentTooLarge, "chunkTooLarge", "chunks are at most \(Validate.maximumChunkSize) bytes")
             }
-            try await receive([ChunkBatch.Chunk(hash: hash, bytes: Array(buffer: body))], from: device, logger: context.logger)
+            try await receive([ChunkBatch.Chunk(hash: hash, bytes: Array(buffer: body))], from: device, logger: context.logger, sealed: sealed)
             return Response(status: .created)
         }
         // Many chunks in one body (docs/SyncProtocol.md, "Chunks in batches").
         chunks.post { request, context -> Response in
             let device = try context.requireDevice()
+            let sealed = try await sealedUpload(request, device: device)
             try await bodies.gather(request, framing: ChunkBatch.framing) { body in
                 let batch: ChunkBatch
                 do {
@@ -321,7 +323,7 @@ extension SyncServices {
                 guard payload <= ChunkBatch.maximumBytes || batch.chunks.count == 1 else {
                     throw SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
                 }
-                try await receive(batch.chunks, from: device, logger: context.logger)
+                try await receive(batch.chunks, from: device, logger: context.logger, sealed: sealed)
             }
             return Response(status: .created)
         }
@@ -491,7 +493,24 @@ extension SyncServices {
     /// quota again (another upload may have used the room meanwhile: then nothing is kept).
     /// Each chunk is checked against its hash, unless `checked`: the caller made the hashes
     /// from these bytes itself, or checked them against the names a moment ago.
-    func receive(_ received: [ChunkBatch.Chunk], from device: DeviceAuth, logger: Logger, checked: Bool = false) async throws {
+    /// Whether an upload's chunks are sealed (`?sealed=1`): only an account whose devices hold
+    /// its keys sends them.
+    /// - Throws: ``SyncError`` 409 `noKeys` for an account with no keys set up; 400 for another value.
+    func sealedUpload(_ request: Request, device: DeviceAuth) async throws -> Bool {
+        switch request.uri.queryParameters["sealed"].map(String.init) {
+        case nil, "0": return false
+        case "1":
+            guard try await custody(ofAccount: device.accountId) != nil else {
+                throw SyncError(.conflict, "noKeys", "sealed chunks come from an account whose devices hold its keys; this one has none set up")
+            }
+            return true
+        default: throw SyncError.badRequest("invalidSealed", "sealed is 0 or 1")
+        }
+    }
+
+    /// Stores chunks a device sent (`sealed`: an encrypted account's, not checked against their
+    /// names — the server keeps the SHA-256 of their bytes instead).
+    func receive(_ received: [ChunkBatch.Chunk], from device: DeviceAuth, logger: Logger, checked: Bool = false, sealed: Bool = false) async throws {
         for chunk in received { try Validate.hash(chunk.hash) }
         let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: received.map(\.hash)))
         // Each chunk is checked against its hash once: those to store by the storage, the others
@@ -500,7 +519,7 @@ extension SyncServices {
         for chunk in received {
             if lacking.contains(chunk.hash) && seen.insert(chunk.hash).inserted {
                 fresh.append(chunk)
-            } else if !checked {
+            } else if !checked && !sealed {
                 try FileChunkStore.verify(chunk.bytes, hash: chunk.hash)
             }
         }
@@ -511,7 +530,7 @@ extension SyncServices {
             let usage = try await database.usage(ofAccount: device.accountId)
             guard usage.used - usage.pendingBytes + adding <= usage.quota else { throw SyncError.quotaExceeded(used: usage.used, quota: usage.quota, adding: adding) }
         }
-        try await chunks.store(fresh, account: device.accountId, checked: checked)
+        try await chunks.store(fresh, account: device.accountId, checked: checked, sealed: sealed)
         let completed: [String: Int64]
         do {
             completed = try await database.chunksStored(accountId: device.accountId, chunks: received.map { StoredChunk(hash: $0.hash, size: Int64($0.bytes.count)) }, now: Date())

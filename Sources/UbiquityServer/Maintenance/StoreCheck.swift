@@ -58,7 +58,7 @@ extension ServerAdministration {
             guard let data = try await storage.chunks.load(hash: hash, account: account) else { return nil }
             report.chunksChecked += 1
             report.bytesChecked += Int64(data.count)
-            guard !SHA256.hash(data: data).matches(lowercaseHex: hash) else { return true }
+            guard !(try await storage.chunks.isSound(data, hash: hash, account: account)) else { return true }
             report.damaged.append(ChunkProblem(account: account, hash: hash, size: Int64(data.count)))
             if repair { _ = try await storage.chunks.quarantine(hash: hash, account: account, damaged: data) }
             return false

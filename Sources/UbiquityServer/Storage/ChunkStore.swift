@@ -17,8 +17,15 @@ protocol ChunkStorage: Sendable {
     /// against its hash first — unless `checked`: the caller hashed these very bytes itself
     /// (chunks it cut, or checked against their names a moment ago) — so that one that does not
     /// match stores none of them.
+    ///
+    /// `sealed` chunks (an encrypted account's: named by a keyed MAC of a plaintext the server
+    /// never sees) cannot be checked against their names: the SHA-256 of their bytes is recorded
+    /// instead (``sealedDigests(of:account:)``), and every later read is checked against it.
     /// - Throws: ``SyncError`` (`hashMismatch`) if some bytes do not hash to their hash; storage errors.
-    func store(_ chunks: [ChunkBatch.Chunk], account: Int64, checked: Bool) async throws
+    func store(_ chunks: [ChunkBatch.Chunk], account: Int64, checked: Bool, sealed: Bool) async throws
+    /// The SHA-256 recorded for each of `hashes` that is a sealed chunk of `account` (a chunk
+    /// whose name is the hash of its bytes is left out).
+    func sealedDigests(of hashes: [String], account: Int64) async throws -> [String: [UInt8]]
     /// The contents of chunk `hash` of `account`; nil if it is not stored.
     func load(hash: String, account: Int64) async throws -> Data?
     /// The contents of chunks of `account`, in the order of `hashes`: as many as fit in `limit`
@@ -58,7 +65,20 @@ extension ChunkStorage {
 
     /// Stores chunks of `account`, each checked against its hash first.
     func store(_ chunks: [ChunkBatch.Chunk], account: Int64) async throws {
-        try await store(chunks, account: account, checked: false)
+        try await store(chunks, account: account, checked: false, sealed: false)
+    }
+
+    /// Stores chunks of `account` named by the hash of their bytes (checked first unless `checked`).
+    func store(_ chunks: [ChunkBatch.Chunk], account: Int64, checked: Bool) async throws {
+        try await store(chunks, account: account, checked: checked, sealed: false)
+    }
+
+    /// Whether `data`, stored as chunk `hash` of `account`, is what was stored: its SHA-256 is
+    /// the recorded one (a sealed chunk) or its name.
+    func isSound(_ data: Data, hash: String, account: Int64) async throws -> Bool {
+        let digest = SHA256.hash(data: data)
+        if let recorded = try await sealedDigests(of: [hash], account: account)[hash] { return Array(digest) == recorded }
+        return digest.matches(lowercaseHex: hash)
     }
 
     func load(_ hashes: [String], account: Int64, upTo limit: Int) async throws -> [Data] {
@@ -144,6 +164,10 @@ struct FileChunkStore: ChunkStorage {
                 CREATE INDEX chunk_pack ON chunk(pack);
                 """)
         }
+        migrator.registerMigration("v2-sealed-digests") { db in
+            // A sealed chunk's SHA-256 (its name is a keyed MAC the server cannot check).
+            try db.execute(sql: "ALTER TABLE chunk ADD COLUMN digest BLOB")
+        }
         try migrator.migrate(index)
     }
 
@@ -152,8 +176,8 @@ struct FileChunkStore: ChunkStorage {
     /// Where earlier versions kept a chunk, one file each.
     func loosePath(account: Int64, hash: String) -> String { "\(directory)/\(account)/\(hash.prefix(2))/\(hash)" }
 
-    func store(_ chunks: [ChunkBatch.Chunk], account: Int64, checked: Bool) async throws {
-        if !checked { for chunk in chunks { try Self.verify(chunk.bytes, hash: chunk.hash) } }
+    func store(_ chunks: [ChunkBatch.Chunk], account: Int64, checked: Bool, sealed: Bool) async throws {
+        if !checked && !sealed { for chunk in chunks { try Self.verify(chunk.bytes, hash: chunk.hash) } }
         // The caller stores what its database lacks; one the index has already (a crash between
         // indexing and recording it) is dead bytes in the new pack, not a second entry (below).
         let loose = hasLooseChunks(account: account)
@@ -173,17 +197,17 @@ struct FileChunkStore: ChunkStorage {
         let unused: Bool
         // Names and lengths only: the write's closure may outlive the call a moment on the
         // database's queue, and must not hold the request's body (kept for the next request).
-        let entries = fresh.map { (hash: $0.hash, length: $0.bytes.count) }
+        let entries = fresh.map { (hash: $0.hash, length: $0.bytes.count, digest: sealed ? Data(SHA256.hash(data: $0.bytes)) : nil) }
         do {
             unused = try await index.write { db in
                 let size = entries.reduce(0) { $0 + $1.length }
                 try db.cachedStatement(sql: "INSERT INTO pack (id, account, size, live, created) VALUES (?, ?, ?, 0, ?)")
                                .execute(arguments: [pack, account, size, Date().timeIntervalSince1970])
                 var offset = 0, live = 0
-                let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO chunk (account, hash, pack, offset, length) VALUES (?, ?, ?, ?, ?)")
+                let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO chunk (account, hash, pack, offset, length, digest) VALUES (?, ?, ?, ?, ?, ?)")
                 for chunk in entries {
                     // Stored meanwhile by another upload: that copy stays, this one is dead bytes.
-                    try insert.execute(arguments: [account, chunk.hash, pack, offset, chunk.length])
+                    try insert.execute(arguments: [account, chunk.hash, pack, offset, chunk.length, chunk.digest])
                     if db.changesCount > 0 { live += chunk.length }
                     offset += chunk.length
                 }
@@ -247,6 +271,21 @@ struct FileChunkStore: ChunkStorage {
             total += data.count
         }
         return (loaded, vouched)
+    }
+
+    func sealedDigests(of hashes: [String], account: Int64) async throws -> [String: [UInt8]] {
+        try await index.read { db in
+            var digests: [String: [UInt8]] = [:]
+            for start in stride(from: 0, to: hashes.count, by: 500) {
+                let batch = Array(hashes[start..<min(start + 500, hashes.count)])
+                let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
+                for row in try Row.fetchAll(db, sql: "SELECT hash, digest FROM chunk WHERE account = ? AND digest IS NOT NULL AND hash IN (\(marks))",
+                                            arguments: StatementArguments([account] + batch)) {
+                    digests[row["hash"]] = Array(row["digest"] as Data)
+                }
+            }
+            return digests
+        }
     }
 
     /// Where the index says each of `hashes` is (those it does not name are not packed).

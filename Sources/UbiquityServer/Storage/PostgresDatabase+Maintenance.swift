@@ -1,3 +1,4 @@
+import Crypto
 import Foundation
 import UbiquityProtocol
 import Logging
@@ -145,16 +146,27 @@ struct RelayedChange: Codable, Sendable {
 struct PostgresChunkStore: ChunkStorage {
     let database: PostgresDatabase
 
-    func store(_ chunks: [ChunkBatch.Chunk], account: Int64, checked: Bool) async throws {
-        if !checked { for chunk in chunks { try Self.verify(chunk.bytes, hash: chunk.hash) } }
+    func store(_ chunks: [ChunkBatch.Chunk], account: Int64, checked: Bool, sealed: Bool) async throws {
+        if !checked && !sealed { for chunk in chunks { try Self.verify(chunk.bytes, hash: chunk.hash) } }
         let now = Date().timeIntervalSince1970
         try await database.transaction { db in
             for chunk in chunks {
+                let digest = sealed ? Data(SHA256.hash(data: chunk.bytes)) : nil
                 try await db.rows("""
-                    INSERT INTO chunk_content (account_id, hash, data, created) VALUES (\(account), \(chunk.hash), \(Data(chunk.bytes)), \(now))
+                    INSERT INTO chunk_content (account_id, hash, data, created, digest) VALUES (\(account), \(chunk.hash), \(Data(chunk.bytes)), \(now), \(digest))
                     ON CONFLICT DO NOTHING
                     """)
             }
+        }
+    }
+
+    func sealedDigests(of hashes: [String], account: Int64) async throws -> [String: [UInt8]] {
+        try await database.read { db in
+            var digests: [String: [UInt8]] = [:]
+            for row in try await db.rows("SELECT hash, digest FROM chunk_content WHERE account_id = \(account) AND digest IS NOT NULL AND hash = ANY(\(hashes)::TEXT[])") {
+                digests[try row.get("hash")] = Array(try row.get("digest", as: ByteBuffer.self).readableBytesView)
+            }
+            return digests
         }
     }
 

@@ -178,6 +178,8 @@ extension PostgresDatabase {
         // Sealed key-value changes (issue 45): the change as its device sealed it; `value` is
         // then empty for a value and NULL for a removal, as before.
         ("v12-sealed-key-values", ["ALTER TABLE kv ADD COLUMN sealed BYTEA"]),
+        // A sealed chunk's SHA-256 (issue 45): its name is a keyed MAC the server cannot check.
+        ("v13-sealed-chunk-digests", ["ALTER TABLE chunk_content ADD COLUMN digest BYTEA"]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

@@ -18,18 +18,23 @@ struct VerifiedChunks: ChunkStorage {
     let notifier: ChangeNotifier
     let logger: Logger
 
-    func store(_ chunks: [ChunkBatch.Chunk], account: Int64, checked: Bool) async throws {
-        try await base.store(chunks, account: account, checked: checked)
+    func store(_ chunks: [ChunkBatch.Chunk], account: Int64, checked: Bool, sealed: Bool) async throws {
+        try await base.store(chunks, account: account, checked: checked, sealed: sealed)
+    }
+
+    func sealedDigests(of hashes: [String], account: Int64) async throws -> [String: [UInt8]] {
+        try await base.sealedDigests(of: hashes, account: account)
     }
 
     func load(hash: String, account: Int64) async throws -> Data? {
         guard let data = try await base.load(hash: hash, account: account) else { return nil }
-        return try await checked(data, hash: hash, account: account) ? data : nil
+        return try await checked(data, hash: hash, account: account, sealed: base.sealedDigests(of: [hash], account: account)) ? data : nil
     }
 
     func load(_ hashes: [String], account: Int64, upTo limit: Int) async throws -> [Data] {
         let loaded = try await base.load(hashes, account: account, upTo: limit)
-        for (index, data) in loaded.enumerated() where !(try await checked(data, hash: hashes[index], account: account)) {
+        let sealed = try await base.sealedDigests(of: Array(hashes.prefix(loaded.count)), account: account)
+        for (index, data) in loaded.enumerated() where !(try await checked(data, hash: hashes[index], account: account, sealed: sealed)) {
             return Array(loaded[..<index]) // what comes before the damaged one
         }
         return loaded
@@ -38,11 +43,13 @@ struct VerifiedChunks: ChunkStorage {
     func loadBatch(_ hashes: [String], account: Int64, upTo limit: Int, into batch: inout ByteBuffer) async throws -> [Range<Int>] {
         let start = batch.writerIndex
         let (places, vouched) = try await base.loadVouchedBatch(hashes, account: account, upTo: limit, into: &batch)
+        let unvouched = places.indices.filter { !vouched[$0] }.map { hashes[$0] }
+        let sealed = unvouched.isEmpty ? [:] : try await base.sealedDigests(of: unvouched, account: account)
         for (index, place) in places.enumerated() where !vouched[index] {
             let digest = batch.withUnsafeReadableBytes { bytes in
                 SHA256.hash(data: UnsafeRawBufferPointer(rebasing: bytes[(place.lowerBound - batch.readerIndex)..<(place.upperBound - batch.readerIndex)]))
             }
-            guard !digest.matches(lowercaseHex: hashes[index]) else { continue }
+            guard !Self.matches(digest, hash: hashes[index], sealed: sealed) else { continue }
             // What comes before the damaged one.
             let damaged = Data(batch.readableBytesView[place])
             batch.moveWriterIndex(to: index == 0 ? start : places[index - 1].upperBound)
@@ -60,10 +67,17 @@ struct VerifiedChunks: ChunkStorage {
     }
     func storedChunks() async throws -> [ChunkEntry] { try await base.storedChunks() }
 
-    /// Whether `data` is chunk `hash`; if not, it is put aside and forgotten.
-    func checked(_ data: Data, hash: String, account: Int64) async throws -> Bool {
+    /// Whether `data` is chunk `hash` (`sealed`: the digests recorded for sealed chunks); if
+    /// not, it is put aside and forgotten.
+    func checked(_ data: Data, hash: String, account: Int64, sealed: [String: [UInt8]]) async throws -> Bool {
         let digest = SHA256.hash(data: data)
-        return digest.matches(lowercaseHex: hash) ? true : try await quarantined(data, digest: digest, hash: hash, account: account)
+        return Self.matches(digest, hash: hash, sealed: sealed) ? true : try await quarantined(data, digest: digest, hash: hash, account: account)
+    }
+
+    /// Whether bytes hashing to `digest` are chunk `hash`: its recorded digest if it is sealed, its name otherwise.
+    static func matches(_ digest: SHA256.Digest, hash: String, sealed: [String: [UInt8]]) -> Bool {
+        if let recorded = sealed[hash] { return Array(digest) == recorded }
+        return digest.matches(lowercaseHex: hash)
     }
 
     /// Puts aside `data`, stored as chunk `hash` but hashing to `digest`, and has it asked of the
