@@ -139,6 +139,14 @@ extension AccountSession {
             }
         case "keyValueChanged":
             if let store = event.container { Task { await keyValues.trigger(store) } }
+        case "keysChanged":
+            // The roster or the sealed keys changed (a device removed, a new epoch, the custody
+            // switched): read at once, so nothing more is sealed with a key of the epoch before.
+            let (keys, keyValues, logger) = (keys, keyValues, logger)
+            Task {
+                do { _ = try await keys.current(refresh: true) } catch { logger.error("cannot read the account's keys", metadata: ["error": "\(error)"]) }
+                await keyValues.trigger(nil)
+            }
         case "keyRequest":
             // A new device asks to join by a code: answer it, so it can show its code (typed
             // here with `ubiquity devices approve CODE`; answering approves nothing).

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import Testing
 import UbiquityTestSupport
 
@@ -66,5 +67,43 @@ import UbiquityTestSupport
         #expect(Set(Self.leaks(of: held, in: dir.file("phone")).map { $0.components(separatedBy: " in ")[0] }) == Set(held))
         // The log was kept at debug: it holds the requests, not nothing.
         #expect(((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains("/v1/kv/"), "the audit read a log that says something")
+    }
+}
+
+/// When the roster changes, the server tells the account's other devices at once
+/// (`{"type":"keysChanged"}`), and their agents read the keys again: a value the phone sets right
+/// after the laptop turned Advanced on is sealed in the new epoch — not with the old key the
+/// phone's agent had read a moment before (which it would otherwise keep for up to a minute).
+@Suite struct KeysChangedPushTests {
+    typealias Device = DataProtectionCommandTests.Device
+    typealias Agent = HostileKeyValueServerTests.Agent
+
+    @Test func aDeviceSealsInTheNewEpochAsSoonAsTheRosterChanges() async throws {
+        let dir = try TemporaryDirectory("keys-changed"); defer { dir.remove() }
+        let server = try await RunningServer.start(data: dir.file("data").path)
+        defer { _ = server.stop() }
+        let laptop = Device("laptop", in: dir), phone = Device("phone", in: dir)
+        for device in [laptop, phone] { #expect(try await device.loggingIn(server.base).status == 0) }
+        let laptopAgent = try Agent(laptop, in: dir), phoneAgent = try Agent(phone, in: dir)
+        defer { laptopAgent.stop(); phoneAgent.stop() }
+        let store = HostileKeyValueServerTests.store
+        let database = try DatabaseQueue(path: dir.file("data/ubiquity.sqlite").path)
+        defer { try? database.close() }
+        /// The epochs of the sealed values the server holds, newest change last.
+        @Sendable func epochs() throws -> [UInt32] {
+            try database.read { db in
+                try Data.fetchAll(db, sql: "SELECT sealed FROM kv WHERE sealed IS NOT NULL ORDER BY sequence").map { sealed in
+                    sealed.dropFirst().prefix(4).reduce(UInt32(0)) { $0 << 8 | UInt32($1) }
+                }
+            }
+        }
+        // The phone's agent has read the keys (epoch 0) and sealed a value with them.
+        #expect(try await phone.running(["kv", "set", store, "before", "1"]).status == 0)
+        #expect(await eventuallyValue { (try? epochs()).flatMap { $0.count == 1 ? $0 : nil } } == [0], "\(phoneAgent.logged.suffix(2000))")
+        try await Task.sleep(for: .seconds(1)) // the push connection open
+        #expect(try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"]).status == 0)
+        try await Task.sleep(for: .seconds(1)) // the push delivered, the keys read again
+        #expect(try await phone.running(["kv", "set", store, "after", "2"]).status == 0)
+        #expect(await eventuallyValue { (try? epochs()).flatMap { $0.count == 2 ? $0 : nil } } == [0, 1], "\(phoneAgent.logged.suffix(2000))")
     }
 }

@@ -154,7 +154,18 @@ final class ChangeNotifier: Sendable {
     /// Tells every connected device of the account (but `origin`, which made it) that a request
     /// to join changed: made, answered or revealed (`{"type":"keyRequest"}`).
     func publishKeyRequest(account: Int64, except origin: String? = nil) {
-        let event = PushEvent(type: "keyRequest")
+        publishKeyEvent("keyRequest", account: account, except: origin)
+    }
+
+    /// Tells every connected device of the account (but `origin`, which made it) that its roster
+    /// or sealed keys changed (`{"type":"keysChanged"}`): a device removed, a new epoch, the
+    /// custody switched — devices read their keys again at once instead of sealing with old ones.
+    func publishKeysChanged(account: Int64, except origin: String? = nil) {
+        publishKeyEvent("keysChanged", account: account, except: origin)
+    }
+
+    private func publishKeyEvent(_ type: String, account: Int64, except origin: String?) {
+        let event = PushEvent(type: type)
         let delivery = PushMailbox.Delivery(event: event, text: PushMailbox.message(event))
         let targets = subscribers.withLock { ($0[account] ?? [:]).values.filter { $0.device.deviceId != origin } }
         for target in targets { target.mailbox.post(delivery) }

@@ -75,6 +75,7 @@ extension SyncServices {
             let appended = try await database.appendKeys(accountId: device.accountId, after: append.after, entries: append.entries,
                                                          envelopes: envelopes, envelopeLimit: KeyLimits.envelopesPerAccount) { try Self.checkRoster($0, envelopes: envelopes) }
             guard appended else { throw SyncError(.conflict, "rosterChanged", "the roster has changed since entry \(append.after): read it again") }
+            notifier.publishKeysChanged(account: device.accountId, except: device.deviceId)
             let stored = try await database.accountKeys(accountId: device.accountId, recipients: [])
             return KeyDirectoryResponse(roster: stored.roster, envelopes: [], escrow: escrow?.publicKeys)
         }
@@ -109,6 +110,7 @@ extension SyncServices {
                                                              envelopes: envelopes, envelopeLimit: KeyLimits.envelopesPerAccount) { try Self.checkRoster($0, envelopes: envelopes) }
                 if appended {
                     context.logger.info("a device joined its account's roster by the escrow", metadata: ["account": "\(device.accountId)", "device": "\(device.deviceId)"])
+                    notifier.publishKeysChanged(account: device.accountId, except: device.deviceId)
                     let roster = admitted.entry.map { stored.roster + [$0.encoded] } ?? stored.roster
                     return KeyDirectoryResponse(roster: roster, envelopes: envelopes, escrow: escrow.publicKeys)
                 }

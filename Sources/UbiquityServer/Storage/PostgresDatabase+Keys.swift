@@ -39,6 +39,7 @@ extension PostgresDatabase {
             if dropEscrow {
                 _ = try await db.rows("DELETE FROM key_envelope WHERE account_id = \(accountId) AND recipient = \(KeyEnvelopeRecord.escrowRecipient)")
             }
+            try await self.announce(db, account: accountId, container: "", sequence: 0, device: nil, type: "keysChanged")
             return true
         }
     }

@@ -97,6 +97,8 @@ extension PostgresDatabase {
                               change.instance != instance else { continue }
                         if change.type == "keyRequest" {
                             notifier.publishKeyRequest(account: change.account, except: change.device)
+                        } else if change.type == "keysChanged" {
+                            notifier.publishKeysChanged(account: change.account, except: change.device)
                         } else {
                             notifier.publish(account: change.account, container: change.container, sequence: change.sequence, keyValue: change.keyValue,
                                              except: change.device)
