@@ -37,6 +37,11 @@ extension AccountKeys {
             return .holding(rootKeys: keyring.epochs.compactMap { keyring.rootKey(epoch: $0) }, custody: roster.custody)
         }
         if roster == nil, directory.escrow == nil { return .plain }
+        if let roster, roster.removed.contains(keyring.deviceIdentifier) {
+            // Removed on another device: it never rejoins by itself (under Standard the escrow
+            // would let it) — only a new sign-in, by its user, does.
+            return .waiting("this device was removed from the account's keys on another device: `ubiquity login` signs it in again")
+        }
         do {
             let status = try await setUpHoldingLock(deviceName: deviceName)
             let now = try loadKeyring()
