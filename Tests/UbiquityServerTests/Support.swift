@@ -1,4 +1,5 @@
 import Crypto
+import CUbiquitySystem
 import Foundation
 import Hummingbird
 import Logging
@@ -211,6 +212,10 @@ func clusterScript(_ arguments: [String]) throws -> (status: Int32, output: Stri
     defer { posix_spawn_file_actions_destroy(&actions) }
     posix_spawn_file_actions_addopen(&actions, 1, outputPath, O_WRONLY | O_CREAT | O_TRUNC, 0o600)
     posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
+    // Nothing else of this process's: a cluster started here outlives a killed test run, and an
+    // inherited connection to the shared test cluster would keep its transaction (and locks)
+    // open for as long — the next run's migrations then wait forever.
+    ubq_spawn_actions_close_from(&actions, 3)
     let argv: [UnsafeMutablePointer<CChar>?] = ([script] + arguments).map { strdup($0) } + [nil]
     defer { for pointer in argv { free(pointer) } }
     var pid = pid_t()
