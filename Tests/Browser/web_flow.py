@@ -451,9 +451,9 @@ try:
         fail("revoking one link did not end it alone")
     step("links listed in the page; the revoked one no longer downloads")
 
-    # Manage Storage: the container and the phone's key-value store, its value as a property list.
+    # Manage Storage: the container and the laptop's key-value store (its app set a value, its
+    # agent sealed it), the value as a property list (opened by the server's escrow).
     store = container
-    v1("POST", "/v1/kv/" + store, phone, body={"changes": [{"key": "theme <b>", "value": {"dictionary": {"dark": {"bool": True}}}, "timestamp": time.time()}]})
     driver.get(url + "/web/#/storage")
     wait(lambda: driver.find_element(By.ID, "storage").is_displayed() and container in driver.find_element(By.ID, "storage-rows").text
          and store in driver.find_element(By.ID, "kv-store-rows").text, "Manage Storage", 60)

@@ -1,4 +1,5 @@
 import Foundation
+import GRDB
 import UbiquityTestSupport
 import Synchronization
 import Testing
@@ -47,6 +48,12 @@ import UbiquityServer
         // A first document, so that the container and its Documents folder are on the server.
         try FileManager.default.createDirectory(at: documents, withIntermediateDirectories: true)
         try Data("hello".utf8).write(to: documents.appendingPathComponent("Welcome.txt"))
+        // The laptop's app sets a key-value pair: its agent seals it; the page (Standard) shows it
+        // opened by the server's escrow.
+        let values = NSUbiquitousKeyValueStore(identifier: notes, containers: UbiquityContainers(paths: running.paths[0],
+                                                                                               entitlements: UbiquityEntitlements(containers: [notes], keyValueStore: notes)))
+        values.set(["dark": true], forKey: "theme <b>")
+        #expect(values.synchronize())
 
         // The device's user opens what arrives (the agent brings metadata first, contents on demand).
         let stop = Mutex(false)
@@ -96,6 +103,11 @@ import UbiquityServer
         print(output)
         #expect(status == 0, "\(output)")
         #expect(output.contains("all steps held"))
+        // What the page showed, the server keeps sealed: no key name, no value.
+        let database = try DatabaseQueue(path: dir + "/server/ubiquity.sqlite")
+        let kept = try database.read { db in try Row.fetchAll(db, sql: "SELECT key, value, sealed FROM kv") }
+        #expect(!kept.isEmpty && kept.allSatisfy { ($0["sealed"] as Data?) != nil && ($0["key"] as String) != "theme <b>" }, "\(kept)")
+        try database.close()
     }
 
     /// Runs a program to its end (killed after `timeout`): its status and its output and errors together.
