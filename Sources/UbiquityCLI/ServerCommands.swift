@@ -368,7 +368,7 @@ struct CheckCommand: AsyncParsableCommand {
         say("chunk(s) named by uploaded items but not listed", report.unlisted.map {
             "account \($0.account) \($0.hash), e.g. \(SafeText.escaped($0.name)) (\($0.item)) in \($0.container)"
         })
-        print("checked the keys of \(keys.accountsChecked) account(s)\(escrow == nil ? " (no escrow key file at \(escrowPath))" : "")")
+        print("checked the keys of \(keys.accountsChecked) account(s) and \(keys.sealedValuesChecked) sealed key-value change(s)\(escrow == nil ? " (no escrow key file at \(escrowPath))" : "")")
         for (account, problem) in keys.problems.prefix(20) { print("  account \(SafeText.escaped(account)): \(problem)") }
         if keys.problems.count > 20 { print("  … and \(keys.problems.count - 20) more") }
         if report.isClean && keys.problems.isEmpty { print("no problems found") }

@@ -73,6 +73,15 @@ import UbiquityProtocol
             let page = try await client.send(.get, "/web/api/kv/\(store)", headers: headers).decode(WebKeyValuesResponse.self)
             #expect(page.entries.map(\.key) == ["theme"] && page.entries[0].propertyList.contains("<string>dark</string>") && page.sealed == 0)
 
+            // fsck opens every sealed value with the escrow's keys; one a device botched is damaged.
+            let escrowKey = try EscrowKey.loadOrCreate(at: URL(fileURLWithPath: server.configuration.escrowKeyPath)).key
+            let sound = try await server.admin.checkKeys(escrow: escrowKey)
+            #expect(sound.problems.isEmpty && sound.sealedValuesChecked == 2, "\(sound.problems)")
+            let botched = KeyValueChange(key: keys.storedName(of: "botched"), sealed: Data(repeating: 1, count: 120), removed: false, timestamp: 9)
+            #expect(try await post(client, [botched], token: signedIn.token).status == .ok)
+            let found = try await server.admin.checkKeys(escrow: escrowKey)
+            #expect(found.problems.map(\.problem) == ["1 sealed value of key-value store \(store) does not open with the escrow's keys (damaged: devices refuse it)"])
+
             // Under Advanced the server holds no key: the page says how many values only the devices read.
             let roster = try await KeyDirectoryTests().directory(client, token: signedIn.token)
             let entries2 = try roster.roster.map { try RosterEntry(encoded: $0) }
@@ -82,7 +91,9 @@ import UbiquityProtocol
                                                                 [try KeyDirectoryTests().envelope(next, account: signedIn.identityToken, to: laptop.publicKeys, from: laptop)])
             #expect(switched.status == .ok, "\(String(buffer: switched.body))")
             let hidden = try await client.send(.get, "/web/api/kv/\(store)", headers: headers).decode(WebKeyValuesResponse.self)
-            #expect(hidden.entries.isEmpty && hidden.sealed == 1)
+            #expect(hidden.entries.isEmpty && hidden.sealed == 2, "the theme and the botched one")
+            // fsck then checks each one's form and epoch: the botched one is malformed.
+            #expect(try await server.admin.checkKeys(escrow: escrowKey).problems.map(\.problem) == ["1 sealed value of key-value store \(store) is malformed (damaged: devices refuse it)"])
             // And a device of an older build can no longer store plaintext.
             let plaintext = try await post(client, [KeyValueChange(key: "theme", value: .string("light"), timestamp: 5)], token: signedIn.token)
             #expect(plaintext.status == .conflict && plaintext.errorCode == "sealedOnly")

@@ -19,6 +19,8 @@ public struct KeyValueKeys: Sendable {
     public static let format: UInt8 = 1
     /// The most a sealed removal takes (a tag, the key and the seal): the server refuses longer ones.
     public static let maximumSealedRemoval = 256
+    /// The least a sealed change takes: its header, version and seal around the smallest padding.
+    public static let minimumSealedSize = SealedHeader.size + 8 + 12 + 64 + 16
 
     /// What a sealed change says, once opened.
     public struct Opened: Sendable, Equatable {
