@@ -39,6 +39,7 @@ import UbiquityProtocol
                 async let phoneEvents = PushTests().listen(rawSecond, token: phone.token) { events in
                     if events.count == 1 { connected.mark("phone") }
                     return events.contains { $0.type == "keyValueChanged" } && events.contains { $0.type == "changed" && $0.sequence == 1 }
+                        && events.contains { $0.type == "keysChanged" }
                 }
                 async let laptopEvents = PushTests().listen(rawFirst, token: laptop.token) { events in
                     if events.count == 1 { connected.mark("laptop") }
@@ -61,10 +62,13 @@ import UbiquityProtocol
                 let kv = try await two.send(.post, "/v1/kv/\(store)", token: phone.token,
                                             json: KeyValueUpdate(changes: [KeyValueChange(key: "theme", value: .string("dark"), timestamp: 1_800_000_000)]))
                 #expect(kv.status == .ok, "kv: \(String(buffer: kv.body))")
+                // The laptop sets the account's keys up through the first instance: the phone, on the second, is told.
+                _ = try await SealedKeyValueServerTests().setUpKeys(one, laptop)
 
                 let heardByPhone = try await phoneEvents
-                let expected = [PushEvent.connected, PushEvent(type: "changed", container: notes, sequence: 1), PushEvent(type: "keyValueChanged", container: store, sequence: 1)]
-                #expect(Set(heardByPhone.map { "\($0)" }) == Set(expected.map { "\($0)" }) && heardByPhone.count == 3, "the phone heard \(heardByPhone)")
+                let expected = [PushEvent.connected, PushEvent(type: "changed", container: notes, sequence: 1), PushEvent(type: "keyValueChanged", container: store, sequence: 1),
+                                PushEvent(type: "keysChanged")]
+                #expect(Set(heardByPhone.map { "\($0)" }) == Set(expected.map { "\($0)" }) && heardByPhone.count == 4, "the phone heard \(heardByPhone)")
                 #expect(try await laptopEvents == [.connected, PushEvent(type: "keyValueChanged", container: store, sequence: 1)],
                         "the device that made a change is not told of it (by either instance); it hears the phone's")
                 let bobsPhone = try await one.signIn("bob", device: "phone")
