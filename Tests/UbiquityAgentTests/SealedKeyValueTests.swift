@@ -4,6 +4,7 @@ import Testing
 import UbiquityClient
 import UbiquityKeys
 import UbiquityProtocol
+import UbiquityTestSupport
 @testable import UbiquityAgent
 
 /// Key-value stores under the account's keys, with a real server and the agent's store sync:
@@ -22,15 +23,18 @@ import UbiquityProtocol
         return try DatabaseQueue(path: dir + "/server/ubiquity.sqlite", configuration: configuration)
     }
 
-    /// Serves `change` to devices as the store's next change (what a server does when a row changes).
-    static func serve(_ dir: String, _ change: @escaping @Sendable (Database) throws -> Void) throws {
-        let queue = try database(dir)
-        try queue.write { db in
-            try change(db)
-            try db.execute(sql: "UPDATE kvStore SET sequence = sequence + 1")
-            try db.execute(sql: "UPDATE kv SET sequence = (SELECT sequence FROM kvStore WHERE kvStore.id = kv.storeId) WHERE sequence = -1")
+    /// Serves `change` to devices as the store's next change (what a server does when a row
+    /// changes), on a thread of its own (it may wait for the server's write lock).
+    static func serve(_ dir: String, _ change: @escaping @Sendable (Database) throws -> Void) async throws {
+        try await onOwnThread {
+            let queue = try database(dir)
+            try queue.write { db in
+                try change(db)
+                try db.execute(sql: "UPDATE kvStore SET sequence = sequence + 1")
+                try db.execute(sql: "UPDATE kv SET sequence = (SELECT sequence FROM kvStore WHERE kvStore.id = kv.storeId) WHERE sequence = -1")
+            }
+            try queue.close()
         }
-        try queue.close()
     }
 
     /// The name the server files `key` under, as `device` computes it.
@@ -78,7 +82,7 @@ import UbiquityProtocol
             let (laptop, phone) = try await twoDevices(base, dir)
             defer { laptop.remove(); phone.remove() }
             // The server swaps the two keys' sealed values.
-            try Self.serve(dir) { db in
+            try await Self.serve(dir) { db in
                 let rows = try Row.fetchAll(db, sql: "SELECT key, sealed FROM kv ORDER BY key")
                 for (row, other) in zip(rows, rows.reversed()) {
                     try db.execute(sql: "UPDATE kv SET sealed = ?, sequence = -1 WHERE key = ?", arguments: [other["sealed"] as Data, row["key"] as String])
@@ -106,7 +110,7 @@ import UbiquityProtocol
             // The server serves level 7 again, with its own seal and time: an honest old value.
             let row = try #require(old)
             let (sealed, timestamp): (Data, Double) = (row["sealed"], row["timestamp"])
-            try Self.serve(dir) { db in
+            try await Self.serve(dir) { db in
                 try db.execute(sql: "UPDATE kv SET sealed = ?, timestamp = ?, sequence = -1 WHERE key = ?", arguments: [sealed, timestamp, level])
             }
             let refusals = try await phone.sync.sync(game)
@@ -123,7 +127,7 @@ import UbiquityProtocol
             // The server says the player was removed (a value kept as a removal), and dates the
             // level later than its device did (to make it win over a newer one).
             let (player, level) = (try await tag("player", on: phone), try await tag("highestLevel", on: phone))
-            try Self.serve(dir) { db in
+            try await Self.serve(dir) { db in
                 try db.execute(sql: "UPDATE kv SET value = NULL, sequence = -1 WHERE key = ?", arguments: [player])
                 try db.execute(sql: "UPDATE kv SET timestamp = timestamp + 1000, sequence = -1 WHERE key = ?", arguments: [level])
             }
@@ -143,7 +147,7 @@ import UbiquityProtocol
             _ = try await laptopKeys.keys.setCustody(.advanced)
             _ = try await phoneKeys.current(refresh: true)
             // Under Advanced the server holds no key: it can only put a plaintext value in.
-            try Self.serve(dir) { db in
+            try await Self.serve(dir) { db in
                 try db.execute(sql: """
                     INSERT INTO kv (storeId, key, value, size, timestamp, deviceId, deviceName, sequence)
                     SELECT storeId, 'player', ?, 30, ?, deviceId, deviceName, -1 FROM kv LIMIT 1

@@ -10,7 +10,7 @@ import UbiquityTestSupport
 /// (`ubiquity kv set`), and the phone's relay changes what the phone is served. Every lie is
 /// refused by the phone's agent — logged, and shown by `ubiquity status` — and the phone's
 /// store keeps what it had.
-@Suite struct HostileKeyValueServerTests {
+@Suite(.serialized) struct HostileKeyValueServerTests {
     typealias Device = DataProtectionCommandTests.Device
     static let store = "ABCDE12345.com.example.game"
     static let other = "ABCDE12345.com.example.other"
@@ -39,9 +39,20 @@ import UbiquityTestSupport
             try handle.close()
         }
 
+        /// Stops it (SIGTERM) and reaps it on a thread of its own: never waited for on one of
+        /// the two threads Swift's concurrency shares here (an agent finishing a request through
+        /// an in-process relay would wait for that very thread).
         func stop() {
             process.terminate()
-            process.waitUntilExit()
+            let process = process
+            Thread.detachNewThread { process.waitUntilExit() }
+        }
+
+        /// Stops it and waits until it has exited (on a thread of its own).
+        func stopped() async throws {
+            process.terminate()
+            let process = process
+            try await onOwnThread { process.waitUntilExit() }
         }
 
         var logged: String { (try? String(contentsOf: log, encoding: .utf8)) ?? "" }
@@ -129,6 +140,8 @@ import UbiquityTestSupport
             #expect(told.count.withLock { $0 } > 0, "the lie was told")
             let values = try await phone.running(["kv", "list", store]).output
             #expect(values.contains(#"player = {"string":"Ada"}"#), "\(values)")
+            try await laptopAgent.stopped()
+            try await phoneAgent.stopped()
             return
         case .timestampChanged:
             // Every change dated later than its device sealed it (to make it win over newer ones).
@@ -137,7 +150,7 @@ import UbiquityTestSupport
             // Advanced Data Protection turned on; the phone's agent starts again (reads the roster
             // at once); the server, holding no key, puts a plaintext value in.
             #expect(try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"]).status == 0)
-            phoneAgent.stop()
+            try await phoneAgent.stopped()
             phoneAgent = try Agent(phone, in: setup.dir)
             #expect(try await Self.until(phone, ["protection", "status"]) { $0.contains("Advanced") })
             tell { $0.entries.append(KeyValueEntry(key: "player", value: .string("Mallory"), timestamp: Date().timeIntervalSince1970 + 100, deviceName: "laptop", sequence: 1_000)) }
@@ -150,6 +163,9 @@ import UbiquityTestSupport
         let values = try await phone.running(["kv", "list", store]).output
         #expect(values.contains(#"player = {"string":"Ada"}"#), "\(values)")
         #expect(values.contains(attack == .oldValueServedAgain ? #"level = {"integer":9}"# : #"level = {"integer":7}"#), "\(values)")
+        // The agents gone before the server and the relays go.
+        try await laptopAgent.stopped()
+        try await agent.stopped()
     }
 }
 

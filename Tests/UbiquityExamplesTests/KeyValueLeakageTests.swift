@@ -67,6 +67,8 @@ import UbiquityTestSupport
         #expect(Set(Self.leaks(of: held, in: dir.file("phone")).map { $0.components(separatedBy: " in ")[0] }) == Set(held))
         // The log was kept at debug: it holds the requests, not nothing.
         #expect(((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains("/v1/kv/"), "the audit read a log that says something")
+        try await laptopAgent.stopped() // before the server goes
+        try await phoneAgent.stopped()
     }
 }
 
@@ -105,5 +107,7 @@ import UbiquityTestSupport
         try await Task.sleep(for: .seconds(1)) // the push delivered, the keys read again
         #expect(try await phone.running(["kv", "set", store, "after", "2"]).status == 0)
         #expect(await eventuallyValue { (try? epochs()).flatMap { $0.count == 2 ? $0 : nil } } == [0, 1], "\(phoneAgent.logged.suffix(2000))")
+        try await laptopAgent.stopped() // before the server goes
+        try await phoneAgent.stopped()
     }
 }

@@ -6,7 +6,7 @@ import UbiquityTestSupport
 /// the laptop removes the tablet (a new epoch, whose key the tablet never gets); a value set
 /// afterwards reaches the phone, never the tablet — whose agent does not let itself back in
 /// (under Standard the escrow would), and says why — while what it had stays readable to it.
-@Suite struct RemovedDeviceTests {
+@Suite(.serialized) struct RemovedDeviceTests {
     typealias Device = DataProtectionCommandTests.Device
     typealias Agent = HostileKeyValueServerTests.Agent
 
@@ -41,5 +41,6 @@ import UbiquityTestSupport
         #expect(held.contains("written before") && !held.contains("written after"), "\(held)")
         let status = try await tablet.running(["protection", "status"]).output
         #expect(status.contains("does not hold the current key"), "\(status)")
+        for agent in agents { try await agent.stopped() } // before the server goes
     }
 }
