@@ -180,9 +180,9 @@ struct AgentCommand: AsyncParsableCommand {
         var settings = try AgentConfiguration.load(from: paths.agentConfiguration)
         if greedy { settings.greedy = true }
         let agent = Agent(paths: paths, configuration: settings, logger: logger)
-        let group = ServiceGroup(configuration: ServiceGroupConfiguration(
-            services: [.init(service: agent)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
-        try await group.run()
+        var group = ServiceGroupConfiguration(services: [.init(service: agent)], gracefulShutdownSignals: [.sigterm, .sigint], logger: logger)
+        group.maximumGracefulShutdownDuration = .seconds(10) // then what is left is cancelled: a SIGTERM always ends it
+        try await ServiceGroup(configuration: group).run()
     }
 }
 

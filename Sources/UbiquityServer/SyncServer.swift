@@ -179,20 +179,27 @@ package struct SyncServer: Sendable {
             logger: logger)
     }
 
-    /// Serves until SIGTERM or SIGINT, then shuts down gracefully. Collects garbage (revisions
+    /// How long a graceful shutdown may take before what is left is cancelled.
+    static let gracefulShutdownLimit: Duration = .seconds(10)
+
+    /// Serves until SIGTERM or SIGINT, then shuts down gracefully (at most
+    /// ``gracefulShutdownLimit``). Collects garbage (revisions
     /// past ``Configuration/retention``, unreferenced chunks) at start and every hour; on
     /// PostgreSQL, relays other instances' changes to this one's devices.
     package func run(onServerRunning: (@Sendable (Int) async -> Void)? = nil) async throws {
         // Shut down in reverse order: relaying and collecting stop, then the connections close.
-        let group = ServiceGroup(configuration: .init(
+        var group = ServiceGroupConfiguration(
             services: [
-                try makeApplication(onServerRunning: onServerRunning),
-                GarbageCollectionService(storage: storage, retention: configuration.retention, logger: logger),
-                ChangeRelayService(database: storage.database, notifier: services.notifier),
+                .init(service: try makeApplication(onServerRunning: onServerRunning)),
+                .init(service: GarbageCollectionService(storage: storage, retention: configuration.retention, logger: logger)),
+                .init(service: ChangeRelayService(database: storage.database, notifier: services.notifier)),
             ],
             gracefulShutdownSignals: [.sigterm, .sigint],
-            logger: logger))
-        try await group.run()
+            logger: logger)
+        // Devices keep push connections open and reconnect: after this long the rest is cut, so
+        // that a SIGTERM always ends the process (a service manager, an operator, a test waits).
+        group.maximumGracefulShutdownDuration = Self.gracefulShutdownLimit
+        try await ServiceGroup(configuration: group).run()
         await close()
     }
 }

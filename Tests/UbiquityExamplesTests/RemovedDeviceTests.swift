@@ -33,8 +33,8 @@ import UbiquityTestSupport
         #expect(try await laptop.running(["kv", "set", store, "after", "written after"]).status == 0)
         #expect(try await HostileKeyValueServerTests.until(phone, ["kv", "get", store, "after"]) { $0.contains("written after") })
         // The tablet is told (a push), reads the roster, finds itself removed: it waits, and says so.
-        #expect(try await HostileKeyValueServerTests.until(tablet, ["status"]) { $0.contains("removed from the account's keys") },
-                "\(agents[2].logged.suffix(3000))")
+        #expect(try await HostileKeyValueServerTests.until(agents[2], logs: "removed from the account's keys"), "\(agents[2].logged.suffix(3000))")
+        #expect(try await HostileKeyValueServerTests.until(tablet, ["status"]) { $0.contains("removed from the account's keys") }, "ubiquity status says so")
         _ = try await tablet.running(["kv", "set", store, "opened", "again"]) // a write makes it try the store again
         try await Task.sleep(for: .seconds(2))
         let held = try await tablet.running(["kv", "list", store]).output

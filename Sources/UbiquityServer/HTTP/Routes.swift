@@ -493,21 +493,6 @@ extension SyncServices {
     /// quota again (another upload may have used the room meanwhile: then nothing is kept).
     /// Each chunk is checked against its hash, unless `checked`: the caller made the hashes
     /// from these bytes itself, or checked them against the names a moment ago.
-    /// Whether an upload's chunks are sealed (`?sealed=1`): only an account whose devices hold
-    /// its keys sends them.
-    /// - Throws: ``SyncError`` 409 `noKeys` for an account with no keys set up; 400 for another value.
-    func sealedUpload(_ request: Request, device: DeviceAuth) async throws -> Bool {
-        switch request.uri.queryParameters["sealed"].map(String.init) {
-        case nil, "0": return false
-        case "1":
-            guard try await custody(ofAccount: device.accountId) != nil else {
-                throw SyncError(.conflict, "noKeys", "sealed chunks come from an account whose devices hold its keys; this one has none set up")
-            }
-            return true
-        default: throw SyncError.badRequest("invalidSealed", "sealed is 0 or 1")
-        }
-    }
-
     /// Stores chunks a device sent (`sealed`: an encrypted account's, not checked against their
     /// names — the server keeps the SHA-256 of their bytes instead).
     func receive(_ received: [ChunkBatch.Chunk], from device: DeviceAuth, logger: Logger, checked: Bool = false, sealed: Bool = false) async throws {

@@ -18,20 +18,6 @@ extension KeyValueEntry {
     }
 }
 
-extension SyncServices {
-    /// The account's custody as its roster says (nil: no roster yet).
-    /// - Throws: ``SyncError`` `badRoster` when the stored roster does not verify.
-    func custody(ofAccount accountId: Int64) async throws -> Custody? {
-        let stored = try await database.accountKeys(accountId: accountId, recipients: [])
-        guard !stored.roster.isEmpty else { return nil }
-        do {
-            return try Roster.verify(stored.roster.map { try RosterEntry(encoded: $0) }).custody
-        } catch {
-            throw SyncError(.conflict, "badRoster", "the account's stored roster does not verify: \(error)")
-        }
-    }
-}
-
 extension ServerEscrow {
     /// The root keys the escrow holds for an account (Standard custody), opened for one
     /// request and forgotten with it: nil under Advanced, or for an account with no roster.

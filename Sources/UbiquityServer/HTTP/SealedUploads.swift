@@ -1,0 +1,34 @@
+import Foundation
+import Hummingbird
+import UbiquityKeys
+
+/// What the server needs to know of an account's keys to take sealed data: its custody (from the
+/// roster it keeps), and whether an upload says its chunks are sealed.
+extension SyncServices {
+    /// The account's custody as its roster says (nil: no roster yet).
+    /// - Throws: ``SyncError`` `badRoster` when the stored roster does not verify.
+    func custody(ofAccount accountId: Int64) async throws -> Custody? {
+        let stored = try await database.accountKeys(accountId: accountId, recipients: [])
+        guard !stored.roster.isEmpty else { return nil }
+        do {
+            return try Roster.verify(stored.roster.map { try RosterEntry(encoded: $0) }).custody
+        } catch {
+            throw SyncError(.conflict, "badRoster", "the account's stored roster does not verify: \(error)")
+        }
+    }
+
+    /// Whether an upload's chunks are sealed (`?sealed=1`): only an account whose devices hold
+    /// its keys sends them.
+    /// - Throws: ``SyncError`` 409 `noKeys` for an account with no keys set up; 400 for another value.
+    func sealedUpload(_ request: Request, device: DeviceAuth) async throws -> Bool {
+        switch request.uri.queryParameters["sealed"].map(String.init) {
+        case nil, "0": return false
+        case "1":
+            guard try await custody(ofAccount: device.accountId) != nil else {
+                throw SyncError(.conflict, "noKeys", "sealed chunks come from an account whose devices hold its keys; this one has none set up")
+            }
+            return true
+        default: throw SyncError.badRequest("invalidSealed", "sealed is 0 or 1")
+        }
+    }
+}
