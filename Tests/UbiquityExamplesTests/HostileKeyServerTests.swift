@@ -283,9 +283,9 @@ extension DataProtectionCommandTests.Device {
     }
 
     /// ``login(_:recoveryKey:)`` on a thread of its own.
-    func loggingIn(_ base: URL) async throws -> (status: Int32, output: String) {
+    func loggingIn(_ base: URL, recoveryKey: String? = nil) async throws -> (status: Int32, output: String) {
         let device = self
-        return try await onOwnThread { try device.login(base) }
+        return try await onOwnThread { try device.login(base, recoveryKey: recoveryKey) }
     }
 
     /// ``identifier()`` on a thread of its own.

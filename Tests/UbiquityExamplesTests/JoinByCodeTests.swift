@@ -35,17 +35,17 @@ import UbiquityTestSupport
         let server = try await RunningServer.start(data: dir.file("data").path)
         defer { _ = server.stop() }
         let laptop = Device("laptop", in: dir), desktop = Device("desktop", in: dir), intruded = Device("intruded", in: dir)
-        #expect(try laptop.login(server).status == 0)
-        #expect(try laptop.run(["protection", "advanced", "--yes", "--without-recovery-key"]).status == 0)
+        #expect(try await laptop.loggingIn(server.base).status == 0)
+        #expect(try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"]).status == 0)
 
         // No agent on the laptop: the new device waits; `devices approve` with no code answers it.
         let (waiting, lines) = try startLogin(intruded, server)
         defer { waiting.terminate() }
         #expect(await lines.waitFor(timeout: 20) { $0.contains("asking its devices") } != nil, "\(lines.all)")
-        var answered = try laptop.run(["devices", "approve"])
+        var answered = try await laptop.running(["devices", "approve"])
         for _ in 0..<20 where !answered.output.contains("answered intruded") {
             try await Task.sleep(for: .milliseconds(200)) // the request may not be made yet
-            answered = try laptop.run(["devices", "approve"])
+            answered = try await laptop.running(["devices", "approve"])
         }
         #expect(answered.status == 0 && answered.output.contains("answered intruded"), "\(answered.output)")
         let shown = try #require(await lines.waitFor(timeout: 20) { $0.contains("devices approve") }, "\(lines.all)")
@@ -55,9 +55,9 @@ import UbiquityTestSupport
         let database = try DatabaseQueue(path: dir.file("data/ubiquity.sqlite").path)
         let intruder = DeviceKeys().publicKeys
         try await database.write { try $0.execute(sql: "UPDATE keyRequest SET signing = ?, agreement = ?", arguments: [Data(intruder.signing), Data(intruder.agreement)]) }
-        let refused = try laptop.run(["devices", "approve", code(in: shown)])
+        let refused = try await laptop.running(["devices", "approve", code(in: shown)])
         #expect(refused.status == 2 && refused.output.contains("no device waiting to join shows the code"), "\(refused.output)")
-        #expect(!(try laptop.run(["devices", "list"]).output.contains("intruded")))
+        #expect(!(try await laptop.running(["devices", "list"]).output.contains("intruded")))
         waiting.terminate()
         try await database.write { try $0.execute(sql: "DELETE FROM keyRequest") }
         try database.close()
@@ -75,12 +75,12 @@ import UbiquityTestSupport
         let (joining, output) = try startLogin(desktop, server)
         defer { joining.terminate() }
         let line = try #require(await output.waitFor(timeout: 30) { $0.contains("devices approve") }, "the agent answered: \(output.all)")
-        let approved = try laptop.run(["devices", "approve", code(in: line)])
+        let approved = try await laptop.running(["devices", "approve", code(in: line)])
         #expect(approved.status == 0 && approved.output.contains("approved desktop"), "\(approved.output)")
         let done = try #require(await output.waitFor(timeout: 30) { $0.contains("this device holds the account's keys") }, "\(output.all)")
         #expect(done.contains("Advanced Data Protection") && done.contains("2 devices"), "\(done)")
         joining.waitUntilExit()
         #expect(joining.terminationStatus == 0)
-        #expect(try desktop.run(["protection", "status"]).output.contains("holds the current key"))
+        #expect(try await desktop.running(["protection", "status"]).output.contains("holds the current key"))
     }
 }

@@ -24,7 +24,8 @@ extension SyncServices {
         switch request.uri.queryParameters["sealed"].map(String.init) {
         case nil, "0": return false
         case "1":
-            guard try await custody(ofAccount: device.accountId) != nil else {
+            // Whether keys are set up at all (not their custody): no signature checked per upload.
+            guard try await !database.accountKeys(accountId: device.accountId, recipients: []).roster.isEmpty else {
                 throw SyncError(.conflict, "noKeys", "sealed chunks come from an account whose devices hold its keys; this one has none set up")
             }
             return true
