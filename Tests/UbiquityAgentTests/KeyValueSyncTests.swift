@@ -170,7 +170,8 @@ import UbiquityProtocol
         stores[0].set("dark", forKey: "theme")
         #expect(await eventually(20) { stores[1].string(forKey: "theme") == "dark" })
         let took = ContinuousClock.now - start
-        #expect(recorder.withLock { $0.flatMap { $0 } }.contains("theme"))
+        // (The value is on disk a moment before the notice is posted: wait for the notice too.)
+        #expect(await eventually(20) { recorder.withLock { $0.flatMap { $0 } }.contains("theme") })
         print("key-value change across two running agents: \(took)")
     }
 }

@@ -50,9 +50,14 @@ import UbiquityTestSupport
         #expect(presenter.log == ["save", "relinquishToWriter", "didChange", "reacquire"])
         #expect(folder.log == ["subitemDidChange:a.txt"])
 
-        // The presenter's own coordinator does not disturb it.
+        // The presenter's own coordinator does not disturb it. (Unless inotify's queue overflowed
+        // meanwhile — other suites' files, a loaded machine — which tells every presenter
+        // `didChange`, as it should: that alone is allowed.)
+        let overflows = PresenterWatcher.shared.state.withLock { $0.overflows }
         try NSFileCoordinator(filePresenter: presenter).coordinate(writingItemAt: item) { _ in }
-        #expect(presenter.log.count == 4)
+        let after = presenter.log.dropFirst(4)
+        let overflowed = PresenterWatcher.shared.state.withLock { $0.overflows } != overflows
+        #expect(after.isEmpty || (overflowed && after.allSatisfy { $0 == "didChange" }), "\(presenter.log)")
 
         try NSFileCoordinator().coordinate(readingItemAt: item, options: .withoutChanges) { _ in }
         #expect(presenter.log.suffix(2) == ["relinquishToReader", "reacquire"])
