@@ -6,6 +6,7 @@ import Synchronization
 import UbiquityClient
 import UbiquityFiles
 import UbiquityProtocol
+import UbiquitySync
 
 /// `ubiquity agent`: one per user and device. Keeps the signed-in account's containers in step
 /// with the server (one ``ContainerSync`` each) and answers apps over its local socket.
@@ -363,9 +364,15 @@ actor AccountSession {
     func container(_ identifier: String) throws -> ContainerSync {
         if let known = containers[identifier] { return known }
         guard UbiquityEntitlements.isValidIdentifier(identifier) else { throw ContainerSyncError("“\(identifier)” is not a container identifier", code: .unknownContainer) }
+        var codecs: (@Sendable (String) async throws -> ChunkCodec)?
+        if configuration.sealedContents {
+            let keys = self.keys
+            codecs = { container in try await keys.codec(of: container) }
+        }
         let sync = try ContainerSync(container: identifier, root: paths.container(identifier, account: credentials.identityToken), client: client, store: store,
                                      device: credentials.deviceId, greedy: configuration.greedy,
                                      packageExtensions: configuration.allPackageExtensions, logger: logger,
+                                     codecs: codecs,
                                      onStatusChange: { [statusChanged] in statusChanged.yield() })
         containers[identifier] = sync
         if connected { Task { await sync.notePushes(live: true) } }

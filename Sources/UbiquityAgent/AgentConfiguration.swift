@@ -5,7 +5,8 @@ import UbiquityClient
 /// every key optional.
 ///
 /// ```json
-/// { "containers": ["TEAMID.com.example.notes"], "greedy": true, "rescanSeconds": 60, "packageExtensions": ["sketchbook"] }
+/// { "containers": ["TEAMID.com.example.notes"], "greedy": true, "rescanSeconds": 60, "packageExtensions": ["sketchbook"],
+///   "sealedContents": true }
 /// ```
 package struct AgentConfiguration: Codable, Sendable, Equatable {
     /// Containers to keep in step even before an app asks for them (the entitled containers of
@@ -20,6 +21,12 @@ package struct AgentConfiguration: Codable, Sendable, Equatable {
     /// Extensions (without the dot) of folders that are packages — one document, synced as one
     /// item — besides ``LocalScanner/standardPackageExtensions``.
     package var packageExtensions: [String]
+    /// Seal the containers' chunks once this device holds the account's keys: cut by the keyed
+    /// chunker, named by a keyed MAC, encrypted before they leave (docs/Encryption.md). Off by
+    /// default while the data path lands in stages: the server's web pages, public links and
+    /// `recover` do not open sealed chunks yet, and item records (names, sizes) still go in
+    /// plaintext.
+    package var sealedContents: Bool
 
     /// Every extension that makes a folder a package here.
     package var allPackageExtensions: Set<String> {
@@ -27,8 +34,9 @@ package struct AgentConfiguration: Codable, Sendable, Equatable {
     }
 
     /// Settings.
-    package init(containers: [String] = [], greedy: Bool = false, rescanSeconds: Double = 60, packageExtensions: [String] = []) {
+    package init(containers: [String] = [], greedy: Bool = false, rescanSeconds: Double = 60, packageExtensions: [String] = [], sealedContents: Bool = false) {
         self.packageExtensions = packageExtensions
+        self.sealedContents = sealedContents
         self.containers = containers
         self.greedy = greedy
         self.rescanSeconds = rescanSeconds
@@ -40,6 +48,7 @@ package struct AgentConfiguration: Codable, Sendable, Equatable {
         greedy = try values.decodeIfPresent(Bool.self, forKey: .greedy) ?? false
         rescanSeconds = try values.decodeIfPresent(Double.self, forKey: .rescanSeconds) ?? 60
         packageExtensions = try values.decodeIfPresent([String].self, forKey: .packageExtensions) ?? []
+        sealedContents = try values.decodeIfPresent(Bool.self, forKey: .sealedContents) ?? false
         if let bad = packageExtensions.first(where: { $0.isEmpty || $0.contains("/") || $0.contains(".") }) {
             throw DecodingError.dataCorruptedError(forKey: .packageExtensions, in: values, debugDescription: "“\(bad)” is not a file name extension (no dot, no slash)")
         }

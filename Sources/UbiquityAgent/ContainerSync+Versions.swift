@@ -48,6 +48,7 @@ extension ContainerSync {
             throw ContainerSyncError("\(name) keeps no versions: \(error)", code: .badRequest)
         }
         guard !FileManager.default.fileExists(atPath: destination.path) else { return }
+        try await refreshCodec() // (its chunks may be sealed)
         let contents: RevisionContentsResponse
         do { contents = try await client.revision(container: container, item: item, revision: revision) } catch let error as SyncClientError {
             throw Self.versionError(error, name: name)

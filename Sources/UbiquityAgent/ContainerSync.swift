@@ -55,6 +55,11 @@ package actor ContainerSync {
     var files: LocalFiles
     /// Chunk lists of local contents (per member for a package), by content token.
     var localContents: [ContentToken: [LocalMember]] = [:]
+    /// How this container's chunks are cut, named and carried now (sealed once the account's
+    /// keys are held and sealing is on: ``refreshCodec()``).
+    private(set) var codec = ChunkCodec.plain
+    /// Reads the codec of a container from the account's keys (nil: always plain).
+    private let codecs: (@Sendable (String) async throws -> ChunkCodec)?
     /// The extensions that make a folder a package.
     package let packageExtensions: Set<String>
     /// The last problem, per item (quota, unreachable server, …; fetching under ``fetchErrorKey``),
@@ -149,8 +154,10 @@ package actor ContainerSync {
     /// called (and must return at once) whenever an item's status may have changed.
     package init(container: String, root: URL, client: SyncClient, store: AgentStore, device: String, greedy: Bool = false,
                 packageExtensions: Set<String> = LocalScanner.standardPackageExtensions,
-                logger: Logger = Logger(label: "ubiquity.agent"), onStatusChange: (@Sendable () -> Void)? = nil) throws {
+                logger: Logger = Logger(label: "ubiquity.agent"), codecs: (@Sendable (String) async throws -> ChunkCodec)? = nil,
+                onStatusChange: (@Sendable () -> Void)? = nil) throws {
         self.container = container
+        self.codecs = codecs
         statusObserver = onStatusChange
         self.packageExtensions = packageExtensions
         self.greedy = greedy
@@ -262,10 +269,30 @@ package actor ContainerSync {
         try await coordination.run(work)
     }
 
+    /// Brings ``codec`` in line with the account's keys (read again at most once a minute, and
+    /// when they change).
+    /// - Throws: ``ContainerSyncError`` when the account has keys this device does not hold
+    ///   (nothing is sent or taken until it does).
+    func refreshCodec() async throws {
+        guard let codecs else { return }
+        let now = try await codecs(container)
+        if now.sealed != codec.sealed {
+            logger.info(now.sealed ? "this container's chunks go sealed from now on" : "this container's chunks go in plaintext",
+                        metadata: ["container": "\(container)"])
+        }
+        codec = now
+    }
+
     private func round() async throws {
         defer {
             materialiser.forgetInlined()
             statusVersion &+= 1
+        }
+        do {
+            try await refreshCodec()
+        } catch {
+            errors[Self.fetchErrorKey] = "\(error)"
+            throw error
         }
         let clock = ContinuousClock(), start = clock.now
         var marks: [(String, ContinuousClock.Instant)] = []
@@ -381,7 +408,7 @@ package actor ContainerSync {
         guard kind != .directory else { return LocalContents.folderToken }
         let members: [LocalMember]
         do {
-            members = try LocalContents.cut(root.appendingPathComponent(path), kind: kind, scanner: scanner, relative: path)
+            members = try LocalContents.cut(root.appendingPathComponent(path), kind: kind, scanner: scanner, relative: path, codec: codec)
         } catch where scanner.fingerprint(of: path)?.kind != kind {
             return nil
         }
@@ -457,7 +484,7 @@ package actor ContainerSync {
     /// How large a file a page of changes should bring inline: on a greedy device (which
     /// downloads everything anyway) as large as the protocol allows; elsewhere none, since
     /// items are listed first and downloaded when asked (metadata first).
-    var inlineLimit: Int { greedy ? ItemUpdate.maximumInlineBytes : 0 }
+    var inlineLimit: Int { greedy && !codec.sealed ? ItemUpdate.maximumInlineBytes : 0 }
 
     // MARK: What a watcher saw
 

@@ -99,16 +99,17 @@ enum LocalContents {
     static let folderToken = ContentToken.folder
 
     /// The contents of the file or package at `url` (nothing for a folder).
-    static func cut(_ url: URL, kind: ItemKind, scanner: LocalScanner, relative: String) throws -> [LocalMember] {
+    /// `codec`: how the container's chunks are cut and named now.
+    static func cut(_ url: URL, kind: ItemKind, scanner: LocalScanner, relative: String, codec: ChunkCodec = .plain) throws -> [LocalMember] {
         switch kind {
         case .directory:
             return []
         case .file:
-            return [LocalMember(path: "", chunks: try ContentChunker.chunks(ofFileAt: url))]
+            return [LocalMember(path: "", chunks: try codec.chunks(ofFileAt: url))]
         case .package:
             return try scanner.members(of: relative).map { member in
                 member.path.hasSuffix("/") ? LocalMember(path: member.path, chunks: []) // an empty folder
-                    : LocalMember(path: member.path, chunks: try ContentChunker.chunks(ofFileAt: url.appendingPathComponent(member.path)))
+                    : LocalMember(path: member.path, chunks: try codec.chunks(ofFileAt: url.appendingPathComponent(member.path)))
             }
         }
     }

@@ -34,7 +34,7 @@ extension Materialiser {
         if let known = sync.localContents[file.content]?.first { return known.chunks }
         let url = sync.root.appendingPathComponent(file.path)
         // Unreadable counts as changed: the caller then takes the whole list from the server.
-        guard let chunks = try? ContentChunker.chunks(ofFileAt: url), LocalContents.token(chunks.map(\.reference)) == file.content else { return nil }
+        guard let chunks = try? sync.codec.chunks(ofFileAt: url), LocalContents.token(chunks.map(\.reference)) == file.content else { return nil }
         sync.localContents[file.content] = [LocalMember(path: "", chunks: chunks)]
         return chunks
     }
@@ -53,7 +53,7 @@ extension Materialiser {
             let scanner = sync.scanner
             // The previous copy only saves downloading what it has: unreadable, every chunk comes from the server.
             known = sync.localContents[previous.content]
-                ?? (try? LocalContents.cut(url, kind: previous.fingerprint.kind, scanner: scanner, relative: previous.path)) ?? []
+                ?? (try? LocalContents.cut(url, kind: previous.fingerprint.kind, scanner: scanner, relative: previous.path, codec: sync.codec)) ?? []
             for member in known {
                 for chunk in member.chunks { local[chunk.hash] = (member.path.isEmpty ? url : url.appendingPathComponent(member.path), chunk) }
             }
@@ -83,7 +83,7 @@ extension Materialiser {
                 continue
             }
             // A local piece that cannot be read (or no longer hashes right) comes from the server.
-            if let (url, piece) = local[chunk.hash], let read = Self.read(piece, of: url), read.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash {
+            if let (url, piece) = local[chunk.hash], let read = Self.read(piece, of: url), read.withUnsafeBytes({ sync.codec.recognises($0, as: chunk.hash) }) {
                 try writer.write(read, hash: chunk.hash)
                 sync.transfers[item]?.done += Int64(writer.occurrences(of: chunk.hash) * chunk.length)
                 continue
@@ -109,7 +109,7 @@ extension Materialiser {
         // Each batch written where it goes as it arrives, each chunk checked first (by the
         // client), straight from the answer; the answers' buffers used again by later batches
         // (new large buffers cost a page fault every 4 KiB).
-        let client = sync.client
+        let client = sync.client, codec = sync.codec
         let buffers = TransferBuffers()
         try await withThrowingTaskGroup(of: Int64.self) { group in
             var inFlight = 0
@@ -119,7 +119,7 @@ extension Materialiser {
                     group.addTask {
                         var written: Int64 = 0
                         do {
-                            let used = try await client.download(hashes, accumulation: buffers.take(capacity: answerBytes)) { hash, bytes in
+                            let used = try await client.download(hashes, codec: codec, accumulation: buffers.take(capacity: answerBytes)) { hash, bytes in
                                 try writer.write(bytes, hash: hash)
                                 written += Int64(writer.occurrences(of: hash) * bytes.count)
                             }
@@ -157,7 +157,8 @@ extension Materialiser {
     /// (those without such a partner, and any patch that did not make its chunk).
     func patchIn(_ needed: [ContentChunk], of members: [LocalMember], changing previous: [LocalMember], local: [String: (url: URL, chunk: ContentChunk)],
                  into writer: StagedWriter, item: String, in sync: isolated ContainerSync) async throws -> [ContentChunk] {
-        guard !needed.isEmpty, !previous.isEmpty else { return needed }
+        // (Sealed, the server cannot make a patch: the chunks come whole.)
+        guard !needed.isEmpty, !previous.isEmpty, !sync.codec.sealed else { return needed }
         let old = Dictionary(previous.map { ($0.path, $0.chunks) }, uniquingKeysWith: { first, _ in first })
         var partners: [String: String] = [:]
         for member in members {

@@ -343,7 +343,7 @@ final class Materialiser {
         defer { for incoming in group { sync.transfers[incoming.download.item] = nil } }
         let chunks: [ChunkBatch.Chunk]
         do {
-            chunks = needed.isEmpty ? [] : try await sync.client.download(needed)
+            chunks = needed.isEmpty ? [] : try await sync.client.download(needed, codec: sync.codec)
         } catch let error as SyncClientError {
             return group.map { ($0.download, .failure(error)) }
         }
@@ -552,9 +552,10 @@ final class Materialiser {
     /// content token the server gave (cut as this device cuts: a file cut otherwise
     /// elsewhere is downloaded the usual way), up to ``inlineHeldBytes`` in all.
     func keepInlined(_ items: [ItemState], in sync: isolated ContainerSync) {
+        guard !sync.codec.sealed else { return } // (a sealed container's chunks never come inline)
         for item in items {
             guard let contents = item.contents, let digest = item.digest.map({ ContentToken($0) }), inlinedBytes + contents.count <= Self.inlineHeldBytes else { continue }
-            let chunks = ContentChunker.chunks(of: contents)
+            let chunks = sync.codec.chunks(of: contents)
             guard ContentToken.of(chunks.map(\.reference)) == digest else {
                 sync.logger.debug("inline contents cut otherwise here: downloaded the usual way", metadata: ["container": "\(sync.container)", "item": "\(item.id)"])
                 continue

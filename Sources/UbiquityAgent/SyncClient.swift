@@ -147,26 +147,31 @@ package struct SyncClient: Sendable {
 
     /// Uploads a ``ChunkBatch`` already written as a body (framing and bytes, as
     /// ``ChunkBatch/encoded()`` writes them): large uploads read their chunks straight into it.
-    package func upload(batchBody: ByteBuffer) async throws {
-        _ = try await send(.POST, "v1/chunks", payload: batchBody, expecting: [.created], timeout: timeout * 4)
+    /// `sealed`: the chunks are sealed (an account whose devices hold its keys; the server
+    /// keeps them as they come, with a SHA-256 of each to find damage by).
+    package func upload(batchBody: ByteBuffer, sealed: Bool = false) async throws {
+        _ = try await send(.POST, sealed ? "v1/chunks?sealed=1" : "v1/chunks", payload: batchBody, expecting: [.created], timeout: timeout * 4)
     }
 
     /// Downloads chunks, in the order asked, each checked against its hash: the server answers
     /// with as many as fit in one batch, and this asks again for the rest.
-    package func download(_ hashes: [String]) async throws -> [ChunkBatch.Chunk] {
+    /// `codec`: how the chunks are checked (and opened, when sealed).
+    package func download(_ hashes: [String], codec: ChunkCodec = .plain) async throws -> [ChunkBatch.Chunk] {
         var chunks: [ChunkBatch.Chunk] = []
         chunks.reserveCapacity(hashes.count)
-        _ = try await download(hashes) { hash, bytes in chunks.append(ChunkBatch.Chunk(hash: hash, bytes: Array(bytes))) }
+        _ = try await download(hashes, codec: codec) { hash, bytes in chunks.append(ChunkBatch.Chunk(hash: hash, bytes: Array(bytes))) }
         return chunks
     }
 
     /// Downloads chunks, in the order asked, handing each to `each` once checked against its
     /// hash, as its batch arrives (the bytes are valid only during the call: nothing is copied
     /// out of the answer). The answers are gathered in `accumulation` (cleared first), which
-    /// comes back to be used again.
-    /// - Throws: ``SyncClientError`` (`hashMismatch` for a damaged chunk, `badAnswer` for a
-    ///   body that is not a batch of what was asked), or what `each` throws.
-    package func download(_ hashes: [String], accumulation: consuming ByteBuffer = ByteBuffer(),
+    /// comes back to be used again. Sealed chunks (`codec`) are opened and checked against
+    /// their names first; `each` gets their plaintext.
+    /// - Throws: ``SyncClientError`` (`hashMismatch` for a damaged chunk — or, sealed, one that
+    ///   does not open as the chunk asked for — `badAnswer` for a body that is not a batch of
+    ///   what was asked), or what `each` throws.
+    package func download(_ hashes: [String], codec: ChunkCodec = .plain, accumulation: consuming ByteBuffer = ByteBuffer(),
                           each: (String, UnsafeRawBufferPointer) throws -> Void) async throws -> ByteBuffer {
         // Handed on, never copied, so that clearing it reuses its memory.
         var spare: ByteBuffer? = consume accumulation, received = 0
@@ -186,10 +191,23 @@ package struct SyncClient: Sendable {
                 }
                 for (frame, hash) in zip(frames, asked) {
                     let bytes = UnsafeRawBufferPointer(rebasing: body[frame.bytes])
-                    guard frame.hash == hash, ContentChunker.hash(bytes) == hash else {
-                        throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(hash) arrived damaged")
+                    guard frame.hash == hash else {
+                        throw SyncClientError(status: 200, code: "hashMismatch", message: "the server answered chunk \(frame.hash) for \(hash)")
                     }
-                    try each(hash, bytes)
+                    if codec.sealed {
+                        let plaintext: Data
+                        do {
+                            plaintext = try codec.open(bytes, as: hash)
+                        } catch {
+                            throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(hash) arrived damaged or is not the chunk asked for: \((error as? ChunkCodecError)?.reason ?? "\(error)")")
+                        }
+                        try plaintext.withUnsafeBytes { try each(hash, $0) }
+                    } else {
+                        guard ContentChunker.hash(bytes) == hash else {
+                            throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(hash) arrived damaged")
+                        }
+                        try each(hash, bytes)
+                    }
                 }
                 return frames.count
             }

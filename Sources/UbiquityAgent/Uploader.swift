@@ -170,7 +170,7 @@ struct Uploader {
         if let known = sync.localContents[change.content] { return known }
         let kind = change.kind ?? .file
         guard kind != .directory, let path = sync.files.path(of: change.item) else { return [] }
-        let members = try LocalContents.cut(sync.root.appendingPathComponent(path), kind: kind, scanner: sync.scanner, relative: path)
+        let members = try LocalContents.cut(sync.root.appendingPathComponent(path), kind: kind, scanner: sync.scanner, relative: path, codec: sync.codec)
         sync.localContents[LocalContents.token(LocalContents.manifest(members, kind: kind), kind: kind)] = members
         return members
     }
@@ -247,7 +247,7 @@ struct Uploader {
                   kind != .directory else { continue }
             let url = sync.root.appendingPathComponent(path)
             // A file that cannot be cut now (removed or replaced meanwhile) goes with its next change.
-            guard let members = try? LocalContents.cut(url, kind: kind, scanner: sync.scanner, relative: path),
+            guard let members = try? LocalContents.cut(url, kind: kind, scanner: sync.scanner, relative: path, codec: sync.codec),
                   LocalContents.token(LocalContents.manifest(members, kind: kind), kind: kind) == file.content else { continue }
             let hashes = Array(Set(members.flatMap { $0.chunks.map(\.hash) }))
             let missing = try await sync.client.missingChunks(hashes)
@@ -282,7 +282,7 @@ struct Uploader {
         }
         defer { for upload in uploads { sync.transfers[upload.item] = nil } }
         let patched = try await uploadPatches(wanted, in: sync)
-        let client = sync.client
+        let client = sync.client, codec = sync.codec
         // Each batch is written as the body it goes as (framing, then the chunk read from its
         // file straight into place: no copy of it is made here), and the few bodies in flight
         // are used again once sent (a new large buffer costs a page fault every 4 KiB).
@@ -303,7 +303,7 @@ struct Uploader {
                 let sending = TransferBuffers.Handoff(body)
                 group.addTask {
                     let sent = sending.take()
-                    try await client.upload(batchBody: sent)
+                    try await client.upload(batchBody: sent, sealed: codec.sealed)
                     buffers.give(consume sent)
                     return items
                 }
@@ -336,7 +336,7 @@ struct Uploader {
                     for chunk in chunks where !patched.contains(chunk.hash) {
                         if chunkCount > 0 && (payload + chunk.length > ContainerSync.transferBatchBytes || chunkCount == ChunkBatch.maximumCount) { try await dispatch(in: sync) }
                         // Changed since the scan: the next round sends the new contents.
-                        guard try Self.read(chunk, from: handle, trusting: &trusted, into: &body) else { break reading }
+                        guard try Self.read(chunk, from: handle, trusting: &trusted, into: &body, codec: codec) else { break reading }
                         chunkCount += 1
                         payload += chunk.length
                         carried[upload.item, default: 0] += Int64(chunk.length)
@@ -361,9 +361,12 @@ struct Uploader {
     /// `trusted` — the one the scan recorded before it cut the file; any write changes the
     /// status-change time — they are those bytes, and are not hashed again; otherwise
     /// (`trusted` nil, or made nil here once the file is seen changed) they are checked against
-    /// the chunk's hash. The server checks every chunk either way.
+    /// the chunk's hash. The server checks every chunk either way. Sealed (`codec`), the bytes
+    /// are read, named again and sealed, and the sealed body goes (the server cannot check it).
     /// - Throws: The file's read errors.
-    static func read(_ chunk: ContentChunk, from handle: FileHandle, trusting trusted: inout LocalFingerprint?, into body: inout ByteBuffer) throws -> Bool {
+    static func read(_ chunk: ContentChunk, from handle: FileHandle, trusting trusted: inout LocalFingerprint?, into body: inout ByteBuffer,
+                     codec: ChunkCodec = .plain) throws -> Bool {
+        if codec.sealed { return try readSealed(chunk, from: handle, into: &body, codec: codec) }
         let start = body.writerIndex
         body.writeBytes(ChunkBatch.frame(hash: chunk.hash, length: chunk.length))
         let bytesStart = body.writerIndex
@@ -386,6 +389,20 @@ struct Uploader {
         return true
     }
 
+    /// ``read(_:from:trusting:into:codec:)`` for a sealed chunk: its plaintext read, named
+    /// again (bytes that are not the chunk cut by the scan are never sealed under its name) and
+    /// sealed into `body` behind its framing; false, with `body` as it was, if the file changed.
+    /// - Throws: The file's read errors.
+    static func readSealed(_ chunk: ContentChunk, from handle: FileHandle, into body: inout ByteBuffer, codec: ChunkCodec) throws -> Bool {
+        var plaintext = [UInt8](repeating: 0, count: chunk.length)
+        let got = plaintext.withUnsafeMutableBytes { SystemCall.readFully(handle.fileDescriptor, into: $0, at: Int64(chunk.offset)) }
+        if got < 0 { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        guard got == chunk.length, let sealed = try? plaintext.withUnsafeBytes({ try codec.seal($0, as: chunk.hash) }) else { return false }
+        body.writeBytes(ChunkBatch.frame(hash: chunk.hash, length: sealed.count))
+        body.writeBytes(sealed)
+        return true
+    }
+
     /// Sends the chunks of `wanted` that change a chunk of the same item's contents as last
     /// synced (a few edited chunks of a large file) as patches of those: the server's block
     /// signatures of the old chunks are fetched, and only the blocks that differ at neither end
@@ -393,6 +410,7 @@ struct Uploader {
     /// and any the server could not make (an old chunk it lacks, a block hash that collided),
     /// go whole. Chunks changed since the scan are left to the next round, as whole ones are.
     func uploadPatches(_ wanted: [(Upload, [(LocalMember, [ContentChunk])])], in sync: isolated ContainerSync) async throws -> Set<String> {
+        guard !sync.codec.sealed else { return [] } // the server cannot make a sealed chunk from a patch
         var candidates: [(item: String, hash: String, base: String, bytes: [UInt8])] = []
         for (upload, members) in wanted {
             guard let bases = patchBases(of: upload, in: sync) else { continue }
@@ -467,7 +485,8 @@ struct Uploader {
     /// scan. Nil otherwise — then its chunks go the usual way, whose reading notices a file
     /// changed or gone since the scan (and the next scan sends what it became).
     func inlineContents(of change: LocalChange, members: [LocalMember], in sync: isolated ContainerSync) -> Data? {
-        guard change.kind ?? .file == .file, !change.deleted, members.count == 1, let path = sync.files.path(of: change.item) else { return nil }
+        // (Sealed, the server would keep those bytes as they are: they go as sealed chunks.)
+        guard !sync.codec.sealed, change.kind ?? .file == .file, !change.deleted, members.count == 1, let path = sync.files.path(of: change.item) else { return nil }
         let chunks = members[0].chunks
         let size = chunks.reduce(0) { $0 + $1.length }
         guard size <= ItemUpdate.maximumInlineBytes else { return nil }

@@ -39,6 +39,10 @@ package struct ContentChunker: Sendable {
     package let maximumSize: Int
     let strictMask: UInt64
     let looseMask: UInt64
+    /// Where a keyed chunker cuts instead (nil: the fixed gear's FastCDC; see ``ChunkCodec``).
+    let keyedCut: (@Sendable (UnsafeRawBufferPointer, Int) -> Int)?
+    /// How a keyed chunker names chunks instead of SHA-256 (see ``ChunkCodec``).
+    let keyedName: (@Sendable (UnsafeRawBufferPointer) -> String)?
 
     /// The sizes for files of less than ``largeFileSize``.
     package static let standard = ContentChunker(minimumSize: 4 << 10, averageSize: 16 << 10, maximumSize: 32 << 10)
@@ -75,14 +79,19 @@ package struct ContentChunker: Sendable {
     /// ``chunks(ofFileAt:)``, the file taken to be `sizeWhenOpened` bytes long when opened if
     /// given (a file that grows or shrinks while it is read, for tests).
     static func chunks(ofFileAt url: URL, sizeWhenOpened: Int?) throws -> [ContentChunk] {
+        try chunks(ofFileAt: url, sizeWhenOpened: sizeWhenOpened, choosing: forFile(ofSize:))
+    }
+
+    /// ``chunks(ofFileAt:)`` with the chunker `choosing` picks for a size (a ``ChunkCodec``'s).
+    static func chunks(ofFileAt url: URL, sizeWhenOpened: Int?, choosing: (Int) -> ContentChunker) throws -> [ContentChunk] {
         let handle = try FileHandle(forReadingFrom: url)
         defer { try? handle.close() } // read-only: closing cannot lose anything
         var status = stat()
         guard fstat(handle.fileDescriptor, &status) == 0 else { throw readError(url) }
-        var chunker = forFile(ofSize: sizeWhenOpened ?? Int(status.st_size))
+        var chunker = choosing(sizeWhenOpened ?? Int(status.st_size))
         for _ in 0..<3 {
             let chunks = try chunker.chunks(of: handle.fileDescriptor, url: url)
-            let cutBy = forFile(ofSize: chunks.last.map { $0.offset + $0.length } ?? 0)
+            let cutBy = choosing(chunks.last.map { $0.offset + $0.length } ?? 0)
             if cutBy.averageSize == chunker.averageSize { return chunks }
             guard lseek(handle.fileDescriptor, 0, SEEK_SET) == 0 else { throw readError(url) }
             chunker = cutBy
@@ -98,11 +107,23 @@ package struct ContentChunker: Sendable {
     /// A chunker with other sizes (for tests; devices must all use ``forFile(ofSize:)``).
     /// - Precondition: `averageSize` is a power of two, and minimum < average < maximum.
     package init(minimumSize: Int, averageSize: Int, maximumSize: Int) {
+        self.init(minimumSize: minimumSize, averageSize: averageSize, maximumSize: maximumSize, cut: nil, name: nil)
+    }
+
+    /// A chunker that cuts where `cut` says (the length of the chunk from an offset, between
+    /// the sizes given) and names each chunk by `name`: a keyed chunker and a keyed MAC, for
+    /// an account whose devices hold its keys (``ChunkCodec``). Windows, threads and the
+    /// re-cut of a file that changes size work as for the gear.
+    /// - Precondition: `averageSize` is a power of two, and minimum < average < maximum.
+    package init(minimumSize: Int, averageSize: Int, maximumSize: Int,
+                 cut: (@Sendable (UnsafeRawBufferPointer, Int) -> Int)?, name: (@Sendable (UnsafeRawBufferPointer) -> String)?) {
         precondition(averageSize > 0 && averageSize & (averageSize - 1) == 0, "the average size is a power of two")
         precondition(0 < minimumSize && minimumSize < averageSize && averageSize < maximumSize)
         self.minimumSize = minimumSize
         self.averageSize = averageSize
         self.maximumSize = maximumSize
+        keyedCut = cut
+        keyedName = name
         // Normalised chunking: two bits harder than the average before it, two easier after.
         // The gear hash's high bits depend on the most bytes (bit k on the last k + 1), so the
         // masks take the top bits.
@@ -113,6 +134,7 @@ package struct ContentChunker: Sendable {
 
     /// The length of the chunk that starts at `start` in `bytes`.
     package func cut(_ bytes: UnsafeRawBufferPointer, from start: Int) -> Int {
+        if let keyedCut { return keyedCut(bytes, start) }
         let remaining = bytes.count - start
         guard remaining > minimumSize else { return remaining }
         let normal = min(averageSize, remaining)
@@ -164,7 +186,7 @@ package struct ContentChunker: Sendable {
             var start = 0
             for end in boundaries(of: bytes) {
                 let piece = UnsafeRawBufferPointer(rebasing: bytes[start..<end])
-                chunks.append(ContentChunk(offset: start, length: end - start, hash: Self.hash(piece)))
+                chunks.append(ContentChunk(offset: start, length: end - start, hash: name(piece)))
                 start = end
             }
             return chunks
@@ -198,13 +220,13 @@ package struct ContentChunker: Sendable {
             // blocking wait, not a spinning one: other processes need the cores too). The
             // hashing reads its buffer up to the last cut; this thread reads only what follows.
             let current = window, hashed = HashedChunks()
-            hashing.async { hashed.set(Self.hash(current)) }
+            hashing.async { hashed.set(self.hash(current)) }
             turn = 1 - turn
             let next = Result { try cutWindow(into: buffers[turn], after: current, from: fd, url: url) }
             chunks += hashed.get()
             window = try next.get()
         }
-        return chunks + Self.hash(window)
+        return chunks + hash(window)
     }
 
     /// Memory a window is read into, reused from window to window. Written by one thread at a
@@ -283,15 +305,20 @@ package struct ContentChunker: Sendable {
     }
 
     /// The chunks of a cut window, hashed.
-    private static func hash(_ window: Window) -> [ContentChunk] {
+    private func hash(_ window: Window) -> [ContentChunk] {
         let bytes = UnsafeRawBufferPointer(window.buffer.memory)
         var chunks: [ContentChunk] = [], start = 0
         chunks.reserveCapacity(window.ends.count)
         for end in window.ends {
-            chunks.append(ContentChunk(offset: window.offset + start, length: end - start, hash: hash(UnsafeRawBufferPointer(rebasing: bytes[start..<end]))))
+            chunks.append(ContentChunk(offset: window.offset + start, length: end - start, hash: name(UnsafeRawBufferPointer(rebasing: bytes[start..<end]))))
             start = end
         }
         return chunks
+    }
+
+    /// The name of a chunk of these bytes: SHA-256 as lowercase hexadecimal, or the keyed MAC.
+    package func name(_ bytes: UnsafeRawBufferPointer) -> String {
+        keyedName?(bytes) ?? Self.hash(bytes)
     }
 
     /// SHA-256 as lowercase hexadecimal.

@@ -19,7 +19,9 @@ struct RunningAgents {
     /// - Parameters:
     ///   - greedy: Whether the agents keep every file (and ask for small files' bytes inline).
     ///   - agentLogger: The agents' logger (default: only critical messages, nowhere).
-    static func start(_ names: [String], containers: [String], in dir: String, greedy: Bool = false, agentLogger: Logger? = nil) async throws -> RunningAgents {
+    ///   - sealedContents: Whether the agents seal the containers' chunks (``AgentConfiguration/sealedContents``).
+    static func start(_ names: [String], containers: [String], in dir: String, greedy: Bool = false, sealedContents: Bool = false,
+                      agentLogger: Logger? = nil) async throws -> RunningAgents {
         var logger = Logger(label: "test")
         logger.logLevel = .critical
         let server = try await EmbeddedServer.start(dataDirectory: dir + "/server", account: "ada", password: "correct horse", logger: logger)
@@ -28,7 +30,7 @@ struct RunningAgents {
             let root = URL(fileURLWithPath: dir).appendingPathComponent(name)
             let home = UbiquityPaths(configuration: root.appendingPathComponent("config"), data: root.appendingPathComponent("data"), runtime: root.appendingPathComponent("run"))
             try await SyncClient(server: server.url).signIn(account: "ada", password: "correct horse", deviceName: name, savingTo: home)
-            let agent = Agent(paths: home, configuration: AgentConfiguration(containers: containers, greedy: greedy, rescanSeconds: 60), logger: agentLogger ?? logger)
+            let agent = Agent(paths: home, configuration: AgentConfiguration(containers: containers, greedy: greedy, rescanSeconds: 60, sealedContents: sealedContents), logger: agentLogger ?? logger)
             agents.append(Task { try await agent.run() })
             paths.append(home)
         }

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import UbiquityKeys
+import UbiquitySync
 
 /// What this device can do with its account's keys now.
 enum KeyState: Sendable {
@@ -91,5 +92,21 @@ actor SessionKeys {
         readAt = .now
         keyringChanged = (try? FileManager.default.attributesOfItem(atPath: keys.keyringURL.path))?[.modificationDate] as? Date
         return now
+    }
+
+    /// How `container`'s chunks go now: sealed while this device holds the account's keys,
+    /// plain for an account without keys.
+    /// - Throws: ``ContainerSyncError`` while the account has keys this device does not hold
+    ///   (nothing of the container is sent or taken until it does), or what reading them threw.
+    func codec(of container: String) async throws -> ChunkCodec {
+        switch try await current() {
+        case .plain:
+            return .plain
+        case .holding(let rootKeys, _):
+            guard let codec = ChunkCodec.sealed(container: container, rootKeys: rootKeys) else { return .plain }
+            return codec
+        case .waiting(let why):
+            throw ContainerSyncError("this device does not hold the account's keys yet (\(why)): nothing is synced until it does", code: .failed)
+        }
     }
 }

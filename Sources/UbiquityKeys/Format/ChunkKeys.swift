@@ -15,6 +15,27 @@ public struct ChunkIdentifier: Hashable, Sendable, CustomStringConvertible {
         self.bytes = bytes
     }
 
+    /// An identifier from its 64 lower-case hexadecimal digits (how chunks are named on the
+    /// wire); nil for anything else.
+    public init?(hex: String) {
+        let digits = Array(hex.utf8)
+        guard digits.count == 64 else { return nil }
+        var bytes = [UInt8](repeating: 0, count: 32)
+        for index in 0..<32 {
+            guard let high = Self.nibble(digits[2 * index]), let low = Self.nibble(digits[2 * index + 1]) else { return nil }
+            bytes[index] = high << 4 | low
+        }
+        self.bytes = bytes
+    }
+
+    private static func nibble(_ digit: UInt8) -> UInt8? {
+        switch digit {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): digit - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): digit - UInt8(ascii: "a") + 10
+        default: nil
+        }
+    }
+
     init(mac: HashedAuthenticationCode<SHA256>) { bytes = Array(mac) }
 
     /// Lower-case hexadecimal.
@@ -38,6 +59,14 @@ public struct ChunkKeys: Sendable {
     public static let format: UInt8 = 1
     /// The bytes a sealed chunk adds to its padded plaintext.
     public static let overhead = SealedHeader.size + 12 + 16
+
+    /// The size of the sealed chunk of `length` plaintext bytes (what the server stores of it):
+    /// the padding hides all but a few bits of the length.
+    /// - Precondition: `length` ≥ 0.
+    public static func sealedSize(ofPlaintext length: Int) -> Int {
+        precondition(length >= 0, "a length is not negative")
+        return overhead + Padme.paddedLength(length + 1)
+    }
 
     let identifier: SecretKey
     let content: SecretKey

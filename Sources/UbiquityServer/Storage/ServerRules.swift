@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityKeys
 import UbiquityProtocol
 import UbiquitySync
 
@@ -173,9 +174,14 @@ enum ServerRules {
 
     /// Each chunk a commit names must be declared at the size the account holds it at (or was
     /// told before, for one it waits for): a revision's size is the sum of its chunks', and
-    /// what a chunk is waited for counts against the quota.
+    /// what a chunk is waited for counts against the quota. A sealed chunk is declared at its
+    /// plaintext size (the file's layout), and is held at its sealed size: that one is known
+    /// from this one (``ChunkKeys/sealedSize(ofPlaintext:)``). (What the quota counts is what is
+    /// stored either way.)
     static func checkDeclaredSizes(_ commit: PreparedCommit, against known: [String: Int64]) throws {
-        let wrong = commit.declaredSizes.filter { hash, size in known[hash].map { $0 != size } ?? false }.keys.sorted()
+        let wrong = commit.declaredSizes.filter { hash, size in
+            known[hash].map { $0 != size && (size < 0 || size > Validate.maximumChunkSize || Int64(ChunkKeys.sealedSize(ofPlaintext: Int(size))) != $0) } ?? false
+        }.keys.sorted()
         guard wrong.isEmpty else {
             throw SyncError.badRequest("chunkSizeMismatch", "\(wrong.count) chunk(s) declared at a size other than their own: \(wrong.prefix(8).joined(separator: ", "))")
         }

@@ -68,7 +68,8 @@ extension SyncServices {
             let item = ItemState(id: link.item, revision: link.revision, name: link.name, parent: nil, kind: contents.kind, size: contents.size,
                                  modificationDate: contents.modificationDate, type: nil, deleted: false, uploaded: contents.uploaded,
                                  deviceName: contents.deviceName, sequence: 0, manifest: contents.manifest, conflicts: [])
-            var response = try await WebDownload.response(for: item, chunks: chunks, account: account)
+            var response = try await WebDownload.response(for: item, chunks: chunks, account: account,
+                                                          opener: try await sealedChunkOpener(ofAccount: account, container: link.container))
             for field in WebSession.securityHeaders { response.headers[field.name] = field.value }
             response.headers[.contentSecurityPolicy] = "sandbox; default-src 'none'"
             response.headers[.cacheControl] = "private, no-store"

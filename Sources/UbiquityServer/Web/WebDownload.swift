@@ -8,10 +8,12 @@ import UbiquityProtocol
 /// members — always as an attachment of type `application/octet-stream` (never shown in the
 /// site's origin, so a shared HTML file cannot run script there).
 enum WebDownload {
-    /// The answer streaming `item`'s current contents (chunk by chunk: memory stays flat).
+    /// The answer streaming `item`'s current contents (chunk by chunk: memory stays flat);
+    /// sealed chunks opened by `opener` (Standard Data Protection).
     /// - Throws: ``SyncError`` 409 `notUploaded` when its contents have not all reached the
-    ///   server; 413 `tooLargeForZip` for a package of 4 GiB or more.
-    static func response(for item: ItemState, chunks: any ChunkStorage, account: Int64) async throws -> Response {
+    ///   server; 413 `tooLargeForZip` for a package of 4 GiB or more; 409 `sealedOnDevices`
+    ///   for sealed contents the server holds no key to (Advanced), said before anything is sent.
+    static func response(for item: ItemState, chunks: any ChunkStorage, account: Int64, opener: SealedChunkOpener?) async throws -> Response {
         guard item.uploaded else {
             throw SyncError(.conflict, "notUploaded", "its contents have not reached the server yet (the device that made it is still sending them)")
         }
@@ -21,8 +23,16 @@ enum WebDownload {
         case .file:
             let references = item.manifest.chunks ?? []
             let length = references.reduce(0) { $0 + Int($1.size) }
+            // The first chunk before the answer begins: a file the server cannot open is
+            // refused with a clear error, not cut off after its headers.
+            var opened: [UInt8]?
+            if let head = references.first { opened = try await load(head.hash, chunks: chunks, account: account, opener: opener) }
+            let first = opened
             let body = ResponseBody(contentLength: length) { writer in
-                for reference in references { try await writer.write(ByteBuffer(bytes: try await load(reference.hash, chunks: chunks, account: account))) }
+                for (index, reference) in references.enumerated() {
+                    let bytes = try await index == 0 ? first ?? [] : load(reference.hash, chunks: chunks, account: account, opener: opener)
+                    try await writer.write(ByteBuffer(bytes: bytes))
+                }
                 try await writer.finish(nil)
             }
             return Response(status: .ok, headers: headers(filename: item.name, length: length), body: body)
@@ -39,7 +49,7 @@ enum WebDownload {
                 for member in members {
                     try await writer.write(ByteBuffer(bytes: zip.begin(member.path)))
                     for reference in member.chunks {
-                        let bytes = try await load(reference.hash, chunks: chunks, account: account)
+                        let bytes = try await load(reference.hash, chunks: chunks, account: account, opener: opener)
                         zip.add(bytes)
                         try await writer.write(ByteBuffer(bytes: bytes))
                     }
@@ -52,9 +62,9 @@ enum WebDownload {
         }
     }
 
-    static func load(_ hash: String, chunks: any ChunkStorage, account: Int64) async throws -> [UInt8] {
+    static func load(_ hash: String, chunks: any ChunkStorage, account: Int64, opener: SealedChunkOpener?) async throws -> [UInt8] {
         guard let data = try await chunks.load(hash: hash, account: account) else { throw SyncError.noSuchChunk(hash) }
-        return [UInt8](data)
+        return try SealedChunkOpener.plaintext(data, hash: hash, opener: opener)
     }
 
     /// An attachment's headers, its name said twice: as ASCII (anything else, quotes and

@@ -134,7 +134,8 @@ extension SyncServices {
                 }
             }
             guard !item.deleted || revision != item.revision else { throw SyncError.notFound }
-            return try await WebDownload.response(for: item, chunks: chunks, account: device.accountId)
+            return try await WebDownload.response(for: item, chunks: chunks, account: device.accountId,
+                                                  opener: try await sealedChunkOpener(ofAccount: device.accountId, container: container))
         }
         // An earlier version made current again: a new revision, the current one kept as a version.
         items.post("revisions/:revision/restore") { _, context in

@@ -170,7 +170,8 @@ extension SyncServices {
             guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: false), !item.deleted else {
                 throw SyncError.notFound
             }
-            return try await WebDownload.response(for: item, chunks: chunks, account: device.accountId)
+            return try await WebDownload.response(for: item, chunks: chunks, account: device.accountId,
+                                                  opener: try await sealedChunkOpener(ofAccount: device.accountId, container: container))
         }
         // A part of an upload (at most ``WebUpload/partBytes``): cut into chunks as a device
         // cuts a file, stored (against the quota), and answered with their list; a part that

@@ -1,0 +1,56 @@
+import Foundation
+import UbiquityKeys
+import UbiquityProtocol
+import UbiquitySync
+
+extension ChunkCodec {
+    /// The sealed codec of `container` on a device that holds `rootKeys`: the newest epoch's
+    /// keyed chunker cuts and its keyed MAC names (``ChunkKeys/identifier(of:)``, as 64
+    /// hexadecimal digits); every held epoch opens. Nil without keys.
+    static func sealed(container: String, rootKeys: [AccountRootKey]) -> ChunkCodec? {
+        guard let newest = rootKeys.max(by: { $0.epoch < $1.epoch }) else { return nil }
+        let current = newest.chunkKeys(container: container)
+        // Newest first: what is read is mostly what was written lately.
+        let held = rootKeys.sorted { $0.epoch > $1.epoch }.map { $0.chunkKeys(container: container) }
+        let name: @Sendable (UnsafeRawBufferPointer) -> String = { current.identifier(of: $0).bytes.lowercaseHex }
+        func chunker(_ sizes: KeyedChunker.Sizes) -> ContentChunker {
+            let keyed = KeyedChunker(keys: current, sizes: sizes)
+            return ContentChunker(minimumSize: sizes.minimum, averageSize: sizes.average, maximumSize: sizes.maximum,
+                                  cut: { keyed.cut($0, from: $1) }, name: name)
+        }
+        let standard = chunker(.standard), large = chunker(.large)
+        return ChunkCodec(
+            sealedCutting: { $0 >= KeyedChunker.largeFileSize ? large : standard },
+            seal: { bytes, asked in
+                // Sealing names the bytes again: bytes that are not the chunk asked for (the
+                // file changed since it was cut) are never stored under its name.
+                let (id, body) = try current.seal(bytes)
+                guard id.bytes.matches(lowercaseHex: asked) else {
+                    throw ChunkCodecError(name: asked, reason: "the bytes read are another chunk's (the file changed since it was cut)")
+                }
+                return Array(body)
+            },
+            open: { body, asked in
+                guard let id = ChunkIdentifier(hex: asked) else { throw ChunkCodecError(name: asked, reason: "not a chunk name") }
+                var failure: (any Error)?
+                for keys in held {
+                    do {
+                        return try keys.open(body, as: id)
+                    } catch let error as EncryptionError where error.code == .authenticationFailed && failure != nil {
+                        continue // (another epoch's: the first failure says more)
+                    } catch {
+                        if failure == nil { failure = error }
+                    }
+                }
+                // A chunk named by SHA-256 before the account had keys comes as it was sent.
+                if ContentChunker.hash(body) == asked { return Data(body) }
+                // (The reason by its code: the message would name the chunk again.)
+                throw ChunkCodecError(name: asked, reason: failure.map { ($0 as? EncryptionError).map { "\($0.code)" } ?? "\($0)" } ?? "no key of this account opens it")
+            },
+            recognises: { bytes, asked in
+                if current.identifier(of: bytes).bytes.matches(lowercaseHex: asked) { return true }
+                if held.dropFirst().contains(where: { $0.identifier(of: bytes).bytes.matches(lowercaseHex: asked) }) { return true }
+                return ContentChunker.hash(bytes) == asked
+            })
+    }
+}

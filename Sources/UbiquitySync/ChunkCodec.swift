@@ -1,0 +1,101 @@
+import Foundation
+
+/// How one container's chunks are cut, named and carried on this device.
+///
+/// ``plain``: FastCDC's fixed gear, named by SHA-256, sent as they are — an account without
+/// keys. For an account whose devices hold its keys the agent makes a sealed codec
+/// (``init(sealedCutting:naming:seal:open:recognises:)``): the keyed chunker's cut points, the
+/// keyed MAC as the name (the same 64 hexadecimal digits, so the sync engine names,
+/// deduplicates and compares chunks exactly as before), each chunk sealed on its way up and
+/// opened — and checked against its name — on its way down. Chunks named before the account
+/// had keys (SHA-256) stay readable: a sealed codec recognises and opens both.
+package struct ChunkCodec: Sendable {
+    /// Whether chunks go sealed (uploads say `sealed=1`; patches and inline bytes, which the
+    /// server would have to read, are not used).
+    package let sealed: Bool
+    private let choosing: @Sendable (Int) -> ContentChunker
+    private let sealing: (@Sendable (UnsafeRawBufferPointer, String) throws -> [UInt8])?
+    private let opening: (@Sendable (UnsafeRawBufferPointer, String) throws -> Data)?
+    private let recognising: (@Sendable (UnsafeRawBufferPointer, String) -> Bool)?
+
+    /// Plaintext chunks named by SHA-256 (an account without keys).
+    package static let plain = ChunkCodec(sealed: false, choosing: ContentChunker.forFile(ofSize:), sealing: nil, opening: nil, recognising: nil)
+
+    private init(sealed: Bool, choosing: @escaping @Sendable (Int) -> ContentChunker,
+                 sealing: (@Sendable (UnsafeRawBufferPointer, String) throws -> [UInt8])?,
+                 opening: (@Sendable (UnsafeRawBufferPointer, String) throws -> Data)?,
+                 recognising: (@Sendable (UnsafeRawBufferPointer, String) -> Bool)?) {
+        self.sealed = sealed
+        self.choosing = choosing
+        self.sealing = sealing
+        self.opening = opening
+        self.recognising = recognising
+    }
+
+    /// A sealed codec.
+    /// - Parameters:
+    ///   - sealedCutting: The chunker for a file of a given size (every device chooses alike).
+    ///   - seal: The stored body of the chunk whose plaintext and name are given.
+    ///   - open: The plaintext of a stored body asked for by a name, checked against it (a
+    ///     chunk named by SHA-256 before the account had keys comes back as it is); throws
+    ///     what failed.
+    ///   - recognises: Whether plaintext bytes are the chunk of a name (a keyed MAC of a held
+    ///     epoch, or SHA-256).
+    package init(sealedCutting: @escaping @Sendable (Int) -> ContentChunker,
+                 seal: @escaping @Sendable (UnsafeRawBufferPointer, String) throws -> [UInt8],
+                 open: @escaping @Sendable (UnsafeRawBufferPointer, String) throws -> Data,
+                 recognises: @escaping @Sendable (UnsafeRawBufferPointer, String) -> Bool) {
+        self.init(sealed: true, choosing: sealedCutting, sealing: seal, opening: open, recognising: recognises)
+    }
+
+    /// The chunker for a file of `size` bytes.
+    package func chunker(forFileOfSize size: Int) -> ContentChunker { choosing(size) }
+
+    /// The chunks of the file at `url`, cut and named (see ``ContentChunker/chunks(ofFileAt:)``).
+    /// - Throws: The file's read errors.
+    package func chunks(ofFileAt url: URL) throws -> [ContentChunk] {
+        try ContentChunker.chunks(ofFileAt: url, sizeWhenOpened: nil, choosing: choosing)
+    }
+
+    /// The chunks of `data`, cut and named.
+    package func chunks(of data: Data) -> [ContentChunk] {
+        choosing(data.count).chunks(of: data)
+    }
+
+    /// Whether `bytes` are the plaintext of the chunk named `name`.
+    package func recognises(_ bytes: UnsafeRawBufferPointer, as name: String) -> Bool {
+        recognising?(bytes, name) ?? (ContentChunker.hash(bytes) == name)
+    }
+
+    /// What goes to the server for the chunk `name` whose plaintext is `bytes` (sealed; as it
+    /// is for ``plain``).
+    /// - Throws: What sealing throws.
+    package func seal(_ bytes: UnsafeRawBufferPointer, as name: String) throws -> [UInt8] {
+        try sealing?(bytes, name) ?? Array(bytes)
+    }
+
+    /// The plaintext of what the server sent for the chunk `name`, checked against the name.
+    /// - Throws: ``ChunkCodecError`` for bytes that are not that chunk (changed, truncated,
+    ///   another chunk's, of an epoch not held).
+    package func open(_ bytes: UnsafeRawBufferPointer, as name: String) throws -> Data {
+        if let opening { return try opening(bytes, name) }
+        guard ContentChunker.hash(bytes) == name else { throw ChunkCodecError(name: name, reason: "its bytes do not hash to its name") }
+        return Data(bytes)
+    }
+}
+
+/// Bytes the server sent for a chunk that are not that chunk.
+package struct ChunkCodecError: Error, CustomStringConvertible {
+    /// The chunk's name.
+    package let name: String
+    /// What failed.
+    package let reason: String
+
+    /// An error for the chunk `name`.
+    package init(name: String, reason: String) {
+        self.name = name
+        self.reason = reason
+    }
+
+    package var description: String { "chunk \(name) is not what was asked for: \(reason)" }
+}
