@@ -188,6 +188,6 @@ let package = Package(
             ]
         ),
         .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport", "UbiquityDatabase", "UbiquityKeys", "UbiquityProtocol",
-                                                           .product(name: "Hummingbird", package: "hummingbird"), .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "GRDB", package: "GRDB.swift"), "TextEditorExample", "NotesExample", "ThingsExample", "RecipesExample", "UbiquityCLI", "UbiquityChaos"]),
+                                                           .product(name: "Hummingbird", package: "hummingbird"), .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto"), "TextEditorExample", "NotesExample", "ThingsExample", "RecipesExample", "UbiquityCLI", "UbiquityChaos"]),
     ]
 )

@@ -14,7 +14,8 @@ final class TestDevice: @unchecked Sendable {
     let container: String
     private var agent: ChildProcess?
 
-    init(_ name: String, in dir: TemporaryDirectory, container: String) throws {
+    /// - Parameter settings: More of the agent's settings (`agent.json` keys and values, as JSON).
+    init(_ name: String, in dir: TemporaryDirectory, container: String, settings: String = "") throws {
         self.name = name
         self.container = container
         home = dir.file(name)
@@ -23,7 +24,7 @@ final class TestDevice: @unchecked Sendable {
         paths = UbiquityPaths(environment: environment)
         containers = UbiquityContainers(paths: paths, entitlements: UbiquityEntitlements(containers: [container]))
         try FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true)
-        try Data(#"{"containers": ["\#(container)"], "rescanSeconds": 30}"#.utf8).write(to: paths.agentConfiguration)
+        try Data(#"{"containers": ["\#(container)"], "rescanSeconds": 30\#(settings.isEmpty ? "" : ", " + settings)}"#.utf8).write(to: paths.agentConfiguration)
     }
 
     /// `ubiquity login` as ada.
