@@ -57,6 +57,20 @@ struct RunningAgents {
         return (devices, documents)
     }
 
+    /// Waits until every agent says it is connected (its push connection up): a change made
+    /// before then reaches the others only when they next look (up to a minute).
+    func waitUntilConnected() async throws {
+        for paths in self.paths {
+            let device = UbiquityContainers(paths: paths, entitlements: UbiquityEntitlements(containers: []))
+            var connected = false
+            for _ in 0..<600 where !connected {
+                connected = try await onOwnThread { (try? device.agent.send(AgentRequest(.status), timeout: .seconds(1)).status?.connected) == true }
+                if !connected { try await Task.sleep(for: .milliseconds(100)) }
+            }
+            #expect(connected)
+        }
+    }
+
     func stop() {
         for agent in agents { agent.cancel() }
         server.cancel()

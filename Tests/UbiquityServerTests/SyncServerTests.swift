@@ -472,7 +472,7 @@ import UbiquityProtocol
 final class Confirmations: Sendable {
     private let marked = Mutex<Set<String>>([])
     func mark(_ name: String) { marked.withLock { _ = $0.insert(name) } }
-    func wait(for names: Set<String>, timeout: Duration = .seconds(10)) async throws {
+    func wait(for names: Set<String>, timeout: Duration = .seconds(60)) async throws {
         let deadline = ContinuousClock.now + timeout
         while !marked.withLock({ names.isSubset(of: $0) }) {
             guard ContinuousClock.now < deadline else { throw SyncError(.requestTimeout, "timeout", "waited for \(names)") }
