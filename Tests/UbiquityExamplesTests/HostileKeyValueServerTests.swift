@@ -193,9 +193,9 @@ final class Told: Sendable {
     let count = Mutex(0)
 }
 
-/// `value()` once it is not nil (up to 15 s).
-func eventuallyValue<T: Sendable>(_ value: @escaping @Sendable () -> T?) async -> T? {
-    let deadline = ContinuousClock.now + .seconds(15)
+/// `value()` once it is not nil (up to `seconds`).
+func eventuallyValue<T: Sendable>(seconds: Double = 15, _ value: @escaping @Sendable () -> T?) async -> T? {
+    let deadline = ContinuousClock.now + .seconds(seconds)
     while ContinuousClock.now < deadline {
         if let found = value() { return found }
         try? await Task.sleep(for: .milliseconds(100))
