@@ -221,7 +221,12 @@ struct ExampleFailure: Error, CustomStringConvertible {
         document.edit("one")
         let saved: Bool = await withCheckedContinuation { continuation in
             document.save(to: url, for: .forOverwriting) { continuation.resume(returning: $0) }
-            document.edit("two") // lands while the save of "one" is in flight
+            // Lands while the save of "one" is in flight: on the main queue (where apps edit),
+            // after the save took its snapshot, before it completes. (Edited from the test's own
+            // thread, the text raced the snapshot: the save could take "one" with the token of
+            // "two", and the document came out clean with "one" on disk.)
+            nonisolated(unsafe) let editing = document // (handed to the main queue, which alone uses it from then on)
+            OperationQueue.main.addOperation { editing.edit("two") }
         }
         #expect(saved && fileText(url) == "one")
         #expect(document.hasUnsavedChanges)
