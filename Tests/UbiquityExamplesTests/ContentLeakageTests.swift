@@ -52,6 +52,10 @@ import UbiquityTestSupport
         #expect(KeyValueLeakageTests.leaks(of: secrets, in: dir.file("server")) == [])
         #expect(KeyValueLeakageTests.leaks(of: secrets, in: log) == [])
 
+        // `protection status` says what is sealed, and what is not yet.
+        let status = try runUbiquity(["protection", "status"], environment: laptop.environment).output
+        #expect(status.contains("sealed:     key-value stores; documents' contents") && status.contains("not sealed: documents' names, sizes and dates\n"), "\(status)")
+
         // The audit finds plaintext where it is: on the devices.
         #expect(!KeyValueLeakageTests.leaks(of: [standardMarker, advancedMarker], in: phone.documents).isEmpty)
         // The log was kept at debug: it holds the requests, not nothing.

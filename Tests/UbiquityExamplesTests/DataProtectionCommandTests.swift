@@ -61,6 +61,8 @@ import UbiquityTestSupport
         #expect(second.status == 0 && second.output.contains("(epoch 0, 2 devices)"), "joined by the escrow: \(second.output)")
         let status = try await laptop.running(["protection", "status"])
         #expect(status.status == 0 && status.output.contains("Standard Data Protection") && status.output.contains("phone") && status.output.contains("holds the current key"), "\(status.output)")
+        // What is not sealed yet is said (this device's agent does not seal documents' contents).
+        #expect(status.output.contains("not sealed: documents' names, sizes and dates; documents' contents (set \"sealedContents\": true"), "\(status.output)")
 
         // Advanced needs a recovery key first (or saying so); then it starts epoch 1.
         let early = try await laptop.running(["protection", "advanced", "--yes"])
