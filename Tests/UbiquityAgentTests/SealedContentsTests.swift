@@ -122,3 +122,86 @@ extension ContainerSyncTests {
         }
     }
 }
+
+/// The sealed codec on its own: what it names, cuts, seals and opens, and what it refuses.
+@Suite struct SealedChunkCodecTests {
+    let container = "ABCDE12345.com.example.notes"
+
+    @Test func itNamesCutsSealsAndOpensAndReadsChunksFromBeforeTheKeys() throws {
+        let first = AccountRootKey(epoch: 0), second = AccountRootKey(epoch: 1)
+        let old = try #require(ChunkCodec.sealed(container: container, rootKeys: [first]))
+        let codec = try #require(ChunkCodec.sealed(container: container, rootKeys: [first, second]))
+        #expect(codec.sealed && !ChunkCodec.plain.sealed)
+        var random = SystemRandomNumberGenerator()
+        let bytes = Data((0..<200_000).map { _ in UInt8.random(in: 0...255, using: &random) })
+
+        // Cut by the keyed chunker and named by the newest epoch's keyed MAC: not FastCDC, not SHA-256.
+        let chunks = codec.chunks(of: bytes)
+        let keys = second.chunkKeys(container: container)
+        #expect(chunks.count > 1 && chunks.allSatisfy { $0.length <= KeyedChunker.Sizes.standard.maximum })
+        #expect(chunks.map { $0.offset + $0.length }.dropLast() == Array(KeyedChunker(keys: keys, sizes: .standard).boundaries(of: bytes).dropLast()))
+        let piece = bytes[chunks[0].offset..<chunks[0].offset + chunks[0].length]
+        #expect(chunks[0].hash == keys.identifier(of: piece).description)
+        #expect(Set(chunks.map(\.hash)).isDisjoint(with: ChunkCodec.plain.chunks(of: bytes).map(\.hash)))
+        #expect(codec.chunks(of: bytes) == chunks, "every device cuts and names alike")
+
+        // Sealed and opened again; a flipped bit, another chunk's bytes, a wrong name are refused.
+        let sealed = try piece.withUnsafeBytes { try codec.seal($0, as: chunks[0].hash) }
+        #expect(try sealed.withUnsafeBytes { try codec.open($0, as: chunks[0].hash) } == piece)
+        var flipped = sealed
+        flipped[flipped.count / 2] ^= 1
+        #expect(throws: ChunkCodecError.self) { try flipped.withUnsafeBytes { try codec.open($0, as: chunks[0].hash) } }
+        #expect(throws: ChunkCodecError.self) { try sealed.withUnsafeBytes { try codec.open($0, as: chunks[1].hash) } }
+        #expect(throws: ChunkCodecError.self) { try piece.withUnsafeBytes { try codec.seal($0, as: chunks[1].hash) } }
+
+        // A chunk of an older epoch opens while its key is held; not by a device that holds only the newer.
+        let oldChunks = old.chunks(of: bytes)
+        let oldPiece = bytes[oldChunks[0].offset..<oldChunks[0].offset + oldChunks[0].length]
+        let oldSealed = try oldPiece.withUnsafeBytes { try old.seal($0, as: oldChunks[0].hash) }
+        #expect(try oldSealed.withUnsafeBytes { try codec.open($0, as: oldChunks[0].hash) } == oldPiece)
+        #expect(oldPiece.withUnsafeBytes { codec.recognises($0, as: oldChunks[0].hash) })
+        let newerOnly = try #require(ChunkCodec.sealed(container: container, rootKeys: [second]))
+        #expect(throws: ChunkCodecError.self) { try oldSealed.withUnsafeBytes { try newerOnly.open($0, as: oldChunks[0].hash) } }
+        // Another container's keys open nothing of this one.
+        let elsewhere = try #require(ChunkCodec.sealed(container: "ABCDE12345.com.example.other", rootKeys: [first, second]))
+        #expect(throws: ChunkCodecError.self) { try sealed.withUnsafeBytes { try elsewhere.open($0, as: chunks[0].hash) } }
+
+        // A chunk named by SHA-256 before the account had keys is read as it is — and only if it hashes right.
+        let legacy = ChunkCodec.plain.chunks(of: bytes)[0]
+        let legacyBytes = bytes[legacy.offset..<legacy.offset + legacy.length]
+        #expect(try legacyBytes.withUnsafeBytes { try codec.open($0, as: legacy.hash) } == legacyBytes)
+        #expect(legacyBytes.withUnsafeBytes { codec.recognises($0, as: legacy.hash) })
+        var damaged = Data(legacyBytes)
+        damaged[0] ^= 1
+        #expect(throws: ChunkCodecError.self) { try damaged.withUnsafeBytes { try codec.open($0, as: legacy.hash) } }
+        #expect(!damaged.withUnsafeBytes { codec.recognises($0, as: legacy.hash) })
+        // The plain codec reads nothing sealed.
+        #expect(throws: ChunkCodecError.self) { try sealed.withUnsafeBytes { try ChunkCodec.plain.open($0, as: chunks[0].hash) } }
+    }
+
+    @Test func largeFilesAreCutToTheLargeSizesAndAFileIsCutAsItsBytesAre() throws {
+        let codec = try #require(ChunkCodec.sealed(container: container, rootKeys: [AccountRootKey(epoch: 0)]))
+        #expect(codec.chunker(forFileOfSize: KeyedChunker.largeFileSize).maximumSize == KeyedChunker.Sizes.large.maximum)
+        #expect(codec.chunker(forFileOfSize: KeyedChunker.largeFileSize - 1).maximumSize == KeyedChunker.Sizes.standard.maximum)
+        let dir = try TemporaryDirectoryForCodec()
+        defer { try? FileManager.default.removeItem(at: dir.url) }
+        var random = SystemRandomNumberGenerator()
+        var words = [UInt64](repeating: 0, count: (9 << 20) / 8)
+        for index in words.indices { words[index] = random.next() }
+        let bytes = words.withUnsafeBytes { Data($0) }
+        let file = dir.url.appendingPathComponent("large.bin")
+        try bytes.write(to: file)
+        // Read a window at a time from the file, cut as the whole in memory is.
+        #expect(try codec.chunks(ofFileAt: file) == codec.chunks(of: bytes))
+        #expect(codec.chunks(of: bytes).allSatisfy { $0.length <= KeyedChunker.Sizes.large.maximum })
+    }
+}
+
+/// A scratch folder for the codec's file tests.
+struct TemporaryDirectoryForCodec {
+    let url: URL
+    init() throws {
+        url = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("codec-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+    }
+}
