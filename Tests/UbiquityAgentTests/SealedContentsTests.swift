@@ -205,3 +205,64 @@ struct TemporaryDirectoryForCodec {
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
     }
 }
+
+/// Turning sealing on for an account whose files were synced in plaintext (the upgrade): what was
+/// there stays readable on every device, a file edited from then on goes sealed, and a device
+/// that joins afterwards gets everything — the old chunks as they were, the new ones opened.
+extension ContainerSyncTests {
+    /// `name`'s container sync over its existing store and folder, sealing or not (an agent
+    /// started again with the other setting).
+    func restarted(_ name: String, base: URL, dir: String, sealing: Bool) async throws -> Device {
+        let home = URL(fileURLWithPath: dir).appendingPathComponent(name)
+        let paths = UbiquityPaths(configuration: home.appendingPathComponent("config"), data: home.appendingPathComponent("data"))
+        let credentials = try #require(try UbiquityCredentials.load(from: paths))
+        let client = SyncClient(server: base, token: credentials.token)
+        let keys = SessionKeys(keys: AccountKeys(credentials: credentials, paths: paths, client: client), deviceName: name, logger: Logger(label: "test"))
+        let root = home.appendingPathComponent("container")
+        var codecs: (@Sendable (String) async throws -> ChunkCodec)?
+        if sealing { codecs = { try await keys.codec(of: $0) } }
+        let sync = try ContainerSync(container: notes, root: root, client: client, store: try AgentStore(path: dir + "/\(name).sqlite"),
+                                     device: name, greedy: true, codecs: codecs)
+        return Device(sync: sync, documents: root.appendingPathComponent("Documents"), client: client)
+    }
+
+    @Test func turningSealingOnKeepsWhatWasThereAndSealsWhatComesNext() async throws {
+        try await withServer { base, dir in
+            // Two devices, not sealing yet: plaintext chunks named by SHA-256.
+            for name in ["laptop", "phone"] { _ = try await sealingDevice(name, base: base, dir: dir) }
+            var laptop = try await restarted("laptop", base: base, dir: dir, sealing: false)
+            var phone = try await restarted("phone", base: base, dir: dir, sealing: false)
+            var random = SystemRandomNumberGenerator()
+            let kept = Data((0..<150_000).map { _ in UInt8.random(in: 0...255, using: &random) })
+            let edited = Data((0..<150_000).map { _ in UInt8.random(in: 0...255, using: &random) })
+            try laptop.write("Kept.bin", kept)
+            try laptop.write("Edited.bin", edited)
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Kept.bin")) == kept)
+            let store = try FileChunkStore(directory: dir + "/server/chunks")
+            let plaintextNames = Set(ChunkCodec.plain.chunks(of: kept).map(\.hash) + ChunkCodec.plain.chunks(of: edited).map(\.hash))
+            #expect(plaintextNames.isSubset(of: Set(try await store.index.read { db in try String.fetchAll(db, sql: "SELECT hash FROM chunk") })))
+
+            // Sealing turned on (the agents started again with the setting): an edit goes sealed.
+            laptop = try await restarted("laptop", base: base, dir: dir, sealing: true)
+            phone = try await restarted("phone", base: base, dir: dir, sealing: true)
+            var changed = edited
+            changed.replaceSubrange(70_000..<70_004, with: Data("EDIT".utf8))
+            try laptop.write("Edited.bin", changed)
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Edited.bin")) == changed)
+            #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Kept.bin")) == kept, "untouched: nothing sent again, nothing lost")
+            let sealedNames = try await laptop.sync.codec.chunks(ofFileAt: laptop.documents.appendingPathComponent("Edited.bin")).map(\.hash)
+            let digests = try await store.sealedDigests(of: sealedNames, account: 1)
+            #expect(digests.count == Set(sealedNames).count, "the edited file's chunks are stored sealed")
+
+            // A device that joins now gets both: the old plaintext chunks and the new sealed ones.
+            let tablet = try await sealingDevice("tablet", base: base, dir: dir)
+            try await tablet.sync.syncOnce()
+            #expect(try Data(contentsOf: tablet.documents.appendingPathComponent("Kept.bin")) == kept)
+            #expect(try Data(contentsOf: tablet.documents.appendingPathComponent("Edited.bin")) == changed)
+        }
+    }
+}
