@@ -34,6 +34,13 @@ final class TestDevice: @unchecked Sendable {
         #expect(login.status == 0, "\(login.output)")
     }
 
+    /// Runs `ubiquity ARGUMENTS` as this device, on a thread of its own (never one of the two
+    /// threads the tests' concurrency shares): its exit status and output.
+    func running(_ arguments: [String]) async throws -> (status: Int32, output: String) {
+        let environment = self.environment
+        return try await onOwnThread { try runUbiquity(arguments, environment: environment) }
+    }
+
     /// Starts `ubiquity agent` and waits until it answers on its socket.
     func startAgent() async throws {
         let process = ChildProcess()

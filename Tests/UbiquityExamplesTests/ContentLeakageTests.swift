@@ -43,7 +43,7 @@ import UbiquityTestSupport
         #expect(KeyValueLeakageTests.leaks(of: secrets, in: log) == [])
 
         // Under Advanced: new files, and an edit of one from before.
-        let switched = try runUbiquity(["protection", "advanced", "--yes", "--without-recovery-key"], environment: laptop.environment)
+        let switched = try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
         #expect(switched.status == 0, "\(switched.output)")
         let advancedMarker = "AdvancedContentMarker-\(UUID().uuidString)"
         secrets += [advancedMarker]
@@ -53,12 +53,58 @@ import UbiquityTestSupport
         #expect(KeyValueLeakageTests.leaks(of: secrets, in: log) == [])
 
         // `protection status` says what is sealed, and what is not yet.
-        let status = try runUbiquity(["protection", "status"], environment: laptop.environment).output
+        let status = try await laptop.running(["protection", "status"]).output
         #expect(status.contains("sealed:     key-value stores; documents' contents") && status.contains("not sealed: documents' names, sizes and dates\n"), "\(status)")
 
         // The audit finds plaintext where it is: on the devices.
         #expect(!KeyValueLeakageTests.leaks(of: [standardMarker, advancedMarker], in: phone.documents).isEmpty)
         // The log was kept at debug: it holds the requests, not nothing.
         #expect(((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains("/v1/chunks"), "the audit read a log that says something")
+    }
+}
+
+/// Advanced Data Protection turned on while files and key-value changes are on their way:
+/// nothing is lost — every file the laptop wrote before, during and after the switch reaches the
+/// phone whole, and so does every value.
+@Suite struct SwitchInFlightTests {
+    @Test func switchingToAdvancedWithFilesAndValuesInFlightLosesNothing() async throws {
+        let dir = try TemporaryDirectory("switch-in-flight"); defer { dir.remove() }
+        let server = try await RunningServer.start(data: dir.file("server").path)
+        defer { _ = server.stop() }
+        let settings = #""greedy": true, "sealedContents": true"#
+        let container = ContentLeakageTests.container, store = "ABCDE12345.com.example.game"
+        let laptop = try TestDevice("laptop", in: dir, container: container, settings: settings)
+        let phone = try TestDevice("phone", in: dir, container: container, settings: settings)
+        try laptop.login(server)
+        try phone.login(server)
+        try await laptop.startAgent()
+        try await phone.startAgent()
+        defer { _ = laptop.stopAgent(); _ = phone.stopAgent() }
+
+        // Files and values written a tenth of a second apart; the switch half-way.
+        let count = 24
+        func text(_ index: Int) -> String { (0..<(index % 3 == 0 ? 4_000 : 40)).map { "file \(index) line \($0)" }.joined(separator: "\n") }
+        let switching = Task.detached {
+            try await Task.sleep(for: .milliseconds(1_200))
+            return try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
+        }
+        for index in 0..<count {
+            try laptop.save("File \(index).txt", text(index))
+            let set = try await laptop.running(["kv", "set", store, "key\(index)", "value \(index)"])
+            #expect(set.status == 0, "\(set.output)")
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let switched = try await switching.value
+        #expect(switched.status == 0 && switched.output.contains("Advanced Data Protection"), "\(switched.output)")
+        try await eventually("the phone has every file", timeout: .seconds(90)) { (0..<count).allSatisfy { phone.read("File \($0).txt") == text($0) } }
+        var listed = ""
+        let asked = ContinuousClock.now
+        while !(0..<count).allSatisfy({ listed.contains(#"key\#($0) = {"string":"value \#($0)"}"#) }), ContinuousClock.now - asked < .seconds(90) {
+            listed = try await phone.running(["kv", "list", store]).output
+            try await Task.sleep(for: .milliseconds(500))
+        }
+        #expect((0..<count).allSatisfy { listed.contains(#"key\#($0) = {"string":"value \#($0)"}"#) }, "the phone has every value: \(listed)")
+        let status = try await phone.running(["protection", "status"]).output
+        #expect(status.contains("Advanced Data Protection") && status.contains("holds the current key"), "\(status)")
     }
 }
