@@ -364,11 +364,9 @@ actor AccountSession {
     func container(_ identifier: String) throws -> ContainerSync {
         if let known = containers[identifier] { return known }
         guard UbiquityEntitlements.isValidIdentifier(identifier) else { throw ContainerSyncError("“\(identifier)” is not a container identifier", code: .unknownContainer) }
-        var codecs: (@Sendable (String) async throws -> ChunkCodec)?
-        if configuration.sealedContents {
-            let keys = self.keys
-            codecs = { container in try await keys.codec(of: container) }
-        }
+        // Sealed under Advanced always, under Standard when the settings say so.
+        let keys = self.keys, sealing = configuration.sealedContents
+        let codecs: @Sendable (String) async throws -> ChunkCodec = { container in try await keys.codec(of: container, sealing: sealing) }
         let sync = try ContainerSync(container: identifier, root: paths.container(identifier, account: credentials.identityToken), client: client, store: store,
                                      device: credentials.deviceId, greedy: configuration.greedy,
                                      packageExtensions: configuration.allPackageExtensions, logger: logger,

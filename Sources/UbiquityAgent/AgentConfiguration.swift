@@ -21,11 +21,11 @@ package struct AgentConfiguration: Codable, Sendable, Equatable {
     /// Extensions (without the dot) of folders that are packages — one document, synced as one
     /// item — besides ``LocalScanner/standardPackageExtensions``.
     package var packageExtensions: [String]
-    /// Seal the containers' chunks once this device holds the account's keys: cut by the keyed
-    /// chunker, named by a keyed MAC, encrypted before they leave (docs/Encryption.md). Off by
-    /// default while the data path lands in stages: the server's web pages, public links and
-    /// `recover` do not open sealed chunks yet, and item records (names, sizes) still go in
-    /// plaintext.
+    /// Seal the containers' chunks under Standard Data Protection once this device holds the
+    /// account's keys: cut by the keyed chunker, named by a keyed MAC, encrypted before they
+    /// leave (docs/Encryption.md). Under Advanced they are always sealed. Off by default while
+    /// the data path lands in stages: item records (names, sizes) still go in plaintext, and
+    /// edits of sealed chunks travel whole (no encrypted patches yet).
     package var sealedContents: Bool
 
     /// Every extension that makes a folder a package here.

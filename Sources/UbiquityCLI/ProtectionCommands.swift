@@ -41,8 +41,9 @@ func printProtection(_ status: ProtectionStatus) {
     if status.removed > 0 { print("  (\(status.removed) removed)") }
     // What is sealed so far (the encrypted format lands in stages): said plainly, above all
     // before someone counts on Advanced for documents.
-    let sealsContents = (try? AgentConfiguration.load(from: UbiquityPaths().agentConfiguration))?.sealedContents ?? false
-    print("sealed:     key-value stores" + (sealsContents ? "; documents' contents (this device's agent.json: sealedContents)" : ""))
+    let configured = (try? AgentConfiguration.load(from: UbiquityPaths().agentConfiguration))?.sealedContents ?? false
+    let sealsContents = configured || status.custody == .advanced
+    print("sealed:     key-value stores" + (sealsContents ? "; documents' contents (" + (status.custody == .advanced ? "always under Advanced" : "this device's agent.json: sealedContents") + ")" : ""))
     print("not sealed: documents' names, sizes and dates" + (sealsContents ? "" : "; documents' contents (set \"sealedContents\": true in agent.json on every device)"))
 }
 

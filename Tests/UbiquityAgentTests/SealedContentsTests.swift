@@ -25,7 +25,7 @@ extension ContainerSyncTests {
         let keys = SessionKeys(keys: AccountKeys(credentials: credentials, paths: paths, client: client), deviceName: name, logger: Logger(label: "test"))
         let root = home.appendingPathComponent("container")
         let sync = try ContainerSync(container: notes, root: root, client: client, store: try AgentStore(path: dir + "/\(name).sqlite"),
-                                     device: name, greedy: true, codecs: { try await keys.codec(of: $0) })
+                                     device: name, greedy: true, codecs: { try await keys.codec(of: $0, sealing: true) })
         return Device(sync: sync, documents: root.appendingPathComponent("Documents"), client: client)
     }
 
@@ -220,7 +220,7 @@ extension ContainerSyncTests {
         let keys = SessionKeys(keys: AccountKeys(credentials: credentials, paths: paths, client: client), deviceName: name, logger: Logger(label: "test"))
         let root = home.appendingPathComponent("container")
         var codecs: (@Sendable (String) async throws -> ChunkCodec)?
-        if sealing { codecs = { try await keys.codec(of: $0) } }
+        if sealing { codecs = { try await keys.codec(of: $0, sealing: true) } }
         let sync = try ContainerSync(container: notes, root: root, client: client, store: try AgentStore(path: dir + "/\(name).sqlite"),
                                      device: name, greedy: true, codecs: codecs)
         return Device(sync: sync, documents: root.appendingPathComponent("Documents"), client: client)
@@ -263,6 +263,25 @@ extension ContainerSyncTests {
             try await tablet.sync.syncOnce()
             #expect(try Data(contentsOf: tablet.documents.appendingPathComponent("Kept.bin")) == kept)
             #expect(try Data(contentsOf: tablet.documents.appendingPathComponent("Edited.bin")) == changed)
+        }
+    }
+}
+
+/// Under Advanced Data Protection a device seals its containers' chunks whatever its settings say
+/// (under Standard only when `sealedContents` is on).
+extension ContainerSyncTests {
+    @Test func advancedSealsContentsWhateverTheSettingsSay() async throws {
+        try await withServer { base, dir in
+            let home = URL(fileURLWithPath: dir).appendingPathComponent("laptop")
+            let paths = UbiquityPaths(configuration: home.appendingPathComponent("config"), data: home.appendingPathComponent("data"))
+            let credentials = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: "laptop", savingTo: paths)
+            let client = SyncClient(server: base, token: credentials.token)
+            let accountKeys = AccountKeys(credentials: credentials, paths: paths, client: client)
+            let keys = SessionKeys(keys: accountKeys, deviceName: "laptop", logger: Logger(label: "test"))
+            #expect(try await keys.codec(of: notes, sealing: false).sealed == false, "Standard, not asked to seal")
+            #expect(try await keys.codec(of: notes, sealing: true).sealed, "Standard, asked to seal")
+            _ = try await accountKeys.setCustody(.advanced)
+            #expect(try await keys.codec(of: notes, sealing: false).sealed, "Advanced: always")
         }
     }
 }

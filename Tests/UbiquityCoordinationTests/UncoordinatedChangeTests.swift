@@ -129,7 +129,8 @@ import Glibc
                     let log = presenter.log
                     if overflows() == overflowed {
                         judged += 1
-                        #expect(log.isEmpty, "round \(round): heard of a change made before it was added: \(log)")
+                        let marks = PresenterWatcher.shared.state.withLock { "marks made \($0.marksMade), read \($0.marksRead), writes \($0.writes.count)" }
+                        #expect(log.isEmpty, "round \(round): heard of a change made before it was added: \(log) (\(marks))")
                     }
                     try Data("after \(round)".utf8).write(to: item)
                     #expect(eventually { count("didChange", in: presenter) >= 1 })

@@ -58,6 +58,20 @@ import UbiquityProtocol
             for refused in [try await client.send(.get, path, headers: web.session(cookie)), try await client.send(.get, link)] {
                 #expect(refused.status == .conflict && refused.errorCode == "sealedOnDevices", "\(String(buffer: refused.body))")
             }
+            // And it takes no plaintext any more: a chunk, a batch, a file's bytes inline in a commit.
+            let older = Array("what an older device would send".utf8)
+            let single = try await client.upload(older, token: signedIn.token)
+            #expect(single.status == .conflict && single.errorCode == "sealedOnly", "\(String(buffer: single.body))")
+            let plainBatch = try await client.send(.post, "/v1/chunks", token: signedIn.token, raw: ChunkBatch([ChunkBatch.Chunk(hash: sha256(older), bytes: older)]).encoded())
+            #expect(plainBatch.errorCode == "sealedOnly", "\(String(buffer: plainBatch.body))")
+            var inline = fileUpdate("Inline.txt", [older])
+            inline.contents = Data(older)
+            let inlined = try await client.put(notes, "inline", inline, token: signedIn.token)
+            #expect(inlined.errorCode == "sealedOnly", "\(String(buffer: inlined.body))")
+            let next = try AccountRootKey(epoch: 1, bytes: [UInt8](repeating: 3, count: 32)).chunkKeys(container: notes).seal(older)
+            let sealedStill = try await client.send(.post, "/v1/chunks?sealed=1", token: signedIn.token,
+                                                    raw: ChunkBatch([ChunkBatch.Chunk(hash: next.id.description, bytes: Array(next.body))]).encoded())
+            #expect(sealedStill.status == .created, "sealed chunks still go: \(String(buffer: sealedStill.body))")
         }
     }
 }

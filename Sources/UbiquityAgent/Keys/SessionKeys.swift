@@ -94,16 +94,17 @@ actor SessionKeys {
         return now
     }
 
-    /// How `container`'s chunks go now: sealed while this device holds the account's keys,
-    /// plain for an account without keys.
+    /// How `container`'s chunks go now: sealed while this device holds the account's keys —
+    /// always under Advanced Data Protection, under Standard when `sealing` (the agent's
+    /// `sealedContents`) — and plain for an account without keys.
     /// - Throws: ``ContainerSyncError`` while the account has keys this device does not hold
     ///   (nothing of the container is sent or taken until it does), or what reading them threw.
-    func codec(of container: String) async throws -> ChunkCodec {
+    func codec(of container: String, sealing: Bool) async throws -> ChunkCodec {
         switch try await current() {
         case .plain:
             return .plain
-        case .holding(let rootKeys, _):
-            guard let codec = ChunkCodec.sealed(container: container, rootKeys: rootKeys) else { return .plain }
+        case .holding(let rootKeys, let custody):
+            guard sealing || custody == .advanced, let codec = ChunkCodec.sealed(container: container, rootKeys: rootKeys) else { return .plain }
             return codec
         case .waiting(let why):
             throw ContainerSyncError("this device does not hold the account's keys yet (\(why)): nothing is synced until it does", code: .failed)

@@ -497,6 +497,11 @@ extension SyncServices {
     /// names — the server keeps the SHA-256 of their bytes instead).
     func receive(_ received: [ChunkBatch.Chunk], from device: DeviceAuth, logger: Logger, checked: Bool = false, sealed: Bool = false) async throws {
         for chunk in received { try Validate.hash(chunk.hash) }
+        // Under Advanced Data Protection the server takes no plaintext: a device of an older
+        // build, the web page, a patch or inline bytes the server would keep as they are.
+        if !sealed, try await custody(ofAccount: device.accountId) == .advanced {
+            throw SyncError(.conflict, "sealedOnly", "the account uses Advanced Data Protection: its devices seal every chunk (update this device's ubiquity)")
+        }
         let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: received.map(\.hash)))
         // Each chunk is checked against its hash once: those to store by the storage, the others
         // (ones the account has, repeats) here; one wrong chunk refuses the whole batch.
