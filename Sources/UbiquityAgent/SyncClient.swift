@@ -194,7 +194,11 @@ package struct SyncClient: Sendable {
                     guard frame.hash == hash else {
                         throw SyncClientError(status: 200, code: "hashMismatch", message: "the server answered chunk \(frame.hash) for \(hash)")
                     }
-                    if codec.sealed {
+                    // A sealing device opens first; a plaintext one checks the hash first (no copy)
+                    // and opens only what does not hash to its name, if it holds the keys.
+                    if !codec.sealed, ContentChunker.hash(bytes) == hash {
+                        try each(hash, bytes)
+                    } else if codec.opensSealed {
                         let plaintext: Data
                         do {
                             plaintext = try codec.open(bytes, as: hash)
@@ -203,10 +207,7 @@ package struct SyncClient: Sendable {
                         }
                         try plaintext.withUnsafeBytes { try each(hash, $0) }
                     } else {
-                        guard ContentChunker.hash(bytes) == hash else {
-                            throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(hash) arrived damaged")
-                        }
-                        try each(hash, bytes)
+                        throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(hash) arrived damaged")
                     }
                 }
                 return frames.count

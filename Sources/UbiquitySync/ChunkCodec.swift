@@ -21,6 +21,10 @@ package struct ChunkCodec: Sendable {
     /// Plaintext chunks named by SHA-256 (an account without keys).
     package static let plain = ChunkCodec(sealed: false, choosing: ContentChunker.forFile(ofSize:), sealing: nil, opening: nil, recognising: nil)
 
+    /// Whether chunks another device sealed are opened (a device that holds the account's keys,
+    /// sealing or not: the account's devices need not all seal to read each other's files).
+    package var opensSealed: Bool { opening != nil }
+
     private init(sealed: Bool, choosing: @escaping @Sendable (Int) -> ContentChunker,
                  sealing: (@Sendable (UnsafeRawBufferPointer, String) throws -> [UInt8])?,
                  opening: (@Sendable (UnsafeRawBufferPointer, String) throws -> Data)?,
@@ -46,6 +50,14 @@ package struct ChunkCodec: Sendable {
                  open: @escaping @Sendable (UnsafeRawBufferPointer, String) throws -> Data,
                  recognises: @escaping @Sendable (UnsafeRawBufferPointer, String) -> Bool) {
         self.init(sealed: true, choosing: sealedCutting, sealing: seal, opening: open, recognising: recognises)
+    }
+
+    /// A codec that cuts, names and sends chunks in plaintext, as ``plain`` does, and also opens
+    /// sealed ones (`open`, `recognises` as for a sealed codec): a device that holds the keys but
+    /// does not seal, reading what the account's sealing devices wrote.
+    package init(readingSealed open: @escaping @Sendable (UnsafeRawBufferPointer, String) throws -> Data,
+                 recognises: @escaping @Sendable (UnsafeRawBufferPointer, String) -> Bool) {
+        self.init(sealed: false, choosing: ContentChunker.forFile(ofSize:), sealing: nil, opening: open, recognising: recognises)
     }
 
     /// The chunker for a file of `size` bytes.

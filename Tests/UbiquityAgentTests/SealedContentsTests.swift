@@ -285,3 +285,39 @@ extension ContainerSyncTests {
         }
     }
 }
+
+/// The account's devices need not all seal: one that holds the keys but does not (its settings
+/// say so) still opens what the sealing ones wrote, and they read what it wrote in plaintext.
+extension ContainerSyncTests {
+    @Test func aDeviceThatDoesNotSealReadsWhatTheSealingOnesWroteAndTheyReadIt() async throws {
+        try await withServer { base, dir in
+            let laptop = try await sealingDevice("laptop", base: base, dir: dir)
+            let home = URL(fileURLWithPath: dir).appendingPathComponent("phone")
+            let paths = UbiquityPaths(configuration: home.appendingPathComponent("config"), data: home.appendingPathComponent("data"))
+            let credentials = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: "phone", savingTo: paths)
+            let client = SyncClient(server: base, token: credentials.token)
+            let keys = SessionKeys(keys: AccountKeys(credentials: credentials, paths: paths, client: client), deviceName: "phone", logger: Logger(label: "test"))
+            let root = home.appendingPathComponent("container")
+            let phone = Device(sync: try ContainerSync(container: notes, root: root, client: client, store: try AgentStore(path: dir + "/phone.sqlite"),
+                                                      device: "phone", greedy: true, codecs: { try await keys.codec(of: $0, sealing: false) }),
+                               documents: root.appendingPathComponent("Documents"), client: client)
+            var random = SystemRandomNumberGenerator()
+            let sealedFile = Data((0..<120_000).map { _ in UInt8.random(in: 0...255, using: &random) })
+            let plainFile = Data((0..<120_000).map { _ in UInt8.random(in: 0...255, using: &random) })
+            try laptop.write("FromLaptop.bin", sealedFile)
+            try await laptop.sync.syncOnce()
+            try phone.write("FromPhone.bin", plainFile)
+            try await phone.sync.syncOnce()
+            try await laptop.sync.syncOnce()
+            let codecs = (await laptop.sync.codec, await phone.sync.codec)
+            #expect(codecs.0.sealed && !codecs.1.sealed && codecs.1.opensSealed)
+            #expect(try Data(contentsOf: phone.documents.appendingPathComponent("FromLaptop.bin")) == sealedFile, "the phone opens what the laptop sealed")
+            #expect(try Data(contentsOf: laptop.documents.appendingPathComponent("FromPhone.bin")) == plainFile, "the laptop reads what the phone sent in plaintext")
+            // The phone's own chunks went in plaintext, named by SHA-256 (it does not seal).
+            let store = try FileChunkStore(directory: dir + "/server/chunks")
+            let stored = Set(try await store.index.read { db in try String.fetchAll(db, sql: "SELECT hash FROM chunk") })
+            #expect(Set(ChunkCodec.plain.chunks(of: plainFile).map(\.hash)).isSubset(of: stored))
+            #expect(Set(ChunkCodec.plain.chunks(of: sealedFile).map(\.hash)).isDisjoint(with: stored))
+        }
+    }
+}

@@ -7,6 +7,14 @@ extension ChunkCodec {
     /// The sealed codec of `container` on a device that holds `rootKeys`: the newest epoch's
     /// keyed chunker cuts and its keyed MAC names (``ChunkKeys/identifier(of:)``, as 64
     /// hexadecimal digits); every held epoch opens. Nil without keys.
+    /// The codec of a device that holds `rootKeys` but does not seal `container`'s chunks: it
+    /// cuts, names and sends them in plaintext, and opens what the account's sealing devices
+    /// sealed. Nil without keys.
+    static func reading(container: String, rootKeys: [AccountRootKey]) -> ChunkCodec? {
+        guard let sealed = sealed(container: container, rootKeys: rootKeys) else { return nil }
+        return ChunkCodec(readingSealed: { try sealed.open($0, as: $1) }, recognises: { sealed.recognises($0, as: $1) })
+    }
+
     static func sealed(container: String, rootKeys: [AccountRootKey]) -> ChunkCodec? {
         guard let newest = rootKeys.max(by: { $0.epoch < $1.epoch }) else { return nil }
         let current = newest.chunkKeys(container: container)

@@ -96,7 +96,8 @@ actor SessionKeys {
 
     /// How `container`'s chunks go now: sealed while this device holds the account's keys —
     /// always under Advanced Data Protection, under Standard when `sealing` (the agent's
-    /// `sealedContents`) — and plain for an account without keys.
+    /// `sealedContents`; otherwise plaintext, the sealed ones of other devices opened) — and
+    /// plain for an account without keys.
     /// - Throws: ``ContainerSyncError`` while the account has keys this device does not hold
     ///   (nothing of the container is sent or taken until it does), or what reading them threw.
     func codec(of container: String, sealing: Bool) async throws -> ChunkCodec {
@@ -104,8 +105,10 @@ actor SessionKeys {
         case .plain:
             return .plain
         case .holding(let rootKeys, let custody):
-            guard sealing || custody == .advanced, let codec = ChunkCodec.sealed(container: container, rootKeys: rootKeys) else { return .plain }
-            return codec
+            // Not sealing, it still opens what the account's sealing devices sealed.
+            let codec = sealing || custody == .advanced ? ChunkCodec.sealed(container: container, rootKeys: rootKeys)
+                : ChunkCodec.reading(container: container, rootKeys: rootKeys)
+            return codec ?? .plain
         case .waiting(let why):
             throw ContainerSyncError("this device does not hold the account's keys yet (\(why)): nothing is synced until it does", code: .failed)
         }
