@@ -12,7 +12,9 @@ extension ChunkCodec {
     /// sealed. Nil without keys.
     static func reading(container: String, rootKeys: [AccountRootKey]) -> ChunkCodec? {
         guard let sealed = sealed(container: container, rootKeys: rootKeys) else { return nil }
-        return ChunkCodec(readingSealed: { try sealed.open($0, as: $1) }, recognises: { sealed.recognises($0, as: $1) })
+        // (Its own chunks are named by SHA-256: that is looked at first.)
+        return ChunkCodec(readingSealed: { try sealed.open($0, as: $1) },
+                          recognises: { ContentChunker.hash($0) == $1 || sealed.recognises($0, as: $1) })
     }
 
     static func sealed(container: String, rootKeys: [AccountRootKey]) -> ChunkCodec? {
