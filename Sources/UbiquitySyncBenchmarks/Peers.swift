@@ -68,7 +68,8 @@ final class UbiquityPeer: Peer {
         URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("ubiquity")
     }
 
-    static func start(in folder: URL) async throws -> UbiquityPeer {
+    /// - Parameter sealed: Whether the agents seal the container's chunks (`sealedContents`).
+    static func start(in folder: URL, sealed: Bool = false) async throws -> UbiquityPeer {
         let binary = executable
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
             throw BenchError("\(binary.path) is missing: swift build -c release --product ubiquity")
@@ -108,7 +109,7 @@ final class UbiquityPeer: Peer {
                                    "XDG_DATA_HOME": home.appendingPathComponent("data").path, "XDG_RUNTIME_DIR": runtime.path]
                 let paths = UbiquityPaths(environment: environment)
                 try FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true)
-                try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 600}"#.utf8).write(to: paths.agentConfiguration)
+                try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 600, "sealedContents": \#(sealed)}"#.utf8).write(to: paths.agentConfiguration)
                 let relay = try RelayProxy.start(to: port)
                 relays.append(relay)
                 let login = try run(binary, ["login", "--server", "http://127.0.0.1:\(relay.port)", "--account", "ada", "--device-name", name, "--password-stdin"],

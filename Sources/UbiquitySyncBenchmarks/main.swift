@@ -8,7 +8,11 @@
 //   swift build -c release --product ubiquity && swift run -c release ubiquity-sync-bench
 //     [--small N] [--syncthing-small N] [--burst N] [--folder N] [--big-folder N] [--large-mib M]
 //     [--large-runs N] [--cost-changes N] [--idle-items N] [--idle-seconds S] [--database-updates N] [--skip-syncthing]
-//     [--web-items N] [--web-only] [--directory DIR] [--keep]
+//     [--web-items N] [--web-only] [--sealed] [--directory DIR] [--keep]
+//
+// `--sealed` measures Ubiquity's sync scenarios a second time in the same run with the agents
+// sealing the container's chunks (`sealedContents`, issue 45): `ubiquitySealed` in the JSON,
+// with its ratios to the plaintext run (`sealedOver…`) and the issue's goals for it.
 //
 // `--web-only` measures only the web interface's figures (WebScenario.swift) on Ubiquity's
 // server: no sync scenarios, no Syncthing.
@@ -35,6 +39,8 @@ struct Options {
     var webItems = 10_000
     var webOnly = false
     var skipSyncthing = false
+    /// Measure Ubiquity a second time with sealed contents.
+    var sealed = false
     /// Leave the run's folder (homes, logs, data) in place afterwards.
     var keep = false
     var directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("ubiquity-sync-bench-\(getpid())")
@@ -67,6 +73,7 @@ struct Options {
             case "--web-items": webItems = try count(argument)
             case "--web-only": webOnly = true
             case "--skip-syncthing": skipSyncthing = true
+            case "--sealed": sealed = true
             case "--keep": keep = true
             case "--directory": directory = URL(fileURLWithPath: try value(argument))
             default: throw BenchError("unknown argument \(argument); see the comment at the top of Sources/UbiquitySyncBenchmarks/main.swift")
@@ -92,8 +99,9 @@ struct Figures: Encodable {
     var notes: String
 }
 
-/// Runs every scenario on `peer`, in order, keeping what was measured if one fails.
-func measure(_ peer: some Peer, options: Options, small: Int, notes: String) async -> Figures {
+/// Runs every scenario on `peer`, in order, keeping what was measured if one fails; `syncOnly`:
+/// the sync scenarios alone (no whole-container, database, web or idle figures).
+func measure(_ peer: some Peer, options: Options, small: Int, notes: String, syncOnly: Bool = false) async -> Figures {
     var figures = Figures(notes: notes)
     do {
         log("\(peer.name): warming up")
@@ -111,7 +119,7 @@ func measure(_ peer: some Peer, options: Options, small: Int, notes: String) asy
         figures.newBigFolder = try await newFolder(peer, named: "big-folder", count: options.bigFolder, size: 1024, seed: 3_000_000)
         figures.renameBigFolder = try await renameFolder(peer, from: "big-folder", to: "renamed-folder", count: options.bigFolder, size: 1024)
         figures.large = try await largeFiles(peer, mib: options.largeMiB, runs: options.largeRuns)
-        if let ubiquity = peer as? UbiquityPeer {
+        if !syncOnly, let ubiquity = peer as? UbiquityPeer {
             figures.wholeContainer = try await wholeContainer(ubiquity)
             if options.databaseUpdates > 0 { figures.database = try await databaseUpdates(ubiquity, count: options.databaseUpdates) }
             figures.web = try await webFigures(ubiquity, items: options.webItems, uploadMiB: options.largeMiB)
@@ -173,6 +181,18 @@ do {
     log("Ubiquity could not be started: \(error)")
     results["ubiquity"] = Figures(failure: "\(error)", notes: "")
 }
+if options.sealed && !options.webOnly {
+    do {
+        let sealed = try await UbiquityPeer.start(in: options.directory.appendingPathComponent("ubiquity-sealed"), sealed: true)
+        results["ubiquitySealed"] = await measure(sealed, options: options, small: options.small,
+                                                  notes: "as ubiquity, the agents sealing the container's chunks (sealedContents: keyed chunker, keyed MAC names, AES-256-GCM)",
+                                                  syncOnly: true)
+        await sealed.stop()
+    } catch {
+        log("Ubiquity (sealed) could not be started: \(error)")
+        results["ubiquitySealed"] = Figures(failure: "\(error)", notes: "")
+    }
+}
 var syncthingVersion: String?
 if !options.skipSyncthing && !options.webOnly {
     // Ubiquity's figures are printed whatever happens to the peer's.
@@ -202,6 +222,8 @@ struct Report: Encodable {
     /// (median of three), in milliseconds.
     var loopbackCopyMs: Double
     var ubiquity: Figures?
+    /// Ubiquity's sync scenarios with sealed contents (`--sealed`).
+    var ubiquitySealed: Figures?
     var syncthing: Figures?
     /// Ubiquity's figure divided by Syncthing's (below 1: Ubiquity is better).
     var ratios: [String: Double]
@@ -275,10 +297,31 @@ if let ours = results["ubiquity"] {
         if let cpu = ratios["newLargeFileCpu"] { goals["newLargeFileCpuAtMostSyncthings"] = cpu <= 1 }
     }
 }
+if let plain = results["ubiquity"], let sealed = results["ubiquitySealed"] {
+    func ratio(_ a: Double?, _ b: Double?) -> Double? {
+        guard let a, let b, b > 0 else { return nil }
+        return (a / b).rounded(toPlaces: 3)
+    }
+    ratios["sealedOverPlainNewSmallFileP50"] = ratio(sealed.newSmallFile?.p50Ms, plain.newSmallFile?.p50Ms)
+    ratios["sealedOverPlainNewFolder"] = ratio(sealed.newFolder?.transfer.ms, plain.newFolder?.transfer.ms)
+    ratios["sealedOverPlainNewLargeFile"] = ratio(sealed.large?.newFile.ms, plain.large?.newFile.ms)
+    ratios["sealedOverPlainNewLargeFileCpu"] = ratio(sealed.large?.newFile.cpuMs, plain.large?.newFile.cpuMs)
+    ratios["sealedOverPlainOneByteEditInPlaceBytes"] = ratio(sealed.large.map { Double($0.oneByteEditInPlace.transfer.bytesOnWire) },
+                                                             plain.large.map { Double($0.oneByteEditInPlace.transfer.bytesOnWire) })
+    if let cpu = ratios["sealedOverPlainNewLargeFileCpu"] { goals["sealedNewLargeFileCpuAtMost1_2xPlain"] = cpu <= 1.2 }
+    if let folder = sealed.newFolder { goals["sealedNewFolderAtMost2s"] = folder.transfer.ms <= 2000 }
+    if let large = sealed.large {
+        for (name, edit) in [("SafeSave", large.oneByteEditSafeSave), ("InPlace", large.oneByteEditInPlace)] {
+            goals["sealedOneByteEdit\(name)AtMost300ms"] = edit.transfer.ms <= 300
+            goals["sealedOneByteEdit\(name)AtMost32KiB"] = edit.transfer.bytesOnWire <= 32 << 10
+        }
+    }
+}
 let report = Report(
     machine: ["cores": "\(ProcessInfo.processInfo.activeProcessorCount)", "memoryGiB": "\(ProcessInfo.processInfo.physicalMemory >> 30)",
               "build": buildConfiguration, "syncthing": syncthingVersion ?? "skipped"],
-    loopbackCopyMs: loopbackCopyMs, ubiquity: results["ubiquity"], syncthing: results["syncthing"], ratios: ratios, goals: goals)
+    loopbackCopyMs: loopbackCopyMs, ubiquity: results["ubiquity"], ubiquitySealed: results["ubiquitySealed"], syncthing: results["syncthing"],
+    ratios: ratios, goals: goals)
 let encoder = JSONEncoder()
 encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
 print(String(decoding: try encoder.encode(report), as: UTF8.self))
