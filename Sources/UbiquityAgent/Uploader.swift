@@ -366,7 +366,7 @@ struct Uploader {
     /// - Throws: The file's read errors.
     static func read(_ chunk: ContentChunk, from handle: FileHandle, trusting trusted: inout LocalFingerprint?, into body: inout ByteBuffer,
                      codec: ChunkCodec = .plain) throws -> Bool {
-        if codec.sealed { return try readSealed(chunk, from: handle, into: &body, codec: codec) }
+        if codec.sealed { return try readSealed(chunk, from: handle, trusting: &trusted, into: &body, codec: codec) }
         let start = body.writerIndex
         body.writeBytes(ChunkBatch.frame(hash: chunk.hash, length: chunk.length))
         let bytesStart = body.writerIndex
@@ -389,15 +389,19 @@ struct Uploader {
         return true
     }
 
-    /// ``read(_:from:trusting:into:codec:)`` for a sealed chunk: its plaintext read, named
-    /// again (bytes that are not the chunk cut by the scan are never sealed under its name) and
-    /// sealed into `body` behind its framing; false, with `body` as it was, if the file changed.
+    /// ``read(_:from:trusting:into:codec:)`` for a sealed chunk: its plaintext read and sealed
+    /// into `body` behind its framing — named again unless the file still has the fingerprint
+    /// `trusted` (bytes that are not the chunk cut by the scan are never sealed under its name);
+    /// false, with `body` as it was, if the file changed.
     /// - Throws: The file's read errors.
-    static func readSealed(_ chunk: ContentChunk, from handle: FileHandle, into body: inout ByteBuffer, codec: ChunkCodec) throws -> Bool {
+    static func readSealed(_ chunk: ContentChunk, from handle: FileHandle, trusting trusted: inout LocalFingerprint?, into body: inout ByteBuffer,
+                           codec: ChunkCodec) throws -> Bool {
         var plaintext = [UInt8](repeating: 0, count: chunk.length)
         let got = plaintext.withUnsafeMutableBytes { SystemCall.readFully(handle.fileDescriptor, into: $0, at: Int64(chunk.offset)) }
         if got < 0 { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-        guard got == chunk.length, let sealed = try? plaintext.withUnsafeBytes({ try codec.seal($0, as: chunk.hash) }) else { return false }
+        if let recorded = trusted, fingerprint(of: handle) != recorded { trusted = nil }
+        let unchanged = trusted != nil
+        guard got == chunk.length, let sealed = try? plaintext.withUnsafeBytes({ try codec.seal($0, as: chunk.hash, unchanged: unchanged) }) else { return false }
         body.writeBytes(ChunkBatch.frame(hash: chunk.hash, length: sealed.count))
         body.writeBytes(sealed)
         return true

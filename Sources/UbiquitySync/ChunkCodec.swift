@@ -14,7 +14,7 @@ package struct ChunkCodec: Sendable {
     /// server would have to read, are not used).
     package let sealed: Bool
     private let choosing: @Sendable (Int) -> ContentChunker
-    private let sealing: (@Sendable (UnsafeRawBufferPointer, String) throws -> [UInt8])?
+    private let sealing: (@Sendable (UnsafeRawBufferPointer, String, Bool) throws -> Data)?
     private let opening: (@Sendable (UnsafeRawBufferPointer, String) throws -> Data)?
     private let recognising: (@Sendable (UnsafeRawBufferPointer, String) -> Bool)?
 
@@ -26,7 +26,7 @@ package struct ChunkCodec: Sendable {
     package var opensSealed: Bool { opening != nil }
 
     private init(sealed: Bool, choosing: @escaping @Sendable (Int) -> ContentChunker,
-                 sealing: (@Sendable (UnsafeRawBufferPointer, String) throws -> [UInt8])?,
+                 sealing: (@Sendable (UnsafeRawBufferPointer, String, Bool) throws -> Data)?,
                  opening: (@Sendable (UnsafeRawBufferPointer, String) throws -> Data)?,
                  recognising: (@Sendable (UnsafeRawBufferPointer, String) -> Bool)?) {
         self.sealed = sealed
@@ -39,14 +39,16 @@ package struct ChunkCodec: Sendable {
     /// A sealed codec.
     /// - Parameters:
     ///   - sealedCutting: The chunker for a file of a given size (every device chooses alike).
-    ///   - seal: The stored body of the chunk whose plaintext and name are given.
+    ///   - seal: The stored body of the chunk whose plaintext and name are given (the name
+    ///     trusted when the third argument says the bytes are known unchanged since they were
+    ///     named; otherwise named again, and refused if it differs).
     ///   - open: The plaintext of a stored body asked for by a name, checked against it (a
     ///     chunk named by SHA-256 before the account had keys comes back as it is); throws
     ///     what failed.
     ///   - recognises: Whether plaintext bytes are the chunk of a name (a keyed MAC of a held
     ///     epoch, or SHA-256).
     package init(sealedCutting: @escaping @Sendable (Int) -> ContentChunker,
-                 seal: @escaping @Sendable (UnsafeRawBufferPointer, String) throws -> [UInt8],
+                 seal: @escaping @Sendable (UnsafeRawBufferPointer, String, Bool) throws -> Data,
                  open: @escaping @Sendable (UnsafeRawBufferPointer, String) throws -> Data,
                  recognises: @escaping @Sendable (UnsafeRawBufferPointer, String) -> Bool) {
         self.init(sealed: true, choosing: sealedCutting, sealing: seal, opening: open, recognising: recognises)
@@ -80,10 +82,11 @@ package struct ChunkCodec: Sendable {
     }
 
     /// What goes to the server for the chunk `name` whose plaintext is `bytes` (sealed; as it
-    /// is for ``plain``).
-    /// - Throws: What sealing throws.
-    package func seal(_ bytes: UnsafeRawBufferPointer, as name: String) throws -> [UInt8] {
-        try sealing?(bytes, name) ?? Array(bytes)
+    /// is for ``plain``). `unchanged`: the bytes are known to be the ones that were named (the
+    /// file's fingerprint has not changed since it was cut), so the name is not made again.
+    /// - Throws: What sealing throws; ``ChunkCodecError`` for bytes that are not the chunk named.
+    package func seal(_ bytes: UnsafeRawBufferPointer, as name: String, unchanged: Bool = false) throws -> Data {
+        try sealing?(bytes, name, unchanged) ?? Data(bytes)
     }
 
     /// The plaintext of what the server sent for the chunk `name`, checked against the name.

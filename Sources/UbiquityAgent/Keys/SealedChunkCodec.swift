@@ -31,14 +31,15 @@ extension ChunkCodec {
         let standard = chunker(.standard), large = chunker(.large)
         return ChunkCodec(
             sealedCutting: { $0 >= KeyedChunker.largeFileSize ? large : standard },
-            seal: { bytes, asked in
-                // Sealing names the bytes again: bytes that are not the chunk asked for (the
-                // file changed since it was cut) are never stored under its name.
-                let (id, body) = try current.seal(bytes)
-                guard id.bytes.matches(lowercaseHex: asked) else {
+            seal: { bytes, asked, unchanged in
+                // Unless the bytes are known unchanged since they were named, they are named
+                // again: bytes that are not the chunk asked for (the file changed since it was
+                // cut) are never stored under its name.
+                guard let named = ChunkIdentifier(hex: asked) else { throw ChunkCodecError(name: asked, reason: "not a chunk name") }
+                if !unchanged, current.identifier(of: bytes) != named {
                     throw ChunkCodecError(name: asked, reason: "the bytes read are another chunk's (the file changed since it was cut)")
                 }
-                return Array(body)
+                return try current.seal(bytes, as: named)
             },
             open: { body, asked in
                 guard let id = ChunkIdentifier(hex: asked) else { throw ChunkCodecError(name: asked, reason: "not a chunk name") }

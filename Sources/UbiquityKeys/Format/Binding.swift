@@ -58,7 +58,8 @@ enum Sealing {
     /// nonce, or `nonce` (only for a key that seals one plaintext and no other).
     static func seal(_ plaintext: [UInt8], key: SecretKey, binding: [UInt8], header: SealedHeader, clear: [UInt8] = [], nonce: [UInt8]? = nil) throws -> Data {
         let box = try AES.GCM.seal(plaintext, using: key.symmetric, nonce: try nonce.map { try AES.GCM.Nonce(data: $0) } ?? AES.GCM.Nonce(), authenticating: binding)
-        var sealed = Data(header.bytes)
+        var sealed = Data(capacity: SealedHeader.size + clear.count + 12 + plaintext.count + 16) // (one buffer: no regrowing)
+        sealed.append(contentsOf: header.bytes)
         sealed.append(contentsOf: clear)
         sealed.append(contentsOf: box.nonce)
         sealed.append(box.ciphertext)

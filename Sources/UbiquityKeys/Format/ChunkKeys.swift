@@ -98,8 +98,23 @@ public struct ChunkKeys: Sendable {
     /// - Throws: What the cipher throws (nothing in practice).
     public func seal(_ plaintext: some DataProtocol) throws -> (id: ChunkIdentifier, body: Data) {
         let id = identifier(of: plaintext)
-        return (id, try Sealing.seal(Padme.pad(Array(plaintext)), key: SecretKey(key(for: id)), binding: binding(id),
-                                     header: SealedHeader(format: Self.format, epoch: epoch), nonce: nonce(for: id)))
+        return (id, try seal(plaintext, as: id))
+    }
+
+    /// Seals `plaintext` as the chunk `id`, which the caller vouches is its identifier (made when
+    /// the bytes were cut, and they have not changed since): a reader recomputes it from what it
+    /// decrypts and refuses a mismatch, so a wrong one makes an unreadable chunk, never another's.
+    /// - Throws: What the cipher throws (nothing in practice).
+    public func seal(_ plaintext: some DataProtocol, as id: ChunkIdentifier) throws -> Data {
+        // Padded in one buffer of its final size (Padmé: 0x80, then zeros).
+        let length = Padme.paddedLength(plaintext.count + 1)
+        var padded = [UInt8]()
+        padded.reserveCapacity(length)
+        padded.append(contentsOf: plaintext)
+        padded.append(0x80)
+        padded.append(contentsOf: repeatElement(0, count: length - padded.count))
+        return try Sealing.seal(padded, key: SecretKey(key(for: id)), binding: binding(id),
+                                header: SealedHeader(format: Self.format, epoch: epoch), nonce: nonce(for: id))
     }
 
     /// The plaintext of a sealed chunk asked for as `id`.
@@ -107,22 +122,27 @@ public struct ChunkKeys: Sendable {
     ///   (another format, or below `minimumFormat`), `.authenticationFailed` (changed,
     ///   truncated, spliced or sealed under another identifier or epoch), `.identifierMismatch`.
     public func open(_ body: some DataProtocol, as id: ChunkIdentifier, minimumFormat: UInt8 = 1) throws -> Data {
-        let bytes = Array(body)
-        let header = try SealedHeader(bytes)
+        let header = try SealedHeader(body.prefix(SealedHeader.size))
         guard header.format == Self.format, header.format >= minimumFormat else {
             throw EncryptionError(.unsupportedFormat, "chunk \(id) is in format \(header.format); this device reads format \(Self.format) (minimum \(minimumFormat))")
         }
         guard header.epoch == epoch else {
             throw EncryptionError(.authenticationFailed, "chunk \(id) is sealed under epoch \(header.epoch), not \(epoch)")
         }
-        guard bytes.count >= Self.overhead + 1 else { throw EncryptionError(.malformed, "chunk \(id) is shorter than a sealed chunk") }
-        guard let padded = Sealing.open(bytes, at: SealedHeader.size, key: SecretKey(key(for: id)), binding: binding(id)) else {
+        guard body.count >= Self.overhead + 1 else { throw EncryptionError(.malformed, "chunk \(id) is shorter than a sealed chunk") }
+        // Nonce, ciphertext and tag follow the header as AES-GCM's combined form: opened where
+        // they lie (one copy into the box, one out of the cipher; the padding cut off in place).
+        guard let box = try? AES.GCM.SealedBox(combined: body.dropFirst(SealedHeader.size)),
+              var padded = try? AES.GCM.open(box, using: key(for: id), authenticating: binding(id)) else {
             throw EncryptionError(.authenticationFailed, "chunk \(id) does not open: changed, truncated or not the chunk asked for")
         }
-        guard let plaintext = Padme.unpad(padded) else { throw EncryptionError(.malformed, "chunk \(id) has bad padding") }
-        guard HMAC<SHA256>.isValidAuthenticationCode(id.bytes, authenticating: plaintext, using: identifier.symmetric) else {
+        guard let marker = padded.lastIndex(where: { $0 != 0 }), padded[marker] == 0x80 else {
+            throw EncryptionError(.malformed, "chunk \(id) has bad padding")
+        }
+        padded.count = marker - padded.startIndex
+        guard HMAC<SHA256>.isValidAuthenticationCode(id.bytes, authenticating: padded, using: identifier.symmetric) else {
             throw EncryptionError(.identifierMismatch, "chunk \(id) holds other contents than its identifier names")
         }
-        return Data(plaintext)
+        return padded
     }
 }
