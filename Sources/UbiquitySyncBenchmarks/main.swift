@@ -232,6 +232,11 @@ struct Report: Encodable {
 
 var ratios: [String: Double] = [:]
 var goals: [String: Bool] = [:]
+/// `a ÷ b` to three places (nil without both, or for a zero `b`).
+func ratio(_ a: Double?, _ b: Double?) -> Double? {
+    guard let a, let b, b > 0 else { return nil }
+    return (a / b).rounded(toPlaces: 3)
+}
 if let ours = results["ubiquity"] {
     if let small = ours.newSmallFile {
         goals["newSmallFileP50AtMost10ms"] = small.p50Ms <= 10
@@ -281,10 +286,6 @@ if let ours = results["ubiquity"] {
         goals["idleAtMost150MB"] = idle.residentMiB.values.allSatisfy { $0 * 1_048_576 <= 150_000_000 }
     }
     if let theirs = results["syncthing"] {
-        func ratio(_ a: Double?, _ b: Double?) -> Double? {
-            guard let a, let b, b > 0 else { return nil }
-            return (a / b).rounded(toPlaces: 3)
-        }
         ratios["newSmallFileP50"] = ratio(ours.newSmallFile?.p50Ms, theirs.newSmallFile?.p50Ms)
         ratios["burst"] = ratio(ours.burst?.transfer.ms, theirs.burst?.transfer.ms)
         ratios["newFolder"] = ratio(ours.newFolder?.transfer.ms, theirs.newFolder?.transfer.ms)
@@ -298,10 +299,6 @@ if let ours = results["ubiquity"] {
     }
 }
 if let plain = results["ubiquity"], let sealed = results["ubiquitySealed"] {
-    func ratio(_ a: Double?, _ b: Double?) -> Double? {
-        guard let a, let b, b > 0 else { return nil }
-        return (a / b).rounded(toPlaces: 3)
-    }
     ratios["sealedOverPlainNewSmallFileP50"] = ratio(sealed.newSmallFile?.p50Ms, plain.newSmallFile?.p50Ms)
     ratios["sealedOverPlainNewFolder"] = ratio(sealed.newFolder?.transfer.ms, plain.newFolder?.transfer.ms)
     ratios["sealedOverPlainNewLargeFile"] = ratio(sealed.large?.newFile.ms, plain.large?.newFile.ms)

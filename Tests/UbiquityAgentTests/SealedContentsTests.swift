@@ -15,18 +15,43 @@ import UbiquitySync
 /// and open and check them when they come; the server keeps only sealed bytes, under names that
 /// are no content hash.
 extension ContainerSyncTests {
-    /// A device whose container seals its chunks with the account's keys (set up by the first,
-    /// joined by the escrow by the next, as the agent does).
-    func sealingDevice(_ name: String, base: URL, dir: String) async throws -> Device {
+    /// How a test device's container handles chunks.
+    enum Chunks {
+        /// Sealed with the account's keys.
+        case sealing
+        /// In plaintext, the sealed ones of other devices opened (keys held, not sealing).
+        case reading
+        /// In plaintext, keys not looked at (an agent of before).
+        case plain
+    }
+
+    /// `name`'s device with a container sync over its store and folder in `dir` (signed in
+    /// first unless it was): keys set up by the account's first device, joined by the escrow by
+    /// the next, as the agent does.
+    func keyedDevice(_ name: String, base: URL, dir: String, chunks: Chunks) async throws -> Device {
         let home = URL(fileURLWithPath: dir).appendingPathComponent(name)
         let paths = UbiquityPaths(configuration: home.appendingPathComponent("config"), data: home.appendingPathComponent("data"))
-        let credentials = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: name, savingTo: paths)
-        let client = SyncClient(server: base, token: credentials.token)
-        let keys = SessionKeys(keys: AccountKeys(credentials: credentials, paths: paths, client: client), deviceName: name, logger: Logger(label: "test"))
+        var credentials = try UbiquityCredentials.load(from: paths)
+        if credentials == nil {
+            credentials = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: name, savingTo: paths)
+        }
+        let signedIn = try #require(credentials)
+        let client = SyncClient(server: base, token: signedIn.token)
+        let keys = SessionKeys(keys: AccountKeys(credentials: signedIn, paths: paths, client: client), deviceName: name, logger: Logger(label: "test"))
+        var codecs: (@Sendable (String) async throws -> ChunkCodec)?
+        if chunks != .plain {
+            let sealing = chunks == .sealing
+            codecs = { try await keys.codec(of: $0, sealing: sealing) }
+        }
         let root = home.appendingPathComponent("container")
         let sync = try ContainerSync(container: notes, root: root, client: client, store: try AgentStore(path: dir + "/\(name).sqlite"),
-                                     device: name, greedy: true, codecs: { try await keys.codec(of: $0, sealing: true) })
+                                     device: name, greedy: true, codecs: codecs)
         return Device(sync: sync, documents: root.appendingPathComponent("Documents"), client: client)
+    }
+
+    /// A device whose container seals its chunks.
+    func sealingDevice(_ name: String, base: URL, dir: String) async throws -> Device {
+        try await keyedDevice(name, base: base, dir: dir, chunks: .sealing)
     }
 
     /// Every byte the server keeps: its data folder's files, read whole.
@@ -210,28 +235,11 @@ struct TemporaryDirectoryForCodec {
 /// there stays readable on every device, a file edited from then on goes sealed, and a device
 /// that joins afterwards gets everything — the old chunks as they were, the new ones opened.
 extension ContainerSyncTests {
-    /// `name`'s container sync over its existing store and folder, sealing or not (an agent
-    /// started again with the other setting).
-    func restarted(_ name: String, base: URL, dir: String, sealing: Bool) async throws -> Device {
-        let home = URL(fileURLWithPath: dir).appendingPathComponent(name)
-        let paths = UbiquityPaths(configuration: home.appendingPathComponent("config"), data: home.appendingPathComponent("data"))
-        let credentials = try #require(try UbiquityCredentials.load(from: paths))
-        let client = SyncClient(server: base, token: credentials.token)
-        let keys = SessionKeys(keys: AccountKeys(credentials: credentials, paths: paths, client: client), deviceName: name, logger: Logger(label: "test"))
-        let root = home.appendingPathComponent("container")
-        var codecs: (@Sendable (String) async throws -> ChunkCodec)?
-        if sealing { codecs = { try await keys.codec(of: $0, sealing: true) } }
-        let sync = try ContainerSync(container: notes, root: root, client: client, store: try AgentStore(path: dir + "/\(name).sqlite"),
-                                     device: name, greedy: true, codecs: codecs)
-        return Device(sync: sync, documents: root.appendingPathComponent("Documents"), client: client)
-    }
-
     @Test func turningSealingOnKeepsWhatWasThereAndSealsWhatComesNext() async throws {
         try await withServer { base, dir in
             // Two devices, not sealing yet: plaintext chunks named by SHA-256.
-            for name in ["laptop", "phone"] { _ = try await sealingDevice(name, base: base, dir: dir) }
-            var laptop = try await restarted("laptop", base: base, dir: dir, sealing: false)
-            var phone = try await restarted("phone", base: base, dir: dir, sealing: false)
+            var laptop = try await keyedDevice("laptop", base: base, dir: dir, chunks: .plain)
+            var phone = try await keyedDevice("phone", base: base, dir: dir, chunks: .plain)
             var random = SystemRandomNumberGenerator()
             let kept = Data((0..<150_000).map { _ in UInt8.random(in: 0...255, using: &random) })
             let edited = Data((0..<150_000).map { _ in UInt8.random(in: 0...255, using: &random) })
@@ -245,8 +253,8 @@ extension ContainerSyncTests {
             #expect(plaintextNames.isSubset(of: Set(try await store.index.read { db in try String.fetchAll(db, sql: "SELECT hash FROM chunk") })))
 
             // Sealing turned on (the agents started again with the setting): an edit goes sealed.
-            laptop = try await restarted("laptop", base: base, dir: dir, sealing: true)
-            phone = try await restarted("phone", base: base, dir: dir, sealing: true)
+            laptop = try await keyedDevice("laptop", base: base, dir: dir, chunks: .sealing)
+            phone = try await keyedDevice("phone", base: base, dir: dir, chunks: .sealing)
             var changed = edited
             changed.replaceSubrange(70_000..<70_004, with: Data("EDIT".utf8))
             try laptop.write("Edited.bin", changed)
@@ -292,15 +300,7 @@ extension ContainerSyncTests {
     @Test func aDeviceThatDoesNotSealReadsWhatTheSealingOnesWroteAndTheyReadIt() async throws {
         try await withServer { base, dir in
             let laptop = try await sealingDevice("laptop", base: base, dir: dir)
-            let home = URL(fileURLWithPath: dir).appendingPathComponent("phone")
-            let paths = UbiquityPaths(configuration: home.appendingPathComponent("config"), data: home.appendingPathComponent("data"))
-            let credentials = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: "phone", savingTo: paths)
-            let client = SyncClient(server: base, token: credentials.token)
-            let keys = SessionKeys(keys: AccountKeys(credentials: credentials, paths: paths, client: client), deviceName: "phone", logger: Logger(label: "test"))
-            let root = home.appendingPathComponent("container")
-            let phone = Device(sync: try ContainerSync(container: notes, root: root, client: client, store: try AgentStore(path: dir + "/phone.sqlite"),
-                                                      device: "phone", greedy: true, codecs: { try await keys.codec(of: $0, sealing: false) }),
-                               documents: root.appendingPathComponent("Documents"), client: client)
+            let phone = try await keyedDevice("phone", base: base, dir: dir, chunks: .reading)
             var random = SystemRandomNumberGenerator()
             let sealedFile = Data((0..<120_000).map { _ in UInt8.random(in: 0...255, using: &random) })
             let plainFile = Data((0..<120_000).map { _ in UInt8.random(in: 0...255, using: &random) })
