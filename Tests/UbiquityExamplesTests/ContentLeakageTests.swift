@@ -21,17 +21,21 @@ import UbiquityTestSupport
         let settings = #""greedy": true, "sealedContents": true"#
         let laptop = try TestDevice("laptop", in: dir, container: Self.container, settings: settings)
         let phone = try TestDevice("phone", in: dir, container: Self.container, settings: settings)
-        try laptop.login(server)
-        try phone.login(server)
+        // (What blocks — a command, a coordinated save the agent answers, stopping an agent — runs
+        // on threads of its own, never the two the in-process tests beside this one share.)
+        try await onOwnThread { try laptop.login(server); try phone.login(server) }
         try await laptop.startAgent()
         try await phone.startAgent()
-        defer { _ = laptop.stopAgent(); _ = phone.stopAgent() }
+        defer { _ = laptop.stopAgent(); _ = phone.stopAgent() } // (stopped on a thread of their own below; here if the test failed)
+        let phoneDocuments = try await onOwnThread { phone.documents }
 
         /// Saves `text` on the laptop and waits until the phone has it; the secrets that then
         /// must not be on the server: a marker in it and the file's SHA-256.
         func travel(_ name: String, _ text: String) async throws -> [String] {
-            try laptop.save(name, text)
-            try await eventually("the phone has \(name)", timeout: .seconds(60)) { phone.read(name) == text }
+            try await onOwnThread { try laptop.save(name, text) }
+            try await eventually("the phone has \(name)", timeout: .seconds(60)) {
+                (try? String(contentsOf: phoneDocuments.appendingPathComponent(name), encoding: .utf8)) == text
+            }
             return [SHA256.hash(data: Data(text.utf8)).map { String(format: "%02x", $0) }.joined()]
         }
         var secrets: [String] = []
@@ -57,9 +61,10 @@ import UbiquityTestSupport
         #expect(status.contains("sealed:     key-value stores; documents' contents") && status.contains("not sealed: documents' names, sizes and dates\n"), "\(status)")
 
         // The audit finds plaintext where it is: on the devices.
-        #expect(!KeyValueLeakageTests.leaks(of: [standardMarker, advancedMarker], in: phone.documents).isEmpty)
+        #expect(!KeyValueLeakageTests.leaks(of: [standardMarker, advancedMarker], in: phoneDocuments).isEmpty)
         // The log was kept at debug: it holds the requests, not nothing.
         #expect(((try? String(contentsOf: log, encoding: .utf8)) ?? "").contains("/v1/chunks"), "the audit read a log that says something")
+        try await onOwnThread { _ = laptop.stopAgent(); _ = phone.stopAgent() }
     }
 }
 
@@ -75,28 +80,30 @@ import UbiquityTestSupport
         let container = ContentLeakageTests.container, store = "ABCDE12345.com.example.game"
         let laptop = try TestDevice("laptop", in: dir, container: container, settings: settings)
         let phone = try TestDevice("phone", in: dir, container: container, settings: settings)
-        try laptop.login(server)
-        try phone.login(server)
+        try await onOwnThread { try laptop.login(server); try phone.login(server) }
         try await laptop.startAgent()
         try await phone.startAgent()
-        defer { _ = laptop.stopAgent(); _ = phone.stopAgent() }
+        defer { _ = laptop.stopAgent(); _ = phone.stopAgent() } // (stopped on a thread of their own below; here if the test failed)
+        let phoneDocuments = try await onOwnThread { phone.documents }
 
         // Files and values written a tenth of a second apart; the switch half-way.
         let count = 24
-        func text(_ index: Int) -> String { (0..<(index % 3 == 0 ? 4_000 : 40)).map { "file \(index) line \($0)" }.joined(separator: "\n") }
+        @Sendable func text(_ index: Int) -> String { (0..<(index % 3 == 0 ? 4_000 : 40)).map { "file \(index) line \($0)" }.joined(separator: "\n") }
         let switching = Task.detached {
             try await Task.sleep(for: .milliseconds(1_200))
             return try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
         }
         for index in 0..<count {
-            try laptop.save("File \(index).txt", text(index))
+            try await onOwnThread { try laptop.save("File \(index).txt", text(index)) }
             let set = try await laptop.running(["kv", "set", store, "key\(index)", "value \(index)"])
             #expect(set.status == 0, "\(set.output)")
             try await Task.sleep(for: .milliseconds(100))
         }
         let switched = try await switching.value
         #expect(switched.status == 0 && switched.output.contains("Advanced Data Protection"), "\(switched.output)")
-        try await eventually("the phone has every file", timeout: .seconds(90)) { (0..<count).allSatisfy { phone.read("File \($0).txt") == text($0) } }
+        try await eventually("the phone has every file", timeout: .seconds(90)) {
+            (0..<count).allSatisfy { (try? String(contentsOf: phoneDocuments.appendingPathComponent("File \($0).txt"), encoding: .utf8)) == text($0) }
+        }
         var listed = ""
         let asked = ContinuousClock.now
         while !(0..<count).allSatisfy({ listed.contains(#"key\#($0) = {"string":"value \#($0)"}"#) }), ContinuousClock.now - asked < .seconds(90) {
@@ -106,5 +113,6 @@ import UbiquityTestSupport
         #expect((0..<count).allSatisfy { listed.contains(#"key\#($0) = {"string":"value \#($0)"}"#) }, "the phone has every value: \(listed)")
         let status = try await phone.running(["protection", "status"]).output
         #expect(status.contains("Advanced Data Protection") && status.contains("holds the current key"), "\(status)")
+        try await onOwnThread { _ = laptop.stopAgent(); _ = phone.stopAgent() }
     }
 }

@@ -41,7 +41,10 @@ import UbiquityTestSupport
         }
         let laptopAgent = try Agent(laptop, in: setup.dir), phoneAgent = try Agent(phone, in: setup.dir)
         defer { laptopAgent.stop(); phoneAgent.stop() }
-        let (onLaptop, onPhone) = (try Self.documents(of: laptop).appendingPathComponent("Data.bin"), try Self.documents(of: phone).appendingPathComponent("Data.bin"))
+        // (Asked of the agents on a thread of its own: never one of the two the in-process tests share.)
+        let (onLaptop, onPhone) = try await onOwnThread {
+            (try Self.documents(of: laptop).appendingPathComponent("Data.bin"), try Self.documents(of: phone).appendingPathComponent("Data.bin"))
+        }
         var random = SystemRandomNumberGenerator()
         func randomBytes() -> Data { Data((0..<200_000).map { _ in UInt8.random(in: 0...255, using: &random) }) }
         let first = randomBytes()
