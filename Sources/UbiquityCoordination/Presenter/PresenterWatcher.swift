@@ -14,8 +14,7 @@ import Glibc
 /// One thread per process (started with the first presenter) watches the parent directory of
 /// every presented item and, for presented directories (packages, folders), the directory and
 /// every directory inside it. A path's events are gathered until it has been quiet for
-/// ``quiet`` — and, if it was written, closed by its writer — (or busy for ``longest``, open
-/// for writing for ``longestOpen``), then
+/// ``quiet`` — and, if it was written, closed by its writer — (or busy for ``longest``), then
 /// delivered once: `presentedItemDidChange` to its
 /// presenters, `presentedItemDidMove(to:)` when it was renamed within watched directories, and
 /// `presentedSubitemDidAppear/DidChange/…DidMoveTo` to presenters of directories above it.
@@ -29,13 +28,8 @@ final class PresenterWatcher: Sendable {
 
     /// How long a path must be quiet before its change is delivered.
     static let quiet: Duration = .milliseconds(4)
-    /// The longest a path that keeps changing waits for its notice.
+    /// The longest a path that keeps changing (or stays open for writing) waits for its notice.
     static let longest: Duration = .milliseconds(100)
-    /// The longest a path written and not yet closed by its writer waits for its notice: long
-    /// enough that a writer the system put aside between its write and its close (a loaded
-    /// machine) does not split one change into two notices, short enough that a file kept open
-    /// for writing is still heard of every second.
-    static let longestOpen: Duration = .seconds(1)
     /// How long a presented item that vanished may take to come back (an editor renaming it to
     /// a backup, then writing a new file) before it counts as moved or deleted.
     static let settle: Duration = .milliseconds(300)
@@ -60,7 +54,7 @@ final class PresenterWatcher: Sendable {
 
         /// When it is due: quiet (and closed), or busy for too long; not before ``notBefore``.
         var due: ContinuousClock.Instant {
-            let ready = awaitingClose ? first + PresenterWatcher.longestOpen : min(last + PresenterWatcher.quiet, first + PresenterWatcher.longest)
+            let ready = awaitingClose ? first + PresenterWatcher.longest : min(last + PresenterWatcher.quiet, first + PresenterWatcher.longest)
             return max(ready, notBefore ?? ready)
         }
 
