@@ -4,7 +4,7 @@ import UbiquityTestSupport
 @testable import UbiquityCoordination
 
 @Suite(.serialized) struct CoordinatorTests {
-    @Test func nestedCoordinationOnOneThreadDoesNotWaitForItself() throws {
+    @Test func nestedCoordinationOnOneThreadDoesNotWaitForItself() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         let outer = NSFileCoordinator()
@@ -13,7 +13,7 @@ import UbiquityTestSupport
             return try NSFileCoordinator().coordinate(readingItemAt: url) { try String(contentsOf: $0, encoding: .utf8) }
         }
         #expect(text == "inner")
-        #expect(try canAcquire(writing: [item]), "everything is released afterwards")
+        #expect(try await canAcquire(writing: [item]), "everything is released afterwards")
     }
 
     @Test func cancelStopsAWaitingCoordination() async throws {
@@ -65,7 +65,7 @@ import UbiquityTestSupport
         #expect(presenter.log.suffix(3) == ["save", "relinquishToReader", "reacquire"])
     }
 
-    @Test func movesAndDeletionsReachPresenters() throws {
+    @Test func movesAndDeletionsReachPresenters() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         try Data("x".utf8).write(to: item)
@@ -77,7 +77,7 @@ import UbiquityTestSupport
         // What the watcher may still say of the write before the presenters came (seen once in
         // a full suite: a `didChange` ahead of the move) is not what this test is about: let it
         // settle (past the watcher's longest wait), then look at the move alone.
-        Thread.sleep(forTimeInterval: 0.25)
+        try await Task.sleep(for: .milliseconds(250))
         _ = presenter.log
         presenter.events.withLock { $0.removeAll() }
 
@@ -99,16 +99,19 @@ import UbiquityTestSupport
         #expect(folder.log.last == "accommodateSubitemDeletion:b.txt")
     }
 
-    @Test func aPresenterThatNeverAnswersCannotBlockForever() throws {
+    @Test func aPresenterThatNeverAnswersCannotBlockForever() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         let hung = RecordingPresenter(item, answers: false)
         NSFileCoordinator.addFilePresenter(hung)
         defer { NSFileCoordinator.removeFilePresenter(hung) }
         let coordinator = NSFileCoordinator(filePresenter: nil, locks: .shared, presenterTimeout: .milliseconds(200))
-        let start = ContinuousClock.now
-        try coordinator.coordinate(writingItemAt: item) { try Data("x".utf8).write(to: $0) }
-        let waited = ContinuousClock.now - start
+        // (The wait is made on a thread of its own, never on one the tests' tasks share.)
+        let waited = try await onOwnThread {
+            let start = ContinuousClock.now
+            try coordinator.coordinate(writingItemAt: item) { try Data("x".utf8).write(to: $0) }
+            return ContinuousClock.now - start
+        }
         #expect(waited >= .milliseconds(200) && waited < .seconds(3))
         #expect(hung.log.contains("relinquishToWriter"))
     }

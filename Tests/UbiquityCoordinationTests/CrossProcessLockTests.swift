@@ -5,57 +5,57 @@ import UbiquityTestSupport
 
 /// Two real processes: the helper holds coordinated access; this process checks what it can take.
 @Suite(.serialized) struct CrossProcessLockTests {
-    @Test func aWriterExcludesReadersAndWritersUntilItReleases() throws {
+    @Test func aWriterExcludesReadersAndWritersUntilItReleases() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("doc.txt")
         let helper = try HelperProcess("write", item)
-        #expect(helper.waitUntilAcquired())
+        #expect(try await helper.waitUntilAcquired())
         #expect(try cannotAcquire(reading: [item]))
         #expect(try cannotAcquire(writing: [item]))
-        #expect(try canAcquire(writing: [scratch.file("other.txt")]), "other items are not affected")
-        helper.release()
-        #expect(try canAcquire(writing: [item]))
+        #expect(try await canAcquire(writing: [scratch.file("other.txt")]), "other items are not affected")
+        try await helper.release()
+        #expect(try await canAcquire(writing: [item]))
     }
 
-    @Test func readersShareButExcludeWriters() throws {
+    @Test func readersShareButExcludeWriters() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("doc.txt")
         let helper = try HelperProcess("read", item)
-        #expect(helper.waitUntilAcquired())
-        #expect(try canAcquire(reading: [item]))
+        #expect(try await helper.waitUntilAcquired())
+        #expect(try await canAcquire(reading: [item]))
         #expect(try cannotAcquire(writing: [item]))
-        helper.release()
-        #expect(try canAcquire(writing: [item]))
+        try await helper.release()
+        #expect(try await canAcquire(writing: [item]))
     }
 
-    @Test func writingADirectoryExcludesItemsInside() throws {
+    @Test func writingADirectoryExcludesItemsInside() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let folder = scratch.file("Package.pkg")
         try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
         let helper = try HelperProcess("write", folder)
-        #expect(helper.waitUntilAcquired())
+        #expect(try await helper.waitUntilAcquired())
         #expect(try cannotAcquire(reading: [folder.appendingPathComponent("member")]))
         #expect(try cannotAcquire(writing: [folder.appendingPathComponent("deep/member")]))
-        #expect(try canAcquire(reading: [scratch.file("sibling")]))
-        helper.release()
-        #expect(try canAcquire(writing: [folder.appendingPathComponent("member")]))
+        #expect(try await canAcquire(reading: [scratch.file("sibling")]))
+        try await helper.release()
+        #expect(try await canAcquire(writing: [folder.appendingPathComponent("member")]))
     }
 
-    @Test func aProcessKilledWhileHoldingAccessReleasesIt() throws {
+    @Test func aProcessKilledWhileHoldingAccessReleasesIt() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("doc.txt")
         let helper = try HelperProcess("write", item)
-        #expect(helper.waitUntilAcquired())
+        #expect(try await helper.waitUntilAcquired())
         #expect(try cannotAcquire(reading: [item]))
-        helper.kill()
-        #expect(try canAcquire(writing: [item]))
+        try await helper.kill()
+        #expect(try await canAcquire(writing: [item]))
     }
 
     @Test func aCoordinatedReadWaitsForTheOtherProcessesWrite() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("doc.txt")
         let helper = try HelperProcess("write", item)
-        #expect(helper.waitUntilAcquired())
+        #expect(try await helper.waitUntilAcquired())
         let coordinator = NSFileCoordinator()
         let done = DispatchSemaphore(value: 0)
         let order = OrderLog()
@@ -65,7 +65,7 @@ import UbiquityTestSupport
         }
         #expect(try await onOwnThread { done.wait(timeout: .now() + 0.2) } == .timedOut, "the read must wait while the other process writes")
         order.append("released")
-        helper.release()
+        try await helper.release()
         try await onOwnThread { done.wait() }
         #expect(order.entries == ["released", "read"])
     }

@@ -29,7 +29,7 @@ import Glibc
     /// made beside the item (or the agent's sweep) removes it at once, not a day later (found
     /// by `ubiquity-chaos`: an agent killed while adding a conflict version); a living
     /// process's folder stays.
-    @Test func aDeadProcessesStagingFolderGoesAtOnce() throws {
+    @Test func aDeadProcessesStagingFolderGoesAtOnce() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = try item(scratch)
         let first = NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: item)
@@ -38,7 +38,7 @@ import Glibc
         let exited = ChildProcess()
         exited.executableURL = URL(fileURLWithPath: "/bin/true")
         try exited.run()
-        exited.waitUntilExit()
+        try await onOwnThread { exited.waitUntilExit() }
         let dead = staging.appendingPathComponent("\(exited.processIdentifier)-\(UUID().uuidString)")
         let living = staging.appendingPathComponent("1-\(UUID().uuidString)") // init never exits
         for folder in [dead, living] {
@@ -171,12 +171,18 @@ import Glibc
     }
 
     @Test(.enabled(if: geteuid() == 0, "needs to mount a small tmpfs"))
-    func aFullDiskWhileAddingAVersionLosesNothing() throws {
+    func aFullDiskWhileAddingAVersionLosesNothing() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let mount = scratch.file("small")
         try FileManager.default.createDirectory(at: mount, withIntermediateDirectories: true)
-        try shell("mount -t tmpfs -o size=256k tmpfs '\(mount.path)'")
-        defer { try? shell("umount '\(mount.path)'") }
+        try await shell("mount -t tmpfs -o size=256k tmpfs '\(mount.path)'")
+        defer {
+            // (A defer cannot wait for a task: `umount` of a small tmpfs takes milliseconds.)
+            let unmount = ChildProcess()
+            unmount.executableURL = URL(fileURLWithPath: "/bin/umount")
+            unmount.arguments = [mount.path]
+            if (try? unmount.run()) != nil { unmount.waitUntilExit() }
+        }
         let item = mount.appendingPathComponent("big.bin")
         try Data(repeating: 1, count: 100 * 1024).write(to: item)
         let contents = scratch.file("huge.bin") // on the big file system
@@ -228,7 +234,7 @@ import Glibc
         #expect(!FileManager.default.fileExists(atPath: scratch.file("folder/.ubiquity-versions/renamed.txt").path))
     }
 
-    @Test func presentersHearAboutVersionsAddedResolvedAndRemovedByAnotherProcess() throws {
+    @Test func presentersHearAboutVersionsAddedResolvedAndRemovedByAnotherProcess() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = try item(scratch)
         let incoming = scratch.file("incoming.txt")
@@ -239,22 +245,22 @@ import Glibc
         NSFileCoordinator.addFilePresenter(folder)
         defer { NSFileCoordinator.removeFilePresenter(presenter); NSFileCoordinator.removeFilePresenter(folder) }
 
-        try helper(["add-conflict", item.path, incoming.path, "tablet"])
-        #expect(eventually { presenter.events.withLock { $0 } == ["gain:tablet"] })
+        try await helper(["add-conflict", item.path, incoming.path, "tablet"])
+        #expect(await eventually { presenter.events.withLock { $0 } == ["gain:tablet"] })
         // (The item's own creation, just before, may still be heard as a change.)
-        let folderHeard = eventually { folder.events.withLock { $0 }.filter { !$0.hasPrefix("change:") } == ["subitem gain:note.txt"] }
+        let folderHeard = await eventually { folder.events.withLock { $0 }.filter { !$0.hasPrefix("change:") } == ["subitem gain:note.txt"] }
         #expect(folderHeard, "the folder's presenter heard \(folder.events.withLock { $0 })")
-        try helper(["resolve-all", item.path])
-        #expect(eventually { presenter.events.withLock { $0 }.last == "resolve:tablet" })
-        try helper(["remove-all", item.path])
-        #expect(eventually { presenter.events.withLock { $0 }.last == "lose:tablet" })
+        try await helper(["resolve-all", item.path])
+        #expect(await eventually { presenter.events.withLock { $0 }.last == "resolve:tablet" })
+        try await helper(["remove-all", item.path])
+        #expect(await eventually { presenter.events.withLock { $0 }.last == "lose:tablet" })
         #expect(presenter.events.withLock { $0 } == ["gain:tablet", "resolve:tablet", "lose:tablet"])
         #expect(!folder.events.withLock { $0 }.contains { $0.contains("ubiquity-versions") }, "the store is not a subitem")
     }
 
     /// Apple's way to remember a version across launches: archive its persistent identifier,
     /// unarchive it later (here in another process) and look the version up with it.
-    @Test func aPersistentIdentifierIsArchivedAndFoundAgainInAnotherProcess() throws {
+    @Test func aPersistentIdentifierIsArchivedAndFoundAgainInAnotherProcess() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("note.txt")
         try Data("mine".utf8).write(to: item)
@@ -264,7 +270,7 @@ import Glibc
         let archived = try NSKeyedArchiver.archivedData(withRootObject: conflict.persistentIdentifier, requiringSecureCoding: true)
         let again = try #require(try NSKeyedUnarchiver.unarchivedObject(ofClass: NSString.self, from: archived))
         #expect(NSFileVersion.version(itemAt: item, forPersistentIdentifier: again)?.url == conflict.url)
-        #expect(try helper(["find-archived", item.path, archived.base64EncodedString()]) == "tablet\n")
+        #expect(try await helper(["find-archived", item.path, archived.base64EncodedString()]) == "tablet\n")
         let current = try #require(NSFileVersion.currentVersionOfItem(at: item))
         let currentArchived = try NSKeyedArchiver.archivedData(withRootObject: current.persistentIdentifier, requiringSecureCoding: false)
         let unarchived = try #require(try NSKeyedUnarchiver.unarchivedObject(ofClass: NSString.self, from: currentArchived))
@@ -274,17 +280,20 @@ import Glibc
 
     /// Runs the coordinator helper's version commands in another process; returns what it printed.
     @discardableResult
-    func helper(_ arguments: [String]) throws -> String {
-        let process = ChildProcess()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
-            .appendingPathComponent("UbiquityCoordinatorHelper")
-        process.arguments = arguments
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let printed = output.fileHandleForReading.readDataToEndOfFile()
-        process.waitUntilExit()
-        #expect(process.terminationStatus == 0, "\(arguments)")
+    func helper(_ arguments: [String]) async throws -> String {
+        let (printed, status) = try await onOwnThread {
+            let process = ChildProcess()
+            process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+                .appendingPathComponent("UbiquityCoordinatorHelper")
+            process.arguments = arguments
+            let output = Pipe()
+            process.standardOutput = output
+            try process.run()
+            let printed = output.fileHandleForReading.readDataToEndOfFile()
+            process.waitUntilExit()
+            return (printed, process.terminationStatus)
+        }
+        #expect(status == 0, "\(arguments)")
         return String(decoding: printed, as: UTF8.self)
     }
 }

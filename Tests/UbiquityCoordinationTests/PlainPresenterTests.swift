@@ -24,7 +24,7 @@ final class PlainPresenter: NSObject, NSFilePresenter {
 }
 
 @Suite struct PlainPresenterTests {
-    @Test func aPlainPresenterClassIsToldOfACoordinatedWrite() throws {
+    @Test func aPlainPresenterClassIsToldOfACoordinatedWrite() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("plain.txt")
         try Data("one".utf8).write(to: item)
@@ -32,7 +32,7 @@ final class PlainPresenter: NSObject, NSFilePresenter {
         NSFileCoordinator.addFilePresenter(presenter)
         defer { NSFileCoordinator.removeFilePresenter(presenter) }
         try NSFileCoordinator().coordinate(writingItemAt: item) { try Data("two".utf8).write(to: $0) }
-        #expect(eventually { presenter.changes >= 1 })
+        #expect(await eventually { presenter.changes >= 1 })
     }
 }
 
@@ -63,7 +63,7 @@ final class StatusPresenter: NSObject, NSFilePresenter {
 }
 
 @Suite struct UbiquityAttributeTests {
-    @Test func presentersHearOfTheUbiquityAttributesTheyObserveHereAndInOtherProcesses() throws {
+    @Test func presentersHearOfTheUbiquityAttributesTheyObserveHereAndInOtherProcesses() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("photo.jpg")
         try Data("jpeg".utf8).write(to: item)
@@ -79,8 +79,10 @@ final class StatusPresenter: NSObject, NSFilePresenter {
         process.standardOutput = output
         try process.run()
         let reader = output.fileHandleForReading
-        var printed = ""
-        while !printed.contains("ready\n"), let chunk = try reader.read(upToCount: 1), !chunk.isEmpty { printed += String(decoding: chunk, as: UTF8.self) }
+        try await onOwnThread {
+            var printed = ""
+            while !printed.contains("ready\n"), let chunk = try reader.read(upToCount: 1), !chunk.isEmpty { printed += String(decoding: chunk, as: UTF8.self) }
+        }
 
         // An eviction asks presenters in every process; the other process's presenter does
         // not accommodate it (Apple's default), so nothing runs and the file stays.
@@ -94,9 +96,12 @@ final class StatusPresenter: NSObject, NSFilePresenter {
         // What they do not observe is not news; what they do is, with only the observed keys.
         NSFileCoordinator().item(at: item, didChangeUbiquityAttributes: [.ubiquitousItemIsUploadedKey])
         NSFileCoordinator().item(at: item, didChangeUbiquityAttributes: [.ubiquitousItemDownloadingStatusKey, .ubiquitousItemIsDownloadingKey])
-        #expect(eventually { here.changes == [[.ubiquitousItemDownloadingStatusKey]] }, "\(here.changes)")
-        let rest = try reader.readToEnd() ?? Data()
-        process.waitUntilExit()
+        #expect(await eventually { here.changes == [[.ubiquitousItemDownloadingStatusKey]] }, "\(here.changes)")
+        let rest = try await onOwnThread {
+            let rest = try reader.readToEnd() ?? Data()
+            process.waitUntilExit()
+            return rest
+        }
         #expect(String(decoding: rest, as: UTF8.self) == URLResourceKey.ubiquitousItemDownloadingStatusKey.rawValue + "\n", "the other process's presenter heard it")
         // The defaults: nothing observed; eviction refused (Apple: it fails when a presenter
         // does not implement the method).

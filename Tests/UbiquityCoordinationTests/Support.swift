@@ -19,13 +19,15 @@ struct Scratch {
 /// Whether `read`/`write` access to the URLs can be taken (then released), waiting up to two
 /// seconds: a lock released by `close` may stay held for an instant by a child process that is
 /// between fork and exec (it shares the descriptor until exec closes it).
-func canAcquire(reading: [URL] = [], writing: [URL] = [], locks: FileCoordinationLocks = .shared) throws -> Bool {
+func canAcquire(reading: [URL] = [], writing: [URL] = [], locks: FileCoordinationLocks = .shared) async throws -> Bool {
     let plan = locks.plan(reading: reading.map { FileCoordinationLocks.canonicalPath($0) }, writing: writing.map { FileCoordinationLocks.canonicalPath($0) })
-    do {
-        try locks.acquire(plan, deadline: .now + .seconds(2)).release()
-        return true
-    } catch let error as FileCoordinationError where error.code == .timedOut {
-        return false
+    return try await onOwnThread {
+        do {
+            try locks.acquire(plan, deadline: .now + .seconds(2)).release()
+            return true
+        } catch let error as FileCoordinationError where error.code == .timedOut {
+            return false
+        }
     }
 }
 
@@ -91,8 +93,9 @@ final class RecordingPresenter: NSFilePresenter, @unchecked Sendable {
     }
 }
 
-/// A second process holding coordinated access (Tests/Helpers/Coordinator).
-final class HelperProcess {
+/// A second process holding coordinated access (Tests/Helpers/Coordinator). Its waits are made on
+/// threads of their own, never on the two threads the tests' tasks share.
+final class HelperProcess: Sendable {
     let process = ChildProcess()
     let input = Pipe()
     let output = Pipe()
@@ -108,46 +111,56 @@ final class HelperProcess {
     }
 
     /// Waits until the helper says it holds access.
-    func waitUntilAcquired() -> Bool {
-        var text = ""
-        while !text.contains("acquired\n") {
-            let chunk = output.fileHandleForReading.availableData
-            if chunk.isEmpty { return false }
-            text += String(decoding: chunk, as: UTF8.self)
+    func waitUntilAcquired() async throws -> Bool {
+        let output = output
+        return try await onOwnThread {
+            var text = ""
+            while !text.contains("acquired\n") {
+                let chunk = output.fileHandleForReading.availableData
+                if chunk.isEmpty { return false }
+                text += String(decoding: chunk, as: UTF8.self)
+            }
+            return true
         }
-        return true
     }
 
     /// Tells the helper to release and waits for it to exit.
-    func release() {
+    func release() async throws {
         input.fileHandleForWriting.write(Data("\n".utf8))
-        process.waitUntilExit()
+        let process = process
+        try await onOwnThread { process.waitUntilExit() }
     }
 
     /// Kills the helper with SIGKILL and waits for it.
-    func kill() {
+    func kill() async throws {
         Foundation.kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
+        let process = process
+        try await onOwnThread { process.waitUntilExit() }
     }
 }
 
 /// Polls `condition` until it holds, for at most `timeout` (a deadline for something that is
-/// expected to happen, not a sleep a test relies on).
-func eventually(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) -> Bool {
+/// expected to happen, not a sleep a test relies on). It sleeps between looks without holding a
+/// thread: the two threads the tests' tasks share are every other test's too.
+func eventually(_ timeout: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
     let deadline = ContinuousClock.now + timeout
     while ContinuousClock.now < deadline {
         if condition() { return true }
-        Thread.sleep(forTimeInterval: 0.001)
+        try? await Task.sleep(for: .milliseconds(2))
     }
     return condition()
 }
 
-/// Runs a shell command in another process that knows nothing of file coordination.
-func shell(_ command: String) throws {
-    let process = ChildProcess()
-    process.executableURL = URL(fileURLWithPath: "/bin/sh")
-    process.arguments = ["-c", command]
-    try process.run()
-    process.waitUntilExit()
-    #expect(process.terminationStatus == 0, "\(command)")
+/// Runs a shell command in another process that knows nothing of file coordination, waiting
+/// for it on a thread of its own.
+func shell(_ command: String) async throws {
+    let status = try await onOwnThread {
+        let process = ChildProcess()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", command]
+        try process.run()
+        process.waitUntilExit()
+        return process.terminationStatus
+    }
+    #expect(status == 0, "\(command)")
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import UbiquityTestSupport
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -13,95 +14,95 @@ import Glibc
     }
 
     /// Runs `body` with a registered presenter of `url` (unregistered afterwards).
-    func presenting(_ url: URL, _ body: (RecordingPresenter) throws -> Void) rethrows {
+    func presenting(_ url: URL, _ body: (RecordingPresenter) async throws -> Void) async throws {
         let presenter = RecordingPresenter(url)
         NSFileCoordinator.addFilePresenter(presenter)
         defer { NSFileCoordinator.removeFilePresenter(presenter) }
-        try body(presenter)
+        try await body(presenter)
     }
 
-    @Test func anAppendByAProgramThatDoesNotCoordinateReachesThePresenter() throws {
+    @Test func anAppendByAProgramThatDoesNotCoordinateReachesThePresenter() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         try Data("v1\n".utf8).write(to: item)
-        try presenting(item) { presenter in
+        try await presenting(item) { presenter in
             // (A writer the system puts aside for more than 100 ms between its write and its close
             // — a loaded machine — is heard twice: the watcher does not wait longer for a close.)
-            try shell("echo more >> '\(item.path)'")
-            #expect(eventually { count("didChange", in: presenter) >= 1 })
+            try await shell("echo more >> '\(item.path)'")
+            #expect(await eventually { count("didChange", in: presenter) >= 1 })
             let first = count("didChange", in: presenter)
-            try shell("echo again >> '\(item.path)'")
-            #expect(eventually { count("didChange", in: presenter) > first })
+            try await shell("echo again >> '\(item.path)'")
+            #expect(await eventually { count("didChange", in: presenter) > first })
             #expect(presenter.log.allSatisfy { $0 == "didChange" }, "notices of the change, nothing else: \(presenter.log)")
         }
     }
 
-    @Test func coordinatedWritesHereOrElsewhereAreReportedOnce() throws {
+    @Test func coordinatedWritesHereOrElsewhereAreReportedOnce() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         try Data("v1".utf8).write(to: item)
-        try presenting(item) { presenter in
+        try await presenting(item) { presenter in
             // In this process, by another coordinator.
-            try NSFileCoordinator().coordinate(writingItemAt: item) { try Data("local".utf8).write(to: $0) }
-            #expect(eventually { count("didChange", in: presenter) == 1 })
+            try await onOwnThread { try NSFileCoordinator().coordinate(writingItemAt: item) { try Data("local".utf8).write(to: $0) } }
+            #expect(await eventually { count("didChange", in: presenter) == 1 })
             // In another process.
             let writer = try HelperProcess("write", item, text: "remote")
-            #expect(writer.waitUntilAcquired())
-            writer.release()
+            #expect(try await writer.waitUntilAcquired())
+            try await writer.release()
             // Under a loaded machine the writer may give up waiting for this process (5 s) while
             // this process waits for its presenter (5 s): the notice then comes from inotify,
             // after both timeouts. What matters here is that it comes, once.
-            #expect(eventually(.seconds(30)) { count("didChange", in: presenter) == 2 })
+            #expect(await eventually(.seconds(30)) { count("didChange", in: presenter) == 2 })
             // The presenter's own coordinator: not reported to it at all.
-            try NSFileCoordinator(filePresenter: presenter).coordinate(writingItemAt: item) { try Data("own".utf8).write(to: $0) }
+            try await onOwnThread { try NSFileCoordinator(filePresenter: presenter).coordinate(writingItemAt: item) { try Data("own".utf8).write(to: $0) } }
             // Then one change nobody coordinated; by the time its notice arrives, any duplicate of
             // the earlier ones would have arrived too.
-            try shell("printf shell > '\(item.path)'")
-            #expect(eventually { count("didChange", in: presenter) == 3 })
+            try await shell("printf shell > '\(item.path)'")
+            #expect(await eventually { count("didChange", in: presenter) == 3 })
             #expect(presenter.log.filter { $0 == "didChange" }.count == 3)
             #expect(try String(contentsOf: item, encoding: .utf8) == "shell")
         }
     }
 
-    @Test func aRenameByAProgramThatDoesNotCoordinateIsFollowed() throws {
+    @Test func aRenameByAProgramThatDoesNotCoordinateIsFollowed() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         try Data("v1".utf8).write(to: item)
-        try presenting(item) { presenter in
-            try shell("mv '\(item.path)' '\(scratch.file("b.txt").path)'")
-            #expect(eventually { presenter.events.withLock { $0.contains("didMove:b.txt") } })
+        try await presenting(item) { presenter in
+            try await shell("mv '\(item.path)' '\(scratch.file("b.txt").path)'")
+            #expect(await eventually { presenter.events.withLock { $0.contains("didMove:b.txt") } })
             // Still watched at its new name.
-            try shell("echo more >> '\(scratch.file("b.txt").path)'")
-            #expect(eventually { count("didChange", in: presenter) == 1 })
+            try await shell("echo more >> '\(scratch.file("b.txt").path)'")
+            #expect(await eventually { count("didChange", in: presenter) == 1 })
         }
     }
 
-    @Test func aReplacementByRenameIsAChangeNotAMove() throws {
+    @Test func aReplacementByRenameIsAChangeNotAMove() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         try Data("v1".utf8).write(to: item)
-        try presenting(item) { presenter in
+        try await presenting(item) { presenter in
             // What editors do: keep a backup under another name, write the new file in place.
-            try shell("mv '\(item.path)' '\(item.path)~' && printf v2 > '\(item.path)'")
-            #expect(eventually { count("didChange", in: presenter) >= 1 })
+            try await shell("mv '\(item.path)' '\(item.path)~' && printf v2 > '\(item.path)'")
+            #expect(await eventually { count("didChange", in: presenter) >= 1 })
             #expect(!presenter.log.contains { $0.hasPrefix("didMove") })
             #expect(presenter.presentedItemURL == item)
         }
     }
 
-    @Test func aDirectoryPresenterHearsAboutItemsInsideAtAnyDepth() throws {
+    @Test func aDirectoryPresenterHearsAboutItemsInsideAtAnyDepth() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let folder = scratch.file("folder")
         try FileManager.default.createDirectory(at: folder.appendingPathComponent("deep"), withIntermediateDirectories: true)
         try Data("old".utf8).write(to: folder.appendingPathComponent("deep/existing.txt"))
-        try presenting(folder) { presenter in
-            try shell("cd '\(folder.path)' && echo new >> deep/existing.txt && mkdir sub && echo x > sub/new.txt")
-            #expect(eventually {
+        try await presenting(folder) { presenter in
+            try await shell("cd '\(folder.path)' && echo new >> deep/existing.txt && mkdir sub && echo x > sub/new.txt")
+            #expect(await eventually {
                 presenter.events.withLock { Set($0).isSuperset(of: ["subitemDidChange:existing.txt", "subitemDidAppear:sub", "subitemDidAppear:new.txt"]) }
             })
             // The new directory is watched from now on.
-            try shell("echo more >> '\(folder.path)/sub/new.txt'")
-            #expect(eventually { presenter.events.withLock { $0.contains("subitemDidChange:new.txt") } })
+            try await shell("echo more >> '\(folder.path)/sub/new.txt'")
+            #expect(await eventually { presenter.events.withLock { $0.contains("subitemDidChange:new.txt") } })
         }
     }
 
@@ -110,13 +111,13 @@ import Glibc
     /// another presenter) is not news to it; the next one is. A round in which inotify's queue
     /// overflowed (the process's watcher then tells every presenter, by design) proves nothing
     /// and is not judged.
-    @Test func aPresenterDoesNotHearOfAChangeMadeBeforeItWasAdded() throws {
+    @Test func aPresenterDoesNotHearOfAChangeMadeBeforeItWasAdded() async throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         try Data("v1".utf8).write(to: item)
         let overflows = { PresenterWatcher.shared.state.withLock { $0.overflows } }
         var judged = 0
-        try presenting(scratch.url) { folder in
+        try await presenting(scratch.url) { folder in
             let heard = { folder.events.withLock { $0.filter { $0 == "subitemDidChange:a.txt" }.count } }
             for round in 0..<5 {
                 let before = heard(), overflowed = overflows()
@@ -125,10 +126,10 @@ import Glibc
                 // presenter's mark. (This test heard such a change once under a loaded full run;
                 // the cause is not pinned down — this rules the late close out.)
                 try Self.writeClosing("before \(round)", to: item)
-                try presenting(item) { presenter in
+                try await presenting(item) { presenter in
                     // Once the folder's presenter has heard of it, a notice to the new one would
                     // be on its queue too (`log` waits for the queue).
-                    #expect(eventually { heard() > before })
+                    #expect(await eventually { heard() > before })
                     let log = presenter.log
                     if overflows() == overflowed {
                         judged += 1
@@ -136,7 +137,7 @@ import Glibc
                         #expect(log.isEmpty, "round \(round): heard of a change made before it was added: \(log) (\(marks))")
                     }
                     try Data("after \(round)".utf8).write(to: item)
-                    #expect(eventually { count("didChange", in: presenter) >= 1 })
+                    #expect(await eventually { count("didChange", in: presenter) >= 1 })
                 }
             }
         }

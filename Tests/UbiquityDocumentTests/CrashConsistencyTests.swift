@@ -47,25 +47,30 @@ import Glibc
     /// Starts the helper, waits until it has started saving, sleeps a random moment, kills it.
     /// Returns the last generation it reported saved and the one it started from.
     func runAndKill(url: URL, delayMicroseconds: UInt32) async throws -> (Int, Int) {
-        let process = ChildProcess()
-        process.executableURL = Self.helper
-        process.arguments = [url.path]
-        let output = Pipe()
-        process.standardOutput = output
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        let handle = output.fileHandleForReading
-        var text = ""
-        // Wait for the first line ("ready N"): the loop is running from then on.
-        while !text.contains("\n") {
-            let chunk = handle.availableData
-            if chunk.isEmpty { break }
-            text += String(decoding: chunk, as: UTF8.self)
+        let helper = Self.helper
+        // The waits (for the helper to start, the random moment, the kill) are made on a thread
+        // of its own: on one of the two the tests' tasks share they would starve every other test.
+        let text = try await onOwnThread {
+            let process = ChildProcess()
+            process.executableURL = helper
+            process.arguments = [url.path]
+            let output = Pipe()
+            process.standardOutput = output
+            process.standardError = FileHandle.nullDevice
+            try process.run()
+            let handle = output.fileHandleForReading
+            var text = ""
+            // Wait for the first line ("ready N"): the loop is running from then on.
+            while !text.contains("\n") {
+                let chunk = handle.availableData
+                if chunk.isEmpty { break }
+                text += String(decoding: chunk, as: UTF8.self)
+            }
+            usleep(delayMicroseconds)
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+            return text + String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
         }
-        usleep(delayMicroseconds)
-        kill(process.processIdentifier, SIGKILL)
-        process.waitUntilExit()
-        text += String(decoding: handle.readDataToEndOfFile(), as: UTF8.self)
         var last = 0
         var start = 0
         for line in text.split(separator: "\n") {

@@ -86,7 +86,7 @@ import UbiquityTestSupport
         shell.executableURL = URL(fileURLWithPath: "/bin/sh")
         shell.arguments = ["-c", "printf 'written by a shell' > \"$0\"", document.fileURL.path]
         try shell.run()
-        shell.waitUntilExit()
+        try await onOwnThread { shell.waitUntilExit() }
         #expect(await waitUntil { document.text == "written by a shell" && document.documentState == .normal })
         // (The shell truncates, then writes: a loaded machine may see the two apart and revert twice.)
         #expect((2...3).contains(document.reads.withLock { $0 }), "reverted for the shell's write")

@@ -79,7 +79,7 @@ import UbiquityTestSupport
         #expect(approved.status == 0 && approved.output.contains("approved desktop"), "\(approved.output)")
         let done = try #require(await output.waitFor(timeout: 30) { $0.contains("this device holds the account's keys") }, "\(output.all)")
         #expect(done.contains("Advanced Data Protection") && done.contains("2 devices"), "\(done)")
-        joining.waitUntilExit()
+        try await onOwnThread { joining.waitUntilExit() }
         #expect(joining.terminationStatus == 0)
         #expect(try await desktop.running(["protection", "status"]).output.contains("holds the current key"))
     }

@@ -174,8 +174,10 @@ final class RunningServer: @unchecked Sendable { // its stored properties are co
         broken.standardError = errors
         broken.standardOutput = FileHandle.nullDevice
         try broken.run()
-        let message = String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        broken.waitUntilExit()
+        let message = try await onOwnThread {
+            defer { broken.waitUntilExit() }
+            return String(decoding: errors.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        }
         #expect(broken.terminationStatus != 0 && message.contains("missing.pem"))
     }
 
