@@ -54,6 +54,10 @@ package actor ContainerSync {
     var state: DeviceSyncState
     var files: LocalFiles
     /// Chunk lists of local contents (per member for a package), by content token.
+    /// The block prints of the container's chunks this device held in plaintext lately (sent
+    /// or received), which its sealed patches are made against (in memory: after a restart an
+    /// edit of a chunk not seen since goes whole).
+    let prints = BlockPrintCache()
     var localContents: [ContentToken: [LocalMember]] = [:]
     /// How this container's chunks are cut, named and carried now (sealed once the account's
     /// keys are held and sealing is on: ``refreshCodec()``).

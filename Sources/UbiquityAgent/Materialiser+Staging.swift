@@ -109,7 +109,14 @@ extension Materialiser {
         // Each batch written where it goes as it arrives, each chunk checked first (by the
         // client), straight from the answer; the answers' buffers used again by later batches
         // (new large buffers cost a page fault every 4 KiB).
-        let client = sync.client, codec = sync.codec
+        let client = sync.client, codec = sync.codec, localChunks = local, prints = sync.prints
+        // A chunk the server keeps as a sealed patch is made from this device's copy of the
+        // chunk it changes, when the local copy has it (else that one is fetched too).
+        let localBase: @Sendable (String) -> [UInt8]? = { base in
+            guard codec.opensSealed, let (url, piece) = localChunks[base], let bytes = Self.read(piece, of: url),
+                  bytes.withUnsafeBytes({ codec.recognises($0, as: base) }) else { return nil }
+            return bytes
+        }
         let buffers = TransferBuffers()
         try await withThrowingTaskGroup(of: Int64.self) { group in
             var inFlight = 0
@@ -119,7 +126,9 @@ extension Materialiser {
                     group.addTask {
                         var written: Int64 = 0
                         do {
-                            let used = try await client.download(hashes, codec: codec, accumulation: buffers.take(capacity: answerBytes)) { hash, bytes in
+                            let used = try await client.download(hashes, codec: codec, accumulation: buffers.take(capacity: answerBytes), localBase: localBase) { hash, bytes in
+                                // Its next edit, here, goes as a sealed patch made against these.
+                                if codec.sealsPatches { prints.note(bytes, as: hash) }
                                 try writer.write(bytes, hash: hash)
                                 written += Int64(writer.occurrences(of: hash) * bytes.count)
                             }

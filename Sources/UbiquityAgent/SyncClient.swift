@@ -157,10 +157,10 @@ package struct SyncClient: Sendable {
     /// with as many as fit in one batch, and this asks again for the rest.
     /// `codec`: how the chunks are checked (and opened, when sealed).
     package func download(_ hashes: [String], codec: ChunkCodec = .plain) async throws -> [ChunkBatch.Chunk] {
-        var chunks: [ChunkBatch.Chunk] = []
-        chunks.reserveCapacity(hashes.count)
-        _ = try await download(hashes, codec: codec) { hash, bytes in chunks.append(ChunkBatch.Chunk(hash: hash, bytes: Array(bytes))) }
-        return chunks
+        var chunks: [String: [UInt8]] = [:]
+        _ = try await download(hashes, codec: codec) { hash, bytes in chunks[hash] = Array(bytes) }
+        // (In the order asked: a chunk made from a sealed patch is handed on after its batch.)
+        return hashes.compactMap { hash in chunks[hash].map { ChunkBatch.Chunk(hash: hash, bytes: $0) } }
     }
 
     /// Downloads chunks, in the order asked, handing each to `each` once checked against its
@@ -171,14 +171,31 @@ package struct SyncClient: Sendable {
     /// - Throws: ``SyncClientError`` (`hashMismatch` for a damaged chunk — or, sealed, one that
     ///   does not open as the chunk asked for — `badAnswer` for a body that is not a batch of
     ///   what was asked), or what `each` throws.
+    ///
+    /// A chunk the server keeps as a sealed patch of another (a device that holds the keys asks
+    /// for them as stored) is made from the chunk the patch changes — this device's own copy
+    /// when `localBase` gives it, else fetched the same way, at most
+    /// ``maximumPatchDepth`` patches down — and checked against its name like any other.
     package func download(_ hashes: [String], codec: ChunkCodec = .plain, accumulation: consuming ByteBuffer = ByteBuffer(),
+                          localBase: (String) -> [UInt8]? = { _ in nil }, depth: Int = 0,
                           each: (String, UnsafeRawBufferPointer) throws -> Void) async throws -> ByteBuffer {
         // Handed on, never copied, so that clearing it reuses its memory.
         var spare: ByteBuffer? = consume accumulation, received = 0
         while received < hashes.count {
             let asked = Array(hashes[received..<min(hashes.count, received + ChunkBatch.maximumCount)])
-            let answer = try await send(.POST, "v1/chunks/fetch", payload: ByteBuffer(bytes: try JSONEncoder().encode(ChunkFetchRequest(hashes: asked))),
-                                        expecting: [.ok], timeout: timeout * 4, json: true, accumulation: spare.take())
+            var basesHeader: String?
+            let answer = try await send(.POST, "v1/chunks/fetch",
+                                        payload: ByteBuffer(bytes: try JSONEncoder().encode(ChunkFetchRequest(hashes: asked, patches: codec.opensSealed ? true : nil))),
+                                        expecting: [.ok], timeout: timeout * 4, json: true, accumulation: spare.take(),
+                                        headers: { basesHeader = $0.first(name: ChunkFetchRequest.basesHeader) })
+            var bases: [String: String] = [:]
+            if let basesHeader {
+                guard codec.opensSealed, let named = ChunkFetchRequest.bases(inHeader: basesHeader), named.count <= ChunkFetchRequest.maximumPatchesPerAnswer else {
+                    throw SyncClientError(status: 200, code: "badAnswer", message: "the server named the bases of sealed patches in a way the protocol does not say")
+                }
+                bases = named
+            }
+            var patches: [(hash: String, base: String, body: Data)] = []
             let count = try answer.withUnsafeReadableBytes { body in
                 let frames: [ChunkBatch.Frame]
                 do {
@@ -193,6 +210,10 @@ package struct SyncClient: Sendable {
                     let bytes = UnsafeRawBufferPointer(rebasing: body[frame.bytes])
                     guard frame.hash == hash else {
                         throw SyncClientError(status: 200, code: "hashMismatch", message: "the server answered chunk \(frame.hash) for \(hash)")
+                    }
+                    if let base = bases[hash] {
+                        patches.append((hash, base, Data(bytes))) // made once the batch is read (its base may have to be fetched)
+                        continue
                     }
                     // A sealing device opens first; a plaintext one checks the hash first (no copy)
                     // and opens only what does not hash to its name, if it holds the keys.
@@ -212,10 +233,49 @@ package struct SyncClient: Sendable {
                 }
                 return frames.count
             }
+            for patch in patches { try await made(patch.hash, from: patch.body, base: patch.base, codec: codec, localBase: localBase, depth: depth, each: each) }
             received += count
             spare = answer
         }
         return spare ?? ByteBuffer()
+    }
+
+    /// How many sealed patches down a chunk is made (its base made from a patch, and so on).
+    static let maximumPatchDepth = 8
+
+    /// Makes chunk `hash` from its sealed patch `body` and the chunk `base` (this device's copy,
+    /// else fetched), checks it against its name and hands it to `each`.
+    /// - Throws: ``SyncClientError`` `hashMismatch` when the patch does not open or does not make
+    ///   the chunk named; what fetching the base throws.
+    private func made(_ hash: String, from body: Data, base: String, codec: ChunkCodec, localBase: (String) -> [UInt8]?, depth: Int,
+                      each: (String, UnsafeRawBufferPointer) throws -> Void) async throws {
+        guard depth < Self.maximumPatchDepth else {
+            throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(hash) is more than \(Self.maximumPatchDepth) sealed patches deep")
+        }
+        let patch: PatchBody
+        do {
+            let opened = try body.withUnsafeBytes { try codec.openPatch($0, making: hash, from: base) }
+            guard let decoded = PatchBody(decoding: opened) else { throw ChunkCodecError(name: hash, reason: "its patch is too short") }
+            patch = decoded
+        } catch {
+            throw SyncClientError(status: 200, code: "hashMismatch", message: "the sealed patch of chunk \(hash) arrived damaged or is not the one asked for: \((error as? ChunkCodecError)?.reason ?? "\(error)")")
+        }
+        var baseBytes = localBase(base)
+        if baseBytes == nil {
+            _ = try await download([base], codec: codec, localBase: localBase, depth: depth + 1) { _, bytes in baseBytes = Array(bytes) }
+        }
+        guard let baseBytes, let made = baseBytes.withUnsafeBytes({ patch.applied(to: $0) }), made.withUnsafeBytes({ codec.recognises($0, as: hash) }) else {
+            throw SyncClientError(status: 200, code: "hashMismatch", message: "the sealed patch of chunk \(hash) does not make that chunk from chunk \(base)")
+        }
+        try made.withUnsafeBytes { try each(hash, $0) }
+    }
+
+    /// Uploads sealed patches: each chunk as its device sealed a patch of the chunk named as its
+    /// base (``ChunkCodec/sealPatch(_:making:from:)``), which the server keeps in its place.
+    /// - Throws: ``SyncClientError``: 404 for a base the server lacks, 409 `patchTooDeep`.
+    package func upload(sealedPatches: [(hash: String, base: String, body: Data)]) async throws {
+        let batch = ChunkPatchBatch(sealedPatches.map { ChunkPatch(hash: $0.hash, base: $0.base, prefix: 0, suffix: 0, middle: [UInt8]($0.body)) })
+        _ = try await send(.POST, "v1/chunks/patches?sealed=1", raw: batch.encoded(), expecting: [.created], timeout: timeout * 4)
     }
 
     /// The block signatures of chunks the server has, in the order asked (asking again while
@@ -310,7 +370,7 @@ package struct SyncClient: Sendable {
     /// where the body is gathered (cleared first; a buffer of an earlier answer, so a large
     /// transfer does not ask for new memory for every answer).
     func send(_ method: HTTPMethod, _ path: String, payload body: ByteBuffer?, expecting: Set<HTTPResponseStatus>, timeout: TimeAmount, json: Bool = false,
-              accumulation: consuming ByteBuffer? = nil) async throws -> ByteBuffer {
+              accumulation: consuming ByteBuffer? = nil, headers: (HTTPHeaders) -> Void = { _ in }) async throws -> ByteBuffer {
         var request = HTTPClientRequest(url: server.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")) + "/" + path)
         request.method = method
         if let token { request.headers.add(name: "Authorization", value: "Bearer \(token)") }
@@ -368,6 +428,7 @@ package struct SyncClient: Sendable {
             throw SyncClientError(status: Int(response.status.code), code: shaped?.error.code ?? "http\(response.status.code)",
                                   message: shaped?.error.message ?? "\(method) /\(path): \(response.status)")
         }
+        headers(response.headers)
         return body
     }
 }

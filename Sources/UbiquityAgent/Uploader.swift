@@ -282,7 +282,7 @@ struct Uploader {
         }
         defer { for upload in uploads { sync.transfers[upload.item] = nil } }
         let patched = try await uploadPatches(wanted, in: sync)
-        let client = sync.client, codec = sync.codec
+        let client = sync.client, codec = sync.codec, prints = sync.prints
         // Each batch is written as the body it goes as (framing, then the chunk read from its
         // file straight into place: no copy of it is made here), and the few bodies in flight
         // are used again once sent (a new large buffer costs a page fault every 4 KiB).
@@ -336,7 +336,7 @@ struct Uploader {
                     for chunk in chunks where !patched.contains(chunk.hash) {
                         if chunkCount > 0 && (payload + chunk.length > ContainerSync.transferBatchBytes || chunkCount == ChunkBatch.maximumCount) { try await dispatch(in: sync) }
                         // Changed since the scan: the next round sends the new contents.
-                        guard try Self.read(chunk, from: handle, trusting: &trusted, into: &body, codec: codec) else { break reading }
+                        guard try Self.read(chunk, from: handle, trusting: &trusted, into: &body, codec: codec, prints: prints) else { break reading }
                         chunkCount += 1
                         payload += chunk.length
                         carried[upload.item, default: 0] += Int64(chunk.length)
@@ -364,9 +364,11 @@ struct Uploader {
     /// the chunk's hash. The server checks every chunk either way. Sealed (`codec`), the bytes
     /// are read, named again and sealed, and the sealed body goes (the server cannot check it).
     /// - Throws: The file's read errors.
+    /// `prints`: where a sealing device keeps the block prints of what it sends (its next edit
+    /// goes as a sealed patch made against them).
     static func read(_ chunk: ContentChunk, from handle: FileHandle, trusting trusted: inout LocalFingerprint?, into body: inout ByteBuffer,
-                     codec: ChunkCodec = .plain) throws -> Bool {
-        if codec.sealed { return try readSealed(chunk, from: handle, trusting: &trusted, into: &body, codec: codec) }
+                     codec: ChunkCodec = .plain, prints: BlockPrintCache? = nil) throws -> Bool {
+        if codec.sealed { return try readSealed(chunk, from: handle, trusting: &trusted, into: &body, codec: codec, prints: prints) }
         let start = body.writerIndex
         body.writeBytes(ChunkBatch.frame(hash: chunk.hash, length: chunk.length))
         let bytesStart = body.writerIndex
@@ -395,13 +397,15 @@ struct Uploader {
     /// false, with `body` as it was, if the file changed.
     /// - Throws: The file's read errors.
     static func readSealed(_ chunk: ContentChunk, from handle: FileHandle, trusting trusted: inout LocalFingerprint?, into body: inout ByteBuffer,
-                           codec: ChunkCodec) throws -> Bool {
+                           codec: ChunkCodec, prints: BlockPrintCache?) throws -> Bool {
         var plaintext = [UInt8](repeating: 0, count: chunk.length)
         let got = plaintext.withUnsafeMutableBytes { SystemCall.readFully(handle.fileDescriptor, into: $0, at: Int64(chunk.offset)) }
         if got < 0 { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
         if let recorded = trusted, fingerprint(of: handle) != recorded { trusted = nil }
         let unchanged = trusted != nil
         guard got == chunk.length, let sealed = try? plaintext.withUnsafeBytes({ try codec.seal($0, as: chunk.hash, unchanged: unchanged) }) else { return false }
+        // Its next edit goes as a sealed patch made against these.
+        if codec.sealsPatches, let prints { plaintext.withUnsafeBytes { prints.note($0, as: chunk.hash) } }
         body.writeBytes(ChunkBatch.frame(hash: chunk.hash, length: sealed.count))
         body.writeBytes(sealed)
         return true
@@ -414,7 +418,9 @@ struct Uploader {
     /// and any the server could not make (an old chunk it lacks, a block hash that collided),
     /// go whole. Chunks changed since the scan are left to the next round, as whole ones are.
     func uploadPatches(_ wanted: [(Upload, [(LocalMember, [ContentChunk])])], in sync: isolated ContainerSync) async throws -> Set<String> {
-        guard !sync.codec.sealed else { return [] } // the server cannot make a sealed chunk from a patch
+        // The server cannot make a sealed chunk from a patch: a sealing device makes its own.
+        guard !sync.codec.sealed || sync.codec.sealsPatches else { return [] }
+        let codec = sync.codec
         var candidates: [(item: String, hash: String, base: String, bytes: [UInt8])] = []
         for (upload, members) in wanted {
             guard let bases = patchBases(of: upload, in: sync) else { continue }
@@ -424,15 +430,18 @@ struct Uploader {
                 guard !pairs.isEmpty, let handle = try? FileHandle(forReadingFrom: member.path.isEmpty ? upload.url : upload.url.appendingPathComponent(member.path)) else { continue }
                 defer { try? handle.close() } // read-only: closing cannot lose anything
                 for (chunk, base) in pairs {
+                    // (Sealed: only against an old chunk whose block prints this device kept.)
+                    if codec.sealed, sync.prints.prints(of: base) == nil { continue }
                     // Unreadable or changed since the scan: the whole-chunk way finds out and says so.
                     guard (try? handle.seek(toOffset: UInt64(chunk.offset))) != nil,
                           let bytes = (try? handle.read(upToCount: chunk.length)).map({ [UInt8]($0) }),
-                          bytes.withUnsafeBytes({ ContentChunker.hash($0) }) == chunk.hash else { break }
+                          bytes.withUnsafeBytes({ codec.recognises($0, as: chunk.hash) }) else { break }
                     candidates.append((upload.item, chunk.hash, base, bytes))
                 }
             }
         }
         guard !candidates.isEmpty else { return [] }
+        if codec.sealed { return try await uploadSealedPatches(candidates, in: sync) }
         let signatures: [String: ChunkSignature]
         do {
             let bases = Array(Set(candidates.map(\.base)))
@@ -465,6 +474,49 @@ struct Uploader {
                 continue
             }
             sent.formUnion(patches.patches.map(\.hash))
+            for (item, bytes) in carried { sync.transfers[item]?.done += bytes }
+        }
+        return sent
+    }
+
+    /// Sends `candidates` as sealed patches, each made against the block prints this device
+    /// kept of the old chunk (``BlockPrintCache``) and sealed; the server keeps them in place of
+    /// the chunks. Returns the hashes sent so; a patch not well under half its chunk, and any the
+    /// server refuses (a base it lacks, or one too many patches deep), go whole.
+    func uploadSealedPatches(_ candidates: [(item: String, hash: String, base: String, bytes: [UInt8])], in sync: isolated ContainerSync) async throws -> Set<String> {
+        var batches: [(patches: [(hash: String, base: String, body: Data)], bytes: [String: Int64], made: [(String, [UInt8])])] = []
+        var batch: [(hash: String, base: String, body: Data)] = [], carried: [String: Int64] = [:], made: [(String, [UInt8])] = [], size = 0
+        for candidate in candidates {
+            guard let prints = sync.prints.prints(of: candidate.base) else { continue }
+            let patch = candidate.bytes.withUnsafeBytes { PatchBody(making: $0, against: prints) }
+            guard patch.middle.count + ChunkPatchBatch.framing < candidate.bytes.count / 2 else { continue }
+            let body: Data
+            do {
+                body = try patch.encoded.withUnsafeBytes { try sync.codec.sealPatch($0, making: candidate.hash, from: candidate.base) }
+            } catch {
+                continue // (goes whole, which says what failed if it fails too)
+            }
+            if size + body.count > ContainerSync.transferBatchBytes || batch.count == ChunkBatch.maximumCount {
+                batches.append((batch, carried, made))
+                (batch, carried, made, size) = ([], [:], [], 0)
+            }
+            batch.append((candidate.hash, candidate.base, body))
+            carried[candidate.item, default: 0] += Int64(candidate.bytes.count)
+            made.append((candidate.hash, candidate.bytes))
+            size += body.count
+        }
+        if !batch.isEmpty { batches.append((batch, carried, made)) }
+        var sent = Set<String>()
+        for (patches, carried, made) in batches {
+            do {
+                try await sync.client.upload(sealedPatches: patches)
+            } catch let error as SyncClientError where [400, 404, 409].contains(error.status) {
+                sync.logger.debug("sealed patches refused: the chunks go whole", metadata: ["container": "\(sync.container)", "error": "\(error.code)"])
+                continue
+            }
+            sent.formUnion(patches.map(\.hash))
+            // The next edit of these chunks is made against them.
+            for (hash, bytes) in made { bytes.withUnsafeBytes { sync.prints.note($0, as: hash) } }
             for (item, bytes) in carried { sync.transfers[item]?.done += bytes }
         }
         return sent

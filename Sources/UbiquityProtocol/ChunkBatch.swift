@@ -130,10 +130,39 @@ public struct ChunkBatch: Sendable, Equatable {
 public struct ChunkFetchRequest: Codable, Sendable, Equatable {
     /// Chunk hashes (at most ``ChunkBatch/maximumCount``).
     public var hashes: [String]
+    /// Whether the asker takes chunks stored as sealed patches as they are stored: such a
+    /// chunk's frame holds its sealed patch, and the answer's ``basesHeader`` names the chunk
+    /// each patch changes (at most ``maximumPatchesPerAnswer`` per answer). Without it a chunk
+    /// stored so is answered 409 `storedAsPatch`.
+    public var patches: Bool?
 
     /// A request for these chunks.
-    public init(hashes: [String]) {
+    public init(hashes: [String], patches: Bool? = nil) {
         self.hashes = hashes
+        self.patches = patches
+    }
+
+    /// The answer's header naming, for each chunk of it stored as a sealed patch, the chunk the
+    /// patch changes: `made=base` pairs (64 hexadecimal digits each), comma-separated.
+    public static let basesHeader = "Ubiquity-Chunk-Bases"
+
+    /// The most chunks stored as patches one answer carries (the answer stops before another).
+    public static let maximumPatchesPerAnswer = 64
+
+    /// The ``basesHeader`` value for these pairs.
+    public static func basesHeaderValue(_ bases: [(made: String, base: String)]) -> String {
+        bases.map { "\($0.made)=\($0.base)" }.joined(separator: ",")
+    }
+
+    /// The pairs of a ``basesHeader`` value; nil for one that is not pairs of chunk names.
+    public static func bases(inHeader value: String) -> [String: String]? {
+        var bases: [String: String] = [:]
+        for pair in value.split(separator: ",", omittingEmptySubsequences: true) {
+            let parts = pair.split(separator: "=")
+            guard parts.count == 2, parts.allSatisfy({ $0.utf8.count == 64 && $0.utf8.allSatisfy(\.isLowercaseHexDigit) }) else { return nil }
+            bases[String(parts[0])] = String(parts[1])
+        }
+        return bases
     }
 }
 

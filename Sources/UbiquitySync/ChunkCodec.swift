@@ -17,9 +17,26 @@ package struct ChunkCodec: Sendable {
     private let sealing: (@Sendable (UnsafeRawBufferPointer, String, Bool) throws -> Data)?
     private let opening: (@Sendable (UnsafeRawBufferPointer, String) throws -> Data)?
     private let recognising: (@Sendable (UnsafeRawBufferPointer, String) -> Bool)?
+    private let patches: Patches?
+
+    /// How sealed patches are sealed and opened: the patch's bytes, the chunk it makes and the
+    /// chunk it changes (its base).
+    package struct Patches: Sendable {
+        /// The stored body of a patch.
+        package var seal: @Sendable (UnsafeRawBufferPointer, String, String) throws -> Data
+        /// A patch's bytes from its stored body (not yet applied: the caller checks what it makes).
+        package var open: @Sendable (UnsafeRawBufferPointer, String, String) throws -> Data
+
+        /// Patches sealed by `seal` and opened by `open`.
+        package init(seal: @escaping @Sendable (UnsafeRawBufferPointer, String, String) throws -> Data,
+                     open: @escaping @Sendable (UnsafeRawBufferPointer, String, String) throws -> Data) {
+            self.seal = seal
+            self.open = open
+        }
+    }
 
     /// Plaintext chunks named by SHA-256 (an account without keys).
-    package static let plain = ChunkCodec(sealed: false, choosing: ContentChunker.forFile(ofSize:), sealing: nil, opening: nil, recognising: nil)
+    package static let plain = ChunkCodec(sealed: false, choosing: ContentChunker.forFile(ofSize:), sealing: nil, opening: nil, recognising: nil, patches: nil)
 
     /// Whether chunks another device sealed are opened (a device that holds the account's keys,
     /// sealing or not: the account's devices need not all seal to read each other's files).
@@ -28,12 +45,13 @@ package struct ChunkCodec: Sendable {
     private init(sealed: Bool, choosing: @escaping @Sendable (Int) -> ContentChunker,
                  sealing: (@Sendable (UnsafeRawBufferPointer, String, Bool) throws -> Data)?,
                  opening: (@Sendable (UnsafeRawBufferPointer, String) throws -> Data)?,
-                 recognising: (@Sendable (UnsafeRawBufferPointer, String) -> Bool)?) {
+                 recognising: (@Sendable (UnsafeRawBufferPointer, String) -> Bool)?, patches: Patches?) {
         self.sealed = sealed
         self.choosing = choosing
         self.sealing = sealing
         self.opening = opening
         self.recognising = recognising
+        self.patches = patches
     }
 
     /// A sealed codec.
@@ -47,19 +65,41 @@ package struct ChunkCodec: Sendable {
     ///     what failed.
     ///   - recognises: Whether plaintext bytes are the chunk of a name (a keyed MAC of a held
     ///     epoch, or SHA-256).
+    ///   - patches: How sealed patches are sealed and opened (nil: changed chunks go whole).
     package init(sealedCutting: @escaping @Sendable (Int) -> ContentChunker,
                  seal: @escaping @Sendable (UnsafeRawBufferPointer, String, Bool) throws -> Data,
                  open: @escaping @Sendable (UnsafeRawBufferPointer, String) throws -> Data,
-                 recognises: @escaping @Sendable (UnsafeRawBufferPointer, String) -> Bool) {
-        self.init(sealed: true, choosing: sealedCutting, sealing: seal, opening: open, recognising: recognises)
+                 recognises: @escaping @Sendable (UnsafeRawBufferPointer, String) -> Bool,
+                 patches: Patches? = nil) {
+        self.init(sealed: true, choosing: sealedCutting, sealing: seal, opening: open, recognising: recognises, patches: patches)
     }
 
     /// A codec that cuts, names and sends chunks in plaintext, as ``plain`` does, and also opens
     /// sealed ones (`open`, `recognises` as for a sealed codec): a device that holds the keys but
     /// does not seal, reading what the account's sealing devices wrote.
     package init(readingSealed open: @escaping @Sendable (UnsafeRawBufferPointer, String) throws -> Data,
-                 recognises: @escaping @Sendable (UnsafeRawBufferPointer, String) -> Bool) {
-        self.init(sealed: false, choosing: ContentChunker.forFile(ofSize:), sealing: nil, opening: open, recognising: recognises)
+                 recognises: @escaping @Sendable (UnsafeRawBufferPointer, String) -> Bool,
+                 patches: Patches? = nil) {
+        self.init(sealed: false, choosing: ContentChunker.forFile(ofSize:), sealing: nil, opening: open, recognising: recognises, patches: patches)
+    }
+
+    /// Whether this device seals patches of changed chunks (a sealing codec that knows how).
+    package var sealsPatches: Bool { sealed && patches != nil }
+
+    /// The stored body of the patch `bytes` that makes chunk `name` from chunk `base`.
+    /// - Throws: ``ChunkCodecError`` for a codec that does not seal patches; what sealing throws.
+    package func sealPatch(_ bytes: UnsafeRawBufferPointer, making name: String, from base: String) throws -> Data {
+        guard sealed, let patches else { throw ChunkCodecError(name: name, reason: "this device does not seal patches") }
+        return try patches.seal(bytes, name, base)
+    }
+
+    /// The bytes of the sealed patch `body` that makes chunk `name` from chunk `base` (the
+    /// caller applies it and checks the result with ``recognises(_:as:)``).
+    /// - Throws: ``ChunkCodecError`` for a body that does not open as that patch, or a codec
+    ///   that holds no keys.
+    package func openPatch(_ body: UnsafeRawBufferPointer, making name: String, from base: String) throws -> Data {
+        guard let patches else { throw ChunkCodecError(name: name, reason: "it is stored as a sealed patch and this device holds no keys") }
+        return try patches.open(body, name, base)
     }
 
     /// The chunker for a file of `size` bytes.

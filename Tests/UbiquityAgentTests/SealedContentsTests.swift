@@ -321,3 +321,58 @@ extension ContainerSyncTests {
         }
     }
 }
+
+/// A sealed chunk's edit travels as a sealed patch (issue 45): the editing device makes the patch
+/// against block prints it kept of the old chunk, seals it, and the server keeps it in place of
+/// the new chunk; a reader applies it to its own copy of the old chunk, and one without that copy
+/// fetches it too. The old chunk outlives its revision while a patch needs it.
+extension ContainerSyncTests {
+    @Test func aOneByteEditOfALargeSealedFileTravelsAsASealedPatchBothWays() async throws {
+        try await withServer { base, dir in
+            let laptop = try await sealingDevice("laptop", base: base, dir: dir)
+            let phone = try await sealingDevice("phone", base: base, dir: dir)
+            var random = SystemRandomNumberGenerator()
+            // Large enough for the large chunk sizes (about 128 KiB a chunk).
+            var file = Data((0..<(9 << 20)).map { _ in UInt8.random(in: 0...255, using: &random) })
+            try laptop.write("Big.bin", file)
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Big.bin")) == file)
+
+            // A 1-byte edit: both legs carry a sealed patch of a few KiB, not a chunk of 128.
+            func edit(at offset: Int) async throws -> (up: Int, down: Int) {
+                file[offset] ^= 0xff
+                let (laptopBefore, phoneBefore) = (laptop.client.traffic.snapshot, phone.client.traffic.snapshot)
+                try laptop.write("Big.bin", file)
+                try await laptop.sync.syncOnce()
+                try await phone.sync.syncOnce()
+                #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Big.bin")) == file)
+                return (laptop.client.traffic.snapshot.total - laptopBefore.total, phone.client.traffic.snapshot.total - phoneBefore.total)
+            }
+            let first = try await edit(at: 4_500_000)
+            print("sealed 1-byte edit of 9 MiB: \(first.up) bytes up, \(first.down) down")
+            #expect(first.up < 24_000 && first.down < 24_000, "up \(first.up), down \(first.down)")
+            // The server keeps patches in place of chunks, each with the chunk it changes.
+            let database = try DatabaseQueue(path: dir + "/server/ubiquity.sqlite")
+            let patched = try await database.read { db in try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM chunk WHERE base IS NOT NULL") ?? 0 }
+            #expect(patched >= 1)
+            // Edited again at the same place: a patch of a chunk that is itself a patch.
+            let second = try await edit(at: 4_500_001)
+            #expect(second.up < 24_000 && second.down < 24_000, "up \(second.up), down \(second.down)")
+
+            // A device that joins has no old chunk of its own: it fetches the bases too.
+            let tablet = try await sealingDevice("tablet", base: base, dir: dir)
+            try await tablet.sync.syncOnce()
+            #expect(try Data(contentsOf: tablet.documents.appendingPathComponent("Big.bin")) == file)
+
+            // Forty days on the old revisions are gone; the chunks the patches change are not.
+            let admin = try await ServerAdministration(dataDirectory: dir + "/server", bcryptCost: 4)
+            let collected = try await admin.collectGarbage(now: Date().addingTimeInterval(40 * 86_400))
+            await admin.close()
+            #expect(collected.revisions >= 2)
+            let watch = try await sealingDevice("watch", base: base, dir: dir)
+            try await watch.sync.syncOnce()
+            #expect(try Data(contentsOf: watch.documents.appendingPathComponent("Big.bin")) == file, "what the patches need outlived the revisions that named it")
+        }
+    }
+}

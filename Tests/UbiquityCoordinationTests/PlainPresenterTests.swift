@@ -87,10 +87,18 @@ final class StatusPresenter: NSObject, NSFilePresenter {
         // An eviction asks presenters in every process; the other process's presenter does
         // not accommodate it (Apple's default), so nothing runs and the file stays.
         here.acceptsEviction = true
-        var ran = false
-        #expect {
-            try NSFileCoordinator().coordinate(writingItemAt: item, options: .forEvicting) { _ in ran = true }
-        } throws: { ($0 as? FileCoordinationError)?.code == .refusedByPresenter }
+        // (The coordination waits for the other process's answer: on a thread of its own, not
+        // one of the two the tests' tasks share.)
+        let (ran, refusal) = try await onOwnThread { () -> (Bool, (any Error)?) in
+            var ran = false
+            do {
+                try NSFileCoordinator().coordinate(writingItemAt: item, options: .forEvicting) { _ in ran = true }
+                return (ran, nil)
+            } catch {
+                return (ran, error)
+            }
+        }
+        #expect((refusal as? FileCoordinationError)?.code == .refusedByPresenter, "\(String(describing: refusal))")
         #expect(!ran && FileManager.default.fileExists(atPath: item.path))
 
         // What they do not observe is not news; what they do is, with only the observed keys.

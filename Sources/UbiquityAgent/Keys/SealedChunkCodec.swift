@@ -14,7 +14,8 @@ extension ChunkCodec {
         guard let sealed = sealed(container: container, rootKeys: rootKeys) else { return nil }
         // (Its own chunks are named by SHA-256: that is looked at first.)
         return ChunkCodec(readingSealed: { try sealed.open($0, as: $1) },
-                          recognises: { ContentChunker.hash($0) == $1 || sealed.recognises($0, as: $1) })
+                          recognises: { ContentChunker.hash($0) == $1 || sealed.recognises($0, as: $1) },
+                          patches: patches(current: nil, held: rootKeys.sorted { $0.epoch > $1.epoch }.map { $0.chunkKeys(container: container) }))
     }
 
     static func sealed(container: String, rootKeys: [AccountRootKey]) -> ChunkCodec? {
@@ -62,6 +63,36 @@ extension ChunkCodec {
                 if current.identifier(of: bytes).bytes.matches(lowercaseHex: asked) { return true }
                 if held.dropFirst().contains(where: { $0.identifier(of: bytes).bytes.matches(lowercaseHex: asked) }) { return true }
                 return ContentChunker.hash(bytes) == asked
+            },
+            patches: patches(current: current, held: held))
+    }
+
+    /// Sealed patches with the newest epoch's keys (`current`; nil: this device opens them
+    /// only), opened with any held epoch's, newest first.
+    private static func patches(current: ChunkKeys?, held: [ChunkKeys]) -> ChunkCodec.Patches {
+        @Sendable func ids(_ name: String, _ base: String) throws -> (ChunkIdentifier, ChunkIdentifier) {
+            guard let id = ChunkIdentifier(hex: name), let from = ChunkIdentifier(hex: base) else { throw ChunkCodecError(name: name, reason: "not a chunk name") }
+            return (id, from)
+        }
+        return ChunkCodec.Patches(
+            seal: { bytes, name, base in
+                guard let current else { throw ChunkCodecError(name: name, reason: "this device does not seal") }
+                let (id, from) = try ids(name, base)
+                return try current.sealPatch(bytes, making: id, from: from)
+            },
+            open: { body, name, base in
+                let (id, from) = try ids(name, base)
+                var failure: (any Error)?
+                for keys in held {
+                    do {
+                        return try keys.openPatch(body, making: id, from: from)
+                    } catch let error as EncryptionError where error.code == .authenticationFailed && failure != nil {
+                        continue
+                    } catch {
+                        if failure == nil { failure = error }
+                    }
+                }
+                throw ChunkCodecError(name: name, reason: "its patch does not open: " + (failure.map { ($0 as? EncryptionError).map { "\($0.code)" } ?? "\($0)" } ?? "no key of this account opens it"))
             })
     }
 }

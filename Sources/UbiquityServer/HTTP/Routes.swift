@@ -334,12 +334,31 @@ extension SyncServices {
                 throw SyncError.badRequest("tooMany", "ask for 1 to \(ChunkBatch.maximumCount) chunks at a time")
             }
             try await requireChunks(asked.hashes, of: device)
+            // Chunks stored as sealed patches go as they are stored, to a device that takes them
+            // (it names their bases in a header: a few per answer, the answer stopping before more).
+            var hashes = asked.hashes
+            let bases = try await database.chunkBases(accountId: device.accountId, hashes: hashes)
+            if !bases.isEmpty {
+                guard asked.patches == true else {
+                    throw SyncError(.conflict, "storedAsPatch", "chunk \(hashes.first { bases[$0] != nil } ?? "") is stored as a sealed patch: ask with patches=true (update this device's ubiquity)")
+                }
+                var patches = 0, kept = 0
+                for hash in hashes {
+                    if bases[hash] != nil { patches += 1 }
+                    if patches > ChunkFetchRequest.maximumPatchesPerAnswer { break }
+                    kept += 1
+                }
+                hashes.removeLast(hashes.count - kept)
+            }
             // As many as fit, in the order asked; the client asks again for the rest.
             // The batch read from storage straight into the body sent.
             var body = ByteBuffer()
-            let loaded = try await self.chunks.loadBatch(asked.hashes, account: device.accountId, upTo: ChunkBatch.maximumBytes, into: &body)
-            guard !loaded.isEmpty else { throw SyncError.noSuchChunk(asked.hashes[0]) }
-            return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: body))
+            let loaded = try await self.chunks.loadBatch(hashes, account: device.accountId, upTo: ChunkBatch.maximumBytes, into: &body)
+            guard !loaded.isEmpty else { throw SyncError.noSuchChunk(hashes[0]) }
+            var headers: HTTPFields = [.contentType: "application/octet-stream"]
+            let sent = hashes.prefix(loaded.count).compactMap { hash in bases[hash].map { (made: hash, base: $0) } }
+            if !sent.isEmpty { headers[HTTPField.Name(ChunkFetchRequest.basesHeader)!] = ChunkFetchRequest.basesHeaderValue(sent) }
+            return Response(status: .ok, headers: headers, body: .init(byteBuffer: body))
         }
         // Chunks as changes of chunks the account has (docs/SyncProtocol.md, "Chunk patches").
         chunks.post("signatures") { request, context in
@@ -360,6 +379,10 @@ extension SyncServices {
         }
         chunks.post("patches") { request, context -> Response in
             let device = try context.requireDevice()
+            if try await sealedUpload(request, device: device) {
+                try await receiveSealedPatches(request, from: device, logger: context.logger)
+                return Response(status: .created)
+            }
             var body: [UInt8] = [] // (patches are small: a new array is fine)
             try await Self.batchBody(of: request, framing: ChunkPatchBatch.framing, into: &body)
             let batch: ChunkPatchBatch
@@ -407,6 +430,9 @@ extension SyncServices {
             let device = try context.requireDevice()
             let hash = try context.parameters.require("hash")
             try await requireChunks([hash], of: device)
+            if try await !database.chunkBases(accountId: device.accountId, hashes: [hash]).isEmpty {
+                throw SyncError(.conflict, "storedAsPatch", "chunk \(hash) is stored as a sealed patch: fetch it with POST /v1/chunks/fetch and patches=true")
+            }
             guard let data = try await self.chunks.load(hash: hash, account: device.accountId) else { throw SyncError.chunkNotFound }
             return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
         }
@@ -421,7 +447,22 @@ extension SyncServices {
         let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: hashes))
         if let absent = hashes.first(where: lacking.contains) { throw SyncError.noSuchChunk(absent) }
         if let containers = device.containers {
-            let named = try await database.chunksNamed(accountId: device.accountId, containers: containers, hashes: Array(Set(hashes)))
+            var named = try await database.chunksNamed(accountId: device.accountId, containers: containers, hashes: Array(Set(hashes)))
+            // A chunk a named chunk's sealed patch changes (and so on down its bases) is read to
+            // make that one: it may be read too. Walked up from each unnamed chunk, by the
+            // chunks stored as patches of it, to one that is named.
+            var frontier = Dictionary(uniqueKeysWithValues: Set(hashes).subtracting(named).map { ($0, Set([$0])) })
+            for _ in 0..<Self.maximumPatchDepth where !frontier.isEmpty {
+                let patching = try await database.chunksPatching(accountId: device.accountId, bases: Array(frontier.keys))
+                guard !patching.isEmpty else { break }
+                let reached = try await database.chunksNamed(accountId: device.accountId, containers: containers, hashes: Array(patching.keys))
+                var next: [String: Set<String>] = [:]
+                for (made, base) in patching {
+                    let origins = frontier[base] ?? []
+                    if reached.contains(made) { named.formUnion(origins) } else { next[made, default: []].formUnion(origins) }
+                }
+                frontier = next.filter { !$0.value.isSubset(of: named) }
+            }
             if let outside = hashes.first(where: { !named.contains($0) }) { throw SyncError.noSuchChunk(outside) }
         }
     }
@@ -495,7 +536,9 @@ extension SyncServices {
     /// from these bytes itself, or checked them against the names a moment ago.
     /// Stores chunks a device sent (`sealed`: an encrypted account's, not checked against their
     /// names — the server keeps the SHA-256 of their bytes instead).
-    func receive(_ received: [ChunkBatch.Chunk], from device: DeviceAuth, logger: Logger, checked: Bool = false, sealed: Bool = false) async throws {
+    /// `bases`: chunks stored as sealed patches, with the chunk each changes.
+    func receive(_ received: [ChunkBatch.Chunk], from device: DeviceAuth, logger: Logger, checked: Bool = false, sealed: Bool = false,
+                 bases: [String: String] = [:]) async throws {
         for chunk in received { try Validate.hash(chunk.hash) }
         // Under Advanced Data Protection the server takes no plaintext: a device of an older
         // build, the web page, a patch or inline bytes the server would keep as they are.
@@ -523,7 +566,7 @@ extension SyncServices {
         try await chunks.store(fresh, account: device.accountId, checked: checked, sealed: sealed)
         let completed: [String: Int64]
         do {
-            completed = try await database.chunksStored(accountId: device.accountId, chunks: received.map { StoredChunk(hash: $0.hash, size: Int64($0.bytes.count)) }, now: Date())
+            completed = try await database.chunksStored(accountId: device.accountId, chunks: received.map { StoredChunk(hash: $0.hash, size: Int64($0.bytes.count), base: bases[$0.hash]) }, now: Date())
         } catch let error as SyncError where error.code == "quotaExceeded" {
             // Another upload used the room meanwhile: the bytes are not kept.
             let recorded = Set(received.map(\.hash)).subtracting(try await database.missingChunks(accountId: device.accountId, hashes: fresh.map(\.hash)))
@@ -587,5 +630,57 @@ extension SyncServices {
         guard let text else { return value }
         guard let number = Int64(text) else { throw SyncError.badRequest("invalidCursor", "\(name) must be an integer") }
         return number
+    }
+}
+
+extension SyncServices {
+    /// How many sealed patches deep a chunk may be stored: a chunk made from a patch of a chunk
+    /// made from a patch, and so on, down to one stored whole. A reader without any of them
+    /// reads every one; a device sends the chunk whole when its base is this deep already.
+    static let maximumPatchDepth = 8
+
+    /// Stores a batch of sealed patches (`POST /v1/chunks/patches?sealed=1`): each framed as a
+    /// ``ChunkPatch`` that keeps nothing of its base (prefix and suffix 0) whose middle is the
+    /// sealed patch, kept as it comes in place of the chunk it makes (the server cannot make
+    /// that chunk: the device made the patch, a reader applies it and checks the result).
+    /// - Throws: ``SyncError`` 400 `badBatch`/`badPatch`, 404 for a base the account lacks,
+    ///   409 `patchTooDeep` for a base that is ``maximumPatchDepth`` patches deep already.
+    func receiveSealedPatches(_ request: Request, from device: DeviceAuth, logger: Logger) async throws {
+        var body: [UInt8] = []
+        try await Self.batchBody(of: request, framing: ChunkPatchBatch.framing, into: &body)
+        let batch: ChunkPatchBatch
+        do {
+            batch = try ChunkPatchBatch(decoding: body, maximumChunkSize: Int(Validate.maximumChunkSize), maximumTotal: ChunkBatch.maximumBytes)
+        } catch let error as ChunkPatchBatch.FormatError {
+            throw SyncError.badRequest("badBatch", error.description)
+        }
+        guard !batch.patches.isEmpty else { throw SyncError.badRequest("badBatch", "the batch holds no patches") }
+        for patch in batch.patches {
+            guard patch.prefix == 0, patch.suffix == 0, !patch.middle.isEmpty else {
+                throw SyncError.badRequest("badPatch", "a sealed patch of chunk \(patch.hash) keeps nothing of its base: its middle is the sealed patch")
+            }
+            guard patch.hash != patch.base else { throw SyncError.badRequest("badPatch", "chunk \(patch.hash) is named as its own base") }
+        }
+        try await requireChunks(batch.patches.map(\.base), of: device)
+        // How deep each base is already (its own base, and so on).
+        var depth: [String: Int] = [:], frontier = Set(batch.patches.map(\.base))
+        for base in frontier { depth[base] = 0 }
+        var origin = Dictionary(uniqueKeysWithValues: frontier.map { ($0, $0) })
+        for level in 1...Self.maximumPatchDepth where !frontier.isEmpty {
+            let below = try await database.chunkBases(accountId: device.accountId, hashes: Array(frontier))
+            frontier = []
+            for (made, base) in below {
+                guard let start = origin[made] else { continue }
+                depth[start] = level
+                origin[base] = start
+                frontier.insert(base)
+            }
+        }
+        let batchBases = Set(batch.patches.map(\.hash))
+        if let deep = batch.patches.first(where: { (depth[$0.base] ?? 0) >= Self.maximumPatchDepth || batchBases.contains($0.base) }) {
+            throw SyncError(.conflict, "patchTooDeep", "the base of chunk \(deep.hash) is \(Self.maximumPatchDepth) sealed patches deep already (or in this batch): send the chunk whole")
+        }
+        try await receive(batch.patches.map { ChunkBatch.Chunk(hash: $0.hash, bytes: $0.middle) }, from: device, logger: logger, sealed: true,
+                          bases: Dictionary(batch.patches.map { ($0.hash, $0.base) }) { first, _ in first })
     }
 }

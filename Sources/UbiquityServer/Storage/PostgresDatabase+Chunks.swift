@@ -29,6 +29,28 @@ extension PostgresDatabase {
         }
     }
 
+    func chunkBases(accountId: Int64, hashes: [String]) async throws -> [String: String] {
+        guard !hashes.isEmpty else { return [:] }
+        return try await read { db in
+            var bases: [String: String] = [:]
+            for row in try await db.rows("SELECT hash, base FROM chunk WHERE account_id = \(accountId) AND base IS NOT NULL AND hash = ANY(\(hashes)::TEXT[])") {
+                bases[try row.get("hash")] = try row.get("base")
+            }
+            return bases
+        }
+    }
+
+    func chunksPatching(accountId: Int64, bases: [String]) async throws -> [String: String] {
+        guard !bases.isEmpty else { return [:] }
+        return try await read { db in
+            var patching: [String: String] = [:]
+            for row in try await db.rows("SELECT hash, base FROM chunk WHERE account_id = \(accountId) AND base = ANY(\(bases)::TEXT[])") {
+                patching[try row.get("hash")] = try row.get("base")
+            }
+            return patching
+        }
+    }
+
     func chunksStored(accountId: Int64, chunks: [StoredChunk], now: Date) async throws -> [String: Int64] {
         try await rules { storage in try await ServerRules.chunksStored(account: accountId, chunks: chunks, now: now, in: storage) }
     }

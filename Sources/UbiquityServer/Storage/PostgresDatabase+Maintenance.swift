@@ -58,9 +58,16 @@ extension PostgresDatabase {
             for row in unreserved {
                 try await db.rows("UPDATE account SET pending_bytes = pending_bytes - \(try row.get("size", as: Int64.self)) WHERE id = \(try row.get("account_id", as: Int64.self))")
             }
+            // (A chunk a kept chunk's sealed patch changes is kept too, and so on down its bases.)
             let orphans = try await db.rows("""
+                WITH RECURSIVE kept(account_id, hash) AS (
+                    SELECT chunk.account_id, chunk.base FROM chunk
+                    JOIN revision_chunk ON revision_chunk.account_id = chunk.account_id AND revision_chunk.hash = chunk.hash WHERE chunk.base IS NOT NULL
+                    UNION SELECT chunk.account_id, chunk.base FROM chunk JOIN kept ON kept.account_id = chunk.account_id AND kept.hash = chunk.hash
+                    WHERE chunk.base IS NOT NULL)
                 DELETE FROM chunk WHERE created < \(now.timeIntervalSince1970 - grace) AND NOT EXISTS
                     (SELECT 1 FROM revision_chunk WHERE revision_chunk.account_id = chunk.account_id AND revision_chunk.hash = chunk.hash)
+                    AND NOT EXISTS (SELECT 1 FROM kept WHERE kept.account_id = chunk.account_id AND kept.hash = chunk.hash)
                 RETURNING account_id, hash, size
                 """).map { (account: try $0.get("account_id", as: Int64.self), hash: try $0.get("hash", as: String.self), size: try $0.get("size", as: Int64.self)) }
             // Contents whose upload never got recorded (a crash between storing and recording).

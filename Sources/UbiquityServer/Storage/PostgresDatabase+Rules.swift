@@ -87,7 +87,8 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
                     WHERE r.item_id = \(item) AND r.change_id = \(question.change)
                     AND (r.device_id = \(question.device) OR EXISTS (SELECT 1 FROM device d WHERE d.id = \(ChangeIdentity.madeOn(question.change ?? "")) AND d.account_id = \(a)))) AS earlier,
                 (SELECT r.complete FROM revision r JOIN con ON r.container_id = con.id WHERE r.id = \(question.base) AND r.item_id = \(item)) AS base_complete,
-                (SELECT json_object_agg(hash, size)::TEXT FROM chunk WHERE account_id = \(a) AND hash = ANY(\(question.hashes)::TEXT[])) AS stored,
+                (SELECT json_object_agg(hash, CASE WHEN base IS NULL THEN size ELSE \(StoredChunk.patchSize) END)::TEXT FROM chunk
+                    WHERE account_id = \(a) AND hash = ANY(\(question.hashes)::TEXT[])) AS stored,
                 (SELECT (\(unescaped: row))::TEXT FROM item i JOIN con ON i.container_id = con.id JOIN revision r ON r.id = i.current_revision
                     WHERE i.id = \(item)) AS current,
                 (SELECT json_agg(\(unescaped: row) ORDER BY r.modification_date, r.id)::TEXT FROM revision r JOIN con ON r.container_id = con.id
@@ -233,7 +234,7 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
         var sizes: [String: Int64] = [:]
         for start in stride(from: 0, to: hashes.count, by: 5_000) {
             let batch = Array(hashes[start..<min(start + 5_000, hashes.count)])
-            for row in try await db.rows("SELECT hash, size FROM chunk WHERE account_id = \(account) AND hash = ANY(\(batch)::TEXT[])") {
+            for row in try await db.rows("SELECT hash, CASE WHEN base IS NULL THEN size ELSE \(StoredChunk.patchSize) END AS size FROM chunk WHERE account_id = \(account) AND hash = ANY(\(batch)::TEXT[])") {
                 sizes[try row.get("hash")] = try row.get("size")
             }
         }
@@ -257,11 +258,12 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
         return removed
     }
 
-    func addChunks(account: Int64, chunks: [String: Int64], now: Date) async throws {
+    func addChunks(account: Int64, chunks: [String: Int64], bases: [String: String], now: Date) async throws {
         let ordered = chunks.sorted { $0.key < $1.key }
         try await db.rows("""
-            INSERT INTO chunk (account_id, hash, size, created)
-            SELECT \(account), hash, size, \(now.timeIntervalSince1970) FROM UNNEST(\(ordered.map(\.key))::TEXT[], \(ordered.map(\.value))::BIGINT[]) AS fresh(hash, size)
+            INSERT INTO chunk (account_id, hash, size, created, base)
+            SELECT \(account), hash, size, \(now.timeIntervalSince1970), NULLIF(base, '')
+            FROM UNNEST(\(ordered.map(\.key))::TEXT[], \(ordered.map(\.value))::BIGINT[], \(ordered.map { bases[$0.key] ?? "" })::TEXT[]) AS fresh(hash, size, base)
             ON CONFLICT DO NOTHING
             """)
     }

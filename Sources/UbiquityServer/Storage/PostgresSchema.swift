@@ -180,6 +180,8 @@ extension PostgresDatabase {
         ("v12-sealed-key-values", ["ALTER TABLE kv ADD COLUMN sealed BYTEA"]),
         // A sealed chunk's SHA-256 (issue 45): its name is a keyed MAC the server cannot check.
         ("v13-sealed-chunk-digests", ["ALTER TABLE chunk_content ADD COLUMN digest BYTEA"]),
+        // A chunk stored as a sealed patch (issue 45): the chunk it changes, kept while it is.
+        ("v14-sealed-patches", ["ALTER TABLE chunk ADD COLUMN base TEXT"]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

@@ -72,14 +72,16 @@ protocol RuleStorage {
 
     // MARK: Chunks
 
-    /// The sizes of the chunks among `hashes` the account holds.
+    /// The sizes of the chunks among `hashes` the account holds — or ``StoredChunk/patchSize``
+    /// for one stored as a sealed patch (its plaintext size unknown here).
     func storedSizes(account: Int64, hashes: [String]) async throws -> [String: Int64]
     /// Records chunks the account now waits for, with their declared sizes (none is listed).
     func addPending(account: Int64, chunks: [String: Int64]) async throws
     /// Forgets chunks the account waited for; returns the declared sizes of those it did.
     func removePending(account: Int64, hashes: [String]) async throws -> [String: Int64]
-    /// Lists chunks as held by the account (none is listed yet).
-    func addChunks(account: Int64, chunks: [String: Int64], now: Date) async throws
+    /// Lists chunks as held by the account (none is listed yet), those in `bases` as stored as
+    /// sealed patches of the chunk named there.
+    func addChunks(account: Int64, chunks: [String: Int64], bases: [String: String], now: Date) async throws
     /// Forgets a chunk the account held; returns its size if it did.
     func removeChunk(account: Int64, hash: String) async throws -> Int64?
     /// The revisions waiting for any of `hashes`, which stop waiting for them.

@@ -37,6 +37,27 @@ extension SQLiteDatabase {
         }
     }
 
+    func chunkBases(accountId: Int64, hashes: [String]) async throws -> [String: String] {
+        guard !hashes.isEmpty else { return [:] }
+        return try await pool.read { db in try Self.bases(db, account: accountId, hashes: hashes) }
+    }
+
+    func chunksPatching(accountId: Int64, bases: [String]) async throws -> [String: String] {
+        guard !bases.isEmpty else { return [:] }
+        return try await pool.read { db in
+            var patching: [String: String] = [:]
+            for start in stride(from: 0, to: bases.count, by: 500) {
+                let batch = Array(bases[start..<min(start + 500, bases.count)])
+                let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
+                for row in try Row.fetchAll(db, sql: "SELECT hash, base FROM chunk WHERE accountId = ? AND base IN (\(marks))",
+                                            arguments: StatementArguments([accountId] + batch)) {
+                    patching[row["hash"]] = row["base"]
+                }
+            }
+            return patching
+        }
+    }
+
     func chunksStored(accountId: Int64, chunks: [StoredChunk], now: Date) async throws -> [String: Int64] {
         try await rules { storage in try await ServerRules.chunksStored(account: accountId, chunks: chunks, now: now, in: storage) }
     }
@@ -63,5 +84,19 @@ extension SQLiteDatabase {
                 GROUP BY revisionChunk.accountId, revisionChunk.hash ORDER BY revisionChunk.accountId, revisionChunk.hash
                 """).map { UnlistedReference(account: $0["accountId"], hash: $0["hash"], container: $0["container"], item: $0["item"], name: $0["name"]) }
         }
+    }
+
+    /// The chunks among `hashes` stored as sealed patches, and their bases, 500 a statement.
+    static func bases(_ db: Database, account: Int64, hashes: [String]) throws -> [String: String] {
+        var bases: [String: String] = [:]
+        for start in stride(from: 0, to: hashes.count, by: 500) {
+            let batch = Array(hashes[start..<min(start + 500, hashes.count)])
+            let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
+            for row in try Row.fetchAll(db, sql: "SELECT hash, base FROM chunk WHERE accountId = ? AND base IS NOT NULL AND hash IN (\(marks))",
+                                        arguments: StatementArguments([account] + batch)) {
+                bases[row["hash"]] = row["base"]
+            }
+        }
+        return bases
     }
 }

@@ -297,8 +297,9 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
     // MARK: Chunks
 
     func storedSizes(account: Int64, hashes: [String]) throws -> [String: Int64] {
-        try sizes(in: "chunk", account: account, hashes: hashes)
+        try sizes(in: "chunk", of: "CASE WHEN base IS NULL THEN size ELSE \(StoredChunk.patchSize) END", account: account, hashes: hashes)
     }
+
 
     /// The sizes the chunks among `hashes` the account waits for are counted at.
     private func pendingSizes(account: Int64, hashes: [String]) throws -> [String: Int64] {
@@ -306,12 +307,12 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
     }
 
     /// The sizes of the rows of `table` (`chunk` or `pendingChunk`) among `hashes`, 500 a statement.
-    private func sizes(in table: String, account: Int64, hashes: [String]) throws -> [String: Int64] {
+    private func sizes(in table: String, of size: String = "size", account: Int64, hashes: [String]) throws -> [String: Int64] {
         var sizes: [String: Int64] = [:]
         for start in stride(from: 0, to: hashes.count, by: 500) {
             let batch = Array(hashes[start..<min(start + 500, hashes.count)])
             let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
-            for row in try Row.fetchAll(db, sql: "SELECT hash, size FROM \(table) WHERE accountId = ? AND hash IN (\(marks))",
+            for row in try Row.fetchAll(db, sql: "SELECT hash, \(size) AS size FROM \(table) WHERE accountId = ? AND hash IN (\(marks))",
                                         arguments: StatementArguments([account] + batch)) {
                 sizes[row["hash"]] = row["size"]
             }
@@ -331,9 +332,9 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
         return pending
     }
 
-    func addChunks(account: Int64, chunks: [String: Int64], now: Date) throws {
-        let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO chunk (accountId, hash, size, created) VALUES (?, ?, ?, ?)")
-        for (hash, size) in chunks.sorted(by: { $0.key < $1.key }) { try insert.execute(arguments: [account, hash, size, now.timeIntervalSince1970]) }
+    func addChunks(account: Int64, chunks: [String: Int64], bases: [String: String], now: Date) throws {
+        let insert = try db.cachedStatement(sql: "INSERT OR IGNORE INTO chunk (accountId, hash, size, created, base) VALUES (?, ?, ?, ?, ?)")
+        for (hash, size) in chunks.sorted(by: { $0.key < $1.key }) { try insert.execute(arguments: [account, hash, size, now.timeIntervalSince1970, bases[hash]]) }
     }
 
     func removeChunk(account: Int64, hash: String) throws -> Int64? {

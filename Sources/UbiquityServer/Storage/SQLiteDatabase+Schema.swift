@@ -251,6 +251,11 @@ extension SQLiteDatabase {
             // is then empty for a value and NULL for a removal, as before.
             try db.execute(sql: "ALTER TABLE kv ADD COLUMN sealed BLOB")
         }
+        migrator.registerMigration("v20-sealed-patches") { db in
+            // A chunk stored as a sealed patch (issue 45): the chunk it changes, which is kept
+            // while the chunk is (a device made the patch; the server cannot make the chunk).
+            try db.execute(sql: "ALTER TABLE chunk ADD COLUMN base TEXT")
+        }
         return migrator
     }
 }

@@ -379,9 +379,14 @@ final class SQLiteDatabase: SyncDatabase {
                 try db.execute(sql: "DELETE FROM pendingChunk WHERE accountId = ? AND hash = ?", arguments: [row["accountId"] as Int64, row["hash"] as String])
                 try db.execute(sql: "UPDATE account SET pendingBytes = pendingBytes - ? WHERE id = ?", arguments: [row["size"] as Int64, row["accountId"] as Int64])
             }
+            // (A chunk a kept chunk's sealed patch changes is kept too, and so on down its bases.)
             let orphans = try Row.fetchAll(db.cachedStatement(sql: """
+                WITH RECURSIVE kept(accountId, hash) AS (
+                    SELECT DISTINCT accountId, hash FROM revisionChunk
+                    UNION SELECT chunk.accountId, chunk.base FROM chunk JOIN kept ON kept.accountId = chunk.accountId AND kept.hash = chunk.hash
+                    WHERE chunk.base IS NOT NULL)
                 SELECT chunk.accountId, chunk.hash, chunk.size FROM chunk
-                LEFT JOIN (SELECT DISTINCT accountId, hash FROM revisionChunk) AS used ON used.accountId = chunk.accountId AND used.hash = chunk.hash
+                LEFT JOIN kept AS used ON used.accountId = chunk.accountId AND used.hash = chunk.hash
                 WHERE chunk.created < ? AND used.hash IS NULL
                 """), arguments: [now.timeIntervalSince1970 - grace])
             for orphan in orphans {

@@ -180,7 +180,7 @@ enum ServerRules {
     /// stored either way.)
     static func checkDeclaredSizes(_ commit: PreparedCommit, against known: [String: Int64]) throws {
         let wrong = commit.declaredSizes.filter { hash, size in
-            known[hash].map { $0 != size && (size < 0 || size > Validate.maximumChunkSize || Int64(ChunkKeys.sealedSize(ofPlaintext: Int(size))) != $0) } ?? false
+            known[hash].map { $0 != size && $0 != StoredChunk.patchSize && (size < 0 || size > Validate.maximumChunkSize || Int64(ChunkKeys.sealedSize(ofPlaintext: Int(size))) != $0) } ?? false
         }.keys.sorted()
         guard wrong.isEmpty else {
             throw SyncError.badRequest("chunkSizeMismatch", "\(wrong.count) chunk(s) declared at a size other than their own: \(wrong.prefix(8).joined(separator: ", "))")
@@ -272,7 +272,8 @@ enum ServerRules {
             guard adding <= reserved || figures.used + adding - reserved <= figures.quota else {
                 throw SyncError.quotaExceeded(used: figures.used, quota: figures.quota, adding: adding - reserved)
             }
-            try await storage.addChunks(account: account, chunks: fresh, now: now)
+            let bases = Dictionary(chunks.compactMap { chunk in chunk.base.map { (chunk.hash, $0) } }) { first, _ in first }.filter { fresh[$0.key] != nil }
+            try await storage.addChunks(account: account, chunks: fresh, bases: bases, now: now)
             if reserved != 0 { try await storage.adjust(account, by: AccountChange(pendingBytes: -reserved)) }
         }
         // Revisions waiting for these chunks that now have every chunk become downloadable.

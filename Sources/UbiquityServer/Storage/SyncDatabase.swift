@@ -133,6 +133,13 @@ package struct UnlistedReference: Sendable, Equatable {
 struct StoredChunk: Sendable, Equatable {
     var hash: String
     var size: Int64
+    /// The chunk a sealed patch changes, for a chunk stored as one (issue 45: a device makes
+    /// the patch, the server cannot); nil for a chunk stored whole.
+    var base: String? = nil
+
+    /// What ``RuleStorage/storedSizes(account:hashes:)`` says of a chunk stored as a sealed
+    /// patch: the size a commit declares for it (the chunk's) cannot be checked.
+    static let patchSize: Int64 = -1
 }
 
 /// The outcome of committing a revision.
@@ -329,6 +336,10 @@ protocol SyncDatabase: Sendable {
     /// Which of `hashes` some revision (current or kept) of an item in `containers` names — what
     /// a device whose token is limited to those containers may read.
     func chunksNamed(accountId: Int64, containers: [String], hashes: [String]) async throws -> Set<String>
+    /// Of `hashes`, the chunks stored as sealed patches, each with the chunk its patch changes.
+    func chunkBases(accountId: Int64, hashes: [String]) async throws -> [String: String]
+    /// The chunks stored as sealed patches of any of `bases`, each with its base.
+    func chunksPatching(accountId: Int64, bases: [String]) async throws -> [String: String]
     /// Records stored chunks, all or none, with one quota check for those the account did not
     /// have; returns the containers whose items became downloadable, with their sequences now.
     /// - Throws: ``SyncError`` `quotaExceeded` (nothing recorded) when the new ones do not fit.

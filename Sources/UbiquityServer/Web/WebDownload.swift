@@ -62,8 +62,17 @@ enum WebDownload {
         }
     }
 
-    static func load(_ hash: String, chunks: any ChunkStorage, account: Int64, opener: SealedChunkOpener?) async throws -> [UInt8] {
+    /// The plaintext of chunk `hash`: stored in plaintext, sealed (opened by `opener`), or as a
+    /// sealed patch of another chunk (made from that one, `depth` patches down so far).
+    static func load(_ hash: String, chunks: any ChunkStorage, account: Int64, opener: SealedChunkOpener?, depth: Int = 0) async throws -> [UInt8] {
         guard let data = try await chunks.load(hash: hash, account: account) else { throw SyncError.noSuchChunk(hash) }
+        if let opener, let base = try await opener.bases([hash])[hash] {
+            guard depth < SyncServices.maximumPatchDepth else {
+                throw SyncError(.internalServerError, "chunkUnopenable", "a chunk of this file is more sealed patches deep than the server makes")
+            }
+            let baseBytes = try await load(base, chunks: chunks, account: account, opener: opener, depth: depth + 1)
+            return try opener.made(hash, patch: data, base: baseBytes, baseName: base)
+        }
         return try SealedChunkOpener.plaintext(data, hash: hash, opener: opener)
     }
 
