@@ -1,4 +1,3 @@
-import Crypto
 import Foundation
 import Synchronization
 
@@ -16,7 +15,9 @@ package struct BlockPrints: Sendable, Equatable {
     package static let blockSize = 2048
     /// The chunk's length.
     package let length: Int
-    /// The first 8 bytes of each whole block's SHA-256, from the start.
+    /// Each whole block's print, from the start: a 64-bit keyed hash (SipHash, keyed by this
+    /// process's random seed — prints never leave the process, and nobody who does not know the
+    /// seed can make two blocks print alike).
     package let front: [UInt64]
     /// The same from the end, the last block first.
     package let back: [UInt64]
@@ -25,12 +26,17 @@ package struct BlockPrints: Sendable, Equatable {
     package init(of bytes: UnsafeRawBufferPointer) {
         let size = Self.blockSize, blocks = bytes.count / size
         length = bytes.count
-        front = (0..<blocks).map { Self.print(UnsafeRawBufferPointer(rebasing: bytes[($0 * size)..<(($0 + 1) * size)])) }
-        back = (0..<blocks).map { Self.print(UnsafeRawBufferPointer(rebasing: bytes[(bytes.count - ($0 + 1) * size)..<(bytes.count - $0 * size)])) }
+        let front = (0..<blocks).map { Self.print(UnsafeRawBufferPointer(rebasing: bytes[($0 * size)..<(($0 + 1) * size)])) }
+        self.front = front
+        // (A chunk of whole blocks has the same blocks counted from either end.)
+        back = bytes.count % size == 0 ? front.reversed()
+            : (0..<blocks).map { Self.print(UnsafeRawBufferPointer(rebasing: bytes[(bytes.count - ($0 + 1) * size)..<(bytes.count - $0 * size)])) }
     }
 
     static func print(_ block: UnsafeRawBufferPointer) -> UInt64 {
-        SHA256.hash(data: block).withUnsafeBytes { $0.loadUnaligned(as: UInt64.self) }
+        var hasher = Hasher()
+        hasher.combine(bytes: block)
+        return UInt64(bitPattern: Int64(hasher.finalize()))
     }
 
     /// Roughly what the prints take in memory.

@@ -376,3 +376,57 @@ extension ContainerSyncTests {
         }
     }
 }
+
+/// A server that lies about a sealed patch — names another chunk as the one it changes, or
+/// serves it damaged — is caught: the patch is sealed to the pair of chunks, so it opens for no
+/// other base, and what it makes is checked against its name. Nothing is written; the file the
+/// device had stays as it was.
+extension ContainerSyncTests {
+    @Test(arguments: ["another base", "damaged"])
+    func aSealedPatchTheServerLiesAboutIsRefusedAndNothingIsWritten(lie: String) async throws {
+        try await withServer { base, dir in
+            let laptop = try await sealingDevice("laptop", base: base, dir: dir)
+            let phone = try await sealingDevice("phone", base: base, dir: dir)
+            var random = SystemRandomNumberGenerator()
+            let first = Data((0..<(9 << 20)).map { _ in UInt8.random(in: 0...255, using: &random) })
+            try laptop.write("Big.bin", first)
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            var second = first
+            second[4_000_000] ^= 0xff
+            try laptop.write("Big.bin", second)
+            try await laptop.sync.syncOnce()
+
+            let database = try DatabaseQueue(path: dir + "/server/ubiquity.sqlite")
+            let (made, realBase) = try #require(try await database.read { db in
+                try Row.fetchOne(db, sql: "SELECT hash, base FROM chunk WHERE base IS NOT NULL").map { ($0["hash"] as String, $0["base"] as String) }
+            })
+            if lie == "another base" {
+                // Another chunk of the file the phone has, which it can read: named as the base.
+                let other = try #require(try await database.read { db in
+                    try String.fetchOne(db, sql: "SELECT hash FROM chunk WHERE base IS NULL AND hash != ? LIMIT 1", arguments: [realBase])
+                })
+                try await database.write { db in try db.execute(sql: "UPDATE chunk SET base = ? WHERE hash = ?", arguments: [other, made]) }
+            } else {
+                // A byte of the stored patch changed, its digest with it (the server's own check passes).
+                let store = try FileChunkStore(directory: dir + "/server/chunks")
+                let stored = try #require(try await store.load(hash: made, account: 1))
+                var changed = stored
+                changed[changed.count / 2] ^= 0x01
+                let damaged = changed
+                try await store.index.write { db in
+                    let row = try #require(try Row.fetchOne(db, sql: "SELECT pack, offset FROM chunk WHERE hash = ?", arguments: [made]))
+                    let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: store.packPath(account: 1, pack: row["pack"])))
+                    try handle.seek(toOffset: UInt64(row["offset"] as Int64))
+                    try handle.write(contentsOf: damaged)
+                    try handle.close()
+                    try db.execute(sql: "UPDATE chunk SET digest = ? WHERE hash = ?", arguments: [Data(SHA256.hash(data: damaged)), made])
+                }
+            }
+            try? await phone.sync.syncOnce()
+            #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Big.bin")) == first, "nothing of the lie is written")
+            let problems = await phone.sync.downloadErrors.values.joined(separator: " ")
+            #expect(problems.contains("sealed patch"), "\(problems)")
+        }
+    }
+}

@@ -45,6 +45,25 @@ import Testing
         refused(.authenticationFailed) { try AccountRootKey(epoch: 4).chunkKeys(container: "A.com.example.notes").open(body, as: id) }
     }
 
+    /// A sealed patch opens only as the patch of its pair of chunks, in its epoch: the server
+    /// naming another base for it, serving it for another chunk, or changing it is refused.
+    @Test func aSealedPatchOpensOnlyForItsPairOfChunks() throws {
+        let keys = root.chunkKeys(container: "A.com.example.notes")
+        let (made, base, other) = (keys.identifier(of: Data("new".utf8)), keys.identifier(of: Data("old".utf8)), keys.identifier(of: Data("else".utf8)))
+        let patch = Data("prefix, suffix and the bytes between".utf8)
+        let sealed = try keys.sealPatch(patch, making: made, from: base)
+        #expect(try keys.openPatch(sealed, making: made, from: base) == patch)
+        #expect(sealed.range(of: Data("bytes between".utf8)) == nil)
+        #expect(try keys.sealPatch(patch, making: made, from: base) != sealed, "a random nonce: two devices may make different patches of one pair")
+        refused(.authenticationFailed) { try keys.openPatch(sealed, making: made, from: other) } // another base named
+        refused(.authenticationFailed) { try keys.openPatch(sealed, making: other, from: base) } // served for another chunk
+        var flipped = sealed
+        flipped[flipped.count - 20] ^= 1
+        refused(.authenticationFailed) { try keys.openPatch(flipped, making: made, from: base) }
+        refused(.authenticationFailed) { try keys.open(sealed, as: made) } // not a chunk
+        refused(.authenticationFailed) { try AccountRootKey(epoch: 4).chunkKeys(container: "A.com.example.notes").openPatch(sealed, making: made, from: base) }
+    }
+
     @Test func aRecordOpensOnlyWhereItWasSealed() throws {
         let key = root.recordKey(container: "A.com.example.notes")
         let binding = RecordBinding(container: "A.com.example.notes", item: "item-1", parent: "folder-1", revision: "r7")

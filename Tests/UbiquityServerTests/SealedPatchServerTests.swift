@@ -52,6 +52,11 @@ import UbiquitySync
             let second = try await client.commit(notes, "doc", ItemUpdate(baseRevision: first.revision, name: "Doc.bin", kind: .file, modificationDate: 1_800_000_100, type: nil,
                                                                           manifest: Manifest(chunks: [ChunkReference(hash: patch.made, size: Int64(edited.count))])), token: laptop.token)
             #expect(second.item.uploaded)
+            // Under Standard the web page makes it too, with the escrow's keys.
+            let web = WebInterfaceTests()
+            let (cookie, _, _) = try await web.webSignIn(client)
+            let download = try await client.send(.get, "/web/api/containers/\(notes)/items/doc/download", headers: web.session(cookie))
+            #expect(download.status == .ok && Data(buffer: download.body) == edited, "\(download.status)")
 
             // A device that does not take patches is told so; one that does gets it as stored.
             let plainFetch = try await client.send(.post, "/v1/chunks/fetch", token: laptop.token, json: ChunkFetchRequest(hashes: [patch.made]))
