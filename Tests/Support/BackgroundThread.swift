@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -28,4 +29,46 @@ public func onOwnThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T)
     try await withCheckedThrowingContinuation { continuation in
         Thread { continuation.resume(with: Result { try body() }) }.start()
     }
+}
+
+/// Turns for tests that cannot overlap: one holds it at a time, the others wait (without holding
+/// a thread) in the order they came.
+public final class TestTurns: Sendable {
+    private let state = Mutex<(busy: Bool, waiting: [CheckedContinuation<Void, Never>])>((false, []))
+
+    /// Turns no test holds yet.
+    public init() {}
+
+    /// Waits for the turn.
+    public func take() async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { state -> Bool in
+                if !state.busy {
+                    state.busy = true
+                    return true
+                }
+                state.waiting.append(continuation)
+                return false
+            }
+            if now { continuation.resume() }
+        }
+    }
+
+    /// Gives the turn to the next test waiting.
+    public func give() {
+        let next = state.withLock { state -> CheckedContinuation<Void, Never>? in
+            guard !state.waiting.isEmpty else {
+                state.busy = false
+                return nil
+            }
+            return state.waiting.removeFirst()
+        }
+        next?.resume()
+    }
+
+    /// The turns of tests whose processes present files to one another: the presenters' channel
+    /// is one folder for the whole test process, so a test that stops a process holding
+    /// presenters (to show it cannot block others forever) makes every other cross-process
+    /// exchange wait out its timeout meanwhile.
+    public static let presenterProcesses = TestTurns()
 }

@@ -1,6 +1,7 @@
 import Foundation
 import GRDB
 import Testing
+import UbiquityTestSupport
 import UbiquityProtocol
 @testable import UbiquityAgent
 @testable import UbiquityServer
@@ -15,8 +16,7 @@ extension ContainerSyncTests {
         try await withServer { base, dir in
             let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
             let phone = try await device("phone", base: base, dir: dir, greedy: true)
-            var random = SystemRandomNumberGenerator()
-            let bytes = Data((0..<400_000).map { _ in UInt8.random(in: 0...255, using: &random) })
+            let bytes = randomBytes(400_000)
             try laptop.write("Big.bin", bytes)
             try await laptop.sync.syncOnce()
 
@@ -44,8 +44,7 @@ extension ContainerSyncTests {
         try await withServer { base, dir in
             let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
             let phone = try await device("phone", base: base, dir: dir, greedy: true)
-            var random = SystemRandomNumberGenerator()
-            var bytes = Data((0..<400_000).map { _ in UInt8.random(in: 0...255, using: &random) })
+            var bytes = randomBytes(400_000)
             try laptop.write("Big.bin", bytes)
             try await laptop.sync.syncOnce()
             try await phone.sync.syncOnce()

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import UbiquityTestSupport
 import UbiquityProtocol
 @testable import UbiquityAgent
 
@@ -12,8 +13,7 @@ extension ContainerSyncTests {
             let phone = try await device("phone", base: base, dir: dir, greedy: true)
             let tablet = try await device("tablet", base: base, dir: dir, greedy: false)
             func data(_ device: Device, _ path: String) -> Data? { try? Data(contentsOf: device.documents.appendingPathComponent(path)) }
-            var random = SystemRandomNumberGenerator()
-            let contents = (0..<200).map { index in Data((0..<(index == 0 ? 0 : 1_024)).map { _ in UInt8.random(in: 0...255, using: &random) }) }
+            let contents = (0..<200).map { index in randomBytes(index == 0 ? 0 : 1_024) }
             for (index, data) in contents.enumerated() { try laptop.write("Small/\(index).bin", data) }
             let largest = Data(repeating: 9, count: ItemUpdate.maximumInlineBytes)
             try laptop.write("Small/largest.bin", largest)

@@ -24,8 +24,7 @@ import UbiquityTestSupport
         let container = "ABCDE12345.com.example.notes"
         let root = AccountRootKey(epoch: 2)
         let keys = root.chunkKeys(container: container)
-        var generator = SystemRandomNumberGenerator()
-        let plaintexts = [1, 1_000, 100_000, 131_072, 600_000].map { size in Data((0..<size).map { _ in UInt8.random(in: 0...255, using: &generator) }) }
+        let plaintexts = [1, 1_000, 100_000, 131_072, 600_000].map { randomBytes($0) }
         var chunks: [[String: String]] = []
         for plaintext in plaintexts {
             let (id, body) = try keys.seal(plaintext)

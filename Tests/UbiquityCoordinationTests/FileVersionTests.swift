@@ -235,6 +235,7 @@ import Glibc
     }
 
     @Test func presentersHearAboutVersionsAddedResolvedAndRemovedByAnotherProcess() async throws {
+        await TestTurns.presenterProcesses.take(); defer { TestTurns.presenterProcesses.give() }
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = try item(scratch)
         let incoming = scratch.file("incoming.txt")
@@ -261,6 +262,7 @@ import Glibc
     /// Apple's way to remember a version across launches: archive its persistent identifier,
     /// unarchive it later (here in another process) and look the version up with it.
     @Test func aPersistentIdentifierIsArchivedAndFoundAgainInAnotherProcess() async throws {
+        await TestTurns.presenterProcesses.take(); defer { TestTurns.presenterProcesses.give() }
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("note.txt")
         try Data("mine".utf8).write(to: item)

@@ -64,6 +64,7 @@ final class StatusPresenter: NSObject, NSFilePresenter {
 
 @Suite struct UbiquityAttributeTests {
     @Test func presentersHearOfTheUbiquityAttributesTheyObserveHereAndInOtherProcesses() async throws {
+        await TestTurns.presenterProcesses.take(); defer { TestTurns.presenterProcesses.give() }
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("photo.jpg")
         try Data("jpeg".utf8).write(to: item)

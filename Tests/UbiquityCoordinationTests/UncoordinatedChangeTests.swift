@@ -38,6 +38,7 @@ import Glibc
     }
 
     @Test func coordinatedWritesHereOrElsewhereAreReportedOnce() async throws {
+        await TestTurns.presenterProcesses.take(); defer { TestTurns.presenterProcesses.give() }
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("a.txt")
         try Data("v1".utf8).write(to: item)

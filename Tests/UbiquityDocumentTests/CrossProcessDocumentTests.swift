@@ -52,6 +52,7 @@ final class DocumentHost: @unchecked Sendable {
     }
 
     @Test func aReaderInAnotherProcessGetsTheOpenDocumentsUnsavedEdits() async throws {
+        await TestTurns.presenterProcesses.take(); defer { TestTurns.presenterProcesses.give() }
         let (host, url, dir) = try await host("on disk")
         defer { host.quit(); dir.remove() }
         host.send("edit unsaved in A")
@@ -61,6 +62,7 @@ final class DocumentHost: @unchecked Sendable {
     }
 
     @Test func aWriterInAnotherProcessDisablesEditingThenTheDocumentReverts() async throws {
+        await TestTurns.presenterProcesses.take(); defer { TestTurns.presenterProcesses.give() }
         let (host, url, dir) = try await host("before")
         defer { host.quit(); dir.remove() }
         let mark = host.transcript.count
@@ -78,6 +80,7 @@ final class DocumentHost: @unchecked Sendable {
     }
 
     @Test func aMoveInAnotherProcessIsFollowed() async throws {
+        await TestTurns.presenterProcesses.take(); defer { TestTurns.presenterProcesses.give() }
         let (host, url, dir) = try await host("movable")
         defer { host.quit(); dir.remove() }
         let destination = dir.file("moved.txt")
@@ -99,6 +102,7 @@ final class DocumentHost: @unchecked Sendable {
     }
 
     @Test func aDeletionInAnotherProcessClosesTheDocument() async throws {
+        await TestTurns.presenterProcesses.take(); defer { TestTurns.presenterProcesses.give() }
         let (host, url, dir) = try await host("doomed")
         defer { host.quit(); dir.remove() }
         try await onOwnThread { try NSFileCoordinator().coordinate(writingItemAt: url, options: .forDeleting) { try FileManager.default.removeItem(at: $0) } }
@@ -106,6 +110,7 @@ final class DocumentHost: @unchecked Sendable {
     }
 
     @Test func aStoppedProcessCannotBlockOthersForever() async throws {
+        await TestTurns.presenterProcesses.take(); defer { TestTurns.presenterProcesses.give() }
         let (host, url, dir) = try await host("frozen")
         defer { kill(host.process.processIdentifier, SIGCONT); host.quit(); dir.remove() }
         kill(host.process.processIdentifier, SIGSTOP)

@@ -125,18 +125,18 @@ func serverAndTwoDevices(in dir: TemporaryDirectory, container: String) async th
     let server = try await RunningServer.start(data: dir.file("server").path)
     let laptop = try TestDevice("laptop", in: dir, container: container)
     let phone = try TestDevice("phone", in: dir, container: container)
-    try laptop.login(server)
-    try phone.login(server)
+    try await onOwnThread { try laptop.login(server); try phone.login(server) } // (a process each, waited for on a thread of its own)
     try await laptop.startAgent()
     try await phone.startAgent()
     return (server, laptop, phone)
 }
 
 /// Polls `condition` until it holds (recording an issue and throwing after `timeout`); returns how long it took.
+/// Each look is taken on a thread of its own: a condition asks the agent, and waits for its answer.
 @discardableResult
-func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: () throws -> Bool) async throws -> Duration {
+func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: @escaping @Sendable () throws -> Bool) async throws -> Duration {
     let start = ContinuousClock.now
-    while try !condition() {
+    while try await !onOwnThread(condition) {
         if ContinuousClock.now - start > timeout {
             Issue.record("timed out waiting until \(what)")
             throw CocoaError(.fileReadUnknown, userInfo: [NSLocalizedDescriptionKey: "timed out waiting until \(what)"])
@@ -160,7 +160,7 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
         let server = try await RunningServer.start(data: dir.file("server").path)
         defer { _ = server.stop() }
         let laptop = try TestDevice("laptop", in: dir, container: "ABCDE12345.com.example.idle")
-        try laptop.login(server)
+        try await onOwnThread { try laptop.login(server) }
         try await laptop.startAgent()
 
         let batch = dir.file("Batch")
@@ -198,14 +198,13 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
         let laptop = try TestDevice("laptop", in: dir, container: container)
         let phone = try TestDevice("phone", in: dir, container: container)
         #expect(laptop.containers.url(forContainer: container) == nil, "signed out: no container")
-        try laptop.login(server)
-        try phone.login(server)
+        try await onOwnThread { try laptop.login(server); try phone.login(server) }
         #expect(laptop.containers.url(forContainer: "ABCDE12345.com.example.other") == nil, "not entitled")
         try await laptop.startAgent()
         try await phone.startAgent()
 
         // Created on the laptop: listed on the phone first (metadata), not downloaded.
-        try laptop.save("Trip.txt", "pack the tent")
+        try await onOwnThread { try laptop.save("Trip.txt", "pack the tent") }
         let listed = try await eventually("the phone lists Trip.txt") { phone.containers.isUbiquitousItem(at: phone.documents.appendingPathComponent("Trip.txt")) }
         #expect(phone.read("Trip.txt") == nil)
         #expect(phone.values("Trip.txt").ubiquitousItemDownloadingStatus == .notDownloaded)
@@ -222,7 +221,7 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
         #expect(values.ubiquitousItemContainerDisplayName == "e2e" && values.ubiquitousItemIsShared == false, "\(values)")
 
         // Edits flow both ways.
-        try phone.save("Trip.txt", "pack the tent and the stove")
+        try await onOwnThread { try phone.save("Trip.txt", "pack the tent and the stove") }
         try await eventually("the laptop has the phone's edit") { laptop.read("Trip.txt") == "pack the tent and the stove" }
 
         // A rename follows the item.
@@ -240,9 +239,9 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
         try await eventually("both are in step") { laptop.isIdle && phone.isIdle }
         let stopped = try await onOwnThread { (laptop.stopAgent(), phone.stopAgent()) }
         #expect(stopped == (0, 0), "SIGTERM stops an agent cleanly")
-        try laptop.save("Trip 2027.txt", "from the laptop")
+        try await onOwnThread { try laptop.save("Trip 2027.txt", "from the laptop") }
         try await Task.sleep(for: .milliseconds(20))
-        try phone.save("Trip 2027.txt", "from the phone")
+        try await onOwnThread { try phone.save("Trip 2027.txt", "from the phone") }
         try await laptop.startAgent()
         try await eventually("the laptop sent its edit") { laptop.isIdle }
         try await phone.startAgent()
@@ -276,7 +275,7 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
         // Folders: listed in their folder on the other device, downloaded on demand; a folder
         // renamed on one device is renamed on the other, with what is in it.
         try FileManager.default.createDirectory(at: laptop.documents.appendingPathComponent("Trips/2027"), withIntermediateDirectories: true)
-        try laptop.save("Trips/2027/Rome.txt", "Colosseum")
+        try await onOwnThread { try laptop.save("Trips/2027/Rome.txt", "Colosseum") }
         let nested = phone.documents.appendingPathComponent("Trips/2027/Rome.txt")
         try await eventually("the phone lists Trips/2027/Rome.txt") { phone.containers.isUbiquitousItem(at: nested) }
         try phone.containers.startDownloading(at: nested)
@@ -302,7 +301,7 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: (
         #expect(phone.containers.url(forContainer: container) == nil)
         try await eventually("the phone's agent stops syncing") { (try? phone.containers.agent.send(AgentRequest(.status)).status?.account) == .some(nil) }
         #expect { try agent.send(AgentRequest(.item, path: nowhere)) } throws: { ($0 as? AgentError)?.code == .notSignedIn }
-        try laptop.save("After.txt", "not for the phone")
+        try await onOwnThread { try laptop.save("After.txt", "not for the phone") }
         try await eventually("the laptop sent it") { laptop.isIdle }
         try await Task.sleep(for: .milliseconds(500))
         #expect(!FileManager.default.fileExists(atPath: UbiquityPlaceholder.url(for: phoneFolder.appendingPathComponent("After.txt")).path))

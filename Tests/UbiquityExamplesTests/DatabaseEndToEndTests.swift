@@ -52,7 +52,8 @@ import UbiquityTestSupport
 
         // Offline on both devices: the laptop renames the recipe, the phone changes its time and adds one.
         try await eventually("both agents are in step") { laptop.isIdle && phone.isIdle }
-        #expect(laptop.stopAgent() == 0 && phone.stopAgent() == 0)
+        let stopped = try await onOwnThread { (laptop.stopAgent(), phone.stopAgent()) }
+        #expect(stopped == (0, 0))
         try await a.writer.write { db in try db.execute(sql: "UPDATE recipe SET title = 'Sourdough' WHERE id = 'r1'") }
         try await b.writer.write { db in
             try db.execute(sql: "UPDATE recipe SET minutes = 120 WHERE id = 'r1'")

@@ -45,9 +45,7 @@ import UbiquityTestSupport
         let (onLaptop, onPhone) = try await onOwnThread {
             (try Self.documents(of: laptop).appendingPathComponent("Data.bin"), try Self.documents(of: phone).appendingPathComponent("Data.bin"))
         }
-        var random = SystemRandomNumberGenerator()
-        func randomBytes() -> Data { Data((0..<200_000).map { _ in UInt8.random(in: 0...255, using: &random) }) }
-        let first = randomBytes()
+        let first = randomBytes(200_000)
         try FileManager.default.createDirectory(at: onLaptop.deletingLastPathComponent(), withIntermediateDirectories: true)
         try first.write(to: onLaptop)
         #expect(await eventuallyValue(seconds: 60) { (try? Data(contentsOf: onPhone)) == first ? true : nil } == true, "\(phoneAgent.logged.suffix(2000))")
@@ -72,7 +70,7 @@ import UbiquityTestSupport
                 return lie
             }
         }
-        let second = randomBytes()
+        let second = randomBytes(200_000)
         try second.write(to: onLaptop)
         #expect(try await HostileKeyValueServerTests.until(phoneAgent, logs: "is not the chunk asked for"), "\(phoneAgent.logged.suffix(3000))")
         #expect(told.count.withLock { $0 } > 0, "the lie was told")

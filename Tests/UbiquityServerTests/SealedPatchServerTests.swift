@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Testing
+import UbiquityTestSupport
 import UbiquityKeys
 import UbiquityProtocol
 import UbiquitySync
@@ -28,8 +29,7 @@ import UbiquitySync
         try await server.run { client in
             let laptop = try await client.signIn("ada", device: "laptop")
             let keys = try await SealedKeyValueServerTests().setUpKeys(client, laptop).chunkKeys(container: notes)
-            var random = SystemRandomNumberGenerator()
-            let original = Data((0..<100_000).map { _ in UInt8.random(in: 0...255, using: &random) })
+            let original = randomBytes(100_000)
             var edited = original
             edited[50_000] ^= 0xff
             let (baseId, baseBody) = try keys.seal(original)

@@ -1,14 +1,12 @@
 import Foundation
 import Testing
+import UbiquityTestSupport
 @testable import UbiquitySync
 
 /// Sealed patches' plaintext side: a patch made against block prints (the old chunk's bytes
 /// gone) keeps the blocks that agree at either end and makes the new chunk from the old one.
 @Suite struct SealedPatchTests {
-    func random(_ count: Int) -> [UInt8] {
-        var generator = SystemRandomNumberGenerator()
-        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &generator) }
-    }
+    func random(_ count: Int) -> [UInt8] { [UInt8](randomBytes(count)) }
 
     @Test func aPatchMadeAgainstPrintsMakesTheNewChunkAndCarriesLittleMore() throws {
         let old = random(130_001) // not a whole number of blocks: the back prints differ
