@@ -121,3 +121,46 @@ final class StatusPresenter: NSObject, NSFilePresenter {
         #expect(refused.withLock { $0 })
     }
 }
+
+/// An eviction is asked of the presenters of every process; one that does not answer in time —
+/// stopped, or slow on a loaded machine — refuses it, as a presenter here does: nothing is
+/// evicted from under a presenter that did not agree (found by a full test run under load: the
+/// file was evicted while another process's presenter would have refused).
+@Suite struct RemoteEvictionTests {
+    @Test func aProcessThatDoesNotAnswerInTimeRefusesAnEviction() async throws {
+        await TestTurns.presenterProcesses.take(); defer { TestTurns.presenterProcesses.give() }
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = scratch.file("photo.jpg")
+        try Data("jpeg".utf8).write(to: item)
+        let process = ChildProcess()
+        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+            .appendingPathComponent("UbiquityCoordinatorHelper")
+        process.arguments = ["observe", item.path, URLResourceKey.ubiquitousItemDownloadingStatusKey.rawValue]
+        let output = Pipe()
+        process.standardOutput = output
+        try process.run()
+        defer { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() }
+        let reader = output.fileHandleForReading
+        try await onOwnThread {
+            var printed = ""
+            while !printed.contains("ready\n"), let chunk = try reader.read(upToCount: 1), !chunk.isEmpty { printed += String(decoding: chunk, as: UTF8.self) }
+        }
+        kill(process.processIdentifier, SIGSTOP)
+        defer { kill(process.processIdentifier, SIGCONT) }
+        let (ran, refusal) = try await onOwnThread { () -> (Bool, (any Error)?) in
+            var ran = false
+            let coordinator = NSFileCoordinator(filePresenter: nil, locks: .shared, presenterTimeout: .milliseconds(300))
+            do {
+                try coordinator.coordinate(writingItemAt: item, options: .forEvicting) { url in
+                    ran = true
+                    try FileManager.default.removeItem(at: url)
+                }
+                return (ran, nil)
+            } catch {
+                return (ran, error)
+            }
+        }
+        #expect((refusal as? FileCoordinationError)?.code == .refusedByPresenter, "\(String(describing: refusal))")
+        #expect(!ran && FileManager.default.fileExists(atPath: item.path), "nothing is evicted from under a process that did not agree")
+    }
+}

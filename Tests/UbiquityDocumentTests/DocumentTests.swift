@@ -228,6 +228,9 @@ struct ExampleFailure: Error, CustomStringConvertible {
             nonisolated(unsafe) let editing = document // (handed to the main queue, which alone uses it from then on)
             OperationQueue.main.addOperation { editing.edit("two") }
         }
+        // The main queue runs in order: once this runs, the edit has landed (on a loaded machine
+        // it may land only after the save completed — dirty then too).
+        await withCheckedContinuation { (landed: CheckedContinuation<Void, Never>) in OperationQueue.main.addOperation { landed.resume() } }
         #expect(saved && fileText(url) == "one")
         #expect(document.hasUnsavedChanges)
         #expect(await document.autosave())

@@ -74,6 +74,7 @@ final class PresenterChannel: Sendable {
         guard let entries = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return ([], []) } // no folder: no other process presents
         let own = "\(getpid()).sock"
         var sessions: [RemoteSession] = [], refusals: [String] = []
+        let evicting = access.writing.contains { NSFileCoordinator.WritingOptions(rawValue: $0.options).contains(.forEvicting) }
         for entry in entries where entry.hasSuffix(".sock") && entry != own {
             let path = directory + "/" + entry
             guard let fd = connect(to: path, timeout: timeout) else { continue }
@@ -92,6 +93,13 @@ final class PresenterChannel: Sendable {
             } else if ContinuousClock.now - asked < timeout * 0.9 {
                 // The connection ended without an answer: that process is exiting (or was killed).
                 logger.debug("a process with file presenters ended the exchange; proceeding without it", metadata: ["pid": "\(process)"])
+                close(fd)
+            } else if evicting {
+                // No answer in time is a refusal of an eviction, as it is from a presenter here:
+                // nothing is evicted from under a presenter that did not agree (a loaded
+                // machine's live process, found by a full test run; the file stays, nothing lost).
+                logger.warning("a process with file presenters did not answer in time; the eviction waits", metadata: ["pid": "\(process)", "timeout": "\(timeout)"])
+                refusals.append("a process with file presenters (\(process)) did not answer in time")
                 close(fd)
             } else {
                 logger.warning("a process with file presenters did not answer in time; proceeding without it", metadata: ["pid": "\(process)", "timeout": "\(timeout)"])

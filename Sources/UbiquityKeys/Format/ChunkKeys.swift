@@ -106,14 +106,7 @@ public struct ChunkKeys: Sendable {
     /// decrypts and refuses a mismatch, so a wrong one makes an unreadable chunk, never another's.
     /// - Throws: What the cipher throws (nothing in practice).
     public func seal(_ plaintext: some DataProtocol, as id: ChunkIdentifier) throws -> Data {
-        // Padded in one buffer of its final size (Padmé: 0x80, then zeros).
-        let length = Padme.paddedLength(plaintext.count + 1)
-        var padded = [UInt8]()
-        padded.reserveCapacity(length)
-        padded.append(contentsOf: plaintext)
-        padded.append(0x80)
-        padded.append(contentsOf: repeatElement(0, count: length - padded.count))
-        return try Sealing.seal(padded, key: SecretKey(key(for: id)), binding: binding(id),
+        try Sealing.seal(Self.padded(plaintext), key: SecretKey(key(for: id)), binding: binding(id),
                                 header: SealedHeader(format: Self.format, epoch: epoch), nonce: nonce(for: id))
     }
 
@@ -136,10 +129,7 @@ public struct ChunkKeys: Sendable {
               var padded = try? AES.GCM.open(box, using: key(for: id), authenticating: binding(id)) else {
             throw EncryptionError(.authenticationFailed, "chunk \(id) does not open: changed, truncated or not the chunk asked for")
         }
-        guard let marker = padded.lastIndex(where: { $0 != 0 }), padded[marker] == 0x80 else {
-            throw EncryptionError(.malformed, "chunk \(id) has bad padding")
-        }
-        padded.count = marker - padded.startIndex
+        guard Self.unpad(&padded) else { throw EncryptionError(.malformed, "chunk \(id) has bad padding") }
         guard HMAC<SHA256>.isValidAuthenticationCode(id.bytes, authenticating: padded, using: identifier.symmetric) else {
             throw EncryptionError(.identifierMismatch, "chunk \(id) holds other contents than its identifier names")
         }
@@ -169,13 +159,7 @@ public struct ChunkKeys: Sendable {
     /// chunk `id` (``identifier(of:)``): a patch applied to another base makes nothing.
     /// - Throws: What the cipher throws (nothing in practice).
     public func sealPatch(_ patch: some DataProtocol, making id: ChunkIdentifier, from base: ChunkIdentifier) throws -> Data {
-        let length = Padme.paddedLength(patch.count + 1)
-        var padded = [UInt8]()
-        padded.reserveCapacity(length)
-        padded.append(contentsOf: patch)
-        padded.append(0x80)
-        padded.append(contentsOf: repeatElement(0, count: length - padded.count))
-        return try Sealing.seal(padded, key: SecretKey(patchKey(making: id, from: base)), binding: patchBinding(making: id, from: base),
+        try Sealing.seal(Self.padded(patch), key: SecretKey(patchKey(making: id, from: base)), binding: patchBinding(making: id, from: base),
                                 header: SealedHeader(format: Self.format, epoch: epoch))
     }
 
@@ -195,10 +179,27 @@ public struct ChunkKeys: Sendable {
               var padded = try? AES.GCM.open(box, using: patchKey(making: id, from: base), authenticating: patchBinding(making: id, from: base)) else {
             throw EncryptionError(.authenticationFailed, "the patch of chunk \(id) does not open: changed, truncated or not a patch of the base named")
         }
-        guard let marker = padded.lastIndex(where: { $0 != 0 }), padded[marker] == 0x80 else {
-            throw EncryptionError(.malformed, "the patch of chunk \(id) has bad padding")
-        }
-        padded.count = marker - padded.startIndex
+        guard Self.unpad(&padded) else { throw EncryptionError(.malformed, "the patch of chunk \(id) has bad padding") }
         return padded
+    }
+
+    // MARK: Padding
+
+    /// `plaintext` padded (Padmé: 0x80, then zeros), in one buffer of its final size.
+    private static func padded(_ plaintext: some DataProtocol) -> [UInt8] {
+        let length = Padme.paddedLength(plaintext.count + 1)
+        var padded = [UInt8]()
+        padded.reserveCapacity(length)
+        padded.append(contentsOf: plaintext)
+        padded.append(0x80)
+        padded.append(contentsOf: repeatElement(0, count: length - padded.count))
+        return padded
+    }
+
+    /// Cuts the padding off `padded` in place; false if it is not padding.
+    private static func unpad(_ padded: inout Data) -> Bool {
+        guard let marker = padded.lastIndex(where: { $0 != 0 }), padded[marker] == 0x80 else { return false }
+        padded.count = marker - padded.startIndex
+        return true
     }
 }

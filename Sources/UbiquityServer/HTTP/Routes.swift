@@ -383,15 +383,7 @@ extension SyncServices {
                 try await receiveSealedPatches(request, from: device, logger: context.logger)
                 return Response(status: .created)
             }
-            var body: [UInt8] = [] // (patches are small: a new array is fine)
-            try await Self.batchBody(of: request, framing: ChunkPatchBatch.framing, into: &body)
-            let batch: ChunkPatchBatch
-            do {
-                batch = try ChunkPatchBatch(decoding: body, maximumChunkSize: Int(Validate.maximumChunkSize), maximumTotal: ChunkBatch.maximumBytes)
-            } catch let error as ChunkPatchBatch.FormatError {
-                throw SyncError.badRequest("badBatch", error.description)
-            }
-            guard !batch.patches.isEmpty else { throw SyncError.badRequest("badBatch", "the batch holds no patches") }
+            let batch = try await Self.patchBatch(of: request)
             try await requireChunks(batch.patches.map(\.base), of: device)
             // One base at a time; what is read for them is bounded too (a base may be large and named often).
             var made: [ChunkBatch.Chunk] = [], read = 0
@@ -436,41 +428,6 @@ extension SyncServices {
             guard let data = try await self.chunks.load(hash: hash, account: device.accountId) else { throw SyncError.chunkNotFound }
             return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: ByteBuffer(bytes: data)))
         }
-    }
-
-    /// Checks that `hashes` are well formed and chunks the device's account has — and, for a
-    /// device limited to some containers, chunks that items of those containers name (a chunk
-    /// of another container is answered as absent: its existence is not told).
-    /// - Throws: ``SyncError`` 400 for a malformed hash, 404 naming the first chunk it lacks.
-    func requireChunks(_ hashes: [String], of device: DeviceAuth) async throws {
-        for hash in hashes { try Validate.hash(hash) }
-        let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: hashes))
-        if let absent = hashes.first(where: lacking.contains) { throw SyncError.noSuchChunk(absent) }
-        if let containers = device.containers {
-            var named = try await database.chunksNamed(accountId: device.accountId, containers: containers, hashes: Array(Set(hashes)))
-            // A chunk a named chunk's sealed patch changes (and so on down its bases) is read to
-            // make that one: it may be read too. Walked up from each unnamed chunk, by the
-            // chunks stored as patches of it, to one that is named.
-            var frontier = Dictionary(uniqueKeysWithValues: Set(hashes).subtracting(named).map { ($0, Set([$0])) })
-            for _ in 0..<Self.maximumPatchDepth where !frontier.isEmpty {
-                let patching = try await database.chunksPatching(accountId: device.accountId, bases: Array(frontier.keys))
-                guard !patching.isEmpty else { break }
-                let reached = try await database.chunksNamed(accountId: device.accountId, containers: containers, hashes: Array(patching.keys))
-                var next: [String: Set<String>] = [:]
-                for (made, base) in patching {
-                    let origins = frontier[base] ?? []
-                    if reached.contains(made) { named.formUnion(origins) } else { next[made, default: []].formUnion(origins) }
-                }
-                frontier = next.filter { !$0.value.isSubset(of: named) }
-            }
-            if let outside = hashes.first(where: { !named.contains($0) }) { throw SyncError.noSuchChunk(outside) }
-        }
-    }
-
-    /// The bytes of chunk `hash` of the device's account (listed in its index: see ``requireChunks(_:of:)``).
-    func loadChunk(_ hash: String, of device: DeviceAuth) async throws -> [UInt8] {
-        guard let data = try await chunks.load(hash: hash, account: device.accountId) else { throw SyncError.noSuchChunk(hash) }
-        return [UInt8](data)
     }
 
     /// An update as it will be committed: a chunk-list difference applied to its base
@@ -633,54 +590,3 @@ extension SyncServices {
     }
 }
 
-extension SyncServices {
-    /// How many sealed patches deep a chunk may be stored: a chunk made from a patch of a chunk
-    /// made from a patch, and so on, down to one stored whole. A reader without any of them
-    /// reads every one; a device sends the chunk whole when its base is this deep already.
-    static let maximumPatchDepth = 8
-
-    /// Stores a batch of sealed patches (`POST /v1/chunks/patches?sealed=1`): each framed as a
-    /// ``ChunkPatch`` that keeps nothing of its base (prefix and suffix 0) whose middle is the
-    /// sealed patch, kept as it comes in place of the chunk it makes (the server cannot make
-    /// that chunk: the device made the patch, a reader applies it and checks the result).
-    /// - Throws: ``SyncError`` 400 `badBatch`/`badPatch`, 404 for a base the account lacks,
-    ///   409 `patchTooDeep` for a base that is ``maximumPatchDepth`` patches deep already.
-    func receiveSealedPatches(_ request: Request, from device: DeviceAuth, logger: Logger) async throws {
-        var body: [UInt8] = []
-        try await Self.batchBody(of: request, framing: ChunkPatchBatch.framing, into: &body)
-        let batch: ChunkPatchBatch
-        do {
-            batch = try ChunkPatchBatch(decoding: body, maximumChunkSize: Int(Validate.maximumChunkSize), maximumTotal: ChunkBatch.maximumBytes)
-        } catch let error as ChunkPatchBatch.FormatError {
-            throw SyncError.badRequest("badBatch", error.description)
-        }
-        guard !batch.patches.isEmpty else { throw SyncError.badRequest("badBatch", "the batch holds no patches") }
-        for patch in batch.patches {
-            guard patch.prefix == 0, patch.suffix == 0, !patch.middle.isEmpty else {
-                throw SyncError.badRequest("badPatch", "a sealed patch of chunk \(patch.hash) keeps nothing of its base: its middle is the sealed patch")
-            }
-            guard patch.hash != patch.base else { throw SyncError.badRequest("badPatch", "chunk \(patch.hash) is named as its own base") }
-        }
-        try await requireChunks(batch.patches.map(\.base), of: device)
-        // How deep each base is already (its own base, and so on).
-        var depth: [String: Int] = [:], frontier = Set(batch.patches.map(\.base))
-        for base in frontier { depth[base] = 0 }
-        var origin = Dictionary(uniqueKeysWithValues: frontier.map { ($0, $0) })
-        for level in 1...Self.maximumPatchDepth where !frontier.isEmpty {
-            let below = try await database.chunkBases(accountId: device.accountId, hashes: Array(frontier))
-            frontier = []
-            for (made, base) in below {
-                guard let start = origin[made] else { continue }
-                depth[start] = level
-                origin[base] = start
-                frontier.insert(base)
-            }
-        }
-        let batchBases = Set(batch.patches.map(\.hash))
-        if let deep = batch.patches.first(where: { (depth[$0.base] ?? 0) >= Self.maximumPatchDepth || batchBases.contains($0.base) }) {
-            throw SyncError(.conflict, "patchTooDeep", "the base of chunk \(deep.hash) is \(Self.maximumPatchDepth) sealed patches deep already (or in this batch): send the chunk whole")
-        }
-        try await receive(batch.patches.map { ChunkBatch.Chunk(hash: $0.hash, bytes: $0.middle) }, from: device, logger: logger, sealed: true,
-                          bases: Dictionary(batch.patches.map { ($0.hash, $0.base) }) { first, _ in first })
-    }
-}

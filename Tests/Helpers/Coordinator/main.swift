@@ -37,7 +37,8 @@ if arguments.count >= 3, ["add-conflict", "resolve-all", "remove-all", "find-arc
     }
 }
 // observe PATH KEY: presents PATH observing the ubiquity attribute KEY, prints "ready", then
-// prints the attributes it hears of (sorted, comma-separated) and exits; "none" after 10 s.
+// prints the attributes it hears of (sorted, comma-separated) and exits; "none" after 60 s (it
+// exits as soon as it hears: the wait is long for a loaded machine).
 final class ObservingPresenter: NSObject, NSFilePresenter {
     var presentedItemURL: URL?
     let presentedItemOperationQueue = OperationQueue()
@@ -61,7 +62,7 @@ if arguments.count == 4, arguments[1] == "observe" {
     let presenter = ObservingPresenter(url: URL(fileURLWithPath: arguments[2]), key: URLResourceKey(rawValue: arguments[3]))
     NSFileCoordinator.addFilePresenter(presenter)
     FileHandle.standardOutput.write(Data("ready\n".utf8))
-    let answered = presenter.heard.wait(timeout: .now() + 10) == .success
+    let answered = presenter.heard.wait(timeout: .now() + 60) == .success
     FileHandle.standardOutput.write(Data(((answered ? presenter.heardAttributes.joined(separator: ",") : "none") + "\n").utf8))
     NSFileCoordinator.removeFilePresenter(presenter)
     exit(0)

@@ -1,0 +1,41 @@
+import Foundation
+import UbiquityProtocol
+
+/// Which chunks a device may read: its account's, and — for a device limited to some
+/// containers — those the containers' items name, or that a named chunk's sealed patch needs.
+extension SyncServices {
+    /// Checks that `hashes` are well formed and chunks the device's account has — and, for a
+    /// device limited to some containers, chunks that items of those containers name (a chunk
+    /// of another container is answered as absent: its existence is not told).
+    /// - Throws: ``SyncError`` 400 for a malformed hash, 404 naming the first chunk it lacks.
+    func requireChunks(_ hashes: [String], of device: DeviceAuth) async throws {
+        for hash in hashes { try Validate.hash(hash) }
+        let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: hashes))
+        if let absent = hashes.first(where: lacking.contains) { throw SyncError.noSuchChunk(absent) }
+        if let containers = device.containers {
+            var named = try await database.chunksNamed(accountId: device.accountId, containers: containers, hashes: Array(Set(hashes)))
+            // A chunk a named chunk's sealed patch changes (and so on down its bases) is read to
+            // make that one: it may be read too. Walked up from each unnamed chunk, by the
+            // chunks stored as patches of it, to one that is named.
+            var frontier = Dictionary(uniqueKeysWithValues: Set(hashes).subtracting(named).map { ($0, Set([$0])) })
+            for _ in 0..<Self.maximumPatchDepth where !frontier.isEmpty {
+                let patching = try await database.chunksPatching(accountId: device.accountId, bases: Array(frontier.keys))
+                guard !patching.isEmpty else { break }
+                let reached = try await database.chunksNamed(accountId: device.accountId, containers: containers, hashes: Array(patching.keys))
+                var next: [String: Set<String>] = [:]
+                for (made, base) in patching {
+                    let origins = frontier[base] ?? []
+                    if reached.contains(made) { named.formUnion(origins) } else { next[made, default: []].formUnion(origins) }
+                }
+                frontier = next.filter { !$0.value.isSubset(of: named) }
+            }
+            if let outside = hashes.first(where: { !named.contains($0) }) { throw SyncError.noSuchChunk(outside) }
+        }
+    }
+
+    /// The bytes of chunk `hash` of the device's account (listed in its index: see ``requireChunks(_:of:)``).
+    func loadChunk(_ hash: String, of device: DeviceAuth) async throws -> [UInt8] {
+        guard let data = try await chunks.load(hash: hash, account: device.accountId) else { throw SyncError.noSuchChunk(hash) }
+        return [UInt8](data)
+    }
+}
