@@ -54,7 +54,7 @@ def shot(name):
     driver.save_screenshot(os.path.join(shots, name))
 
 
-def wait(condition, what, seconds=30):
+def wait(condition, what, seconds=60):  # (returns at once when it holds; a loaded two-core run needs the room)
     try:
         return WebDriverWait(driver, seconds, poll_frequency=0.05).until(lambda _: condition())
     except TimeoutException:
