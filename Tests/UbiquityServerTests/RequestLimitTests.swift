@@ -140,7 +140,9 @@ import Testing
             // (The sign-in's password hash takes seconds while the whole suite runs.)
             let answer = try await connection.answers(1, within: .seconds(60))
             #expect(answer.hasPrefix("HTTP/1.1 200"), "\(answer)")
-            try await connection.channel.close()
+            // (The server may have closed the kept-alive connection by now on a loaded run, its
+            // idle time up while this test waited for a thread: the answer is what counts.)
+            try? await connection.channel.close()
         }
     }
 
