@@ -57,10 +57,15 @@ import Glibc
             // The presenter's own coordinator: not reported to it at all.
             try await onOwnThread { try NSFileCoordinator(filePresenter: presenter).coordinate(writingItemAt: item) { try Data("own".utf8).write(to: $0) } }
             // Then one change nobody coordinated; by the time its notice arrives, any duplicate of
-            // the earlier ones would have arrived too.
+            // the earlier ones would have arrived too. (A writer the system puts aside for more
+            // than 100 ms between its open, which truncates, and its close — a loaded machine — is
+            // heard twice, as in the append test: the watcher does not wait longer for a close.)
+            let before = count("didChange", in: presenter)
+            #expect(before == 2, "\(presenter.log)")
             try await shell("printf shell > '\(item.path)'")
-            #expect(await eventually { count("didChange", in: presenter) == 3 })
-            #expect(presenter.log.filter { $0 == "didChange" }.count == 3)
+            #expect(await eventually { count("didChange", in: presenter) >= 3 })
+            try await Task.sleep(for: .milliseconds(300))
+            #expect((3...4).contains(presenter.log.filter { $0 == "didChange" }.count), "\(presenter.log)")
             #expect(try String(contentsOf: item, encoding: .utf8) == "shell")
         }
     }
