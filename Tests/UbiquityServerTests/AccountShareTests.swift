@@ -65,15 +65,17 @@ import Testing
 
             // An upload that goes away hands its turn to the first waiting, which hands it on
             // when answered, while the other upload still holds its own.
-            try await stalled[0].channel.close()
+            // (Closed by this side — or already by the server's slow-body guard, on a run so loaded
+            // that the stalled body's time ran out first: either way its turn is given back.)
+            try? await stalled[0].channel.close()
             #expect(try await first.answers(1, within: .seconds(20)).hasPrefix("HTTP/1.1 200"), "\(first.text)")
             #expect(try await second.answers(1, within: .seconds(20)).hasPrefix("HTTP/1.1 200"), "\(second.text)")
             #expect(try await waitFor((1, 0)), "\(load())")
-            try await stalled[1].channel.close()
+            try? await stalled[1].channel.close()
             #expect(try await waitFor((0, 0)), "every turn given back: \(load())")
             let metrics = String(buffer: try await api.send(.get, "/metrics").body)
             #expect(metrics.contains("ubiquity_account_share_waits_total 2") && metrics.contains("ubiquity_account_share_refusals_total 1"), "\(metrics)")
-            for connection in [first, second, refused] { try await connection.channel.close() }
+            for connection in [first, second, refused] { try? await connection.channel.close() }
         }
     }
 
