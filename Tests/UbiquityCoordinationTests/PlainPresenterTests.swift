@@ -72,18 +72,7 @@ final class StatusPresenter: NSObject, NSFilePresenter {
         NSFileCoordinator.addFilePresenter(here)
         defer { NSFileCoordinator.removeFilePresenter(here) }
         // A presenter in another process, observing the same attribute.
-        let process = ChildProcess()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
-            .appendingPathComponent("UbiquityCoordinatorHelper")
-        process.arguments = ["observe", item.path, URLResourceKey.ubiquitousItemDownloadingStatusKey.rawValue]
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
-        let reader = output.fileHandleForReading
-        try await onOwnThread {
-            var printed = ""
-            while !printed.contains("ready\n"), let chunk = try reader.read(upToCount: 1), !chunk.isEmpty { printed += String(decoding: chunk, as: UTF8.self) }
-        }
+        let (process, reader) = try await observingProcess(item)
 
         // An eviction asks presenters in every process; the other process's presenter does
         // not accommodate it (Apple's default), so nothing runs and the file stays.
@@ -132,19 +121,8 @@ final class StatusPresenter: NSObject, NSFilePresenter {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = scratch.file("photo.jpg")
         try Data("jpeg".utf8).write(to: item)
-        let process = ChildProcess()
-        process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
-            .appendingPathComponent("UbiquityCoordinatorHelper")
-        process.arguments = ["observe", item.path, URLResourceKey.ubiquitousItemDownloadingStatusKey.rawValue]
-        let output = Pipe()
-        process.standardOutput = output
-        try process.run()
+        let (process, _) = try await observingProcess(item)
         defer { kill(process.processIdentifier, SIGKILL); process.waitUntilExit() }
-        let reader = output.fileHandleForReading
-        try await onOwnThread {
-            var printed = ""
-            while !printed.contains("ready\n"), let chunk = try reader.read(upToCount: 1), !chunk.isEmpty { printed += String(decoding: chunk, as: UTF8.self) }
-        }
         kill(process.processIdentifier, SIGSTOP)
         defer { kill(process.processIdentifier, SIGCONT) }
         let (ran, refusal) = try await onOwnThread { () -> (Bool, (any Error)?) in
@@ -163,4 +141,22 @@ final class StatusPresenter: NSObject, NSFilePresenter {
         #expect((refusal as? FileCoordinationError)?.code == .refusedByPresenter, "\(String(describing: refusal))")
         #expect(!ran && FileManager.default.fileExists(atPath: item.path), "nothing is evicted from under a process that did not agree")
     }
+}
+
+/// The coordinator helper in another process presenting `item` and observing its downloading
+/// status, once it says it is ready; and where it prints what it hears.
+func observingProcess(_ item: URL) async throws -> (ChildProcess, FileHandle) {
+    let process = ChildProcess()
+    process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+        .appendingPathComponent("UbiquityCoordinatorHelper")
+    process.arguments = ["observe", item.path, URLResourceKey.ubiquitousItemDownloadingStatusKey.rawValue]
+    let output = Pipe()
+    process.standardOutput = output
+    try process.run()
+    let reader = output.fileHandleForReading
+    try await onOwnThread {
+        var printed = ""
+        while !printed.contains("ready\n"), let chunk = try reader.read(upToCount: 1), !chunk.isEmpty { printed += String(decoding: chunk, as: UTF8.self) }
+    }
+    return (process, reader)
 }

@@ -115,21 +115,8 @@ public struct ChunkKeys: Sendable {
     ///   (another format, or below `minimumFormat`), `.authenticationFailed` (changed,
     ///   truncated, spliced or sealed under another identifier or epoch), `.identifierMismatch`.
     public func open(_ body: some DataProtocol, as id: ChunkIdentifier, minimumFormat: UInt8 = 1) throws -> Data {
-        let header = try SealedHeader(body.prefix(SealedHeader.size))
-        guard header.format == Self.format, header.format >= minimumFormat else {
-            throw EncryptionError(.unsupportedFormat, "chunk \(id) is in format \(header.format); this device reads format \(Self.format) (minimum \(minimumFormat))")
-        }
-        guard header.epoch == epoch else {
-            throw EncryptionError(.authenticationFailed, "chunk \(id) is sealed under epoch \(header.epoch), not \(epoch)")
-        }
-        guard body.count >= Self.overhead + 1 else { throw EncryptionError(.malformed, "chunk \(id) is shorter than a sealed chunk") }
-        // Nonce, ciphertext and tag follow the header as AES-GCM's combined form: opened where
-        // they lie (one copy into the box, one out of the cipher; the padding cut off in place).
-        guard let box = try? AES.GCM.SealedBox(combined: body.dropFirst(SealedHeader.size)),
-              var padded = try? AES.GCM.open(box, using: key(for: id), authenticating: binding(id)) else {
-            throw EncryptionError(.authenticationFailed, "chunk \(id) does not open: changed, truncated or not the chunk asked for")
-        }
-        guard Self.unpad(&padded) else { throw EncryptionError(.malformed, "chunk \(id) has bad padding") }
+        let padded = try Self.openPadded(body, naming: "chunk \(id)", kind: "a sealed chunk", key: key(for: id), binding: binding(id), epoch: epoch,
+                                         minimumFormat: minimumFormat, unopened: "changed, truncated or not the chunk asked for")
         guard HMAC<SHA256>.isValidAuthenticationCode(id.bytes, authenticating: padded, using: identifier.symmetric) else {
             throw EncryptionError(.identifierMismatch, "chunk \(id) holds other contents than its identifier names")
         }
@@ -167,20 +154,9 @@ public struct ChunkKeys: Sendable {
     /// - Throws: ``EncryptionError``: `.malformed`, `.unsupportedFormat`, `.authenticationFailed`
     ///   (changed, truncated, of another pair of chunks or another epoch).
     public func openPatch(_ body: some DataProtocol, making id: ChunkIdentifier, from base: ChunkIdentifier, minimumFormat: UInt8 = 1) throws -> Data {
-        let header = try SealedHeader(body.prefix(SealedHeader.size))
-        guard header.format == Self.format, header.format >= minimumFormat else {
-            throw EncryptionError(.unsupportedFormat, "the patch of chunk \(id) is in format \(header.format); this device reads format \(Self.format) (minimum \(minimumFormat))")
-        }
-        guard header.epoch == epoch else {
-            throw EncryptionError(.authenticationFailed, "the patch of chunk \(id) is sealed under epoch \(header.epoch), not \(epoch)")
-        }
-        guard body.count >= Self.overhead + 1 else { throw EncryptionError(.malformed, "the patch of chunk \(id) is shorter than a sealed patch") }
-        guard let box = try? AES.GCM.SealedBox(combined: body.dropFirst(SealedHeader.size)),
-              var padded = try? AES.GCM.open(box, using: patchKey(making: id, from: base), authenticating: patchBinding(making: id, from: base)) else {
-            throw EncryptionError(.authenticationFailed, "the patch of chunk \(id) does not open: changed, truncated or not a patch of the base named")
-        }
-        guard Self.unpad(&padded) else { throw EncryptionError(.malformed, "the patch of chunk \(id) has bad padding") }
-        return padded
+        try Self.openPadded(body, naming: "the patch of chunk \(id)", kind: "a sealed patch", key: patchKey(making: id, from: base),
+                            binding: patchBinding(making: id, from: base), epoch: epoch, minimumFormat: minimumFormat,
+                            unopened: "changed, truncated or not a patch of the base named")
     }
 
     // MARK: Padding
@@ -193,6 +169,27 @@ public struct ChunkKeys: Sendable {
         padded.append(contentsOf: plaintext)
         padded.append(0x80)
         padded.append(contentsOf: repeatElement(0, count: length - padded.count))
+        return padded
+    }
+
+    /// The padded plaintext of a sealed chunk or patch (`what` names it in errors, `kind` says
+    /// what it should be), its header checked and its box opened where it lies (one copy into
+    /// the box, one out of the cipher; the padding cut off in place).
+    private static func openPadded(_ body: some DataProtocol, naming what: String, kind: String, key: SymmetricKey, binding: [UInt8], epoch: UInt32,
+                                   minimumFormat: UInt8, unopened: String) throws -> Data {
+        let header = try SealedHeader(body.prefix(SealedHeader.size))
+        guard header.format == format, header.format >= minimumFormat else {
+            throw EncryptionError(.unsupportedFormat, "\(what) is in format \(header.format); this device reads format \(format) (minimum \(minimumFormat))")
+        }
+        guard header.epoch == epoch else {
+            throw EncryptionError(.authenticationFailed, "\(what) is sealed under epoch \(header.epoch), not \(epoch)")
+        }
+        guard body.count >= overhead + 1 else { throw EncryptionError(.malformed, "\(what) is shorter than \(kind)") }
+        guard let box = try? AES.GCM.SealedBox(combined: body.dropFirst(SealedHeader.size)),
+              var padded = try? AES.GCM.open(box, using: key, authenticating: binding) else {
+            throw EncryptionError(.authenticationFailed, "\(what) does not open: \(unopened)")
+        }
+        guard unpad(&padded) else { throw EncryptionError(.malformed, "\(what) has bad padding") }
         return padded
     }
 

@@ -46,14 +46,7 @@ extension SQLiteDatabase {
         guard !bases.isEmpty else { return [:] }
         return try await pool.read { db in
             var patching: [String: String] = [:]
-            for start in stride(from: 0, to: bases.count, by: 500) {
-                let batch = Array(bases[start..<min(start + 500, bases.count)])
-                let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
-                for row in try Row.fetchAll(db, sql: "SELECT hash, base FROM chunk WHERE accountId = ? AND base IN (\(marks))",
-                                            arguments: StatementArguments([accountId] + batch)) {
-                    patching[row["hash"]] = row["base"]
-                }
-            }
+            try Self.forEachRow(db, account: accountId, among: bases, sql: { "SELECT hash, base FROM chunk WHERE accountId = ? AND base IN (\($0))" }) { patching[$0["hash"]] = $0["base"] }
             return patching
         }
     }
@@ -86,17 +79,22 @@ extension SQLiteDatabase {
         }
     }
 
-    /// The chunks among `hashes` stored as sealed patches, and their bases, 500 a statement.
+    /// The chunks among `hashes` stored as sealed patches, and their bases.
     static func bases(_ db: Database, account: Int64, hashes: [String]) throws -> [String: String] {
         var bases: [String: String] = [:]
-        for start in stride(from: 0, to: hashes.count, by: 500) {
-            let batch = Array(hashes[start..<min(start + 500, hashes.count)])
-            let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
-            for row in try Row.fetchAll(db, sql: "SELECT hash, base FROM chunk WHERE accountId = ? AND base IS NOT NULL AND hash IN (\(marks))",
-                                        arguments: StatementArguments([account] + batch)) {
-                bases[row["hash"]] = row["base"]
-            }
+        try forEachRow(db, account: account, among: hashes, sql: { "SELECT hash, base FROM chunk WHERE accountId = ? AND base IS NOT NULL AND hash IN (\($0))" }) {
+            bases[$0["hash"]] = $0["base"]
         }
         return bases
+    }
+
+    /// Runs `sql` — its arguments the account, then `values`, whose `?` marks it places where its
+    /// argument says — 500 values a statement, handing each row to `each`.
+    static func forEachRow(_ db: Database, account: Int64, among values: [String], sql: (String) -> String, _ each: (Row) throws -> Void) throws {
+        for start in stride(from: 0, to: values.count, by: 500) {
+            let batch = Array(values[start..<min(start + 500, values.count)])
+            let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
+            for row in try Row.fetchAll(db, sql: sql(marks), arguments: StatementArguments([account] + batch)) { try each(row) }
+        }
     }
 }

@@ -309,13 +309,8 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
     /// The sizes of the rows of `table` (`chunk` or `pendingChunk`) among `hashes`, 500 a statement.
     private func sizes(in table: String, of size: String = "size", account: Int64, hashes: [String]) throws -> [String: Int64] {
         var sizes: [String: Int64] = [:]
-        for start in stride(from: 0, to: hashes.count, by: 500) {
-            let batch = Array(hashes[start..<min(start + 500, hashes.count)])
-            let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
-            for row in try Row.fetchAll(db, sql: "SELECT hash, \(size) AS size FROM \(table) WHERE accountId = ? AND hash IN (\(marks))",
-                                        arguments: StatementArguments([account] + batch)) {
-                sizes[row["hash"]] = row["size"]
-            }
+        try SQLiteDatabase.forEachRow(db, account: account, among: hashes, sql: { "SELECT hash, \(size) AS size FROM \(table) WHERE accountId = ? AND hash IN (\($0))" }) {
+            sizes[$0["hash"]] = $0["size"]
         }
         return sizes
     }
