@@ -15,7 +15,14 @@ import Testing
         var limits = AccountShareLimits()
         limits.working = 2
         limits.waiting = 2
-        let server = try await TestServer(accountShare: limits); defer { server.remove() }
+        // The stalled uploads below must hold their turns for the whole test, however loaded the
+        // run: the slow-body guard (20 s) and the idle guard (90 s) are given longer than the test can take.
+        var requestLimits = RequestLimits()
+        requestLimits.bodyTimeout = .seconds(600)
+        requestLimits.headerTimeout = .seconds(600)
+        var connectionLimits = ConnectionLimits()
+        connectionLimits.idleTimeout = .seconds(600)
+        let server = try await TestServer(connectionLimits: connectionLimits, requestLimits: requestLimits, accountShare: limits); defer { server.remove() }
         _ = try await server.admin.createAccount(name: "ann", password: "correct horse")
         _ = try await server.admin.createAccount(name: "bob", password: "correct horse")
         try await server.server.makeApplication().test(.live) { client in
@@ -65,13 +72,11 @@ import Testing
 
             // An upload that goes away hands its turn to the first waiting, which hands it on
             // when answered, while the other upload still holds its own.
-            // (Closed by this side — or already by the server's slow-body guard, on a run so loaded
-            // that the stalled body's time ran out first: either way its turn is given back.)
-            try? await stalled[0].channel.close()
+            try await stalled[0].channel.close()
             #expect(try await first.answers(1, within: .seconds(20)).hasPrefix("HTTP/1.1 200"), "\(first.text)")
             #expect(try await second.answers(1, within: .seconds(20)).hasPrefix("HTTP/1.1 200"), "\(second.text)")
             #expect(try await waitFor((1, 0)), "\(load())")
-            try? await stalled[1].channel.close()
+            try await stalled[1].channel.close()
             #expect(try await waitFor((0, 0)), "every turn given back: \(load())")
             let metrics = String(buffer: try await api.send(.get, "/metrics").body)
             #expect(metrics.contains("ubiquity_account_share_waits_total 2") && metrics.contains("ubiquity_account_share_refusals_total 1"), "\(metrics)")
