@@ -47,7 +47,7 @@ let package = Package(
         // The sync protocol's messages (Codable, Foundation only): shared by the server and its clients.
         .target(name: "UbiquityProtocol"),
         // The sync engine: content-defined chunks, chunk-list deltas (no server, no network).
-        .target(name: "UbiquitySync", dependencies: ["UbiquityProtocol", "UbiquityFiles", .product(name: "Crypto", package: "swift-crypto"),
+        .target(name: "UbiquitySync", dependencies: ["UbiquityProtocol", "UbiquityFiles", "UbiquityKeys", .product(name: "Crypto", package: "swift-crypto"),
                                                     .product(name: "OrderedCollections", package: "swift-collections")]),
         // What apps and the agent say to each other over the agent's local socket: typed requests, answers, error codes.
         .target(name: "UbiquityAgentProtocol", dependencies: ["UbiquityFiles"]),
@@ -152,7 +152,7 @@ let package = Package(
 
         .testTarget(name: "UbiquityFilesTests", dependencies: ["UbiquityFiles", "UbiquityTestSupport"]),
         .testTarget(name: "UbiquityKeysTests", dependencies: ["UbiquityKeys", "UbiquityTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
-        .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync", "UbiquityProtocol", "UbiquityTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
+        .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync", "UbiquityProtocol", "UbiquityKeys", "UbiquityTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "UbiquityAgentProtocolTests", dependencies: ["UbiquityAgentProtocol"]),
         .testTarget(name: "UbiquityClientTests", dependencies: ["UbiquityClient", "UbiquityTestSupport"]),
         .testTarget(name: "UbiquityQueryTests", dependencies: ["UbiquityQuery", "UbiquityClient", "UbiquityTestSupport"]),

@@ -105,7 +105,7 @@ final class ConflictReconciler {
             }
             if !resolved.isEmpty {
                 do {
-                    let answer = try await sync.client.resolve(container: sync.container, item: item, keep: remote.revision, remove: resolved.sorted())
+                    let answer = try sync.opened(try await sync.client.resolve(container: sync.container, item: item, keep: remote.revision, remove: resolved.sorted()))
                     sync.state.learn(ContainerSync.snapshot(answer))
                     if sync.errors[item]?.hasPrefix(Self.resolutionError) == true { sync.errors[item] = nil }
                     for revision in resolved {
@@ -114,12 +114,12 @@ final class ConflictReconciler {
                         try sync.store.setConflictCopy(false, container: sync.container, item: item, revision: revision)
                         sync.noteAttributes([.ubiquitousItemHasUnresolvedConflictsKey], at: path)
                     }
-                } catch let error as SyncClientError {
+                } catch {
                     // Tried again next round. Refused as `notAVersion`, this device's view of the
                     // item is behind the server's (another device saved or resolved meanwhile):
-                    // the next round fetches first.
+                    // the next round fetches first. (An answer whose record is refused: the same.)
                     sync.errors[item] = "\(Self.resolutionError): \(error)"
-                    if error.code == "notAVersion" { sync.fetchAgain() }
+                    if (error as? SyncClientError)?.code == "notAVersion" || error is ItemRecordError { sync.fetchAgain() }
                 }
                 continue
             }
@@ -129,8 +129,8 @@ final class ConflictReconciler {
             let missing = known.subtracting(copies)
             guard !missing.isEmpty else { continue }
             let details: ItemState
-            do { details = try await sync.client.item(container: sync.container, id: item) } catch let error as SyncClientError {
-                sync.downloadErrors[item] = error.description
+            do { details = try sync.opened(try await sync.client.item(container: sync.container, id: item)) } catch {
+                sync.downloadErrors[item] = "\(error)"
                 continue
             }
             sync.downloadErrors[item] = nil // an earlier attempt's failure no longer stands (set again below if one fails)

@@ -2,6 +2,7 @@ import Foundation
 import UbiquityAgentProtocol
 import UbiquityCoordination
 import UbiquityProtocol
+import UbiquitySync
 
 // Versions of an item that the server keeps and this device does not have — Apple's nonlocal
 // versions (`NSFileVersion.getNonlocalVersionsOfItem(at:completionHandler:)`): listed by asking
@@ -13,9 +14,21 @@ extension ContainerSync {
     ///   not), or when the server cannot be asked.
     package func remoteVersions(of name: String) async throws -> [RemoteVersion] {
         let item = try knownItem(at: name)
-        let revisions: [ItemRevision]
+        var revisions: [ItemRevision]
         do { revisions = try await client.revisions(container: container, item: item) } catch let error as SyncClientError {
             throw Self.versionError(error, name: name)
+        }
+        if revisions.contains(where: { $0.record != nil }) {
+            try await refreshCodec()
+            do {
+                revisions = try revisions.map { revision in
+                    guard let records = codec.records else { throw ItemRecordError(item: item, reason: "it is sealed and this device holds no key of the account") }
+                    return try records.opened(revision, item: item)
+                }
+            } catch {
+                logger.error("the server's list of versions was refused", metadata: ["container": "\(container)", "error": "\(error)"])
+                throw ContainerSyncError("the server's versions of \(name) are refused: \(error)", code: .downloadFailed)
+            }
         }
         return revisions.filter(\.uploaded).map {
             RemoteVersion(revision: $0.revision, name: $0.name, deviceName: $0.deviceName, size: $0.size, modificationDate: $0.modificationDate)
@@ -49,9 +62,18 @@ extension ContainerSync {
         }
         guard !FileManager.default.fileExists(atPath: destination.path) else { return }
         try await refreshCodec() // (its chunks may be sealed)
-        let contents: RevisionContentsResponse
+        var contents: RevisionContentsResponse
         do { contents = try await client.revision(container: container, item: item, revision: revision) } catch let error as SyncClientError {
             throw Self.versionError(error, name: name)
+        }
+        if contents.record != nil {
+            do {
+                guard let records = codec.records else { throw ItemRecordError(item: item, reason: "it is sealed and this device holds no key of the account") }
+                contents = try records.opened(contents, item: item)
+            } catch {
+                logger.error("a version from the server was refused", metadata: ["container": "\(container)", "error": "\(error)"])
+                throw ContainerSyncError("that version of \(name) is refused: \(error)", code: .downloadFailed)
+            }
         }
         guard contents.uploaded else {
             throw ContainerSyncError("that version of \(name) is not uploaded yet by its device", code: .downloadFailed)

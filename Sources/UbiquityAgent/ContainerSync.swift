@@ -429,7 +429,7 @@ package actor ContainerSync {
             errors[Self.fetchErrorKey] = nil
             var cursor = since
             while true {
-                let page: ChangesResponse
+                var page: ChangesResponse
                 var pushed = false
                 if let kept = pushedPage, kept.since == cursor {
                     page = kept.page // brought by the push that told of it
@@ -439,6 +439,15 @@ package actor ContainerSync {
                     page = try await client.changes(container: container, since: cursor, brief: true, inline: inlineLimit)
                 }
                 pushedPage = nil
+                do {
+                    page.items = try opened(page.items)
+                } catch {
+                    // A record the server changed, moved or swapped: nothing of the page is
+                    // taken (the cursor stays), and the status says why.
+                    logger.error("a page of changes was refused", metadata: ["container": "\(container)", "error": "\(error)"])
+                    errors[Self.fetchErrorKey] = "\(error)"
+                    throw error
+                }
                 materialiser.keepInlined(page.items, in: self)
                 for item in page.items where !item.uploaded && !item.deleted && item.kind != .directory && files.file(of: item.id)?.revision == item.revision {
                     unuploadedOwn.insert(item.id)
@@ -453,7 +462,7 @@ package actor ContainerSync {
                 }
             }
         case .resolve(let item, let keep, let remove):
-            state.learn(Self.snapshot(try await client.resolve(container: container, item: item, keep: keep, remove: remove)))
+            state.learn(Self.snapshot(try opened(try await client.resolve(container: container, item: item, keep: keep, remove: remove))))
         }
         try await persist()
     }
@@ -554,6 +563,30 @@ package actor ContainerSync {
 
     /// About how many bytes of chunks one request carries, each way (``ChunkBatch``).
     static let transferBatchBytes = 4 << 20
+
+    // MARK: Records
+
+    /// `state` as its device made it: its sealed records opened and checked (``ItemRecords``);
+    /// as it is when nothing of it is sealed.
+    /// - Throws: ``ItemRecordError`` for a record that does not open or does not fit what the
+    ///   server says beside it (nothing of the answer is used), or one this device cannot open.
+    func opened(_ state: ItemState) throws -> ItemState {
+        if let records = codec.records { return try records.opened(state) }
+        guard state.record == nil, !state.conflicts.contains(where: { $0.record != nil }) else {
+            throw ItemRecordError(item: state.id, reason: "it is sealed and this device holds no key of the account")
+        }
+        return state
+    }
+
+    /// Each of `states` opened (``opened(_:)-(ItemState)``).
+    func opened(_ states: [ItemState]) throws -> [ItemState] { try states.map(opened) }
+
+    /// A commit's answer with its item opened.
+    func opened(_ answer: CommitResponse) throws -> CommitResponse {
+        var answer = answer
+        answer.item = try opened(answer.item)
+        return answer
+    }
 
     // MARK: Mapping
 

@@ -247,7 +247,7 @@ final class Materialiser {
             start += group.count
             let states: [String: ItemState]
             do {
-                states = Dictionary(try await sync.client.items(container: sync.container, ids: group.map(\.item)).map { ($0.id, $0) }, uniquingKeysWith: { $1 })
+                states = Dictionary(try sync.opened(try await sync.client.items(container: sync.container, ids: group.map(\.item))).map { ($0.id, $0) }, uniquingKeysWith: { $1 })
             } catch let error as SyncClientError {
                 outcomes += group.map { ($0, .failure(error)) }
                 continue
@@ -406,7 +406,7 @@ final class Materialiser {
         if let known {
             current = known
         } else {
-            current = try await sync.client.item(container: sync.container, id: item, since: kind == .file ? previous?.revision : nil)
+            current = try sync.opened(try await sync.client.item(container: sync.container, id: item, since: kind == .file ? previous?.revision : nil))
         }
         if let delta = current.manifestDelta {
             // The chunk list as a difference from the revision the local copy is.
@@ -414,7 +414,7 @@ final class Materialiser {
                let chunks = try? delta.apply(to: old) { // a delta that does not fit: the whole list is asked for below
                 current.manifest = Manifest(chunks: chunks.map(\.reference))
             } else {
-                current = try await sync.client.item(container: sync.container, id: item)
+                current = try sync.opened(try await sync.client.item(container: sync.container, id: item))
             }
         }
         guard current.uploaded, LocalContents.token(current.manifest, kind: kind) == content else { return nil }

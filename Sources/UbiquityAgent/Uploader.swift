@@ -44,27 +44,40 @@ struct Uploader {
     /// to lack (collected, or damaged, since it was asked) go once more after those chunks,
     /// unless `retrying`.
     private func send(_ batch: [LocalChange], deltas: Bool, retrying: Bool = false, sequences: inout [Int64], in sync: isolated ContainerSync) async throws -> Bool {
-        var sent: [(change: LocalChange, members: [LocalMember])] = [], commits: [ItemCommit] = []
+        // `plain`: each update as this device made it; `commits`: as it goes (its record sealed).
+        var sent: [(change: LocalChange, members: [LocalMember])] = [], commits: [ItemCommit] = [], plain: [ItemUpdate] = []
         var inlineBytes = 0, inlinedItems = Set<String>()
         for change in batch {
+            let members: [LocalMember]
             do {
-                let members = change.deleted ? [] : try contents(for: change, in: sync)
-                sent.append((change, members))
-                // A small file's bytes go with its commit (as a whole chunk list: a delta would save nothing).
-                if inlineBytes < Self.commitInlineBytes, let contents = inlineContents(of: change, members: members, in: sync) {
-                    var update = update(for: change, members: members, delta: false, in: sync)
-                    update.contents = contents
-                    inlineBytes += contents.count
-                    inlinedItems.insert(change.item)
-                    commits.append(ItemCommit(item: change.item, update: update))
-                } else {
-                    commits.append(ItemCommit(item: change.item, update: update(for: change, members: members, delta: deltas, in: sync)))
-                }
+                members = change.deleted ? [] : try contents(for: change, in: sync)
             } catch {
                 // Unreadable now (removed meanwhile, no permission): the next scan says what it became.
                 sync.state.failed(.commit(change))
                 sync.errors[change.item] = "cannot read it: \(error)"
+                continue
             }
+            var update: ItemUpdate
+            var inlined = false
+            // A small file's bytes go with its commit (as a whole chunk list: a delta would save nothing).
+            if inlineBytes < Self.commitInlineBytes, let contents = inlineContents(of: change, members: members, in: sync) {
+                update = self.update(for: change, members: members, delta: false, in: sync)
+                update.contents = contents
+                inlineBytes += contents.count
+                inlined = true
+            } else {
+                update = self.update(for: change, members: members, delta: deltas, in: sync)
+            }
+            do {
+                commits.append(ItemCommit(item: change.item, update: try wire(update, of: change.item, members: members, in: sync)))
+            } catch {
+                sync.state.failed(.commit(change))
+                sync.errors[change.item] = "cannot seal its record: \(error)"
+                continue
+            }
+            if inlined { inlinedItems.insert(change.item) }
+            sent.append((change, members))
+            plain.append(update)
         }
         guard !commits.isEmpty else { return true }
         let results: [CommitResult]
@@ -77,8 +90,20 @@ struct Uploader {
         }
         var accepted: [(change: LocalChange, members: [LocalMember], answer: CommitResponse)] = [], whole: [LocalChange] = []
         var lacking: [Upload] = []
-        for ((entry, commit), result) in zip(zip(sent, commits), results) {
-            if let answer = result.commit ?? result.committed.map({ Self.answer($0, to: commit.update, of: entry.change, members: entry.members) }) {
+        for ((entry, update), result) in zip(zip(sent, plain), results) {
+            var full = result.commit
+            if let answer = full {
+                do {
+                    full = try sync.opened(answer)
+                } catch {
+                    // The server's answer does not open (or not to this item): the change waits
+                    // for the next round, as if unanswered.
+                    sync.logger.error("a commit's answer was refused", metadata: ["container": "\(sync.container)", "error": "\(error)"])
+                    sync.failed(.commit(entry.change), SyncClientError(status: 502, code: "recordRefused", message: "\(error)"))
+                    continue
+                }
+            }
+            if let answer = full ?? result.committed.map({ Self.answer($0, to: update, of: entry.change, members: entry.members) }) {
                 accepted.append((entry.change, entry.members, answer))
             } else if deltas, result.error?.code == "deltaBaseUnknown" {
                 sync.state.failed(.commit(entry.change))
@@ -221,6 +246,13 @@ struct Uploader {
 
     /// How many hashes one "which do you lack" question carries (the server takes 100,000).
     static let missingQuestionSize = 50_000
+
+    /// The update as it goes to the server: with its record sealed (``ItemRecords``) when this
+    /// device seals, else as it is.
+    func wire(_ update: ItemUpdate, of item: String, members: [LocalMember], in sync: isolated ContainerSync) throws -> ItemUpdate {
+        guard let records = sync.codec.records, records.seals else { return update }
+        return try records.sealed(update, item: item, manifest: LocalContents.manifest(members, kind: update.kind))
+    }
 
     /// The update a change becomes on the wire.
     func update(for change: LocalChange, members: [LocalMember], delta allowed: Bool, in sync: isolated ContainerSync) -> ItemUpdate {

@@ -43,8 +43,9 @@ func printProtection(_ status: ProtectionStatus) {
     // before someone counts on Advanced for documents.
     let configured = (try? AgentConfiguration.load(from: UbiquityPaths().agentConfiguration))?.sealedContents ?? false
     let sealsContents = configured || status.custody == .advanced
-    print("sealed:     key-value stores" + (sealsContents ? "; documents' contents (" + (status.custody == .advanced ? "always under Advanced" : "this device's agent.json: sealedContents") + ")" : ""))
-    print("not sealed: documents' names, sizes and dates" + (sealsContents ? "" : "; documents' contents (set \"sealedContents\": true in agent.json on every device)"))
+    print("sealed:     key-value stores" + (sealsContents ? "; documents' contents, names, types, sizes and dates (" + (status.custody == .advanced ? "always under Advanced" : "this device's agent.json: sealedContents") + ")" : ""))
+    print(sealsContents ? "the server sees: which items there are, in which folders, of which kind, their padded sizes and when they change"
+          : "not sealed: documents' contents, names, types, sizes and dates (set \"sealedContents\": true in agent.json on every device)")
 }
 
 /// `ubiquity protection status|advanced|standard`.

@@ -20,6 +20,11 @@ public struct ItemRevision: Codable, Sendable, Equatable {
     public var created: Double
     /// Whether every chunk is on the server (it can be downloaded).
     public var uploaded: Bool
+    /// Its sealed record (``ItemUpdate/record``), when its device sealed it: ``name``,
+    /// ``size`` and ``modificationDate`` are then what the server knows, the truth inside.
+    public var record: Data?
+    /// Its folder (a sealed record is bound to it).
+    public var parent: String?
 
     /// Creates a value.
     public init(revision: String, name: String, kind: ItemKind, deviceName: String, size: Int64, modificationDate: Double, created: Double, uploaded: Bool) {
@@ -65,6 +70,10 @@ public struct RevisionContentsResponse: Codable, Sendable, Equatable {
     public var manifest: Manifest
     /// Whether every chunk is on the server.
     public var uploaded: Bool
+    /// Its sealed record (``ItemUpdate/record``), when its device sealed it.
+    public var record: Data?
+    /// Its folder (a sealed record is bound to it).
+    public var parent: String?
 
     /// Creates a value.
     public init(revision: String, name: String, deviceName: String, size: Int64, modificationDate: Double, kind: ItemKind, manifest: Manifest, uploaded: Bool) {

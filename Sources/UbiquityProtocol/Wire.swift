@@ -131,6 +131,14 @@ public struct ItemUpdate: Codable, Sendable {
     /// those chunks with the commit, so the revision is downloadable at once and no chunk
     /// request is needed. Answered `400 invalidContents` when they do not fit the chunk list.
     public var contents: Data?
+    /// The item's sealed record, from a device of an account whose devices seal (docs/Encryption.md,
+    /// "Sealed item records"): its name, type, date, sizes and content token, sealed to the
+    /// container, the item and its folder. The rest of the update then says only what the server
+    /// needs: ``name`` is the name-clash tag (32 lowercase hexadecimal digits), ``type`` is nil,
+    /// ``modificationDate`` is 0 (the server orders concurrent edits by their arrival), the
+    /// manifest's chunks are at their sealed sizes and a package's member paths are their
+    /// positions.
+    public var record: Data?
 
     /// The most bytes a file's ``contents`` (and ``ItemState/contents``) carry inline.
     public static let maximumInlineBytes = 16 << 10
@@ -194,6 +202,10 @@ public struct ItemState: Codable, Sendable, Equatable {
     /// In JSON: `text` when they are UTF-8, `contents` in base64 otherwise (as
     /// ``ItemUpdate/contents``).
     public var contents: Data?
+    /// The current revision's sealed record (``ItemUpdate/record``), when its device sealed it:
+    /// ``name``, ``type``, ``modificationDate``, ``size``, ``digest`` and the manifest's sizes
+    /// are then what the server knows, and the truth is inside.
+    public var record: Data?
 
     /// Creates a value.
     public init(id: String, revision: String, name: String, parent: String? = nil, kind: ItemKind, size: Int64, modificationDate: Double, type: String? = nil, deleted: Bool, uploaded: Bool, deviceName: String, sequence: Int64, manifest: Manifest, conflicts: [ConflictVersion]) {
@@ -230,6 +242,10 @@ public struct ConflictVersion: Codable, Sendable, Equatable {
     public var manifest: Manifest
     /// What names its contents, in brief answers (whose manifests are left out).
     public var digest: String?
+    /// Its sealed record (``ItemUpdate/record``), when its device sealed it.
+    public var record: Data?
+    /// Its folder, when that is not the item's current one (a sealed record is bound to it).
+    public var parent: String?
 
     /// Creates a value.
     public init(revision: String, deviceName: String, modificationDate: Double, size: Int64, uploaded: Bool, manifest: Manifest) {
@@ -462,7 +478,7 @@ enum InlineContents {
 
 extension ItemUpdate {
     private enum CodingKeys: String, CodingKey {
-        case baseRevision, name, parent, kind, modificationDate, type, manifest, deleted, changeId, manifestDelta, contents, text
+        case baseRevision, name, parent, kind, modificationDate, type, manifest, deleted, changeId, manifestDelta, contents, text, record
     }
 
     /// Reads an update (its contents as `text` or base64 `contents`).
@@ -479,6 +495,7 @@ extension ItemUpdate {
                   changeId: try container.decodeIfPresent(String.self, forKey: .changeId))
         manifestDelta = try container.decodeIfPresent(ChunkListDelta.self, forKey: .manifestDelta)
         contents = try InlineContents.decode(text: .text, base64: .contents, from: container)
+        record = try container.decodeIfPresent(Data.self, forKey: .record)
     }
 
     /// Writes the update (UTF-8 contents as `text`).
@@ -495,13 +512,14 @@ extension ItemUpdate {
         try container.encodeIfPresent(changeId, forKey: .changeId)
         try container.encodeIfPresent(manifestDelta, forKey: .manifestDelta)
         try InlineContents.encode(contents, text: .text, base64: .contents, into: &container)
+        try container.encodeIfPresent(record, forKey: .record)
     }
 }
 
 extension ItemState {
     private enum CodingKeys: String, CodingKey {
         case id, revision, name, parent, kind, size, modificationDate, type, deleted, uploaded, deviceName, sequence, manifest, conflicts
-        case digest, manifestDelta, deltaBase, contents, text
+        case digest, manifestDelta, deltaBase, contents, text, record
     }
 
     /// Reads a state (its contents as `text` or base64 `contents`).
@@ -525,6 +543,7 @@ extension ItemState {
         manifestDelta = try container.decodeIfPresent(ChunkListDelta.self, forKey: .manifestDelta)
         deltaBase = try container.decodeIfPresent(String.self, forKey: .deltaBase)
         contents = try InlineContents.decode(text: .text, base64: .contents, from: container)
+        record = try container.decodeIfPresent(Data.self, forKey: .record)
     }
 
     /// Writes the state (UTF-8 contents as `text`).
@@ -548,5 +567,6 @@ extension ItemState {
         try container.encodeIfPresent(manifestDelta, forKey: .manifestDelta)
         try container.encodeIfPresent(deltaBase, forKey: .deltaBase)
         try InlineContents.encode(contents, text: .text, base64: .contents, into: &container)
+        try container.encodeIfPresent(record, forKey: .record)
     }
 }

@@ -13,6 +13,9 @@ package struct ChunkCodec: Sendable {
     /// Whether chunks go sealed (uploads say `sealed=1`; patches and inline bytes, which the
     /// server would have to read, are not used).
     package let sealed: Bool
+    /// How the container's item records are sealed and opened (``ItemRecords``): set on a
+    /// device that holds the account's keys; sealing when its chunks go sealed.
+    package var records: ItemRecords?
     private let choosing: @Sendable (Int) -> ContentChunker
     private let sealing: (@Sendable (UnsafeRawBufferPointer, String, Bool) throws -> Data)?
     private let opening: (@Sendable (UnsafeRawBufferPointer, String) throws -> Data)?

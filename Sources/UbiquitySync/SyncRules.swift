@@ -144,4 +144,12 @@ package enum FolderIdentity {
         // 15 characters of the same alphabet as random ids (90 bits), prefixed so they never meet one.
         return "d" + String(decoding: digest.prefix(15).map { alphabet[Int($0 & 63)] }, as: UTF8.self)
     }
+
+    /// The id of a folder whose name's keyed tag in its folder is `tag` (``ItemRecords/tag(_:parent:)``),
+    /// on a device that seals records: the same for every device of the account, and no
+    /// dictionary of names finds the name in it.
+    package static func id(nameTag tag: String) -> String {
+        let digest = Array(SHA256.hash(data: Data("sealed folder\u{0}\(tag)".utf8)))
+        return "d" + String(decoding: digest.prefix(15).map { alphabet[Int($0 & 63)] }, as: UTF8.self)
+    }
 }

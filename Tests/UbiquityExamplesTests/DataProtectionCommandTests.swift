@@ -62,7 +62,7 @@ import UbiquityTestSupport
         let status = try await laptop.running(["protection", "status"])
         #expect(status.status == 0 && status.output.contains("Standard Data Protection") && status.output.contains("phone") && status.output.contains("holds the current key"), "\(status.output)")
         // What is not sealed yet is said (this device's agent does not seal documents' contents).
-        #expect(status.output.contains("not sealed: documents' names, sizes and dates; documents' contents (set \"sealedContents\": true"), "\(status.output)")
+        #expect(status.output.contains("not sealed: documents' contents, names, types, sizes and dates (set \"sealedContents\": true"), "\(status.output)")
 
         // Advanced needs a recovery key first (or saying so); then it starts epoch 1.
         let early = try await laptop.running(["protection", "advanced", "--yes"])

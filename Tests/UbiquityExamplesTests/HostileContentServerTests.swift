@@ -82,4 +82,68 @@ import UbiquityTestSupport
         try await laptopAgent.stopped() // before the server and the relays go
         try await phoneAgent.stopped()
     }
+
+    enum RecordAttack: String, CaseIterable, Sendable {
+        /// Two items' sealed records (and name tags) swapped in a page of changes: each file
+        /// shown under the other's name.
+        case recordsSwapped
+        /// A file in a folder shown at the top instead (its record is bound to its folder).
+        case movedToAnotherFolder
+        /// A record shown beside another name's tag.
+        case tagChanged
+    }
+
+    /// Sealed records at a running agent (issue 45): a page of changes whose records the server
+    /// swapped, moved or relabelled is refused whole — logged, and not one file is written
+    /// under a name it was not given — and once the truth is told every file arrives.
+    @Test(arguments: RecordAttack.allCases) func thePhoneRefusesARecordTheServerMovedOrSwapped(attack: RecordAttack) async throws {
+        let setup = try await HostileKeyServerTests.Setup()
+        defer { setup.tearDown() }
+        let (laptop, phone, relay) = (setup.laptop, setup.phone, setup.phoneRelay)
+        for device in [laptop, phone] {
+            let settings = URL(fileURLWithPath: try #require(device.home["XDG_CONFIG_HOME"])).appendingPathComponent("ubiquity/agent.json")
+            try FileManager.default.createDirectory(at: settings.deletingLastPathComponent(), withIntermediateDirectories: true)
+            try Data(#"{"containers": ["\#(Self.container)"], "greedy": true, "sealedContents": true, "rescanSeconds": 1}"#.utf8).write(to: settings)
+        }
+        // Every page the phone is served is a lie from the start.
+        let told = Told()
+        relay.rewrite(ChangesResponse.self, where: { $0.contains("/changes") }) { page in
+            let files = page.items.indices.filter { page.items[$0].kind == .file && page.items[$0].record != nil }
+            switch attack {
+            case .recordsSwapped:
+                guard files.count >= 2 else { return }
+                let (a, b) = (files[0], files[1])
+                (page.items[a].record, page.items[b].record) = (page.items[b].record, page.items[a].record)
+                (page.items[a].name, page.items[b].name) = (page.items[b].name, page.items[a].name)
+            case .movedToAnotherFolder:
+                guard let inner = files.first(where: { page.items[$0].parent != nil }) else { return }
+                page.items[inner].parent = nil
+            case .tagChanged:
+                guard files.count >= 2 else { return }
+                page.items[files[0]].name = page.items[files[1]].name
+            }
+            told.count.withLock { $0 += 1 }
+        }
+        let laptopAgent = try Agent(laptop, in: setup.dir), phoneAgent = try Agent(phone, in: setup.dir)
+        defer { laptopAgent.stop(); phoneAgent.stop() }
+        let (onLaptop, onPhone) = try await onOwnThread { (try Self.documents(of: laptop), try Self.documents(of: phone)) }
+        let files = ["Folder/Inner.txt": "inside", "One.txt": "the first", "Two.txt": "the second"]
+        try FileManager.default.createDirectory(at: onLaptop.appendingPathComponent("Folder"), withIntermediateDirectories: true)
+        for (name, text) in files { try Data(text.utf8).write(to: onLaptop.appendingPathComponent(name)) }
+
+        #expect(try await HostileKeyValueServerTests.until(phoneAgent, logs: "a page of changes was refused"), "\(phoneAgent.logged.suffix(3000))")
+        #expect(told.count.withLock { $0 } > 0, "the lie was told")
+        for (name, text) in files {
+            let there = try? String(contentsOf: onPhone.appendingPathComponent(name), encoding: .utf8)
+            #expect(there == nil || there == text, "\(name) holds another file's contents: \(there ?? "")")
+        }
+
+        // The truth: every file arrives, each under its own name.
+        relay.tamper.withLock { $0 = nil }
+        #expect(await eventuallyValue(seconds: 60) {
+            files.allSatisfy { (try? String(contentsOf: onPhone.appendingPathComponent($0.key), encoding: .utf8)) == $0.value } ? true : nil
+        } == true, "\(phoneAgent.logged.suffix(2000))")
+        try await laptopAgent.stopped()
+        try await phoneAgent.stopped()
+    }
 }

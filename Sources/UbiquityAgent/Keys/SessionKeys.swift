@@ -106,9 +106,12 @@ actor SessionKeys {
             return .plain
         case .holding(let rootKeys, let custody):
             // Not sealing, it still opens what the account's sealing devices sealed.
-            let codec = sealing || custody == .advanced ? ChunkCodec.sealed(container: container, rootKeys: rootKeys)
-                : ChunkCodec.reading(container: container, rootKeys: rootKeys)
-            return codec ?? .plain
+            let seals = sealing || custody == .advanced
+            guard var codec = seals ? ChunkCodec.sealed(container: container, rootKeys: rootKeys)
+                    : ChunkCodec.reading(container: container, rootKeys: rootKeys) else { return .plain }
+            // Records go sealed with the chunks; a device that does not seal opens them.
+            codec.records = ItemRecords.keyed(container: container, rootKeys: rootKeys, sealing: seals)
+            return codec
         case .waiting(let why):
             throw ContainerSyncError("this device does not hold the account's keys yet (\(why)): nothing is synced until it does", code: .failed)
         }

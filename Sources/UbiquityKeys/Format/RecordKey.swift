@@ -55,6 +55,12 @@ public struct RecordKey: Sendable {
                          header: SealedHeader(format: Self.format, epoch: epoch))
     }
 
+    /// The epoch a sealed record says it was sealed in (which key to open it with).
+    /// - Throws: ``EncryptionError`` `.malformed` for bytes shorter than a header.
+    public static func epoch(of sealed: some DataProtocol) throws -> UInt32 {
+        try SealedHeader(Array(sealed.prefix(SealedHeader.size))).epoch
+    }
+
     /// The record sealed for `binding`.
     /// - Throws: ``EncryptionError``: `.malformed`, `.unsupportedFormat`, or
     ///   `.authenticationFailed` for changed bytes or a record of another item, parent,
@@ -75,15 +81,20 @@ public struct RecordKey: Sendable {
         return Data(record)
     }
 
-    /// A keyed tag of a name in a folder (case-folded), so that the server can refuse two items
-    /// whose names clash without seeing either name.
+    /// A keyed tag of a name in a folder (composed and case-folded, as the server's own
+    /// name-clash rule folds names), so that the server can refuse two items whose names clash
+    /// without seeing either name: 32 lowercase hexadecimal digits (128 bits of HMAC-SHA-256), a
+    /// name the server accepts as it is. Stable across epochs when made with the account's first
+    /// epoch's key (docs/Encryption.md).
     /// - Parameters:
     ///   - name: The item's name.
     ///   - parent: Its folder's item identifier.
     public func nameClashTag(_ name: String, parent: String) -> String {
         var message = Binding("name", format: Self.format, epoch: 0)
         message.append(parent)
-        message.append(name.precomposedStringWithCanonicalMapping.folding(options: [.caseInsensitive], locale: nil))
-        return Data(HMAC<SHA256>.authenticationCode(for: message.bytes, using: nameTag.symmetric)).base64EncodedString()
+        message.append(name.precomposedStringWithCanonicalMapping.lowercased())
+        let digits = Array("0123456789abcdef".utf8)
+        let tag = HMAC<SHA256>.authenticationCode(for: message.bytes, using: nameTag.symmetric).prefix(16)
+        return String(decoding: tag.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0x0f)]] }, as: UTF8.self)
     }
 }

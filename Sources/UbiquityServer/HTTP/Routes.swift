@@ -476,7 +476,8 @@ extension SyncServices {
         let item = outcome.item
         guard outcome.isCurrent, item.revision == outcome.revision, outcome.missingChunks.isEmpty, item.uploaded, item.conflicts.isEmpty,
               !item.deleted, update.deleted != true, item.name == update.name, item.parent == update.parent, item.kind == update.kind,
-              item.type == update.type, item.modificationDate == update.modificationDate, item.deviceName == device.deviceName else { return nil }
+              item.type == update.type, item.modificationDate == update.modificationDate || update.record != nil, item.record == update.record,
+              item.deviceName == device.deviceName else { return nil }
         return CommittedRevision(revision: outcome.revision, sequence: item.sequence)
     }
 

@@ -197,8 +197,24 @@ enum Validate {
         }
     }
 
-    /// An item update: names, paths, hashes, sizes and dates.
+    /// The largest sealed item record the server keeps (a package of many members lists their
+    /// paths in it).
+    static let maximumRecordBytes = 1 << 20
+
+    /// An item update: names, paths, hashes, sizes and dates. One with a sealed record says
+    /// nothing the record holds: its name is a name-clash tag, no type, date 0, no inline bytes.
     static func update(_ update: ItemUpdate) throws {
+        if let record = update.record {
+            guard !record.isEmpty, record.count <= maximumRecordBytes else {
+                throw SyncError.badRequest("invalidRecord", "a sealed record is 1 to \(maximumRecordBytes) bytes")
+            }
+            guard update.name.utf8.count == 32, update.name.utf8.allSatisfy(\.isLowercaseHexDigit) else {
+                throw SyncError.badRequest("invalidRecord", "with a sealed record, the name is its name-clash tag: 32 lowercase hexadecimal digits")
+            }
+            guard update.type == nil, update.modificationDate == 0, update.contents == nil else {
+                throw SyncError.badRequest("invalidRecord", "with a sealed record, type, date and inline contents are inside it")
+            }
+        }
         try name(update.name)
         if let parent = update.parent { try identifier(parent, field: "parent") }
         if let base = update.baseRevision { try identifier(base, field: "baseRevision") }

@@ -275,15 +275,18 @@ extension PostgresDatabase {
             guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container),
                   try await db.rows("SELECT 1 FROM item WHERE container_id = \(containerId) AND id = \(item)").first != nil else { return nil }
             return try await db.rows("""
-                SELECT id, name, kind, device_name, size, modification_date, created, complete FROM revision
+                SELECT id, name, kind, device_name, size, modification_date, created, complete, record, parent FROM revision
                 WHERE container_id = \(containerId) AND item_id = \(item) AND state IN ('replaced', 'resolved', 'superseded') AND NOT deleted
                     AND kind <> 'directory' AND created >= \(since)
                 ORDER BY created DESC LIMIT \(limit)
                 """).compactMap { row in
                 guard let kind = ItemKind(rawValue: try row.get("kind", as: String.self)) else { return nil }
-                return ItemRevision(revision: try row.get("id"), name: try row.get("name"), kind: kind, deviceName: try row.get("device_name"),
-                                    size: try row.get("size"), modificationDate: try row.get("modification_date"), created: try row.get("created"),
-                                    uploaded: try row.get("complete"))
+                var revision = ItemRevision(revision: try row.get("id"), name: try row.get("name"), kind: kind, deviceName: try row.get("device_name"),
+                                            size: try row.get("size"), modificationDate: try row.get("modification_date"), created: try row.get("created"),
+                                            uploaded: try row.get("complete"))
+                revision.record = try Self.record(row)
+                revision.parent = try row.get("parent")
+                return revision
             }
         }
     }
@@ -293,12 +296,15 @@ extension PostgresDatabase {
             try await db.rows("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container),
                   let row = try await db.rows("""
-                    SELECT name, device_name, size, modification_date, kind, deleted, complete, manifest FROM revision WHERE container_id = \(containerId) AND item_id = \(item) AND id = \(revision)
+                    SELECT name, device_name, size, modification_date, kind, deleted, complete, manifest, record, parent FROM revision WHERE container_id = \(containerId) AND item_id = \(item) AND id = \(revision)
                     """).first,
                   let kind = ItemKind(rawValue: try row.get("kind", as: String.self)), kind != .directory, !(try row.get("deleted", as: Bool.self)) else { return nil }
-            return RevisionContentsResponse(revision: revision, name: try row.get("name"), deviceName: try row.get("device_name"), size: try row.get("size"),
-                                            modificationDate: try row.get("modification_date"), kind: kind, manifest: try Self.manifest(row, of: revision),
-                                            uploaded: try row.get("complete"))
+            var contents = RevisionContentsResponse(revision: revision, name: try row.get("name"), deviceName: try row.get("device_name"), size: try row.get("size"),
+                                                    modificationDate: try row.get("modification_date"), kind: kind, manifest: try Self.manifest(row, of: revision),
+                                                    uploaded: try row.get("complete"))
+            contents.record = try Self.record(row)
+            contents.parent = try row.get("parent")
+            return contents
         }
     }
 
@@ -386,13 +392,14 @@ extension PostgresDatabase {
             """).first else { return nil }
         let kind = ItemKind(rawValue: try row.get("kind")) ?? .file
         let conflicts = try await db.rows("""
-            SELECT id, device_name, modification_date, size, complete, manifest, digest FROM revision
+            SELECT id, device_name, modification_date, size, complete, manifest, digest, record, parent FROM revision
             WHERE container_id = \(containerId) AND item_id = \(id) AND state = 'conflict' ORDER BY modification_date, id
             """).map {
             let contents = try Self.contents($0, kind: kind, brief: brief)
             var version = ConflictVersion(revision: try $0.get("id"), deviceName: try $0.get("device_name"), modificationDate: try $0.get("modification_date"),
                                           size: try $0.get("size"), uploaded: try $0.get("complete"), manifest: contents.manifest)
             version.digest = contents.digest
+            version.sealed(try Self.record($0), parent: try $0.get("parent"))
             return version
         }
         let contents = try Self.contents(row, kind: kind, brief: brief)
@@ -402,7 +409,13 @@ extension PostgresDatabase {
             type: try row.get("type"), deleted: try row.get("deleted"), uploaded: try row.get("complete"), deviceName: try row.get("device_name"),
             sequence: try row.get("item_sequence"), manifest: contents.manifest, conflicts: conflicts)
         state.digest = contents.digest
+        state.record = try Self.record(row)
         return state
+    }
+
+    /// A revision's sealed item record, if `row` has one.
+    static func record(_ row: PostgresRandomAccessRow) throws -> Data? {
+        try row.get("record", as: ByteBuffer?.self).map { Data($0.readableBytesView) }
     }
 
     /// A revision's manifest — or, `brief`, its content token (stored, or worked out from the

@@ -182,6 +182,8 @@ extension PostgresDatabase {
         ("v13-sealed-chunk-digests", ["ALTER TABLE chunk_content ADD COLUMN digest BYTEA"]),
         // A chunk stored as a sealed patch (issue 45): the chunk it changes, kept while it is.
         ("v14-sealed-patches", ["ALTER TABLE chunk ADD COLUMN base TEXT"]),
+        // A revision's sealed item record (issue 45): name, date, type and sizes, sealed by its device.
+        ("v15-item-records", ["ALTER TABLE revision ADD COLUMN record BYTEA"]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

@@ -253,6 +253,8 @@ struct RevisionRow: Sendable, Codable, Equatable {
     var manifest: Data?
     /// The revision it was made on.
     var baseRevision: String? = nil
+    /// Its sealed item record (``ItemUpdate/record``), if its device sealed one.
+    var record: Data? = nil
 }
 
 /// What a change id says of where it was made.

@@ -146,7 +146,7 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
             ? try Data.fetchOne(db.cachedStatement(sql: "SELECT manifest FROM revisionManifest WHERE revisionId = ?"), arguments: [id]) : nil
         return RevisionRow(id: id, name: row["name"], parent: row["parent"], kind: row["kind"], size: row["size"], modificationDate: row["modificationDate"],
                            type: row["type"], deleted: row["deleted"], complete: row["complete"], deviceId: row["deviceId"], deviceName: row["deviceName"],
-                           digest: row["digest"], manifest: stored, baseRevision: row["baseRevision"])
+                           digest: row["digest"], manifest: stored, baseRevision: row["baseRevision"], record: row["record"])
     }
 
     func record(_ record: CommitRecord) throws -> Int64 {
@@ -222,12 +222,12 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
         let commit = revision.commit, update = commit.update
         try db.cachedStatement(sql: """
             INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
-                modificationDate, type, deleted, complete, state, created, changeId, digest, cost)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                modificationDate, type, deleted, complete, state, created, changeId, digest, cost, record)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """).execute(arguments: [revision.id, revision.container, revision.item, update.baseRevision, revision.device.deviceId,
                              revision.device.deviceName, revision.name, update.parent, update.kind.rawValue, commit.size, update.modificationDate,
                              update.type, commit.deleted, true, revision.state, revision.created.timeIntervalSince1970,
-                             update.changeId, commit.digest, revision.cost])
+                             update.changeId, commit.digest, revision.cost, update.record])
         try db.cachedStatement(sql: "INSERT INTO revisionManifest (revisionId, manifest) VALUES (?, ?)").execute(arguments: [revision.id, commit.manifest])
         // Many rows a statement (a 64 MiB file lists about 4,000 chunks).
         for start in stride(from: 0, to: commit.hashes.count, by: 250) {
@@ -246,9 +246,9 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
     func copy(_ source: String, as copy: CopiedRevision) throws -> Int64 {
         try db.cachedStatement(sql: """
             INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
-                modificationDate, type, deleted, complete, state, created, digest, cost)
+                modificationDate, type, deleted, complete, state, created, digest, cost, record)
             SELECT ?, containerId, itemId, ?, 'server', 'server', COALESCE(?, name), parent, kind, size, modificationDate, type, deleted, complete,
-                'current', ?, digest, cost
+                'current', ?, digest, cost, record
             FROM revision WHERE id = ?
             """).execute(arguments: [copy.id, copy.base, copy.name, copy.created.timeIntervalSince1970, source])
         try db.cachedStatement(sql: "INSERT INTO revisionManifest (revisionId, manifest) SELECT ?, manifest FROM revisionManifest WHERE revisionId = ?")

@@ -256,6 +256,11 @@ extension SQLiteDatabase {
             // while the chunk is (a device made the patch; the server cannot make the chunk).
             try db.execute(sql: "ALTER TABLE chunk ADD COLUMN base TEXT")
         }
+        migrator.registerMigration("v21-item-records") { db in
+            // A revision's sealed item record (issue 45): its name, date, type and sizes,
+            // sealed by its device; the server keeps it as it is.
+            try db.execute(sql: "ALTER TABLE revision ADD COLUMN record BLOB")
+        }
         return migrator
     }
 }

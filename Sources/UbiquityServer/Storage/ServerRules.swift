@@ -41,6 +41,9 @@ enum ServerRules {
     /// One update inside a batch. Everything it checks is checked before it writes anything.
     private static func commit(_ commit: PreparedCommit, account: Int64, container identifier: String, device: DeviceAuth, now: Date, brief: Bool,
                                limits: AccountLimits, announce: Bool, in storage: some RuleStorage) async throws -> CommitOutcome {
+        var commit = commit
+        // A sealed record keeps the date inside: concurrent edits are ordered by their arrival.
+        if commit.update.record != nil { commit.update.modificationDate = now.timeIntervalSince1970 }
         let item = commit.item, update = commit.update
         // An edit of a large file from a complete revision: only its new chunks are looked up
         // (those it keeps are stored, at the sizes its base declared).
@@ -126,6 +129,11 @@ enum ServerRules {
                 ? try await storage.siblings(container: container, parent: update.parent, keys: nil) // every candidate taken: the whole folder
                 : facts.siblings
             (name, renameOther) = SiblingNames(siblings).settle(name: name, id: item)
+            // A sealed record's name is a tag: the server can neither rename it nor the other
+            // (its device picks another name and sends it again).
+            if update.record != nil && (name != update.name || renameOther != nil) || (renameOther != nil && Self.isNameTag(NameCollision.key(update.name))) {
+                throw SyncError(.conflict, "nameTaken", "another item of the folder has a name that clashes with this one's (case or composition)")
+            }
         }
         let revision = NewRevision(id: RandomIdentifier.make(), account: account, container: container, item: item, commit: commit, device: device, name: name,
                                    state: placement.state, created: now, containerChunks: looked, cost: cost)
@@ -153,7 +161,8 @@ enum ServerRules {
         let commit = revision.commit, update = commit.update
         let written = RevisionRow(id: revision.id, name: revision.name, parent: update.parent, kind: update.kind.rawValue, size: commit.size,
                                   modificationDate: update.modificationDate, type: update.type, deleted: commit.deleted, complete: true,
-                                  deviceId: revision.device.deviceId, deviceName: revision.device.deviceName, digest: commit.digest, manifest: commit.manifest)
+                                  deviceId: revision.device.deviceId, deviceName: revision.device.deviceName, digest: commit.digest, manifest: commit.manifest,
+                                  record: update.record)
         var conflicts = facts.conflicts
         let current: RevisionRow
         switch placement.state {
@@ -176,12 +185,17 @@ enum ServerRules {
     /// told before, for one it waits for): a revision's size is the sum of its chunks', and
     /// what a chunk is waited for counts against the quota. A sealed chunk is declared at its
     /// plaintext size (the file's layout), and is held at its sealed size: that one is known
-    /// from this one (``ChunkKeys/sealedSize(ofPlaintext:)``). (What the quota counts is what is
-    /// stored either way.)
+    /// from this one (``ChunkKeys/sealedSize(ofPlaintext:)``). A commit with a sealed record
+    /// declares every chunk at its sealed size — also one stored in plaintext from before.
+    /// (What the quota counts is what is stored either way.)
     static func checkDeclaredSizes(_ commit: PreparedCommit, against known: [String: Int64]) throws {
-        let wrong = commit.declaredSizes.filter { hash, size in
-            known[hash].map { $0 != size && $0 != StoredChunk.patchSize && (size < 0 || size > Validate.maximumChunkSize || Int64(ChunkKeys.sealedSize(ofPlaintext: Int(size))) != $0) } ?? false
-        }.keys.sorted()
+        let sealedRecord = commit.update.record != nil
+        func fits(_ size: Int64, _ stored: Int64) -> Bool {
+            if stored == size || stored == StoredChunk.patchSize { return true }
+            if size >= 0, size <= Validate.maximumChunkSize, Int64(ChunkKeys.sealedSize(ofPlaintext: Int(size))) == stored { return true }
+            return sealedRecord && stored >= 0 && stored <= Validate.maximumChunkSize && Int64(ChunkKeys.sealedSize(ofPlaintext: Int(stored))) == size
+        }
+        let wrong = commit.declaredSizes.filter { hash, size in known[hash].map { !fits(size, $0) } ?? false }.keys.sorted()
         guard wrong.isEmpty else {
             throw SyncError.badRequest("chunkSizeMismatch", "\(wrong.count) chunk(s) declared at a size other than their own: \(wrong.prefix(8).joined(separator: ", "))")
         }
@@ -192,6 +206,12 @@ enum ServerRules {
     /// The device id (and name) of the revisions the server makes itself: copies for collision
     /// renames and recoveries.
     static let serverDevice = "server"
+
+    /// Whether a stored name is a sealed record's name-clash tag (which the server never renames:
+    /// a copy under another name would no longer match its record). A plaintext item whose name
+    /// clashes with `"0123…"` in lowercase would look so too, and is refused instead of
+    /// renaming the other.
+    static func isNameTag(_ name: String) -> Bool { name.utf8.count == 32 && name.utf8.allSatisfy(\.isLowercaseHexDigit) }
 
     static func serverRename(container: Int64, item: String, to name: String, now: Date, in storage: some RuleStorage) async throws -> (cost: Int64, sequence: Int64) {
         guard let current = try await storage.currentRevision(container: container, item: item),
@@ -388,7 +408,16 @@ enum RevisionCost {
 
     /// The cost of the revision `commit` makes.
     static func of(_ commit: PreparedCommit) -> Int64 {
-        record + Int64(commit.update.name.utf8.count + commit.manifest.count)
+        record + Int64(commit.update.name.utf8.count + commit.manifest.count + (commit.update.record?.count ?? 0))
+    }
+}
+
+extension ConflictVersion {
+    /// Gives the version its sealed record, if it has one, with the folder the record is bound to.
+    mutating func sealed(_ record: Data?, parent: String?) {
+        guard let record else { return }
+        self.record = record
+        self.parent = parent
     }
 }
 
@@ -406,12 +435,14 @@ enum ItemStates {
             var version = ConflictVersion(revision: conflict.id, deviceName: conflict.deviceName, modificationDate: conflict.modificationDate,
                                           size: conflict.size, uploaded: conflict.complete, manifest: their.manifest)
             version.digest = their.digest
+            version.sealed(conflict.record, parent: conflict.parent)
             versions.append(version)
         }
         var state = ItemState(id: item, revision: current.id, name: current.name, parent: current.parent, kind: kind, size: current.size,
                               modificationDate: current.modificationDate, type: current.type, deleted: current.deleted, uploaded: current.complete,
                               deviceName: current.deviceName, sequence: sequence, manifest: contents.manifest, conflicts: versions)
         state.digest = contents.digest
+        state.record = current.record
         return state
     }
 

@@ -1,0 +1,113 @@
+import Foundation
+import Testing
+import UbiquityTestSupport
+import UbiquityKeys
+import UbiquityProtocol
+import UbiquitySync
+@testable import UbiquityServer
+
+/// Sealed item records on the server (issue 45), both backends: an update with a record says
+/// nothing the record holds and is refused if it does; the record is kept as it came and goes
+/// back beside the item, its conflict versions and its earlier revisions, and opens on a device
+/// to what was made; two sealed names that clash are refused, never renamed by the server (it
+/// cannot: the name is a tag); the server orders concurrent sealed edits by their arrival.
+@Suite struct SealedRecordServerTests {
+    @Test(arguments: Backend.all) func aSealedRecordIsKeptAsItCameAndOpensOnADevice(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let root = try await SealedKeyValueServerTests().setUpKeys(client, laptop)
+            let records = try #require(ItemRecords.keyed(container: notes, rootKeys: [root], sealing: true))
+            let keys = root.chunkKeys(container: notes)
+            let contents = randomBytes(3_000)
+            let (id, body) = try keys.seal(contents)
+            #expect(try await client.send(.put, "/v1/chunks/\(id)?sealed=1", token: laptop.token, raw: Array(body)).status == .created)
+            // A chunk stored in plaintext before the account sealed: declared at its sealed size too.
+            let old = [UInt8](randomBytes(2_000))
+            #expect(try await client.upload(old, token: laptop.token).status == .created)
+            let manifest = Manifest(chunks: [ChunkReference(hash: id.description, size: 3_000), ChunkReference(hash: sha256(old), size: 2_000)])
+            let plain = ItemUpdate(baseRevision: nil, name: "Secret Plans.txt", parent: nil, kind: .file, modificationDate: 1_800_000_000,
+                                   type: "public.plain-text", manifest: manifest)
+            let wire = try records.sealed(plain, item: "plans", manifest: manifest)
+
+            // What the record holds is refused beside it.
+            for (why, bad) in [("a name", { var u = wire; u.name = "Secret Plans.txt"; return u }()),
+                               ("a type", { var u = wire; u.type = "public.plain-text"; return u }()),
+                               ("a date", { var u = wire; u.modificationDate = 1_800_000_000; return u }()),
+                               ("an empty record", { var u = wire; u.record = Data(); return u }())] {
+                let answer = try await client.put(notes, "plans", bad, token: laptop.token)
+                #expect(answer.status == .badRequest && answer.errorCode == "invalidRecord", "\(why): \(answer.status)")
+            }
+            let before = Date().timeIntervalSince1970
+            let committed = try await client.commit(notes, "plans", wire, token: laptop.token)
+            #expect(committed.item.uploaded && committed.item.record == wire.record && committed.item.name == wire.name)
+            #expect(committed.item.modificationDate >= before - 1, "the server's own time stands for the date it cannot read")
+            #expect(committed.item.size == Int64(ChunkKeys.sealedSize(ofPlaintext: 3_000) + ChunkKeys.sealedSize(ofPlaintext: 2_000)))
+
+            // Another device gets it back (changes, fetch, the item) and opens it.
+            let phone = try await client.signIn("ada", device: "phone")
+            let changed = try await client.changes(notes, token: phone.token)
+            let item = try #require(changed.items.first)
+            let opened = try records.opened(item)
+            #expect(opened.name == "Secret Plans.txt" && opened.type == "public.plain-text" && opened.modificationDate == 1_800_000_000)
+            #expect(opened.manifest == manifest && opened.size == 5_000)
+            let fetched = try await client.send(.post, "/v1/containers/\(notes)/fetch", token: phone.token, json: ["ids": ["plans"]])
+            struct Fetched: Decodable { var items: [ItemState] }
+            #expect(try records.opened(try #require(try fetched.decode(Fetched.self).items.first)).manifest == manifest)
+            let brief = try await client.send(.get, "/v1/containers/\(notes)/changes?since=0&brief=true", token: phone.token).decode(ChangesResponse.self)
+            #expect(try records.opened(try #require(brief.items.first)).digest == ContentToken.of(manifest, kind: .file).description)
+
+            // A terse answer for the device that sent exactly this.
+            let edited = Manifest(chunks: [ChunkReference(hash: sha256(old), size: 2_000)])
+            let second = try records.sealed(ItemUpdate(baseRevision: committed.revision, name: "Secret Plans.txt", parent: nil, kind: .file,
+                                                       modificationDate: 1_800_000_500, type: "public.plain-text", manifest: edited), item: "plans", manifest: edited)
+            let batch = try await client.send(.post, "/v1/containers/\(notes)/commits?brief=true&terse=true", token: laptop.token,
+                                              json: CommitBatchRequest(commits: [ItemCommit(item: "plans", update: second)]))
+            let result = try #require(try batch.decode(CommitBatchResponse.self).results.first)
+            #expect(result.committed != nil, "a sealed commit the server kept as sent is answered tersely")
+
+            // The earlier revision, listed and fetched, opens to what it was.
+            let listed = try await client.send(.get, "/v1/containers/\(notes)/items/plans/revisions", token: phone.token).decode(ItemRevisionsResponse.self)
+            let earlier = try #require(listed.revisions.first)
+            #expect(try records.opened(earlier, item: "plans").name == "Secret Plans.txt")
+            let earlierContents = try await client.send(.get, "/v1/containers/\(notes)/items/plans/revisions/\(earlier.revision)", token: phone.token)
+                .decode(RevisionContentsResponse.self)
+            #expect(try records.opened(earlierContents, item: "plans").manifest == manifest)
+        }
+    }
+
+    @Test(arguments: Backend.all) func sealedNamesThatClashAreRefusedAndConcurrentEditsKeepBoth(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let phone = try await client.signIn("ada", device: "phone")
+            let root = try await SealedKeyValueServerTests().setUpKeys(client, laptop)
+            let records = try #require(ItemRecords.keyed(container: notes, rootKeys: [root], sealing: true))
+            // Records are bound to their item: these are sealed for each (empty files).
+            func sealed(_ name: String, item: String, base: String? = nil) throws -> ItemUpdate {
+                try records.sealed(ItemUpdate(baseRevision: base, name: name, parent: nil, kind: .file, modificationDate: 1, manifest: Manifest(chunks: [])),
+                                   item: item, manifest: Manifest(chunks: []))
+            }
+            let first = try await client.commit(notes, "aaa", try sealed("Trips", item: "aaa"), token: laptop.token)
+            // The same name in another case, from another item (either order of ids): refused, nothing renamed.
+            for other in ["zzz", "000"] {
+                let clash = try await client.put(notes, other, try sealed("TRIPS", item: other), token: phone.token)
+                #expect(clash.status == .conflict && clash.errorCode == "nameTaken", "\(other): \(clash.status)")
+            }
+            let changes = try await client.changes(notes, token: phone.token)
+            #expect(changes.items.map(\.id) == ["aaa"] && changes.items.first?.revision == first.revision, "the first item stays as it was")
+            #expect(try records.opened(try #require(changes.items.first)).name == "Trips")
+            // Another name goes.
+            #expect(try await client.put(notes, "zzz", try sealed("Trips 2", item: "zzz"), token: phone.token).status == .ok)
+
+            // Two devices edit the same revision: the later arrival is current, the other a
+            // conflict version carrying its own record.
+            let fromLaptop = try await client.commit(notes, "aaa", try sealed("Trips (laptop)", item: "aaa", base: first.revision), token: laptop.token)
+            try await Task.sleep(for: .milliseconds(20))
+            let fromPhone = try await client.commit(notes, "aaa", try sealed("Trips (phone)", item: "aaa", base: first.revision), token: phone.token)
+            #expect(fromPhone.outcome == "current" && fromLaptop.outcome == "current")
+            let state = try records.opened(fromPhone.item)
+            #expect(state.name == "Trips (phone)" && state.conflicts.count == 1)
+        }
+    }
+}
