@@ -140,6 +140,12 @@ final class StatusPresenter: NSObject, NSFilePresenter {
         }
         #expect((refusal as? FileCoordinationError)?.code == .refusedByPresenter, "\(String(describing: refusal))")
         #expect(!ran && FileManager.default.fileExists(atPath: item.path), "nothing is evicted from under a process that did not agree")
+
+        // Known not to answer, it is asked with a short wait for a while (every coordinated
+        // access of this process would otherwise wait the whole timeout for it, one after
+        // another, while it stays stopped).
+        #expect(PresenterChannel.wait(for: "\(process.processIdentifier)", timeout: .seconds(5)) == PresenterChannel.quietWait)
+        #expect(PresenterChannel.wait(for: "\(getpid() + 1_000_000)", timeout: .seconds(5)) == .seconds(5), "a process that answered gets the whole wait")
     }
 }
 

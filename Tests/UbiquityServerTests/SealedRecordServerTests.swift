@@ -110,4 +110,91 @@ import UbiquitySync
             #expect(state.name == "Trips (phone)" && state.conflicts.count == 1)
         }
     }
+
+    /// The web interface under Standard opens sealed records with the escrow's keys — names in
+    /// listings, crumbs, downloads, versions and Recently Deleted — and seals the records of
+    /// what it changes, so a device opens them and the database holds no name; under Advanced
+    /// a page that would have to read a name answers 409 `sealedOnDevices`.
+    @Test(arguments: Backend.all) func theWebOpensAndSealsRecordsUnderStandardOnly(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let keyHolder = SealedKeyValueServerTests()
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let root = try await keyHolder.setUpKeys(client, laptop)
+            let records = try #require(ItemRecords.keyed(container: notes, rootKeys: [root], sealing: true))
+            let contents = randomBytes(3_000)
+            let (chunk, body) = try root.chunkKeys(container: notes).seal(contents)
+            #expect(try await client.send(.put, "/v1/chunks/\(chunk)?sealed=1", token: laptop.token, raw: Array(body)).status == .created)
+            let marker = "Secret\(UUID().uuidString.prefix(6))"
+            let folder = ItemUpdate(baseRevision: nil, name: "Trips \(marker)", kind: .directory, modificationDate: 1_800_000_000, manifest: Manifest())
+            _ = try await client.commit(notes, "trips", try records.sealed(folder, item: "trips", manifest: Manifest()), token: laptop.token)
+            let manifest = Manifest(chunks: [ChunkReference(hash: chunk.description, size: 3_000)])
+            let file = ItemUpdate(baseRevision: nil, name: "Plan \(marker).txt", parent: "trips", kind: .file, modificationDate: 1_800_000_100, manifest: manifest)
+            _ = try await client.commit(notes, "plan", try records.sealed(file, item: "plan", manifest: manifest), token: laptop.token)
+
+            let helper = WebInterfaceTests()
+            let (cookie, csrf, _) = try await helper.webSignIn(client)
+            let web = helper.session(cookie, csrf: csrf)
+            let api = "/web/api/containers/\(notes)"
+            let top = try await client.send(.get, "\(api)/folder", headers: web).decode(WebFolderResponse.self)
+            #expect(top.items.map(\.name) == ["Trips \(marker)"])
+            let inside = try await client.send(.get, "\(api)/folder?parent=trips", headers: web).decode(WebFolderResponse.self)
+            #expect(inside.items.map(\.name) == ["Plan \(marker).txt"] && inside.items.first?.size == 3_000 && inside.items.first?.modificationDate == 1_800_000_100)
+            #expect(inside.path.map(\.name) == ["Trips \(marker)"])
+            let download = try await client.send(.get, "\(api)/items/plan/download", headers: web)
+            #expect(download.status == .ok && Data(buffer: download.body) == contents)
+            #expect(download.headers[.contentDisposition]?.contains("Plan") == true, "\(download.headers)")
+            // A public link keeps the tag; its page and the list of links show the name.
+            let published = try await client.send(.post, "/v1/containers/\(notes)/items/plan/links", token: laptop.token, json: PublishRequest(seconds: 3_600))
+            let link = try published.decode(PublishedLink.self)
+            #expect(!link.name.contains(marker))
+            let fromLink = try await client.send(.get, try #require(link.path))
+            #expect(Data(buffer: fromLink.body) == contents && fromLink.headers[.contentDisposition]?.contains("Plan") == true)
+            let listedLinks = try await client.send(.get, "/web/api/links", headers: web).decode(PublishedLinksResponse.self)
+            #expect(listedLinks.links.map(\.name) == ["Plan \(marker).txt"])
+
+            // What the web changes is sealed: the device opens the new name; the server sees a tag.
+            let moved = try await client.send(.post, "\(api)/items/plan/move", json: WebMoveRequest(name: "Renamed \(marker).txt"), headers: web)
+            #expect(moved.status == .ok && (try? moved.decode(WebItem.self).name) == "Renamed \(marker).txt", "\(String(buffer: moved.body))")
+            let made = try await client.send(.post, "\(api)/folders", json: WebFolderRequest(name: "Web \(marker)"), headers: web)
+            #expect(made.status == .ok, "\(String(buffer: made.body))")
+            let seen = try await client.changes(notes, token: laptop.token)
+            for item in seen.items {
+                #expect(item.record != nil && !item.name.contains(marker), "\(item.id) is sealed")
+            }
+            #expect(Set(try seen.items.map { try records.opened($0).name }) == ["Trips \(marker)", "Renamed \(marker).txt", "Web \(marker)"])
+            // A name that clashes with a sealed one (another case) is refused, not renamed.
+            let clash = try await client.send(.post, "\(api)/folders", json: WebFolderRequest(name: "trips \(marker.lowercased())"), headers: web)
+            #expect(clash.status == .conflict && clash.errorCode == "nameTaken", "\(String(buffer: clash.body))")
+            let versions = try await client.send(.get, "\(api)/items/plan/versions", headers: web).decode(WebVersionsResponse.self)
+            #expect(versions.item.name == "Renamed \(marker).txt" && versions.earlier.first?.size == 3_000)
+            #expect(try await client.send(.delete, "\(api)/items/plan", headers: web).status == .noContent)
+            let deleted = try await client.send(.get, "/web/api/deleted", headers: web).decode(WebDeletedResponse.self)
+            #expect(deleted.items.map(\.name) == ["Renamed \(marker).txt"])
+
+            // The server's files hold none of the names.
+            if backend == .sqlite {
+                #expect(try await onBackgroundThread { Self.files(under: server.directory, contain: marker) } == [])
+            }
+
+            // Under Advanced the server holds no key: a listing that would need one is refused.
+            let directory = try await KeyDirectoryTests().directory(client, token: laptop.token)
+            let entries = try directory.roster.map { try RosterEntry(encoded: $0) }
+            let advanced = try RosterEntry(.custody(.advanced), after: entries.last, signedBy: keyHolder.laptop)
+            let switched = try await KeyDirectoryTests().append(client, token: laptop.token, after: entries.count, [advanced],
+                                                                [try KeyDirectoryTests().envelope(AccountRootKey(epoch: 1), account: laptop.identityToken,
+                                                                                                  to: keyHolder.laptop.publicKeys, from: keyHolder.laptop)])
+            #expect(switched.status == .ok, "\(String(buffer: switched.body))")
+            let shut = try await client.send(.get, "\(api)/folder", headers: web)
+            #expect(shut.status == .conflict && shut.errorCode == "sealedOnDevices", "\(String(buffer: shut.body))")
+        }
+    }
+
+    /// The files under `directory` whose bytes contain `marker`.
+    static func files(under directory: String, contain marker: String) -> [String] {
+        guard let listed = FileManager.default.enumerator(atPath: directory) else { return ["cannot list \(directory)"] }
+        return listed.compactMap { $0 as? String }.filter { path in
+            (try? Data(contentsOf: URL(fileURLWithPath: directory).appendingPathComponent(path)))?.range(of: Data(marker.utf8)) != nil
+        }
+    }
 }

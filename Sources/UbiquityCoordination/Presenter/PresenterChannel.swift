@@ -68,29 +68,73 @@ final class PresenterChannel: Sendable {
         }
     }
 
+    /// Processes that lately did not answer in time, and until when each is asked with a short
+    /// wait (``quietWait``) instead of the whole timeout: one stopped or stuck process with
+    /// presenters would otherwise hold every coordinated access of every other process for the
+    /// whole timeout, one after another (a full test run: a helper stopped by its test made a
+    /// document's saves wait 5 s each until its close gave up). It answers again: forgotten.
+    private static let unresponsive = Mutex<[String: ContinuousClock.Instant]>([:])
+    /// How long a process that did not answer in time is asked with the short wait.
+    static let quietPeriod: Duration = .seconds(30)
+    /// The wait for a process that lately did not answer in time.
+    static let quietWait: Duration = .milliseconds(200)
+
+    /// The wait for `process`: `timeout`, or ``quietWait`` while it is known not to answer.
+    static func wait(for process: String, timeout: Duration) -> Duration {
+        unresponsive.withLock { marks in
+            guard let until = marks[process] else { return timeout }
+            if until > .now { return min(timeout, quietWait) }
+            marks[process] = nil
+            return timeout
+        }
+    }
+
+    /// Notes whether `process` answered.
+    private static func note(_ process: String, answered: Bool) {
+        unresponsive.withLock { marks in marks[process] = answered ? nil : .now + quietPeriod }
+    }
+
     /// Asks every other process with presenters to prepare for `access`: the sessions to
     /// finish afterwards, and why presenters there refused it (an eviction), if they did.
-    func prepareRemote(_ access: AccessDescription, timeout: Duration, logger: Logger) -> (sessions: [RemoteSession], refusals: [String]) {
+    ///
+    /// Every process is asked at once and the answers are taken after: a slow process costs
+    /// its own wait, not that wait added to every other's (asked one after another, a loaded
+    /// machine's few slow processes held each coordinated access for several timeouts).
+    func prepareRemote(_ access: AccessDescription, timeout requested: Duration, logger: Logger) -> (sessions: [RemoteSession], refusals: [String]) {
         guard let entries = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return ([], []) } // no folder: no other process presents
         let own = "\(getpid()).sock"
         var sessions: [RemoteSession] = [], refusals: [String] = []
         let evicting = access.writing.contains { NSFileCoordinator.WritingOptions(rawValue: $0.options).contains(.forEvicting) }
+        var waiting: [(fd: Int32, process: String, timeout: Duration)] = []
         for entry in entries where entry.hasSuffix(".sock") && entry != own {
-            let path = directory + "/" + entry
-            guard let fd = connect(to: path, timeout: timeout) else { continue }
             let process = String(entry.dropLast(5))
+            let timeout = Self.wait(for: process, timeout: requested)
+            guard let fd = connect(to: directory + "/" + entry, timeout: timeout) else { continue }
             let milliseconds = Int(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
             // The other process's presenters get a little less time than this side waits, so
             // that one slow presenter there is passed over with an answer, not a silence.
             let request = Request(op: "prepare", access: access, timeoutMilliseconds: milliseconds * 4 / 5)
-            let asked = ContinuousClock.now
-            let reply = Self.send(request, to: fd) ? Self.receive(Reply.self, from: fd) : nil
+            if Self.send(request, to: fd) {
+                waiting.append((fd, process, timeout))
+            } else {
+                close(fd) // that process is exiting (or was killed)
+            }
+        }
+        let asked = ContinuousClock.now
+        for (fd, process, timeout) in waiting {
+            // What is left of this process's wait (all were asked at about the same moment).
+            let left = max(timeout - (ContinuousClock.now - asked), .milliseconds(1))
+            var seconds = timeval(tv_sec: Int(left.components.seconds), tv_usec: Int(left.components.attoseconds / 1_000_000_000_000))
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &seconds, socklen_t(MemoryLayout<timeval>.size))
+            let reply = Self.receive(Reply.self, from: fd)
+            let silent = reply == nil && ContinuousClock.now - asked >= timeout * 0.9
+            Self.note(process, answered: !silent)
             if let reply, reply.ok {
                 sessions.append(RemoteSession(descriptor: fd, process: process))
             } else if let refused = reply?.refusals, !refused.isEmpty {
                 refusals += refused
                 close(fd) // that process finished its presenters' side already
-            } else if ContinuousClock.now - asked < timeout * 0.9 {
+            } else if !silent {
                 // The connection ended without an answer: that process is exiting (or was killed).
                 logger.debug("a process with file presenters ended the exchange; proceeding without it", metadata: ["pid": "\(process)"])
                 close(fd)
@@ -117,14 +161,19 @@ final class PresenterChannel: Sendable {
         guard let entries = try? FileManager.default.contentsOfDirectory(atPath: directory) else { return } // no folder: no other process presents
         let own = "\(getpid()).sock"
         for entry in entries where entry.hasSuffix(".sock") && entry != own {
+            let process = String(entry.dropLast(5))
+            let wait = Self.wait(for: process, timeout: timeout)
             for start in stride(from: 0, to: changes.count, by: Self.ubiquityChangesPerMessage) {
-                guard let fd = connect(to: directory + "/" + entry, timeout: timeout) else { break }
+                guard let fd = connect(to: directory + "/" + entry, timeout: wait) else { break }
                 defer { close(fd) }
                 let slice = Array(changes[start..<min(changes.count, start + Self.ubiquityChangesPerMessage)])
+                let asked = ContinuousClock.now
                 if !Self.send(Request(op: "ubiquity", changes: slice), to: fd) || Self.receive(Reply.self, from: fd)?.ok != true {
-                    logger.warning("a process with file presenters did not hear of items' ubiquity attributes", metadata: ["pid": "\(entry.dropLast(5))"])
+                    if ContinuousClock.now - asked >= wait * 0.9 { Self.note(process, answered: false) }
+                    logger.warning("a process with file presenters did not hear of items' ubiquity attributes", metadata: ["pid": "\(process)"])
                     break
                 }
+                Self.note(process, answered: true)
             }
         }
     }

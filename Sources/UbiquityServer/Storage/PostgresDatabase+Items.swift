@@ -212,13 +212,13 @@ extension PostgresDatabase {
             return try await db.rows("""
                 SELECT item.id, revision.name, revision.kind, revision.size, revision.modification_date, revision.device_name, revision.complete,
                        (SELECT COUNT(*) FROM revision AS other WHERE other.container_id = item.container_id AND other.item_id = item.id
-                                                               AND other.state = 'conflict') AS conflicts
+                                                               AND other.state = 'conflict') AS conflicts, revision.record
                 FROM item JOIN revision ON revision.id = item.current_revision
                 WHERE item.container_id = \(containerId) AND item.parent_key = \(parent ?? "") AND item.name_key != ''
                 """).map {
                 FolderEntry(id: try $0.get("id"), name: try $0.get("name"), kind: ItemKind(rawValue: try $0.get("kind", as: String.self)) ?? .file,
                             size: try $0.get("size"), modificationDate: try $0.get("modification_date"), deviceName: try $0.get("device_name"),
-                            uploaded: try $0.get("complete"), conflicts: Int(try $0.get("conflicts", as: Int64.self)))
+                            uploaded: try $0.get("complete"), conflicts: Int(try $0.get("conflicts", as: Int64.self)), record: try Self.record($0))
             }
         }
     }

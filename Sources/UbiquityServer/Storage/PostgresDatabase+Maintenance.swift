@@ -12,7 +12,7 @@ extension PostgresDatabase {
         try await read { db in
             try await db.rows("""
                 SELECT revision.id, container.identifier, revision.item_id, revision.name, revision.device_name, revision.size,
-                    revision.modification_date, revision.created, revision.complete,
+                    revision.modification_date, revision.created, revision.complete, revision.record, revision.parent,
                     (SELECT current.deleted FROM revision AS current JOIN item ON item.current_revision = current.id
                      WHERE item.container_id = revision.container_id AND item.id = revision.item_id) AS item_deleted
                 FROM revision JOIN container ON container.id = revision.container_id JOIN account ON account.id = container.account_id
@@ -23,7 +23,8 @@ extension PostgresDatabase {
                 RecoverableRevision(
                     revision: try $0.get("id"), container: try $0.get("identifier"), item: try $0.get("item_id"), name: try $0.get("name"),
                     deviceName: try $0.get("device_name"), size: try $0.get("size"), modificationDate: try $0.get("modification_date"),
-                    replacedAt: try $0.get("created"), itemDeleted: try $0.get("item_deleted", as: Bool?.self) ?? false, uploaded: try $0.get("complete"))
+                    replacedAt: try $0.get("created"), itemDeleted: try $0.get("item_deleted", as: Bool?.self) ?? false, uploaded: try $0.get("complete"),
+                    record: try PostgresDatabase.record($0), parent: try $0.get("parent"))
             }
         }
     }

@@ -215,13 +215,13 @@ final class SQLiteDatabase: SyncDatabase {
             return try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT item.id, revision.name, revision.kind, revision.size, revision.modificationDate, revision.deviceName, revision.complete,
                        (SELECT COUNT(*) FROM revision AS other WHERE other.containerId = item.containerId AND other.itemId = item.id
-                                                               AND other.state = 'conflict') AS conflicts
+                                                               AND other.state = 'conflict') AS conflicts, revision.record
                 FROM item JOIN revision ON revision.id = item.currentRevision
                 WHERE item.containerId = ? AND item.parentKey = ? AND item.nameKey != ''
                 """), arguments: [containerId, parent ?? ""]).map {
                 // By position (a folder may hold many thousands: looking columns up by name costs).
                 FolderEntry(id: $0[0], name: $0[1], kind: ItemKind(rawValue: $0[2]) ?? .file, size: $0[3],
-                            modificationDate: $0[4], deviceName: $0[5], uploaded: $0[6], conflicts: $0[7])
+                            modificationDate: $0[4], deviceName: $0[5], uploaded: $0[6], conflicts: $0[7], record: $0[8])
             }
         }
     }
@@ -343,7 +343,7 @@ final class SQLiteDatabase: SyncDatabase {
         try await pool.read { db in
             try Row.fetchAll(db.cachedStatement(sql: """
                 SELECT revision.id, container.identifier, revision.itemId, revision.name, revision.deviceName, revision.size,
-                    revision.modificationDate, revision.created, revision.state, revision.complete,
+                    revision.modificationDate, revision.created, revision.state, revision.complete, revision.record, revision.parent,
                     (SELECT deleted FROM revision AS current JOIN item ON item.currentRevision = current.id
                      WHERE item.containerId = revision.containerId AND item.id = revision.itemId) AS itemDeleted
                 FROM revision JOIN container ON container.id = revision.containerId JOIN account ON account.id = container.accountId
@@ -354,7 +354,7 @@ final class SQLiteDatabase: SyncDatabase {
                 RecoverableRevision(
                     revision: $0["id"], container: $0["identifier"], item: $0["itemId"], name: $0["name"], deviceName: $0["deviceName"],
                     size: $0["size"], modificationDate: $0["modificationDate"], replacedAt: $0["created"],
-                    itemDeleted: ($0["itemDeleted"] as Bool?) ?? false, uploaded: $0["complete"])
+                    itemDeleted: ($0["itemDeleted"] as Bool?) ?? false, uploaded: $0["complete"], record: $0["record"], parent: $0["parent"])
             }
         }
     }

@@ -48,6 +48,9 @@ struct FolderEntry: Codable, Sendable, Equatable {
     var uploaded: Bool
     /// Its unresolved conflict versions.
     var conflicts: Int
+    /// Its sealed item record, if its device sealed one (opened before a page shows it:
+    /// ``WebRecords``).
+    var record: Data? = nil
 }
 
 /// A signed-in device, found by its token.
@@ -101,6 +104,11 @@ package struct RecoverableRevision: Sendable, Equatable {
     package var itemDeleted: Bool
     /// Whether all its chunks are on the server.
     package var uploaded: Bool
+    /// Its sealed item record, if its device sealed one: ``name``, ``size`` and
+    /// ``modificationDate`` are then what the server knows.
+    package var record: Data? = nil
+    /// Its folder (what a sealed record is bound to).
+    package var parent: String? = nil
 }
 
 /// An account's keys as stored: its roster's entries (encoded) and sealed root keys.

@@ -65,9 +65,11 @@ extension SyncServices {
                   let contents = try await database.revisionContents(accountId: account, container: link.container, item: link.item, revision: link.revision) else {
                 throw SyncError(.notFound, "notFound", "no such link (it may have expired or been revoked)")
             }
-            let item = ItemState(id: link.item, revision: link.revision, name: link.name, parent: nil, kind: contents.kind, size: contents.size,
-                                 modificationDate: contents.modificationDate, type: nil, deleted: false, uploaded: contents.uploaded,
-                                 deviceName: contents.deviceName, sequence: 0, manifest: contents.manifest, conflicts: [])
+            // (A sealed record's name, size and date opened with the escrow's keys: Standard only.)
+            let opened = try await webRecords(ofAccount: account, container: link.container).open(contents, item: link.item)
+            let item = ItemState(id: link.item, revision: link.revision, name: contents.record == nil ? link.name : opened.name, parent: nil, kind: opened.kind, size: opened.size,
+                                 modificationDate: opened.modificationDate, type: nil, deleted: false, uploaded: opened.uploaded,
+                                 deviceName: opened.deviceName, sequence: 0, manifest: opened.manifest, conflicts: [])
             var response = try await WebDownload.response(for: item, chunks: chunks, account: account,
                                                           opener: try await sealedChunkOpener(ofAccount: account, container: link.container))
             for field in WebSession.securityHeaders { response.headers[field.name] = field.value }
@@ -77,7 +79,17 @@ extension SyncServices {
         }
         api.get("links") { _, context in
             let device = try context.requireDevice()
-            return PublishedLinksResponse(links: try await database.links(ofAccount: device.accountId).filter { device.allows($0.container) })
+            var links = try await database.links(ofAccount: device.accountId).filter { device.allows($0.container) }
+            // A link keeps the name the server knew: a sealed record's tag, opened here (Standard).
+            var records: [String: WebRecords] = [:]
+            for index in links.indices where ServerRules.isNameTag(links[index].name) {
+                let link = links[index]
+                guard let contents = try await database.revisionContents(accountId: device.accountId, container: link.container, item: link.item, revision: link.revision),
+                      contents.record != nil else { continue }
+                if records[link.container] == nil { records[link.container] = try await webRecords(ofAccount: device.accountId, container: link.container) }
+                if let opened = try? records[link.container]?.open(contents, item: link.item) { links[index].name = opened.name }
+            }
+            return PublishedLinksResponse(links: links)
         }
         api.post("containers/:container/items/:item/links") { request, context -> Response in
             let (device, container, item) = try Self.webItem(context)

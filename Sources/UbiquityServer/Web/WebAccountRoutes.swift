@@ -116,11 +116,12 @@ extension SyncServices {
             guard asked.confirm == container else {
                 throw SyncError.badRequest("notConfirmed", "type the container's identifier to confirm")
             }
-            let listing = try await WebListing.load(database: database, account: device.accountId, container: container)
+            let records = try await webRecords(ofAccount: device.accountId, container: container)
+            let listing = try await WebListing.load(database: database, account: device.accountId, container: container, records: records)
             // Innermost first: a folder goes after what is in it.
             func depth(_ item: ItemState) -> Int { listing.path(to: item.id).count }
             let doomed = listing.items.values.sorted { depth($0) > depth($1) } // what is beside Documents too: all the app's data
-            try await webDelete(doomed, container: container, device: device)
+            try await webDelete(doomed, container: container, device: device, records: records)
             context.logger.notice("a container's items were deleted from the web interface", metadata: ["container": "\(container)", "items": "\(doomed.count)"])
             return WebDeleteAllResponse(deleted: doomed.count)
         }

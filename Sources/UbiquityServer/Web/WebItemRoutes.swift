@@ -77,7 +77,9 @@ extension SyncServices {
         items.post("move") { request, context in
             let (device, container, id) = try Self.webItem(context)
             let asked = try await request.decode(as: WebMoveRequest.self, context: context)
-            guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: false), !item.deleted else { throw SyncError.notFound }
+            let records = try await webRecords(ofAccount: device.accountId, container: container)
+            guard let stored = try await database.item(accountId: device.accountId, container: container, id: id, brief: false), !stored.deleted else { throw SyncError.notFound }
+            let item = try records.open(stored)
             let name = asked.name ?? item.name
             try Validate.name(name)
             var parent = item.parent
@@ -85,21 +87,22 @@ extension SyncServices {
                 parent = nil
             } else if let target = try Self.folderId(asked.parent) {
                 // A folder cannot go into itself or into a folder inside it.
-                guard try await !webPath(to: target, container: container, account: device.accountId).contains(where: { $0.id == id }) else {
+                guard try await !webPath(to: target, container: container, account: device.accountId, records: records).contains(where: { $0.id == id }) else {
                     throw SyncError.badRequest("intoItself", "a folder cannot move into itself")
                 }
                 parent = target
             }
-            if let taken = try await webSibling(named: name, in: parent, excluding: id, container: container, account: device.accountId) {
+            if let taken = try await webSibling(named: name, in: parent, excluding: id, container: container, account: device.accountId, records: records) {
                 throw SyncError(.conflict, "nameTaken", "\(taken.kind == .directory ? "a folder" : "an item") of that name is there already")
             }
             let update = ItemUpdate(baseRevision: item.revision, name: name, parent: parent, kind: item.kind, modificationDate: item.modificationDate,
                                     type: item.type, manifest: item.manifest, changeId: RandomIdentifier.make())
-            return try await webCommit([(id, update)], container: container, device: device)[0]
+            return try await webCommit([(id, update)], container: container, device: device, records: records)[0]
         }
         items.delete { _, context -> HTTPResponse.Status in
             let (device, container, id) = try Self.webItem(context)
-            let listing = try await WebListing.load(database: database, account: device.accountId, container: container)
+            let records = try await webRecords(ofAccount: device.accountId, container: container)
+            let listing = try await WebListing.load(database: database, account: device.accountId, container: container, records: records)
             guard listing.items[id] != nil else { throw SyncError.notFound }
             // A folder goes with everything in it, the innermost first (each a deletion devices apply).
             var doomed: [ItemState] = [], next = [id]
@@ -108,28 +111,32 @@ extension SyncServices {
                 doomed.append(item)
                 if item.kind == .directory { next += listing.children(of: current).map(\.id) }
             }
-            try await webDelete(doomed.reversed(), container: container, device: device)
+            try await webDelete(doomed.reversed(), container: container, device: device, records: records)
             return .noContent
         }
         items.get("versions") { _, context in
             let (device, container, id) = try Self.webItem(context)
+            let records = try await webRecords(ofAccount: device.accountId, container: container)
             guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: true), !item.deleted else { throw SyncError.notFound }
             let earlier = try await database.itemRevisions(accountId: device.accountId, container: container, item: id,
                                                            since: Date().timeIntervalSince1970 - retention, limit: ItemRevisionsResponse.maximumCount) ?? []
-            return WebVersionsResponse(item, earlier: earlier)
+            return WebVersionsResponse(try records.open(item), earlier: try earlier.map { try records.open($0, item: id) })
         }
         items.get("revisions/:revision/download") { _, context -> Response in
             let (device, container, id) = try Self.webItem(context)
             let revision = try context.parameters.require("revision")
             try Validate.identifier(revision, field: "revision")
-            guard var item = try await database.item(accountId: device.accountId, container: container, id: id, brief: false) else { throw SyncError.notFound }
+            let records = try await webRecords(ofAccount: device.accountId, container: container)
+            guard let stored = try await database.item(accountId: device.accountId, container: container, id: id, brief: false) else { throw SyncError.notFound }
+            var item = try records.open(stored)
             if revision != item.revision {
                 if let conflict = item.conflicts.first(where: { $0.revision == revision }) {
                     (item.manifest, item.uploaded, item.size) = (conflict.manifest, conflict.uploaded, conflict.size)
                 } else {
-                    guard let earlier = try await database.revisionContents(accountId: device.accountId, container: container, item: id, revision: revision) else {
+                    guard let stored = try await database.revisionContents(accountId: device.accountId, container: container, item: id, revision: revision) else {
                         throw SyncError(.notFound, "notFound", "no such version")
                     }
+                    let earlier = try records.open(stored, item: id)
                     (item.manifest, item.name, item.kind, item.uploaded) = (earlier.manifest, earlier.name, earlier.kind, earlier.uploaded)
                 }
             }
@@ -142,13 +149,15 @@ extension SyncServices {
             let (device, container, id) = try Self.webItem(context)
             let revision = try context.parameters.require("revision")
             try Validate.identifier(revision, field: "revision")
-            guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: false), !item.deleted else { throw SyncError.notFound }
-            guard let earlier = try await database.revisionContents(accountId: device.accountId, container: container, item: id, revision: revision) else {
+            let records = try await webRecords(ofAccount: device.accountId, container: container)
+            guard let stored = try await database.item(accountId: device.accountId, container: container, id: id, brief: false), !stored.deleted else { throw SyncError.notFound }
+            guard let storedEarlier = try await database.revisionContents(accountId: device.accountId, container: container, item: id, revision: revision) else {
                 throw SyncError(.notFound, "notFound", "no such version")
             }
+            let (item, earlier) = (try records.open(stored), try records.open(storedEarlier, item: id))
             let update = ItemUpdate(baseRevision: item.revision, name: item.name, parent: item.parent, kind: item.kind, modificationDate: Date().timeIntervalSince1970,
                                     type: item.type, manifest: earlier.manifest, changeId: RandomIdentifier.make())
-            return try await webCommit([(id, update)], container: container, device: device)[0]
+            return try await webCommit([(id, update)], container: container, device: device, records: records)[0]
         }
         // The winner of a conflict: every device hears of the resolution.
         items.post("resolve") { request, context in
@@ -163,7 +172,7 @@ extension SyncServices {
                                                    request: ResolveRequest(keep: asked.keep, remove: ([item.revision] + item.conflicts.map(\.revision)).filter { $0 != asked.keep }))
             metrics.count(.commits)
             notifier.publish(account: device.accountId, container: container, sequence: state.sequence)
-            return WebItem(state)
+            return WebItem(try await webRecords(ofAccount: device.accountId, container: container).open(state))
         }
 
         // Recently Deleted: what `ubiquity recover` lists and restores.
@@ -176,8 +185,20 @@ extension SyncServices {
                 let key = revision.container + "\u{0}" + revision.item
                 if (latest[key]?.replacedAt ?? -1) < revision.replacedAt { latest[key] = revision }
             }
-            let items = latest.values.sorted { $0.replacedAt > $1.replacedAt }.map {
-                WebDeletedItem(container: $0.container, item: $0.item, revision: $0.revision, name: $0.name, deviceName: $0.deviceName, size: $0.size, deletedAt: $0.replacedAt)
+            var records: [String: WebRecords] = [:]
+            var items: [WebDeletedItem] = []
+            for revision in latest.values.sorted(by: { $0.replacedAt > $1.replacedAt }) {
+                var (name, size) = (revision.name, revision.size)
+                if let sealed = revision.record {
+                    if records[revision.container] == nil { records[revision.container] = try await webRecords(ofAccount: device.accountId, container: revision.container) }
+                    var listed = ItemRevision(revision: revision.revision, name: name, kind: .file, deviceName: revision.deviceName, size: size,
+                                              modificationDate: revision.modificationDate, created: revision.replacedAt, uploaded: revision.uploaded)
+                    (listed.record, listed.parent) = (sealed, revision.parent)
+                    guard let opened = try? records[revision.container]?.open(listed, item: revision.item) else { continue } // (sealed under Advanced)
+                    (name, size) = (opened.name, opened.size)
+                }
+                items.append(WebDeletedItem(container: revision.container, item: revision.item, revision: revision.revision, name: name, deviceName: revision.deviceName,
+                                            size: size, deletedAt: revision.replacedAt))
             }
             return WebDeletedResponse(items: items, retentionDays: Int(retention / 86_400))
         }
@@ -204,9 +225,12 @@ extension SyncServices {
 
     /// Commits updates made through the web interface in one transaction, as the browser's
     /// device; a refused one throws its error.
-    func webCommit(_ updates: [(id: String, update: ItemUpdate)], container: String, device: DeviceAuth) async throws -> [WebItem] {
+    /// Each update's record is sealed with `records` when the account has keys (``WebRecords``).
+    func webCommit(_ updates: [(id: String, update: ItemUpdate)], container: String, device: DeviceAuth, records: WebRecords) async throws -> [WebItem] {
         var commits: [ItemCommit] = []
-        for (id, update) in updates { commits.append(ItemCommit(item: id, update: try await prepared(update, of: id, in: container, for: device))) }
+        for (id, update) in updates {
+            commits.append(ItemCommit(item: id, update: try await prepared(try records.sealed(update, item: id), of: id, in: container, for: device)))
+        }
         let verdicts = try await database.commit(accountId: device.accountId, container: container, commits: commits, device: device, now: Date(),
                                                  brief: true, limits: accountLimits)
         let outcomes = try verdicts.map { try $0.get() }
@@ -214,20 +238,20 @@ extension SyncServices {
         if let sequence = outcomes.map(\.item.sequence).max() {
             notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId)
         }
-        return outcomes.map { WebItem($0.item) }
+        return try outcomes.map { WebItem(try records.open($0.item)) }
     }
 
     /// Deletes `items` in that order (what is in a folder before it), in batches of at most
     /// ``CommitBatchRequest/maximumCount``: each a deletion every device applies, recoverable
     /// from Recently Deleted.
-    func webDelete(_ items: [ItemState], container: String, device: DeviceAuth) async throws {
+    func webDelete(_ items: [ItemState], container: String, device: DeviceAuth, records: WebRecords) async throws {
         let now = Date().timeIntervalSince1970
         let updates = items.map { item in
             (item.id, ItemUpdate(baseRevision: item.revision, name: item.name, parent: item.parent, kind: item.kind, modificationDate: now,
                                  manifest: Manifest(), deleted: true, changeId: RandomIdentifier.make()))
         }
         for start in stride(from: 0, to: updates.count, by: CommitBatchRequest.maximumCount) {
-            _ = try await webCommit(Array(updates[start..<min(updates.count, start + CommitBatchRequest.maximumCount)]), container: container, device: device)
+            _ = try await webCommit(Array(updates[start..<min(updates.count, start + CommitBatchRequest.maximumCount)]), container: container, device: device, records: records)
         }
     }
 

@@ -8,13 +8,13 @@ struct WebListing: Sendable {
     /// Items not deleted, by id.
     let items: [String: ItemState]
 
-    /// Reads the container's items (brief: manifests left out).
-    static func load(database: any SyncDatabase, account: Int64, container: String) async throws -> WebListing {
+    /// Reads the container's items (brief: manifests left out), their records opened.
+    static func load(database: any SyncDatabase, account: Int64, container: String, records: WebRecords) async throws -> WebListing {
         var items: [String: ItemState] = [:], since: Int64 = 0
         while true {
             let page = try await database.changes(accountId: account, container: container, since: since, limit: 5_000, brief: true)
             for item in page.items {
-                if item.deleted { items[item.id] = nil } else { items[item.id] = item }
+                if item.deleted { items[item.id] = nil } else { items[item.id] = try records.open(item) }
             }
             guard page.more, let last = page.items.last?.sequence else { break }
             since = last

@@ -159,8 +159,10 @@ extension SyncServices {
             let parent = try Self.folderId(parameters["parent"].map(String.init))
             let query = try WebFolderQuery(sort: parameters["sort"].map(String.init), filter: parameters["filter"].map(String.init),
                                            offset: parameters["offset"].map(String.init), limit: parameters["limit"].map(String.init))
-            let path = try await webPath(to: parent, container: container, account: device.accountId)
-            let page = query.page(of: try await database.folderEntries(accountId: device.accountId, container: container, parent: parent))
+            let records = try await webRecords(ofAccount: device.accountId, container: container)
+            let path = try await webPath(to: parent, container: container, account: device.accountId, records: records)
+            let entries = try await database.folderEntries(accountId: device.accountId, container: container, parent: parent)
+            let page = query.page(of: try entries.map { try records.open($0, in: parent) })
             return WebFolderResponse(path: path, items: page.items, total: page.total, offset: query.offset)
         }
         containers.get("items/:item/download") { _, context -> Response in
@@ -170,7 +172,7 @@ extension SyncServices {
             guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: false), !item.deleted else {
                 throw SyncError.notFound
             }
-            return try await WebDownload.response(for: item, chunks: chunks, account: device.accountId,
+            return try await WebDownload.response(for: try await webRecords(ofAccount: device.accountId, container: container).open(item), chunks: chunks, account: device.accountId,
                                                   opener: try await sealedChunkOpener(ofAccount: device.accountId, container: container))
         }
         // A part of an upload (at most ``WebUpload/partBytes``): cut into chunks as a device
@@ -231,8 +233,9 @@ extension SyncServices {
                    container: String, device: DeviceAuth) async throws -> WebItem {
         let parent = try Self.folderId(parent)
         try Validate.name(name)
-        _ = try await webPath(to: parent, container: container, account: device.accountId) // a folder of the container
-        let existing = try await webSibling(named: name, in: parent, container: container, account: device.accountId)
+        let records = try await webRecords(ofAccount: device.accountId, container: container)
+        _ = try await webPath(to: parent, container: container, account: device.accountId, records: records) // a folder of the container
+        let existing = try await webSibling(named: name, in: parent, container: container, account: device.accountId, records: records)
         if let existing, existing.kind != kind {
             throw SyncError(.conflict, "nameTaken", "\(existing.kind == .directory ? "a folder" : "an item") of that name is there already")
         }
@@ -240,20 +243,20 @@ extension SyncServices {
         let itemId = existing?.id ?? RandomIdentifier.make()
         let update = ItemUpdate(baseRevision: existing?.revision, name: name, parent: parent, kind: kind,
                                 modificationDate: modificationDate ?? Date().timeIntervalSince1970, manifest: manifest, changeId: RandomIdentifier.make())
-        return try await webCommit([(itemId, update)], container: container, device: device)[0]
+        return try await webCommit([(itemId, update)], container: container, device: device, records: records)[0]
     }
 
     /// The folders from the container's top down to `folder` (empty for the top), each read
-    /// by its id.
+    /// by its id (its name opened with `records`).
     /// - Throws: 404 when `folder` is not a folder of the container.
-    func webPath(to folder: String?, container: String, account: Int64) async throws -> [WebCrumb] {
+    func webPath(to folder: String?, container: String, account: Int64, records: WebRecords) async throws -> [WebCrumb] {
         var crumbs: [WebCrumb] = [], next = folder, seen = Set<String>()
         while let id = next, seen.insert(id).inserted {
             guard let item = try await database.item(accountId: account, container: container, id: id, brief: true), !item.deleted, item.kind == .directory else {
                 guard id != folder else { throw SyncError(.notFound, "notFound", "no such folder") }
                 break // the folder beside Documents an item in it sits in
             }
-            crumbs.append(WebCrumb(id: item.id, name: item.name))
+            crumbs.append(WebCrumb(id: item.id, name: try records.open(item).name))
             next = item.parent
         }
         return crumbs.reversed()
@@ -261,11 +264,16 @@ extension SyncServices {
 
     /// The item (not deleted) named `name` in folder `parent`, apart from `excluded`: names are
     /// compared as the file system compares them (canonical composition).
-    func webSibling(named name: String, in parent: String?, excluding excluded: String? = nil, container: String, account: Int64) async throws -> ItemState? {
+    func webSibling(named name: String, in parent: String?, excluding excluded: String? = nil, container: String, account: Int64,
+                    records: WebRecords) async throws -> ItemState? {
         let wanted = name.precomposedStringWithCanonicalMapping
         let entries = try await database.folderEntries(accountId: account, container: container, parent: parent)
-        guard let found = entries.first(where: { $0.id != excluded && $0.name.precomposedStringWithCanonicalMapping == wanted }) else { return nil }
-        return try await database.item(accountId: account, container: container, id: found.id, brief: false)
+        guard let found = try entries.first(where: { entry in
+            guard entry.id != excluded else { return false }
+            return try records.open(entry, in: parent).name.precomposedStringWithCanonicalMapping == wanted
+        }),
+              let item = try await database.item(accountId: account, container: container, id: found.id, brief: false) else { return nil }
+        return try records.open(item)
     }
 
     /// The signed-in device and the container the route names (which it may use).
