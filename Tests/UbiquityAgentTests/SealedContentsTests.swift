@@ -116,6 +116,29 @@ extension ContainerSyncTests {
         }
     }
 
+    /// Two names of one folder that differ only by case (one file on a case-insensitive file
+    /// system), sealed: the server sees one tag, refuses the second (it cannot rename a sealed
+    /// item), and the device renames its own file as the server would have — "Name 2.ext" — and
+    /// sends it again. Both files reach the other device, each with its contents; nothing is lost.
+    @Test func aSealedNameThatClashesIsRenamedByItsDevice() async throws {
+        try await withServer { base, dir in
+            let laptop = try await sealingDevice("laptop", base: base, dir: dir)
+            let phone = try await sealingDevice("phone", base: base, dir: dir)
+            try laptop.write("Trip.txt", Data("lower".utf8))
+            try laptop.write("TRIP.txt", Data("upper".utf8))
+            for _ in 0..<3 { try await laptop.sync.syncOnce() }
+            try await phone.sync.syncOnce()
+            let onLaptop = try FileManager.default.contentsOfDirectory(atPath: laptop.documents.path).sorted()
+            let onPhone = try FileManager.default.contentsOfDirectory(atPath: phone.documents.path).sorted()
+            #expect(onLaptop.count == 2 && onLaptop.contains { $0.hasSuffix(" 2.txt") }, "\(onLaptop)")
+            #expect(onPhone == onLaptop, "\(onPhone)")
+            let texts = Set(try onPhone.map { try String(contentsOf: phone.documents.appendingPathComponent($0), encoding: .utf8) })
+            #expect(texts == ["lower", "upper"])
+            let errors = await laptop.sync.errors
+            #expect(errors.isEmpty, "\(errors)")
+        }
+    }
+
     /// The server answering one sealed chunk's bytes for another (its index edited: each
     /// chunk's place and digest swapped, so its own damage check passes): the device opens and
     /// checks what comes, refuses it and writes nothing; the file it had stays as it was.
