@@ -156,6 +156,7 @@ package struct ItemRecords: Sendable {
             opened.modificationDate = record.date
             opened.size = record.size
             opened.record = nil
+            opened.contents = nil // (bytes inline beside a sealed record could only be sealed ones: never taken for the file's)
             if state.digest != nil { opened.digest = record.contents } // a brief answer: the manifest left out
             if let delta = state.manifestDelta {
                 opened.manifestDelta = try plaintext(delta, record: record, item: state.id)

@@ -46,6 +46,10 @@ import UbiquityProtocol
             #expect(opened.name == name && opened.type == "public.plain-text" && opened.modificationDate == 1_800_000_123.5)
             #expect(opened.manifest == (kind == .directory ? Manifest() : manifest) && opened.size == manifest.allChunks.reduce(0) { $0 + $1.size })
             #expect(opened.record == nil)
+            // Bytes inline beside a sealed record (a server inlining sealed chunks) are never taken.
+            var inlined = stored(wire, item: "item1")
+            inlined.contents = Data("sealed bytes".utf8)
+            #expect(try records.opened(inlined).contents == nil)
             // A brief answer (no manifest): the record's content token stands for it.
             var brief = stored(wire, item: "item1")
             brief.manifest = Manifest()
