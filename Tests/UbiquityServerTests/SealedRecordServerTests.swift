@@ -158,11 +158,31 @@ import UbiquitySync
             #expect(moved.status == .ok && (try? moved.decode(WebItem.self).name) == "Renamed \(marker).txt", "\(String(buffer: moved.body))")
             let made = try await client.send(.post, "\(api)/folders", json: WebFolderRequest(name: "Web \(marker)"), headers: web)
             #expect(made.status == .ok, "\(String(buffer: made.body))")
+            // A file uploaded through the page: cut, named and sealed with the escrow's keys.
+            let uploaded = Array("\(marker) uploaded through the page, ".utf8) + [UInt8](randomBytes(40_000))
+            let part = try await client.send(.post, "/web/api/parts?fileSize=\(uploaded.count)&container=\(notes)", raw: uploaded, headers: web)
+            let chunks = try part.decode(WebPartResponse.self).chunks
+            #expect(chunks.reduce(0) { $0 + $1.size } == Int64(uploaded.count) && !chunks.contains { $0.hash == sha256(uploaded) })
+            let uploadedFile = try await client.send(.post, "\(api)/files", json: WebFileRequest(name: "Upload \(marker).bin", parent: "trips", chunks: chunks), headers: web)
+            #expect(uploadedFile.status == .ok, "\(String(buffer: uploadedFile.body))")
+            let uploadedId = try uploadedFile.decode(WebItem.self).id
+            let fromWeb = try await client.send(.get, "\(api)/items/\(uploadedId)/download", headers: web)
+            #expect(Array(buffer: fromWeb.body) == uploaded)
+            // A device opens the record and every chunk with its own keys.
+            let state = try records.opened(try #require(try await client.changes(notes, token: laptop.token).items.first { $0.id == uploadedId }))
+            #expect(state.name == "Upload \(marker).bin" && state.size == Int64(uploaded.count))
+            var rebuilt: [UInt8] = []
+            for chunk in try #require(state.manifest.chunks) {
+                let sealedBytes = try await client.send(.get, "/v1/chunks/\(chunk.hash)", token: laptop.token)
+                let id = try #require(ChunkIdentifier(hex: chunk.hash))
+                rebuilt += try root.chunkKeys(container: notes).open(Data(buffer: sealedBytes.body), as: id)
+            }
+            #expect(rebuilt == uploaded)
             let seen = try await client.changes(notes, token: laptop.token)
             for item in seen.items {
                 #expect(item.record != nil && !item.name.contains(marker), "\(item.id) is sealed")
             }
-            #expect(Set(try seen.items.map { try records.opened($0).name }) == ["Trips \(marker)", "Renamed \(marker).txt", "Web \(marker)"])
+            #expect(Set(try seen.items.map { try records.opened($0).name }) == ["Trips \(marker)", "Renamed \(marker).txt", "Web \(marker)", "Upload \(marker).bin"])
             // A name that clashes with a sealed one (another case) is refused, not renamed.
             let clash = try await client.send(.post, "\(api)/folders", json: WebFolderRequest(name: "trips \(marker.lowercased())"), headers: web)
             #expect(clash.status == .conflict && clash.errorCode == "nameTaken", "\(String(buffer: clash.body))")

@@ -179,9 +179,21 @@ extension SyncServices {
         // cuts a file, stored (against the quota), and answered with their list; a part that
         // failed is sent again, and the parts' lists together make the file's manifest. The
         // page names the whole file's size (`fileSize`), so that a large file's parts are cut
-        // into a large file's chunks (``ContentChunker/forFile(ofSize:)``).
+        // into a large file's chunks (``ContentChunker/forFile(ofSize:)``). With the container
+        // (`container=C`) of an account that has keys, under Standard: cut by the container's
+        // keyed chunker, named by its keyed MAC and sealed with the escrow's keys, as its devices
+        // would (the server keeps no plaintext of it; under Advanced the page cannot upload).
         api.post("parts") { request, context -> WebPartResponse in
             let device = try context.requireDevice()
+            var codec = ChunkCodec.plain
+            if let container = request.uri.queryParameters["container"].map(String.init) {
+                try Validate.container(container)
+                _ = try context.requireDevice(for: container)
+                if let rootKeys = try await escrow?.rootKeys(ofAccount: device.accountId, database: database),
+                   let sealed = ChunkCodec.sealed(container: container, rootKeys: rootKeys) {
+                    codec = sealed
+                }
+            }
             let fileSize = try request.uri.queryParameters["fileSize"].map { text in
                 guard let size = Int(text), size >= 0 else { throw SyncError.badRequest("invalidSize", "fileSize is a number of bytes") }
                 return size
@@ -194,11 +206,17 @@ extension SyncServices {
             }
             guard body.readableBytes > 0 else { throw SyncError.badRequest("emptyPart", "a part holds at least one byte") }
             let bytes = [UInt8](buffer: body)
-            let pieces = ContentChunker.forFile(ofSize: max(fileSize, bytes.count)).chunks(of: bytes).map { chunk in
-                ChunkBatch.Chunk(hash: chunk.hash, bytes: bytes[chunk.offset..<(chunk.offset + chunk.length)])
+            let cut = codec.chunker(forFileOfSize: max(fileSize, bytes.count)).chunks(of: bytes)
+            let pieces = try cut.map { chunk in
+                let plain = bytes[chunk.offset..<(chunk.offset + chunk.length)]
+                guard codec.sealed else { return ChunkBatch.Chunk(hash: chunk.hash, bytes: plain) }
+                // (Named as they were cut a moment ago: not named again before sealing.)
+                let sealed = try plain.withUnsafeBytes { try codec.seal($0, as: chunk.hash, unchanged: true) }
+                return ChunkBatch.Chunk(hash: chunk.hash, bytes: ArraySlice(sealed))
             }
-            try await receive(pieces, from: device, logger: context.logger, checked: true) // hashed as they were cut
-            return WebPartResponse(chunks: pieces.map { ChunkReference(hash: $0.hash, size: Int64($0.bytes.count)) })
+            try await receive(pieces, from: device, logger: context.logger, checked: true, sealed: codec.sealed) // hashed as they were cut
+            // Each chunk at its plaintext size, as a device declares it (the file's layout).
+            return WebPartResponse(chunks: zip(pieces, cut).map { ChunkReference(hash: $0.hash, size: Int64($1.length)) })
         }
         containers.post("files") { request, context in
             let (device, container) = try Self.webContainer(context)

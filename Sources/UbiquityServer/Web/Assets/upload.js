@@ -81,7 +81,7 @@ export async function uploadFile(container, parent, file, onProgress) {
     const sender = async () => {
       for (let index = waiting.shift(); index !== undefined; index = waiting.shift()) {
         const start = index * partBytes;
-        const answer = await withRetries(() => api("POST", `/web/api/parts?fileSize=${file.size}`, file.slice(start, start + size(index))));
+        const answer = await withRetries(() => api("POST", `/web/api/parts?fileSize=${file.size}&container=${encodeURIComponent(container)}`, file.slice(start, start + size(index))));
         parts[index] = answer.chunks;
         saveParts(key, parts);
         sent += size(index);

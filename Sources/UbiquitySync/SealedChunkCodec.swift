@@ -1,16 +1,12 @@
 import Foundation
 import UbiquityKeys
 import UbiquityProtocol
-import UbiquitySync
 
 extension ChunkCodec {
-    /// The sealed codec of `container` on a device that holds `rootKeys`: the newest epoch's
-    /// keyed chunker cuts and its keyed MAC names (``ChunkKeys/identifier(of:)``, as 64
-    /// hexadecimal digits); every held epoch opens. Nil without keys.
     /// The codec of a device that holds `rootKeys` but does not seal `container`'s chunks: it
     /// cuts, names and sends them in plaintext, and opens what the account's sealing devices
     /// sealed. Nil without keys.
-    static func reading(container: String, rootKeys: [AccountRootKey]) -> ChunkCodec? {
+    package static func reading(container: String, rootKeys: [AccountRootKey]) -> ChunkCodec? {
         guard let sealed = sealed(container: container, rootKeys: rootKeys) else { return nil }
         // (Its own chunks are named by SHA-256: that is looked at first.)
         return ChunkCodec(readingSealed: { try sealed.open($0, as: $1) },
@@ -18,7 +14,11 @@ extension ChunkCodec {
                           patches: patches(current: nil, held: rootKeys.sorted { $0.epoch > $1.epoch }.map { $0.chunkKeys(container: container) }))
     }
 
-    static func sealed(container: String, rootKeys: [AccountRootKey]) -> ChunkCodec? {
+    /// The sealed codec of `container` for a holder of `rootKeys` (a device, or the server's web
+    /// page under Standard with the escrow's keys): the newest epoch's keyed chunker cuts and its
+    /// keyed MAC names (``ChunkKeys/identifier(of:)``, as 64 hexadecimal digits); every held
+    /// epoch opens. Nil without keys.
+    package static func sealed(container: String, rootKeys: [AccountRootKey]) -> ChunkCodec? {
         guard let newest = rootKeys.max(by: { $0.epoch < $1.epoch }) else { return nil }
         let current = newest.chunkKeys(container: container)
         // Newest first: what is read is mostly what was written lately.
