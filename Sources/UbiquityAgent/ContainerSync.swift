@@ -564,30 +564,6 @@ package actor ContainerSync {
     /// About how many bytes of chunks one request carries, each way (``ChunkBatch``).
     static let transferBatchBytes = 4 << 20
 
-    // MARK: Records
-
-    /// `state` as its device made it: its sealed records opened and checked (``ItemRecords``);
-    /// as it is when nothing of it is sealed.
-    /// - Throws: ``ItemRecordError`` for a record that does not open or does not fit what the
-    ///   server says beside it (nothing of the answer is used), or one this device cannot open.
-    func opened(_ state: ItemState) throws -> ItemState {
-        if let records = codec.records { return try records.opened(state) }
-        guard state.record == nil, !state.conflicts.contains(where: { $0.record != nil }) else {
-            throw ItemRecordError(item: state.id, reason: "it is sealed and this device holds no key of the account")
-        }
-        return state
-    }
-
-    /// Each of `states` opened (``opened(_:)-(ItemState)``).
-    func opened(_ states: [ItemState]) throws -> [ItemState] { try states.map(opened) }
-
-    /// A commit's answer with its item opened.
-    func opened(_ answer: CommitResponse) throws -> CommitResponse {
-        var answer = answer
-        answer.item = try opened(answer.item)
-        return answer
-    }
-
     // MARK: Mapping
 
     static func snapshot(_ item: ItemState) -> ItemSnapshot {

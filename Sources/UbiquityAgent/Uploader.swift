@@ -169,32 +169,6 @@ struct Uploader {
         return CommitResponse(revision: committed.revision, outcome: "current", item: item, missingChunks: [])
     }
 
-    /// A sealed name the server refused because it clashes with another item's in its folder
-    /// (names differing only by case or composition; the server sees tags and cannot rename
-    /// either, as it does plaintext names): the file here is renamed as the server would have
-    /// renamed it — " 2", " 3", … before its extension, the first free in the folder here and on
-    /// the server — and sent again under that name. False when it cannot be (not a sealing
-    /// device, a deletion, the file gone or its new place taken): the change waits, saying why.
-    func renameClashing(_ change: LocalChange, in sync: isolated ContainerSync) async throws -> Bool {
-        guard sync.codec.records?.seals == true, !change.deleted, let file = sync.files.file(of: change.item),
-              file.path.split(separator: "/").last.map(String.init) == change.name else { return false }
-        let folder = LocalContents.folder(of: file.path)
-        var taken = Set<String>()
-        let here = folder.isEmpty ? sync.root : sync.root.appendingPathComponent(folder)
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: here.path)) ?? [] { taken.insert(NameCollision.key(name)) }
-        for (id, item) in sync.state.visibleItems where id != change.item && item.parent == change.parent && !item.deleted {
-            taken.insert(NameCollision.key(item.name))
-        }
-        let free = NameCollision.freeName(for: change.name) { taken.contains($0) }
-        let path = folder.isEmpty ? free : folder + "/" + free
-        guard try await sync.materialiser.relocate(file, to: path, in: sync), sync.files.file(of: change.item)?.path == path else { return false }
-        sync.state.abandoned(change)
-        sync.state.save(item: change.item, name: free, parent: change.parent, kind: change.kind ?? .file, content: file.content, date: change.date)
-        sync.errors[change.item] = nil
-        sync.logger.notice("an item whose name clashes with another's in its folder was renamed", metadata: ["container": "\(sync.container)", "item": "\(change.item)"])
-        return true
-    }
-
     /// Gives up a change the server can never accept (its contents are gone from here): the
     /// item's newer change, or one made now from the file as it is, goes instead.
     func abandon(_ change: LocalChange, in sync: isolated ContainerSync) {
@@ -274,13 +248,6 @@ struct Uploader {
 
     /// How many hashes one "which do you lack" question carries (the server takes 100,000).
     static let missingQuestionSize = 50_000
-
-    /// The update as it goes to the server: with its record sealed (``ItemRecords``) when this
-    /// device seals, else as it is.
-    func wire(_ update: ItemUpdate, of item: String, members: [LocalMember], in sync: isolated ContainerSync) throws -> ItemUpdate {
-        guard let records = sync.codec.records, records.seals else { return update }
-        return try records.sealed(update, item: item, manifest: LocalContents.manifest(members, kind: update.kind))
-    }
 
     /// The update a change becomes on the wire.
     func update(for change: LocalChange, members: [LocalMember], delta allowed: Bool, in sync: isolated ContainerSync) -> ItemUpdate {

@@ -28,17 +28,21 @@ import UbiquityTestSupport
         return try #require(containers.url(forContainer: container)).appendingPathComponent("Documents")
     }
 
+    /// Has `device`'s agent seal the container and look at it every second (the relay carries
+    /// no pushes: the phone learns of changes by asking).
+    static func seal(_ device: Device) throws {
+        let settings = URL(fileURLWithPath: try #require(device.home["XDG_CONFIG_HOME"])).appendingPathComponent("ubiquity/agent.json")
+        try FileManager.default.createDirectory(at: settings.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try Data(#"{"containers": ["\#(container)"], "greedy": true, "sealedContents": true, "rescanSeconds": 1}"#.utf8).write(to: settings)
+    }
+
     @Test(arguments: Attack.allCases) func thePhoneRefusesTheLieAndKeepsWhatItHad(attack: Attack) async throws {
         let setup = try await HostileKeyServerTests.Setup()
         defer { setup.tearDown() }
         let (laptop, phone, relay) = (setup.laptop, setup.phone, setup.phoneRelay)
         // Both agents seal; each looks at its container every second (the relay carries no
         // pushes: the phone learns of changes by asking).
-        for device in [laptop, phone] {
-            let settings = URL(fileURLWithPath: try #require(device.home["XDG_CONFIG_HOME"])).appendingPathComponent("ubiquity/agent.json")
-            try FileManager.default.createDirectory(at: settings.deletingLastPathComponent(), withIntermediateDirectories: true)
-            try Data(#"{"containers": ["\#(Self.container)"], "greedy": true, "sealedContents": true, "rescanSeconds": 1}"#.utf8).write(to: settings)
-        }
+        for device in [laptop, phone] { try Self.seal(device) }
         let laptopAgent = try Agent(laptop, in: setup.dir), phoneAgent = try Agent(phone, in: setup.dir)
         defer { laptopAgent.stop(); phoneAgent.stop() }
         // (Asked of the agents on a thread of its own: never one of the two the in-process tests share.)
@@ -100,11 +104,7 @@ import UbiquityTestSupport
         let setup = try await HostileKeyServerTests.Setup()
         defer { setup.tearDown() }
         let (laptop, phone, relay) = (setup.laptop, setup.phone, setup.phoneRelay)
-        for device in [laptop, phone] {
-            let settings = URL(fileURLWithPath: try #require(device.home["XDG_CONFIG_HOME"])).appendingPathComponent("ubiquity/agent.json")
-            try FileManager.default.createDirectory(at: settings.deletingLastPathComponent(), withIntermediateDirectories: true)
-            try Data(#"{"containers": ["\#(Self.container)"], "greedy": true, "sealedContents": true, "rescanSeconds": 1}"#.utf8).write(to: settings)
-        }
+        for device in [laptop, phone] { try Self.seal(device) }
         // Every page the phone is served is a lie from the start.
         let told = Told()
         relay.rewrite(ChangesResponse.self, where: { $0.contains("/changes") }) { page in

@@ -1,0 +1,41 @@
+import Foundation
+import UbiquityProtocol
+import UbiquitySync
+
+// Sealed item records on the way up (docs/Encryption.md, "Sealed item records"): an update's
+// record sealed at the client's edge, and a sealed name the server refused as clashing renamed
+// here.
+extension Uploader {
+    /// The update as it goes to the server: with its record sealed (``ItemRecords``) when this
+    /// device seals, else as it is.
+    func wire(_ update: ItemUpdate, of item: String, members: [LocalMember], in sync: isolated ContainerSync) throws -> ItemUpdate {
+        guard let records = sync.codec.records, records.seals else { return update }
+        return try records.sealed(update, item: item, manifest: LocalContents.manifest(members, kind: update.kind))
+    }
+
+    /// A sealed name the server refused because it clashes with another item's in its folder
+    /// (names differing only by case or composition; the server sees tags and cannot rename
+    /// either, as it does plaintext names): the file here is renamed as the server would have
+    /// renamed it — " 2", " 3", … before its extension, the first free in the folder here and on
+    /// the server — and sent again under that name. False when it cannot be (not a sealing
+    /// device, a deletion, the file gone or its new place taken): the change waits, saying why.
+    func renameClashing(_ change: LocalChange, in sync: isolated ContainerSync) async throws -> Bool {
+        guard sync.codec.records?.seals == true, !change.deleted, let file = sync.files.file(of: change.item),
+              file.path.split(separator: "/").last.map(String.init) == change.name else { return false }
+        let folder = LocalContents.folder(of: file.path)
+        var taken = Set<String>()
+        let here = folder.isEmpty ? sync.root : sync.root.appendingPathComponent(folder)
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: here.path)) ?? [] { taken.insert(NameCollision.key(name)) }
+        for (id, item) in sync.state.visibleItems where id != change.item && item.parent == change.parent && !item.deleted {
+            taken.insert(NameCollision.key(item.name))
+        }
+        let free = NameCollision.freeName(for: change.name) { taken.contains($0) }
+        let path = folder.isEmpty ? free : folder + "/" + free
+        guard try await sync.materialiser.relocate(file, to: path, in: sync), sync.files.file(of: change.item)?.path == path else { return false }
+        sync.state.abandoned(change)
+        sync.state.save(item: change.item, name: free, parent: change.parent, kind: change.kind ?? .file, content: file.content, date: change.date)
+        sync.errors[change.item] = nil
+        sync.logger.notice("an item whose name clashes with another's in its folder was renamed", metadata: ["container": "\(sync.container)", "item": "\(change.item)"])
+        return true
+    }
+}
