@@ -185,28 +185,26 @@ package struct ItemRecords: Sendable {
     /// An earlier revision as its device made it (its name, size and date from its record).
     /// - Throws: ``ItemRecordError``, as ``opened(_:)``.
     package func opened(_ revision: ItemRevision, item: String) throws -> ItemRevision {
-        guard let sealed = revision.record else { return revision }
-        let record = try open(sealed, item: item, parent: revision.parent)
-        var opened = revision
-        opened.name = record.name
-        opened.size = record.size
-        opened.modificationDate = record.date
-        opened.record = nil
-        return opened
+        try openedRevision(revision, item: item)?.opened ?? revision
     }
 
     /// An earlier revision's contents as its device made them, the manifest checked.
     /// - Throws: ``ItemRecordError``, as ``opened(_:)``.
     package func opened(_ revision: RevisionContentsResponse, item: String) throws -> RevisionContentsResponse {
-        guard let sealed = revision.record else { return revision }
+        guard let (opened, record) = try openedRevision(revision, item: item) else { return revision }
+        var contents = opened
+        contents.manifest = try plaintext(revision.manifest, kind: revision.kind, record: record, item: item)
+        return contents
+    }
+
+    /// An earlier revision with its name, size and date from its record, and the record; nil
+    /// when it has none.
+    private func openedRevision<Revision: SealedRevision>(_ revision: Revision, item: String) throws -> (opened: Revision, record: ItemRecord)? {
+        guard let sealed = revision.record else { return nil }
         let record = try open(sealed, item: item, parent: revision.parent)
         var opened = revision
-        opened.name = record.name
-        opened.size = record.size
-        opened.modificationDate = record.date
-        opened.manifest = try plaintext(revision.manifest, kind: revision.kind, record: record, item: item)
-        opened.record = nil
-        return opened
+        (opened.name, opened.size, opened.modificationDate, opened.record) = (record.name, record.size, record.date, nil)
+        return (opened, record)
     }
 
     private func open(_ sealed: Data, item: String, parent: String?) throws -> ItemRecord {
@@ -284,6 +282,18 @@ package struct ItemRecords: Sendable {
         return encoder
     }()
 }
+
+/// An earlier revision as the server lists or sends it: what its sealed record stands in for.
+private protocol SealedRevision {
+    var name: String { get set }
+    var size: Int64 { get set }
+    var modificationDate: Double { get set }
+    var record: Data? { get set }
+    var parent: String? { get }
+}
+
+extension ItemRevision: SealedRevision {}
+extension RevisionContentsResponse: SealedRevision {}
 
 /// Unsigned LEB128: 7 bits a byte, least significant first, the high bit saying more follow —
 /// a chunk size of up to 2 MiB in 3 bytes.
