@@ -115,7 +115,7 @@ struct ExampleFailure: Error, CustomStringConvertible {
         let dir = try TemporaryDirectory("doc"); defer { dir.remove() }
         let url = dir.file("a.txt")
         try Data("from disk".utf8).write(to: url)
-        let result = await Task.detached { () -> [Bool] in
+        let (result, afterClosing) = await Task.detached { () -> ([Bool], String) in
             let document = ProbeDocument(fileURL: url)
             var seen: [Bool] = []
             seen.append(await withCheckedContinuation { continuation in
@@ -127,9 +127,9 @@ struct ExampleFailure: Error, CustomStringConvertible {
                 document.close { success in continuation.resume(returning: success && onMainQueue()) }
             })
             seen.append(document.documentState == .closed && !document.hasUnsavedChanges && document.errors.isEmpty)
-            return seen
+            return (seen, "state \(document.documentState), unsaved \(document.hasUnsavedChanges), errors \(document.errors)")
         }.value
-        #expect(result == [true, true, true, true])
+        #expect(result == [true, true, true, true], "after closing: \(afterClosing)")
         #expect(String(decoding: try Data(contentsOf: url), as: UTF8.self) == "edited off the main queue")
     }
 
