@@ -121,7 +121,8 @@ let package = Package(
         // The sync figures against Syncthing, in one run.
         .executableTarget(
             name: "UbiquitySyncBenchmarks",
-            dependencies: ["Ubiquity", "UbiquityDatabase", "UbiquityTestSupport", "UbiquityProtocol", .product(name: "GRDB", package: "GRDB.swift"), .product(name: "AsyncHTTPClient", package: "async-http-client")]
+            dependencies: ["Ubiquity", "UbiquityDatabase", "UbiquityTestSupport", "UbiquityProtocol", "UbiquitySync", "UbiquityKeys",
+                           .product(name: "GRDB", package: "GRDB.swift"), .product(name: "AsyncHTTPClient", package: "async-http-client")]
         ),
         // Real processes under faults: a server, agents and app-like writers through a fault-injecting relay.
         .executableTarget(

@@ -182,6 +182,18 @@ package struct ItemRecords: Sendable {
         return opened
     }
 
+    /// What a listing shows of an item from its sealed `record`: its name, size and date, the
+    /// record opened for `item` in `parent` and its name checked against the name-clash tag
+    /// shown beside it (`shown`). The manifest is not read.
+    /// - Throws: ``ItemRecordError``, as ``opened(_:)``.
+    package func listed(_ record: Data, item: String, parent: String?, shown: String) throws -> (name: String, size: Int64, date: Double) {
+        let opened = try open(record, item: item, parent: parent)
+        guard tagging(opened.name, parent ?? "") == shown else {
+            throw ItemRecordError(item: item, reason: "the name the server shows is not its name's tag")
+        }
+        return (opened.name, opened.size, opened.date)
+    }
+
     /// An earlier revision as its device made it (its name, size and date from its record).
     /// - Throws: ``ItemRecordError``, as ``opened(_:)``.
     package func opened(_ revision: ItemRevision, item: String) throws -> ItemRevision {
@@ -216,7 +228,7 @@ package struct ItemRecords: Sendable {
         } catch {
             throw ItemRecordError(item: item, reason: "it does not open (\(error))")
         }
-        guard let record = try? JSONDecoder().decode(ItemRecord.self, from: bytes) else {
+        guard let record = try? Self.decoder.decode(ItemRecord.self, from: bytes) else {
             throw ItemRecordError(item: item, reason: "it opens but is not a record")
         }
         guard record.format >= 1 else { throw ItemRecordError(item: item, reason: "format \(record.format) is not one this device reads") }
@@ -275,6 +287,8 @@ package struct ItemRecords: Sendable {
             }
         })
     }
+
+    private static let decoder = JSONDecoder()
 
     private static let encoder: JSONEncoder = {
         let encoder = JSONEncoder()

@@ -50,7 +50,11 @@ final class UbiquityPeer: Peer {
     /// The server's port on loopback (the devices reach it through ``relays``).
     let serverPort: Int
 
-    private init(roots: [URL], devices: [UbiquityContainers], processes: [ChildProcess], relays: [RelayProxy], runtimes: [URL], serverPort: Int) {
+    /// Device A's keyring (the account's keys, which `ubiquity login` set up).
+    let keyringA: URL
+
+    private init(roots: [URL], devices: [UbiquityContainers], processes: [ChildProcess], relays: [RelayProxy], runtimes: [URL], serverPort: Int, keyringA: URL) {
+        self.keyringA = keyringA
         self.runtimes = runtimes
         self.serverPort = serverPort
         rootA = roots[0]
@@ -95,7 +99,7 @@ final class UbiquityPeer: Peer {
             throw BenchError("ubiquity serve did not say where it listens: \(said)")
         }
 
-        var processes = [server], devices: [UbiquityContainers] = [], relays: [RelayProxy] = [], roots: [URL] = [], runtimes: [URL] = []
+        var processes = [server], devices: [UbiquityContainers] = [], relays: [RelayProxy] = [], roots: [URL] = [], runtimes: [URL] = [], keyrings: [URL] = []
         do {
             for name in ["a", "b"] {
                 let home = folder.appendingPathComponent(name)
@@ -108,6 +112,7 @@ final class UbiquityPeer: Peer {
                 let environment = ["HOME": home.path, "XDG_CONFIG_HOME": home.appendingPathComponent("config").path,
                                    "XDG_DATA_HOME": home.appendingPathComponent("data").path, "XDG_RUNTIME_DIR": runtime.path]
                 let paths = UbiquityPaths(environment: environment)
+                keyrings.append(paths.keyring)
                 try FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true)
                 try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 600, "sealedContents": \#(sealed)}"#.utf8).write(to: paths.agentConfiguration)
                 let relay = try RelayProxy.start(to: port)
@@ -149,7 +154,7 @@ final class UbiquityPeer: Peer {
             for runtime in runtimes { try? FileManager.default.removeItem(at: runtime) } // best effort
             throw error
         }
-        let peer = UbiquityPeer(roots: roots, devices: devices, processes: processes, relays: relays, runtimes: runtimes, serverPort: port)
+        let peer = UbiquityPeer(roots: roots, devices: devices, processes: processes, relays: relays, runtimes: runtimes, serverPort: port, keyringA: keyrings[0])
         do {
             try await peer.settle()
         } catch {

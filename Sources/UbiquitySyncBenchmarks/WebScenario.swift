@@ -1,7 +1,9 @@
 import AsyncHTTPClient
 import Foundation
 import NIOCore
+import UbiquityKeys
 import UbiquityProtocol
+import UbiquitySync
 import UbiquityTestSupport
 
 /// The web interface's figures (issue 21), measured against the same server the agents use, in
@@ -16,6 +18,11 @@ import UbiquityTestSupport
 ///   counting relay of its own, timed until the server has every byte.
 struct WebFigures: Encodable {
     var folderItems: Int
+    /// Whether the items' names, sizes and dates are sealed records (issue 45), which the
+    /// server opens with the escrow's keys (Standard) to sort the folder.
+    var sealedRecords: Bool
+    /// The big folder's first page the first time it is asked for, in ms.
+    var firstPageFirstTimeMs: Double
     /// The big folder's first page: median and 99th percentile over the runs, in ms.
     var firstPageP50Ms: Double
     var firstPageP99Ms: Double
@@ -41,11 +48,22 @@ struct WebFigures: Encodable {
     var notes: String
 }
 
-/// The web interface's figures on `peer`'s server.
-func webFigures(_ peer: UbiquityPeer, items: Int, uploadMiB: Int, runs: Int = 30) async throws -> WebFigures {
-    log("ubiquity: the web interface — a folder of \(items) items, a \(uploadMiB) MiB upload through the page and through the agent")
+/// The web interface's figures on `peer`'s server; `sealed`: the folders' items committed with
+/// sealed records (with device A's keys), as a device of an account with keys commits them.
+func webFigures(_ peer: UbiquityPeer, items: Int, uploadMiB: Int, runs: Int = 30, sealed: Bool = false) async throws -> WebFigures {
+    log("ubiquity: the web interface — a folder of \(items) items\(sealed ? " with sealed records" : ""), a \(uploadMiB) MiB upload through the page and through the agent")
     let web = try await WebSession.signIn(port: peer.serverPort)
     let listed = "BENCH12345.com.example.web" // a container no agent syncs: only the listing is measured
+    // Sealed: the folders' records sealed as device A seals them, and the devices' own
+    // container's records opened (the agents seal their names, sizes and dates).
+    var records: ItemRecords?, benchRecords: ItemRecords?
+    if sealed {
+        let keyring = try Keyring(contentsOf: peer.keyringA)
+        let rootKeys = keyring.epochs.compactMap(keyring.rootKey(epoch:))
+        records = ItemRecords.keyed(container: listed, rootKeys: rootKeys, sealing: true)
+        benchRecords = ItemRecords.keyed(container: container, rootKeys: rootKeys, sealing: false)
+        guard records != nil else { throw BenchError("device A's keyring holds no key of the account") }
+    }
 
     // The folders: one of `items`, one of ten, filled through the sync API in batches.
     let big = try await web.json("POST", "/web/api/containers/\(listed)/folders", body: ["name": "big"])["id"] as? String ?? ""
@@ -53,15 +71,24 @@ func webFigures(_ peer: UbiquityPeer, items: Int, uploadMiB: Int, runs: Int = 30
     let device = try await web.deviceToken()
     for (folder, count) in [(big, items), (small, 10)] {
         for start in stride(from: 0, to: count, by: CommitBatchRequest.maximumCount) {
-            let commits = (start..<min(count, start + CommitBatchRequest.maximumCount)).map { index in
-                ItemCommit(item: "\(folder)-\(index)", update: ItemUpdate(baseRevision: nil, name: "Photo \(index).jpg", parent: folder, kind: .file,
-                                                                          modificationDate: 1_800_000_000 + Double(index), manifest: Manifest(chunks: [])))
+            let commits = try (start..<min(count, start + CommitBatchRequest.maximumCount)).map { index in
+                let update = ItemUpdate(baseRevision: nil, name: "Photo \(index).jpg", parent: folder, kind: .file,
+                                        modificationDate: 1_800_000_000 + Double(index), manifest: Manifest(chunks: []))
+                let item = "\(folder)-\(index)"
+                return ItemCommit(item: item, update: try records?.sealed(update, item: item, manifest: update.manifest) ?? update)
             }
             let answer = try await web.send("POST", "/v1/containers/\(listed)/commits", body: try JSONEncoder().encode(CommitBatchRequest(commits: commits)), bearer: device)
             guard answer.status == 200 else { throw BenchError("the batch commit was answered \(answer.status): \(String(decoding: answer.body.prefix(300), as: UTF8.self))") }
         }
     }
 
+    func firstPage(_ folder: String, expecting count: Int) async throws {
+        let page = try await web.json("GET", "/web/api/containers/\(listed)/folder?parent=\(folder)&sort=name&limit=200")
+        guard page["total"] as? Int == count, (page["items"] as? [Any])?.count == min(200, count) else { throw BenchError("a first page of the wrong size") }
+    }
+    let firstTime = ContinuousClock.now
+    try await firstPage(big, expecting: items)
+    let firstTimeMs = (ContinuousClock.now - firstTime).inMilliseconds
     func timed(_ body: () async throws -> Void) async throws -> [Double] {
         try await body() // warm: the first request of each kind is not counted
         var times: [Double] = []
@@ -71,10 +98,6 @@ func webFigures(_ peer: UbiquityPeer, items: Int, uploadMiB: Int, runs: Int = 30
             times.append((ContinuousClock.now - start).inMilliseconds)
         }
         return times
-    }
-    func firstPage(_ folder: String, expecting count: Int) async throws {
-        let page = try await web.json("GET", "/web/api/containers/\(listed)/folder?parent=\(folder)&sort=name&limit=200")
-        guard page["total"] as? Int == count, (page["items"] as? [Any])?.count == min(200, count) else { throw BenchError("a first page of the wrong size") }
     }
     let bigPages = try await timed { try await firstPage(big, expecting: items) }
     let smallPages = try await timed { try await firstPage(small, expecting: 10) }
@@ -107,7 +130,7 @@ func webFigures(_ peer: UbiquityPeer, items: Int, uploadMiB: Int, runs: Int = 30
         func send(_ index: Int) {
             let part = Data(webBytes[starts[index]..<min(bytes, starts[index] + (4 << 20))])
             group.addTask {
-                let answer = try await viaRelay.send("POST", "/web/api/parts?fileSize=\(bytes)", body: part, contentType: "application/octet-stream")
+                let answer = try await viaRelay.send("POST", "/web/api/parts?fileSize=\(bytes)&container=\(container)", body: part, contentType: "application/octet-stream")
                 guard answer.status == 200 else { throw BenchError("a part was answered \(answer.status)") }
                 return (index, answer.body)
             }
@@ -142,16 +165,18 @@ func webFigures(_ peer: UbiquityPeer, items: Int, uploadMiB: Int, runs: Int = 30
     var agentTook: Double?
     while agentTook == nil {
         guard ContinuousClock.now - agentStart < .seconds(300) else { throw BenchError("the agent's upload did not reach the server in 300 s") }
-        let changes = try await web.json("GET", "/v1/containers/\(container)/changes?since=\(sequence)", bearer: device)
-        for item in changes["items"] as? [[String: Any]] ?? [] where item["name"] as? String == "agent-upload.bin" {
-            if item["uploaded"] as? Bool == true, item["size"] as? Int == bytes { agentTook = (ContinuousClock.now - agentStart).inMilliseconds }
+        let answer = try await web.send("GET", "/v1/containers/\(container)/changes?since=\(sequence)", bearer: device)
+        guard answer.status == 200 else { throw BenchError("the changes were answered \(answer.status)") }
+        let changes = try JSONDecoder().decode(ChangesResponse.self, from: answer.body)
+        for item in try changes.items.map({ try benchRecords?.opened($0) ?? $0 }) where item.name == "agent-upload.bin" {
+            if item.uploaded, item.size == Int64(bytes) { agentTook = (ContinuousClock.now - agentStart).inMilliseconds }
         }
         if agentTook == nil { try await Task.sleep(for: .milliseconds(10)) }
     }
     let agentMs = agentTook ?? 0
     let mib = Double(uploadMiB)
     return WebFigures(
-        folderItems: items, firstPageP50Ms: percentile(bigPages, 0.5).rounded(toPlaces: 2), firstPageP99Ms: percentile(bigPages, 0.99).rounded(toPlaces: 2),
+        folderItems: items, sealedRecords: sealed, firstPageFirstTimeMs: firstTimeMs.rounded(toPlaces: 2), firstPageP50Ms: percentile(bigPages, 0.5).rounded(toPlaces: 2), firstPageP99Ms: percentile(bigPages, 0.99).rounded(toPlaces: 2),
         smallFolderFirstPageP50Ms: percentile(smallPages, 0.5).rounded(toPlaces: 2), wholeContainerListingP50Ms: percentile(whole, 0.5).rounded(toPlaces: 1),
         runs: runs, uploadMiB: uploadMiB, webUploadMs: webTook.rounded(toPlaces: 1), webUploadMiBPerSecond: (mib / (webTook / 1000)).rounded(toPlaces: 1),
         webUploadBytesOnWire: webWire, agentUploadMs: agentMs.rounded(toPlaces: 1), agentUploadMiBPerSecond: (mib / (agentMs / 1000)).rounded(toPlaces: 1),

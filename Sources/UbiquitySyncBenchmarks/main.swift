@@ -11,11 +11,12 @@
 //     [--web-items N] [--web-only] [--sealed] [--directory DIR] [--keep]
 //
 // `--sealed` measures Ubiquity's sync scenarios a second time in the same run with the agents
-// sealing the container's chunks (`sealedContents`, issue 45): `ubiquitySealed` in the JSON,
-// with its ratios to the plaintext run (`sealedOver…`) and the issue's goals for it.
+// sealing the container's chunks and records (`sealedContents`, issue 45), and the web figures
+// with folders of sealed records: `ubiquitySealed` in the JSON, with its ratios to the plaintext
+// run (`sealedOver…`) and the issue's goals for it.
 //
 // `--web-only` measures only the web interface's figures (WebScenario.swift) on Ubiquity's
-// server: no sync scenarios, no Syncthing.
+// server (with `--sealed`, on the sealed run's server too): no sync scenarios, no Syncthing.
 import Foundation
 import Ubiquity
 import UbiquityFiles
@@ -100,8 +101,9 @@ struct Figures: Encodable {
 }
 
 /// Runs every scenario on `peer`, in order, keeping what was measured if one fails; `syncOnly`:
-/// the sync scenarios alone (no whole-container, database, web or idle figures).
-func measure(_ peer: some Peer, options: Options, small: Int, notes: String, syncOnly: Bool = false) async -> Figures {
+/// the sync scenarios alone (no whole-container, database, web or idle figures); `sealedRecords`:
+/// the web figures too, their folders' items committed with sealed records.
+func measure(_ peer: some Peer, options: Options, small: Int, notes: String, syncOnly: Bool = false, sealedRecords: Bool = false) async -> Figures {
     var figures = Figures(notes: notes)
     do {
         log("\(peer.name): warming up")
@@ -109,7 +111,7 @@ func measure(_ peer: some Peer, options: Options, small: Int, notes: String, syn
         try warm.write(to: peer.sideA.appendingPathComponent("warm-up.txt"), options: .atomic)
         _ = try await until("\(peer.name) syncs the warm-up file") { (try? Data(contentsOf: peer.sideB.appendingPathComponent("warm-up.txt"))) == warm }
         if options.webOnly, let ubiquity = peer as? UbiquityPeer {
-            figures.web = try await webFigures(ubiquity, items: options.webItems, uploadMiB: options.largeMiB)
+            figures.web = try await webFigures(ubiquity, items: options.webItems, uploadMiB: options.largeMiB, sealed: sealedRecords)
             return figures
         }
         figures.newSmallFile = try await newSmallFiles(peer, count: small)
@@ -119,6 +121,9 @@ func measure(_ peer: some Peer, options: Options, small: Int, notes: String, syn
         figures.newBigFolder = try await newFolder(peer, named: "big-folder", count: options.bigFolder, size: 1024, seed: 3_000_000)
         figures.renameBigFolder = try await renameFolder(peer, from: "big-folder", to: "renamed-folder", count: options.bigFolder, size: 1024)
         figures.large = try await largeFiles(peer, mib: options.largeMiB, runs: options.largeRuns)
+        if sealedRecords, let ubiquity = peer as? UbiquityPeer {
+            figures.web = try await webFigures(ubiquity, items: options.webItems, uploadMiB: options.largeMiB, sealed: true)
+        }
         if !syncOnly, let ubiquity = peer as? UbiquityPeer {
             figures.wholeContainer = try await wholeContainer(ubiquity)
             if options.databaseUpdates > 0 { figures.database = try await databaseUpdates(ubiquity, count: options.databaseUpdates) }
@@ -181,12 +186,12 @@ do {
     log("Ubiquity could not be started: \(error)")
     results["ubiquity"] = Figures(failure: "\(error)", notes: "")
 }
-if options.sealed && !options.webOnly {
+if options.sealed {
     do {
         let sealed = try await UbiquityPeer.start(in: options.directory.appendingPathComponent("ubiquity-sealed"), sealed: true)
         results["ubiquitySealed"] = await measure(sealed, options: options, small: options.small,
-                                                  notes: "as ubiquity, the agents sealing the container's chunks (sealedContents: keyed chunker, keyed MAC names, AES-256-GCM)",
-                                                  syncOnly: true)
+                                                  notes: "as ubiquity, the agents sealing the container's chunks and records (sealedContents: keyed chunker, keyed MAC names, AES-256-GCM; names, sizes and dates in sealed records); the web figures' folders of sealed records, opened by the server with the escrow's keys (Standard)",
+                                                  syncOnly: true, sealedRecords: true)
         await sealed.stop()
     } catch {
         log("Ubiquity (sealed) could not be started: \(error)")
@@ -313,6 +318,10 @@ if let plain = results["ubiquity"], let sealed = results["ubiquitySealed"] {
             goals["sealedOneByteEdit\(name)AtMost32KiB"] = edit.transfer.bytesOnWire <= 32 << 10
         }
     }
+}
+if let web = results["ubiquitySealed"]?.web {
+    goals["sealedWebFirstPageOf10000ItemFolderAtMost100ms"] = web.firstPageP50Ms <= 100
+    if let plain = results["ubiquity"]?.web { ratios["sealedOverPlainWebFirstPage"] = ratio(web.firstPageP50Ms, plain.firstPageP50Ms) }
 }
 let report = Report(
     machine: ["cores": "\(ProcessInfo.processInfo.activeProcessorCount)", "memoryGiB": "\(ProcessInfo.processInfo.physicalMemory >> 30)",

@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
 """A file uploaded through the web interface in a real browser (Chromium through Selenium),
-timed until the server has every byte: ubiquity-sync-bench's `webBrowserUploadMs`.
+timed until the server has every byte: ubiquity-sync-bench's `webBrowserUploadMs`. The file is
+looked for through the page's own listing (the browser's session), which shows names whether
+the account's records are sealed or not.
 
 Argument (JSON on the command line): url, account, password, container, file.
 Prints one JSON line: {"ms": …} from the file chosen in the page's upload button to the file
@@ -11,6 +13,7 @@ import json
 import os
 import sys
 import time
+import urllib.parse
 import urllib.request
 
 from selenium import webdriver
@@ -23,13 +26,12 @@ url, container, path = args["url"], args["container"], args["file"]
 name, size = os.path.basename(path), os.path.getsize(path)
 
 
-def v1(path, token=None, body=None):
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = "Bearer " + token
-    data = json.dumps(body).encode() if body is not None else None
-    with urllib.request.urlopen(urllib.request.Request(url + path, data=data, headers=headers)) as answer:
-        return json.loads(answer.read())
+def listed(cookies):
+    """The container's top-level items named like the file, as the page lists them."""
+    headers = {"Cookie": "; ".join("%s=%s" % (cookie["name"], cookie["value"]) for cookie in cookies)}
+    query = "/web/api/containers/%s/folder?filter=%s" % (container, urllib.parse.quote(name))
+    with urllib.request.urlopen(urllib.request.Request(url + query, headers=headers)) as answer:
+        return json.loads(answer.read())["items"]
 
 
 options = webdriver.ChromeOptions()
@@ -38,8 +40,6 @@ for flag in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--win
     options.add_argument(flag)
 driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
 try:
-    token = v1("/v1/sign-in", body={"account": args["account"], "password": args["password"], "deviceName": "browser-bench"})["token"]
-    since = v1("/v1/containers/%s/changes?since=%d" % (container, 2 ** 62), token)["sequence"]
     driver.get(url + "/web/")
     WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "sign-in").is_displayed())
     driver.find_element(By.ID, "account").send_keys(args["account"])
@@ -48,13 +48,15 @@ try:
     WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "containers").is_displayed())
     driver.get(url + "/web/#/c/" + container)
     WebDriverWait(driver, 30).until(lambda d: d.find_element(By.ID, "folder").is_displayed())
+    cookies = driver.get_cookies()
+    if any(item["name"] == name for item in listed(cookies)):
+        raise RuntimeError("a file named %s is in the container already" % name)
     start = time.monotonic()
     driver.find_element(By.ID, "upload-files").send_keys(path)
     while True:
         if time.monotonic() - start > 300:
             raise RuntimeError("the upload did not reach the server in 300 s")
-        items = v1("/v1/containers/%s/changes?since=%d" % (container, since), token)["items"]
-        if any(item["name"] == name and item["uploaded"] and item["size"] == size and not item["deleted"] for item in items):
+        if any(item["name"] == name and item["uploaded"] and item["size"] == size for item in listed(cookies)):
             break
         time.sleep(0.01)
     print(json.dumps({"ms": (time.monotonic() - start) * 1000}), flush=True)

@@ -41,6 +41,8 @@ struct SyncServices: Sendable {
     var bodies = BatchBodies()
     /// The server's escrow key (nil: none; devices then let new devices in themselves).
     var escrow: ServerEscrow?
+    /// What the web pages read from sealed records before (Standard only; in memory).
+    var openedRecords = OpenedRecordCache()
 }
 
 /// `GET /health`.

@@ -162,7 +162,7 @@ extension SyncServices {
             let records = try await webRecords(ofAccount: device.accountId, container: container)
             let path = try await webPath(to: parent, container: container, account: device.accountId, records: records)
             let entries = try await database.folderEntries(accountId: device.accountId, container: container, parent: parent)
-            let page = query.page(of: try entries.map { try records.open($0, in: parent) })
+            let page = query.page(of: try await records.open(entries, in: parent))
             return WebFolderResponse(path: path, items: page.items, total: page.total, offset: query.offset)
         }
         containers.get("items/:item/download") { _, context -> Response in
@@ -286,10 +286,8 @@ extension SyncServices {
                     records: WebRecords) async throws -> ItemState? {
         let wanted = name.precomposedStringWithCanonicalMapping
         let entries = try await database.folderEntries(accountId: account, container: container, parent: parent)
-        guard let found = try entries.first(where: { entry in
-            guard entry.id != excluded else { return false }
-            return try records.open(entry, in: parent).name.precomposedStringWithCanonicalMapping == wanted
-        }),
+        let others = try await records.open(entries.filter { $0.id != excluded }, in: parent)
+        guard let found = others.first(where: { $0.name.precomposedStringWithCanonicalMapping == wanted }),
               let item = try await database.item(accountId: account, container: container, id: found.id, brief: false) else { return nil }
         return try records.open(item)
     }
