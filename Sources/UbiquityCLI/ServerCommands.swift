@@ -299,6 +299,8 @@ struct RecoverCommand: AsyncParsableCommand {
     @OptionGroup var storage: StorageOptions
     @Option(name: .long, help: "How many days back revisions stay recoverable.") var retentionDays = 30.0
     @Option(name: .long, help: "The revision to make current again.") var restore: String?
+    @Option(name: .long, help: "The escrow key's file (default: escrow.key in --data's folder): under Standard Data Protection, sealed names are shown opened with it.")
+    var escrowKey: String?
 
     func run() async throws {
         let account = account
@@ -311,9 +313,14 @@ struct RecoverCommand: AsyncParsableCommand {
         }
         let formatter = ISO8601DateFormatter()
         let retention = retentionDays * 86_400
-        for entry in try await storage.withAdministration({ try await $0.recoverable(accountName: account, retention: retention) }) {
+        let escrowPath = escrowKey ?? (storage.data as NSString).appendingPathComponent("escrow.key")
+        let escrow = FileManager.default.fileExists(atPath: escrowPath) ? try EscrowKey.loadOrCreate(at: URL(fileURLWithPath: escrowPath)).key : nil
+        for entry in try await storage.withAdministration({ try await $0.recoverable(accountName: account, retention: retention, escrow: escrow) }) {
             let when = formatter.string(from: Date(timeIntervalSince1970: entry.replacedAt))
-            print("\(entry.revision)\t\(entry.container)\t\(entry.name)\t\(entry.size) bytes\t\(entry.deviceName)\t\(when)\(entry.itemDeleted ? "\t(item deleted)" : "")")
+            // A name still sealed (Advanced, or no escrow key here): its tag, and no exact size.
+            let (name, size) = entry.record == nil ? (SafeText.escaped(entry.name), "\(entry.size) bytes")
+                                                    : ("(sealed name, tag \(entry.name.prefix(12))…)", "~\(entry.size) bytes sealed")
+            print("\(entry.revision)\t\(entry.container)\t\(name)\t\(size)\t\(entry.deviceName)\t\(when)\(entry.itemDeleted ? "\t(item deleted)" : "")")
         }
     }
 }

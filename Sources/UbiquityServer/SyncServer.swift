@@ -3,6 +3,7 @@ import UbiquityKeys
 import NIOCore
 import ServiceLifecycle
 import UbiquityProtocol
+import UbiquitySync
 import Hummingbird
 import HummingbirdBcrypt
 import HummingbirdCore
@@ -301,8 +302,21 @@ package struct ServerAdministration: Sendable {
     ///   - accountName: The account.
     ///   - retention: How far back (default 30 days).
     ///   - now: The time to judge by.
-    package func recoverable(accountName: String, retention: TimeInterval = SyncServer.defaultRetention, now: Date = Date()) async throws -> [RecoverableRevision] {
-        try await database.recoverable(accountName: accountName, now: now, retention: retention)
+    ///   - escrow: The server's escrow key: under Standard, sealed records are opened with it
+    ///     (their names, sizes and dates shown); without it, or under Advanced, a sealed
+    ///     revision keeps its name-clash tag and its record.
+    package func recoverable(accountName: String, retention: TimeInterval = SyncServer.defaultRetention, now: Date = Date(),
+                             escrow: EscrowKey? = nil) async throws -> [RecoverableRevision] {
+        let revisions = try await database.recoverable(accountName: accountName, now: now, retention: retention)
+        guard let escrow, revisions.contains(where: { $0.record != nil }),
+              let account = try await database.accounts().first(where: { $0.name == accountName }),
+              let rootKeys = try await ServerEscrow(key: escrow).rootKeys(ofAccount: account.id, database: database) else { return revisions }
+        var records: [String: ItemRecords] = [:]
+        return revisions.map { revision in
+            guard revision.record != nil else { return revision }
+            if records[revision.container] == nil { records[revision.container] = ItemRecords.keyed(container: revision.container, rootKeys: rootKeys, sealing: false) }
+            return (try? records[revision.container].map { try revision.opened(with: $0) }) ?? revision
+        }
     }
 
     /// Makes an earlier revision (or a deleted item's last one) current again. Devices see it in

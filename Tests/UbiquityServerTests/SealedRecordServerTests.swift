@@ -191,6 +191,13 @@ import UbiquitySync
             #expect(try await client.send(.delete, "\(api)/items/plan", headers: web).status == .noContent)
             let deleted = try await client.send(.get, "/web/api/deleted", headers: web).decode(WebDeletedResponse.self)
             #expect(deleted.items.map(\.name) == ["Renamed \(marker).txt"])
+            // `ubiquity recover` with the escrow's key file shows the names; without it, the tags.
+            let escrow = try EscrowKey.loadOrCreate(at: URL(fileURLWithPath: server.directory + "/escrow.key")).key
+            let recovered = try await server.admin.recoverable(accountName: "ada", escrow: escrow).filter { $0.item == "plan" }
+            #expect(!recovered.isEmpty && recovered.allSatisfy { $0.record == nil && $0.name.contains(marker) }, "\(recovered.map(\.name))")
+            #expect(recovered.contains { $0.name == "Renamed \(marker).txt" && $0.itemDeleted })
+            let unopened = try await server.admin.recoverable(accountName: "ada").filter { $0.item == "plan" }
+            #expect(!unopened.isEmpty && unopened.allSatisfy { $0.record != nil && !$0.name.contains(marker) })
 
             // The server's files hold none of the names.
             if backend == .sqlite {

@@ -188,17 +188,12 @@ extension SyncServices {
             var records: [String: WebRecords] = [:]
             var items: [WebDeletedItem] = []
             for revision in latest.values.sorted(by: { $0.replacedAt > $1.replacedAt }) {
-                var (name, size) = (revision.name, revision.size)
-                if let sealed = revision.record {
-                    if records[revision.container] == nil { records[revision.container] = try await webRecords(ofAccount: device.accountId, container: revision.container) }
-                    var listed = ItemRevision(revision: revision.revision, name: name, kind: .file, deviceName: revision.deviceName, size: size,
-                                              modificationDate: revision.modificationDate, created: revision.replacedAt, uploaded: revision.uploaded)
-                    (listed.record, listed.parent) = (sealed, revision.parent)
-                    guard let opened = try? records[revision.container]?.open(listed, item: revision.item) else { continue } // (sealed under Advanced)
-                    (name, size) = (opened.name, opened.size)
+                if revision.record != nil, records[revision.container] == nil {
+                    records[revision.container] = try await webRecords(ofAccount: device.accountId, container: revision.container)
                 }
-                items.append(WebDeletedItem(container: revision.container, item: revision.item, revision: revision.revision, name: name, deviceName: revision.deviceName,
-                                            size: size, deletedAt: revision.replacedAt))
+                guard let opened = try? records[revision.container]?.open(revision) ?? revision else { continue } // (sealed under Advanced)
+                items.append(WebDeletedItem(container: revision.container, item: revision.item, revision: revision.revision, name: opened.name,
+                                            deviceName: revision.deviceName, size: opened.size, deletedAt: revision.replacedAt))
             }
             return WebDeletedResponse(items: items, retentionDays: Int(retention / 86_400))
         }

@@ -95,6 +95,13 @@ struct WebRecords: Sendable {
         do { return try records.opened(revision, item: item) } catch { throw Self.unopenable(error) }
     }
 
+    /// A recoverable revision with its name, size and date from its record.
+    func open(_ revision: RecoverableRevision) throws -> RecoverableRevision {
+        guard revision.record != nil else { return revision }
+        guard let records else { throw Self.sealedOnDevices }
+        do { return try revision.opened(with: records) } catch { throw Self.unopenable(error) }
+    }
+
     /// What a change made through the web interface goes as: its record sealed with the
     /// escrow's keys when the account has keys (its devices open it), as it is otherwise.
     func sealed(_ update: ItemUpdate, item: String) throws -> ItemUpdate {
@@ -104,6 +111,22 @@ struct WebRecords: Sendable {
 
     private static func unopenable(_ error: any Error) -> SyncError {
         SyncError(.internalServerError, "recordUnopenable", "an item's record does not open with the account's keys (\(error))")
+    }
+}
+
+extension RecoverableRevision {
+    /// This revision with its name, size and date from its sealed record, opened by `records`
+    /// (bound to its item and folder); as it is without a record.
+    /// - Throws: ``ItemRecordError`` for a record that does not open there.
+    func opened(with records: ItemRecords) throws -> RecoverableRevision {
+        guard let sealed = record else { return self }
+        var listed = ItemRevision(revision: revision, name: name, kind: .file, deviceName: deviceName, size: size,
+                                  modificationDate: modificationDate, created: replacedAt, uploaded: uploaded)
+        (listed.record, listed.parent) = (sealed, parent)
+        let opened = try records.opened(listed, item: item)
+        var result = self
+        (result.name, result.size, result.modificationDate, result.record) = (opened.name, opened.size, opened.modificationDate, nil)
+        return result
     }
 }
 
