@@ -212,17 +212,22 @@ final class SQLiteDatabase: SyncDatabase {
     func folderEntries(accountId: Int64, container: String, parent: String?) async throws -> [FolderEntry] {
         try await pool.read { db in
             guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container) else { return [] }
-            return try Row.fetchAll(db.cachedStatement(sql: """
+            // Read row by row from the statement (a folder may hold many thousands, each with a
+            // sealed record: copying every row first, as fetching them all does, costs as much
+            // again), each column by position (looking columns up by name costs too).
+            let rows = try Row.fetchCursor(db.cachedStatement(sql: """
                 SELECT item.id, revision.name, revision.kind, revision.size, revision.modificationDate, revision.deviceName, revision.complete,
                        (SELECT COUNT(*) FROM revision AS other WHERE other.containerId = item.containerId AND other.itemId = item.id
                                                                AND other.state = 'conflict') AS conflicts, revision.record
                 FROM item JOIN revision ON revision.id = item.currentRevision
                 WHERE item.containerId = ? AND item.parentKey = ? AND item.nameKey != ''
-                """), arguments: [containerId, parent ?? ""]).map {
-                // By position (a folder may hold many thousands: looking columns up by name costs).
-                FolderEntry(id: $0[0], name: $0[1], kind: ItemKind(rawValue: $0[2]) ?? .file, size: $0[3],
-                            modificationDate: $0[4], deviceName: $0[5], uploaded: $0[6], conflicts: $0[7], record: $0[8])
+                """), arguments: [containerId, parent ?? ""])
+            var entries: [FolderEntry] = []
+            while let row = try rows.next() {
+                entries.append(FolderEntry(id: row[0], name: row[1], kind: ItemKind(rawValue: row[2]) ?? .file, size: row[3],
+                                           modificationDate: row[4], deviceName: row[5], uploaded: row[6], conflicts: row[7], record: row[8]))
             }
+            return entries
         }
     }
 
