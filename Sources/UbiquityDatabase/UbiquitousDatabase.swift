@@ -76,6 +76,9 @@ public final class UbiquitousDatabase: Sendable {
     private struct State {
         var scheduled = false
         var closed = false
+        /// A transition (the account changed, the content was deleted) is closing the store:
+        /// the first one found announces it, any other found meanwhile is the same one.
+        var transitioning = false
         /// How long until a synchronization that left something waiting (a segment not yet
         /// downloaded, an error) is tried again; doubles up to 30 s while it keeps waiting.
         var retryDelay: Double = 0.25
@@ -272,7 +275,13 @@ public final class UbiquitousDatabase: Sendable {
 
     /// Announces `transition`, closes the store, announces it done.
     private func closeForTransition(_ transition: NSPersistentStoreUbiquitousTransitionType) {
-        guard !isClosed else { return }
+        // Claimed at once: two synchronizations that both find the content gone (or an account
+        // change heard twice) announce one transition, not two.
+        guard state.withLock({ state in
+            guard !state.closed, !state.transitioning else { return false }
+            state.transitioning = true
+            return true
+        }) else { return }
         let userInfo = [NSPersistentStoreUbiquitousTransitionTypeKey: NSNumber(value: transition.rawValue)]
         NotificationCenter.default.post(name: .NSPersistentStoreCoordinatorStoresWillChange, object: self, userInfo: userInfo)
         do { try close() } catch { logger.error("the store did not close cleanly", metadata: ["error": "\(error)"]) }

@@ -187,11 +187,21 @@ package struct ItemRecords: Sendable {
     /// shown beside it (`shown`). The manifest is not read.
     /// - Throws: ``ItemRecordError``, as ``opened(_:)``.
     package func listed(_ record: Data, item: String, parent: String?, shown: String) throws -> (name: String, size: Int64, date: Double) {
-        let opened = try open(record, item: item, parent: parent)
-        guard tagging(opened.name, parent ?? "") == shown else {
+        // The listing's fields read straight from the JSON (``ItemRecord/listing(_:)``), the
+        // whole record decoded only for what that does not read.
+        let bytes = try openedBytes(record, item: item, parent: parent)
+        let listed: (format: Int, name: String, size: Int64, date: Double)
+        if let fast = ItemRecord.listing(bytes) {
+            listed = fast
+        } else {
+            let whole = try Self.decode(bytes, item: item)
+            listed = (whole.format, whole.name, whole.size, whole.date)
+        }
+        try Self.checkFormat(listed.format, item: item)
+        guard tagging(listed.name, parent ?? "") == shown else {
             throw ItemRecordError(item: item, reason: "the name the server shows is not its name's tag")
         }
-        return (opened.name, opened.size, opened.date)
+        return (listed.name, listed.size, listed.date)
     }
 
     /// An earlier revision as its device made it (its name, size and date from its record).
@@ -220,19 +230,31 @@ package struct ItemRecords: Sendable {
     }
 
     private func open(_ sealed: Data, item: String, parent: String?) throws -> ItemRecord {
-        let bytes: Data
+        try Self.decode(try openedBytes(sealed, item: item, parent: parent), item: item)
+    }
+
+    /// A sealed record's JSON, opened for `item` in `parent`.
+    private func openedBytes(_ sealed: Data, item: String, parent: String?) throws -> Data {
         do {
-            bytes = try opening(sealed, item, parent ?? "")
+            return try opening(sealed, item, parent ?? "")
         } catch let error as ItemRecordError {
             throw error
         } catch {
             throw ItemRecordError(item: item, reason: "it does not open (\(error))")
         }
-        guard let record = try? Self.decoder.decode(ItemRecord.self, from: bytes) else {
+    }
+
+    /// A record from its JSON, of a format this build reads.
+    static func decode(_ bytes: Data, item: String) throws -> ItemRecord {
+        guard let record = try? decoder.decode(ItemRecord.self, from: bytes) else {
             throw ItemRecordError(item: item, reason: "it opens but is not a record")
         }
-        guard record.format >= 1 else { throw ItemRecordError(item: item, reason: "format \(record.format) is not one this device reads") }
+        try checkFormat(record.format, item: item)
         return record
+    }
+
+    private static func checkFormat(_ format: Int, item: String) throws {
+        guard format >= 1 else { throw ItemRecordError(item: item, reason: "format \(format) is not one this device reads") }
     }
 
     /// The plaintext manifest from the one the server keeps and the record: same chunks, their

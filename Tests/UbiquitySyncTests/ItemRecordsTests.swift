@@ -159,4 +159,45 @@ import UbiquityProtocol
         #expect(!reader.seals)
         #expect(throws: ItemRecordError.self) { try reader.sealed(ItemUpdate(baseRevision: nil, name: "x", kind: .directory, modificationDate: 1, manifest: Manifest()), item: "x", manifest: Manifest()) }
     }
+
+    /// A listing reads name, size and date straight from a record's JSON when it is as this
+    /// build writes it, and otherwise through the full decoder: either way what the full
+    /// decoder reads, and the same refusals.
+    @Test func aListingReadsWhatTheRecordSaysWhateverTheName() throws {
+        let names = ["Trip.txt", "Caf\u{E9} cr\u{E8}me.txt", "\u{65E5}\u{672C}\u{8A9E}", "party \u{1F389}.png", "quote\"d", "back\\slash",
+                     "tab\tname", "line\nbreak", "slash/ and : colon", " spaced ", String(repeating: "x", count: 255), "e\u{301}"]
+        let members = Manifest(members: [ManifestMember(path: "Data/\"quoted\" [1].json", chunks: [ChunkReference(hash: hash(7), size: 12)]),
+                                         ManifestMember(path: "Empty/", chunks: [])])
+        for name in names {
+            for (kind, manifest) in [(ItemKind.file, Manifest(chunks: [ChunkReference(hash: hash(1), size: 70_000)])), (.package, members), (.directory, Manifest())] {
+                let update = ItemUpdate(baseRevision: nil, name: name, parent: "f", kind: kind, modificationDate: 1_800_000_123.25, type: kind == .file ? "public.data" : nil,
+                                        manifest: manifest)
+                let wire = try records.sealed(update, item: "i", manifest: manifest)
+                let whole = try records.opened(stored(wire, item: "i"))
+                let listed = try records.listed(try #require(wire.record), item: "i", parent: "f", shown: wire.name)
+                #expect(listed.name == whole.name && listed.size == whole.size && listed.date == whole.modificationDate, "\(kind) \(name)")
+                #expect(listed.name == name && listed.date == 1_800_000_123.25)
+                // Moved or shown beside another name's tag: refused, as by the full decoder.
+                #expect(throws: ItemRecordError.self) { try records.listed(try #require(wire.record), item: "other", parent: "f", shown: wire.name) }
+                #expect(throws: ItemRecordError.self) { try records.listed(try #require(wire.record), item: "i", parent: "f", shown: records.tag("else", parent: "f")) }
+            }
+        }
+        // The shortcut takes what this build writes and leaves the rest to the full decoder.
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        func json(_ name: String) throws -> Data {
+            try encoder.encode(ItemRecord(format: 1, name: name, type: "public.data", date: 12.5, size: 42, contents: "token", sizes: Data([1, 2]),
+                                          members: [ItemRecord.Member(path: "a/b", chunks: 2)]))
+        }
+        let plain = try #require(ItemRecord.listing(try json("Caf\u{E9}.txt")), "member paths and sizes escape their slashes: skipped")
+        #expect(plain.format == 1 && plain.name == "Caf\u{E9}.txt" && plain.size == 42 && plain.date == 12.5)
+        #expect(ItemRecord.listing(try json("a/b"))?.name == "a/b", "a slash in the name, escaped by the encoder")
+        #expect(ItemRecord.listing(try json("quote\"d")) == nil, "an escaped name goes to the full decoder")
+        for odd in [#"{}"#, #"{"n":"a"}"#, #"{"d":1,"n":"a","s":2,"v":1} "#, #" {"d":1,"n":"a","s":2,"v":1}"#, #"{"d":1,"n":"a","s":2.5,"v":1}"#,
+                    #"{"d":1,"n":"a","s":2,"v":1,"x":true}"#, #"[1]"#, #"{"d":1,"n":"a","s":2,"v":"1"}"#, #"{"dd":1,"n":"a","s":2,"v":1}"#] {
+            #expect(ItemRecord.listing(Data(odd.utf8)) == nil, "\(odd)")
+        }
+        #expect(ItemRecord.listing(Data(#"{"d":1,"n":""#.utf8) + Data([0xC3, 0x28]) + Data(#"","s":2,"v":1}"#.utf8)) == nil, "not UTF-8")
+        #expect(ItemRecord.listing(Data(#"{"d":1,"n":"a","s":2,"v":1}"#.utf8))?.name == "a")
+    }
 }

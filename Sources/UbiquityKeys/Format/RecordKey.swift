@@ -92,7 +92,9 @@ public struct RecordKey: Sendable {
     public func nameClashTag(_ name: String, parent: String) -> String {
         var message = Binding("name", format: Self.format, epoch: 0)
         message.append(parent)
-        message.append(name.precomposedStringWithCanonicalMapping.lowercased())
+        // Composed form first (an ASCII name is its own: the common case skips the work).
+        let composed = name.utf8.allSatisfy { $0 < 0x80 } ? name : name.precomposedStringWithCanonicalMapping
+        message.append(composed.lowercased())
         let digits = Array("0123456789abcdef".utf8)
         let tag = HMAC<SHA256>.authenticationCode(for: message.bytes, using: nameTag.symmetric).prefix(16)
         return String(decoding: tag.flatMap { [digits[Int($0 >> 4)], digits[Int($0 & 0x0f)]] }, as: UTF8.self)
