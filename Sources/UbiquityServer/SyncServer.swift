@@ -200,9 +200,26 @@ package struct SyncServer: Sendable {
         // Devices keep push connections open and reconnect: after this long the rest is cut, so
         // that a SIGTERM always ends the process (a service manager, an operator, a test waits).
         group.maximumGracefulShutdownDuration = Self.gracefulShutdownLimit
-        try await ServiceGroup(configuration: group).run()
+        let services = ServiceGroup(configuration: group)
+        // Cancelled (a test, a program embedding the server): shut down gracefully rather than
+        // cancel the serving task, whose cancellation traps in NIO when a connection was
+        // accepted but not yet served (swift-nio#3481, seen in CI); what is left after
+        // ``cancelledShutdownLimit`` is cut.
+        let running = Task { try await services.run() }
+        try await withTaskCancellationHandler {
+            try await running.value
+        } onCancel: {
+            Task {
+                await services.triggerGracefulShutdown()
+                try? await Task.sleep(for: Self.cancelledShutdownLimit)
+                running.cancel()
+            }
+        }
         await close()
     }
+
+    /// How long a server whose task was cancelled lets its requests finish before it cuts them.
+    static let cancelledShutdownLimit: Duration = .seconds(1)
 }
 
 /// The oldest TLS version a server speaks (`ubiquity serve --tls-minimum`).
