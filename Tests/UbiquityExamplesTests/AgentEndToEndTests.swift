@@ -158,7 +158,7 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: @
     @Test func anIdleAgentSleeps() async throws {
         let dir = try TemporaryDirectory("idle"); defer { dir.remove() }
         let server = try await RunningServer.start(data: dir.file("server").path)
-        defer { _ = server.stop() }
+        defer { server.stop() }
         let laptop = try TestDevice("laptop", in: dir, container: "ABCDE12345.com.example.idle")
         try await onOwnThread { try laptop.login(server) }
         try await laptop.startAgent()
@@ -193,7 +193,7 @@ func eventually(_ what: String, timeout: Duration = .seconds(20), _ condition: @
     @Test func twoDevicesThroughRealAgents() async throws {
         let dir = try TemporaryDirectory("e2e"); defer { if ProcessInfo.processInfo.environment["UBIQUITY_KEEP_E2E"] == nil { dir.remove() } }
         let server = try await RunningServer.start(data: dir.file("server").path)
-        defer { _ = server.stop() }
+        defer { server.stop() }
         let container = "ABCDE12345.com.example.e2e"
         let laptop = try TestDevice("laptop", in: dir, container: container)
         let phone = try TestDevice("phone", in: dir, container: container)

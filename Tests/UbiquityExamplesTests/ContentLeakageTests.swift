@@ -17,7 +17,7 @@ import UbiquityTestSupport
         let dir = try TemporaryDirectory("content-leakage"); defer { dir.remove() }
         let log = dir.file("server.log")
         let server = try await RunningServer.start(data: dir.file("server").path, logging: "debug", to: log)
-        defer { _ = server.stop() }
+        defer { server.stop() }
         let settings = #""greedy": true, "sealedContents": true"#
         let laptop = try TestDevice("laptop", in: dir, container: Self.container, settings: settings)
         let phone = try TestDevice("phone", in: dir, container: Self.container, settings: settings)
@@ -82,7 +82,7 @@ import UbiquityTestSupport
     @Test func switchingToAdvancedWithFilesAndValuesInFlightLosesNothing() async throws {
         let dir = try TemporaryDirectory("switch-in-flight"); defer { dir.remove() }
         let server = try await RunningServer.start(data: dir.file("server").path)
-        defer { _ = server.stop() }
+        defer { server.stop() }
         let settings = #""greedy": true, "sealedContents": true"#
         let container = ContentLeakageTests.container, store = "ABCDE12345.com.example.game"
         let laptop = try TestDevice("laptop", in: dir, container: container, settings: settings)

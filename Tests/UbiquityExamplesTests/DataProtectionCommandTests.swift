@@ -46,7 +46,7 @@ import UbiquityTestSupport
     @Test func theKeysAreSetUpJoinedSwitchedRecoveredAndRemovedByTheirCommands() async throws {
         let dir = try TemporaryDirectory("protection"); defer { dir.remove() }
         let server = try await RunningServer.start(data: dir.file("data").path)
-        defer { _ = server.stop() }
+        defer { server.stop() }
         let laptop = Device("laptop", in: dir), phone = Device("phone", in: dir), tablet = Device("tablet", in: dir)
 
         // The escrow key: a file of the server's own, mode 0600.

@@ -30,7 +30,7 @@ import UbiquityTestSupport
         let dir = try TemporaryDirectory("db-e2e"); defer { if ProcessInfo.processInfo.environment["UBIQUITY_KEEP_E2E"] == nil { dir.remove() } }
         let container = "ABCDE12345.com.example.recipes"
         let (server, laptop, phone) = try await serverAndTwoDevices(in: dir, container: container)
-        defer { _ = server.stop() }
+        defer { server.stop() }
         let laptopContainer = try #require(laptop.containers.url(forContainer: container))
         let phoneContainer = try #require(phone.containers.url(forContainer: container))
         let a = try UbiquitousDatabase(container: laptopContainer, name: "Recipes", migrator: RecipeBook.migrator, containers: laptop.containers)

@@ -47,7 +47,7 @@ final class ActivityEar: NSUserActivityDelegate, @unchecked Sendable {
     @Test func activitiesReachTheAccountsOtherDevicesAndAreContinued() async throws {
         let dir = try TemporaryDirectory("handoff"); defer { dir.remove() }
         let (server, laptop, phone) = try await serverAndTwoDevices(in: dir, container: "ABCDE12345.com.example.notes")
-        defer { _ = server.stop() }
+        defer { server.stop() }
         let laptopHandoff = UbiquityHandoff(containers: laptop.containers)
         let phoneHandoff = UbiquityHandoff(containers: phone.containers)
         #expect(phoneHandoff.activities().isEmpty)

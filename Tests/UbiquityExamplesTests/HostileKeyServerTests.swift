@@ -40,7 +40,7 @@ import UbiquityTestSupport
         func tearDown() {
             laptopRelay.stop()
             phoneRelay.stop()
-            _ = server.stop()
+            server.stop()
             dir.remove()
         }
     }

@@ -33,7 +33,7 @@ import UbiquityTestSupport
     @Test func aNewDeviceJoinsAnAdvancedAccountByTheCodeItShows() async throws {
         let dir = try TemporaryDirectory("join-code"); defer { dir.remove() }
         let server = try await RunningServer.start(data: dir.file("data").path)
-        defer { _ = server.stop() }
+        defer { server.stop() }
         let laptop = Device("laptop", in: dir), desktop = Device("desktop", in: dir), intruded = Device("intruded", in: dir)
         #expect(try await laptop.loggingIn(server.base).status == 0)
         #expect(try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"]).status == 0)

@@ -43,7 +43,7 @@ import UbiquityTestSupport
         let dir = try TemporaryDirectory("kv-leakage"); defer { dir.remove() }
         let log = dir.file("server.log")
         let server = try await RunningServer.start(data: dir.file("data").path, logging: "debug", to: log)
-        defer { _ = server.stop() }
+        defer { server.stop() }
         let laptop = Device("laptop", in: dir), phone = Device("phone", in: dir)
         for device in [laptop, phone] { #expect(try await device.loggingIn(server.base).status == 0) }
         let laptopAgent = try Agent(laptop, in: dir), phoneAgent = try Agent(phone, in: dir)
@@ -89,7 +89,7 @@ import UbiquityTestSupport
     @Test func aDeviceSealsInTheNewEpochAsSoonAsTheRosterChanges() async throws {
         let dir = try TemporaryDirectory("keys-changed"); defer { dir.remove() }
         let server = try await RunningServer.start(data: dir.file("data").path)
-        defer { _ = server.stop() }
+        defer { server.stop() }
         let laptop = Device("laptop", in: dir), phone = Device("phone", in: dir)
         for device in [laptop, phone] { #expect(try await device.loggingIn(server.base).status == 0) }
         let laptopAgent = try Agent(laptop, in: dir), phoneAgent = try Agent(phone, in: dir)

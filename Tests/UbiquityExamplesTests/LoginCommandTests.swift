@@ -30,7 +30,7 @@ func runUbiquity(_ arguments: [String], environment: [String: String], input: St
     @Test func loginStoresAPrivateTokenAndLogoutRevokesIt() async throws {
         let dir = try TemporaryDirectory("login"); defer { dir.remove() }
         let server = try await RunningServer.start(data: dir.file("data").path)
-        defer { _ = server.stop() }
+        defer { server.stop() }
         let home = ["XDG_CONFIG_HOME": dir.file("config").path, "XDG_DATA_HOME": dir.file("share").path]
         let credentials = dir.file("config/ubiquity/credentials.json").path
 

@@ -13,7 +13,7 @@ import UbiquityTestSupport
     @Test(arguments: ["standard", "advanced"]) func aRemovedDeviceReadsNothingWrittenAfter(custody: String) async throws {
         let dir = try TemporaryDirectory("removed-device"); defer { dir.remove() }
         let server = try await RunningServer.start(data: dir.file("data").path)
-        defer { _ = server.stop() }
+        defer { server.stop() }
         let laptop = Device("laptop", in: dir), phone = Device("phone", in: dir), tablet = Device("tablet", in: dir)
         for device in [laptop, phone, tablet] { #expect(try await device.loggingIn(server.base).status == 0) }
         if custody == "advanced" {
