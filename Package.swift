@@ -188,7 +188,7 @@ let package = Package(
                 .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
             ]
         ),
-        .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport", "UbiquityDatabase", "UbiquityKeys", "UbiquityProtocol",
-                                                           .product(name: "Hummingbird", package: "hummingbird"), .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto"), "TextEditorExample", "NotesExample", "ThingsExample", "RecipesExample", "UbiquityCLI", "UbiquityChaos"]),
+        .testTarget(name: "UbiquityExamplesTests", dependencies: ["UbiquityExamples", "UbiquityTestSupport", "UbiquityDatabase", "UbiquityKeys", "UbiquityProtocol", "UbiquityServer", logging,
+                                                           .product(name: "Hummingbird", package: "hummingbird"), .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"), .product(name: "AsyncHTTPClient", package: "async-http-client"), .product(name: "GRDB", package: "GRDB.swift"), .product(name: "Crypto", package: "swift-crypto"), "TextEditorExample", "NotesExample", "ThingsExample", "RecipesExample", "UbiquityCLI", "UbiquityChaos"]),
     ]
 )

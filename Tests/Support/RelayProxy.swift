@@ -258,3 +258,40 @@ public func loopbackSocket(listening backlog: Int32? = nil) throws -> (fd: Int32
     }
     return (fd, Int(UInt16(bigEndian: address.sin_port)))
 }
+
+/// Threads that connect to a port on loopback and close again, as fast as they can, until
+/// ``stop()`` — devices retrying against a server that is stopping.
+public final class ConnectionHammer: Sendable {
+    private final class Flag: Sendable {
+        let up = Atomic<Bool>(true)
+        let finished = Atomic<Int>(0)
+    }
+    private let running = Flag()
+    private let count: Int
+
+    /// Starts `count` threads connecting to `port`.
+    public init(port: Int, threads count: Int = 4) {
+        let running = self.running
+        self.count = count
+        for _ in 0..<count {
+            Thread {
+                defer { running.finished.add(1, ordering: .relaxed) }
+                while running.up.load(ordering: .relaxed) {
+                    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+                    guard fd >= 0 else { continue }
+                    var address = loopback(port: port)
+                    _ = withUnsafePointer(to: &address) { pointer in
+                        pointer.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+                    }
+                    close(fd)
+                }
+            }.start()
+        }
+    }
+
+    /// Stops connecting and waits (without holding a shared thread) until every thread has.
+    public func stop() async {
+        running.up.store(false, ordering: .relaxed)
+        while running.finished.load(ordering: .relaxed) < count { try? await Task.sleep(for: .milliseconds(5)) }
+    }
+}

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import Hummingbird
 import NIOCore
+import ServiceLifecycle
 import Synchronization
 
 /// One request through a ``HostileRelay`` and the server's answer, as a tamper sees it.
@@ -38,7 +39,7 @@ struct RelayedExchange: Sendable {
 final class HostileRelay: Sendable {
     /// Where devices connect instead of the server.
     let base: URL
-    private let task: Task<Void, Error>
+    private let services: ServiceGroup
     /// Changes the server's answer; nil from it drops the answer (502).
     let tamper = Mutex<(@Sendable (RelayedExchange) -> RelayedExchange?)?>(nil)
     /// Answers instead of the server (nil from it: the request goes on to the server).
@@ -46,9 +47,9 @@ final class HostileRelay: Sendable {
     /// Every exchange so far, as the server answered it (before tampering).
     let exchanges = Mutex<[RelayedExchange]>([])
 
-    private init(base: URL, task: Task<Void, Error>) {
+    private init(base: URL, services: ServiceGroup) {
         self.base = base
-        self.task = task
+        self.services = services
     }
 
     /// Starts a relay in front of `server`.
@@ -59,16 +60,25 @@ final class HostileRelay: Sendable {
         router.add(middleware: Forwarding(server: server, relay: { box.withLock { $0 } }))
         let app = Application(router: router, configuration: .init(address: .hostname("127.0.0.1", port: 0)),
                               onServerRunning: { channel in portSent.yield(channel.localAddress?.port ?? 0) })
-        let task = Task { try await app.runService(gracefulShutdownSignals: []) }
+        // Stopped gracefully, never by cancelling its task: a connection accepted just as the
+        // serving task is cancelled traps in NIO (swift-nio#3481; a device retrying through the
+        // relay as a test ends, seen in CI).
+        var configuration = ServiceGroupConfiguration(services: [app], gracefulShutdownSignals: [], logger: app.logger)
+        configuration.maximumGracefulShutdownDuration = .seconds(5) // the socket is long closed by then
+        let services = ServiceGroup(configuration: configuration)
+        Task { try await services.run() }
         var iterator = ports.makeAsyncIterator()
-        guard let port = await iterator.next(), port > 0 else { task.cancel(); throw CocoaError(.fileReadUnknown) }
-        let relay = HostileRelay(base: URL(string: "http://127.0.0.1:\(port)")!, task: task)
+        guard let port = await iterator.next(), port > 0 else {
+            await services.triggerGracefulShutdown()
+            throw CocoaError(.fileReadUnknown)
+        }
+        let relay = HostileRelay(base: URL(string: "http://127.0.0.1:\(port)")!, services: services)
         box.withLock { $0 = relay }
         return relay
     }
 
-    /// Stops relaying.
-    func stop() { task.cancel() }
+    /// Stops relaying: the listening socket closes now, open requests finish (without waiting).
+    func stop() { Task { [services] in await services.triggerGracefulShutdown() } }
 
     /// From now on, answers to `method` requests whose path satisfies `matches` reach the client
     /// decoded as `T`, changed by `change` and encoded again (answers of another shape pass as
