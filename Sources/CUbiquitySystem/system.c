@@ -139,12 +139,15 @@ int ubq_release_free_memory(void) {
 #endif
 }
 
-void ubq_limit_retained_memory(int arenas) {
+void ubq_limit_retained_memory(int arenas, int mapped_from, int kept) {
 #ifdef __GLIBC__
-    mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    mallopt(M_MMAP_THRESHOLD, mapped_from);
+    mallopt(M_TRIM_THRESHOLD, kept);
     mallopt(M_ARENA_MAX, arenas);
 #else
     (void)arenas;
+    (void)mapped_from;
+    (void)kept;
 #endif
 }
 

@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import UbiquityKeys
 
 // Sealed patches (issue 45): the server cannot read a sealed chunk, so it can neither give a
 // block signature of one nor make a chunk from a patch. A device that changes a sealed chunk
@@ -15,9 +16,9 @@ package struct BlockPrints: Sendable, Equatable {
     package static let blockSize = 2048
     /// The chunk's length.
     package let length: Int
-    /// Each whole block's print, from the start: a 64-bit keyed hash (SipHash, keyed by this
-    /// process's random seed — prints never leave the process, and nobody who does not know the
-    /// seed can make two blocks print alike).
+    /// Each whole block's print, from the start: a 64-bit keyed MAC (``BlockMAC/process``:
+    /// prints never leave the process, and nobody who does not hold its key can make two
+    /// blocks print alike).
     package let front: [UInt64]
     /// The same from the end, the last block first.
     package let back: [UInt64]
@@ -26,17 +27,11 @@ package struct BlockPrints: Sendable, Equatable {
     package init(of bytes: UnsafeRawBufferPointer) {
         let size = Self.blockSize, blocks = bytes.count / size
         length = bytes.count
-        let front = (0..<blocks).map { Self.print(UnsafeRawBufferPointer(rebasing: bytes[($0 * size)..<(($0 + 1) * size)])) }
+        let front = BlockMAC.process.prints(of: (0..<blocks).map { UnsafeRawBufferPointer(rebasing: bytes[($0 * size)..<(($0 + 1) * size)]) })
         self.front = front
         // (A chunk of whole blocks has the same blocks counted from either end.)
         back = bytes.count % size == 0 ? front.reversed()
-            : (0..<blocks).map { Self.print(UnsafeRawBufferPointer(rebasing: bytes[(bytes.count - ($0 + 1) * size)..<(bytes.count - $0 * size)])) }
-    }
-
-    static func print(_ block: UnsafeRawBufferPointer) -> UInt64 {
-        var hasher = Hasher()
-        hasher.combine(bytes: block)
-        return UInt64(bitPattern: Int64(hasher.finalize()))
+            : BlockMAC.process.prints(of: (0..<blocks).map { UnsafeRawBufferPointer(rebasing: bytes[(bytes.count - ($0 + 1) * size)..<(bytes.count - $0 * size)]) })
     }
 
     /// Roughly what the prints take in memory.
@@ -66,14 +61,12 @@ package struct PatchBody: Sendable, Equatable {
     package init(making target: UnsafeRawBufferPointer, against prints: BlockPrints) {
         let size = BlockPrints.blockSize
         let limit = min(prints.front.count, target.count / size)
-        var leading = 0
-        while leading < limit && BlockPrints.print(UnsafeRawBufferPointer(rebasing: target[(leading * size)..<((leading + 1) * size)])) == prints.front[leading] {
-            leading += 1
-        }
-        var trailing = 0
-        while trailing < limit && BlockPrints.print(UnsafeRawBufferPointer(rebasing: target[(target.count - (trailing + 1) * size)..<(target.count - trailing * size)])) == prints.back[trailing] {
-            trailing += 1
-        }
+        // (Every block is printed at once, eight side by side: an edit's chunk differs from its
+        // base in a few blocks, so nearly all of them are compared anyway.)
+        let front = BlockMAC.process.prints(of: (0..<limit).map { UnsafeRawBufferPointer(rebasing: target[($0 * size)..<(($0 + 1) * size)]) })
+        let back = BlockMAC.process.prints(of: (0..<limit).map { UnsafeRawBufferPointer(rebasing: target[(target.count - ($0 + 1) * size)..<(target.count - $0 * size)]) })
+        let leading = (0..<limit).first { front[$0] != prints.front[$0] } ?? limit
+        let trailing = (0..<limit).first { back[$0] != prints.back[$0] } ?? limit
         let prefix = leading * size
         let suffix = min(trailing * size, min(target.count, prints.length) - prefix)
         self.init(prefix: prefix, suffix: suffix, middle: Array(target[prefix..<(target.count - suffix)]))

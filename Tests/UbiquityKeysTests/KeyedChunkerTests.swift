@@ -41,8 +41,10 @@ import Testing
         let sizes = KeyedChunker.Sizes(minimum: 2048, average: 4096, maximum: 16384)
         let fast = KeyedChunker(key: keys.chunker, sizes: sizes).boundaries(of: data)
         let portable = KeyedChunker(key: keys.chunker, sizes: sizes, decision: .portableCipher).boundaries(of: data)
+        let narrow = KeyedChunker(key: keys.chunker, sizes: sizes, decision: .narrowCipher).boundaries(of: data)
         #expect(fast.count > 500)
-        #expect(fast == portable, "AES instructions here: \(KeyedChunker.usesAESInstructions)")
+        #expect(fast == portable, "AES instructions here: \(KeyedChunker.usesAESInstructions), 512-bit: \(KeyedChunker.usesWideAESInstructions)")
+        #expect(narrow == portable)
     }
 
     @Test func chunksStayWithinTheirSizesAndAverageNearTheTarget() {
@@ -126,5 +128,52 @@ import Testing
         // And the sizes, the attacker's fingerprint, differ from the predicted sizes.
         func lengths(_ ends: Set<Int>) -> [Int] { let sorted = ends.sorted(); return zip(sorted, [0] + sorted).map { $0 - $1 } }
         #expect(lengths(actual) != lengths(predicted))
+    }
+}
+
+/// The block prints of sealed patches (``BlockMAC``).
+@Suite struct BlockMACTests {
+    static func blocks(_ data: [UInt8], size: Int) -> [[UInt8]] {
+        stride(from: 0, to: data.count - size + 1, by: size).map { Array(data[$0..<($0 + size)]) }
+    }
+
+    static func prints(_ mac: BlockMAC, _ blocks: [[UInt8]]) -> [UInt64] {
+        // Pointers to each block, alive for the call.
+        func nest(_ index: Int, _ pointers: [UnsafeRawBufferPointer]) -> [UInt64] {
+            index == blocks.count ? mac.prints(of: pointers) : blocks[index].withUnsafeBytes { nest(index + 1, pointers + [$0]) }
+        }
+        return nest(0, [])
+    }
+
+    @Test func theProcessorsInstructionsAndThePortableCipherPrintAlikeAsCBCMAC() {
+        let key = SymmetricKey(size: .bits128)
+        let data = Array(KeyedChunkerTests.bytes(2048 * 19, seed: 3))
+        let blocks = Self.blocks(data, size: 2048)
+        let fast = Self.prints(BlockMAC(key: key), blocks)
+        let portable = Self.prints(BlockMAC(key: key, portable: true), blocks)
+        #expect(fast == portable)
+        // CBC-MAC, chained here, over the block cipher checked against FIPS 197 above.
+        var roundKeys = [UInt8](repeating: 0, count: 176)
+        key.withUnsafeBytes { ubq_cut_expand_key(Array($0), &roundKeys) }
+        let expected: [UInt64] = blocks.map { block in
+            var state = [UInt8](repeating: 0, count: 16)
+            for offset in stride(from: 0, to: block.count, by: 16) {
+                let input = zip(state, block[offset..<(offset + 16)]).map { $0 ^ $1 }
+                ubq_cut_encipher_block(roundKeys, input, &state)
+            }
+            return state.prefix(8).reversed().reduce(0) { $0 << 8 | UInt64($1) }
+        }
+        #expect(fast == expected)
+    }
+
+    @Test func printsDependOnTheKeyAndOnEveryByte() {
+        let data = Array(KeyedChunkerTests.bytes(2048 * 3, seed: 5))
+        var changed = data
+        changed[2048 + 777] ^= 1
+        let mac = BlockMAC(key: SymmetricKey(size: .bits128))
+        let before = Self.prints(mac, Self.blocks(data, size: 2048)), after = Self.prints(mac, Self.blocks(changed, size: 2048))
+        #expect(before[0] == after[0] && before[2] == after[2])
+        #expect(before[1] != after[1])
+        #expect(Self.prints(BlockMAC(key: SymmetricKey(size: .bits128)), Self.blocks(data, size: 2048)) != before)
     }
 }

@@ -22,12 +22,25 @@ void ubq_cut_encipher_block(const uint8_t round_keys[176], const uint8_t input[1
 /// The first cut in `[from, to)` of `bytes`: the smallest `i` there whose decision is a cut,
 /// returned as `i + 1`; -1 when there is none. The window needs the 63 bytes before `from`:
 /// `from` must be at least 63. `mode` 0 uses the processor's AES instructions where there are
-/// any; 1 the portable cipher (tests); 2 no cipher at all — the gear hash itself below the
-/// threshold, the unprotected decision of keyed gear chunkers, which tests attack.
+/// any (its 512-bit ones, sixteen windows at a time, where there are those); 1 the portable
+/// cipher (tests); 2 no cipher at all — the gear hash itself below the threshold, the
+/// unprotected decision of keyed gear chunkers, which tests attack; 3 the 128-bit AES
+/// instructions even where there are 512-bit ones (tests: every way must cut alike).
 long ubq_cut_scan(const uint8_t *bytes, long from, long to, const uint64_t table[256],
                   const uint8_t round_keys[176], uint64_t threshold, int mode);
 
 /// Whether `ubq_cut_scan` uses the processor's AES instructions here.
 int ubq_cut_has_aes_instructions(void);
+
+/// Whether `ubq_cut_scan` uses the processor's 512-bit AES instructions (VAES with AVX-512) here.
+int ubq_cut_has_wide_aes_instructions(void);
+
+/// Each of `count` blocks of `length` bytes (a multiple of 16) printed: AES-128 CBC-MAC under
+/// expanded `round_keys` (a zero first state; a pseudorandom function on messages of one
+/// fixed length), its first eight bytes little-endian, into `out`. Eight blocks side by side
+/// on the processor's AES instructions where there are any; the portable cipher elsewhere, or
+/// when `portable` is nonzero (tests: both print alike).
+void ubq_block_macs(const uint8_t *const *blocks, long count, long length, const uint8_t round_keys[176],
+                    uint64_t *out, int portable);
 
 #endif

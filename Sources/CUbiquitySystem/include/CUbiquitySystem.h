@@ -19,11 +19,12 @@ int ubq_set_attribute(const char *path, const char *name, const void *value, uns
 long ubq_get_attribute(const char *path, const char *name, void *value, unsigned long size);
 int ubq_remove_attribute(const char *path, const char *name);
 
-/// Keeps a long-lived process's heap from holding freed memory (glibc only; elsewhere
-/// nothing): blocks of 128 KiB and more are always mapped on their own and unmapped when freed
-/// (glibc otherwise raises that threshold to the largest block freed, up to 32 MiB, and later
-/// large blocks then fragment the heap), and at most `arenas` arenas are made.
-void ubq_limit_retained_memory(int arenas);
+/// Keeps a long-lived process's heap from holding much freed memory (glibc only; elsewhere
+/// nothing): blocks of `mapped_from` bytes and more are always mapped on their own and unmapped
+/// when freed (glibc otherwise raises that threshold to the largest block freed, up to 32 MiB,
+/// and later large blocks then fragment the heap), at most `kept` free bytes stay at the top of
+/// a heap for the next blocks, and at most `arenas` arenas are made.
+void ubq_limit_retained_memory(int arenas, int mapped_from, int kept);
 
 /// Gives the free memory of every heap arena back to the system (glibc's malloc_trim(0));
 /// returns whether any was. Does nothing where the C library is not glibc.

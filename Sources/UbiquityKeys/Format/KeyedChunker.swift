@@ -70,6 +70,9 @@ public struct KeyedChunker: Sendable {
         /// The keyed gear hash alone, as keyed gear chunkers decide (tests: the attack they
         /// fall to must succeed against it).
         case gearAlone = 2
+        /// AES on the processor's 128-bit instructions even where there are 512-bit ones
+        /// (tests: every way must cut alike).
+        case narrowCipher = 3
     }
 
     /// A chunker for a container's chunks.
@@ -98,6 +101,10 @@ public struct KeyedChunker: Sendable {
 
     /// Whether the cipher runs on the processor's AES instructions here.
     public static var usesAESInstructions: Bool { ubq_cut_has_aes_instructions() != 0 }
+
+    /// Whether the cut decisions use the processor's 512-bit AES instructions (sixteen windows
+    /// at a time) here.
+    public static var usesWideAESInstructions: Bool { ubq_cut_has_wide_aes_instructions() != 0 }
 
     /// The length of the chunk that starts at `start` in `bytes`.
     /// - Precondition: `start` is within `bytes`.
