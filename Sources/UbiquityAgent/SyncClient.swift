@@ -498,3 +498,21 @@ extension SyncClient {
         return credentials
     }
 }
+
+// Signed commits (issue 45, docs/Encryption.md "Signed commits").
+extension SyncClient {
+    /// Sends this device's signed commits of `container` (oldest first, at most
+    /// ``SignedCommitsRequest/maximumCount``): where the server keeps each.
+    package func sendSignedCommits(container: String, _ commits: [SignedCommitUpload]) async throws -> [Int64] {
+        let answer: SignedCommitsResponse = try await json(.POST, "v1/containers/\(container)/signed-commits", body: SignedCommitsRequest(commits: commits))
+        guard answer.positions.count == commits.count else {
+            throw SyncClientError(status: 200, code: "badAnswer", message: "the server answered \(answer.positions.count) places for \(commits.count) commits")
+        }
+        return answer.positions
+    }
+
+    /// The container's signed commits after place `position`, in the order they came.
+    package func signedCommits(container: String, after position: Int64) async throws -> SignedCommitsPage {
+        try await json(.GET, "v1/containers/\(container)/signed-commits?after=\(position)")
+    }
+}

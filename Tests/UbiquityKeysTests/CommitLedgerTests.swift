@@ -105,3 +105,89 @@ import Testing
         #expect(try ledger.accept(b1, roster: roster) == .accepted)
     }
 }
+
+/// Signed commits as stored and sent.
+@Suite struct SignedCommitWireTests {
+    let tests = CommitLedgerTests()
+
+    @Test func aCommitRoundTripsItsWireEncodingAndStillVerifies() throws {
+        let (roster, _) = try tests.roster()
+        let a1 = try tests.commit(tests.laptop, after: nil, "a1", roster: roster)
+        let t1 = try tests.commit(tests.tablet, after: nil, "t1", roster: roster)
+        let b1 = try tests.commit(tests.phone, after: nil, "b1", roster: roster, seen: [a1.device: a1.head, t1.device: t1.head])
+        var ledger = CommitLedger(container: tests.container)
+        for commit in [a1, t1, b1] {
+            let read = try SignedCommit(encoded: commit.encoded)
+            #expect(read == commit)
+            #expect(read.encoded == commit.encoded)
+            #expect(try ledger.accept(read, roster: roster) == .accepted)
+        }
+    }
+
+    @Test func garbageTruncatedPaddedOrOfAnotherFormatIsRefused() throws {
+        let (roster, _) = try tests.roster()
+        let b1 = try tests.commit(tests.phone, after: nil, "b1", roster: roster,
+                                  seen: [tests.laptop.publicKeys.deviceIdentifier: CommitHead(sequence: 2, hash: Array(repeating: 1, count: 32)),
+                                         tests.tablet.publicKeys.deviceIdentifier: CommitHead(sequence: 9, hash: Array(repeating: 3, count: 32))])
+        let bytes = b1.encoded
+        expectRefused(.malformed) { _ = try SignedCommit(encoded: bytes.dropLast()) }
+        expectRefused(.malformed) { _ = try SignedCommit(encoded: bytes + [0]) }
+        expectRefused(.malformed) { _ = try SignedCommit(encoded: Data()) }
+        var other = bytes
+        other[other.startIndex] = 2
+        expectRefused(.unsupportedFormat) { _ = try SignedCommit(encoded: other) }
+        // More heads than allowed, said before any is read.
+        let countAt = 1 + 2 + b1.container.utf8.count + 2 + b1.device.utf8.count + 8 + 32 + 32 + 8 + 32
+        var many = bytes
+        many[many.startIndex + countAt] = 0xff
+        expectRefused(.malformed) { _ = try SignedCommit(encoded: many) }
+        // The two heads swapped: another encoding of the same commit is not accepted.
+        let first = tests.laptop.publicKeys.deviceIdentifier, second = tests.tablet.publicKeys.deviceIdentifier
+        let (low, high) = first < second ? (first, second) : (second, first)
+        func head(_ device: String) -> [UInt8] {
+            var writer = [UInt8]()
+            writer += [UInt8(device.utf8.count >> 8), UInt8(device.utf8.count & 0xff)] + Array(device.utf8)
+            let value = b1.seen[device]!
+            writer += withUnsafeBytes(of: value.sequence.bigEndian) { Array($0) } + value.hash
+            return writer
+        }
+        var swapped = Array(bytes)
+        let start = countAt + 2, lowBytes = head(low), highBytes = head(high)
+        #expect(Array(swapped[start..<(start + lowBytes.count)]) == lowBytes)
+        swapped.replaceSubrange(start..<(start + lowBytes.count + highBytes.count), with: highBytes + lowBytes)
+        expectRefused(.malformed) { _ = try SignedCommit(encoded: swapped) }
+    }
+}
+
+/// What a commit vouches for, as stored and sent.
+@Suite struct CommitContentTests {
+    static let sample = CommitContent(outcomes: [
+        .init(item: "folder-1", folder: nil, recordHash: Array(repeating: 1, count: 32), revision: "r1", base: nil, deleted: false),
+        .init(item: "note-2", folder: "folder-1", recordHash: Array(repeating: 2, count: 32), revision: "r7", base: "r6", deleted: false),
+        .init(item: "old-3", folder: "folder-1", recordHash: Array(repeating: 3, count: 32), revision: "r9", base: "r8", deleted: true),
+    ])
+
+    @Test func contentRoundTripsAndItsHashIsItsBytes() throws {
+        let read = try CommitContent(encoded: Self.sample.encoded)
+        #expect(read == Self.sample)
+        #expect(read.hash == Array(SHA256.hash(data: Self.sample.encoded)))
+        var other = Self.sample
+        other.outcomes[1].base = "r5"
+        #expect(other.hash != Self.sample.hash)
+        #expect(try CommitContent(encoded: CommitContent(outcomes: []).encoded).outcomes.isEmpty)
+    }
+
+    @Test func garbageTruncatedPaddedRepeatedOrOfAnotherFormatIsRefused() throws {
+        let bytes = Self.sample.encoded
+        expectRefused(.malformed) { _ = try CommitContent(encoded: bytes.dropLast()) }
+        expectRefused(.malformed) { _ = try CommitContent(encoded: bytes + [0]) }
+        var other = bytes
+        other[other.startIndex] = 2
+        expectRefused(.unsupportedFormat) { _ = try CommitContent(encoded: other) }
+        let twice = CommitContent(outcomes: [Self.sample.outcomes[0], Self.sample.outcomes[0]])
+        expectRefused(.malformed) { _ = try CommitContent(encoded: twice.encoded) }
+        var flag = Array(bytes)
+        flag[1 + 2 + 2 + "folder-1".utf8.count] = 2 // the first item's folder flag (after format, count, the item's length and id)
+        expectRefused(.malformed) { _ = try CommitContent(encoded: flag) }
+    }
+}

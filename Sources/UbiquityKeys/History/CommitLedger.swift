@@ -39,17 +39,8 @@ public struct CommitLedger: Sendable, Equatable {
     /// - Throws: ``EncryptionError`` naming the device, the sequence and the rule.
     @discardableResult
     public mutating func accept(_ commit: SignedCommit, roster: Roster) throws -> Outcome {
+        try commit.verify(container: container, roster: roster)
         let name = "commit \(commit.sequence) of device \(commit.device)"
-        guard commit.container == container else { throw EncryptionError(.authenticationFailed, "\(name) belongs to another container") }
-        guard let keys = roster.everyDevice[commit.device], keys.isValidSignature(commit.signature, for: commit.signedBytes) else {
-            throw EncryptionError(.badSignature, "\(name) is not signed by a device of the roster")
-        }
-        if let removal = roster.removedAt[commit.device], commit.rosterHead.index >= removal {
-            throw EncryptionError(.badSignature, "\(name) was made after its device was removed")
-        }
-        guard commit.rosterHead.index <= roster.head.index else {
-            throw EncryptionError(.rosterNotExtended, "\(name) names roster entry \(commit.rosterHead.index), past this device's roster: fetch the roster again")
-        }
         let head = heads[commit.device] ?? CommitHead(sequence: 0, hash: Array(repeating: 0, count: 32))
         if commit.sequence <= head.sequence {
             guard let known = recent[commit.device]?[commit.sequence] else {

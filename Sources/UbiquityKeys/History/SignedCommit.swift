@@ -71,6 +71,25 @@ public struct SignedCommit: Sendable, Equatable {
     /// Its head (sequence and hash).
     public var head: CommitHead { CommitHead(sequence: sequence, hash: hash) }
 
+    /// Checks what can be checked of the commit on its own: it is of `container`, signed by a
+    /// device of `roster` before that device was removed, naming no roster entry past the
+    /// roster's head (its place in its device's chain is the ledger's to check, or the server's).
+    /// - Throws: ``EncryptionError`` `.authenticationFailed` (another container), `.badSignature`,
+    ///   `.rosterNotExtended` (the roster is behind the commit: fetch it again).
+    public func verify(container: String, roster: Roster) throws {
+        let name = "commit \(sequence) of device \(device)"
+        guard self.container == container else { throw EncryptionError(.authenticationFailed, "\(name) belongs to another container") }
+        guard let keys = roster.everyDevice[device], keys.isValidSignature(signature, for: signedBytes) else {
+            throw EncryptionError(.badSignature, "\(name) is not signed by a device of the roster")
+        }
+        if let removal = roster.removedAt[device], rosterHead.index >= removal {
+            throw EncryptionError(.badSignature, "\(name) was made after its device was removed")
+        }
+        guard rosterHead.index <= roster.head.index else {
+            throw EncryptionError(.rosterNotExtended, "\(name) names roster entry \(rosterHead.index), past this device's roster: fetch the roster again")
+        }
+    }
+
     /// A commit as read back (checked by ``CommitLedger/accept(_:roster:)``).
     public init(container: String, device: String, sequence: UInt64, previous: [UInt8], contentHash: [UInt8],
                 rosterHead: RosterHead, seen: [String: CommitHead], signature: [UInt8]) {

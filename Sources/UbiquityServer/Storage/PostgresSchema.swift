@@ -184,6 +184,16 @@ extension PostgresDatabase {
         ("v14-sealed-patches", ["ALTER TABLE chunk ADD COLUMN base TEXT"]),
         // A revision's sealed item record (issue 45): name, date, type and sizes, sealed by its device.
         ("v15-item-records", ["ALTER TABLE revision ADD COLUMN record BYTEA"]),
+        // Devices' signed commits (issue 45), as sent, in the order they came: `total` is the
+        // container's bytes of commits up to and with this one.
+        ("v16-signed-commits", [
+            """
+            CREATE TABLE signed_commit (
+                account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE, container TEXT NOT NULL, position BIGINT NOT NULL,
+                device TEXT NOT NULL, sequence BIGINT NOT NULL, hash BYTEA NOT NULL, body BYTEA NOT NULL, content BYTEA NOT NULL,
+                total BIGINT NOT NULL, PRIMARY KEY (account_id, container, position), UNIQUE (account_id, container, device, sequence))
+            """,
+        ]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

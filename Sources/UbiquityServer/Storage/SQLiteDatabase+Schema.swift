@@ -261,6 +261,16 @@ extension SQLiteDatabase {
             // sealed by its device; the server keeps it as it is.
             try db.execute(sql: "ALTER TABLE revision ADD COLUMN record BLOB")
         }
+        migrator.registerMigration("v22-signed-commits") { db in
+            // Devices' signed commits (issue 45), as sent, in the order they came: `total` is
+            // the container's bytes of commits up to and with this one.
+            try db.execute(sql: """
+                CREATE TABLE signedCommit (
+                    accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE, container TEXT NOT NULL, position INTEGER NOT NULL,
+                    device TEXT NOT NULL, sequence INTEGER NOT NULL, hash BLOB NOT NULL, body BLOB NOT NULL, content BLOB NOT NULL,
+                    total INTEGER NOT NULL, PRIMARY KEY(accountId, container, position), UNIQUE(accountId, container, device, sequence));
+                """)
+        }
         return migrator
     }
 }

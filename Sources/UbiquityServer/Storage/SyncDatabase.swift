@@ -238,6 +238,13 @@ package struct SignInAttempts: Sendable, Equatable {
 /// ``SQLiteDatabase`` (embedded, the default) and ``PostgresDatabase``; every implementation
 /// gives the same answers (the server tests run against both).
 protocol SyncDatabase: Sendable {
+    /// Keeps `commit` after the container's last, if it is the next of its device's chain
+    /// (``KeptCommit/placement(existing:last:)``) and the container's commits stay within
+    /// ``KeptCommit/containerBudget``.
+    func keepCommit(accountId: Int64, container: String, commit: KeptCommit) async throws -> KeptCommitPlacement
+    /// The container's kept commits after `position`, in the order they came, at most `limit`.
+    func keptCommits(accountId: Int64, container: String, after position: Int64, limit: Int) async throws -> [StoredSignedCommit]
+
     /// The account's roster entries in order, and its envelopes for `recipients`.
     func accountKeys(accountId: Int64, recipients: [String]) async throws -> StoredAccountKeys
     /// Appends `entries` to the account's roster after its first `after` and keeps `envelopes`

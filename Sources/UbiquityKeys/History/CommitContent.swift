@@ -1,0 +1,107 @@
+import Crypto
+import Foundation
+
+/// What a signed commit vouches for: the outcome of one batch of a device's changes as the
+/// server answered it — for each item the batch changed, where it is, the hash of the sealed
+/// record it now holds, its new revision and the one it was made from, and whether it is a
+/// deletion. A commit is signed once the answer is in (a refused change is in no commit), so
+/// every state a device is shown can be matched with the commit that made it, and a state no
+/// commit names, or one a later commit replaced, is refused (docs/Encryption.md, "Signed
+/// commits"). ``SignedCommit/contentHash`` is SHA-256 of ``encoded``.
+public struct CommitContent: Sendable, Equatable {
+    /// The format.
+    public static let format: UInt8 = 1
+    /// At most this many outcomes in one commit (a batch carries at most 1,000 changes).
+    public static let maximumCount = 1_000
+
+    /// One item's outcome.
+    public struct Outcome: Sendable, Equatable, Hashable {
+        /// The item's id.
+        public var item: String
+        /// Its folder's id (nil: the container's top).
+        public var folder: String?
+        /// SHA-256 of the sealed record it holds (32 bytes; a deletion's is its last record's).
+        public var recordHash: [UInt8]
+        /// The revision the change made.
+        public var revision: String
+        /// The revision it was made from (nil: a new item).
+        public var base: String?
+        /// Whether the change deleted the item.
+        public var deleted: Bool
+
+        /// An outcome.
+        public init(item: String, folder: String?, recordHash: [UInt8], revision: String, base: String?, deleted: Bool) {
+            self.item = item
+            self.folder = folder
+            self.recordHash = recordHash
+            self.revision = revision
+            self.base = base
+            self.deleted = deleted
+        }
+    }
+
+    /// The outcomes, one per item, in the order the batch applied them.
+    public var outcomes: [Outcome]
+
+    /// A commit's content.
+    public init(outcomes: [Outcome]) {
+        self.outcomes = outcomes
+    }
+
+    /// The content as stored and sent (format 1): `format ‖ count (16-bit) ‖ each: item ‖
+    /// folder (a flag, then the id) ‖ record hash (32) ‖ revision ‖ base (a flag, then the
+    /// revision) ‖ deleted (a byte)`, texts after a 16-bit length.
+    public var encoded: Data {
+        var writer = WireWriter()
+        writer.append([Self.format])
+        writer.append(number: UInt16(outcomes.count))
+        func optional(_ text: String?) {
+            writer.append([text == nil ? 0 : 1])
+            if let text { writer.append(string: text) }
+        }
+        for outcome in outcomes {
+            writer.append(string: outcome.item)
+            optional(outcome.folder)
+            writer.append(outcome.recordHash)
+            writer.append(string: outcome.revision)
+            optional(outcome.base)
+            writer.append([outcome.deleted ? 1 : 0])
+        }
+        return Data(writer.bytes)
+    }
+
+    /// What a commit signs of it (``SignedCommit/contentHash``).
+    public var hash: [UInt8] { Array(SHA256.hash(data: encoded)) }
+
+    /// Content from its wire encoding.
+    /// - Throws: ``EncryptionError`` `.unsupportedFormat` for another format, `.malformed` for
+    ///   bytes that are not content (short, left over, more than ``maximumCount`` outcomes, an
+    ///   item twice, a flag other than 0 or 1).
+    public init(encoded: some DataProtocol) throws {
+        var reader = WireReader(encoded, what: "a commit's content")
+        let format = try reader.byte()
+        guard format == Self.format else { throw EncryptionError(.unsupportedFormat, "a commit's content of format \(format); this device reads format \(Self.format)") }
+        let count = Int(try reader.number(UInt16.self))
+        guard count <= Self.maximumCount else { throw EncryptionError(.malformed, "a commit's content names \(count) items, more than \(Self.maximumCount)") }
+        func flag() throws -> Bool {
+            switch try reader.byte() {
+            case 0: return false
+            case 1: return true
+            default: throw EncryptionError(.malformed, "a commit's content has a flag that is neither 0 nor 1")
+            }
+        }
+        var outcomes: [Outcome] = []
+        var items = Set<String>()
+        for _ in 0..<count {
+            let item = try reader.string()
+            guard items.insert(item).inserted else { throw EncryptionError(.malformed, "a commit's content names an item twice") }
+            let folder = try flag() ? try reader.string() : nil
+            let recordHash = try reader.take(32)
+            let revision = try reader.string()
+            let base = try flag() ? try reader.string() : nil
+            outcomes.append(Outcome(item: item, folder: folder, recordHash: recordHash, revision: revision, base: base, deleted: try flag()))
+        }
+        try reader.finish()
+        self.init(outcomes: outcomes)
+    }
+}

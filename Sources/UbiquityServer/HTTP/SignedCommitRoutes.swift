@@ -1,0 +1,85 @@
+import Foundation
+import Hummingbird
+import Logging
+import UbiquityKeys
+import UbiquityProtocol
+
+extension SignedCommitsResponse: ResponseEncodable {}
+extension SignedCommitsPage: ResponseEncodable {}
+
+extension SyncServices {
+    /// `POST /v1/containers/C/signed-commits`, `GET /v1/containers/C/signed-commits?after=N`:
+    /// devices' signed commits (issue 45, docs/Encryption.md "Signed commits"), kept as sent in
+    /// the order they came. The server checks what it can — the format, the content against its
+    /// hash, the signature against the account's roster, the chain of each device — and serves
+    /// them to the other devices, whose ledgers check the rest.
+    func addSignedCommitRoutes(to containers: RouterGroup<SyncContext>) {
+        containers.post("signed-commits") { request, context in
+            let container = try context.parameters.require("container")
+            let device = try context.requireDevice(for: container)
+            let sent = try await request.decode(as: SignedCommitsRequest.self, context: context)
+            guard (1...SignedCommitsRequest.maximumCount).contains(sent.commits.count) else {
+                throw SyncError.badRequest("tooMany", "send 1 to \(SignedCommitsRequest.maximumCount) signed commits at a time")
+            }
+            guard sent.commits.allSatisfy({ $0.commit.count <= SignedCommitsRequest.maximumBytes && $0.content.count <= SignedCommitsRequest.maximumBytes }) else {
+                throw SyncError.badRequest("tooLarge", "a signed commit and its content are at most \(SignedCommitsRequest.maximumBytes) bytes each")
+            }
+            let roster = try await accountRoster(of: device)
+            var positions: [Int64] = []
+            for upload in sent.commits {
+                let kept = try Self.checked(upload, of: container, roster: roster, logger: context.logger, device: device)
+                switch try await database.keepCommit(accountId: device.accountId, container: container, commit: kept) {
+                case .kept(let position), .alreadyKept(let position):
+                    positions.append(position)
+                case .forked:
+                    context.logger.warning("signed commit refused: another is kept at its place", metadata: ["device": "\(device.deviceId)", "sequence": "\(kept.sequence)"])
+                    throw SyncError(.conflict, "forked", "another commit is kept at place \(kept.sequence) of this device's chain, or this one does not follow the one before")
+                case .outOfOrder(let expected):
+                    throw SyncError(.conflict, "outOfOrder", "this device's next commit is \(expected), not \(kept.sequence): send the ones before first")
+                case .overBudget:
+                    context.logger.warning("signed commit refused: the container keeps its most bytes of commits", metadata: ["device": "\(device.deviceId)"])
+                    throw SyncError(.contentTooLarge, "commitBudget", "this container keeps \(KeptCommit.containerBudget) bytes of signed commits, the most it may")
+                }
+            }
+            return SignedCommitsResponse(positions: positions)
+        }
+        containers.get("signed-commits") { request, context in
+            let container = try context.parameters.require("container")
+            let device = try context.requireDevice(for: container)
+            let after = try request.uri.queryParameters["after"].map { text -> Int64 in
+                guard let value = Int64(text), value >= 0 else { throw SyncError.badRequest("invalidPosition", "after is a position, 0 or more") }
+                return value
+            } ?? 0
+            let limit = SignedCommitsPage.maximumCount
+            let page = try await database.keptCommits(accountId: device.accountId, container: container, after: after, limit: limit + 1)
+            return SignedCommitsPage(commits: Array(page.prefix(limit)), more: page.count > limit)
+        }
+    }
+
+    /// The account's roster as the server keeps it, verified.
+    private func accountRoster(of device: DeviceAuth) async throws -> Roster {
+        let stored = try await database.accountKeys(accountId: device.accountId, recipients: [])
+        guard !stored.roster.isEmpty else { throw SyncError(.conflict, "noRoster", "no device has set up this account's keys yet") }
+        do {
+            return try Roster.verify(try stored.roster.map { try RosterEntry(encoded: $0) })
+        } catch {
+            throw SyncError(.conflict, "badRoster", "the account's stored roster does not read: \(error)")
+        }
+    }
+
+    /// `upload` read and checked on its own (format, container, content hash, signature): what
+    /// the database keeps of it.
+    private static func checked(_ upload: SignedCommitUpload, of container: String, roster: Roster, logger: Logger, device: DeviceAuth) throws -> KeptCommit {
+        do {
+            let commit = try SignedCommit(encoded: upload.commit)
+            let content = try CommitContent(encoded: upload.content)
+            guard content.hash == commit.contentHash else { throw EncryptionError(.authenticationFailed, "its content is not what it signed") }
+            try commit.verify(container: container, roster: roster)
+            return KeptCommit(device: commit.device, sequence: Int64(clamping: commit.sequence), previous: Data(commit.previous), hash: Data(commit.hash),
+                              body: upload.commit, content: upload.content)
+        } catch let error as EncryptionError {
+            logger.notice("signed commit refused", metadata: ["device": "\(device.deviceId)", "code": "\(error.code)"])
+            throw SyncError.badRequest("invalidCommit", "a signed commit refused: \(error.description)")
+        }
+    }
+}

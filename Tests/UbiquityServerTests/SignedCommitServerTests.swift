@@ -1,0 +1,114 @@
+import Crypto
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import Testing
+import UbiquityKeys
+import UbiquityProtocol
+@testable import UbiquityServer
+
+/// The server's record of devices' signed commits (issue 45): kept as sent, in the order they
+/// came, each device's chain in order and unforked; what does not read, is not signed by a
+/// device of the roster or is not what its signature covers is refused and nothing is kept.
+@Suite struct SignedCommitServerTests {
+    let laptop = DeviceKeys(), phone = DeviceKeys()
+    let container = "ABCDE12345.com.example.notes"
+
+    func content(_ item: String) -> CommitContent {
+        CommitContent(outcomes: [.init(item: item, folder: nil, recordHash: Array(SHA256.hash(data: Data(item.utf8))), revision: "r-\(item)", base: nil, deleted: false)])
+    }
+
+    func commit(_ keys: DeviceKeys, after previous: SignedCommit?, _ item: String, roster: Roster, container: String? = nil) throws -> SignedCommitUpload {
+        let content = content(item)
+        let commit = try SignedCommit(container: container ?? self.container, contentHash: content.hash, after: previous, rosterHead: roster.head, seen: [:], signedBy: keys)
+        return SignedCommitUpload(commit: commit.encoded, content: content.encoded)
+    }
+
+    func send(_ client: Client, token: String, _ uploads: [SignedCommitUpload]) async throws -> Client.Answer {
+        try await client.send(.post, "/v1/containers/\(container)/signed-commits", token: token, json: SignedCommitsRequest(commits: uploads))
+    }
+
+    func page(_ client: Client, token: String, after: Int64) async throws -> SignedCommitsPage {
+        let answer = try await client.send(.get, "/v1/containers/\(container)/signed-commits?after=\(after)", token: token)
+        #expect(answer.status == .ok, "\(String(buffer: answer.body))")
+        return try answer.decode(SignedCommitsPage.self)
+    }
+
+    @Test(arguments: Backend.all) func commitsAreKeptInOrderAndEachChainStaysInOrderAndUnforked(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let signedIn = try await client.signIn("ada", device: "laptop")
+            let token = signedIn.token
+            // No roster yet: nothing to check a signature against.
+            let roster0 = try Roster.verify([try RosterEntry(.genesis(keys: laptop.publicKeys, name: "laptop"), after: nil, signedBy: laptop)])
+            let early = try await send(client, token: token, [try commit(laptop, after: nil, "a", roster: roster0)])
+            #expect(early.status == .conflict && early.errorCode == "noRoster")
+
+            let genesis = try RosterEntry(.genesis(keys: laptop.publicKeys, name: "laptop"), after: nil, signedBy: laptop)
+            let addPhone = try RosterEntry(.addDevice(keys: phone.publicKeys, name: "phone"), after: genesis, signedBy: laptop)
+            let setUp = try await client.send(.post, "/v1/keys/roster", token: token, json: RosterAppendRequest(after: 0, entries: [genesis.encoded, addPhone.encoded], envelopes: []))
+            #expect(setUp.status == .ok, "\(String(buffer: setUp.body))")
+            let roster = try Roster.verify([genesis, addPhone])
+
+            let a1 = try commit(laptop, after: nil, "a1", roster: roster)
+            let a1Commit = try SignedCommit(encoded: a1.commit)
+            let a2 = try commit(laptop, after: a1Commit, "a2", roster: roster)
+            let b1 = try commit(phone, after: nil, "b1", roster: roster)
+            let kept = try await send(client, token: token, [a1, a2])
+            #expect(kept.status == .ok, "\(String(buffer: kept.body))")
+            #expect(try kept.decode(SignedCommitsResponse.self).positions == [1, 2])
+            // Sent again (a lost answer): the same places, nothing kept twice.
+            #expect(try await send(client, token: token, [a2]).decode(SignedCommitsResponse.self).positions == [2])
+            #expect(try await send(client, token: token, [b1]).decode(SignedCommitsResponse.self).positions == [3])
+
+            // Another commit at a place taken, or one that does not follow the one before: a fork.
+            let other = try await send(client, token: token, [try commit(laptop, after: a1Commit, "other", roster: roster)])
+            #expect(other.status == .conflict && other.errorCode == "forked")
+            let b1Commit = try SignedCommit(encoded: b1.commit)
+            let stranger = try SignedCommit(encoded: try commit(phone, after: nil, "x", roster: roster).commit)
+            let b2 = try commit(phone, after: stranger, "b2", roster: roster)
+            let detached = try await send(client, token: token, [b2])
+            #expect(detached.status == .conflict && detached.errorCode == "forked")
+            // A gap: the ones before first.
+            let b2Good = try SignedCommit(encoded: try commit(phone, after: b1Commit, "b2", roster: roster).commit)
+            let gap = try await send(client, token: token, [try commit(phone, after: b2Good, "b3", roster: roster)])
+            #expect(gap.status == .conflict && gap.errorCode == "outOfOrder")
+
+            // Served in the order they came, from any place.
+            let all = try await page(client, token: token, after: 0)
+            #expect(all.commits.map(\.position) == [1, 2, 3] && !all.more)
+            #expect(all.commits.map(\.commit) == [a1.commit, a2.commit, b1.commit] && all.commits.map(\.content) == [a1.content, a2.content, b1.content])
+            #expect(try await page(client, token: token, after: 2).commits.map(\.position) == [3])
+            let bad = try await client.send(.get, "/v1/containers/\(container)/signed-commits?after=-1", token: token)
+            #expect(bad.status == .badRequest)
+        }
+    }
+
+    @Test(arguments: Backend.all) func whatDoesNotReadOrIsNotSignedByTheRosterIsRefusedAndNothingKept(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let token = try await client.signIn("ada", device: "laptop").token
+            let genesis = try RosterEntry(.genesis(keys: laptop.publicKeys, name: "laptop"), after: nil, signedBy: laptop)
+            #expect(try await client.send(.post, "/v1/keys/roster", token: token, json: RosterAppendRequest(after: 0, entries: [genesis.encoded], envelopes: [])).status == .ok)
+            let roster = try Roster.verify([genesis])
+            let good = try commit(laptop, after: nil, "a1", roster: roster)
+            var lies: [(String, SignedCommitUpload)] = []
+            lies.append(("a stranger's", try commit(DeviceKeys(), after: nil, "a1", roster: roster)))
+            lies.append(("another container's", try commit(laptop, after: nil, "a1", roster: roster, container: "ABCDE12345.com.example.other")))
+            lies.append(("content other than signed", SignedCommitUpload(commit: good.commit, content: content("b").encoded)))
+            var flipped = good.commit
+            flipped[flipped.startIndex + 40] ^= 1
+            lies.append(("changed", SignedCommitUpload(commit: flipped, content: good.content)))
+            lies.append(("garbage", SignedCommitUpload(commit: Data([1, 2, 3]), content: good.content)))
+            lies.append(("garbage content", SignedCommitUpload(commit: good.commit, content: Data([9]))))
+            for (what, lie) in lies {
+                let answer = try await send(client, token: token, [lie])
+                #expect(answer.status == .badRequest && answer.errorCode == "invalidCommit", "\(what): \(answer.status)")
+            }
+            let tooMany = try await send(client, token: token, Array(repeating: good, count: SignedCommitsRequest.maximumCount + 1))
+            #expect(tooMany.status == .badRequest && tooMany.errorCode == "tooMany")
+            #expect(try await page(client, token: token, after: 0).commits.isEmpty, "nothing kept")
+            #expect(try await send(client, token: token, [good]).decode(SignedCommitsResponse.self).positions == [1])
+        }
+    }
+}
