@@ -165,6 +165,7 @@ import Testing
         .init(item: "folder-1", folder: nil, recordHash: Array(repeating: 1, count: 32), revision: "r1", base: nil, deleted: false),
         .init(item: "note-2", folder: "folder-1", recordHash: Array(repeating: 2, count: 32), revision: "r7", base: "r6", deleted: false),
         .init(item: "old-3", folder: "folder-1", recordHash: Array(repeating: 3, count: 32), revision: "r9", base: "r8", deleted: true),
+        .init(item: "lost-4", folder: nil, recordHash: Array(repeating: 4, count: 32), revision: "r11", base: "r10", deleted: false, conflict: true),
     ])
 
     @Test func contentRoundTripsAndItsHashIsItsBytes() throws {
@@ -173,6 +174,9 @@ import Testing
         #expect(read.hash == Array(SHA256.hash(data: Self.sample.encoded)))
         var other = Self.sample
         other.outcomes[1].base = "r5"
+        #expect(other.hash != Self.sample.hash)
+        other = Self.sample
+        other.outcomes[3].conflict = false
         #expect(other.hash != Self.sample.hash)
         #expect(try CommitContent(encoded: CommitContent(outcomes: []).encoded).outcomes.isEmpty)
     }

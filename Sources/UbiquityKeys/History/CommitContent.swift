@@ -28,15 +28,19 @@ public struct CommitContent: Sendable, Equatable {
         public var base: String?
         /// Whether the change deleted the item.
         public var deleted: Bool
+        /// Whether the server kept it as a conflict version (it lost the conflict rule to a
+        /// revision made meanwhile), not as the item's current revision.
+        public var conflict: Bool
 
         /// An outcome.
-        public init(item: String, folder: String?, recordHash: [UInt8], revision: String, base: String?, deleted: Bool) {
+        public init(item: String, folder: String?, recordHash: [UInt8], revision: String, base: String?, deleted: Bool, conflict: Bool = false) {
             self.item = item
             self.folder = folder
             self.recordHash = recordHash
             self.revision = revision
             self.base = base
             self.deleted = deleted
+            self.conflict = conflict
         }
     }
 
@@ -50,7 +54,8 @@ public struct CommitContent: Sendable, Equatable {
 
     /// The content as stored and sent (format 1): `format ‖ count (16-bit) ‖ each: item ‖
     /// folder (a flag, then the id) ‖ record hash (32) ‖ revision ‖ base (a flag, then the
-    /// revision) ‖ deleted (a byte)`, texts after a 16-bit length.
+    /// revision) ‖ deleted (a byte) ‖ kept as a conflict version (a byte)`, texts after a 16-bit
+    /// length.
     public var encoded: Data {
         var writer = WireWriter()
         writer.append([Self.format])
@@ -65,7 +70,7 @@ public struct CommitContent: Sendable, Equatable {
             writer.append(outcome.recordHash)
             writer.append(string: outcome.revision)
             optional(outcome.base)
-            writer.append([outcome.deleted ? 1 : 0])
+            writer.append([outcome.deleted ? 1 : 0, outcome.conflict ? 1 : 0])
         }
         return Data(writer.bytes)
     }
@@ -99,7 +104,8 @@ public struct CommitContent: Sendable, Equatable {
             let recordHash = try reader.take(32)
             let revision = try reader.string()
             let base = try flag() ? try reader.string() : nil
-            outcomes.append(Outcome(item: item, folder: folder, recordHash: recordHash, revision: revision, base: base, deleted: try flag()))
+            let deleted = try flag()
+            outcomes.append(Outcome(item: item, folder: folder, recordHash: recordHash, revision: revision, base: base, deleted: deleted, conflict: try flag()))
         }
         try reader.finish()
         self.init(outcomes: outcomes)
