@@ -86,6 +86,15 @@ package final class AgentStore: Sendable {
             }
             try db.execute(sql: "DROP TABLE containerState")
         }
+        migrator.registerMigration("v5-signed-commits") { db in
+            // This device's signed commits (docs/Encryption.md "Signed commits"), made in the
+            // transaction that records what they vouch for; `position` is where the server keeps
+            // each, once it said so (NULL: still to send).
+            try db.execute(sql: """
+                CREATE TABLE signedCommit (container TEXT NOT NULL, sequence INTEGER NOT NULL, body BLOB NOT NULL, content BLOB NOT NULL,
+                    position INTEGER, PRIMARY KEY(container, sequence));
+                """)
+        }
         try migrator.migrate(pool)
     }
 
@@ -182,11 +191,15 @@ package final class AgentStore: Sendable {
     /// and the cursor and change counter if `changed` — and the files that changed (`upsert`)
     /// or went (`removed`), in one transaction, off the caller's thread.
     package func record(_ container: String, state: DeviceSyncState.Persisted, touched: Set<String>, changed: Bool = true,
-                       upsert: [File] = [], removed: [String] = []) async throws {
-        guard changed || !touched.isEmpty || !upsert.isEmpty || !removed.isEmpty else { return }
+                       upsert: [File] = [], removed: [String] = [], signed: [(sequence: Int64, upload: SignedCommitUpload)] = []) async throws {
+        guard changed || !touched.isEmpty || !upsert.isEmpty || !removed.isEmpty || !signed.isEmpty else { return }
         let pool = pool
         try await writer.run { try pool.write { db in
             try Self.write(db, container: container, state: state, items: touched, meta: changed)
+            for (sequence, upload) in signed {
+                try db.execute(sql: "INSERT INTO signedCommit (container, sequence, body, content) VALUES (?, ?, ?, ?)",
+                               arguments: [container, sequence, upload.commit, upload.content])
+            }
             let delete = try db.cachedStatement(sql: "DELETE FROM localFile WHERE container = ? AND path = ?")
             for path in removed {
                 try delete.execute(arguments: [container, path])
@@ -242,5 +255,34 @@ package final class AgentStore: Sendable {
                 try db.execute(sql: "DELETE FROM conflictCopy WHERE container = ? AND item = ? AND revision = ?", arguments: [container, item, revision])
             }
         }
+    }
+}
+
+// This device's signed commits.
+extension AgentStore {
+    /// The newest of this device's signed commits of `container` (its chain's head), if any.
+    package func lastSignedCommit(of container: String) throws -> Data? {
+        try pool.read { db in
+            try Data.fetchOne(db, sql: "SELECT body FROM signedCommit WHERE container = ? ORDER BY sequence DESC LIMIT 1", arguments: [container])
+        }
+    }
+
+    /// This device's signed commits of `container` the server has not said it keeps, oldest
+    /// first, at most `limit`: their sequences and what is sent.
+    package func unsentSignedCommits(of container: String, limit: Int) throws -> [(sequence: Int64, upload: SignedCommitUpload)] {
+        try pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT sequence, body, content FROM signedCommit WHERE container = ? AND position IS NULL ORDER BY sequence LIMIT ?",
+                             arguments: [container, limit]).map { (sequence: $0["sequence"], upload: SignedCommitUpload(commit: $0["body"], content: $0["content"])) }
+        }
+    }
+
+    /// Records where the server keeps this device's commits of `container` (by sequence).
+    package func markSent(_ positions: [(sequence: Int64, position: Int64)], of container: String) async throws {
+        let pool = pool
+        try await writer.run { try pool.write { db in
+            for (sequence, position) in positions {
+                try db.execute(sql: "UPDATE signedCommit SET position = ? WHERE container = ? AND sequence = ?", arguments: [position, container, sequence])
+            }
+        } }
     }
 }

@@ -4,6 +4,7 @@ import UbiquityClient
 import UbiquityCoordination
 import UbiquityFiles
 import UbiquityProtocol
+import UbiquityKeys
 import UbiquitySync
 
 /// Keeps one container in step with the server — everything in its folder but names ending in
@@ -62,6 +63,12 @@ package actor ContainerSync {
     /// How this container's chunks are cut, named and carried now (sealed once the account's
     /// keys are held and sealing is on: ``refreshCodec()``).
     private(set) var codec = ChunkCodec.plain
+    /// This device's newest signed commit of the container kept in its store (nil: not read
+    /// from the store yet; `.some(nil)`: none made).
+    var signedHead: SignedCommit??
+    /// Signed commits whose write failed: they go with the next (their outcomes are recorded in
+    /// memory, and nothing else would sign them).
+    var unsavedSigned: [(commit: SignedCommit, content: CommitContent)] = []
     /// Reads the codec of a container from the account's keys (nil: always plain).
     private let codecs: (@Sendable (String) async throws -> ChunkCodec)?
     /// The extensions that make a folder a package.
@@ -385,8 +392,11 @@ package actor ContainerSync {
 
     /// Writes what changed of the sync state, with the files that changed or went, in one
     /// transaction (what a failed write had is written by the next).
-    func persist(upsert: [AgentStore.File] = [], removed: [String] = []) async throws {
+    func persist(upsert: [AgentStore.File] = [], removed: [String] = [], signed: (commit: SignedCommit, content: CommitContent)? = nil) async throws {
         let (touched, changed) = state.takeTouched()
+        // A signed commit a failed write had goes with this one, as its file records do.
+        if let signed { unsavedSigned.append(signed) }
+        let commits = unsavedSigned
         // The file records a failed write had go with this one (found by `ubiquity-chaos`: a
         // full disk failed a scan's write, the records were dropped while the sync state was
         // written later, and after a restart a moved file's item was taken for deleted).
@@ -395,8 +405,11 @@ package actor ContainerSync {
         let files = unsavedFiles
         do {
             try await store.record(container, state: state.persisted, touched: touched, changed: changed,
-                                   upsert: files.values.compactMap { $0 }, removed: files.filter { $0.value == nil }.map(\.key))
+                                   upsert: files.values.compactMap { $0 }, removed: files.filter { $0.value == nil }.map(\.key),
+                                   signed: commits.map { (Int64(clamping: $0.commit.sequence), SignedCommitUpload(commit: $0.commit.encoded, content: $0.content.encoded)) })
             unsavedFiles = [:]
+            unsavedSigned = []
+            if let last = commits.last { signedHead = .some(last.commit) }
         } catch {
             state.markTouched(touched, changed: changed)
             throw error
@@ -572,21 +585,4 @@ package actor ContainerSync {
                      conflicts: item.conflicts.map { ConflictSnapshot(revision: $0.revision, content: $0.digest.map { ContentToken($0) } ?? LocalContents.token($0.manifest, kind: item.kind)) },
                      size: item.size, modificationDate: item.modificationDate, parent: item.parent, kind: item.kind)
     }
-}
-
-/// A request the agent cannot carry out for a container's item, saying why.
-package struct ContainerSyncError: Error, CustomStringConvertible, Equatable {
-    /// Why.
-    package var reason: String
-    /// What an app asking for it is told it was (``AgentError/Code``).
-    package var code: AgentError.Code
-
-    /// An error saying `reason`, of `code` for an app that asked.
-    package init(_ reason: String, code: AgentError.Code = .failed) {
-        self.reason = reason
-        self.code = code
-    }
-
-    /// The reason.
-    package var description: String { reason }
 }

@@ -34,7 +34,7 @@ struct KeyValueCodec {
         case .plain:
             keys = nil
             custody = nil
-        case .holding(let rootKeys, let custody):
+        case .holding(let rootKeys, let custody, _):
             keys = try KeyValueKeys(store: store, rootKeys: rootKeys)
             self.custody = custody
         case .waiting(let why):

@@ -135,8 +135,12 @@ struct Uploader {
             sync.failed(commits: accepted.map(\.change), error) // sent again: the server answers as before
             return error.status != 0
         }
-        var upsert: [AgentStore.File] = []
+        var upsert: [AgentStore.File] = [], made: [ContainerSync.MadeChange] = []
+        let records = Dictionary(commits.map { ($0.item, $0.update.record) }, uniquingKeysWith: { first, _ in first })
         for entry in accepted {
+            made.append(ContainerSync.MadeChange(item: entry.change.item, folder: entry.answer.item.parent, record: records[entry.change.item] ?? nil,
+                                                 revision: entry.answer.revision, base: entry.change.base, deleted: entry.change.deleted,
+                                                 conflict: entry.answer.outcome == "conflict"))
             sync.errors[entry.change.item] = nil
             if let path = sync.files.path(of: entry.change.item) {
                 sync.noteAttributes([.ubiquitousItemIsUploadedKey, .ubiquitousItemIsUploadingKey], at: path)
@@ -151,7 +155,10 @@ struct Uploader {
             sync.state.committed(CommitAnswer(changeId: entry.change.changeId, revision: entry.answer.revision, item: snapshot))
             sequences.append(entry.answer.item.sequence)
         }
-        try await sync.persist(upsert: upsert)
+        // What the server made of the batch, signed and kept with the answer, then sent.
+        let signed = try sync.signedCommit(of: made)
+        try await sync.persist(upsert: upsert, signed: signed)
+        if signed != nil { await sync.sendSignedCommits() }
         if !whole.isEmpty { _ = try await send(whole, deltas: false, retrying: retrying, sequences: &sequences, in: sync) }
         let again = Set(lacking.map(\.item))
         if !again.isEmpty { _ = try await send(sent.map(\.change).filter { again.contains($0.item) }, deltas: deltas, retrying: true, sequences: &sequences, in: sync) }

@@ -39,7 +39,7 @@ import UbiquityTestSupport
 
     /// The name the server files `key` under, as `device` computes it.
     func tag(_ key: String, on device: KeyValueSyncTests.Device) async throws -> String {
-        guard case .holding(let rootKeys, _) = try await #require(device.keys).current() else { throw EncryptionError(.malformed, "no keys") }
+        guard case .holding(let rootKeys, _, _) = try await #require(device.keys).current() else { throw EncryptionError(.malformed, "no keys") }
         return try KeyValueKeys(store: game, rootKeys: rootKeys).storedName(of: key)
     }
 

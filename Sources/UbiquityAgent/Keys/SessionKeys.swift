@@ -8,8 +8,9 @@ enum KeyState: Sendable {
     /// The account has no keys and none can be set up (a server that keeps no escrow and no
     /// roster): values go as they are.
     case plain
-    /// This device holds the account's keys: it seals what it sends and opens what it gets.
-    case holding(rootKeys: [AccountRootKey], custody: Custody)
+    /// This device holds the account's keys: it seals what it sends and opens what it gets, and
+    /// signs its commits (`signer`).
+    case holding(rootKeys: [AccountRootKey], custody: Custody, signer: CommitSigner?)
     /// The account has keys this device does not hold (Advanced Data Protection, waiting for a
     /// device's approval): nothing is sent or taken until it does.
     case waiting(String)
@@ -35,7 +36,8 @@ extension AccountKeys {
         let (_, roster, directory) = try await read(&keyring)
         if let roster, roster.members[keyring.deviceIdentifier] != nil, keyring.rootKey(epoch: roster.epoch) != nil {
             if (keyring.pinned, keyring.epochs) != before { try keyring.write(to: keyringURL) }
-            return .holding(rootKeys: keyring.epochs.compactMap { keyring.rootKey(epoch: $0) }, custody: roster.custody)
+            return .holding(rootKeys: keyring.epochs.compactMap { keyring.rootKey(epoch: $0) }, custody: roster.custody,
+                            signer: keyring.pinned.map { CommitSigner(keys: keyring.device, rosterHead: $0) })
         }
         if roster == nil, directory.escrow == nil { return .plain }
         if let roster, roster.removed.contains(keyring.deviceIdentifier) {
@@ -46,7 +48,8 @@ extension AccountKeys {
         do {
             let status = try await setUpHoldingLock(deviceName: deviceName)
             let now = try loadKeyring()
-            return .holding(rootKeys: now.epochs.compactMap { now.rootKey(epoch: $0) }, custody: status.custody)
+            return .holding(rootKeys: now.epochs.compactMap { now.rootKey(epoch: $0) }, custody: status.custody,
+                            signer: now.pinned.map { CommitSigner(keys: now.device, rosterHead: $0) })
         } catch let error as KeySetupError {
             return .waiting(error.description)
         }
@@ -104,13 +107,15 @@ actor SessionKeys {
         switch try await current() {
         case .plain:
             return .plain
-        case .holding(let rootKeys, let custody):
+        case .holding(let rootKeys, let custody, let signer):
             // Not sealing, it still opens what the account's sealing devices sealed.
             let seals = sealing || custody == .advanced
             guard var codec = seals ? ChunkCodec.sealed(container: container, rootKeys: rootKeys)
                     : ChunkCodec.reading(container: container, rootKeys: rootKeys) else { return .plain }
             // Records go sealed with the chunks; a device that does not seal opens them.
             codec.records = ItemRecords.keyed(container: container, rootKeys: rootKeys, sealing: seals)
+            // A device whose records go sealed signs what its commits made (docs/Encryption.md).
+            if seals { codec.signer = signer }
             return codec
         case .waiting(let why):
             throw ContainerSyncError("this device does not hold the account's keys yet (\(why)): nothing is synced until it does", code: .failed)

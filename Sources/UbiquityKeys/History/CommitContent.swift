@@ -75,6 +75,12 @@ public struct CommitContent: Sendable, Equatable {
         return Data(writer.bytes)
     }
 
+    /// The hash an outcome names of a sealed record (SHA-256 of its bytes; 32 zero bytes for
+    /// none, a deletion that carried no record).
+    public static func recordHash(of record: Data?) -> [UInt8] {
+        record.map { Array(SHA256.hash(data: $0)) } ?? Array(repeating: 0, count: 32)
+    }
+
     /// What a commit signs of it (``SignedCommit/contentHash``).
     public var hash: [UInt8] { Array(SHA256.hash(data: encoded)) }
 

@@ -1,0 +1,24 @@
+/// What a device signs its commits with: its keys and the roster head it has pinned (a commit
+/// names the roster as its device saw it).
+public struct CommitSigner: Sendable {
+    /// The device's keys.
+    public let keys: DeviceKeys
+    /// The roster head the device accepted last.
+    public let rosterHead: RosterHead
+
+    /// A signer.
+    public init(keys: DeviceKeys, rosterHead: RosterHead) {
+        self.keys = keys
+        self.rosterHead = rosterHead
+    }
+
+    /// The device's identifier in the roster.
+    public var device: String { keys.publicKeys.deviceIdentifier }
+
+    /// The commit of `content` in `container` after `previous` (this device's last commit
+    /// there; nil for its first), naming the heads of the other devices it has `seen`.
+    /// - Throws: What signing throws.
+    public func sign(_ content: CommitContent, container: String, after previous: SignedCommit?, seen: [String: CommitHead] = [:]) throws -> SignedCommit {
+        try SignedCommit(container: container, contentHash: content.hash, after: previous, rosterHead: rosterHead, seen: seen, signedBy: keys)
+    }
+}

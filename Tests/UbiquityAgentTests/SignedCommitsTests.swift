@@ -1,0 +1,56 @@
+import Foundation
+import Testing
+import UbiquityKeys
+import UbiquityProtocol
+import UbiquitySync
+@testable import UbiquityAgent
+
+/// Devices sign what their commits made (issue 45, docs/Encryption.md "Signed commits"): once a
+/// batch's answer is in, a sealing device signs the server's outcomes, keeps the commit with the
+/// answer and sends it; the server keeps the commits in order, and another device can check each
+/// against the roster and every item's state against the commit that made it.
+extension ContainerSyncTests {
+    @Test func aSealingDeviceSignsWhatItsCommitsMadeAndItsChainOutlivesARestart() async throws {
+        try await withServer { base, dir in
+            let laptop = try await sealingDevice("laptop", base: base, dir: dir)
+            try laptop.write("Note.txt", Data("one".utf8))
+            try laptop.write("Folder/Other.txt", Data("two".utf8))
+            try await laptop.sync.syncOnce()
+            // The agent started again over the same store: its chain goes on where it was.
+            let again = try await sealingDevice("laptop", base: base, dir: dir)
+            try again.write("Note.txt", Data("one, edited".utf8))
+            try FileManager.default.removeItem(at: again.documents.appendingPathComponent("Folder/Other.txt"))
+            try await again.sync.syncOnce()
+
+            let page = try await laptop.client.signedCommits(container: notes, after: 0)
+            #expect(page.commits.count >= 2 && !page.more, "\(page.commits.count) commits")
+            // Checked as another device checks them: signed by the roster, each chain in order,
+            // each content what its commit signed.
+            let directory = try await laptop.client.keyDirectory(for: [])
+            let roster = try Roster.verify(try directory.roster.map { try RosterEntry(encoded: $0) })
+            var ledger = CommitLedger(container: notes)
+            var newest: [String: CommitContent.Outcome] = [:]
+            for stored in page.commits {
+                let commit = try SignedCommit(encoded: stored.commit)
+                let content = try CommitContent(encoded: stored.content)
+                #expect(content.hash == commit.contentHash)
+                #expect(try ledger.accept(commit, roster: roster) == .accepted)
+                for outcome in content.outcomes { newest[outcome.item] = outcome }
+            }
+            #expect(ledger.heads.count == 1 && ledger.heads.values.first?.sequence == UInt64(page.commits.count))
+            // Every item's state on the server is what the newest commit naming it says.
+            let states = try await laptop.client.items(container: notes, ids: Array(newest.keys))
+            #expect(states.count == newest.count)
+            for state in states {
+                let outcome = try #require(newest[state.id])
+                #expect(state.revision == outcome.revision && state.deleted == outcome.deleted && state.parent == outcome.folder, "\(state.id)")
+                if !state.deleted { #expect(CommitContent.recordHash(of: state.record) == outcome.recordHash, "\(state.id)") }
+            }
+            #expect(states.contains { $0.deleted }, "the deletion is signed too")
+            #expect(states.filter { !$0.deleted }.count >= 2, "the note and the folder")
+            // The edit names the revision it was made from.
+            let edits = newest.values.filter { $0.base != nil && !$0.deleted }
+            #expect(!edits.isEmpty)
+        }
+    }
+}
