@@ -19,15 +19,27 @@ extension ContainerSync {
         var base: String?
         var deleted: Bool
         var conflict: Bool
+        /// The container's sequence the server made it at.
+        var sequence: Int64
+    }
+
+    /// What this device has read of the container's signed commits: every device's chain as
+    /// its ledger accepted it, where it read up to, and the signed changes past its cursor.
+    struct SignedHistory {
+        var ledger: CommitLedger
+        /// The place in the server's record of commits read up to.
+        var position: Int64 = 0
+        /// The container sequences of signed changes past the cursor, by item.
+        var pending: [String: [Int64]] = [:]
     }
 
     /// The signed commit of `made` after this device's last (nil: this device does not sign —
     /// no keys, or its records are not sealed — or nothing was made).
     func signedCommit(of made: [MadeChange]) throws -> (commit: SignedCommit, content: CommitContent)? {
-        guard let signer = codec.signer, !made.isEmpty else { return nil }
+        guard let signer = codec.signer, codec.records?.seals == true, !made.isEmpty else { return nil }
         let content = CommitContent(outcomes: made.map {
             CommitContent.Outcome(item: $0.item, folder: $0.folder, recordHash: CommitContent.recordHash(of: $0.record), revision: $0.revision,
-                                  base: $0.base, deleted: $0.deleted, conflict: $0.conflict)
+                                  base: $0.base, deleted: $0.deleted, conflict: $0.conflict, sequence: $0.sequence)
         })
         // (After a commit whose write failed, if there is one: it goes first.)
         return (try signer.sign(content, container: container, after: try unsavedSigned.last?.commit ?? lastSignedCommit()), content)
@@ -54,5 +66,76 @@ extension ContainerSync {
         } catch {
             logger.warning("signed commits not sent", metadata: ["container": "\(container)", "error": "\(error)"])
         }
+    }
+
+    /// Checks a page of changes (after `cursor`, complete up to `high`; `final`: the last page
+    /// of this fetch) against the signed commits, and returns the states of items it had to ask
+    /// for by id (to be taken with the page). The commits kept since the last look are read and
+    /// accepted by the ledger first: a forged, withheld, forked or replayed commit refuses the
+    /// page. Then each signed change up to `high` must be reflected: a page that shows its item
+    /// as of an earlier sequence serves an older state again (`replayed`); one that leaves it out
+    /// (the last page, or a change the cursor is already past: its commit came late) has the
+    /// item asked for by id, and refused if the server still shows it older — or leaves out an
+    /// item this device has alive (only deleted items are ever collected). Nothing to check
+    /// without the account's roster.
+    /// - Throws: ``EncryptionError`` naming what failed; the server's errors.
+    func checkSigned(_ items: [ItemState], since cursor: Int64, upTo high: Int64, final: Bool) async throws -> [ItemState] {
+        guard let roster = codec.signer?.roster else { return [] }
+        var history = signedHistory ?? SignedHistory(ledger: CommitLedger(container: container))
+        while true {
+            let page = try await client.signedCommits(container: container, after: history.position)
+            for stored in page.commits {
+                let commit = try SignedCommit(encoded: stored.commit)
+                let content = try CommitContent(encoded: stored.content)
+                guard content.hash == commit.contentHash else {
+                    throw EncryptionError(.authenticationFailed, "the content of commit \(commit.sequence) of device \(commit.device) is not what it signed")
+                }
+                _ = try history.ledger.accept(commit, roster: roster)
+                for outcome in content.outcomes { history.pending[outcome.item, default: []].append(outcome.sequence) }
+                history.position = stored.position
+            }
+            guard page.more, !page.commits.isEmpty else { break }
+        }
+        // (Kept before checking: what was read stays read, whatever the page turns out to be.)
+        signedHistory = history
+        let shown = Dictionary(items.map { ($0.id, $0.sequence) }, uniquingKeysWith: max)
+        func known(_ item: String) -> Int64 { state.persisted.remote[item]?.sequence ?? Int64.min }
+        var missing: [String: Int64] = [:]
+        for (item, sequences) in history.pending {
+            for sequence in sequences where sequence <= high {
+                if let at = shown[item] {
+                    guard at >= sequence else { throw Self.hidden(item, sequence, shownAt: at, upTo: high) }
+                } else if known(item) < sequence, final || sequence <= cursor {
+                    missing[item] = max(missing[item] ?? sequence, sequence)
+                }
+            }
+        }
+        var fetched: [ItemState] = []
+        let asked = Array(missing.keys)
+        for start in stride(from: 0, to: asked.count, by: ItemsFetchRequest.maximumCount) {
+            fetched += try opened(try await client.items(container: container, ids: Array(asked[start..<min(asked.count, start + ItemsFetchRequest.maximumCount)])))
+        }
+        let got = Dictionary(fetched.map { ($0.id, $0.sequence) }, uniquingKeysWith: max)
+        for (item, sequence) in missing {
+            if let at = got[item] {
+                guard at >= sequence else { throw Self.hidden(item, sequence, shownAt: at, upTo: high) }
+            } else if let had = state.persisted.remote[item], !had.deleted {
+                throw Self.hidden(item, sequence, shownAt: nil, upTo: high)
+            } // (else: a deleted item the server has since collected)
+        }
+        // What is reflected now is not looked at again.
+        for (item, sequences) in history.pending {
+            let reflected = max(shown[item] ?? Int64.min, known(item), got[item] ?? Int64.min)
+            let left = sequences.filter { $0 > high || ($0 > reflected && missing[item] == nil) }
+            history.pending[item] = left.isEmpty ? nil : left
+        }
+        signedHistory = history
+        return fetched
+    }
+
+    /// The refusal of a page that hides the signed change of `item` made at `sequence`.
+    private static func hidden(_ item: String, _ sequence: Int64, shownAt: Int64?, upTo high: Int64) -> EncryptionError {
+        EncryptionError(.replayed, "the server shows item \(item) " + (shownAt.map { "as of \($0)" } ?? "not at all") + " (up to \(high)), "
+                        + "but a device signed a change of it at \(sequence): an older state served again, or a change hidden")
     }
 }

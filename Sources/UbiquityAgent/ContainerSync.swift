@@ -69,6 +69,8 @@ package actor ContainerSync {
     /// Signed commits whose write failed: they go with the next (their outcomes are recorded in
     /// memory, and nothing else would sign them).
     var unsavedSigned: [(commit: SignedCommit, content: CommitContent)] = []
+    /// What this device has read of the container's signed commits (nil: nothing yet).
+    var signedHistory: SignedHistory?
     /// Reads the codec of a container from the account's keys (nil: always plain).
     private let codecs: (@Sendable (String) async throws -> ChunkCodec)?
     /// The extensions that make a folder a package.
@@ -452,8 +454,12 @@ package actor ContainerSync {
                     page = try await client.changes(container: container, since: cursor, brief: true, inline: inlineLimit)
                 }
                 pushedPage = nil
+                let pageEnd = page.items.last?.sequence // (items asked for by id are added after it)
                 do {
                     page.items = try opened(page.items)
+                    page.items += try await checkSigned(page.items, since: cursor, upTo: page.more ? (pageEnd ?? cursor) : page.sequence, final: !page.more)
+                } catch let error as SyncClientError {
+                    throw error // (reading the commits failed: the round fails as a fetch does)
                 } catch {
                     // A record the server changed, moved or swapped: nothing of the page is
                     // taken (the cursor stays), and the status says why.
@@ -465,8 +471,8 @@ package actor ContainerSync {
                 for item in page.items where !item.uploaded && !item.deleted && item.kind != .directory && files.file(of: item.id)?.revision == item.revision {
                     unuploadedOwn.insert(item.id)
                 }
-                state.fetched(page.items.map(Self.snapshot), upTo: page.more ? (page.items.last?.sequence ?? cursor) : page.sequence)
-                if page.more, let last = page.items.last?.sequence {
+                state.fetched(page.items.map(Self.snapshot), upTo: page.more ? (pageEnd ?? cursor) : page.sequence)
+                if page.more, let last = pageEnd {
                     cursor = last
                 } else if pushed, heardOf > page.sequence {
                     cursor = page.sequence // pushes told of more than the pushed pages brought: fetched now

@@ -140,7 +140,7 @@ struct Uploader {
         for entry in accepted {
             made.append(ContainerSync.MadeChange(item: entry.change.item, folder: entry.answer.item.parent, record: records[entry.change.item] ?? nil,
                                                  revision: entry.answer.revision, base: entry.change.base, deleted: entry.change.deleted,
-                                                 conflict: entry.answer.outcome == "conflict"))
+                                                 conflict: entry.answer.outcome == "conflict", sequence: entry.answer.item.sequence))
             sync.errors[entry.change.item] = nil
             if let path = sync.files.path(of: entry.change.item) {
                 sync.noteAttributes([.ubiquitousItemIsUploadedKey, .ubiquitousItemIsUploadingKey], at: path)

@@ -17,8 +17,9 @@ package struct ChunkCodec: Sendable {
     /// How the container's item records are sealed and opened (``ItemRecords``): set on a
     /// device that holds the account's keys; sealing when its chunks go sealed.
     package var records: ItemRecords?
-    /// What this device signs its commits with (docs/Encryption.md, "Signed commits"): set on
-    /// a device whose records go sealed.
+    /// What this device signs its commits with and checks the others' with (docs/Encryption.md,
+    /// "Signed commits"): set on a device that holds the account's keys (it signs only where its
+    /// records go sealed).
     package var signer: CommitSigner?
     private let choosing: @Sendable (Int) -> ContentChunker
     private let sealing: (@Sendable (UnsafeRawBufferPointer, String, Bool) throws -> Data)?

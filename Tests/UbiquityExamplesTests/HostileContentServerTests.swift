@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Testing
 import Ubiquity
 import UbiquityProtocol
@@ -36,55 +37,69 @@ import UbiquityTestSupport
         try Data(#"{"containers": ["\#(container)"], "greedy": true, "sealedContents": true, "rescanSeconds": 1}"#.utf8).write(to: settings)
     }
 
-    @Test(arguments: Attack.allCases) func thePhoneRefusesTheLieAndKeepsWhatItHad(attack: Attack) async throws {
+    /// The hostile setup, both devices' agents sealing and looking at their containers every
+    /// second (the relay carries no pushes: the phone learns of changes by asking).
+    static func sealedSetup() async throws -> HostileKeyServerTests.Setup {
         let setup = try await HostileKeyServerTests.Setup()
+        for device in [setup.laptop, setup.phone] { try seal(device) }
+        return setup
+    }
+
+    /// Runs `body` with both sealing agents running behind the hostile setup: the phone's relay,
+    /// where the laptop and the phone keep `file` in their containers' `Documents` (its folder
+    /// made), and the phone's agent (its log). The agents stop before the server and the relays.
+    static func withSealedAgents(file: String, _ body: (HostileRelay, URL, URL, Agent) async throws -> Void) async throws {
+        let setup = try await sealedSetup()
         defer { setup.tearDown() }
-        let (laptop, phone, relay) = (setup.laptop, setup.phone, setup.phoneRelay)
-        // Both agents seal; each looks at its container every second (the relay carries no
-        // pushes: the phone learns of changes by asking).
-        for device in [laptop, phone] { try Self.seal(device) }
-        let laptopAgent = try Agent(laptop, in: setup.dir), phoneAgent = try Agent(phone, in: setup.dir)
+        let laptopAgent = try Agent(setup.laptop, in: setup.dir), phoneAgent = try Agent(setup.phone, in: setup.dir)
         defer { laptopAgent.stop(); phoneAgent.stop() }
         // (Asked of the agents on a thread of its own: never one of the two the in-process tests share.)
+        let (laptop, phone) = (setup.laptop, setup.phone)
         let (onLaptop, onPhone) = try await onOwnThread {
-            (try Self.documents(of: laptop).appendingPathComponent("Data.bin"), try Self.documents(of: phone).appendingPathComponent("Data.bin"))
+            (try documents(of: laptop).appendingPathComponent(file), try documents(of: phone).appendingPathComponent(file))
         }
-        let first = randomBytes(200_000)
         try FileManager.default.createDirectory(at: onLaptop.deletingLastPathComponent(), withIntermediateDirectories: true)
-        try first.write(to: onLaptop)
-        #expect(await eventuallyValue(seconds: 60) { (try? Data(contentsOf: onPhone)) == first ? true : nil } == true, "\(phoneAgent.logged.suffix(2000))")
-
-        // From now on the relay lies about every batch of chunks it serves the phone.
-        let told = Told()
-        relay.tamper.withLock {
-            $0 = { exchange in
-                guard exchange.method == "POST", exchange.path.hasPrefix("/v1/chunks/fetch"), exchange.status == 200,
-                      var batch = try? ChunkBatch(decoding: [UInt8](exchange.body), maximumChunkSize: 16 << 20), !batch.chunks.isEmpty else { return exchange }
-                switch attack {
-                case .chunkChanged:
-                    let middle = batch.chunks[0].bytes.startIndex + batch.chunks[0].bytes.count / 2
-                    batch.chunks[0].bytes[middle] ^= 0x01
-                case .chunksSwapped:
-                    guard batch.chunks.count >= 2 else { return exchange }
-                    (batch.chunks[0].bytes, batch.chunks[1].bytes) = (batch.chunks[1].bytes, batch.chunks[0].bytes)
-                }
-                told.count.withLock { $0 += 1 }
-                var lie = exchange
-                lie.body = Data(batch.encoded())
-                return lie
-            }
-        }
-        let second = randomBytes(200_000)
-        try second.write(to: onLaptop)
-        #expect(try await HostileKeyValueServerTests.until(phoneAgent, logs: "is not the chunk asked for"), "\(phoneAgent.logged.suffix(3000))")
-        #expect(told.count.withLock { $0 } > 0, "the lie was told")
-        #expect(try Data(contentsOf: onPhone) == first, "the phone keeps the version it had")
-
-        // The truth again: the new version arrives.
-        relay.tamper.withLock { $0 = nil }
-        #expect(await eventuallyValue(seconds: 60) { (try? Data(contentsOf: onPhone)) == second ? true : nil } == true, "\(phoneAgent.logged.suffix(2000))")
-        try await laptopAgent.stopped() // before the server and the relays go
+        try await body(setup.phoneRelay, onLaptop, onPhone, phoneAgent)
+        try await laptopAgent.stopped()
         try await phoneAgent.stopped()
+    }
+
+    @Test(arguments: Attack.allCases) func thePhoneRefusesTheLieAndKeepsWhatItHad(attack: Attack) async throws {
+        try await Self.withSealedAgents(file: "Data.bin") { relay, onLaptop, onPhone, phoneAgent in
+            let first = randomBytes(200_000)
+            try first.write(to: onLaptop)
+            #expect(await eventuallyValue(seconds: 60) { (try? Data(contentsOf: onPhone)) == first ? true : nil } == true, "\(phoneAgent.logged.suffix(2000))")
+
+            // From now on the relay lies about every batch of chunks it serves the phone.
+            let told = Told()
+            relay.tamper.withLock {
+                $0 = { exchange in
+                    guard exchange.method == "POST", exchange.path.hasPrefix("/v1/chunks/fetch"), exchange.status == 200,
+                          var batch = try? ChunkBatch(decoding: [UInt8](exchange.body), maximumChunkSize: 16 << 20), !batch.chunks.isEmpty else { return exchange }
+                    switch attack {
+                    case .chunkChanged:
+                        let middle = batch.chunks[0].bytes.startIndex + batch.chunks[0].bytes.count / 2
+                        batch.chunks[0].bytes[middle] ^= 0x01
+                    case .chunksSwapped:
+                        guard batch.chunks.count >= 2 else { return exchange }
+                        (batch.chunks[0].bytes, batch.chunks[1].bytes) = (batch.chunks[1].bytes, batch.chunks[0].bytes)
+                    }
+                    told.count.withLock { $0 += 1 }
+                    var lie = exchange
+                    lie.body = Data(batch.encoded())
+                    return lie
+                }
+            }
+            let second = randomBytes(200_000)
+            try second.write(to: onLaptop)
+            #expect(try await HostileKeyValueServerTests.until(phoneAgent, logs: "is not the chunk asked for"), "\(phoneAgent.logged.suffix(3000))")
+            #expect(told.count.withLock { $0 } > 0, "the lie was told")
+            #expect(try Data(contentsOf: onPhone) == first, "the phone keeps the version it had")
+
+            // The truth again: the new version arrives.
+            relay.tamper.withLock { $0 = nil }
+            #expect(await eventuallyValue(seconds: 60) { (try? Data(contentsOf: onPhone)) == second ? true : nil } == true, "\(phoneAgent.logged.suffix(2000))")
+        }
     }
 
     enum RecordAttack: String, CaseIterable, Sendable {
@@ -101,10 +116,9 @@ import UbiquityTestSupport
     /// swapped, moved or relabelled is refused whole — logged, and not one file is written
     /// under a name it was not given — and once the truth is told every file arrives.
     @Test(arguments: RecordAttack.allCases) func thePhoneRefusesARecordTheServerMovedOrSwapped(attack: RecordAttack) async throws {
-        let setup = try await HostileKeyServerTests.Setup()
+        let setup = try await Self.sealedSetup()
         defer { setup.tearDown() }
         let (laptop, phone, relay) = (setup.laptop, setup.phone, setup.phoneRelay)
-        for device in [laptop, phone] { try Self.seal(device) }
         // Every page the phone is served is a lie from the start.
         let told = Told()
         relay.rewrite(ChangesResponse.self, where: { $0.contains("/changes") }) { page in
@@ -145,5 +159,61 @@ import UbiquityTestSupport
         } == true, "\(phoneAgent.logged.suffix(2000))")
         try await laptopAgent.stopped()
         try await phoneAgent.stopped()
+    }
+
+    enum HistoryAttack: String, CaseIterable, Sendable {
+        /// A file's older revision served again (its record, as first served) after the laptop
+        /// signed a newer one.
+        case olderRevisionServedAgain
+        /// The laptop's newer revision left out of the pages.
+        case changeHidden
+    }
+
+    /// Signed commits at a running agent (issue 45): a page of changes that serves a file's
+    /// older revision again, or leaves out the newer one the laptop signed, is refused — logged,
+    /// the file kept as it was — and once the truth is told the newer revision arrives. The lies
+    /// records cannot refuse: the older record is genuine, sealed by the laptop.
+    @Test(arguments: HistoryAttack.allCases) func thePhoneRefusesAnOlderRevisionServedAgainOrAChangeHidden(attack: HistoryAttack) async throws {
+        try await Self.withSealedAgents(file: "Note.txt") { relay, onLaptop, onPhone, phoneAgent in
+            try Data("the first".utf8).write(to: onLaptop)
+            #expect(await eventuallyValue(seconds: 60) { (try? String(contentsOf: onPhone, encoding: .utf8)) == "the first" ? true : nil } == true,
+                    "\(phoneAgent.logged.suffix(2000))")
+
+            // The note as the phone was first served it (the server's answers, as the relay saw them).
+            let pages = relay.exchanges.withLock { $0 }.filter { $0.path.contains("/changes") }.compactMap { $0.decoded(ChangesResponse.self) }
+            let original = try #require(pages.lazy.compactMap { $0.items.first { $0.kind == .file && $0.record != nil } }.first)
+            // From now on the phone is shown the note as it was first, or not at all — in pages of
+            // changes and when it asks for the note by id.
+            let told = Told()
+            relay.tamper.withLock {
+                $0 = { exchange in
+                    @Sendable func lie(_ items: inout [ItemState]) -> Bool {
+                        guard let index = items.firstIndex(where: { $0.id == original.id && $0.revision != original.revision }) else { return false }
+                        switch attack {
+                        case .olderRevisionServedAgain: items[index] = original
+                        case .changeHidden: items.remove(at: index)
+                        }
+                        told.count.withLock { $0 += 1 }
+                        return true
+                    }
+                    var served = exchange
+                    if exchange.path.contains("/changes"), var page = exchange.decoded(ChangesResponse.self), lie(&page.items) {
+                        served.encode(page)
+                    } else if exchange.path.contains("/fetch"), var answer = exchange.decoded(ItemsResponse.self), lie(&answer.items) {
+                        served.encode(answer)
+                    }
+                    return served
+                }
+            }
+            try Data("the second".utf8).write(to: onLaptop)
+            #expect(try await HostileKeyValueServerTests.until(phoneAgent, logs: "a change hidden"), "\(phoneAgent.logged.suffix(3000))")
+            #expect(told.count.withLock { $0 } > 0, "the lie was told")
+            #expect(try String(contentsOf: onPhone, encoding: .utf8) == "the first", "the phone keeps the version it had")
+
+            // The truth: the newer revision arrives.
+            relay.tamper.withLock { $0 = nil }
+            #expect(await eventuallyValue(seconds: 60) { (try? String(contentsOf: onPhone, encoding: .utf8)) == "the second" ? true : nil } == true,
+                    "\(phoneAgent.logged.suffix(2000))")
+        }
     }
 }

@@ -162,10 +162,10 @@ import Testing
 /// What a commit vouches for, as stored and sent.
 @Suite struct CommitContentTests {
     static let sample = CommitContent(outcomes: [
-        .init(item: "folder-1", folder: nil, recordHash: Array(repeating: 1, count: 32), revision: "r1", base: nil, deleted: false),
-        .init(item: "note-2", folder: "folder-1", recordHash: Array(repeating: 2, count: 32), revision: "r7", base: "r6", deleted: false),
-        .init(item: "old-3", folder: "folder-1", recordHash: Array(repeating: 3, count: 32), revision: "r9", base: "r8", deleted: true),
-        .init(item: "lost-4", folder: nil, recordHash: Array(repeating: 4, count: 32), revision: "r11", base: "r10", deleted: false, conflict: true),
+        .init(item: "folder-1", folder: nil, recordHash: Array(repeating: 1, count: 32), revision: "r1", base: nil, deleted: false, sequence: 1),
+        .init(item: "note-2", folder: "folder-1", recordHash: Array(repeating: 2, count: 32), revision: "r7", base: "r6", deleted: false, sequence: 7),
+        .init(item: "old-3", folder: "folder-1", recordHash: Array(repeating: 3, count: 32), revision: "r9", base: "r8", deleted: true, sequence: 9),
+        .init(item: "lost-4", folder: nil, recordHash: Array(repeating: 4, count: 32), revision: "r11", base: "r10", deleted: false, conflict: true, sequence: 11),
     ])
 
     @Test func contentRoundTripsAndItsHashIsItsBytes() throws {

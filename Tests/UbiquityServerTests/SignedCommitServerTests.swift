@@ -15,7 +15,7 @@ import UbiquityProtocol
     let container = "ABCDE12345.com.example.notes"
 
     func content(_ item: String) -> CommitContent {
-        CommitContent(outcomes: [.init(item: item, folder: nil, recordHash: Array(SHA256.hash(data: Data(item.utf8))), revision: "r-\(item)", base: nil, deleted: false)])
+        CommitContent(outcomes: [.init(item: item, folder: nil, recordHash: Array(SHA256.hash(data: Data(item.utf8))), revision: "r-\(item)", base: nil, deleted: false, sequence: 1)])
     }
 
     func commit(_ keys: DeviceKeys, after previous: SignedCommit?, _ item: String, roster: Roster, container: String? = nil) throws -> SignedCommitUpload {

@@ -37,7 +37,7 @@ extension AccountKeys {
         if let roster, roster.members[keyring.deviceIdentifier] != nil, keyring.rootKey(epoch: roster.epoch) != nil {
             if (keyring.pinned, keyring.epochs) != before { try keyring.write(to: keyringURL) }
             return .holding(rootKeys: keyring.epochs.compactMap { keyring.rootKey(epoch: $0) }, custody: roster.custody,
-                            signer: keyring.pinned.map { CommitSigner(keys: keyring.device, rosterHead: $0) })
+                            signer: keyring.pinned.map { CommitSigner(keys: keyring.device, rosterHead: $0, roster: roster) })
         }
         if roster == nil, directory.escrow == nil { return .plain }
         if let roster, roster.removed.contains(keyring.deviceIdentifier) {
@@ -114,8 +114,9 @@ actor SessionKeys {
                     : ChunkCodec.reading(container: container, rootKeys: rootKeys) else { return .plain }
             // Records go sealed with the chunks; a device that does not seal opens them.
             codec.records = ItemRecords.keyed(container: container, rootKeys: rootKeys, sealing: seals)
-            // A device whose records go sealed signs what its commits made (docs/Encryption.md).
-            if seals { codec.signer = signer }
+            // What its commits made is signed where its records go sealed; others' commits are
+            // checked by every device that holds the keys (docs/Encryption.md).
+            codec.signer = signer
             return codec
         case .waiting(let why):
             throw ContainerSyncError("this device does not hold the account's keys yet (\(why)): nothing is synced until it does", code: .failed)

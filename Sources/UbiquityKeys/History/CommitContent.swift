@@ -31,9 +31,12 @@ public struct CommitContent: Sendable, Equatable {
         /// Whether the server kept it as a conflict version (it lost the conflict rule to a
         /// revision made meanwhile), not as the item's current revision.
         public var conflict: Bool
+        /// The container's sequence the server made it at: a page of changes that says it is
+        /// complete up to this sequence or later must show the item at it or later.
+        public var sequence: Int64
 
         /// An outcome.
-        public init(item: String, folder: String?, recordHash: [UInt8], revision: String, base: String?, deleted: Bool, conflict: Bool = false) {
+        public init(item: String, folder: String?, recordHash: [UInt8], revision: String, base: String?, deleted: Bool, conflict: Bool = false, sequence: Int64) {
             self.item = item
             self.folder = folder
             self.recordHash = recordHash
@@ -41,6 +44,7 @@ public struct CommitContent: Sendable, Equatable {
             self.base = base
             self.deleted = deleted
             self.conflict = conflict
+            self.sequence = sequence
         }
     }
 
@@ -54,8 +58,8 @@ public struct CommitContent: Sendable, Equatable {
 
     /// The content as stored and sent (format 1): `format ‖ count (16-bit) ‖ each: item ‖
     /// folder (a flag, then the id) ‖ record hash (32) ‖ revision ‖ base (a flag, then the
-    /// revision) ‖ deleted (a byte) ‖ kept as a conflict version (a byte)`, texts after a 16-bit
-    /// length.
+    /// revision) ‖ deleted (a byte) ‖ kept as a conflict version (a byte) ‖ the container's
+    /// sequence (8)`, numbers big-endian, texts after a 16-bit length.
     public var encoded: Data {
         var writer = WireWriter()
         writer.append([Self.format])
@@ -71,6 +75,7 @@ public struct CommitContent: Sendable, Equatable {
             writer.append(string: outcome.revision)
             optional(outcome.base)
             writer.append([outcome.deleted ? 1 : 0, outcome.conflict ? 1 : 0])
+            writer.append(number: outcome.sequence)
         }
         return Data(writer.bytes)
     }
@@ -110,8 +115,9 @@ public struct CommitContent: Sendable, Equatable {
             let recordHash = try reader.take(32)
             let revision = try reader.string()
             let base = try flag() ? try reader.string() : nil
-            let deleted = try flag()
-            outcomes.append(Outcome(item: item, folder: folder, recordHash: recordHash, revision: revision, base: base, deleted: deleted, conflict: try flag()))
+            let deleted = try flag(), conflict = try flag()
+            outcomes.append(Outcome(item: item, folder: folder, recordHash: recordHash, revision: revision, base: base, deleted: deleted, conflict: conflict,
+                                    sequence: try reader.number(Int64.self)))
         }
         try reader.finish()
         self.init(outcomes: outcomes)

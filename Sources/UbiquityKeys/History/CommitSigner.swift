@@ -1,15 +1,19 @@
-/// What a device signs its commits with: its keys and the roster head it has pinned (a commit
-/// names the roster as its device saw it).
+/// What a device signs its commits with — its keys and the roster head it has pinned (a commit
+/// names the roster as its device saw it) — and checks the others' with: the roster, when it
+/// was read with the keys.
 public struct CommitSigner: Sendable {
     /// The device's keys.
     public let keys: DeviceKeys
     /// The roster head the device accepted last.
     public let rosterHead: RosterHead
+    /// The roster of that head, verified (nil: not read this time).
+    public let roster: Roster?
 
     /// A signer.
-    public init(keys: DeviceKeys, rosterHead: RosterHead) {
+    public init(keys: DeviceKeys, rosterHead: RosterHead, roster: Roster? = nil) {
         self.keys = keys
         self.rosterHead = rosterHead
+        self.roster = roster
     }
 
     /// The device's identifier in the roster.
