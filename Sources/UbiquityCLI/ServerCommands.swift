@@ -100,6 +100,11 @@ struct ServeCommand: AsyncParsableCommand {
     @Option(name: .long, help: "A reverse proxy (address or network, e.g. 10.0.0.0/8) whose X-Forwarded-For is believed; may be repeated.")
     var trustedProxy: [String] = []
 
+    @Option(name: .long, help: ArgumentHelp(
+        "Every this many minutes, seal in place what Standard accounts stored before their containers sealed (0: only by `ubiquity seal-in-place`).",
+        discussion: "Names, sizes and dates go into sealed records and plaintext chunks are sealed with the escrow key; nothing is uploaded again."))
+    var sealInPlaceMinutes = 10
+
     func run() async throws {
         guard let level = Logger.Level(rawValue: logLevel) else { throw ValidationError("unknown log level \(logLevel)") }
         var logger = Logger(label: "ubiquity.server")
@@ -108,6 +113,8 @@ struct ServeCommand: AsyncParsableCommand {
         configuration.database = storage.database
         configuration.escrowKeyFile = escrowKey
         configuration.retention = retentionDays * 86_400
+        guard sealInPlaceMinutes >= 0 else { throw ValidationError("--seal-in-place-minutes is 0 or more") }
+        configuration.sealInPlaceInterval = sealInPlaceMinutes == 0 ? nil : .seconds(sealInPlaceMinutes * 60)
         guard maxConnections > 0, idleTimeout > 0, headerTimeout > 0, bodyTimeout > 0, minBodyRate > 0, accountRequests > 0, accountWaiting >= 0 else {
             throw ValidationError("connection and request limits are positive numbers")
         }

@@ -56,6 +56,11 @@ package struct SyncServer: Sendable {
         /// ``database``: every instance must have the same file, and one with another is refused).
         package var escrowKeyFile: String?
 
+        /// How often revisions stored before their containers sealed are sealed in place with the
+        /// escrow's keys (``SealInPlace``; Standard accounts only). Default every 10 minutes,
+        /// from the start; nil: only by `ubiquity seal-in-place`.
+        package var sealInPlaceInterval: Duration? = .seconds(600)
+
         /// Where the escrow key's file is.
         package var escrowKeyPath: String { escrowKeyFile ?? (dataDirectory as NSString).appendingPathComponent("escrow.key") }
 
@@ -187,6 +192,13 @@ package struct SyncServer: Sendable {
     /// ``gracefulShutdownLimit``). Collects garbage (revisions
     /// past ``Configuration/retention``, unreferenced chunks) at start and every hour; on
     /// PostgreSQL, relays other instances' changes to this one's devices.
+    /// Sealing in place, when the configuration asks for it and there is an escrow key.
+    private var sealingService: [ServiceGroupConfiguration.ServiceConfiguration] {
+        guard let interval = configuration.sealInPlaceInterval, let escrow = services.escrow else { return [] }
+        return [.init(service: SealInPlaceService(sealing: SealInPlace(database: storage.database, chunks: storage.chunks, escrow: escrow, logger: logger),
+                                                  interval: interval))]
+    }
+
     package func run(onServerRunning: (@Sendable (Int) async -> Void)? = nil) async throws {
         // Shut down in reverse order: relaying and collecting stop, then the connections close.
         var group = ServiceGroupConfiguration(
@@ -194,7 +206,7 @@ package struct SyncServer: Sendable {
                 .init(service: try makeApplication(onServerRunning: onServerRunning)),
                 .init(service: GarbageCollectionService(storage: storage, retention: configuration.retention, logger: logger)),
                 .init(service: ChangeRelayService(database: storage.database, notifier: services.notifier)),
-            ],
+            ] + sealingService,
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger)
         // Devices keep push connections open and reconnect: after this long the rest is cut, so
@@ -340,6 +352,26 @@ package struct ServerAdministration: Sendable {
     /// their next `changes`. Returns false if there is no such recoverable revision.
     package func restore(accountName: String, revision: String, now: Date = Date()) async throws -> Bool {
         try await database.restore(accountName: accountName, revision: revision, now: now) != nil
+    }
+
+    /// Seals in place what Standard accounts stored before their containers sealed (``SealInPlace``):
+    /// every revision without a sealed record (or `account`'s only, by name), however young
+    /// when `settle` is 0. Resumable: run it again after a stop and it goes on.
+    /// - Parameters:
+    ///   - escrow: The server's escrow key (the file `ubiquity serve` made).
+    ///   - progress: Hears the totals after each batch.
+    package func sealInPlace(escrow: EscrowKey, account: String? = nil, settle: TimeInterval = 600,
+                             progress: (@Sendable (SealInPlaceReport) -> Void)? = nil) async throws -> SealInPlaceReport {
+        var only: Int64?
+        if let account {
+            guard let id = try await database.accounts().first(where: { $0.name == account })?.id else {
+                throw SyncError(.notFound, "noSuchAccount", "there is no account \(account)")
+            }
+            only = id
+        }
+        var sealing = SealInPlace(database: database, chunks: storage.chunks, escrow: ServerEscrow(key: escrow), logger: Logger(label: "ubiquity.admin"))
+        sealing.settle = settle
+        return try await sealing.run(account: only, progress: progress)
     }
 
     /// Forgets revisions older than the retention and removes chunks nothing names any more.

@@ -154,6 +154,8 @@ struct FileChunkStore: ChunkStorage {
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
+        // What is deleted is overwritten (the names of plaintext chunks sealed in place go).
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA secure_delete = ON") }
         index = try DatabasePool(path: directory + "/index.sqlite", configuration: configuration)
         var migrator = DatabaseMigrator()
         migrator.registerMigration("v1-packs") { db in
@@ -435,6 +437,8 @@ struct FileChunkStore: ChunkStorage {
                 unlink(path)
             }
         }
+        // The index's log holds earlier pages (the names of chunks removed): emptied.
+        try await index.writeWithoutTransaction { db in _ = try db.checkpoint(.truncate) }
         return freed
     }
 

@@ -248,7 +248,7 @@ extension PostgresDatabase {
             guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container) else { return [:] }
             var lists: [String: [ChunkReference]] = [:]
             for row in try await db.rows("""
-                SELECT id, manifest FROM revision
+                SELECT id, digest, manifest FROM revision
                 WHERE container_id = \(containerId) AND kind = 'file' AND device_id <> \(device) AND id = ANY(\(revisions)::TEXT[])
                 """) {
                 lists[try row.get("id")] = try Self.manifest(row, of: try row.get("id")).chunks ?? []
@@ -262,7 +262,7 @@ extension PostgresDatabase {
             try await db.rows("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container),
                   let row = try await db.rows("""
-                    SELECT kind, manifest FROM revision WHERE container_id = \(containerId) AND item_id = \(item) AND id = \(revision)
+                    SELECT kind, digest, manifest FROM revision WHERE container_id = \(containerId) AND item_id = \(item) AND id = \(revision) AND NOT sealed_in_place
                     """).first,
                   let kind = ItemKind(rawValue: try row.get("kind", as: String.self)) else { return nil }
             return (kind, try Self.manifest(row, of: revision))
@@ -296,7 +296,7 @@ extension PostgresDatabase {
             try await db.rows("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container),
                   let row = try await db.rows("""
-                    SELECT name, device_name, size, modification_date, kind, deleted, complete, manifest, record, parent FROM revision WHERE container_id = \(containerId) AND item_id = \(item) AND id = \(revision)
+                    SELECT name, device_name, size, modification_date, kind, deleted, complete, digest, manifest, record, parent FROM revision WHERE container_id = \(containerId) AND item_id = \(item) AND id = \(revision)
                     """).first,
                   let kind = ItemKind(rawValue: try row.get("kind", as: String.self)), kind != .directory, !(try row.get("deleted", as: Bool.self)) else { return nil }
             var contents = RevisionContentsResponse(revision: revision, name: try row.get("name"), deviceName: try row.get("device_name"), size: try row.get("size"),
@@ -428,6 +428,7 @@ extension PostgresDatabase {
 
     /// The manifest of `revision` stored in `row` (decoded, or from ``ManifestCache``).
     static func manifest(_ row: PostgresRandomAccessRow, of revision: String) throws -> Manifest {
-        try ManifestCache.shared.manifest(of: revision, stored: Data(try row.get("manifest", as: ByteBuffer.self).readableBytesView))
+        try ManifestCache.shared.manifest(of: revision, digest: try row.get("digest", as: String?.self),
+                                          stored: Data(try row.get("manifest", as: ByteBuffer.self).readableBytesView))
     }
 }

@@ -86,7 +86,7 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
                 (SELECT json_build_object('id', r.id, 'state', r.state)::TEXT FROM revision r JOIN con ON r.container_id = con.id
                     WHERE r.item_id = \(item) AND r.change_id = \(question.change)
                     AND (r.device_id = \(question.device) OR EXISTS (SELECT 1 FROM device d WHERE d.id = \(ChangeIdentity.madeOn(question.change ?? "")) AND d.account_id = \(a)))) AS earlier,
-                (SELECT r.complete FROM revision r JOIN con ON r.container_id = con.id WHERE r.id = \(question.base) AND r.item_id = \(item)) AS base_complete,
+                (SELECT r.complete AND NOT r.sealed_in_place FROM revision r JOIN con ON r.container_id = con.id WHERE r.id = \(question.base) AND r.item_id = \(item)) AS base_complete,
                 (SELECT json_object_agg(hash, CASE WHEN base IS NULL THEN size ELSE \(StoredChunk.patchSize) END)::TEXT FROM chunk
                     WHERE account_id = \(a) AND hash = ANY(\(question.hashes)::TEXT[])) AS stored,
                 (SELECT (\(unescaped: row))::TEXT FROM item i JOIN con ON i.container_id = con.id JOIN revision r ON r.id = i.current_revision

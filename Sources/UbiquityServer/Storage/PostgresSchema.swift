@@ -194,6 +194,12 @@ extension PostgresDatabase {
                 total BIGINT NOT NULL, PRIMARY KEY (account_id, container, position), UNIQUE (account_id, container, device, sequence))
             """,
         ]),
+        // Revisions the server sealed in place (issue 45's upgrade): devices may hold the manifest
+        // they had before, so it is no delta base; those still to seal have an index of their own.
+        ("v17-sealed-in-place", [
+            "ALTER TABLE revision ADD COLUMN sealed_in_place BOOLEAN NOT NULL DEFAULT FALSE",
+            "CREATE INDEX revision_unsealed ON revision(container_id, created) WHERE record IS NULL",
+        ]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

@@ -93,6 +93,21 @@ protocol RuleStorage {
     /// The revisions naming chunk `hash`, which now wait for it.
     func revisionsNaming(account: Int64, hash: String) async throws -> [RevisionPlace]
 
+    // MARK: Sealing in place (``ServerRules/sealInPlace(account:container:rewrites:chunks:now:in:)``)
+
+    /// Rewrites a revision that has no record yet as `rewrite` says — its name (the tag), no
+    /// type or date, its size, record, manifest, content token, cost and chunk references —
+    /// marks it rewritten (devices may hold its old manifest: it is no delta base any more),
+    /// gives the item's row its keys when it is current and a public link of it the tag.
+    /// Returns its cost and chunks before; nil, writing nothing, when it has a record by now or
+    /// is gone.
+    func rewrite(_ rewrite: RevisionRewrite, container: Int64) async throws -> (cost: Int64, hashes: [String])?
+    /// Whether a revision of the account names chunk `hash`, or a chunk it holds is a sealed
+    /// patch of it.
+    func isNamed(account: Int64, hash: String) async throws -> Bool
+    /// Forgets `hashes` as the container's chunks where none of its revisions names them.
+    func forgetContainerChunks(container: Int64, hashes: [String]) async throws
+
     // MARK: Key-value stores
 
     /// The store's id, created when missing, and the account's number of stores before.

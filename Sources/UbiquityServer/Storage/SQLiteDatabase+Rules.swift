@@ -142,7 +142,7 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
     /// A revision's row; with its stored manifest when `manifest` (unless it is kept decoded).
     private func revisionRow(_ row: Row, manifest: Bool) throws -> RevisionRow {
         let id: String = row["id"]
-        let stored = manifest && ManifestCache.shared.cached(id) == nil
+        let stored = manifest && ManifestCache.shared.cached(id, digest: row["digest"]) == nil
             ? try Data.fetchOne(db.cachedStatement(sql: "SELECT manifest FROM revisionManifest WHERE revisionId = ?"), arguments: [id]) : nil
         return RevisionRow(id: id, name: row["name"], parent: row["parent"], kind: row["kind"], size: row["size"], modificationDate: row["modificationDate"],
                            type: row["type"], deleted: row["deleted"], complete: row["complete"], deviceId: row["deviceId"], deviceName: row["deviceName"],
@@ -182,8 +182,10 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
     }
 
     /// Whether the revision is complete (it is `item`'s, in `container`).
+    /// Whether an edit's base is complete and its manifest the one devices were given (not
+    /// rewritten in place since: a list kept of it may be the old one).
     private func isComplete(_ revision: String, container: Int64, item: String) throws -> Bool {
-        try Bool.fetchOne(db.cachedStatement(sql: "SELECT complete FROM revision WHERE id = ? AND containerId = ? AND itemId = ?"),
+        try Bool.fetchOne(db.cachedStatement(sql: "SELECT complete AND NOT sealedInPlace FROM revision WHERE id = ? AND containerId = ? AND itemId = ?"),
                           arguments: [revision, container, item]) ?? false
     }
 
@@ -229,18 +231,24 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
                              update.type, commit.deleted, true, revision.state, revision.created.timeIntervalSince1970,
                              update.changeId, commit.digest, revision.cost, update.record])
         try db.cachedStatement(sql: "INSERT INTO revisionManifest (revisionId, manifest) VALUES (?, ?)").execute(arguments: [revision.id, commit.manifest])
+        try insertReferences(revision: revision.id, account: revision.account, container: revision.container, hashes: commit.hashes,
+                             containerChunks: revision.containerChunks)
+    }
+
+    /// A revision's chunk references (`hashes`), and `containerChunks` as its container's
+    /// chunks (what a device limited to it may read).
+    func insertReferences(revision: String, account: Int64, container: Int64, hashes: [String], containerChunks: [String]) throws {
         // Many rows a statement (a 64 MiB file lists about 4,000 chunks).
-        for start in stride(from: 0, to: commit.hashes.count, by: 250) {
-            let batch = commit.hashes[start..<min(start + 250, commit.hashes.count)]
+        for start in stride(from: 0, to: hashes.count, by: 250) {
+            let batch = hashes[start..<min(start + 250, hashes.count)]
             let rows = Array(repeating: "(?, ?, ?)", count: batch.count).joined(separator: ", ")
             var values: [any DatabaseValueConvertible] = []
             values.reserveCapacity(batch.count * 3)
-            for hash in batch { values += [revision.id, revision.account, hash] as [any DatabaseValueConvertible] }
+            for hash in batch { values += [revision, account, hash] as [any DatabaseValueConvertible] }
             try db.cachedStatement(sql: "INSERT INTO revisionChunk (revisionId, accountId, hash) VALUES \(rows)").execute(arguments: StatementArguments(values))
         }
-        // The container's chunks (what a device limited to it may read).
         let naming = try db.cachedStatement(sql: "INSERT OR IGNORE INTO containerChunk (containerId, hash) VALUES (?, ?)")
-        for hash in revision.containerChunks { try naming.execute(arguments: [revision.container, hash]) }
+        for hash in containerChunks { try naming.execute(arguments: [container, hash]) }
     }
 
     func copy(_ source: String, as copy: CopiedRevision) throws -> Int64 {

@@ -271,6 +271,15 @@ extension SQLiteDatabase {
                     total INTEGER NOT NULL, PRIMARY KEY(accountId, container, position), UNIQUE(accountId, container, device, sequence));
                 """)
         }
+        migrator.registerMigration("v23-sealed-in-place") { db in
+            // Revisions the server sealed in place (issue 45's upgrade): devices may hold the
+            // manifest they had before, so it is no delta base. The revisions still to seal are
+            // found by an index of their own.
+            try db.execute(sql: """
+                ALTER TABLE revision ADD COLUMN sealedInPlace INTEGER NOT NULL DEFAULT 0;
+                CREATE INDEX revision_unsealed ON revision(containerId, created) WHERE record IS NULL;
+                """)
+        }
         return migrator
     }
 }

@@ -12,6 +12,9 @@ final class SQLiteDatabase: SyncDatabase {
         var configuration = Configuration()
         configuration.foreignKeysEnabled = true
         configuration.busyMode = .timeout(10)
+        // What is deleted or replaced is overwritten, not left in free space: a name sealed in
+        // place or a revision collected leaves no trace in the file (issue 45's leakage audit).
+        configuration.prepareDatabase { db in try db.execute(sql: "PRAGMA secure_delete = ON") }
         pool = try DatabasePool(path: path, configuration: configuration)
         try Self.migrator.migrate(pool)
     }
@@ -264,7 +267,7 @@ final class SQLiteDatabase: SyncDatabase {
     func revisionManifest(accountId: Int64, container: String, item: String, revision: String) async throws -> (kind: ItemKind, manifest: Manifest)? {
         try await pool.read { db in
             guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container),
-                  let stored = try String.fetchOne(db.cachedStatement(sql: "SELECT kind FROM revision WHERE containerId = ? AND itemId = ? AND id = ?"),
+                  let stored = try String.fetchOne(db.cachedStatement(sql: "SELECT kind FROM revision WHERE containerId = ? AND itemId = ? AND id = ? AND NOT sealedInPlace"),
                                                    arguments: [containerId, item, revision]),
                   let kind = ItemKind(rawValue: stored) else { return nil }
             return (kind, try Self.manifest(db, of: revision))
@@ -483,9 +486,11 @@ final class SQLiteDatabase: SyncDatabase {
         return brief ? (Manifest(), ContentToken.of(manifest, kind: kind).description) : (manifest, nil)
     }
 
-    /// The manifest of `revision` (from ``ManifestCache``, or read and decoded).
+    /// The manifest of `revision` (from ``ManifestCache`` while its content token is the same,
+    /// or read and decoded).
     static func manifest(_ db: Database, of revision: String) throws -> Manifest {
-        try ManifestCache.shared.manifest(of: revision, stored: try {
+        let digest = try String.fetchOne(db.cachedStatement(sql: "SELECT digest FROM revision WHERE id = ?"), arguments: [revision])
+        return try ManifestCache.shared.manifest(of: revision, digest: digest, stored: try {
             guard let stored = try Data.fetchOne(db.cachedStatement(sql: "SELECT manifest FROM revisionManifest WHERE revisionId = ?"), arguments: [revision]) else {
                 throw SyncError(.internalServerError, "internal", "revision \(revision) has no manifest")
             }

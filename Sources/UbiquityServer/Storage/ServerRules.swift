@@ -147,7 +147,7 @@ enum ServerRules {
             try await storage.adjust(account, by: AccountChange(metadataBytes: renamed.cost))
             if announce { try await storage.announce(account: account, container: identifier, sequence: renamed.sequence, keyValue: false, device: device.deviceId) }
         }
-        ManifestCache.shared.remember(update.manifest, of: revision.id) // the base of the next edit's difference
+        ManifestCache.shared.remember(update.manifest, of: revision.id, digest: commit.digest) // the base of the next edit's difference
         var state = try itemState(after: revision, placement: placement, facts: facts, sequence: sequence, brief: brief)
         if state == nil { state = try await storage.itemState(container: container, item: item, brief: brief) }
         guard let state else { throw SyncError(.internalServerError, "internal", "the item vanished during its commit") }
@@ -451,10 +451,10 @@ enum ItemStates {
     static func contents(of row: RevisionRow, kind: ItemKind, brief: Bool) throws -> (manifest: Manifest, digest: String?)? {
         if brief, let digest = row.digest { return (Manifest(), digest) }
         let manifest: Manifest
-        if let cached = ManifestCache.shared.cached(row.id) {
+        if let cached = ManifestCache.shared.cached(row.id, digest: row.digest) {
             manifest = cached
         } else if let stored = row.manifest {
-            manifest = try ManifestCache.shared.manifest(of: row.id, stored: stored)
+            manifest = try ManifestCache.shared.manifest(of: row.id, digest: row.digest, stored: stored)
         } else {
             return nil
         }

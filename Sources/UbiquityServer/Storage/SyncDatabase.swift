@@ -320,8 +320,21 @@ protocol SyncDatabase: Sendable {
     /// An item's state; `brief`: with content tokens instead of manifests.
     func item(accountId: Int64, container: String, id: String, brief: Bool) async throws -> ItemState?
     /// The kind and manifest of one revision of an item (current, conflict or past), or nil if the
-    /// item has no such revision: the base of chunk-list deltas.
+    /// item has no such revision: the base of chunk-list deltas. Nil too for a revision the server
+    /// sealed in place: a device may hold the manifest it had before, so it is no delta base.
     func revisionManifest(accountId: Int64, container: String, item: String, revision: String) async throws -> (kind: ItemKind, manifest: Manifest)?
+
+    // Sealing old revisions in place (``SealInPlace``).
+
+    /// Up to `limit` complete revisions of the container that have no sealed record, after
+    /// `cursor` (older, or as old with a greater id), newest first.
+    func unsealedRevisions(accountId: Int64, container: String, below cursor: UnsealedCursor, limit: Int) async throws -> [UnsealedRevision]
+    /// Lists `chunks` (sealed, stored already, at their sizes) and rewrites the revisions as
+    /// `rewrites` say, in one transaction (``ServerRules/sealInPlace(account:container:rewrites:chunks:now:in:)``).
+    func sealInPlace(accountId: Int64, container: String, rewrites: [RevisionRewrite], chunks: [String: Int64], now: Date) async throws -> SealedInPlace
+    /// Empties the database's write-ahead log of earlier page images (names sealed in place
+    /// since), where it keeps one.
+    func scrubLog() async throws
     /// An item's earlier revisions (replaced, resolved, superseded; not deletions, not folders)
     /// made at or after `since` (seconds since 1970), newest first, at most `limit`; nil if the
     /// container has no such item.
