@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -55,5 +56,22 @@ enum Faults {
             if fd >= 0 { close(fd) }
         }
         try FileManager.default.removeItem(at: burst)
+    }
+
+    /// Runs `ubiquity seal-in-place` on `storage` (every revision, however young) and SIGKILLs it
+    /// after `killedAfter` unless it ended first; what it printed goes to `log`.
+    static func sealInPlace(storage: [String], killedAfter: Duration, log: URL) async throws {
+        let process = ChildProcess()
+        process.executableURL = Binaries.ubiquity
+        process.arguments = ["seal-in-place"] + storage + ["--settle-minutes", "0"]
+        if !FileManager.default.fileExists(atPath: log.path) { _ = FileManager.default.createFile(atPath: log.path, contents: nil) }
+        let handle = try FileHandle(forWritingTo: log)
+        defer { try? handle.close() }
+        handle.seekToEndOfFile()
+        (process.standardOutput, process.standardError) = (handle, handle)
+        try process.run()
+        try? await Task.sleep(for: killedAfter) // (a cancelled sleep only shortens the run)
+        if process.isRunning { process.signal(SIGKILL) }
+        _ = try? await blocking { process.waitUntilExit() } // (cannot fail: the thread always resumes)
     }
 }

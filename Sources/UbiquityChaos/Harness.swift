@@ -38,6 +38,10 @@ enum FaultKind: String, CaseIterable, Codable, Sendable {
     /// A device signed out of the account (`ubiquity logout`) for 2–6 s, then in again as a new
     /// device of the same account (`ubiquity login`), its agent running throughout.
     case signOut
+    /// `ubiquity seal-in-place` run on the server's storage beside the running servers (every
+    /// plaintext revision, however young, sealed in place with the escrow key while devices
+    /// edit from them), SIGKILLed 0–2 s in unless it ends first.
+    case sealInPlace
 
     /// How often it is picked (out of the sum).
     var weight: Int {
@@ -55,6 +59,7 @@ enum FaultKind: String, CaseIterable, Codable, Sendable {
         case .serverDiskFull: 1
         case .flood: 1
         case .signOut: 1
+        case .sealInPlace: 2
         }
     }
 }
@@ -149,6 +154,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
     /// Devices whose network a fault holds now (one network fault per device at a time).
     private let busyLinks = Mutex<Set<Int>>([])
     private let serverBusy = Mutex(false)
+    private let sealing = Mutex(false)
     /// Filesystems a disk-full fault holds now.
     private let busyDisks = Mutex<Set<String>>([])
     /// Devices whose agent is being killed and started again (a second kill meanwhile would
@@ -483,6 +489,13 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
             count(kind, device.name)
             device.relay.resetAll()
             return nil
+        case .sealInPlace:
+            guard sealing.withLock({ busy in defer { busy = true }; return !busy }) else { return nil }
+            count(kind, "server", String(format: "killed after %.1f s unless done", pause * 2))
+            return Task { [storage = servers[0].storage, log = settings.work.appendingPathComponent("logs/seal-in-place.log")] in
+                do { try await Faults.sealInPlace(storage: storage, killedAfter: .seconds(pause * 2), log: log) } catch { say("sealing in place did not start: \(error)") }
+                self.sealing.withLock { $0 = false }
+            }
         case .diskFull, .serverDiskFull:
             guard !disks.isEmpty, kind == .diskFull || settings.database == nil else { return nil }
             let folder = kind == .serverDiskFull ? serverData : device.home

@@ -34,13 +34,14 @@ import UbiquityTestSupport
     }
 
     /// The profile CI guards: 3 devices, 2 rounds of 12 s of writes under faults (agents and
-    /// apps killed, links cut, stalled, dripping and reset, disks full, event floods, a sign-out
-    /// and sign-in, one device's clock 4 minutes ahead), then the checks — every one of them:
-    /// any violation fails it.
+    /// apps killed, links stalled, dripping and offline, disks full, a sign-out and sign-in, the
+    /// server sealing what they write in place as they write, one device's clock 4 minutes
+    /// ahead), then the checks — every one of them: any violation fails it.
     @Test(.timeLimit(.minutes(4))) func aShortFixedSeedProfileLosesNothing() async throws {
-        // Seed 11 draws ten of the thirteen kinds of fault in 2 rounds, a sign-out among them (not
-        // a server kill, jitter or an offline stretch: longer runs have those). Writers at most
-        // every 400 ms: lighter on the suites running beside it.
+        // Seed 11 draws nine of the fourteen kinds of fault in 2 rounds, a sign-out and three
+        // runs of `ubiquity seal-in-place` among them (not a server kill, a cut, jitter, a reset
+        // or a flood: longer runs have those). Writers at most every 400 ms: lighter on the
+        // suites running beside it.
         let run = try await chaos(["--seed", "11", "--devices", "3", "--rounds", "2", "--round-seconds", "12", "--settle-seconds", "90", "--pace-milliseconds", "400"])
         #expect(run.status == 0 && run.report["passed"] as? Bool == true, "\(run.summary)")
         #expect(run.report["lost"] as? Int == 0 && run.report["violations"] as? Int == 0, "\(run.summary)")
