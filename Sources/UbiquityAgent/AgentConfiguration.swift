@@ -21,11 +21,12 @@ package struct AgentConfiguration: Codable, Sendable, Equatable {
     /// Extensions (without the dot) of folders that are packages — one document, synced as one
     /// item — besides ``LocalScanner/standardPackageExtensions``.
     package var packageExtensions: [String]
-    /// Seal the containers' chunks under Standard Data Protection once this device holds the
-    /// account's keys: cut by the keyed chunker, named by a keyed MAC, encrypted before they
-    /// leave (docs/Encryption.md). Under Advanced they are always sealed. Off by default while
-    /// the data path lands in stages: item records (names, sizes) still go in plaintext, and
-    /// edits of sealed chunks travel whole (no encrypted patches yet).
+    /// Seal the containers' documents under Standard Data Protection once this device holds the
+    /// account's keys: chunks cut by the keyed chunker, named by a keyed MAC and encrypted before
+    /// they leave, edits as sealed patches, names, sizes and dates in sealed records
+    /// (docs/Encryption.md). On by default; under Advanced always. Off, this device sends them in
+    /// plaintext (the server seals them in place later, with the escrow's keys) and opens what
+    /// the others sealed.
     package var sealedContents: Bool
 
     /// Every extension that makes a folder a package here.
@@ -34,7 +35,7 @@ package struct AgentConfiguration: Codable, Sendable, Equatable {
     }
 
     /// Settings.
-    package init(containers: [String] = [], greedy: Bool = false, rescanSeconds: Double = 60, packageExtensions: [String] = [], sealedContents: Bool = false) {
+    package init(containers: [String] = [], greedy: Bool = false, rescanSeconds: Double = 60, packageExtensions: [String] = [], sealedContents: Bool = true) {
         self.packageExtensions = packageExtensions
         self.sealedContents = sealedContents
         self.containers = containers
@@ -48,7 +49,7 @@ package struct AgentConfiguration: Codable, Sendable, Equatable {
         greedy = try values.decodeIfPresent(Bool.self, forKey: .greedy) ?? false
         rescanSeconds = try values.decodeIfPresent(Double.self, forKey: .rescanSeconds) ?? 60
         packageExtensions = try values.decodeIfPresent([String].self, forKey: .packageExtensions) ?? []
-        sealedContents = try values.decodeIfPresent(Bool.self, forKey: .sealedContents) ?? false
+        sealedContents = try values.decodeIfPresent(Bool.self, forKey: .sealedContents) ?? true
         if let bad = packageExtensions.first(where: { $0.isEmpty || $0.contains("/") || $0.contains(".") }) {
             throw DecodingError.dataCorruptedError(forKey: .packageExtensions, in: values, debugDescription: "“\(bad)” is not a file name extension (no dot, no slash)")
         }

@@ -286,9 +286,10 @@ final class ChangeFinder {
     /// made at it); anything else gets a random id.
     func newItemId(name: String, parent: String?, kind: ItemKind, in sync: isolated ContainerSync) -> String {
         guard kind == .directory else { return RandomIdentifier.make() }
-        // (With sealed records, from the name's keyed tag: the id the server sees says nothing of the name.)
-        let id = sync.codec.records.flatMap { $0.seals ? FolderIdentity.id(nameTag: $0.tag(name, parent: parent)) : nil }
-            ?? FolderIdentity.id(parent: parent, name: name)
+        // (On a device that holds the account's keys, from the name's keyed tag — whether it seals
+        // or not, so that both kinds of device make one folder: the id the server sees says
+        // nothing of the name.)
+        let id = sync.codec.records.map { FolderIdentity.id(nameTag: $0.tag(name, parent: parent)) } ?? FolderIdentity.id(parent: parent, name: name)
         if sync.files.contains(item: id) { return RandomIdentifier.make() }
         if let known = sync.state.visible(id), !known.deleted, known.parent != parent || NameCollision.key(known.name) != NameCollision.key(name) {
             return RandomIdentifier.make()

@@ -39,13 +39,12 @@ func printProtection(_ status: ProtectionStatus) {
     print("devices:")
     for device in status.devices { print("  \(device.id)  \(device.name)\(device.isThisDevice ? "  (this device)" : "")") }
     if status.removed > 0 { print("  (\(status.removed) removed)") }
-    // What is sealed so far (the encrypted format lands in stages): said plainly, above all
-    // before someone counts on Advanced for documents.
-    let configured = (try? AgentConfiguration.load(from: UbiquityPaths().agentConfiguration))?.sealedContents ?? false
+    // What this device seals: said plainly, above all before someone counts on Advanced.
+    let configured = (try? AgentConfiguration.load(from: UbiquityPaths().agentConfiguration))?.sealedContents ?? true
     let sealsContents = configured || status.custody == .advanced
-    print("sealed:     key-value stores" + (sealsContents ? "; documents' contents, names, types, sizes and dates (" + (status.custody == .advanced ? "always under Advanced" : "this device's agent.json: sealedContents") + ")" : ""))
+    print("sealed:     key-value stores" + (sealsContents ? "; documents' contents, names, types, sizes and dates (" + (status.custody == .advanced ? "always under Advanced" : "on by default") + ")" : ""))
     print(sealsContents ? "the server sees: which items there are, in which folders, of which kind, their padded sizes and when they change"
-          : "not sealed: documents' contents, names, types, sizes and dates (set \"sealedContents\": true in agent.json on every device)")
+          : "not sealed by this device: documents' contents, names, types, sizes and dates (\"sealedContents\": false in its agent.json); the server seals them in place later with the escrow key")
 }
 
 /// `ubiquity protection status|advanced|standard`.

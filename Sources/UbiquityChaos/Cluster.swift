@@ -150,7 +150,10 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
         try FileManager.default.createDirectory(at: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         try FileManager.default.createDirectory(at: logs, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true)
-        try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 15}"#.utf8).write(to: paths.agentConfiguration)
+        // The first device does not seal its documents (`sealedContents`: an agent set so, or of
+        // an older build): what it sends in plaintext the others open, and the server seals in
+        // place (the `sealInPlace` fault); the others seal, as agents do by default.
+        try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 15, "sealedContents": \#(index != 0)}"#.utf8).write(to: paths.agentConfiguration)
         relay = try RelayProxy.start(to: serverPort)
     }
 

@@ -57,10 +57,15 @@ package enum NameCollision {
     /// free names tried first). A store looks these up with its index instead of reading the
     /// whole folder; only when every one is taken does it read the folder.
     package static func candidateKeys(for name: String, count: Int = 20) -> [String] {
+        candidateNames(for: name, count: count).map(key)
+    }
+
+    /// `name`, then `name 2` … `name N+1` (" 2" before its extension): the names settling it tries.
+    package static func candidateNames(for name: String, count: Int = 20) -> [String] {
         let dot = name.lastIndex(of: ".").flatMap { $0 == name.startIndex ? nil : $0 }
         let stem = dot.map { String(name[..<$0]) } ?? name
         let suffix = dot.map { String(name[$0...]) } ?? ""
-        return [key(name)] + (2..<(count + 2)).map { key("\(stem) \($0)\(suffix)") }
+        return [name] + (2..<(count + 2)).map { "\(stem) \($0)\(suffix)" }
     }
 
     /// What a store keeps for an item to find name clashes with its index: the folder (`""` at

@@ -63,7 +63,7 @@ import UbiquityProtocol
         #expect(pending == ["awaited"], "a chunk an incomplete revision waits for is reserved (at the size its manifest declares: none here)")
         let clash = try await database.commit(accountId: 1, container: "iCloud.notes", commits: [ItemCommit(item: "z-film", update: fileUpdate("FILM.raw", []))],
                                               device: DeviceAuth(deviceId: "d", deviceName: "phone", accountId: 1, containers: nil), now: Date(), brief: false,
-                                              limits: AccountLimits())
+                                              limits: AccountLimits(), nameTags: [:])
         #expect(try clash.first?.get().item.name == "FILM 2.raw")
         await database.close()
     }

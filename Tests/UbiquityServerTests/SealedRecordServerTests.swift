@@ -108,6 +108,15 @@ import UbiquitySync
             #expect(fromPhone.outcome == "current" && fromLaptop.outcome == "current")
             let state = try records.opened(fromPhone.item)
             #expect(state.name == "Trips (phone)" && state.conflicts.count == 1)
+            // The answer carries the conflict version's record (read with the item's other
+            // revisions before the commit): without it the device would take its sealed sizes
+            // for the file's.
+            #expect(fromPhone.item.conflicts.count == 1 && fromPhone.item.conflicts.allSatisfy { $0.record != nil })
+            // A third edit of that base, arriving last, is current: both others are conflict
+            // versions in the answer, each with its record.
+            let third = try await client.commit(notes, "aaa", try sealed("Trips (tablet)", item: "aaa", base: first.revision), token: laptop.token)
+            #expect(third.item.conflicts.count == 2 && third.item.conflicts.allSatisfy { $0.record != nil })
+            #expect(try records.opened(third.item).name == "Trips (tablet)")
         }
     }
 

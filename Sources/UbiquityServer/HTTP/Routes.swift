@@ -185,8 +185,9 @@ extension SyncServices {
             var update = try await prepared(try await request.decode(as: ItemUpdate.self, context: context), of: item, in: container, for: device)
             let inline = try Self.inlineChunks(of: &update)
             if !inline.isEmpty { try await receive(inline, from: device, logger: context.logger, checked: true) } // checked as they were taken out; stored before the commit: complete when committed
+            let tags = await nameTags(of: [(item, update)], account: device.accountId, container: container)
             let outcome = try await database.commit(accountId: device.accountId, container: container, itemId: item, update: update, device: device, now: Date(),
-                                                    brief: Self.brief(request), limits: accountLimits)
+                                                    brief: Self.brief(request), limits: accountLimits, nameTags: tags[item])
             if !outcome.repeated { // a change sent again changed nothing: nothing to count or push
                 metrics.count(.commits)
                 notifier.publish(account: device.accountId, container: container, sequence: outcome.item.sequence, except: device.deviceId)
@@ -233,8 +234,9 @@ extension SyncServices {
             // (one quota check, one write): complete when committed.
             if !inline.isEmpty { try await receive(inline, from: device, logger: context.logger, checked: true) }
             let brief = Self.brief(request), terse = request.uri.queryParameters["terse"] == "true"
+            let tags = await nameTags(of: accepted.map { ($0.commit.item, $0.commit.update) }, account: device.accountId, container: container)
             let verdicts = accepted.isEmpty ? [] : try await database.commit(accountId: device.accountId, container: container, commits: accepted.map(\.commit),
-                                                                              device: device, now: Date(), brief: brief, limits: accountLimits)
+                                                                              device: device, now: Date(), brief: brief, limits: accountLimits, nameTags: tags)
             var fresh: [CommitOutcome] = []
             for (entry, verdict) in zip(accepted, verdicts) {
                 switch verdict {

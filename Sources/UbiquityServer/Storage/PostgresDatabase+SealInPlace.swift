@@ -37,6 +37,10 @@ extension PostgresDatabase {
 }
 
 extension PostgresRuleStorage {
+    func nameKey(container: Int64, item: String) async throws -> String? {
+        try await db.rows("SELECT name_key FROM item WHERE container_id = \(container) AND id = \(item)").first?.get("name_key", as: String.self)
+    }
+
     func rewrite(_ rewrite: RevisionRewrite, container: Int64) async throws -> (cost: Int64, hashes: [String])? {
         guard let cost = try await db.rows("""
             SELECT cost FROM revision WHERE id = \(rewrite.id) AND container_id = \(container) AND record IS NULL FOR UPDATE

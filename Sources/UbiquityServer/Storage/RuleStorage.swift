@@ -45,6 +45,8 @@ protocol RuleStorage {
 
     /// The chunk hashes a revision names.
     func chunkHashes(of revision: String) async throws -> [String]
+    /// The key the item is indexed by in its folder (``NameCollision``: a name's key, or a tag).
+    func nameKey(container: Int64, item: String) async throws -> String?
     /// The item's current revision, if the item exists.
     func currentRevision(container: Int64, item: String) async throws -> CurrentRevision?
     /// The live items of a folder whose name keys are `keys` (``NameCollision``); all the

@@ -128,7 +128,7 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
         if let change = question.change { facts.earlier = try revision(container: container, item: question.item, device: question.device, account: question.account, change: change) }
         if let base = question.base { facts.baseComplete = try isComplete(base, container: container, item: question.item) }
         facts.stored = try storedSizes(account: question.account, hashes: question.hashes)
-        let columns = "revision.id, revision.name, revision.parent, revision.kind, revision.size, revision.modificationDate, revision.type, revision.deleted, revision.complete, revision.deviceId, revision.deviceName, revision.digest, revision.baseRevision"
+        let columns = "revision.id, revision.name, revision.parent, revision.kind, revision.size, revision.modificationDate, revision.type, revision.deleted, revision.complete, revision.deviceId, revision.deviceName, revision.digest, revision.baseRevision, revision.record"
         facts.current = try Row.fetchOne(db.cachedStatement(sql: """
             SELECT \(columns) FROM item JOIN revision ON revision.id = item.currentRevision WHERE item.containerId = ? AND item.id = ?
             """), arguments: [container, question.item]).map { try revisionRow($0, manifest: question.manifests) }

@@ -37,6 +37,10 @@ extension SQLiteDatabase {
 }
 
 extension SQLiteRuleStorage {
+    func nameKey(container: Int64, item: String) throws -> String? {
+        try String.fetchOne(db.cachedStatement(sql: "SELECT nameKey FROM item WHERE containerId = ? AND id = ?"), arguments: [container, item])
+    }
+
     func rewrite(_ rewrite: RevisionRewrite, container: Int64) throws -> (cost: Int64, hashes: [String])? {
         guard let cost = try Int64.fetchOne(db.cachedStatement(sql: "SELECT cost FROM revision WHERE id = ? AND containerId = ? AND record IS NULL"),
                                             arguments: [rewrite.id, container]) else { return nil }

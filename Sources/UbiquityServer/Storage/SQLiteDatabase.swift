@@ -309,8 +309,12 @@ final class SQLiteDatabase: SyncDatabase {
     }
 
     func commit(accountId: Int64, container: String, commits: [ItemCommit], device: DeviceAuth, now: Date, brief: Bool,
-                limits: AccountLimits) async throws -> [Result<CommitOutcome, SyncError>] {
-        let prepared = try commits.map { try PreparedCommit($0) }
+                limits: AccountLimits, nameTags: [String: [String]]) async throws -> [Result<CommitOutcome, SyncError>] {
+        let prepared = try commits.map { commit in
+            var prepared = try PreparedCommit(commit)
+            prepared.nameTags = nameTags[commit.item]
+            return prepared
+        }
         return try await rules { storage in
             try await ServerRules.commit(prepared, account: accountId, container: container, device: device, now: now, brief: brief, limits: limits, in: storage)
         }

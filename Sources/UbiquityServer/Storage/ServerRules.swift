@@ -49,7 +49,8 @@ enum ServerRules {
         // (those it keeps are stored, at the sizes its base declared).
         let kept = update.baseRevision.flatMap { ManifestCache.shared.chunkSizes(ofBase: $0, forEditOf: commit.hashes.count) }
         var looked = kept.map { kept in commit.hashes.filter { kept[$0] == nil } } ?? commit.hashes
-        let keys = NameCollision.candidateKeys(for: update.name)
+        // (A plaintext name of an account with keys is looked for by its tags too.)
+        let keys = NameCollision.candidateKeys(for: update.name) + (commit.nameTags ?? [])
         var question = CommitQuestion(account: account, container: identifier, item: item, device: device.deviceId, change: update.changeId,
                                       base: kept == nil ? nil : update.baseRevision, hashes: looked, parent: update.parent, nameKeys: keys, manifests: !brief)
         var facts = try await storage.commitFacts(question)
@@ -70,10 +71,16 @@ enum ServerRules {
         }
         // The same folder made on two devices before either heard of the other (its id comes
         // from its place, so both name one item): the folder there is the answer, no conflict.
+        // (One device's name plaintext, the other's sealed: both index it by its tag.)
         if update.kind == .directory, update.baseRevision == nil, !commit.deleted, let current = facts.current, !current.deleted,
-           current.kind == ItemKind.directory.rawValue, current.parent == update.parent, NameCollision.key(current.name) == NameCollision.key(update.name) {
-            guard let state = try await storage.itemState(container: container, item: item, brief: brief) else { throw SyncError.notFound }
-            return CommitOutcome(revision: current.id, isCurrent: true, item: state, missingChunks: [], repeated: true)
+           current.kind == ItemKind.directory.rawValue, current.parent == update.parent {
+            let tag = update.record != nil ? update.name : commit.nameTags?.first
+            var same = NameCollision.key(current.name) == NameCollision.key(update.name)
+            if !same, let tag { same = try await storage.nameKey(container: container, item: item) == tag }
+            if same {
+                guard let state = try await storage.itemState(container: container, item: item, brief: brief) else { throw SyncError.notFound }
+                return CommitOutcome(revision: current.id, isCurrent: true, item: state, missingChunks: [], repeated: true)
+            }
         }
         // The item's current contents, name and place sent again on an older base — a device
         // that downloaded them was stopped before it recorded so, and took the file for its own
@@ -123,23 +130,29 @@ enum ServerRules {
         if let made = base, let current = facts.current, current.id != made, current.deviceId == ServerRules.serverDevice, current.baseRevision == made { base = current.id }
         let placement = CommitPlacement(current: current.map { ($0.id, $0.date, $0.device, $0.deleted) }, base: base,
                                         deleted: commit.deleted, date: update.modificationDate, device: device.deviceId)
-        var name = update.name, renameOther: (id: String, name: String)?
+        var name = update.name, renameOther: (id: String, name: String)?, nameKey: String?
         if placement.state == "current" && !commit.deleted {
             let siblings = facts.siblings.count >= keys.count
                 ? try await storage.siblings(container: container, parent: update.parent, keys: nil) // every candidate taken: the whole folder
                 : facts.siblings
-            (name, renameOther) = SiblingNames(siblings).settle(name: name, id: item)
-            // A sealed record's name is a tag: the server can neither rename it nor the other
-            // (its device picks another name and sends it again).
-            if update.record != nil && (name != update.name || renameOther != nil) || (renameOther != nil && Self.isNameTag(NameCollision.key(update.name))) {
-                throw SyncError(.conflict, "nameTaken", "another item of the folder has a name that clashes with this one's (case or composition)")
+            if update.record != nil {
+                // A sealed record's name is a tag: any other item indexed under it clashes, whatever
+                // name it shows (a plaintext one is indexed by its tag too); the server can rename
+                // neither (the device picks another name and sends it again).
+                if siblings.contains(where: { $0.id != item && (facts.siblings.count < keys.count || $0.name == update.name) }) { throw Self.nameTaken }
+            } else if let tags = commit.nameTags {
+                (name, nameKey) = try Self.settle(name: update.name, item: item, tags: tags, among: siblings)
+            } else {
+                (name, renameOther) = SiblingNames(siblings).settle(name: name, id: item)
+                if renameOther != nil && Self.isNameTag(NameCollision.key(update.name)) { throw Self.nameTaken }
             }
         }
         let revision = NewRevision(id: RandomIdentifier.make(), account: account, container: container, item: item, commit: commit, device: device, name: name,
                                    state: placement.state, created: now, containerChunks: looked, cost: cost)
         let sequence = try await storage.record(CommitRecord(
             revision: revision, demoted: placement.demoted,
-            currentKeys: placement.state == "current" ? NameCollision.indexKeys(name: name, parent: update.parent, deleted: commit.deleted) : nil,
+            currentKeys: placement.state != "current" ? nil
+                : nameKey.map { (update.parent ?? "", $0) } ?? NameCollision.indexKeys(name: name, parent: update.parent, deleted: commit.deleted),
             change: AccountChange(metadataBytes: cost, items: current == nil ? 1 : 0),
             announce: announce && renameOther == nil ? (identifier, device.deviceId) : nil))
         if let renameOther {
@@ -212,6 +225,28 @@ enum ServerRules {
     /// clashes with `"0123…"` in lowercase would look so too, and is refused instead of
     /// renaming the other.
     static func isNameTag(_ name: String) -> Bool { name.utf8.count == 32 && name.utf8.allSatisfy(\.isLowercaseHexDigit) }
+
+    /// Two items of a folder whose names clash, one of them sealed.
+    static let nameTaken = SyncError(.conflict, "nameTaken", "another item of the folder has a name that clashes with this one's (case or composition)")
+
+    /// Where a plaintext name goes in a folder of an account with keys, whose names may be tags
+    /// (sealed records, or names sealed in place): `name`, or the first of `name 2`, `name 3`, …
+    /// that no other item holds — compared by its tag (`tags`, in that order) with every item
+    /// indexed by one, and by its name's key with items from before keys. The plaintext item
+    /// is the one renamed, whichever came first (a sealed name cannot be). Returns the name and
+    /// the key it is indexed by (its tag).
+    /// - Throws: 409 `nameTaken` when every name tried is taken.
+    static func settle(name: String, item: String, tags: [String], among siblings: [(id: String, name: String)]) throws -> (name: String, key: String) {
+        let names = Array(NameCollision.candidateNames(for: name, count: max(0, tags.count - 1)).prefix(tags.count))
+        let byTag = Dictionary(tags.enumerated().map { ($1, $0) }, uniquingKeysWith: { first, _ in first })
+        let byKey = Dictionary(names.enumerated().map { (NameCollision.key($1), $0) }, uniquingKeysWith: { first, _ in first })
+        var taken = Set<Int>()
+        for sibling in siblings where sibling.id != item {
+            if let index = byTag[sibling.name] ?? byKey[NameCollision.key(sibling.name)] { taken.insert(index) }
+        }
+        guard let free = names.indices.first(where: { !taken.contains($0) }) else { throw nameTaken }
+        return (names[free], tags[free])
+    }
 
     static func serverRename(container: Int64, item: String, to name: String, now: Date, in storage: some RuleStorage) async throws -> (cost: Int64, sequence: Int64) {
         guard let current = try await storage.currentRevision(container: container, item: item),

@@ -171,6 +171,10 @@ struct PreparedCommit: Sendable {
     var declaredSizes: [String: Int64]
     var size: Int64
     var deleted: Bool
+    /// For a plaintext name in an account whose keys the server holds (Standard): the name-clash
+    /// tags of the name and of the names settling it would try (``NameCollision/candidateNames(for:count:)``),
+    /// so that it is compared with sealed names — and indexed — by its tag. Nil otherwise.
+    var nameTags: [String]?
 
     /// - Throws: ``SyncError`` `chunkSizeMismatch` (400) when the manifest gives one chunk two sizes.
     init(_ commit: ItemCommit) throws {
@@ -220,9 +224,9 @@ extension SyncDatabase {
     /// Commits one item's update.
     /// - Throws: ``SyncError`` when it is refused (``ServerRules``).
     func commit(accountId: Int64, container: String, itemId: String, update: ItemUpdate, device: DeviceAuth, now: Date, brief: Bool,
-                limits: AccountLimits = AccountLimits()) async throws -> CommitOutcome {
+                limits: AccountLimits = AccountLimits(), nameTags: [String]? = nil) async throws -> CommitOutcome {
         try await commit(accountId: accountId, container: container, commits: [ItemCommit(item: itemId, update: update)], device: device, now: now, brief: brief,
-                         limits: limits)[0].get()
+                         limits: limits, nameTags: nameTags.map { [itemId: $0] } ?? [:])[0].get()
     }
 }
 
@@ -350,8 +354,10 @@ protocol SyncDatabase: Sendable {
     func items(accountId: Int64, container: String, ids: [String]) async throws -> [ItemState]
     /// Commits updates of several items (each at most once) in one transaction, in order, by
     /// ``ServerRules``: each the outcome of its commit, or why it was refused (it wrote nothing).
+    /// Commits updates in one transaction (``ServerRules``); `nameTags` gives, by item, the
+    /// tags of a plaintext update's name (``PreparedCommit/nameTags``).
     func commit(accountId: Int64, container: String, commits: [ItemCommit], device: DeviceAuth, now: Date, brief: Bool,
-                limits: AccountLimits) async throws -> [Result<CommitOutcome, SyncError>]
+                limits: AccountLimits, nameTags: [String: [String]]) async throws -> [Result<CommitOutcome, SyncError>]
     func resolve(accountId: Int64, container: String, itemId: String, request: ResolveRequest) async throws -> ItemState
 
     /// Applies key-value changes (all or none; the most recent timestamp wins per key), within

@@ -226,8 +226,10 @@ extension SyncServices {
         for (id, update) in updates {
             commits.append(ItemCommit(item: id, update: try await prepared(try records.sealed(update, item: id), of: id, in: container, for: device)))
         }
+        // (Sealed by the escrow's keys when the account has keys: names compared by their tags.)
+        let tags = await nameTags(of: commits.map { ($0.item, $0.update) }, account: device.accountId, container: container)
         let verdicts = try await database.commit(accountId: device.accountId, container: container, commits: commits, device: device, now: Date(),
-                                                 brief: true, limits: accountLimits)
+                                                 brief: true, limits: accountLimits, nameTags: tags)
         let outcomes = try verdicts.map { try $0.get() }
         metrics.count(.commits, by: outcomes.count)
         if let sequence = outcomes.map(\.item.sequence).max() {
