@@ -25,6 +25,14 @@ import UbiquitySync
                 try records.sealed(ItemUpdate(baseRevision: nil, name: name, kind: .file, modificationDate: 1, manifest: Manifest(chunks: [])),
                                    item: item, manifest: Manifest(chunks: []))
             }
+            // The account's first keys index its names from before by their tags (at once, not
+            // waiting for them to be sealed): a sealed name meets them.
+            let oldTag = records.tag("Old.txt", parent: nil)
+            for _ in 0..<100 where try await server.admin.database.plaintextNamedItems(accountId: 1, container: notes).first?.key != oldTag {
+                try await Task.sleep(for: .milliseconds(50))
+            }
+            let meeting = try await client.put(notes, "probe", try sealed("old.TXT", item: "probe"), token: laptop.token)
+            #expect(meeting.status == .conflict && meeting.errorCode == "nameTaken", "\(String(buffer: meeting.body))")
             // A sealed name, then the same name in plaintext from another item (either order of
             // ids): the plaintext one is renamed.
             _ = try await client.commit(notes, "mmm", try sealed("Trip.txt", item: "mmm"), token: laptop.token)

@@ -76,6 +76,16 @@ extension SyncServices {
                                                          envelopes: envelopes, envelopeLimit: KeyLimits.envelopesPerAccount) { try Self.checkRoster($0, envelopes: envelopes) }
             guard appended else { throw SyncError(.conflict, "rosterChanged", "the roster has changed since entry \(append.after): read it again") }
             notifier.publishKeysChanged(account: device.accountId, except: device.deviceId)
+            if append.after == 0, let escrow {
+                // The account's first keys: its names from before are indexed by their tags at
+                // once, so that the sealed names to come meet them (``SealInPlace``).
+                let sealing = SealInPlace(database: database, chunks: chunks, escrow: escrow, logger: context.logger)
+                Task { [account = device.accountId, logger = context.logger] in
+                    do { _ = try await sealing.reindex(account: account) } catch {
+                        logger.warning("cannot index an account's names by their tags yet; the next sealing round will", metadata: ["error": "\(error)"])
+                    }
+                }
+            }
             let stored = try await database.accountKeys(accountId: device.accountId, recipients: [])
             return KeyDirectoryResponse(roster: stored.roster, envelopes: [], escrow: escrow?.publicKeys)
         }

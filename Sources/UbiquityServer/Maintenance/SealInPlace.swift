@@ -28,6 +28,17 @@ struct SealInPlace: Sendable {
     /// Revisions sealed in one transaction.
     var batch = 32
 
+    /// Indexes `account`'s plaintext names by their tags (the first step of ``run(account:now:progress:)``).
+    /// - Returns: How many were indexed anew.
+    func reindex(account: Int64) async throws -> Int {
+        guard let rootKeys = try await escrow.rootKeys(ofAccount: account, database: database), !rootKeys.isEmpty else { return 0 }
+        var report = SealInPlaceReport()
+        for container in try await database.containers(ofAccount: account) {
+            try await reindex(container: container.identifier, account: account, rootKeys: rootKeys, report: &report)
+        }
+        return report.reindexed
+    }
+
     /// Seals every account's old revisions (or only `account`'s). `progress` hears after each batch.
     /// - Throws: What the database or the chunk store threw; what was done before stays done.
     func run(account only: Int64? = nil, now: Date = Date(), progress: (@Sendable (SealInPlaceReport) -> Void)? = nil) async throws -> SealInPlaceReport {
@@ -46,6 +57,9 @@ struct SealInPlace: Sendable {
             }
             report.accounts += 1
             for container in try await database.containers(ofAccount: account.id) {
+                try await reindex(container: container.identifier, account: account.id, rootKeys: rootKeys, report: &report)
+            }
+            for container in try await database.containers(ofAccount: account.id) {
                 try await seal(container: container.identifier, account: account.id, rootKeys: rootKeys, now: now, report: &report, progress: progress)
             }
         }
@@ -55,6 +69,20 @@ struct SealInPlace: Sendable {
             try await database.scrubLog()
         }
         return report
+    }
+
+    /// Indexes the container's plaintext names by their tags at once, however young (those
+    /// from before the account had keys were indexed by their own keys): a sealed name meets
+    /// them from then on (``ServerRules/settle(name:item:tags:among:)``), before they are sealed.
+    private func reindex(container: String, account: Int64, rootKeys: [AccountRootKey], report: inout SealInPlaceReport) async throws {
+        guard let records = ItemRecords.keyed(container: container, rootKeys: rootKeys, sealing: false) else { return }
+        let stale = try await database.plaintextNamedItems(accountId: account, container: container).compactMap { item -> (id: String, name: String, key: String)? in
+            let tag = records.tag(item.name, parent: item.parent)
+            return item.key == tag ? nil : (item.id, item.name, tag)
+        }
+        guard !stale.isEmpty else { return }
+        try await database.reindex(accountId: account, container: container, keys: stale)
+        report.reindexed += stale.count
     }
 
     /// Seals one container's old revisions, a batch at a time, newest first.
@@ -136,6 +164,8 @@ package struct SealInPlaceReport: Sendable, Equatable {
     package var skipped = 0
     /// Revisions sealed in place.
     package var revisions = 0
+    /// Plaintext names indexed by their tags (from before the account had keys).
+    package var reindexed = 0
     /// Chunks sealed, and plaintext ones removed.
     package var chunks = 0, removed = 0
     /// Plaintext bytes sealed.
@@ -159,9 +189,9 @@ struct SealInPlaceService: Service {
             while !Task.isCancelled {
                 do {
                     let report = try await sealing.run()
-                    if report.revisions > 0 || !report.problems.isEmpty {
+                    if report.revisions > 0 || report.reindexed > 0 || !report.problems.isEmpty {
                         sealing.logger.notice("sealed revisions from before in place", metadata: [
-                            "revisions": "\(report.revisions)", "chunks": "\(report.chunks)", "removed": "\(report.removed)",
+                            "revisions": "\(report.revisions)", "names": "\(report.reindexed)", "chunks": "\(report.chunks)", "removed": "\(report.removed)",
                             "bytes": "\(report.bytes)", "left": "\(report.left)"])
                         for problem in report.problems.prefix(5) { sealing.logger.warning("left unsealed", metadata: ["why": "\(problem)"]) }
                     }

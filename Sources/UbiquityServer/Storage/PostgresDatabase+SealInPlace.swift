@@ -31,6 +31,29 @@ extension PostgresDatabase {
         return done
     }
 
+    func plaintextNamedItems(accountId: Int64, container: String) async throws -> [(id: String, name: String, parent: String?, key: String)] {
+        try await read { db in
+            guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container) else { return [] }
+            return try await db.rows("""
+                SELECT item.id, item.name_key, revision.name, revision.parent FROM item JOIN revision ON revision.id = item.current_revision
+                WHERE item.container_id = \(containerId) AND item.name_key <> '' AND revision.record IS NULL
+                """).map { (id: try $0.get("id", as: String.self), name: try $0.get("name", as: String.self), parent: try $0.get("parent", as: String?.self),
+                             key: try $0.get("name_key", as: String.self)) }
+        }
+    }
+
+    func reindex(accountId: Int64, container: String, keys: [(id: String, name: String, key: String)]) async throws {
+        try await transaction { db in
+            guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container) else { return }
+            for entry in keys {
+                try await db.rows("""
+                    UPDATE item SET name_key = \(entry.key) WHERE container_id = \(containerId) AND id = \(entry.id) AND name_key <> ''
+                        AND (SELECT name FROM revision WHERE revision.id = item.current_revision AND revision.record IS NULL) = \(entry.name)
+                    """)
+            }
+        }
+    }
+
     /// PostgreSQL keeps earlier row versions until they are vacuumed (and their space reused):
     /// the operator's `VACUUM FULL` rewrites the tables (docs/Encryption.md, "Sealing in place").
     func scrubLog() async throws {}

@@ -31,6 +31,27 @@ extension SQLiteDatabase {
         return done
     }
 
+    func plaintextNamedItems(accountId: Int64, container: String) async throws -> [(id: String, name: String, parent: String?, key: String)] {
+        try await pool.read { db in
+            guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container) else { return [] }
+            return try Row.fetchAll(db.cachedStatement(sql: """
+                SELECT item.id, item.nameKey, revision.name, revision.parent FROM item JOIN revision ON revision.id = item.currentRevision
+                WHERE item.containerId = ? AND item.nameKey != '' AND revision.record IS NULL
+                """), arguments: [containerId]).map { (id: $0["id"], name: $0["name"], parent: $0["parent"], key: $0["nameKey"]) }
+        }
+    }
+
+    func reindex(accountId: Int64, container: String, keys: [(id: String, name: String, key: String)]) async throws {
+        try await pool.write { db in
+            guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container) else { return }
+            let update = try db.cachedStatement(sql: """
+                UPDATE item SET nameKey = ? WHERE containerId = ? AND id = ? AND nameKey != ''
+                    AND (SELECT name FROM revision WHERE revision.id = item.currentRevision AND revision.record IS NULL) = ?
+                """)
+            for entry in keys { try update.execute(arguments: [entry.key, containerId, entry.id, entry.name]) }
+        }
+    }
+
     func scrubLog() async throws {
         try await pool.writeWithoutTransaction { db in _ = try db.checkpoint(.truncate) }
     }

@@ -339,6 +339,11 @@ protocol SyncDatabase: Sendable {
     /// Empties the database's write-ahead log of earlier page images (names sealed in place
     /// since), where it keeps one.
     func scrubLog() async throws
+    /// The container's live items whose current revision has a plaintext name: id, name,
+    /// folder and the key they are indexed by.
+    func plaintextNamedItems(accountId: Int64, container: String) async throws -> [(id: String, name: String, parent: String?, key: String)]
+    /// Indexes items by the keys given (their names' tags), where they still show `name`.
+    func reindex(accountId: Int64, container: String, keys: [(id: String, name: String, key: String)]) async throws
     /// An item's earlier revisions (replaced, resolved, superseded; not deletions, not folders)
     /// made at or after `since` (seconds since 1970), newest first, at most `limit`; nil if the
     /// container has no such item.
