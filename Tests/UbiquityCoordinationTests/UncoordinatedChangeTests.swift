@@ -43,33 +43,43 @@ import Glibc
         let item = scratch.file("a.txt")
         try Data("v1".utf8).write(to: item)
         try await presenting(item) { presenter in
-            // In this process, by another coordinator.
+            // In this process, by another coordinator. Known, not yet explained: in about one
+            // full-suite run in five on this machine, a coordinated write is heard a second time
+            // (docs/Coordination.md, "Known issues"); never a third.
+            func heardOnce(_ notices: Int) {
+                withKnownIssue("a coordinated write is sometimes heard a second time under the full suite's load", isIntermittent: true) {
+                    #expect(notices == 1, "\(presenter.log)")
+                }
+                #expect((1...2).contains(notices), "\(presenter.log)")
+            }
             try await onOwnThread { try NSFileCoordinator().coordinate(writingItemAt: item) { try Data("local".utf8).write(to: $0) } }
-            #expect(await eventually { count("didChange", in: presenter) == 1 })
+            #expect(await eventually { count("didChange", in: presenter) >= 1 })
+            try await Task.sleep(for: .milliseconds(300)) // (a second notice, if any, arrives meanwhile)
+            let local = count("didChange", in: presenter)
+            heardOnce(local)
             // In another process.
             let writer = try HelperProcess("write", item, text: "remote")
             #expect(try await writer.waitUntilAcquired())
             try await writer.release()
             // Under a loaded machine the writer may give up waiting for this process (5 s) while
             // this process waits for its presenter (5 s): the notice then comes from inotify,
-            // after both timeouts. What matters here is that it comes, once.
-            #expect(await eventually(.seconds(30)) { count("didChange", in: presenter) == 2 })
-            // The presenter's own coordinator: not reported to it at all.
-            try await onOwnThread { try NSFileCoordinator(filePresenter: presenter).coordinate(writingItemAt: item) { try Data("own".utf8).write(to: $0) } }
-            // Then one change nobody coordinated; by the time its notice arrives, any duplicate of
-            // the earlier ones would have arrived too. (A writer the system puts aside for more
-            // than 100 ms between its open, which truncates, and its close — a loaded machine — is
-            // heard twice, as in the append test: the watcher does not wait longer for a close.)
-            let before = count("didChange", in: presenter)
-            // Known, not yet explained: in about one full-suite run in five on this machine, a
-            // third notice arrives here (docs/Coordination.md, "Known issues").
-            withKnownIssue("a coordinated write is sometimes heard a second time under the full suite's load", isIntermittent: true) {
-                #expect(before == 2, "\(presenter.log)")
-            }
-            try await shell("printf shell > '\(item.path)'")
-            #expect(await eventually { count("didChange", in: presenter) >= 3 })
+            // after both timeouts. What matters here is that it comes.
+            #expect(await eventually(.seconds(30)) { count("didChange", in: presenter) > local })
             try await Task.sleep(for: .milliseconds(300))
-            #expect((3...4).contains(presenter.log.filter { $0 == "didChange" }.count), "\(presenter.log)")
+            heardOnce(count("didChange", in: presenter) - local)
+            // The presenter's own coordinator: not reported to it at all.
+            let before = count("didChange", in: presenter)
+            try await onOwnThread { try NSFileCoordinator(filePresenter: presenter).coordinate(writingItemAt: item) { try Data("own".utf8).write(to: $0) } }
+            try await Task.sleep(for: .milliseconds(300))
+            #expect(count("didChange", in: presenter) == before, "its own write is not news to a presenter: \(presenter.log)")
+            // Then one change nobody coordinated. (A writer the system puts aside
+            // for more than 100 ms between its open, which truncates, and its close — a loaded
+            // machine — is heard twice, as in the append test: the watcher does not wait longer
+            // for a close.)
+            try await shell("printf shell > '\(item.path)'")
+            #expect(await eventually { count("didChange", in: presenter) > before })
+            try await Task.sleep(for: .milliseconds(300))
+            #expect((1...2).contains(count("didChange", in: presenter) - before), "\(presenter.log)")
             #expect(try String(contentsOf: item, encoding: .utf8) == "shell")
         }
     }

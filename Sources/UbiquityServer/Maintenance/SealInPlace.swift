@@ -27,6 +27,8 @@ struct SealInPlace: Sendable {
     var settle: TimeInterval = 600
     /// Revisions sealed in one transaction.
     var batch = 32
+    /// Sealed bytes held before they are stored.
+    static let storeBytes = 16 << 20
 
     /// Indexes `account`'s plaintext names by their tags (the first step of ``run(account:now:progress:)``).
     /// - Returns: How many were indexed anew.
@@ -102,7 +104,17 @@ struct SealInPlace: Sendable {
             // The plaintext chunks the batch names, sealed and stored (not yet listed).
             let named = Set(todo.flatMap { $0.manifest.allChunks.map(\.hash) }).sorted()
             let sealedBefore = try await chunks.sealedDigests(of: named, account: account)
-            var renamed: [String: String] = [:], sealed: [ChunkBatch.Chunk] = [], unusable = Set<String>()
+            // (Stored as they go, at most ``storeBytes`` held at once: a batch of large files is
+            // gigabytes.)
+            var renamed: [String: String] = [:], pending: [ChunkBatch.Chunk] = [], held = 0, unusable = Set<String>()
+            var fresh: [String: Int64] = [:]
+            func store() async throws {
+                let absent = Set(try await database.missingChunks(accountId: account, hashes: pending.map(\.hash)))
+                let new = pending.filter { absent.contains($0.hash) && fresh[$0.hash] == nil }
+                try await chunks.store(new, account: account, checked: true, sealed: true)
+                for chunk in new { fresh[chunk.hash] = Int64(chunk.bytes.count) }
+                (pending, held) = ([], 0)
+            }
             for hash in named where sealedBefore[hash] == nil {
                 guard let bytes = try await chunks.load(hash: hash, account: account), bytes.withUnsafeBytes({ ContentChunker.hash($0) }) == hash else {
                     unusable.insert(hash)
@@ -110,12 +122,11 @@ struct SealInPlace: Sendable {
                 }
                 let (id, body) = try keys.seal(bytes)
                 renamed[hash] = id.description
-                sealed.append(ChunkBatch.Chunk(hash: id.description, bytes: ArraySlice(body)))
-                report.bytes += Int64(bytes.count)
+                pending.append(ChunkBatch.Chunk(hash: id.description, bytes: ArraySlice(body)))
+                (held, report.bytes) = (held + body.count, report.bytes + Int64(bytes.count))
+                if held >= Self.storeBytes { try await store() }
             }
-            let absent = Set(try await database.missingChunks(accountId: account, hashes: sealed.map(\.hash)))
-            let fresh = sealed.filter { absent.contains($0.hash) }
-            try await chunks.store(fresh, account: account, checked: true, sealed: true)
+            try await store()
             // Each revision as its device would have sent it sealed.
             var rewrites: [RevisionRewrite] = []
             for revision in todo {
@@ -127,8 +138,7 @@ struct SealInPlace: Sendable {
                 }
                 rewrites.append(try rewrite(revision, account: account, renamed: renamed, records: records))
             }
-            let done = try await database.sealInPlace(accountId: account, container: container, rewrites: rewrites,
-                                                      chunks: Dictionary(fresh.map { ($0.hash, Int64($0.bytes.count)) }, uniquingKeysWith: { first, _ in first }), now: Date())
+            let done = try await database.sealInPlace(accountId: account, container: container, rewrites: rewrites, chunks: fresh, now: Date())
             for hash in done.removed {
                 do { try await chunks.remove(hash: hash, account: account) } catch {
                     // Unlisted bytes count against nothing; a collection removes them later.
