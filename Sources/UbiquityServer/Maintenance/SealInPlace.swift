@@ -131,8 +131,9 @@ struct SealInPlace: Sendable {
             var rewrites: [RevisionRewrite] = []
             for revision in todo {
                 let chunksNamed = revision.manifest.allChunks.map(\.hash)
-                if let lacking = chunksNamed.first(where: { unusable.contains($0) }) {
-                    if report.problems.count < 100 { report.problems.append("account \(account): revision \(revision.id) names chunk \(lacking), missing or damaged: left until it is whole (`ubiquity fsck --repair`)") }
+                if chunksNamed.contains(where: { unusable.contains($0) }) {
+                    // (Not the chunk's name: a plaintext chunk's SHA-256 is no more to be logged than its bytes.)
+                    if report.problems.count < 100 { report.problems.append("account \(account): revision \(revision.id) names a chunk missing or damaged: left until it is whole (`ubiquity fsck --repair`)") }
                     report.left += 1
                     continue
                 }
