@@ -41,8 +41,14 @@ extension ContainerSync {
             CommitContent.Outcome(item: $0.item, folder: $0.folder, recordHash: CommitContent.recordHash(of: $0.record), revision: $0.revision,
                                   base: $0.base, deleted: $0.deleted, conflict: $0.conflict, sequence: $0.sequence)
         })
+        // It names the other devices' heads as this device accepted them: a device shown this
+        // commit but not one of those (a server hiding it from some devices) refuses it.
+        var seen = (signedHistory?.ledger.heads ?? [:]).filter { $0.key != signer.device }
+        if seen.count > SignedCommit.maximumSeen {
+            seen = Dictionary(uniqueKeysWithValues: seen.sorted { $0.value.sequence > $1.value.sequence }.prefix(SignedCommit.maximumSeen).map { ($0.key, $0.value) })
+        }
         // (After a commit whose write failed, if there is one: it goes first.)
-        return (try signer.sign(content, container: container, after: try unsavedSigned.last?.commit ?? lastSignedCommit()), content)
+        return (try signer.sign(content, container: container, after: try unsavedSigned.last?.commit ?? lastSignedCommit(), seen: seen), content)
     }
 
     /// This device's newest signed commit here (read from the store the first time).

@@ -255,9 +255,9 @@ final class Materialiser {
             // Small files in shared batches of about `transferBatchBytes`; large ones on their own.
             var batches: [[(Download, ItemState)]] = [], current: [(Download, ItemState)] = [], currentBytes = 0
             var large: [(Download, ItemState)] = []
-            for download in group {
-                guard let itemState = states[download.item], itemState.uploaded, LocalContents.token(itemState.manifest, kind: download.kind) == download.content else {
-                    outcomes.append((download, .success(nil)))
+            for asked in group {
+                guard let itemState = states[asked.item], itemState.uploaded, let download = self.current(asked, as: itemState, in: sync) else {
+                    outcomes.append((asked, .success(nil)))
                     continue
                 }
                 if itemState.size > ContainerSync.transferBatchBytes {
@@ -401,7 +401,7 @@ final class Materialiser {
 
     /// Downloads one item (a large file, a package, or an item with a copy here) and records it.
     private func download(_ download: Download, state known: ItemState?, in sync: isolated ContainerSync) async throws -> AgentStore.File? {
-        let (item, kind, content, previous) = (download.item, download.kind, download.content, download.previous)
+        let (item, kind, previous) = (download.item, download.kind, download.previous)
         var current: ItemState
         if let known {
             current = known
@@ -417,8 +417,25 @@ final class Materialiser {
                 current = try sync.opened(try await sync.client.item(container: sync.container, id: item))
             }
         }
-        guard current.uploaded, LocalContents.token(current.manifest, kind: kind) == content else { return nil }
+        guard current.uploaded, let download = self.current(download, as: current, in: sync) else { return nil }
         return try await install(download, revision: current.revision, savedBy: current.deviceName, members: LocalContents.members(current.manifest, kind: kind), in: sync)
+    }
+
+    /// `download` if `state` — the server's state of its item now, opened — has the contents it
+    /// was asked for; or, when `state` is the revision this device knows with another chunk list
+    /// (the server sealed it in place since: its record sealed now, its chunks under their keyed
+    /// names, the same bytes — the one honest cause), `download` of that list, the state learnt
+    /// (the page that showed the item is not shown again). No more is believed than before: a
+    /// sealed list was checked against its record, a plaintext one is the server's word anyway.
+    /// Nil when the server has moved on (the next fetch says to what).
+    func current(_ download: Download, as state: ItemState, in sync: isolated ContainerSync) -> Download? {
+        let token = LocalContents.token(state.manifest, kind: download.kind)
+        if token == download.content { return download }
+        guard let known = sync.state.persisted.remote[download.item], known.revision == state.revision, known.content == download.content else { return nil }
+        sync.state.relearn(ContainerSync.snapshot(state))
+        var resealed = download
+        resealed.content = token
+        return resealed
     }
 
     /// Stages an item's contents (chunks from `given`, the local copy, else the server), puts

@@ -375,6 +375,18 @@ package struct DeviceSyncState: Sendable {
         shownChanged.insert(item.id)
     }
 
+    /// An item's state the server changed without a new sequence: the revision this device
+    /// knows, sealed in place by the server since (its record sealed, its chunks renamed — the
+    /// same contents). Taken only for that revision, and not for an older state.
+    package mutating func relearn(_ item: ItemSnapshot) {
+        guard let known = persisted.remote[item.id], known.revision == item.revision, known.sequence <= item.sequence else { return }
+        var item = item
+        if let parent = item.parent, let stored = persisted.remote.storedKey(parent) { item.parent = stored }
+        touched.insert(item.id)
+        persisted.remote[item.id] = item
+        shownChanged.insert(item.id)
+    }
+
     /// The items whose durable part changed since the last call (see ``touched``), and
     /// whether anything durable changed at all (the cursor, the change counter).
     package mutating func takeTouched() -> (items: Set<String>, changed: Bool) {

@@ -15,6 +15,9 @@ extension ContainerSyncTests {
             let marker = "in-place-marker-\(UUID().uuidString.prefix(8))"
             let laptop = try await keyedDevice("laptop", base: base, dir: dir, chunks: .reading)
             let phone = try await keyedDevice("phone", base: base, dir: dir, chunks: .reading)
+            // A device that downloads on demand only (iOS's way): it learns of the files, and asks
+            // for one after the server sealed it.
+            let watch = try await keyedDevice("watch", base: base, dir: dir, chunks: .sealing, greedy: false)
             // A large file the marker runs through (so every chunk holds it), a note, a folder.
             var large = Data()
             while large.count < 2_000_000 { large.append(Data("\(marker) \(UInt64.random(in: 0...UInt64.max))\n".utf8)) }
@@ -25,7 +28,9 @@ extension ContainerSyncTests {
             try laptop.write("Trips \(marker)/Plan.txt", plan)
             try await laptop.sync.syncOnce()
             try await phone.sync.syncOnce()
+            try await watch.sync.syncOnce()
             #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Trips \(marker)/Plan.txt")) == plan)
+            #expect(!FileManager.default.fileExists(atPath: watch.documents.appendingPathComponent("Large.txt").path), "known by its placeholder only")
             #expect(try serverBytes(dir).contains { $0.bytes.range(of: Data(marker.utf8)) != nil }, "plaintext before")
 
             // The server seals it in place (the operator's `ubiquity seal-in-place`).
@@ -39,6 +44,13 @@ extension ContainerSyncTests {
             #expect(report.revisions == 4 && report.left == 0, "\(report)")
             let found = try serverBytes(dir).filter { $0.bytes.range(of: Data(marker.utf8)) != nil }.map(\.path)
             #expect(found.isEmpty, "no name or content left: \(found)")
+
+            // The watch asks for the large file: the server's list of it is not the one it learnt
+            // (the same revision, sealed in place), and it downloads that one.
+            _ = try await watch.sync.requestDownload("Documents/Large.txt")
+            try await watch.sync.syncOnce()
+            let errors = await watch.sync.downloadErrors
+            #expect(try Data(contentsOf: watch.documents.appendingPathComponent("Large.txt")) == large, "\(errors)")
 
             // The devices that hold it go on: an edit of the large file travels, and nothing
             // else is sent again or fetched again.

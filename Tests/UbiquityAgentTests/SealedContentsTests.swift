@@ -29,7 +29,7 @@ extension ContainerSyncTests {
     /// `name`'s device with a container sync over its store and folder in `dir` (signed in
     /// first unless it was): keys set up by the account's first device, joined by the escrow by
     /// the next, as the agent does.
-    func keyedDevice(_ name: String, base: URL, dir: String, chunks: Chunks) async throws -> Device {
+    func keyedDevice(_ name: String, base: URL, dir: String, chunks: Chunks, greedy: Bool = true) async throws -> Device {
         let home = URL(fileURLWithPath: dir).appendingPathComponent(name)
         let paths = UbiquityPaths(configuration: home.appendingPathComponent("config"), data: home.appendingPathComponent("data"))
         var credentials = try UbiquityCredentials.load(from: paths)
@@ -46,7 +46,7 @@ extension ContainerSyncTests {
         }
         let root = home.appendingPathComponent("container")
         let sync = try ContainerSync(container: notes, root: root, client: client, store: try AgentStore(path: dir + "/\(name).sqlite"),
-                                     device: name, greedy: true, codecs: codecs)
+                                     device: name, greedy: greedy, codecs: codecs)
         return Device(sync: sync, documents: root.appendingPathComponent("Documents"), client: client)
     }
 
