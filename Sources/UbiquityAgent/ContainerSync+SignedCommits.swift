@@ -96,7 +96,15 @@ extension ContainerSync {
                 guard content.hash == commit.contentHash else {
                     throw EncryptionError(.authenticationFailed, "the content of commit \(commit.sequence) of device \(commit.device) is not what it signed")
                 }
-                _ = try history.ledger.accept(commit, roster: roster)
+                do {
+                    _ = try history.ledger.accept(commit, roster: roster)
+                } catch let error as EncryptionError where [.withheld, .forked].contains(error.code) {
+                    // The server kept commits back, or showed another history: what was read
+                    // may have passed the place of a commit it hid. Read from the start next
+                    // time, so that once it tells the truth the whole history is taken.
+                    signedHistory = nil
+                    throw error
+                }
                 for outcome in content.outcomes { history.pending[outcome.item, default: []].append(outcome.sequence) }
                 history.position = stored.position
             }

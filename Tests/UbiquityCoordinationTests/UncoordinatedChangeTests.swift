@@ -91,9 +91,10 @@ import Glibc
         try await presenting(item) { presenter in
             try await shell("mv '\(item.path)' '\(scratch.file("b.txt").path)'")
             #expect(await eventually { presenter.events.withLock { $0.contains("didMove:b.txt") } })
-            // Still watched at its new name.
+            // Still watched at its new name. (Heard twice when the writer is put aside between its
+            // write and its close — a loaded machine — as in the append test.)
             try await shell("echo more >> '\(scratch.file("b.txt").path)'")
-            #expect(await eventually { count("didChange", in: presenter) == 1 })
+            #expect(await eventually { count("didChange", in: presenter) >= 1 })
         }
     }
 
