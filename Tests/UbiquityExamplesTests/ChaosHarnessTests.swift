@@ -16,6 +16,32 @@ import UbiquityTestSupport
     func chaos(_ arguments: [String]) async throws -> Run {
         let work = FileManager.default.temporaryDirectory.appendingPathComponent("chaos-test-\(UUID().uuidString.prefix(8))")
         defer { try? FileManager.default.removeItem(at: work) }
+        var run = try await chaos(arguments, in: work)
+        // A failed run says, with the violations, what each agent logged of the paths named
+        // (the folder goes with the test: CI keeps only what is printed).
+        if run.status != 0 { run.summary += Self.agentLines(naming: run.summary, in: work.appendingPathComponent("logs")) }
+        return run
+    }
+
+    /// The last lines each agent's log holds of every path a summary's violations name.
+    static func agentLines(naming summary: String, in logs: URL) -> String {
+        let paths = Set(summary.split(separator: "\n").compactMap { line -> String? in
+            guard let range = line.range(of: "Documents/") else { return nil }
+            return line[range.lowerBound...].split(separator: ":").first.map { String($0.split(separator: " ").first ?? $0) }
+        })
+        var said = ""
+        for device in ((try? FileManager.default.contentsOfDirectory(atPath: logs.path)) ?? []).filter({ $0.hasSuffix("-agent.log") }).sorted() {
+            let lines = ((try? String(contentsOf: logs.appendingPathComponent(device), encoding: .utf8)) ?? "").split(separator: "\n")
+            for path in paths.sorted().prefix(4) {
+                let name = (path as NSString).lastPathComponent
+                let found = lines.filter { $0.contains(name) }.suffix(25)
+                if !found.isEmpty { said += "\n--- \(device), \(path):\n" + found.joined(separator: "\n") }
+            }
+        }
+        return said
+    }
+
+    func chaos(_ arguments: [String], in work: URL) async throws -> Run {
         let (status, output, errors) = try await onOwnThread {
             let process = ChildProcess()
             process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent().appendingPathComponent("ubiquity-chaos")
