@@ -150,10 +150,9 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
         try FileManager.default.createDirectory(at: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         try FileManager.default.createDirectory(at: logs, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true)
-        // The first device does not seal its documents (`sealedContents`: an agent set so, or of
-        // an older build): what it sends in plaintext the others open, and the server seals in
-        // place (the `sealInPlace` fault); the others seal, as agents do by default.
-        try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 15, "sealedContents": \#(index != 0)}"#.utf8).write(to: paths.agentConfiguration)
+        // The agents send documents in plaintext (the default under Standard), which the server
+        // seals in place (the `sealInPlace` fault).
+        try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 15}"#.utf8).write(to: paths.agentConfiguration)
         relay = try RelayProxy.start(to: serverPort)
     }
 

@@ -20,7 +20,7 @@ struct RunningAgents {
     ///   - greedy: Whether the agents keep every file (and ask for small files' bytes inline).
     ///   - agentLogger: The agents' logger (default: only critical messages, nowhere).
     ///   - sealedContents: Whether the agents seal the containers' chunks (``AgentConfiguration/sealedContents``).
-    static func start(_ names: [String], containers: [String], in dir: String, greedy: Bool = false, sealedContents: Bool = true,
+    static func start(_ names: [String], containers: [String], in dir: String, greedy: Bool = false, sealedContents: Bool = false,
                       agentLogger: Logger? = nil) async throws -> RunningAgents {
         var logger = Logger(label: "test")
         logger.logLevel = .critical
