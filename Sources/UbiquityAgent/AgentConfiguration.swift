@@ -24,11 +24,9 @@ package struct AgentConfiguration: Codable, Sendable, Equatable {
     /// Seal the containers' documents under Standard Data Protection once this device holds the
     /// account's keys: chunks cut by the keyed chunker, named by a keyed MAC and encrypted before
     /// they leave, edits as sealed patches, names, sizes and dates in sealed records
-    /// (docs/Encryption.md). Under Advanced always. Off by default under Standard — a device
-    /// signed in again re-cuts its files and matches them to the server's items by their chunk
-    /// lists, which a list cut elsewhere (another device's keyed chunker, one sealed in place)
-    /// never matches (found by `ubiquity-chaos`; docs/Encryption.md) — and then this device sends
-    /// them in plaintext (the server seals them in place later) and opens what the others sealed.
+    /// (docs/Encryption.md). Under Advanced always; on by default under Standard. Off, this
+    /// device sends them in plaintext (the server seals them in place later) and opens what the
+    /// others sealed.
     package var sealedContents: Bool
 
     /// Every extension that makes a folder a package here.
@@ -37,7 +35,7 @@ package struct AgentConfiguration: Codable, Sendable, Equatable {
     }
 
     /// Settings.
-    package init(containers: [String] = [], greedy: Bool = false, rescanSeconds: Double = 60, packageExtensions: [String] = [], sealedContents: Bool = false) {
+    package init(containers: [String] = [], greedy: Bool = false, rescanSeconds: Double = 60, packageExtensions: [String] = [], sealedContents: Bool = true) {
         self.packageExtensions = packageExtensions
         self.sealedContents = sealedContents
         self.containers = containers
@@ -51,7 +49,7 @@ package struct AgentConfiguration: Codable, Sendable, Equatable {
         greedy = try values.decodeIfPresent(Bool.self, forKey: .greedy) ?? false
         rescanSeconds = try values.decodeIfPresent(Double.self, forKey: .rescanSeconds) ?? 60
         packageExtensions = try values.decodeIfPresent([String].self, forKey: .packageExtensions) ?? []
-        sealedContents = try values.decodeIfPresent(Bool.self, forKey: .sealedContents) ?? false
+        sealedContents = try values.decodeIfPresent(Bool.self, forKey: .sealedContents) ?? true
         if let bad = packageExtensions.first(where: { $0.isEmpty || $0.contains("/") || $0.contains(".") }) {
             throw DecodingError.dataCorruptedError(forKey: .packageExtensions, in: values, debugDescription: "“\(bad)” is not a file name extension (no dot, no slash)")
         }

@@ -95,6 +95,16 @@ package final class AgentStore: Sendable {
                     position INTEGER, PRIMARY KEY(container, sequence));
                 """)
         }
+        migrator.registerMigration("v6-ledger-checkpoints") { db in
+            // What this device has read of each container's signed commits — its ledger (each
+            // device's chain as accepted, `CommitLedger.encoded`), where it read up to, and the
+            // signed changes past its cursor (`pending`, JSON) — so that a restart goes on from
+            // there instead of reading every commit again. `format` is the row's (1).
+            try db.execute(sql: """
+                CREATE TABLE ledgerCheckpoint (container TEXT PRIMARY KEY, format INTEGER NOT NULL, position INTEGER NOT NULL,
+                    ledger BLOB NOT NULL, pending BLOB NOT NULL);
+                """)
+        }
         try migrator.migrate(pool)
     }
 
@@ -189,13 +199,17 @@ package final class AgentStore: Sendable {
 
     /// Records what changed of the container's sync state — the rows of the `touched` items,
     /// and the cursor and change counter if `changed` — and the files that changed (`upsert`)
-    /// or went (`removed`), in one transaction, off the caller's thread.
+    /// or went (`removed`), this device's new signed commits (`signed`) and what it has read of
+    /// the container's (`checkpoint`: `.some(nil)` forgets it), in one transaction, off the
+    /// caller's thread.
     package func record(_ container: String, state: DeviceSyncState.Persisted, touched: Set<String>, changed: Bool = true,
-                       upsert: [File] = [], removed: [String] = [], signed: [(sequence: Int64, upload: SignedCommitUpload)] = []) async throws {
-        guard changed || !touched.isEmpty || !upsert.isEmpty || !removed.isEmpty || !signed.isEmpty else { return }
+                       upsert: [File] = [], removed: [String] = [], signed: [(sequence: Int64, upload: SignedCommitUpload)] = [],
+                       checkpoint: LedgerCheckpoint?? = nil) async throws {
+        guard changed || !touched.isEmpty || !upsert.isEmpty || !removed.isEmpty || !signed.isEmpty || checkpoint != nil else { return }
         let pool = pool
         try await writer.run { try pool.write { db in
             try Self.write(db, container: container, state: state, items: touched, meta: changed)
+            if let checkpoint { try Self.write(db, checkpoint: checkpoint, of: container) }
             for (sequence, upload) in signed {
                 try db.execute(sql: "INSERT INTO signedCommit (container, sequence, body, content) VALUES (?, ?, ?, ?)",
                                arguments: [container, sequence, upload.commit, upload.content])
@@ -283,6 +297,53 @@ extension AgentStore {
             for (sequence, position) in positions {
                 try db.execute(sql: "UPDATE signedCommit SET position = ? WHERE container = ? AND sequence = ?", arguments: [position, container, sequence])
             }
+            // What the server keeps is not kept here too: only the chain's head, which the next
+            // commit follows (the store stays the size of what is unsent).
+            try db.execute(sql: """
+                DELETE FROM signedCommit WHERE container = ? AND position IS NOT NULL
+                    AND sequence < (SELECT MAX(sequence) FROM signedCommit WHERE container = ?)
+                """, arguments: [container, container])
         } }
     }
+
+    /// The format of the rows ``write(_:checkpoint:of:)`` writes.
+    static let ledgerCheckpointFormat = 1
+
+    /// What this device had read of `container`'s signed commits when it last kept it (nil:
+    /// nothing kept, or a row of another format — then it reads them from the start).
+    package func ledgerCheckpoint(of container: String) throws -> LedgerCheckpoint? {
+        try pool.read { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT format, position, ledger, pending FROM ledgerCheckpoint WHERE container = ?", arguments: [container]),
+                  row["format"] as Int == Self.ledgerCheckpointFormat else { return nil }
+            return LedgerCheckpoint(position: row["position"], ledger: row["ledger"], pending: row["pending"])
+        }
+    }
+
+    /// Keeps what this device has read of `container`'s signed commits (nil: forgets it, so
+    /// that the next run reads them from the start), in `db`'s transaction.
+    /// Written with the sync state it goes with (``record(_:state:touched:changed:upsert:removed:signed:checkpoint:)``):
+    /// a restart finds the two as they were together.
+    static func write(_ db: Database, checkpoint: LedgerCheckpoint?, of container: String) throws {
+        guard let checkpoint else {
+            try db.execute(sql: "DELETE FROM ledgerCheckpoint WHERE container = ?", arguments: [container])
+            return
+        }
+        try db.execute(sql: """
+            INSERT INTO ledgerCheckpoint (container, format, position, ledger, pending) VALUES (?, ?, ?, ?, ?)
+            ON CONFLICT(container) DO UPDATE SET format = excluded.format, position = excluded.position, ledger = excluded.ledger,
+                pending = excluded.pending
+            """, arguments: [container, Self.ledgerCheckpointFormat, checkpoint.position, checkpoint.ledger, checkpoint.pending])
+    }
+}
+
+/// What a device had read of a container's signed commits, as its store keeps it: its ledger
+/// (`CommitLedger.encoded`), the place in the server's record of commits it read up to, and
+/// the signed changes past its cursor (JSON: item → container sequences).
+package struct LedgerCheckpoint: Sendable, Equatable {
+    /// Where in the server's record of commits it read up to.
+    package var position: Int64
+    /// The ledger's bytes.
+    package var ledger: Data
+    /// The signed changes past the cursor.
+    package var pending: Data
 }

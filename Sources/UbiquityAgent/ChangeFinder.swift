@@ -167,6 +167,50 @@ final class ChangeFinder {
             versionStores[folder] = found
             return found
         }
+        // An item found to be the file at `path`: recorded as that item (`edited`: holding a
+        // change made here, not the server's contents).
+        func adopt(_ item: String, at path: String, print: LocalFingerprint, content: ContentToken, leftover: String?, revision: String?) async throws {
+            if let old = sync.files.file(of: item) {
+                if let leftover { try await sync.materialiser.coordinatedRemove(leftover, in: sync) }
+                do {
+                    try NSFileVersion.carryVersions(ofItemMovedFrom: sync.root.appendingPathComponent(old.path), to: sync.root.appendingPathComponent(path))
+                } catch {
+                    sync.logger.warning("cannot carry a moved item's versions", metadata: ["from": "\(old.path)", "to": "\(path)", "error": "\(error)"])
+                }
+                sync.files[old.path] = nil
+                vanished.remove(old.path)
+                adoptedFrom.append(old.path)
+            }
+            let file = AgentStore.File(path: path, item: item, fingerprint: print, content: content, revision: revision)
+            sync.files[path] = file
+            upsert.append(file)
+            sync.materialiser.pending?.insert(item) // its placeholder goes
+        }
+        // A file arrived at `path` that is no item shown there: the item the server last had
+        // here, whose file recorded elsewhere (a move not sent yet) is gone — moved back and
+        // saved over (a new file) before the agent looked again, found by `ubiquity-chaos`:
+        // else a new item, which collided on the server with the item itself, kept as
+        // "a 2.txt" — or a new item.
+        func arrivedAnew(_ path: String, print: LocalFingerprint, content: ContentToken, name: String, parent: String?) async throws {
+            let date = Double(print.modified) / 1e9
+            if print.kind != .directory, let item = awayFrom[ServerPlace(parent: parent, name: name)], let remote = sync.state.persisted.remote[item],
+               (remote.kind ?? .file) == print.kind, sync.files.file(of: item).map({ changes.removed.contains($0.path) }) == true {
+                try await adopt(item, at: path, print: print, content: content, leftover: nil, revision: nil)
+                let visible = sync.state.visible(item)
+                if visible?.name != name || visible?.parent != parent { sync.state.move(item: item, to: name, parent: parent, date: date) }
+                sync.state.save(item: item, content: content, date: date)
+                NSFileVersion.forgetSavingComputer(ofItemAt: sync.root.appendingPathComponent(path).path) // written here
+                return
+            }
+            let item = newItemId(name: name, parent: parent, kind: print.kind, in: sync)
+            sync.state.save(item: item, name: name, parent: parent, kind: print.kind, content: content,
+                       date: print.kind == .directory ? Date().timeIntervalSince1970 : date)
+            let file = AgentStore.File(path: path, item: item, fingerprint: print, content: content)
+            sync.files[path] = file
+            upsert.append(file)
+        }
+        // Files that may hold their items' server contents cut elsewhere, checked together below.
+        var unproven: [Unproven] = []
         // What arrived (moved here or new), parents before their items.
         let arrivals = (changes.moved.map(\.to) + changes.added).sorted { (LocalContents.depth($0), $0) < (LocalContents.depth($1), $1) }
         for path in arrivals {
@@ -198,48 +242,18 @@ final class ChangeFinder {
             }
             guard let content = try sync.cut(path, kind: print.kind, scanner: scanner) else { continue }
             // The item shown here, if this file is it (holding its current contents: a download
-            // put in place, not recorded) — or the item the server last had here, whose file
-            // recorded elsewhere (a move not sent yet) is gone: moved back and saved over (a new
-            // file) before the agent looked again. Found by `ubiquity-chaos`: else a new item,
-            // which collided on the server with the item itself, kept as "a 2.txt".
-            var found: (item: String, leftover: String?, remote: ItemSnapshot, edited: Bool)?
+            // put in place, not recorded — the agent stopped between).
             if let (item, leftover) = shownElsewhere(path), !sync.state.hasLocalChanges(item), let remote = sync.state.persisted.remote[item], !remote.deleted,
-               remote.content == content, (remote.kind ?? .file) == print.kind {
-                found = (item, leftover, remote, false)
-            } else if print.kind != .directory, let item = awayFrom[ServerPlace(parent: parent, name: name)], let remote = sync.state.persisted.remote[item],
-                      (remote.kind ?? .file) == print.kind, sync.files.file(of: item).map({ changes.removed.contains($0.path) }) == true {
-                found = (item, nil, remote, true)
-            }
-            if let (item, leftover, remote, edited) = found {
-                if let old = sync.files.file(of: item) {
-                    if let leftover { try await sync.materialiser.coordinatedRemove(leftover, in: sync) }
-                    do {
-                        try NSFileVersion.carryVersions(ofItemMovedFrom: sync.root.appendingPathComponent(old.path), to: sync.root.appendingPathComponent(path))
-                    } catch {
-                        sync.logger.warning("cannot carry a moved item's versions", metadata: ["from": "\(old.path)", "to": "\(path)", "error": "\(error)"])
-                    }
-                    sync.files[old.path] = nil
-                    vanished.remove(old.path)
-                    adoptedFrom.append(old.path)
+               (remote.kind ?? .file) == print.kind {
+                if remote.content == content {
+                    try await adopt(item, at: path, print: print, content: content, leftover: leftover, revision: remote.revision)
+                    continue
                 }
-                if edited {
-                    let visible = sync.state.visible(item)
-                    if visible?.name != name || visible?.parent != parent { sync.state.move(item: item, to: name, parent: parent, date: date) }
-                    sync.state.save(item: item, content: content, date: date)
-                    NSFileVersion.forgetSavingComputer(ofItemAt: sync.root.appendingPathComponent(path).path) // written here
-                }
-                let file = AgentStore.File(path: path, item: item, fingerprint: print, content: content, revision: edited ? nil : remote.revision)
-                sync.files[path] = file
-                upsert.append(file)
-                sync.materialiser.pending?.insert(item) // its placeholder goes
+                // Cut elsewhere, its list cannot say: the bytes are checked against it below.
+                unproven.append(Unproven(path: path, item: item, revision: remote.revision, print: print, content: content, arrived: (leftover, name, parent)))
                 continue
             }
-            let item = newItemId(name: name, parent: parent, kind: print.kind, in: sync)
-            sync.state.save(item: item, name: name, parent: parent, kind: print.kind, content: content,
-                       date: print.kind == .directory ? Date().timeIntervalSince1970 : date)
-            let file = AgentStore.File(path: path, item: item, fingerprint: print, content: content)
-            sync.files[path] = file
-            upsert.append(file)
+            try await arrivedAnew(path, print: print, content: content, name: name, parent: parent)
         }
         for path in changes.modified {
             guard var file = sync.files[path], let print = now[path] else { continue }
@@ -250,6 +264,11 @@ final class ChangeFinder {
                     // The server's contents: a download the agent put in place and was stopped
                     // before recording (found by `ubiquity-chaos`), not an edit made here.
                     file.revision = remote.revision
+                } else if file.content != content, file.revision != nil, !sync.state.hasLocalChanges(file.item), let remote = sync.state.persisted.remote[file.item],
+                          !remote.deleted, remote.revision != file.revision, (remote.kind ?? .file) == print.kind {
+                    // Maybe that download, cut elsewhere: the bytes are checked below.
+                    unproven.append(Unproven(path: path, item: file.item, revision: remote.revision, print: print, content: content, arrived: nil))
+                    continue
                 } else if file.content != content {
                     sync.state.save(item: file.item, content: content, date: Double(print.modified) / 1e9)
                     file.revision = nil
@@ -260,6 +279,41 @@ final class ChangeFinder {
             file.fingerprint = print
             sync.files[path] = file
             upsert.append(file)
+        }
+        if !unproven.isEmpty {
+            let held = await proven(unproven, in: sync)
+            for file in unproven {
+                let folder = LocalContents.folder(of: file.path)
+                guard let held else {
+                    // The server cannot be asked now: the file stays as it was recorded (or
+                    // unrecorded), and the next look sees it again.
+                    changedFolders?.insert(folder)
+                    continue
+                }
+                if let state = held[file.item] {
+                    let token = LocalContents.token(state.manifest, kind: state.kind)
+                    sync.state.relearn(ContainerSync.snapshot(state)) // (the list the server has now, if sealed in place since)
+                    sync.localContents[token] = LocalContents.members(state.manifest, kind: state.kind)
+                    if let arrived = file.arrived {
+                        try await adopt(file.item, at: file.path, print: file.print, content: token, leftover: arrived.leftover, revision: state.revision)
+                    } else if var record = sync.files[file.path] {
+                        (record.content, record.revision, record.fingerprint) = (token, state.revision, file.print)
+                        sync.files[file.path] = record
+                        upsert.append(record)
+                    }
+                    continue
+                }
+                // Not the server's contents: what it is, an edit or a new item.
+                if let arrived = file.arrived {
+                    try await arrivedAnew(file.path, print: file.print, content: file.content, name: arrived.name, parent: arrived.parent)
+                } else if var record = sync.files[file.path] {
+                    sync.state.save(item: record.item, content: file.content, date: Double(file.print.modified) / 1e9)
+                    NSFileVersion.forgetSavingComputer(ofItemAt: sync.root.appendingPathComponent(file.path).path) // written here in place
+                    (record.content, record.revision, record.fingerprint) = (file.content, nil, file.print)
+                    sync.files[file.path] = record
+                    upsert.append(record)
+                }
+            }
         }
         // What went, items before their folders.
         for path in changes.removed.sorted(by: { LocalContents.depth($0) > LocalContents.depth($1) }) {
@@ -278,6 +332,61 @@ final class ChangeFinder {
             sync.state.delete(item: placeholder.item, date: Date().timeIntervalSince1970)
         }
         try await sync.persist(upsert: upsert, removed: changes.removed + changes.moved.map(\.from) + adoptedFrom)
+    }
+
+    /// A file that may hold its item's contents on the server though its chunk list differs: a
+    /// download put in place and not recorded (the agent stopped between), the list cut
+    /// elsewhere — by another device's chunker (one that does not seal, an earlier epoch's) or
+    /// sealed in place by the server. Found by `ubiquity-chaos` with sealed contents on: taken
+    /// for a new item, the file clashed with the item itself and was kept as "Name 2".
+    struct Unproven {
+        /// Where the file is.
+        var path: String
+        /// The item it may be.
+        var item: String
+        /// The item's revision on the server, as this device knows it.
+        var revision: String
+        /// The file's fingerprint and its contents as cut here.
+        var print: LocalFingerprint
+        var content: ContentToken
+        /// For a file not recorded: the item shown here's file recorded elsewhere (gone or
+        /// untouched there), the file's name and folder. Nil: a recorded file changed.
+        var arrived: (leftover: String?, name: String, parent: String?)?
+    }
+
+    /// Of `unproven`, the items whose present server state each file holds, by item: their
+    /// states fetched by id (a thousand a request), opened as any page's, and the file's bytes
+    /// checked at each list's cut points (``LocalContents/holds(_:kind:manifest:scanner:relative:codec:)``).
+    /// Only the revision this device knows counts (the server moved on since: the next fetch
+    /// says to what, and the file is what it is). A record that does not open proves nothing.
+    /// Nil: the server could not be asked.
+    private func proven(_ unproven: [Unproven], in sync: isolated ContainerSync) async -> [String: ItemState]? {
+        var held: [String: ItemState] = [:]
+        var start = 0
+        while start < unproven.count {
+            let group = Array(unproven[start..<min(unproven.count, start + ItemsFetchRequest.maximumCount)])
+            start += group.count
+            let fetched: [ItemState]
+            do {
+                fetched = try await sync.client.items(container: sync.container, ids: group.map(\.item))
+            } catch {
+                sync.logger.warning("cannot ask the server whether files hold its contents", metadata: ["container": "\(sync.container)", "error": "\(error)"])
+                return nil
+            }
+            var states: [String: ItemState] = [:]
+            for state in fetched {
+                do { states[state.id] = try sync.opened(state) } catch {
+                    sync.logger.error("an item's record was refused", metadata: ["container": "\(sync.container)", "item": "\(state.id)", "error": "\(error)"])
+                }
+            }
+            for file in group {
+                guard let state = states[file.item], state.revision == file.revision, state.uploaded, !state.deleted, state.kind == file.print.kind,
+                      LocalContents.holds(sync.root.appendingPathComponent(file.path), kind: state.kind, manifest: state.manifest, scanner: sync.scanner,
+                                          relative: file.path, codec: sync.codec) else { continue }
+                held[file.item] = state
+            }
+        }
+        return held
     }
 
     /// The id of an item new here: a folder's comes from where it is

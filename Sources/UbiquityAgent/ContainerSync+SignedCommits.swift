@@ -68,6 +68,16 @@ extension ContainerSync {
                 guard !unsent.isEmpty else { return }
                 let positions = try await client.sendSignedCommits(container: container, unsent.map(\.upload))
                 try await store.markSent(zip(unsent, positions).map { (sequence: $0.sequence, position: $1) }, of: container)
+                // A commit of this device the ledger has not read, kept at or before the place
+                // it read up to: the server's record of commits began again (restored from a
+                // backup, moved to another database). What was read is forgotten, and read
+                // again from the start: else the commits at places already passed went unread.
+                if let history = signedHistory, let device = codec.signer?.device,
+                   zip(unsent, positions).contains(where: { $1 <= history.position && (history.ledger.heads[device]?.sequence ?? 0) < UInt64(clamping: $0.sequence) }) {
+                    logger.warning("the server's record of signed commits began again; reading it from the start", metadata: ["container": "\(container)"])
+                    signedHistory = nil
+                    signedHistoryChanges += 1
+                }
             }
         } catch {
             logger.warning("signed commits not sent", metadata: ["container": "\(container)", "error": "\(error)"])
@@ -86,8 +96,14 @@ extension ContainerSync {
     /// without the account's roster.
     /// - Throws: ``EncryptionError`` naming what failed; the server's errors.
     func checkSigned(_ items: [ItemState], since cursor: Int64, upTo high: Int64, final: Bool) async throws -> [ItemState] {
-        guard let roster = codec.signer?.roster else { return [] }
+        guard var roster = codec.signer?.roster else { return [] }
+        var rosterRead = false
+        // (The store's checkpoint at the first look of this run only: later, nil means the
+        // history was forgotten, and the checkpoint with it at the next write.)
+        if signedHistory == nil, !signedHistoryLoaded { signedHistory = keptSignedHistory() }
+        signedHistoryLoaded = true
         var history = signedHistory ?? SignedHistory(ledger: CommitLedger(container: container))
+        defer { signedHistoryChanges += 1 }
         while true {
             let page = try await client.signedCommits(container: container, after: history.position)
             for stored in page.commits {
@@ -97,7 +113,17 @@ extension ContainerSync {
                     throw EncryptionError(.authenticationFailed, "the content of commit \(commit.sequence) of device \(commit.device) is not what it signed")
                 }
                 do {
-                    _ = try history.ledger.accept(commit, roster: roster)
+                    do {
+                        _ = try history.ledger.accept(commit, roster: roster)
+                    } catch let error as EncryptionError where error.code == .rosterNotExtended && !rosterRead {
+                        // A commit naming a roster entry past this device's: a device joined
+                        // since the keys were read. The roster is read again — it must extend
+                        // this one — and the commit checked against it.
+                        rosterRead = true
+                        roster = try await extended(roster)
+                        _ = try history.ledger.accept(commit, roster: roster)
+                    }
+                    signedCommitsRead += 1
                 } catch let error as EncryptionError where [.withheld, .forked].contains(error.code) {
                     // The server kept commits back, or showed another history: what was read
                     // may have passed the place of a commit it hid. Read from the start next
@@ -145,6 +171,42 @@ extension ContainerSync {
         }
         signedHistory = history
         return fetched
+    }
+
+    /// The account's roster as the server serves it now, checked entry by entry and required
+    /// to extend `roster` (a roster rolled back, forked or rewritten behind it is refused).
+    /// - Throws: ``EncryptionError`` naming the rule broken; the server's errors.
+    func extended(_ roster: Roster) async throws -> Roster {
+        let directory = try await client.keyDirectory(for: [])
+        return try Roster.verify(try directory.roster.map { try RosterEntry(encoded: $0) }, pinned: roster.head)
+    }
+
+    /// What the store kept of the container's signed commits, as this device had read them
+    /// (nil: nothing kept; a row that does not read is logged and the commits read from the
+    /// start).
+    func keptSignedHistory() -> SignedHistory? {
+        do {
+            guard let kept = try store.ledgerCheckpoint(of: container) else { return nil }
+            let ledger = try CommitLedger(encoded: kept.ledger, container: container)
+            let pending = try JSONDecoder().decode([String: [Int64]].self, from: kept.pending)
+            return SignedHistory(ledger: ledger, position: kept.position, pending: pending)
+        } catch {
+            logger.warning("the kept ledger of signed commits does not read; reading them from the start", metadata: ["container": "\(container)", "error": "\(error)"])
+            return nil
+        }
+    }
+
+    /// What the store is to keep of the signed commits read with the next write: nil if it
+    /// kept the latest already; `.some(nil)` to forget it (the history is read from the start).
+    func ledgerCheckpointToKeep() -> LedgerCheckpoint?? {
+        guard signedHistoryChanges != signedHistoryKept else { return nil }
+        guard let history = signedHistory else { return .some(nil) }
+        do {
+            let pending = try JSONEncoder().encode(history.pending)
+            return .some(LedgerCheckpoint(position: history.position, ledger: history.ledger.encoded(), pending: pending))
+        } catch {
+            return .some(nil) // (a dictionary of texts and numbers always encodes)
+        }
     }
 
     /// The refusal of a page that hides the signed change of `item` made at `sequence`.

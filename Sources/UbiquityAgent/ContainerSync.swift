@@ -69,8 +69,17 @@ package actor ContainerSync {
     /// Signed commits whose write failed: they go with the next (their outcomes are recorded in
     /// memory, and nothing else would sign them).
     var unsavedSigned: [(commit: SignedCommit, content: CommitContent)] = []
-    /// What this device has read of the container's signed commits (nil: nothing yet).
+    /// What this device has read of the container's signed commits (nil: nothing yet, or
+    /// not read from the store's checkpoint yet).
     var signedHistory: SignedHistory?
+    /// How many times ``signedHistory`` changed (or was forgotten), and at which of those the
+    /// store last kept it.
+    var signedHistoryChanges = 0, signedHistoryKept = 0
+    /// Whether this run looked for the store's checkpoint of ``signedHistory`` yet.
+    var signedHistoryLoaded = false
+    /// How many signed commits this device read from the server since it started (for tests
+    /// and `ubiquity status`'s curious).
+    package internal(set) var signedCommitsRead = 0
     /// Reads the codec of a container from the account's keys (nil: always plain).
     private let codecs: (@Sendable (String) async throws -> ChunkCodec)?
     /// The extensions that make a folder a package.
@@ -405,10 +414,13 @@ package actor ContainerSync {
         for path in removed { unsavedFiles[path] = .some(nil) }
         for file in upsert { unsavedFiles[file.path] = file }
         let files = unsavedFiles
+        let (checkpoint, generation) = (ledgerCheckpointToKeep(), signedHistoryChanges)
         do {
             try await store.record(container, state: state.persisted, touched: touched, changed: changed,
                                    upsert: files.values.compactMap { $0 }, removed: files.filter { $0.value == nil }.map(\.key),
-                                   signed: commits.map { (Int64(clamping: $0.commit.sequence), SignedCommitUpload(commit: $0.commit.encoded, content: $0.content.encoded)) })
+                                   signed: commits.map { (Int64(clamping: $0.commit.sequence), SignedCommitUpload(commit: $0.commit.encoded, content: $0.content.encoded)) },
+                                   checkpoint: checkpoint)
+            if checkpoint != nil { signedHistoryKept = max(signedHistoryKept, generation) }
             unsavedFiles = [:]
             unsavedSigned = []
             if let last = commits.last { signedHead = .some(last.commit) }

@@ -147,6 +147,44 @@ enum LocalContents {
         }
     }
 
+    /// Whether the file or package at `url` holds exactly the contents `manifest` lists, though
+    /// cut at other points than this device's chunker would (by another device's chunker, a
+    /// plaintext device's, an earlier epoch's, or sealed in place by the server): its bytes are
+    /// read at the list's cut points and each piece checked against its chunk's name by `codec`
+    /// (a sealed name by its keyed MAC). What the list claims is believed only as far as the
+    /// bytes prove it: a chunk longer than any chunker makes is refused unread.
+    static func holds(_ url: URL, kind: ItemKind, manifest: Manifest, scanner: LocalScanner, relative: String, codec: ChunkCodec) -> Bool {
+        switch kind {
+        case .directory:
+            return true
+        case .file:
+            return file(at: url, holds: manifest.chunks ?? [], codec: codec)
+        case .package:
+            guard let local = try? scanner.members(of: relative) else { return false }
+            let listed = manifest.members ?? []
+            guard local.count == listed.count, Set(local.map(\.path)) == Set(listed.map(\.path)) else { return false }
+            return listed.allSatisfy { member in
+                member.path.hasSuffix("/") ? member.chunks.isEmpty : file(at: url.appendingPathComponent(member.path), holds: member.chunks, codec: codec)
+            }
+        }
+    }
+
+    /// The longest chunk ``holds(_:kind:manifest:scanner:relative:codec:)`` reads.
+    static let longestCheckedChunk: Int64 = 64 << 20
+
+    private static func file(at url: URL, holds chunks: [ChunkReference], codec: ChunkCodec) -> Bool {
+        guard chunks.allSatisfy({ $0.size > 0 && $0.size <= longestCheckedChunk }),
+              let size = (try? FileManager.default.attributesOfItem(atPath: url.path))?[.size] as? NSNumber,
+              size.int64Value == chunks.reduce(0, { $0 + $1.size }),
+              let handle = try? FileHandle(forReadingFrom: url) else { return false }
+        defer { try? handle.close() }
+        for chunk in chunks {
+            guard let bytes = try? handle.read(upToCount: Int(chunk.size)), bytes.count == Int(chunk.size),
+                  bytes.withUnsafeBytes({ codec.recognises($0, as: chunk.hash) }) else { return false }
+        }
+        return (try? handle.read(upToCount: 1))?.isEmpty ?? true // (not grown since its size was read)
+    }
+
     /// The depth of a relative path (its number of components).
     static func depth(_ path: String) -> Int { path.split(separator: "/").count }
 

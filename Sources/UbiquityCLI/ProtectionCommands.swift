@@ -40,11 +40,11 @@ func printProtection(_ status: ProtectionStatus) {
     for device in status.devices { print("  \(device.id)  \(device.name)\(device.isThisDevice ? "  (this device)" : "")") }
     if status.removed > 0 { print("  (\(status.removed) removed)") }
     // What this device seals: said plainly, above all before someone counts on Advanced.
-    let configured = (try? AgentConfiguration.load(from: UbiquityPaths().agentConfiguration))?.sealedContents ?? false
+    let configured = (try? AgentConfiguration.load(from: UbiquityPaths().agentConfiguration))?.sealedContents ?? AgentConfiguration().sealedContents
     let sealsContents = configured || status.custody == .advanced
     print("sealed:     key-value stores" + (sealsContents ? "; documents' contents, names, types, sizes and dates (" + (status.custody == .advanced ? "always under Advanced" : "this device's agent.json: sealedContents") + ")" : ""))
     print(sealsContents ? "the server sees: which items there are, in which folders, of which kind, their padded sizes and when they change"
-          : "not sealed by this device: documents' contents, names, types, sizes and dates (set \"sealedContents\": true in agent.json); the server seals them in place later with the escrow key")
+          : "not sealed by this device: documents' contents, names, types, sizes and dates (this device's agent.json says \"sealedContents\": false); the server seals them in place later with the escrow key")
 }
 
 /// `ubiquity protection status|advanced|standard`.

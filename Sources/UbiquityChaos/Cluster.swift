@@ -150,9 +150,11 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
         try FileManager.default.createDirectory(at: runtime, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         try FileManager.default.createDirectory(at: logs, withIntermediateDirectories: true)
         try FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true)
-        // The agents send documents in plaintext (the default under Standard), which the server
-        // seals in place (the `sealInPlace` fault).
-        try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 15}"#.utf8).write(to: paths.agentConfiguration)
+        // The first device sends documents in plaintext (an agent of an older build, or one told
+        // not to seal), which the server seals in place (the `sealInPlace` fault); the others
+        // seal them (the default): each reads what the others cut at other points.
+        let sealing = index == 0 ? "false" : "true"
+        try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 15, "sealedContents": \#(sealing)}"#.utf8).write(to: paths.agentConfiguration)
         relay = try RelayProxy.start(to: serverPort)
     }
 

@@ -53,4 +53,46 @@ extension ContainerSyncTests {
             #expect(!edits.isEmpty)
         }
     }
+
+    /// A restarted device goes on from what it had read of the signed commits (its store keeps
+    /// its ledger with the sync state): it reads only the commits made since, with every
+    /// device's chain where it had accepted it (`CommitLedgerTests` shows a kept ledger refusing
+    /// what it refused before). A device that just joined checks commits from its first round.
+    @Test func aRestartedDeviceReadsOnlyTheCommitsMadeSinceItStopped() async throws {
+        try await withServer { base, dir in
+            let laptop = try await sealingDevice("laptop", base: base, dir: dir)
+            let phone = try await sealingDevice("phone", base: base, dir: dir)
+            for index in 1...12 {
+                try laptop.write("Note \(index).txt", Data("note \(index)".utf8))
+                try await laptop.sync.syncOnce()
+            }
+            try await phone.sync.syncOnce()
+            let read = await phone.sync.signedCommitsRead
+            #expect(read >= 12, "\(read)")
+            // The store keeps its own commits' chain head only (the server keeps the rest).
+            let own = try #require(try AgentStore(path: dir + "/laptop.sqlite").lastSignedCommit(of: notes))
+            #expect(try SignedCommit(encoded: own).sequence == 12)
+
+            // The phone's agent starts again over the same store; the laptop edits once more.
+            let restarted = try await sealingDevice("phone", base: base, dir: dir)
+            try laptop.write("Note 1.txt", Data("note 1, edited".utf8))
+            try await laptop.sync.syncOnce()
+            try await restarted.sync.syncOnce()
+            let readSince = await restarted.sync.signedCommitsRead
+            #expect(readSince == 1, "only the commit made since: \(readSince)")
+            #expect(restarted.read("Note 1.txt") == "note 1, edited")
+            let stored = try #require(try AgentStore(path: dir + "/phone.sqlite").ledgerCheckpoint(of: notes))
+            let ledger = try CommitLedger(encoded: stored.ledger, container: notes)
+            #expect(ledger.heads.values.map(\.sequence).max() == 13)
+
+            // A store whose checkpoint does not read is no harm: the commits are read from the start.
+            let store = try AgentStore(path: dir + "/phone.sqlite")
+            let state = try #require(try store.state(of: notes))
+            try await store.record(notes, state: state, touched: [], changed: false,
+                                   checkpoint: .some(LedgerCheckpoint(position: stored.position, ledger: Data([9, 9]), pending: stored.pending)))
+            let again = try await sealingDevice("phone", base: base, dir: dir)
+            try await again.sync.syncOnce()
+            #expect(await again.sync.signedCommitsRead >= 13, "read again from the start")
+        }
+    }
 }

@@ -61,8 +61,13 @@ import UbiquityTestSupport
         #expect(second.status == 0 && second.output.contains("(epoch 0, 2 devices)"), "joined by the escrow: \(second.output)")
         let status = try await laptop.running(["protection", "status"])
         #expect(status.status == 0 && status.output.contains("Standard Data Protection") && status.output.contains("phone") && status.output.contains("holds the current key"), "\(status.output)")
-        // What this device does not seal is said (its agent does not seal documents: the default).
-        #expect(status.output.contains("not sealed by this device: documents' contents, names, types, sizes and dates (set \"sealedContents\": true"), "\(status.output)")
+        // What this device seals is said (the default: documents too), and what it does not,
+        // once its agent.json says so.
+        #expect(status.output.contains("sealed:     key-value stores; documents' contents, names, types, sizes and dates"), "\(status.output)")
+        try Data(#"{"sealedContents": false}"#.utf8).write(to: dir.file("laptop/config/ubiquity/agent.json"))
+        let plaintext = try await laptop.running(["protection", "status"])
+        #expect(plaintext.output.contains("not sealed by this device: documents' contents, names, types, sizes and dates (this device's agent.json says \"sealedContents\": false)"), "\(plaintext.output)")
+        try FileManager.default.removeItem(at: dir.file("laptop/config/ubiquity/agent.json"))
 
         // Advanced needs a recovery key first (or saying so); then it starts epoch 1.
         let early = try await laptop.running(["protection", "advanced", "--yes"])

@@ -195,3 +195,49 @@ import Testing
         expectRefused(.malformed) { _ = try CommitContent(encoded: flag) }
     }
 }
+
+extension CommitLedgerTests {
+    /// A ledger kept between runs goes on as if it had never stopped: the next commits are
+    /// taken, and what it refused before it still refuses — a fork at a remembered place, a gap,
+    /// a commit older than its remembered hashes; a stored ledger that is changed, of another
+    /// container or another format does not read.
+    @Test func aKeptLedgerGoesOnWhereItStoppedAndRefusesWhatItRefusedBefore() throws {
+        let (roster, _) = try roster()
+        var ledger = CommitLedger(container: container)
+        var laptopChain: [SignedCommit] = []
+        for index in 1...600 {
+            let next = try commit(laptop, after: laptopChain.last, "a\(index)", roster: roster)
+            try ledger.accept(next, roster: roster)
+            laptopChain.append(next)
+        }
+        let b1 = try commit(phone, after: nil, "b1", roster: roster, seen: [laptop.publicKeys.deviceIdentifier: laptopChain[599].head])
+        try ledger.accept(b1, roster: roster)
+
+        let kept = try CommitLedger(encoded: ledger.encoded(), container: container)
+        #expect(kept.heads == ledger.heads)
+        // The next commits of both devices are taken.
+        var going = kept
+        let a601 = try commit(laptop, after: laptopChain[599], "a601", roster: roster)
+        #expect(try going.accept(a601, roster: roster) == .accepted)
+        #expect(try going.accept(try commit(phone, after: b1, "b2", roster: roster), roster: roster) == .accepted)
+        // The same commit served again is known; another at a remembered place is a fork; one
+        // past the head with a gap is withheld; one older than what is remembered is a replay.
+        #expect(try going.accept(laptopChain[599], roster: roster) == .alreadyKnown)
+        refused(.forked, kept, try commit(laptop, after: laptopChain[498], "a500'", roster: roster), roster)
+        refused(.withheld, kept, try commit(laptop, after: a601, "a602", roster: roster), roster)
+        refused(.replayed, kept, laptopChain[10], roster)
+        // Another device's view of a remembered commit that differs from it: forked histories.
+        let a500other = try commit(laptop, after: laptopChain[498], "a500-other", roster: roster)
+        refused(.forked, kept, try commit(phone, after: b1, "b2", roster: roster, seen: [laptop.publicKeys.deviceIdentifier: a500other.head]), roster)
+
+        // Bytes that are not this container's ledger as kept are refused.
+        var changed = Array(ledger.encoded())
+        changed[changed.count - 5] ^= 1
+        expectRefused(.malformed) { _ = try CommitLedger(encoded: changed, container: container) }
+        expectRefused(.malformed) { _ = try CommitLedger(encoded: ledger.encoded(), container: "A.com.example.other") }
+        expectRefused(.malformed) { _ = try CommitLedger(encoded: ledger.encoded().dropLast(), container: container) }
+        var otherFormat = Array(ledger.encoded())
+        otherFormat[0] = 2
+        expectRefused(.unsupportedFormat) { _ = try CommitLedger(encoded: otherFormat, container: container) }
+    }
+}

@@ -47,9 +47,15 @@ extension AccountKeys {
         }
         do {
             let status = try await setUpHoldingLock(deviceName: deviceName)
-            let now = try loadKeyring()
-            return .holding(rootKeys: now.epochs.compactMap { now.rootKey(epoch: $0) }, custody: status.custody,
-                            signer: now.pinned.map { CommitSigner(keys: now.device, rosterHead: $0) })
+            var now = try loadKeyring()
+            // The roster as it stands, checked against the head just pinned: the signed commits
+            // are checked from this device's first round (else only once the keys were read
+            // again, up to a minute later).
+            let pinned = (now.pinned, now.epochs)
+            let roster = try await read(&now).roster
+            if (now.pinned, now.epochs) != pinned { try now.write(to: keyringURL) }
+            return .holding(rootKeys: now.epochs.compactMap { now.rootKey(epoch: $0) }, custody: roster?.custody ?? status.custody,
+                            signer: now.pinned.map { CommitSigner(keys: now.device, rosterHead: $0, roster: roster) })
         } catch let error as KeySetupError {
             return .waiting(error.description)
         }

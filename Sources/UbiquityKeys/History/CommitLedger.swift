@@ -10,10 +10,18 @@ public struct CommitLedger: Sendable, Equatable {
     /// Each device's last accepted commit.
     public private(set) var heads: [String: CommitHead] = [:]
     /// Recent hashes of each device's chain, by sequence (to compare other devices' views).
-    private var recent: [String: [UInt64: [UInt8]]] = [:]
+    private(set) var recent: [String: [UInt64: [UInt8]]] = [:]
 
     /// An empty ledger of `container`.
     public init(container: String) { self.container = container }
+
+    /// Puts back a device's chain as a stored ledger kept it (``init(encoded:container:)``).
+    mutating func restore(device: String, head: CommitHead, recent hashes: [UInt64: [UInt8]]) {
+        heads[device] = head
+        var hashes = hashes
+        hashes[head.sequence] = head.hash
+        recent[device] = hashes
+    }
 
     /// What happened to a commit offered to the ledger.
     public enum Outcome: Sendable, Equatable {

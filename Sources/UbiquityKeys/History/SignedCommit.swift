@@ -79,14 +79,15 @@ public struct SignedCommit: Sendable, Equatable {
     public func verify(container: String, roster: Roster) throws {
         let name = "commit \(sequence) of device \(device)"
         guard self.container == container else { throw EncryptionError(.authenticationFailed, "\(name) belongs to another container") }
+        // (First: a device that joined after this roster's head signs commits naming a later one.)
+        guard rosterHead.index <= roster.head.index else {
+            throw EncryptionError(.rosterNotExtended, "\(name) names roster entry \(rosterHead.index), past this device's roster: fetch the roster again")
+        }
         guard let keys = roster.everyDevice[device], keys.isValidSignature(signature, for: signedBytes) else {
             throw EncryptionError(.badSignature, "\(name) is not signed by a device of the roster")
         }
         if let removal = roster.removedAt[device], rosterHead.index >= removal {
             throw EncryptionError(.badSignature, "\(name) was made after its device was removed")
-        }
-        guard rosterHead.index <= roster.head.index else {
-            throw EncryptionError(.rosterNotExtended, "\(name) names roster entry \(rosterHead.index), past this device's roster: fetch the roster again")
         }
     }
 

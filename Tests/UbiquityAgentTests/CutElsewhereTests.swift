@@ -1,0 +1,81 @@
+import Foundation
+import Testing
+import UbiquityTestSupport
+import UbiquityProtocol
+@testable import UbiquityAgent
+
+/// A file that holds its item's contents on the server, though its chunk list was cut
+/// elsewhere — by a device that does not seal, or sealed in place by the server — is that item
+/// (found by `ubiquity-chaos` with sealed contents on: an agent stopped after putting a download
+/// in place and before recording it took the file for a new item on its return, and it landed
+/// as "Large 2.txt").
+extension ContainerSyncTests {
+    @Test func aDownloadPutInPlaceButNotRecordedIsTheItemThoughCutElsewhere() async throws {
+        try await withServer { base, dir in
+            // The laptop holds the keys but sends in plaintext (its chunker is not the phone's).
+            let laptop = try await keyedDevice("laptop", base: base, dir: dir, chunks: .reading)
+            let phone = try await keyedDevice("phone", base: base, dir: dir, chunks: .sealing, greedy: false)
+            var large = Data()
+            while large.count < 1_500_000 { large.append(Data("line \(UInt64.random(in: 0...UInt64.max))\n".utf8)) }
+            let note = Data("a note from the laptop".utf8), other = Data("the laptop's other file".utf8)
+            let page = Data("the package's page".utf8), picture = Data((0..<300_000).map { UInt8(truncatingIfNeeded: $0 &* 7) })
+            try laptop.write("Large.txt", large)
+            try laptop.write("Note.txt", note)
+            try laptop.write("Other.txt", other)
+            try laptop.write("Sketch.pages/Index.xml", page)
+            try laptop.write("Sketch.pages/Data/Picture.bin", picture)
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(phone.exists(".Large.txt.icloud") && !phone.exists("Large.txt"), "listed, not downloaded")
+            let items = try await laptop.client.changes(container: notes, since: 0).items.filter { !$0.deleted }.count
+
+            // Downloads the phone's agent put in place and was stopped before recording: the
+            // files are there, their records are not. And at a listed file's place, other bytes
+            // of its size (not that item: they must not be taken for it).
+            try phone.write("Large.txt", large)
+            try phone.write("Note.txt", note)
+            try phone.write("Sketch.pages/Index.xml", page)
+            try phone.write("Sketch.pages/Data/Picture.bin", picture)
+            let mine = Data(String(repeating: "p", count: other.count).utf8)
+            try phone.write("Other.txt", mine)
+            try await phone.sync.syncOnce()
+            try await laptop.sync.syncOnce()
+
+            for name in ["Large 2.txt", "Note 2.txt", "Sketch 2.pages"] {
+                #expect(!phone.exists(name) && !laptop.exists(name), "\(name): the file is its item, not a new one")
+            }
+            #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Large.txt")) == large)
+            #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Sketch.pages/Data/Picture.bin")) == picture)
+            #expect(!phone.exists(".Large.txt.icloud") && !phone.exists(".Note.txt.icloud"), "their placeholders went")
+            // The phone's other bytes are a new item (renamed on the phone first, its name
+            // taken: another round sends it), and both are kept on both devices.
+            try await phone.sync.syncOnce()
+            try await laptop.sync.syncOnce()
+            let after = try await laptop.client.changes(container: notes, since: 0).items.filter { !$0.deleted }.count
+            #expect(after == items + 1, "one item more: the phone's other file (\(items) → \(after))")
+            let kept = try FileManager.default.contentsOfDirectory(atPath: laptop.documents.path).filter { $0.hasPrefix("Other") }
+                .map { try Data(contentsOf: laptop.documents.appendingPathComponent($0)) }
+            #expect(Set(kept) == [other, mine], "\(kept.count) Other files on the laptop")
+
+            // A recorded file whose newer revision's download was put in place, and the agent
+            // stopped before recording it: its record still names the older revision, its
+            // state knows the newer. The phone's store is put back as it was between.
+            let recorded = try #require(try AgentStore(path: dir + "/phone.sqlite").files(of: notes)["Documents/Note.txt"])
+            let edited = Data("the laptop's second note".utf8)
+            try laptop.write("Note.txt", edited)
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Note.txt")) == edited)
+            let store = try AgentStore(path: dir + "/phone.sqlite")
+            let state = try #require(try store.state(of: notes))
+            #expect(state.remote[recorded.item]?.revision != recorded.revision)
+            try await store.record(notes, state: state, touched: [], changed: false, upsert: [recorded])
+            let restarted = try await keyedDevice("phone", base: base, dir: dir, chunks: .sealing, greedy: false)
+            let revision = try await laptop.client.items(container: notes, ids: [recorded.item]).first?.revision
+            try await restarted.sync.syncOnce()
+            let now = try #require(try await laptop.client.items(container: notes, ids: [recorded.item]).first)
+            #expect(now.revision == revision && now.conflicts.isEmpty, "nothing sent: the file is the server's revision")
+            #expect(try AgentStore(path: dir + "/phone.sqlite").files(of: notes)["Documents/Note.txt"]?.revision == revision)
+        }
+    }
+}
