@@ -103,7 +103,13 @@ extension ContainerSync {
         if signedHistory == nil, !signedHistoryLoaded { signedHistory = keptSignedHistory() }
         signedHistoryLoaded = true
         var history = signedHistory ?? SignedHistory(ledger: CommitLedger(container: container))
-        defer { signedHistoryChanges += 1 }
+        let before = signedHistory
+        // (The store keeps it again only if what was read, or is still to be checked, moved.)
+        defer {
+            if signedHistory?.position != before?.position || signedHistory?.pending != before?.pending || signedHistory?.ledger.heads != before?.ledger.heads {
+                signedHistoryChanges += 1
+            }
+        }
         while true {
             let page = try await client.signedCommits(container: container, after: history.position)
             for stored in page.commits {

@@ -92,3 +92,40 @@ import UbiquityTestSupport
         expectRefused(.malformed) { try RosterEntry(encoded: unknown) }
     }
 }
+
+extension EscrowRosterTests {
+    /// The escrow signs commits (what the server makes for the web page under Standard) while
+    /// it is the escrow: naming a roster entry of its term. Once Advanced is on, or another
+    /// escrow named, what it signs naming a later entry is refused; what it signed before stays
+    /// good. A key that was never the escrow signs nothing.
+    @Test func theEscrowSignsCommitsWhileItIsTheEscrowUnderStandard() throws {
+        let container = "A.com.example.notes"
+        var entries = try standard()
+        func commit(_ keys: DeviceKeys, after previous: SignedCommit?, naming head: RosterHead) throws -> SignedCommit {
+            try SignedCommit(container: container, contentHash: Array(repeating: 1, count: 32), after: previous, rosterHead: head, seen: [:], signedBy: keys)
+        }
+        let standard = try Roster.verify(entries)
+        let first = try commit(escrow, after: nil, naming: standard.head)
+        var ledger = CommitLedger(container: container)
+        #expect(try ledger.accept(first, roster: standard) == .accepted)
+        expectRefused(.badSignature) { try commit(DeviceKeys(), after: nil, naming: standard.head).verify(container: container, roster: standard) }
+        // Before it was named, it was not the escrow.
+        expectRefused(.badSignature) { try commit(escrow, after: nil, naming: RosterHead(index: 0, hash: entries[0].hash)).verify(container: container, roster: standard) }
+
+        // Advanced: its earlier commit stays good; one naming the switch or later is refused.
+        entries.append(try RosterEntry(.custody(.advanced), after: entries[1], signedBy: laptop))
+        let advanced = try Roster.verify(entries)
+        var later = CommitLedger(container: container)
+        #expect(try later.accept(first, roster: advanced) == .accepted)
+        expectRefused(.badSignature) { try later.accept(try commit(escrow, after: first, naming: advanced.head), roster: advanced) }
+        #expect(advanced.escrowTerms[escrow.publicKeys.deviceIdentifier] == [Roster.EscrowTerm(keys: escrow.publicKeys, from: 1, until: 2)])
+
+        // Standard again with a new escrow key: the new one signs, the old one still not.
+        let newEscrow = DeviceKeys()
+        entries.append(try RosterEntry(.custody(.standard), after: entries[2], signedBy: laptop))
+        entries.append(try RosterEntry(.escrow(newEscrow.publicKeys), after: entries[3], signedBy: laptop))
+        let again = try Roster.verify(entries)
+        try commit(newEscrow, after: nil, naming: again.head).verify(container: container, roster: again)
+        expectRefused(.badSignature) { try commit(escrow, after: first, naming: again.head).verify(container: container, roster: again) }
+    }
+}

@@ -202,6 +202,30 @@ import UbiquitySync
             #expect(deleted.items.map(\.name) == ["Renamed \(marker).txt"])
             // `ubiquity recover` with the escrow's key file shows the names; without it, the tags.
             let escrow = try EscrowKey.loadOrCreate(at: URL(fileURLWithPath: server.directory + "/escrow.key")).key
+            // What the page changed is signed by the escrow, as a device signs what it changes: a
+            // device's ledger takes the escrow's chain (the roster names it the escrow under
+            // Standard), and each commit names the page's changes as the server made them.
+            let kept = try await client.send(.get, "/v1/containers/\(notes)/signed-commits?after=0", token: laptop.token).decode(SignedCommitsPage.self)
+            let roster = try Roster.verify(try await KeyDirectoryTests().directory(client, token: laptop.token).roster.map { try RosterEntry(encoded: $0) })
+            var ledger = CommitLedger(container: notes)
+            var signed: [String: CommitContent.Outcome] = [:]
+            for stored in kept.commits {
+                let commit = try SignedCommit(encoded: stored.commit), content = try CommitContent(encoded: stored.content)
+                #expect(commit.device == escrow.keys.publicKeys.deviceIdentifier && content.hash == commit.contentHash)
+                #expect(try ledger.accept(commit, roster: roster) == .accepted)
+                for outcome in content.outcomes { signed[outcome.item] = outcome }
+            }
+            let madeId = try made.decode(WebItem.self).id
+            #expect(kept.commits.count == 4 && Set(signed.keys) == ["plan", madeId, uploadedId], "\(kept.commits.count) commits")
+            #expect(signed["plan"]?.deleted == true && signed[uploadedId]?.base == nil && signed[madeId]?.folder == nil)
+            struct Fetched: Decodable { var items: [ItemState] }
+            let states = try await client.send(.post, "/v1/containers/\(notes)/fetch", token: laptop.token, json: ["ids": Array(signed.keys)]).decode(Fetched.self).items
+            #expect(states.count == signed.count)
+            for state in states {
+                let outcome = try #require(signed[state.id])
+                #expect(state.revision == outcome.revision && state.sequence == outcome.sequence && state.deleted == outcome.deleted, "\(state.id)")
+                if !state.deleted { #expect(CommitContent.recordHash(of: state.record) == outcome.recordHash, "\(state.id)") }
+            }
             let recovered = try await server.admin.recoverable(accountName: "ada", escrow: escrow).filter { $0.item == "plan" }
             #expect(!recovered.isEmpty && recovered.allSatisfy { $0.record == nil && $0.name.contains(marker) }, "\(recovered.map(\.name))")
             #expect(recovered.contains { $0.name == "Renamed \(marker).txt" && $0.itemDeleted })

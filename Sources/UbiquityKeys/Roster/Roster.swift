@@ -44,6 +44,34 @@ public struct Roster: Sendable, Equatable {
     public private(set) var escrow: DevicePublicKeys?
     /// The recovery key's public half, if the account has one.
     public private(set) var recovery: DevicePublicKeys?
+    /// Each escrow key the roster ever named, with the stretches of entries it was the escrow
+    /// under Standard custody: from the entry that named it to the one that named another, or
+    /// switched to Advanced (nil: still the escrow). What it signed naming a roster head in
+    /// one of them stays valid, as a removed device's earlier commits do.
+    public private(set) var escrowTerms: [String: [EscrowTerm]] = [:]
+
+    /// A stretch of the roster during which a key was the escrow.
+    public struct EscrowTerm: Sendable, Equatable {
+        /// Its public keys.
+        public var keys: DevicePublicKeys
+        /// The entry that named it.
+        public var from: UInt64
+        /// The entry that ended it (nil: not ended).
+        public var until: UInt64?
+    }
+
+    /// The escrow's keys if `identifier` was the escrow under Standard custody at roster entry
+    /// `index`; nil otherwise.
+    public func escrowKeys(_ identifier: String, at index: UInt64) -> DevicePublicKeys? {
+        escrowTerms[identifier]?.first { $0.from <= index && $0.until.map { index < $0 } ?? true }?.keys
+    }
+
+    /// Ends the present escrow's term at entry `index`.
+    private mutating func endEscrowTerm(at index: UInt64) {
+        guard let identifier = escrow?.deviceIdentifier, var terms = escrowTerms[identifier], terms.last?.until == nil else { return }
+        terms[terms.count - 1].until = index
+        escrowTerms[identifier] = terms
+    }
     /// The last entry.
     public private(set) var head: RosterHead
 
@@ -127,6 +155,7 @@ public struct Roster: Sendable, Equatable {
             if next == .advanced {
                 // The server's copy is destroyed: a new root key it never sees, and no escrow.
                 epoch += 1
+                endEscrowTerm(at: entry.index)
                 escrow = nil
             }
             custody = next
@@ -135,7 +164,9 @@ public struct Roster: Sendable, Equatable {
             if let identifier = keys?.deviceIdentifier, members[identifier] != nil || removedAt[identifier] != nil || identifier == recovery?.deviceIdentifier {
                 throw broken("names a device's or the recovery key's keys as the escrow key")
             }
+            endEscrowTerm(at: entry.index)
             escrow = keys
+            if let keys { escrowTerms[keys.deviceIdentifier, default: []].append(EscrowTerm(keys: keys, from: entry.index, until: nil)) }
         case .recovery(let keys):
             if let identifier = keys?.deviceIdentifier, members[identifier] != nil || removedAt[identifier] != nil || identifier == escrow?.deviceIdentifier {
                 throw broken("names a device's or the escrow's keys as the recovery key")

@@ -40,4 +40,13 @@ extension PostgresDatabase {
             }
         }
     }
+
+    func lastKeptCommit(accountId: Int64, container: String, device: String) async throws -> Data? {
+        try await read { db in
+            try await db.rows("""
+                SELECT body FROM signed_commit WHERE account_id = \(accountId) AND container = \(container) AND device = \(device)
+                ORDER BY sequence DESC LIMIT 1
+                """).first.map { try $0.get("body", as: Data.self) }
+        }
+    }
 }

@@ -32,4 +32,11 @@ extension SQLiteDatabase {
             }
         }
     }
+
+    func lastKeptCommit(accountId: Int64, container: String, device: String) async throws -> Data? {
+        try await pool.read { db in
+            try Data.fetchOne(db, sql: "SELECT body FROM signedCommit WHERE accountId = ? AND container = ? AND device = ? ORDER BY sequence DESC LIMIT 1",
+                              arguments: [accountId, container, device])
+        }
+    }
 }

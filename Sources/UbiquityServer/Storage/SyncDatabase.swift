@@ -248,6 +248,8 @@ protocol SyncDatabase: Sendable {
     func keepCommit(accountId: Int64, container: String, commit: KeptCommit) async throws -> KeptCommitPlacement
     /// The container's kept commits after `position`, in the order they came, at most `limit`.
     func keptCommits(accountId: Int64, container: String, after position: Int64, limit: Int) async throws -> [StoredSignedCommit]
+    /// The bytes of `device`'s last kept commit of the container (its chain's head), if any.
+    func lastKeptCommit(accountId: Int64, container: String, device: String) async throws -> Data?
 
     /// The account's roster entries in order, and its envelopes for `recipients`.
     func accountKeys(accountId: Int64, recipients: [String]) async throws -> StoredAccountKeys

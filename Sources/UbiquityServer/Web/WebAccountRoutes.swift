@@ -121,7 +121,7 @@ extension SyncServices {
             // Innermost first: a folder goes after what is in it.
             func depth(_ item: ItemState) -> Int { listing.path(to: item.id).count }
             let doomed = listing.items.values.sorted { depth($0) > depth($1) } // what is beside Documents too: all the app's data
-            try await webDelete(doomed, container: container, device: device, records: records)
+            try await webDelete(doomed, container: container, device: device, records: records, logger: context.logger)
             context.logger.notice("a container's items were deleted from the web interface", metadata: ["container": "\(container)", "items": "\(doomed.count)"])
             return WebDeleteAllResponse(deleted: doomed.count)
         }

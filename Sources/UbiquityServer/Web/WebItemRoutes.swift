@@ -1,6 +1,8 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Logging
+import UbiquityKeys
 import UbiquityProtocol
 
 /// `POST …/items/:item/move`: a new name, a new folder, or both.
@@ -97,7 +99,7 @@ extension SyncServices {
             }
             let update = ItemUpdate(baseRevision: item.revision, name: name, parent: parent, kind: item.kind, modificationDate: item.modificationDate,
                                     type: item.type, manifest: item.manifest, changeId: RandomIdentifier.make())
-            return try await webCommit([(id, update)], container: container, device: device, records: records)[0]
+            return try await webCommit([(id, update)], container: container, device: device, records: records, logger: context.logger)[0]
         }
         items.delete { _, context -> HTTPResponse.Status in
             let (device, container, id) = try Self.webItem(context)
@@ -111,7 +113,7 @@ extension SyncServices {
                 doomed.append(item)
                 if item.kind == .directory { next += listing.children(of: current).map(\.id) }
             }
-            try await webDelete(doomed.reversed(), container: container, device: device, records: records)
+            try await webDelete(doomed.reversed(), container: container, device: device, records: records, logger: context.logger)
             return .noContent
         }
         items.get("versions") { _, context in
@@ -157,7 +159,7 @@ extension SyncServices {
             let (item, earlier) = (try records.open(stored), try records.open(storedEarlier, item: id))
             let update = ItemUpdate(baseRevision: item.revision, name: item.name, parent: item.parent, kind: item.kind, modificationDate: Date().timeIntervalSince1970,
                                     type: item.type, manifest: earlier.manifest, changeId: RandomIdentifier.make())
-            return try await webCommit([(id, update)], container: container, device: device, records: records)[0]
+            return try await webCommit([(id, update)], container: container, device: device, records: records, logger: context.logger)[0]
         }
         // The winner of a conflict: every device hears of the resolution.
         items.post("resolve") { request, context in
@@ -221,7 +223,7 @@ extension SyncServices {
     /// Commits updates made through the web interface in one transaction, as the browser's
     /// device; a refused one throws its error.
     /// Each update's record is sealed with `records` when the account has keys (``WebRecords``).
-    func webCommit(_ updates: [(id: String, update: ItemUpdate)], container: String, device: DeviceAuth, records: WebRecords) async throws -> [WebItem] {
+    func webCommit(_ updates: [(id: String, update: ItemUpdate)], container: String, device: DeviceAuth, records: WebRecords, logger: Logger) async throws -> [WebItem] {
         var commits: [ItemCommit] = []
         for (id, update) in updates {
             commits.append(ItemCommit(item: id, update: try await prepared(try records.sealed(update, item: id), of: id, in: container, for: device)))
@@ -232,6 +234,14 @@ extension SyncServices {
                                                  brief: true, limits: accountLimits, nameTags: tags)
         let outcomes = try verdicts.map { try $0.get() }
         metrics.count(.commits, by: outcomes.count)
+        // Signed by the escrow (under Standard, records sealed), before devices hear of it.
+        if records.records != nil {
+            await signAsEscrow(zip(commits, outcomes).filter { !$1.repeated }.map { commit, outcome in
+                CommitContent.Outcome(item: commit.item, folder: outcome.item.parent, recordHash: CommitContent.recordHash(of: commit.update.record),
+                                      revision: outcome.revision, base: commit.update.baseRevision, deleted: commit.update.deleted ?? false,
+                                      conflict: !outcome.isCurrent, sequence: outcome.item.sequence)
+            }, account: device.accountId, container: container, logger: logger)
+        }
         if let sequence = outcomes.map(\.item.sequence).max() {
             notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId)
         }
@@ -241,14 +251,14 @@ extension SyncServices {
     /// Deletes `items` in that order (what is in a folder before it), in batches of at most
     /// ``CommitBatchRequest/maximumCount``: each a deletion every device applies, recoverable
     /// from Recently Deleted.
-    func webDelete(_ items: [ItemState], container: String, device: DeviceAuth, records: WebRecords) async throws {
+    func webDelete(_ items: [ItemState], container: String, device: DeviceAuth, records: WebRecords, logger: Logger) async throws {
         let now = Date().timeIntervalSince1970
         let updates = items.map { item in
             (item.id, ItemUpdate(baseRevision: item.revision, name: item.name, parent: item.parent, kind: item.kind, modificationDate: now,
                                  manifest: Manifest(), deleted: true, changeId: RandomIdentifier.make()))
         }
         for start in stride(from: 0, to: updates.count, by: CommitBatchRequest.maximumCount) {
-            _ = try await webCommit(Array(updates[start..<min(updates.count, start + CommitBatchRequest.maximumCount)]), container: container, device: device, records: records)
+            _ = try await webCommit(Array(updates[start..<min(updates.count, start + CommitBatchRequest.maximumCount)]), container: container, device: device, records: records, logger: logger)
         }
     }
 

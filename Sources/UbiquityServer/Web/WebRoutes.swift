@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import Logging
 import NIOCore
 import UbiquityProtocol
 import UbiquitySync
@@ -230,13 +231,13 @@ extension SyncServices {
                 throw SyncError(.conflict, "missingChunks", "\(missing.count) of the file's chunks are not on the server: upload its parts again")
             }
             return try await webCreate(name: asked.name, parent: asked.parent, kind: .file, manifest: Manifest(chunks: asked.chunks),
-                                       modificationDate: asked.modificationDate, container: container, device: device)
+                                       modificationDate: asked.modificationDate, container: container, device: device, logger: context.logger)
         }
         containers.post("folders") { request, context in
             let (device, container) = try Self.webContainer(context)
             let asked = try await request.decode(as: WebFolderRequest.self, context: context)
             return try await webCreate(name: asked.name, parent: asked.parent, kind: .directory, manifest: Manifest(), modificationDate: nil,
-                                       container: container, device: device)
+                                       container: container, device: device, logger: context.logger)
         }
         addWebItemRoutes(to: api)
         addWebAccountRoutes(to: api)
@@ -248,7 +249,7 @@ extension SyncServices {
     /// `parent` (a folder of the container, or its top), as a new revision of the item of that
     /// name there (its earlier contents stay a version) or as a new item.
     func webCreate(name: String, parent: String?, kind: ItemKind, manifest: Manifest, modificationDate: Double?,
-                   container: String, device: DeviceAuth) async throws -> WebItem {
+                   container: String, device: DeviceAuth, logger: Logger) async throws -> WebItem {
         let parent = try Self.folderId(parent)
         try Validate.name(name)
         let records = try await webRecords(ofAccount: device.accountId, container: container)
@@ -261,7 +262,7 @@ extension SyncServices {
         let itemId = existing?.id ?? RandomIdentifier.make()
         let update = ItemUpdate(baseRevision: existing?.revision, name: name, parent: parent, kind: kind,
                                 modificationDate: modificationDate ?? Date().timeIntervalSince1970, manifest: manifest, changeId: RandomIdentifier.make())
-        return try await webCommit([(itemId, update)], container: container, device: device, records: records)[0]
+        return try await webCommit([(itemId, update)], container: container, device: device, records: records, logger: logger)[0]
     }
 
     /// The folders from the container's top down to `folder` (empty for the top), each read

@@ -1,0 +1,63 @@
+import Foundation
+import Logging
+import UbiquityKeys
+import UbiquityProtocol
+
+extension SyncServices {
+    /// Signs, as the account's escrow, what the server made of a change the web page asked
+    /// for (issue 45, docs/Encryption.md "Signed commits"): under Standard Data Protection the
+    /// server seals the page's records with the escrow's keys, and signs the outcome as a device
+    /// signs its own — a chain of the escrow's commits per container, kept with the devices'
+    /// and read by them, so that a change the page made is held to the same checks (a newer
+    /// state served older again, or hidden) as one a device made. The roster lets the escrow
+    /// sign only while it is the escrow under Standard (`Roster.escrowKeys(_:at:)`).
+    ///
+    /// Nothing is signed for an account without keys, under Advanced, or when this server's
+    /// escrow key is not the roster's. A failure is logged, never thrown: the change is made,
+    /// and reading devices check what is signed.
+    /// - Parameters:
+    ///   - outcomes: Each change the server made, as ``CommitContent/Outcome``.
+    ///   - account: The account.
+    ///   - container: The container.
+    func signAsEscrow(_ outcomes: [CommitContent.Outcome], account: Int64, container: String, logger: Logger) async {
+        guard let escrow, !outcomes.isEmpty else { return }
+        let keys = escrow.key.keys, device = escrow.key.keys.publicKeys.deviceIdentifier
+        do {
+            let stored = try await database.accountKeys(accountId: account, recipients: [])
+            guard !stored.roster.isEmpty else { return }
+            let roster = try Roster.verify(try stored.roster.map { try RosterEntry(encoded: $0) })
+            guard roster.custody == .standard, roster.escrow?.deviceIdentifier == device else { return }
+            var remaining = Array(outcomes)
+            while !remaining.isEmpty {
+                let content = CommitContent(outcomes: Array(remaining.prefix(CommitContent.maximumCount)))
+                remaining.removeFirst(content.outcomes.count)
+                try await keep(content, signedBy: keys, device: device, roster: roster, account: account, container: container, logger: logger)
+            }
+        } catch {
+            logger.error("the escrow could not sign the web page's change", metadata: ["container": "\(container)", "error": "\(error)"])
+        }
+    }
+
+    /// Signs `content` after the escrow's last commit of the container and keeps it; another
+    /// request signing at the same place first (two pages' changes at once) has it signed again
+    /// after that one.
+    private func keep(_ content: CommitContent, signedBy keys: DeviceKeys, device: String, roster: Roster, account: Int64, container: String,
+                      logger: Logger) async throws {
+        for _ in 0..<8 {
+            let last = try await database.lastKeptCommit(accountId: account, container: container, device: device).map { try SignedCommit(encoded: $0) }
+            let commit = try SignedCommit(container: container, contentHash: content.hash, after: last, rosterHead: roster.head, seen: [:], signedBy: keys)
+            let kept = KeptCommit(device: device, sequence: Int64(clamping: commit.sequence), previous: Data(commit.previous), hash: Data(commit.hash),
+                                  body: commit.encoded, content: content.encoded)
+            switch try await database.keepCommit(accountId: account, container: container, commit: kept) {
+            case .kept, .alreadyKept:
+                return
+            case .forked, .outOfOrder:
+                continue // (another signed at that place meanwhile: after it)
+            case .overBudget:
+                logger.warning("the escrow's commit was not kept: the container keeps its most bytes of commits", metadata: ["container": "\(container)"])
+                return
+            }
+        }
+        throw EncryptionError(.forked, "the escrow's commit found its place taken eight times")
+    }
+}
