@@ -215,7 +215,12 @@ import UbiquitySync
             let after = try await Self.read(client, token: phone.token, root: root)
             for (item, was) in before { #expect(after[item].map { $0.sealed && $0.name == was.name && $0.chunks == was.chunks } == true, "\(item)") }
 
-            // Under Advanced the server holds no key: nothing is touched.
+            // A round finds only accounts with something to seal: none now.
+            let idle = try await sealing.run()
+            #expect(idle.accounts == 0 && idle.skipped == 0 && idle.revisions == 0, "\(idle)")
+
+            // Under Advanced the server holds no key: what is left unsealed is not touched.
+            let late = try await client.commit(notes, "late", fileUpdate("Late.txt", [Array("written in plaintext before the switch".utf8)]), token: laptop.token)
             let directory = KeyDirectoryTests()
             let entries = try (try await directory.directory(client, token: laptop.token)).roster.map { try RosterEntry(encoded: $0) }
             let advanced = try RosterEntry(.custody(.advanced), after: entries.last, signedBy: keyHolder.laptop)
@@ -225,6 +230,7 @@ import UbiquitySync
             #expect(switched.status == .ok, "\(String(buffer: switched.body))")
             let skipped = try await sealing.run()
             #expect(skipped.accounts == 0 && skipped.skipped == 1 && skipped.revisions == 0, "\(skipped)")
+            #expect(try await client.changes(notes, token: phone.token).items.first { $0.id == "late" }.map { $0.record == nil && $0.revision == late.revision } == true)
         }
     }
 }

@@ -5,6 +5,17 @@ import UbiquitySync
 
 // PostgreSQL's half of sealing old revisions in place (``SealInPlace``), as the embedded database's.
 extension PostgresDatabase {
+    func accountsWithUnsealedRevisions() async throws -> [Int64] {
+        try await read { db in
+            try await db.rows("""
+                SELECT DISTINCT container.account_id FROM (SELECT DISTINCT container_id FROM revision WHERE record IS NULL) AS unsealed
+                JOIN container ON container.id = unsealed.container_id
+                WHERE EXISTS (SELECT 1 FROM roster_entry WHERE roster_entry.account_id = container.account_id)
+                ORDER BY container.account_id
+                """).map { try $0.get("account_id", as: Int64.self) }
+        }
+    }
+
     func unsealedRevisions(accountId: Int64, container: String, below cursor: UnsealedCursor, limit: Int) async throws -> [UnsealedRevision] {
         try await read { db in
             guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container) else { return [] }

@@ -23,6 +23,17 @@ extension SQLiteDatabase {
         }
     }
 
+    func accountsWithUnsealedRevisions() async throws -> [Int64] {
+        try await pool.read { db in
+            try Int64.fetchAll(db, sql: """
+                SELECT DISTINCT container.accountId FROM (SELECT DISTINCT containerId FROM revision WHERE record IS NULL) AS unsealed
+                JOIN container ON container.id = unsealed.containerId
+                WHERE EXISTS (SELECT 1 FROM rosterEntry WHERE rosterEntry.accountId = container.accountId)
+                ORDER BY container.accountId
+                """)
+        }
+    }
+
     func sealInPlace(accountId: Int64, container: String, rewrites: [RevisionRewrite], chunks: [String: Int64], now: Date) async throws -> SealedInPlace {
         let done = try await rules { storage in
             try await ServerRules.sealInPlace(account: accountId, container: container, rewrites: rewrites, chunks: chunks, now: now, in: storage)

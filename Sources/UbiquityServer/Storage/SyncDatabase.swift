@@ -335,6 +335,10 @@ protocol SyncDatabase: Sendable {
     /// Up to `limit` complete revisions of the container that have no sealed record, after
     /// `cursor` (older, or as old with a greater id), newest first.
     func unsealedRevisions(accountId: Int64, container: String, below cursor: UnsealedCursor, limit: Int) async throws -> [UnsealedRevision]
+    /// The accounts that have keys (a roster) and revisions without a sealed record, found by
+    /// the index of unsealed revisions alone — what a sealing round looks at, however many
+    /// accounts the server keeps.
+    func accountsWithUnsealedRevisions() async throws -> [Int64]
     /// Lists `chunks` (sealed, stored already, at their sizes) and rewrites the revisions as
     /// `rewrites` say, in one transaction (``ServerRules/sealInPlace(account:container:rewrites:chunks:now:in:)``).
     func sealInPlace(accountId: Int64, container: String, rewrites: [RevisionRewrite], chunks: [String: Int64], now: Date) async throws -> SealedInPlace
