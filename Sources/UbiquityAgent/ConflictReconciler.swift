@@ -105,8 +105,10 @@ final class ConflictReconciler {
             }
             if !resolved.isEmpty {
                 do {
-                    let answer = try sync.opened(try await sync.client.resolve(container: sync.container, item: item, keep: remote.revision, remove: resolved.sorted()))
+                    let raw = try await sync.client.resolve(container: sync.container, item: item, keep: remote.revision, remove: resolved.sorted())
+                    let answer = try sync.opened(raw)
                     sync.state.learn(ContainerSync.snapshot(answer))
+                    await sync.signResolution(raw, replaced: remote.revision)
                     if sync.errors[item]?.hasPrefix(Self.resolutionError) == true { sync.errors[item] = nil }
                     for revision in resolved {
                         guard await removeConflictVersion(revision, of: item, at: url, in: sync) else { continue } // kept; tried again next round

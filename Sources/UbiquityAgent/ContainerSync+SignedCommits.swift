@@ -51,6 +51,25 @@ extension ContainerSync {
         return (try signer.sign(content, container: container, after: try unsavedSigned.last?.commit ?? lastSignedCommit(), seen: seen), content)
     }
 
+    /// Signs what a resolution the server answered made — the kept revision current at a new
+    /// sequence, the other versions gone — as any change of this device is signed (`answer` as
+    /// it came, its record sealed; `replaced`: the revision that was current before, the base
+    /// unless it is the one kept), keeps the commit with the state learnt and sends it. The
+    /// resolution is made either way: a failure is logged (a commit whose write failed goes
+    /// with the next write, as a batch's does).
+    func signResolution(_ answer: ItemState, replaced: String?) async {
+        let made = MadeChange(item: answer.id, folder: answer.parent, record: answer.record, revision: answer.revision,
+                              base: replaced == answer.revision ? nil : replaced, deleted: answer.deleted, conflict: false, sequence: answer.sequence)
+        do {
+            guard let signed = try signedCommit(of: [made]) else { return }
+            try await persist(signed: signed)
+        } catch {
+            logger.error("a resolution could not be signed", metadata: ["container": "\(container)", "item": "\(answer.id)", "error": "\(error)"])
+            return
+        }
+        await sendSignedCommits()
+    }
+
     /// This device's newest signed commit here (read from the store the first time).
     func lastSignedCommit() throws -> SignedCommit? {
         if let head = signedHead { return head }

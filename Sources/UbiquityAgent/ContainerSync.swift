@@ -493,7 +493,10 @@ package actor ContainerSync {
                 }
             }
         case .resolve(let item, let keep, let remove):
-            state.learn(Self.snapshot(try opened(try await client.resolve(container: container, item: item, keep: keep, remove: remove))))
+            let replaced = state.persisted.remote[item]?.revision
+            let raw = try await client.resolve(container: container, item: item, keep: keep, remove: remove)
+            state.learn(Self.snapshot(try opened(raw)))
+            await signResolution(raw, replaced: replaced)
         }
         try await persist()
     }

@@ -1,5 +1,6 @@
 import Foundation
 import Testing
+import UbiquityCoordination
 import UbiquityKeys
 import UbiquityProtocol
 import UbiquitySync
@@ -93,6 +94,46 @@ extension ContainerSyncTests {
             let again = try await sealingDevice("phone", base: base, dir: dir)
             try await again.sync.syncOnce()
             #expect(await again.sync.signedCommitsRead >= 13, "read again from the start")
+        }
+    }
+
+    /// A conflict resolved on a device is signed as its other changes are: the commit names the
+    /// item's state as the server made it (the kept revision current, at the sequence of the
+    /// resolution), so a server that serves the conflict again is caught like any older state.
+    @Test func aResolutionIsSignedByTheDeviceThatMadeIt() async throws {
+        try await withServer { base, dir in
+            let laptop = try await sealingDevice("laptop", base: base, dir: dir)
+            let phone = try await sealingDevice("phone", base: base, dir: dir)
+            try laptop.write("Trip.txt", Data("pack the tent".utf8))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            try laptop.write("Trip.txt", Data("from the laptop".utf8))
+            try await Task.sleep(for: .milliseconds(20))
+            try phone.write("Trip.txt", Data("from the phone".utf8))
+            for _ in 0..<2 {
+                try await laptop.sync.syncOnce()
+                try await phone.sync.syncOnce()
+            }
+            let url = phone.documents.appendingPathComponent("Trip.txt")
+            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: url)?.count == 1)
+            let before = try await phone.client.signedCommits(container: notes, after: 0).commits.count
+
+            for version in NSFileVersion.unresolvedConflictVersionsOfItem(at: url) ?? [] { version.isResolved = true }
+            try NSFileVersion.removeOtherVersionsOfItem(at: url)
+            try await phone.sync.syncOnce()
+
+            let page = try await phone.client.signedCommits(container: notes, after: 0)
+            #expect(page.commits.count == before + 1, "one commit more: the resolution's")
+            let last = try #require(page.commits.last)
+            let content = try CommitContent(encoded: last.content)
+            let outcome = try #require(content.outcomes.first)
+            let state = try #require(try await phone.client.items(container: notes, ids: [outcome.item]).first)
+            #expect(content.outcomes.count == 1 && state.conflicts.isEmpty)
+            #expect(outcome.revision == state.revision && outcome.sequence == state.sequence && outcome.base == nil && !outcome.deleted)
+            #expect(CommitContent.recordHash(of: state.record) == outcome.recordHash)
+            // The laptop's ledger takes it, and the laptop follows the resolution.
+            try await laptop.sync.syncOnce()
+            #expect(await laptop.sync.conflicts(of: "Documents/Trip.txt").isEmpty)
         }
     }
 }

@@ -232,6 +232,41 @@ import UbiquitySync
             let unopened = try await server.admin.recoverable(accountName: "ada").filter { $0.item == "plan" }
             #expect(!unopened.isEmpty && unopened.allSatisfy { $0.record != nil && !$0.name.contains(marker) })
 
+            // A conflict resolved on the page and an item restored from Recently Deleted are
+            // signed by the escrow too, each naming the state the server made.
+            let phone = try await client.signIn("ada", device: "phone")
+            let uploadedNow = try #require(states.first { $0.id == uploadedId })
+            func edit(_ name: String) throws -> ItemUpdate {
+                try records.sealed(ItemUpdate(baseRevision: uploadedNow.revision, name: name, parent: "trips", kind: .file, modificationDate: 1_800_000_200,
+                                              manifest: Manifest(chunks: [])), item: uploadedId, manifest: Manifest(chunks: []))
+            }
+            let fromLaptop = try await client.commit(notes, uploadedId, try edit("Upload \(marker) (laptop).bin"), token: laptop.token)
+            try await Task.sleep(for: .milliseconds(20))
+            let fromPhone = try await client.commit(notes, uploadedId, try edit("Upload \(marker) (phone).bin"), token: phone.token)
+            #expect(fromPhone.item.conflicts.map(\.revision) == [fromLaptop.revision])
+            let resolved = try await client.send(.post, "\(api)/items/\(uploadedId)/resolve", json: WebResolveRequest(keep: fromLaptop.revision), headers: web)
+            #expect(resolved.status == .ok, "\(String(buffer: resolved.body))")
+            let deletedRevision = try #require(deleted.items.first?.revision)
+            let restored = try await client.send(.post, "/web/api/deleted/restore", json: WebRestoreRequest(revisions: [deletedRevision]), headers: web)
+            #expect(restored.status == .noContent, "\(String(buffer: restored.body))")
+            let more = try await client.send(.get, "/v1/containers/\(notes)/signed-commits?after=\(try #require(kept.commits.last).position)", token: laptop.token)
+                .decode(SignedCommitsPage.self)
+            #expect(more.commits.count == 2, "the resolution's and the restore's")
+            var afterPage: [String: CommitContent.Outcome] = [:]
+            for stored in more.commits {
+                let commit = try SignedCommit(encoded: stored.commit), content = try CommitContent(encoded: stored.content)
+                #expect(try ledger.accept(commit, roster: roster) == .accepted)
+                for outcome in content.outcomes { afterPage[outcome.item] = outcome }
+            }
+            let now = try await client.send(.post, "/v1/containers/\(notes)/fetch", token: laptop.token, json: ["ids": [uploadedId, "plan"]]).decode(Fetched.self).items
+            for state in now {
+                let outcome = try #require(afterPage[state.id])
+                #expect(state.revision == outcome.revision && state.sequence == outcome.sequence && !state.deleted && !outcome.deleted, "\(state.id)")
+                #expect(CommitContent.recordHash(of: state.record) == outcome.recordHash, "\(state.id)")
+            }
+            #expect(afterPage[uploadedId]?.revision == fromLaptop.revision && afterPage[uploadedId]?.base == fromPhone.revision)
+            #expect(afterPage["plan"]?.base == signed["plan"]?.revision, "restored from its deletion")
+
             // The server's files hold none of the names.
             if backend == .sqlite {
                 #expect(try await onBackgroundThread { Self.files(under: server.directory, contain: marker) } == [])

@@ -173,8 +173,12 @@ extension SyncServices {
             let state = try await database.resolve(accountId: device.accountId, container: container, itemId: id,
                                                    request: ResolveRequest(keep: asked.keep, remove: ([item.revision] + item.conflicts.map(\.revision)).filter { $0 != asked.keep }))
             metrics.count(.commits)
+            let records = try await webRecords(ofAccount: device.accountId, container: container)
+            if records.records != nil {
+                await signAsEscrow([Self.outcome(of: state, replacing: item.revision)], account: device.accountId, container: container, logger: context.logger)
+            }
             notifier.publish(account: device.accountId, container: container, sequence: state.sequence)
-            return WebItem(try await webRecords(ofAccount: device.accountId, container: container).open(state))
+            return WebItem(try records.open(state))
         }
 
         // Recently Deleted: what `ubiquity recover` lists and restores.
@@ -207,12 +211,18 @@ extension SyncServices {
             }
             for revision in asked.revisions { try Validate.identifier(revision, field: "revision") }
             guard let account = try await database.account(id: device.accountId) else { throw SyncError.unauthorized }
-            let allowed = Dictionary(try await database.recoverable(accountName: account.name, now: Date(), retention: retention).map { ($0.revision, $0.container) },
+            let allowed = Dictionary(try await database.recoverable(accountName: account.name, now: Date(), retention: retention).map { ($0.revision, ($0.container, $0.item)) },
                                      uniquingKeysWith: { first, _ in first })
             for revision in asked.revisions {
-                guard let container = allowed[revision], device.allows(container) else { throw SyncError(.notFound, "notFound", "no such deleted item") }
+                guard let (container, item) = allowed[revision], device.allows(container) else { throw SyncError(.notFound, "notFound", "no such deleted item") }
+                let before = try await database.item(accountId: device.accountId, container: container, id: item, brief: true)
                 guard let (container, sequence) = try await database.restore(accountName: account.name, revision: revision, now: Date()) else {
                     throw SyncError(.notFound, "notFound", "no such deleted item")
+                }
+                // (Signed by the escrow under Standard, as the page's other changes.)
+                if try await webRecords(ofAccount: device.accountId, container: container).records != nil,
+                   let state = try await database.item(accountId: device.accountId, container: container, id: item, brief: true) {
+                    await signAsEscrow([Self.outcome(of: state, replacing: before?.revision)], account: device.accountId, container: container, logger: context.logger)
                 }
                 notifier.publish(account: device.accountId, container: container, sequence: sequence)
             }
@@ -246,6 +256,14 @@ extension SyncServices {
             notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId)
         }
         return try outcomes.map { WebItem(try records.open($0.item)) }
+    }
+
+    /// What a change the server made for the page (a resolution, a restore from Recently
+    /// Deleted) made of an item, as a signed commit names it: its state now, made from
+    /// `replaced` (the revision current before, unless it is the one kept).
+    static func outcome(of state: ItemState, replacing replaced: String?) -> CommitContent.Outcome {
+        CommitContent.Outcome(item: state.id, folder: state.parent, recordHash: CommitContent.recordHash(of: state.record), revision: state.revision,
+                              base: replaced == state.revision ? nil : replaced, deleted: state.deleted, sequence: state.sequence)
     }
 
     /// Deletes `items` in that order (what is in a folder before it), in batches of at most
