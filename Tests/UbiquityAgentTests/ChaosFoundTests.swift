@@ -598,7 +598,7 @@ private func editTwiceOnTheLaptop(_ name: String, _ laptop: ContainerSyncTests.D
 
 /// Trip.txt made on the laptop, then edited on both before either hears of the other, and
 /// every device told: one conflict (the phone's edit current, the laptop's a conflict version).
-private func makeConflict(_ laptop: ContainerSyncTests.Device, _ phone: ContainerSyncTests.Device) async throws {
+func makeConflict(_ laptop: ContainerSyncTests.Device, _ phone: ContainerSyncTests.Device) async throws {
     try laptop.write("Trip.txt", Data("pack the tent".utf8))
     try await laptop.sync.syncOnce()
     try await phone.sync.syncOnce()

@@ -104,16 +104,7 @@ extension ContainerSyncTests {
         try await withServer { base, dir in
             let laptop = try await sealingDevice("laptop", base: base, dir: dir)
             let phone = try await sealingDevice("phone", base: base, dir: dir)
-            try laptop.write("Trip.txt", Data("pack the tent".utf8))
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
-            try laptop.write("Trip.txt", Data("from the laptop".utf8))
-            try await Task.sleep(for: .milliseconds(20))
-            try phone.write("Trip.txt", Data("from the phone".utf8))
-            for _ in 0..<2 {
-                try await laptop.sync.syncOnce()
-                try await phone.sync.syncOnce()
-            }
+            try await makeConflict(laptop, phone)
             let url = phone.documents.appendingPathComponent("Trip.txt")
             #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: url)?.count == 1)
             let before = try await phone.client.signedCommits(container: notes, after: 0).commits.count

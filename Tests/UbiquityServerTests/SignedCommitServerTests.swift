@@ -111,4 +111,34 @@ import UbiquityProtocol
             #expect(try await send(client, token: token, [good]).decode(SignedCommitsResponse.self).positions == [1])
         }
     }
+
+    /// What the escrow signs is kept only while the roster still ends at the entry it named,
+    /// checked with the commit in one transaction: a switch to Advanced landing between the
+    /// server's reading of the roster and its keeping of the commit leaves the commit out (a
+    /// device closing the escrow's chains at the switch must have read all of it).
+    @Test(arguments: Backend.all) func anEscrowCommitIsKeptOnlyWhileTheRosterEndsWhereItSaid(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let token = try await client.signIn("ada", device: "laptop").token
+            let genesis = try RosterEntry(.genesis(keys: laptop.publicKeys, name: "laptop"), after: nil, signedBy: laptop)
+            let addPhone = try RosterEntry(.addDevice(keys: phone.publicKeys, name: "phone"), after: genesis, signedBy: laptop)
+            let setUp = try await client.send(.post, "/v1/keys/roster", token: token, json: RosterAppendRequest(after: 0, entries: [genesis.encoded, addPhone.encoded], envelopes: []))
+            #expect(setUp.status == .ok, "\(String(buffer: setUp.body))")
+            let account = try #require(try await server.admin.database.accounts().first { $0.name == "ada" }).id
+            func kept(_ item: String, after previous: SignedCommit?, naming head: RosterHead) throws -> (KeptCommit, SignedCommit) {
+                let content = content(item)
+                let commit = try SignedCommit(container: container, contentHash: content.hash, after: previous, rosterHead: head, seen: [:], signedBy: laptop)
+                return (KeptCommit(device: commit.device, sequence: Int64(commit.sequence), previous: Data(commit.previous), hash: Data(commit.hash),
+                                   body: commit.encoded, content: content.encoded), commit)
+            }
+            let roster = try Roster.verify([genesis, addPhone])
+            let (stale, _) = try kept("a", after: nil, naming: RosterHead(index: 0, hash: genesis.hash))
+            #expect(try await server.admin.database.keepCommit(accountId: account, container: container, commit: stale, rosterEntry: 0) == .rosterMoved)
+            let (current, first) = try kept("a", after: nil, naming: roster.head)
+            #expect(try await server.admin.database.keepCommit(accountId: account, container: container, commit: current, rosterEntry: 1) == .kept(1))
+            // Without a roster entry to hold to (a device's commit), the roster is not asked.
+            let (next, _) = try kept("b", after: first, naming: RosterHead(index: 0, hash: genesis.hash))
+            #expect(try await server.admin.database.keepCommit(accountId: account, container: container, commit: next, rosterEntry: nil) == .kept(2))
+        }
+    }
 }

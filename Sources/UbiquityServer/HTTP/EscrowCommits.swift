@@ -21,41 +21,42 @@ extension SyncServices {
     ///   - container: The container.
     func signAsEscrow(_ outcomes: [CommitContent.Outcome], account: Int64, container: String, logger: Logger) async {
         guard let escrow, !outcomes.isEmpty else { return }
-        let keys = escrow.key.keys, device = escrow.key.keys.publicKeys.deviceIdentifier
         do {
-            let stored = try await database.accountKeys(accountId: account, recipients: [])
-            guard !stored.roster.isEmpty else { return }
-            let roster = try Roster.verify(try stored.roster.map { try RosterEntry(encoded: $0) })
-            guard roster.custody == .standard, roster.escrow?.deviceIdentifier == device else { return }
             var remaining = Array(outcomes)
             while !remaining.isEmpty {
                 let content = CommitContent(outcomes: Array(remaining.prefix(CommitContent.maximumCount)))
                 remaining.removeFirst(content.outcomes.count)
-                try await keep(content, signedBy: keys, device: device, roster: roster, account: account, container: container, logger: logger)
+                guard try await keep(content, signedBy: escrow.key.keys, account: account, container: container, logger: logger) else { return }
             }
         } catch {
             logger.error("the escrow could not sign the web page's change", metadata: ["container": "\(container)", "error": "\(error)"])
         }
     }
 
-    /// Signs `content` after the escrow's last commit of the container and keeps it; another
-    /// request signing at the same place first (two pages' changes at once) has it signed again
-    /// after that one.
-    private func keep(_ content: CommitContent, signedBy keys: DeviceKeys, device: String, roster: Roster, account: Int64, container: String,
-                      logger: Logger) async throws {
+    /// Signs `content` after the escrow's last commit of the container, naming the roster's
+    /// head, and keeps it only while the roster still ends there (``SyncDatabase/keepCommit(accountId:container:commit:rosterEntry:)``).
+    /// Another request signing at the same place first (two pages' changes at once), or the
+    /// roster moving on meanwhile, has it signed again. Returns false when the escrow signs
+    /// nothing for the account (no keys, Advanced, another escrow key named).
+    private func keep(_ content: CommitContent, signedBy keys: DeviceKeys, account: Int64, container: String, logger: Logger) async throws -> Bool {
+        let device = keys.publicKeys.deviceIdentifier
         for _ in 0..<8 {
+            let stored = try await database.accountKeys(accountId: account, recipients: [])
+            guard !stored.roster.isEmpty else { return false }
+            let roster = try Roster.verify(try stored.roster.map { try RosterEntry(encoded: $0) })
+            guard roster.custody == .standard, roster.escrow?.deviceIdentifier == device else { return false }
             let last = try await database.lastKeptCommit(accountId: account, container: container, device: device).map { try SignedCommit(encoded: $0) }
             let commit = try SignedCommit(container: container, contentHash: content.hash, after: last, rosterHead: roster.head, seen: [:], signedBy: keys)
             let kept = KeptCommit(device: device, sequence: Int64(clamping: commit.sequence), previous: Data(commit.previous), hash: Data(commit.hash),
                                   body: commit.encoded, content: content.encoded)
-            switch try await database.keepCommit(accountId: account, container: container, commit: kept) {
+            switch try await database.keepCommit(accountId: account, container: container, commit: kept, rosterEntry: Int64(clamping: roster.head.index)) {
             case .kept, .alreadyKept:
-                return
-            case .forked, .outOfOrder:
-                continue // (another signed at that place meanwhile: after it)
+                return true
+            case .forked, .outOfOrder, .rosterMoved:
+                continue // (another signed at that place meanwhile, or the roster moved: again, after it)
             case .overBudget:
                 logger.warning("the escrow's commit was not kept: the container keeps its most bytes of commits", metadata: ["container": "\(container)"])
-                return
+                return true
             }
         }
         throw EncryptionError(.forked, "the escrow's commit found its place taken eight times")

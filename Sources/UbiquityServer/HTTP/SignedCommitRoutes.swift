@@ -28,7 +28,7 @@ extension SyncServices {
             var positions: [Int64] = []
             for upload in sent.commits {
                 let kept = try Self.checked(upload, of: container, roster: roster, logger: context.logger, device: device)
-                switch try await database.keepCommit(accountId: device.accountId, container: container, commit: kept) {
+                switch try await database.keepCommit(accountId: device.accountId, container: container, commit: kept, rosterEntry: nil) {
                 case .kept(let position), .alreadyKept(let position):
                     positions.append(position)
                 case .forked:
@@ -39,6 +39,8 @@ extension SyncServices {
                 case .overBudget:
                     context.logger.warning("signed commit refused: the container keeps its most bytes of commits", metadata: ["device": "\(device.deviceId)"])
                     throw SyncError(.contentTooLarge, "commitBudget", "this container keeps \(KeptCommit.containerBudget) bytes of signed commits, the most it may")
+                case .rosterMoved:
+                    throw SyncError(.conflict, "rosterMoved", "the account's roster moved on") // (not asked for: no roster entry given)
                 }
             }
             return SignedCommitsResponse(positions: positions)

@@ -48,4 +48,7 @@ enum KeptCommitPlacement: Sendable, Equatable {
     case outOfOrder(expected: Int64)
     /// The container keeps ``KeptCommit/containerBudget`` bytes of commits already.
     case overBudget
+    /// The account's roster has moved past the entry the commit was to be kept at (an escrow
+    /// commit: the roster may have turned Advanced, after which the escrow signs nothing).
+    case rosterMoved
 }

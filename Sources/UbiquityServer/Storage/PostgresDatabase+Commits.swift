@@ -4,10 +4,15 @@ import UbiquityProtocol
 
 // PostgreSQL's record of devices' signed commits (as the embedded database's).
 extension PostgresDatabase {
-    func keepCommit(accountId: Int64, container: String, commit: KeptCommit) async throws -> KeptCommitPlacement {
+    func keepCommit(accountId: Int64, container: String, commit: KeptCommit, rosterEntry: Int64?) async throws -> KeptCommitPlacement {
         try await transaction { db in
-            // One commit at a time per account (positions follow one another): the account's row is the lock.
+            // One commit at a time per account (positions follow one another): the account's row
+            // is the lock — roster appends take it too.
             _ = try await db.rows("SELECT id FROM account WHERE id = \(accountId) FOR UPDATE")
+            if let rosterEntry {
+                let last = try await db.rows("SELECT MAX(idx) AS last FROM roster_entry WHERE account_id = \(accountId)").first
+                guard try last?.get("last", as: Int64?.self) == rosterEntry else { return .rosterMoved }
+            }
             let existing = try await db.rows("""
                 SELECT position, hash FROM signed_commit WHERE account_id = \(accountId) AND container = \(container)
                 AND device = \(commit.device) AND sequence = \(commit.sequence)

@@ -4,8 +4,12 @@ import UbiquityProtocol
 
 // The embedded database's record of devices' signed commits (issue 45).
 extension SQLiteDatabase {
-    func keepCommit(accountId: Int64, container: String, commit: KeptCommit) async throws -> KeptCommitPlacement {
+    func keepCommit(accountId: Int64, container: String, commit: KeptCommit, rosterEntry: Int64?) async throws -> KeptCommitPlacement {
         try await pool.write { db in
+            if let rosterEntry {
+                let last = try Int64.fetchOne(db, sql: "SELECT MAX(idx) FROM rosterEntry WHERE accountId = ?", arguments: [accountId])
+                guard last == rosterEntry else { return .rosterMoved }
+            }
             let existing = try Row.fetchOne(db, sql: "SELECT position, hash FROM signedCommit WHERE accountId = ? AND container = ? AND device = ? AND sequence = ?",
                                             arguments: [accountId, container, commit.device, commit.sequence]).map { (position: $0["position"] as Int64, hash: $0["hash"] as Data) }
             let last = try Row.fetchOne(db, sql: """

@@ -244,8 +244,10 @@ package struct SignInAttempts: Sendable, Equatable {
 protocol SyncDatabase: Sendable {
     /// Keeps `commit` after the container's last, if it is the next of its device's chain
     /// (``KeptCommit/placement(existing:last:)``) and the container's commits stay within
-    /// ``KeptCommit/containerBudget``.
-    func keepCommit(accountId: Int64, container: String, commit: KeptCommit) async throws -> KeptCommitPlacement
+    /// ``KeptCommit/containerBudget`` — and, given `rosterEntry`, only while the account's
+    /// roster still ends at that entry (checked in the same transaction as roster appends are
+    /// made in: what the escrow signed is never kept after a switch to Advanced).
+    func keepCommit(accountId: Int64, container: String, commit: KeptCommit, rosterEntry: Int64?) async throws -> KeptCommitPlacement
     /// The container's kept commits after `position`, in the order they came, at most `limit`.
     func keptCommits(accountId: Int64, container: String, after position: Int64, limit: Int) async throws -> [StoredSignedCommit]
     /// The bytes of `device`'s last kept commit of the container (its chain's head), if any.
