@@ -167,8 +167,8 @@ final class ChangeFinder {
             versionStores[folder] = found
             return found
         }
-        // An item found to be the file at `path`: recorded as that item (`edited`: holding a
-        // change made here, not the server's contents).
+        // An item found to be the file at `path`: recorded as that item (`revision`: the
+        // server's it holds; nil: a change made here), its record elsewhere dropped.
         func adopt(_ item: String, at path: String, print: LocalFingerprint, content: ContentToken, leftover: String?, revision: String?) async throws {
             if let old = sync.files.file(of: item) {
                 if let leftover { try await sync.materialiser.coordinatedRemove(leftover, in: sync) }
