@@ -213,6 +213,7 @@ extension SyncServices {
             guard let account = try await database.account(id: device.accountId) else { throw SyncError.unauthorized }
             let allowed = Dictionary(try await database.recoverable(accountName: account.name, now: Date(), retention: retention).map { ($0.revision, ($0.container, $0.item)) },
                                      uniquingKeysWith: { first, _ in first })
+            var keyed: [String: Bool] = [:] // (whether each container's records are sealed: the escrow's keys opened once per container)
             for revision in asked.revisions {
                 guard let (container, item) = allowed[revision], device.allows(container) else { throw SyncError(.notFound, "notFound", "no such deleted item") }
                 let before = try await database.item(accountId: device.accountId, container: container, id: item, brief: true)
@@ -220,7 +221,8 @@ extension SyncServices {
                     throw SyncError(.notFound, "notFound", "no such deleted item")
                 }
                 // (Signed by the escrow under Standard, as the page's other changes.)
-                if try await webRecords(ofAccount: device.accountId, container: container).records != nil,
+                if keyed[container] == nil { keyed[container] = try await webRecords(ofAccount: device.accountId, container: container).records != nil }
+                if keyed[container] == true,
                    let state = try await database.item(accountId: device.accountId, container: container, id: item, brief: true) {
                     await signAsEscrow([Self.outcome(of: state, replacing: before?.revision)], account: device.accountId, container: container, logger: context.logger)
                 }
