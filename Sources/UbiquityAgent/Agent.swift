@@ -370,7 +370,7 @@ actor AccountSession {
         let sync = try ContainerSync(container: identifier, root: paths.container(identifier, account: credentials.identityToken), client: client, store: store,
                                      device: credentials.deviceId, greedy: configuration.greedy,
                                      packageExtensions: configuration.allPackageExtensions, logger: logger,
-                                     codecs: codecs,
+                                     codecs: codecs, keysOutdated: { await keys.outdated() },
                                      onStatusChange: { [statusChanged] in statusChanged.yield() })
         containers[identifier] = sync
         if connected { Task { await sync.notePushes(live: true) } }

@@ -34,9 +34,9 @@ extension ContainerSync {
     }
 
     /// The signed commit of `made` after this device's last (nil: this device does not sign —
-    /// no keys, or its records are not sealed — or nothing was made).
-    func signedCommit(of made: [MadeChange]) throws -> (commit: SignedCommit, content: CommitContent)? {
-        guard let signer = codec.signer, codec.records?.seals == true, !made.isEmpty else { return nil }
+    /// no keys, or its records are not sealed — or nothing was made and it is not `closing`).
+    func signedCommit(of made: [MadeChange], closing: Bool = false) throws -> (commit: SignedCommit, content: CommitContent)? {
+        guard let signer = codec.signer, codec.records?.seals == true, !made.isEmpty || closing else { return nil }
         let content = CommitContent(outcomes: made.map {
             CommitContent.Outcome(item: $0.item, folder: $0.folder, recordHash: CommitContent.recordHash(of: $0.record), revision: $0.revision,
                                   base: $0.base, deleted: $0.deleted, conflict: $0.conflict, sequence: $0.sequence)
@@ -45,7 +45,10 @@ extension ContainerSync {
         // commit but not one of those (a server hiding it from some devices) refuses it.
         var seen = (signedHistory?.ledger.heads ?? [:]).filter { $0.key != signer.device }
         if seen.count > SignedCommit.maximumSeen {
-            seen = Dictionary(uniqueKeysWithValues: seen.sorted { $0.value.sequence > $1.value.sequence }.prefix(SignedCommit.maximumSeen).map { ($0.key, $0.value) })
+            // (The chains of ended terms first: a closing commit names where it closes them.)
+            let ended = Set((signer.roster?.endedTerms ?? []).map(\.signer))
+            seen = Dictionary(uniqueKeysWithValues: seen.sorted { (ended.contains($0.key) ? 1 : 0, $0.value.sequence) > (ended.contains($1.key) ? 1 : 0, $1.value.sequence) }
+                .prefix(SignedCommit.maximumSeen).map { ($0.key, $0.value) })
         }
         // (After a commit whose write failed, if there is one: it goes first.)
         return (try signer.sign(content, container: container, after: try unsavedSigned.last?.commit ?? lastSignedCommit(), seen: seen), content)
@@ -115,7 +118,51 @@ extension ContainerSync {
     /// without the account's roster.
     /// - Throws: ``EncryptionError`` naming what failed; the server's errors.
     func checkSigned(_ items: [ItemState], since cursor: Int64, upTo high: Int64, final: Bool) async throws -> [ItemState] {
-        guard var roster = codec.signer?.roster else { return [] }
+        guard var history = try await readSignedCommits() else { return [] }
+        let read = history.pending
+        let shown = Dictionary(items.map { ($0.id, $0.sequence) }, uniquingKeysWith: max)
+        func known(_ item: String) -> Int64 { state.persisted.remote[item]?.sequence ?? Int64.min }
+        var missing: [String: Int64] = [:]
+        for (item, sequences) in history.pending {
+            for sequence in sequences where sequence <= high {
+                if let at = shown[item] {
+                    guard at >= sequence else { throw Self.hidden(item, sequence, shownAt: at, upTo: high) }
+                } else if known(item) < sequence, final || sequence <= cursor {
+                    missing[item] = max(missing[item] ?? sequence, sequence)
+                }
+            }
+        }
+        var fetched: [ItemState] = []
+        let asked = Array(missing.keys)
+        for start in stride(from: 0, to: asked.count, by: ItemsFetchRequest.maximumCount) {
+            fetched += try opened(try await client.items(container: container, ids: Array(asked[start..<min(asked.count, start + ItemsFetchRequest.maximumCount)])))
+        }
+        let got = Dictionary(fetched.map { ($0.id, $0.sequence) }, uniquingKeysWith: max)
+        for (item, sequence) in missing {
+            if let at = got[item] {
+                guard at >= sequence else { throw Self.hidden(item, sequence, shownAt: at, upTo: high) }
+            } else if let had = state.persisted.remote[item], !had.deleted {
+                throw Self.hidden(item, sequence, shownAt: nil, upTo: high)
+            } // (else: a deleted item the server has since collected)
+        }
+        // What is reflected now is not looked at again.
+        for (item, sequences) in history.pending {
+            let reflected = max(shown[item] ?? Int64.min, known(item), got[item] ?? Int64.min)
+            let left = sequences.filter { $0 > high || ($0 > reflected && missing[item] == nil) }
+            history.pending[item] = left.isEmpty ? nil : left
+        }
+        signedHistory = history
+        if history.pending != read { signedHistoryChanges += 1 } // (the store keeps it again)
+        return fetched
+    }
+
+    /// Reads the commits kept since the last look into the ledger (the store's checkpoint
+    /// first, at the first look of this run) and returns what this device now holds of the
+    /// container's history (nil: nothing to read without the account's roster).
+    /// - Throws: ``EncryptionError`` for a forged, withheld, forked or replayed commit (after a
+    ///   withheld or forked one the history is read from the start next time); the server's errors.
+    func readSignedCommits() async throws -> SignedHistory? {
+        guard var roster = codec.signer?.roster else { return nil }
         var rosterRead = false
         // (The store's checkpoint at the first look of this run only: later, nil means the
         // history was forgotten, and the checkpoint with it at the next write.)
@@ -163,39 +210,39 @@ extension ContainerSync {
         }
         // (Kept before checking: what was read stays read, whatever the page turns out to be.)
         signedHistory = history
-        let shown = Dictionary(items.map { ($0.id, $0.sequence) }, uniquingKeysWith: max)
-        func known(_ item: String) -> Int64 { state.persisted.remote[item]?.sequence ?? Int64.min }
-        var missing: [String: Int64] = [:]
-        for (item, sequences) in history.pending {
-            for sequence in sequences where sequence <= high {
-                if let at = shown[item] {
-                    guard at >= sequence else { throw Self.hidden(item, sequence, shownAt: at, upTo: high) }
-                } else if known(item) < sequence, final || sequence <= cursor {
-                    missing[item] = max(missing[item] ?? sequence, sequence)
-                }
-            }
+        return history
+    }
+
+    /// Closes the chains of the terms that ended (a device removed, the escrow key replaced or
+    /// gone with the switch to Advanced) here: once the roster this device holds shows one that
+    /// no closing commit of the container closes yet, it reads the container's commits and
+    /// signs a closing commit naming the heads it read — past which every ledger refuses what
+    /// those keys sign in their closed terms (`CommitLedger.closings`). Nothing to do for a
+    /// device that does not sign. A failure is logged and tried again next round.
+    func closeEndedTerms() async {
+        guard let roster = codec.signer?.roster, codec.records?.seals == true, !roster.endedTerms.isEmpty else { return }
+        if signedHistory == nil, !signedHistoryLoaded {
+            signedHistory = keptSignedHistory()
+            signedHistoryLoaded = true
         }
-        var fetched: [ItemState] = []
-        let asked = Array(missing.keys)
-        for start in stride(from: 0, to: asked.count, by: ItemsFetchRequest.maximumCount) {
-            fetched += try opened(try await client.items(container: container, ids: Array(asked[start..<min(asked.count, start + ItemsFetchRequest.maximumCount)])))
+        func unclosed() -> Set<Roster.EndedTerm> {
+            (signedHistory?.ledger ?? CommitLedger(container: container)).unclosed(in: roster).subtracting(closingsSigned)
         }
-        let got = Dictionary(fetched.map { ($0.id, $0.sequence) }, uniquingKeysWith: max)
-        for (item, sequence) in missing {
-            if let at = got[item] {
-                guard at >= sequence else { throw Self.hidden(item, sequence, shownAt: at, upTo: high) }
-            } else if let had = state.persisted.remote[item], !had.deleted {
-                throw Self.hidden(item, sequence, shownAt: nil, upTo: high)
-            } // (else: a deleted item the server has since collected)
+        guard !unclosed().isEmpty else { return }
+        do {
+            // What the others closed, and every commit of the terms that ended (all kept
+            // before the roster entry that ended them: the server keeps none after).
+            _ = try await readSignedCommits()
+            let closing = unclosed()
+            guard !closing.isEmpty, let signed = try signedCommit(of: [], closing: true) else { return }
+            try await persist(signed: signed)
+            closingsSigned.formUnion(closing)
+            logger.info("closed the chains of ended terms", metadata: ["container": "\(container)", "terms": "\(closing.count)"])
+        } catch {
+            logger.warning("ended terms not closed yet", metadata: ["container": "\(container)", "error": "\(error)"])
+            return
         }
-        // What is reflected now is not looked at again.
-        for (item, sequences) in history.pending {
-            let reflected = max(shown[item] ?? Int64.min, known(item), got[item] ?? Int64.min)
-            let left = sequences.filter { $0 > high || ($0 > reflected && missing[item] == nil) }
-            history.pending[item] = left.isEmpty ? nil : left
-        }
-        signedHistory = history
-        return fetched
+        await sendSignedCommits()
     }
 
     /// The account's roster as the server serves it now, checked entry by entry and required

@@ -77,11 +77,17 @@ package actor ContainerSync {
     var signedHistoryChanges = 0, signedHistoryKept = 0
     /// Whether this run looked for the store's checkpoint of ``signedHistory`` yet.
     var signedHistoryLoaded = false
+    /// The ended terms this run signed a closing commit for (so that it signs one once, before
+    /// its ledger reads the commit back).
+    var closingsSigned: Set<Roster.EndedTerm> = []
     /// How many signed commits this device read from the server since it started (for tests
     /// and `ubiquity status`'s curious).
     package internal(set) var signedCommitsRead = 0
     /// Reads the codec of a container from the account's keys (nil: always plain).
     private let codecs: (@Sendable (String) async throws -> ChunkCodec)?
+    /// Says the account's keys are to be read again (a record of an epoch this device does not
+    /// hold came: the roster moved — a switch to Advanced, a device removed — and no push said so).
+    private let keysOutdated: (@Sendable () async -> Void)?
     /// The extensions that make a folder a package.
     package let packageExtensions: Set<String>
     /// The last problem, per item (quota, unreachable server, …; fetching under ``fetchErrorKey``),
@@ -177,9 +183,10 @@ package actor ContainerSync {
     package init(container: String, root: URL, client: SyncClient, store: AgentStore, device: String, greedy: Bool = false,
                 packageExtensions: Set<String> = LocalScanner.standardPackageExtensions,
                 logger: Logger = Logger(label: "ubiquity.agent"), codecs: (@Sendable (String) async throws -> ChunkCodec)? = nil,
-                onStatusChange: (@Sendable () -> Void)? = nil) throws {
+                keysOutdated: (@Sendable () async -> Void)? = nil, onStatusChange: (@Sendable () -> Void)? = nil) throws {
         self.container = container
         self.codecs = codecs
+        self.keysOutdated = keysOutdated
         statusObserver = onStatusChange
         self.packageExtensions = packageExtensions
         self.greedy = greedy
@@ -366,6 +373,7 @@ package actor ContainerSync {
         let looked = try await materialiser.materialize(in: self)
         marks.append(("down", clock.now))
         try await reconciler.reconcileConflicts(in: self)
+        await closeEndedTerms()
         forgetUnusedContents()
         try await persist()
         await announceAttributeChanges()
@@ -461,6 +469,7 @@ package actor ContainerSync {
                     // taken (the cursor stays), and the status says why.
                     logger.error("a page of changes was refused", metadata: ["container": "\(container)", "error": "\(error)"])
                     errors[Self.fetchErrorKey] = "\(error)"
+                    if let refused = error as? ItemRecordError, refused.unheldEpoch != nil { await keysOutdated?() }
                     throw error
                 }
                 materialiser.keepInlined(page.items, in: self)

@@ -51,11 +51,15 @@ package struct ItemRecordError: Error, CustomStringConvertible, Equatable {
     package var item: String
     /// What failed (no name, no key: the record's contents stay unsaid).
     package var reason: String
+    /// The epoch it is sealed in, when this device holds no key of it (its keys are to be read
+    /// again); nil for any other failure.
+    package var unheldEpoch: UInt32?
 
     /// An error.
-    package init(item: String, reason: String) {
+    package init(item: String, reason: String, unheldEpoch: UInt32? = nil) {
         self.item = item
         self.reason = reason
+        self.unheldEpoch = unheldEpoch
     }
 
     package var description: String { "the record of item \(item) is refused: \(reason)" }
@@ -386,7 +390,7 @@ extension ItemRecords {
         }
         let open: @Sendable (Data, String, String) throws -> Data = { sealed, item, parent in
             let epoch = try RecordKey.epoch(of: sealed)
-            guard let key = held[epoch] else { throw ItemRecordError(item: item, reason: "it is sealed in epoch \(epoch), whose key this device does not hold") }
+            guard let key = held[epoch] else { throw ItemRecordError(item: item, reason: "it is sealed in epoch \(epoch), whose key this device does not hold", unheldEpoch: epoch) }
             return try key.open(sealed, for: RecordBinding(container: container, item: item, parent: parent, revision: ""))
         }
         return ItemRecords(seal: seal, open: open, tag: { name, parent in naming.nameClashTag(name, parent: parent) },

@@ -141,4 +141,29 @@ import UbiquityProtocol
             #expect(try await server.admin.database.keepCommit(accountId: account, container: container, commit: next, rosterEntry: nil) == .kept(2))
         }
     }
+
+    /// A removed device's commits are kept no more, though signed before its removal (naming an
+    /// entry from before it, they verify): the devices close its chain at what they read after
+    /// the removal, and a commit kept later would be one past it — a fork to every ledger.
+    @Test(arguments: Backend.all) func aRemovedDevicesCommitIsNotKeptThoughSignedBefore(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let token = try await client.signIn("ada", device: "laptop").token
+            let genesis = try RosterEntry(.genesis(keys: laptop.publicKeys, name: "laptop"), after: nil, signedBy: laptop)
+            let addPhone = try RosterEntry(.addDevice(keys: phone.publicKeys, name: "phone"), after: genesis, signedBy: laptop)
+            #expect(try await client.send(.post, "/v1/keys/roster", token: token, json: RosterAppendRequest(after: 0, entries: [genesis.encoded, addPhone.encoded], envelopes: [])).status == .ok)
+            let roster = try Roster.verify([genesis, addPhone])
+            let p1 = try commit(phone, after: nil, "p1", roster: roster)
+            let p2 = try commit(phone, after: try SignedCommit(encoded: p1.commit), "p2", roster: roster)
+            #expect(try await send(client, token: token, [p1]).decode(SignedCommitsResponse.self).positions == [1])
+            let removal = try RosterEntry(.removeDevice(identifier: phone.publicKeys.deviceIdentifier), after: addPhone, signedBy: laptop)
+            let removed = try await client.send(.post, "/v1/keys/roster", token: token, json: RosterAppendRequest(after: 2, entries: [removal.encoded], envelopes: []))
+            #expect(removed.status == .ok, "\(String(buffer: removed.body))")
+            let late = try await send(client, token: token, [p2])
+            #expect(late.status == .badRequest && late.errorCode == "invalidCommit", "\(late.status)")
+            #expect(try await page(client, token: token, after: 0).commits.count == 1, "nothing more kept")
+            // The laptop's own, checked against the roster as it is now, is kept.
+            #expect(try await send(client, token: token, [try commit(laptop, after: nil, "a1", roster: try Roster.verify([genesis, addPhone, removal]))]).status == .ok)
+        }
+    }
 }

@@ -103,6 +103,15 @@ actor SessionKeys {
         return now
     }
 
+    /// Has the keys read again at the next look, unless they were read in the last five
+    /// seconds (an object of an epoch this device does not hold came: the roster moved and no
+    /// push said so — or the server serves what no key it can get opens, which must not make
+    /// every round read the keys).
+    func outdated() {
+        if let readAt, readAt.duration(to: .now) < .seconds(5) { return }
+        readAt = nil
+    }
+
     /// How `container`'s chunks go now: sealed while this device holds the account's keys —
     /// always under Advanced Data Protection, under Standard when `sealing` (the agent's
     /// `sealedContents`; otherwise plaintext, the sealed ones of other devices opened) — and

@@ -48,6 +48,15 @@ public struct CommitContent: Sendable, Equatable {
         }
     }
 
+    /// A closing commit's content: no outcome. A device signs one in each container once it
+    /// has read its commits after a term ended (a device removed, the escrow key replaced or
+    /// gone with Advanced custody): the heads it names close the chains of that term
+    /// (``CommitLedger/closings``). No batch makes it: every other commit changes something.
+    public static let closing = CommitContent(outcomes: [])
+
+    /// The hash of ``closing``.
+    public static let closingHash = closing.hash
+
     /// The outcomes, one per item, in the order the batch applied them.
     public var outcomes: [Outcome]
 

@@ -68,6 +68,9 @@ public struct SignedCommit: Sendable, Equatable {
     /// The commit's hash, which its device's next commit names.
     public var hash: [UInt8] { Array(SHA256.hash(data: signedBytes + signature)) }
 
+    /// Whether it is a closing commit (its content is ``CommitContent/closing``).
+    public var isClosing: Bool { contentHash == CommitContent.closingHash }
+
     /// Its head (sequence and hash).
     public var head: CommitHead { CommitHead(sequence: sequence, hash: hash) }
 

@@ -66,6 +66,33 @@ public struct Roster: Sendable, Equatable {
         escrowTerms[identifier]?.first { $0.from <= index && $0.until.map { index < $0 } ?? true }?.keys
     }
 
+    /// A signer's stretch of the roster that has ended: a removed device's membership, or a
+    /// term of an escrow key. Its key may still sign a commit naming an entry from before
+    /// the end (what it signed then stays valid), so the account's devices close its chains
+    /// there (``CommitLedger``, "closing commits" in docs/Encryption.md).
+    public struct EndedTerm: Hashable, Sendable {
+        /// The device or escrow key.
+        public var signer: String
+        /// The entry that ended it.
+        public var until: UInt64
+
+        /// An ended term.
+        public init(signer: String, until: UInt64) {
+            self.signer = signer
+            self.until = until
+        }
+    }
+
+    /// Every ended term: each removed device's, and each escrow term that was followed by
+    /// another escrow key or by Advanced custody.
+    public var endedTerms: Set<EndedTerm> {
+        var ended = Set(removedAt.map { EndedTerm(signer: $0.key, until: $0.value) })
+        for (identifier, terms) in escrowTerms {
+            for term in terms { if let until = term.until { ended.insert(EndedTerm(signer: identifier, until: until)) } }
+        }
+        return ended
+    }
+
     /// Ends the present escrow's term at entry `index`.
     private mutating func endEscrowTerm(at index: UInt64) {
         guard let identifier = escrow?.deviceIdentifier, var terms = escrowTerms[identifier], terms.last?.until == nil else { return }

@@ -24,13 +24,19 @@ extension SyncServices {
             guard sent.commits.allSatisfy({ $0.commit.count <= SignedCommitsRequest.maximumBytes && $0.content.count <= SignedCommitsRequest.maximumBytes }) else {
                 throw SyncError.badRequest("tooLarge", "a signed commit and its content are at most \(SignedCommitsRequest.maximumBytes) bytes each")
             }
-            let roster = try await accountRoster(of: device)
+            var roster = try await accountRoster(of: device)
             var positions: [Int64] = []
-            for upload in sent.commits {
-                let kept = try Self.checked(upload, of: container, roster: roster, logger: context.logger, device: device)
-                switch try await database.keepCommit(accountId: device.accountId, container: container, commit: kept, rosterEntry: nil) {
+            var rosterMoves = 0
+            var index = 0
+            while index < sent.commits.count {
+                let kept = try Self.checked(sent.commits[index], of: container, roster: roster, logger: context.logger, device: device)
+                // Kept only while the roster still ends where it was checked against, as the
+                // escrow's are: the devices close a removed device's chain at what they read
+                // after its removal (`CommitLedger.closings`), so nothing of its may be kept later.
+                switch try await database.keepCommit(accountId: device.accountId, container: container, commit: kept, rosterEntry: Int64(roster.head.index)) {
                 case .kept(let position), .alreadyKept(let position):
                     positions.append(position)
+                    index += 1
                 case .forked:
                     context.logger.warning("signed commit refused: another is kept at its place", metadata: ["device": "\(device.deviceId)", "sequence": "\(kept.sequence)"])
                     throw SyncError(.conflict, "forked", "another commit is kept at place \(kept.sequence) of this device's chain, or this one does not follow the one before")
@@ -40,7 +46,10 @@ extension SyncServices {
                     context.logger.warning("signed commit refused: the container keeps its most bytes of commits", metadata: ["device": "\(device.deviceId)"])
                     throw SyncError(.contentTooLarge, "commitBudget", "this container keeps \(KeptCommit.containerBudget) bytes of signed commits, the most it may")
                 case .rosterMoved:
-                    throw SyncError(.conflict, "rosterMoved", "the account's roster moved on") // (not asked for: no roster entry given)
+                    // An entry appended since the roster was read: checked again against it.
+                    rosterMoves += 1
+                    guard rosterMoves <= 8 else { throw SyncError(.conflict, "rosterMoved", "the account's roster kept moving on: send again") }
+                    roster = try await accountRoster(of: device)
                 }
             }
             return SignedCommitsResponse(positions: positions)
@@ -77,6 +86,9 @@ extension SyncServices {
             let content = try CommitContent(encoded: upload.content)
             guard content.hash == commit.contentHash else { throw EncryptionError(.authenticationFailed, "its content is not what it signed") }
             try commit.verify(container: container, roster: roster)
+            // (A removed device's commits from before its removal verify; kept after it, the
+            // devices' closing commits would have passed them.)
+            guard roster.removedAt[commit.device] == nil else { throw EncryptionError(.badSignature, "its device was removed from the account") }
             return KeptCommit(device: commit.device, sequence: Int64(clamping: commit.sequence), previous: Data(commit.previous), hash: Data(commit.hash),
                               body: upload.commit, content: upload.content)
         } catch let error as EncryptionError {
