@@ -306,13 +306,16 @@ struct RecoverCommand: AsyncParsableCommand {
     @OptionGroup var storage: StorageOptions
     @Option(name: .long, help: "How many days back revisions stay recoverable.") var retentionDays = 30.0
     @Option(name: .long, help: "The revision to make current again.") var restore: String?
-    @Option(name: .long, help: "The escrow key's file (default: escrow.key in --data's folder): under Standard Data Protection, sealed names are shown opened with it.")
+    @Option(name: .long, help: "The escrow key's file (default: escrow.key in --data's folder): under Standard Data Protection, sealed names are shown opened with it, and a restore is signed with it.")
     var escrowKey: String?
 
     func run() async throws {
         let account = account
+        let escrowPath = escrowKey ?? (storage.data as NSString).appendingPathComponent("escrow.key")
+        let escrow = FileManager.default.fileExists(atPath: escrowPath) ? try EscrowKey.loadOrCreate(at: URL(fileURLWithPath: escrowPath)).key : nil
         if let restore {
-            guard try await storage.withAdministration({ try await $0.restore(accountName: account, revision: restore) }) else {
+            // (Signed by the escrow under Standard, as the web page's restores are.)
+            guard try await storage.withAdministration({ try await $0.restore(accountName: account, revision: restore, escrow: escrow) }) else {
                 throw ValidationError("\(restore) is not a recoverable revision of \(account)'s items")
             }
             print("restored revision \(restore)")
@@ -320,8 +323,6 @@ struct RecoverCommand: AsyncParsableCommand {
         }
         let formatter = ISO8601DateFormatter()
         let retention = retentionDays * 86_400
-        let escrowPath = escrowKey ?? (storage.data as NSString).appendingPathComponent("escrow.key")
-        let escrow = FileManager.default.fileExists(atPath: escrowPath) ? try EscrowKey.loadOrCreate(at: URL(fileURLWithPath: escrowPath)).key : nil
         for entry in try await storage.withAdministration({ try await $0.recoverable(accountName: account, retention: retention, escrow: escrow) }) {
             let when = formatter.string(from: Date(timeIntervalSince1970: entry.replacedAt))
             // A name still sealed (Advanced, or no escrow key here): its tag, and no exact size.

@@ -350,8 +350,24 @@ package struct ServerAdministration: Sendable {
 
     /// Makes an earlier revision (or a deleted item's last one) current again. Devices see it in
     /// their next `changes`. Returns false if there is no such recoverable revision.
-    package func restore(accountName: String, revision: String, now: Date = Date()) async throws -> Bool {
-        try await database.restore(accountName: accountName, revision: revision, now: now) != nil
+    /// - Parameter escrow: The server's escrow key: under Standard Data Protection what the
+    ///   restore made is signed with it (as the web page's restores are), so that devices hold
+    ///   it to the checks of signed commits.
+    package func restore(accountName: String, revision: String, now: Date = Date(), escrow: EscrowKey? = nil) async throws -> Bool {
+        // (Where it is, and what was current before, first: what the restore made is signed.)
+        var signing: (account: Int64, container: String, item: String, before: String?)?
+        if escrow != nil, let account = try await database.accounts().first(where: { $0.name == accountName })?.id,
+           let found = try await database.recoverable(accountName: accountName, now: now, retention: 100 * 365 * 86_400).first(where: { $0.revision == revision }) {
+            let before = try await database.item(accountId: account, container: found.container, id: found.item, brief: true)
+            signing = (account, found.container, found.item, before?.revision)
+        }
+        guard try await database.restore(accountName: accountName, revision: revision, now: now) != nil else { return false }
+        if let escrow, let signing,
+           let state = try await database.item(accountId: signing.account, container: signing.container, id: signing.item, brief: true) {
+            await EscrowSigner(database: database, keys: escrow.keys).sign([SyncServices.outcome(of: state, replacing: signing.before)], account: signing.account,
+                                                                          container: signing.container, logger: Logger(label: "ubiquity.admin"))
+        }
+        return true
     }
 
     /// Seals in place what Standard accounts stored before their containers sealed (``SealInPlace``):

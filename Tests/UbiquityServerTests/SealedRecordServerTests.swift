@@ -266,6 +266,21 @@ import UbiquitySync
             }
             #expect(afterPage[uploadedId]?.revision == fromLaptop.revision && afterPage[uploadedId]?.base == fromPhone.revision)
             #expect(afterPage["plan"]?.base == signed["plan"]?.revision, "restored from its deletion")
+            // `ubiquity recover --restore` on the server machine, with the escrow's key file:
+            // signed the same way.
+            let first = try #require(recovered.first { $0.name == "Plan \(marker).txt" }?.revision)
+            #expect(try await server.admin.restore(accountName: "ada", revision: first, escrow: escrow))
+            let byAdmin = try await client.send(.get, "/v1/containers/\(notes)/signed-commits?after=\(try #require(more.commits.last).position)", token: laptop.token)
+                .decode(SignedCommitsPage.self)
+            let adminStored = try #require(byAdmin.commits.first)
+            let adminCommit = try SignedCommit(encoded: adminStored.commit)
+            #expect(byAdmin.commits.count == 1)
+            #expect(try ledger.accept(adminCommit, roster: roster) == .accepted)
+            let adminOutcome = try #require(try CommitContent(encoded: adminStored.content).outcomes.first)
+            let planStates = try await client.send(.post, "/v1/containers/\(notes)/fetch", token: laptop.token, json: ["ids": ["plan"]]).decode(Fetched.self).items
+            let planNow = try #require(planStates.first)
+            #expect(adminOutcome.item == "plan" && adminOutcome.revision == planNow.revision && adminOutcome.sequence == planNow.sequence)
+            #expect(adminOutcome.base == afterPage["plan"]?.revision && adminOutcome.recordHash == CommitContent.recordHash(of: planNow.record))
 
             // The server's files hold none of the names.
             if backend == .sqlite {

@@ -20,16 +20,35 @@ extension SyncServices {
     ///   - account: The account.
     ///   - container: The container.
     func signAsEscrow(_ outcomes: [CommitContent.Outcome], account: Int64, container: String, logger: Logger) async {
-        guard let escrow, !outcomes.isEmpty else { return }
+        guard let escrow else { return }
+        await EscrowSigner(database: database, keys: escrow.key.keys).sign(outcomes, account: account, container: container, logger: logger)
+    }
+}
+
+/// Signs, with the server's escrow key, what the server made on its own or for the web page,
+/// as a chain of the escrow's commits per container kept with the devices'
+/// (``SyncServices/signAsEscrow(_:account:container:logger:)``; `ubiquity recover --restore`).
+struct EscrowSigner: Sendable {
+    /// Where the roster and the commits are kept.
+    let database: any SyncDatabase
+    /// The escrow's keys (``EscrowKey/keys``).
+    let keys: DeviceKeys
+
+    /// Signs `outcomes` (in commits of at most ``CommitContent/maximumCount``) and keeps them.
+    /// Nothing is signed for an account without keys, under Advanced, or when this escrow key
+    /// is not the roster's. A failure is logged, never thrown: the change is made, and reading
+    /// devices check what is signed.
+    func sign(_ outcomes: [CommitContent.Outcome], account: Int64, container: String, logger: Logger) async {
+        guard !outcomes.isEmpty else { return }
         do {
             var remaining = Array(outcomes)
             while !remaining.isEmpty {
                 let content = CommitContent(outcomes: Array(remaining.prefix(CommitContent.maximumCount)))
                 remaining.removeFirst(content.outcomes.count)
-                guard try await keep(content, signedBy: escrow.key.keys, account: account, container: container, logger: logger) else { return }
+                guard try await keep(content, account: account, container: container, logger: logger) else { return }
             }
         } catch {
-            logger.error("the escrow could not sign the web page's change", metadata: ["container": "\(container)", "error": "\(error)"])
+            logger.error("the escrow could not sign the server's change", metadata: ["container": "\(container)", "error": "\(error)"])
         }
     }
 
@@ -38,7 +57,7 @@ extension SyncServices {
     /// Another request signing at the same place first (two pages' changes at once), or the
     /// roster moving on meanwhile, has it signed again. Returns false when the escrow signs
     /// nothing for the account (no keys, Advanced, another escrow key named).
-    private func keep(_ content: CommitContent, signedBy keys: DeviceKeys, account: Int64, container: String, logger: Logger) async throws -> Bool {
+    private func keep(_ content: CommitContent, account: Int64, container: String, logger: Logger) async throws -> Bool {
         let device = keys.publicKeys.deviceIdentifier
         for _ in 0..<8 {
             let stored = try await database.accountKeys(accountId: account, recipients: [])
