@@ -126,9 +126,13 @@ struct DevicesCommand: AsyncParsableCommand {
             discussion: """
                 A device signing in to an account under Advanced Data Protection shows a code and the name of the device \
                 to type it on (the one that answered it: a running agent answers at once). The code is made from both \
-                devices' keys: if the server put its own key in between, the codes would differ.
+                devices' keys: if the server put its own key in between, the codes would differ. A web browser under \
+                Advanced Data Protection shows a code the same way: approved, it joins nothing, and gets for an hour the \
+                keys of the account's containers (or of each --container), sealed to it.
                 """)
-        @Argument(help: "The eight digits the new device shows.") var code: String?
+        @Argument(help: "The eight digits the new device (or web browser) shows.") var code: String?
+        @Option(name: .long, help: "A web browser under Advanced Data Protection gets the keys of this container only (repeat for more; default: every container of the account).")
+        var container: [String] = []
 
         func run() async throws {
             let keys = try signedInKeys()
@@ -137,7 +141,8 @@ struct DevicesCommand: AsyncParsableCommand {
                 print(answered.isEmpty ? "no device is waiting for an answer" : answered.map { "answered \($0.name): it now shows a code to type here" }.joined(separator: "\n"))
                 return
             }
-            let (name, status) = try await reportingKeyErrors { try await keys.approve(code: code) }
+            let only = container.isEmpty ? nil : container
+            let (name, status) = try await reportingKeyErrors { try await keys.approve(code: code, containers: only) }
             print("approved \(name); the account has \(status.devices.count) devices")
         }
     }

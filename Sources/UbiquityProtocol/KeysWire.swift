@@ -136,10 +136,17 @@ public struct KeyRequestRecord: Codable, Sendable, Equatable {
     public var answerNonce: Data?
     /// The new device's nonce, once revealed (after the answer).
     public var revealNonce: Data?
+    /// What asks: nil for a device that joins the roster, ``browserKind`` for a browser that
+    /// asks for the keys of the account's containers under Advanced Data Protection (approved,
+    /// it gets a ``WebGrantUpload``, and joins nothing).
+    public var kind: String?
+
+    /// ``kind`` of a browser's request.
+    public static let browserKind = "browser"
 
     /// Creates a value.
     public init(id: String, signing: Data, agreement: Data, name: String, commitment: Data, created: Double,
-                answerer: String? = nil, answerNonce: Data? = nil, revealNonce: Data? = nil) {
+                answerer: String? = nil, answerNonce: Data? = nil, revealNonce: Data? = nil, kind: String? = nil) {
         self.id = id
         self.signing = signing
         self.agreement = agreement
@@ -149,6 +156,29 @@ public struct KeyRequestRecord: Codable, Sendable, Equatable {
         self.answerer = answerer
         self.answerNonce = answerNonce
         self.revealNonce = revealNonce
+        self.kind = kind
+    }
+}
+
+/// `POST /v1/keys/requests/ID/grant`: a device's answer to a browser it approved — the keys of
+/// the containers it allows, sealed to the browser and signed (`WebGrant`), which the server
+/// keeps for the browser's session until `expires`.
+public struct WebGrantUpload: Codable, Sendable, Equatable {
+    /// The sealed grant.
+    public var body: Data
+    /// The device's signature of it.
+    public var signature: Data
+    /// The containers it opens (what the server serves the session, sealed).
+    public var containers: [String]
+    /// Until when (seconds since 1970; at most an hour from now).
+    public var expires: Double
+
+    /// Creates a value.
+    public init(body: Data, signature: Data, containers: [String], expires: Double) {
+        self.body = body
+        self.signature = signature
+        self.containers = containers
+        self.expires = expires
     }
 }
 
@@ -174,4 +204,14 @@ public struct KeyRequestNonce: Codable, Sendable, Equatable {
         self.nonce = nonce
         self.answerer = answerer
     }
+}
+
+/// `GET /v1/containers`: the account's containers (those this device may use), by identifier —
+/// what `ubiquity devices approve` gives a browser the keys of unless told which.
+public struct ContainerListResponse: Codable, Sendable, Equatable {
+    /// The containers' identifiers, sorted.
+    public var containers: [String]
+
+    /// Creates a value.
+    public init(containers: [String]) { self.containers = containers }
 }

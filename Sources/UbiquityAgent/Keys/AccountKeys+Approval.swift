@@ -93,10 +93,12 @@ extension AccountKeys {
 
     /// Approves the new device whose code is `code`: among the requests this device answered and
     /// whose nonce was revealed, the one whose code matches joins the roster (signed by this
-    /// device) with every epoch's key this device holds.
-    /// - Returns: The device approved, and where the account stands.
+    /// device) with every epoch's key this device holds. A browser's request (under Advanced
+    /// Data Protection) joins nothing: it gets the keys of `containers` (nil: every container
+    /// of the account) in every epoch this device holds, for an hour (``WebGrant``).
+    /// - Returns: The device or browser approved, and where the account stands.
     /// - Throws: ``KeySetupError`` `.notInRoster` when no request shows that code.
-    package func approve(code: String) async throws -> (name: String, status: ProtectionStatus) {
+    package func approve(code: String, containers: [String]? = nil) async throws -> (name: String, status: ProtectionStatus) {
         let typed = code.filter(\.isNumber)
         let keyring = try loadKeyring()
         let me = keyring.device.publicKeys
@@ -113,6 +115,7 @@ extension AccountKeys {
         guard let match, let joining = try? DevicePublicKeys(signing: Array(match.signing), agreement: Array(match.agreement)) else {
             throw KeySetupError(reason: .notInRoster, description: "no device waiting to join shows the code \(code) for this device")
         }
+        if match.kind == KeyRequestRecord.browserKind { return try await grant(match, browser: joining, containers: containers) }
         let (roster, after) = try await change({ roster, _ in
             roster.members[joining.deviceIdentifier] == nil ? [.addDevice(keys: joining, name: match.name)] : []
         }, envelopes: { _, keyring in
@@ -122,5 +125,26 @@ extension AccountKeys {
         })
         try? await client.removeKeyRequest(match.id) // done with; it expires anyway
         return (match.name, Self.status(roster, keyring: after))
+    }
+
+    /// Gives the browser of `request` the keys of `containers` (nil: all of the account's) in
+    /// every epoch this device holds, sealed to it and signed, for ``WebGrant/lifetime``.
+    private func grant(_ request: KeyRequestRecord, browser: DevicePublicKeys, containers: [String]?) async throws -> (name: String, status: ProtectionStatus) {
+        var keyring = try loadKeyring()
+        let (_, read, _) = try await self.read(&keyring)
+        guard let roster = read, roster.members[keyring.deviceIdentifier] != nil else {
+            throw KeySetupError(reason: .notInRoster, description: "this device is not in the account's roster: it cannot let a browser in")
+        }
+        var allowed = containers ?? []
+        if containers == nil { allowed = try await client.containerList() }
+        guard !allowed.isEmpty else { throw KeySetupError(reason: .notInRoster, description: "the account has no container to open in a browser yet") }
+        let roots = keyring.epochs.compactMap { keyring.rootKey(epoch: $0) }
+        let expires = (Date().timeIntervalSince1970 + WebGrant.lifetime).rounded(.down)
+        let contents = WebGrant.Contents(format: Int(WebGrant.format), account: account, expires: expires,
+                                         keys: allowed.flatMap { container in roots.map { WebGrant.ContainerKeys($0, container: container) } })
+        let sealed = try WebGrant.seal(contents, to: browser, signedBy: keyring.device)
+        try await client.grantBrowser(request.id, WebGrantUpload(body: sealed.body, signature: sealed.signature, containers: allowed, expires: expires))
+        logger.info("let a browser in", metadata: ["containers": "\(allowed.count)", "epochs": "\(roots.count)"])
+        return ("a web browser, for an hour, with the keys of \(allowed.count) container(s): \(allowed.joined(separator: ", "))", Self.status(roster, keyring: keyring))
     }
 }

@@ -41,6 +41,17 @@ extension SyncClient {
         try await json(.POST, "v1/keys/requests/\(id)/reveal", body: KeyRequestNonce(nonce: Data(nonce)))
     }
 
+    /// Gives the browser whose request is `id` the keys of containers (``WebGrantUpload``).
+    package func grantBrowser(_ id: String, _ grant: WebGrantUpload) async throws {
+        _ = try await send(.POST, "v1/keys/requests/\(id)/grant", body: try JSONEncoder().encode(grant), expecting: [.noContent])
+    }
+
+    /// The account's containers this device may use.
+    package func containerList() async throws -> [String] {
+        let answer: ContainerListResponse = try await json(.GET, "v1/containers")
+        return answer.containers
+    }
+
     /// Removes a request.
     package func removeKeyRequest(_ id: String) async throws {
         _ = try await send(.DELETE, "v1/keys/requests/\(id)", body: nil, expecting: [.noContent])

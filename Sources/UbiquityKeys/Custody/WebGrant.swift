@@ -71,6 +71,14 @@ public enum WebGrant {
 
         /// The containers it opens.
         public var containers: Set<String> { Set(keys.map(\.container)) }
+
+        /// What a grant says.
+        public init(format: Int = Int(WebGrant.format), account: String, expires: Double, keys: [ContainerKeys]) {
+            self.format = format
+            self.account = account
+            self.expires = expires
+            self.keys = keys
+        }
     }
 
     /// A sealed, signed grant.

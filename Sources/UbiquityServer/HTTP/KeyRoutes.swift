@@ -183,6 +183,25 @@ extension SyncServices {
             notifier.publishKeyRequest(account: device.accountId, except: device.deviceId)
             return try await Self.pendingRequest(id, of: device, in: database)
         }
+        requests.post(":id/grant") { request, context -> HTTPResponse.Status in
+            // A device's answer to a browser it approved (`WebGrant`): kept for the browser's
+            // session until it expires (an hour at most), the request gone.
+            let device = try context.requireDevice()
+            let grant = try await request.decode(as: WebGrantUpload.self, context: context)
+            let now = Date().timeIntervalSince1970
+            guard grant.body.count <= 1 << 20, grant.signature.count == 64 else { throw SyncError.badRequest("invalidGrant", "a grant is at most 1 MiB, its signature 64 bytes") }
+            guard (1...1_000).contains(grant.containers.count) else { throw SyncError.badRequest("invalidGrant", "a grant names 1 to 1,000 containers") }
+            for container in grant.containers { try Validate.container(container) }
+            guard grant.expires > now, grant.expires <= now + WebGrant.lifetime + 300 else {
+                throw SyncError.badRequest("invalidGrant", "a grant lasts at most an hour")
+            }
+            guard try await database.keepWebGrant(accountId: device.accountId, id: try context.parameters.require("id"), grant: grant,
+                                                  since: now - KeyLimits.requestLifetime) else {
+                throw SyncError(.conflict, "notPending", "no browser's request waits for a grant there (not revealed yet, or expired)")
+            }
+            context.logger.info("a device let a browser in", metadata: ["device": "\(device.deviceId)", "containers": "\(grant.containers.count)"])
+            return .noContent
+        }
         requests.delete(":id") { _, context -> HTTPResponse.Status in
             let device = try context.requireDevice()
             try await database.removeKeyRequest(accountId: device.accountId, id: try context.parameters.require("id"))

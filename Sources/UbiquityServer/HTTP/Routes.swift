@@ -13,6 +13,7 @@ extension CommitResponse: ResponseEncodable {}
 extension CommitBatchResponse: ResponseEncodable {}
 extension ItemsResponse: ResponseEncodable {}
 extension ChangesResponse: ResponseEncodable {}
+extension ContainerListResponse: ResponseEncodable {}
 extension MissingChunksResponse: ResponseEncodable {}
 extension ChunkSignaturesResponse: ResponseEncodable {}
 extension KeyValueResponse: ResponseEncodable {}
@@ -75,6 +76,10 @@ extension SyncServices {
             return AccountResponse(identityToken: identity, deviceId: device.deviceId, deviceName: device.deviceName, usedBytes: usage.used, quotaBytes: usage.quota,
                                    usage: AccountUsage(chunkBytes: usage.chunkBytes, keyValueBytes: usage.keyValueBytes, metadataBytes: usage.metadataBytes,
                                                        pendingBytes: usage.pendingBytes, items: usage.items))
+        }
+        v1.get("containers") { _, context in
+            let device = try context.requireDevice()
+            return ContainerListResponse(containers: try await database.containers(ofAccount: device.accountId).map(\.identifier).filter { device.allows($0) }.sorted())
         }
         // Signing out: the calling device's token stops working (`ubiquity logout`).
         v1.post("sign-out") { _, context -> HTTPResponse.Status in

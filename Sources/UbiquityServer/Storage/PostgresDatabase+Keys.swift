@@ -62,8 +62,9 @@ extension PostgresDatabase {
             let count = try await db.rows("SELECT COUNT(*) AS n FROM key_request WHERE account_id = \(accountId)").first?.get("n", as: Int64.self) ?? 0
             guard count < Int64(limit) else { return false }
             _ = try await db.rows("""
-                INSERT INTO key_request (id, account_id, device_id, signing, agreement, name, commitment, created)
-                VALUES (\(request.id), \(accountId), \(deviceId), \(request.signing), \(request.agreement), \(request.name), \(request.commitment), \(request.created))
+                INSERT INTO key_request (id, account_id, device_id, signing, agreement, name, commitment, created, kind)
+                VALUES (\(request.id), \(accountId), \(deviceId), \(request.signing), \(request.agreement), \(request.name), \(request.commitment), \(request.created),
+                        \(request.kind))
                 """)
             try await self.announce(db, account: accountId, container: "", sequence: 0, device: deviceId, type: "keyRequest")
             return true
@@ -76,7 +77,7 @@ extension PostgresDatabase {
                 (try $0.get("device_id", as: String.self),
                  KeyRequestRecord(id: try $0.get("id"), signing: try $0.get("signing"), agreement: try $0.get("agreement"), name: try $0.get("name"),
                                   commitment: try $0.get("commitment"), created: try $0.get("created"), answerer: try $0.get("answerer"),
-                                  answerNonce: try $0.get("answer_nonce"), revealNonce: try $0.get("reveal_nonce")))
+                                  answerNonce: try $0.get("answer_nonce"), revealNonce: try $0.get("reveal_nonce"), kind: try $0.get("kind")))
             }
         }
     }
@@ -107,5 +108,34 @@ extension PostgresDatabase {
 
     func removeKeyRequest(accountId: Int64, id: String) async throws {
         try await transaction { db in _ = try await db.rows("DELETE FROM key_request WHERE id = \(id) AND account_id = \(accountId)") }
+    }
+
+    func keepWebGrant(accountId: Int64, id: String, grant: WebGrantUpload, since: Double) async throws -> Bool {
+        let containers = String(decoding: try JSONEncoder().encode(grant.containers), as: UTF8.self)
+        let browser = KeyRequestRecord.browserKind, now = Date().timeIntervalSince1970
+        return try await transaction { db in
+            guard let deviceId = try await db.rows("""
+                DELETE FROM key_request WHERE id = \(id) AND account_id = \(accountId) AND created > \(since) AND kind = \(browser)
+                AND answerer IS NOT NULL AND reveal_nonce IS NOT NULL RETURNING device_id
+                """).first?.get("device_id", as: String.self) else { return false }
+            _ = try await db.rows("DELETE FROM web_grant WHERE account_id = \(accountId) AND expires <= \(now)")
+            _ = try await db.rows("""
+                INSERT INTO web_grant (account_id, device_id, body, signature, containers, expires)
+                VALUES (\(accountId), \(deviceId), \(grant.body), \(grant.signature), \(containers), \(grant.expires))
+                ON CONFLICT (account_id, device_id) DO UPDATE SET body = EXCLUDED.body, signature = EXCLUDED.signature,
+                    containers = EXCLUDED.containers, expires = EXCLUDED.expires
+                """)
+            return true
+        }
+    }
+
+    func webGrant(accountId: Int64, deviceId: String, now: Double) async throws -> WebGrantUpload? {
+        try await read { db in
+            guard let row = try await db.rows("SELECT * FROM web_grant WHERE account_id = \(accountId) AND device_id = \(deviceId) AND expires > \(now)").first else {
+                return nil
+            }
+            let containers = (try? JSONDecoder().decode([String].self, from: Data(try row.get("containers", as: String.self).utf8))) ?? []
+            return WebGrantUpload(body: try row.get("body"), signature: try row.get("signature"), containers: containers, expires: try row.get("expires"))
+        }
     }
 }

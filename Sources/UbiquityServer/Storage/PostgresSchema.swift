@@ -200,6 +200,17 @@ extension PostgresDatabase {
             "ALTER TABLE revision ADD COLUMN sealed_in_place BOOLEAN NOT NULL DEFAULT FALSE",
             "CREATE INDEX revision_unsealed ON revision(container_id, created) WHERE record IS NULL",
         ]),
+        // Browsers approved under Advanced (issue 45): whether a request is a browser's, and the
+        // grants kept for browsers' sessions until they expire.
+        ("v18-web-grants", [
+            "ALTER TABLE key_request ADD COLUMN kind TEXT",
+            """
+            CREATE TABLE web_grant (
+                account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE, device_id TEXT NOT NULL,
+                body BYTEA NOT NULL, signature BYTEA NOT NULL, containers TEXT NOT NULL, expires DOUBLE PRECISION NOT NULL,
+                PRIMARY KEY(account_id, device_id))
+            """,
+        ]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

@@ -56,8 +56,8 @@ extension SQLiteDatabase {
             try db.execute(sql: "DELETE FROM keyRequest WHERE accountId = ? AND created <= ?", arguments: [accountId, since])
             guard try Int.fetchOne(db, sql: "SELECT COUNT(*) FROM keyRequest WHERE accountId = ?", arguments: [accountId]) ?? 0 < limit else { return false }
             try db.execute(sql: """
-                INSERT INTO keyRequest (id, accountId, deviceId, signing, agreement, name, commitment, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-                """, arguments: [request.id, accountId, deviceId, request.signing, request.agreement, request.name, request.commitment, request.created])
+                INSERT INTO keyRequest (id, accountId, deviceId, signing, agreement, name, commitment, created, kind) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [request.id, accountId, deviceId, request.signing, request.agreement, request.name, request.commitment, request.created, request.kind])
             return true
         }
     }
@@ -66,7 +66,8 @@ extension SQLiteDatabase {
         try await pool.read { db in
             try Row.fetchAll(db, sql: "SELECT * FROM keyRequest WHERE accountId = ? AND created > ? ORDER BY created, id", arguments: [accountId, since]).map {
                 ($0["deviceId"], KeyRequestRecord(id: $0["id"], signing: $0["signing"], agreement: $0["agreement"], name: $0["name"], commitment: $0["commitment"],
-                                                  created: $0["created"], answerer: $0["answerer"], answerNonce: $0["answerNonce"], revealNonce: $0["revealNonce"]))
+                                                  created: $0["created"], answerer: $0["answerer"], answerNonce: $0["answerNonce"], revealNonce: $0["revealNonce"],
+                                                  kind: $0["kind"]))
             }
         }
     }
@@ -91,5 +92,28 @@ extension SQLiteDatabase {
 
     func removeKeyRequest(accountId: Int64, id: String) async throws {
         try await pool.write { db in try db.execute(sql: "DELETE FROM keyRequest WHERE id = ? AND accountId = ?", arguments: [id, accountId]) }
+    }
+
+    func keepWebGrant(accountId: Int64, id: String, grant: WebGrantUpload, since: Double) async throws -> Bool {
+        let containers = String(decoding: try JSONEncoder().encode(grant.containers), as: UTF8.self)
+        return try await pool.write { db in
+            guard let deviceId = try String.fetchOne(db, sql: """
+                SELECT deviceId FROM keyRequest WHERE id = ? AND accountId = ? AND created > ? AND kind = ? AND answerer IS NOT NULL AND revealNonce IS NOT NULL
+                """, arguments: [id, accountId, since, KeyRequestRecord.browserKind]) else { return false }
+            try db.execute(sql: "DELETE FROM webGrant WHERE accountId = ? AND expires <= ?", arguments: [accountId, Date().timeIntervalSince1970])
+            try db.execute(sql: """
+                INSERT OR REPLACE INTO webGrant (accountId, deviceId, body, signature, containers, expires) VALUES (?, ?, ?, ?, ?, ?)
+                """, arguments: [accountId, deviceId, grant.body, grant.signature, containers, grant.expires])
+            try db.execute(sql: "DELETE FROM keyRequest WHERE id = ? AND accountId = ?", arguments: [id, accountId])
+            return true
+        }
+    }
+
+    func webGrant(accountId: Int64, deviceId: String, now: Double) async throws -> WebGrantUpload? {
+        try await pool.read { db in
+            guard let row = try Row.fetchOne(db, sql: "SELECT * FROM webGrant WHERE accountId = ? AND deviceId = ? AND expires > ?", arguments: [accountId, deviceId, now]) else { return nil }
+            let containers = (try? JSONDecoder().decode([String].self, from: Data((row["containers"] as String).utf8))) ?? []
+            return WebGrantUpload(body: row["body"], signature: row["signature"], containers: containers, expires: row["expires"])
+        }
     }
 }

@@ -280,6 +280,18 @@ extension SQLiteDatabase {
                 CREATE INDEX revision_unsealed ON revision(containerId, created) WHERE record IS NULL;
                 """)
         }
+        migrator.registerMigration("v24-web-grants") { db in
+            // Browsers approved under Advanced (issue 45): a request says whether a browser
+            // asks; a device's grant (the containers' keys sealed to the browser) is kept for
+            // the browser's session until it expires.
+            try db.execute(sql: """
+                ALTER TABLE keyRequest ADD COLUMN kind TEXT;
+                CREATE TABLE webGrant (
+                    accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE, deviceId TEXT NOT NULL,
+                    body BLOB NOT NULL, signature BLOB NOT NULL, containers TEXT NOT NULL, expires REAL NOT NULL,
+                    PRIMARY KEY(accountId, deviceId));
+                """)
+        }
         return migrator
     }
 }

@@ -276,6 +276,12 @@ protocol SyncDatabase: Sendable {
     func revealKeyRequest(accountId: Int64, id: String, deviceId: String, nonce: Data, since: Double) async throws -> Bool
     /// Removes a request (answered with, or given up).
     func removeKeyRequest(accountId: Int64, id: String) async throws
+    /// Keeps a device's grant for the browser whose request `id` (made after `since`, answered
+    /// and revealed) it answers, for that browser's session until `grant.expires` (replacing
+    /// the session's grant before), and removes the request. False: no such browser request.
+    func keepWebGrant(accountId: Int64, id: String, grant: WebGrantUpload, since: Double) async throws -> Bool
+    /// The grant kept for the session `deviceId`, unless it expired by `now`.
+    func webGrant(accountId: Int64, deviceId: String, now: Double) async throws -> WebGrantUpload?
     /// The server setting `name`, set to `value` first if it has none.
     func claimSetting(_ name: String, value: String) async throws -> String
     func createAccount(name: String, passwordHash: String, quotaBytes: Int64) async throws -> Account

@@ -15,6 +15,9 @@ struct WebSessionResponse: Codable, ResponseEncodable {
     var quotaBytes: Int64
     /// Whether the account is an operator's (the page then offers the administration page).
     var admin: Bool
+    /// The account's identity token (what a device's grant to this browser is bound to, under
+    /// Advanced Data Protection); nil before it is known.
+    var identity: String? = nil
 }
 
 /// `GET /web/api/containers`.
@@ -110,7 +113,7 @@ extension SyncServices {
             context.logger.info("signed in from a browser", metadata: ["account": "\(name)", "device": "\(id)"])
             let usage = try await database.usage(ofAccount: account.id)
             var response = try WebSessionResponse(account: name, device: id, csrf: WebSession.csrfToken(for: token), usedBytes: usage.used, quotaBytes: usage.quota,
-                                                  admin: stored?.admin ?? false)
+                                                  admin: stored?.admin ?? false, identity: stored?.identityToken)
                 .response(from: request, context: context)
             response.setCookie(WebSession.cookie(token))
             return response
@@ -129,7 +132,8 @@ extension SyncServices {
                   let token = request.cookies[WebSession.cookieName]?.value else { throw SyncError.unauthorized }
             let usage = try await database.usage(ofAccount: device.accountId)
             return WebSessionResponse(account: account.name, device: device.deviceId, csrf: WebSession.csrfToken(for: token),
-                                      usedBytes: usage.used, quotaBytes: usage.quota, admin: account.admin)
+                                      usedBytes: usage.used, quotaBytes: usage.quota, admin: account.admin,
+                                      identity: try await database.identityToken(ofAccount: device.accountId))
         }
         api.get("containers") { _, context in
             let device = try context.requireDevice()
@@ -240,6 +244,7 @@ extension SyncServices {
                                        container: container, device: device, logger: context.logger)
         }
         addWebItemRoutes(to: api)
+        addWebApprovalRoutes(to: api)
         addWebAccountRoutes(to: api)
         addWebAdminRoutes(to: api)
         addLinkRoutes(to: router, api: api)
@@ -320,6 +325,7 @@ enum WebAssets {
         "names.js": (PackageResources.names_js, "text/javascript; charset=utf-8"),
         "upload.js": (PackageResources.upload_js, "text/javascript; charset=utf-8"),
         "sealed.js": (PackageResources.sealed_js, "text/javascript; charset=utf-8"),
+        "advanced.js": (PackageResources.advanced_js, "text/javascript; charset=utf-8"),
     ]
 
     /// The asset named `name`, or 404.

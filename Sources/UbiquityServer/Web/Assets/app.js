@@ -4,6 +4,7 @@
 import { api, APIError, setCSRF, segment } from "./api.js";
 import { nameNode, plainName, formatBytes, formatDate } from "./names.js";
 import { uploadFile, uploadTree, makeFolder, forgetUploads } from "./upload.js";
+import { sealedListing, downloadSealed } from "./advanced.js";
 
 const $ = (id) => document.getElementById(id);
 let session = null;
@@ -172,7 +173,13 @@ function folderQuery(offset, limit) {
 async function showFolder() {
   // Refreshed (a change arrived): as many rows as were shown.
   const shown = view.listing ? Math.min(2000, Math.max(pageSize, view.listing.items.length)) : pageSize;
-  view.listing = await api("GET", folderQuery(0, shown));
+  try {
+    view.listing = await api("GET", folderQuery(0, shown));
+  } catch (error) {
+    // Advanced Data Protection: the server cannot open the records; a device gives this page the keys.
+    if (!(error instanceof APIError && error.code === "sealedOnDevices")) throw error;
+    view.listing = await sealedListing(session, view.container, view.folder, $("sort").value, $("filter").value.trim());
+  }
   const crumbs = [crumb(view.container, "#/c/" + segment(view.container))];
   for (const folder of view.listing.path) crumbs.push(crumb(folder.name, `#/c/${segment(view.container)}/${segment(folder.id)}`));
   crumbs.unshift(crumb("iCloud Drive", "#/"));
@@ -235,6 +242,12 @@ function renderItems() {
       link.href = `#/c/${segment(view.container)}/${segment(item.id)}`;
       link.classList.add("folder");
       link.setAttribute("aria-label", "Folder " + plainName(item.name));
+    } else if (view.listing.sealed) {
+      link.href = "#";
+      link.addEventListener("click", (event) => {
+        event.preventDefault();
+        downloadSealed(session, view.container, item).catch(failed);
+      });
     } else {
       link.href = `/web/api/containers/${segment(view.container)}/items/${segment(item.id)}/download`;
       link.setAttribute("download", "");
@@ -246,7 +259,7 @@ function renderItems() {
     row.append(name, cell(formatDate(item.modificationDate)), cell(item.kind === "directory" ? "—" : formatBytes(item.size), "num"));
     const device = document.createElement("td");
     device.append(nameNode(item.deviceName));
-    row.append(device, actionsCell(item));
+    row.append(device, view.listing.sealed ? cell("") : actionsCell(item)); // (read only under Advanced, for now)
     return row;
   });
   $("item-rows").replaceChildren(...rows);

@@ -1,0 +1,250 @@
+// The web under Advanced Data Protection (docs/Encryption.md, "The web under Advanced"): the
+// server holds no key, so this page asks one of the account's devices for the keys of the
+// containers, as a new device asks to join — it commits to a nonce, a device answers, it
+// reveals, and shows a code the person types on that device (`ubiquity devices approve CODE`).
+// The device seals the keys to this browser's X25519 key and signs them; the page checks the
+// signature against the device's key the code was made from, opens the keys (WebCrypto), and
+// opens every record and chunk itself. The keys live in this page only, for an hour at most;
+// the browser's own key pair stays in IndexedDB, not extractable.
+
+import { api, APIError, segment } from "./api.js";
+import { binding, openChunk } from "./sealed.js";
+
+const subtle = crypto.subtle;
+const encoder = new TextEncoder();
+const $ = (id) => document.getElementById(id);
+
+// The keys this page holds: { expires, account, byContainer: { container: { epoch: keys } } }.
+let granted = null;
+
+function concat(...parts) {
+  const out = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
+  let at = 0;
+  for (const part of parts) { out.set(part, at); at += part.length; }
+  return out;
+}
+
+const base64 = (bytes) => btoa(String.fromCharCode(...bytes));
+const unbase64 = (text) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
+const hexBytes = (hex) => Uint8Array.from(hex.match(/../g).map((pair) => parseInt(pair, 16)));
+const sha256 = async (bytes) => new Uint8Array(await subtle.digest("SHA-256", bytes));
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+// MARK: This browser's keys (IndexedDB: the private halves are not extractable)
+
+function database() {
+  return new Promise((resolve, reject) => {
+    const open = indexedDB.open("ubiquity-browser-keys", 1);
+    open.onupgradeneeded = () => open.result.createObjectStore("keys");
+    open.onsuccess = () => resolve(open.result);
+    open.onerror = () => reject(open.error);
+  });
+}
+
+async function stored(name, value) {
+  const db = await database();
+  return new Promise((resolve, reject) => {
+    const store = db.transaction("keys", value === undefined ? "readonly" : "readwrite").objectStore("keys");
+    const request = value === undefined ? store.get(name) : store.put(value, name);
+    request.onsuccess = () => resolve(value === undefined ? request.result : value);
+    request.onerror = () => reject(request.error);
+  });
+}
+
+/** This session's key pair (made once per web session), with its public halves' bytes. */
+async function browserKeys(session) {
+  const kept = await stored("session:" + session.device);
+  if (kept) return kept;
+  const agreement = await subtle.generateKey({ name: "X25519" }, false, ["deriveBits"]);
+  const signing = await subtle.generateKey({ name: "Ed25519" }, false, ["sign", "verify"]);
+  const keys = {
+    agreement, signingPublic: new Uint8Array(await subtle.exportKey("raw", signing.publicKey)),
+    agreementPublic: new Uint8Array(await subtle.exportKey("raw", agreement.publicKey)), approver: null,
+  };
+  return stored("session:" + session.device, keys);
+}
+
+// MARK: The code (as `JoinCode` computes it)
+
+function commitment(nonce, keys) {
+  return sha256(binding("join commitment", 1, 0, [nonce, keys.signingPublic, keys.agreementPublic]));
+}
+
+async function joinCode(approver, keys, approverNonce, nonce) {
+  const digest = await sha256(binding("join code", 1, 0, [approver.signing, approver.agreement, keys.signingPublic, keys.agreementPublic, approverNonce, nonce]));
+  let number = 0n;
+  for (const byte of digest.subarray(0, 8)) number = (number << 8n) | BigInt(byte);
+  const digits = (number % 100000000n).toString().padStart(8, "0");
+  return digits.slice(0, 4) + " " + digits.slice(4);
+}
+
+// MARK: The grant
+
+/** Opens the device's grant: its signature by the approving device first, then the seal. */
+async function openGrant(grant, keys, session) {
+  const body = unbase64(grant.body), signature = unbase64(grant.signature);
+  const approverKey = await subtle.importKey("raw", keys.approver.signing, { name: "Ed25519" }, false, ["verify"]);
+  if (!await subtle.verify({ name: "Ed25519" }, approverKey, signature, binding("web grant signature", 1, 0, [body]))) {
+    throw new Error("the keys given to this browser are not signed by the device that approved it");
+  }
+  if (body.length <= 1 + 32 + 12 + 16 || body[0] !== 1) throw new Error("the keys given to this browser are of a format this page does not read");
+  const ephemeral = body.subarray(1, 33);
+  const peer = await subtle.importKey("raw", ephemeral, { name: "X25519" }, false, []);
+  const shared = new Uint8Array(await subtle.deriveBits({ name: "X25519", public: peer }, keys.agreement.privateKey, 256));
+  const base = await subtle.importKey("raw", shared, "HKDF", false, ["deriveBits"]);
+  const bits = await subtle.deriveBits({ name: "HKDF", hash: "SHA-256", salt: concat(ephemeral, keys.agreementPublic), info: encoder.encode("ubiquity web grant") }, base, 256);
+  const key = await subtle.importKey("raw", bits, "AES-GCM", false, ["decrypt"]);
+  const aad = binding("web grant", 1, 0, [encoder.encode(session.identity), keys.signingPublic, keys.agreementPublic, keys.approver.signing]);
+  let plaintext;
+  try {
+    plaintext = new Uint8Array(await subtle.decrypt({ name: "AES-GCM", iv: body.subarray(33, 45), additionalData: aad }, key, body.subarray(45)));
+  } catch {
+    throw new Error("the keys given to this browser do not open: changed, or sealed to another browser or account");
+  }
+  const contents = JSON.parse(new TextDecoder().decode(plaintext));
+  if (contents.v !== 1 || contents.a !== session.identity) throw new Error("the keys given to this browser are for another account");
+  const byContainer = {};
+  for (const entry of contents.k) {
+    (byContainer[entry.c] ||= {})[entry.e] = {
+      record: unbase64(entry.r), chunkIdentifier: unbase64(entry.i), chunkContent: unbase64(entry.k),
+    };
+  }
+  return { expires: contents.x, byContainer };
+}
+
+/** The keys of this session, asking a device for them (and showing the code) when it has none. */
+async function keysOf(session) {
+  if (granted && granted.expires * 1000 > Date.now()) return granted;
+  granted = null;
+  const keys = await browserKeys(session);
+  if (keys.approver) {
+    try {
+      granted = await openGrant(await api("GET", "/web/api/grant"), keys, session);
+      return granted;
+    } catch (error) {
+      if (!(error instanceof APIError && error.code === "noGrant")) throw error;
+    }
+  }
+  const nonce = crypto.getRandomValues(new Uint8Array(32));
+  const request = await api("POST", "/web/api/approval", {
+    signing: base64(keys.signingPublic), agreement: base64(keys.agreementPublic), commitment: base64(await commitment(nonce, keys)),
+  });
+  $("approval").hidden = false;
+  $("approval-code").textContent = "…";
+  $("approval-device").textContent = "a device of the account (its agent answers at once)";
+  try {
+    let state;
+    for (;;) {
+      state = await api("GET", "/web/api/approval/" + segment(request.id));
+      if (state.approver) break;
+      await sleep(1000);
+    }
+    const approver = { id: state.approver.id, name: state.approver.name, signing: unbase64(state.approver.signing), agreement: unbase64(state.approver.agreement) };
+    await api("POST", `/web/api/approval/${segment(request.id)}/reveal`, { nonce: base64(nonce) });
+    const code = await joinCode(approver, keys, unbase64(state.request.answerNonce), nonce);
+    $("approval-code").textContent = code;
+    $("approval-device").textContent = approver.name;
+    keys.approver = approver;
+    await stored("session:" + session.device, keys);
+    for (;;) {
+      try {
+        granted = await openGrant(await api("GET", "/web/api/grant"), keys, session);
+        return granted;
+      } catch (error) {
+        if (!(error instanceof APIError && error.code === "noGrant")) throw error;
+      }
+      await sleep(1000);
+    }
+  } finally {
+    $("approval").hidden = true;
+  }
+}
+
+// MARK: Records and chunks
+
+async function openRecord(keys, container, item) {
+  const sealed = unbase64(item.record);
+  if (sealed.length < 5 + 12 + 16 || sealed[0] !== 1) throw new Error("the record of an item is of a format this page does not read");
+  const epoch = new DataView(sealed.buffer, sealed.byteOffset + 1, 4).getUint32(0);
+  const epochKeys = keys.byContainer[container]?.[epoch];
+  if (!epochKeys) throw new Error("the record of an item is sealed in an epoch this browser was not given");
+  const key = await subtle.importKey("raw", epochKeys.record, "AES-GCM", false, ["decrypt"]);
+  const aad = binding("record", 1, epoch, [encoder.encode(container), encoder.encode(item.id), encoder.encode(item.parent || ""), new Uint8Array(0)]);
+  let padded;
+  try {
+    padded = new Uint8Array(await subtle.decrypt({ name: "AES-GCM", iv: sealed.subarray(5, 17), additionalData: aad }, key, sealed.subarray(17)));
+  } catch {
+    throw new Error("the record of an item does not open: the server changed or moved it");
+  }
+  let end = padded.length - 1;
+  while (end >= 0 && padded[end] === 0) end--;
+  if (end < 0 || padded[end] !== 0x80) throw new Error("the record of an item is malformed");
+  return JSON.parse(new TextDecoder().decode(padded.subarray(0, end)));
+}
+
+/** The container's items, opened (every page of its changes). */
+async function openedItems(session, container) {
+  const keys = await keysOf(session);
+  const items = new Map();
+  let since = 0;
+  for (;;) {
+    const page = await api("GET", `/web/api/containers/${segment(container)}/sealed/changes?since=${since}`);
+    for (const item of page.items) {
+      if (item.deleted) { items.delete(item.id); continue; }
+      const record = item.record ? await openRecord(keys, container, item) : null;
+      items.set(item.id, {
+        id: item.id, parent: item.parent || null, kind: item.kind, sealed: Boolean(item.record),
+        name: record ? record.n : item.name, size: record ? record.s : item.size, modificationDate: record ? record.d : item.modificationDate,
+        deviceName: item.deviceName, uploaded: item.uploaded, conflicts: (item.conflicts || []).length,
+      });
+    }
+    if (!page.more || page.items.length === 0) break;
+    since = page.items[page.items.length - 1].sequence;
+  }
+  return items;
+}
+
+/** A folder's listing as the server's own looks (`items`, `path`, `total`), opened here. */
+export async function sealedListing(session, container, folder, sort, filter) {
+  const items = await openedItems(session, container);
+  const path = [];
+  for (let at = folder; at && items.has(at); at = items.get(at).parent) path.unshift({ id: at, name: items.get(at).name });
+  const needle = (filter || "").toLowerCase();
+  const shown = [...items.values()].filter((item) => item.parent === (folder || null) && (!needle || item.name.toLowerCase().includes(needle)));
+  const order = {
+    name: (a, b) => a.name.localeCompare(b.name), date: (a, b) => b.modificationDate - a.modificationDate, size: (a, b) => b.size - a.size,
+  }[sort] || ((a, b) => a.name.localeCompare(b.name));
+  shown.sort((a, b) => (a.kind === "directory") !== (b.kind === "directory") ? (a.kind === "directory" ? -1 : 1) : order(a, b));
+  return { items: shown, path, total: shown.length, sealed: true };
+}
+
+/** Downloads an item of a sealed listing: its chunks fetched and opened here, saved as a file. */
+export async function downloadSealed(session, container, listed) {
+  const keys = await keysOf(session);
+  const item = await api("GET", `/web/api/containers/${segment(container)}/sealed/items/${segment(listed.id)}`);
+  const parts = [];
+  for (const chunk of item.manifest.chunks || []) {
+    const response = await fetch(`/web/api/containers/${segment(container)}/sealed/chunks/${chunk.hash}`, { credentials: "same-origin", cache: "no-store" });
+    if (!response.ok) throw new Error("a chunk of the file cannot be fetched (" + response.status + ")");
+    const body = new Uint8Array(await response.arrayBuffer());
+    const id = hexBytes(chunk.hash);
+    if (!listed.sealed) {
+      const digest = await sha256(body);
+      if (digest.some((byte, index) => byte !== id[index])) throw new Error("a chunk of the file is not the one asked for");
+      parts.push(body);
+      continue;
+    }
+    const epoch = new DataView(body.buffer, body.byteOffset + 1, 4).getUint32(0);
+    const epochKeys = keys.byContainer[container]?.[epoch];
+    if (!epochKeys) throw new Error("a chunk of the file is sealed in an epoch this browser was not given");
+    parts.push(await openChunk({ epoch, identifier: epochKeys.chunkIdentifier, content: epochKeys.chunkContent }, id, body));
+  }
+  const url = URL.createObjectURL(new Blob(parts, { type: "application/octet-stream" }));
+  const link = document.createElement("a");
+  link.href = url;
+  link.download = listed.name;
+  document.body.append(link);
+  link.click();
+  link.remove();
+  setTimeout(() => URL.revokeObjectURL(url), 60000);
+}

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""The web under Advanced Data Protection in a real browser (Chromium through Selenium): the
+page signs in, finds the server cannot open the container, asks the account's devices for its
+keys and shows a code; the test types that code on a device (`ubiquity devices approve CODE`);
+the page then lists the folder with the names it opened itself and downloads a file, opening
+its chunks itself.
+
+Argument (JSON on the command line): url, account, password, container, code (a file the code is
+written to), downloads (a folder), file (the name to download).
+Prints one JSON line: {code, names, downloaded (the file's bytes, base64)} or {error, step}.
+"""
+
+import base64
+import json
+import os
+import sys
+import time
+
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+
+args = json.loads(sys.argv[1])
+options = webdriver.ChromeOptions()
+options.binary_location = "/usr/bin/chromium"
+for flag in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"]:
+    options.add_argument(flag)
+options.add_experimental_option("prefs", {"download.default_directory": args["downloads"], "download.prompt_for_download": False})
+driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
+step = "start"
+
+
+said = []  # what the page's status line said meanwhile (it clears itself)
+
+
+def eventually(check, what, seconds=90):
+    global step
+    step = what
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception:  # not there yet
+            pass
+        try:
+            text = driver.find_element(By.ID, "status").text
+            if text and (not said or said[-1] != text):
+                said.append(text)
+        except Exception:
+            pass
+        time.sleep(0.2)
+    raise TimeoutError("timed out waiting for " + what)
+
+
+try:
+    driver.get(args["url"] + "/web/")
+    eventually(lambda: driver.find_element(By.ID, "sign-in").is_displayed(), "the sign-in form")
+    driver.find_element(By.ID, "account").send_keys(args["account"])
+    driver.find_element(By.ID, "password").send_keys(args["password"])
+    driver.find_element(By.CSS_SELECTOR, "#sign-in-form button").click()
+    eventually(lambda: driver.find_element(By.ID, "containers").is_displayed(), "the containers")
+    driver.get(args["url"] + "/web/#/c/" + args["container"])
+    code = eventually(lambda: (lambda text: text if text[:4].isdigit() else None)(driver.find_element(By.ID, "approval-code").text), "the code to type on a device")
+    device = driver.find_element(By.ID, "approval-device").text
+    with open(args["code"], "w") as handle:
+        handle.write(code)
+    eventually(lambda: driver.find_element(By.ID, "folder").is_displayed() and not driver.find_element(By.ID, "approval").is_displayed(), "the folder, opened", 120)
+    rows = eventually(lambda: driver.find_elements(By.CSS_SELECTOR, "#item-rows tr"), "the folder's rows")
+    names = [row.get_attribute("data-name") for row in rows]
+    driver.find_element(By.CSS_SELECTOR, '#item-rows tr[data-name="%s"] a' % args["file"]).click()
+    target = os.path.join(args["downloads"], args["file"])
+    eventually(lambda: os.path.exists(target) and not os.path.exists(target + ".crdownload") and os.path.getsize(target) > 0, "the download", 120)
+    time.sleep(0.5)
+    with open(target, "rb") as handle:
+        downloaded = base64.b64encode(handle.read()).decode()
+    # The server changes the grant it keeps (one byte): reloaded, the page refuses it and opens nothing.
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+        const realFetch = window.fetch;
+        window.fetch = async (input, init) => {
+          const response = await realFetch(input, init);
+          if (String(input).endsWith("/web/api/grant") && response.ok) {
+            const grant = await response.json();
+            const body = Uint8Array.from(atob(grant.body), (c) => c.charCodeAt(0));
+            body[body.length - 1] ^= 1;
+            grant.body = btoa(String.fromCharCode(...body));
+            return new Response(JSON.stringify(grant), { status: 200, headers: { "Content-Type": "application/json" } });
+          }
+          return response;
+        };"""})
+    said.clear()
+    driver.refresh()
+    refused = eventually(lambda: next((text for text in said if "not signed" in text), None), "the changed grant refused", 60)
+    opened = driver.find_element(By.ID, "folder").is_displayed()
+    print(json.dumps({"code": code, "device": device, "names": names, "downloaded": downloaded, "refused": refused, "openedAfterChange": opened}))
+except Exception as error:
+    status = ""
+    try:
+        status = driver.find_element(By.ID, "status").text
+    except Exception:
+        pass
+    print(json.dumps({"error": str(error), "step": step, "status": status, "said": said}))
+finally:
+    driver.quit()

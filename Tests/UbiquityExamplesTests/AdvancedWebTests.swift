@@ -1,0 +1,105 @@
+import Foundation
+import Synchronization
+import Testing
+import UbiquityTestSupport
+
+/// The web under Advanced Data Protection, end to end with real processes: two devices' agents
+/// sealing, the account switched to Advanced (the server then holds no key), and Chromium
+/// (Selenium, Tests/Browser/advanced_web.py) signed in by password. The page asks the devices
+/// for the keys and shows a code; typed on the laptop (`ubiquity devices approve CODE`), the
+/// laptop seals the containers' keys to the browser; the page lists the folder with the names it
+/// opened itself — of a file written before the switch and of one after — and downloads the
+/// older one, opening its chunks itself, to its very bytes. The grant changed by the server (one
+/// byte) is refused by the page, which then opens nothing.
+@Suite(.serialized) struct AdvancedWebTests {
+    typealias Agent = HostileKeyValueServerTests.Agent
+
+    static var browserAvailable: Bool {
+        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/chromium"), FileManager.default.isExecutableFile(atPath: "/usr/bin/chromedriver") else { return false }
+        let check = Process()
+        check.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        check.arguments = ["python3", "-c", "import selenium"]
+        check.standardError = FileHandle.nullDevice
+        guard (try? check.run()) != nil else { return false }
+        check.waitUntilExit()
+        return check.terminationStatus == 0
+    }
+
+    @Test(.enabled(if: browserAvailable, "no browser here: install Debian's chromium and chromium-driver and Selenium from PyPI (.ci/run does)"),
+          .timeLimit(.minutes(8)))
+    func aDeviceLetsABrowserInByACodeAndThePageOpensWhatTheServerCannot() async throws {
+        let setup = try await HostileContentServerTests.sealedSetup()
+        defer { setup.tearDown() }
+        let laptopAgent = try Agent(setup.laptop, in: setup.dir), phoneAgent = try Agent(setup.phone, in: setup.dir)
+        defer { laptopAgent.stop(); phoneAgent.stop() }
+        let (laptop, phone) = (setup.laptop, setup.phone)
+        let (onLaptop, onPhone) = try await onOwnThread { (try HostileContentServerTests.documents(of: laptop), try HostileContentServerTests.documents(of: phone)) }
+        try FileManager.default.createDirectory(at: onLaptop, withIntermediateDirectories: true)
+        @Sendable func has(_ folder: URL, _ name: String) async -> Bool {
+            await eventuallyValue(seconds: 60) { FileManager.default.fileExists(atPath: folder.appendingPathComponent(name).path) ? true : nil } == true
+        }
+        let plan = randomBytes(300_000)
+        try plan.write(to: onLaptop.appendingPathComponent("Plan ☕.txt"))
+        #expect(await has(onPhone, "Plan ☕.txt"), "\(phoneAgent.logged.suffix(2000))")
+        let switched = try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
+        #expect(switched.status == 0, "\(switched.output)")
+        try Data("written after the switch".utf8).write(to: onPhone.appendingPathComponent("After.txt"))
+        #expect(await has(onLaptop, "After.txt"), "\(laptopAgent.logged.suffix(2000))")
+        let container = try #require(onLaptop.deletingLastPathComponent().lastPathComponent as String?)
+
+        // The browser, signed in by password, straight to the server.
+        let codeFile = setup.dir.file("browser-code").path, downloads = setup.dir.file("downloads").path
+        try FileManager.default.createDirectory(atPath: downloads, withIntermediateDirectories: true)
+        let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Browser/advanced_web.py").path
+        let arguments = String(decoding: try JSONSerialization.data(withJSONObject: [
+            "url": setup.server.base.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")), "account": "ada", "password": "correct horse",
+            "container": container, "code": codeFile, "downloads": downloads, "file": "Plan ☕.txt",
+        ]), as: UTF8.self)
+        let browser = Task { try await Self.run(["/usr/bin/env", "python3", script, arguments], timeout: .seconds(420)) }
+
+        // The laptop answers the browser's request (as a running agent does when it hears of one),
+        // then the person types the code the page shows.
+        var code: String?
+        let deadline = ContinuousClock.now + .seconds(180)
+        while code == nil, ContinuousClock.now < deadline {
+            _ = try await laptop.running(["devices", "approve"])
+            code = (try? String(contentsOfFile: codeFile, encoding: .utf8)).flatMap { $0.isEmpty ? nil : $0 }
+            if code == nil { try await Task.sleep(for: .seconds(1)) }
+        }
+        let typed = try #require(code, "the page shows a code")
+        let approved = try await laptop.running(["devices", "approve", typed])
+        #expect(approved.status == 0 && approved.output.contains("web browser"), "\(approved.output)")
+        // A wrong code approves nothing.
+        #expect(try await laptop.running(["devices", "approve", "0000 0000"]).status != 0)
+
+        let (status, output) = try await browser.value
+        let line = try #require(output.split(separator: "\n").last { $0.hasPrefix("{") }, "\(status): \(output)")
+        let result = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
+        #expect(result["error"] == nil, "\(line)")
+        #expect(result["code"] as? String == typed && result["device"] as? String == "laptop", "\(line)")
+        #expect(Set(result["names"] as? [String] ?? []) == ["Plan ☕.txt", "After.txt"], "\(line)")
+        #expect((result["downloaded"] as? String).flatMap { Data(base64Encoded: $0) } == plan, "the page opened the file's chunks to its very bytes")
+        // The grant the server keeps, changed by one byte: the page refuses it and opens nothing.
+        #expect((result["refused"] as? String)?.contains("not signed by the device that approved it") == true && result["openedAfterChange"] as? Bool == false, "\(line)")
+        try await laptopAgent.stopped()
+        try await phoneAgent.stopped()
+    }
+
+    static func run(_ command: [String], timeout: Duration) async throws -> (Int32, String) {
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: command[0])
+        process.arguments = Array(command.dropFirst())
+        let pipe = Pipe()
+        process.standardOutput = pipe
+        process.standardError = pipe
+        try process.run()
+        let killer = Task {
+            try await Task.sleep(for: timeout)
+            process.terminate()
+        }
+        defer { killer.cancel() }
+        let output = try await onOwnThread { pipe.fileHandleForReading.readDataToEndOfFile() }
+        try await onOwnThread { process.waitUntilExit() }
+        return (process.terminationStatus, String(decoding: output, as: UTF8.self))
+    }
+}

@@ -1,0 +1,113 @@
+import Foundation
+import HummingbirdTesting
+import UbiquityTestSupport
+import UbiquitySync
+import Testing
+import UbiquityKeys
+import UbiquityProtocol
+@testable import UbiquityServer
+
+/// The server's half of a browser let in under Advanced Data Protection: a browser's request
+/// goes through the steps of a device's (answered, revealed) and only then takes a device's
+/// grant; the grant lasts at most an hour and is the session's alone; sealed data is served to
+/// a session only while a grant names its container.
+@Suite struct WebGrantServerTests {
+    let notes = "ABCDE12345.com.example.notes"
+
+    @Test(arguments: Backend.all) func aBrowsersGrantIsKeptForItsSessionAndOpensOnlyItsContainersForAnHour(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let keyHolder = SealedKeyValueServerTests()
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let root = try await keyHolder.setUpKeys(client, laptop)
+            let records = try #require(ItemRecords.keyed(container: notes, rootKeys: [root], sealing: true))
+            let contents = randomBytes(3_000)
+            let (chunk, body) = try root.chunkKeys(container: notes).seal(contents)
+            #expect(try await client.send(.put, "/v1/chunks/\(chunk)?sealed=1", token: laptop.token, raw: Array(body)).status == .created)
+            let manifest = Manifest(chunks: [ChunkReference(hash: chunk.description, size: 3_000)])
+            let file = ItemUpdate(baseRevision: nil, name: "Plan.txt", kind: .file, modificationDate: 1_800_000_100, manifest: manifest)
+            _ = try await client.commit(notes, "plan", try records.sealed(file, item: "plan", manifest: manifest), token: laptop.token)
+
+            let helper = WebInterfaceTests()
+            let (cookie, csrf, _) = try await helper.webSignIn(client)
+            let web = helper.session(cookie, csrf: csrf)
+            let sealed = "/web/api/containers/\(notes)/sealed"
+            // No grant yet: nothing sealed is served.
+            #expect(try await client.send(.get, "/web/api/grant", headers: web).errorCode == "noGrant")
+            let early = try await client.send(.get, "\(sealed)/changes", headers: web)
+            #expect(early.status == .forbidden && early.errorCode == "noGrant")
+
+            // The browser asks (its keys and a commitment); the laptop answers; the browser reveals.
+            let browser = DeviceKeys(), nonce = JoinCode.nonce()
+            let commitment = JoinCode.commitment(to: nonce, joining: browser.publicKeys)
+            let asked = try await client.send(.post, "/web/api/approval", json: WebApprovalCreate(signing: Data(browser.publicKeys.signing), agreement: Data(browser.publicKeys.agreement),
+                                                                                                  commitment: Data(commitment)), headers: web)
+            let request = try asked.decode(KeyRequestRecord.self)
+            #expect(request.kind == KeyRequestRecord.browserKind)
+            let expires = Date().timeIntervalSince1970 + 3_000
+            let grant = WebGrantUpload(body: Data(repeating: 1, count: 200), signature: Data(repeating: 2, count: 64), containers: [notes], expires: expires)
+            // Not before it is answered and revealed.
+            #expect(try await client.send(.post, "/v1/keys/requests/\(request.id)/grant", token: laptop.token, json: grant).errorCode == "notPending")
+            let laptopId = keyHolder.laptop.publicKeys.deviceIdentifier
+            let answer = JoinCode.answerNonce(device: keyHolder.laptop, request: request.id, commitment: commitment)
+            #expect(try await client.send(.post, "/v1/keys/requests/\(request.id)/answer", token: laptop.token,
+                                          json: KeyRequestNonce(nonce: Data(answer), answerer: laptopId)).status == .ok)
+            let state = try await client.send(.get, "/web/api/approval/\(request.id)", headers: web).decode(WebApprovalState.self)
+            #expect(state.approver?.name == "laptop" && state.approver?.signing == Data(keyHolder.laptop.publicKeys.signing))
+            #expect(try await client.send(.post, "/web/api/approval/\(request.id)/reveal", json: KeyRequestNonce(nonce: Data(nonce)), headers: web).status == .noContent)
+            // More than an hour, or no container: refused.
+            var long = grant
+            long.expires = Date().timeIntervalSince1970 + 7_200
+            #expect(try await client.send(.post, "/v1/keys/requests/\(request.id)/grant", token: laptop.token, json: long).errorCode == "invalidGrant")
+            var none = grant
+            none.containers = []
+            #expect(try await client.send(.post, "/v1/keys/requests/\(request.id)/grant", token: laptop.token, json: none).errorCode == "invalidGrant")
+            #expect(try await client.send(.post, "/v1/keys/requests/\(request.id)/grant", token: laptop.token, json: grant).status == .noContent)
+
+            // The session gets it as the device sent it, and the container's sealed data with it.
+            #expect(try await client.send(.get, "/web/api/grant", headers: web).decode(WebGrantUpload.self) == grant)
+            let changes = try await client.send(.get, "\(sealed)/changes", headers: web).decode(ChangesResponse.self)
+            #expect(changes.items.map(\.id) == ["plan"] && changes.items.first?.record != nil && changes.items.first?.name != "Plan.txt")
+            let item = try await client.send(.get, "\(sealed)/items/plan", headers: web).decode(ItemState.self)
+            #expect(item.manifest.chunks?.map(\.hash) == [chunk.description])
+            let stored = try await client.send(.get, "\(sealed)/chunks/\(chunk.description)", headers: web)
+            #expect(stored.status == .ok && Data(buffer: stored.body) == body)
+            // Another container, or another session of the account: nothing.
+            let other = try await client.send(.get, "/web/api/containers/ABCDE12345.com.example.other/sealed/changes", headers: web)
+            #expect(other.status == .forbidden && other.errorCode == "noGrant")
+            let (cookie2, csrf2, _) = try await helper.webSignIn(client)
+            #expect(try await client.send(.get, "\(sealed)/changes", headers: helper.session(cookie2, csrf: csrf2)).errorCode == "noGrant")
+            // The request is used up: no second grant by it.
+            #expect(try await client.send(.post, "/v1/keys/requests/\(request.id)/grant", token: laptop.token, json: grant).errorCode == "notPending")
+            // A device's request to join takes no grant.
+            let joining = DeviceKeys(), joinNonce = JoinCode.nonce()
+            let phone = try await client.signIn("ada", device: "phone")
+            let join = try await client.send(.post, "/v1/keys/requests", token: phone.token,
+                                             json: KeyRequestCreate(signing: Data(joining.publicKeys.signing), agreement: Data(joining.publicKeys.agreement), name: "phone",
+                                                                    commitment: Data(JoinCode.commitment(to: joinNonce, joining: joining.publicKeys)))).decode(KeyRequestRecord.self)
+            #expect(join.kind == nil)
+            _ = try await client.send(.post, "/v1/keys/requests/\(join.id)/answer", token: laptop.token, json: KeyRequestNonce(nonce: Data(JoinCode.nonce()), answerer: laptopId))
+            _ = try await client.send(.post, "/v1/keys/requests/\(join.id)/reveal", token: phone.token, json: KeyRequestNonce(nonce: Data(joinNonce)))
+            #expect(try await client.send(.post, "/v1/keys/requests/\(join.id)/grant", token: laptop.token, json: grant).errorCode == "notPending")
+        }
+    }
+
+    @Test(arguments: Backend.all) func aGrantEndsWhenItExpires(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let account = try #require(try await server.admin.database.accounts().first { $0.name == "ada" }).id
+            let request = KeyRequestRecord(id: "r1", signing: Data(repeating: 1, count: 32), agreement: Data(repeating: 2, count: 32), name: "web browser",
+                                           commitment: Data(repeating: 3, count: 32), created: Date().timeIntervalSince1970, kind: KeyRequestRecord.browserKind)
+            let database = server.admin.database
+            #expect(try await database.addKeyRequest(accountId: account, deviceId: "web-1", request: request, since: 0, limit: 8))
+            #expect(try await database.answerKeyRequest(accountId: account, id: "r1", answerer: String(repeating: "a", count: 32), nonce: Data(repeating: 4, count: 32), since: 0))
+            #expect(try await database.revealKeyRequest(accountId: account, id: "r1", deviceId: "web-1", nonce: Data(repeating: 5, count: 32), since: 0))
+            let now = Date().timeIntervalSince1970
+            let grant = WebGrantUpload(body: Data([1]), signature: Data(repeating: 2, count: 64), containers: [notes], expires: now + 60)
+            #expect(try await database.keepWebGrant(accountId: account, id: "r1", grant: grant, since: 0))
+            #expect(try await database.webGrant(accountId: account, deviceId: "web-1", now: now) == grant)
+            #expect(try await database.webGrant(accountId: account, deviceId: "web-1", now: now + 61) == nil, "expired")
+            #expect(try await database.webGrant(accountId: account, deviceId: "web-2", now: now) == nil, "another session's")
+        }
+    }
+}
