@@ -297,6 +297,19 @@ import UbiquitySync
             #expect(switched.status == .ok, "\(String(buffer: switched.body))")
             let shut = try await client.send(.get, "\(api)/folder", headers: web)
             #expect(shut.status == .conflict && shut.errorCode == "sealedOnDevices", "\(String(buffer: shut.body))")
+            // And a name in plaintext is kept no more (a device of an older build): 409 sealedOnly,
+            // alone or in a batch; a sealed one, and a deletion, go.
+            let plain = ItemUpdate(baseRevision: nil, name: "Plain \(marker).txt", kind: .directory, modificationDate: 1_800_000_300, manifest: Manifest())
+            let refusedPut = try await client.send(.put, "/v1/containers/\(notes)/items/plain", token: laptop.token, json: plain)
+            #expect(refusedPut.status == .conflict && refusedPut.errorCode == "sealedOnly", "\(String(buffer: refusedPut.body))")
+            let refusedBatch = try await client.send(.post, "/v1/containers/\(notes)/commits", token: laptop.token,
+                                                     json: CommitBatchRequest(commits: [ItemCommit(item: "plain", update: plain)]))
+            #expect(refusedBatch.status == .conflict && refusedBatch.errorCode == "sealedOnly")
+            let sealedFolder = try records.sealed(plain, item: "sealed-after", manifest: Manifest())
+            #expect(try await client.send(.put, "/v1/containers/\(notes)/items/sealed-after", token: laptop.token, json: sealedFolder).status == .ok)
+            if backend == .sqlite {
+                #expect(try await onBackgroundThread { Self.files(under: server.directory, contain: "Plain \(marker)") } == [])
+            }
         }
     }
 

@@ -187,7 +187,9 @@ extension SyncServices {
         }
         containers.put("items/:item") { request, context in
             let (device, container, item) = try Self.itemAddress(context)
-            var update = try await prepared(try await request.decode(as: ItemUpdate.self, context: context), of: item, in: container, for: device)
+            let asked = try await request.decode(as: ItemUpdate.self, context: context)
+            try await refusePlaintext([asked], of: device)
+            var update = try await prepared(asked, of: item, in: container, for: device)
             let inline = try Self.inlineChunks(of: &update)
             if !inline.isEmpty { try await receive(inline, from: device, logger: context.logger, checked: true) } // checked as they were taken out; stored before the commit: complete when committed
             let tags = await nameTags(of: [(item, update)], account: device.accountId, container: container)
@@ -218,6 +220,7 @@ extension SyncServices {
             guard (1...CommitBatchRequest.maximumCount).contains(batch.commits.count) else {
                 throw SyncError.badRequest("tooMany", "a batch carries 1 to \(CommitBatchRequest.maximumCount) commits")
             }
+            try await refusePlaintext(batch.commits.map(\.update), of: device)
             // Each update checked on its own: one refused is answered with its error, the others go on.
             var results = [CommitResult?](repeating: nil, count: batch.commits.count)
             var accepted: [(index: Int, commit: ItemCommit)] = [], items = Set<String>(), inline: [ChunkBatch.Chunk] = []

@@ -1,6 +1,7 @@
 import Foundation
 import Hummingbird
 import UbiquityKeys
+import UbiquityProtocol
 
 /// What the server needs to know of an account's keys to take sealed data: its custody (from the
 /// roster it keeps), and whether an upload says its chunks are sealed.
@@ -14,6 +15,17 @@ extension SyncServices {
             return try Roster.verify(stored.roster.map { try RosterEntry(encoded: $0) }).custody
         } catch {
             throw SyncError(.conflict, "badRoster", "the account's stored roster does not verify: \(error)")
+        }
+    }
+
+    /// Refuses, under Advanced Data Protection, updates that would keep a name in plaintext: each
+    /// but a deletion carries a sealed record there (a device of an older build, or one told not
+    /// to seal, is told to update). The roster is read only when an update has no record.
+    /// - Throws: ``SyncError`` 409 `sealedOnly`.
+    func refusePlaintext(_ updates: [ItemUpdate], of device: DeviceAuth) async throws {
+        guard updates.contains(where: { $0.record == nil && $0.deleted != true }) else { return }
+        if try await custody(ofAccount: device.accountId) == .advanced {
+            throw SyncError(.conflict, "sealedOnly", "the account uses Advanced Data Protection: its devices seal every name (update this device's ubiquity)")
         }
     }
 
