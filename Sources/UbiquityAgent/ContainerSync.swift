@@ -88,6 +88,9 @@ package actor ContainerSync {
     /// Says the account's keys are to be read again (a record of an epoch this device does not
     /// hold came: the roster moved — a switch to Advanced, a device removed — and no push said so).
     private let keysOutdated: (@Sendable () async -> Void)?
+    /// Whether the server said, since the last round, that this device sends what it no longer
+    /// takes (`sealedOnly`: the account turned Advanced): its keys are read again first.
+    var keysStale = false
     /// The extensions that make a folder a package.
     package let packageExtensions: Set<String>
     /// The last problem, per item (quota, unreachable server, …; fetching under ``fetchErrorKey``),
@@ -317,6 +320,10 @@ package actor ContainerSync {
             materialiser.forgetInlined()
             statusVersion &+= 1
         }
+        if keysStale {
+            keysStale = false
+            await keysOutdated?()
+        }
         do {
             try await refreshCodec()
         } catch {
@@ -389,6 +396,7 @@ package actor ContainerSync {
     /// A request the server did not answer or refused: kept for the next round, and said.
     func failed(_ request: SyncRequest, _ error: SyncClientError) {
         state.failed(request)
+        if error.code == "sealedOnly" { keysStale = true } // (sealed from the next round on)
         switch request {
         case .commit(let change): errors[change.item] = error.description
         case .fetch: errors[Self.fetchErrorKey] = error.description
@@ -402,6 +410,7 @@ package actor ContainerSync {
     /// thousand warnings).
     func failed(commits changes: [LocalChange], _ error: SyncClientError) {
         guard !changes.isEmpty else { return }
+        if error.code == "sealedOnly" { keysStale = true } // (sealed from the next round on)
         for change in changes {
             state.failed(.commit(change))
             errors[change.item] = error.description
