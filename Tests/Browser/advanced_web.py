@@ -75,6 +75,28 @@ try:
     time.sleep(0.5)
     with open(target, "rb") as handle:
         downloaded = base64.b64encode(handle.read()).decode()
+    # The server serves another chunk list for the file (here none): the page refuses it, as it
+    # is not the one the record names, and saves nothing.
+    driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
+        const listFetch = window.fetch;
+        window.fetch = async (input, init) => {
+          const response = await listFetch(input, init);
+          if (String(input).includes("/sealed/items/") && response.ok) {
+            const item = await response.json();
+            item.manifest.chunks = [];
+            return new Response(JSON.stringify(item), { status: 200, headers: { "Content-Type": "application/json" } });
+          }
+          return response;
+        };"""})
+    os.remove(target)
+    said.clear()
+    driver.refresh()
+    eventually(lambda: driver.find_elements(By.CSS_SELECTOR, '#item-rows tr[data-name="%s"] a' % args["file"]), "the folder again")
+    driver.find_element(By.CSS_SELECTOR, '#item-rows tr[data-name="%s"] a' % args["file"]).click()
+    swapped = eventually(lambda: next((text for text in said if "chunk list" in text), None), "another chunk list refused", 60)
+    time.sleep(1)
+    saved = os.path.exists(target)
+
     # The server changes the grant it keeps (one byte): reloaded, the page refuses it and opens nothing.
     driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
         const realFetch = window.fetch;
@@ -93,7 +115,8 @@ try:
     driver.refresh()
     refused = eventually(lambda: next((text for text in said if "not signed" in text), None), "the changed grant refused", 60)
     opened = driver.find_element(By.ID, "folder").is_displayed()
-    print(json.dumps({"code": code, "device": device, "names": names, "downloaded": downloaded, "refused": refused, "openedAfterChange": opened}))
+    print(json.dumps({"code": code, "device": device, "names": names, "downloaded": downloaded, "swapped": swapped, "savedSwapped": saved,
+                      "refused": refused, "openedAfterChange": opened}))
 except Exception as error:
     status = ""
     try:

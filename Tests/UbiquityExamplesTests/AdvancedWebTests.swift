@@ -9,8 +9,10 @@ import UbiquityTestSupport
 /// for the keys and shows a code; typed on the laptop (`ubiquity devices approve CODE`), the
 /// laptop seals the containers' keys to the browser; the page lists the folder with the names it
 /// opened itself — of a file written before the switch and of one after — and downloads the
-/// older one, opening its chunks itself, to its very bytes. The grant changed by the server (one
-/// byte) is refused by the page, which then opens nothing.
+/// older one — changed in place since, a sealed patch — opening its chunks and applying the patch
+/// itself, to its very bytes. Another chunk list served for the file is refused (not the one its
+/// record names), and the grant changed by the server (one byte) is refused by the page, which
+/// then opens nothing.
 @Suite(.serialized) struct AdvancedWebTests {
     typealias Agent = HostileKeyValueServerTests.Agent
 
@@ -38,13 +40,25 @@ import UbiquityTestSupport
         @Sendable func has(_ folder: URL, _ name: String) async -> Bool {
             await eventuallyValue(seconds: 60) { FileManager.default.fileExists(atPath: folder.appendingPathComponent(name).path) ? true : nil } == true
         }
-        let plan = randomBytes(300_000)
+        let plan = randomBytes(9 << 20) // (cut in a large file's chunks, 128 KiB on average: an edit goes as a patch)
         try plan.write(to: onLaptop.appendingPathComponent("Plan ☕.txt"))
         #expect(await has(onPhone, "Plan ☕.txt"), "\(phoneAgent.logged.suffix(2000))")
         let switched = try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
         #expect(switched.status == 0, "\(switched.output)")
         try Data("written after the switch".utf8).write(to: onPhone.appendingPathComponent("After.txt"))
         #expect(await has(onLaptop, "After.txt"), "\(laptopAgent.logged.suffix(2000))")
+        // A byte of the older file changed in place on the laptop: it goes up as a sealed patch of
+        // the chunk it changes (which the page must fetch, open and apply).
+        var edited = plan
+        edited[4_500_000] ^= 0xff
+        let handle = try FileHandle(forWritingTo: onLaptop.appendingPathComponent("Plan ☕.txt"))
+        try handle.seek(toOffset: 4_500_000)
+        try handle.write(contentsOf: Data([edited[4_500_000]]))
+        try handle.close()
+        let onPhonePlan = onPhone.appendingPathComponent("Plan ☕.txt"), expected = edited
+        #expect(await eventuallyValue(seconds: 60) { (try? Data(contentsOf: onPhonePlan)) == expected ? true : nil } == true, "\(phoneAgent.logged.suffix(2000))")
+        let patched = setup.laptopRelay.exchanges.withLock { $0 }.contains { $0.method == "POST" && $0.path.hasPrefix("/v1/chunks/patches?") && $0.status == 201 }
+        #expect(patched, "the edit went up as a sealed patch")
         let container = try #require(onLaptop.deletingLastPathComponent().lastPathComponent as String?)
 
         // The browser, signed in by password, straight to the server.
@@ -78,7 +92,9 @@ import UbiquityTestSupport
         #expect(result["error"] == nil, "\(line)")
         #expect(result["code"] as? String == typed && result["device"] as? String == "laptop", "\(line)")
         #expect(Set(result["names"] as? [String] ?? []) == ["Plan ☕.txt", "After.txt"], "\(line)")
-        #expect((result["downloaded"] as? String).flatMap { Data(base64Encoded: $0) } == plan, "the page opened the file's chunks to its very bytes")
+        #expect((result["downloaded"] as? String).flatMap { Data(base64Encoded: $0) } == edited, "the page opened the file's chunks, the patch applied, to its very bytes")
+        // Another chunk list served for the file: refused (not the one its record names), nothing saved.
+        #expect((result["swapped"] as? String)?.contains("not the one its record names") == true && result["savedSwapped"] as? Bool == false, "\(line)")
         // The grant the server keeps, changed by one byte: the page refuses it and opens nothing.
         #expect((result["refused"] as? String)?.contains("not signed by the device that approved it") == true && result["openedAfterChange"] as? Bool == false, "\(line)")
         try await laptopAgent.stopped()

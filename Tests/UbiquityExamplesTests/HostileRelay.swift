@@ -1,5 +1,6 @@
 import AsyncHTTPClient
 import Foundation
+import HTTPTypes
 import Hummingbird
 import NIOCore
 import ServiceLifecycle
@@ -19,6 +20,10 @@ struct RelayedExchange: Sendable {
     var body: Data
     /// The answer's content type.
     var contentType: String?
+    /// The answer's other headers, carried to the device as they came (a sealed patch's base, a
+    /// retry time, …; not those of the connection, the body's length or encoding, nor the
+    /// server's offer to take gzip: what devices send through a relay stays readable to tests).
+    var headers: [(name: String, value: String)] = []
 
     /// The answer decoded as `type` (nil if it is not).
     func decoded<T: Decodable>(_ type: T.Type) -> T? { try? JSONDecoder().decode(type, from: body) }
@@ -123,6 +128,8 @@ final class HostileRelay: Sendable {
             var exchange = asked
             exchange.status = Int(answer.status.code)
             exchange.contentType = answer.headers.first(name: "content-type")
+            let hopByHop: Set<String> = ["content-type", "content-length", "content-encoding", "accept-encoding", "transfer-encoding", "connection", "keep-alive", "date", "server"]
+            exchange.headers = answer.headers.filter { !hopByHop.contains($0.name.lowercased()) }.map { ($0.name, $0.value) }
             exchange.body = Data(buffer: try await answer.body.collect(upTo: 64 << 20))
             relay.exchanges.withLock { $0.append(exchange) }
             guard let tamper = relay.tamper.withLock({ $0 }) else { return Self.response(exchange) }
@@ -133,6 +140,7 @@ final class HostileRelay: Sendable {
         static func response(_ exchange: RelayedExchange) -> Response {
             var headers = HTTPFields()
             if let type = exchange.contentType { headers[.contentType] = type }
+            for (name, value) in exchange.headers { if let field = HTTPField.Name(name) { headers.append(HTTPField(name: field, value: value)) } }
             return Response(status: .init(code: exchange.status), headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: exchange.body)))
         }
     }

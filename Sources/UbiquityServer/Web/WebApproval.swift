@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Hummingbird
 import UbiquityKeys
 import UbiquityProtocol
@@ -114,9 +115,14 @@ extension SyncServices {
             var headers = HTTPFields()
             headers[.contentType] = "application/octet-stream"
             headers[.cacheControl] = "no-store"
+            // A chunk kept as a sealed patch of another: the page fetches that one and applies it.
+            if let base = try await database.chunkBases(accountId: device.accountId, hashes: [hash])[hash] { headers[Self.patchOfHeader] = base }
             return Response(status: .ok, headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: bytes)))
         }
     }
+
+    /// Says a sealed chunk served to a page is kept as a sealed patch of the chunk it names.
+    static let patchOfHeader = HTTPField.Name("X-Ubiquity-Patch-Of")!
 
     /// The session's device and the container asked for, if a device's grant that has not
     /// expired names it (else 403 `noGrant`).

@@ -218,31 +218,88 @@ export async function sealedListing(session, container, folder, sort, filter) {
   return { items: shown, path, total: shown.length, sealed: true };
 }
 
+const hex = (bytes) => [...bytes].map((byte) => byte.toString(16).padStart(2, "0")).join("");
+
+/** Unsigned LEB128 numbers (a record's chunk sizes). */
+function leb128(bytes) {
+  const values = [];
+  let value = 0, shift = 0;
+  for (const byte of bytes) {
+    value += (byte & 0x7f) * 2 ** shift;
+    shift += 7;
+    if ((byte & 0x80) === 0) { values.push(value); value = 0; shift = 0; }
+    else if (shift > 49) throw new Error("a record's chunk sizes are malformed");
+  }
+  if (shift !== 0) throw new Error("a record's chunk sizes are malformed");
+  return values;
+}
+
+const same = (a, b) => a.length === b.length && a.every((byte, index) => byte === b[index]);
+
+/** The plaintext of chunk `hash`: stored in plaintext (it hashes to its name), sealed, or as a
+ * sealed patch of another chunk (made from that one, `depth` patches down so far). */
+async function chunkPlaintext(keys, container, hash, depth = 0) {
+  const response = await fetch(`/web/api/containers/${segment(container)}/sealed/chunks/${hash}`, { credentials: "same-origin", cache: "no-store" });
+  if (!response.ok) throw new Error("a chunk of the file cannot be fetched (" + response.status + ")");
+  const body = new Uint8Array(await response.arrayBuffer());
+  const id = hexBytes(hash);
+  if (same(await sha256(body), id)) return body;
+  if (body.length < 5 + 12 + 16) throw new Error("a chunk of the file is malformed");
+  const epoch = new DataView(body.buffer, body.byteOffset + 1, 4).getUint32(0);
+  const epochKeys = keys.byContainer[container]?.[epoch];
+  if (!epochKeys) throw new Error("a chunk of the file is sealed in an epoch this browser was not given");
+  const base = response.headers.get("X-Ubiquity-Patch-Of");
+  if (!base) return openChunk({ epoch, identifier: epochKeys.chunkIdentifier, content: epochKeys.chunkContent }, id, body);
+  // A sealed patch: `01 ‖ epoch ‖ nonce ‖ AES-GCM(padded: kept from the start (4) ‖ kept from the end (4) ‖ the bytes between)`.
+  if (depth >= 8 || !/^[0-9a-f]{64}$/.test(base)) throw new Error("a chunk of the file is more patches deep than devices make");
+  const from = await chunkPlaintext(keys, container, base, depth + 1);
+  const baseId = hexBytes(base);
+  const content = await subtle.importKey("raw", epochKeys.chunkContent, "HKDF", false, ["deriveBits"]);
+  const bits = await subtle.deriveBits({ name: "HKDF", hash: "SHA-256", salt: new Uint8Array(0), info: concat(encoder.encode("chunk-patch"), id, baseId) }, content, 256);
+  const key = await subtle.importKey("raw", bits, "AES-GCM", false, ["decrypt"]);
+  let padded;
+  try {
+    padded = new Uint8Array(await subtle.decrypt({ name: "AES-GCM", iv: body.subarray(5, 17), additionalData: binding("chunk-patch", 1, epoch, [id, baseId]) }, key, body.subarray(17)));
+  } catch {
+    throw new Error("a patch of the file does not open: changed, or not of the chunk named");
+  }
+  let end = padded.length - 1;
+  while (end >= 0 && padded[end] === 0) end--;
+  if (end < 8 || padded[end] !== 0x80) throw new Error("a patch of the file is malformed");
+  const view = new DataView(padded.buffer, padded.byteOffset, 8);
+  const prefix = view.getUint32(0), suffix = view.getUint32(4);
+  if (prefix + suffix > from.length) throw new Error("a patch of the file keeps more than its base has");
+  const made = concat(from.subarray(0, prefix), padded.subarray(8, end), from.subarray(from.length - suffix));
+  const mac = await subtle.importKey("raw", epochKeys.chunkIdentifier, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  if (!same(new Uint8Array(await subtle.sign("HMAC", mac, made)), id)) throw new Error("a patch of the file does not make the chunk named");
+  return made;
+}
+
 /** Downloads an item of a sealed listing: its chunks fetched and opened here, saved as a file. */
 export async function downloadSealed(session, container, listed) {
   const keys = await keysOf(session);
   const item = await api("GET", `/web/api/containers/${segment(container)}/sealed/items/${segment(listed.id)}`);
+  if (item.kind !== "file") throw new Error("only a flat file downloads from this page under Advanced Data Protection (a package does not yet)");
+  const chunks = item.manifest.chunks || [];
+  // The chunk list the server serves must be the one the record names (its content token:
+  // SHA-256 of "name:size,…" with the plaintext sizes the record keeps), or it is another file's.
+  const record = item.record ? await openRecord(keys, container, item) : null;
+  let sizes = null;
+  if (record) {
+    sizes = leb128(record.z ? unbase64(record.z) : new Uint8Array(0));
+    const token = hex(await sha256(encoder.encode(chunks.map((chunk, index) => chunk.hash + ":" + sizes[index]).join(","))));
+    if (sizes.length !== chunks.length || token !== record.c) throw new Error("the file's chunk list is not the one its record names");
+  }
   const parts = [];
-  for (const chunk of item.manifest.chunks || []) {
-    const response = await fetch(`/web/api/containers/${segment(container)}/sealed/chunks/${chunk.hash}`, { credentials: "same-origin", cache: "no-store" });
-    if (!response.ok) throw new Error("a chunk of the file cannot be fetched (" + response.status + ")");
-    const body = new Uint8Array(await response.arrayBuffer());
-    const id = hexBytes(chunk.hash);
-    if (!listed.sealed) {
-      const digest = await sha256(body);
-      if (digest.some((byte, index) => byte !== id[index])) throw new Error("a chunk of the file is not the one asked for");
-      parts.push(body);
-      continue;
-    }
-    const epoch = new DataView(body.buffer, body.byteOffset + 1, 4).getUint32(0);
-    const epochKeys = keys.byContainer[container]?.[epoch];
-    if (!epochKeys) throw new Error("a chunk of the file is sealed in an epoch this browser was not given");
-    parts.push(await openChunk({ epoch, identifier: epochKeys.chunkIdentifier, content: epochKeys.chunkContent }, id, body));
+  for (const [index, chunk] of chunks.entries()) {
+    const bytes = await chunkPlaintext(keys, container, chunk.hash);
+    if (sizes && bytes.length !== sizes[index]) throw new Error("a chunk of the file is not of the size its record says");
+    parts.push(bytes);
   }
   const url = URL.createObjectURL(new Blob(parts, { type: "application/octet-stream" }));
   const link = document.createElement("a");
   link.href = url;
-  link.download = listed.name;
+  link.download = record ? record.n : listed.name;
   document.body.append(link);
   link.click();
   link.remove();
