@@ -215,3 +215,22 @@ public struct ContainerListResponse: Codable, Sendable, Equatable {
     /// Creates a value.
     public init(containers: [String]) { self.containers = containers }
 }
+
+/// `POST /v1/keys/seal-in-place`: what the server sealed in place of the account's data with its
+/// escrow's keys — every revision it still held in plaintext, however young — just before a
+/// device turns Advanced Data Protection on (after which the server holds no key to do it).
+public struct SealNowResponse: Codable, Sendable, Equatable {
+    /// Revisions sealed in place.
+    public var revisions: Int
+    /// Chunks sealed.
+    public var chunks: Int
+    /// Revisions left in plaintext (a chunk they name is missing or damaged).
+    public var left: Int
+
+    /// Creates a value.
+    public init(revisions: Int, chunks: Int, left: Int) {
+        self.revisions = revisions
+        self.chunks = chunks
+        self.left = left
+    }
+}

@@ -123,3 +123,30 @@ import UbiquityTestSupport
         try await onOwnThread { _ = laptop.stopAgent(); _ = phone.stopAgent() }
     }
 }
+
+/// A device that does not seal (`"sealedContents": false`) wrote a file just before Advanced Data
+/// Protection is turned on — too young for the server's periodic sealing in place. The switch
+/// has the server seal it first, while it holds the escrow's keys: after it, the server's data
+/// folder holds neither its name nor its contents (before this, they stayed there for good).
+@Suite struct SealBeforeAdvancedTests {
+    @Test func whatTheServerHeldInPlaintextIsSealedBeforeTheSwitch() async throws {
+        let dir = try TemporaryDirectory("seal-before-advanced"); defer { dir.remove() }
+        let server = try await RunningServer.start(data: dir.file("server").path)
+        defer { server.stop() }
+        let laptop = try TestDevice("laptop", in: dir, container: ContentLeakageTests.container, settings: #""greedy": true, "sealedContents": false"#)
+        try await onOwnThread { try laptop.login(server) }
+        try await laptop.startAgent()
+        defer { _ = laptop.stopAgent() }
+        let nameMarker = "PlainName\(UUID().uuidString.prefix(8))", contentMarker = "PlainContent-\(UUID().uuidString)"
+        try await onOwnThread { try laptop.save("Notes \(nameMarker).txt", "\(contentMarker): written by a device that does not seal") }
+        // On the server in plaintext (the device does not seal; the server's round waits ten minutes).
+        let data = dir.file("server")
+        try await eventually("the server has the plaintext", timeout: .seconds(60)) {
+            KeyValueLeakageTests.scan(for: [nameMarker, contentMarker], in: data).count == 2
+        }
+        let switched = try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
+        #expect(switched.status == 0, "\(switched.output)")
+        #expect(await KeyValueLeakageTests.leaks(of: [nameMarker, contentMarker], in: dir.file("server")) == [])
+        try await onOwnThread { _ = laptop.stopAgent() }
+    }
+}

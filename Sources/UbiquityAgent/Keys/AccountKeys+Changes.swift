@@ -70,6 +70,18 @@ extension AccountKeys {
             escrow = try DevicePublicKeys(signing: Array(served.signing), agreement: Array(served.agreement))
         } else {
             escrow = nil
+            // What the server still holds in plaintext (a device that did not seal, revisions
+            // too young for its periodic round) is sealed first, while it holds the escrow's
+            // keys: after the switch nothing could, and it would stay readable there for good.
+            do {
+                let sealed = try await client.sealInPlaceNow()
+                logger.info("the server sealed the account's plaintext in place before the switch", metadata: ["revisions": "\(sealed.revisions)", "left": "\(sealed.left)"])
+                if sealed.left > 0 {
+                    logger.warning("the server left revisions in plaintext (a chunk they name is missing or damaged)", metadata: ["left": "\(sealed.left)"])
+                }
+            } catch let error as SyncClientError where ["noEscrow", "notStandard"].contains(error.code) {
+                // (No escrow: nothing was ever sealed by the server, nor can be; already Advanced.)
+            }
         }
         let (roster, keyring) = try await change({ roster, _ in
             guard roster.custody != custody else { return [] }

@@ -13,6 +13,13 @@ extension SyncClient {
         try await json(.POST, "v1/keys/roster", body: request)
     }
 
+    /// Asks the server to seal in place, with its escrow's keys, what it still holds of the
+    /// account in plaintext (before a switch to Advanced): as long as that takes.
+    package func sealInPlaceNow() async throws -> SealNowResponse {
+        let body = try await send(.POST, "v1/keys/seal-in-place", raw: nil, expecting: [.ok], timeout: .minutes(30))
+        return try JSONDecoder().decode(SealNowResponse.self, from: Data(body.readableBytesView))
+    }
+
     /// Asks the server's escrow to let this device in (Standard custody only).
     package func join(_ request: JoinRequest) async throws -> KeyDirectoryResponse {
         try await json(.POST, "v1/keys/join", body: request)

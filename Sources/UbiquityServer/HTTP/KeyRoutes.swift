@@ -7,6 +7,7 @@ import UbiquityProtocol
 
 extension KeyDirectoryResponse: ResponseEncodable {}
 extension KeyRequestRecord: ResponseEncodable {}
+extension SealNowResponse: ResponseEncodable {}
 extension KeyRequestsResponse: ResponseEncodable {}
 
 /// The server's escrow key (Standard Data Protection), loaded from its file at start.
@@ -88,6 +89,22 @@ extension SyncServices {
             }
             let stored = try await database.accountKeys(accountId: device.accountId, recipients: [])
             return KeyDirectoryResponse(roster: stored.roster, envelopes: [], escrow: escrow?.publicKeys)
+        }
+        keys.post("seal-in-place") { _, context in
+            // Before a device turns Advanced on: what the server still holds of the account in
+            // plaintext (a device that did not seal, revisions too young for the periodic
+            // round) is sealed now, while the escrow can — after the switch nothing can.
+            let device = try context.requireDevice()
+            guard let escrow else { throw SyncError(.conflict, "noEscrow", "this server keeps no escrow key: it seals nothing in place") }
+            guard try await custody(ofAccount: device.accountId) == .standard else {
+                throw SyncError(.conflict, "notStandard", "the server holds no key of this account: its devices seal")
+            }
+            var sealing = SealInPlace(database: database, chunks: chunks, escrow: escrow, logger: context.logger)
+            sealing.settle = 0
+            let report = try await sealing.run(account: device.accountId)
+            context.logger.info("sealed an account's plaintext in place before a switch to Advanced",
+                                metadata: ["device": "\(device.deviceId)", "revisions": "\(report.revisions)", "left": "\(report.left)"])
+            return SealNowResponse(revisions: report.revisions, chunks: report.chunks, left: report.left)
         }
         keys.post("join") { request, context in
             let device = try context.requireDevice()
