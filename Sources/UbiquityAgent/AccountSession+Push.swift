@@ -148,14 +148,19 @@ extension AccountSession {
                 await keyValues.trigger(nil)
             }
         case "keyRequest":
-            // A new device asks to join by a code: answer it, so it can show its code (typed
-            // here with `ubiquity devices approve CODE`; answering approves nothing).
+            // A new device asks to join by a code, or a web browser for the containers' keys
+            // (Advanced): answer it, so it can show its code (typed here with `ubiquity devices
+            // approve CODE`; answering approves nothing).
             let keys = AccountKeys(credentials: credentials, paths: paths, logger: logger)
             let logger = logger
             Task {
                 do {
                     let answered = try await keys.answerRequests()
-                    if !answered.isEmpty { logger.notice("a device asks to join the account: approve it with `ubiquity devices approve CODE`, the code it shows") }
+                    for request in answered {
+                        logger.notice(request.kind == KeyRequestRecord.browserKind
+                                      ? "a web browser asks for the account's keys: approve it with `ubiquity devices approve CODE`, the code it shows"
+                                      : "a device asks to join the account: approve it with `ubiquity devices approve CODE`, the code it shows")
+                    }
                 } catch {
                     logger.error("cannot answer a request to join", metadata: ["error": "\(error)"])
                 }
