@@ -14,19 +14,8 @@ import UbiquityServer
 /// hostile names, forged requests, phone width and dark mode, signing out. Its screenshots go
 /// to docs/screenshots/.
 @Suite struct WebBrowserTests {
-    static let browser = "/usr/bin/chromium", driver = "/usr/bin/chromedriver"
-
     /// Whether Chromium, its driver and Selenium are installed (`.ci/run` installs them).
-    static var available: Bool {
-        guard FileManager.default.isExecutableFile(atPath: browser), FileManager.default.isExecutableFile(atPath: driver) else { return false }
-        let check = ChildProcess()
-        check.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        check.arguments = ["python3", "-c", "import selenium"] // the python3 that `.ci/run` installs Selenium for
-        check.standardError = FileHandle.nullDevice
-        guard (try? check.run()) != nil else { return false }
-        check.waitUntilExit()
-        return check.terminationStatus == 0
-    }
+    static var available: Bool { RealBrowser.available }
 
     @Test(.enabled(if: available, "no browser here: install Debian's chromium and chromium-driver and Selenium from PyPI (.ci/run does)"),
           .timeLimit(.minutes(8)))
@@ -111,21 +100,5 @@ import UbiquityServer
     }
 
     /// Runs a program to its end (killed after `timeout`): its status and its output and errors together.
-    static func run(_ command: [String], timeout: Duration) async throws -> (Int32, String) {
-        let process = ChildProcess()
-        process.executableURL = URL(fileURLWithPath: command[0])
-        process.arguments = Array(command.dropFirst())
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let killer = Task {
-            try await Task.sleep(for: timeout)
-            process.terminate()
-        }
-        defer { killer.cancel() }
-        let output = try await onOwnThread { pipe.fileHandleForReading.readDataToEndOfFile() }
-        try await onOwnThread { process.waitUntilExit() }
-        return (process.terminationStatus, String(decoding: output, as: UTF8.self))
-    }
+    static func run(_ command: [String], timeout: Duration) async throws -> (Int32, String) { try await RealBrowser.run(command, timeout: timeout) }
 }

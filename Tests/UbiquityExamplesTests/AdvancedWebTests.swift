@@ -1,5 +1,4 @@
 import Foundation
-import Synchronization
 import Testing
 import UbiquityTestSupport
 
@@ -16,18 +15,7 @@ import UbiquityTestSupport
 @Suite(.serialized) struct AdvancedWebTests {
     typealias Agent = HostileKeyValueServerTests.Agent
 
-    static var browserAvailable: Bool {
-        guard FileManager.default.isExecutableFile(atPath: "/usr/bin/chromium"), FileManager.default.isExecutableFile(atPath: "/usr/bin/chromedriver") else { return false }
-        let check = Process()
-        check.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        check.arguments = ["python3", "-c", "import selenium"]
-        check.standardError = FileHandle.nullDevice
-        guard (try? check.run()) != nil else { return false }
-        check.waitUntilExit()
-        return check.terminationStatus == 0
-    }
-
-    @Test(.enabled(if: browserAvailable, "no browser here: install Debian's chromium and chromium-driver and Selenium from PyPI (.ci/run does)"),
+    @Test(.enabled(if: RealBrowser.available, "no browser here: install Debian's chromium and chromium-driver and Selenium from PyPI (.ci/run does)"),
           .timeLimit(.minutes(8)))
     func aDeviceLetsABrowserInByACodeAndThePageOpensWhatTheServerCannot() async throws {
         let setup = try await HostileContentServerTests.sealedSetup()
@@ -69,7 +57,7 @@ import UbiquityTestSupport
             "url": setup.server.base.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")), "account": "ada", "password": "correct horse",
             "container": container, "code": codeFile, "downloads": downloads, "file": "Plan ☕.txt",
         ]), as: UTF8.self)
-        let browser = Task { try await Self.run(["/usr/bin/env", "python3", script, arguments], timeout: .seconds(420)) }
+        let browser = Task { try await RealBrowser.run(["/usr/bin/env", "python3", script, arguments], timeout: .seconds(420)) }
 
         // The laptop answers the browser's request (as a running agent does when it hears of one),
         // then the person types the code the page shows.
@@ -99,23 +87,5 @@ import UbiquityTestSupport
         #expect((result["refused"] as? String)?.contains("not signed by the device that approved it") == true && result["openedAfterChange"] as? Bool == false, "\(line)")
         try await laptopAgent.stopped()
         try await phoneAgent.stopped()
-    }
-
-    static func run(_ command: [String], timeout: Duration) async throws -> (Int32, String) {
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: command[0])
-        process.arguments = Array(command.dropFirst())
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        try process.run()
-        let killer = Task {
-            try await Task.sleep(for: timeout)
-            process.terminate()
-        }
-        defer { killer.cancel() }
-        let output = try await onOwnThread { pipe.fileHandleForReading.readDataToEndOfFile() }
-        try await onOwnThread { process.waitUntilExit() }
-        return (process.terminationStatus, String(decoding: output, as: UTF8.self))
     }
 }

@@ -13,7 +13,6 @@ extension CommitResponse: ResponseEncodable {}
 extension CommitBatchResponse: ResponseEncodable {}
 extension ItemsResponse: ResponseEncodable {}
 extension ChangesResponse: ResponseEncodable {}
-extension ContainerListResponse: ResponseEncodable {}
 extension MissingChunksResponse: ResponseEncodable {}
 extension ChunkSignaturesResponse: ResponseEncodable {}
 extension KeyValueResponse: ResponseEncodable {}
@@ -77,10 +76,7 @@ extension SyncServices {
                                    usage: AccountUsage(chunkBytes: usage.chunkBytes, keyValueBytes: usage.keyValueBytes, metadataBytes: usage.metadataBytes,
                                                        pendingBytes: usage.pendingBytes, items: usage.items))
         }
-        v1.get("containers") { _, context in
-            let device = try context.requireDevice()
-            return ContainerListResponse(containers: try await database.containers(ofAccount: device.accountId).map(\.identifier).filter { device.allows($0) }.sorted())
-        }
+        addContainerListRoute(to: v1)
         // Signing out: the calling device's token stops working (`ubiquity logout`).
         v1.post("sign-out") { _, context -> HTTPResponse.Status in
             let device = try context.requireDevice()
@@ -276,27 +272,7 @@ extension SyncServices {
             return state
         }
 
-        // Key-value stores (NSUbiquitousKeyValueStore), named like containers.
-        v1.get("kv/:store") { request, context in
-            let store = try context.parameters.require("store")
-            let device = try context.requireDevice(for: store)
-            let since = try Self.integer(request.uri.queryParameters["since"], name: "since", default: 0)
-            return try await database.keyValueChanges(accountId: device.accountId, store: store, since: max(0, since))
-        }
-        v1.post("kv/:store") { request, context in
-            let store = try context.parameters.require("store")
-            let device = try context.requireDevice(for: store)
-            let update = try await request.decode(as: KeyValueUpdate.self, context: context)
-            try Validate.keyValues(update)
-            if update.changes.contains(where: { $0.sealed == nil }), try await custody(ofAccount: device.accountId) == .advanced {
-                // Under Advanced the server keeps nothing it could read: an older build's plaintext is refused.
-                context.logger.warning("refused plaintext key-value changes for an account under Advanced Data Protection", metadata: ["store": "\(store)"])
-                throw SyncError(.conflict, "sealedOnly", "the account uses Advanced Data Protection: its devices seal every value (update this device's ubiquity)")
-            }
-            let answer = try await database.applyKeyValues(accountId: device.accountId, store: store, changes: update.changes, device: device)
-            notifier.publish(account: device.accountId, container: store, sequence: answer.sequence, keyValue: true)
-            return answer
-        }
+        addKeyValueRoutes(to: v1)
 
         let chunks = v1.group("chunks")
         chunks.post("missing") { request, context in
