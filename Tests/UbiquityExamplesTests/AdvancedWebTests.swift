@@ -31,12 +31,10 @@ import UbiquityTestSupport
         let plan = randomBytes(9 << 20) // (cut in a large file's chunks, 128 KiB on average: an edit goes as a patch)
         try plan.write(to: onLaptop.appendingPathComponent("Plan ☕.txt"))
         #expect(await has(onPhone, "Plan ☕.txt"), "\(phoneAgent.logged.suffix(2000))")
-        let switched = try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
-        #expect(switched.status == 0, "\(switched.output)")
-        try Data("written after the switch".utf8).write(to: onPhone.appendingPathComponent("After.txt"))
-        #expect(await has(onLaptop, "After.txt"), "\(laptopAgent.logged.suffix(2000))")
-        // A byte of the older file changed in place on the laptop: it goes up as a sealed patch of
-        // the chunk it changes (which the page must fetch, open and apply).
+        // A byte of the file changed in place on the laptop: it goes up as a sealed patch of the
+        // chunk it changes (which the page must fetch, open and apply). Before the switch: after
+        // it, the new epoch's keyed chunker cuts the file elsewhere and an edit sends its chunks
+        // whole (the cut points are the epoch's).
         var edited = plan
         edited[4_500_000] ^= 0xff
         let handle = try FileHandle(forWritingTo: onLaptop.appendingPathComponent("Plan ☕.txt"))
@@ -47,6 +45,10 @@ import UbiquityTestSupport
         #expect(await eventuallyValue(seconds: 60) { (try? Data(contentsOf: onPhonePlan)) == expected ? true : nil } == true, "\(phoneAgent.logged.suffix(2000))")
         let patched = setup.laptopRelay.exchanges.withLock { $0 }.contains { $0.method == "POST" && $0.path.hasPrefix("/v1/chunks/patches?") && $0.status == 201 }
         #expect(patched, "the edit went up as a sealed patch")
+        let switched = try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
+        #expect(switched.status == 0, "\(switched.output)")
+        try Data("written after the switch".utf8).write(to: onPhone.appendingPathComponent("After.txt"))
+        #expect(await has(onLaptop, "After.txt"), "\(laptopAgent.logged.suffix(2000))")
         let container = try #require(onLaptop.deletingLastPathComponent().lastPathComponent as String?)
 
         // The browser, signed in by password, straight to the server.
