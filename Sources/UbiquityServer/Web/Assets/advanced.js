@@ -14,7 +14,7 @@ const subtle = crypto.subtle;
 const encoder = new TextEncoder();
 const $ = (id) => document.getElementById(id);
 
-// The keys this page holds: { expires, account, byContainer: { container: { epoch: keys } } }.
+// The keys this page holds: { expires, byContainer: { container: { epoch: keys } } }.
 let granted = null;
 
 function concat(...parts) {
