@@ -25,12 +25,9 @@ import UbiquityTestSupport
         let (laptop, phone) = (setup.laptop, setup.phone)
         let (onLaptop, onPhone) = try await onOwnThread { (try HostileContentServerTests.documents(of: laptop), try HostileContentServerTests.documents(of: phone)) }
         try FileManager.default.createDirectory(at: onLaptop, withIntermediateDirectories: true)
-        @Sendable func has(_ folder: URL, _ name: String) async -> Bool {
-            await eventuallyValue(seconds: 60) { FileManager.default.fileExists(atPath: folder.appendingPathComponent(name).path) ? true : nil } == true
-        }
         let plan = randomBytes(9 << 20) // (cut in a large file's chunks, 128 KiB on average: an edit goes as a patch)
         try plan.write(to: onLaptop.appendingPathComponent("Plan ☕.txt"))
-        #expect(await has(onPhone, "Plan ☕.txt"), "\(phoneAgent.logged.suffix(2000))")
+        #expect(await hasArrived(onPhone, "Plan ☕.txt"), "\(phoneAgent.logged.suffix(2000))")
         // A byte of the file changed in place on the laptop: it goes up as a sealed patch of the
         // chunk it changes (which the page must fetch, open and apply). Before the switch: after
         // it, the new epoch's keyed chunker cuts the file elsewhere and an edit sends its chunks
@@ -48,7 +45,7 @@ import UbiquityTestSupport
         let switched = try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
         #expect(switched.status == 0, "\(switched.output)")
         try Data("written after the switch".utf8).write(to: onPhone.appendingPathComponent("After.txt"))
-        #expect(await has(onLaptop, "After.txt"), "\(laptopAgent.logged.suffix(2000))")
+        #expect(await hasArrived(onLaptop, "After.txt"), "\(laptopAgent.logged.suffix(2000))")
         let container = try #require(onLaptop.deletingLastPathComponent().lastPathComponent as String?)
 
         // The browser, signed in by password, straight to the server.

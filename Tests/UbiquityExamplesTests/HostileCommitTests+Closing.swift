@@ -20,11 +20,8 @@ extension HostileCommitTests {
         let (laptop, phone) = (setup.laptop, setup.phone)
         let (onLaptop, onPhone) = try await onOwnThread { (try HostileContentServerTests.documents(of: laptop), try HostileContentServerTests.documents(of: phone)) }
         try FileManager.default.createDirectory(at: onLaptop, withIntermediateDirectories: true)
-        @Sendable func has(_ folder: URL, _ name: String) async -> Bool {
-            await eventuallyValue(seconds: 60) { FileManager.default.fileExists(atPath: folder.appendingPathComponent(name).path) ? true : nil } == true
-        }
         try Data("first".utf8).write(to: onLaptop.appendingPathComponent("First.txt"))
-        #expect(await has(onPhone, "First.txt"), "\(phoneAgent.logged.suffix(2000))")
+        #expect(await hasArrived(onPhone, "First.txt"), "\(phoneAgent.logged.suffix(2000))")
 
         let switched = try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
         #expect(switched.status == 0, "\(switched.output)")
@@ -72,7 +69,7 @@ extension HostileCommitTests {
 
         // The truth: everything arrives.
         setup.phoneRelay.tamper.withLock { $0 = nil }
-        #expect(await has(onPhone, "Second.txt"), "\(phoneAgent.logged.suffix(2000))")
+        #expect(await hasArrived(onPhone, "Second.txt"), "\(phoneAgent.logged.suffix(2000))")
         try await laptopAgent.stopped()
         try await phoneAgent.stopped()
     }

@@ -37,14 +37,11 @@ import UbiquityTestSupport
             (try HostileContentServerTests.documents(of: laptop), try HostileContentServerTests.documents(of: phone), try HostileContentServerTests.documents(of: tablet))
         }
         try FileManager.default.createDirectory(at: onLaptop, withIntermediateDirectories: true)
-        @Sendable func has(_ folder: URL, _ name: String) async -> Bool {
-            await eventuallyValue(seconds: 60) { FileManager.default.fileExists(atPath: folder.appendingPathComponent(name).path) ? true : nil } == true
-        }
 
         // All three in step, the laptop's first commit sent.
         try Data("first".utf8).write(to: onLaptop.appendingPathComponent("First.txt"))
-        #expect(await has(onPhone, "First.txt"), "\(phoneAgent.logged.suffix(2000))")
-        #expect(await has(onTablet, "First.txt"), "\(tabletAgent.logged.suffix(2000))")
+        #expect(await hasArrived(onPhone, "First.txt"), "\(phoneAgent.logged.suffix(2000))")
+        #expect(await hasArrived(onTablet, "First.txt"), "\(tabletAgent.logged.suffix(2000))")
         let first = await eventuallyValue(seconds: 30) { Self.sent(through: setup.laptopRelay).first }
         let laptopDevice = try #require(first?.device, "the laptop signs its commits")
         let shown = Self.sent(through: setup.laptopRelay).filter { $0.device == laptopDevice }.map(\.sequence).max() ?? 0
@@ -68,14 +65,14 @@ import UbiquityTestSupport
         }
         // The laptop writes; the tablet is shown that (and its commit), then writes itself.
         try Data("second".utf8).write(to: onLaptop.appendingPathComponent("Second.txt"))
-        #expect(await has(onTablet, "Second.txt"), "\(tabletAgent.logged.suffix(2000))")
+        #expect(await hasArrived(onTablet, "Second.txt"), "\(tabletAgent.logged.suffix(2000))")
         let laptopNewer = await eventuallyValue(seconds: 30) {
             Self.sent(through: setup.laptopRelay).first { $0.device == laptopDevice && $0.sequence > shown }
         }
         #expect(laptopNewer != nil, "the laptop signed what it wrote")
         // The phone writes too: the commits it reads next (its own) lie past the hidden one's place.
         try Data("phone".utf8).write(to: onPhone.appendingPathComponent("Phone.txt"))
-        #expect(await has(onTablet, "Phone.txt"), "\(tabletAgent.logged.suffix(2000))")
+        #expect(await hasArrived(onTablet, "Phone.txt"), "\(tabletAgent.logged.suffix(2000))")
         try await Task.sleep(for: .seconds(2)) // (the phone reads the commits every round: each second)
         // (The tablet reads the commits every round, each second: an edit made before it read the
         // laptop's names the head it had; the next one names the newer.)
@@ -98,7 +95,7 @@ import UbiquityTestSupport
 
         // The truth: everything arrives.
         setup.phoneRelay.tamper.withLock { $0 = nil }
-        #expect(await has(onPhone, "Second.txt"), "\(phoneAgent.logged.suffix(2000))")
+        #expect(await hasArrived(onPhone, "Second.txt"), "\(phoneAgent.logged.suffix(2000))")
         let thirdOnPhone = onPhone.appendingPathComponent("Third.txt"), latest = third
         #expect(await eventuallyValue(seconds: 60) { (try? Data(contentsOf: thirdOnPhone)) == latest ? true : nil } == true, "\(phoneAgent.logged.suffix(2000))")
         try await laptopAgent.stopped()

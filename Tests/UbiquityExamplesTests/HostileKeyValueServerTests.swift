@@ -193,6 +193,11 @@ final class Told: Sendable {
     let count = Mutex(0)
 }
 
+/// Whether `name` is in `folder` within a minute (a file a device's agent brings).
+func hasArrived(_ folder: URL, _ name: String) async -> Bool {
+    await eventuallyValue(seconds: 60) { FileManager.default.fileExists(atPath: folder.appendingPathComponent(name).path) ? true : nil } == true
+}
+
 /// `value()` once it is not nil (up to `seconds`).
 func eventuallyValue<T: Sendable>(seconds: Double = 15, _ value: @escaping @Sendable () -> T?) async -> T? {
     let deadline = ContinuousClock.now + .seconds(seconds)
