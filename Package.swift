@@ -185,6 +185,7 @@ let package = Package(
                 "UbiquityTestSupport",
                 .product(name: "GRDB", package: "GRDB.swift"),
                 .product(name: "NIOFoundationCompat", package: "swift-nio"),
+                .product(name: "PostgresNIO", package: "postgres-nio"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "HummingbirdWSTesting", package: "hummingbird-websocket"),
                 .product(name: "CompressNIO", package: "compress-nio"),

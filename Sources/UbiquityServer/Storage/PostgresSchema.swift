@@ -263,16 +263,29 @@ extension PostgresDatabase {
         }
     }
 
-    /// Applies the migrations not yet applied (one instance at a time: an advisory lock).
-    /// Returns the schema the tables are in.
+    /// The first key of the migrations' advisory lock (the second names the schema).
+    static let migrationLockClass: Int32 = 723_745
+
+    /// Takes the migrations' lock of `location`'s schema until the transaction ends.
+    static func lockMigrations(_ connection: PostgresConnection, location: PostgresLocation, logger: Logger) async throws {
+        let schema = location.schema ?? ""
+        try await connection.query("SELECT pg_advisory_xact_lock(\(migrationLockClass), hashtext(\(schema)))", logger: logger)
+    }
+
+    /// Applies the migrations not yet applied (one instance at a time per schema: an advisory
+    /// lock named by the schema, so deployments in other schemas of the same database — tenants,
+    /// or the test suite's hundred servers — never wait on each other's migrations; seen in CI:
+    /// a server's start waited more than 90 s behind others' on the one lock the whole database
+    /// shared). Returns the schema the tables are in.
     static func migrate(_ connection: PostgresConnection, location: PostgresLocation) async throws -> String {
         let logger = Logger(label: "ubiquity.server.migrate")
-        if let schema = location.schema {
-            try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(schema)"), logger: logger)
-        }
         try await connection.query("BEGIN", logger: logger)
         do {
-            try await connection.query("SELECT pg_advisory_xact_lock(7237457415)", logger: logger)
+            try await lockMigrations(connection, location: location, logger: logger)
+            // (Under the lock: two instances creating the schema at once would collide.)
+            if let schema = location.schema {
+                try await connection.query(PostgresQuery(unsafeSQL: "CREATE SCHEMA IF NOT EXISTS \(schema)"), logger: logger)
+            }
             try await connection.query("CREATE TABLE IF NOT EXISTS ubiquity_migration (version TEXT PRIMARY KEY, applied DOUBLE PRECISION NOT NULL)", logger: logger)
             var applied = Set<String>()
             for try await version in try await connection.query("SELECT version FROM ubiquity_migration", logger: logger).decode(String.self) {
