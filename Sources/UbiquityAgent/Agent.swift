@@ -503,11 +503,12 @@ actor AccountSession {
             return AgentResponse()
         case .publish:
             let (sync, name) = try locate(request.path)
-            let link = try await sync.publish(name)
+            let (link, fragment) = try await sync.publish(name)
             guard let path = link.path, let url = URL(string: String(path.dropFirst()), relativeTo: credentials.server.appendingPathComponent("/")) else {
                 throw ContainerSyncError("the server answered no link for \(name)", code: .badRequest)
             }
-            return AgentResponse(link: PublishedItemLink(url: url.absoluteString, expires: link.expires))
+            // (Under Advanced the key that opens it follows "#": browsers never send it.)
+            return AgentResponse(link: PublishedItemLink(url: url.absoluteString + (fragment.map { "#" + $0 } ?? ""), expires: link.expires))
         case .sync:
             let chosen = try request.container.map { [try container($0)] } ?? containers.sorted { $0.key < $1.key }.map(\.value)
             for sync in chosen {

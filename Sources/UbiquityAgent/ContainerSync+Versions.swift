@@ -1,6 +1,7 @@
 import Foundation
 import UbiquityAgentProtocol
 import UbiquityCoordination
+import UbiquityKeys
 import UbiquityProtocol
 import UbiquitySync
 
@@ -36,17 +37,56 @@ extension ContainerSync {
     }
 
     /// Publishes the item's current revision (`FileManager.url(forPublishingUbiquitousItemAt:expiration:)`).
-    /// - Throws: ``ContainerSyncError``: the item is unknown, not a flat file, not uploaded, or
-    ///   the server cannot be reached.
-    package func publish(_ name: String) async throws -> PublishedLink {
+    /// Under Advanced Data Protection the server cannot open the file, and says so
+    /// (`sealedOnDevices`): this device then seals a ``LinkManifest`` of the revision — its
+    /// chunks' own keys, never the container's — under a new random key, which it returns as
+    /// the link's fragment (`k=…`: the part of the address browsers never send).
+    /// - Throws: ``ContainerSyncError``: the item is unknown, not a flat file, not uploaded,
+    ///   changed on the server since this device last looked, or the server cannot be reached.
+    package func publish(_ name: String) async throws -> (link: PublishedLink, fragment: String?) {
         let item = try knownItem(at: name)
-        do { return try await client.publish(container: container, item: item) } catch let error as SyncClientError {
+        do {
+            do {
+                return (try await client.publish(container: container, item: item), nil)
+            } catch let error as SyncClientError where error.code == "sealedOnDevices" {
+                let (request, key) = try await sealedLink(of: item, name: name)
+                return (try await client.publish(container: container, item: item, request: request), LinkManifest.fragment(key: key))
+            }
+        } catch let error as SyncClientError {
             switch error.status {
             case 404: throw ContainerSyncError("the server has no such item: \(name)", code: .unknownItem)
-            case 409: throw ContainerSyncError("cannot publish \(name): \(error)", code: .badRequest) // a package, or not uploaded yet
+            case 409: throw ContainerSyncError("cannot publish \(name): \(error)", code: .badRequest) // a package, not uploaded yet, changed since
             default: throw ContainerSyncError("cannot publish \(name): \(error)", code: .downloadFailed)
             }
         }
+    }
+
+    /// The request that publishes `item`'s revision as this device knows it with a manifest
+    /// sealed for the link's page, and the manifest's key.
+    private func sealedLink(of item: String, name: String) async throws -> (PublishRequest, [UInt8]) {
+        guard let revision = state.persisted.remote[item]?.revision else {
+            throw ContainerSyncError("\(name) has not reached the server yet: publish it once it is uploaded", code: .badRequest)
+        }
+        try await refreshCodec()
+        guard let records = codec.records, !codec.heldKeys.isEmpty else {
+            throw ContainerSyncError("cannot publish \(name): this device holds no key of the account", code: .badRequest)
+        }
+        var contents = try await client.revision(container: container, item: item, revision: revision)
+        do {
+            contents = try records.opened(contents, item: item) // the record checked: name, size, date and chunk list its device sealed
+        } catch {
+            logger.error("the server's revision of a file to publish was refused", metadata: ["container": "\(container)", "error": "\(error)"])
+            throw ContainerSyncError("cannot publish \(name): the server's revision of it is refused: \(error)", code: .downloadFailed)
+        }
+        guard contents.kind == .file, contents.uploaded else {
+            throw ContainerSyncError("cannot publish \(name): only a flat file that has reached the server can be published", code: .badRequest)
+        }
+        let chunks = contents.manifest.chunks ?? []
+        let bases = try await client.chunkBases(chunks.map(\.hash))
+        let manifest = try LinkManifest(name: contents.name, size: contents.size, modificationDate: contents.modificationDate,
+                                        chunks: chunks.map { ($0.hash, $0.size) }, bases: bases, epochKeys: codec.heldKeys)
+        let (body, key) = try manifest.sealed()
+        return (PublishRequest(revision: revision, manifest: body), key)
     }
 
     /// Downloads one of the item's earlier revisions into its version store, where its

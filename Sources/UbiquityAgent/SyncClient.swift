@@ -106,9 +106,21 @@ package struct SyncClient: Sendable {
         try await json(.GET, "v1/containers/\(container)/items/\(item)/revisions/\(revision)")
     }
 
-    /// Publishes an item's current revision: a link anyone can download it from.
-    package func publish(container: String, item: String) async throws -> PublishedLink {
-        try await json(.POST, "v1/containers/\(container)/items/\(item)/links", body: PublishRequest())
+    /// Publishes an item's current revision: a link anyone can download it from — under
+    /// Advanced, with the manifest this device sealed for the link's page (`request`).
+    package func publish(container: String, item: String, request: PublishRequest = PublishRequest()) async throws -> PublishedLink {
+        try await json(.POST, "v1/containers/\(container)/items/\(item)/links", body: request)
+    }
+
+    /// Which of `hashes` the server keeps as sealed patches, of which chunks (down to chunks
+    /// kept whole).
+    package func chunkBases(_ hashes: [String]) async throws -> [String: String] {
+        var bases: [String: String] = [:]
+        for start in stride(from: 0, to: hashes.count, by: 50_000) {
+            let answer: ChunkBasesResponse = try await json(.POST, "v1/chunks/bases", body: ChunkBasesRequest(hashes: Array(hashes[start..<min(start + 50_000, hashes.count)])))
+            bases.merge(answer.bases) { first, _ in first }
+        }
+        return bases
     }
 
     /// Keeps one revision of an item and removes conflict versions.

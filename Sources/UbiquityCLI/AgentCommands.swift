@@ -265,3 +265,23 @@ struct EvictCommand: AsyncParsableCommand {
         print("evicted \(absolutePath(path)); it downloads again on demand")
     }
 }
+
+struct PublishCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "publish",
+        abstract: "Print a link anyone can download an uploaded file's current version from, for 30 days (asks the agent).",
+        discussion: """
+            Under Advanced Data Protection the link ends in "#k=…": the key that opens the file, \
+            which browsers never send to the server. Whoever has the whole link can download the file.
+            """
+    )
+
+    @Argument(help: "The file's path (in a container's Documents folder).") var path: String
+
+    func run() async throws {
+        let answer = try AgentConnection().send(AgentRequest(.publish, path: absolutePath(path)), timeout: .seconds(120))
+        guard let link = answer.link else { throw ValidationError("the agent answered no link") }
+        print(link.url)
+        print("expires \(ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: link.expires)))")
+    }
+}

@@ -94,10 +94,42 @@ public struct RevisionContentsResponse: Codable, Sendable, Equatable {
 public struct PublishRequest: Codable, Sendable, Equatable {
     /// How long the link should last, in seconds (at most ``PublishedLink/longestLifetime``; absent: that).
     public var seconds: Double?
+    /// Under Advanced Data Protection: the revision the device sealed ``manifest`` for (the
+    /// item's current one, else 409 `revisionMoved`).
+    public var revision: String?
+    /// Under Advanced Data Protection: the link's sealed manifest (`LinkManifest`, base64 in
+    /// JSON), which the link's page opens with the key in the address's fragment.
+    public var manifest: Data?
 
     /// Creates a request.
-    public init(seconds: Double? = nil) {
+    public init(seconds: Double? = nil, revision: String? = nil, manifest: Data? = nil) {
         self.seconds = seconds
+        self.revision = revision
+        self.manifest = manifest
+    }
+}
+
+/// `POST /v1/chunks/bases`: which of an account's chunks the server keeps as sealed patches,
+/// and of which chunks (a device publishing a link under Advanced names their keys too).
+public struct ChunkBasesRequest: Codable, Sendable, Equatable {
+    /// Chunk names (at most ``ChunkBatch/maximumCount``).
+    public var hashes: [String]
+
+    /// Creates a request.
+    public init(hashes: [String]) {
+        self.hashes = hashes
+    }
+}
+
+/// The answer to ``ChunkBasesRequest``: each chunk asked for, and each base found, that is
+/// kept as a sealed patch, mapped to its base — down to chunks kept whole.
+public struct ChunkBasesResponse: Codable, Sendable, Equatable {
+    /// Chunk name → the name of the chunk its sealed patch changes.
+    public var bases: [String: String]
+
+    /// Creates a value.
+    public init(bases: [String: String]) {
+        self.bases = bases
     }
 }
 
@@ -121,12 +153,16 @@ public struct PublishedLink: Codable, Sendable, Equatable {
     public var created: Double
     /// When it stops working (seconds since 1970).
     public var expires: Double
+    /// Whether a device sealed the file's keys into it (Advanced Data Protection): its page
+    /// opens the file with the key in the address's fragment, which the server never sees.
+    public var sealed: Bool?
 
     /// The longest a link lasts: 30 days (the server keeps a replaced revision that long).
     public static let longestLifetime: Double = 30 * 86_400
 
     /// Creates a value.
-    public init(id: String, path: String?, container: String, item: String, revision: String, name: String, created: Double, expires: Double) {
+    public init(id: String, path: String?, container: String, item: String, revision: String, name: String, created: Double, expires: Double, sealed: Bool? = nil) {
+        self.sealed = sealed
         self.id = id
         self.path = path
         self.container = container

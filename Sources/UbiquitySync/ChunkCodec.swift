@@ -21,6 +21,9 @@ package struct ChunkCodec: Sendable {
     /// "Signed commits"): set on a device that holds the account's keys (it signs only where its
     /// records go sealed).
     package var signer: CommitSigner?
+    /// The container's chunk keys of every epoch held, newest first (empty without keys): what
+    /// a public link's manifest derives each chunk's own key from (``LinkManifest``).
+    package var heldKeys: [ChunkKeys] = []
     private let choosing: @Sendable (Int) -> ContentChunker
     private let sealing: (@Sendable (UnsafeRawBufferPointer, String, Bool) throws -> Data)?
     private let opening: (@Sendable (UnsafeRawBufferPointer, String) throws -> Data)?

@@ -9,9 +9,11 @@ extension ChunkCodec {
     package static func reading(container: String, rootKeys: [AccountRootKey]) -> ChunkCodec? {
         guard let sealed = sealed(container: container, rootKeys: rootKeys) else { return nil }
         // (Its own chunks are named by SHA-256: that is looked at first.)
-        return ChunkCodec(readingSealed: { try sealed.open($0, as: $1) },
-                          recognises: { ContentChunker.hash($0) == $1 || sealed.recognises($0, as: $1) },
-                          patches: patches(current: nil, held: rootKeys.sorted { $0.epoch > $1.epoch }.map { $0.chunkKeys(container: container) }))
+        var codec = ChunkCodec(readingSealed: { try sealed.open($0, as: $1) },
+                               recognises: { ContentChunker.hash($0) == $1 || sealed.recognises($0, as: $1) },
+                               patches: patches(current: nil, held: sealed.heldKeys))
+        codec.heldKeys = sealed.heldKeys
+        return codec
     }
 
     /// The sealed codec of `container` for a holder of `rootKeys` (a device, or the server's web
@@ -30,7 +32,7 @@ extension ChunkCodec {
                                   cut: { keyed.cut($0, from: $1) }, name: name)
         }
         let standard = chunker(.standard), large = chunker(.large)
-        return ChunkCodec(
+        var codec = ChunkCodec(
             sealedCutting: { $0 >= KeyedChunker.largeFileSize ? large : standard },
             seal: { bytes, asked, unchanged in
                 // Unless the bytes are known unchanged since they were named, they are named
@@ -65,6 +67,8 @@ extension ChunkCodec {
                 return ContentChunker.hash(bytes) == asked
             },
             patches: patches(current: current, held: held))
+        codec.heldKeys = held
+        return codec
     }
 
     /// Sealed patches with the newest epoch's keys (`current`; nil: this device opens them

@@ -159,6 +159,33 @@ public struct ChunkKeys: Sendable {
                             unopened: "changed, truncated or not a patch of the base named")
     }
 
+    // MARK: Keys handed on
+
+    /// The key of chunk `id` alone in this epoch: it opens that chunk and nothing else (every
+    /// chunk's key is derived for its identifier), so a public link's manifest hands it to
+    /// whoever has the link — never the container's keys (docs/Encryption.md, "Public links
+    /// under Advanced").
+    public func sharedKey(of id: ChunkIdentifier) -> [UInt8] {
+        key(for: id).withUnsafeBytes { Array($0) }
+    }
+
+    /// The key of the sealed patch that makes chunk `id` from chunk `base` in this epoch: it
+    /// opens that patch and nothing else (see ``sharedKey(of:)``).
+    public func sharedPatchKey(making id: ChunkIdentifier, from base: ChunkIdentifier) -> [UInt8] {
+        patchKey(making: id, from: base).withUnsafeBytes { Array($0) }
+    }
+
+    /// The plaintext of a sealed chunk opened with its ``sharedKey(of:)`` alone (what a public
+    /// link's page does). Without the container's keys the identifier cannot be made again: the
+    /// box's tag, under a key derived for this identifier only, is the check.
+    /// - Throws: ``EncryptionError`` as ``open(_:as:minimumFormat:)`` (never `.identifierMismatch`).
+    public static func open(_ body: some DataProtocol, as id: ChunkIdentifier, sharedKey: [UInt8], epoch: UInt32) throws -> Data {
+        var binding = Binding("chunk", format: format, epoch: epoch)
+        binding.append(id.bytes)
+        return try openPadded(body, naming: "chunk \(id)", kind: "a sealed chunk", key: SymmetricKey(data: sharedKey), binding: binding.bytes, epoch: epoch,
+                              minimumFormat: format, unopened: "changed, truncated or not the chunk asked for")
+    }
+
     // MARK: Padding
 
     /// `plaintext` padded (Padmé: 0x80, then zeros), in one buffer of its final size.

@@ -37,6 +37,8 @@ struct SyncServices: Sendable {
     var sightings = DeviceSightings()
     /// How often an address may open published links.
     var links = LinkThrottle()
+    /// How often an address may fetch the chunks of links' pages (one request per chunk).
+    var linkChunks = LinkThrottle(limit: LinkThrottle.chunksPerMinute)
     /// The arrays chunk batches are gathered into.
     var bodies = BatchBodies()
     /// The server's escrow key (nil: none; devices then let new devices in themselves).
@@ -275,6 +277,7 @@ extension SyncServices {
         addKeyValueRoutes(to: v1)
 
         let chunks = v1.group("chunks")
+        addChunkBasesRoute(to: chunks)
         chunks.post("missing") { request, context in
             let device = try context.requireDevice()
             let asked = try await request.decode(as: MissingChunksRequest.self, context: context)

@@ -63,3 +63,27 @@ extension SyncServices {
         return batch
     }
 }
+
+extension SyncServices {
+    /// `POST /v1/chunks/bases`: which of the chunks asked for the server keeps as sealed
+    /// patches, of which chunks, down to chunks kept whole (at most ``maximumPatchDepth``
+    /// deep) — what a device publishing a link under Advanced names keys for.
+    func addChunkBasesRoute(to chunks: RouterGroup<SyncContext>) {
+        chunks.post("bases") { request, context in
+            let device = try context.requireDevice()
+            let asked = try await request.decode(as: ChunkBasesRequest.self, context: context)
+            guard asked.hashes.count <= 100_000 else { throw SyncError.badRequest("tooMany", "at most 100,000 hashes per request") }
+            try await requireChunks(asked.hashes, of: device)
+            var bases: [String: String] = [:], asking = Set(asked.hashes), looked = Set<String>()
+            for _ in 0...Self.maximumPatchDepth where !asking.isEmpty {
+                let below = try await database.chunkBases(accountId: device.accountId, hashes: Array(asking))
+                looked.formUnion(asking)
+                bases.merge(below) { first, _ in first }
+                asking = Set(below.values).subtracting(looked)
+            }
+            return ChunkBasesResponse(bases: bases)
+        }
+    }
+}
+
+extension ChunkBasesResponse: ResponseEncodable {}

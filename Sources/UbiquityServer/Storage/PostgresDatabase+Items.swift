@@ -63,26 +63,38 @@ extension PostgresDatabase {
         }
     }
 
-    func addLink(_ link: PublishedLink, accountId: Int64, tokenHash: String) async throws {
+    func addLink(_ link: PublishedLink, accountId: Int64, tokenHash: String, manifest: Data?) async throws {
         try await transaction { db in
             _ = try await db.rows("""
-                INSERT INTO public_link (id, account_id, container, item, revision, name, token_hash, created, expires)
-                VALUES (\(link.id), \(accountId), \(link.container), \(link.item), \(link.revision), \(link.name), \(tokenHash), \(link.created), \(link.expires))
+                INSERT INTO public_link (id, account_id, container, item, revision, name, token_hash, created, expires, manifest)
+                VALUES (\(link.id), \(accountId), \(link.container), \(link.item), \(link.revision), \(link.name), \(tokenHash), \(link.created), \(link.expires),
+                        \(manifest.map { ByteBuffer(data: $0) }))
                 """)
         }
     }
 
     func link(tokenHash: String) async throws -> (accountId: Int64, link: PublishedLink)? {
         try await read { db in
-            try await db.rows("SELECT * FROM public_link WHERE token_hash = \(tokenHash) AND NOT revoked").first.map {
-                (try $0.get("account_id", as: Int64.self), try Self.publishedLink($0))
-            }
+            try await db.rows("""
+                SELECT id, account_id, container, item, revision, name, created, expires, manifest IS NOT NULL AS sealed
+                FROM public_link WHERE token_hash = \(tokenHash) AND NOT revoked
+                """).first.map { (try $0.get("account_id", as: Int64.self), try Self.publishedLink($0)) }
+        }
+    }
+
+    func linkManifest(tokenHash: String) async throws -> Data? {
+        try await read { db in
+            try await db.rows("SELECT manifest FROM public_link WHERE token_hash = \(tokenHash) AND NOT revoked").first
+                .flatMap { try $0.get("manifest", as: ByteBuffer?.self) }.map { Data(buffer: $0) }
         }
     }
 
     func links(ofAccount id: Int64) async throws -> [PublishedLink] {
         try await read { db in
-            try await db.rows("SELECT * FROM public_link WHERE account_id = \(id) AND NOT revoked ORDER BY created DESC, id").map(Self.publishedLink)
+            try await db.rows("""
+                SELECT id, account_id, container, item, revision, name, created, expires, manifest IS NOT NULL AS sealed
+                FROM public_link WHERE account_id = \(id) AND NOT revoked ORDER BY created DESC, id
+                """).map(Self.publishedLink)
         }
     }
 
@@ -94,7 +106,8 @@ extension PostgresDatabase {
 
     static func publishedLink(_ row: PostgresRandomAccessRow) throws -> PublishedLink {
         PublishedLink(id: try row.get("id"), path: nil, container: try row.get("container"), item: try row.get("item"), revision: try row.get("revision"),
-                      name: try row.get("name"), created: try row.get("created"), expires: try row.get("expires"))
+                      name: try row.get("name"), created: try row.get("created"), expires: try row.get("expires"),
+                      sealed: try row.get("sealed", as: Bool.self) ? true : nil)
     }
 
     func deleteAccount(named name: String) async throws -> Bool {

@@ -211,6 +211,8 @@ extension PostgresDatabase {
                 PRIMARY KEY(account_id, device_id))
             """,
         ]),
+        // Public links under Advanced: the manifest a device sealed for the link's page.
+        ("v19-link-manifests", ["ALTER TABLE public_link ADD COLUMN manifest BYTEA"]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

@@ -292,6 +292,11 @@ extension SQLiteDatabase {
                     PRIMARY KEY(accountId, deviceId));
                 """)
         }
+        migrator.registerMigration("v25-link-manifests") { db in
+            // Public links under Advanced (issue 45): the manifest a device sealed for the
+            // link's page (its key rides in the link's fragment, never here).
+            try db.execute(sql: "ALTER TABLE publicLink ADD COLUMN manifest BLOB")
+        }
         return migrator
     }
 }

@@ -73,25 +73,34 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
-    func addLink(_ link: PublishedLink, accountId: Int64, tokenHash: String) async throws {
+    func addLink(_ link: PublishedLink, accountId: Int64, tokenHash: String, manifest: Data?) async throws {
         try await pool.write { db in
             try db.execute(sql: """
-                INSERT INTO publicLink (id, accountId, container, item, revision, name, tokenHash, created, expires) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)
-                """, arguments: [link.id, accountId, link.container, link.item, link.revision, link.name, tokenHash, link.created, link.expires])
+                INSERT INTO publicLink (id, accountId, container, item, revision, name, tokenHash, created, expires, manifest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                """, arguments: [link.id, accountId, link.container, link.item, link.revision, link.name, tokenHash, link.created, link.expires, manifest])
         }
     }
 
+    /// A link's columns (not its manifest, read only for its page: up to megabytes).
+    private static let linkColumns = "id, accountId, container, item, revision, name, created, expires, manifest IS NOT NULL AS sealed"
+
     func link(tokenHash: String) async throws -> (accountId: Int64, link: PublishedLink)? {
         try await pool.read { db in
-            try Row.fetchOne(db.cachedStatement(sql: "SELECT * FROM publicLink WHERE tokenHash = ? AND revoked = 0"), arguments: [tokenHash]).map {
+            try Row.fetchOne(db.cachedStatement(sql: "SELECT \(Self.linkColumns) FROM publicLink WHERE tokenHash = ? AND revoked = 0"), arguments: [tokenHash]).map {
                 ($0["accountId"], Self.publishedLink($0))
             }
         }
     }
 
+    func linkManifest(tokenHash: String) async throws -> Data? {
+        try await pool.read { db in
+            try Data.fetchOne(db.cachedStatement(sql: "SELECT manifest FROM publicLink WHERE tokenHash = ? AND revoked = 0"), arguments: [tokenHash])
+        }
+    }
+
     func links(ofAccount id: Int64) async throws -> [PublishedLink] {
         try await pool.read { db in
-            try Row.fetchAll(db.cachedStatement(sql: "SELECT * FROM publicLink WHERE accountId = ? AND revoked = 0 ORDER BY created DESC, id"), arguments: [id])
+            try Row.fetchAll(db.cachedStatement(sql: "SELECT \(Self.linkColumns) FROM publicLink WHERE accountId = ? AND revoked = 0 ORDER BY created DESC, id"), arguments: [id])
                 .map(Self.publishedLink)
         }
     }
@@ -105,7 +114,7 @@ final class SQLiteDatabase: SyncDatabase {
 
     static func publishedLink(_ row: Row) -> PublishedLink {
         PublishedLink(id: row["id"], path: nil, container: row["container"], item: row["item"], revision: row["revision"], name: row["name"],
-                      created: row["created"], expires: row["expires"])
+                      created: row["created"], expires: row["expires"], sealed: (row["sealed"] as Bool?) == true ? true : nil)
     }
 
     func deleteAccount(named name: String) async throws -> Bool {

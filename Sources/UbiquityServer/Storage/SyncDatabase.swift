@@ -294,10 +294,14 @@ protocol SyncDatabase: Sendable {
     /// The account's key-value stores with their keys (those with values) and bytes.
     func keyValueStores(ofAccount id: Int64) async throws -> [KeyValueStoreSummary]
 
-    /// Records a published link (its token kept only as a hash).
-    func addLink(_ link: PublishedLink, accountId: Int64, tokenHash: String) async throws
+    /// Records a published link (its token kept only as a hash), with the manifest its device
+    /// sealed (Advanced Data Protection; ``PublishedLink/sealed`` then true).
+    func addLink(_ link: PublishedLink, accountId: Int64, tokenHash: String, manifest: Data?) async throws
     /// The link whose token hashes to `tokenHash`, if it is not revoked, with its account.
     func link(tokenHash: String) async throws -> (accountId: Int64, link: PublishedLink)?
+    /// The sealed manifest of the link whose token hashes to `tokenHash`, if it has one and is
+    /// not revoked.
+    func linkManifest(tokenHash: String) async throws -> Data?
     /// The account's links not revoked, newest first.
     func links(ofAccount id: Int64) async throws -> [PublishedLink]
     /// Revokes one of the account's links; false if it has no such link.

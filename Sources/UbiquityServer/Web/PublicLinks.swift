@@ -4,6 +4,7 @@ import HTTPTypes
 import Hummingbird
 import Logging
 import Synchronization
+import UbiquityKeys
 import UbiquityProtocol
 
 extension PublishedLink: ResponseEncodable {}
@@ -45,26 +46,19 @@ extension SyncServices {
     /// Publishing (`FileManager.url(forPublishingUbiquitousItemAt:expiration:)`), the links'
     /// downloads, and the web interface's list of them.
     func addLinkRoutes(to router: Router<SyncContext>, api: RouterGroup<SyncContext>) {
+        addSealedLinkRoutes(to: router)
         router.post("v1/containers/:container/items/:item/links") { request, context -> Response in
             let (device, container, item) = try Self.itemAddress(context)
             let asked = try await request.decode(as: PublishRequest.self, context: context)
-            let link = try await publish(item, in: container, for: device, seconds: asked.seconds, logger: context.logger)
+            let link = try await publish(item, in: container, for: device, seconds: asked.seconds, sealed: asked.manifest.map { ($0, asked.revision) },
+                                         logger: context.logger)
             return try link.response(from: request, context: context)
         }
-        // The download: no session, no cookie; an attachment that cannot run script here.
+        // The download: no session, no cookie; an attachment that cannot run script here. A
+        // link a device sealed (Advanced) is a page that opens the file with its fragment's key.
         router.get("l/:token") { _, context -> Response in
-            let address = context.clientAddress.map { $0.ipAddress ?? "\($0)" } ?? "unknown"
-            guard links.allow(address) else {
-                context.logger.notice("published links refused: too many requests", metadata: ["address": "\(address)"])
-                throw SyncError(.tooManyRequests, "tooManyRequests", "too many requests for links from this address: try again in a minute", retryAfter: 60)
-            }
-            let token = try context.parameters.require("token")
-            guard token.utf8.count == 64, token.allSatisfy(\.isHexDigit),
-                  let (account, link) = try await database.link(tokenHash: DeviceAuthMiddleware.hash(token)),
-                  link.expires > Date().timeIntervalSince1970,
-                  let contents = try await database.revisionContents(accountId: account, container: link.container, item: link.item, revision: link.revision) else {
-                throw SyncError(.notFound, "notFound", "no such link (it may have expired or been revoked)")
-            }
+            let (account, link, contents) = try await openLink(context, throttle: links)
+            if link.sealed == true { return Self.sealedLinkPage() }
             // (A sealed record's name, size and date opened with the escrow's keys: Standard only.)
             let opened = try await webRecords(ofAccount: account, container: link.container).open(contents, item: link.item)
             let item = ItemState(id: link.item, revision: link.revision, name: contents.record == nil ? link.name : opened.name, parent: nil, kind: opened.kind, size: opened.size,
@@ -93,7 +87,7 @@ extension SyncServices {
         }
         api.post("containers/:container/items/:item/links") { request, context -> Response in
             let (device, container, item) = try Self.webItem(context)
-            let link = try await publish(item, in: container, for: device, seconds: nil, logger: context.logger)
+            let link = try await publish(item, in: container, for: device, seconds: nil, sealed: nil, logger: context.logger)
             return try link.response(from: request, context: context)
         }
         api.post("links/:link/revoke") { _, context -> HTTPResponse.Status in
@@ -107,21 +101,126 @@ extension SyncServices {
 
     /// Publishes `item`'s current revision: a flat file, uploaded. The link lasts `seconds`
     /// (at most 30 days, or the retention period if shorter); once the file changes, the link
-    /// still serves the revision published, for as long as the server keeps it.
-    /// - Throws: ``SyncError`` 404 for an item not there, 409 `notAFlatFile` or `notUploaded`.
-    func publish(_ id: String, in container: String, for device: DeviceAuth, seconds: Double?, logger: Logger) async throws -> PublishedLink {
+    /// still serves the revision published, for as long as the server keeps it. `sealed`: the
+    /// manifest a device sealed for the link's page and the revision it is of (Advanced Data
+    /// Protection, where the server cannot open the file for a download of its own).
+    /// - Throws: ``SyncError`` 404 for an item not there, 409 `notAFlatFile` or `notUploaded`;
+    ///   409 `revisionMoved` for a manifest of another revision than the current one; 400
+    ///   `badManifest` for bytes that are not a sealed manifest; 409 `sealedOnDevices` for a
+    ///   sealed file the server cannot open, published without a manifest.
+    func publish(_ id: String, in container: String, for device: DeviceAuth, seconds: Double?, sealed: (manifest: Data, revision: String?)?,
+                 logger: Logger) async throws -> PublishedLink {
         guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: true), !item.deleted else {
             throw SyncError.notFound
         }
         guard item.kind == .file else { throw SyncError(.conflict, "notAFlatFile", "only a flat file can be published, not a package or a folder") }
         guard item.uploaded else { throw SyncError(.conflict, "notUploaded", "the file has not reached iCloud yet: publish it once it is uploaded") }
+        if let sealed {
+            guard sealed.manifest.count <= LinkManifest.maximumSealedBytes else {
+                throw SyncError(.contentTooLarge, "manifestTooLarge", "a link's manifest is at most \(LinkManifest.maximumSealedBytes) bytes")
+            }
+            guard sealed.manifest.count > 5 + 12 + 16, sealed.manifest.first == LinkManifest.format else {
+                throw SyncError.badRequest("badManifest", "the manifest is not a sealed link manifest of format \(LinkManifest.format)")
+            }
+            guard sealed.revision == item.revision else {
+                throw SyncError(.conflict, "revisionMoved", "the manifest is of revision \(sealed.revision ?? "none"), and the file's current one is \(item.revision): seal it again")
+            }
+        } else if item.record != nil, try await webRecords(ofAccount: device.accountId, container: container).records == nil {
+            throw SyncError(.conflict, "sealedOnDevices",
+                            "this file is end-to-end encrypted (Advanced Data Protection): a link to it is made on one of the account's devices, which seals its keys into the link")
+        }
         let now = Date().timeIntervalSince1970
         let lifetime = min(max(seconds ?? PublishedLink.longestLifetime, 60), PublishedLink.longestLifetime, retention)
         let token = SQLiteDatabase.randomToken()
         let link = PublishedLink(id: RandomIdentifier.make(), path: "/l/" + token, container: container, item: id, revision: item.revision,
-                                 name: item.name, created: now, expires: now + lifetime)
-        try await database.addLink(link, accountId: device.accountId, tokenHash: DeviceAuthMiddleware.hash(token))
-        logger.info("an item was published", metadata: ["container": "\(container)", "item": "\(id)", "link": "\(link.id)", "device": "\(device.deviceId)"])
+                                 name: item.name, created: now, expires: now + lifetime, sealed: sealed == nil ? nil : true)
+        try await database.addLink(link, accountId: device.accountId, tokenHash: DeviceAuthMiddleware.hash(token), manifest: sealed?.manifest)
+        logger.info("an item was published", metadata: ["container": "\(container)", "item": "\(id)", "link": "\(link.id)", "device": "\(device.deviceId)",
+                                                        "sealed": "\(sealed != nil)"])
         return link
     }
+
+    /// The link a request's `token` names, if it has not expired or been revoked, with its
+    /// account and the revision it serves; counted against the asking address by `throttle`.
+    /// - Throws: ``SyncError`` 429 past the throttle's limit, 404 for no such link.
+    func openLink(_ context: SyncContext, throttle: LinkThrottle) async throws -> (account: Int64, link: PublishedLink, contents: RevisionContentsResponse) {
+        let address = context.clientAddress.map { $0.ipAddress ?? "\($0)" } ?? "unknown"
+        guard throttle.allow(address) else {
+            context.logger.notice("published links refused: too many requests", metadata: ["address": "\(address)"])
+            throw SyncError(.tooManyRequests, "tooManyRequests", "too many requests for links from this address: try again in a minute", retryAfter: 60)
+        }
+        let token = try context.parameters.require("token")
+        guard token.utf8.count == 64, token.allSatisfy(\.isHexDigit),
+              let (account, link) = try await database.link(tokenHash: DeviceAuthMiddleware.hash(token)),
+              link.expires > Date().timeIntervalSince1970,
+              let contents = try await database.revisionContents(accountId: account, container: link.container, item: link.item, revision: link.revision) else {
+            throw SyncError(.notFound, "notFound", "no such link (it may have expired or been revoked)")
+        }
+        return (account, link, contents)
+    }
+}
+
+// Links under Advanced Data Protection (docs/Encryption.md, "Public links under Advanced"): the
+// page, its sealed manifest, and the chunks of the revision it serves — only those.
+extension SyncServices {
+    /// The page, manifest and chunks of sealed links.
+    func addSealedLinkRoutes(to router: Router<SyncContext>) {
+        router.get("l/:token/manifest") { _, context -> Response in
+            let (_, link, _) = try await openLink(context, throttle: links)
+            guard link.sealed == true, let manifest = try await database.linkManifest(tokenHash: DeviceAuthMiddleware.hash(try context.parameters.require("token"))) else {
+                throw SyncError(.notFound, "notFound", "this link has no sealed manifest")
+            }
+            return Self.linkResponse(ByteBuffer(data: manifest), type: "application/octet-stream")
+        }
+        router.get("l/:token/chunks/:hash") { _, context -> Response in
+            let (account, link, contents) = try await openLink(context, throttle: linkChunks)
+            let hash = try context.parameters.require("hash")
+            try Validate.hash(hash)
+            guard link.sealed == true, try await linkReads(hash, of: contents, account: account) else {
+                throw SyncError(.notFound, "notFound", "no such chunk in this link's file")
+            }
+            guard let bytes = try await chunks.load(hash: hash, account: account) else { throw SyncError.noSuchChunk(hash) }
+            var response = Self.linkResponse(ByteBuffer(data: bytes), type: "application/octet-stream")
+            // Kept as a sealed patch of another chunk: the page fetches that one and applies it.
+            if let base = try await database.chunkBases(accountId: account, hashes: [hash])[hash] { response.headers[Self.patchOfHeader] = base }
+            return response
+        }
+    }
+
+    /// Whether a link's page may read chunk `hash`: one of the revision's, or one that a chunk
+    /// of it is made from (its sealed patch's base, and so on down) — nothing else of the account.
+    func linkReads(_ hash: String, of contents: RevisionContentsResponse, account: Int64) async throws -> Bool {
+        let named = Set(contents.manifest.allChunks.map(\.hash))
+        if named.contains(hash) { return true }
+        var frontier: Set<String> = [hash]
+        for _ in 0..<Self.maximumPatchDepth where !frontier.isEmpty {
+            let patching = try await database.chunksPatching(accountId: account, bases: Array(frontier))
+            if patching.keys.contains(where: named.contains) { return true }
+            frontier = Set(patching.keys)
+        }
+        return false
+    }
+
+    /// A sealed link's page: the file's name and a download, made in the browser with the key
+    /// in the address's fragment.
+    static func sealedLinkPage() -> Response {
+        var response = linkResponse(ByteBuffer(bytes: PackageResources.link_html), type: "text/html; charset=utf-8")
+        response.headers[.contentSecurityPolicy] = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+            + "form-action 'none'; frame-ancestors 'none'; base-uri 'none'"
+        return response
+    }
+
+    /// An answer of a link's: never kept, never framed, sent to nobody else.
+    static func linkResponse(_ body: ByteBuffer, type: String) -> Response {
+        var response = Response(status: .ok, headers: [.contentType: type], body: .init(byteBuffer: body))
+        for field in WebSession.securityHeaders { response.headers[field.name] = field.value }
+        response.headers[.contentSecurityPolicy] = "sandbox; default-src 'none'"
+        response.headers[.cacheControl] = "private, no-store"
+        return response
+    }
+}
+
+extension LinkThrottle {
+    /// How many chunks of links' pages one address may fetch a minute.
+    static let chunksPerMinute = 20_000
 }

@@ -326,6 +326,7 @@ enum WebAssets {
         "upload.js": (PackageResources.upload_js, "text/javascript; charset=utf-8"),
         "sealed.js": (PackageResources.sealed_js, "text/javascript; charset=utf-8"),
         "advanced.js": (PackageResources.advanced_js, "text/javascript; charset=utf-8"),
+        "link.js": (PackageResources.link_js, "text/javascript; charset=utf-8"),
     ]
 
     /// The asset named `name`, or 404.
