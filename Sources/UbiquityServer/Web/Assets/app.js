@@ -643,6 +643,8 @@ async function showLinks() {
     const name = document.createElement("td");
     name.append(nameNode(link.name));
     if (link.expires < now) name.append(badge("expired"));
+    // Made on a device under Advanced: the key is in the link's address only, never here.
+    if (link.sealed) name.append(badge("end-to-end encrypted"));
     const container = document.createElement("td");
     container.append(nameNode(link.container));
     const buttons = document.createElement("td");
