@@ -75,6 +75,25 @@ try:
     time.sleep(0.5)
     with open(target, "rb") as handle:
         downloaded = base64.b64encode(handle.read()).decode()
+    os.remove(target)
+
+    # The page shares the file as a device does (it seals the link's manifest with the keys it
+    # was given); the link, key after "#", opens in the browser and downloads the same bytes.
+    row = driver.find_element(By.CSS_SELECTOR, '#item-rows tr[data-name="%s"]' % args["file"])
+    row.find_element(By.XPATH, ".//button[text()='Share link']").click()
+    link = eventually(lambda: driver.find_element(By.ID, "link-address").get_attribute("value"), "the shared link", 60)
+    driver.get(link)
+    eventually(lambda: driver.find_element(By.TAG_NAME, "body").get_attribute("data-state") in ("ready", "failed"), "the link's page")
+    if driver.find_element(By.TAG_NAME, "body").get_attribute("data-state") != "ready":
+        raise RuntimeError("the shared link did not open: " + driver.find_element(By.ID, "link-error").text)
+    driver.find_element(By.ID, "link-download").click()
+    eventually(lambda: os.path.exists(target) and not os.path.exists(target + ".crdownload") and os.path.getsize(target) > 0, "the shared link's download", 120)
+    time.sleep(0.5)
+    with open(target, "rb") as handle:
+        shared = base64.b64encode(handle.read()).decode()
+    os.remove(target)
+    driver.get(args["url"] + "/web/#/c/" + args["container"])
+    eventually(lambda: driver.find_elements(By.CSS_SELECTOR, '#item-rows tr[data-name="%s"] a' % args["file"]), "the folder after the link")
     # The server serves another chunk list for the file (here none): the page refuses it, as it
     # is not the one the record names, and saves nothing.
     driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
@@ -88,7 +107,6 @@ try:
           }
           return response;
         };"""})
-    os.remove(target)
     said.clear()
     driver.refresh()
     eventually(lambda: driver.find_elements(By.CSS_SELECTOR, '#item-rows tr[data-name="%s"] a' % args["file"]), "the folder again")
@@ -115,7 +133,8 @@ try:
     driver.refresh()
     refused = eventually(lambda: next((text for text in said if "not signed" in text), None), "the changed grant refused", 60)
     opened = driver.find_element(By.ID, "folder").is_displayed()
-    print(json.dumps({"code": code, "device": device, "names": names, "downloaded": downloaded, "swapped": swapped, "savedSwapped": saved,
+    print(json.dumps({"code": code, "device": device, "names": names, "downloaded": downloaded, "link": link, "shared": shared,
+                      "swapped": swapped, "savedSwapped": saved,
                       "refused": refused, "openedAfterChange": opened}))
 except Exception as error:
     status = ""

@@ -9,7 +9,8 @@ import UbiquityTestSupport
 /// laptop seals the containers' keys to the browser; the page lists the folder with the names it
 /// opened itself — of a file written before the switch and of one after — and downloads the
 /// older one — changed in place since, a sealed patch — opening its chunks and applying the patch
-/// itself, to its very bytes. Another chunk list served for the file is refused (not the one its
+/// itself, to its very bytes; it shares that file as a device does (the link's manifest sealed in
+/// the page), and the link downloads the same bytes. Another chunk list served for the file is refused (not the one its
 /// record names), and the grant changed by the server (one byte) is refused by the page, which
 /// then opens nothing.
 @Suite(.serialized) struct AdvancedWebTests {
@@ -80,6 +81,9 @@ import UbiquityTestSupport
         #expect(result["code"] as? String == typed && result["device"] as? String == "laptop", "\(line)")
         #expect(Set(result["names"] as? [String] ?? []) == ["Plan ☕.txt", "After.txt"], "\(line)")
         #expect((result["downloaded"] as? String).flatMap { Data(base64Encoded: $0) } == edited, "the page opened the file's chunks, the patch applied, to its very bytes")
+        // Shared from the page: a link whose key rides after "#", opened by the link's page.
+        #expect((result["link"] as? String)?.contains("/l/") == true && (result["link"] as? String)?.contains("#k=") == true, "\(line)")
+        #expect((result["shared"] as? String).flatMap { Data(base64Encoded: $0) } == edited, "the link the page made downloads the file's very bytes")
         // Another chunk list served for the file: refused (not the one its record names), nothing saved.
         #expect((result["swapped"] as? String)?.contains("not the one its record names") == true && result["savedSwapped"] as? Bool == false, "\(line)")
         // The grant the server keeps, changed by one byte: the page refuses it and opens nothing.

@@ -233,11 +233,14 @@ import UbiquitySync
         #expect(location.redacted == "postgres://ada@db.example:6543/sync?sslmode=require&search_path=ubiquity", "no password in logs")
         let socket = try PostgresLocation(url: "postgresql://ada@/sync?host=/run/postgresql", environment: ["PGPASSWORD": "from-env"])
         #expect(socket.socketPath == "/run/postgresql/.s.PGSQL.5432" && socket.password == "from-env" && socket.host == nil)
+        let patient = try PostgresLocation(url: "postgres://ada@db/sync?connect_timeout=30", environment: [:])
+        #expect(patient.connectTimeout == .seconds(30) && location.connectTimeout == nil && patient.redacted.hasSuffix("?connect_timeout=30"))
 
         for (url, complaint) in [
             ("mysql://ada@db/sync", "postgres://"), ("postgres://ada@db/sync?sslmode=maybe", "sslmode"),
             ("postgres://ada@db/sync?search_path=x;DROP", "search_path"), ("postgres://ada@db/sync?colour=blue", "unknown parameter colour"),
-            ("postgres://ada:hunter2@db:99999/sync", "port"),
+            ("postgres://ada:hunter2@db:99999/sync", "port"), ("postgres://ada@db/sync?connect_timeout=0", "connect_timeout"),
+            ("postgres://ada@db/sync?connect_timeout=soon", "connect_timeout"),
         ] {
             #expect {
                 try PostgresLocation(url: url, environment: [:])

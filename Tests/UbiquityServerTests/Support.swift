@@ -31,7 +31,9 @@ enum Backend: String, Sendable, CustomTestStringConvertible {
             throw SyncError(.serviceUnavailable, "noTestDatabase", "set UBIQUITY_TEST_POSTGRES (eval \"$(.ci/postgres start)\") to test on PostgreSQL")
         }
         let schema = "test_\(getpid())_\(UUID().uuidString.prefix(8).lowercased())"
-        return url + (url.contains("?") ? "&" : "?") + "search_path=\(schema)"
+        // (A request waits up to 30 s for a connection: with the whole suite on two cores the
+        // production default of 5 s was met by load alone, seen in CI.)
+        return url + (url.contains("?") ? "&" : "?") + "search_path=\(schema)&connect_timeout=30"
     }
 }
 

@@ -36,6 +36,7 @@ import UbiquityProtocol
             #expect(try await client.send(.get, "/web/api/grant", headers: web).errorCode == "noGrant")
             let early = try await client.send(.get, "\(sealed)/changes", headers: web)
             #expect(early.status == .forbidden && early.errorCode == "noGrant")
+            #expect(try await client.send(.post, "\(sealed)/bases", json: ChunkBasesRequest(hashes: []), headers: web).errorCode == "noGrant")
 
             // The browser asks (its keys and a commitment); the laptop answers; the browser reveals.
             let browser = DeviceKeys(), nonce = JoinCode.nonce()
@@ -72,6 +73,9 @@ import UbiquityProtocol
             #expect(item.manifest.chunks?.map(\.hash) == [chunk.description])
             let stored = try await client.send(.get, "\(sealed)/chunks/\(chunk.description)", headers: web)
             #expect(stored.status == .ok && Data(buffer: stored.body) == body)
+            // Which chunks are patches (for a link the page seals): none here.
+            let bases = try await client.send(.post, "\(sealed)/bases", json: ChunkBasesRequest(hashes: [chunk.description]), headers: web)
+            #expect(bases.status == .ok && (try? bases.decode(ChunkBasesResponse.self).bases) == [:], "\(String(buffer: bases.body))")
             // Another container, or another session of the account: nothing.
             let other = try await client.send(.get, "/web/api/containers/ABCDE12345.com.example.other/sealed/changes", headers: web)
             #expect(other.status == .forbidden && other.errorCode == "noGrant")

@@ -74,15 +74,21 @@ extension SyncServices {
             let asked = try await request.decode(as: ChunkBasesRequest.self, context: context)
             guard asked.hashes.count <= 100_000 else { throw SyncError.badRequest("tooMany", "at most 100,000 hashes per request") }
             try await requireChunks(asked.hashes, of: device)
-            var bases: [String: String] = [:], asking = Set(asked.hashes), looked = Set<String>()
-            for _ in 0...Self.maximumPatchDepth where !asking.isEmpty {
-                let below = try await database.chunkBases(accountId: device.accountId, hashes: Array(asking))
-                looked.formUnion(asking)
-                bases.merge(below) { first, _ in first }
-                asking = Set(below.values).subtracting(looked)
-            }
-            return ChunkBasesResponse(bases: bases)
+            return ChunkBasesResponse(bases: try await patchBases(of: asked.hashes, account: device.accountId))
         }
+    }
+
+    /// Each of `hashes` the account keeps as a sealed patch, and each base found, mapped to its
+    /// base — down to chunks kept whole (at most ``maximumPatchDepth`` deep).
+    func patchBases(of hashes: [String], account: Int64) async throws -> [String: String] {
+        var bases: [String: String] = [:], asking = Set(hashes), looked = Set<String>()
+        for _ in 0...Self.maximumPatchDepth where !asking.isEmpty {
+            let below = try await database.chunkBases(accountId: account, hashes: Array(asking))
+            looked.formUnion(asking)
+            bases.merge(below) { first, _ in first }
+            asking = Set(below.values).subtracting(looked)
+        }
+        return bases
     }
 }
 

@@ -99,14 +99,16 @@ final class PostgresDatabase: SyncDatabase {
         try await pooled(body)
     }
 
-    /// How long a request waits for a connection before it is answered 503 `databaseUnavailable`.
+    /// How long a request waits for a connection before it is answered 503 `databaseUnavailable`,
+    /// unless the URL's `connect_timeout` says otherwise.
     static let leaseTimeout: Duration = .seconds(5)
 
     /// Runs `body` on a connection from the pool. When PostgreSQL is down, the pool keeps trying
-    /// to connect and requests would wait for ever: after ``leaseTimeout`` without a connection
-    /// the request gives up with 503 `databaseUnavailable`, as does one whose connection fails.
+    /// to connect and requests would wait for ever: after ``leaseTimeout`` (or the URL's
+    /// `connect_timeout`) without a connection the request gives up with 503
+    /// `databaseUnavailable`, as does one whose connection fails.
     func pooled<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
-        let leased = LeaseFlag()
+        let leased = LeaseFlag(), leaseTimeout = location.connectTimeout ?? Self.leaseTimeout
         do {
             return try await withThrowingTaskGroup(of: T?.self) { group in
                 group.addTask { [client] in
@@ -116,8 +118,8 @@ final class PostgresDatabase: SyncDatabase {
                     }
                 }
                 group.addTask {
-                    try await Task.sleep(for: Self.leaseTimeout)
-                    guard leased.value.withLock({ $0 }) else { throw Self.unavailable("no connection within \(Self.leaseTimeout)") }
+                    try await Task.sleep(for: leaseTimeout)
+                    guard leased.value.withLock({ $0 }) else { throw Self.unavailable("no connection within \(leaseTimeout)") }
                     return nil // connected in time: the work may take as long as it takes
                 }
                 while let result = try await group.next() {

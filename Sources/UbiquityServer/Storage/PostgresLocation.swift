@@ -26,6 +26,9 @@ package struct PostgresLocation: Sendable, Equatable {
     package var sslMode: String
     /// The schema for the server's tables (default: PostgreSQL's search path, usually `public`).
     package var schema: String?
+    /// How long a request waits for a connection before it is answered 503 (libpq's
+    /// `connect_timeout`, whole seconds; default ``PostgresDatabase/leaseTimeout``).
+    package var connectTimeout: Duration?
 
     /// Parses a `postgres://` or `postgresql://` URL.
     /// - Throws: ``SyncError`` (`invalidDatabaseURL`) naming what is wrong.
@@ -36,8 +39,12 @@ package struct PostgresLocation: Sendable, Equatable {
         }
         guard scheme == "postgres" || scheme == "postgresql" else { throw invalid("it must start with postgres://") }
         let query = Dictionary((components.queryItems ?? []).map { ($0.name, $0.value ?? "") }, uniquingKeysWith: { $1 })
-        for name in query.keys where !["sslmode", "search_path", "host"].contains(name) {
-            throw invalid("unknown parameter \(name) (known: sslmode, search_path, host)")
+        for name in query.keys where !["sslmode", "search_path", "host", "connect_timeout"].contains(name) {
+            throw invalid("unknown parameter \(name) (known: sslmode, search_path, host, connect_timeout)")
+        }
+        if let text = query["connect_timeout"] {
+            guard let seconds = Int(text), (1...300).contains(seconds) else { throw invalid("connect_timeout is whole seconds, 1…300") }
+            connectTimeout = .seconds(seconds)
         }
         port = components.port ?? 5432
         guard (1...65_535).contains(port) else { throw invalid("the port must be 1…65535") }
@@ -73,6 +80,7 @@ package struct PostgresLocation: Sendable, Equatable {
         if sslMode != "prefer" { parameters.append("sslmode=\(sslMode)") }
         if let schema { parameters.append("search_path=\(schema)") }
         if let socketDirectory { parameters.append("host=\(socketDirectory)") }
+        if let connectTimeout { parameters.append("connect_timeout=\(connectTimeout.components.seconds)") }
         return parameters.isEmpty ? text : text + "?" + parameters.joined(separator: "&")
     }
 

@@ -271,7 +271,8 @@ extension PostgresDatabase {
     /// Takes the migrations' lock of `location`'s schema until the transaction ends.
     static func lockMigrations(_ connection: PostgresConnection, location: PostgresLocation, logger: Logger) async throws {
         let schema = location.schema ?? ""
-        try await connection.query("SELECT pg_advisory_xact_lock(\(migrationLockClass), hashtext(\(schema)))", logger: logger)
+        // (Its answer read: a wait that ends in an error, a lock timeout, is thrown here.)
+        for try await _ in try await connection.query("SELECT pg_advisory_xact_lock(\(migrationLockClass), hashtext(\(schema)))", logger: logger) {}
     }
 
     /// Applies the migrations not yet applied (one instance at a time per schema: an advisory

@@ -87,7 +87,17 @@ extension SyncServices {
         }
         api.post("containers/:container/items/:item/links") { request, context -> Response in
             let (device, container, item) = try Self.webItem(context)
-            let link = try await publish(item, in: container, for: device, seconds: nil, sealed: nil, logger: context.logger)
+            // Under Advanced the page sends the manifest it sealed with the keys a device gave it.
+            let body = try await request.body.collect(upTo: context.maxUploadSize)
+            var asked = PublishRequest()
+            if body.readableBytes > 0 {
+                guard let decoded = try? JSONDecoder().decode(PublishRequest.self, from: Data(buffer: body)) else {
+                    throw SyncError.badRequest("badRequest", "not a publish request")
+                }
+                asked = decoded
+            }
+            let link = try await publish(item, in: container, for: device, seconds: nil, sealed: asked.manifest.map { ($0, asked.revision) },
+                                         logger: context.logger)
             return try link.response(from: request, context: context)
         }
         api.post("links/:link/revoke") { _, context -> HTTPResponse.Status in

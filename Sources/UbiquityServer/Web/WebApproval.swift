@@ -105,6 +105,14 @@ extension SyncServices {
             guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: false) else { throw SyncError.notFound }
             return item
         }
+        // Which of a file's chunks are kept as sealed patches (the page names their keys in a link).
+        sealed.post("bases") { request, context in
+            let (device, _) = try await granted(context)
+            let asked = try await request.decode(as: ChunkBasesRequest.self, context: context)
+            guard asked.hashes.count <= 100_000 else { throw SyncError.badRequest("tooMany", "at most 100,000 hashes per request") }
+            try await requireChunks(asked.hashes, of: device)
+            return ChunkBasesResponse(bases: try await patchBases(of: asked.hashes, account: device.accountId))
+        }
         sealed.get("chunks/:hash") { _, context in
             let (device, _) = try await granted(context)
             let hash = try context.parameters.require("hash")

@@ -24,7 +24,12 @@ function concat(...parts) {
   return out;
 }
 
-const base64 = (bytes) => btoa(String.fromCharCode(...bytes));
+/** Base64 of any length of bytes (a spread of a large array would overflow the stack). */
+function base64(bytes) {
+  let text = "";
+  for (let at = 0; at < bytes.length; at += 0x8000) text += String.fromCharCode(...bytes.subarray(at, at + 0x8000));
+  return btoa(text);
+}
 const unbase64 = (text) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
 const hexBytes = (hex) => Uint8Array.from(hex.match(/../g).map((pair) => parseInt(pair, 16)));
 const sha256 = async (bytes) => new Uint8Array(await subtle.digest("SHA-256", bytes));
@@ -304,4 +309,58 @@ export async function downloadSealed(session, container, listed) {
   link.click();
   link.remove();
   setTimeout(() => URL.revokeObjectURL(url), 60000);
+}
+
+// MARK: Links (docs/Encryption.md, "Public links under Advanced")
+
+async function derived(key, info) {
+  const base = await subtle.importKey("raw", key, "HKDF", false, ["deriveBits"]);
+  return new Uint8Array(await subtle.deriveBits({ name: "HKDF", hash: "SHA-256", salt: new Uint8Array(0), info }, base, 256));
+}
+
+/** Shares an item of a sealed listing as a device does under Advanced: a manifest of the file —
+ * its name, size, date, chunks, and each chunk's own key (never the container's keys) — sealed
+ * under a new random key that goes in the link after "#", which browsers never send. Returns the
+ * link as the server answers it, its path with the key appended. */
+export async function shareSealed(session, container, listed) {
+  const keys = await keysOf(session);
+  const item = await api("GET", `/web/api/containers/${segment(container)}/sealed/items/${segment(listed.id)}`);
+  const links = `/web/api/containers/${segment(container)}/items/${segment(listed.id)}/links`;
+  if (!item.record) return api("POST", links); // (a file from before the keys: the server serves it itself)
+  if (item.kind !== "file" || !item.uploaded) throw new Error("only a flat file that has reached iCloud can be shared");
+  const chunks = item.manifest.chunks || [];
+  const record = await openRecord(keys, container, item);
+  const sizes = leb128(record.z ? unbase64(record.z) : new Uint8Array(0));
+  const token = hex(await sha256(encoder.encode(chunks.map((chunk, index) => chunk.hash + ":" + sizes[index]).join(","))));
+  if (sizes.length !== chunks.length || token !== record.c) throw new Error("the file's chunk list is not the one its record names");
+  const { bases } = await api("POST", `/web/api/containers/${segment(container)}/sealed/bases`, { hashes: chunks.map((chunk) => chunk.hash) });
+  const byEpoch = keys.byContainer[container] || {};
+  const epochs = Object.keys(byEpoch).map(Number).sort((a, b) => b - a);
+  const met = [], seen = new Set();
+  for (const chunk of chunks) {
+    for (let at = chunk.hash; at && !seen.has(at); at = bases[at]) {
+      if (!/^[0-9a-f]{64}$/.test(at)) throw new Error("the server named a base that is not a chunk");
+      seen.add(at);
+      met.push(at);
+    }
+  }
+  const entries = [];
+  for (const name of met) {
+    const id = hexBytes(name);
+    const entry = { h: name, k: base64(concat(...await Promise.all(epochs.map((epoch) => derived(byEpoch[epoch].chunkContent, concat(encoder.encode("chunk"), id)))))) };
+    if (bases[name]) {
+      const base = hexBytes(bases[name]);
+      entry.b = bases[name];
+      entry.p = base64(concat(...await Promise.all(epochs.map((epoch) => derived(byEpoch[epoch].chunkContent, concat(encoder.encode("chunk-patch"), id, base))))));
+    }
+    entries.push(entry);
+  }
+  const manifest = { v: 1, n: record.n, s: record.s, d: record.d, e: epochs, c: chunks.map((chunk, index) => ({ h: chunk.hash, z: sizes[index] })), k: entries };
+  const linkKey = crypto.getRandomValues(new Uint8Array(32)), nonce = crypto.getRandomValues(new Uint8Array(12));
+  const aes = await subtle.importKey("raw", linkKey, "AES-GCM", false, ["encrypt"]);
+  const box = new Uint8Array(await subtle.encrypt({ name: "AES-GCM", iv: nonce, additionalData: binding("link manifest", 1, 0, []) }, aes,
+    encoder.encode(JSON.stringify(manifest))));
+  const link = await api("POST", links, { revision: item.revision, manifest: base64(concat(new Uint8Array([1, 0, 0, 0, 0]), nonce, box)) });
+  const fragment = base64(linkKey).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+  return { ...link, path: link.path + "#k=" + fragment };
 }

@@ -4,7 +4,7 @@
 import { api, APIError, setCSRF, segment } from "./api.js";
 import { nameNode, plainName, formatBytes, formatDate } from "./names.js";
 import { uploadFile, uploadTree, makeFolder, forgetUploads } from "./upload.js";
-import { sealedListing, downloadSealed } from "./advanced.js";
+import { sealedListing, downloadSealed, shareSealed } from "./advanced.js";
 
 const $ = (id) => document.getElementById(id);
 let session = null;
@@ -259,7 +259,7 @@ function renderItems() {
     row.append(name, cell(formatDate(item.modificationDate)), cell(item.kind === "directory" ? "—" : formatBytes(item.size), "num"));
     const device = document.createElement("td");
     device.append(nameNode(item.deviceName));
-    row.append(device, view.listing.sealed ? cell("") : actionsCell(item)); // (read only under Advanced, for now)
+    row.append(device, view.listing.sealed ? sealedActionsCell(item) : actionsCell(item)); // (under Advanced: download and share, for now)
     return row;
   });
   $("item-rows").replaceChildren(...rows);
@@ -291,6 +291,15 @@ function button(text, action, label) {
 }
 
 function itemPath(item) { return `/web/api/containers/${segment(view.container)}/items/${segment(item.id)}`; }
+
+/** Under Advanced: a file can be shared (the page seals the link's manifest itself). */
+function sealedActionsCell(item) {
+  const td = document.createElement("td");
+  if (item.kind === "file" && item.uploaded) {
+    td.append(button("Share link", () => share(item, () => shareSealed(session, view.container, item)), "Share a link to " + plainName(item.name)));
+  }
+  return td;
+}
 
 function actionsCell(item) {
   const td = document.createElement("td");
@@ -621,8 +630,8 @@ async function showAdmin() {
 
 // MARK: Shared links
 
-async function share(item) {
-  const link = await api("POST", itemPath(item) + "/links");
+async function share(item, make = () => api("POST", itemPath(item) + "/links")) {
+  const link = await make();
   const address = new URL(link.path, location.origin).href;
   $("link-address").value = address;
   $("link-expires").textContent = formatDate(link.expires);
