@@ -18,8 +18,13 @@ public enum RealBrowser {
         return check.terminationStatus == 0
     }
 
-    /// Runs a program to its end (killed after `timeout`): its status and its output and errors together.
+    /// Runs a program to its end (killed after `timeout`): its status and its output and errors
+    /// together. One browser at a time in this test process (each is a few processes busy on
+    /// both cores: side by side, with the rest of the suite, they starved the timing of others);
+    /// `timeout` counts from its turn.
     public static func run(_ command: [String], timeout: Duration) async throws -> (Int32, String) {
+        await turns.take()
+        defer { Task { await turns.give() } }
         let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: command[0])
         process.arguments = Array(command.dropFirst())
@@ -37,3 +42,25 @@ public enum RealBrowser {
         return (process.terminationStatus, String(decoding: output, as: UTF8.self))
     }
 }
+
+/// Whose turn it is to run a browser.
+private actor BrowserTurns {
+    private var busy = false
+    private var waiting: [CheckedContinuation<Void, Never>] = []
+
+    /// Waits for the turn.
+    func take() async {
+        if busy {
+            await withCheckedContinuation { waiting.append($0) }
+        } else {
+            busy = true
+        }
+    }
+
+    /// Hands the turn on to the next waiting, if any.
+    func give() {
+        if waiting.isEmpty { busy = false } else { waiting.removeFirst().resume() }
+    }
+}
+
+private let turns = BrowserTurns()

@@ -62,7 +62,7 @@ import UbiquityTestSupport
         // The laptop answers the browser's request (as a running agent does when it hears of one),
         // then the person types the code the page shows.
         var code: String?
-        let deadline = ContinuousClock.now + .seconds(180)
+        let deadline = ContinuousClock.now + .seconds(300) // (the browser may wait for another test's to end first)
         while code == nil, ContinuousClock.now < deadline {
             _ = try await laptop.running(["devices", "approve"])
             code = (try? String(contentsOfFile: codeFile, encoding: .utf8)).flatMap { $0.isEmpty ? nil : $0 }

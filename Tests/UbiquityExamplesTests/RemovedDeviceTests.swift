@@ -24,14 +24,15 @@ import UbiquityTestSupport
         let store = HostileKeyValueServerTests.store
         for device in [phone, tablet] { #expect(try await device.running(["kv", "set", store, "opened", device.name]).status == 0) }
         #expect(try await laptop.running(["kv", "set", store, "before", "written before"]).status == 0)
-        for device in [phone, tablet] {
-            #expect(try await HostileKeyValueServerTests.until(device, ["kv", "get", store, "before"]) { $0.contains("written before") }, "\(device.name)")
+        for (device, agent) in [(phone, agents[1]), (tablet, agents[2])] {
+            #expect(try await HostileKeyValueServerTests.until(device, ["kv", "get", store, "before"]) { $0.contains("written before") },
+                    "\(device.name): \(agent.logged.suffix(3000))")
         }
 
         let removed = try await laptop.running(["devices", "remove", try await tablet.identifying()])
         #expect(removed.status == 0, "\(removed.output)")
         #expect(try await laptop.running(["kv", "set", store, "after", "written after"]).status == 0)
-        #expect(try await HostileKeyValueServerTests.until(phone, ["kv", "get", store, "after"]) { $0.contains("written after") })
+        #expect(try await HostileKeyValueServerTests.until(phone, ["kv", "get", store, "after"]) { $0.contains("written after") }, "\(agents[1].logged.suffix(3000))")
         // The tablet is told (a push), reads the roster, finds itself removed: it waits, and says so.
         #expect(try await HostileKeyValueServerTests.until(agents[2], logs: "removed from the account's keys"), "\(agents[2].logged.suffix(3000))")
         #expect(try await HostileKeyValueServerTests.until(tablet, ["status"]) { $0.contains("removed from the account's keys") }, "ubiquity status says so")
