@@ -35,6 +35,13 @@ final class PostgresDatabase: SyncDatabase {
             throw SyncError(.serviceUnavailable, "databaseUnavailable", "cannot connect to PostgreSQL at \(location.redacted): \(Self.describe(error))")
         }
         do {
+            // One migration at a time per database in this process (the lock is per schema: a
+            // process serving many schemas — the test suite's servers — would otherwise flood
+            // PostgreSQL with every schema's DDL at once, and starve everything else of both
+            // cores, seen in CI).
+            let database = "\(location.socketPath ?? location.host ?? ""):\(location.port)/\(location.database ?? "")"
+            _ = await Self.migrationTurns.take(database)
+            defer { Self.migrationTurns.giveBack(database) }
             let schema = try await Self.migrate(connection, location: location)
             channel = String("ubiquity_\(schema)".prefix(63))
             try? await connection.close() // the migration's own connection: the pool opens others
@@ -98,6 +105,9 @@ final class PostgresDatabase: SyncDatabase {
     func read<T: Sendable>(_ body: @escaping @Sendable (PostgresConnection) async throws -> T) async throws -> T {
         try await pooled(body)
     }
+
+    /// Whose turn it is to migrate a schema of a database in this process.
+    static let migrationTurns = Turns<String>(slots: 1, waitingLimit: .max)
 
     /// How long a request waits for a connection before it is answered 503 `databaseUnavailable`,
     /// unless the URL's `connect_timeout` says otherwise.
@@ -174,3 +184,4 @@ extension PostgresDatabase {
     /// Queries log nothing of their own (errors reach the request's log as responses).
     static let quiet = Logger(label: "ubiquity.server.postgres", factory: { _ in SwiftLogNoOpLogHandler() })
 }
+
