@@ -11,10 +11,15 @@ import UbiquitySync
 /// file, so it refuses a link without a device's sealed manifest; it keeps the manifest of the
 /// file's current revision only; it serves the link's page, the manifest as it was sent, and the
 /// chunks of that revision — with the bases of those kept as sealed patches, named in a header —
-/// and no other chunk of the account; a revoked link serves nothing.
+/// and no other chunk of the account; a revoked link serves nothing; the manifests an account's
+/// links hold are bounded.
 @Suite struct SealedLinkServerTests {
     @Test(arguments: Backend.all) func aSealedLinkServesItsManifestAndItsRevisionsChunksOnly(backend: Backend) async throws {
-        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        // (Room for two of this test's manifests: a third is refused until one is revoked.)
+        var limits = AccountLimits()
+        limits.maximumLinkManifestBytes = 1_600
+        let server = try await TestServer(backend, accountLimits: limits); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
         try await server.run { client in
             let laptop = try await client.signIn("ada", device: "laptop")
             let keyHolder = SealedKeyValueServerTests()
@@ -64,6 +69,11 @@ import UbiquitySync
             let made = try await client.send(.post, links, token: laptop.token, json: PublishRequest(revision: plan.revision, manifest: body))
             let link = try made.decode(PublishedLink.self)
             #expect(link.sealed == true && link.revision == plan.revision)
+            #expect(body.count > 600 && body.count <= 800, "the limit above counts on it: \(body.count)")
+            // Manifests take room on the server: held to the account's bytes of them.
+            #expect(try await client.send(.post, links, token: laptop.token, json: PublishRequest(revision: plan.revision, manifest: body)).status == .ok)
+            let full = try await client.send(.post, links, token: laptop.token, json: PublishRequest(revision: plan.revision, manifest: body))
+            #expect(full.status == .conflict && full.errorCode == "tooManyLinks", "\(String(buffer: full.body))")
             let path = try #require(link.path)
 
             // The page: a script of the server's own, nothing of the file.
@@ -93,12 +103,14 @@ import UbiquitySync
             let web = WebInterfaceTests()
             let (cookie, csrf, _) = try await web.webSignIn(client)
             let listed = try await client.send(.get, "/web/api/links", headers: web.session(cookie)).decode(PublishedLinksResponse.self).links
-            #expect(listed.map(\.id) == [link.id] && listed[0].sealed == true)
+            #expect(listed.count == 2 && listed.contains { $0.id == link.id } && listed.allSatisfy { $0.sealed == true })
             // Revoked: nothing more.
             #expect(try await client.send(.post, "/web/api/links/\(link.id)/revoke", headers: web.session(cookie, csrf: csrf)).status == .noContent)
             for gone in [path, path + "/manifest", path + "/chunks/" + headName] {
                 #expect(try await client.send(.get, gone).status == .notFound, "\(gone)")
             }
+            // A revoked link's manifest is dropped: room for another.
+            #expect(try await client.send(.post, links, token: laptop.token, json: PublishRequest(revision: plan.revision, manifest: body)).status == .ok)
         }
     }
 }

@@ -418,7 +418,7 @@ import UbiquitySync
             let token = String(repeating: "b", count: 64)
             try await server.server.services.database.addLink(
                 PublishedLink(id: "old", path: nil, container: notes, item: "doc", revision: first.revision, name: "x", created: 1, expires: 2),
-                accountId: account, tokenHash: DeviceAuthMiddleware.hash(token), manifest: nil)
+                accountId: account, tokenHash: DeviceAuthMiddleware.hash(token), manifest: nil, manifestBudget: 0)
             #expect(try await client.send(.get, "/l/" + token).status == .notFound)
         }
     }

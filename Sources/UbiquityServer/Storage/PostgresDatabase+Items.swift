@@ -63,8 +63,19 @@ extension PostgresDatabase {
         }
     }
 
-    func addLink(_ link: PublishedLink, accountId: Int64, tokenHash: String, manifest: Data?) async throws {
+    func addLink(_ link: PublishedLink, accountId: Int64, tokenHash: String, manifest: Data?, manifestBudget: Int64) async throws {
         try await transaction { db in
+            if let manifest {
+                // (The account held: two links made at once are counted one after the other.)
+                _ = try await db.rows("SELECT id FROM account WHERE id = \(accountId) FOR UPDATE")
+                _ = try await db.rows("""
+                    UPDATE public_link SET manifest = NULL
+                    WHERE account_id = \(accountId) AND manifest IS NOT NULL AND (revoked OR expires <= \(link.created))
+                    """)
+                let held = try await db.rows("SELECT COALESCE(SUM(octet_length(manifest)), 0)::BIGINT AS held FROM public_link WHERE account_id = \(accountId)")
+                    .first?.get("held", as: Int64.self) ?? 0
+                guard held + Int64(manifest.count) <= manifestBudget else { throw SyncError.tooManyLinks(budget: manifestBudget) }
+            }
             _ = try await db.rows("""
                 INSERT INTO public_link (id, account_id, container, item, revision, name, token_hash, created, expires, manifest)
                 VALUES (\(link.id), \(accountId), \(link.container), \(link.item), \(link.revision), \(link.name), \(tokenHash), \(link.created), \(link.expires),
@@ -100,7 +111,7 @@ extension PostgresDatabase {
 
     func revokeLink(id: String, accountId: Int64) async throws -> Bool {
         try await transaction { db in
-            try await !db.rows("UPDATE public_link SET revoked = TRUE WHERE id = \(id) AND account_id = \(accountId) AND NOT revoked RETURNING id").isEmpty
+            try await !db.rows("UPDATE public_link SET revoked = TRUE, manifest = NULL WHERE id = \(id) AND account_id = \(accountId) AND NOT revoked RETURNING id").isEmpty
         }
     }
 

@@ -73,8 +73,15 @@ final class SQLiteDatabase: SyncDatabase {
         }
     }
 
-    func addLink(_ link: PublishedLink, accountId: Int64, tokenHash: String, manifest: Data?) async throws {
+    func addLink(_ link: PublishedLink, accountId: Int64, tokenHash: String, manifest: Data?, manifestBudget: Int64) async throws {
         try await pool.write { db in
+            if let manifest {
+                try db.execute(sql: "UPDATE publicLink SET manifest = NULL WHERE accountId = ? AND manifest IS NOT NULL AND (revoked = 1 OR expires <= ?)",
+                               arguments: [accountId, link.created])
+                let held = try Int64.fetchOne(db, sql: "SELECT COALESCE(SUM(LENGTH(manifest)), 0) FROM publicLink WHERE accountId = ? AND manifest IS NOT NULL",
+                                              arguments: [accountId]) ?? 0
+                guard held + Int64(manifest.count) <= manifestBudget else { throw SyncError.tooManyLinks(budget: manifestBudget) }
+            }
             try db.execute(sql: """
                 INSERT INTO publicLink (id, accountId, container, item, revision, name, tokenHash, created, expires, manifest) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                 """, arguments: [link.id, accountId, link.container, link.item, link.revision, link.name, tokenHash, link.created, link.expires, manifest])
@@ -107,7 +114,7 @@ final class SQLiteDatabase: SyncDatabase {
 
     func revokeLink(id: String, accountId: Int64) async throws -> Bool {
         try await pool.write { db in
-            try db.cachedStatement(sql: "UPDATE publicLink SET revoked = 1 WHERE id = ? AND accountId = ? AND revoked = 0").execute(arguments: [id, accountId])
+            try db.cachedStatement(sql: "UPDATE publicLink SET revoked = 1, manifest = NULL WHERE id = ? AND accountId = ? AND revoked = 0").execute(arguments: [id, accountId])
             return db.changesCount > 0
         }
     }

@@ -430,6 +430,10 @@ enum ServerRules {
 package struct AccountLimits: Sendable, Equatable {
     /// At most this many items in all its containers. Default 1,000,000.
     package var maximumItems: Int64 = 1_000_000
+    /// At most this many bytes of sealed manifests in its links that still open (Advanced Data
+    /// Protection: a device seals one per link, up to 6 MiB). Default 64 MiB. Those of revoked
+    /// and expired links are dropped as the next one is made.
+    package var maximumLinkManifestBytes: Int64 = 64 << 20
 
     /// The default limits.
     package init() {}

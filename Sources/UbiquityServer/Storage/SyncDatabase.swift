@@ -295,8 +295,11 @@ protocol SyncDatabase: Sendable {
     func keyValueStores(ofAccount id: Int64) async throws -> [KeyValueStoreSummary]
 
     /// Records a published link (its token kept only as a hash), with the manifest its device
-    /// sealed (Advanced Data Protection; ``PublishedLink/sealed`` then true).
-    func addLink(_ link: PublishedLink, accountId: Int64, tokenHash: String, manifest: Data?) async throws
+    /// sealed (Advanced Data Protection; ``PublishedLink/sealed`` then true). With a manifest,
+    /// first drops those of the account's links that no longer open (revoked, expired), then
+    /// holds the rest and this one to `manifestBudget` bytes.
+    /// - Throws: ``SyncError`` 409 `tooManyLinks` past the budget (nothing recorded).
+    func addLink(_ link: PublishedLink, accountId: Int64, tokenHash: String, manifest: Data?, manifestBudget: Int64) async throws
     /// The link whose token hashes to `tokenHash`, if it is not revoked, with its account.
     func link(tokenHash: String) async throws -> (accountId: Int64, link: PublishedLink)?
     /// The sealed manifest of the link whose token hashes to `tokenHash`, if it has one and is

@@ -115,7 +115,8 @@ extension SyncServices {
     /// manifest a device sealed for the link's page and the revision it is of (Advanced Data
     /// Protection, where the server cannot open the file for a download of its own).
     /// - Throws: ``SyncError`` 404 for an item not there, 409 `notAFlatFile` or `notUploaded`;
-    ///   409 `revisionMoved` for a manifest of another revision than the current one; 400
+    ///   409 `revisionMoved` for a manifest of another revision than the current one; 409
+    ///   `tooManyLinks` past the account's bytes of manifests (``AccountLimits``); 400
     ///   `badManifest` for bytes that are not a sealed manifest; 409 `sealedOnDevices` for a
     ///   sealed file the server cannot open, published without a manifest.
     func publish(_ id: String, in container: String, for device: DeviceAuth, seconds: Double?, sealed: (manifest: Data, revision: String?)?,
@@ -144,7 +145,8 @@ extension SyncServices {
         let token = SQLiteDatabase.randomToken()
         let link = PublishedLink(id: RandomIdentifier.make(), path: "/l/" + token, container: container, item: id, revision: item.revision,
                                  name: item.name, created: now, expires: now + lifetime, sealed: sealed == nil ? nil : true)
-        try await database.addLink(link, accountId: device.accountId, tokenHash: DeviceAuthMiddleware.hash(token), manifest: sealed?.manifest)
+        try await database.addLink(link, accountId: device.accountId, tokenHash: DeviceAuthMiddleware.hash(token), manifest: sealed?.manifest,
+                                   manifestBudget: accountLimits.maximumLinkManifestBytes)
         logger.info("an item was published", metadata: ["container": "\(container)", "item": "\(id)", "link": "\(link.id)", "device": "\(device.deviceId)",
                                                         "sealed": "\(sealed != nil)"])
         return link
@@ -233,4 +235,12 @@ extension SyncServices {
 extension LinkThrottle {
     /// How many chunks of links' pages one address may fetch a minute.
     static let chunksPerMinute = 20_000
+}
+
+extension SyncError {
+    /// The refusal of a link whose manifest would take the account past `budget` bytes of them.
+    static func tooManyLinks(budget: Int64) -> SyncError {
+        SyncError(.conflict, "tooManyLinks",
+                  "the account's links that still open hold \(budget) bytes of sealed manifests at most: revoke some (or wait for them to expire) and publish again")
+    }
 }
