@@ -15,33 +15,14 @@ import os
 import sys
 import time
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+from browser_support import Waiting, chromium
+
 args = json.loads(sys.argv[1])
-options = webdriver.ChromeOptions()
-options.binary_location = "/usr/bin/chromium"
-for flag in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"]:
-    options.add_argument(flag)
-options.add_experimental_option("prefs", {"download.default_directory": args["downloads"], "download.prompt_for_download": False})
-driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-step = "start"
-
-
-def eventually(check, what, seconds=90):
-    global step
-    step = what
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception:  # not there yet
-            pass
-        time.sleep(0.2)
-    raise TimeoutError("timed out waiting for " + what)
+driver = chromium(args["downloads"])
+waiting = Waiting()
+eventually = waiting.until
 
 
 def state():
@@ -99,6 +80,6 @@ try:
     result["noKey"] = error()
     print(json.dumps(result))
 except Exception as failure:  # reported to the test, which shows it
-    print(json.dumps({"error": str(failure), "step": step}))
+    print(json.dumps({"error": str(failure), "step": waiting.step}))
 finally:
     driver.quit()

@@ -16,42 +16,26 @@ import os
 import sys
 import time
 
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 
+from browser_support import Waiting, chromium
+
 args = json.loads(sys.argv[1])
-options = webdriver.ChromeOptions()
-options.binary_location = "/usr/bin/chromium"
-for flag in ["--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"]:
-    options.add_argument(flag)
-options.add_experimental_option("prefs", {"download.default_directory": args["downloads"], "download.prompt_for_download": False})
-driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=options)
-step = "start"
-
-
+driver = chromium(args["downloads"])
 said = []  # what the page's status line said meanwhile (it clears itself)
 
 
-def eventually(check, what, seconds=90):
-    global step
-    step = what
-    deadline = time.time() + seconds
-    while time.time() < deadline:
-        try:
-            value = check()
-            if value:
-                return value
-        except Exception:  # not there yet
-            pass
-        try:
-            text = driver.find_element(By.ID, "status").text
-            if text and (not said or said[-1] != text):
-                said.append(text)
-        except Exception:
-            pass
-        time.sleep(0.2)
-    raise TimeoutError("timed out waiting for " + what)
+def note_status():
+    try:
+        text = driver.find_element(By.ID, "status").text
+        if text and (not said or said[-1] != text):
+            said.append(text)
+    except Exception:
+        pass
+
+
+waiting = Waiting(note_status)
+eventually = waiting.until
 
 
 try:
@@ -142,6 +126,6 @@ except Exception as error:
         status = driver.find_element(By.ID, "status").text
     except Exception:
         pass
-    print(json.dumps({"error": str(error), "step": step, "status": status, "said": said}))
+    print(json.dumps({"error": str(error), "step": waiting.step, "status": status, "said": said}))
 finally:
     driver.quit()

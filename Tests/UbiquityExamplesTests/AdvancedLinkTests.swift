@@ -21,24 +21,7 @@ import UbiquityTestSupport
         defer { setup.tearDown() }
         let laptopAgent = try Agent(setup.laptop, in: setup.dir), phoneAgent = try Agent(setup.phone, in: setup.dir)
         defer { laptopAgent.stop(); phoneAgent.stop() }
-        let (laptop, phone) = (setup.laptop, setup.phone)
-        let (onLaptop, onPhone) = try await onOwnThread { (try HostileContentServerTests.documents(of: laptop), try HostileContentServerTests.documents(of: phone)) }
-        try FileManager.default.createDirectory(at: onLaptop, withIntermediateDirectories: true)
-        var plan = randomBytes(9 << 20)
-        try plan.write(to: onLaptop.appendingPathComponent("Plan ☕.txt"))
-        #expect(await hasArrived(onPhone, "Plan ☕.txt"), "\(phoneAgent.logged.suffix(2000))")
-        // One byte changed in place before the switch: a sealed patch of the chunk it is in.
-        plan[4_500_000] ^= 0xff
-        let handle = try FileHandle(forWritingTo: onLaptop.appendingPathComponent("Plan ☕.txt"))
-        try handle.seek(toOffset: 4_500_000)
-        try handle.write(contentsOf: Data([plan[4_500_000]]))
-        try handle.close()
-        let onPhonePlan = onPhone.appendingPathComponent("Plan ☕.txt"), expected = plan
-        #expect(await eventuallyValue(seconds: 60) { (try? Data(contentsOf: onPhonePlan)) == expected ? true : nil } == true, "\(phoneAgent.logged.suffix(2000))")
-        let switched = try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
-        #expect(switched.status == 0, "\(switched.output)")
-        try Data("written after the switch".utf8).write(to: onPhone.appendingPathComponent("After.txt"))
-        #expect(await hasArrived(onLaptop, "After.txt"), "\(laptopAgent.logged.suffix(2000))")
+        let (laptop, plan, onLaptop) = try await AdvancedWebTests.patchedFileUnderAdvanced(setup, laptopAgent, phoneAgent)
 
         // The laptop publishes both: each link ends in its key.
         let good = try await publish(onLaptop.appendingPathComponent("Plan ☕.txt"), on: laptop, agent: laptopAgent)

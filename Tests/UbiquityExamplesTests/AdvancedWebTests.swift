@@ -23,30 +23,7 @@ import UbiquityTestSupport
         defer { setup.tearDown() }
         let laptopAgent = try Agent(setup.laptop, in: setup.dir), phoneAgent = try Agent(setup.phone, in: setup.dir)
         defer { laptopAgent.stop(); phoneAgent.stop() }
-        let (laptop, phone) = (setup.laptop, setup.phone)
-        let (onLaptop, onPhone) = try await onOwnThread { (try HostileContentServerTests.documents(of: laptop), try HostileContentServerTests.documents(of: phone)) }
-        try FileManager.default.createDirectory(at: onLaptop, withIntermediateDirectories: true)
-        let plan = randomBytes(9 << 20) // (cut in a large file's chunks, 128 KiB on average: an edit goes as a patch)
-        try plan.write(to: onLaptop.appendingPathComponent("Plan ☕.txt"))
-        #expect(await hasArrived(onPhone, "Plan ☕.txt"), "\(phoneAgent.logged.suffix(2000))")
-        // A byte of the file changed in place on the laptop: it goes up as a sealed patch of the
-        // chunk it changes (which the page must fetch, open and apply). Before the switch: after
-        // it, the new epoch's keyed chunker cuts the file elsewhere and an edit sends its chunks
-        // whole (the cut points are the epoch's).
-        var edited = plan
-        edited[4_500_000] ^= 0xff
-        let handle = try FileHandle(forWritingTo: onLaptop.appendingPathComponent("Plan ☕.txt"))
-        try handle.seek(toOffset: 4_500_000)
-        try handle.write(contentsOf: Data([edited[4_500_000]]))
-        try handle.close()
-        let onPhonePlan = onPhone.appendingPathComponent("Plan ☕.txt"), expected = edited
-        #expect(await eventuallyValue(seconds: 60) { (try? Data(contentsOf: onPhonePlan)) == expected ? true : nil } == true, "\(phoneAgent.logged.suffix(2000))")
-        let patched = setup.laptopRelay.exchanges.withLock { $0 }.contains { $0.method == "POST" && $0.path.hasPrefix("/v1/chunks/patches?") && $0.status == 201 }
-        #expect(patched, "the edit went up as a sealed patch")
-        let switched = try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
-        #expect(switched.status == 0, "\(switched.output)")
-        try Data("written after the switch".utf8).write(to: onPhone.appendingPathComponent("After.txt"))
-        #expect(await hasArrived(onLaptop, "After.txt"), "\(laptopAgent.logged.suffix(2000))")
+        let (laptop, edited, onLaptop) = try await Self.patchedFileUnderAdvanced(setup, laptopAgent, phoneAgent)
         let container = try #require(onLaptop.deletingLastPathComponent().lastPathComponent as String?)
 
         // The browser, signed in by password, straight to the server.
@@ -90,5 +67,36 @@ import UbiquityTestSupport
         #expect((result["refused"] as? String)?.contains("not signed by the device that approved it") == true && result["openedAfterChange"] as? Bool == false, "\(line)")
         try await laptopAgent.stopped()
         try await phoneAgent.stopped()
+    }
+
+    /// What the browser tests under Advanced start from, with both devices' agents running:
+    /// "Plan ☕.txt" (9 MiB, cut in a large file's chunks of 128 KiB on average) written on the
+    /// laptop, then one byte of it changed in place — it goes up as a sealed patch of the chunk it
+    /// changes, which a page must fetch, open and apply — before the laptop switches the account
+    /// to Advanced (after it, the new epoch's keyed chunker cuts the file elsewhere and an edit
+    /// sends its chunks whole); then "After.txt" written on the phone. Returns the laptop, the
+    /// file's bytes as edited and the laptop's Documents folder.
+    static func patchedFileUnderAdvanced(_ setup: HostileKeyServerTests.Setup, _ laptopAgent: Agent,
+                                         _ phoneAgent: Agent) async throws -> (laptop: HostileKeyServerTests.Device, plan: Data, onLaptop: URL) {
+        let (laptop, phone) = (setup.laptop, setup.phone)
+        let (onLaptop, onPhone) = try await onOwnThread { (try HostileContentServerTests.documents(of: laptop), try HostileContentServerTests.documents(of: phone)) }
+        try FileManager.default.createDirectory(at: onLaptop, withIntermediateDirectories: true)
+        var plan = randomBytes(9 << 20)
+        try plan.write(to: onLaptop.appendingPathComponent("Plan ☕.txt"))
+        #expect(await hasArrived(onPhone, "Plan ☕.txt"), "\(phoneAgent.logged.suffix(2000))")
+        plan[4_500_000] ^= 0xff
+        let handle = try FileHandle(forWritingTo: onLaptop.appendingPathComponent("Plan ☕.txt"))
+        try handle.seek(toOffset: 4_500_000)
+        try handle.write(contentsOf: Data([plan[4_500_000]]))
+        try handle.close()
+        let onPhonePlan = onPhone.appendingPathComponent("Plan ☕.txt"), expected = plan
+        #expect(await eventuallyValue(seconds: 60) { (try? Data(contentsOf: onPhonePlan)) == expected ? true : nil } == true, "\(phoneAgent.logged.suffix(2000))")
+        let patched = setup.laptopRelay.exchanges.withLock { $0 }.contains { $0.method == "POST" && $0.path.hasPrefix("/v1/chunks/patches?") && $0.status == 201 }
+        #expect(patched, "the edit went up as a sealed patch")
+        let switched = try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
+        #expect(switched.status == 0, "\(switched.output)")
+        try Data("written after the switch".utf8).write(to: onPhone.appendingPathComponent("After.txt"))
+        #expect(await hasArrived(onLaptop, "After.txt"), "\(laptopAgent.logged.suffix(2000))")
+        return (laptop, plan, onLaptop)
     }
 }
