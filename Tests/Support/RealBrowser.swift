@@ -24,7 +24,7 @@ public enum RealBrowser {
     /// `timeout` counts from its turn.
     public static func run(_ command: [String], timeout: Duration) async throws -> (Int32, String) {
         await turns.take()
-        defer { Task { await turns.give() } }
+        defer { turns.give() }
         let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: command[0])
         process.arguments = Array(command.dropFirst())
@@ -43,24 +43,6 @@ public enum RealBrowser {
     }
 }
 
+
 /// Whose turn it is to run a browser.
-private actor BrowserTurns {
-    private var busy = false
-    private var waiting: [CheckedContinuation<Void, Never>] = []
-
-    /// Waits for the turn.
-    func take() async {
-        if busy {
-            await withCheckedContinuation { waiting.append($0) }
-        } else {
-            busy = true
-        }
-    }
-
-    /// Hands the turn on to the next waiting, if any.
-    func give() {
-        if waiting.isEmpty { busy = false } else { waiting.removeFirst().resume() }
-    }
-}
-
-private let turns = BrowserTurns()
+private let turns = TestTurns()

@@ -92,8 +92,7 @@ import UbiquityProtocol
     @Test(arguments: Backend.all) func anAccountHoldsABoundedNumberOfItems(backend: Backend) async throws {
         var limits = AccountLimits()
         limits.maximumItems = 3
-        let server = try await TestServer(backend, accountLimits: limits); defer { server.remove() }
-        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        let server = try await TestServer.withAccount("ada", on: backend, accountLimits: limits); defer { server.remove() }
         try await server.run { client in
             let ada = try await client.signIn("ada")
             var revisions: [String: String] = [:]

@@ -18,8 +18,7 @@ import UbiquitySync
         // (Room for two of this test's manifests: a third is refused until one is revoked.)
         var limits = AccountLimits()
         limits.maximumLinkManifestBytes = 1_600
-        let server = try await TestServer(backend, accountLimits: limits); defer { server.remove() }
-        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        let server = try await TestServer.withAccount("ada", on: backend, accountLimits: limits); defer { server.remove() }
         try await server.run { client in
             let laptop = try await client.signIn("ada", device: "laptop")
             let keyHolder = SealedKeyValueServerTests()
@@ -112,5 +111,30 @@ import UbiquitySync
             // A revoked link's manifest is dropped: room for another.
             #expect(try await client.send(.post, links, token: laptop.token, json: PublishRequest(revision: plan.revision, manifest: body)).status == .ok)
         }
+    }
+
+    /// A link's token is the secret of its address: a request on it that fails (here its chunk's
+    /// pack is gone, a 500) is logged without it.
+    @Test func aFailedLinkRequestIsLoggedWithoutTheToken() async throws {
+        let capture = LogCapture(level: .info)
+        let server = try await TestServer(logger: capture.logger()); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
+        try await server.run { client in
+            let laptop = try await client.signIn("ada", device: "laptop")
+            _ = try await client.commit(notes, "doc", fileUpdate("Doc.txt", [[UInt8](randomBytes(5_000))]), token: laptop.token)
+            let path = try #require(try await client.send(.post, "/v1/containers/\(notes)/items/doc/links", token: laptop.token, json: PublishRequest())
+                .decode(PublishedLink.self).path)
+            let chunks = URL(fileURLWithPath: server.directory).appendingPathComponent("chunks")
+            for file in try FileManager.default.subpathsOfDirectory(atPath: chunks.path) where !file.hasPrefix("index.sqlite") {
+                var folder: ObjCBool = false
+                if FileManager.default.fileExists(atPath: chunks.appendingPathComponent(file).path, isDirectory: &folder), !folder.boolValue {
+                    try FileManager.default.removeItem(at: chunks.appendingPathComponent(file))
+                }
+            }
+            #expect(try await client.send(.get, path).status == .internalServerError)
+        }
+        let token = try #require(capture.lines.withLock { $0 }.first { $0.message == "request failed" }?.metadata["path"], "the failure was logged")
+        #expect("\(token)" == "/l/…", "the token is not in the log: \(token)")
+        #expect(!capture.lines.withLock { $0 }.contains { line in line.metadata.values.contains { "\($0)".contains("/l/") && "\($0)" != "/l/…" } })
     }
 }

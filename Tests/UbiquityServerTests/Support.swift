@@ -74,8 +74,8 @@ struct TestServer {
     }
 
     /// A server with one account (password "correct horse").
-    static func withAccount(_ name: String, on backend: Backend = .sqlite) async throws -> TestServer {
-        let server = try await TestServer(backend)
+    static func withAccount(_ name: String, on backend: Backend = .sqlite, accountLimits: AccountLimits = AccountLimits()) async throws -> TestServer {
+        let server = try await TestServer(backend, accountLimits: accountLimits)
         _ = try await server.admin.createAccount(name: name, password: "correct horse")
         return server
     }

@@ -69,13 +69,17 @@ extension SyncServices {
     /// patches, of which chunks, down to chunks kept whole (at most ``maximumPatchDepth``
     /// deep) — what a device publishing a link under Advanced names keys for.
     func addChunkBasesRoute(to chunks: RouterGroup<SyncContext>) {
-        chunks.post("bases") { request, context in
-            let device = try context.requireDevice()
-            let asked = try await request.decode(as: ChunkBasesRequest.self, context: context)
-            guard asked.hashes.count <= 100_000 else { throw SyncError.badRequest("tooMany", "at most 100,000 hashes per request") }
-            try await requireChunks(asked.hashes, of: device)
-            return ChunkBasesResponse(bases: try await patchBases(of: asked.hashes, account: device.accountId))
-        }
+        chunks.post("bases") { request, context in try await chunkBases(request, context: context, device: try context.requireDevice()) }
+    }
+
+    /// The answer to a ``ChunkBasesRequest`` of `device`'s (a device's, or a granted web page's).
+    /// - Throws: ``SyncError`` 400 for more than 100,000 hashes or a malformed one, 404 for a
+    ///   chunk the device may not read.
+    func chunkBases(_ request: Request, context: SyncContext, device: DeviceAuth) async throws -> ChunkBasesResponse {
+        let asked = try await request.decode(as: ChunkBasesRequest.self, context: context)
+        guard asked.hashes.count <= 100_000 else { throw SyncError.badRequest("tooMany", "at most 100,000 hashes per request") }
+        try await requireChunks(asked.hashes, of: device)
+        return ChunkBasesResponse(bases: try await patchBases(of: asked.hashes, account: device.accountId))
     }
 
     /// Each of `hashes` the account keeps as a sealed patch, and each base found, mapped to its

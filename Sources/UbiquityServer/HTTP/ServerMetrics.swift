@@ -105,13 +105,21 @@ struct ErrorShapingMiddleware: RouterMiddleware {
         }
         guard shaped.status.code >= 500 else { return shaped }
         let cause = (error as? PSQLError).map(PostgresDatabase.describe) ?? String(reflecting: error)
-        let metadata: Logger.Metadata = ["method": "\(request.method)", "path": "\(request.uri.path)", "status": "\(shaped.status.code)", "error": "\(cause)"]
+        let metadata: Logger.Metadata = ["method": "\(request.method)", "path": "\(loggedPath(request.uri.path))", "status": "\(shaped.status.code)", "error": "\(cause)"]
         if shaped.status.code == 500 {
             context.logger.error("request failed", metadata: metadata)
         } else {
             context.logger.warning("request refused with a 5xx", metadata: metadata)
         }
         return shaped
+    }
+
+    /// A request's path as the log keeps it: a public link's token — the secret of its address,
+    /// which whoever reads the log could download with — left out (`/l/…/manifest`).
+    static func loggedPath(_ path: String) -> String {
+        guard path.hasPrefix("/l/") else { return path }
+        let rest = path.dropFirst(3)
+        return "/l/…" + (rest.firstIndex(of: "/").map { String(rest[$0...]) } ?? "")
     }
 
     static func shape(_ status: HTTPResponse.Status, _ message: String?) -> SyncError {

@@ -66,9 +66,7 @@ extension SyncServices {
                                  deviceName: opened.deviceName, sequence: 0, manifest: opened.manifest, conflicts: [])
             var response = try await WebDownload.response(for: item, chunks: chunks, account: account,
                                                           opener: try await sealedChunkOpener(ofAccount: account, container: link.container))
-            for field in WebSession.securityHeaders { response.headers[field.name] = field.value }
-            response.headers[.contentSecurityPolicy] = "sandbox; default-src 'none'"
-            response.headers[.cacheControl] = "private, no-store"
+            Self.guardLinkAnswer(&response)
             return response
         }
         api.get("links") { _, context in
@@ -225,10 +223,15 @@ extension SyncServices {
     /// An answer of a link's: never kept, never framed, sent to nobody else.
     static func linkResponse(_ body: ByteBuffer, type: String) -> Response {
         var response = Response(status: .ok, headers: [.contentType: type], body: .init(byteBuffer: body))
+        guardLinkAnswer(&response)
+        return response
+    }
+
+    /// Gives a link's answer the web's security headers, a sandbox that runs no script, and no caching.
+    static func guardLinkAnswer(_ response: inout Response) {
         for field in WebSession.securityHeaders { response.headers[field.name] = field.value }
         response.headers[.contentSecurityPolicy] = "sandbox; default-src 'none'"
         response.headers[.cacheControl] = "private, no-store"
-        return response
     }
 }
 

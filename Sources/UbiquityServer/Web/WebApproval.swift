@@ -106,13 +106,7 @@ extension SyncServices {
             return item
         }
         // Which of a file's chunks are kept as sealed patches (the page names their keys in a link).
-        sealed.post("bases") { request, context in
-            let (device, _) = try await granted(context)
-            let asked = try await request.decode(as: ChunkBasesRequest.self, context: context)
-            guard asked.hashes.count <= 100_000 else { throw SyncError.badRequest("tooMany", "at most 100,000 hashes per request") }
-            try await requireChunks(asked.hashes, of: device)
-            return ChunkBasesResponse(bases: try await patchBases(of: asked.hashes, account: device.accountId))
-        }
+        sealed.post("bases") { request, context in try await chunkBases(request, context: context, device: try await granted(context).0) }
         sealed.get("chunks/:hash") { _, context in
             let (device, _) = try await granted(context)
             let hash = try context.parameters.require("hash")

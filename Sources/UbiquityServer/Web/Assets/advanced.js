@@ -8,7 +8,7 @@
 // the browser's own key pair stays in IndexedDB, not extractable.
 
 import { api, APIError, segment } from "./api.js";
-import { binding, openChunk } from "./sealed.js";
+import { applyPatch, binding, concat, openChunk } from "./sealed.js";
 
 const subtle = crypto.subtle;
 const encoder = new TextEncoder();
@@ -16,13 +16,6 @@ const $ = (id) => document.getElementById(id);
 
 // The keys this page holds: { expires, byContainer: { container: { epoch: keys } } }.
 let granted = null;
-
-function concat(...parts) {
-  const out = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
-  let at = 0;
-  for (const part of parts) { out.set(part, at); at += part.length; }
-  return out;
-}
 
 /** Base64 of any length of bytes (a spread of a large array would overflow the stack). */
 function base64(bytes) {
@@ -259,25 +252,31 @@ async function chunkPlaintext(keys, container, hash, depth = 0) {
   if (depth >= 8 || !/^[0-9a-f]{64}$/.test(base)) throw new Error("a chunk of the file is more patches deep than devices make");
   const from = await chunkPlaintext(keys, container, base, depth + 1);
   const baseId = hexBytes(base);
-  const content = await subtle.importKey("raw", epochKeys.chunkContent, "HKDF", false, ["deriveBits"]);
-  const bits = await subtle.deriveBits({ name: "HKDF", hash: "SHA-256", salt: new Uint8Array(0), info: concat(encoder.encode("chunk-patch"), id, baseId) }, content, 256);
-  const key = await subtle.importKey("raw", bits, "AES-GCM", false, ["decrypt"]);
+  const key = await subtle.importKey("raw", await derived(epochKeys.chunkContent, concat(encoder.encode("chunk-patch"), id, baseId)), "AES-GCM", false, ["decrypt"]);
   let padded;
   try {
     padded = new Uint8Array(await subtle.decrypt({ name: "AES-GCM", iv: body.subarray(5, 17), additionalData: binding("chunk-patch", 1, epoch, [id, baseId]) }, key, body.subarray(17)));
   } catch {
     throw new Error("a patch of the file does not open: changed, or not of the chunk named");
   }
-  let end = padded.length - 1;
-  while (end >= 0 && padded[end] === 0) end--;
-  if (end < 8 || padded[end] !== 0x80) throw new Error("a patch of the file is malformed");
-  const view = new DataView(padded.buffer, padded.byteOffset, 8);
-  const prefix = view.getUint32(0), suffix = view.getUint32(4);
-  if (prefix + suffix > from.length) throw new Error("a patch of the file keeps more than its base has");
-  const made = concat(from.subarray(0, prefix), padded.subarray(8, end), from.subarray(from.length - suffix));
+  const made = applyPatch(from, padded);
   const mac = await subtle.importKey("raw", epochKeys.chunkIdentifier, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
   if (!same(new Uint8Array(await subtle.sign("HMAC", mac, made)), id)) throw new Error("a patch of the file does not make the chunk named");
   return made;
+}
+
+/** An item's record (opened; null for an item from before records were sealed), its chunk list
+ * and their plaintext sizes (null without a record). The chunk list the server serves must be the
+ * one the record names (its content token: SHA-256 of "name:size,…" with the plaintext sizes the
+ * record keeps), or it is another file's. */
+async function recordedChunks(keys, container, item) {
+  const chunks = item.manifest.chunks || [];
+  if (!item.record) return { record: null, chunks, sizes: null };
+  const record = await openRecord(keys, container, item);
+  const sizes = leb128(record.z ? unbase64(record.z) : new Uint8Array(0));
+  const token = hex(await sha256(encoder.encode(chunks.map((chunk, index) => chunk.hash + ":" + sizes[index]).join(","))));
+  if (sizes.length !== chunks.length || token !== record.c) throw new Error("the file's chunk list is not the one its record names");
+  return { record, chunks, sizes };
 }
 
 /** Downloads an item of a sealed listing: its chunks fetched and opened here, saved as a file. */
@@ -285,16 +284,7 @@ export async function downloadSealed(session, container, listed) {
   const keys = await keysOf(session);
   const item = await api("GET", `/web/api/containers/${segment(container)}/sealed/items/${segment(listed.id)}`);
   if (item.kind !== "file") throw new Error("only a flat file downloads from this page under Advanced Data Protection (a package does not yet)");
-  const chunks = item.manifest.chunks || [];
-  // The chunk list the server serves must be the one the record names (its content token:
-  // SHA-256 of "name:size,…" with the plaintext sizes the record keeps), or it is another file's.
-  const record = item.record ? await openRecord(keys, container, item) : null;
-  let sizes = null;
-  if (record) {
-    sizes = leb128(record.z ? unbase64(record.z) : new Uint8Array(0));
-    const token = hex(await sha256(encoder.encode(chunks.map((chunk, index) => chunk.hash + ":" + sizes[index]).join(","))));
-    if (sizes.length !== chunks.length || token !== record.c) throw new Error("the file's chunk list is not the one its record names");
-  }
+  const { record, chunks, sizes } = await recordedChunks(keys, container, item);
   const parts = [];
   for (const [index, chunk] of chunks.entries()) {
     const bytes = await chunkPlaintext(keys, container, chunk.hash);
@@ -313,6 +303,7 @@ export async function downloadSealed(session, container, listed) {
 
 // MARK: Links (docs/Encryption.md, "Public links under Advanced")
 
+/** The 32 bytes HKDF-SHA256 derives from `key` for `info` (no salt): a chunk's or a patch's own key, as `ChunkKeys` derives it. */
 async function derived(key, info) {
   const base = await subtle.importKey("raw", key, "HKDF", false, ["deriveBits"]);
   return new Uint8Array(await subtle.deriveBits({ name: "HKDF", hash: "SHA-256", salt: new Uint8Array(0), info }, base, 256));
@@ -328,11 +319,7 @@ export async function shareSealed(session, container, listed) {
   const links = `/web/api/containers/${segment(container)}/items/${segment(listed.id)}/links`;
   if (!item.record) return api("POST", links); // (a file from before the keys: the server serves it itself)
   if (item.kind !== "file" || !item.uploaded) throw new Error("only a flat file that has reached iCloud can be shared");
-  const chunks = item.manifest.chunks || [];
-  const record = await openRecord(keys, container, item);
-  const sizes = leb128(record.z ? unbase64(record.z) : new Uint8Array(0));
-  const token = hex(await sha256(encoder.encode(chunks.map((chunk, index) => chunk.hash + ":" + sizes[index]).join(","))));
-  if (sizes.length !== chunks.length || token !== record.c) throw new Error("the file's chunk list is not the one its record names");
+  const { record, chunks, sizes } = await recordedChunks(keys, container, item);
   const { bases } = await api("POST", `/web/api/containers/${segment(container)}/sealed/bases`, { hashes: chunks.map((chunk) => chunk.hash) });
   const byEpoch = keys.byContainer[container] || {};
   const epochs = Object.keys(byEpoch).map(Number).sort((a, b) => b - a);

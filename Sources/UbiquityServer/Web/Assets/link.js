@@ -5,7 +5,7 @@
 // chunks the server keeps for this link — only those — and opens each with its key: a chunk
 // the server changed, swapped or cut does not open, and nothing is saved.
 
-import { binding } from "./sealed.js";
+import { applyPatch, binding, unpad } from "./sealed.js";
 
 const subtle = crypto.subtle;
 const $ = (id) => document.getElementById(id);
@@ -13,20 +13,6 @@ const token = location.pathname.split("/")[2] || "";
 const hexBytes = (hex) => Uint8Array.from(hex.match(/../g).map((pair) => parseInt(pair, 16)));
 const same = (a, b) => a.length === b.length && a.every((byte, index) => byte === b[index]);
 const unbase64 = (text) => Uint8Array.from(atob(text), (c) => c.charCodeAt(0));
-
-function concat(...parts) {
-  const out = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
-  let at = 0;
-  for (const part of parts) { out.set(part, at); at += part.length; }
-  return out;
-}
-
-function unpad(padded, what) {
-  let end = padded.length - 1;
-  while (end >= 0 && padded[end] === 0) end--;
-  if (end < 0 || padded[end] !== 0x80) throw new Error(what + " is malformed");
-  return padded.subarray(0, end);
-}
 
 /** The key in the address's fragment (`#k=` base64url), or null. */
 function fragmentKey() {
@@ -95,20 +81,14 @@ async function chunkPlaintext(manifest, hash, depth = 0) {
   if (!base) {
     const key = keyOf(manifest, entry.keys, epoch);
     if (!key) throw new Error("a chunk of the file is sealed in an epoch its link holds no key of");
-    return unpad(await decrypt(key, body, binding("chunk", 1, epoch, [id]), "a chunk of the file"), "a chunk of the file");
+    return unpad(await decrypt(key, body, binding("chunk", 1, epoch, [id]), "a chunk of the file"), "a chunk of the file is malformed");
   }
   // A sealed patch: only of the base the manifest names (the device asked the server which).
   if (depth >= 8 || base !== entry.base) throw new Error("a chunk of the file is served as a patch its link does not name");
   const key = keyOf(manifest, entry.patchKeys, epoch);
   if (!key) throw new Error("a patch of the file is sealed in an epoch its link holds no key of");
   const from = await chunkPlaintext(manifest, base, depth + 1);
-  const padded = await decrypt(key, body, binding("chunk-patch", 1, epoch, [id, hexBytes(base)]), "a patch of the file");
-  const patch = unpad(padded, "a patch of the file");
-  if (patch.length < 8) throw new Error("a patch of the file is malformed");
-  const view = new DataView(patch.buffer, patch.byteOffset, 8);
-  const prefix = view.getUint32(0), suffix = view.getUint32(4);
-  if (prefix + suffix > from.length) throw new Error("a patch of the file keeps more than its base has");
-  return concat(from.subarray(0, prefix), patch.subarray(8), from.subarray(from.length - suffix));
+  return applyPatch(from, await decrypt(key, body, binding("chunk-patch", 1, epoch, [id, hexBytes(base)]), "a patch of the file"));
 }
 
 function describe(size) {

@@ -9,7 +9,8 @@ const subtle = crypto.subtle;
 /** The format this page writes. */
 export const chunkFormat = 1;
 
-function concat(...parts) {
+/** `parts` side by side in one array. */
+export function concat(...parts) {
   const out = new Uint8Array(parts.reduce((sum, part) => sum + part.length, 0));
   let at = 0;
   for (const part of parts) { out.set(part, at); at += part.length; }
@@ -59,11 +60,23 @@ function pad(plaintext) {
   return padded;
 }
 
-function unpad(padded) {
+/** Padded bytes without their padding (Padmé: 0x80, then zeros); `refusal` is the error's message. */
+export function unpad(padded, refusal = "malformed: bad padding") {
   let end = padded.length - 1;
   while (end >= 0 && padded[end] === 0) end--;
-  if (end < 0 || padded[end] !== 0x80) throw new Error("malformed: bad padding");
+  if (end < 0 || padded[end] !== 0x80) throw new Error(refusal);
   return padded.subarray(0, end);
+}
+
+/** The chunk an opened sealed patch makes from the chunk `base`: its padded bytes are `kept
+ * from the start (4) ‖ kept from the end (4) ‖ the bytes between`. */
+export function applyPatch(base, padded) {
+  const patch = unpad(padded, "a patch of the file is malformed");
+  if (patch.length < 8) throw new Error("a patch of the file is malformed");
+  const view = new DataView(patch.buffer, patch.byteOffset, 8);
+  const prefix = view.getUint32(0), suffix = view.getUint32(4);
+  if (prefix + suffix > base.length) throw new Error("a patch of the file keeps more than its base has");
+  return concat(base.subarray(0, prefix), patch.subarray(8), base.subarray(base.length - suffix));
 }
 
 /** A chunk's identifier: HMAC-SHA256 of its plaintext under the identifier key. */
