@@ -411,27 +411,29 @@ import UbiquityProtocol
             let phone = try await client.signIn("ada", device: "phone")
             let tablet = try await client.signIn("ada", device: "tablet")
             let connected = Confirmations()
-            func connection(_ name: String, _ token: String) async throws -> ContinuousClock.Instant {
+            @Sendable func connection(_ name: String, _ token: String) async throws -> ContinuousClock.Instant {
                 try await raw.ws("/v1/push", configuration: .init(additionalHeaders: [.authorization: "Bearer \(token)"])) { inbound, _, _ in
                     for try await _ in inbound.messages(maxSize: 1 << 16) { connected.mark(name) }
                 }
                 return ContinuousClock.now
             }
-            async let phoneClosed = connection("phone", phone.token)
-            async let tabletClosed = connection("tablet", tablet.token)
-            async let laptopClosed = connection("laptop", laptop.token)
-            try await connected.wait(for: ["phone", "tablet", "laptop"])
+            // Each wait is a named step: a hang says which (CI once saw this test at its time limit).
+            let phoneClosed = Task { try await connection("phone", phone.token) }
+            let tabletClosed = Task { try await connection("tablet", tablet.token) }
+            let laptopClosed = Task { try await connection("laptop", laptop.token) }
+            defer { for task in [phoneClosed, tabletClosed, laptopClosed] { task.cancel() } }
+            try await step("three push connections open", within: .seconds(60)) { try await connected.wait(for: ["phone", "tablet", "laptop"]) }
 
             let revoked = ContinuousClock.now
-            #expect(try await server.admin.revokeDevice(id: phone.deviceId))
-            #expect(try await phoneClosed - revoked < .seconds(10))
+            #expect(try await step("the operator revokes the phone", within: .seconds(60)) { try await server.admin.revokeDevice(id: phone.deviceId) })
+            #expect(try await step("the phone's connection closes", within: .seconds(60)) { try await phoneClosed.value } - revoked < .seconds(10))
             let signedOut = ContinuousClock.now
-            #expect(try await client.send(.post, "/v1/sign-out", token: tablet.token).status == .noContent)
-            #expect(try await tabletClosed - signedOut < .seconds(10))
+            #expect(try await step("the tablet signs out", within: .seconds(60)) { try await client.send(.post, "/v1/sign-out", token: tablet.token).status } == .noContent)
+            #expect(try await step("the tablet's connection closes", within: .seconds(60)) { try await tabletClosed.value } - signedOut < .seconds(10))
             // The laptop is still connected (until it is revoked too).
             #expect(server.server.services.notifier.connectedDevices == [laptop.deviceId])
-            #expect(try await server.admin.revokeDevice(id: laptop.deviceId))
-            _ = try await laptopClosed
+            #expect(try await step("the operator revokes the laptop", within: .seconds(60)) { try await server.admin.revokeDevice(id: laptop.deviceId) })
+            _ = try await step("the laptop's connection closes", within: .seconds(60)) { try await laptopClosed.value }
         }
     }
 

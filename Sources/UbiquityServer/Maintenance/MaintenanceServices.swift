@@ -52,9 +52,10 @@ struct PushRevocationService: Service {
                             notifier.disconnect(gone)
                             logger.info("closed the push connections of devices no longer signed in", metadata: ["devices": "\(gone.count)"])
                         }
-                    } catch is CancellationError {
-                        return
                     } catch {
+                        // Only the server's stopping ends the sweep: a cancellation error from
+                        // below (a pooled connection's request given up) is one more failure.
+                        if Task.isCancelled { return }
                         logger.warning("cannot check the connected devices; tried again shortly", metadata: ["error": "\(error)"])
                     }
                 }
