@@ -6,13 +6,16 @@ import UbiquityProtocol
 /// One store's key-value changes between this device's plaintext and what the server keeps:
 /// sealed when the device holds the account's keys, as they are otherwise. Opening checks every
 /// change the server sends and refuses (logging why) what does not open, what is older than a
-/// change already taken for its key, and plaintext under Advanced Data Protection.
+/// change already taken for its key, and plaintext under Advanced Data Protection or once the
+/// account's devices require everything sealed (``Roster/sealedOnlyFormat``).
 struct KeyValueCodec {
     /// A change of an epoch whose key this device does not hold (yet).
     struct EpochNotHeld: Error {}
 
     private let keys: KeyValueKeys?
     private let custody: Custody?
+    /// The account's devices require every value sealed: a plaintext one is a downgrade.
+    private let sealedOnly: Bool
     private let store: String
     private let seenURL: URL
     private let logger: Logger
@@ -34,9 +37,11 @@ struct KeyValueCodec {
         case .plain:
             keys = nil
             custody = nil
-        case .holding(let rootKeys, let custody, _):
+            sealedOnly = false
+        case .holding(let rootKeys, let custody, _, let sealedOnly):
             keys = try KeyValueKeys(store: store, rootKeys: rootKeys)
             self.custody = custody
+            self.sealedOnly = sealedOnly
         case .waiting(let why):
             throw KeySetupError(reason: .needsApproval, description: why)
         }
@@ -70,6 +75,10 @@ struct KeyValueCodec {
                 guard entry.value != nil else { return nil } // a plaintext removal: an older build's, or the cleanup of an upgrade; the sealed changes decide
                 guard custody == .standard else {
                     refuse(EncryptionError(.unsupportedFormat, "a plaintext value came for an account under Advanced Data Protection"), entry: entry)
+                    return nil
+                }
+                guard !sealedOnly else {
+                    refuse(EncryptionError(.unsupportedFormat, "a plaintext value came for an account whose devices require every value sealed (a downgrade)"), entry: entry)
                     return nil
                 }
                 legacy.append(entry)

@@ -41,8 +41,11 @@ func printProtection(_ status: ProtectionStatus) {
     if status.removed > 0 { print("  (\(status.removed) removed)") }
     // What this device seals: said plainly, above all before someone counts on Advanced.
     let configured = (try? AgentConfiguration.load(from: UbiquityPaths().agentConfiguration))?.sealedContents ?? AgentConfiguration().sealedContents
-    let sealsContents = configured || status.custody == .advanced
-    print("sealed:     key-value stores" + (sealsContents ? "; documents' contents, names, types, sizes and dates (" + (status.custody == .advanced ? "always under Advanced" : "this device's agent.json: sealedContents") + ")" : ""))
+    let sealsContents = configured || status.custody == .advanced || status.sealedOnly
+    let why = status.custody == .advanced ? "always under Advanced" : status.sealedOnly ? "always: the account requires it" : "this device's agent.json: sealedContents"
+    print("sealed:     key-value stores" + (sealsContents ? "; documents' contents, names, types, sizes and dates (\(why))" : ""))
+    print("plaintext:  " + (status.sealedOnly ? "refused: the account's devices require everything sealed (a plaintext name or value the server serves is a downgrade)"
+                                              : "taken where the account stored it before it had keys (`ubiquity protection require-sealed` refuses it from then on)"))
     print(sealsContents ? "the server sees: which items there are, in which folders, of which kind, their padded sizes and when they change"
           : "not sealed by this device: documents' contents, names, types, sizes and dates (this device's agent.json says \"sealedContents\": false); the server seals them in place later with the escrow key")
 }
@@ -52,7 +55,7 @@ struct ProtectionCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "protection",
         abstract: "Show or change the account's data protection: Standard (the server keeps a copy of the keys) or Advanced (only your devices and recovery key do).",
-        subcommands: [Status.self, Advanced.self, Standard.self])
+        subcommands: [Status.self, Advanced.self, Standard.self, RequireSealed.self])
 
     struct Status: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Show the account's protection, its devices and whether this device holds the keys.")
@@ -99,6 +102,25 @@ struct ProtectionCommand: AsyncParsableCommand {
         func run() async throws {
             let keys = try signedInKeys()
             printProtection(try await reportingKeyErrors { try await keys.setCustody(.standard) })
+        }
+    }
+}
+
+extension ProtectionCommand {
+    struct RequireSealed: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "require-sealed",
+            abstract: "Require every name and value of the account sealed, for good: a plaintext one the server serves is refused as a downgrade.",
+            discussion: """
+                Until then the account's devices still take what it stored before it had keys, in plaintext. Under Standard \
+                the server seals that in place first; the change is refused while anything is left (an older build's key-value \
+                values are sealed by a device's agent when it syncs their store). It cannot be undone: every device of the \
+                account then needs a build that knows it.
+                """)
+
+        func run() async throws {
+            let keys = try signedInKeys()
+            printProtection(try await reportingKeyErrors { try await keys.requireSealing() })
         }
     }
 }

@@ -90,6 +90,18 @@ package struct ItemRecords: Sendable {
     /// Whether this device seals the records it sends.
     package var seals: Bool { sealing != nil }
 
+    /// Whether a state, conflict version or revision must come with a sealed record (the
+    /// account's devices raised it to `Roster.sealedOnlyFormat`): one served in plaintext is a
+    /// downgrade — the server naming an item, or putting in one of its own — and refused. A
+    /// deletion needs none.
+    package var sealedOnly = false
+
+    /// Refuses a plaintext state of `item` when ``sealedOnly``.
+    private func refuseDowngrade(item: String, what: String) throws {
+        guard sealedOnly else { return }
+        throw ItemRecordError(item: item, reason: "\(what) came in plaintext, and the account's devices require every item sealed (a downgrade)")
+    }
+
     /// The name-clash tag the server sees for `name` in the folder `parent`.
     package func tag(_ name: String, parent: String?) -> String { tagging(name, parent ?? "") }
 
@@ -150,6 +162,7 @@ package struct ItemRecords: Sendable {
     ///   chunk list is not the one beside it.
     package func opened(_ state: ItemState) throws -> ItemState {
         var opened = state
+        if state.record == nil, !state.deleted { try refuseDowngrade(item: state.id, what: "its state") }
         if let sealed = state.record {
             let record = try open(sealed, item: state.id, parent: state.parent)
             guard tagging(record.name, state.parent ?? "") == state.name else {
@@ -169,7 +182,10 @@ package struct ItemRecords: Sendable {
             }
         }
         opened.conflicts = try state.conflicts.map { version in
-            guard let sealed = version.record else { return version }
+            guard let sealed = version.record else {
+                try refuseDowngrade(item: state.id, what: "its conflict version \(version.revision)")
+                return version
+            }
             let parent = version.parent ?? state.parent
             let record = try open(sealed, item: state.id, parent: parent)
             var opened = version
@@ -226,7 +242,10 @@ package struct ItemRecords: Sendable {
     /// An earlier revision with its name, size and date from its record, and the record; nil
     /// when it has none.
     private func openedRevision<Revision: SealedRevision>(_ revision: Revision, item: String) throws -> (opened: Revision, record: ItemRecord)? {
-        guard let sealed = revision.record else { return nil }
+        guard let sealed = revision.record else {
+            try refuseDowngrade(item: item, what: "its revision \(revision.revision)")
+            return nil
+        }
         let record = try open(sealed, item: item, parent: revision.parent)
         var opened = revision
         (opened.name, opened.size, opened.modificationDate, opened.record) = (record.name, record.size, record.date, nil)
@@ -325,6 +344,7 @@ package struct ItemRecords: Sendable {
 
 /// An earlier revision as the server lists or sends it: what its sealed record stands in for.
 private protocol SealedRevision {
+    var revision: String { get }
     var name: String { get set }
     var size: Int64 { get set }
     var modificationDate: Double { get set }

@@ -39,7 +39,7 @@ import UbiquityTestSupport
 
     /// The name the server files `key` under, as `device` computes it.
     func tag(_ key: String, on device: KeyValueSyncTests.Device) async throws -> String {
-        guard case .holding(let rootKeys, _, _) = try await #require(device.keys).current() else { throw EncryptionError(.malformed, "no keys") }
+        guard case .holding(let rootKeys, _, _, _) = try await #require(device.keys).current() else { throw EncryptionError(.malformed, "no keys") }
         return try KeyValueKeys(store: game, rootKeys: rootKeys).storedName(of: key)
     }
 
@@ -138,15 +138,27 @@ import UbiquityTestSupport
         }
     }
 
-    @Test func aPlaintextValueUnderAdvancedIsRefused() async throws {
+    /// Why the account takes no plaintext value.
+    enum SealedOnly: String, CaseIterable, Sendable {
+        /// Advanced Data Protection.
+        case advanced
+        /// Standard, its devices requiring everything sealed (`ubiquity protection require-sealed`).
+        case required
+    }
+
+    @Test(arguments: SealedOnly.allCases) func aPlaintextValueUnderAdvancedOrOnceEverythingIsSealedIsRefused(rule: SealedOnly) async throws {
         let game = game
         try await ContainerSyncTests().withServer { base, dir in
             let (laptop, phone) = try await twoDevices(base, dir)
             defer { laptop.remove(); phone.remove() }
             let laptopKeys = try #require(laptop.keys), phoneKeys = try #require(phone.keys)
-            _ = try await laptopKeys.keys.setCustody(.advanced)
+            switch rule {
+            case .advanced: _ = try await laptopKeys.keys.setCustody(.advanced)
+            case .required: #expect(try await laptopKeys.keys.requireSealing().sealedOnly)
+            }
             _ = try await phoneKeys.current(refresh: true)
-            // Under Advanced the server holds no key: it can only put a plaintext value in.
+            // Under Advanced the server holds no key: it can only put a plaintext value in (and
+            // under Standard, once everything must be sealed, a plaintext one is a downgrade).
             try await Self.serve(dir) { db in
                 try db.execute(sql: """
                     INSERT INTO kv (storeId, key, value, size, timestamp, deviceId, deviceName, sequence)

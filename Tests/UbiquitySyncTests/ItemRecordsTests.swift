@@ -124,6 +124,39 @@ import UbiquityProtocol
         #expect(throws: ItemRecordError.self) { try records.opened(contents, item: "m") }
     }
 
+    /// Once the account's devices require everything sealed, a state, a conflict version or a
+    /// revision served in plaintext is a downgrade — the server naming an item, or putting in
+    /// one of its own — and refused; a deletion needs no record. Before, each is taken as it is
+    /// (what the account stored before it had keys).
+    @Test func plaintextServedOnceEverythingIsSealedIsRefusedAsADowngrade() throws {
+        let manifest = Manifest(chunks: [ChunkReference(hash: hash(1), size: 10)])
+        let sealed = try records.sealed(ItemUpdate(baseRevision: nil, name: "Notes.txt", parent: nil, kind: .file, modificationDate: 100, manifest: manifest),
+                                        item: "n", manifest: manifest)
+        var strict = records
+        strict.sealedOnly = true
+        let injected = stored(ItemUpdate(baseRevision: nil, name: "Injected", parent: nil, kind: .directory, modificationDate: 1, manifest: Manifest()), item: "x")
+        var renamed = stored(sealed, item: "n")
+        (renamed.record, renamed.name) = (nil, "Renamed by the server.txt")
+        var version = ConflictVersion(revision: "r0", deviceName: "phone", modificationDate: 5, size: 10, uploaded: true, manifest: manifest)
+        var withPlainVersion = stored(sealed, item: "n")
+        withPlainVersion.conflicts = [version]
+        let revision = ItemRevision(revision: "r0", name: "Old name.txt", kind: .file, deviceName: "phone", size: 10, modificationDate: 5, created: 6, uploaded: true)
+        for state in [injected, renamed, withPlainVersion] {
+            #expect(throws: ItemRecordError.self) { try strict.opened(state) }
+            #expect(try records.opened(state).id == state.id, "taken before the account requires everything sealed")
+        }
+        #expect(throws: ItemRecordError.self) { try strict.opened(revision, item: "n") }
+        #expect(try records.opened(revision, item: "n").name == "Old name.txt")
+        // A deletion, and the sealed truth, are taken.
+        var deleted = injected
+        deleted.deleted = true
+        #expect(try strict.opened(deleted).deleted)
+        version.record = sealed.record
+        withPlainVersion.conflicts = [version]
+        #expect(try strict.opened(stored(sealed, item: "n")).name == "Notes.txt")
+        #expect(try strict.opened(withPlainVersion).conflicts.count == 1)
+    }
+
     @Test func aDeltaTravelsAtSealedSizesAndComesBackAtPlaintextOnes() throws {
         let old = (0..<6).map { ChunkReference(hash: hash($0), size: Int64(1_000 + $0)) }
         var new = old

@@ -70,18 +70,9 @@ extension AccountKeys {
             escrow = try DevicePublicKeys(signing: Array(served.signing), agreement: Array(served.agreement))
         } else {
             escrow = nil
-            // What the server still holds in plaintext (a device that did not seal, revisions
-            // too young for its periodic round) is sealed first, while it holds the escrow's
-            // keys: after the switch nothing could, and it would stay readable there for good.
-            do {
-                let sealed = try await client.sealInPlaceNow()
-                logger.info("the server sealed the account's plaintext in place before the switch", metadata: ["revisions": "\(sealed.revisions)", "left": "\(sealed.left)"])
-                if sealed.left > 0 {
-                    logger.warning("the server left revisions in plaintext (a chunk they name is missing or damaged)", metadata: ["left": "\(sealed.left)"])
-                }
-            } catch let error as SyncClientError where ["noEscrow", "notStandard"].contains(error.code) {
-                // (No escrow: nothing was ever sealed by the server, nor can be; already Advanced.)
-            }
+            // What the server still holds in plaintext is sealed first, while it holds the
+            // escrow's keys: after the switch nothing could, and it would stay readable there for good.
+            try await sealServersPlaintext(before: "the switch")
         }
         let (roster, keyring) = try await change({ roster, _ in
             guard roster.custody != custody else { return [] }
@@ -93,6 +84,37 @@ extension AccountKeys {
             }
         })
         logger.info("changed the account's data protection", metadata: ["custody": "\(roster.custody)", "epoch": "\(roster.epoch)"])
+        return Self.status(roster, keyring: keyring)
+    }
+
+    /// Has the server seal in place what it still holds of the account in plaintext (a device
+    /// that did not seal, an older build's, revisions too young for its periodic round) — under
+    /// Standard, with its escrow's keys; nothing to do where it has none.
+    private func sealServersPlaintext(before what: String) async throws {
+        do {
+            let sealed = try await client.sealInPlaceNow()
+            logger.info("the server sealed the account's plaintext in place", metadata: ["before": "\(what)", "revisions": "\(sealed.revisions)", "left": "\(sealed.left)"])
+            if sealed.left > 0 {
+                logger.warning("the server left revisions in plaintext (a chunk they name is missing or damaged)", metadata: ["left": "\(sealed.left)"])
+            }
+        } catch let error as SyncClientError where ["noEscrow", "notStandard"].contains(error.code) {
+            // (No escrow: nothing was ever sealed by the server, nor can be; Advanced: its devices seal.)
+        }
+    }
+
+    /// Raises the account to ``Roster/sealedOnlyFormat``, for good: from then on its devices
+    /// take no item state or key-value value in plaintext (one served is a downgrade, refused
+    /// and logged), seal contents whatever their configuration says, and the server takes no
+    /// plaintext name or value either. The server first seals in place what it still holds in
+    /// plaintext (under Standard); it refuses the change (`plaintextRemains`) while anything is
+    /// left — a device's agent seals an older build's key-value values when it syncs their store.
+    @discardableResult
+    package func requireSealing() async throws -> ProtectionStatus {
+        try await sealServersPlaintext(before: "requiring everything sealed")
+        let (roster, keyring) = try await change { roster, _ in
+            roster.requiresSealing ? [] : [.minimumFormat(Roster.sealedOnlyFormat)]
+        }
+        logger.info("the account's devices require everything sealed", metadata: ["format": "\(roster.minimumFormat)"])
         return Self.status(roster, keyring: keyring)
     }
 

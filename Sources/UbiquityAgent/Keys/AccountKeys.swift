@@ -30,6 +30,9 @@ package struct ProtectionStatus: Sendable, Equatable {
     package var hasRecoveryKey: Bool
     /// Whether the server holds an escrow copy (Standard, with the escrow named).
     package var escrowed: Bool
+    /// Whether the account's devices require every item record and key-value value sealed
+    /// (``Roster/sealedOnlyFormat``): nothing in plaintext is taken or sent.
+    package var sealedOnly = false
 }
 
 /// Why this device cannot take part in the account's keys yet.
@@ -121,7 +124,8 @@ package struct AccountKeys: Sendable {
             .sorted { ($0.name, $0.id) < ($1.name, $1.id) }
         return ProtectionStatus(custody: roster.custody, epoch: roster.epoch, devices: devices, removed: roster.removed.count,
                                 holdsCurrentKey: roster.members[keyring.deviceIdentifier] != nil && keyring.rootKey(epoch: roster.epoch) != nil,
-                                hasRecoveryKey: roster.recovery != nil, escrowed: roster.custody == .standard && roster.escrow != nil)
+                                hasRecoveryKey: roster.recovery != nil, escrowed: roster.custody == .standard && roster.escrow != nil,
+                                sealedOnly: roster.requiresSealing)
     }
 
     /// Makes this device a holder of the account's keys: the first device sets them up (a new

@@ -9,8 +9,9 @@ enum KeyState: Sendable {
     /// roster): values go as they are.
     case plain
     /// This device holds the account's keys: it seals what it sends and opens what it gets, and
-    /// signs its commits (`signer`).
-    case holding(rootKeys: [AccountRootKey], custody: Custody, signer: CommitSigner?)
+    /// signs its commits (`signer`). `sealedOnly`: the account's devices raised it to
+    /// ``Roster/sealedOnlyFormat`` (nothing in plaintext is taken or sent).
+    case holding(rootKeys: [AccountRootKey], custody: Custody, signer: CommitSigner?, sealedOnly: Bool)
     /// The account has keys this device does not hold (Advanced Data Protection, waiting for a
     /// device's approval): nothing is sent or taken until it does.
     case waiting(String)
@@ -34,10 +35,15 @@ extension AccountKeys {
         var keyring = try loadKeyring()
         let before = (keyring.pinned, keyring.epochs)
         let (_, roster, directory) = try await read(&keyring)
+        if let roster, !roster.formatIsKnown {
+            if (keyring.pinned, keyring.epochs) != before { try keyring.write(to: keyringURL) }
+            return .waiting("the account's devices require format \(roster.minimumFormat), newer than this build knows (\(Roster.newestFormat)): update ubiquity")
+        }
         if let roster, roster.members[keyring.deviceIdentifier] != nil, keyring.rootKey(epoch: roster.epoch) != nil {
             if (keyring.pinned, keyring.epochs) != before { try keyring.write(to: keyringURL) }
             return .holding(rootKeys: keyring.epochs.compactMap { keyring.rootKey(epoch: $0) }, custody: roster.custody,
-                            signer: keyring.pinned.map { CommitSigner(keys: keyring.device, rosterHead: $0, roster: roster) })
+                            signer: keyring.pinned.map { CommitSigner(keys: keyring.device, rosterHead: $0, roster: roster) },
+                            sealedOnly: roster.requiresSealing)
         }
         if roster == nil, directory.escrow == nil { return .plain }
         if let roster, roster.removed.contains(keyring.deviceIdentifier) {
@@ -55,7 +61,8 @@ extension AccountKeys {
             let roster = try await read(&now).roster
             if (now.pinned, now.epochs) != pinned { try now.write(to: keyringURL) }
             return .holding(rootKeys: now.epochs.compactMap { now.rootKey(epoch: $0) }, custody: roster?.custody ?? status.custody,
-                            signer: now.pinned.map { CommitSigner(keys: now.device, rosterHead: $0, roster: roster) })
+                            signer: now.pinned.map { CommitSigner(keys: now.device, rosterHead: $0, roster: roster) },
+                            sealedOnly: roster?.requiresSealing ?? false)
         } catch let error as KeySetupError {
             return .waiting(error.description)
         }
@@ -113,7 +120,8 @@ actor SessionKeys {
     }
 
     /// How `container`'s chunks go now: sealed while this device holds the account's keys —
-    /// always under Advanced Data Protection, under Standard when `sealing` (the agent's
+    /// always under Advanced Data Protection or once the account's devices require everything
+    /// sealed (``Roster/sealedOnlyFormat``), under Standard when `sealing` (the agent's
     /// `sealedContents`; otherwise plaintext, the sealed ones of other devices opened) — and
     /// plain for an account without keys.
     /// - Throws: ``ContainerSyncError`` while the account has keys this device does not hold
@@ -122,13 +130,15 @@ actor SessionKeys {
         switch try await current() {
         case .plain:
             return .plain
-        case .holding(let rootKeys, let custody, let signer):
+        case .holding(let rootKeys, let custody, let signer, let sealedOnly):
             // Not sealing, it still opens what the account's sealing devices sealed.
-            let seals = sealing || custody == .advanced
+            let seals = sealing || custody == .advanced || sealedOnly
             guard var codec = seals ? ChunkCodec.sealed(container: container, rootKeys: rootKeys)
                     : ChunkCodec.reading(container: container, rootKeys: rootKeys) else { return .plain }
             // Records go sealed with the chunks; a device that does not seal opens them.
             codec.records = ItemRecords.keyed(container: container, rootKeys: rootKeys, sealing: seals)
+            // Once the account's devices require it, a state served in plaintext is a downgrade.
+            codec.records?.sealedOnly = sealedOnly
             // What its commits made is signed where its records go sealed; others' commits are
             // checked by every device that holds the keys (docs/Encryption.md).
             codec.signer = signer

@@ -37,7 +37,8 @@ public struct Roster: Sendable, Equatable {
     public private(set) var epoch: UInt32 = 0
     /// Who holds the root key.
     public private(set) var custody: Custody = .standard
-    /// The oldest format the account accepts.
+    /// The oldest format the account accepts (``mixedFormat`` until a device raises it; never
+    /// lowered, and only by a device of the roster).
     public private(set) var minimumFormat: UInt8 = 1
     /// The server's escrow key while the custody is Standard (nil under Advanced, or before a
     /// device names it).
@@ -204,4 +205,28 @@ public struct Roster: Sendable, Equatable {
             minimumFormat = format
         }
     }
+}
+
+// MARK: The account's format
+
+extension Roster {
+    /// Format 1, where every account starts: what its devices seal is sealed in format 1, and
+    /// what was stored before the account had keys — an item without a sealed record, a
+    /// key-value pair in plaintext — is still taken (the server seals it in place under Standard).
+    public static let mixedFormat: UInt8 = 1
+    /// Format 2: every item's record and every key-value value is sealed. A state or a value
+    /// served in plaintext is then a downgrade — the server choosing a name, or putting in a
+    /// file or a folder of its own — and is refused by devices and by the server alike; devices
+    /// seal contents whatever their configuration says. A device raises the account to it once
+    /// the server holds nothing of the account in plaintext (`ubiquity protection require-sealed`).
+    public static let sealedOnlyFormat: UInt8 = 2
+    /// The newest account format this build knows: a roster that requires a newer one asks for
+    /// a newer build before anything is synced (it would not keep rules it does not know).
+    public static let newestFormat: UInt8 = 2
+
+    /// Whether every item record and key-value value must be sealed (``sealedOnlyFormat``).
+    public var requiresSealing: Bool { minimumFormat >= Self.sealedOnlyFormat }
+
+    /// Whether this build knows the rules of the roster's minimum format.
+    public var formatIsKnown: Bool { minimumFormat <= Self.newestFormat }
 }

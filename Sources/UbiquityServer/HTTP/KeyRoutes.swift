@@ -72,6 +72,7 @@ extension SyncServices {
                 try Self.validateHolder(envelope.sender, field: "sender")
                 guard envelope.epoch >= 0, envelope.epoch <= Int64(UInt32.max) else { throw SyncError.badRequest("invalidEpoch", "an epoch is 0 to \(UInt32.max)") }
             }
+            try await checkFormatRaise(append.entries, of: device, logger: context.logger)
             let envelopes = append.envelopes
             let appended = try await database.appendKeys(accountId: device.accountId, after: append.after, entries: append.entries,
                                                          envelopes: envelopes, envelopeLimit: KeyLimits.envelopesPerAccount) { try Self.checkRoster($0, envelopes: envelopes) }
@@ -253,6 +254,28 @@ extension SyncServices {
             }
         }
         return roster.custody == .advanced
+    }
+
+    /// Refuses entries that raise the account's minimum format past what this server knows
+    /// (400 `badRoster`), or to ``Roster/sealedOnlyFormat`` while the server still holds some of
+    /// the account in plaintext (409 `plaintextRemains`, saying how much): its devices would
+    /// refuse those states and values from then on, and a name nobody can open again is lost.
+    func checkFormatRaise(_ encoded: [Data], of device: DeviceAuth, logger: Logger) async throws {
+        let raised = encoded.compactMap { bytes -> UInt8? in
+            guard let entry = try? RosterEntry(encoded: bytes), case .minimumFormat(let format) = entry.change else { return nil }
+            return format
+        }.max()
+        guard let raised else { return }
+        guard raised <= Roster.newestFormat else {
+            throw SyncError.badRequest("badRoster", "format \(raised) is newer than this server knows (\(Roster.newestFormat)): update the server first")
+        }
+        guard raised >= Roster.sealedOnlyFormat else { return }
+        let left = try await database.plaintextLeft(accountId: device.accountId)
+        guard left.revisions + left.values == 0 else {
+            logger.notice("refused to require everything sealed while plaintext is left", metadata: ["revisions": "\(left.revisions)", "values": "\(left.values)"])
+            throw SyncError(.conflict, "plaintextRemains", "the server still holds \(left.revisions) revisions and \(left.values) key-value values of the account in plaintext: "
+                            + "under Standard it seals revisions in place (`ubiquity protection require-sealed` asks it to first), and a device's agent seals the values when it syncs their store")
+        }
     }
 
     /// A holder's name: a device identifier (32 hexadecimal digits), `escrow` or `recovery`.

@@ -16,10 +16,11 @@ extension SyncServices {
             let device = try context.requireDevice(for: store)
             let update = try await request.decode(as: KeyValueUpdate.self, context: context)
             try Validate.keyValues(update)
-            if update.changes.contains(where: { $0.sealed == nil }), try await custody(ofAccount: device.accountId) == .advanced {
-                // Under Advanced the server keeps nothing it could read: an older build's plaintext is refused.
-                context.logger.warning("refused plaintext key-value changes for an account under Advanced Data Protection", metadata: ["store": "\(store)"])
-                throw SyncError(.conflict, "sealedOnly", "the account uses Advanced Data Protection: its devices seal every value (update this device's ubiquity)")
+            if update.changes.contains(where: { $0.sealed == nil }), let why = try await sealedOnly(device.accountId) {
+                // Under Advanced the server keeps nothing it could read, and once the devices
+                // require everything sealed they would refuse it: an older build's plaintext is refused.
+                context.logger.warning("refused plaintext key-value changes for an account that takes none", metadata: ["store": "\(store)", "why": "\(why)"])
+                throw SyncError(.conflict, "sealedOnly", "\(why): its devices seal every value (update this device's ubiquity)")
             }
             let answer = try await database.applyKeyValues(accountId: device.accountId, store: store, changes: update.changes, device: device)
             notifier.publish(account: device.accountId, container: store, sequence: answer.sequence, keyValue: true)

@@ -6,26 +6,44 @@ import UbiquityProtocol
 /// What the server needs to know of an account's keys to take sealed data: its custody (from the
 /// roster it keeps), and whether an upload says its chunks are sealed.
 extension SyncServices {
-    /// The account's custody as its roster says (nil: no roster yet).
+    /// The account's roster as it stands (nil: no keys set up yet).
     /// - Throws: ``SyncError`` `badRoster` when the stored roster does not verify.
-    func custody(ofAccount accountId: Int64) async throws -> Custody? {
+    func roster(ofAccount accountId: Int64) async throws -> Roster? {
         let stored = try await database.accountKeys(accountId: accountId, recipients: [])
         guard !stored.roster.isEmpty else { return nil }
         do {
-            return try Roster.verify(stored.roster.map { try RosterEntry(encoded: $0) }).custody
+            return try Roster.verify(stored.roster.map { try RosterEntry(encoded: $0) })
         } catch {
             throw SyncError(.conflict, "badRoster", "the account's stored roster does not verify: \(error)")
         }
     }
 
-    /// Refuses, under Advanced Data Protection, updates that would keep a name in plaintext: each
-    /// but a deletion carries a sealed record there (a device of an older build, or one told not
-    /// to seal, is told to update). The roster is read only when an update has no record.
+    /// The account's custody as its roster says (nil: no roster yet).
+    /// - Throws: ``SyncError`` `badRoster` when the stored roster does not verify.
+    func custody(ofAccount accountId: Int64) async throws -> Custody? {
+        try await roster(ofAccount: accountId)?.custody
+    }
+
+    /// Why the account takes no name or value in plaintext, if it takes none: it is under
+    /// Advanced Data Protection (the server could not seal them), or its devices require
+    /// everything sealed (``Roster/sealedOnlyFormat``: a plaintext one would be refused by
+    /// every device as a downgrade).
+    func sealedOnly(_ accountId: Int64) async throws -> String? {
+        guard let roster = try await roster(ofAccount: accountId) else { return nil }
+        if roster.custody == .advanced { return "the account uses Advanced Data Protection" }
+        if roster.requiresSealing { return "the account's devices require everything sealed" }
+        return nil
+    }
+
+    /// Refuses, under Advanced Data Protection or once the account's devices require everything
+    /// sealed, updates that would keep a name in plaintext: each but a deletion carries a
+    /// sealed record there (a device of an older build, or one told not to seal, is told to
+    /// update). The roster is read only when an update has no record.
     /// - Throws: ``SyncError`` 409 `sealedOnly`.
     func refusePlaintext(_ updates: [ItemUpdate], of device: DeviceAuth) async throws {
         guard updates.contains(where: { $0.record == nil && $0.deleted != true }) else { return }
-        if try await custody(ofAccount: device.accountId) == .advanced {
-            throw SyncError(.conflict, "sealedOnly", "the account uses Advanced Data Protection: its devices seal every name (update this device's ubiquity)")
+        if let why = try await sealedOnly(device.accountId) {
+            throw SyncError(.conflict, "sealedOnly", "\(why): its devices seal every name (update this device's ubiquity)")
         }
     }
 

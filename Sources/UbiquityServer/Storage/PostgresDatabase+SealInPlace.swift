@@ -16,6 +16,20 @@ extension PostgresDatabase {
         }
     }
 
+    func plaintextLeft(accountId: Int64) async throws -> (revisions: Int, values: Int) {
+        try await read { db in
+            let revisions = try await db.rows("""
+                SELECT count(*) AS n FROM revision JOIN container ON container.id = revision.container_id
+                WHERE container.account_id = \(accountId) AND revision.record IS NULL AND NOT revision.deleted
+                """).first?.get("n", as: Int64.self) ?? 0
+            let values = try await db.rows("""
+                SELECT count(*) AS n FROM kv JOIN kv_store ON kv_store.id = kv.store_id
+                WHERE kv_store.account_id = \(accountId) AND kv.sealed IS NULL AND kv.value IS NOT NULL
+                """).first?.get("n", as: Int64.self) ?? 0
+            return (Int(revisions), Int(values))
+        }
+    }
+
     func unsealedRevisions(accountId: Int64, container: String, below cursor: UnsealedCursor, limit: Int) async throws -> [UnsealedRevision] {
         try await read { db in
             guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container) else { return [] }

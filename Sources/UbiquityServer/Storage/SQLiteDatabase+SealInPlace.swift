@@ -34,6 +34,20 @@ extension SQLiteDatabase {
         }
     }
 
+    func plaintextLeft(accountId: Int64) async throws -> (revisions: Int, values: Int) {
+        try await pool.read { db in
+            let revisions = try Int.fetchOne(db, sql: """
+                SELECT count(*) FROM revision JOIN container ON container.id = revision.containerId
+                WHERE container.accountId = ? AND revision.record IS NULL AND revision.deleted = 0
+                """, arguments: [accountId]) ?? 0
+            let values = try Int.fetchOne(db, sql: """
+                SELECT count(*) FROM kv JOIN kvStore ON kvStore.id = kv.storeId
+                WHERE kvStore.accountId = ? AND kv.sealed IS NULL AND kv.value IS NOT NULL
+                """, arguments: [accountId]) ?? 0
+            return (revisions, values)
+        }
+    }
+
     func sealInPlace(accountId: Int64, container: String, rewrites: [RevisionRewrite], chunks: [String: Int64], now: Date) async throws -> SealedInPlace {
         let done = try await rules { storage in
             try await ServerRules.sealInPlace(account: accountId, container: container, rewrites: rewrites, chunks: chunks, now: now, in: storage)

@@ -354,6 +354,10 @@ protocol SyncDatabase: Sendable {
     /// the index of unsealed revisions alone — what a sealing round looks at, however many
     /// accounts the server keeps.
     func accountsWithUnsealedRevisions() async throws -> [Int64]
+    /// What the account still holds in plaintext: revisions but deletions without a sealed
+    /// record (current, conflict or earlier, finished or not), and key-value values without a
+    /// sealed change — none may be left before its devices require everything sealed.
+    func plaintextLeft(accountId: Int64) async throws -> (revisions: Int, values: Int)
     /// Lists `chunks` (sealed, stored already, at their sizes) and rewrites the revisions as
     /// `rewrites` say, in one transaction (``ServerRules/sealInPlace(account:container:rewrites:chunks:now:in:)``).
     func sealInPlace(accountId: Int64, container: String, rewrites: [RevisionRewrite], chunks: [String: Int64], now: Date) async throws -> SealedInPlace

@@ -29,6 +29,8 @@ struct WebProtectionResponse: Codable, ResponseEncodable {
     /// Whether the account has a recovery key.
     var recoveryKey: Bool
     var waiting: [Waiting]
+    /// Whether the account's devices require everything sealed (`ubiquity protection require-sealed`).
+    var sealedOnly = false
 }
 
 extension SyncServices {
@@ -48,7 +50,8 @@ extension SyncServices {
             }
             return WebProtectionResponse(custody: roster.custody == .advanced ? "advanced" : "standard", epoch: roster.epoch,
                                          devices: roster.members.map { .init(id: $0.key, name: $0.value.name) }.sorted { ($0.name, $0.id) < ($1.name, $1.id) },
-                                         removed: roster.removed.count, recoveryKey: roster.recovery != nil, waiting: waiting)
+                                         removed: roster.removed.count, recoveryKey: roster.recovery != nil, waiting: waiting,
+                                         sealedOnly: roster.requiresSealing)
         }
     }
 }

@@ -556,6 +556,9 @@ async function showProtection() {
   } else {
     summary.textContent = "Standard Data Protection: the server also keeps a copy of the account's keys (so this page and password sign-in work)." + (answer.recoveryKey ? " A recovery key is set." : "");
   }
+  if (answer.sealedOnly) {
+    summary.textContent += " Everything is sealed: your devices refuse any name or value the server serves in plaintext.";
+  }
   $("protection-devices").replaceChildren(...answer.devices.map((device) => {
     const item = document.createElement("li");
     item.dataset.name = device.name;
