@@ -287,8 +287,26 @@ import UbiquityProtocol
 @Suite struct PushTests {
     /// Connects a device's push socket (with `query`) and collects what arrives until `until`
     /// holds (binary messages: gzip-compressed events with their pages).
-    func listen(_ client: any TestClientProtocol, token: String, query: String = "", until done: @escaping @Sendable ([PushEvent]) -> Bool) async throws -> [PushEvent] {
-        let received = Mutex<[PushEvent]>([])
+    /// The push events a connection hears until `done` says so (at most 90 s: past it the test
+    /// fails, naming what it heard, rather than waiting for its time limit).
+    func listen(_ client: any TestClientProtocol & Sendable, token: String, query: String = "", until done: @escaping @Sendable ([PushEvent]) -> Bool) async throws -> [PushEvent] {
+        let received = Heard()
+        do {
+            try await step("push events on /v1/push\(query)", within: .seconds(90)) { try await Self.hear(client, token: token, query: query, into: received, until: done) }
+        } catch let error as StepTookTooLong {
+            Issue.record("\(error); heard: \(received.events.withLock { $0 })")
+            throw error
+        }
+        return received.events.withLock { $0 }
+    }
+
+    /// The push events a connection heard so far.
+    final class Heard: Sendable {
+        let events = Mutex<[PushEvent]>([])
+    }
+
+    private static func hear(_ client: any TestClientProtocol & Sendable, token: String, query: String, into received: Heard,
+                             until done: @escaping @Sendable ([PushEvent]) -> Bool) async throws {
         try await client.ws("/v1/push" + query, configuration: .init(additionalHeaders: [.authorization: "Bearer \(token)"])) { inbound, _, _ in
             for try await message in inbound.messages(maxSize: 1 << 16) {
                 let json: Data
@@ -297,11 +315,10 @@ import UbiquityProtocol
                 case .binary(var compressed): json = Data(buffer: try compressed.decompress(with: .gzip()))
                 }
                 guard let event = try? JSONDecoder().decode(PushEvent.self, from: json) else { continue }
-                let all = received.withLock { $0.append(event); return $0 }
+                let all = received.events.withLock { $0.append(event); return $0 }
                 if done(all) { return }
             }
         }
-        return received.withLock { $0 }
     }
 
     @Test(arguments: Backend.all) func aCommitIsPushedToTheAccountsOtherDevicesAtOnce(backend: Backend) async throws {
