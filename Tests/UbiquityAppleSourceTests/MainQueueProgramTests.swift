@@ -27,6 +27,17 @@ enum EntryPoint: String, CaseIterable, Sendable, CustomTestStringConvertible {
 
     @Test(arguments: EntryPoint.allCases, queues)
     func everyNotificationReachesItsObservers(entry: EntryPoint, queue: String) async throws {
+        try await Self.check(entry: entry, queue: queue)
+    }
+
+    /// The same where inotify cannot be used (`UBIQUITY_WATCH=poll`, as a network file system
+    /// needs and as a user out of inotify instances gets): the key-value store, the queries and
+    /// the database hear other devices' changes by looking.
+    @Test func everyNotificationReachesItsObserversWithoutInotify() async throws {
+        try await Self.check(entry: .async, queue: "main", environment: ["UBIQUITY_WATCH": "poll"])
+    }
+
+    static func check(entry: EntryPoint, queue: String, environment extra: [String: String] = [:]) async throws {
         let paths = temporaryPaths()
         let root = paths.configuration.deletingLastPathComponent().deletingLastPathComponent()
         defer { try? FileManager.default.removeItem(at: root) }
@@ -50,6 +61,7 @@ enum EntryPoint: String, CaseIterable, Sendable, CustomTestStringConvertible {
         environment["XDG_RUNTIME_DIR"] = runtime.path
         environment["UBIQUITY_ENTITLEMENTS"] = entitlements.path
         environment["UBIQUITY_ASYNC_MAIN"] = entry == .asyncDrainedByDispatch ? "dispatch" : nil
+        environment.merge(extra) { $1 }
         let work = root.appendingPathComponent("work").path
         switch entry {
         case .async, .asyncDrainedByDispatch: try program.run("UbiquityAppleAsyncApp", [queue, work], environment)

@@ -12,12 +12,19 @@ import Glibc
 /// from then on). The agent starts a round on each, and a metadata query looks again at what
 /// changed; both rescan everything when inotify's queue overflowed or a watch could not be
 /// added, so a change is never silently missed (the scan, not the event, says what changed).
+///
+/// Where inotify cannot be had — the user's inotify instances are all in use
+/// (`fs.inotify.max_user_instances`, 128 by default: a busy desktop, or many apps' key-value
+/// stores and queries at once), or no watch is left for the folder — the watcher looks at the
+/// folder's tree itself instead (``isPolling``), every ``pollInterval`` or longer for a large
+/// tree, and says `overflow` when anything in it changed: slower to hear, never deaf.
 public final class DirectoryWatcher: Sendable {
     /// What happened.
     public enum Event: Sendable, Equatable {
         /// Something changed at this path (absolute).
         case changed(String)
-        /// Events were lost (queue overflow, watch limit): rescan everything.
+        /// Events were lost (queue overflow, watch limit), or a polling watcher saw something
+        /// change: rescan everything.
         case overflow
         /// The file or folder at `from` was renamed to `to` (absolute paths; both inside the
         /// watched folder). Sent after the `changed` of each end, however far apart the two
@@ -26,36 +33,71 @@ public final class DirectoryWatcher: Sendable {
         case moved(from: String, to: String)
     }
 
+    /// The shortest time between two looks of a polling watcher (a tree that takes long to
+    /// look at is looked at less often: at most a twentieth of the time goes to looking).
+    public static let pollInterval: Duration = .seconds(2)
+
     /// The folder watched.
     public let root: URL
-    private let descriptor: Int32
+    /// Whether this watcher looks at the tree itself, inotify being unavailable.
+    public let isPolling: Bool
     private let wake: (read: Int32, write: Int32)
     private let stopped = Atomic<Bool>(false)
 
-    /// Starts watching `root` (created if missing); `onEvent` is called on the watcher's own thread.
-    /// - Throws: ``FileAccessError`` when inotify is unavailable or `root` cannot be watched.
-    public init(root: URL, logger: Logger = Logger(label: "ubiquity.watcher"), onEvent: @escaping @Sendable (Event) -> Void) throws {
+    /// Whether the environment asks every watcher to look at its tree rather than use inotify
+    /// (`UBIQUITY_WATCH=poll`): for folders on a network file system, whose changes made on
+    /// other machines inotify never hears.
+    public static var pollingRequested: Bool { ProcessInfo.processInfo.environment["UBIQUITY_WATCH"] == "poll" }
+
+    /// Starts watching `root` (created if missing); `onEvent` is called on the watcher's own
+    /// thread. Falls back on looking at the tree (``isPolling``) when inotify's per-user limits
+    /// are reached (or `polling`, or ``pollingRequested``, asks for it).
+    /// - Throws: ``FileAccessError`` when `root` cannot be created or watched for another reason.
+    public init(root: URL, logger: Logger = Logger(label: "ubiquity.watcher"), polling: Bool = false, onEvent: @escaping @Sendable (Event) -> Void) throws {
         self.root = root
         try FileManager.default.createDirectory(at: root, withIntermediateDirectories: true)
-        let inotify = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
-        guard inotify >= 0 else { throw FileAccessError(operation: "inotify", path: root.path, errno: errno) }
         var ends: [Int32] = [0, 0]
-        guard ubq_wake_pipe(&ends) == 0 else {
-            close(inotify)
-            throw FileAccessError(operation: "pipe", path: root.path, errno: errno)
-        }
-        descriptor = inotify
+        guard ubq_wake_pipe(&ends) == 0 else { throw FileAccessError(operation: "pipe", path: root.path, errno: errno) }
         wake = (ends[0], ends[1])
-        let loop = WatchLoop(inotify: inotify, wake: ends[0], logger: logger, onEvent: onEvent)
-        guard loop.watchTree(root.path) else {
-            close(inotify)
-            close(ends[0])
-            close(ends[1])
-            throw FileAccessError(operation: "watch", path: root.path, errno: errno)
+        if !polling && !Self.pollingRequested {
+            let inotify = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
+            let failure: Int32
+            if inotify >= 0 {
+                let loop = WatchLoop(inotify: inotify, wake: ends[0], logger: logger, onEvent: onEvent)
+                if loop.watchTree(root.path) {
+                    isPolling = false
+                    Self.start("ubq-watcher", loop.run)
+                    return
+                }
+                failure = errno
+                close(inotify)
+            } else {
+                failure = errno
+            }
+            guard Self.pollsInstead(failing: failure) else {
+                close(ends[0])
+                close(ends[1])
+                throw FileAccessError(operation: inotify >= 0 ? "watch" : "inotify", path: root.path, errno: failure)
+            }
+            logger.warning("cannot use inotify: looking at the folder every few seconds instead (raise fs.inotify.max_user_instances and max_user_watches)",
+                           metadata: ["folder": "\(root.path)", "error": "\(String(cString: strerror(failure)))"])
         }
+        isPolling = true
+        let loop = PollLoop(root: root.path, wake: ends[0], onEvent: onEvent)
+        Self.start("ubq-watch-poll", loop.run)
+    }
+
+    /// Whether inotify failing with `code` leaves looking at the tree as the way to hear of
+    /// changes: the per-user (or system-wide) limits of instances, watches or memory — not a
+    /// folder that cannot be read.
+    static func pollsInstead(failing code: Int32) -> Bool {
+        [EMFILE, ENFILE, ENOSPC, ENOMEM, ENOSYS].contains(code)
+    }
+
+    private static func start(_ name: String, _ body: @escaping @Sendable () -> Void) {
         let thread = Thread {
-            _ = ubq_name_this_thread("ubq-watcher") // for `top -H` (see ubq_name_this_thread)
-            loop.run()
+            _ = ubq_name_this_thread(name) // for `top -H` (see ubq_name_this_thread)
+            body()
         }
         thread.start()
     }
@@ -68,6 +110,68 @@ public final class DirectoryWatcher: Sendable {
     }
 
     deinit { stop() }
+}
+
+/// A polling watcher's thread: looks at the tree every ``DirectoryWatcher/pollInterval`` (or
+/// twenty times as long as the last look took) and says `overflow` when what it saw — every
+/// entry's name, kind, size, inode and modification time — differs from the look before.
+private final class PollLoop: Sendable {
+    let root: String
+    let wake: Int32
+    let onEvent: @Sendable (DirectoryWatcher.Event) -> Void
+
+    init(root: String, wake: Int32, onEvent: @escaping @Sendable (DirectoryWatcher.Event) -> Void) {
+        self.root = root
+        self.wake = wake
+        self.onEvent = onEvent
+    }
+
+    func run() {
+        defer { close(wake) }
+        var (last, took) = look()
+        while true {
+            let wait = max(DirectoryWatcher.pollInterval, took * 20)
+            var descriptors = [pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
+            let milliseconds = Int32(clamping: wait.components.seconds * 1_000 + wait.components.attoseconds / 1_000_000_000_000_000)
+            if SystemCall.poll(&descriptors, timeout: milliseconds) < 0 || descriptors[0].revents != 0 { return }
+            let now: Int
+            (now, took) = look()
+            if now != last {
+                last = now
+                onEvent(.overflow)
+            }
+        }
+    }
+
+    /// A digest of the tree as it is now, and how long looking took.
+    func look() -> (Int, Duration) {
+        let clock = ContinuousClock()
+        var hasher = Hasher()
+        let took = clock.measure { add(root, to: &hasher) }
+        return (hasher.finalize(), took)
+    }
+
+    private func add(_ folder: String, to hasher: inout Hasher) {
+        guard let directory = opendir(folder) else { return }
+        var names: [String] = []
+        while let entry = readdir(directory) {
+            let name = POSIX.entryName(entry)
+            if name != "." && name != ".." { names.append(name) }
+        }
+        closedir(directory)
+        for name in names.sorted() {
+            let path = folder + "/" + name
+            var info = stat()
+            guard lstat(path, &info) == 0 else { continue } // gone meanwhile: the next look sees it
+            hasher.combine(name)
+            hasher.combine(info.st_mode)
+            hasher.combine(info.st_size)
+            hasher.combine(info.st_ino)
+            hasher.combine(info.st_mtim.tv_sec)
+            hasher.combine(info.st_mtim.tv_nsec)
+            if info.st_mode & S_IFMT == S_IFDIR { add(path, to: &hasher) }
+        }
+    }
 }
 
 /// The watcher's thread: owns the watch table (touched by that thread only, after setup).

@@ -1,0 +1,69 @@
+import Foundation
+import Synchronization
+import Testing
+@testable import UbiquityFiles
+
+/// A watcher where inotify cannot be had (the user's 128 inotify instances all in use — a full
+/// test run came within six of it — or no watch left): it looks at the tree itself and still
+/// hears every change, slower.
+@Suite struct PollingWatcherTests {
+    final class Heard: Sendable {
+        let overflows = Mutex(0)
+        var count: Int { overflows.withLock { $0 } }
+    }
+
+    /// Waits up to `seconds` for the count to pass `count`.
+    func changed(after count: Int, _ heard: Heard, seconds: Double = 15) -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        while heard.count <= count && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        return heard.count > count
+    }
+
+    @Test func aWatcherWithoutInotifyLooksAtTheTreeAndHearsEveryKindOfChange() throws {
+        let folder = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("polling-\(UUID().uuidString.prefix(8))")
+        let inner = folder.appendingPathComponent("Inner/Deeper")
+        try FileManager.default.createDirectory(at: inner, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: folder) }
+        let heard = Heard()
+        let watcher = try DirectoryWatcher(root: folder, polling: true) { event in
+            if event == .overflow { heard.overflows.withLock { $0 += 1 } }
+        }
+        defer { watcher.stop() }
+        #expect(watcher.isPolling)
+        func names() -> [String] {
+            ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []).compactMap {
+                try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+            }
+        }
+        #expect(names().contains("ubq-watch-poll"))
+
+        // Nothing changed: nothing said (two looks).
+        Thread.sleep(forTimeInterval: 4.5)
+        #expect(heard.count == 0)
+        let file = inner.appendingPathComponent("Note.txt")
+        var count = heard.count
+        try Data("one".utf8).write(to: file)
+        #expect(changed(after: count, heard), "a file made deep in the tree")
+        count = heard.count
+        try Data("two".utf8).write(to: file) // the same size: its modification time says it
+        #expect(changed(after: count, heard), "a file rewritten")
+        count = heard.count
+        try FileManager.default.moveItem(at: file, to: folder.appendingPathComponent("Moved.txt"))
+        #expect(changed(after: count, heard), "a file moved")
+        count = heard.count
+        try FileManager.default.removeItem(at: folder.appendingPathComponent("Inner"))
+        #expect(changed(after: count, heard), "a folder deleted")
+
+        // Stopped: its thread ends.
+        watcher.stop()
+        let deadline = Date().addingTimeInterval(10)
+        while names().contains("ubq-watch-poll") && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        #expect(!names().contains("ubq-watch-poll"))
+    }
+
+    /// Only inotify's limits send a watcher to looking: a folder it may not read is an error.
+    @Test func theLimitsOfInotifyAndNothingElseLeaveLookingAtTheTree() {
+        for code in [EMFILE, ENFILE, ENOSPC, ENOMEM] { #expect(DirectoryWatcher.pollsInstead(failing: code), "\(code)") }
+        for code in [EACCES, ENOENT, ENOTDIR, EINVAL] { #expect(!DirectoryWatcher.pollsInstead(failing: code), "\(code)") }
+    }
+}
