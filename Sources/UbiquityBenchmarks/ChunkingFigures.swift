@@ -61,6 +61,14 @@ func chunkingFigures(in directory: URL, mib: Int, iterations: Int) throws -> [St
             start = end
         }
     }
+    // The block prints a sealing device keeps of every chunk it sends or receives (sealed
+    // patches: from the chunk's start and from its end).
+    let printing = best {
+        var start = 0
+        bytes.withUnsafeBytes { raw in
+            for end in keyedEnds { _ = BlockPrints(of: UnsafeRawBufferPointer(rebasing: raw[start..<end])); start = end }
+        }
+    }
     let peer = try best {
         let process = ChildProcess()
         process.executableURL = URL(fileURLWithPath: "/usr/bin/sha256sum")
@@ -78,6 +86,7 @@ func chunkingFigures(in directory: URL, mib: Int, iterations: Int) throws -> [St
         "keyedCutPointsInMemorySeconds": keyedCut, "keyedCutPointsMBPerSecondPerCore": Double(bytes.count) / keyedCut / 1e6,
         "keyedCutPointsRatioToFastCDC": keyedCut / boundaries,
         "keyedIdentifiersInMemorySeconds": keyedIdentifiers, "keyedIdentifiersRatioToSHA256": keyedIdentifiers / hashing,
+        "blockPrintsInMemorySeconds": printing, "blockPrintsUseWideAESInstructions": KeyedChunker.usesWideAESInstructions,
         "sealChunksInMemorySeconds": sealing, "sealedBytesRatioToPlaintext": Double(sealedBytes) / Double(bytes.count),
         "sealedPathInMemorySeconds": keyedCut + sealing, "plaintextPathInMemorySeconds": boundaries + hashing,
         "sealedPathRatioToPlaintextPath": (keyedCut + sealing) / (boundaries + hashing),

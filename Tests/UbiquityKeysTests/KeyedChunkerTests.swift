@@ -166,6 +166,18 @@ import Testing
         #expect(fast == expected)
     }
 
+    /// However many blocks at once — fewer than a group, a group and some, several groups —
+    /// the processor's 512-bit and 128-bit instructions print as the portable cipher does.
+    @Test func everyGroupSizePrintsAlike() {
+        let key = SymmetricKey(size: .bits128)
+        let data = Array(KeyedChunkerTests.bytes(2048 * 40, seed: 11))
+        let blocks = Self.blocks(data, size: 2048)
+        for count in [1, 2, 7, 8, 9, 15, 16, 17, 31, 32, 33, 40] {
+            let some = Array(blocks.prefix(count))
+            #expect(Self.prints(BlockMAC(key: key), some) == Self.prints(BlockMAC(key: key, portable: true), some), "\(count) blocks")
+        }
+    }
+
     @Test func printsDependOnTheKeyAndOnEveryByte() {
         let data = Array(KeyedChunkerTests.bytes(2048 * 3, seed: 5))
         var changed = data

@@ -38,7 +38,8 @@ int ubq_cut_has_wide_aes_instructions(void);
 /// Each of `count` blocks of `length` bytes (a multiple of 16) printed: AES-128 CBC-MAC under
 /// expanded `round_keys` (a zero first state; a pseudorandom function on messages of one
 /// fixed length), its first eight bytes little-endian, into `out`. Eight blocks side by side
-/// on the processor's AES instructions where there are any; the portable cipher elsewhere, or
+/// on the processor's AES instructions where there are any (sixteen blocks at a time on its 512-bit
+/// ones, eight on the others); the portable cipher elsewhere, or
 /// when `portable` is nonzero (tests: both print alike).
 void ubq_block_macs(const uint8_t *const *blocks, long count, long length, const uint8_t round_keys[176],
                     uint64_t *out, int portable);
