@@ -1,7 +1,10 @@
 import Crypto
 import Foundation
+import GRDB
 import Testing
 import Ubiquity
+import UbiquityDatabase
+import UbiquityExamples
 import UbiquityTestSupport
 
 /// What the server keeps of a sealed container (agents with `sealedContents` on), looked at the
@@ -79,7 +82,9 @@ import UbiquityTestSupport
 /// nothing is lost — every file the laptop wrote before, during and after the switch reaches the
 /// phone whole, and so does every value.
 @Suite struct SwitchInFlightTests {
-    @Test func switchingToAdvancedWithFilesAndValuesInFlightLosesNothing() async throws {
+    /// Files, key-value pairs and a database's rows written on the laptop a tenth of a second
+    /// apart, Advanced turned on half-way: everything reaches the phone.
+    @Test func switchingToAdvancedWithFilesValuesAndADatabaseInFlightLosesNothing() async throws {
         let dir = try TemporaryDirectory("switch-in-flight"); defer { dir.remove() }
         let server = try await RunningServer.start(data: dir.file("server").path)
         defer { server.stop() }
@@ -92,6 +97,11 @@ import UbiquityTestSupport
         try await phone.startAgent()
         defer { _ = laptop.stopAgent(); _ = phone.stopAgent() } // (stopped on a thread of their own below; here if the test failed)
         let phoneDocuments = try await onOwnThread { phone.documents }
+        // Each device's database in its container (the test process is each device's app).
+        let (laptopContainer, phoneContainer) = (try #require(laptop.containers.url(forContainer: container)), try #require(phone.containers.url(forContainer: container)))
+        let recipes = try UbiquitousDatabase(container: laptopContainer, name: "Recipes", migrator: RecipeBook.migrator, containers: laptop.containers)
+        let phoneRecipes = try UbiquitousDatabase(container: phoneContainer, name: "Recipes", migrator: RecipeBook.migrator, containers: phone.containers)
+        defer { try? recipes.close(); try? phoneRecipes.close() }
 
         // Files and values written a tenth of a second apart; the switch half-way.
         let count = 24
@@ -104,6 +114,7 @@ import UbiquityTestSupport
             try await onOwnThread { try laptop.save("File \(index).txt", text(index)) }
             let set = try await laptop.running(["kv", "set", store, "key\(index)", "value \(index)"])
             #expect(set.status == 0, "\(set.output)")
+            try await recipes.writer.write { db in try db.execute(sql: "INSERT INTO recipe(id, title, minutes) VALUES (?, ?, ?)", arguments: ["r\(index)", "Recipe \(index)", index]) }
             try await Task.sleep(for: .milliseconds(100))
         }
         let switched = try await switching.value
@@ -118,6 +129,11 @@ import UbiquityTestSupport
             try await Task.sleep(for: .milliseconds(500))
         }
         #expect((0..<count).allSatisfy { listed.contains(#"key\#($0) = {"string":"value \#($0)"}"#) }, "the phone has every value: \(listed)")
+        try await eventually("the phone's database has every row", timeout: .seconds(90)) {
+            try phoneRecipes.writer.read { db in try Int.fetchOne(db, sql: "SELECT count(*) FROM recipe") } == count
+        }
+        #expect(try DatabaseEndToEndTests.recipe(phoneRecipes, "r\(count - 1)") == "Recipe \(count - 1)|\(count - 1)")
+        #expect(phoneRecipes.lastError == nil && recipes.lastError == nil, "\(String(describing: phoneRecipes.lastError)) \(String(describing: recipes.lastError))")
         let status = try await phone.running(["protection", "status"]).output
         #expect(status.contains("Advanced Data Protection") && status.contains("holds the current key"), "\(status)")
         try await onOwnThread { _ = laptop.stopAgent(); _ = phone.stopAgent() }
