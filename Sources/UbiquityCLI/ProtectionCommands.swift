@@ -87,6 +87,7 @@ struct ProtectionCommand: AsyncParsableCommand {
             }
             print("Under Advanced Data Protection only your devices\(now.hasRecoveryKey ? " and your recovery key" : "") can read this account's data.")
             print("If you lose every device\(now.hasRecoveryKey ? " and the recovery key" : ""), nobody — not the server's operator — can recover it.")
+            print("Public links made until now stop working (their addresses carry no key): share those files again afterwards.")
             if !yes {
                 guard isatty(STDIN_FILENO) != 0 else { throw ValidationError("pass --yes to confirm when not at a terminal") }
                 print("Type “advanced” to turn it on: ", terminator: "")

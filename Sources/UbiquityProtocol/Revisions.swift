@@ -156,6 +156,10 @@ public struct PublishedLink: Codable, Sendable, Equatable {
     /// Whether a device sealed the file's keys into it (Advanced Data Protection): its page
     /// opens the file with the key in the address's fragment, which the server never sees.
     public var sealed: Bool?
+    /// Whether it stopped working because its account turned Advanced Data Protection on after
+    /// it was made (a link the server opened with the escrow's keys, its address carrying no
+    /// key: it answers 410 `linkNeedsKey`). Said in lists only.
+    public var stopped: Bool?
 
     /// The longest a link lasts: 30 days (the server keeps a replaced revision that long).
     public static let longestLifetime: Double = 30 * 86_400

@@ -50,6 +50,11 @@ import UbiquitySync
             let bases = try await client.send(.post, "/v1/chunks/bases", token: laptop.token, json: ChunkBasesRequest(hashes: [headName, patch.made]))
             #expect(try bases.decode(ChunkBasesResponse.self).bases == [patch.made: baseName], "\(String(buffer: bases.body))")
 
+            // A link made under Standard: the server opens the file for it, with the escrow's keys.
+            let standard = try await client.send(.post, "/v1/containers/\(notes)/items/other/links", token: laptop.token, json: PublishRequest())
+            let standardPath = try #require(try standard.decode(PublishedLink.self).path)
+            #expect(try await client.send(.get, standardPath).status == .ok)
+
             // Advanced: the server holds no key.
             let directory = try await KeyDirectoryTests().directory(client, token: laptop.token)
             let entries = try directory.roster.map { try RosterEntry(encoded: $0) }
@@ -57,6 +62,9 @@ import UbiquitySync
             #expect(try await KeyDirectoryTests().append(client, token: laptop.token, after: entries.count, [advanced], [
                 try KeyDirectoryTests().envelope(AccountRootKey(epoch: 1), account: laptop.identityToken, to: keyHolder.laptop.publicKeys, from: keyHolder.laptop),
             ]).status == .ok)
+            // The Standard link stops, saying why: its address carries no key.
+            let stopped = try await client.send(.get, standardPath)
+            #expect(stopped.status == .gone && stopped.errorCode == "linkNeedsKey", "\(String(buffer: stopped.body))")
             let links = "/v1/containers/\(notes)/items/plan/links"
             let unsealed = try await client.send(.post, links, token: laptop.token, json: PublishRequest())
             #expect(unsealed.status == .conflict && unsealed.errorCode == "sealedOnDevices", "\(String(buffer: unsealed.body))")
@@ -102,7 +110,9 @@ import UbiquitySync
             let web = WebInterfaceTests()
             let (cookie, csrf, _) = try await web.webSignIn(client)
             let listed = try await client.send(.get, "/web/api/links", headers: web.session(cookie)).decode(PublishedLinksResponse.self).links
-            #expect(listed.count == 2 && listed.contains { $0.id == link.id } && listed.allSatisfy { $0.sealed == true })
+            let sealedLinks = listed.filter { $0.sealed == true }
+            #expect(sealedLinks.count == 2 && sealedLinks.contains { $0.id == link.id } && sealedLinks.allSatisfy { $0.stopped != true })
+            #expect(listed.count == 3 && listed.contains { $0.sealed != true && $0.stopped == true }, "the Standard link is said to have stopped")
             // Revoked: nothing more.
             #expect(try await client.send(.post, "/web/api/links/\(link.id)/revoke", headers: web.session(cookie, csrf: csrf)).status == .noContent)
             for gone in [path, path + "/manifest", path + "/chunks/" + headName] {

@@ -59,19 +59,31 @@ extension SyncServices {
         router.get("l/:token") { _, context -> Response in
             let (account, link, contents) = try await openLink(context, throttle: links)
             if link.sealed == true { return Self.sealedLinkPage() }
-            // (A sealed record's name, size and date opened with the escrow's keys: Standard only.)
-            let opened = try await webRecords(ofAccount: account, container: link.container).open(contents, item: link.item)
-            let item = ItemState(id: link.item, revision: link.revision, name: contents.record == nil ? link.name : opened.name, parent: nil, kind: opened.kind, size: opened.size,
-                                 modificationDate: opened.modificationDate, type: nil, deleted: false, uploaded: opened.uploaded,
-                                 deviceName: opened.deviceName, sequence: 0, manifest: opened.manifest, conflicts: [])
-            var response = try await WebDownload.response(for: item, chunks: chunks, account: account,
-                                                          opener: try await sealedChunkOpener(ofAccount: account, container: link.container))
-            Self.guardLinkAnswer(&response)
-            return response
+            do {
+                // (A sealed record's name, size and date opened with the escrow's keys: Standard only.)
+                let opened = try await webRecords(ofAccount: account, container: link.container).open(contents, item: link.item)
+                let item = ItemState(id: link.item, revision: link.revision, name: contents.record == nil ? link.name : opened.name, parent: nil, kind: opened.kind, size: opened.size,
+                                     modificationDate: opened.modificationDate, type: nil, deleted: false, uploaded: opened.uploaded,
+                                     deviceName: opened.deviceName, sequence: 0, manifest: opened.manifest, conflicts: [])
+                var response = try await WebDownload.response(for: item, chunks: chunks, account: account,
+                                                              opener: try await sealedChunkOpener(ofAccount: account, container: link.container))
+                Self.guardLinkAnswer(&response)
+                return response
+            } catch let error as SyncError where error.code == "sealedOnDevices" {
+                // A link made under Standard, its account under Advanced since: the server holds
+                // no key any more, and the link's address carries none.
+                throw SyncError(.gone, "linkNeedsKey",
+                                "this link stopped working when its owner turned on Advanced Data Protection (its address carries no key): ask them to share the file again")
+            }
         }
         api.get("links") { _, context in
             let device = try context.requireDevice()
             var links = try await database.links(ofAccount: device.accountId).filter { device.allows($0.container) }
+            // Under Advanced the server opens no record: a link it would have opened stopped.
+            if try await custody(ofAccount: device.accountId) == .advanced {
+                for index in links.indices where links[index].sealed != true { links[index].stopped = true }
+                return PublishedLinksResponse(links: links)
+            }
             // A link keeps the name the server knew: a sealed record's tag, opened here (Standard).
             var records: [String: WebRecords] = [:]
             for index in links.indices where ServerRules.isNameTag(links[index].name) {

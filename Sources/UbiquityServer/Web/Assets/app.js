@@ -657,6 +657,8 @@ async function showLinks() {
     if (link.expires < now) name.append(badge("expired"));
     // Made on a device under Advanced: the key is in the link's address only, never here.
     if (link.sealed) name.append(badge("end-to-end encrypted"));
+    // Made under Standard, before Advanced was turned on: its address carries no key.
+    if (link.stopped) name.append(badge("stopped: Advanced Data Protection is on — share the file again"));
     const container = document.createElement("td");
     container.append(nameNode(link.container));
     const buttons = document.createElement("td");
