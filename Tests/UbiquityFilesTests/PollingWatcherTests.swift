@@ -61,6 +61,24 @@ import Testing
         #expect(!names().contains("ubq-watch-poll"))
     }
 
+    /// A watcher gone leaves no descriptor open (its wake pipe's ends were once left behind:
+    /// an app that opens and closes queries ran out of them).
+    @Test(arguments: [false, true]) func aWatcherGoneLeavesNoDescriptorOpen(polling: Bool) throws {
+        let folder = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("fds-\(UUID().uuidString.prefix(8))")
+        defer { try? FileManager.default.removeItem(at: folder) }
+        func open() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0 }
+        let before = open()
+        for _ in 0..<200 {
+            let watcher = try DirectoryWatcher(root: folder, polling: polling) { _ in }
+            watcher.stop()
+        }
+        // (The threads close their ends as they end; other tests open files meanwhile: the
+        // 200 or 400 a leak leaves stand out.)
+        let deadline = Date().addingTimeInterval(10)
+        while open() - before > 60 && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        #expect(open() - before <= 60, "\(open() - before) more descriptors open")
+    }
+
     /// Only inotify's limits send a watcher to looking: a folder it may not read is an error.
     @Test func theLimitsOfInotifyAndNothingElseLeaveLookingAtTheTree() {
         for code in [EMFILE, ENFILE, ENOSPC, ENOMEM] { #expect(DirectoryWatcher.pollsInstead(failing: code), "\(code)") }

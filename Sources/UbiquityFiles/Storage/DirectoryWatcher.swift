@@ -109,7 +109,10 @@ public final class DirectoryWatcher: Sendable {
         _ = write(wake.write, &byte, 1)
     }
 
-    deinit { stop() }
+    deinit {
+        stop()
+        close(wake.write) // (the thread closes its end once it has seen the byte)
+    }
 }
 
 /// A polling watcher's thread: looks at the tree every ``DirectoryWatcher/pollInterval`` (or
