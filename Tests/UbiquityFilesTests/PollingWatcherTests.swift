@@ -6,7 +6,7 @@ import Testing
 /// A watcher where inotify cannot be had (the user's 128 inotify instances all in use — a full
 /// test run came within six of it — or no watch left): it looks at the tree itself and still
 /// hears every change, slower.
-@Suite struct PollingWatcherTests {
+@Suite(.serialized) struct PollingWatcherTests { // (one at a time: each looks for polling threads by name)
     final class Heard: Sendable {
         let overflows = Mutex(0)
         var count: Int { overflows.withLock { $0 } }
@@ -35,6 +35,9 @@ import Testing
                 try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
             }
         }
+        // (The thread names itself as it starts.)
+        let started = Date().addingTimeInterval(10)
+        while !names().contains("ubq-watch-poll") && Date() < started { Thread.sleep(forTimeInterval: 0.01) }
         #expect(names().contains("ubq-watch-poll"))
 
         // Nothing changed: nothing said (two looks).
