@@ -17,21 +17,35 @@ extension Uploader {
     /// (names differing only by case or composition; the server sees tags and cannot rename
     /// either, as it does plaintext names): the file here is renamed as the server would have
     /// renamed it — " 2", " 3", … before its extension, the first free in the folder here and on
-    /// the server — and sent again under that name. False when it cannot be (not a sealing
-    /// device, a deletion, the file gone or its new place taken): the change waits, saying why.
+    /// the server — and sent again under that name. A file already under another name here
+    /// than the one refused — moved aside since the change was made, when a download of the
+    /// item holding the name took its place (found by `ubiquity-chaos`: the change kept the
+    /// refused name and was refused for good) — is sent under the name it has, if that is free.
+    /// False when it cannot be (not a sealing device, a deletion, the file gone or its new place
+    /// taken): the change waits, saying why.
     func renameClashing(_ change: LocalChange, in sync: isolated ContainerSync) async throws -> Bool {
         guard sync.codec.records?.seals == true, !change.deleted, let file = sync.files.file(of: change.item),
-              file.path.split(separator: "/").last.map(String.init) == change.name else { return false }
+              let current = file.path.split(separator: "/").last.map(String.init) else { return false }
         let folder = LocalContents.folder(of: file.path)
+        // (Moved to another folder since: its own change says so.)
+        guard case .some(let parent) = sync.parent(ofFolder: folder), parent == change.parent else { return false }
+        // The names other items hold here: the server's and this device's, and the files here.
         var taken = Set<String>()
-        let here = folder.isEmpty ? sync.root : sync.root.appendingPathComponent(folder)
-        for name in (try? FileManager.default.contentsOfDirectory(atPath: here.path)) ?? [] { taken.insert(NameCollision.key(name)) }
         for (id, item) in sync.state.visibleItems where id != change.item && item.parent == change.parent && !item.deleted {
             taken.insert(NameCollision.key(item.name))
         }
-        let free = NameCollision.freeName(for: change.name) { taken.contains($0) }
-        let path = folder.isEmpty ? free : folder + "/" + free
-        guard try await sync.materialiser.relocate(file, to: path, in: sync), sync.files.file(of: change.item)?.path == path else { return false }
+        let here = folder.isEmpty ? sync.root : sync.root.appendingPathComponent(folder)
+        for name in (try? FileManager.default.contentsOfDirectory(atPath: here.path)) ?? [] where name != current {
+            taken.insert(NameCollision.key(name))
+        }
+        let free: String
+        if current != change.name, !taken.contains(NameCollision.key(current)) {
+            free = current // (where it is already)
+        } else {
+            free = NameCollision.freeName(for: current) { taken.contains($0) || $0 == NameCollision.key(current) }
+            let path = folder.isEmpty ? free : folder + "/" + free
+            guard try await sync.materialiser.relocate(file, to: path, in: sync), sync.files.file(of: change.item)?.path == path else { return false }
+        }
         sync.state.abandoned(change)
         sync.state.save(item: change.item, name: free, parent: change.parent, kind: change.kind ?? .file, content: file.content, date: change.date)
         sync.errors[change.item] = nil

@@ -63,9 +63,10 @@ import UbiquityTestSupport
         // The truth: the second file and the folder's new name arrive, and nothing the server made up.
         relay.tamper.withLock { $0 = nil }
         let truth = ["Note.txt", "Renamed folder", "Second.txt"]
-        #expect(await eventuallyValue(seconds: 60) { (try? FileManager.default.contentsOfDirectory(atPath: onPhone.path).sorted()) == truth ? true : nil } == true,
-                "\((try? FileManager.default.contentsOfDirectory(atPath: onPhone.path)) ?? []) \(phoneAgent.logged.suffix(2000))")
-        #expect(try String(contentsOf: onPhone.appendingPathComponent("Second.txt"), encoding: .utf8) == "the second")
+        #expect(await eventuallyValue(seconds: 60) {
+            (try? FileManager.default.contentsOfDirectory(atPath: onPhone.path).sorted()) == truth
+                && (try? String(contentsOf: onPhone.appendingPathComponent("Second.txt"), encoding: .utf8)) == "the second" ? true : nil
+        } == true, "\((try? FileManager.default.contentsOfDirectory(atPath: onPhone.path)) ?? []) \(phoneAgent.logged.suffix(2000))")
         try await laptopAgent.stopped()
         try await phoneAgent.stopped()
     }

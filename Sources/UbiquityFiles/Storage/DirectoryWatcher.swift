@@ -69,7 +69,7 @@ public final class DirectoryWatcher: Sendable {
                     Self.start("ubq-watcher", loop.run)
                     return
                 }
-                failure = errno
+                failure = loop.failure
                 close(inotify)
             } else {
                 failure = errno
@@ -186,6 +186,9 @@ private final class WatchLoop: @unchecked Sendable {
     var paths: [Int32: String] = [:]
     /// `IN_MOVED_FROM` cookies → the path that moved (the two ends of a rename may come in two reads).
     var renamed: [UInt32: String] = [:]
+    /// Why the last folder could not be watched (`errno` as `inotify_add_watch` left it, before
+    /// anything logged).
+    var failure: Int32 = 0
     static let mask = UInt32(IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | IN_ATTRIB)
 
     init(inotify: Int32, wake: Int32, logger: Logger, onEvent: @escaping @Sendable (DirectoryWatcher.Event) -> Void) {
@@ -200,7 +203,8 @@ private final class WatchLoop: @unchecked Sendable {
     func watchTree(_ path: String) -> Bool {
         let watch = inotify_add_watch(inotify, path, Self.mask | UInt32(IN_ONLYDIR))
         guard watch >= 0 else {
-            if errno == ENOSPC {
+            failure = errno
+            if failure == ENOSPC {
                 logger.warning("inotify watch limit reached: falling back to periodic rescans (raise fs.inotify.max_user_watches)", metadata: ["folder": "\(path)"])
                 onEvent(.overflow)
             }
