@@ -220,6 +220,27 @@ final class ChangeFinder {
                 continue // its folder is not recorded (yet): the next scan sees it again
             }
             let date = Double(print.modified) / 1e9
+            if let file = moved[path], let replaced = sync.files[path], replaced.item != file.item,
+               replaced.fingerprint.kind != .directory, print.kind != .directory {
+                // Moved over another item's file, replacing it (a save that writes a new file
+                // and renames it over the old one, the new one seen by a look of its own first:
+                // found by `ubiquity-chaos` — the new item then clashed with the old one's name
+                // and landed as "Name 2", the old one keeping its old contents): the item here
+                // keeps its name, identity and history and takes the new contents; the item the
+                // moved file was is gone.
+                guard let content = try sync.cut(path, kind: print.kind, scanner: scanner) else { continue }
+                var kept = replaced
+                if kept.content != content {
+                    sync.state.save(item: kept.item, content: content, date: date)
+                    kept.revision = nil
+                    NSFileVersion.forgetSavingComputer(ofItemAt: sync.root.appendingPathComponent(path).path) // written here
+                }
+                (kept.content, kept.fingerprint) = (content, print)
+                sync.files[path] = kept
+                upsert.append(kept)
+                if !sync.files.contains(item: file.item) { sync.state.delete(item: file.item, date: Date().timeIntervalSince1970) }
+                continue
+            }
             if var file = moved[path] {
                 if file.fingerprint.kind != .directory, hasVersions(LocalContents.folder(of: file.path)) {
                     // Moved without telling (a program that does not coordinate): its versions

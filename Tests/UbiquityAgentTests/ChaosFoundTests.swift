@@ -239,6 +239,34 @@ import UbiquityTestSupport
         }
     }
 
+    /// Found with seed 11 (three full test runs out of four on 2026-11-29): an app saves by
+    /// writing a new file in another folder and renaming it over the old one, and the agent
+    /// happens to look between the two — the new file is a new item, sent as such; then it is
+    /// moved over the old item's file. The item there keeps its name and identity and takes
+    /// the new contents, and the new item goes (it was made a second item, which clashed with
+    /// the old one's name and landed as "Name 2", the old one keeping its old contents).
+    @Test func aNewFileMovedOverAnotherReplacesItsContents() async throws {
+        try await ContainerSyncTests().withServer { base, dir in
+            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
+            try laptop.write("sub/n.txt", Data("first".utf8))
+            try await laptop.sync.syncOnce()
+            let documents = laptop.documents
+            try laptop.write("n.txt", Data("second".utf8))
+            await laptop.sync.noteChange(at: "Documents/n.txt")
+            try await laptop.sync.syncOnce() // (the new file, sent as an item of its own)
+            #expect(rename(documents.appendingPathComponent("n.txt").path, documents.appendingPathComponent("sub/n.txt").path) == 0) // (over it, as rename(2) does)
+            await laptop.sync.noteChange(at: "Documents/n.txt")
+            await laptop.sync.noteChange(at: "Documents/sub/n.txt")
+            try await laptop.sync.syncOnce()
+            try await laptop.sync.syncOnce()
+            #expect(await laptop.sync.isIdle)
+            let items = try await laptop.client.changes(container: ContainerSyncTests().notes, since: 0).items.filter { $0.kind != .directory && !$0.deleted }
+            #expect(items.count == 1 && items.first?.name == "n.txt", "\(items.map(\.name))")
+            #expect(try String(contentsOf: documents.appendingPathComponent("sub/n.txt"), encoding: .utf8) == "second")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: documents.appendingPathComponent("sub").path) == ["n.txt"])
+        }
+    }
+
     /// Found with seed 7: an agent killed after it put a download in place and before it
     /// recorded so came back, saw the file changed and sent it as its own edit of the older
     /// revision — a spurious conflict for the author, whose later delete then lost to it (the
