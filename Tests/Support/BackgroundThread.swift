@@ -72,3 +72,10 @@ public final class TestTurns: Sendable {
     /// exchange wait out its timeout meanwhile.
     public static let presenterProcesses = TestTurns()
 }
+
+/// The names of this process's threads now (`/proc/self/task/*/comm`): what `top -H` shows.
+public func threadNames() -> [String] {
+    ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []).compactMap {
+        try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+}

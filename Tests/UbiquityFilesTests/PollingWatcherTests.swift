@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import UbiquityTestSupport
 @testable import UbiquityFiles
 
 /// A watcher where inotify cannot be had (the user's 128 inotify instances all in use — a full
@@ -30,15 +31,10 @@ import Testing
         }
         defer { watcher.stop() }
         #expect(watcher.isPolling)
-        func names() -> [String] {
-            ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []).compactMap {
-                try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
-            }
-        }
         // (The thread names itself as it starts.)
         let started = Date().addingTimeInterval(10)
-        while !names().contains("ubq-watch-poll") && Date() < started { Thread.sleep(forTimeInterval: 0.01) }
-        #expect(names().contains("ubq-watch-poll"))
+        while !threadNames().contains("ubq-watch-poll") && Date() < started { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(threadNames().contains("ubq-watch-poll"))
 
         // Nothing changed: nothing said (two looks).
         Thread.sleep(forTimeInterval: 4.5)
@@ -60,8 +56,8 @@ import Testing
         // Stopped: its thread ends.
         watcher.stop()
         let deadline = Date().addingTimeInterval(10)
-        while names().contains("ubq-watch-poll") && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
-        #expect(!names().contains("ubq-watch-poll"))
+        while threadNames().contains("ubq-watch-poll") && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        #expect(!threadNames().contains("ubq-watch-poll"))
     }
 
     /// A watcher gone leaves no descriptor open (its wake pipe's ends were once left behind:

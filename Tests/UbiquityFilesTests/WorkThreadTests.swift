@@ -1,6 +1,7 @@
 import Foundation
 import Synchronization
 import Testing
+import UbiquityTestSupport
 @testable import UbiquityFiles
 
 /// A thread of its own for blocking work: in order, one at a time, results and errors handed
@@ -73,13 +74,8 @@ import Testing
         defer { try? FileManager.default.removeItem(at: folder) }
         let watcher = try DirectoryWatcher(root: folder) { _ in }
         defer { watcher.stop() }
-        func names() -> [String] {
-            ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/task")) ?? []).compactMap {
-                try? String(contentsOfFile: "/proc/self/task/\($0)/comm", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
-            }
-        }
         let deadline = Date().addingTimeInterval(5)
-        while !names().contains("ubq-watcher") && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
-        #expect(names().contains("ubq-watcher"))
+        while !threadNames().contains("ubq-watcher") && Date() < deadline { Thread.sleep(forTimeInterval: 0.01) }
+        #expect(threadNames().contains("ubq-watcher"))
     }
 }
