@@ -60,22 +60,28 @@ import UbiquityTestSupport
         #expect(!threadNames().contains("ubq-watch-poll"))
     }
 
-    /// A watcher gone leaves no descriptor open (its wake pipe's ends were once left behind:
-    /// an app that opens and closes queries ran out of them).
+    /// A watcher gone leaves no descriptor open (its wake pipe's writing end was once left
+    /// behind: an app that opens and closes queries ran out of them). Each end is known by its
+    /// number and its inode, so a number another test's file took meanwhile is not counted.
     @Test(arguments: [false, true]) func aWatcherGoneLeavesNoDescriptorOpen(polling: Bool) throws {
         let folder = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("fds-\(UUID().uuidString.prefix(8))")
         defer { try? FileManager.default.removeItem(at: folder) }
-        func open() -> Int { (try? FileManager.default.contentsOfDirectory(atPath: "/proc/self/fd").count) ?? 0 }
-        let before = open()
-        for _ in 0..<200 {
+        func inode(_ descriptor: Int32) -> UInt64? {
+            var info = stat()
+            return fstat(descriptor, &info) == 0 ? UInt64(info.st_ino) : nil
+        }
+        var ends: [(descriptor: Int32, inode: UInt64)] = []
+        for _ in 0..<20 {
             let watcher = try DirectoryWatcher(root: folder, polling: polling) { _ in }
+            ends += watcher.wakeDescriptors.compactMap { descriptor in inode(descriptor).map { (descriptor, $0) } }
             watcher.stop()
         }
-        // (The threads close their ends as they end; other tests open files meanwhile: the
-        // 200 or 400 a leak leaves stand out.)
-        let deadline = Date().addingTimeInterval(10)
-        while open() - before > 60 && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
-        #expect(open() - before <= 60, "\(open() - before) more descriptors open")
+        #expect(ends.count == 40)
+        func open() -> Int { ends.filter { inode($0.descriptor) == $0.inode }.count }
+        // (The threads close their ends as they end.)
+        let deadline = Date().addingTimeInterval(20)
+        while open() > 0 && Date() < deadline { Thread.sleep(forTimeInterval: 0.05) }
+        #expect(open() == 0, "\(open()) of the watchers' descriptors still open")
     }
 
     /// Only inotify's limits send a watcher to looking: a folder it may not read is an error.

@@ -102,6 +102,9 @@ public final class DirectoryWatcher: Sendable {
         thread.start()
     }
 
+    /// The wake pipe's two ends (tests: both are closed once the watcher is gone).
+    var wakeDescriptors: [Int32] { [wake.read, wake.write] }
+
     /// Stops watching (idempotent).
     public func stop() {
         guard !stopped.exchange(true, ordering: .relaxed) else { return }
