@@ -39,6 +39,9 @@ func printProtection(_ status: ProtectionStatus) {
     print("devices:")
     for device in status.devices { print("  \(device.id)  \(device.name)\(device.isThisDevice ? "  (this device)" : "")") }
     if status.removed > 0 { print("  (\(status.removed) removed)") }
+    for session in status.webSessions {
+        print("  \(session.id)  a web browser let in by \(session.approver), until \(Date(timeIntervalSince1970: session.expires).formatted(date: .omitted, time: .shortened))")
+    }
     // What this device seals: said plainly, above all before someone counts on Advanced.
     let configured = (try? AgentConfiguration.load(from: UbiquityPaths().agentConfiguration))?.sealedContents ?? AgentConfiguration().sealedContents
     let sealsContents = configured || status.custody == .advanced || status.sealedOnly
@@ -140,6 +143,10 @@ struct DevicesCommand: AsyncParsableCommand {
             let keys = try signedInKeys()
             let status = try await reportingKeyErrors { try await keys.status() }
             for device in status.devices { print("\(device.id)  \(device.name)\(device.isThisDevice ? "  (this device)" : "")") }
+            for session in status.webSessions {
+                let until = Date(timeIntervalSince1970: session.expires).formatted(date: .omitted, time: .shortened)
+                print("\(session.id)  a web browser, let in by \(session.approver) until \(until) (it signs the page's changes)")
+            }
         }
     }
 

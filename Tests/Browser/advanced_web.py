@@ -5,9 +5,14 @@ keys and shows a code; the test types that code on a device (`ubiquity devices a
 the page then lists the folder with the names it opened itself and downloads a file, opening
 its chunks itself.
 
+Then the page makes changes of its own, as a device does: a new folder, a file renamed and moved
+into it, a folder made and deleted.
+
 Argument (JSON on the command line): url, account, password, container, code (a file the code is
-written to), downloads (a folder), file (the name to download).
-Prints one JSON line: {code, names, downloaded (the file's bytes, base64)} or {error, step}.
+written to), downloads (a folder), file (the name to download), rename (a file the page renames
+to `renamed` and moves into its new folder).
+Prints one JSON line: {code, names, downloaded (the file's bytes, base64), changed (the names
+listed after the changes), …} or {error, step}.
 """
 
 import base64
@@ -16,7 +21,9 @@ import os
 import sys
 import time
 
+from selenium.common.exceptions import ElementNotInteractableException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import Select, WebDriverWait
 
 from browser_support import Waiting, chromium
 
@@ -36,6 +43,36 @@ def note_status():
 
 waiting = Waiting(note_status)
 eventually = waiting.until
+
+ROW = "const r = [...document.querySelectorAll('#item-rows tr')].find(r => r.dataset.name === arguments[0]);"
+
+
+def row_action(name, label):
+    """Opens the row's actions menu and clicks the action whose label starts with `label`."""
+    def find():
+        try:
+            action = driver.execute_script(ROW + """if (!r) return null; const menu = r.querySelector('details');
+                if (!menu.open) menu.querySelector('summary').click();
+                return [...r.querySelectorAll('details button')].find(b => b.textContent.startsWith(arguments[1])) || null;""", name, label)
+            if action is not None:
+                action.click()
+                return True
+        except (StaleElementReferenceException, ElementNotInteractableException):
+            pass
+        return None
+    eventually(find, "the action %s of %s" % (label, name))
+
+
+def answer_dialog(text=None):
+    """Accepts the page's confirm or prompt (typing `text` into a prompt)."""
+    alert = WebDriverWait(driver, 10).until(lambda d: d.switch_to.alert)
+    if text is not None:
+        alert.send_keys(text)
+    alert.accept()
+
+
+def names_shown():
+    return sorted(row.get_attribute("data-name") for row in driver.find_elements(By.CSS_SELECTOR, "#item-rows tr"))
 
 
 try:
@@ -63,8 +100,7 @@ try:
 
     # The page shares the file as a device does (it seals the link's manifest with the keys it
     # was given); the link, key after "#", opens in the browser and downloads the same bytes.
-    row = driver.find_element(By.CSS_SELECTOR, '#item-rows tr[data-name="%s"]' % args["file"])
-    row.find_element(By.XPATH, ".//button[text()='Share link']").click()
+    row_action(args["file"], "Share link")
     link = eventually(lambda: driver.find_element(By.ID, "link-address").get_attribute("value"), "the shared link", 60)
     driver.get(link)
     eventually(lambda: driver.find_element(By.TAG_NAME, "body").get_attribute("data-state") in ("ready", "failed"), "the link's page")
@@ -78,6 +114,28 @@ try:
     os.remove(target)
     driver.get(args["url"] + "/web/#/c/" + args["container"])
     eventually(lambda: driver.find_elements(By.CSS_SELECTOR, '#item-rows tr[data-name="%s"] a' % args["file"]), "the folder after the link")
+
+    # The page's own changes (it seals their records, tags their names and signs what they made
+    # with its key, which the laptop let into the roster): a new folder, a file renamed and moved
+    # into it, another folder made and deleted.
+    driver.find_element(By.ID, "new-folder").click()
+    answer_dialog("Made in the page")
+    eventually(lambda: "Made in the page" in names_shown(), "the new folder listed")
+    row_action(args["rename"], "Rename")
+    answer_dialog(args["renamed"])
+    eventually(lambda: args["renamed"] in names_shown() and args["rename"] not in names_shown(), "the file renamed")
+    row_action(args["renamed"], "Move")
+    eventually(lambda: driver.find_element(By.ID, "move-dialog").is_displayed(), "the move dialog")
+    Select(driver.find_element(By.ID, "move-target")).select_by_visible_text("Made in the page")
+    driver.find_element(By.ID, "move-confirm").click()
+    eventually(lambda: args["renamed"] not in names_shown(), "the file moved away")
+    driver.find_element(By.ID, "new-folder").click()
+    answer_dialog("Doomed")
+    eventually(lambda: "Doomed" in names_shown(), "the second folder listed")
+    row_action("Doomed", "Delete")
+    answer_dialog()
+    eventually(lambda: "Doomed" not in names_shown(), "the second folder deleted")
+    changed = names_shown()
     # The server serves another chunk list for the file (here none): the page refuses it, as it
     # is not the one the record names, and saves nothing.
     driver.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": """
@@ -118,7 +176,7 @@ try:
     refused = eventually(lambda: next((text for text in said if "not signed" in text), None), "the changed grant refused", 60)
     opened = driver.find_element(By.ID, "folder").is_displayed()
     print(json.dumps({"code": code, "device": device, "names": names, "downloaded": downloaded, "link": link, "shared": shared,
-                      "swapped": swapped, "savedSwapped": saved,
+                      "swapped": swapped, "savedSwapped": saved, "changed": changed,
                       "refused": refused, "openedAfterChange": opened}))
 except Exception as error:
     status = ""

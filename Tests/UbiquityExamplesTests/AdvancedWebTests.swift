@@ -33,6 +33,7 @@ import UbiquityTestSupport
         let arguments = String(decoding: try JSONSerialization.data(withJSONObject: [
             "url": setup.server.base.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")), "account": "ada", "password": "correct horse",
             "container": container, "code": codeFile, "downloads": downloads, "file": "Plan ☕.txt",
+            "rename": "After.txt", "renamed": "Renamed in the page.txt",
         ]), as: UTF8.self)
         let browser = Task { try await RealBrowser.run(["/usr/bin/env", "python3", script, arguments], timeout: .seconds(420)) }
 
@@ -63,6 +64,22 @@ import UbiquityTestSupport
         #expect((result["shared"] as? String).flatMap { Data(base64Encoded: $0) } == edited, "the link the page made downloads the file's very bytes")
         // Another chunk list served for the file: refused (not the one its record names), nothing saved.
         #expect((result["swapped"] as? String)?.contains("not the one its record names") == true && result["savedSwapped"] as? Bool == false, "\(line)")
+        // The page's own changes, signed with its key: both devices take them as another device's.
+        #expect(result["changed"] as? [String] == ["Made in the page", "Plan ☕.txt"], "\(line)")
+        let moved = onLaptop.appendingPathComponent("Made in the page/Renamed in the page.txt")
+        let arrived = await eventuallyValue(seconds: 60) { (try? Data(contentsOf: moved)) == Data("written after the switch".utf8) ? true : nil }
+        #expect(arrived == true, "the laptop takes the page's folder, rename and move: \(laptopAgent.logged.suffix(3000))")
+        let onPhone = try await onOwnThread { try HostileContentServerTests.documents(of: setup.phone) }
+        let settled = await eventuallyValue(seconds: 60) {
+            let laptopNames = Set((try? FileManager.default.contentsOfDirectory(atPath: onLaptop.path)) ?? [])
+            let phoneNames = Set((try? FileManager.default.contentsOfDirectory(atPath: onPhone.path)) ?? [])
+            return laptopNames == ["Made in the page", "Plan ☕.txt"] && phoneNames == laptopNames
+                && FileManager.default.fileExists(atPath: onPhone.appendingPathComponent("Made in the page/Renamed in the page.txt").path) ? true : nil
+        }
+        #expect(settled == true, "both devices: the folder made and the file moved into it, the deleted folder gone: \(phoneAgent.logged.suffix(3000))")
+        // The server's roster lets the browser's key in (an entry the laptop signed) until the grant ends.
+        let roster = try await laptop.running(["devices", "list"])
+        #expect(roster.output.contains("web browser"), "\(roster.output)")
         // The grant the server keeps, changed by one byte: the page refuses it and opens nothing.
         #expect((result["refused"] as? String)?.contains("not signed by the device that approved it") == true && result["openedAfterChange"] as? Bool == false, "\(line)")
         try await laptopAgent.stopped()

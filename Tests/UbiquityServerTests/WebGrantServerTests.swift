@@ -114,4 +114,72 @@ import UbiquityProtocol
             #expect(try await database.webGrant(accountId: account, deviceId: "web-2", now: now) == nil, "another session's")
         }
     }
+
+    /// Under Advanced the page makes changes of its own: only sealed ones (a record with each
+    /// change but a deletion, no bytes inline), through its grant, and the commit of what they
+    /// made signed with the browser's key, which a device let into the roster. The server keeps
+    /// no commit of a key the roster never let in, nor of a session that has ended.
+    @Test(arguments: Backend.all) func thePageCommitsOnlySealedChangesSignedByTheKeyTheRosterLetIn(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let keyHolder = SealedKeyValueServerTests(), directory = KeyDirectoryTests()
+            let laptop = try await client.signIn("ada", device: "laptop")
+            _ = try await keyHolder.setUpKeys(client, laptop)
+            // Advanced, then the laptop lets the browser's key in.
+            let browser = DeviceKeys(), root = AccountRootKey(epoch: 1)
+            var entries = try await directory.directory(client, token: laptop.token).roster.map { try RosterEntry(encoded: $0) }
+            entries.append(try RosterEntry(.custody(.advanced), after: entries.last, signedBy: keyHolder.laptop))
+            entries.append(try RosterEntry(.addWebSession(keys: browser.publicKeys, expires: UInt64(Date().timeIntervalSince1970) + 3_000), after: entries.last, signedBy: keyHolder.laptop))
+            let appended = try await directory.append(client, token: laptop.token, after: 2, Array(entries.suffix(2)),
+                                                      [try directory.envelope(root, account: laptop.identityToken, to: keyHolder.laptop.publicKeys, from: keyHolder.laptop)])
+            #expect(appended.status == .ok, "\(String(buffer: appended.body))")
+            let session = RosterHead(index: 3, hash: entries[3].hash)
+
+            // The browser's session, granted the container (the grant's body is the device's business).
+            let helper = WebInterfaceTests()
+            let (cookie, csrf, _) = try await helper.webSignIn(client)
+            let web = helper.session(cookie, csrf: csrf)
+            let sealed = "/web/api/containers/\(notes)/sealed"
+            let folder = ItemUpdate(baseRevision: nil, name: "From the page", kind: .directory, modificationDate: 1_800_000_000, manifest: Manifest())
+            #expect(try await client.send(.post, "\(sealed)/commits", json: CommitBatchRequest(commits: [ItemCommit(item: "f1", update: folder)]), headers: web).errorCode == "noGrant")
+            let nonce = JoinCode.nonce(), commitment = JoinCode.commitment(to: nonce, joining: browser.publicKeys)
+            let request = try await client.send(.post, "/web/api/approval", json: WebApprovalCreate(signing: Data(browser.publicKeys.signing), agreement: Data(browser.publicKeys.agreement),
+                                                                                                    commitment: Data(commitment)), headers: web).decode(KeyRequestRecord.self)
+            let answer = JoinCode.answerNonce(device: keyHolder.laptop, request: request.id, commitment: commitment)
+            _ = try await client.send(.post, "/v1/keys/requests/\(request.id)/answer", token: laptop.token,
+                                      json: KeyRequestNonce(nonce: Data(answer), answerer: keyHolder.laptop.publicKeys.deviceIdentifier))
+            _ = try await client.send(.post, "/web/api/approval/\(request.id)/reveal", json: KeyRequestNonce(nonce: Data(nonce)), headers: web)
+            let grant = WebGrantUpload(body: Data(repeating: 1, count: 200), signature: Data(repeating: 2, count: 64), containers: [notes], expires: Date().timeIntervalSince1970 + 3_000)
+            #expect(try await client.send(.post, "/v1/keys/requests/\(request.id)/grant", token: laptop.token, json: grant).status == .noContent)
+
+            // A plaintext name, or bytes inline: refused whole.
+            let plain = try await client.send(.post, "\(sealed)/commits", json: CommitBatchRequest(commits: [ItemCommit(item: "f1", update: folder)]), headers: web)
+            #expect(plain.status == .badRequest && plain.errorCode == "notSealed", "\(String(buffer: plain.body))")
+            // Sealed in the page (here with the keys a grant carries): committed as a device's change.
+            let records = try #require(ItemRecords.keyed(container: notes, rootKeys: [root], sealing: true))
+            let wire = try records.sealed(folder, item: "f1", manifest: Manifest())
+            let made = try await client.send(.post, "\(sealed)/commits", json: CommitBatchRequest(commits: [ItemCommit(item: "f1", update: wire)]), headers: web)
+            let result = try #require(try made.decode(CommitBatchResponse.self).results.first?.commit, "\(String(buffer: made.body))")
+            #expect(result.item.record == wire.record && result.item.name != "From the page")
+
+            // What it made, signed by the browser naming the entry that let it in: kept.
+            let content = CommitContent(outcomes: [.init(item: "f1", folder: nil, recordHash: CommitContent.recordHash(of: wire.record), revision: result.revision,
+                                                         base: nil, deleted: false, sequence: result.item.sequence)])
+            func signed(_ keys: DeviceKeys, after previous: SignedCommit?) throws -> SignedCommit {
+                try SignedCommit(container: notes, contentHash: content.hash, after: previous, rosterHead: session, seen: [:], signedBy: keys)
+            }
+            func keep(_ commit: SignedCommit) async throws -> Client.Answer {
+                try await client.send(.post, "\(sealed)/signed-commits", json: SignedCommitsRequest(commits: [SignedCommitUpload(commit: commit.encoded, content: content.encoded)]), headers: web)
+            }
+            let first = try signed(browser, after: nil)
+            #expect(try await keep(first).status == .ok)
+            // A key the roster never let in: refused.
+            #expect(try await keep(try signed(DeviceKeys(), after: nil)).errorCode == "invalidCommit")
+            // The session ended: what its key signs after — even naming the entry that let it in — is not kept.
+            entries.append(try RosterEntry(.endWebSession(identifier: browser.publicKeys.deviceIdentifier), after: entries.last, signedBy: keyHolder.laptop))
+            #expect(try await directory.append(client, token: laptop.token, after: 4, [entries[4]]).status == .ok)
+            let late = try await keep(try signed(browser, after: first))
+            #expect(late.errorCode == "invalidCommit" && String(buffer: late.body).contains("session has ended"), "\(String(buffer: late.body))")
+        }
+    }
 }

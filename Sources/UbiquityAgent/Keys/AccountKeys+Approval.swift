@@ -138,10 +138,25 @@ extension AccountKeys {
         var allowed = containers ?? []
         if containers == nil { allowed = try await client.containerList() }
         guard !allowed.isEmpty else { throw KeySetupError(reason: .notInRoster, description: "the account has no container to open in a browser yet") }
-        let roots = keyring.epochs.compactMap { keyring.rootKey(epoch: $0) }
         let expires = (Date().timeIntervalSince1970 + WebGrant.lifetime).rounded(.down)
+        // Under Advanced the browser signs the page's changes: the roster lets its key in until
+        // the grant ends (a device ends the session then: `endExpiredWebSessions`).
+        var session: WebGrant.Contents.Session?
+        if roster.custody == .advanced {
+            let (after, changed) = try await change { roster, _ in
+                roster.webSessions[browser.deviceIdentifier] == nil ? [.addWebSession(keys: browser, expires: UInt64(expires))] : []
+            }
+            keyring = changed
+            guard let term = after.webSessions[browser.deviceIdentifier], term.until == nil else {
+                throw KeySetupError(reason: .notInRoster, description: "the browser's session is over: let it ask again")
+            }
+            let (entries, _, _) = try await self.read(&keyring)
+            guard term.from < UInt64(entries.count) else { throw KeySetupError(reason: .notInRoster, description: "the roster the server serves ends before the browser's entry") }
+            session = .init(index: term.from, hash: Data(entries[Int(term.from)].hash))
+        }
+        let roots = keyring.epochs.compactMap { keyring.rootKey(epoch: $0) }
         let contents = WebGrant.Contents(format: Int(WebGrant.format), account: account, expires: expires,
-                                         keys: allowed.flatMap { container in roots.map { WebGrant.ContainerKeys($0, container: container) } })
+                                         keys: allowed.flatMap { container in roots.map { WebGrant.ContainerKeys($0, container: container) } }, session: session)
         let sealed = try WebGrant.seal(contents, to: browser, signedBy: keyring.device)
         try await client.grantBrowser(request.id, WebGrantUpload(body: sealed.body, signature: sealed.signature, containers: allowed, expires: expires))
         logger.info("let a browser in", metadata: ["containers": "\(allowed.count)", "epochs": "\(roots.count)"])

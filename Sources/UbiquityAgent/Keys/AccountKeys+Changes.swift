@@ -14,7 +14,7 @@ extension AccountKeys {
         try await holdingKeyringLock { try await changeHoldingLock(changes, envelopes: envelopes) }
     }
 
-    private func changeHoldingLock(_ changes: @escaping (Roster, Keyring) throws -> [RosterChange],
+    func changeHoldingLock(_ changes: @escaping (Roster, Keyring) throws -> [RosterChange],
                                    envelopes: (Roster, Keyring) throws -> [KeyEnvelopeRecord]) async throws -> (Roster, Keyring) {
         var keyring = try loadKeyring()
         for _ in 0..<5 {

@@ -33,6 +33,18 @@ package struct ProtectionStatus: Sendable, Equatable {
     /// Whether the account's devices require every item record and key-value value sealed
     /// (``Roster/sealedOnlyFormat``): nothing in plaintext is taken or sent.
     package var sealedOnly = false
+    /// The web browsers a device let in whose sessions have not ended (under Advanced).
+    package var webSessions: [WebSession] = []
+
+    /// A web browser a device let in (``RosterChange/addWebSession(keys:expires:)``).
+    package struct WebSession: Sendable, Equatable {
+        /// Its key's identifier.
+        package var id: String
+        /// The name of the device that let it in.
+        package var approver: String
+        /// When its grant ends (seconds since 1970).
+        package var expires: Double
+    }
 }
 
 /// Why this device cannot take part in the account's keys yet.
@@ -125,7 +137,10 @@ package struct AccountKeys: Sendable {
         return ProtectionStatus(custody: roster.custody, epoch: roster.epoch, devices: devices, removed: roster.removed.count,
                                 holdsCurrentKey: roster.members[keyring.deviceIdentifier] != nil && keyring.rootKey(epoch: roster.epoch) != nil,
                                 hasRecoveryKey: roster.recovery != nil, escrowed: roster.custody == .standard && roster.escrow != nil,
-                                sealedOnly: roster.requiresSealing)
+                                sealedOnly: roster.requiresSealing,
+                                webSessions: roster.webSessions.filter { $0.value.until == nil }.sorted { $0.key < $1.key }.map { id, term in
+                                    ProtectionStatus.WebSession(id: id, approver: roster.members[term.approver]?.name ?? term.approver, expires: Double(term.expires))
+                                })
     }
 
     /// Makes this device a holder of the account's keys: the first device sets them up (a new

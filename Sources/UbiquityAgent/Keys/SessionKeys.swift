@@ -39,8 +39,20 @@ extension AccountKeys {
             if (keyring.pinned, keyring.epochs) != before { try keyring.write(to: keyringURL) }
             return .waiting("the account's devices require format \(roster.minimumFormat), newer than this build knows (\(Roster.newestFormat)): update ubiquity")
         }
-        if let roster, roster.members[keyring.deviceIdentifier] != nil, keyring.rootKey(epoch: roster.epoch) != nil {
+        if var roster, roster.members[keyring.deviceIdentifier] != nil, keyring.rootKey(epoch: roster.epoch) != nil {
             if (keyring.pinned, keyring.epochs) != before { try keyring.write(to: keyringURL) }
+            // A browser's grant that has run out: its session ends in the roster, so nothing its
+            // key signs later is taken (any device of the roster ends it).
+            if !roster.expiredWebSessions(now: Date().timeIntervalSince1970).isEmpty {
+                do {
+                    (roster, keyring) = try await changeHoldingLock({ roster, _ in
+                        roster.expiredWebSessions(now: Date().timeIntervalSince1970).map { .endWebSession(identifier: $0) }
+                    }, envelopes: { _, _ in [] })
+                    logger.info("ended the sessions of web browsers whose approval ran out")
+                } catch {
+                    logger.warning("cannot end the sessions of web browsers whose approval ran out", metadata: ["error": "\(error)"])
+                }
+            }
             return .holding(rootKeys: keyring.epochs.compactMap { keyring.rootKey(epoch: $0) }, custody: roster.custody,
                             signer: keyring.pinned.map { CommitSigner(keys: keyring.device, rosterHead: $0, roster: roster) },
                             sealedOnly: roster.requiresSealing)

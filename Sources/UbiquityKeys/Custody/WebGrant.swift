@@ -64,20 +64,43 @@ public enum WebGrant {
         public var expires: Double
         /// The keys.
         public var keys: [ContainerKeys]
+        /// The roster entry that let the browser in (``RosterChange/addWebSession(keys:expires:)``):
+        /// the page names it in the commits it signs. Nil under Standard custody, where the
+        /// server signs the page's changes.
+        public var session: Session?
+
+        /// Where the roster let the browser in.
+        public struct Session: Codable, Sendable, Equatable {
+            /// The entry's index.
+            public var index: UInt64
+            /// The entry's hash.
+            public var hash: Data
+
+            /// A place in the roster.
+            public init(index: UInt64, hash: Data) {
+                self.index = index
+                self.hash = hash
+            }
+
+            enum CodingKeys: String, CodingKey {
+                case index = "i", hash = "h"
+            }
+        }
 
         enum CodingKeys: String, CodingKey {
-            case format = "v", account = "a", expires = "x", keys = "k"
+            case format = "v", account = "a", expires = "x", keys = "k", session = "s"
         }
 
         /// The containers it opens.
         public var containers: Set<String> { Set(keys.map(\.container)) }
 
         /// What a grant says.
-        public init(format: Int = Int(WebGrant.format), account: String, expires: Double, keys: [ContainerKeys]) {
+        public init(format: Int = Int(WebGrant.format), account: String, expires: Double, keys: [ContainerKeys], session: Session? = nil) {
             self.format = format
             self.account = account
             self.expires = expires
             self.keys = keys
+            self.session = session
         }
     }
 

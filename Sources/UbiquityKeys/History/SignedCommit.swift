@@ -86,11 +86,12 @@ public struct SignedCommit: Sendable, Equatable {
         guard rosterHead.index <= roster.head.index else {
             throw EncryptionError(.rosterNotExtended, "\(name) names roster entry \(rosterHead.index), past this device's roster: fetch the roster again")
         }
-        // A device of the roster, or the escrow while it was one (under Standard the escrow signs
-        // what the server makes for the web page: docs/Encryption.md "Signed commits").
-        guard let keys = roster.everyDevice[device] ?? roster.escrowKeys(device, at: rosterHead.index),
+        // A device of the roster, the escrow while it was one (under Standard the escrow signs
+        // what the server makes for the web page: docs/Encryption.md "Signed commits"), or a
+        // browser a device let in, in its session (under Advanced the page signs its changes).
+        guard let keys = roster.everyDevice[device] ?? roster.escrowKeys(device, at: rosterHead.index) ?? roster.webSessionKeys(device, at: rosterHead.index),
               keys.isValidSignature(signature, for: signedBytes) else {
-            throw EncryptionError(.badSignature, "\(name) is not signed by a device of the roster, nor by its escrow at the roster entry it names")
+            throw EncryptionError(.badSignature, "\(name) is not signed by a device of the roster, nor by its escrow or a browser's session at the roster entry it names")
         }
         if let removal = roster.removedAt[device], rosterHead.index >= removal {
             throw EncryptionError(.badSignature, "\(name) was made after its device was removed")

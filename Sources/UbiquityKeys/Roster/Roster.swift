@@ -51,6 +51,36 @@ public struct Roster: Sendable, Equatable {
     /// one of them stays valid, as a removed device's earlier commits do.
     public private(set) var escrowTerms: [String: [EscrowTerm]] = [:]
 
+    /// The browsers let in under Advanced Data Protection, by their keys' identifier: each may
+    /// sign commits (the page's changes) from the entry that added it until the one that ended
+    /// it (``RosterChange/addWebSession(keys:expires:)``).
+    public private(set) var webSessions: [String: WebSessionTerm] = [:]
+
+    /// A browser's stretch of the roster.
+    public struct WebSessionTerm: Sendable, Equatable {
+        /// Its public keys.
+        public var keys: DevicePublicKeys
+        /// The device that let it in.
+        public var approver: String
+        /// The entry that added it.
+        public var from: UInt64
+        /// When its grant ends (seconds since 1970): a device ends the session after it.
+        public var expires: UInt64
+        /// The entry that ended it (nil: not ended).
+        public var until: UInt64?
+    }
+
+    /// The browser's keys if `identifier` is a web session whose term holds roster entry `index`.
+    public func webSessionKeys(_ identifier: String, at index: UInt64) -> DevicePublicKeys? {
+        guard let term = webSessions[identifier], term.from <= index, term.until.map({ index < $0 }) ?? true else { return nil }
+        return term.keys
+    }
+
+    /// The web sessions not ended whose grants expired before `now` (seconds since 1970).
+    public func expiredWebSessions(now: Double) -> [String] {
+        webSessions.filter { $0.value.until == nil && Double($0.value.expires) < now }.keys.sorted()
+    }
+
     /// A stretch of the roster during which a key was the escrow.
     public struct EscrowTerm: Sendable, Equatable {
         /// Its public keys.
@@ -91,7 +121,13 @@ public struct Roster: Sendable, Equatable {
         for (identifier, terms) in escrowTerms {
             for term in terms { if let until = term.until { ended.insert(EndedTerm(signer: identifier, until: until)) } }
         }
+        for (identifier, term) in webSessions { if let until = term.until { ended.insert(EndedTerm(signer: identifier, until: until)) } }
         return ended
+    }
+
+    /// Ends the open web sessions `which` selects at entry `index`.
+    private mutating func endWebSessions(at index: UInt64, where which: (WebSessionTerm) -> Bool) {
+        for (identifier, term) in webSessions where term.until == nil && which(term) { webSessions[identifier]?.until = index }
     }
 
     /// Ends the present escrow's term at entry `index`.
@@ -168,6 +204,7 @@ public struct Roster: Sendable, Equatable {
             let identifier = keys.deviceIdentifier
             guard members[identifier] == nil, removedAt[identifier] == nil else { throw broken("adds a device that is or was in the roster") }
             guard identifier != escrow?.deviceIdentifier, identifier != recovery?.deviceIdentifier else { throw broken("adds the escrow or recovery key as a device") }
+            guard webSessions[identifier] == nil else { throw broken("adds a browser's keys as a device") }
             members[identifier] = Member(keys: keys, name: name)
             everyDevice[identifier] = keys
         case .removeDevice(let identifier):
@@ -175,6 +212,8 @@ public struct Roster: Sendable, Equatable {
             guard !members.isEmpty else { throw broken("removes the last device") }
             removedAt[identifier] = entry.index
             epoch += 1
+            // What it let in goes with it.
+            endWebSessions(at: entry.index) { $0.approver == identifier }
         case .newEpoch(let next):
             guard next == epoch + 1 else { throw broken("epoch \(next) does not follow epoch \(epoch)") }
             epoch = next
@@ -185,21 +224,35 @@ public struct Roster: Sendable, Equatable {
                 epoch += 1
                 endEscrowTerm(at: entry.index)
                 escrow = nil
+            } else {
+                // (Under Standard the server signs the page's changes: no browser signs.)
+                endWebSessions(at: entry.index) { _ in true }
             }
             custody = next
         case .escrow(let keys):
             guard keys == nil || custody == .standard else { throw broken("names an escrow key under Advanced custody") }
-            if let identifier = keys?.deviceIdentifier, members[identifier] != nil || removedAt[identifier] != nil || identifier == recovery?.deviceIdentifier {
+            if let identifier = keys?.deviceIdentifier, members[identifier] != nil || removedAt[identifier] != nil || webSessions[identifier] != nil || identifier == recovery?.deviceIdentifier {
                 throw broken("names a device's or the recovery key's keys as the escrow key")
             }
             endEscrowTerm(at: entry.index)
             escrow = keys
             if let keys { escrowTerms[keys.deviceIdentifier, default: []].append(EscrowTerm(keys: keys, from: entry.index, until: nil)) }
         case .recovery(let keys):
-            if let identifier = keys?.deviceIdentifier, members[identifier] != nil || removedAt[identifier] != nil || identifier == escrow?.deviceIdentifier {
+            if let identifier = keys?.deviceIdentifier, members[identifier] != nil || removedAt[identifier] != nil || webSessions[identifier] != nil || identifier == escrow?.deviceIdentifier {
                 throw broken("names a device's or the escrow's keys as the recovery key")
             }
             recovery = keys
+        case .addWebSession(let keys, let expires):
+            let identifier = keys.deviceIdentifier
+            guard custody == .advanced else { throw broken("lets a browser in under Standard custody (the server signs the page's changes there)") }
+            guard members[identifier] == nil, removedAt[identifier] == nil, webSessions[identifier] == nil,
+                  identifier != escrow?.deviceIdentifier, identifier != recovery?.deviceIdentifier else {
+                throw broken("lets in a browser whose keys are or were another's in the roster")
+            }
+            webSessions[identifier] = WebSessionTerm(keys: keys, approver: entry.signer, from: entry.index, expires: expires, until: nil)
+        case .endWebSession(let identifier):
+            guard webSessions[identifier]?.until == nil, webSessions[identifier] != nil else { throw broken("ends a browser's session that is not open") }
+            webSessions[identifier]?.until = entry.index
         case .minimumFormat(let format):
             guard format >= minimumFormat else { throw broken("lowers the minimum format from \(minimumFormat) to \(format)") }
             minimumFormat = format

@@ -78,6 +78,8 @@ extension RosterEntry {
         case .recovery(let recovery):
             writer.append([7, recovery == nil ? 0 : 1])
             if let recovery { keys(recovery) }
+        case .addWebSession(let browser, let expires): writer.append([8]); keys(browser); writer.append(number: expires)
+        case .endWebSession(let identifier): writer.append([9]); writer.append(string: identifier)
         }
         writer.append(string: signer)
         writer.append(signature)
@@ -107,6 +109,8 @@ extension RosterEntry {
         case 5: change = .minimumFormat(try reader.byte())
         case 6: change = .escrow(try reader.byte() == 0 ? nil : try keys())
         case 7: change = .recovery(try reader.byte() == 0 ? nil : try keys())
+        case 8: change = .addWebSession(keys: try keys(), expires: try reader.number(UInt64.self))
+        case 9: change = .endWebSession(identifier: try reader.string())
         case let kind: throw EncryptionError(.malformed, "a roster entry of unknown kind \(kind)")
         }
         let signer = try reader.string()

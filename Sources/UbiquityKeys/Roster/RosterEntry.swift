@@ -31,6 +31,15 @@ public enum RosterChange: Sendable, Equatable {
     /// may add a device — the way back in when every device is lost — and nothing else, under
     /// either custody. Set and cleared by devices alone.
     case recovery(DevicePublicKeys?)
+    /// A browser a device of the roster let in under Advanced Data Protection (``WebGrant``):
+    /// its signing key may sign commits — the page's own changes — from this entry until the
+    /// session ends, and nothing else (no roster entry, no key). Signed by the approving
+    /// device; `expires` is when its grant ends (seconds since 1970), after which a device
+    /// ends the session.
+    case addWebSession(keys: DevicePublicKeys, expires: UInt64)
+    /// A browser's session ended (its grant expired, or a device ended it): what its key signs
+    /// naming a later entry is refused, and devices close its chains as a removed device's.
+    case endWebSession(identifier: String)
 
     /// A canonical encoding, for signing and hashing.
     var bytes: [UInt8] {
@@ -52,6 +61,10 @@ public enum RosterChange: Sendable, Equatable {
             binding.append([6]); binding.append(keys?.signing ?? []); binding.append(keys?.agreement ?? [])
         case .recovery(let keys):
             binding.append([7]); binding.append(keys?.signing ?? []); binding.append(keys?.agreement ?? [])
+        case .addWebSession(let keys, let expires):
+            binding.append([8]); binding.append(keys.signing); binding.append(keys.agreement); binding.append(expires)
+        case .endWebSession(let identifier):
+            binding.append([9]); binding.append(identifier)
         }
         return binding.bytes
     }

@@ -17,42 +17,7 @@ extension SyncServices {
         containers.post("signed-commits") { request, context in
             let container = try context.parameters.require("container")
             let device = try context.requireDevice(for: container)
-            let sent = try await request.decode(as: SignedCommitsRequest.self, context: context)
-            guard (1...SignedCommitsRequest.maximumCount).contains(sent.commits.count) else {
-                throw SyncError.badRequest("tooMany", "send 1 to \(SignedCommitsRequest.maximumCount) signed commits at a time")
-            }
-            guard sent.commits.allSatisfy({ $0.commit.count <= SignedCommitsRequest.maximumBytes && $0.content.count <= SignedCommitsRequest.maximumBytes }) else {
-                throw SyncError.badRequest("tooLarge", "a signed commit and its content are at most \(SignedCommitsRequest.maximumBytes) bytes each")
-            }
-            var roster = try await accountRoster(of: device)
-            var positions: [Int64] = []
-            var rosterMoves = 0
-            var index = 0
-            while index < sent.commits.count {
-                let kept = try Self.checked(sent.commits[index], of: container, roster: roster, logger: context.logger, device: device)
-                // Kept only while the roster still ends where it was checked against, as the
-                // escrow's are: the devices close a removed device's chain at what they read
-                // after its removal (`CommitLedger.closings`), so nothing of its may be kept later.
-                switch try await database.keepCommit(accountId: device.accountId, container: container, commit: kept, rosterEntry: Int64(roster.head.index)) {
-                case .kept(let position), .alreadyKept(let position):
-                    positions.append(position)
-                    index += 1
-                case .forked:
-                    context.logger.warning("signed commit refused: another is kept at its place", metadata: ["device": "\(device.deviceId)", "sequence": "\(kept.sequence)"])
-                    throw SyncError(.conflict, "forked", "another commit is kept at place \(kept.sequence) of this device's chain, or this one does not follow the one before")
-                case .outOfOrder(let expected):
-                    throw SyncError(.conflict, "outOfOrder", "this device's next commit is \(expected), not \(kept.sequence): send the ones before first")
-                case .overBudget:
-                    context.logger.warning("signed commit refused: the container keeps its most bytes of commits", metadata: ["device": "\(device.deviceId)"])
-                    throw SyncError(.contentTooLarge, "commitBudget", "this container keeps \(KeptCommit.containerBudget) bytes of signed commits, the most it may")
-                case .rosterMoved:
-                    // An entry appended since the roster was read: checked again against it.
-                    rosterMoves += 1
-                    guard rosterMoves <= 8 else { throw SyncError(.conflict, "rosterMoved", "the account's roster kept moving on: send again") }
-                    roster = try await accountRoster(of: device)
-                }
-            }
-            return SignedCommitsResponse(positions: positions)
+            return try await keepSignedCommits(request, context: context, container: container, device: device)
         }
         containers.get("signed-commits") { request, context in
             let container = try context.parameters.require("container")
@@ -65,6 +30,47 @@ extension SyncServices {
             let page = try await database.keptCommits(accountId: device.accountId, container: container, after: after, limit: limit + 1)
             return SignedCommitsPage(commits: Array(page.prefix(limit)), more: page.count > limit)
         }
+    }
+
+    /// Keeps the signed commits a device sent — or a page a device let in under Advanced Data
+    /// Protection, signing its own changes — each checked on its own and against its chain.
+    func keepSignedCommits(_ request: Request, context: SyncContext, container: String, device: DeviceAuth) async throws -> SignedCommitsResponse {
+        let sent = try await request.decode(as: SignedCommitsRequest.self, context: context)
+        guard (1...SignedCommitsRequest.maximumCount).contains(sent.commits.count) else {
+            throw SyncError.badRequest("tooMany", "send 1 to \(SignedCommitsRequest.maximumCount) signed commits at a time")
+        }
+        guard sent.commits.allSatisfy({ $0.commit.count <= SignedCommitsRequest.maximumBytes && $0.content.count <= SignedCommitsRequest.maximumBytes }) else {
+            throw SyncError.badRequest("tooLarge", "a signed commit and its content are at most \(SignedCommitsRequest.maximumBytes) bytes each")
+        }
+        var roster = try await accountRoster(of: device)
+        var positions: [Int64] = []
+        var rosterMoves = 0
+        var index = 0
+        while index < sent.commits.count {
+            let kept = try Self.checked(sent.commits[index], of: container, roster: roster, logger: context.logger, device: device)
+            // Kept only while the roster still ends where it was checked against, as the
+            // escrow's are: the devices close a removed device's chain at what they read
+            // after its removal (`CommitLedger.closings`), so nothing of its may be kept later.
+            switch try await database.keepCommit(accountId: device.accountId, container: container, commit: kept, rosterEntry: Int64(roster.head.index)) {
+            case .kept(let position), .alreadyKept(let position):
+                positions.append(position)
+                index += 1
+            case .forked:
+                context.logger.warning("signed commit refused: another is kept at its place", metadata: ["device": "\(device.deviceId)", "sequence": "\(kept.sequence)"])
+                throw SyncError(.conflict, "forked", "another commit is kept at place \(kept.sequence) of this device's chain, or this one does not follow the one before")
+            case .outOfOrder(let expected):
+                throw SyncError(.conflict, "outOfOrder", "this device's next commit is \(expected), not \(kept.sequence): send the ones before first")
+            case .overBudget:
+                context.logger.warning("signed commit refused: the container keeps its most bytes of commits", metadata: ["device": "\(device.deviceId)"])
+                throw SyncError(.contentTooLarge, "commitBudget", "this container keeps \(KeptCommit.containerBudget) bytes of signed commits, the most it may")
+            case .rosterMoved:
+                // An entry appended since the roster was read: checked again against it.
+                rosterMoves += 1
+                guard rosterMoves <= 8 else { throw SyncError(.conflict, "rosterMoved", "the account's roster kept moving on: send again") }
+                roster = try await accountRoster(of: device)
+            }
+        }
+        return SignedCommitsResponse(positions: positions)
     }
 
     /// The account's roster as the server keeps it, verified.
@@ -89,6 +95,9 @@ extension SyncServices {
             // (A removed device's commits from before its removal verify; kept after it, the
             // devices' closing commits would have passed them.)
             guard roster.removedAt[commit.device] == nil else { throw EncryptionError(.badSignature, "its device was removed from the account") }
+            if let session = roster.webSessions[commit.device], session.until != nil {
+                throw EncryptionError(.badSignature, "its browser's session has ended")
+            }
             return KeptCommit(device: commit.device, sequence: Int64(clamping: commit.sequence), previous: Data(commit.previous), hash: Data(commit.hash),
                               body: upload.commit, content: upload.content)
         } catch let error as EncryptionError {

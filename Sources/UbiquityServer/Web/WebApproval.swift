@@ -105,6 +105,17 @@ extension SyncServices {
             guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: false) else { throw SyncError.notFound }
             return item
         }
+        // The page's own changes under Advanced (docs/Encryption.md, "The page's changes under
+        // Advanced"): records sealed and names tagged in the browser, then the commit it signed
+        // with its key, which the roster let in. Nothing in plaintext is taken.
+        sealed.post("commits") { request, context in
+            let (device, container) = try await granted(context)
+            return try await commitBatch(request, context: context, container: container, device: device, sealedOnly: true)
+        }
+        sealed.post("signed-commits") { request, context in
+            let (device, container) = try await granted(context)
+            return try await keepSignedCommits(request, context: context, container: container, device: device)
+        }
         // Which of a file's chunks are kept as sealed patches (the page names their keys in a link).
         sealed.post("bases") { request, context in try await chunkBases(request, context: context, device: try await granted(context).0) }
         sealed.get("chunks/:hash") { _, context in

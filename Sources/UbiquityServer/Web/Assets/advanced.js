@@ -8,7 +8,7 @@
 // the browser's own key pair stays in IndexedDB, not extractable.
 
 import { api, APIError, segment } from "./api.js";
-import { applyPatch, binding, concat, openChunk } from "./sealed.js";
+import { applyPatch, binding, concat, openChunk, pad, u32 } from "./sealed.js";
 
 const subtle = crypto.subtle;
 const encoder = new TextEncoder();
@@ -52,14 +52,20 @@ async function stored(name, value) {
 /** This session's key pair (made once per web session), with its public halves' bytes. */
 async function browserKeys(session) {
   const kept = await stored("session:" + session.device);
-  if (kept) return kept;
+  if (kept && kept.signing) return kept;
   const agreement = await subtle.generateKey({ name: "X25519" }, false, ["deriveBits"]);
   const signing = await subtle.generateKey({ name: "Ed25519" }, false, ["sign", "verify"]);
   const keys = {
-    agreement, signingPublic: new Uint8Array(await subtle.exportKey("raw", signing.publicKey)),
+    agreement, signing, signingPublic: new Uint8Array(await subtle.exportKey("raw", signing.publicKey)),
     agreementPublic: new Uint8Array(await subtle.exportKey("raw", agreement.publicKey)), approver: null,
   };
   return stored("session:" + session.device, keys);
+}
+
+/** Forgets this session's key pair: a browser's key is let into the roster once, so the next
+ * approval is of new keys. */
+async function forgetBrowserKeys(session) {
+  await stored("session:" + session.device, null);
 }
 
 // MARK: The code (as `JoinCode` computes it)
@@ -104,23 +110,28 @@ async function openGrant(grant, keys, session) {
   const byContainer = {};
   for (const entry of contents.k) {
     (byContainer[entry.c] ||= {})[entry.e] = {
-      record: unbase64(entry.r), chunkIdentifier: unbase64(entry.i), chunkContent: unbase64(entry.k),
+      record: unbase64(entry.r), nameTag: unbase64(entry.n), chunkIdentifier: unbase64(entry.i), chunkContent: unbase64(entry.k),
     };
   }
-  return { expires: contents.x, byContainer };
+  // Where the roster let this browser's key in (under Advanced): what its commits name.
+  const rosterEntry = contents.s ? { index: contents.s.i, hash: unbase64(contents.s.h) } : null;
+  return { expires: contents.x, byContainer, rosterEntry, browser: keys };
 }
 
 /** The keys of this session, asking a device for them (and showing the code) when it has none. */
 async function keysOf(session) {
   if (granted && granted.expires * 1000 > Date.now()) return granted;
   granted = null;
-  const keys = await browserKeys(session);
+  let keys = await browserKeys(session);
   if (keys.approver) {
     try {
       granted = await openGrant(await api("GET", "/web/api/grant"), keys, session);
       return granted;
     } catch (error) {
       if (!(error instanceof APIError && error.code === "noGrant")) throw error;
+      // The approval ended: new keys ask again (the roster lets each browser key in once).
+      await forgetBrowserKeys(session);
+      keys = await browserKeys(session);
     }
   }
   const nonce = crypto.getRandomValues(new Uint8Array(32));
@@ -350,4 +361,177 @@ export async function shareSealed(session, container, listed) {
   const link = await api("POST", links, { revision: item.revision, manifest: base64(concat(new Uint8Array([1, 0, 0, 0, 0]), nonce, box)) });
   const fragment = base64(linkKey).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
   return { ...link, path: link.path + "#k=" + fragment };
+}
+
+// MARK: The page's own changes (docs/Encryption.md, "The page's changes under Advanced")
+//
+// As a device makes them: the record sealed here and bound to the item and its folder, the name
+// given to the server as its keyed tag, the change committed, then a commit of what it made
+// signed with this browser's key — which the approving device let into the roster until the
+// grant ends — so that every device takes the page's change as it takes another device's.
+
+function u16(value) {
+  const out = new Uint8Array(2);
+  new DataView(out.buffer).setUint16(0, value);
+  return out;
+}
+
+function u64(value) {
+  const out = new Uint8Array(8);
+  new DataView(out.buffer).setBigUint64(0, BigInt(value));
+  return out;
+}
+
+/** A text of a wire encoding: its UTF-8 after a 16-bit length. */
+function wireText(text) {
+  const bytes = encoder.encode(text);
+  return concat(u16(bytes.length), bytes);
+}
+
+const epochsOf = (keys, container) => Object.keys(keys.byContainer[container] || {}).map(Number).sort((a, b) => a - b);
+
+/** The keyed tag the server sees for `name` in `parent` (as `RecordKey.nameClashTag`: composed,
+ * lowercased a character at a time, HMAC-SHA256 under the account's first epoch's name key). */
+async function nameTag(keys, container, name, parent) {
+  const epochs = epochsOf(keys, container);
+  if (epochs.length === 0) throw new Error("this browser was not given that container's keys");
+  const folded = [...name.normalize("NFC")].map((character) => character.toLowerCase()).join("");
+  const key = await subtle.importKey("raw", keys.byContainer[container][epochs[0]].nameTag, { name: "HMAC", hash: "SHA-256" }, false, ["sign"]);
+  const tag = new Uint8Array(await subtle.sign("HMAC", key, binding("name", 1, 0, [encoder.encode(parent || ""), encoder.encode(folded)])));
+  return hex(tag.subarray(0, 16));
+}
+
+/** `record` sealed for `item` in `parent` with the newest epoch's record key (format 1, padded to at least 256 bytes). */
+async function sealRecord(keys, container, item, parent, record) {
+  const epochs = epochsOf(keys, container);
+  const epoch = epochs[epochs.length - 1];
+  const key = await subtle.importKey("raw", keys.byContainer[container][epoch].record, "AES-GCM", false, ["encrypt"]);
+  const nonce = crypto.getRandomValues(new Uint8Array(12));
+  const aad = binding("record", 1, epoch, [encoder.encode(container), encoder.encode(item), encoder.encode(parent || ""), new Uint8Array(0)]);
+  const box = new Uint8Array(await subtle.encrypt({ name: "AES-GCM", iv: nonce, additionalData: aad }, key, pad(encoder.encode(JSON.stringify(record)), 256)));
+  return concat(new Uint8Array([1]), u32(epoch), nonce, box);
+}
+
+/** This browser's identifier in the roster (as `DevicePublicKeys.deviceIdentifier`). */
+async function signerOf(browser) {
+  return hex((await sha256(concat(encoder.encode("ubiquity device"), browser.signingPublic, browser.agreementPublic))).subarray(0, 16));
+}
+
+/** A commit's content (format 1): each outcome's item, folder, record hash, revision, base,
+ * deleted and conflict flags, and the container's sequence. */
+function commitContent(outcomes) {
+  const parts = [new Uint8Array([1]), u16(outcomes.length)];
+  const optional = (text) => text == null ? new Uint8Array([0]) : concat(new Uint8Array([1]), wireText(text));
+  for (const outcome of outcomes) {
+    parts.push(wireText(outcome.item), optional(outcome.folder), outcome.recordHash, wireText(outcome.revision), optional(outcome.base),
+      new Uint8Array([outcome.deleted ? 1 : 0, outcome.conflict ? 1 : 0]), u64(outcome.sequence));
+  }
+  return concat(...parts);
+}
+
+/** Signs what a change made as the next commit of this browser's chain in `container`, and
+ * gives it to the server (which keeps it for the devices; they check it against the roster). */
+async function signCommit(keys, container, outcomes) {
+  if (!keys.rosterEntry) throw new Error("the device that let this browser in did not let its key sign (update that device's ubiquity)");
+  const signer = await signerOf(keys.browser);
+  const chainName = `chain:${signer}:${container}`;
+  const head = (await stored(chainName)) || { sequence: 0, hash: new Uint8Array(32) };
+  const content = commitContent(outcomes);
+  const contentHash = await sha256(content);
+  const sequence = head.sequence + 1;
+  const signed = binding("commit", 1, 0, [encoder.encode(container), encoder.encode(signer), u64(sequence), head.hash, contentHash,
+    u64(keys.rosterEntry.index), keys.rosterEntry.hash, u64(0)]);
+  const signature = new Uint8Array(await subtle.sign({ name: "Ed25519" }, keys.browser.signing.privateKey, signed));
+  const commit = concat(new Uint8Array([1]), wireText(container), wireText(signer), u64(sequence), head.hash, contentHash,
+    u64(keys.rosterEntry.index), keys.rosterEntry.hash, u16(0), signature);
+  await api("POST", `/web/api/containers/${segment(container)}/sealed/signed-commits`, { commits: [{ commit: base64(commit), content: base64(content) }] });
+  await stored(chainName, { sequence, hash: await sha256(concat(signed, signature)) });
+}
+
+const newIdentifier = () => hex(crypto.getRandomValues(new Uint8Array(16)));
+
+/** Commits `changes` ({ item, update, record }) as one batch, then signs what they made. A
+ * refused change throws its error (the others are signed first). */
+async function commitSealed(session, container, changes) {
+  const keys = await keysOf(session);
+  const answer = await api("POST", `/web/api/containers/${segment(container)}/sealed/commits`, {
+    commits: changes.map((change) => ({ item: change.item, update: { ...change.update, record: change.record ? base64(change.record) : undefined } })),
+  });
+  const outcomes = [];
+  let refused = null;
+  for (const [index, result] of answer.results.entries()) {
+    if (result.error) { refused ||= result.error; continue; }
+    const change = changes[index], made = result.commit;
+    outcomes.push({
+      item: change.item, folder: made.item.parent ?? null, recordHash: change.record ? await sha256(change.record) : new Uint8Array(32),
+      revision: made.revision, base: change.update.baseRevision ?? null, deleted: change.update.deleted === true,
+      conflict: made.outcome !== "current", sequence: made.item.sequence,
+    });
+  }
+  if (outcomes.length) await signCommit(keys, container, outcomes);
+  if (refused) throw new APIError(409, refused.code, refused.message);
+}
+
+/** The item's whole state and its opened record (the change is made from them). */
+async function current(session, container, id) {
+  const keys = await keysOf(session);
+  const item = await api("GET", `/web/api/containers/${segment(container)}/sealed/items/${segment(id)}`);
+  if (!item.record) throw new Error("this item is from before the account's keys: only a device changes it under Advanced Data Protection");
+  return { keys, item, record: await openRecord(keys, container, item) };
+}
+
+/** Renames and moves an item of a sealed listing: `name` (or its own) in `parent` (undefined: where it is; null: the top). */
+export async function moveSealed(session, container, listed, { name, parent } = {}) {
+  const { keys, item, record } = await current(session, container, listed.id);
+  const folder = parent === undefined ? (item.parent || null) : parent;
+  if (folder) {
+    const items = await openedItems(session, container);
+    for (let at = folder; at; at = items.get(at)?.parent) {
+      if (at === item.id) throw new APIError(400, "intoItself", "a folder cannot move into itself");
+    }
+  }
+  const renamed = { ...record, n: name ?? record.n };
+  const sealed = await sealRecord(keys, container, item.id, folder, renamed);
+  await commitSealed(session, container, [{
+    item: item.id, record: sealed,
+    update: { baseRevision: item.revision, name: await nameTag(keys, container, renamed.n, folder), parent: folder, kind: item.kind,
+      modificationDate: 0, manifest: item.manifest, changeId: newIdentifier() },
+  }]);
+}
+
+/** Deletes an item of a sealed listing — a folder with everything in it, the innermost first —
+ * as deletions every device applies (recoverable on a device from Recently Deleted). */
+export async function deleteSealed(session, container, listed) {
+  const items = await openedItems(session, container);
+  const doomed = [];
+  const visit = (id) => {
+    for (const child of items.values()) if (child.parent === id) visit(child.id);
+    const item = items.get(id);
+    if (item) doomed.push(item);
+  };
+  visit(listed.id);
+  for (let start = 0; start < doomed.length; start += 1000) {
+    const changes = [];
+    for (const item of doomed.slice(start, start + 1000)) {
+      const state = await api("GET", `/web/api/containers/${segment(container)}/sealed/items/${segment(item.id)}`);
+      changes.push({
+        item: item.id, record: null,
+        update: { baseRevision: state.revision, name: state.name, parent: state.parent ?? null, kind: state.kind, modificationDate: 0,
+          manifest: {}, deleted: true, changeId: newIdentifier() },
+      });
+    }
+    await commitSealed(session, container, changes);
+  }
+}
+
+/** A new folder named `name` in `parent` (null: the top), its record sealed here. */
+export async function newFolderSealed(session, container, parent, name) {
+  const keys = await keysOf(session);
+  const id = newIdentifier();
+  const record = { v: 1, n: name, d: Date.now() / 1000, s: 0, c: "folder" };
+  await commitSealed(session, container, [{
+    item: id, record: await sealRecord(keys, container, id, parent, record),
+    update: { name: await nameTag(keys, container, name, parent), parent: parent || null, kind: "directory", modificationDate: 0,
+      manifest: {}, changeId: newIdentifier() },
+  }]);
 }

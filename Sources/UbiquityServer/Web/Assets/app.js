@@ -4,7 +4,7 @@
 import { api, APIError, setCSRF, segment } from "./api.js";
 import { nameNode, plainName, formatBytes, formatDate } from "./names.js";
 import { uploadFile, uploadTree, makeFolder, forgetUploads } from "./upload.js";
-import { sealedListing, downloadSealed, shareSealed } from "./advanced.js";
+import { sealedListing, downloadSealed, shareSealed, moveSealed, deleteSealed, newFolderSealed } from "./advanced.js";
 
 const $ = (id) => document.getElementById(id);
 let session = null;
@@ -259,7 +259,7 @@ function renderItems() {
     row.append(name, cell(formatDate(item.modificationDate)), cell(item.kind === "directory" ? "—" : formatBytes(item.size), "num"));
     const device = document.createElement("td");
     device.append(nameNode(item.deviceName));
-    row.append(device, view.listing.sealed ? sealedActionsCell(item) : actionsCell(item)); // (under Advanced: download and share, for now)
+    row.append(device, actionsCell(item));
     return row;
   });
   $("item-rows").replaceChildren(...rows);
@@ -292,14 +292,15 @@ function button(text, action, label) {
 
 function itemPath(item) { return `/web/api/containers/${segment(view.container)}/items/${segment(item.id)}`; }
 
-/** Under Advanced: a file can be shared (the page seals the link's manifest itself). */
-function sealedActionsCell(item) {
-  const td = document.createElement("td");
-  if (item.kind === "file" && item.uploaded) {
-    td.append(button("Share link", () => share(item, () => shareSealed(session, view.container, item)), "Share a link to " + plainName(item.name)));
-  }
-  return td;
-}
+// A change to an item: made by the server (it seals records with the account's keys under
+// Standard), or under Advanced by this page — its record sealed here, the change signed with
+// this browser's key (advanced.js).
+const edits = {
+  move: (item, change) => view.listing.sealed
+    ? moveSealed(session, view.container, item, change.toTop ? { parent: null } : change)
+    : api("POST", itemPath(item) + "/move", change),
+  remove: (item) => view.listing.sealed ? deleteSealed(session, view.container, item) : api("DELETE", itemPath(item)),
+};
 
 function actionsCell(item) {
   const td = document.createElement("td");
@@ -309,23 +310,26 @@ function actionsCell(item) {
   summary.textContent = "⋯";
   summary.setAttribute("aria-label", "Actions for " + plainName(item.name));
   const list = document.createElement("div");
-  if (item.kind !== "directory") {
+  const sealed = view.listing.sealed;
+  if (item.kind !== "directory" && !sealed) { // (under Advanced the server reads no version's record)
     list.append(button("Versions" + (item.conflicts ? " and conflicts" : ""), () => {
       location.hash = `#/v/${segment(view.container)}/${segment(item.id)}` + (view.folder ? "/" + segment(view.folder) : "");
     }));
   }
-  if (item.kind === "file" && item.uploaded) list.append(button("Share link", () => share(item)));
+  if (item.kind === "file" && item.uploaded) {
+    list.append(button("Share link", () => sealed ? share(item, () => shareSealed(session, view.container, item)) : share(item), "Share a link to " + plainName(item.name)));
+  }
   list.append(button("Rename", async () => {
     const name = prompt("New name", item.name);
     if (!name || name === item.name) return;
-    await api("POST", itemPath(item) + "/move", { name });
+    await edits.move(item, { name });
     say("Renamed to " + plainName(name));
     refresh();
   }));
   list.append(button("Move", () => move(item)));
   list.append(button("Delete", async () => {
     if (!confirm(`Delete “${plainName(item.name)}”? It stays in Recently Deleted for 30 days.`)) return;
-    await api("DELETE", itemPath(item));
+    await edits.remove(item);
     say("Deleted " + plainName(item.name));
     refresh();
   }));
@@ -360,7 +364,7 @@ async function move(item) {
   await new Promise((resolve) => dialog.addEventListener("close", resolve, { once: true }));
   if (dialog.returnValue !== "move") return;
   const chosen = select.selectedOptions[0];
-  await api("POST", itemPath(item) + "/move", chosen.dataset.top ? { toTop: true } : { parent: chosen.value });
+  await edits.move(item, chosen.dataset.top ? { toTop: true } : { parent: chosen.value });
   say("Moved " + plainName(item.name));
   refresh();
 }
@@ -709,9 +713,17 @@ async function upload(file, folder) {
   }
 }
 
+/** Under Advanced the page does not cut and seal files yet: it says so and sends nothing. */
+function uploadsRefused() {
+  if (!view.listing?.sealed) return false;
+  failed(new Error("Uploading from this page is not available under Advanced Data Protection yet: add the file on one of your devices."));
+  return true;
+}
+
 $("upload-files").addEventListener("change", async (event) => {
   const files = [...event.target.files];
   event.target.value = "";
+  if (uploadsRefused()) return;
   const folder = view.folder;
   for (const file of files) await upload(file, folder);
   refresh();
@@ -720,6 +732,7 @@ $("upload-files").addEventListener("change", async (event) => {
 $("upload-folder").addEventListener("change", async (event) => {
   const files = [...event.target.files];
   event.target.value = "";
+  if (uploadsRefused()) return;
   try {
     await uploadTree(view.container, view.folder, files, upload);
   } catch (error) {
@@ -732,7 +745,8 @@ $("new-folder").addEventListener("click", async () => {
   const name = prompt("Name of the new folder");
   if (!name) return;
   try {
-    await makeFolder(view.container, view.folder, name);
+    if (view.listing?.sealed) await newFolderSealed(session, view.container, view.folder || null, name);
+    else await makeFolder(view.container, view.folder, name);
     refresh();
   } catch (error) {
     failed(error);

@@ -17,7 +17,8 @@ export function concat(...parts) {
   return out;
 }
 
-function u32(value) {
+/** A 32-bit big-endian number. */
+export function u32(value) {
   const out = new Uint8Array(4);
   new DataView(out.buffer).setUint32(0, value >>> 0);
   return out;
@@ -53,8 +54,9 @@ export function paddedLength(length) {
   return (length + mask) & ~mask;
 }
 
-function pad(plaintext) {
-  const padded = new Uint8Array(paddedLength(plaintext.length + 1));
+/** `plaintext` ‖ 0x80 ‖ zeros, to its Padmé length and at least `minimum` bytes. */
+export function pad(plaintext, minimum = 0) {
+  const padded = new Uint8Array(Math.max(minimum, paddedLength(plaintext.length + 1)));
   padded.set(plaintext);
   padded[plaintext.length] = 0x80;
   return padded;
