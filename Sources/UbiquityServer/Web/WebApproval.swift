@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import NIOCore
 import UbiquityKeys
 import UbiquityProtocol
 
@@ -111,6 +112,20 @@ extension SyncServices {
         sealed.post("commits") { request, context in
             let (device, container) = try await granted(context)
             return try await commitBatch(request, context: context, container: container, device: device, sealedOnly: true)
+        }
+        // A chunk the page sealed (an upload): kept unread, as a device's sealed chunk is.
+        sealed.put("chunks/:hash") { request, context -> HTTPResponse.Status in
+            let (device, _) = try await granted(context)
+            let hash = try context.parameters.require("hash")
+            try Validate.hash(hash)
+            let body: ByteBuffer
+            do {
+                body = try await request.body.collect(upTo: Int(Validate.maximumChunkSize))
+            } catch {
+                throw SyncError(.contentTooLarge, "chunkTooLarge", "chunks are at most \(Validate.maximumChunkSize) bytes")
+            }
+            try await receive([ChunkBatch.Chunk(hash: hash, bytes: Array(buffer: body))], from: device, logger: context.logger, sealed: true)
+            return .noContent
         }
         sealed.post("signed-commits") { request, context in
             let (device, container) = try await granted(context)

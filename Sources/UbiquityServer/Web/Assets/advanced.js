@@ -8,7 +8,7 @@
 // the browser's own key pair stays in IndexedDB, not extractable.
 
 import { api, APIError, segment } from "./api.js";
-import { applyPatch, binding, concat, openChunk, pad, u32 } from "./sealed.js";
+import { applyPatch, binding, concat, openChunk, pad, sealChunk, u32 } from "./sealed.js";
 
 const subtle = crypto.subtle;
 const encoder = new TextEncoder();
@@ -533,5 +533,60 @@ export async function newFolderSealed(session, container, parent, name) {
     item: id, record: await sealRecord(keys, container, id, parent, record),
     update: { name: await nameTag(keys, container, name, parent), parent: parent || null, kind: "directory", modificationDate: 0,
       manifest: {}, changeId: newIdentifier() },
+  }]);
+}
+
+/** Unsigned LEB128 numbers (a record's chunk sizes). */
+function leb128Encoded(values) {
+  const bytes = [];
+  for (let value of values) {
+    do {
+      let byte = value % 128;
+      value = Math.floor(value / 128);
+      if (value > 0) byte |= 0x80;
+      bytes.push(byte);
+    } while (value > 0);
+  }
+  return new Uint8Array(bytes);
+}
+
+/** A name as the server compares names by their tags: composed, lowercased a character at a time. */
+const folded = (name) => [...name.normalize("NFC")].map((character) => character.toLowerCase()).join("");
+
+/** How much of a file one sealed chunk holds when the page uploads it: fixed cuts, so the
+ * boundaries say nothing of the contents (a device cutting the file later with its keyed
+ * chunker sends it whole once). */
+export const uploadChunkBytes = 512 * 1024;
+
+/** Uploads `file` into `parent` (null: the top) as a device does under Advanced: cut, each chunk
+ * named by its keyed MAC and sealed here, its record sealed and its name tagged here, the change
+ * signed by this browser. A file of that name there gets a new revision (its earlier contents
+ * stay a version on the devices); a folder of that name refuses it. Reports bytes sealed and sent. */
+export async function uploadSealed(session, container, parent, file, onProgress = () => {}) {
+  const keys = await keysOf(session);
+  const epochs = epochsOf(keys, container);
+  if (epochs.length === 0) throw new Error("this browser was not given that container's keys");
+  const epoch = epochs[epochs.length - 1];
+  const chunkKeys = { epoch, identifier: keys.byContainer[container][epoch].chunkIdentifier, content: keys.byContainer[container][epoch].chunkContent };
+  const items = await openedItems(session, container);
+  const same = [...items.values()].find((item) => item.parent === (parent || null) && folded(item.name) === folded(file.name));
+  if (same && same.kind !== "file") throw new APIError(409, "nameTaken", "a folder of that name is there already");
+  const chunks = [];
+  for (let start = 0; start < file.size; start += uploadChunkBytes) {
+    const plaintext = new Uint8Array(await file.slice(start, start + uploadChunkBytes).arrayBuffer());
+    const { id, body } = await sealChunk(chunkKeys, plaintext);
+    const hash = hex(id);
+    await api("PUT", `/web/api/containers/${segment(container)}/sealed/chunks/${hash}`, new Blob([body]));
+    chunks.push({ hash, sealed: body.length, plain: plaintext.length });
+    onProgress(Math.min(file.size, start + plaintext.length), file.size);
+  }
+  const record = { v: 1, n: file.name, d: file.lastModified / 1000, s: file.size, c: hex(await sha256(encoder.encode(chunks.map((chunk) => chunk.hash + ":" + chunk.plain).join(",")))) };
+  if (chunks.length) record.z = base64(leb128Encoded(chunks.map((chunk) => chunk.plain)));
+  const id = same ? same.id : newIdentifier();
+  const base = same ? (await api("GET", `/web/api/containers/${segment(container)}/sealed/items/${segment(same.id)}`)).revision : undefined;
+  await commitSealed(session, container, [{
+    item: id, record: await sealRecord(keys, container, id, parent, record),
+    update: { baseRevision: base, name: await nameTag(keys, container, file.name, parent), parent: parent || null, kind: "file", modificationDate: 0,
+      manifest: { chunks: chunks.map((chunk) => ({ hash: chunk.hash, size: chunk.sealed })) }, changeId: newIdentifier() },
   }]);
 }

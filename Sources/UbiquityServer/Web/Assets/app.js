@@ -4,7 +4,7 @@
 import { api, APIError, setCSRF, segment } from "./api.js";
 import { nameNode, plainName, formatBytes, formatDate } from "./names.js";
 import { uploadFile, uploadTree, makeFolder, forgetUploads } from "./upload.js";
-import { sealedListing, downloadSealed, shareSealed, moveSealed, deleteSealed, newFolderSealed } from "./advanced.js";
+import { sealedListing, downloadSealed, shareSealed, moveSealed, deleteSealed, newFolderSealed, uploadSealed } from "./advanced.js";
 
 const $ = (id) => document.getElementById(id);
 let session = null;
@@ -705,7 +705,9 @@ function progressRow(file) {
 async function upload(file, folder) {
   const { bar, row } = progressRow(file);
   try {
-    await uploadFile(view.container, folder, file, (sent) => { bar.value = sent; });
+    // (Under Advanced the page cuts and seals the file itself.)
+    if (view.listing?.sealed) await uploadSealed(session, view.container, folder || null, file, (sent) => { bar.value = sent; });
+    else await uploadFile(view.container, folder, file, (sent) => { bar.value = sent; });
     row.remove();
     say("Uploaded " + plainName(file.name));
   } catch (error) {
@@ -713,17 +715,16 @@ async function upload(file, folder) {
   }
 }
 
-/** Under Advanced the page does not cut and seal files yet: it says so and sends nothing. */
-function uploadsRefused() {
+/** Under Advanced the page uploads files, not folders yet: it says so and sends nothing. */
+function folderUploadsRefused() {
   if (!view.listing?.sealed) return false;
-  failed(new Error("Uploading from this page is not available under Advanced Data Protection yet: add the file on one of your devices."));
+  failed(new Error("Uploading a folder from this page is not available under Advanced Data Protection yet: upload its files, or add it on one of your devices."));
   return true;
 }
 
 $("upload-files").addEventListener("change", async (event) => {
   const files = [...event.target.files];
   event.target.value = "";
-  if (uploadsRefused()) return;
   const folder = view.folder;
   for (const file of files) await upload(file, folder);
   refresh();
@@ -732,7 +733,7 @@ $("upload-files").addEventListener("change", async (event) => {
 $("upload-folder").addEventListener("change", async (event) => {
   const files = [...event.target.files];
   event.target.value = "";
-  if (uploadsRefused()) return;
+  if (folderUploadsRefused()) return;
   try {
     await uploadTree(view.container, view.folder, files, upload);
   } catch (error) {
