@@ -31,6 +31,17 @@ extension ContainerSync {
         var position: Int64 = 0
         /// The container sequences of signed changes past the cursor, by item.
         var pending: [String: [Int64]] = [:]
+        /// The revisions of signed deletions read, by item, until this device takes them (under
+        /// Advanced a deletion of an item it holds is taken only once a commit names it).
+        var deletions: [String: Set<String>] = [:]
+
+        /// What the store keeps beside the ledger (format 2: pending and deletions; format 1
+        /// was the pending dictionary alone, read as such).
+        struct Kept: Codable {
+            var v = 2
+            var pending: [String: [Int64]]
+            var deletions: [String: [String]]
+        }
     }
 
     /// The signed commit of `made` after this device's last (nil: this device does not sign —
@@ -118,7 +129,7 @@ extension ContainerSync {
     /// without the account's roster.
     /// - Throws: ``EncryptionError`` naming what failed; the server's errors.
     func checkSigned(_ items: [ItemState], since cursor: Int64, upTo high: Int64, final: Bool) async throws -> [ItemState] {
-        guard var history = try await readSignedCommits() else { return [] }
+        guard var history = try await readSignedCommits() else { return items }
         let read = history.pending
         let shown = Dictionary(items.map { ($0.id, $0.sequence) }, uniquingKeysWith: max)
         func known(_ item: String) -> Int64 { state.persisted.remote[item]?.sequence ?? Int64.min }
@@ -145,15 +156,52 @@ extension ContainerSync {
                 throw Self.hidden(item, sequence, shownAt: nil, upTo: high)
             } // (else: a deleted item the server has since collected)
         }
-        // What is reflected now is not looked at again.
+        let deletionsRead = history.deletions
+        let taken = heldBackDeletions(items + fetched, history: &history)
+        let takenAt = Dictionary(taken.map { ($0.id, $0.sequence) }, uniquingKeysWith: max)
+        // What is reflected now is not looked at again — but a deletion held back is not taken:
+        // its item is asked for again next round, and the truth, once told, is taken.
         for (item, sequences) in history.pending {
-            let reflected = max(shown[item] ?? Int64.min, known(item), got[item] ?? Int64.min)
-            let left = sequences.filter { $0 > high || ($0 > reflected && missing[item] == nil) }
+            let reflected = max(takenAt[item] ?? Int64.min, known(item))
+            let collected = missing[item] != nil && got[item] == nil
+            let left = sequences.filter { $0 > high || ($0 > reflected && !collected) }
             history.pending[item] = left.isEmpty ? nil : left
         }
         signedHistory = history
-        if history.pending != read { signedHistoryChanges += 1 } // (the store keeps it again)
-        return fetched
+        if history.pending != read || history.deletions != deletionsRead { signedHistoryChanges += 1 } // (the store keeps it again)
+        return taken
+    }
+
+    /// `states` without the deletions no commit names yet, under Advanced, of items this device
+    /// holds alive: the server holds no key there, but a deletion carries no record, so without
+    /// this rule it could delete any file on every device. One held back is taken once its
+    /// commit is read (the change it names is then asked for by id, as a signed change the page
+    /// left out); one never signed is never taken — the file stays. Signed deletions are
+    /// forgotten once taken, and those of items this device does not hold at once.
+    func heldBackDeletions(_ states: [ItemState], history: inout SignedHistory) -> [ItemState] {
+        guard codec.signer?.roster?.custody == .advanced else {
+            history.deletions = [:]
+            return states
+        }
+        var taken: [ItemState] = []
+        var held: [String] = []
+        for state in states {
+            if state.deleted, let had = self.state.persisted.remote[state.id], !had.deleted,
+               history.deletions[state.id]?.contains(state.revision) != true {
+                held.append(state.id)
+                continue
+            }
+            taken.append(state)
+        }
+        if !held.isEmpty {
+            logger.notice("deletions no signed commit names yet are held back: the files stay until one does",
+                          metadata: ["container": "\(container)", "items": "\(held.count)", "first": "\(held[0])"])
+        }
+        let deletedNow = Set(taken.filter(\.deleted).map(\.id))
+        history.deletions = history.deletions.filter { item, _ in
+            !deletedNow.contains(item) && (self.state.persisted.remote[item].map { !$0.deleted } ?? false)
+        }
+        return taken
     }
 
     /// Reads the commits kept since the last look into the ledger (the store's checkpoint
@@ -172,7 +220,7 @@ extension ContainerSync {
         let before = signedHistory
         // (The store keeps it again only if what was read, or is still to be checked, moved.)
         defer {
-            if signedHistory?.position != before?.position || signedHistory?.pending != before?.pending || signedHistory?.ledger.heads != before?.ledger.heads {
+            if signedHistory?.position != before?.position || signedHistory?.pending != before?.pending || signedHistory?.deletions != before?.deletions || signedHistory?.ledger.heads != before?.ledger.heads {
                 signedHistoryChanges += 1
             }
         }
@@ -203,7 +251,10 @@ extension ContainerSync {
                     signedHistory = nil
                     throw error
                 }
-                for outcome in content.outcomes { history.pending[outcome.item, default: []].append(outcome.sequence) }
+                for outcome in content.outcomes {
+                    history.pending[outcome.item, default: []].append(outcome.sequence)
+                    if outcome.deleted, !outcome.conflict { history.deletions[outcome.item, default: []].insert(outcome.revision) }
+                }
                 history.position = stored.position
             }
             guard page.more, !page.commits.isEmpty else { break }
@@ -260,6 +311,9 @@ extension ContainerSync {
         do {
             guard let kept = try store.ledgerCheckpoint(of: container) else { return nil }
             let ledger = try CommitLedger(encoded: kept.ledger, container: container)
+            if let both = try? JSONDecoder().decode(SignedHistory.Kept.self, from: kept.pending), both.v == 2 {
+                return SignedHistory(ledger: ledger, position: kept.position, pending: both.pending, deletions: both.deletions.mapValues(Set.init))
+            }
             let pending = try JSONDecoder().decode([String: [Int64]].self, from: kept.pending)
             return SignedHistory(ledger: ledger, position: kept.position, pending: pending)
         } catch {
@@ -274,7 +328,7 @@ extension ContainerSync {
         guard signedHistoryChanges != signedHistoryKept else { return nil }
         guard let history = signedHistory else { return .some(nil) }
         do {
-            let pending = try JSONEncoder().encode(history.pending)
+            let pending = try JSONEncoder().encode(SignedHistory.Kept(pending: history.pending, deletions: history.deletions.mapValues { $0.sorted() }))
             return .some(LedgerCheckpoint(position: history.position, ledger: history.ledger.encoded(), pending: pending))
         } catch {
             return .some(nil) // (a dictionary of texts and numbers always encodes)

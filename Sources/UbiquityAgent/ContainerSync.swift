@@ -470,7 +470,7 @@ package actor ContainerSync {
                 let pageEnd = page.items.last?.sequence // (items asked for by id are added after it)
                 do {
                     page.items = try opened(page.items)
-                    page.items += try await checkSigned(page.items, since: cursor, upTo: page.more ? (pageEnd ?? cursor) : page.sequence, final: !page.more)
+                    page.items = try await checkSigned(page.items, since: cursor, upTo: page.more ? (pageEnd ?? cursor) : page.sequence, final: !page.more)
                 } catch let error as SyncClientError {
                     throw error // (reading the commits failed: the round fails as a fetch does)
                 } catch {

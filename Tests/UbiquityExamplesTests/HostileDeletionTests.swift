@@ -1,0 +1,58 @@
+import Foundation
+import Testing
+import Ubiquity
+import UbiquityProtocol
+import UbiquityTestSupport
+
+/// A deletion carries no record, so a server that holds no key (Advanced Data Protection) could
+/// still serve one for any item and have every device remove the file. Under Advanced a device
+/// takes a deletion of an item it holds only once a signed commit names it: a forged one is held
+/// back — logged, the file kept — and the truth, asked for again by id, is taken; a real
+/// deletion, which its device signed, goes through (issue 45; docs/Encryption.md, "Deletions
+/// under Advanced").
+@Suite(.serialized) struct HostileDeletionTests {
+    typealias Agent = HostileKeyValueServerTests.Agent
+
+    @Test(.timeLimit(.minutes(6))) func aDeletionNoCommitNamesIsHeldBackUnderAdvanced() async throws {
+        let setup = try await HostileContentServerTests.sealedSetup()
+        defer { setup.tearDown() }
+        let (laptop, phone, relay) = (setup.laptop, setup.phone, setup.phoneRelay)
+        let switched = try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
+        #expect(switched.status == 0, "\(switched.output)")
+
+        let laptopAgent = try Agent(laptop, in: setup.dir), phoneAgent = try Agent(phone, in: setup.dir)
+        defer { laptopAgent.stop(); phoneAgent.stop() }
+        let (onLaptop, onPhone) = try await onOwnThread { (try HostileContentServerTests.documents(of: laptop), try HostileContentServerTests.documents(of: phone)) }
+        try FileManager.default.createDirectory(at: onLaptop, withIntermediateDirectories: true)
+        let note = onLaptop.appendingPathComponent("Note.txt"), phoneNote = onPhone.appendingPathComponent("Note.txt")
+        try Data("the first".utf8).write(to: note)
+        #expect(await eventuallyValue(seconds: 60) { (try? String(contentsOf: phoneNote, encoding: .utf8)) == "the first" ? true : nil } == true,
+                "\(phoneAgent.logged.suffix(2000))")
+
+        // From now on every page of changes the phone is served shows each file's new state as a
+        // deletion: no record needed, and none of the keys the server does not hold.
+        let told = Told()
+        relay.rewrite(ChangesResponse.self, where: { $0.contains("/changes") }) { page in
+            for index in page.items.indices where page.items[index].kind == .file && !page.items[index].deleted {
+                (page.items[index].deleted, page.items[index].record, page.items[index].manifest) = (true, nil, Manifest())
+                (page.items[index].digest, page.items[index].contents, page.items[index].size) = (nil, nil, 0)
+                told.count.withLock { $0 += 1 }
+            }
+        }
+        try Data("the second".utf8).write(to: note)
+        #expect(try await HostileKeyValueServerTests.until(phoneAgent, logs: "deletions no signed commit names yet are held back"), "\(phoneAgent.logged.suffix(3000))")
+        #expect(told.count.withLock { $0 } > 0, "the lie was told")
+        // The file stays; the edit its device signed is asked for by id, and taken.
+        #expect(FileManager.default.fileExists(atPath: phoneNote.path), "a forged deletion removed the file")
+        #expect(await eventuallyValue(seconds: 60) { (try? String(contentsOf: phoneNote, encoding: .utf8)) == "the second" ? true : nil } == true,
+                "\(phoneAgent.logged.suffix(3000))")
+
+        // A real deletion — signed by the laptop — goes through.
+        relay.tamper.withLock { $0 = nil }
+        try FileManager.default.removeItem(at: note)
+        #expect(await eventuallyValue(seconds: 60) { FileManager.default.fileExists(atPath: phoneNote.path) ? nil : true } == true,
+                "\(phoneAgent.logged.suffix(3000))")
+        try await laptopAgent.stopped()
+        try await phoneAgent.stopped()
+    }
+}
