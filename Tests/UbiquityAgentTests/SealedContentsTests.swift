@@ -450,3 +450,26 @@ extension ContainerSyncTests {
         }
     }
 }
+
+/// A browser's session under Advanced ends in the roster once its grant has run out: the next
+/// device that reads the keys appends the end (any device of the roster may), so nothing its key
+/// signs afterwards is taken; a session still running is left alone.
+extension ContainerSyncTests {
+    @Test func anExpiredBrowserSessionIsEndedByTheNextDeviceThatReadsTheKeys() async throws {
+        try await withServer { base, dir in
+            let home = URL(fileURLWithPath: dir).appendingPathComponent("laptop")
+            let paths = UbiquityPaths(configuration: home.appendingPathComponent("config"), data: home.appendingPathComponent("data"))
+            let credentials = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: "laptop", savingTo: paths)
+            let accountKeys = AccountKeys(credentials: credentials, paths: paths, client: SyncClient(server: base, token: credentials.token))
+            let keys = SessionKeys(keys: accountKeys, deviceName: "laptop", logger: Logger(label: "test"))
+            _ = try await keys.current(refresh: true) // (sets the keys up)
+            _ = try await accountKeys.setCustody(.advanced)
+            let now = UInt64(Date().timeIntervalSince1970)
+            let ranOut = DeviceKeys().publicKeys, running = DeviceKeys().publicKeys
+            _ = try await accountKeys.change { _, _ in [.addWebSession(keys: ranOut, expires: now - 10), .addWebSession(keys: running, expires: now + 3_000)] }
+            #expect(try await accountKeys.status().webSessions.map(\.id).sorted() == [ranOut.deviceIdentifier, running.deviceIdentifier].sorted())
+            _ = try await keys.current(refresh: true)
+            #expect(try await accountKeys.status().webSessions.map(\.id) == [running.deviceIdentifier], "the one that ran out is ended, the other left")
+        }
+    }
+}
