@@ -137,6 +137,15 @@ extension AccountSession {
                 }
                 self.trigger(container)
             }
+        case "signed":
+            // Signed commits of a container were kept: one holding back states no commit named
+            // yet (under Advanced) looks again now.
+            guard let container = event.container, let sync = containers[container] else { return }
+            Task {
+                guard await sync.isAwaitingSignatures else { return }
+                await sync.noteRemoteChange(upTo: nil)
+                self.trigger(container)
+            }
         case "keyValueChanged":
             if let store = event.container { Task { await keyValues.trigger(store) } }
         case "keysChanged":

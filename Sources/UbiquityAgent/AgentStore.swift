@@ -105,6 +105,16 @@ package final class AgentStore: Sendable {
                     ledger BLOB NOT NULL, pending BLOB NOT NULL);
                 """)
         }
+        migrator.registerMigration("v7-signed-outcomes") { db in
+            // Each item's latest state a signed commit this device accepted names (its revision,
+            // the SHA-256 of its sealed record, the container sequence, whether a deletion):
+            // under Advanced a state of an item a commit has named is taken only when a commit
+            // names it (docs/Encryption.md, "Coverage under Advanced").
+            try db.execute(sql: """
+                CREATE TABLE signedOutcome (container TEXT NOT NULL, item TEXT NOT NULL, revision TEXT NOT NULL, recordHash BLOB NOT NULL,
+                    sequence INTEGER NOT NULL, deleted INTEGER NOT NULL, PRIMARY KEY(container, item)) WITHOUT ROWID;
+                """)
+        }
         try migrator.migrate(pool)
     }
 
@@ -202,14 +212,26 @@ package final class AgentStore: Sendable {
     /// or went (`removed`), this device's new signed commits (`signed`) and what it has read of
     /// the container's (`checkpoint`: `.some(nil)` forgets it), in one transaction, off the
     /// caller's thread.
+    /// `outcomes`: the latest states signed commits it read name (each kept unless one of a
+    /// later sequence is).
     package func record(_ container: String, state: DeviceSyncState.Persisted, touched: Set<String>, changed: Bool = true,
                        upsert: [File] = [], removed: [String] = [], signed: [(sequence: Int64, upload: SignedCommitUpload)] = [],
-                       checkpoint: LedgerCheckpoint?? = nil) async throws {
-        guard changed || !touched.isEmpty || !upsert.isEmpty || !removed.isEmpty || !signed.isEmpty || checkpoint != nil else { return }
+                       checkpoint: LedgerCheckpoint?? = nil, outcomes: [SignedOutcome] = []) async throws {
+        guard changed || !touched.isEmpty || !upsert.isEmpty || !removed.isEmpty || !signed.isEmpty || checkpoint != nil || !outcomes.isEmpty else { return }
         let pool = pool
         try await writer.run { try pool.write { db in
             try Self.write(db, container: container, state: state, items: touched, meta: changed)
             if let checkpoint { try Self.write(db, checkpoint: checkpoint, of: container) }
+            if !outcomes.isEmpty {
+                let keep = try db.cachedStatement(sql: """
+                    INSERT INTO signedOutcome (container, item, revision, recordHash, sequence, deleted) VALUES (?, ?, ?, ?, ?, ?)
+                    ON CONFLICT(container, item) DO UPDATE SET revision = excluded.revision, recordHash = excluded.recordHash,
+                        sequence = excluded.sequence, deleted = excluded.deleted WHERE excluded.sequence > signedOutcome.sequence
+                    """)
+                for outcome in outcomes {
+                    try keep.execute(arguments: [container, outcome.item, outcome.revision, outcome.recordHash, outcome.sequence, outcome.deleted])
+                }
+            }
             for (sequence, upload) in signed {
                 try db.execute(sql: "INSERT INTO signedCommit (container, sequence, body, content) VALUES (?, ?, ?, ?)",
                                arguments: [container, sequence, upload.commit, upload.content])
@@ -333,6 +355,48 @@ extension AgentStore {
             ON CONFLICT(container) DO UPDATE SET format = excluded.format, position = excluded.position, ledger = excluded.ledger,
                 pending = excluded.pending
             """, arguments: [container, Self.ledgerCheckpointFormat, checkpoint.position, checkpoint.ledger, checkpoint.pending])
+    }
+}
+
+/// An item's latest state a signed commit names, as a device's store keeps it.
+package struct SignedOutcome: Sendable, Equatable {
+    /// The item.
+    package var item: String
+    /// Its revision.
+    package var revision: String
+    /// SHA-256 of its sealed record (32 zero bytes: none — a deletion, or a state from before records were sealed).
+    package var recordHash: Data
+    /// The container sequence the server made it at.
+    package var sequence: Int64
+    /// Whether it is a deletion.
+    package var deleted: Bool
+
+    /// An outcome.
+    package init(item: String, revision: String, recordHash: Data, sequence: Int64, deleted: Bool) {
+        self.item = item
+        self.revision = revision
+        self.recordHash = recordHash
+        self.sequence = sequence
+        self.deleted = deleted
+    }
+}
+
+extension AgentStore {
+    /// The latest signed outcomes kept of `items` of `container`, by item (those never named are absent).
+    package func signedOutcomes(of container: String, items: [String]) throws -> [String: SignedOutcome] {
+        guard !items.isEmpty else { return [:] }
+        return try pool.read { db in
+            var found: [String: SignedOutcome] = [:]
+            for start in stride(from: 0, to: items.count, by: 500) {
+                let slice = Array(items[start..<min(items.count, start + 500)])
+                let marks = Array(repeating: "?", count: slice.count).joined(separator: ",")
+                for row in try Row.fetchAll(db, sql: "SELECT item, revision, recordHash, sequence, deleted FROM signedOutcome WHERE container = ? AND item IN (\(marks))",
+                                            arguments: StatementArguments([container] + slice)) {
+                    found[row["item"]] = SignedOutcome(item: row["item"], revision: row["revision"], recordHash: row["recordHash"], sequence: row["sequence"], deleted: row["deleted"])
+                }
+            }
+            return found
+        }
     }
 }
 

@@ -31,17 +31,12 @@ extension ContainerSync {
         var position: Int64 = 0
         /// The container sequences of signed changes past the cursor, by item.
         var pending: [String: [Int64]] = [:]
-        /// The revisions of signed deletions read, by item, until this device takes them (under
-        /// Advanced a deletion of an item it holds is taken only once a commit names it).
-        var deletions: [String: Set<String>] = [:]
+    }
 
-        /// What the store keeps beside the ledger (format 2: pending and deletions; format 1
-        /// was the pending dictionary alone, read as such).
-        struct Kept: Codable {
-            var v = 2
-            var pending: [String: [Int64]]
-            var deletions: [String: [String]]
-        }
+    /// The SHA-256 of each state's sealed record (32 zero bytes: none), by item: what a signed
+    /// commit names of it, taken before the records are opened (and dropped).
+    static func recordHashes(of states: [ItemState]) -> [String: [UInt8]] {
+        Dictionary(states.map { ($0.id, CommitContent.recordHash(of: $0.record)) }, uniquingKeysWith: { $1 })
     }
 
     /// The signed commit of `made` after this device's last (nil: this device does not sign —
@@ -128,7 +123,7 @@ extension ContainerSync {
     /// item this device has alive (only deleted items are ever collected). Nothing to check
     /// without the account's roster.
     /// - Throws: ``EncryptionError`` naming what failed; the server's errors.
-    func checkSigned(_ items: [ItemState], since cursor: Int64, upTo high: Int64, final: Bool) async throws -> [ItemState] {
+    func checkSigned(_ items: [ItemState], recordHashes: [String: [UInt8]], since cursor: Int64, upTo high: Int64, final: Bool) async throws -> [ItemState] {
         guard var history = try await readSignedCommits() else { return items }
         let read = history.pending
         let shown = Dictionary(items.map { ($0.id, $0.sequence) }, uniquingKeysWith: max)
@@ -144,9 +139,12 @@ extension ContainerSync {
             }
         }
         var fetched: [ItemState] = []
+        var hashes = recordHashes
         let asked = Array(missing.keys)
         for start in stride(from: 0, to: asked.count, by: ItemsFetchRequest.maximumCount) {
-            fetched += try opened(try await client.items(container: container, ids: Array(asked[start..<min(asked.count, start + ItemsFetchRequest.maximumCount)])))
+            let raw = try await client.items(container: container, ids: Array(asked[start..<min(asked.count, start + ItemsFetchRequest.maximumCount)]))
+            hashes.merge(Self.recordHashes(of: raw)) { $1 }
+            fetched += try opened(raw)
         }
         let got = Dictionary(fetched.map { ($0.id, $0.sequence) }, uniquingKeysWith: max)
         for (item, sequence) in missing {
@@ -156,8 +154,7 @@ extension ContainerSync {
                 throw Self.hidden(item, sequence, shownAt: nil, upTo: high)
             } // (else: a deleted item the server has since collected)
         }
-        let deletionsRead = history.deletions
-        let taken = heldBackDeletions(items + fetched, history: &history)
+        let taken = try uncoveredHeldBack(items + fetched, recordHashes: hashes)
         let takenAt = Dictionary(taken.map { ($0.id, $0.sequence) }, uniquingKeysWith: max)
         // What is reflected now is not looked at again — but a deletion held back is not taken:
         // its item is asked for again next round, and the truth, once told, is taken.
@@ -168,38 +165,52 @@ extension ContainerSync {
             history.pending[item] = left.isEmpty ? nil : left
         }
         signedHistory = history
-        if history.pending != read || history.deletions != deletionsRead { signedHistoryChanges += 1 } // (the store keeps it again)
+        if history.pending != read { signedHistoryChanges += 1 } // (the store keeps it again)
         return taken
     }
 
-    /// `states` without the deletions no commit names yet, under Advanced, of items this device
-    /// holds alive: the server holds no key there, but a deletion carries no record, so without
-    /// this rule it could delete any file on every device. One held back is taken once its
-    /// commit is read (the change it names is then asked for by id, as a signed change the page
-    /// left out); one never signed is never taken — the file stays. Signed deletions are
-    /// forgotten once taken, and those of items this device does not hold at once.
-    func heldBackDeletions(_ states: [ItemState], history: inout SignedHistory) -> [ItemState] {
-        guard codec.signer?.roster?.custody == .advanced else {
-            history.deletions = [:]
-            return states
-        }
+    /// `states` without those no signed commit covers, under Advanced (docs/Encryption.md,
+    /// "Coverage under Advanced"): the server holds no key there, yet it could serve a genuine
+    /// older record again under a new revision or sequence (rolling a file back on every
+    /// device), or a deletion, which carries no record, of any item. So a state of an item a
+    /// commit this device accepted has named, and any deletion of an item it holds alive, is
+    /// taken only when the latest signed outcome of the item names exactly it — its revision and
+    /// the hash of its sealed record, or its deletion. One not covered is **held back**: not
+    /// taken, the local file kept, logged; the signed change it stands for is not counted as
+    /// reflected, so its item is asked for again by id next round (a commit is usually a few
+    /// milliseconds behind its state), and the truth, once told, is taken. Items no commit ever
+    /// named (from before devices signed) are taken as they are; under Standard nothing is held
+    /// back (the escrow signs whatever the server makes).
+    func uncoveredHeldBack(_ states: [ItemState], recordHashes: [String: [UInt8]]) throws -> [ItemState] {
+        guard codec.signer?.roster?.custody == .advanced, !states.isEmpty else { return states }
+        var latest = try store.signedOutcomes(of: container, items: states.map(\.id))
+        for state in states { if let unsaved = unsavedOutcomes[state.id], unsaved.sequence > latest[state.id]?.sequence ?? Int64.min { latest[state.id] = unsaved } }
         var taken: [ItemState] = []
         var held: [String] = []
         for state in states {
-            if state.deleted, let had = self.state.persisted.remote[state.id], !had.deleted,
-               history.deletions[state.id]?.contains(state.revision) != true {
-                held.append(state.id)
+            let had = self.state.persisted.remote[state.id]
+            // (What this device already holds as it is: nothing to take or hold.)
+            if let had, had.revision == state.revision, had.deleted == state.deleted {
+                taken.append(state)
                 continue
             }
-            taken.append(state)
+            let named = latest[state.id]
+            let covered: Bool
+            if state.deleted {
+                let holdsAlive = had.map { !$0.deleted } ?? false
+                covered = !holdsAlive || (named.map { $0.deleted && $0.revision == state.revision } ?? false)
+            } else if let named, named.recordHash != Data(count: 32) || named.deleted {
+                covered = !named.deleted && named.revision == state.revision && Data(recordHashes[state.id] ?? []) == named.recordHash
+            } else {
+                covered = true // (never named by a sealed commit: from before devices signed)
+            }
+            if covered { taken.append(state) } else { held.append(state.id) }
         }
+        awaitingSignature.subtract(taken.map(\.id))
+        awaitingSignature.formUnion(held)
         if !held.isEmpty {
-            logger.notice("deletions no signed commit names yet are held back: the files stay until one does",
+            logger.notice("states no signed commit names yet are held back: the files stay as they are until one does",
                           metadata: ["container": "\(container)", "items": "\(held.count)", "first": "\(held[0])"])
-        }
-        let deletedNow = Set(taken.filter(\.deleted).map(\.id))
-        history.deletions = history.deletions.filter { item, _ in
-            !deletedNow.contains(item) && (self.state.persisted.remote[item].map { !$0.deleted } ?? false)
         }
         return taken
     }
@@ -220,7 +231,7 @@ extension ContainerSync {
         let before = signedHistory
         // (The store keeps it again only if what was read, or is still to be checked, moved.)
         defer {
-            if signedHistory?.position != before?.position || signedHistory?.pending != before?.pending || signedHistory?.deletions != before?.deletions || signedHistory?.ledger.heads != before?.ledger.heads {
+            if signedHistory?.position != before?.position || signedHistory?.pending != before?.pending || signedHistory?.ledger.heads != before?.ledger.heads {
                 signedHistoryChanges += 1
             }
         }
@@ -253,7 +264,11 @@ extension ContainerSync {
                 }
                 for outcome in content.outcomes {
                     history.pending[outcome.item, default: []].append(outcome.sequence)
-                    if outcome.deleted, !outcome.conflict { history.deletions[outcome.item, default: []].insert(outcome.revision) }
+                    // (A conflict version kept beside the current revision does not replace it.)
+                    if !outcome.conflict, outcome.sequence > unsavedOutcomes[outcome.item]?.sequence ?? Int64.min {
+                        unsavedOutcomes[outcome.item] = SignedOutcome(item: outcome.item, revision: outcome.revision, recordHash: Data(outcome.recordHash),
+                                                                      sequence: outcome.sequence, deleted: outcome.deleted)
+                    }
                 }
                 history.position = stored.position
             }
@@ -311,9 +326,6 @@ extension ContainerSync {
         do {
             guard let kept = try store.ledgerCheckpoint(of: container) else { return nil }
             let ledger = try CommitLedger(encoded: kept.ledger, container: container)
-            if let both = try? JSONDecoder().decode(SignedHistory.Kept.self, from: kept.pending), both.v == 2 {
-                return SignedHistory(ledger: ledger, position: kept.position, pending: both.pending, deletions: both.deletions.mapValues(Set.init))
-            }
             let pending = try JSONDecoder().decode([String: [Int64]].self, from: kept.pending)
             return SignedHistory(ledger: ledger, position: kept.position, pending: pending)
         } catch {
@@ -328,7 +340,7 @@ extension ContainerSync {
         guard signedHistoryChanges != signedHistoryKept else { return nil }
         guard let history = signedHistory else { return .some(nil) }
         do {
-            let pending = try JSONEncoder().encode(SignedHistory.Kept(pending: history.pending, deletions: history.deletions.mapValues { $0.sorted() }))
+            let pending = try JSONEncoder().encode(history.pending)
             return .some(LedgerCheckpoint(position: history.position, ledger: history.ledger.encoded(), pending: pending))
         } catch {
             return .some(nil) // (a dictionary of texts and numbers always encodes)

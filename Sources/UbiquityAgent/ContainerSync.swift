@@ -69,6 +69,14 @@ package actor ContainerSync {
     /// Signed commits whose write failed: they go with the next (their outcomes are recorded in
     /// memory, and nothing else would sign them).
     var unsavedSigned: [(commit: SignedCommit, content: CommitContent)] = []
+    /// The latest states the signed commits read since the last write name, by item: kept with
+    /// the next write (``AgentStore/signedOutcomes(of:items:)`` holds the rest).
+    var unsavedOutcomes: [String: SignedOutcome] = [:]
+    /// Items whose latest state is held back until a signed commit names it (under Advanced).
+    var awaitingSignature: Set<String> = []
+    /// Whether states are held back until signed commits name them (a push that commits were
+    /// kept then starts a round).
+    package var isAwaitingSignatures: Bool { !awaitingSignature.isEmpty }
     /// What this device has read of the container's signed commits (nil: nothing yet, or
     /// not read from the store's checkpoint yet).
     var signedHistory: SignedHistory?
@@ -432,12 +440,14 @@ package actor ContainerSync {
         for file in upsert { unsavedFiles[file.path] = file }
         let files = unsavedFiles
         let (checkpoint, generation) = (ledgerCheckpointToKeep(), signedHistoryChanges)
+        let outcomes = unsavedOutcomes
         do {
             try await store.record(container, state: state.persisted, touched: touched, changed: changed,
                                    upsert: files.values.compactMap { $0 }, removed: files.filter { $0.value == nil }.map(\.key),
                                    signed: commits.map { (Int64(clamping: $0.commit.sequence), SignedCommitUpload(commit: $0.commit.encoded, content: $0.content.encoded)) },
-                                   checkpoint: checkpoint)
+                                   checkpoint: checkpoint, outcomes: Array(outcomes.values))
             if checkpoint != nil { signedHistoryKept = max(signedHistoryKept, generation) }
+            for (item, outcome) in outcomes where unsavedOutcomes[item] == outcome { unsavedOutcomes[item] = nil }
             unsavedFiles = [:]
             unsavedSigned = []
             if let last = commits.last { signedHead = .some(last.commit) }
@@ -469,8 +479,11 @@ package actor ContainerSync {
                 pushedPage = nil
                 let pageEnd = page.items.last?.sequence // (items asked for by id are added after it)
                 do {
+                    // (The sealed records' hashes, which signed commits name, before they are opened.)
+                    let recordHashes = Self.recordHashes(of: page.items)
                     page.items = try opened(page.items)
-                    page.items = try await checkSigned(page.items, since: cursor, upTo: page.more ? (pageEnd ?? cursor) : page.sequence, final: !page.more)
+                    page.items = try await checkSigned(page.items, recordHashes: recordHashes, since: cursor,
+                                                       upTo: page.more ? (pageEnd ?? cursor) : page.sequence, final: !page.more)
                 } catch let error as SyncClientError {
                     throw error // (reading the commits failed: the round fails as a fetch does)
                 } catch {

@@ -166,4 +166,40 @@ import UbiquityProtocol
             #expect(try await send(client, token: token, [try commit(laptop, after: nil, "a1", roster: try Roster.verify([genesis, addPhone, removal]))]).status == .ok)
         }
     }
+
+    /// A commit is kept a few milliseconds after the change it signs, whose push came first: the
+    /// account's other devices are told (`signed`) so that one holding that change back (under
+    /// Advanced, until a commit names it) looks again at once; the sender is not told, nor is a
+    /// commit sent again.
+    @Test(arguments: Backend.all) func keepingACommitTellsTheOtherDevices(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.server.makeApplication().test(.live) { raw in
+            let client = Client(client: raw)
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let phone = try await client.signIn("ada", device: "phone")
+            let genesis = try RosterEntry(.genesis(keys: self.laptop.publicKeys, name: "laptop"), after: nil, signedBy: self.laptop)
+            let setUp = try await client.send(.post, "/v1/keys/roster", token: laptop.token, json: RosterAppendRequest(after: 0, entries: [genesis.encoded], envelopes: []))
+            #expect(setUp.status == .ok, "\(String(buffer: setUp.body))")
+            let roster = try Roster.verify([genesis])
+            let connected = Confirmations()
+            async let phoneEvents = PushTests().listen(raw, token: phone.token) { events in
+                if events.count == 1 { connected.mark("phone") }
+                return events.count >= 3
+            }
+            async let laptopEvents = PushTests().listen(raw, token: laptop.token) { events in
+                if events.count == 1 { connected.mark("laptop") }
+                return events.contains { $0.type == "changed" }
+            }
+            try await connected.wait(for: ["phone", "laptop"])
+            let a1 = try commit(self.laptop, after: nil, "a1", roster: roster)
+            #expect(try await send(client, token: laptop.token, [a1]).status == .ok)
+            #expect(try await send(client, token: laptop.token, [a1]).status == .ok) // (sent again: nothing new kept)
+            let a2 = try commit(self.laptop, after: try SignedCommit(encoded: a1.commit), "a2", roster: roster)
+            #expect(try await send(client, token: laptop.token, [a2]).status == .ok)
+            _ = try await client.commit(container, "p", ItemUpdate(baseRevision: nil, name: "from the phone.txt", kind: .file, modificationDate: 1, manifest: Manifest(chunks: [])), token: phone.token)
+            let signed = PushEvent(type: "signed", container: container, sequence: nil)
+            #expect(try await phoneEvents == [.connected, signed, signed], "one for each commit newly kept")
+            #expect(try await laptopEvents == [.connected, PushEvent(type: "changed", container: container, sequence: 1)], "not told of its own")
+        }
+    }
 }

@@ -153,6 +153,18 @@ final class ChangeNotifier: Sendable {
 
     /// Tells every connected device of the account (but `origin`, which made it) that a request
     /// to join changed: made, answered or revealed (`{"type":"keyRequest"}`).
+    /// Tells every connected device that may use `container` (but `origin`, which sent them)
+    /// that signed commits of it were kept (`{"type":"signed","container":…}`): a device that
+    /// holds back states no commit named yet (under Advanced) looks again at once, instead of
+    /// at its next round — a commit is stored a few milliseconds after the change it signs,
+    /// whose push came first.
+    func publishSigned(account: Int64, container: String, except origin: String? = nil) {
+        let event = PushEvent(type: "signed", container: container, sequence: nil)
+        let delivery = PushMailbox.Delivery(event: event, text: PushMailbox.message(event))
+        let targets = subscribers.withLock { ($0[account] ?? [:]).values.filter { $0.device.allows(container) && $0.device.deviceId != origin } }
+        for target in targets { target.mailbox.post(delivery) }
+    }
+
     func publishKeyRequest(account: Int64, except origin: String? = nil) {
         publishKeyEvent("keyRequest", account: account, except: origin)
     }

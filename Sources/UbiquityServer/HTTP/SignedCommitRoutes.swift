@@ -46,13 +46,18 @@ extension SyncServices {
         var positions: [Int64] = []
         var rosterMoves = 0
         var index = 0
+        var stored = false
         while index < sent.commits.count {
             let kept = try Self.checked(sent.commits[index], of: container, roster: roster, logger: context.logger, device: device)
             // Kept only while the roster still ends where it was checked against, as the
             // escrow's are: the devices close a removed device's chain at what they read
             // after its removal (`CommitLedger.closings`), so nothing of its may be kept later.
             switch try await database.keepCommit(accountId: device.accountId, container: container, commit: kept, rosterEntry: Int64(roster.head.index)) {
-            case .kept(let position), .alreadyKept(let position):
+            case .kept(let position):
+                positions.append(position)
+                stored = true
+                index += 1
+            case .alreadyKept(let position):
                 positions.append(position)
                 index += 1
             case .forked:
@@ -70,6 +75,7 @@ extension SyncServices {
                 roster = try await accountRoster(of: device)
             }
         }
+        if stored { notifier.publishSigned(account: device.accountId, container: container, except: device.deviceId) }
         return SignedCommitsResponse(positions: positions)
     }
 
