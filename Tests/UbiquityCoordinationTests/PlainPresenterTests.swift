@@ -2,6 +2,9 @@ import Foundation
 import UbiquityTestSupport
 import Testing
 import Synchronization
+#if canImport(Glibc)
+import Glibc
+#endif
 @testable import UbiquityCoordination
 
 /// A presenter written as Apple's documentation writes one: a plain `NSObject` subclass with a
@@ -165,4 +168,66 @@ func observingProcess(_ item: URL) async throws -> (ChildProcess, FileHandle) {
         while !printed.contains("ready\n"), let chunk = try reader.read(upToCount: 1), !chunk.isEmpty { printed += String(decoding: chunk, as: UTF8.self) }
     }
     return (process, reader)
+}
+
+/// A process with presenters that is alive but takes no connection (its queue of them full: a
+/// process starved on a loaded machine) is a process that does not answer in time: an eviction
+/// waits rather than go on without it. Found by a full test run, where an eviction went ahead
+/// from under another process's presenter, which had not agreed.
+@Suite struct BusyPresenterProcessTests {
+    @Test(.timeLimit(.minutes(2))) func aProcessThatTakesNoConnectionRefusesAnEviction() async throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = scratch.file("photo.jpg")
+        try Data("jpeg".utf8).write(to: item)
+        // A runtime folder of the helper's own, whose only "process with presenters" is a socket
+        // that listens and never accepts, its queue filled.
+        let runtime = scratch.file("runtime"), presenters = runtime.appendingPathComponent("ubiquity/presenters")
+        try FileManager.default.createDirectory(at: presenters, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: runtime.path)
+        try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: runtime.appendingPathComponent("ubiquity").path)
+        let path = presenters.appendingPathComponent("99999999.sock").path
+        func address() -> sockaddr_un {
+            var address = sockaddr_un()
+            address.sun_family = sa_family_t(AF_UNIX)
+            withUnsafeMutableBytes(of: &address.sun_path) { raw in
+                let bytes = Array(path.utf8.prefix(raw.count - 1))
+                raw.copyBytes(from: bytes)
+            }
+            return address
+        }
+        let listener = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(listener >= 0)
+        defer { close(listener) }
+        var bound = address()
+        #expect(withUnsafePointer(to: &bound) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(listener, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } } == 0)
+        #expect(listen(listener, 0) == 0)
+        var queued: [Int32] = []
+        defer { for fd in queued { close(fd) } }
+        for _ in 0..<16 {
+            let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
+            var target = address()
+            let result = withUnsafePointer(to: &target) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+            if result != 0 { close(fd); break }
+            queued.append(fd)
+        }
+        #expect(!queued.isEmpty, "the queue is full")
+
+        let (status, output) = try await onOwnThread { () -> (Int32, String) in
+            let process = ChildProcess()
+            process.executableURL = URL(fileURLWithPath: "/proc/self/exe").resolvingSymlinksInPath().deletingLastPathComponent()
+                .appendingPathComponent("UbiquityCoordinatorHelper")
+            process.arguments = ["evict", item.path]
+            var environment = ProcessInfo.processInfo.environment
+            environment["XDG_RUNTIME_DIR"] = runtime.path
+            process.environment = environment
+            let pipe = Pipe()
+            process.standardOutput = pipe
+            try process.run()
+            let printed = try pipe.fileHandleForReading.readToEnd() ?? Data()
+            process.waitUntilExit()
+            return (process.terminationStatus, String(decoding: printed, as: UTF8.self))
+        }
+        #expect(status == 0 && output == "refused\n", "\(output)")
+        #expect(FileManager.default.fileExists(atPath: item.path))
+    }
 }

@@ -152,6 +152,9 @@ import UbiquityProtocol
             let grant = WebGrantUpload(body: Data(repeating: 1, count: 200), signature: Data(repeating: 2, count: 64), containers: [notes], expires: Date().timeIntervalSince1970 + 3_000)
             #expect(try await client.send(.post, "/v1/keys/requests/\(request.id)/grant", token: laptop.token, json: grant).status == .noContent)
 
+            // The Devices page lists the browser let in, by whom and until when.
+            let listed = try await client.send(.get, "/web/api/protection", headers: web).decode(WebProtectionResponse.self)
+            #expect(listed.webSessions.map(\.id) == [browser.publicKeys.deviceIdentifier] && listed.webSessions.first?.approver == "laptop", "\(listed)")
             // A plaintext name, or bytes inline: refused whole.
             let plain = try await client.send(.post, "\(sealed)/commits", json: CommitBatchRequest(commits: [ItemCommit(item: "f1", update: folder)]), headers: web)
             #expect(plain.status == .badRequest && plain.errorCode == "notSealed", "\(String(buffer: plain.body))")
@@ -178,6 +181,7 @@ import UbiquityProtocol
             // The session ended: what its key signs after — even naming the entry that let it in — is not kept.
             entries.append(try RosterEntry(.endWebSession(identifier: browser.publicKeys.deviceIdentifier), after: entries.last, signedBy: keyHolder.laptop))
             #expect(try await directory.append(client, token: laptop.token, after: 4, [entries[4]]).status == .ok)
+            #expect(try await client.send(.get, "/web/api/protection", headers: web).decode(WebProtectionResponse.self).webSessions.isEmpty, "ended: no longer listed")
             let late = try await keep(try signed(browser, after: first))
             #expect(late.errorCode == "invalidCommit" && String(buffer: late.body).contains("session has ended"), "\(String(buffer: late.body))")
         }

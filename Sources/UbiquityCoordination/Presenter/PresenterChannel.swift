@@ -109,7 +109,23 @@ final class PresenterChannel: Sendable {
         for entry in entries where entry.hasSuffix(".sock") && entry != own {
             let process = String(entry.dropLast(5))
             let timeout = Self.wait(for: process, timeout: requested)
-            guard let fd = connect(to: directory + "/" + entry, timeout: timeout) else { continue }
+            let fd: Int32
+            switch connect(to: directory + "/" + entry, timeout: timeout) {
+            case .connected(let connected): fd = connected
+            case .gone: continue
+            case .busy(let reason):
+                // Alive but not taking connections (its queue of them full: a starved process
+                // on a loaded machine, found by a full test run): as a process that does not
+                // answer in time — an eviction waits, anything else goes on without it.
+                Self.note(process, answered: false)
+                if evicting {
+                    logger.warning("a process with file presenters did not take the request in time; the eviction waits", metadata: ["pid": "\(process)", "error": "\(reason)"])
+                    refusals.append("a process with file presenters (\(process)) did not answer in time")
+                } else {
+                    logger.warning("a process with file presenters did not take the request in time; proceeding without it", metadata: ["pid": "\(process)", "error": "\(reason)"])
+                }
+                continue
+            }
             let milliseconds = Int(timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
             // The other process's presenters get a little less time than this side waits, so
             // that one slow presenter there is passed over with an answer, not a silence.
@@ -164,7 +180,10 @@ final class PresenterChannel: Sendable {
             let process = String(entry.dropLast(5))
             let wait = Self.wait(for: process, timeout: timeout)
             for start in stride(from: 0, to: changes.count, by: Self.ubiquityChangesPerMessage) {
-                guard let fd = connect(to: directory + "/" + entry, timeout: wait) else { break }
+                guard case .connected(let fd) = connect(to: directory + "/" + entry, timeout: wait) else {
+                    logger.warning("a process with file presenters did not hear of items' ubiquity attributes", metadata: ["pid": "\(process)"])
+                    break
+                }
                 defer { close(fd) }
                 let slice = Array(changes[start..<min(changes.count, start + Self.ubiquityChangesPerMessage)])
                 let asked = ContinuousClock.now
@@ -181,9 +200,20 @@ final class PresenterChannel: Sendable {
     /// How many items' attribute changes one message carries (well within a message's 1 MiB).
     static let ubiquityChangesPerMessage = 500
 
-    private func connect(to path: String, timeout: Duration) -> Int32? {
+    /// What connecting to another process's socket came to.
+    enum Connection {
+        /// Connected.
+        case connected(Int32)
+        /// Nobody listens there any more (its process is gone; the socket was removed), or no
+        /// socket could be made here.
+        case gone
+        /// Its process listens but did not take the connection in time (its queue is full).
+        case busy(String)
+    }
+
+    private func connect(to path: String, timeout: Duration) -> Connection {
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
-        guard fd >= 0 else { return nil }
+        guard fd >= 0 else { return .gone }
         var seconds = timeval(tv_sec: Int(timeout.components.seconds), tv_usec: Int(timeout.components.attoseconds / 1_000_000_000_000))
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &seconds, socklen_t(MemoryLayout<timeval>.size))
         setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &seconds, socklen_t(MemoryLayout<timeval>.size))
@@ -194,10 +224,15 @@ final class PresenterChannel: Sendable {
         if result != 0 {
             let code = errno
             close(fd)
-            if code == ECONNREFUSED { unlink(path) } // its process is gone
-            return nil
+            switch code {
+            case ECONNREFUSED:
+                unlink(path) // its process is gone
+                return .gone
+            case EAGAIN, ETIMEDOUT, EINTR: return .busy(String(cString: strerror(code)))
+            default: return .gone
+            }
         }
-        return fd
+        return .connected(fd)
     }
 
     // MARK: Server
@@ -232,7 +267,10 @@ final class PresenterChannel: Sendable {
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
-        guard bound == 0, chmod(path, 0o600) == 0, Glibc.listen(fd, 64) == 0 else {
+        // (A long queue: every coordinated access of every process of the user connects here,
+        // and a process starved on a loaded machine takes them late — a short one, full, made
+        // their connects fail: 64 was too few in a full test run.)
+        guard bound == 0, chmod(path, 0o600) == 0, Glibc.listen(fd, SOMAXCONN) == 0 else {
             let reason = String(cString: strerror(errno))
             close(fd)
             throw FileCoordinationError(.ioFailure, "cannot listen: \(reason)", path: path)

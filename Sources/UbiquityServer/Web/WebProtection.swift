@@ -31,6 +31,18 @@ struct WebProtectionResponse: Codable, ResponseEncodable {
     var waiting: [Waiting]
     /// Whether the account's devices require everything sealed (`ubiquity protection require-sealed`).
     var sealedOnly = false
+    /// Web browsers a device let in under Advanced whose sessions have not ended: their keys
+    /// sign the page's changes until then.
+    var webSessions: [WebSessionEntry] = []
+
+    /// A browser a device let in.
+    struct WebSessionEntry: Codable, Equatable {
+        var id: String
+        /// The name of the device that let it in.
+        var approver: String
+        /// When its grant ends (seconds since 1970).
+        var expires: Double
+    }
 }
 
 extension SyncServices {
@@ -51,7 +63,10 @@ extension SyncServices {
             return WebProtectionResponse(custody: roster.custody == .advanced ? "advanced" : "standard", epoch: roster.epoch,
                                          devices: roster.members.map { .init(id: $0.key, name: $0.value.name) }.sorted { ($0.name, $0.id) < ($1.name, $1.id) },
                                          removed: roster.removed.count, recoveryKey: roster.recovery != nil, waiting: waiting,
-                                         sealedOnly: roster.requiresSealing)
+                                         sealedOnly: roster.requiresSealing,
+                                         webSessions: roster.webSessions.filter { $0.value.until == nil }.sorted { $0.key < $1.key }.map { id, term in
+                                             .init(id: id, approver: roster.members[term.approver]?.name ?? "a removed device", expires: Double(term.expires))
+                                         })
         }
     }
 }

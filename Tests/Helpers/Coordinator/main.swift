@@ -36,6 +36,20 @@ if arguments.count >= 3, ["add-conflict", "resolve-all", "remove-all", "find-arc
         exit(1)
     }
 }
+// evict PATH: a coordinated eviction of PATH; prints "evicted", or "refused" when a presenter (of
+// any process) did not agree.
+if arguments.count == 3, arguments[1] == "evict" {
+    do {
+        try NSFileCoordinator().coordinate(writingItemAt: URL(fileURLWithPath: arguments[2]), options: .forEvicting) { _ in }
+        print("evicted")
+    } catch let error as FileCoordinationError where error.code == .refusedByPresenter {
+        print("refused")
+    } catch {
+        print("failed: \(error)")
+    }
+    exit(0)
+}
+
 // observe PATH KEY: presents PATH observing the ubiquity attribute KEY, prints "ready", then
 // prints the attributes it hears of (sorted, comma-separated) and exits; "none" after 60 s (it
 // exits as soon as it hears: the wait is long for a loaded machine).

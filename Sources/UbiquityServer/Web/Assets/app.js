@@ -568,6 +568,12 @@ async function showProtection() {
     item.dataset.name = device.name;
     item.textContent = plainName(device.name) + " — " + device.id.slice(0, 8);
     return item;
+  }), ...(answer.webSessions || []).map((browser) => {
+    // A browser let in under Advanced: its key signs the page's changes until its approval ends.
+    const item = document.createElement("li");
+    item.dataset.browser = browser.id;
+    item.textContent = "A web browser, let in by " + plainName(browser.approver) + " until " + formatDate(browser.expires) + " — " + browser.id.slice(0, 8);
+    return item;
   }));
   const waiting = $("protection-waiting");
   waiting.hidden = answer.waiting.length === 0;
