@@ -73,7 +73,10 @@ final class UbiquityPeer: Peer {
     }
 
     /// - Parameter sealed: Whether the agents seal the container's chunks (`sealedContents`).
-    static func start(in folder: URL, sealed: Bool = false) async throws -> UbiquityPeer {
+    /// - Parameter advanced: Whether device A switches the account to Advanced Data Protection
+    ///   once both agents run (the server then holds no key; devices hold back what no signed
+    ///   commit names yet: docs/Encryption.md, "Coverage under Advanced").
+    static func start(in folder: URL, sealed: Bool = false, advanced: Bool = false) async throws -> UbiquityPeer {
         let binary = executable
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
             throw BenchError("\(binary.path) is missing: swift build -c release --product ubiquity")
@@ -100,6 +103,7 @@ final class UbiquityPeer: Peer {
         }
 
         var processes = [server], devices: [UbiquityContainers] = [], relays: [RelayProxy] = [], roots: [URL] = [], runtimes: [URL] = [], keyrings: [URL] = []
+        var environments: [[String: String]] = []
         do {
             for name in ["a", "b"] {
                 let home = folder.appendingPathComponent(name)
@@ -113,6 +117,7 @@ final class UbiquityPeer: Peer {
                                    "XDG_DATA_HOME": home.appendingPathComponent("data").path, "XDG_RUNTIME_DIR": runtime.path]
                 let paths = UbiquityPaths(environment: environment)
                 keyrings.append(paths.keyring)
+                environments.append(environment)
                 try FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true)
                 try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 600, "sealedContents": \#(sealed)}"#.utf8).write(to: paths.agentConfiguration)
                 let relay = try RelayProxy.start(to: port)
@@ -148,6 +153,10 @@ final class UbiquityPeer: Peer {
                 try FileManager.default.createDirectory(at: root.appendingPathComponent("Documents"), withIntermediateDirectories: true)
                 devices.append(containers)
                 roots.append(root)
+            }
+            if advanced {
+                let switched = try run(binary, ["protection", "advanced", "--yes", "--without-recovery-key"], environment: environments[0])
+                guard switched.status == 0 else { throw BenchError("ubiquity protection advanced: \(switched.output)") }
             }
         } catch {
             for process in processes { process.terminate() }

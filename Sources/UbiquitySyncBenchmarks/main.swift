@@ -8,12 +8,14 @@
 //   swift build -c release --product ubiquity && swift run -c release ubiquity-sync-bench
 //     [--small N] [--syncthing-small N] [--burst N] [--folder N] [--big-folder N] [--large-mib M]
 //     [--large-runs N] [--cost-changes N] [--idle-items N] [--idle-seconds S] [--database-updates N] [--skip-syncthing]
-//     [--web-items N] [--web-only] [--sealed] [--directory DIR] [--keep]
+//     [--web-items N] [--web-only] [--sealed] [--advanced] [--directory DIR] [--keep]
 //
 // `--sealed` measures Ubiquity's sync scenarios a second time in the same run with the agents
 // sealing the container's chunks and records (`sealedContents`, issue 45), and the web figures
 // with folders of sealed records: `ubiquitySealed` in the JSON, with its ratios to the plaintext
-// run (`sealedOver…`) and the issue's goals for it.
+// run (`sealedOver…`) and the issue's goals for it. `--advanced` makes that second run one under
+// Advanced Data Protection (device A switches the account once both agents run): what coverage
+// costs, every change of an item a commit named waiting for its commit.
 //
 // `--web-only` measures only the web interface's figures (WebScenario.swift) on Ubiquity's
 // server (with `--sealed`, on the sealed run's server too): no sync scenarios, no Syncthing.
@@ -42,6 +44,8 @@ struct Options {
     var skipSyncthing = false
     /// Measure Ubiquity a second time with sealed contents.
     var sealed = false
+    /// That second time under Advanced Data Protection (the account switched by device A).
+    var advanced = false
     /// Leave the run's folder (homes, logs, data) in place afterwards.
     var keep = false
     var directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("ubiquity-sync-bench-\(getpid())")
@@ -75,6 +79,7 @@ struct Options {
             case "--web-only": webOnly = true
             case "--skip-syncthing": skipSyncthing = true
             case "--sealed": sealed = true
+            case "--advanced": (sealed, advanced) = (true, true)
             case "--keep": keep = true
             case "--directory": directory = URL(fileURLWithPath: try value(argument))
             default: throw BenchError("unknown argument \(argument); see the comment at the top of Sources/UbiquitySyncBenchmarks/main.swift")
@@ -188,10 +193,12 @@ do {
 }
 if options.sealed {
     do {
-        let sealed = try await UbiquityPeer.start(in: options.directory.appendingPathComponent("ubiquity-sealed"), sealed: true)
+        let sealed = try await UbiquityPeer.start(in: options.directory.appendingPathComponent("ubiquity-sealed"), sealed: true, advanced: options.advanced)
         results["ubiquitySealed"] = await measure(sealed, options: options, small: options.small,
-                                                  notes: "as ubiquity, the agents sealing the container's chunks and records (sealedContents: keyed chunker, keyed MAC names, AES-256-GCM; names, sizes and dates in sealed records); the web figures' folders of sealed records, opened by the server with the escrow's keys (Standard)",
-                                                  syncOnly: true, sealedRecords: true)
+                                                  notes: options.advanced
+                                                    ? "as ubiquity, under Advanced Data Protection (device A switched the account: the server holds no key; every device seals contents and records and signs its commits, and takes a state of an item a commit named only once a commit names it)"
+                                                    : "as ubiquity, the agents sealing the container's chunks and records (sealedContents: keyed chunker, keyed MAC names, AES-256-GCM; names, sizes and dates in sealed records); the web figures' folders of sealed records, opened by the server with the escrow's keys (Standard)",
+                                                  syncOnly: true, sealedRecords: !options.advanced)
         await sealed.stop()
     } catch {
         log("Ubiquity (sealed) could not be started: \(error)")
