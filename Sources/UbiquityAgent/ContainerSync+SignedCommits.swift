@@ -140,6 +140,17 @@ extension ContainerSync {
         }
         var fetched: [ItemState] = []
         var hashes = recordHashes
+        // A state held back until a commit named it, as new as the signed change: taken as it
+        // came (whether the commit names it is checked below, as for any state).
+        let heldNow = missing.compactMap { item, sequence in awaitingSignature[item].flatMap { $0.state.sequence >= sequence ? $0 : nil } }
+        if !heldNow.isEmpty {
+            let latest = try latestOutcomes(of: heldNow.map(\.state.id))
+            for held in heldNow where isCovered(held.state, recordHash: held.recordHash, named: latest[held.state.id]) {
+                fetched.append(held.state)
+                hashes[held.state.id] = held.recordHash
+                missing[held.state.id] = nil
+            }
+        }
         let asked = Array(missing.keys)
         for start in stride(from: 0, to: asked.count, by: ItemsFetchRequest.maximumCount) {
             let raw = try await client.items(container: container, ids: Array(asked[start..<min(asked.count, start + ItemsFetchRequest.maximumCount)]))
@@ -183,36 +194,49 @@ extension ContainerSync {
     /// back (the escrow signs whatever the server makes).
     func uncoveredHeldBack(_ states: [ItemState], recordHashes: [String: [UInt8]]) throws -> [ItemState] {
         guard codec.signer?.roster?.custody == .advanced, !states.isEmpty else { return states }
-        var latest = try store.signedOutcomes(of: container, items: states.map(\.id))
-        for state in states { if let unsaved = unsavedOutcomes[state.id], unsaved.sequence > latest[state.id]?.sequence ?? Int64.min { latest[state.id] = unsaved } }
+        let latest = try latestOutcomes(of: states.map(\.id))
         var taken: [ItemState] = []
         var held: [String] = []
         for state in states {
-            let had = self.state.persisted.remote[state.id]
-            // (What this device already holds as it is: nothing to take or hold.)
-            if let had, had.revision == state.revision, had.deleted == state.deleted {
+            let hash = recordHashes[state.id] ?? CommitContent.recordHash(of: nil)
+            if isCovered(state, recordHash: hash, named: latest[state.id]) {
                 taken.append(state)
-                continue
-            }
-            let named = latest[state.id]
-            let covered: Bool
-            if state.deleted {
-                let holdsAlive = had.map { !$0.deleted } ?? false
-                covered = !holdsAlive || (named.map { $0.deleted && $0.revision == state.revision } ?? false)
-            } else if let named, named.recordHash != Data(count: 32) || named.deleted {
-                covered = !named.deleted && named.revision == state.revision && Data(recordHashes[state.id] ?? []) == named.recordHash
+                awaitingSignature[state.id] = nil
             } else {
-                covered = true // (never named by a sealed commit: from before devices signed)
+                held.append(state.id)
+                awaitingSignature[state.id] = (state, hash)
             }
-            if covered { taken.append(state) } else { held.append(state.id) }
         }
-        awaitingSignature.subtract(taken.map(\.id))
-        awaitingSignature.formUnion(held)
         if !held.isEmpty {
             logger.notice("states no signed commit names yet are held back: the files stay as they are until one does",
                           metadata: ["container": "\(container)", "items": "\(held.count)", "first": "\(held[0])"])
         }
         return taken
+    }
+
+    /// Each of `items`' latest signed outcome: kept in the store, or read since the last write.
+    func latestOutcomes(of items: [String]) throws -> [String: SignedOutcome] {
+        var latest = try store.signedOutcomes(of: container, items: items)
+        for item in items {
+            if let unsaved = unsavedOutcomes[item], unsaved.sequence > latest[item]?.sequence ?? Int64.min { latest[item] = unsaved }
+        }
+        return latest
+    }
+
+    /// Whether `state` (its sealed record hashing to `recordHash`) may be taken under Advanced,
+    /// `named` being its item's latest signed outcome (``uncoveredHeldBack(_:recordHashes:)``).
+    func isCovered(_ state: ItemState, recordHash: [UInt8], named: SignedOutcome?) -> Bool {
+        let had = self.state.persisted.remote[state.id]
+        // (What this device already holds as it is: nothing to take or hold.)
+        if let had, had.revision == state.revision, had.deleted == state.deleted { return true }
+        if state.deleted {
+            let holdsAlive = had.map { !$0.deleted } ?? false
+            return !holdsAlive || (named.map { $0.deleted && $0.revision == state.revision } ?? false)
+        }
+        guard let named, named.recordHash != Data(count: 32) || named.deleted else {
+            return true // (never named by a sealed commit: from before devices signed)
+        }
+        return !named.deleted && named.revision == state.revision && Data(recordHash) == named.recordHash
     }
 
     /// Reads the commits kept since the last look into the ledger (the store's checkpoint

@@ -72,8 +72,10 @@ package actor ContainerSync {
     /// The latest states the signed commits read since the last write name, by item: kept with
     /// the next write (``AgentStore/signedOutcomes(of:items:)`` holds the rest).
     var unsavedOutcomes: [String: SignedOutcome] = [:]
-    /// Items whose latest state is held back until a signed commit names it (under Advanced).
-    var awaitingSignature: Set<String> = []
+    /// Items whose latest state is held back until a signed commit names it (under Advanced),
+    /// with that state as served (opened) and its record's hash: once a commit names it, it is
+    /// taken as it is, not asked for again (for a large file, its whole chunk list).
+    var awaitingSignature: [String: (state: ItemState, recordHash: [UInt8])] = [:]
     /// Whether states are held back until signed commits name them (a push that commits were
     /// kept then starts a round).
     package var isAwaitingSignatures: Bool { !awaitingSignature.isEmpty }

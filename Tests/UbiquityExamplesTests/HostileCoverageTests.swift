@@ -13,53 +13,13 @@ import UbiquityTestSupport
 @Suite(.serialized) struct HostileCoverageTests {
     typealias Agent = HostileKeyValueServerTests.Agent
 
-    @Test(.timeLimit(.minutes(6))) func aDeletionNoCommitNamesIsHeldBackUnderAdvanced() async throws {
+    /// Two sealing agents under Advanced (the laptop switched the account) and the laptop's
+    /// note, "the first", on the phone: `body` gets the phone's relay, the note on each device,
+    /// the phone's agent and a wait for the phone's note to read a text.
+    static func withAdvancedNote(_ body: (HostileRelay, _ note: URL, _ phoneNote: URL, Agent, _ phoneHas: (String) async -> Bool) async throws -> Void) async throws {
         let setup = try await HostileContentServerTests.sealedSetup()
         defer { setup.tearDown() }
-        let (laptop, phone, relay) = (setup.laptop, setup.phone, setup.phoneRelay)
-        let switched = try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
-        #expect(switched.status == 0, "\(switched.output)")
-
-        let laptopAgent = try Agent(laptop, in: setup.dir), phoneAgent = try Agent(phone, in: setup.dir)
-        defer { laptopAgent.stop(); phoneAgent.stop() }
-        let (onLaptop, onPhone) = try await onOwnThread { (try HostileContentServerTests.documents(of: laptop), try HostileContentServerTests.documents(of: phone)) }
-        try FileManager.default.createDirectory(at: onLaptop, withIntermediateDirectories: true)
-        let note = onLaptop.appendingPathComponent("Note.txt"), phoneNote = onPhone.appendingPathComponent("Note.txt")
-        try Data("the first".utf8).write(to: note)
-        #expect(await eventuallyValue(seconds: 60) { (try? String(contentsOf: phoneNote, encoding: .utf8)) == "the first" ? true : nil } == true,
-                "\(phoneAgent.logged.suffix(2000))")
-
-        // From now on every page of changes the phone is served shows each file's new state as a
-        // deletion: no record needed, and none of the keys the server does not hold.
-        let told = Told()
-        relay.rewrite(ChangesResponse.self, where: { $0.contains("/changes") }) { page in
-            for index in page.items.indices where page.items[index].kind == .file && !page.items[index].deleted {
-                (page.items[index].deleted, page.items[index].record, page.items[index].manifest) = (true, nil, Manifest())
-                (page.items[index].digest, page.items[index].contents, page.items[index].size) = (nil, nil, 0)
-                told.count.withLock { $0 += 1 }
-            }
-        }
-        try Data("the second".utf8).write(to: note)
-        #expect(try await HostileKeyValueServerTests.until(phoneAgent, logs: "states no signed commit names yet are held back"), "\(phoneAgent.logged.suffix(3000))")
-        #expect(told.count.withLock { $0 } > 0, "the lie was told")
-        // The file stays; the edit its device signed is asked for by id, and taken.
-        #expect(FileManager.default.fileExists(atPath: phoneNote.path), "a forged deletion removed the file")
-        #expect(await eventuallyValue(seconds: 60) { (try? String(contentsOf: phoneNote, encoding: .utf8)) == "the second" ? true : nil } == true,
-                "\(phoneAgent.logged.suffix(3000))")
-
-        // A real deletion — signed by the laptop — goes through.
-        relay.tamper.withLock { $0 = nil }
-        try FileManager.default.removeItem(at: note)
-        #expect(await eventuallyValue(seconds: 60) { FileManager.default.fileExists(atPath: phoneNote.path) ? nil : true } == true,
-                "\(phoneAgent.logged.suffix(3000))")
-        try await laptopAgent.stopped()
-        try await phoneAgent.stopped()
-    }
-
-    @Test(.timeLimit(.minutes(6))) func anOlderRecordServedAgainAsANewRevisionIsHeldBackUnderAdvanced() async throws {
-        let setup = try await HostileContentServerTests.sealedSetup()
-        defer { setup.tearDown() }
-        let (laptop, phone, relay) = (setup.laptop, setup.phone, setup.phoneRelay)
+        let (laptop, phone) = (setup.laptop, setup.phone)
         let switched = try await laptop.running(["protection", "advanced", "--yes", "--without-recovery-key"])
         #expect(switched.status == 0, "\(switched.output)")
         let laptopAgent = try Agent(laptop, in: setup.dir), phoneAgent = try Agent(phone, in: setup.dir)
@@ -72,31 +32,64 @@ import UbiquityTestSupport
         }
         try Data("the first".utf8).write(to: note)
         #expect(await phoneHas("the first"), "\(phoneAgent.logged.suffix(2000))")
-        // The note's first state as the phone was served it: a genuine record, sealed by the laptop.
-        let pages = relay.exchanges.withLock { $0 }.filter { $0.path.contains("/changes") }.compactMap { $0.decoded(ChangesResponse.self) }
-        let first = try #require(pages.lazy.compactMap { $0.items.first { $0.kind == .file && $0.record != nil } }.first)
-        try Data("the second".utf8).write(to: note)
-        #expect(await phoneHas("the second"), "\(phoneAgent.logged.suffix(2000))")
-
-        // From now on the phone's pages show each newer state of the note as its first record
-        // again, under a new revision made up for it, at the newer state's place: a rollback
-        // that no check of the record (it opens: the laptop sealed it there) or of the order of
-        // changes can tell.
-        let told = Told()
-        relay.rewrite(ChangesResponse.self, where: { $0.contains("/changes") }) { page in
-            for index in page.items.indices where page.items[index].id == first.id && page.items[index].revision != first.revision {
-                var replayed = first
-                (replayed.revision, replayed.sequence) = ("replayed" + page.items[index].revision.prefix(16), page.items[index].sequence)
-                page.items[index] = replayed
-                told.count.withLock { $0 += 1 }
-            }
-        }
-        try Data("the third".utf8).write(to: note)
-        #expect(try await HostileKeyValueServerTests.until(phoneAgent, logs: "states no signed commit names yet are held back"), "\(phoneAgent.logged.suffix(3000))")
-        #expect(told.count.withLock { $0 } > 0, "the lie was told")
-        // Never rolled back; the laptop's signed edit is asked for by id, and taken.
-        #expect(await phoneHas("the third"), "\(phoneAgent.logged.suffix(3000))")
+        try await body(setup.phoneRelay, note, phoneNote, phoneAgent, phoneHas)
         try await laptopAgent.stopped()
         try await phoneAgent.stopped()
+    }
+
+    @Test(.timeLimit(.minutes(6))) func aDeletionNoCommitNamesIsHeldBackUnderAdvanced() async throws {
+        try await Self.withAdvancedNote { relay, note, phoneNote, phoneAgent, phoneHas in
+            // From now on every page of changes the phone is served shows each file's new state
+            // as a deletion: no record needed, and none of the keys the server does not hold.
+            let told = Told()
+            relay.rewrite(ChangesResponse.self, where: { $0.contains("/changes") }) { page in
+                for index in page.items.indices where page.items[index].kind == .file && !page.items[index].deleted {
+                    (page.items[index].deleted, page.items[index].record, page.items[index].manifest) = (true, nil, Manifest())
+                    (page.items[index].digest, page.items[index].contents, page.items[index].size) = (nil, nil, 0)
+                    told.count.withLock { $0 += 1 }
+                }
+            }
+            try Data("the second".utf8).write(to: note)
+            #expect(try await HostileKeyValueServerTests.until(phoneAgent, logs: "states no signed commit names yet are held back"), "\(phoneAgent.logged.suffix(3000))")
+            #expect(told.count.withLock { $0 } > 0, "the lie was told")
+            // The file stays; the edit its device signed is asked for by id, and taken.
+            #expect(FileManager.default.fileExists(atPath: phoneNote.path), "a forged deletion removed the file")
+            #expect(await phoneHas("the second"), "\(phoneAgent.logged.suffix(3000))")
+
+            // A real deletion — signed by the laptop — goes through.
+            relay.tamper.withLock { $0 = nil }
+            try FileManager.default.removeItem(at: note)
+            #expect(await eventuallyValue(seconds: 60) { FileManager.default.fileExists(atPath: phoneNote.path) ? nil : true } == true,
+                    "\(phoneAgent.logged.suffix(3000))")
+        }
+    }
+
+    @Test(.timeLimit(.minutes(6))) func anOlderRecordServedAgainAsANewRevisionIsHeldBackUnderAdvanced() async throws {
+        try await Self.withAdvancedNote { relay, note, _, phoneAgent, phoneHas in
+            // The note's first state as the phone was served it: a genuine record, sealed by the laptop.
+            let pages = relay.exchanges.withLock { $0 }.filter { $0.path.contains("/changes") }.compactMap { $0.decoded(ChangesResponse.self) }
+            let first = try #require(pages.lazy.compactMap { $0.items.first { $0.kind == .file && $0.record != nil } }.first)
+            try Data("the second".utf8).write(to: note)
+            #expect(await phoneHas("the second"), "\(phoneAgent.logged.suffix(2000))")
+
+            // From now on the phone's pages show each newer state of the note as its first record
+            // again, under a new revision made up for it, at the newer state's place: a rollback
+            // that no check of the record (it opens: the laptop sealed it there) or of the order
+            // of changes can tell.
+            let told = Told()
+            relay.rewrite(ChangesResponse.self, where: { $0.contains("/changes") }) { page in
+                for index in page.items.indices where page.items[index].id == first.id && page.items[index].revision != first.revision {
+                    var replayed = first
+                    (replayed.revision, replayed.sequence) = ("replayed" + page.items[index].revision.prefix(16), page.items[index].sequence)
+                    page.items[index] = replayed
+                    told.count.withLock { $0 += 1 }
+                }
+            }
+            try Data("the third".utf8).write(to: note)
+            #expect(try await HostileKeyValueServerTests.until(phoneAgent, logs: "states no signed commit names yet are held back"), "\(phoneAgent.logged.suffix(3000))")
+            #expect(told.count.withLock { $0 } > 0, "the lie was told")
+            // Never rolled back; the laptop's signed edit is asked for by id, and taken.
+            #expect(await phoneHas("the third"), "\(phoneAgent.logged.suffix(3000))")
+        }
     }
 }

@@ -239,16 +239,7 @@ extension SyncServices {
         }
         chunks.put(":hash") { request, context -> Response in
             let device = try context.requireDevice()
-            let hash = try context.parameters.require("hash")
-            try Validate.hash(hash)
-            let sealed = try await sealedUpload(request, device: device)
-            let body: ByteBuffer
-            do {
-                body = try await request.body.collect(upTo: Int(Validate.maximumChunkSize))
-            } catch {
-                throw SyncError(.contentTooLarge, "chunkTooLarge", "chunks are at most \(Validate.maximumChunkSize) bytes")
-            }
-            try await receive([ChunkBatch.Chunk(hash: hash, bytes: Array(buffer: body))], from: device, logger: context.logger, sealed: sealed)
+            try await receiveChunk(request, context: context, device: device, sealed: try await sealedUpload(request, device: device))
             return Response(status: .created)
         }
         // Many chunks in one body (docs/SyncProtocol.md, "Chunks in batches").
@@ -536,6 +527,20 @@ extension SyncServices {
 }
 
 extension SyncServices {
+    /// `PUT …/chunks/HASH`: the one chunk in the body, stored (at most
+    /// `Validate.maximumChunkSize` bytes; `sealed`: an encrypted account's, kept unread).
+    func receiveChunk(_ request: Request, context: SyncContext, device: DeviceAuth, sealed: Bool) async throws {
+        let hash = try context.parameters.require("hash")
+        try Validate.hash(hash)
+        let body: ByteBuffer
+        do {
+            body = try await request.body.collect(upTo: Int(Validate.maximumChunkSize))
+        } catch {
+            throw SyncError(.contentTooLarge, "chunkTooLarge", "chunks are at most \(Validate.maximumChunkSize) bytes")
+        }
+        try await receive([ChunkBatch.Chunk(hash: hash, bytes: Array(buffer: body))], from: device, logger: context.logger, sealed: sealed)
+    }
+
     /// `POST …/commits`: many items' updates in one transaction and one push
     /// (docs/SyncProtocol.md, "Commits in batches"), for a device or for a page a device let in
     /// under Advanced Data Protection (its records sealed in the browser).

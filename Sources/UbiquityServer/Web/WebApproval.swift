@@ -1,7 +1,6 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
-import NIOCore
 import UbiquityKeys
 import UbiquityProtocol
 
@@ -115,16 +114,7 @@ extension SyncServices {
         }
         // A chunk the page sealed (an upload): kept unread, as a device's sealed chunk is.
         sealed.put("chunks/:hash") { request, context -> HTTPResponse.Status in
-            let (device, _) = try await granted(context)
-            let hash = try context.parameters.require("hash")
-            try Validate.hash(hash)
-            let body: ByteBuffer
-            do {
-                body = try await request.body.collect(upTo: Int(Validate.maximumChunkSize))
-            } catch {
-                throw SyncError(.contentTooLarge, "chunkTooLarge", "chunks are at most \(Validate.maximumChunkSize) bytes")
-            }
-            try await receive([ChunkBatch.Chunk(hash: hash, bytes: Array(buffer: body))], from: device, logger: context.logger, sealed: true)
+            try await receiveChunk(request, context: context, device: try await granted(context).0, sealed: true)
             return .noContent
         }
         sealed.post("signed-commits") { request, context in
