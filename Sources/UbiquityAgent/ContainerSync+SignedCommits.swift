@@ -188,8 +188,9 @@ extension ContainerSync {
     /// taken only when the latest signed outcome of the item names exactly it — its revision and
     /// the hash of its sealed record, or its deletion. One not covered is **held back**: not
     /// taken, the local file kept, logged; the signed change it stands for is not counted as
-    /// reflected, so its item is asked for again by id next round (a commit is usually a few
-    /// milliseconds behind its state), and the truth, once told, is taken. Items no commit ever
+    /// reflected, so once its commit is read (usually a few milliseconds behind the state) the
+    /// state held is taken as it came if the commit names it, and otherwise the item is asked
+    /// for again by id, and the truth, once told, is taken. Items no commit ever
     /// named (from before devices signed) are taken as they are; under Standard nothing is held
     /// back (the escrow signs whatever the server makes).
     func uncoveredHeldBack(_ states: [ItemState], recordHashes: [String: [UInt8]]) throws -> [ItemState] {
