@@ -6,11 +6,11 @@ the page then lists the folder with the names it opened itself and downloads a f
 its chunks itself.
 
 Then the page makes changes of its own, as a device does: a new folder, a file renamed and moved
-into it, a folder made and deleted, a file uploaded.
+into it, a folder made and deleted, a file uploaded, a folder uploaded.
 
 Argument (JSON on the command line): url, account, password, container, code (a file the code is
 written to), downloads (a folder), file (the name to download), rename (a file the page renames
-to `renamed` and moves into its new folder), upload (a file's path the page uploads).
+to `renamed` and moves into its new folder), upload (a file's path the page uploads), tree (a folder's path the page uploads).
 Prints one JSON line: {code, names, downloaded (the file's bytes, base64), changed (the names
 listed after the changes), …} or {error, step}.
 """
@@ -138,6 +138,9 @@ try:
     # An upload: the page cuts the file, names and seals each chunk, seals its record, signs it.
     driver.find_element(By.ID, "upload-files").send_keys(args["upload"])
     eventually(lambda: os.path.basename(args["upload"]) in names_shown(), "the uploaded file listed", 120)
+    # A folder uploaded: the page makes its folders too (sealed, signed), then its files.
+    driver.find_element(By.ID, "upload-folder").send_keys(args["tree"])
+    eventually(lambda: os.path.basename(args["tree"]) in names_shown(), "the uploaded folder listed", 120)
     changed = names_shown()
     # The server serves another chunk list for the file (here none): the page refuses it, as it
     # is not the one the record names, and saves nothing.

@@ -32,11 +32,16 @@ import UbiquityTestSupport
         // A file the page uploads: three chunks as it cuts (512 KiB each, the last shorter).
         let uploaded = randomBytes(1_300_000), upload = setup.dir.file("Uploaded in the page.bin")
         try uploaded.write(to: upload)
+        // And a folder it uploads: a file in it, and one in a folder inside it.
+        let tree = setup.dir.file("Tree")
+        try FileManager.default.createDirectory(at: tree.appendingPathComponent("Inner"), withIntermediateDirectories: true)
+        try Data("at the top of the tree".utf8).write(to: tree.appendingPathComponent("a.txt"))
+        try Data("inside".utf8).write(to: tree.appendingPathComponent("Inner/b.txt"))
         let script = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent("Browser/advanced_web.py").path
         let arguments = String(decoding: try JSONSerialization.data(withJSONObject: [
             "url": setup.server.base.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")), "account": "ada", "password": "correct horse",
             "container": container, "code": codeFile, "downloads": downloads, "file": "Plan ☕.txt",
-            "rename": "After.txt", "renamed": "Renamed in the page.txt", "upload": upload.path,
+            "rename": "After.txt", "renamed": "Renamed in the page.txt", "upload": upload.path, "tree": tree.path,
         ]), as: UTF8.self)
         let browser = Task { try await RealBrowser.run(["/usr/bin/env", "python3", script, arguments], timeout: .seconds(420)) }
 
@@ -68,7 +73,7 @@ import UbiquityTestSupport
         // Another chunk list served for the file: refused (not the one its record names), nothing saved.
         #expect((result["swapped"] as? String)?.contains("not the one its record names") == true && result["savedSwapped"] as? Bool == false, "\(line)")
         // The page's own changes, signed with its key: both devices take them as another device's.
-        #expect(result["changed"] as? [String] == ["Made in the page", "Plan ☕.txt", "Uploaded in the page.bin"], "\(line)")
+        #expect(result["changed"] as? [String] == ["Made in the page", "Plan ☕.txt", "Tree", "Uploaded in the page.bin"], "\(line)")
         let moved = onLaptop.appendingPathComponent("Made in the page/Renamed in the page.txt")
         let arrived = await eventuallyValue(seconds: 60) { (try? Data(contentsOf: moved)) == Data("written after the switch".utf8) ? true : nil }
         #expect(arrived == true, "the laptop takes the page's folder, rename and move: \(laptopAgent.logged.suffix(3000))")
@@ -76,7 +81,7 @@ import UbiquityTestSupport
         let settled = await eventuallyValue(seconds: 60) {
             let laptopNames = Set((try? FileManager.default.contentsOfDirectory(atPath: onLaptop.path)) ?? [])
             let phoneNames = Set((try? FileManager.default.contentsOfDirectory(atPath: onPhone.path)) ?? [])
-            return laptopNames == ["Made in the page", "Plan ☕.txt", "Uploaded in the page.bin"] && phoneNames == laptopNames
+            return laptopNames == ["Made in the page", "Plan ☕.txt", "Tree", "Uploaded in the page.bin"] && phoneNames == laptopNames
                 && FileManager.default.fileExists(atPath: onPhone.appendingPathComponent("Made in the page/Renamed in the page.txt").path) ? true : nil
         }
         #expect(settled == true, "both devices: the folder made and the file moved into it, the deleted folder gone: \(phoneAgent.logged.suffix(3000))")
@@ -86,6 +91,11 @@ import UbiquityTestSupport
                 && (try? Data(contentsOf: onPhone.appendingPathComponent("Uploaded in the page.bin"))) == uploaded ? true : nil
         }
         #expect(took == true, "the page's upload reaches both devices to its very bytes: \(laptopAgent.logged.suffix(3000))")
+        let treeArrived = await eventuallyValue(seconds: 60) {
+            (try? String(contentsOf: onLaptop.appendingPathComponent("Tree/a.txt"), encoding: .utf8)) == "at the top of the tree"
+                && (try? String(contentsOf: onLaptop.appendingPathComponent("Tree/Inner/b.txt"), encoding: .utf8)) == "inside" ? true : nil
+        }
+        #expect(treeArrived == true, "the folder the page uploaded, its folders made by the page: \(laptopAgent.logged.suffix(3000))")
         // The server's roster lets the browser's key in (an entry the laptop signed) until the grant ends.
         let roster = try await laptop.running(["devices", "list"])
         #expect(roster.output.contains("web browser"), "\(roster.output)")

@@ -140,7 +140,7 @@ extension AccountKeys {
         guard !allowed.isEmpty else { throw KeySetupError(reason: .notInRoster, description: "the account has no container to open in a browser yet") }
         let expires = (Date().timeIntervalSince1970 + WebGrant.lifetime).rounded(.down)
         // Under Advanced the browser signs the page's changes: the roster lets its key in until
-        // the grant ends (a device ends the session then: `endExpiredWebSessions`).
+        // the grant ends (then a device that reads the keys ends the session: `SessionKeys`).
         var session: WebGrant.Contents.Session?
         if roster.custody == .advanced {
             let (after, changed) = try await change { roster, _ in

@@ -524,7 +524,7 @@ export async function deleteSealed(session, container, listed) {
   }
 }
 
-/** A new folder named `name` in `parent` (null: the top), its record sealed here. */
+/** A new folder named `name` in `parent` (null: the top), its record sealed here: `{ id }`. */
 export async function newFolderSealed(session, container, parent, name) {
   const keys = await keysOf(session);
   const id = newIdentifier();
@@ -534,6 +534,16 @@ export async function newFolderSealed(session, container, parent, name) {
     update: { name: await nameTag(keys, container, name, parent), parent: parent || null, kind: "directory", modificationDate: 0,
       manifest: {}, changeId: newIdentifier() },
   }]);
+  return { id };
+}
+
+/** The folder `name` in `parent` (null: the top), made here if it is not there (names compared
+ * as their tags compare them): `{ id }`. A file of that name refuses it. */
+export async function folderSealed(session, container, parent, name) {
+  const items = await openedItems(session, container);
+  const same = [...items.values()].find((item) => item.parent === (parent || null) && folded(item.name) === folded(name));
+  if (same && same.kind !== "directory") throw new APIError(409, "nameTaken", "an item of that name is there already");
+  return same ? { id: same.id } : newFolderSealed(session, container, parent, name);
 }
 
 /** Unsigned LEB128 numbers (a record's chunk sizes). */

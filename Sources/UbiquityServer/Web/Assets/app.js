@@ -4,7 +4,7 @@
 import { api, APIError, setCSRF, segment } from "./api.js";
 import { nameNode, plainName, formatBytes, formatDate } from "./names.js";
 import { uploadFile, uploadTree, makeFolder, forgetUploads } from "./upload.js";
-import { sealedListing, downloadSealed, shareSealed, moveSealed, deleteSealed, newFolderSealed, uploadSealed } from "./advanced.js";
+import { sealedListing, downloadSealed, shareSealed, moveSealed, deleteSealed, newFolderSealed, uploadSealed, folderSealed } from "./advanced.js";
 
 const $ = (id) => document.getElementById(id);
 let session = null;
@@ -721,13 +721,6 @@ async function upload(file, folder) {
   }
 }
 
-/** Under Advanced the page uploads files, not folders yet: it says so and sends nothing. */
-function folderUploadsRefused() {
-  if (!view.listing?.sealed) return false;
-  failed(new Error("Uploading a folder from this page is not available under Advanced Data Protection yet: upload its files, or add it on one of your devices."));
-  return true;
-}
-
 $("upload-files").addEventListener("change", async (event) => {
   const files = [...event.target.files];
   event.target.value = "";
@@ -739,9 +732,10 @@ $("upload-files").addEventListener("change", async (event) => {
 $("upload-folder").addEventListener("change", async (event) => {
   const files = [...event.target.files];
   event.target.value = "";
-  if (folderUploadsRefused()) return;
   try {
-    await uploadTree(view.container, view.folder, files, upload);
+    // (Under Advanced the page makes the folders itself, as it makes the files.)
+    if (view.listing?.sealed) await uploadTree(view.container, view.folder, files, upload, (parent, name) => folderSealed(session, view.container, parent || null, name));
+    else await uploadTree(view.container, view.folder, files, upload);
   } catch (error) {
     failed(error);
   }

@@ -109,15 +109,16 @@ export function makeFolder(container, parent, name) {
   return withRetries(() => api("POST", `/web/api/containers/${segment(container)}/folders`, { name, parent }));
 }
 
-/** Uploads files chosen as a folder (their relative paths name the folders to make). */
-export async function uploadTree(container, parent, files, onFile) {
+/** Uploads files chosen as a folder (their relative paths name the folders to make, each with
+ * `folderIn(parent, name)`: the server's, or under Advanced the page's own). */
+export async function uploadTree(container, parent, files, onFile, folderIn = (folder, name) => makeFolder(container, folder, name)) {
   const folders = new Map();
   for (const file of files) {
     const parts = (file.webkitRelativePath || file.name).split("/");
     let folder = parent, path = "";
     for (const name of parts.slice(0, -1)) {
       path += "/" + name;
-      if (!folders.has(path)) folders.set(path, (await makeFolder(container, folder, name)).id);
+      if (!folders.has(path)) folders.set(path, (await folderIn(folder, name)).id);
       folder = folders.get(path);
     }
     await onFile(file, folder);
