@@ -1,0 +1,80 @@
+import Foundation
+import Hummingbird
+import NIOCore
+import UbiquityProtocol
+
+extension SyncServices {
+    /// `PUT …/chunks/HASH`: the one chunk in the body, stored (at most
+    /// `Validate.maximumChunkSize` bytes; `sealed`: an encrypted account's, kept unread).
+    func receiveChunk(_ request: Request, context: SyncContext, device: DeviceAuth, sealed: Bool) async throws {
+        let hash = try context.parameters.require("hash")
+        try Validate.hash(hash)
+        let body: ByteBuffer
+        do {
+            body = try await request.body.collect(upTo: Int(Validate.maximumChunkSize))
+        } catch {
+            throw SyncError(.contentTooLarge, "chunkTooLarge", "chunks are at most \(Validate.maximumChunkSize) bytes")
+        }
+        try await receive([ChunkBatch.Chunk(hash: hash, bytes: Array(buffer: body))], from: device, logger: context.logger, sealed: sealed)
+    }
+
+    /// `POST …/commits`: many items' updates in one transaction and one push
+    /// (docs/SyncProtocol.md, "Commits in batches"), for a device or for a page a device let in
+    /// under Advanced Data Protection (its records sealed in the browser).
+    /// `sealedOnly`: every update but a deletion must carry a sealed record, and none its bytes
+    /// inline (a page's, whose records and chunks are sealed in the browser).
+    func commitBatch(_ request: Request, context: SyncContext, container: String, device: DeviceAuth, sealedOnly: Bool = false) async throws -> CommitBatchResponse {
+        let batch = try await request.decode(as: CommitBatchRequest.self, context: context)
+        guard (1...CommitBatchRequest.maximumCount).contains(batch.commits.count) else {
+            throw SyncError.badRequest("tooMany", "a batch carries 1 to \(CommitBatchRequest.maximumCount) commits")
+        }
+        if sealedOnly, batch.commits.contains(where: { ($0.update.record == nil && $0.update.deleted != true) || $0.update.contents != nil }) {
+            throw SyncError.badRequest("notSealed", "every change from this page carries its record sealed, and no bytes inline")
+        }
+        try await refusePlaintext(batch.commits.map(\.update), of: device)
+        // Each update checked on its own: one refused is answered with its error, the others go on.
+        var results = [CommitResult?](repeating: nil, count: batch.commits.count)
+        var accepted: [(index: Int, commit: ItemCommit)] = [], items = Set<String>(), inline: [ChunkBatch.Chunk] = []
+        var inlineBytes: [String: Data] = [:]
+        for (index, commit) in batch.commits.enumerated() {
+            do {
+                try Validate.identifier(commit.item, field: "item id")
+                guard items.insert(commit.item).inserted else { throw SyncError.badRequest("duplicateItem", "item \(commit.item) appears twice in the batch") }
+                var update = try await prepared(commit.update, of: commit.item, in: container, for: device)
+                let bytes = update.contents
+                inline += try Self.inlineChunks(of: &update)
+                if let bytes { inlineBytes[commit.item] = bytes }
+                accepted.append((index, ItemCommit(item: commit.item, update: update)))
+            } catch let error as SyncError {
+                results[index] = CommitResult(item: commit.item, error: error.body)
+            }
+        }
+        // Small files' bytes (each checked as it was taken out) stored before their commits
+        // (one quota check, one write): complete when committed.
+        if !inline.isEmpty { try await receive(inline, from: device, logger: context.logger, checked: true) }
+        let brief = Self.brief(request), terse = request.uri.queryParameters["terse"] == "true"
+        let tags = await nameTags(of: accepted.map { ($0.commit.item, $0.commit.update) }, account: device.accountId, container: container)
+        let verdicts = accepted.isEmpty ? [] : try await database.commit(accountId: device.accountId, container: container, commits: accepted.map(\.commit),
+                                                                          device: device, now: Date(), brief: brief, limits: accountLimits, nameTags: tags)
+        var fresh: [CommitOutcome] = []
+        for (entry, verdict) in zip(accepted, verdicts) {
+            switch verdict {
+            case .success(let outcome):
+                if terse, let committed = Self.committed(outcome, as: entry.commit.update, by: device) {
+                    results[entry.index] = CommitResult(item: entry.commit.item, committed: committed)
+                } else {
+                    results[entry.index] = CommitResult(item: entry.commit.item, commit: Self.answer(outcome, brief: brief))
+                }
+                if !outcome.repeated { fresh.append(outcome) }
+            case .failure(let error):
+                results[entry.index] = CommitResult(item: entry.commit.item, error: error.body)
+            }
+        }
+        if let sequence = fresh.map(\.item.sequence).max() {
+            metrics.count(.commits, by: fresh.count)
+            notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId,
+                             page: Self.pushedPage(fresh, inlineBytes: inlineBytes))
+        }
+        return CommitBatchResponse(results: results.map { $0! })
+    }
+}
