@@ -404,10 +404,8 @@ extension SyncServer {
     static func collectGarbage(storage: ServerStorage, retention: TimeInterval, now: Date) async throws -> (revisions: Int, chunks: Int, bytes: Int64) {
         let collected = try await storage.database.collectGarbage(now: now, retention: retention, grace: 86_400)
         // The database forgot these chunks: each is removed, or said to be left behind.
-        var left: [(account: Int64, hash: String, error: any Error)] = []
-        for (account, hash) in collected.chunks {
-            do { try await storage.chunks.remove(hash: hash, account: account) } catch { left.append((account, hash, error)) }
-        }
+        let left = await ChunkRemoval.remove(collected.chunks.map { (account: $0.0, hash: $0.1) }, database: storage.database, chunks: storage.chunks,
+                                             logger: Logger(label: "ubiquity.server"))
         try await storage.chunks.compact(orphanAge: 3_600)
         if let first = left.first {
             throw SyncError(.internalServerError, "storageFailure",

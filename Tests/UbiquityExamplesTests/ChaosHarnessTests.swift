@@ -15,11 +15,21 @@ import UbiquityTestSupport
 
     func chaos(_ arguments: [String]) async throws -> Run {
         let work = FileManager.default.temporaryDirectory.appendingPathComponent("chaos-test-\(UUID().uuidString.prefix(8))")
-        defer { try? FileManager.default.removeItem(at: work) }
         var run = try await chaos(arguments, in: work)
-        // A failed run says, with the violations, what each agent logged of the paths named
-        // (the folder goes with the test: CI keeps only what is printed).
-        if run.status != 0 { run.summary += Self.agentLines(naming: run.summary, in: work.appendingPathComponent("logs")) }
+        guard run.status != 0 else {
+            try? FileManager.default.removeItem(at: work)
+            return run
+        }
+        // A failed run says, with the violations, what each agent logged of the paths named,
+        // and keeps its logs where the machine keeps them (the run's folder is the test's own:
+        // its disks and databases go).
+        run.summary += Self.agentLines(naming: run.summary, in: work.appendingPathComponent("logs"))
+        let kept = FileManager.default.temporaryDirectory.appendingPathComponent("ubiquity-chaos-failed-\(Int(Date().timeIntervalSince1970))")
+        if (try? FileManager.default.copyItem(at: work.appendingPathComponent("logs"), to: kept)) != nil {
+            try? FileManager.default.copyItem(at: work.appendingPathComponent("faults.log"), to: kept.appendingPathComponent("faults.log"))
+            run.summary += "\n(the run's logs are kept in \(kept.path))"
+        }
+        try? FileManager.default.removeItem(at: work)
         return run
     }
 

@@ -142,11 +142,10 @@ struct SealInPlace: Sendable {
                 rewrites.append(try rewrite(revision, account: account, renamed: renamed, records: records))
             }
             let done = try await database.sealInPlace(accountId: account, container: container, rewrites: rewrites, chunks: fresh, now: Date())
-            for hash in done.removed {
-                do { try await chunks.remove(hash: hash, account: account) } catch {
-                    // Unlisted bytes count against nothing; a collection removes them later.
-                    logger.warning("cannot remove a plaintext chunk sealed in place; a garbage collection will", metadata: ["account": "\(account)", "error": "\(error)"])
-                }
+            let left = await ChunkRemoval.remove(done.removed.map { (account, $0) }, database: database, chunks: chunks, logger: logger)
+            for (_, _, error) in left {
+                // Unlisted bytes count against nothing; a collection removes them later.
+                logger.warning("cannot remove a plaintext chunk sealed in place; a garbage collection will", metadata: ["account": "\(account)", "error": "\(error)"])
             }
             report.revisions += done.revisions
             report.chunks += fresh.count

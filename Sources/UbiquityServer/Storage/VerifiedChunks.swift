@@ -10,7 +10,9 @@ import UbiquityProtocol
 /// whose bytes no longer hash to its name is never served. It is put aside (``ChunkStorage/quarantine(hash:account:damaged:)``), the log
 /// says so at `error`, the database forgets it (``SyncDatabase/chunkLost(accountId:hash:)``: its
 /// revisions are not uploaded any more, devices are told) and the read answers it missing — so
-/// a device that sends it again repairs it.
+/// a device that sends it again repairs it. A chunk the database lists whose bytes are gone
+/// (removed under an upload that listed it again, a pack deleted by hand) is forgotten the same
+/// way when it is read (``vanished(_:account:)``).
 struct VerifiedChunks: ChunkStorage {
     let base: any ChunkStorage
     var folder: String? { base.folder }
@@ -27,7 +29,9 @@ struct VerifiedChunks: ChunkStorage {
     }
 
     func load(hash: String, account: Int64) async throws -> Data? {
-        guard let data = try await base.load(hash: hash, account: account) else { return nil }
+        var found = try await base.load(hash: hash, account: account)
+        if found == nil, !(try await vanished(hash, account: account)) { found = try await base.load(hash: hash, account: account) }
+        guard let data = found else { return nil }
         return try await checked(data, hash: hash, account: account, sealed: base.sealedDigests(of: [hash], account: account)) ? data : nil
     }
 
@@ -42,7 +46,10 @@ struct VerifiedChunks: ChunkStorage {
 
     func loadBatch(_ hashes: [String], account: Int64, upTo limit: Int, into batch: inout ByteBuffer) async throws -> [Range<Int>] {
         let start = batch.writerIndex
-        let (places, vouched) = try await base.loadVouchedBatch(hashes, account: account, upTo: limit, into: &batch)
+        var (places, vouched) = try await base.loadVouchedBatch(hashes, account: account, upTo: limit, into: &batch)
+        if places.isEmpty, let first = hashes.first, !(try await vanished(first, account: account)) {
+            (places, vouched) = try await base.loadVouchedBatch(hashes, account: account, upTo: limit, into: &batch)
+        }
         let unvouched = places.indices.filter { !vouched[$0] }.map { hashes[$0] }
         let sealed = unvouched.isEmpty ? [:] : try await base.sealedDigests(of: unvouched, account: account)
         for (index, place) in places.enumerated() where !vouched[index] {
@@ -78,6 +85,22 @@ struct VerifiedChunks: ChunkStorage {
     static func matches(_ digest: SHA256.Digest, hash: String, sealed: [String: [UInt8]]) -> Bool {
         if let recorded = sealed[hash] { return Array(digest) == recorded }
         return digest.matches(lowercaseHex: hash)
+    }
+
+    /// Chunk `hash` of `account` was not found in storage: if the database lists it, its bytes
+    /// are gone — the database forgets it (its revisions are asked of the devices again, as for a
+    /// damaged one) and the log says so at `error`. True when it is absent (listed or not); false
+    /// when its bytes are there after all (stored and listed meanwhile: read it again).
+    func vanished(_ hash: String, account: Int64) async throws -> Bool {
+        guard try await database.missingChunks(accountId: account, hashes: [hash]).isEmpty else { return true } // not listed: simply absent
+        guard try await base.load(hash: hash, account: account) == nil else { return false }
+        let changed = try await database.chunkLost(accountId: account, hash: hash)
+        // (Not its name: a plaintext chunk's is the SHA-256 of its bytes.)
+        logger.error("a chunk the database lists is not in storage: forgotten, and asked of the devices again", metadata: [
+            "account": "\(account)", "containers": "\(changed.keys.sorted())",
+        ])
+        for (container, sequence) in changed { notifier.publish(account: account, container: container, sequence: sequence) }
+        return true
     }
 
     /// Puts aside `data`, stored as chunk `hash` but hashing to `digest`, and has it asked of the
