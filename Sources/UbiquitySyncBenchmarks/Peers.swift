@@ -76,8 +76,8 @@ final class UbiquityPeer: Peer {
     /// - Parameter advanced: Whether device A switches the account to Advanced Data Protection
     ///   once both agents run (the server then holds no key; devices hold back what no signed
     ///   commit names yet: docs/Encryption.md, "Coverage under Advanced").
-    static func start(in folder: URL, sealed: Bool = false, advanced: Bool = false) async throws -> UbiquityPeer {
-        let binary = executable
+    /// - Parameter binary: The `ubiquity` every process runs (another build's, to compare).
+    static func start(in folder: URL, sealed: Bool = false, advanced: Bool = false, binary: URL = executable) async throws -> UbiquityPeer {
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
             throw BenchError("\(binary.path) is missing: swift build -c release --product ubiquity")
         }

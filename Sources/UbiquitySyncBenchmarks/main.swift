@@ -8,7 +8,7 @@
 //   swift build -c release --product ubiquity && swift run -c release ubiquity-sync-bench
 //     [--small N] [--syncthing-small N] [--burst N] [--folder N] [--big-folder N] [--large-mib M]
 //     [--large-runs N] [--cost-changes N] [--idle-items N] [--idle-seconds S] [--database-updates N] [--skip-syncthing]
-//     [--web-items N] [--web-only] [--sealed] [--advanced] [--directory DIR] [--keep]
+//     [--web-items N] [--web-only] [--sealed] [--advanced] [--reference-build DIR] [--directory DIR] [--keep]
 //
 // `--sealed` measures Ubiquity's sync scenarios a second time in the same run with the agents
 // sealing the container's chunks and records (`sealedContents`, issue 45), and the web figures
@@ -16,6 +16,11 @@
 // run (`sealedOver…`) and the issue's goals for it. `--advanced` makes that second run one under
 // Advanced Data Protection (device A switches the account once both agents run): what coverage
 // costs, every change of an item a commit named waiting for its commit.
+//
+// `--reference-build DIR` measures the sync scenarios a third time with another build's `ubiquity`
+// (DIR/ubiquity: "today's build" of an issue, built from the commit before its work began), the
+// same scenarios in the same run: `ubiquityReference` in the JSON, and the sealed run over it
+// (`sealedOverReference…`, issue 45: a new 64 MiB file's CPU at most 1.2 times today's).
 //
 // `--web-only` measures only the web interface's figures (WebScenario.swift) on Ubiquity's
 // server (with `--sealed`, on the sealed run's server too): no sync scenarios, no Syncthing.
@@ -46,6 +51,8 @@ struct Options {
     var sealed = false
     /// That second time under Advanced Data Protection (the account switched by device A).
     var advanced = false
+    /// Another build's folder (its `ubiquity`), measured a third time beside this one.
+    var referenceBuild: URL?
     /// Leave the run's folder (homes, logs, data) in place afterwards.
     var keep = false
     var directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("ubiquity-sync-bench-\(getpid())")
@@ -81,6 +88,7 @@ struct Options {
             case "--sealed": sealed = true
             case "--advanced": (sealed, advanced) = (true, true)
             case "--keep": keep = true
+            case "--reference-build": referenceBuild = URL(fileURLWithPath: try value(argument)).appendingPathComponent("ubiquity")
             case "--directory": directory = URL(fileURLWithPath: try value(argument))
             default: throw BenchError("unknown argument \(argument); see the comment at the top of Sources/UbiquitySyncBenchmarks/main.swift")
             }
@@ -205,6 +213,17 @@ if options.sealed {
         results["ubiquitySealed"] = Figures(failure: "\(error)", notes: "")
     }
 }
+if let reference = options.referenceBuild, !options.webOnly {
+    do {
+        let earlier = try await UbiquityPeer.start(in: options.directory.appendingPathComponent("ubiquity-reference"), binary: reference)
+        results["ubiquityReference"] = await measure(earlier, options: options, small: options.small,
+                                                     notes: "as ubiquity, every process another build's (\(reference.path))", syncOnly: true)
+        await earlier.stop()
+    } catch {
+        log("The reference build could not be started: \(error)")
+        results["ubiquityReference"] = Figures(failure: "\(error)", notes: "")
+    }
+}
 var syncthingVersion: String?
 if !options.skipSyncthing && !options.webOnly {
     // Ubiquity's figures are printed whatever happens to the peer's.
@@ -236,6 +255,8 @@ struct Report: Encodable {
     var ubiquity: Figures?
     /// Ubiquity's sync scenarios with sealed contents (`--sealed`).
     var ubiquitySealed: Figures?
+    /// The sync scenarios with another build's processes (`--reference-build`).
+    var ubiquityReference: Figures?
     var syncthing: Figures?
     /// Ubiquity's figure divided by Syncthing's (below 1: Ubiquity is better).
     var ratios: [String: Double]
@@ -331,6 +352,19 @@ if let plain = results["ubiquity"], let sealed = results["ubiquitySealed"] {
         }
     }
 }
+// Against the build the issue called today's (`--reference-build`): the same figures, both runs of
+// this build over it.
+if let earlier = results["ubiquityReference"] {
+    for (prefix, run) in [("plain", results["ubiquity"]), ("sealed", results["ubiquitySealed"])] {
+        guard let run else { continue }
+        ratios["\(prefix)OverReferenceNewLargeFileCpu"] = ratio(run.large?.newFile.cpuMs, earlier.large?.newFile.cpuMs)
+        ratios["\(prefix)OverReferenceNewLargeFile"] = ratio(run.large?.newFile.ms, earlier.large?.newFile.ms)
+        ratios["\(prefix)OverReferenceNewFolder"] = ratio(run.newFolder?.transfer.ms, earlier.newFolder?.transfer.ms)
+        ratios["\(prefix)OverReferenceOneByteEditInPlaceBytes"] = ratio(run.large.map { Double($0.oneByteEditInPlace.transfer.bytesOnWire) },
+                                                                      earlier.large.map { Double($0.oneByteEditInPlace.transfer.bytesOnWire) })
+    }
+    if let cpu = ratios["sealedOverReferenceNewLargeFileCpu"] { goals["sealedNewLargeFileCpuAtMost1_2xReference"] = cpu <= 1.2 }
+}
 // Sealed documents are the default under Standard: the sealed run beside Syncthing too, figure by
 // figure (issue 45: every figure of the sync bench still beats Syncthing's).
 if let sealed = results["ubiquitySealed"], let theirs = results["syncthing"] {
@@ -346,7 +380,8 @@ if let web = results["ubiquitySealed"]?.web {
 let report = Report(
     machine: ["cores": "\(ProcessInfo.processInfo.activeProcessorCount)", "memoryGiB": "\(ProcessInfo.processInfo.physicalMemory >> 30)",
               "build": buildConfiguration, "syncthing": syncthingVersion ?? "skipped"],
-    loopbackCopyMs: loopbackCopyMs, ubiquity: results["ubiquity"], ubiquitySealed: results["ubiquitySealed"], syncthing: results["syncthing"],
+    loopbackCopyMs: loopbackCopyMs, ubiquity: results["ubiquity"], ubiquitySealed: results["ubiquitySealed"],
+    ubiquityReference: results["ubiquityReference"], syncthing: results["syncthing"],
     ratios: ratios, goals: goals)
 let encoder = JSONEncoder()
 encoder.outputFormatting = [.prettyPrinted, .sortedKeys]

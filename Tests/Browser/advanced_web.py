@@ -5,14 +5,18 @@ keys and shows a code; the test types that code on a device (`ubiquity devices a
 the page then lists the folder with the names it opened itself and downloads a file, opening
 its chunks itself.
 
+It lists the file's versions (their records opened in the page), downloads the earlier one and
+restores it (a change it seals and signs).
+
 Then the page makes changes of its own, as a device does: a new folder, a file renamed and moved
 into it, a folder made and deleted, a file uploaded, a folder uploaded.
 
 Argument (JSON on the command line): url, account, password, container, code (a file the code is
 written to), downloads (a folder), file (the name to download), rename (a file the page renames
 to `renamed` and moves into its new folder), upload (a file's path the page uploads), tree (a folder's path the page uploads).
-Prints one JSON line: {code, names, downloaded (the file's bytes, base64), changed (the names
-listed after the changes), …} or {error, step}.
+Prints one JSON line: {code, names, downloaded (the file's bytes, base64), versions (how many
+the page listed), earlier (the earlier version's bytes, base64), changed (the names listed after
+the changes), …} or {error, step}.
 """
 
 import base64
@@ -115,6 +119,35 @@ try:
     driver.get(args["url"] + "/web/#/c/" + args["container"])
     eventually(lambda: driver.find_elements(By.CSS_SELECTOR, '#item-rows tr[data-name="%s"] a' % args["file"]), "the folder after the link")
 
+    # The file's versions, their records opened in the page: the earlier one downloaded, then
+    # restored (its contents under a new record the page seals, the change signed).
+    row_action(args["file"], "Versions")
+    eventually(lambda: driver.find_element(By.ID, "versions").is_displayed(), "the versions page", 60)
+    version_rows = eventually(lambda: (lambda rows: rows if len(rows) >= 2 else None)(driver.find_elements(By.CSS_SELECTOR, "#version-rows tr")),
+                              "the file's versions", 60)
+    versions = len(version_rows)
+    oldest = version_rows[-1].get_attribute("data-revision")
+    VERSION = "const r = [...document.querySelectorAll('#version-rows tr')].find(r => r.dataset.revision === arguments[0]);"
+
+    def version_button(label):
+        found = driver.execute_script(VERSION + "return r ? [...r.querySelectorAll('button')].find(b => b.textContent === arguments[1]) || null : null;",
+                                      oldest, label)
+        if found is not None:
+            found.click()
+            return True
+        return None
+    eventually(lambda: version_button("Download"), "the earlier version's download button")
+    eventually(lambda: os.path.exists(target) and not os.path.exists(target + ".crdownload") and os.path.getsize(target) > 0, "the earlier version", 120)
+    time.sleep(0.5)
+    with open(target, "rb") as handle:
+        earlier = base64.b64encode(handle.read()).decode()
+    os.remove(target)
+    said.clear()
+    eventually(lambda: version_button("Restore"), "the earlier version's restore button")
+    eventually(lambda: next((text for text in said if text.startswith("Restored")), None), "the earlier version restored", 120)
+    driver.get(args["url"] + "/web/#/c/" + args["container"])
+    eventually(lambda: driver.find_elements(By.CSS_SELECTOR, '#item-rows tr[data-name="%s"] a' % args["file"]), "the folder after the versions")
+
     # The page's own changes (it seals their records, tags their names and signs what they made
     # with its key, which the laptop let into the roster): a new folder, a file renamed and moved
     # into it, another folder made and deleted.
@@ -182,6 +215,7 @@ try:
     refused = eventually(lambda: next((text for text in said if "not signed" in text), None), "the changed grant refused", 60)
     opened = driver.find_element(By.ID, "folder").is_displayed()
     print(json.dumps({"code": code, "device": device, "names": names, "downloaded": downloaded, "link": link, "shared": shared,
+                      "versions": versions, "earlier": earlier,
                       "swapped": swapped, "savedSwapped": saved, "changed": changed,
                       "refused": refused, "openedAfterChange": opened}))
 except Exception as error:

@@ -10,7 +10,8 @@ import UbiquityTestSupport
 /// opened itself — of a file written before the switch and of one after — and downloads the
 /// older one — changed in place since, a sealed patch — opening its chunks and applying the patch
 /// itself, to its very bytes; it shares that file as a device does (the link's manifest sealed in
-/// the page), and the link downloads the same bytes. Another chunk list served for the file is refused (not the one its
+/// the page), and the link downloads the same bytes; it lists the file's versions (their records
+/// opened in the page), downloads the earlier one and restores it, which both devices take. Another chunk list served for the file is refused (not the one its
 /// record names), and the grant changed by the server (one byte) is refused by the page, which
 /// then opens nothing.
 @Suite(.serialized) struct AdvancedWebTests {
@@ -70,6 +71,16 @@ import UbiquityTestSupport
         // Shared from the page: a link whose key rides after "#", opened by the link's page.
         #expect((result["link"] as? String)?.contains("/l/") == true && (result["link"] as? String)?.contains("#k=") == true, "\(line)")
         #expect((result["shared"] as? String).flatMap { Data(base64Encoded: $0) } == edited, "the link the page made downloads the file's very bytes")
+        // Its versions, listed by the page (their records opened there): the earlier one
+        // downloaded, then restored — a change the page sealed and signed, which both devices take.
+        let original = { var bytes = edited; bytes[4_500_000] ^= 0xff; return bytes }()
+        #expect((result["versions"] as? Int ?? 0) >= 2, "\(line)")
+        #expect((result["earlier"] as? String).flatMap { Data(base64Encoded: $0) } == original, "the earlier version, opened in the page, to its very bytes")
+        let onPhonePlan = try await onOwnThread { try HostileContentServerTests.documents(of: setup.phone) }.appendingPathComponent("Plan ☕.txt")
+        let restored = await eventuallyValue(seconds: 60) {
+            (try? Data(contentsOf: onLaptop.appendingPathComponent("Plan ☕.txt"))) == original && (try? Data(contentsOf: onPhonePlan)) == original ? true : nil
+        }
+        #expect(restored == true, "both devices take the version the page restored: \(phoneAgent.logged.suffix(3000))")
         // Another chunk list served for the file: refused (not the one its record names), nothing saved.
         #expect((result["swapped"] as? String)?.contains("not the one its record names") == true && result["savedSwapped"] as? Bool == false, "\(line)")
         // The page's own changes, signed with its key: both devices take them as another device's.

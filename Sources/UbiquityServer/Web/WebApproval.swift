@@ -105,6 +105,28 @@ extension SyncServices {
             guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: false) else { throw SyncError.notFound }
             return item
         }
+        // An item's earlier revisions and one revision's contents, as devices read them: the
+        // versions page under Advanced opens their records itself.
+        sealed.get("items/:id/revisions") { _, context in
+            let (device, container) = try await granted(context)
+            let id = try context.parameters.require("id")
+            try Validate.identifier(id, field: "id")
+            guard let revisions = try await database.itemRevisions(accountId: device.accountId, container: container, item: id,
+                                                                   since: Date().timeIntervalSince1970 - retention, limit: ItemRevisionsResponse.maximumCount) else {
+                throw SyncError.notFound
+            }
+            return ItemRevisionsResponse(revisions: revisions)
+        }
+        sealed.get("items/:id/revisions/:revision") { _, context in
+            let (device, container) = try await granted(context)
+            let id = try context.parameters.require("id"), revision = try context.parameters.require("revision")
+            try Validate.identifier(id, field: "id")
+            try Validate.identifier(revision, field: "revision")
+            guard let contents = try await database.revisionContents(accountId: device.accountId, container: container, item: id, revision: revision) else {
+                throw SyncError(.notFound, "notFound", "no such version")
+            }
+            return contents
+        }
         // The page's own changes under Advanced (docs/Encryption.md, "The page's changes under
         // Advanced"): records sealed and names tagged in the browser, then the commit it signed
         // with its key, which the roster let in. Nothing in plaintext is taken.

@@ -294,6 +294,12 @@ async function recordedChunks(keys, container, item) {
 export async function downloadSealed(session, container, listed) {
   const keys = await keysOf(session);
   const item = await api("GET", `/web/api/containers/${segment(container)}/sealed/items/${segment(listed.id)}`);
+  await saveSealed(keys, container, item, listed.name);
+}
+
+/** Saves a state of an item (`id`, `parent`, `kind`, `record`, `manifest`) as a file, its chunks
+ * fetched and opened here: `fallbackName` when it has no record. */
+async function saveSealed(keys, container, item, fallbackName) {
   if (item.kind !== "file") throw new Error("only a flat file downloads from this page under Advanced Data Protection (a package does not yet)");
   const { record, chunks, sizes } = await recordedChunks(keys, container, item);
   const parts = [];
@@ -305,11 +311,65 @@ export async function downloadSealed(session, container, listed) {
   const url = URL.createObjectURL(new Blob(parts, { type: "application/octet-stream" }));
   const link = document.createElement("a");
   link.href = url;
-  link.download = record ? record.n : listed.name;
+  link.download = record ? record.n : fallbackName;
   document.body.append(link);
   link.click();
   link.remove();
   setTimeout(() => URL.revokeObjectURL(url), 60000);
+}
+
+// MARK: Versions (docs/Encryption.md, "Versions under Advanced")
+
+const itemAddress = (container, id) => `/web/api/containers/${segment(container)}/sealed/items/${segment(id)}`;
+
+/** An item's versions as the versions page shows them — `item` (its name), `current`,
+ * `conflicts`, `earlier` (each: revision, deviceName, modificationDate, size, uploaded) — their
+ * records opened here (the server lists the states and cannot read them). */
+export async function versionsSealed(session, container, id) {
+  const keys = await keysOf(session);
+  const item = await api("GET", itemAddress(container, id));
+  if (item.deleted) throw new APIError(404, "notFound", "this item was deleted");
+  const version = async (state) => {
+    const record = state.record ? await openRecord(keys, container, { id, parent: state.parent, record: state.record }) : null;
+    return {
+      revision: state.revision, deviceName: state.deviceName, uploaded: state.uploaded, name: record ? record.n : state.name,
+      modificationDate: record ? record.d : state.modificationDate, size: record ? record.s : state.size,
+    };
+  };
+  const current = await version(item);
+  const conflicts = [];
+  for (const conflict of item.conflicts || []) conflicts.push(await version(conflict));
+  const earlier = [];
+  for (const revision of (await api("GET", itemAddress(container, id) + "/revisions")).revisions) {
+    if (revision.revision !== item.revision) earlier.push(await version(revision));
+  }
+  return { item: { name: current.name }, current, conflicts, earlier, sealed: true };
+}
+
+/** Downloads one version of an item (`revision`), opened here. */
+export async function downloadVersionSealed(session, container, id, revision) {
+  const keys = await keysOf(session);
+  const item = await api("GET", itemAddress(container, id));
+  const state = revision === item.revision ? item : { ...(await api("GET", `${itemAddress(container, id)}/revisions/${segment(revision)}`)), id };
+  await saveSealed(keys, container, state, item.name);
+}
+
+/** Makes an earlier version current again, as a device does: its contents (its chunk list,
+ * checked against its record) under the item's name and folder now, in a record sealed here for
+ * a new revision, the change signed with this browser's key. */
+export async function restoreSealed(session, container, id, revision) {
+  const { keys, item, record } = await current(session, container, id);
+  const earlier = { ...(await api("GET", `${itemAddress(container, id)}/revisions/${segment(revision)}`)), id };
+  if (earlier.kind !== "file") throw new Error("only a flat file's version is restored from this page under Advanced Data Protection (a package's on a device)");
+  if (!earlier.record) throw new Error("this version is from before the account's keys: restore it on a device");
+  const { record: then } = await recordedChunks(keys, container, earlier);
+  const folder = item.parent || null;
+  const restored = { ...then, n: record.n, d: Date.now() / 1000 };
+  await commitSealed(session, container, [{
+    item: id, record: await sealRecord(keys, container, id, folder, restored),
+    update: { baseRevision: item.revision, name: await nameTag(keys, container, restored.n, folder), parent: folder, kind: item.kind,
+      modificationDate: 0, manifest: earlier.manifest, changeId: newIdentifier() },
+  }]);
 }
 
 // MARK: Links (docs/Encryption.md, "Public links under Advanced")

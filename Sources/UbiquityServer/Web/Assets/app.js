@@ -4,7 +4,10 @@
 import { api, APIError, setCSRF, segment } from "./api.js";
 import { nameNode, plainName, formatBytes, formatDate } from "./names.js";
 import { uploadFile, uploadTree, makeFolder, forgetUploads } from "./upload.js";
-import { sealedListing, downloadSealed, shareSealed, moveSealed, deleteSealed, newFolderSealed, uploadSealed, folderSealed } from "./advanced.js";
+import {
+  sealedListing, downloadSealed, shareSealed, moveSealed, deleteSealed, newFolderSealed, uploadSealed, folderSealed, versionsSealed, downloadVersionSealed,
+  restoreSealed,
+} from "./advanced.js";
 
 const $ = (id) => document.getElementById(id);
 let session = null;
@@ -311,7 +314,7 @@ function actionsCell(item) {
   summary.setAttribute("aria-label", "Actions for " + plainName(item.name));
   const list = document.createElement("div");
   const sealed = view.listing.sealed;
-  if (item.kind !== "directory" && !sealed) { // (under Advanced the server reads no version's record)
+  if (item.kind !== "directory") {
     list.append(button("Versions" + (item.conflicts ? " and conflicts" : ""), () => {
       location.hash = `#/v/${segment(view.container)}/${segment(item.id)}` + (view.folder ? "/" + segment(view.folder) : "");
     }));
@@ -373,7 +376,15 @@ async function move(item) {
 
 async function showVersions() {
   const base = `/web/api/containers/${segment(view.container)}/items/${segment(view.item)}`;
-  const answer = await api("GET", base + "/versions");
+  let answer;
+  try {
+    answer = await api("GET", base + "/versions");
+  } catch (error) {
+    // Under Advanced the server cannot read the versions' records: this page opens them.
+    if (!(error instanceof APIError && error.code === "sealedOnDevices")) throw error;
+    answer = await versionsSealed(session, view.container, view.item);
+  }
+  const sealed = answer.sealed === true;
   const back = `#/c/${segment(view.container)}` + (view.folder ? "/" + segment(view.folder) : "");
   $("versions-crumbs").replaceChildren(crumb("iCloud Drive", "#/"), crumb(view.container, back));
   $("versions-title").replaceChildren(nameNode(answer.item.name));
@@ -385,7 +396,10 @@ async function showVersions() {
     device.append(nameNode(version.deviceName));
     const buttons = document.createElement("td");
     buttons.className = "buttons";
-    if (version.uploaded) {
+    if (version.uploaded && sealed) {
+      buttons.append(button("Download", () => downloadVersionSealed(session, view.container, view.item, version.revision),
+        "Download the version of " + formatDate(version.modificationDate)));
+    } else if (version.uploaded) {
       const link = document.createElement("a");
       link.href = `${base}/revisions/${segment(version.revision)}/download`;
       link.setAttribute("download", "");
@@ -398,7 +412,8 @@ async function showVersions() {
     row.append(cell(label + formatDate(version.modificationDate)), device, cell(formatBytes(version.size), "num"), buttons);
     return row;
   };
-  const keep = (version) => button("Keep this version", async () => {
+  // (Under Advanced a conflict is resolved on a device: the page does not sign resolutions yet.)
+  const keep = (version) => sealed ? badge("resolve it on a device") : button("Keep this version", async () => {
     await api("POST", base + "/resolve", { keep: version.revision });
     say("Conflict resolved");
     refresh();
@@ -410,7 +425,8 @@ async function showVersions() {
   $("version-rows").replaceChildren(
     versionRow(answer.current, "Current: ", []),
     ...answer.earlier.map((version) => versionRow(version, "", [button("Restore", async () => {
-      await api("POST", `${base}/revisions/${segment(version.revision)}/restore`);
+      if (sealed) await restoreSealed(session, view.container, view.item, version.revision);
+      else await api("POST", `${base}/revisions/${segment(version.revision)}/restore`);
       say("Restored the version of " + formatDate(version.modificationDate));
       refresh();
     }, "Restore the version of " + formatDate(version.modificationDate))])));
