@@ -383,6 +383,17 @@ package struct SignedOutcome: Sendable, Equatable {
 
 extension AgentStore {
     /// The latest signed outcomes kept of `items` of `container`, by item (those never named are absent).
+    /// Every item's latest signed outcome kept for `container` (what a checkpoint restates).
+    package func allSignedOutcomes(of container: String) throws -> [String: SignedOutcome] {
+        try pool.read { db in
+            var found: [String: SignedOutcome] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT item, revision, recordHash, sequence, deleted FROM signedOutcome WHERE container = ?", arguments: [container]) {
+                found[row["item"]] = SignedOutcome(item: row["item"], revision: row["revision"], recordHash: row["recordHash"], sequence: row["sequence"], deleted: row["deleted"])
+            }
+            return found
+        }
+    }
+
     package func signedOutcomes(of container: String, items: [String]) throws -> [String: SignedOutcome] {
         guard !items.isEmpty else { return [:] }
         return try pool.read { db in

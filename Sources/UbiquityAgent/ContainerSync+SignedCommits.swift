@@ -41,23 +41,29 @@ extension ContainerSync {
 
     /// The signed commit of `made` after this device's last (nil: this device does not sign —
     /// no keys, or its records are not sealed — or nothing was made and it is not `closing`).
-    func signedCommit(of made: [MadeChange], closing: Bool = false) throws -> (commit: SignedCommit, content: CommitContent)? {
+    func signedCommit(of made: [MadeChange], closing: Bool = false) throws -> (commit: SignedCommit, content: CommitPayload)? {
         guard let signer = codec.signer, codec.records?.seals == true, !made.isEmpty || closing else { return nil }
         let content = CommitContent(outcomes: made.map {
             CommitContent.Outcome(item: $0.item, folder: $0.folder, recordHash: CommitContent.recordHash(of: $0.record), revision: $0.revision,
                                   base: $0.base, deleted: $0.deleted, conflict: $0.conflict, sequence: $0.sequence)
         })
-        // It names the other devices' heads as this device accepted them: a device shown this
-        // commit but not one of those (a server hiding it from some devices) refuses it.
+        // (After a commit whose write failed, if there is one: it goes first.)
+        return (try signer.sign(content, container: container, after: try unsavedSigned.last?.commit ?? lastSignedCommit(), seen: seenHeads(of: signer)),
+                .changes(content))
+    }
+
+    /// The other devices' heads as this device accepted them, which its next commit names: a
+    /// device shown that commit but not one of those (a server hiding it from some devices)
+    /// refuses it. At most ``SignedCommit/maximumSeen``, the chains of ended terms first (a
+    /// closing commit names where it closes them).
+    func seenHeads(of signer: CommitSigner) -> [String: CommitHead] {
         var seen = (signedHistory?.ledger.heads ?? [:]).filter { $0.key != signer.device }
         if seen.count > SignedCommit.maximumSeen {
-            // (The chains of ended terms first: a closing commit names where it closes them.)
             let ended = Set((signer.roster?.endedTerms ?? []).map(\.signer))
             seen = Dictionary(uniqueKeysWithValues: seen.sorted { (ended.contains($0.key) ? 1 : 0, $0.value.sequence) > (ended.contains($1.key) ? 1 : 0, $1.value.sequence) }
                 .prefix(SignedCommit.maximumSeen).map { ($0.key, $0.value) })
         }
-        // (After a commit whose write failed, if there is one: it goes first.)
-        return (try signer.sign(content, container: container, after: try unsavedSigned.last?.commit ?? lastSignedCommit(), seen: seen), content)
+        return seen
     }
 
     /// Signs what a resolution the server answered made — the kept revision current at a new
@@ -262,22 +268,35 @@ extension ContainerSync {
         }
         while true {
             let page = try await client.signedCommits(container: container, after: history.position)
+            // The commits after the place read up to were dropped: the page starts at the
+            // checkpoint that replaced them, whose first part gives the history's state there.
+            let jumpTo = page.checkpoint.flatMap { $0 > history.position + 1 ? $0 : nil }
             for stored in page.commits {
                 let commit = try SignedCommit(encoded: stored.commit)
-                let content = try CommitContent(encoded: stored.content)
+                let content = try CommitPayload(encoded: stored.content)
                 guard content.hash == commit.contentHash else {
                     throw EncryptionError(.authenticationFailed, "the content of commit \(commit.sequence) of device \(commit.device) is not what it signed")
                 }
                 do {
+                    func take(_ roster: Roster) throws {
+                        if stored.position == jumpTo {
+                            guard case .checkpoint(let part) = content else {
+                                throw EncryptionError(.withheld, "the server dropped commits \(history.position + 1)–\(stored.position - 1) without a checkpoint in their place")
+                            }
+                            try history.ledger.adopt(commit, part: part, roster: roster)
+                        } else {
+                            _ = try history.ledger.accept(commit, roster: roster)
+                        }
+                    }
                     do {
-                        _ = try history.ledger.accept(commit, roster: roster)
+                        try take(roster)
                     } catch let error as EncryptionError where error.code == .rosterNotExtended && !rosterRead {
                         // A commit naming a roster entry past this device's: a device joined
                         // since the keys were read. The roster is read again — it must extend
                         // this one — and the commit checked against it.
                         rosterRead = true
                         roster = try await extended(roster)
-                        _ = try history.ledger.accept(commit, roster: roster)
+                        try take(roster)
                     }
                     signedCommitsRead += 1
                 } catch let error as EncryptionError where [.withheld, .forked].contains(error.code) {
@@ -287,8 +306,10 @@ extension ContainerSync {
                     signedHistory = nil
                     throw error
                 }
+                if case .checkpoint = content { checkpointsRead += 1 }
                 for outcome in content.outcomes {
-                    history.pending[outcome.item, default: []].append(outcome.sequence)
+                    // (A checkpoint restates outcomes: nothing new for a page to show.)
+                    if case .changes = content { history.pending[outcome.item, default: []].append(outcome.sequence) }
                     // (A conflict version kept beside the current revision does not replace it.)
                     if !outcome.conflict, outcome.sequence > unsavedOutcomes[outcome.item]?.sequence ?? Int64.min {
                         unsavedOutcomes[outcome.item] = SignedOutcome(item: outcome.item, revision: outcome.revision, recordHash: Data(outcome.recordHash),
@@ -297,6 +318,7 @@ extension ContainerSync {
                 }
                 history.position = stored.position
             }
+            if !page.more { checkpointDue = page.checkpointDue == true }
             guard page.more, !page.commits.isEmpty else { break }
         }
         // (Kept before checking: what was read stays read, whatever the page turns out to be.)

@@ -68,7 +68,7 @@ package actor ContainerSync {
     var signedHead: SignedCommit??
     /// Signed commits whose write failed: they go with the next (their outcomes are recorded in
     /// memory, and nothing else would sign them).
-    var unsavedSigned: [(commit: SignedCommit, content: CommitContent)] = []
+    var unsavedSigned: [(commit: SignedCommit, content: CommitPayload)] = []
     /// The latest states the signed commits read since the last write name, by item: kept with
     /// the next write (``AgentStore/signedOutcomes(of:items:)`` holds the rest).
     var unsavedOutcomes: [String: SignedOutcome] = [:]
@@ -93,6 +93,12 @@ package actor ContainerSync {
     /// How many signed commits this device read from the server since it started (for tests
     /// and `ubiquity status`'s curious).
     package internal(set) var signedCommitsRead = 0
+    /// How many checkpoints' parts this device read, and how many checkpoints it signed (for tests).
+    package internal(set) var checkpointsRead = 0, checkpointsSigned = 0
+    /// Whether the server said, at the end of the commits last read, that a checkpoint is due.
+    var checkpointDue = false
+    /// When this device may try to sign a checkpoint again.
+    var checkpointNotBefore = ContinuousClock.now
     /// Reads the codec of a container from the account's keys (nil: always plain).
     private let codecs: (@Sendable (String) async throws -> ChunkCodec)?
     /// Says the account's keys are to be read again (a record of an epoch this device does not
@@ -391,6 +397,7 @@ package actor ContainerSync {
         marks.append(("down", clock.now))
         try await reconciler.reconcileConflicts(in: self)
         await closeEndedTerms()
+        await signCheckpointIfDue()
         forgetUnusedContents()
         try await persist()
         await announceAttributeChanges()
@@ -430,7 +437,7 @@ package actor ContainerSync {
 
     /// Writes what changed of the sync state, with the files that changed or went, in one
     /// transaction (what a failed write had is written by the next).
-    func persist(upsert: [AgentStore.File] = [], removed: [String] = [], signed: (commit: SignedCommit, content: CommitContent)? = nil) async throws {
+    func persist(upsert: [AgentStore.File] = [], removed: [String] = [], signed: (commit: SignedCommit, content: CommitPayload)? = nil) async throws {
         let (touched, changed) = state.takeTouched()
         // A signed commit a failed write had goes with this one, as its file records do.
         if let signed { unsavedSigned.append(signed) }

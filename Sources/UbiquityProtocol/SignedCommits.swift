@@ -69,13 +69,22 @@ public struct SignedCommitsPage: Codable, Sendable {
     public var commits: [StoredSignedCommit]
     /// Whether there are more after the last.
     public var more: Bool
+    /// Where the page starts instead, when the commits after the place asked for were dropped:
+    /// the first part of the checkpoint that replaced them (docs/Encryption.md "Checkpoints").
+    /// The reader takes the history's state from it before anything after it.
+    public var checkpoint: Int64?
+    /// Whether the container keeps enough commits since its last checkpoint that a device
+    /// which has read them all should sign a new one.
+    public var checkpointDue: Bool?
 
     /// The most commits one page holds.
     public static let maximumCount = 256
 
     /// Creates a value.
-    public init(commits: [StoredSignedCommit], more: Bool) {
+    public init(commits: [StoredSignedCommit], more: Bool, checkpoint: Int64? = nil, checkpointDue: Bool? = nil) {
         self.commits = commits
         self.more = more
+        self.checkpoint = checkpoint
+        self.checkpointDue = checkpointDue
     }
 }

@@ -15,10 +15,12 @@ import UbiquitySync
 
     /// Runs `body` with a live server (account "ada", password "correct horse") in a fresh
     /// directory: its base URL and the directory, for the devices' folders and stores.
-    func withServer(_ body: @Sendable (URL, String) async throws -> Void) async throws {
+    func withServer(accountLimits: AccountLimits = AccountLimits(), _ body: @Sendable (URL, String) async throws -> Void) async throws {
         let dir = NSTemporaryDirectory() + "container-sync-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let server = try await SyncServer(configuration: .init(dataDirectory: dir + "/server", port: 0, bcryptCost: 4))
+        var configuration = SyncServer.Configuration(dataDirectory: dir + "/server", port: 0, bcryptCost: 4)
+        configuration.accountLimits = accountLimits
+        let server = try await SyncServer(configuration: configuration)
         let admin = try await ServerAdministration(dataDirectory: dir + "/server", bcryptCost: 4)
         _ = try await admin.createAccount(name: "ada", password: "correct horse")
         try await server.makeApplication().test(.live) { client in

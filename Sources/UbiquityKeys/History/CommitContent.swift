@@ -72,6 +72,12 @@ public struct CommitContent: Sendable, Equatable {
     public var encoded: Data {
         var writer = WireWriter()
         writer.append([Self.format])
+        Self.append(outcomes, to: &writer)
+        return Data(writer.bytes)
+    }
+
+    /// Writes `outcomes` as format 1 does: their count (16-bit), then each.
+    static func append(_ outcomes: [Outcome], to writer: inout WireWriter) {
         writer.append(number: UInt16(outcomes.count))
         func optional(_ text: String?) {
             writer.append([text == nil ? 0 : 1])
@@ -86,7 +92,33 @@ public struct CommitContent: Sendable, Equatable {
             writer.append([outcome.deleted ? 1 : 0, outcome.conflict ? 1 : 0])
             writer.append(number: outcome.sequence)
         }
-        return Data(writer.bytes)
+    }
+
+    /// Reads outcomes as ``append(_:to:)`` wrote them (`what` names the bytes in errors).
+    static func outcomes(from reader: inout WireReader, what: String) throws -> [Outcome] {
+        let count = Int(try reader.number(UInt16.self))
+        guard count <= Self.maximumCount else { throw EncryptionError(.malformed, "\(what) names \(count) items, more than \(Self.maximumCount)") }
+        func flag() throws -> Bool {
+            switch try reader.byte() {
+            case 0: return false
+            case 1: return true
+            default: throw EncryptionError(.malformed, "\(what) has a flag that is neither 0 nor 1")
+            }
+        }
+        var outcomes: [Outcome] = []
+        var items = Set<String>()
+        for _ in 0..<count {
+            let item = try reader.string()
+            guard items.insert(item).inserted else { throw EncryptionError(.malformed, "\(what) names an item twice") }
+            let folder = try flag() ? try reader.string() : nil
+            let recordHash = try reader.take(32)
+            let revision = try reader.string()
+            let base = try flag() ? try reader.string() : nil
+            let deleted = try flag(), conflict = try flag()
+            outcomes.append(Outcome(item: item, folder: folder, recordHash: recordHash, revision: revision, base: base, deleted: deleted, conflict: conflict,
+                                    sequence: try reader.number(Int64.self)))
+        }
+        return outcomes
     }
 
     /// The hash an outcome names of a sealed record (SHA-256 of its bytes; 32 zero bytes for
@@ -106,28 +138,7 @@ public struct CommitContent: Sendable, Equatable {
         var reader = WireReader(encoded, what: "a commit's content")
         let format = try reader.byte()
         guard format == Self.format else { throw EncryptionError(.unsupportedFormat, "a commit's content of format \(format); this device reads format \(Self.format)") }
-        let count = Int(try reader.number(UInt16.self))
-        guard count <= Self.maximumCount else { throw EncryptionError(.malformed, "a commit's content names \(count) items, more than \(Self.maximumCount)") }
-        func flag() throws -> Bool {
-            switch try reader.byte() {
-            case 0: return false
-            case 1: return true
-            default: throw EncryptionError(.malformed, "a commit's content has a flag that is neither 0 nor 1")
-            }
-        }
-        var outcomes: [Outcome] = []
-        var items = Set<String>()
-        for _ in 0..<count {
-            let item = try reader.string()
-            guard items.insert(item).inserted else { throw EncryptionError(.malformed, "a commit's content names an item twice") }
-            let folder = try flag() ? try reader.string() : nil
-            let recordHash = try reader.take(32)
-            let revision = try reader.string()
-            let base = try flag() ? try reader.string() : nil
-            let deleted = try flag(), conflict = try flag()
-            outcomes.append(Outcome(item: item, folder: folder, recordHash: recordHash, revision: revision, base: base, deleted: deleted, conflict: conflict,
-                                    sequence: try reader.number(Int64.self)))
-        }
+        let outcomes = try Self.outcomes(from: &reader, what: "a commit's content")
         try reader.finish()
         self.init(outcomes: outcomes)
     }

@@ -25,4 +25,10 @@ public struct CommitSigner: Sendable {
     public func sign(_ content: CommitContent, container: String, after previous: SignedCommit?, seen: [String: CommitHead] = [:]) throws -> SignedCommit {
         try SignedCommit(container: container, contentHash: content.hash, after: previous, rosterHead: rosterHead, seen: seen, signedBy: keys)
     }
+
+    /// The commit of a checkpoint's `part` (``CheckpointPart``), as ``sign(_:container:after:seen:)``.
+    /// - Throws: What signing throws.
+    public func sign(_ part: CheckpointPart, container: String, after previous: SignedCommit?, seen: [String: CommitHead] = [:]) throws -> SignedCommit {
+        try SignedCommit(container: container, contentHash: part.hash, after: previous, rosterHead: rosterHead, seen: seen, signedBy: keys)
+    }
 }

@@ -27,8 +27,14 @@ extension SyncServices {
                 return value
             } ?? 0
             let limit = SignedCommitsPage.maximumCount
-            let page = try await database.keptCommits(accountId: device.accountId, container: container, after: after, limit: limit + 1)
-            return SignedCommitsPage(commits: Array(page.prefix(limit)), more: page.count > limit)
+            // (Commits before the container's last checkpoint are dropped: a device behind it
+            // reads from the checkpoint, which gives the history's state up to there.)
+            let (total, checkpoint) = try await database.commitFigures(accountId: device.accountId, container: container)
+            let jump = checkpoint.map { after < $0.start - 1 } ?? false
+            let page = try await database.keptCommits(accountId: device.accountId, container: container, after: jump ? checkpoint!.start - 1 : after, limit: limit + 1)
+            let due = CommitCheckpoint.isDue(kept: CommitCheckpoint.kept(total: total, since: checkpoint), since: checkpoint, after: accountLimits.checkpointAfterBytes)
+            return SignedCommitsPage(commits: Array(page.prefix(limit)), more: page.count > limit, checkpoint: jump ? checkpoint?.start : nil,
+                                     checkpointDue: due ? true : nil)
         }
     }
 
@@ -95,9 +101,17 @@ extension SyncServices {
     private static func checked(_ upload: SignedCommitUpload, of container: String, roster: Roster, logger: Logger, device: DeviceAuth) throws -> KeptCommit {
         do {
             let commit = try SignedCommit(encoded: upload.commit)
-            let content = try CommitContent(encoded: upload.content)
+            let content = try CommitPayload(encoded: upload.content)
             guard content.hash == commit.contentHash else { throw EncryptionError(.authenticationFailed, "its content is not what it signed") }
             try commit.verify(container: container, roster: roster)
+            // A checkpoint vouches for the history its device read: a device's alone.
+            var checkpoint: KeptCommit.CheckpointFacts?
+            if case .checkpoint(let part) = content {
+                guard roster.everyDevice[commit.device] != nil else { throw EncryptionError(.badSignature, "a checkpoint is signed by a device of the roster") }
+                checkpoint = KeptCommit.CheckpointFacts(index: Int64(part.index), count: Int64(part.count), heads: try part.ledger.map { state in
+                    try CommitLedger(encoded: state, container: container).heads.mapValues { KeptCommit.Head(sequence: Int64(clamping: $0.sequence), hash: Data($0.hash)) }
+                })
+            }
             // (A removed device's commits from before its removal verify; kept after it, the
             // devices' closing commits would have passed them.)
             guard roster.removedAt[commit.device] == nil else { throw EncryptionError(.badSignature, "its device was removed from the account") }
@@ -105,7 +119,7 @@ extension SyncServices {
                 throw EncryptionError(.badSignature, "its browser's session has ended")
             }
             return KeptCommit(device: commit.device, sequence: Int64(clamping: commit.sequence), previous: Data(commit.previous), hash: Data(commit.hash),
-                              body: upload.commit, content: upload.content)
+                              body: upload.commit, content: upload.content, checkpoint: checkpoint)
         } catch let error as EncryptionError {
             logger.notice("signed commit refused", metadata: ["device": "\(device.deviceId)", "code": "\(error.code)"])
             throw SyncError.badRequest("invalidCommit", "a signed commit refused: \(error.description)")

@@ -213,6 +213,16 @@ extension PostgresDatabase {
         ]),
         // Public links under Advanced: the manifest a device sealed for the link's page.
         ("v19-link-manifests", ["ALTER TABLE public_link ADD COLUMN manifest BYTEA"]),
+        // Checkpoints of signed commits: a part's place, and where its checkpoint starts when
+        // part 0 named every device's last kept commit; a container's last whole checkpoint.
+        ("v20-commit-checkpoints", [
+            "ALTER TABLE signed_commit ADD COLUMN checkpoint_start BIGINT, ADD COLUMN checkpoint_part BIGINT, ADD COLUMN checkpoint_parts BIGINT",
+            """
+            CREATE TABLE commit_checkpoint (
+                account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE, container TEXT NOT NULL,
+                start BIGINT NOT NULL, dropped BIGINT NOT NULL, size BIGINT NOT NULL, PRIMARY KEY (account_id, container))
+            """,
+        ]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

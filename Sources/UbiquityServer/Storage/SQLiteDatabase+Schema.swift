@@ -297,6 +297,19 @@ extension SQLiteDatabase {
             // link's page (its key rides in the link's fragment, never here).
             try db.execute(sql: "ALTER TABLE publicLink ADD COLUMN manifest BLOB")
         }
+        migrator.registerMigration("v26-commit-checkpoints") { db in
+            // Checkpoints of signed commits (issue 45): a part's place, and where its checkpoint
+            // starts when part 0 named every device's last kept commit; a container's last whole
+            // checkpoint, the commits before which are dropped.
+            try db.execute(sql: """
+                ALTER TABLE signedCommit ADD COLUMN checkpointStart INTEGER;
+                ALTER TABLE signedCommit ADD COLUMN checkpointPart INTEGER;
+                ALTER TABLE signedCommit ADD COLUMN checkpointParts INTEGER;
+                CREATE TABLE commitCheckpoint (
+                    accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE, container TEXT NOT NULL,
+                    start INTEGER NOT NULL, dropped INTEGER NOT NULL, size INTEGER NOT NULL, PRIMARY KEY(accountId, container));
+                """)
+        }
         return migrator
     }
 }

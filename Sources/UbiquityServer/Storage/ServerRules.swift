@@ -434,6 +434,10 @@ package struct AccountLimits: Sendable, Equatable {
     /// Protection: a device seals one per link, up to 6 MiB). Default 64 MiB. Those of revoked
     /// and expired links are dropped as the next one is made.
     package var maximumLinkManifestBytes: Int64 = 64 << 20
+    /// How many bytes of signed commits a container keeps past its last checkpoint (and twice
+    /// that checkpoint's own) before the devices reading them are asked to sign a new one, after
+    /// which the commits before it go (docs/Encryption.md "Checkpoints"). Default 64 MiB.
+    package var checkpointAfterBytes: Int64 = 64 << 20
 
     /// The default limits.
     package init() {}

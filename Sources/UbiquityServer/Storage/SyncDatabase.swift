@@ -252,6 +252,9 @@ protocol SyncDatabase: Sendable {
     func keptCommits(accountId: Int64, container: String, after position: Int64, limit: Int) async throws -> [StoredSignedCommit]
     /// The bytes of `device`'s last kept commit of the container (its chain's head), if any.
     func lastKeptCommit(accountId: Int64, container: String, device: String) async throws -> Data?
+    /// The running total of the container's kept commits (its newest's), and its last whole
+    /// checkpoint, if any (the commits before it are dropped).
+    func commitFigures(accountId: Int64, container: String) async throws -> (total: Int64, checkpoint: CommitCheckpoint?)
 
     /// The account's roster entries in order, and its envelopes for `recipients`.
     func accountKeys(accountId: Int64, recipients: [String]) async throws -> StoredAccountKeys
