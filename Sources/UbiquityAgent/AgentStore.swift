@@ -379,6 +379,11 @@ package struct SignedOutcome: Sendable, Equatable {
         self.sequence = sequence
         self.deleted = deleted
     }
+
+    /// One as the store's `signedOutcome` table keeps it.
+    init(row: Row) {
+        self.init(item: row["item"], revision: row["revision"], recordHash: row["recordHash"], sequence: row["sequence"], deleted: row["deleted"])
+    }
 }
 
 extension AgentStore {
@@ -388,7 +393,7 @@ extension AgentStore {
         try pool.read { db in
             var found: [String: SignedOutcome] = [:]
             for row in try Row.fetchAll(db, sql: "SELECT item, revision, recordHash, sequence, deleted FROM signedOutcome WHERE container = ?", arguments: [container]) {
-                found[row["item"]] = SignedOutcome(item: row["item"], revision: row["revision"], recordHash: row["recordHash"], sequence: row["sequence"], deleted: row["deleted"])
+                found[row["item"]] = SignedOutcome(row: row)
             }
             return found
         }
@@ -403,7 +408,7 @@ extension AgentStore {
                 let marks = Array(repeating: "?", count: slice.count).joined(separator: ",")
                 for row in try Row.fetchAll(db, sql: "SELECT item, revision, recordHash, sequence, deleted FROM signedOutcome WHERE container = ? AND item IN (\(marks))",
                                             arguments: StatementArguments([container] + slice)) {
-                    found[row["item"]] = SignedOutcome(item: row["item"], revision: row["revision"], recordHash: row["recordHash"], sequence: row["sequence"], deleted: row["deleted"])
+                    found[row["item"]] = SignedOutcome(row: row)
                 }
             }
             return found

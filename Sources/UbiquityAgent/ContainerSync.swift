@@ -95,10 +95,9 @@ package actor ContainerSync {
     package internal(set) var signedCommitsRead = 0
     /// How many checkpoints' parts this device read, and how many checkpoints it signed (for tests).
     package internal(set) var checkpointsRead = 0, checkpointsSigned = 0
-    /// Whether the server said, at the end of the commits last read, that a checkpoint is due.
-    var checkpointDue = false
-    /// When this device may try to sign a checkpoint again.
-    var checkpointNotBefore = ContinuousClock.now
+    /// Whether the server said a checkpoint is due (at the end of the commits last read), and
+    /// when this device may try to sign one again (``signCheckpointIfDue()``).
+    var (checkpointDue, checkpointNotBefore) = (false, ContinuousClock.now)
     /// Reads the codec of a container from the account's keys (nil: always plain).
     private let codecs: (@Sendable (String) async throws -> ChunkCodec)?
     /// Says the account's keys are to be read again (a record of an epoch this device does not
