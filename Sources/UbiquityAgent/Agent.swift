@@ -379,8 +379,10 @@ actor AccountSession {
     }
 
     /// Something changed at `path` in the container `identifier`'s folder (the container is
-    /// kept in step from now on if it was not): a round looks there.
+    /// kept in step from now on if it was not): a round looks there — unless it is the agent's
+    /// own (``startsARound(_:)``).
     func changed(_ identifier: String, at path: String) async {
+        guard Self.startsARound(path) else { return }
         let sync: ContainerSync
         do {
             sync = try container(identifier)
@@ -389,6 +391,14 @@ actor AccountSession {
         }
         await sync.noteChange(at: path)
         trigger(identifier)
+    }
+
+    /// Whether a change the watcher saw at `path` starts a round: not one in what the agent
+    /// writes for itself (`.ubiquity-…`: staged downloads, version stores). A download that
+    /// kept failing made and removed its staging file each time, and each time that started the
+    /// next round: ten rounds a second (found by `ubiquity-chaos`).
+    static func startsARound(_ path: String) -> Bool {
+        !path.split(separator: "/").contains { $0.hasPrefix(".ubiquity-") }
     }
 
     /// The watcher paired a rename inside the container `identifier`'s folder: the next round
