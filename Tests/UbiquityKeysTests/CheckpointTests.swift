@@ -50,6 +50,21 @@ import Testing
             guard case .checkpoint(let read) = try CommitPayload(encoded: part.encoded) else { Issue.record("not read as a checkpoint"); continue }
             #expect(read == part)
         }
+        // Many chains and long names still fit the server's limit for a commit's content: the
+        // state remembers fewer commits of each chain, and parts hold fewer outcomes.
+        var crowded = CommitLedger(container: container)
+        for index in 0..<3_000 {
+            crowded.restore(device: String(format: "%032x", index), head: CommitHead(sequence: 100, hash: Array(repeating: 1, count: 32)),
+                            recent: Dictionary(uniqueKeysWithValues: (37...100).map { (UInt64($0), Array(repeating: UInt8($0), count: 32)) }))
+        }
+        let long = (0..<1_000).map { index in
+            CommitContent.Outcome(item: String(repeating: "i", count: 200) + "\(index)", folder: String(repeating: "f", count: 200), recordHash: Array(repeating: 2, count: 32),
+                                  revision: String(repeating: "r", count: 200), base: String(repeating: "b", count: 200), deleted: false, sequence: Int64(index))
+        }
+        let heavy = try CheckpointPart.parts(of: crowded, outcomes: long)
+        #expect(heavy.allSatisfy { $0.encoded.count <= CheckpointPart.maximumBytes } && heavy.count > 1, "\(heavy.map(\.encoded.count))")
+        #expect(heavy.flatMap(\.outcomes).count == 1_000)
+        #expect(try CommitLedger(encoded: try #require(heavy[0].ledger), container: container).heads.count == 3_000)
         // A batch's content still reads as one; a part is not a batch's content (an older device refuses it).
         #expect(try CommitPayload(encoded: CommitContent(outcomes: [outcome("x", 1)]).encoded) == .changes(CommitContent(outcomes: [outcome("x", 1)])))
         expectRefused(.unsupportedFormat) { _ = try CommitContent(encoded: parts[0].encoded) }

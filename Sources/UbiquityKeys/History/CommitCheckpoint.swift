@@ -19,8 +19,13 @@ public struct CheckpointPart: Sendable, Equatable {
     /// At most this many parts in one checkpoint (a million items, a thousand a part).
     public static let maximumParts: UInt32 = 1_024
     /// How many of each chain's latest commits part 0 remembers (a device that read some of them
-    /// checks they are the ones it took).
+    /// checks they are the ones it took) — fewer when many chains would make the state too long.
     public static let remembered = 64
+    /// The most bytes of a part's content: under the server's limit for one commit's content
+    /// (512 KiB), whatever the ledger's chains and the items' names.
+    public static let maximumBytes = 448 << 10
+    /// The most bytes of part 0's ledger state (the rest of the part is outcomes).
+    static let maximumStateBytes = 256 << 10
 
     /// Its place among the checkpoint's parts (from 0).
     public var index: UInt32
@@ -44,20 +49,31 @@ public struct CheckpointPart: Sendable, Equatable {
     public var isLast: Bool { index + 1 == count }
 
     /// The parts of a checkpoint of `ledger` and `outcomes` (the latest signed outcome of each
-    /// item, any order): part 0 with the ledger's state, each with at most
-    /// ``CommitContent/maximumCount`` outcomes, in item order.
-    /// - Throws: ``EncryptionError`` `.malformed` for more outcomes than ``maximumParts`` parts hold.
+    /// item, any order): part 0 with the ledger's state, the outcomes in item order, each part
+    /// with at most ``CommitContent/maximumCount`` of them and at most ``maximumBytes`` in all.
+    /// - Throws: ``EncryptionError`` `.malformed` for more outcomes than ``maximumParts`` parts
+    ///   hold, or a ledger of more chains than part 0 holds.
     public static func parts(of ledger: CommitLedger, outcomes: [CommitContent.Outcome]) throws -> [CheckpointPart] {
-        let sorted = outcomes.sorted { $0.item < $1.item }
-        let size = CommitContent.maximumCount
-        let count = max(1, (sorted.count + size - 1) / size)
-        guard count <= Int(maximumParts) else {
-            throw EncryptionError(.malformed, "a checkpoint of \(sorted.count) items needs more than \(maximumParts) parts")
+        var state = ledger.encoded(rememberingAtMost: remembered)
+        for fewer in [16, 4, 0] where state.count > maximumStateBytes { state = ledger.encoded(rememberingAtMost: fewer) }
+        guard state.count <= maximumStateBytes else { throw EncryptionError(.malformed, "a ledger of \(state.count) bytes is too long for a checkpoint") }
+        var groups: [[CommitContent.Outcome]] = [[]]
+        var bytes = 1 + 8 + 4 + state.count + 2
+        for outcome in outcomes.sorted(by: { $0.item < $1.item }) {
+            let size = 2 + outcome.item.utf8.count + 1 + (outcome.folder.map { 2 + $0.utf8.count } ?? 0) + 32 + 2 + outcome.revision.utf8.count + 1
+                + (outcome.base.map { 2 + $0.utf8.count } ?? 0) + 2 + 8
+            if groups[groups.count - 1].count == CommitContent.maximumCount || bytes + size > maximumBytes {
+                groups.append([])
+                bytes = 1 + 8 + 2
+            }
+            groups[groups.count - 1].append(outcome)
+            bytes += size
         }
-        let state = ledger.encoded(rememberingAtMost: remembered)
-        return (0..<count).map { index in
-            CheckpointPart(index: UInt32(index), count: UInt32(count), ledger: index == 0 ? state : nil,
-                           outcomes: Array(sorted[min(sorted.count, index * size)..<min(sorted.count, (index + 1) * size)]))
+        guard groups.count <= Int(maximumParts) else {
+            throw EncryptionError(.malformed, "a checkpoint of \(outcomes.count) items needs more than \(maximumParts) parts")
+        }
+        return groups.enumerated().map { index, group in
+            CheckpointPart(index: UInt32(index), count: UInt32(groups.count), ledger: index == 0 ? state : nil, outcomes: group)
         }
     }
 
