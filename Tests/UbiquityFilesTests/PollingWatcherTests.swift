@@ -60,6 +60,24 @@ import UbiquityTestSupport
         #expect(!threadNames().contains("ubq-watch-poll"))
     }
 
+    /// A change made as soon as the watcher is returned — before its thread got to run — is
+    /// heard: its first look is taken before it is returned (found under load: a query's first
+    /// update never came, its file written before the look it was compared with).
+    @Test func aChangeMadeAsSoonAsTheWatcherIsMadeIsHeard() throws {
+        for attempt in 0..<4 {
+            let folder = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("polling-first-\(UUID().uuidString.prefix(8))")
+            try FileManager.default.createDirectory(at: folder, withIntermediateDirectories: true)
+            defer { try? FileManager.default.removeItem(at: folder) }
+            let heard = Heard()
+            let watcher = try DirectoryWatcher(root: folder, polling: true) { event in
+                if event == .overflow { heard.overflows.withLock { $0 += 1 } }
+            }
+            defer { watcher.stop() }
+            try Data("at once".utf8).write(to: folder.appendingPathComponent("First.txt"))
+            #expect(changed(after: 0, heard, seconds: 10), "attempt \(attempt)")
+        }
+    }
+
     /// A watcher gone leaves no descriptor open (its wake pipe's writing end was once left
     /// behind: an app that opens and closes queries ran out of them). Each end is known by its
     /// number and its inode, so a number another test's file took meanwhile is not counted.

@@ -120,28 +120,34 @@ public final class DirectoryWatcher: Sendable {
 
 /// A polling watcher's thread: looks at the tree every ``DirectoryWatcher/pollInterval`` (or
 /// twenty times as long as the last look took) and says `overflow` when what it saw — every
-/// entry's name, kind, size, inode and modification time — differs from the look before.
+/// entry's name, kind, size, inode and modification time — differs from the look before. The
+/// first look is taken before the watcher is returned: a change made as soon as it is (before
+/// its thread got to run) is a change from that look, not part of it (found under load: a
+/// query's first update never came).
 private final class PollLoop: Sendable {
     let root: String
     let wake: Int32
     let onEvent: @Sendable (DirectoryWatcher.Event) -> Void
+    /// The tree as it was when watching began, and how long looking took.
+    let first: (digest: Int, took: Duration)
 
     init(root: String, wake: Int32, onEvent: @escaping @Sendable (DirectoryWatcher.Event) -> Void) {
         self.root = root
         self.wake = wake
         self.onEvent = onEvent
+        first = Self.look(root)
     }
 
     func run() {
         defer { close(wake) }
-        var (last, took) = look()
+        var (last, took) = first
         while true {
             let wait = max(DirectoryWatcher.pollInterval, took * 20)
             var descriptors = [pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
             let milliseconds = Int32(clamping: wait.components.seconds * 1_000 + wait.components.attoseconds / 1_000_000_000_000_000)
             if SystemCall.poll(&descriptors, timeout: milliseconds) < 0 || descriptors[0].revents != 0 { return }
             let now: Int
-            (now, took) = look()
+            (now, took) = Self.look(root)
             if now != last {
                 last = now
                 onEvent(.overflow)
@@ -149,15 +155,15 @@ private final class PollLoop: Sendable {
         }
     }
 
-    /// A digest of the tree as it is now, and how long looking took.
-    func look() -> (Int, Duration) {
+    /// A digest of the tree at `root` as it is now, and how long looking took.
+    static func look(_ root: String) -> (digest: Int, took: Duration) {
         let clock = ContinuousClock()
         var hasher = Hasher()
         let took = clock.measure { add(root, to: &hasher) }
         return (hasher.finalize(), took)
     }
 
-    private func add(_ folder: String, to hasher: inout Hasher) {
+    private static func add(_ folder: String, to hasher: inout Hasher) {
         guard let directory = opendir(folder) else { return }
         var names: [String] = []
         while let entry = readdir(directory) {
