@@ -37,6 +37,17 @@ import Testing
         return (ledger, a2, b1, [a1, a2, b1])
     }
 
+    /// That history, and the laptop's checkpoint of it (one item's outcome) after a2.
+    func checkpointed() throws -> (roster: Roster, ledger: CommitLedger, a2: SignedCommit, b1: SignedCommit, commits: [SignedCommit],
+                                   parts: [CheckpointPart], checkpoint: SignedCommit) {
+        let roster = try roster()
+        let (ledger, a2, b1, commits) = try history(roster)
+        let parts = try CheckpointPart.parts(of: ledger, outcomes: [outcome("note", 7)])
+        let checkpoint = try SignedCommit(container: container, contentHash: parts[0].hash, after: a2, rosterHead: roster.head,
+                                          seen: [b1.device: b1.head], signedBy: laptop)
+        return (roster, ledger, a2, b1, commits, parts, checkpoint)
+    }
+
     @Test func partsCarryTheStateAndEveryOutcomeAndReadBackAsWritten() throws {
         let roster = try roster()
         let (ledger, _, _, _) = try history(roster)
@@ -76,11 +87,7 @@ import Testing
     }
 
     @Test func aDeviceReadingFromTheCheckpointTakesItsStateAndGoesOn() throws {
-        let roster = try roster()
-        let (ledger, a2, b1, commits) = try history(roster)
-        let parts = try CheckpointPart.parts(of: ledger, outcomes: [outcome("note", 7)])
-        let checkpoint = try SignedCommit(container: container, contentHash: parts[0].hash, after: a2, rosterHead: roster.head,
-                                          seen: [b1.device: b1.head], signedBy: laptop)
+        let (roster, _, a2, b1, commits, parts, checkpoint) = try checkpointed()
         // The tablet, new, reads from the checkpoint (the commits before it were dropped).
         var tablet = CommitLedger(container: container)
         try tablet.adopt(checkpoint, part: parts[0], roster: roster)
@@ -100,11 +107,7 @@ import Testing
     }
 
     @Test func aCheckpointNotFromADeviceOrDisagreeingWithWhatIsKnownIsRefused() throws {
-        let roster = try roster()
-        let (ledger, a2, b1, commits) = try history(roster)
-        let parts = try CheckpointPart.parts(of: ledger, outcomes: [outcome("note", 7)])
-        let checkpoint = try SignedCommit(container: container, contentHash: parts[0].hash, after: a2, rosterHead: roster.head,
-                                          seen: [b1.device: b1.head], signedBy: laptop)
+        let (roster, ledger, a2, b1, commits, parts, checkpoint) = try checkpointed()
         // An older checkpoint served to a device that read further: refused as a replay.
         let b2 = try commit(phone, after: b1, "b2", roster: roster, seen: [a2.device: a2.head])
         var further = CommitLedger(container: container)

@@ -63,11 +63,7 @@ import UbiquityProtocol
         _ = try await server.admin.createAccount(name: "ada", password: "correct horse")
         try await server.run { client in
             let token = try await client.signIn("ada", device: "laptop").token
-            let genesis = try RosterEntry(.genesis(keys: laptop.publicKeys, name: "laptop"), after: nil, signedBy: laptop)
-            let addPhone = try RosterEntry(.addDevice(keys: phone.publicKeys, name: "phone"), after: genesis, signedBy: laptop)
-            let setUp = try await client.send(.post, "/v1/keys/roster", token: token, json: RosterAppendRequest(after: 0, entries: [genesis.encoded, addPhone.encoded], envelopes: []))
-            #expect(setUp.status == .ok, "\(String(buffer: setUp.body))")
-            let roster = try Roster.verify([genesis, addPhone])
+            let (genesis, addPhone, roster) = try await client.setUpRoster(laptop, phone, token: token)
 
             // The laptop's a1…a8 and the phone's b1, b2: the container keeps more than asked.
             var laptopHead: SignedCommit?, phoneHead: SignedCommit?

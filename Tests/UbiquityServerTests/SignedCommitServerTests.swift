@@ -44,11 +44,7 @@ import UbiquityProtocol
             let early = try await send(client, token: token, [try commit(laptop, after: nil, "a", roster: roster0)])
             #expect(early.status == .conflict && early.errorCode == "noRoster")
 
-            let genesis = try RosterEntry(.genesis(keys: laptop.publicKeys, name: "laptop"), after: nil, signedBy: laptop)
-            let addPhone = try RosterEntry(.addDevice(keys: phone.publicKeys, name: "phone"), after: genesis, signedBy: laptop)
-            let setUp = try await client.send(.post, "/v1/keys/roster", token: token, json: RosterAppendRequest(after: 0, entries: [genesis.encoded, addPhone.encoded], envelopes: []))
-            #expect(setUp.status == .ok, "\(String(buffer: setUp.body))")
-            let roster = try Roster.verify([genesis, addPhone])
+            let (_, _, roster) = try await client.setUpRoster(laptop, phone, token: token)
 
             let a1 = try commit(laptop, after: nil, "a1", roster: roster)
             let a1Commit = try SignedCommit(encoded: a1.commit)
@@ -120,10 +116,7 @@ import UbiquityProtocol
         let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.run { client in
             let token = try await client.signIn("ada", device: "laptop").token
-            let genesis = try RosterEntry(.genesis(keys: laptop.publicKeys, name: "laptop"), after: nil, signedBy: laptop)
-            let addPhone = try RosterEntry(.addDevice(keys: phone.publicKeys, name: "phone"), after: genesis, signedBy: laptop)
-            let setUp = try await client.send(.post, "/v1/keys/roster", token: token, json: RosterAppendRequest(after: 0, entries: [genesis.encoded, addPhone.encoded], envelopes: []))
-            #expect(setUp.status == .ok, "\(String(buffer: setUp.body))")
+            let (genesis, _, roster) = try await client.setUpRoster(laptop, phone, token: token)
             let account = try #require(try await server.admin.database.accounts().first { $0.name == "ada" }).id
             func kept(_ item: String, after previous: SignedCommit?, naming head: RosterHead) throws -> (KeptCommit, SignedCommit) {
                 let content = content(item)
@@ -131,7 +124,6 @@ import UbiquityProtocol
                 return (KeptCommit(device: commit.device, sequence: Int64(commit.sequence), previous: Data(commit.previous), hash: Data(commit.hash),
                                    body: commit.encoded, content: content.encoded), commit)
             }
-            let roster = try Roster.verify([genesis, addPhone])
             let (stale, _) = try kept("a", after: nil, naming: RosterHead(index: 0, hash: genesis.hash))
             #expect(try await server.admin.database.keepCommit(accountId: account, container: container, commit: stale, rosterEntry: 0) == .rosterMoved)
             let (current, first) = try kept("a", after: nil, naming: roster.head)

@@ -9,6 +9,7 @@ import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
+import UbiquityKeys
 import UbiquityProtocol
 @testable import UbiquityServer
 
@@ -173,6 +174,16 @@ struct Client: Sendable {
 
     func upload(_ bytes: [UInt8], token: String) async throws -> Answer {
         try await send(.put, "/v1/chunks/\(sha256(bytes))", token: token, raw: bytes)
+    }
+
+    /// Sets the account's roster up as its first device does: `laptop`'s genesis, then `phone`
+    /// added by it. Returns both entries and the roster they make.
+    func setUpRoster(_ laptop: DeviceKeys, _ phone: DeviceKeys, token: String) async throws -> (genesis: RosterEntry, addPhone: RosterEntry, roster: Roster) {
+        let genesis = try RosterEntry(.genesis(keys: laptop.publicKeys, name: "laptop"), after: nil, signedBy: laptop)
+        let addPhone = try RosterEntry(.addDevice(keys: phone.publicKeys, name: "phone"), after: genesis, signedBy: laptop)
+        let setUp = try await send(.post, "/v1/keys/roster", token: token, json: RosterAppendRequest(after: 0, entries: [genesis.encoded, addPhone.encoded], envelopes: []))
+        #expect(setUp.status == .ok, "\(String(buffer: setUp.body))")
+        return (genesis, addPhone, try Roster.verify([genesis, addPhone]))
     }
 
     /// What counts against the account's quota (`GET /v1/account`).
