@@ -17,7 +17,7 @@ import Glibc
 /// the access the coordinator sends `finish` (with any moves) on the same connection, and the
 /// process tells its presenters what changed and gives them their items back. A process that
 /// does not answer within the presenter time-out is skipped (and logged); a socket nobody
-/// listens on any more (its process died) is removed; a coordinator that dies mid-access
+/// listens on any more is removed once its process is gone; a coordinator that dies mid-access
 /// closes its connection, which gives the presenters their items back.
 final class PresenterChannel: Sendable {
     static let shared = PresenterChannel(directory: (FileCoordinationLocks.shared.directory as NSString).deletingLastPathComponent + "/presenters")
@@ -226,7 +226,13 @@ final class PresenterChannel: Sendable {
             close(fd)
             switch code {
             case ECONNREFUSED:
-                unlink(path) // its process is gone
+                // Nobody listens. The socket is removed only when its process is gone: a live
+                // process's name may be another's by then (its own socket, of an earlier
+                // process of that number, is stale), and removing a live process's socket
+                // would hide its presenters from every coordinator after.
+                if let pid = pid_t(((path as NSString).lastPathComponent as NSString).deletingPathExtension), kill(pid, 0) != 0, errno == ESRCH {
+                    unlink(path)
+                }
                 return .gone
             case EAGAIN, ETIMEDOUT, EINTR: return .busy(String(cString: strerror(code)))
             default: return .gone
@@ -257,22 +263,27 @@ final class PresenterChannel: Sendable {
         }
     }
 
+    /// Listens on ``socketPath``. The socket is made under another name and renamed once it
+    /// listens: a coordinator that found it bound but not yet listening was refused, took it
+    /// for a dead process's and removed it, and every coordinator after passed this process's
+    /// presenters over (a full test run: an eviction went ahead that a presenter here refused).
     private func listen() throws -> Int32 {
         try FileCoordinationLocks.makePrivateDirectory(directory)
-        let path = socketPath
-        unlink(path)
+        let path = socketPath, staging = path + ".new"
+        unlink(staging)
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw FileCoordinationError(.ioFailure, "socket failed", path: path) }
-        var address = Self.address(path)
+        var address = Self.address(staging)
         let bound = withUnsafePointer(to: &address) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) }
         }
         // (A long queue: every coordinated access of every process of the user connects here,
         // and a process starved on a loaded machine takes them late — a short one, full, made
         // their connects fail: 64 was too few in a full test run.)
-        guard bound == 0, chmod(path, 0o600) == 0, Glibc.listen(fd, SOMAXCONN) == 0 else {
+        guard bound == 0, chmod(staging, 0o600) == 0, Glibc.listen(fd, SOMAXCONN) == 0, rename(staging, path) == 0 else {
             let reason = String(cString: strerror(errno))
             close(fd)
+            unlink(staging)
             throw FileCoordinationError(.ioFailure, "cannot listen: \(reason)", path: path)
         }
         return fd
