@@ -103,6 +103,14 @@ actor SessionKeys {
     /// A reading under way, which every caller meanwhile waits for (one at a time: a device
     /// must never set its keys up twice).
     private var reading: Task<KeyState, any Error>?
+    /// The codecs made from the keys now, by container and whether it seals: made once per
+    /// reading of the keys (a sealed codec derives its chunkers' tables, and one was made for
+    /// every batch of chunks a device sent or took).
+    private var codecs: [CodecKey: ChunkCodec] = [:]
+    private struct CodecKey: Hashable {
+        let container: String
+        let sealing: Bool
+    }
 
     /// The keys now (read again when `refresh`, or when the reading is old).
     func current(refresh: Bool = false) async throws -> KeyState {
@@ -117,6 +125,7 @@ actor SessionKeys {
             logger.warning("this device does not hold the account's keys yet: nothing encrypted is synced until it does", metadata: ["why": "\(why)"])
         }
         state = now
+        codecs = [:]
         readAt = .now
         keyringChanged = (try? FileManager.default.attributesOfItem(atPath: keys.keyringURL.path))?[.modificationDate] as? Date
         return now
@@ -139,7 +148,16 @@ actor SessionKeys {
     /// - Throws: ``ContainerSyncError`` while the account has keys this device does not hold
     ///   (nothing of the container is sent or taken until it does), or what reading them threw.
     func codec(of container: String, sealing: Bool) async throws -> ChunkCodec {
-        switch try await current() {
+        let now = try await current()
+        let key = CodecKey(container: container, sealing: sealing)
+        if let made = codecs[key] { return made }
+        let made = try codec(of: container, sealing: sealing, keys: now)
+        codecs[key] = made
+        return made
+    }
+
+    private func codec(of container: String, sealing: Bool, keys: KeyState) throws -> ChunkCodec {
+        switch keys {
         case .plain:
             return .plain
         case .holding(let rootKeys, let custody, let signer, let sealedOnly):
