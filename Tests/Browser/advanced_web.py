@@ -6,16 +6,18 @@ the page then lists the folder with the names it opened itself and downloads a f
 its chunks itself.
 
 It lists the file's versions (their records opened in the page), downloads the earlier one and
-restores it (a change it seals and signs).
+restores it (a change it seals and signs); it resolves a conflict of `conflicted`, keeping the
+conflict version (the resolution signed with its key).
 
 Then the page makes changes of its own, as a device does: a new folder, a file renamed and moved
 into it, a folder made and deleted, a file uploaded, a folder uploaded.
 
 Argument (JSON on the command line): url, account, password, container, code (a file the code is
 written to), downloads (a folder), file (the name to download), rename (a file the page renames
-to `renamed` and moves into its new folder), upload (a file's path the page uploads), tree (a folder's path the page uploads).
+to `renamed` and moves into its new folder), conflicted (a file with a conflict version), upload (a file's path the page uploads), tree (a folder's path the page uploads).
 Prints one JSON line: {code, names, downloaded (the file's bytes, base64), versions (how many
-the page listed), earlier (the earlier version's bytes, base64), changed (the names listed after
+the page listed), earlier (the earlier version's bytes, base64), keptFrom (the device whose
+version of the conflict it kept), changed (the names listed after
 the changes), …} or {error, step}.
 """
 
@@ -148,6 +150,18 @@ try:
     driver.get(args["url"] + "/web/#/c/" + args["container"])
     eventually(lambda: driver.find_elements(By.CSS_SELECTOR, '#item-rows tr[data-name="%s"] a' % args["file"]), "the folder after the versions")
 
+    # A conflict (a file changed on both devices): the page keeps the conflict version, as a
+    # device would, and signs the resolution with its key.
+    row_action(args["conflicted"], "Versions")
+    eventually(lambda: driver.find_element(By.ID, "versions").is_displayed() and driver.find_element(By.ID, "conflicts-part").is_displayed(), "the conflict", 60)
+    said.clear()
+    kept_from = eventually(lambda: driver.execute_script("""const r = document.querySelectorAll('#conflict-rows tr')[1]; if (!r) return null;
+        const keep = [...r.querySelectorAll('button')].find(b => b.textContent === 'Keep this version'); if (!keep) return null;
+        const device = r.children[1].textContent; keep.click(); return device;"""), "the conflict version's keep button", 60)
+    eventually(lambda: next((text for text in said if text.startswith("Conflict resolved")), None), "the conflict resolved", 120)
+    driver.get(args["url"] + "/web/#/c/" + args["container"])
+    eventually(lambda: driver.find_elements(By.CSS_SELECTOR, '#item-rows tr[data-name="%s"] a' % args["conflicted"]), "the folder after the resolution")
+
     # The page's own changes (it seals their records, tags their names and signs what they made
     # with its key, which the laptop let into the roster): a new folder, a file renamed and moved
     # into it, another folder made and deleted.
@@ -215,7 +229,7 @@ try:
     refused = eventually(lambda: next((text for text in said if "not signed" in text), None), "the changed grant refused", 60)
     opened = driver.find_element(By.ID, "folder").is_displayed()
     print(json.dumps({"code": code, "device": device, "names": names, "downloaded": downloaded, "link": link, "shared": shared,
-                      "versions": versions, "earlier": earlier,
+                      "versions": versions, "earlier": earlier, "keptFrom": kept_from,
                       "swapped": swapped, "savedSwapped": saved, "changed": changed,
                       "refused": refused, "openedAfterChange": opened}))
 except Exception as error:

@@ -11,7 +11,9 @@ import UbiquityTestSupport
 /// older one — changed in place since, a sealed patch — opening its chunks and applying the patch
 /// itself, to its very bytes; it shares that file as a device does (the link's manifest sealed in
 /// the page), and the link downloads the same bytes; it lists the file's versions (their records
-/// opened in the page), downloads the earlier one and restores it, which both devices take. Another chunk list served for the file is refused (not the one its
+/// opened in the page), downloads the earlier one and restores it, which both devices take; it
+/// resolves a conflict (a file changed on both devices), keeping the conflict version and signing
+/// the resolution, which both devices take. Another chunk list served for the file is refused (not the one its
 /// record names), and the grant changed by the server (one byte) is refused by the page, which
 /// then opens nothing.
 @Suite(.serialized) struct AdvancedWebTests {
@@ -22,10 +24,18 @@ import UbiquityTestSupport
     func aDeviceLetsABrowserInByACodeAndThePageOpensWhatTheServerCannot() async throws {
         let setup = try await HostileContentServerTests.sealedSetup()
         defer { setup.tearDown() }
-        let laptopAgent = try Agent(setup.laptop, in: setup.dir), phoneAgent = try Agent(setup.phone, in: setup.dir)
+        let laptopAgent = try Agent(setup.laptop, in: setup.dir)
+        var phoneAgent = try Agent(setup.phone, in: setup.dir)
         defer { laptopAgent.stop(); phoneAgent.stop() }
         let (laptop, edited, onLaptop) = try await Self.patchedFileUnderAdvanced(setup, laptopAgent, phoneAgent)
         let container = try #require(onLaptop.deletingLastPathComponent().lastPathComponent as String?)
+        // A conflict for the page to resolve: "Both.txt" changed on both devices, the phone's
+        // agent stopped meanwhile (its edit goes up from the base the laptop's replaced).
+        try Data("Both, as it was".utf8).write(to: onLaptop.appendingPathComponent("Both.txt"))
+        let onPhoneFirst = try await onOwnThread { try HostileContentServerTests.documents(of: setup.phone) }
+        #expect(await hasArrived(onPhoneFirst, "Both.txt"), "\(phoneAgent.logged.suffix(2000))")
+        let bothBytes = ["laptop": Data("Both, as the laptop wrote it".utf8), "phone": Data("Both, as the phone wrote it".utf8)]
+        phoneAgent = try await Self.conflict(on: "Both.txt", setup, laptopAgent, phoneAgent, writing: bothBytes)
 
         // The browser, signed in by password, straight to the server.
         let codeFile = setup.dir.file("browser-code").path, downloads = setup.dir.file("downloads").path
@@ -42,7 +52,7 @@ import UbiquityTestSupport
         let arguments = String(decoding: try JSONSerialization.data(withJSONObject: [
             "url": setup.server.base.absoluteString.trimmingCharacters(in: CharacterSet(charactersIn: "/")), "account": "ada", "password": "correct horse",
             "container": container, "code": codeFile, "downloads": downloads, "file": "Plan ☕.txt",
-            "rename": "After.txt", "renamed": "Renamed in the page.txt", "upload": upload.path, "tree": tree.path,
+            "rename": "After.txt", "renamed": "Renamed in the page.txt", "upload": upload.path, "tree": tree.path, "conflicted": "Both.txt",
         ]), as: UTF8.self)
         let browser = Task { try await RealBrowser.run(["/usr/bin/env", "python3", script, arguments], timeout: .seconds(420)) }
 
@@ -66,7 +76,7 @@ import UbiquityTestSupport
         let result = try #require(try JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])
         #expect(result["error"] == nil, "\(line)")
         #expect(result["code"] as? String == typed && result["device"] as? String == "laptop", "\(line)")
-        #expect(Set(result["names"] as? [String] ?? []) == ["Plan ☕.txt", "After.txt"], "\(line)")
+        #expect(Set(result["names"] as? [String] ?? []) == ["Plan ☕.txt", "After.txt", "Both.txt"], "\(line)")
         #expect((result["downloaded"] as? String).flatMap { Data(base64Encoded: $0) } == edited, "the page opened the file's chunks, the patch applied, to its very bytes")
         // Shared from the page: a link whose key rides after "#", opened by the link's page.
         #expect((result["link"] as? String)?.contains("/l/") == true && (result["link"] as? String)?.contains("#k=") == true, "\(line)")
@@ -84,18 +94,27 @@ import UbiquityTestSupport
         // Another chunk list served for the file: refused (not the one its record names), nothing saved.
         #expect((result["swapped"] as? String)?.contains("not the one its record names") == true && result["savedSwapped"] as? Bool == false, "\(line)")
         // The page's own changes, signed with its key: both devices take them as another device's.
-        #expect(result["changed"] as? [String] == ["Made in the page", "Plan ☕.txt", "Tree", "Uploaded in the page.bin"], "\(line)")
+        #expect(result["changed"] as? [String] == ["Both.txt", "Made in the page", "Plan ☕.txt", "Tree", "Uploaded in the page.bin"], "\(line)")
+        // The conflict, resolved in the page (the conflict version kept — the device it names
+        // had lost — the resolution signed with the page's key): both devices take that version.
+        let keptFrom = try #require(result["keptFrom"] as? String, "\(line)"), kept = try #require(bothBytes[keptFrom], "\(line)")
+        let onPhone = try await onOwnThread { try HostileContentServerTests.documents(of: setup.phone) }
+        let resolved = await eventuallyValue(seconds: 60) {
+            (try? Data(contentsOf: onLaptop.appendingPathComponent("Both.txt"))) == kept && (try? Data(contentsOf: onPhone.appendingPathComponent("Both.txt"))) == kept ? true : nil
+        }
+        #expect(resolved == true, "both devices take the version the page kept (\(keptFrom)'s): \(phoneAgent.logged.suffix(3000))")
         let moved = onLaptop.appendingPathComponent("Made in the page/Renamed in the page.txt")
         let arrived = await eventuallyValue(seconds: 60) { (try? Data(contentsOf: moved)) == Data("written after the switch".utf8) ? true : nil }
         #expect(arrived == true, "the laptop takes the page's folder, rename and move: \(laptopAgent.logged.suffix(3000))")
-        let onPhone = try await onOwnThread { try HostileContentServerTests.documents(of: setup.phone) }
+        // (What each shows: the version stores of the conflict stay local, and hidden.)
+        @Sendable func shown(_ folder: URL) -> Set<String> {
+            Set(((try? FileManager.default.contentsOfDirectory(atPath: folder.path)) ?? []).filter { !$0.hasPrefix(".") })
+        }
         let settled = await eventuallyValue(seconds: 60) {
-            let laptopNames = Set((try? FileManager.default.contentsOfDirectory(atPath: onLaptop.path)) ?? [])
-            let phoneNames = Set((try? FileManager.default.contentsOfDirectory(atPath: onPhone.path)) ?? [])
-            return laptopNames == ["Made in the page", "Plan ☕.txt", "Tree", "Uploaded in the page.bin"] && phoneNames == laptopNames
+            shown(onLaptop) == ["Both.txt", "Made in the page", "Plan ☕.txt", "Tree", "Uploaded in the page.bin"] && shown(onPhone) == shown(onLaptop)
                 && FileManager.default.fileExists(atPath: onPhone.appendingPathComponent("Made in the page/Renamed in the page.txt").path) ? true : nil
         }
-        #expect(settled == true, "both devices: the folder made and the file moved into it, the deleted folder gone: \(phoneAgent.logged.suffix(3000))")
+        #expect(settled == true, "both devices: the folder made and the file moved into it, the deleted folder gone (laptop \(shown(onLaptop)), phone \(shown(onPhone))): \(phoneAgent.logged.suffix(3000))")
         // The upload, sealed in the page: its very bytes on both devices.
         let took = await eventuallyValue(seconds: 60) {
             (try? Data(contentsOf: onLaptop.appendingPathComponent("Uploaded in the page.bin"))) == uploaded
@@ -114,6 +133,26 @@ import UbiquityTestSupport
         #expect((result["refused"] as? String)?.contains("not signed by the device that approved it") == true && result["openedAfterChange"] as? Bool == false, "\(line)")
         try await laptopAgent.stopped()
         try await phoneAgent.stopped()
+    }
+
+    /// Makes a conflict on `name` (a file both devices hold): the phone's agent stopped, each
+    /// device writes its bytes (`writing`, by device name), the laptop's go up, then the phone's
+    /// agent starts again and sends its own from the base the laptop's replaced. Returns the
+    /// phone's new agent, once its edit is committed.
+    static func conflict(on name: String, _ setup: HostileKeyServerTests.Setup, _ laptopAgent: Agent, _ phoneAgent: Agent,
+                         writing bytes: [String: Data]) async throws -> Agent {
+        let (onLaptop, onPhone) = try await onOwnThread { (try HostileContentServerTests.documents(of: setup.laptop), try HostileContentServerTests.documents(of: setup.phone)) }
+        try await phoneAgent.stopped()
+        @Sendable func committed(_ relay: HostileRelay, after mark: Int) -> Bool {
+            relay.exchanges.withLock { $0.dropFirst(mark).contains { $0.method == "POST" && $0.path.split(separator: "?")[0].hasSuffix("/commits") && $0.status == 200 } }
+        }
+        let laptopMark = setup.laptopRelay.exchanges.withLock { $0.count }, phoneMark = setup.phoneRelay.exchanges.withLock { $0.count }
+        try #require(bytes["laptop"]).write(to: onLaptop.appendingPathComponent(name))
+        try #require(bytes["phone"]).write(to: onPhone.appendingPathComponent(name))
+        #expect(await eventuallyValue(seconds: 60) { committed(setup.laptopRelay, after: laptopMark) ? true : nil } == true, "\(laptopAgent.logged.suffix(2000))")
+        let again = try Agent(setup.phone, in: setup.dir)
+        #expect(await eventuallyValue(seconds: 60) { committed(setup.phoneRelay, after: phoneMark) ? true : nil } == true, "\(again.logged.suffix(2000))")
+        return again
     }
 
     /// What the browser tests under Advanced start from, with both devices' agents running:

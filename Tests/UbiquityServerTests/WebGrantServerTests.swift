@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import HummingbirdTesting
 import UbiquityTestSupport
 import UbiquitySync
@@ -122,35 +123,11 @@ import UbiquityProtocol
     @Test(arguments: Backend.all) func thePageCommitsOnlySealedChangesSignedByTheKeyTheRosterLetIn(backend: Backend) async throws {
         let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.run { client in
-            let keyHolder = SealedKeyValueServerTests(), directory = KeyDirectoryTests()
-            let laptop = try await client.signIn("ada", device: "laptop")
-            _ = try await keyHolder.setUpKeys(client, laptop)
-            // Advanced, then the laptop lets the browser's key in.
-            let browser = DeviceKeys(), root = AccountRootKey(epoch: 1)
-            var entries = try await directory.directory(client, token: laptop.token).roster.map { try RosterEntry(encoded: $0) }
-            entries.append(try RosterEntry(.custody(.advanced), after: entries.last, signedBy: keyHolder.laptop))
-            entries.append(try RosterEntry(.addWebSession(keys: browser.publicKeys, expires: UInt64(Date().timeIntervalSince1970) + 3_000), after: entries.last, signedBy: keyHolder.laptop))
-            let appended = try await directory.append(client, token: laptop.token, after: 2, Array(entries.suffix(2)),
-                                                      [try directory.envelope(root, account: laptop.identityToken, to: keyHolder.laptop.publicKeys, from: keyHolder.laptop)])
-            #expect(appended.status == .ok, "\(String(buffer: appended.body))")
-            let session = RosterHead(index: 3, hash: entries[3].hash)
-
-            // The browser's session, granted the container (the grant's body is the device's business).
-            let helper = WebInterfaceTests()
-            let (cookie, csrf, _) = try await helper.webSignIn(client)
-            let web = helper.session(cookie, csrf: csrf)
+            let page = try await advancedPage(client)
+            let (keyHolder, directory, laptop, browser, root, session, web) = (page.keyHolder, page.directory, page.laptop, page.browser, page.root, page.session, page.web)
+            var entries = page.entries
             let sealed = "/web/api/containers/\(notes)/sealed"
             let folder = ItemUpdate(baseRevision: nil, name: "From the page", kind: .directory, modificationDate: 1_800_000_000, manifest: Manifest())
-            #expect(try await client.send(.post, "\(sealed)/commits", json: CommitBatchRequest(commits: [ItemCommit(item: "f1", update: folder)]), headers: web).errorCode == "noGrant")
-            let nonce = JoinCode.nonce(), commitment = JoinCode.commitment(to: nonce, joining: browser.publicKeys)
-            let request = try await client.send(.post, "/web/api/approval", json: WebApprovalCreate(signing: Data(browser.publicKeys.signing), agreement: Data(browser.publicKeys.agreement),
-                                                                                                    commitment: Data(commitment)), headers: web).decode(KeyRequestRecord.self)
-            let answer = JoinCode.answerNonce(device: keyHolder.laptop, request: request.id, commitment: commitment)
-            _ = try await client.send(.post, "/v1/keys/requests/\(request.id)/answer", token: laptop.token,
-                                      json: KeyRequestNonce(nonce: Data(answer), answerer: keyHolder.laptop.publicKeys.deviceIdentifier))
-            _ = try await client.send(.post, "/web/api/approval/\(request.id)/reveal", json: KeyRequestNonce(nonce: Data(nonce)), headers: web)
-            let grant = WebGrantUpload(body: Data(repeating: 1, count: 200), signature: Data(repeating: 2, count: 64), containers: [notes], expires: Date().timeIntervalSince1970 + 3_000)
-            #expect(try await client.send(.post, "/v1/keys/requests/\(request.id)/grant", token: laptop.token, json: grant).status == .noContent)
 
             // The Devices page lists the browser let in, by whom and until when.
             let listed = try await client.send(.get, "/web/api/protection", headers: web).decode(WebProtectionResponse.self)
@@ -185,5 +162,99 @@ import UbiquityProtocol
             let late = try await keep(try signed(browser, after: first))
             #expect(late.errorCode == "invalidCommit" && String(buffer: late.body).contains("session has ended"), "\(String(buffer: late.body))")
         }
+    }
+
+    /// Under Advanced a conflict is resolved in the page as a device resolves one: the sealed
+    /// route keeps the revision the page chose and says which was current, and the page signs
+    /// what it made. Standard's route changes nothing under Advanced: it would have made a
+    /// resolution nobody signed (which devices hold back), and answered an error after.
+    @Test(arguments: Backend.all) func thePageResolvesAConflictUnderAdvancedAndSignsWhatItMade(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let page = try await advancedPage(client)
+            let records = try #require(ItemRecords.keyed(container: notes, rootKeys: [page.root], sealing: true))
+            func file(_ name: String, base: String?) throws -> ItemUpdate {
+                try records.sealed(ItemUpdate(baseRevision: base, name: name, kind: .file, modificationDate: 1_800_000_200, manifest: Manifest(chunks: [])),
+                                   item: "plan", manifest: Manifest(chunks: []))
+            }
+            let first = try await client.commit(notes, "plan", try file("Plan.txt", base: nil), token: page.laptop.token)
+            let chosen = try await client.commit(notes, "plan", try file("Plan (chosen).txt", base: first.revision), token: page.laptop.token)
+            try await Task.sleep(for: .milliseconds(20))
+            let other = try await client.commit(notes, "plan", try file("Plan (other).txt", base: first.revision), token: page.laptop.token)
+            #expect(other.item.conflicts.map(\.revision) == [chosen.revision])
+            let sealed = "/web/api/containers/\(notes)/sealed"
+
+            // Standard's route: refused before anything changes.
+            let standard = try await client.send(.post, "/web/api/containers/\(notes)/items/plan/resolve", json: WebResolveRequest(keep: chosen.revision), headers: page.web)
+            #expect(standard.status == .conflict && standard.errorCode == "sealedOnDevices", "\(String(buffer: standard.body))")
+            let unchanged = try await client.send(.get, "\(sealed)/items/plan", headers: page.web).decode(ItemState.self)
+            #expect(unchanged.revision == other.revision && unchanged.conflicts.map(\.revision) == [chosen.revision], "a resolution nobody signed")
+
+            // The sealed route: a revision that is no version is refused; the conflict version wins.
+            let stale = try await client.send(.post, "\(sealed)/items/plan/resolve", json: WebResolveRequest(keep: first.revision), headers: page.web)
+            #expect(stale.status == .conflict && stale.errorCode == "notAVersion", "\(String(buffer: stale.body))")
+            let answer = try await client.send(.post, "\(sealed)/items/plan/resolve", json: WebResolveRequest(keep: chosen.revision), headers: page.web)
+            let resolution = try answer.decode(WebSealedResolution.self)
+            #expect(resolution.replaced == other.revision && resolution.item.revision == chosen.revision && resolution.item.conflicts.isEmpty, "\(String(buffer: answer.body))")
+            #expect(try records.opened(resolution.item).name == "Plan (chosen).txt")
+
+            // What it made, signed by the browser: kept, and a device's ledger takes it.
+            let content = CommitContent(outcomes: [.init(item: "plan", folder: nil, recordHash: CommitContent.recordHash(of: resolution.item.record), revision: resolution.item.revision,
+                                                         base: resolution.replaced, deleted: false, sequence: resolution.item.sequence)])
+            let commit = try SignedCommit(container: notes, contentHash: content.hash, after: nil, rosterHead: page.session, seen: [:], signedBy: page.browser)
+            let kept = try await client.send(.post, "\(sealed)/signed-commits", json: SignedCommitsRequest(commits: [SignedCommitUpload(commit: commit.encoded, content: content.encoded)]),
+                                             headers: page.web)
+            #expect(kept.status == .ok, "\(String(buffer: kept.body))")
+            let stored = try await client.send(.get, "/v1/containers/\(notes)/signed-commits", token: page.laptop.token).decode(SignedCommitsPage.self)
+            let roster = try Roster.verify(try await page.directory.directory(client, token: page.laptop.token).roster.map { try RosterEntry(encoded: $0) })
+            var ledger = CommitLedger(container: notes)
+            for each in stored.commits { #expect(try ledger.accept(try SignedCommit(encoded: each.commit), roster: roster) == .accepted) }
+            #expect(stored.commits.count == 1)
+        }
+    }
+
+    /// An account under Advanced whose laptop let a browser's key in, and that browser's page
+    /// session, granted `notes` (the grant's body is the device's business).
+    struct AdvancedPage {
+        let keyHolder: SealedKeyValueServerTests
+        let directory: KeyDirectoryTests
+        let laptop: SignInResponse
+        let browser: DeviceKeys
+        let root: AccountRootKey
+        /// The roster entry that let the browser in.
+        let session: RosterHead
+        let entries: [RosterEntry]
+        let web: HTTPFields
+    }
+
+    func advancedPage(_ client: Client) async throws -> AdvancedPage {
+        let keyHolder = SealedKeyValueServerTests(), directory = KeyDirectoryTests()
+        let laptop = try await client.signIn("ada", device: "laptop")
+        _ = try await keyHolder.setUpKeys(client, laptop)
+        // Advanced, then the laptop lets the browser's key in.
+        let browser = DeviceKeys(), root = AccountRootKey(epoch: 1)
+        var entries = try await directory.directory(client, token: laptop.token).roster.map { try RosterEntry(encoded: $0) }
+        entries.append(try RosterEntry(.custody(.advanced), after: entries.last, signedBy: keyHolder.laptop))
+        entries.append(try RosterEntry(.addWebSession(keys: browser.publicKeys, expires: UInt64(Date().timeIntervalSince1970) + 3_000), after: entries.last, signedBy: keyHolder.laptop))
+        let appended = try await directory.append(client, token: laptop.token, after: 2, Array(entries.suffix(2)),
+                                                  [try directory.envelope(root, account: laptop.identityToken, to: keyHolder.laptop.publicKeys, from: keyHolder.laptop)])
+        #expect(appended.status == .ok, "\(String(buffer: appended.body))")
+        let helper = WebInterfaceTests()
+        let (cookie, csrf, _) = try await helper.webSignIn(client)
+        let web = helper.session(cookie, csrf: csrf)
+        // No grant yet: the page commits nothing.
+        let folder = ItemUpdate(baseRevision: nil, name: "From the page", kind: .directory, modificationDate: 1_800_000_000, manifest: Manifest())
+        #expect(try await client.send(.post, "/web/api/containers/\(notes)/sealed/commits", json: CommitBatchRequest(commits: [ItemCommit(item: "f1", update: folder)]), headers: web).errorCode == "noGrant")
+        let nonce = JoinCode.nonce(), commitment = JoinCode.commitment(to: nonce, joining: browser.publicKeys)
+        let request = try await client.send(.post, "/web/api/approval", json: WebApprovalCreate(signing: Data(browser.publicKeys.signing), agreement: Data(browser.publicKeys.agreement),
+                                                                                                commitment: Data(commitment)), headers: web).decode(KeyRequestRecord.self)
+        let answer = JoinCode.answerNonce(device: keyHolder.laptop, request: request.id, commitment: commitment)
+        _ = try await client.send(.post, "/v1/keys/requests/\(request.id)/answer", token: laptop.token,
+                                  json: KeyRequestNonce(nonce: Data(answer), answerer: keyHolder.laptop.publicKeys.deviceIdentifier))
+        _ = try await client.send(.post, "/web/api/approval/\(request.id)/reveal", json: KeyRequestNonce(nonce: Data(nonce)), headers: web)
+        let grant = WebGrantUpload(body: Data(repeating: 1, count: 200), signature: Data(repeating: 2, count: 64), containers: [notes], expires: Date().timeIntervalSince1970 + 3_000)
+        #expect(try await client.send(.post, "/v1/keys/requests/\(request.id)/grant", token: laptop.token, json: grant).status == .noContent)
+        return AdvancedPage(keyHolder: keyHolder, directory: directory, laptop: laptop, browser: browser, root: root,
+                            session: RosterHead(index: 3, hash: entries[3].hash), entries: entries, web: web)
     }
 }

@@ -28,6 +28,14 @@ struct WebApprovalCreate: Codable {
 
 extension WebGrantUpload: ResponseEncodable {}
 
+/// `POST /web/api/containers/C/sealed/items/I/resolve` (a granted page, under Advanced): the
+/// item's state the resolution made, and the revision that was current before (the page signs
+/// it as the outcome's base when another revision won).
+struct WebSealedResolution: Codable, ResponseEncodable {
+    var item: ItemState
+    var replaced: String
+}
+
 extension SyncServices {
     /// A browser under Advanced Data Protection (issue 45, docs/Encryption.md "The web under
     /// Advanced"): it asks the account's devices for the keys of its containers as a new device
@@ -133,6 +141,17 @@ extension SyncServices {
         sealed.post("commits") { request, context in
             let (device, container) = try await granted(context)
             return try await commitBatch(request, context: context, container: container, device: device, sealedOnly: true)
+        }
+        // A conflict the page resolved (docs/Encryption.md, "Versions under Advanced"): the
+        // revision it chose wins, every other is resolved; the page signs what this made, as a
+        // device signs its resolutions.
+        sealed.post("items/:id/resolve") { request, context in
+            let (device, container) = try await granted(context)
+            let id = try context.parameters.require("id")
+            try Validate.identifier(id, field: "id")
+            let asked = try await request.decode(as: WebResolveRequest.self, context: context)
+            let (state, replaced) = try await webResolve(id, keeping: asked.keep, container: container, device: device)
+            return WebSealedResolution(item: state, replaced: replaced)
         }
         // A chunk the page sealed (an upload): kept unread, as a device's sealed chunk is.
         sealed.put("chunks/:hash") { request, context -> HTTPResponse.Status in

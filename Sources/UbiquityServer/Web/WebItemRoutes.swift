@@ -165,19 +165,13 @@ extension SyncServices {
         items.post("resolve") { request, context in
             let (device, container, id) = try Self.webItem(context)
             let asked = try await request.decode(as: WebResolveRequest.self, context: context)
-            try Validate.identifier(asked.keep, field: "keep")
-            guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: true), !item.deleted else { throw SyncError.notFound }
-            guard asked.keep == item.revision || item.conflicts.contains(where: { $0.revision == asked.keep }) else {
-                throw SyncError(.conflict, "notAVersion", "that revision is neither the current one nor a conflict version (the page is out of date: reload it)")
-            }
-            let state = try await database.resolve(accountId: device.accountId, container: container, itemId: id,
-                                                   request: ResolveRequest(keep: asked.keep, remove: ([item.revision] + item.conflicts.map(\.revision)).filter { $0 != asked.keep }))
-            metrics.count(.commits)
             let records = try await webRecords(ofAccount: device.accountId, container: container)
+            // (Its record opened first: under Advanced this page cannot, and resolves in the
+            // browser — a resolution made here would be one nobody signed.)
+            let (state, replaced) = try await webResolve(id, keeping: asked.keep, container: container, device: device) { try _ = records.open($0) }
             if records.records != nil {
-                await signAsEscrow([Self.outcome(of: state, replacing: item.revision)], account: device.accountId, container: container, logger: context.logger)
+                await signAsEscrow([Self.outcome(of: state, replacing: replaced)], account: device.accountId, container: container, logger: context.logger)
             }
-            notifier.publish(account: device.accountId, container: container, sequence: state.sequence)
             return WebItem(try records.open(state))
         }
 
@@ -280,6 +274,25 @@ extension SyncServices {
         for start in stride(from: 0, to: updates.count, by: CommitBatchRequest.maximumCount) {
             _ = try await webCommit(Array(updates[start..<min(updates.count, start + CommitBatchRequest.maximumCount)]), container: container, device: device, records: records, logger: logger)
         }
+    }
+
+    /// Resolves item `id`'s conflict from the web: `keep` (its current revision or a conflict
+    /// version) wins and every other one is resolved; devices hear of it. `check` sees the
+    /// item before anything changes (and may refuse it). Returns the state made and the
+    /// revision that was current before.
+    func webResolve(_ id: String, keeping keep: String, container: String, device: DeviceAuth,
+                    check: (ItemState) throws -> Void = { _ in }) async throws -> (state: ItemState, replaced: String) {
+        try Validate.identifier(keep, field: "keep")
+        guard let item = try await database.item(accountId: device.accountId, container: container, id: id, brief: true), !item.deleted else { throw SyncError.notFound }
+        guard keep == item.revision || item.conflicts.contains(where: { $0.revision == keep }) else {
+            throw SyncError(.conflict, "notAVersion", "that revision is neither the current one nor a conflict version (the page is out of date: reload it)")
+        }
+        try check(item)
+        let state = try await database.resolve(accountId: device.accountId, container: container, itemId: id,
+                                               request: ResolveRequest(keep: keep, remove: ([item.revision] + item.conflicts.map(\.revision)).filter { $0 != keep }))
+        metrics.count(.commits)
+        notifier.publish(account: device.accountId, container: container, sequence: state.sequence)
+        return (state, item.revision)
     }
 
     /// The signed-in device, the container and the item the route names.

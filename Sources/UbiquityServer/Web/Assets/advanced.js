@@ -372,6 +372,18 @@ export async function restoreSealed(session, container, id, revision) {
   }]);
 }
 
+/** Resolves a conflict as a device does: `keep` (the current revision or a conflict version)
+ * wins and every other version is resolved; what the server made of it is signed with this
+ * browser's key (the devices take only what a commit names, under Advanced). */
+export async function resolveSealed(session, container, id, keep) {
+  const keys = await keysOf(session);
+  const { item, replaced } = await api("POST", itemAddress(container, id) + "/resolve", { keep });
+  await signCommit(keys, container, [{
+    item: id, folder: item.parent ?? null, recordHash: item.record ? await sha256(unbase64(item.record)) : new Uint8Array(32),
+    revision: item.revision, base: replaced === item.revision ? null : replaced, deleted: false, conflict: false, sequence: item.sequence,
+  }]);
+}
+
 // MARK: Links (docs/Encryption.md, "Public links under Advanced")
 
 /** The 32 bytes HKDF-SHA256 derives from `key` for `info` (no salt): a chunk's or a patch's own key, as `ChunkKeys` derives it. */

@@ -6,7 +6,7 @@ import { nameNode, plainName, formatBytes, formatDate } from "./names.js";
 import { uploadFile, uploadTree, makeFolder, forgetUploads } from "./upload.js";
 import {
   sealedListing, downloadSealed, shareSealed, moveSealed, deleteSealed, newFolderSealed, uploadSealed, folderSealed, versionsSealed, downloadVersionSealed,
-  restoreSealed,
+  restoreSealed, resolveSealed,
 } from "./advanced.js";
 
 const $ = (id) => document.getElementById(id);
@@ -412,9 +412,10 @@ async function showVersions() {
     row.append(cell(label + formatDate(version.modificationDate)), device, cell(formatBytes(version.size), "num"), buttons);
     return row;
   };
-  // (Under Advanced a conflict is resolved on a device: the page does not sign resolutions yet.)
-  const keep = (version) => sealed ? badge("resolve it on a device") : button("Keep this version", async () => {
-    await api("POST", base + "/resolve", { keep: version.revision });
+  // (Under Advanced the page resolves as a device does, and signs what it made.)
+  const keep = (version) => button("Keep this version", async () => {
+    if (sealed) await resolveSealed(session, view.container, view.item, version.revision);
+    else await api("POST", base + "/resolve", { keep: version.revision });
     say("Conflict resolved");
     refresh();
   }, "Keep the version saved on " + plainName(version.deviceName));
