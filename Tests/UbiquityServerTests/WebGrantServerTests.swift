@@ -166,8 +166,9 @@ import UbiquityProtocol
 
     /// Under Advanced a conflict is resolved in the page as a device resolves one: the sealed
     /// route keeps the revision the page chose and says which was current, and the page signs
-    /// what it made. Standard's route changes nothing under Advanced: it would have made a
-    /// resolution nobody signed (which devices hold back), and answered an error after.
+    /// what it made. Standard's routes change nothing under Advanced — the resolution, and a
+    /// restore from Recently Deleted: they would have made a state nobody signed (which devices
+    /// hold back), and the resolution answered an error after.
     @Test(arguments: Backend.all) func thePageResolvesAConflictUnderAdvancedAndSignsWhatItMade(backend: Backend) async throws {
         let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.run { client in
@@ -210,6 +211,16 @@ import UbiquityProtocol
             var ledger = CommitLedger(container: notes)
             for each in stored.commits { #expect(try ledger.accept(try SignedCommit(encoded: each.commit), roster: roster) == .accepted) }
             #expect(stored.commits.count == 1)
+
+            // Recently Deleted, the same: a sealed item is restored on a device under Advanced;
+            // the page's route refuses before restoring anything.
+            let gone = try await client.commit(notes, "plan", try records.sealed(ItemUpdate(baseRevision: resolution.item.revision, name: "Plan (chosen).txt", kind: .file, modificationDate: 1_800_000_300,
+                                                                                             manifest: Manifest(), deleted: true), item: "plan", manifest: Manifest()), token: page.laptop.token)
+            #expect(gone.item.deleted)
+            let deletedRevision = try #require(try await server.admin.recoverable(accountName: "ada").first { $0.item == "plan" && $0.revision == resolution.item.revision }).revision
+            let restore = try await client.send(.post, "/web/api/deleted/restore", json: WebRestoreRequest(revisions: [deletedRevision]), headers: page.web)
+            #expect(restore.status == .conflict && restore.errorCode == "sealedOnDevices", "\(String(buffer: restore.body))")
+            #expect(try await client.send(.get, "\(sealed)/items/plan", headers: page.web).decode(ItemState.self).deleted, "nothing restored that nobody signed")
         }
     }
 

@@ -205,17 +205,23 @@ extension SyncServices {
             }
             for revision in asked.revisions { try Validate.identifier(revision, field: "revision") }
             guard let account = try await database.account(id: device.accountId) else { throw SyncError.unauthorized }
-            let allowed = Dictionary(try await database.recoverable(accountName: account.name, now: Date(), retention: retention).map { ($0.revision, ($0.container, $0.item)) },
+            let allowed = Dictionary(try await database.recoverable(accountName: account.name, now: Date(), retention: retention).map { ($0.revision, ($0.container, $0.item, $0.record != nil)) },
                                      uniquingKeysWith: { first, _ in first })
             var keyed: [String: Bool] = [:] // (whether each container's records are sealed: the escrow's keys opened once per container)
             for revision in asked.revisions {
-                guard let (container, item) = allowed[revision], device.allows(container) else { throw SyncError(.notFound, "notFound", "no such deleted item") }
+                guard let (container, _, _) = allowed[revision], device.allows(container) else { throw SyncError(.notFound, "notFound", "no such deleted item") }
+                if keyed[container] == nil { keyed[container] = try await webRecords(ofAccount: device.accountId, container: container).records != nil }
+            }
+            // A sealed item under Advanced is restored on a device (which signs it): restored
+            // here, nobody would sign it and devices would hold it back. Refused before anything changes.
+            if asked.revisions.contains(where: { allowed[$0]?.2 == true && keyed[allowed[$0]?.0 ?? ""] == false }) { throw WebRecords.sealedOnDevices }
+            for revision in asked.revisions {
+                guard let (container, item, _) = allowed[revision] else { throw SyncError(.notFound, "notFound", "no such deleted item") }
                 let before = try await database.item(accountId: device.accountId, container: container, id: item, brief: true)
                 guard let (container, sequence) = try await database.restore(accountName: account.name, revision: revision, now: Date()) else {
                     throw SyncError(.notFound, "notFound", "no such deleted item")
                 }
                 // (Signed by the escrow under Standard, as the page's other changes.)
-                if keyed[container] == nil { keyed[container] = try await webRecords(ofAccount: device.accountId, container: container).records != nil }
                 if keyed[container] == true,
                    let state = try await database.item(accountId: device.accountId, container: container, id: item, brief: true) {
                     await signAsEscrow([Self.outcome(of: state, replacing: before?.revision)], account: device.accountId, container: container, logger: context.logger)
