@@ -3,7 +3,8 @@
 a real agent's device: WebBrowserTests runs it and reads its verdict.
 
 Arguments (JSON on the command line): url, account, password, container, device (the device's
-Documents folder), work (a scratch folder), screenshots (where the pictures go).
+Documents folder), work (a scratch folder), screenshots (where the pictures go), others (the
+names of the test's other devices, which hold the account's keys too).
 
 Prints one line per step ("ok: …") and exits 0 when every step held; on the first that did
 not, prints "FAILED: …" with what the page showed, and exits 1.
@@ -27,6 +28,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 args = json.loads(sys.argv[1])
 url, container, device = args["url"], args["container"], args["device"]
+others = args.get("others", [])  # the test's devices beside the laptop
 work, shots = args["work"], args["screenshots"]
 downloads = os.path.join(work, "downloads")
 os.makedirs(downloads, exist_ok=True)
@@ -469,12 +471,13 @@ try:
     driver.get(url + "/web/#/devices")
     wait(lambda: driver.find_element(By.ID, "devices").is_displayed() and "phone" in driver.find_element(By.ID, "device-rows").text, "the devices", 60)
     listed_devices = driver.execute_script("return [...document.querySelectorAll('#device-rows tr')].map(r => r.dataset.name)")
-    if sorted(listed_devices) != sorted(["laptop", "phone", "Web browser"]):
+    if sorted(listed_devices) != sorted(["laptop", "phone", "Web browser"] + others):
         fail("the devices listed: %r" % listed_devices)
-    # The account's data protection, as its roster says: the laptop set its keys up.
+    # The account's data protection, as its roster says: the laptop set its keys up, and the
+    # test's other devices joined by the escrow.
     wait(lambda: "Standard Data Protection" in driver.find_element(By.ID, "protection-summary").text, "the data protection", 20)
     key_devices = driver.execute_script("return [...document.querySelectorAll('#protection-devices li')].map(li => li.dataset.name)")
-    if key_devices != ["laptop"]:
+    if sorted(key_devices) != sorted(["laptop"] + others):
         fail("the devices holding the keys: %r" % key_devices)
     shot("devices.png")
     driver.execute_script("return [...document.querySelectorAll('#device-rows tr')].find(r => r.dataset.name === 'phone').querySelector('button')").click()
