@@ -33,6 +33,8 @@ struct SyncServices: Sendable {
     var retention: TimeInterval = SyncServer.defaultRetention
     /// Each account's share of the requests handled at once.
     var share = AccountShare()
+    /// The limits on the invitations to shares one account makes (docs/Sharing.md).
+    var invitationLimits = InvitationLimits()
     /// When devices were last heard from.
     var sightings = DeviceSightings()
     /// How often an address may open published links.
@@ -227,6 +229,7 @@ extension SyncServices {
         }
 
         addKeyValueRoutes(to: v1)
+        addShareRoutes(to: v1)
 
         let chunks = v1.group("chunks")
         addChunkBasesRoute(to: chunks)

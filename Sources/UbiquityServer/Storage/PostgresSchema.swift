@@ -223,6 +223,25 @@ extension PostgresDatabase {
                 start BIGINT NOT NULL, dropped BIGINT NOT NULL, size BIGINT NOT NULL, PRIMARY KEY (account_id, container))
             """,
         ]),
+        // Sharing with other accounts (issue 46): a share is one item of its owner's container;
+        // each invitation to it (to a name with an account or not) is a row.
+        ("v21-shares", [
+            """
+            CREATE TABLE share (
+                id TEXT PRIMARY KEY, account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                container TEXT NOT NULL, item TEXT NOT NULL, epoch BIGINT NOT NULL, created DOUBLE PRECISION NOT NULL,
+                UNIQUE (account_id, container, item))
+            """,
+            """
+            CREATE TABLE share_participant (
+                id TEXT PRIMARY KEY, share_id TEXT NOT NULL REFERENCES share(id) ON DELETE CASCADE,
+                account_id BIGINT REFERENCES account(id) ON DELETE CASCADE, name TEXT NOT NULL, role TEXT NOT NULL,
+                state TEXT NOT NULL, invited DOUBLE PRECISION NOT NULL, expires DOUBLE PRECISION NOT NULL, changed DOUBLE PRECISION NOT NULL)
+            """,
+            "CREATE INDEX share_participant_share ON share_participant (share_id, name)",
+            "CREATE INDEX share_participant_account ON share_participant (account_id)",
+            "CREATE INDEX share_owner ON share (account_id, container)",
+        ]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

@@ -310,6 +310,23 @@ extension SQLiteDatabase {
                     start INTEGER NOT NULL, dropped INTEGER NOT NULL, size INTEGER NOT NULL, PRIMARY KEY(accountId, container));
                 """)
         }
+        migrator.registerMigration("v27-shares") { db in
+            // Sharing with other accounts (issue 46): a share is one item of its owner's
+            // container; each invitation to it (to a name with an account or not) is a row.
+            try db.execute(sql: """
+                CREATE TABLE share (
+                    id TEXT PRIMARY KEY, accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE,
+                    container TEXT NOT NULL, item TEXT NOT NULL, epoch INTEGER NOT NULL, created REAL NOT NULL,
+                    UNIQUE(accountId, container, item));
+                CREATE TABLE shareParticipant (
+                    id TEXT PRIMARY KEY, shareId TEXT NOT NULL REFERENCES share(id) ON DELETE CASCADE,
+                    accountId INTEGER REFERENCES account(id) ON DELETE CASCADE, name TEXT NOT NULL, role TEXT NOT NULL,
+                    state TEXT NOT NULL, invited REAL NOT NULL, expires REAL NOT NULL, changed REAL NOT NULL);
+                CREATE INDEX shareParticipant_share ON shareParticipant(shareId, name);
+                CREATE INDEX shareParticipant_account ON shareParticipant(accountId);
+                CREATE INDEX share_owner ON share(accountId, container);
+                """)
+        }
         return migrator
     }
 }

@@ -285,6 +285,33 @@ protocol SyncDatabase: Sendable {
     func keepWebGrant(accountId: Int64, id: String, grant: WebGrantUpload, since: Double) async throws -> Bool
     /// The grant kept for the session `deviceId`, unless it expired by `now`.
     func webGrant(accountId: Int64, deviceId: String, now: Double) async throws -> WebGrantUpload?
+    // MARK: Shares (issue 46, docs/Sharing.md)
+
+    /// The share whose root is `item` of the account's `container`; made (with `id`, epoch 1)
+    /// when there is none.
+    func makeShare(accountId: Int64, container: String, item: String, id: String, now: Double) async throws -> StoredShare
+    /// The share `id`, whoever owns it.
+    func share(id: String) async throws -> StoredShare?
+    /// The account's shares, oldest first.
+    func ownedShares(accountId: Int64) async throws -> [StoredShare]
+    /// The roots of the account's shares in `container`.
+    func shareRoots(accountId: Int64, container: String) async throws -> [String]
+    /// Stops the account's share `id`: it and every invitation to it go. False: no such share.
+    func stopShare(accountId: Int64, id: String) async throws -> Bool
+    /// Invites `name` to the owner's share `shareId` as `role` (the account of that name, if any,
+    /// found in the same transaction) — or answers the unanswered invitation of that name to
+    /// that share, as it was. Nil when the owner made `limits.perHour` invitations in the hour
+    /// before `now`, or has `limits.pending` unanswered ones.
+    func invite(shareId: String, ownerId: Int64, name: String, role: ShareRole, id: String, now: Double, limits: InvitationLimits) async throws -> StoredParticipant?
+    /// Every invitation to the share, oldest first.
+    func participants(shareId: String) async throws -> [StoredParticipant]
+    /// The account's invitations and participations, each with its share, oldest first.
+    func participations(accountId: Int64) async throws -> [(share: StoredShare, participant: StoredParticipant)]
+    /// Moves the invitation `match` names from one of the states `from` to `to` (nil: stays)
+    /// and sets its role (nil: stays); an unanswered one only while it has not expired by
+    /// `now`. False: no such invitation in those states.
+    func updateParticipant(_ match: ParticipantMatch, from: [ShareParticipantState], to: ShareParticipantState?, role: ShareRole?, now: Double) async throws -> Bool
+
     /// The server setting `name`, set to `value` first if it has none.
     func claimSetting(_ name: String, value: String) async throws -> String
     func createAccount(name: String, passwordHash: String, quotaBytes: Int64) async throws -> Account

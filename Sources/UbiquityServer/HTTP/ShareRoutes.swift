@@ -1,0 +1,193 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import Logging
+import UbiquityProtocol
+
+extension ShareInfo: ResponseEncodable {}
+extension SharesResponse: ResponseEncodable {}
+extension ShareInvitationResponse: ResponseEncodable {}
+
+// Sharing with other accounts (issue 46, docs/Sharing.md): shares and their invitations.
+extension SyncServices {
+    /// The answer for a share no one asking may see: the same as for one that does not exist.
+    static let noSuchShare = SyncError(.notFound, "notFound", "no such share")
+
+    /// A new share's or invitation's id: 128 random bits in hexadecimal.
+    static func shareIdentifier() -> String {
+        var generator = SystemRandomNumberGenerator()
+        return (0..<2).map { _ in String(generator.next() as UInt64, radix: 16).leftPadded(to: 16) }.joined()
+    }
+
+    func addShareRoutes(to v1: RouterGroup<SyncContext>) {
+        let shares = v1.group("shares")
+        // Share an item: the share made, or the one it is the root of already.
+        shares.post { request, context -> ShareInfo in
+            let asked = try await request.decode(as: ShareCreateRequest.self, context: context)
+            let device = try context.requireDevice(for: asked.container)
+            try Validate.identifier(asked.item, field: "item")
+            guard let item = try await database.item(accountId: device.accountId, container: asked.container, id: asked.item, brief: true), !item.deleted else {
+                throw SyncError.notFound
+            }
+            let roots = try await database.shareRoots(accountId: device.accountId, container: asked.container)
+            if !roots.contains(asked.item) {
+                // Shares do not nest: not inside a shared item, nor around one.
+                let around = try await folders(around: asked.item, accountId: device.accountId, container: asked.container)
+                var overlaps = roots.contains(where: around.contains)
+                for root in roots where !overlaps {
+                    overlaps = try await folders(around: root, accountId: device.accountId, container: asked.container).contains(asked.item)
+                }
+                if overlaps {
+                    throw SyncError(.conflict, "shareOverlaps", "that item is inside a shared item, or holds one: shares do not nest")
+                }
+            }
+            let share = try await database.makeShare(accountId: device.accountId, container: asked.container, item: asked.item,
+                                                     id: Self.shareIdentifier(), now: Date().timeIntervalSince1970)
+            context.logger.info("shared an item", metadata: ["share": "\(share.id)"])
+            return try await ownerInfo(share, name: item.record == nil ? item.name : nil)
+        }
+        // The account's shares, those it joined and its invitations (of containers this device may use).
+        shares.get { _, context -> SharesResponse in
+            let device = try context.requireDevice()
+            let now = Date().timeIntervalSince1970
+            var owned: [ShareInfo] = []
+            for share in try await database.ownedShares(accountId: device.accountId) where device.allows(share.container) {
+                owned.append(try await ownerInfo(share, name: try await rootName(of: share)))
+            }
+            var joined: [ShareInfo] = [], invitations: [ShareInfo] = []
+            for (share, participant) in try await database.participations(accountId: device.accountId) where device.allows(share.container) {
+                let state = participant.state(at: now)
+                guard state == .accepted || state == .invited else { continue }
+                let info = ShareInfo(id: share.id, owner: share.owner, container: share.container, item: share.item, name: try await rootName(of: share),
+                                     epoch: share.epoch, role: participant.role, invitation: participant.id,
+                                     expires: state == .invited ? participant.expires : nil)
+                if state == .accepted { joined.append(info) } else { invitations.append(info) }
+            }
+            return SharesResponse(owned: owned, joined: joined, invitations: invitations)
+        }
+        // Invite an account by name: answered alike whether or not one has that name.
+        shares.post(":share/participants") { request, context -> EditedResponse<ShareInvitationResponse> in
+            let (device, share) = try await ownersShare(context)
+            let asked = try await request.decode(as: ShareInviteRequest.self, context: context)
+            try Validate.name(asked.name, field: "account name")
+            guard let owner = try await database.account(id: device.accountId) else { throw SyncError.unauthorized }
+            guard asked.name != owner.name else { throw SyncError.badRequest("ownShare", "the share is yours already") }
+            guard let invited = try await database.invite(shareId: share.id, ownerId: device.accountId, name: asked.name, role: asked.role,
+                                                          id: Self.shareIdentifier(), now: Date().timeIntervalSince1970, limits: invitationLimits) else {
+                context.logger.notice("invitation refused: too many", metadata: ["share": "\(share.id)"])
+                throw SyncError(.tooManyRequests, "tooManyInvitations",
+                                "at most \(invitationLimits.perHour) invitations an hour and \(invitationLimits.pending) waiting for an answer")
+            }
+            context.logger.info("invited to a share", metadata: ["share": "\(share.id)", "invitation": "\(invited.id)"])
+            return EditedResponse(status: .created, response: ShareInvitationResponse(id: invited.id, expires: invited.expires))
+        }
+        // The owner changes a participant's role, or removes them.
+        shares.patch(":share/participants/:participant") { request, context -> HTTPResponse.Status in
+            let (device, share) = try await ownersShare(context)
+            let participant = try context.parameters.require("participant")
+            try Validate.identifier(participant, field: "participant")
+            let asked = try await request.decode(as: ShareRoleRequest.self, context: context)
+            guard try await database.updateParticipant(ParticipantMatch(id: participant, share: share.id, owner: device.accountId), from: [.invited, .accepted],
+                                                       to: nil, role: asked.role, now: Date().timeIntervalSince1970) else {
+                throw SyncError(.notFound, "notFound", "no such participant")
+            }
+            return .noContent
+        }
+        shares.delete(":share/participants/:participant") { _, context -> HTTPResponse.Status in
+            let (device, share) = try await ownersShare(context)
+            let participant = try context.parameters.require("participant")
+            try Validate.identifier(participant, field: "participant")
+            guard try await database.updateParticipant(ParticipantMatch(id: participant, share: share.id, owner: device.accountId), from: [.invited, .accepted],
+                                                       to: .removed, role: nil, now: Date().timeIntervalSince1970) else {
+                throw SyncError(.notFound, "notFound", "no such participant")
+            }
+            context.logger.info("removed from a share", metadata: ["share": "\(share.id)", "invitation": "\(participant)"])
+            return .noContent
+        }
+        // Stop sharing: every participant's access ends.
+        shares.delete(":share") { _, context -> HTTPResponse.Status in
+            let (device, share) = try await ownersShare(context)
+            guard try await database.stopShare(accountId: device.accountId, id: share.id) else { throw Self.noSuchShare }
+            context.logger.info("stopped sharing", metadata: ["share": "\(share.id)"])
+            return .noContent
+        }
+        // A participant's answers: accept, decline; and leaving once accepted.
+        for (action, to) in [("accept", ShareParticipantState.accepted), ("decline", .declined)] {
+            shares.post("invitations/:invitation/\(action)") { _, context -> HTTPResponse.Status in
+                let device = try context.requireDevice()
+                let invitation = try context.parameters.require("invitation")
+                try Validate.identifier(invitation, field: "invitation")
+                guard let (share, _) = try await database.participations(accountId: device.accountId).first(where: { $0.participant.id == invitation }),
+                      device.allows(share.container),
+                      try await database.updateParticipant(ParticipantMatch(id: invitation, participant: device.accountId), from: [.invited], to: to, role: nil,
+                                                           now: Date().timeIntervalSince1970) else {
+                    throw SyncError(.notFound, "notFound", "no such invitation (or it expired)")
+                }
+                context.logger.info(to == .accepted ? "accepted a share" : "declined a share", metadata: ["share": "\(share.id)"])
+                return .noContent
+            }
+        }
+        shares.post(":share/leave") { _, context -> HTTPResponse.Status in
+            let device = try context.requireDevice()
+            let id = try context.parameters.require("share")
+            try Validate.identifier(id, field: "share")
+            guard try await database.updateParticipant(ParticipantMatch(share: id, participant: device.accountId), from: [.accepted], to: .left, role: nil,
+                                                       now: Date().timeIntervalSince1970) else {
+                throw Self.noSuchShare
+            }
+            context.logger.info("left a share", metadata: ["share": "\(id)"])
+            return .noContent
+        }
+    }
+
+    /// The share the route names, if the caller's account owns it: 403 `notOwner` for one of
+    /// its participants, 404 for anyone else (as for a share that does not exist).
+    private func ownersShare(_ context: SyncContext) async throws -> (DeviceAuth, StoredShare) {
+        let device = try context.requireDevice()
+        let id = try context.parameters.require("share")
+        try Validate.identifier(id, field: "share")
+        guard let share = try await database.share(id: id) else { throw Self.noSuchShare }
+        if share.accountId == device.accountId, device.allows(share.container) { return (device, share) }
+        let now = Date().timeIntervalSince1970
+        if try await database.participations(accountId: device.accountId).contains(where: { $0.share.id == id && $0.participant.state(at: now) == .accepted }) {
+            throw SyncError(.forbidden, "notOwner", "only the share's owner changes who it is shared with")
+        }
+        throw Self.noSuchShare
+    }
+
+    /// The share as its owner sees it: every invitation.
+    private func ownerInfo(_ share: StoredShare, name: String?) async throws -> ShareInfo {
+        let now = Date().timeIntervalSince1970
+        let participants = try await database.participants(shareId: share.id).map {
+            ShareParticipantInfo(id: $0.id, name: $0.name, role: $0.role, state: $0.state(at: now), invited: $0.invited, expires: $0.expires)
+        }
+        return ShareInfo(id: share.id, owner: share.owner, container: share.container, item: share.item, name: name, epoch: share.epoch, role: nil,
+                         participants: participants)
+    }
+
+    /// The share's root's name, when it is not sealed.
+    private func rootName(of share: StoredShare) async throws -> String? {
+        guard let root = try await database.item(accountId: share.accountId, container: share.container, id: share.item, brief: true), root.record == nil else { return nil }
+        return root.name
+    }
+
+    /// The folders `item` is in, innermost first (at most ``maximumShareDepth``: deeper is refused).
+    func folders(around item: String, accountId: Int64, container: String) async throws -> [String] {
+        var chain: [String] = [], next = try await database.item(accountId: accountId, container: container, id: item, brief: true)?.parent
+        while let folder = next {
+            guard chain.count < Self.maximumShareDepth, !chain.contains(folder) else {
+                throw SyncError.badRequest("tooDeep", "an item is at most \(Self.maximumShareDepth) folders deep to be shared or reached through a share")
+            }
+            chain.append(folder)
+            next = try await database.item(accountId: accountId, container: container, id: folder, brief: true)?.parent
+        }
+        return chain
+    }
+
+    /// How many folders deep a shared item, or one reached through a share, may be.
+    static let maximumShareDepth = 256
+}
+
+private extension String {
+    func leftPadded(to length: Int) -> String { count >= length ? self : String(repeating: "0", count: length - count) + self }
+}

@@ -1,0 +1,145 @@
+import Foundation
+import HummingbirdTesting
+import UbiquityTestSupport
+import Testing
+import UbiquityProtocol
+@testable import UbiquityServer
+
+/// Shares and their invitations on the server (issue 46, docs/Sharing.md), on both backends: an
+/// owner shares an item and invites accounts by name; an invitation to a name with no account is
+/// answered exactly like any other; participants accept, decline and leave; the owner changes
+/// roles, removes participants and stops sharing; shares do not nest; invitations are limited.
+@Suite struct ShareServerTests {
+    let notes = "ABCDE12345.com.example.notes"
+
+    /// Ada's laptop, a folder "Trip" with a note in it and a file beside it, and two more
+    /// accounts, Bob and Cy, each signed in on a phone.
+    private func setUp(_ server: TestServer, _ client: Client) async throws -> (ada: String, bob: String, cy: String) {
+        _ = try await server.admin.createAccount(name: "bob", password: "correct horse")
+        _ = try await server.admin.createAccount(name: "cy", password: "correct horse")
+        let ada = try await client.signIn("ada", device: "laptop").token
+        let folder = ItemUpdate(baseRevision: nil, name: "Trip", kind: .directory, modificationDate: 1_800_000_000, manifest: Manifest())
+        _ = try await client.commit(notes, "trip", folder, token: ada)
+        let note = ItemUpdate(baseRevision: nil, name: "Note.txt", parent: "trip", kind: .file, modificationDate: 1_800_000_000, manifest: Manifest(chunks: []))
+        _ = try await client.commit(notes, "note", note, token: ada)
+        let other = ItemUpdate(baseRevision: nil, name: "Other.txt", kind: .file, modificationDate: 1_800_000_000, manifest: Manifest(chunks: []))
+        _ = try await client.commit(notes, "other", other, token: ada)
+        return (ada, try await client.signIn("bob", device: "phone").token, try await client.signIn("cy", device: "phone").token)
+    }
+
+    private func list(_ client: Client, _ token: String) async throws -> SharesResponse {
+        try await client.send(.get, "/v1/shares", token: token).decode(SharesResponse.self)
+    }
+
+    @Test(arguments: Backend.all) func anOwnerSharesInvitesAndParticipantsAnswer(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let (ada, bob, cy) = try await setUp(server, client)
+            // Sharing the folder: made once; sharing it again answers the same share.
+            let made = try await client.send(.post, "/v1/shares", token: ada, json: ShareCreateRequest(container: notes, item: "trip"))
+            let share = try made.decode(ShareInfo.self)
+            #expect(share.owner == "ada" && share.item == "trip" && share.name == "Trip" && share.role == nil && share.participants == [], "\(String(buffer: made.body))")
+            #expect(share.id.count == 32 && share.id.allSatisfy(\.isHexDigit))
+            #expect(try await client.send(.post, "/v1/shares", token: ada, json: ShareCreateRequest(container: notes, item: "trip")).decode(ShareInfo.self).id == share.id)
+            // Shares do not nest; an item that does not exist is not shared.
+            #expect(try await client.send(.post, "/v1/shares", token: ada, json: ShareCreateRequest(container: notes, item: "note")).errorCode == "shareOverlaps")
+            #expect(try await client.send(.post, "/v1/shares", token: ada, json: ShareCreateRequest(container: notes, item: "nothing")).status == .notFound)
+
+            // Invitations: to Bob, and to a name no account has — answered alike.
+            let participants = "/v1/shares/\(share.id)/participants"
+            let toBob = try await client.send(.post, participants, token: ada, json: ShareInviteRequest(name: "bob", role: .readWrite))
+            let toNobody = try await client.send(.post, participants, token: ada, json: ShareInviteRequest(name: "nobody", role: .readWrite))
+            #expect(toBob.status == .created && toNobody.status == toBob.status)
+            let bobsInvitation = try toBob.decode(ShareInvitationResponse.self), nobodys = try toNobody.decode(ShareInvitationResponse.self)
+            func fields(_ answer: Client.Answer) throws -> Set<String> {
+                Set((try JSONSerialization.jsonObject(with: Data(buffer: answer.body)) as? [String: Any] ?? [:]).keys)
+            }
+            #expect(try fields(toBob) == fields(toNobody) && fields(toBob) == ["id", "expires"])
+            #expect(bobsInvitation.id.count == nobodys.id.count && abs(bobsInvitation.expires - nobodys.expires) < 5)
+            // Invited again while unanswered: the same invitation. Oneself: refused.
+            #expect(try await client.send(.post, participants, token: ada, json: ShareInviteRequest(name: "bob", role: .readWrite))
+                .decode(ShareInvitationResponse.self) == bobsInvitation)
+            #expect(try await client.send(.post, participants, token: ada, json: ShareInviteRequest(name: "ada", role: .readOnly)).errorCode == "ownShare")
+
+            // Bob sees the invitation; Cy sees nothing and cannot take Bob's.
+            let invited = try await list(client, bob)
+            #expect(invited.invitations.map(\.id) == [share.id] && invited.joined.isEmpty && invited.owned.isEmpty)
+            #expect(invited.invitations.first?.owner == "ada" && invited.invitations.first?.name == "Trip" && invited.invitations.first?.role == .readWrite)
+            #expect(try await list(client, cy) == SharesResponse(owned: [], joined: [], invitations: []))
+            #expect(try await client.send(.post, "/v1/shares/invitations/\(bobsInvitation.id)/accept", token: cy).status == .notFound)
+            // Bob accepts: joined.
+            #expect(try await client.send(.post, "/v1/shares/invitations/\(bobsInvitation.id)/accept", token: bob).status == .noContent)
+            #expect(try await list(client, bob).joined.map(\.id) == [share.id])
+            #expect(try await client.send(.post, "/v1/shares/invitations/\(bobsInvitation.id)/accept", token: bob).status == .notFound, "answered already")
+            // The owner sees both invitations; the one nobody can answer waits as any unanswered one.
+            let owned = try #require(try await list(client, ada).owned.first)
+            #expect(owned.participants?.map(\.name) == ["bob", "nobody"] && owned.participants?.map(\.state) == [.accepted, .invited])
+
+            // Only the owner changes who it is shared with: a participant is told so, anyone else
+            // finds no such share.
+            #expect(try await client.send(.post, participants, token: bob, json: ShareInviteRequest(name: "cy", role: .readOnly)).errorCode == "notOwner")
+            #expect(try await client.send(.post, participants, token: cy, json: ShareInviteRequest(name: "cy", role: .readOnly)).status == .notFound)
+            #expect(try await client.send(.delete, "/v1/shares/\(share.id)", token: bob).errorCode == "notOwner")
+            // A role changed; Bob leaves, and may not leave twice.
+            #expect(try await client.send(.patch, "\(participants)/\(bobsInvitation.id)", token: ada, json: ShareRoleRequest(role: .readOnly)).status == .noContent)
+            #expect(try await list(client, bob).joined.first?.role == .readOnly)
+            #expect(try await client.send(.post, "/v1/shares/\(share.id)/leave", token: bob).status == .noContent)
+            #expect(try await list(client, bob).joined.isEmpty)
+            #expect(try await client.send(.post, "/v1/shares/\(share.id)/leave", token: bob).status == .notFound)
+            // Invited again: a new invitation, which Bob declines.
+            let again = try await client.send(.post, participants, token: ada, json: ShareInviteRequest(name: "bob", role: .readWrite)).decode(ShareInvitationResponse.self)
+            #expect(again.id != bobsInvitation.id)
+            #expect(try await client.send(.post, "/v1/shares/invitations/\(again.id)/decline", token: bob).status == .noContent)
+            #expect(try await list(client, bob) == SharesResponse(owned: [], joined: [], invitations: []))
+            // The owner removes the unanswered invitation, then stops sharing.
+            #expect(try await client.send(.delete, "\(participants)/\(nobodys.id)", token: ada).status == .noContent)
+            #expect(try await list(client, ada).owned.first?.participants?.map(\.state) == [.left, .removed, .declined])
+            #expect(try await client.send(.delete, "/v1/shares/\(share.id)", token: ada).status == .noContent)
+            #expect(try await list(client, ada).owned.isEmpty)
+            #expect(try await client.send(.delete, "/v1/shares/\(share.id)", token: ada).status == .notFound)
+        }
+    }
+
+    /// An account makes at most 50 invitations an hour, whether or not the names have accounts.
+    @Test(arguments: Backend.all) func invitationsAreLimitedAlikeForEveryName(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let (ada, _, _) = try await setUp(server, client)
+            let share = try await client.send(.post, "/v1/shares", token: ada, json: ShareCreateRequest(container: notes, item: "other")).decode(ShareInfo.self)
+            let participants = "/v1/shares/\(share.id)/participants"
+            for index in 0..<49 {
+                #expect(try await client.send(.post, participants, token: ada, json: ShareInviteRequest(name: "someone \(index)", role: .readOnly)).status == .created)
+            }
+            #expect(try await client.send(.post, participants, token: ada, json: ShareInviteRequest(name: "bob", role: .readOnly)).status == .created)
+            let absent = try await client.send(.post, participants, token: ada, json: ShareInviteRequest(name: "someone else", role: .readOnly))
+            let present = try await client.send(.post, participants, token: ada, json: ShareInviteRequest(name: "cy", role: .readOnly))
+            #expect(absent.status == .tooManyRequests && absent.errorCode == "tooManyInvitations")
+            #expect(present.status == absent.status && String(buffer: present.body) == String(buffer: absent.body))
+        }
+    }
+
+    /// Invitations expire unanswered (then they cannot be accepted), and an owner has at most so
+    /// many unanswered at once (the database's rules, with small limits).
+    @Test(arguments: Backend.all) func invitationsExpireAndThoseWaitingAreLimited(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            _ = try await setUp(server, client)
+            let database = server.admin.database
+            let accounts = try await database.accounts()
+            let ada = try #require(accounts.first { $0.name == "ada" }).id, bob = try #require(accounts.first { $0.name == "bob" }).id
+            let share = try await database.makeShare(accountId: ada, container: notes, item: "trip", id: "s1", now: 1_000)
+            var limits = InvitationLimits()
+            limits.pending = 2
+            limits.lifetime = 100
+            let toBob = try #require(try await database.invite(shareId: share.id, ownerId: ada, name: "bob", role: .readOnly, id: "p1", now: 1_000, limits: limits))
+            #expect(toBob.accountId == bob)
+            let absent = try #require(try await database.invite(shareId: share.id, ownerId: ada, name: "nobody", role: .readOnly, id: "p2", now: 1_000, limits: limits))
+            #expect(absent.accountId == nil)
+            #expect(try await database.invite(shareId: share.id, ownerId: ada, name: "cy", role: .readOnly, id: "p3", now: 1_010, limits: limits) == nil, "two waiting")
+            // Past their lifetime they are expired: not accepted, and no longer counted as waiting.
+            #expect(try await database.participations(accountId: bob).first?.participant.state(at: 1_101) == .expired)
+            #expect(try await !database.updateParticipant(ParticipantMatch(id: "p1", participant: bob), from: [.invited], to: .accepted, role: nil, now: 1_101))
+            #expect(try await database.invite(shareId: share.id, ownerId: ada, name: "cy", role: .readOnly, id: "p3", now: 1_101, limits: limits) != nil)
+        }
+    }
+}
