@@ -100,6 +100,44 @@ import UbiquityProtocol
         }
     }
 
+    /// What a share holds reaches its participants through it, and nothing else: the owner's
+    /// container's changes inside the share only, the root at the top; an item outside answers
+    /// as one that does not exist; a stranger, or a participant who left, finds no such share.
+    @Test(arguments: Backend.all) func aParticipantReadsWhatIsInsideTheShareAndNothingElse(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let (ada, bob, cy) = try await setUp(server, client)
+            let share = try await client.send(.post, "/v1/shares", token: ada, json: ShareCreateRequest(container: notes, item: "trip")).decode(ShareInfo.self)
+            let invitation = try await client.send(.post, "/v1/shares/\(share.id)/participants", token: ada, json: ShareInviteRequest(name: "bob", role: .readWrite))
+                .decode(ShareInvitationResponse.self)
+            let address = "/v1/shares/\(share.id)"
+            // Not before accepting.
+            #expect(try await client.send(.get, "\(address)/changes", token: bob).status == .notFound)
+            #expect(try await client.send(.post, "/v1/shares/invitations/\(invitation.id)/accept", token: bob).status == .noContent)
+
+            let first = try await client.send(.get, "\(address)/changes", token: bob).decode(ChangesResponse.self)
+            #expect(Set(first.items.map(\.id)) == ["trip", "note"] && !first.more)
+            #expect(first.items.first { $0.id == "trip" }?.parent == nil && first.items.first { $0.id == "note" }?.parent == "trip")
+            #expect(try await client.send(.get, "\(address)/items/note", token: bob).decode(ItemState.self).name == "Note.txt")
+            // Outside the share, or no such item: the same answer.
+            let outside = try await client.send(.get, "\(address)/items/other", token: bob), absent = try await client.send(.get, "\(address)/items/nothing", token: bob)
+            #expect(outside.status == .notFound && absent.status == .notFound && String(buffer: outside.body) == String(buffer: absent.body))
+            // A new item inside comes with the next page; one outside does not.
+            let inside = ItemUpdate(baseRevision: nil, name: "Plan.txt", parent: "trip", kind: .file, modificationDate: 1_800_000_100, manifest: Manifest(chunks: []))
+            _ = try await client.commit(notes, "plan", inside, token: ada)
+            let beside = ItemUpdate(baseRevision: nil, name: "Beside.txt", kind: .file, modificationDate: 1_800_000_100, manifest: Manifest(chunks: []))
+            _ = try await client.commit(notes, "beside", beside, token: ada)
+            let next = try await client.send(.get, "\(address)/changes?since=\(first.sequence)", token: bob).decode(ChangesResponse.self)
+            #expect(next.items.map(\.id) == ["plan"])
+            // The owner reads it the same way; a stranger finds no such share, nor does Bob once he left.
+            #expect(Set(try await client.send(.get, "\(address)/changes", token: ada).decode(ChangesResponse.self).items.map(\.id)) == ["trip", "note", "plan"])
+            #expect(try await client.send(.get, "\(address)/changes", token: cy).status == .notFound)
+            #expect(try await client.send(.post, "\(address)/leave", token: bob).status == .noContent)
+            #expect(try await client.send(.get, "\(address)/changes", token: bob).status == .notFound)
+            #expect(try await client.send(.get, "\(address)/items/note", token: bob).status == .notFound)
+        }
+    }
+
     /// An account makes at most 50 invitations an hour, whether or not the names have accounts.
     @Test(arguments: Backend.all) func invitationsAreLimitedAlikeForEveryName(backend: Backend) async throws {
         let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }

@@ -127,6 +127,31 @@ extension SyncServices {
                 return .noContent
             }
         }
+        // What a share holds, to its owner and to the participants who accepted it (docs/Sharing.md,
+        // "Where it lives"): the owner's container's changes, only those inside the share; the
+        // root at the top (no folder of the owner's named).
+        shares.get(":share/changes") { request, context -> ChangesResponse in
+            let share = try await reachableShare(context)
+            let since = try Self.integer(request.uri.queryParameters["since"], name: "since", default: 0)
+            let limit = try Self.integer(request.uri.queryParameters["limit"], name: "limit", default: 500)
+            guard since >= 0, (1...5_000).contains(limit) else { throw SyncError.badRequest("invalidCursor", "since must be ≥ 0 and limit 1 to 5000") }
+            guard let inside = try await database.subtree(accountId: share.accountId, container: share.container, root: share.item, limit: Self.maximumSharedItems) else {
+                throw SyncError(.contentTooLarge, "shareTooLarge", "a share holds at most \(Self.maximumSharedItems) items")
+            }
+            var page = try await database.changes(accountId: share.accountId, container: share.container, since: since, limit: Int(limit), brief: Self.brief(request))
+            page.items = page.items.filter { inside.contains($0.id) }.map { Self.seen($0, through: share) }
+            return page
+        }
+        shares.get(":share/items/:item") { request, context -> ItemState in
+            let share = try await reachableShare(context)
+            let id = try context.parameters.require("item")
+            try Validate.identifier(id, field: "item")
+            guard try await isInside(id, share),
+                  let item = try await database.item(accountId: share.accountId, container: share.container, id: id, brief: Self.brief(request)) else {
+                throw SyncError.notFound
+            }
+            return Self.seen(item, through: share)
+        }
         shares.post(":share/leave") { _, context -> HTTPResponse.Status in
             let device = try context.requireDevice()
             let id = try context.parameters.require("share")
@@ -154,6 +179,39 @@ extension SyncServices {
         }
         throw Self.noSuchShare
     }
+
+    /// The share the route names, if the caller's account owns it or accepted it (and this
+    /// device may use its container); 404 otherwise, as for a share that does not exist.
+    private func reachableShare(_ context: SyncContext) async throws -> StoredShare {
+        let device = try context.requireDevice()
+        let id = try context.parameters.require("share")
+        try Validate.identifier(id, field: "share")
+        guard let share = try await database.share(id: id), device.allows(share.container) else { throw Self.noSuchShare }
+        if share.accountId == device.accountId { return share }
+        let now = Date().timeIntervalSince1970
+        guard try await database.participations(accountId: device.accountId).contains(where: { $0.share.id == id && $0.participant.state(at: now) == .accepted }) else {
+            throw Self.noSuchShare
+        }
+        return share
+    }
+
+    /// Whether item `id` of the share's owner's container is its root or inside it.
+    private func isInside(_ id: String, _ share: StoredShare) async throws -> Bool {
+        if id == share.item { return true }
+        return try await folders(around: id, accountId: share.accountId, container: share.container).contains(share.item)
+    }
+
+    /// An item as a share shows it: the root at the top, no folder of the owner's named.
+    static func seen(_ item: ItemState, through share: StoredShare) -> ItemState {
+        guard item.id == share.item else { return item }
+        var root = item
+        root.parent = nil
+        for index in root.conflicts.indices { root.conflicts[index].parent = nil }
+        return root
+    }
+
+    /// The most items a share holds (its changes are read against all of them).
+    static let maximumSharedItems = 1_000_000
 
     /// The share as its owner sees it: every invitation.
     private func ownerInfo(_ share: StoredShare, name: String?) async throws -> ShareInfo {

@@ -119,4 +119,19 @@ extension PostgresDatabase {
                 """)).isEmpty
         }
     }
+
+    func subtree(accountId: Int64, container: String, root: String, limit: Int) async throws -> Set<String>? {
+        let most = limit + 1
+        return try await read { db in
+            let ids = try await db.rows("""
+                WITH RECURSIVE inside(id) AS (
+                    SELECT item.id FROM item JOIN container ON container.id = item.container_id
+                    WHERE container.account_id = \(accountId) AND container.identifier = \(container) AND item.id = \(root)
+                    UNION SELECT item.id FROM item JOIN inside ON item.parent_key = inside.id
+                    WHERE item.container_id = (SELECT id FROM container WHERE account_id = \(accountId) AND identifier = \(container)))
+                SELECT id FROM inside LIMIT \(most)
+                """).map { try $0.get("id", as: String.self) }
+            return ids.count > limit ? nil : Set(ids)
+        }
+    }
 }

@@ -117,4 +117,19 @@ extension SQLiteDatabase {
             return db.changesCount > 0
         }
     }
+
+    func subtree(accountId: Int64, container: String, root: String, limit: Int) async throws -> Set<String>? {
+        try await pool.read { db in
+            guard let containerId = try Int64.fetchOne(db, sql: "SELECT id FROM container WHERE accountId = ? AND identifier = ?", arguments: [accountId, container]) else {
+                return nil
+            }
+            let ids = try String.fetchAll(db, sql: """
+                WITH RECURSIVE inside(id) AS (
+                    SELECT id FROM item WHERE containerId = ? AND id = ?
+                    UNION SELECT item.id FROM item JOIN inside ON item.containerId = ? AND item.parentKey = inside.id)
+                SELECT id FROM inside LIMIT ?
+                """, arguments: [containerId, root, containerId, limit + 1])
+            return ids.count > limit ? nil : Set(ids)
+        }
+    }
 }

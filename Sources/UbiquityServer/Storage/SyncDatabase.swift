@@ -312,6 +312,11 @@ protocol SyncDatabase: Sendable {
     /// `now`. False: no such invitation in those states.
     func updateParticipant(_ match: ParticipantMatch, from: [ShareParticipantState], to: ShareParticipantState?, role: ShareRole?, now: Double) async throws -> Bool
 
+    /// The ids of `root` and every item of the account's `container` inside it (deleted ones
+    /// too: their deletions are news), read by folder on the item index; at most `limit` (nil:
+    /// more than that).
+    func subtree(accountId: Int64, container: String, root: String, limit: Int) async throws -> Set<String>?
+
     /// The server setting `name`, set to `value` first if it has none.
     func claimSetting(_ name: String, value: String) async throws -> String
     func createAccount(name: String, passwordHash: String, quotaBytes: Int64) async throws -> Account
