@@ -139,7 +139,16 @@ extension SyncServices {
                 throw SyncError(.contentTooLarge, "shareTooLarge", "a share holds at most \(Self.maximumSharedItems) items")
             }
             var page = try await database.changes(accountId: share.accountId, container: share.container, since: since, limit: Int(limit), brief: Self.brief(request))
-            page.items = page.items.filter { inside.contains($0.id) }.map { Self.seen($0, through: share) }
+            // What left the share by a move within the page's span: shown as gone, nothing of
+            // where it went.
+            let through = page.more ? page.items.last?.sequence ?? page.sequence : page.sequence
+            var gone: [ItemState] = []
+            for (id, sequence) in try await database.shareExits(shareId: share.id, after: since, through: through) {
+                let kind = try await database.item(accountId: share.accountId, container: share.container, id: id, brief: true)?.kind ?? .file
+                gone.append(ItemState(id: id, revision: "exit-\(sequence)", name: "", kind: kind, size: 0, modificationDate: 0, deleted: true, uploaded: true,
+                                      deviceName: "", sequence: sequence, manifest: Manifest(), conflicts: []))
+            }
+            page.items = (page.items.filter { inside.contains($0.id) }.map { Self.seen($0, through: share) } + gone).sorted { $0.sequence < $1.sequence }
             return page
         }
         shares.get(":share/items/:item") { request, context -> ItemState in

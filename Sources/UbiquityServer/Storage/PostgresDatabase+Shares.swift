@@ -120,6 +120,14 @@ extension PostgresDatabase {
         }
     }
 
+    func shareExits(shareId: String, after: Int64, through: Int64) async throws -> [(item: String, sequence: Int64)] {
+        try await read { db in
+            try await db.rows("""
+                SELECT item, sequence FROM share_exit WHERE share_id = \(shareId) AND sequence > \(after) AND sequence <= \(through) ORDER BY sequence, item
+                """).map { (try $0.get("item", as: String.self), try $0.get("sequence", as: Int64.self)) }
+        }
+    }
+
     func subtree(accountId: Int64, container: String, root: String, limit: Int) async throws -> Set<String>? {
         let most = limit + 1
         return try await read { db in
@@ -133,5 +141,24 @@ extension PostgresDatabase {
                 """).map { try $0.get("id", as: String.self) }
             return ids.count > limit ? nil : Set(ids)
         }
+    }
+}
+
+// What the rules read and write of shares, in the commit's transaction.
+extension PostgresRuleStorage {
+    func shareRoots(of container: Int64) async throws -> [(share: String, root: String)] {
+        try await db.rows("""
+            SELECT share.id, share.item FROM share JOIN container ON container.account_id = share.account_id AND container.identifier = share.container
+            WHERE container.id = \(container)
+            """).map { (try $0.get("id", as: String.self), try $0.get("item", as: String.self)) }
+    }
+
+    func folder(of item: String, in container: Int64) async throws -> String? {
+        let key = try await db.rows("SELECT parent_key FROM item WHERE container_id = \(container) AND id = \(item)").first?.get("parent_key", as: String?.self)
+        return key.flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    func recordShareExit(share: String, item: String, sequence: Int64) async throws {
+        _ = try await db.rows("INSERT INTO share_exit (share_id, item, sequence) VALUES (\(share), \(item), \(sequence)) ON CONFLICT DO NOTHING")
     }
 }

@@ -242,6 +242,14 @@ extension PostgresDatabase {
             "CREATE INDEX share_participant_account ON share_participant (account_id)",
             "CREATE INDEX share_owner ON share (account_id, container)",
         ]),
+        // Items moved out of a share: its participants are told each is gone.
+        ("v22-share-exits", [
+            """
+            CREATE TABLE share_exit (
+                share_id TEXT NOT NULL REFERENCES share(id) ON DELETE CASCADE, item TEXT NOT NULL, sequence BIGINT NOT NULL,
+                PRIMARY KEY (share_id, sequence, item))
+            """,
+        ]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

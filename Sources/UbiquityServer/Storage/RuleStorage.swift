@@ -72,6 +72,15 @@ protocol RuleStorage {
     /// delete.
     func restorable(account: Int64, revision: String) async throws -> (container: Int64, identifier: String, item: String)?
 
+    // MARK: Shares (docs/Sharing.md)
+
+    /// The shares whose roots are in `container`: each one's id and root.
+    func shareRoots(of container: Int64) async throws -> [(share: String, root: String)]
+    /// The folder item `item` of `container` is in now (nil: at the top, or no such item).
+    func folder(of item: String, in container: Int64) async throws -> String?
+    /// Records that `item` left `share` at `sequence` (moved out of it).
+    func recordShareExit(share: String, item: String, sequence: Int64) async throws
+
     // MARK: Chunks
 
     /// The sizes of the chunks among `hashes` the account holds — or ``StoredChunk/patchSize``

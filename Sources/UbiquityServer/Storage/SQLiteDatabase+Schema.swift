@@ -327,6 +327,14 @@ extension SQLiteDatabase {
                 CREATE INDEX share_owner ON share(accountId, container);
                 """)
         }
+        migrator.registerMigration("v28-share-exits") { db in
+            // Items moved out of a share (issue 46): its participants are told each is gone.
+            try db.execute(sql: """
+                CREATE TABLE shareExit (
+                    shareId TEXT NOT NULL REFERENCES share(id) ON DELETE CASCADE, item TEXT NOT NULL, sequence INTEGER NOT NULL,
+                    PRIMARY KEY (shareId, sequence, item)) WITHOUT ROWID;
+                """)
+        }
         return migrator
     }
 }

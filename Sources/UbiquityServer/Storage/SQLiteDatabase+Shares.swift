@@ -56,6 +56,7 @@ extension SQLiteDatabase {
     func stopShare(accountId: Int64, id: String) async throws -> Bool {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM shareParticipant WHERE shareId IN (SELECT id FROM share WHERE id = ? AND accountId = ?)", arguments: [id, accountId])
+            try db.execute(sql: "DELETE FROM shareExit WHERE shareId IN (SELECT id FROM share WHERE id = ? AND accountId = ?)", arguments: [id, accountId])
             try db.execute(sql: "DELETE FROM share WHERE id = ? AND accountId = ?", arguments: [id, accountId])
             return db.changesCount > 0
         }
@@ -118,6 +119,13 @@ extension SQLiteDatabase {
         }
     }
 
+    func shareExits(shareId: String, after: Int64, through: Int64) async throws -> [(item: String, sequence: Int64)] {
+        try await pool.read { db in
+            try Row.fetchAll(db, sql: "SELECT item, sequence FROM shareExit WHERE shareId = ? AND sequence > ? AND sequence <= ? ORDER BY sequence, item",
+                             arguments: [shareId, after, through]).map { ($0["item"], $0["sequence"]) }
+        }
+    }
+
     func subtree(accountId: Int64, container: String, root: String, limit: Int) async throws -> Set<String>? {
         try await pool.read { db in
             guard let containerId = try Int64.fetchOne(db, sql: "SELECT id FROM container WHERE accountId = ? AND identifier = ?", arguments: [accountId, container]) else {
@@ -131,5 +139,24 @@ extension SQLiteDatabase {
                 """, arguments: [containerId, root, containerId, limit + 1])
             return ids.count > limit ? nil : Set(ids)
         }
+    }
+}
+
+// What the rules read and write of shares, in the commit's transaction.
+extension SQLiteRuleStorage {
+    func shareRoots(of container: Int64) throws -> [(share: String, root: String)] {
+        try Row.fetchAll(db.cachedStatement(sql: """
+            SELECT share.id, share.item FROM share JOIN container ON container.accountId = share.accountId AND container.identifier = share.container
+            WHERE container.id = ?
+            """), arguments: [container]).map { ($0["id"], $0["item"]) }
+    }
+
+    func folder(of item: String, in container: Int64) throws -> String? {
+        let key = try String.fetchOne(db.cachedStatement(sql: "SELECT parentKey FROM item WHERE containerId = ? AND id = ?"), arguments: [container, item])
+        return key.flatMap { $0.isEmpty ? nil : $0 }
+    }
+
+    func recordShareExit(share: String, item: String, sequence: Int64) throws {
+        try db.execute(sql: "INSERT OR IGNORE INTO shareExit (shareId, item, sequence) VALUES (?, ?, ?)", arguments: [share, item, sequence])
     }
 }

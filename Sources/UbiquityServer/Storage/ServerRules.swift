@@ -155,6 +155,10 @@ enum ServerRules {
                 : nameKey.map { (update.parent ?? "", $0) } ?? NameCollision.indexKeys(name: name, parent: update.parent, deleted: commit.deleted),
             change: AccountChange(metadataBytes: cost, items: current == nil ? 1 : 0),
             announce: announce && renameOther == nil ? (identifier, device.deviceId) : nil))
+        // An item moved out of a shared folder leaves the share: its participants are told so.
+        if placement.state == "current", let before = facts.current, before.parent != update.parent {
+            try await ShareExits.note(item, from: before.parent, to: update.parent, container: container, sequence: sequence, in: storage)
+        }
         if let renameOther {
             let renamed = try await serverRename(container: container, item: renameOther.id, to: renameOther.name, now: now, in: storage)
             try await storage.adjust(account, by: AccountChange(metadataBytes: renamed.cost))

@@ -317,6 +317,10 @@ protocol SyncDatabase: Sendable {
     /// more than that).
     func subtree(accountId: Int64, container: String, root: String, limit: Int) async throws -> Set<String>?
 
+    /// The items that left the share by a move after sequence `after` and at or before
+    /// `through`, each with its move's sequence, in sequence order.
+    func shareExits(shareId: String, after: Int64, through: Int64) async throws -> [(item: String, sequence: Int64)]
+
     /// The server setting `name`, set to `value` first if it has none.
     func claimSetting(_ name: String, value: String) async throws -> String
     func createAccount(name: String, passwordHash: String, quotaBytes: Int64) async throws -> Account
