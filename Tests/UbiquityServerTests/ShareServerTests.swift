@@ -151,6 +151,53 @@ import UbiquityProtocol
         }
     }
 
+    /// Changes through a share: a read-write participant's go into the owner's container, inside
+    /// the share only (nothing moved out, made beside it or reached outside it; its top item keeps
+    /// its name and place); a read-only participant's are refused whole.
+    @Test(arguments: Backend.all) func aParticipantChangesOnlyWhatIsInsideAndOnlyWithWriteAccess(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let (ada, bob, cy) = try await setUp(server, client)
+            let share = try await client.send(.post, "/v1/shares", token: ada, json: ShareCreateRequest(container: notes, item: "trip")).decode(ShareInfo.self)
+            for (name, role, token) in [("bob", ShareRole.readWrite, bob), ("cy", .readOnly, cy)] {
+                let invitation = try await client.send(.post, "/v1/shares/\(share.id)/participants", token: ada, json: ShareInviteRequest(name: name, role: role))
+                    .decode(ShareInvitationResponse.self)
+                #expect(try await client.send(.post, "/v1/shares/invitations/\(invitation.id)/accept", token: token).status == .noContent)
+            }
+            let commits = "/v1/shares/\(share.id)/commits"
+            func commit(_ item: String, _ update: ItemUpdate, as token: String) async throws -> CommitResult {
+                let answer = try await client.send(.post, commits, token: token, json: CommitBatchRequest(commits: [ItemCommit(item: item, update: update)]))
+                return try #require(try answer.decode(CommitBatchResponse.self).results.first, "\(answer.status): \(String(buffer: answer.body))")
+            }
+            func file(_ name: String, in folder: String?, base: String? = nil) -> ItemUpdate {
+                ItemUpdate(baseRevision: base, name: name, parent: folder, kind: .file, modificationDate: 1_800_000_500, manifest: Manifest(chunks: []))
+            }
+            // A new file inside, and an edit of one there: in Ada's container, made by Bob's phone.
+            #expect(try await commit("bobs", file("From Bob.txt", in: "trip"), as: bob).commit?.outcome == "current")
+            let kept = try await client.send(.get, "/v1/containers/\(notes)/items/bobs", token: ada).decode(ItemState.self)
+            #expect(kept.name == "From Bob.txt" && kept.parent == "trip" && kept.deviceName == "phone")
+            let note = try await client.send(.get, "/v1/containers/\(notes)/items/note", token: ada).decode(ItemState.self)
+            #expect(try await commit("note", file("Note (Bob).txt", in: "trip", base: note.revision), as: bob).commit != nil)
+            // Not out of the share, not beside it, nothing outside it (as if it did not exist).
+            let renamed = try await client.send(.get, "/v1/containers/\(notes)/items/note", token: ada).decode(ItemState.self)
+            #expect(try await commit("note", file("Note (Bob).txt", in: nil, base: renamed.revision), as: bob).error?.code == "outsideShare")
+            #expect(try await commit("beside", file("Beside.txt", in: nil), as: bob).error?.code == "outsideShare")
+            let other = try await client.send(.get, "/v1/containers/\(notes)/items/other", token: ada).decode(ItemState.self)
+            #expect(try await commit("other", file("Taken.txt", in: "trip", base: other.revision), as: bob).error?.code == "notFound")
+            // The top item keeps its name and its place; shown, and sent, at the top.
+            let trip = try await client.send(.get, "/v1/shares/\(share.id)/items/trip", token: bob).decode(ItemState.self)
+            let folder = { (name: String) in ItemUpdate(baseRevision: trip.revision, name: name, kind: .directory, modificationDate: 1_800_000_600, manifest: Manifest()) }
+            #expect(try await commit("trip", folder("Renamed"), as: bob).error?.code == "outsideShare")
+            #expect(try await commit("trip", folder("Trip"), as: bob).commit?.item.parent == nil)
+            #expect(try await client.send(.get, "/v1/containers/\(notes)/items/other", token: ada).decode(ItemState.self).name == "Other.txt")
+            #expect(try await client.send(.get, "/v1/containers/\(notes)/items/beside", token: ada).status == .notFound)
+            // Read-only: refused whole, nothing changed.
+            let refused = try await client.send(.post, commits, token: cy, json: CommitBatchRequest(commits: [ItemCommit(item: "cys", update: file("From Cy.txt", in: "trip"))]))
+            #expect(refused.status == .forbidden && refused.errorCode == "readOnly", "\(String(buffer: refused.body))")
+            #expect(try await client.send(.get, "/v1/containers/\(notes)/items/cys", token: ada).status == .notFound)
+        }
+    }
+
     /// An account makes at most 50 invitations an hour, whether or not the names have accounts.
     @Test(arguments: Backend.all) func invitationsAreLimitedAlikeForEveryName(backend: Backend) async throws {
         let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }

@@ -23,7 +23,8 @@ extension SyncServices {
     /// under Advanced Data Protection (its records sealed in the browser).
     /// `sealedOnly`: every update but a deletion must carry a sealed record, and none its bytes
     /// inline (a page's, whose records and chunks are sealed in the browser).
-    func commitBatch(_ request: Request, context: SyncContext, container: String, device: DeviceAuth, sealedOnly: Bool = false) async throws -> CommitBatchResponse {
+    func commitBatch(_ request: Request, context: SyncContext, container: String, device: DeviceAuth, sealedOnly: Bool = false,
+                     check: (@Sendable (ItemCommit) async throws -> ItemCommit)? = nil) async throws -> CommitBatchResponse {
         let batch = try await request.decode(as: CommitBatchRequest.self, context: context)
         guard (1...CommitBatchRequest.maximumCount).contains(batch.commits.count) else {
             throw SyncError.badRequest("tooMany", "a batch carries 1 to \(CommitBatchRequest.maximumCount) commits")
@@ -36,17 +37,19 @@ extension SyncServices {
         var results = [CommitResult?](repeating: nil, count: batch.commits.count)
         var accepted: [(index: Int, commit: ItemCommit)] = [], items = Set<String>(), inline: [ChunkBatch.Chunk] = []
         var inlineBytes: [String: Data] = [:]
-        for (index, commit) in batch.commits.enumerated() {
+        for (index, asked) in batch.commits.enumerated() {
             do {
-                try Validate.identifier(commit.item, field: "item id")
-                guard items.insert(commit.item).inserted else { throw SyncError.badRequest("duplicateItem", "item \(commit.item) appears twice in the batch") }
+                try Validate.identifier(asked.item, field: "item id")
+                guard items.insert(asked.item).inserted else { throw SyncError.badRequest("duplicateItem", "item \(asked.item) appears twice in the batch") }
+                // (Through a share: only what is inside it, its root's place the owner's.)
+                let commit = try await check?(asked) ?? asked
                 var update = try await prepared(commit.update, of: commit.item, in: container, for: device)
                 let bytes = update.contents
                 inline += try Self.inlineChunks(of: &update)
                 if let bytes { inlineBytes[commit.item] = bytes }
                 accepted.append((index, ItemCommit(item: commit.item, update: update)))
             } catch let error as SyncError {
-                results[index] = CommitResult(item: commit.item, error: error.body)
+                results[index] = CommitResult(item: asked.item, error: error.body)
             }
         }
         // Small files' bytes (each checked as it was taken out) stored before their commits

@@ -161,6 +161,31 @@ extension SyncServices {
             }
             return Self.seen(item, through: share)
         }
+        // Changes through a share (its owner's, or a read-write participant's): kept in the
+        // owner's container and counted against the owner, each only inside the share.
+        shares.post(":share/commits") { request, context -> CommitBatchResponse in
+            let share = try await reachableShare(context)
+            let device = try context.requireDevice()
+            if share.accountId != device.accountId {
+                let now = Date().timeIntervalSince1970
+                let role = try await database.participations(accountId: device.accountId).first { $0.share.id == share.id && $0.participant.state(at: now) == .accepted }?.participant.role
+                guard role == .readWrite else {
+                    context.logger.notice("a change through a read-only share refused", metadata: ["share": "\(share.id)"])
+                    throw SyncError(.forbidden, "readOnly", "this share is read-only for you: nothing was changed")
+                }
+            }
+            // The participant's device acts in the owner's account (its own name on the revisions).
+            var acting = device
+            acting.accountId = share.accountId
+            acting.containers = [share.container]
+            var answer = try await commitBatch(request, context: context, container: share.container, device: acting) { commit in
+                try await self.throughShare(commit, share)
+            }
+            for index in answer.results.indices {
+                if let item = answer.results[index].commit?.item { answer.results[index].commit?.item = Self.seen(item, through: share) }
+            }
+            return answer
+        }
         shares.post(":share/leave") { _, context -> HTTPResponse.Status in
             let device = try context.requireDevice()
             let id = try context.parameters.require("share")
@@ -202,6 +227,26 @@ extension SyncServices {
             throw Self.noSuchShare
         }
         return share
+    }
+
+    /// A change made through `share`, checked and put in the owner's terms: an item already
+    /// there must be inside the share, and stay inside (moving out is the owner's, in their own
+    /// container); a new one goes inside; the root keeps its name and its place (the owner's:
+    /// shown at the top through the share, sent with no folder). Refused with 409 `outsideShare`.
+    func throughShare(_ commit: ItemCommit, _ share: StoredShare) async throws -> ItemCommit {
+        let outside = SyncError(.conflict, "outsideShare", "a change through a share stays inside it (and its top item keeps its name and place)")
+        var commit = commit
+        let current = try await database.item(accountId: share.accountId, container: share.container, id: commit.item, brief: true)
+        if commit.item == share.item {
+            guard let current, commit.update.parent == nil, commit.update.deleted != true, commit.update.name == current.name else { throw outside }
+            commit.update.parent = current.parent
+            return commit
+        }
+        if current != nil {
+            guard try await isInside(commit.item, share) else { throw SyncError.notFound } // (as an id that does not exist)
+        }
+        guard let folder = commit.update.parent, try await isInside(folder, share) else { throw outside }
+        return commit
     }
 
     /// Whether item `id` of the share's owner's container is its root or inside it.
