@@ -198,6 +198,56 @@ import UbiquityProtocol
         }
     }
 
+    /// Chunks through a share: a participant reads only the chunks a revision inside the share
+    /// names — any other chunk of the owner's is answered as absent, fetched or asked about —
+    /// and what it sends is kept in the owner's account (a read-only participant sends nothing).
+    @Test(arguments: Backend.all) func aParticipantReadsOnlyTheChunksInsideAndSendsToTheOwner(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let (ada, bob, cy) = try await setUp(server, client)
+            let share = try await client.send(.post, "/v1/shares", token: ada, json: ShareCreateRequest(container: notes, item: "trip")).decode(ShareInfo.self)
+            for (name, role, token) in [("bob", ShareRole.readWrite, bob), ("cy", .readOnly, cy)] {
+                let invitation = try await client.send(.post, "/v1/shares/\(share.id)/participants", token: ada, json: ShareInviteRequest(name: name, role: role))
+                    .decode(ShareInvitationResponse.self)
+                #expect(try await client.send(.post, "/v1/shares/invitations/\(invitation.id)/accept", token: token).status == .noContent)
+            }
+            let insideBytes = [UInt8](randomBytes(3_000)), outsideBytes = [UInt8](randomBytes(3_000)), absentBytes = [UInt8](randomBytes(3_000))
+            var inside = fileUpdate("Inside.bin", [insideBytes])
+            inside.parent = "trip"
+            _ = try await client.commit(notes, "inside", inside, token: ada)
+            _ = try await client.commit(notes, "outside", fileUpdate("Outside.bin", [outsideBytes]), token: ada)
+            let (a, b, c) = (sha256(insideBytes), sha256(outsideBytes), sha256(absentBytes))
+            let address = "/v1/shares/\(share.id)/chunks"
+
+            // Read: the chunk inside; the owner's chunk outside answered as one nobody holds.
+            for token in [bob, cy] {
+                let fetched = try await client.send(.post, "\(address)/fetch", token: token, json: ChunkFetchRequest(hashes: [a]))
+                #expect(fetched.status == .ok && (try? ChunkBatch(decoding: Array(Data(buffer: fetched.body)), maximumChunkSize: 1 << 20))?.chunks.first.map { Array($0.bytes) } == insideBytes)
+            }
+            let outside = try await client.send(.post, "\(address)/fetch", token: bob, json: ChunkFetchRequest(hashes: [b]))
+            let absent = try await client.send(.post, "\(address)/fetch", token: bob, json: ChunkFetchRequest(hashes: [c]))
+            #expect(outside.status == .notFound && absent.status == .notFound && outside.errorCode == absent.errorCode, "\(String(buffer: outside.body))")
+            let missing = try await client.send(.post, "\(address)/missing", token: bob, json: MissingChunksRequest(hashes: [a, b, c])).decode(MissingChunksResponse.self)
+            #expect(missing.missing == [b, c], "the owner's chunk outside the share is as missing as one nobody holds")
+
+            // Sent by Bob through the share, committed there: kept in Ada's account, not Bob's.
+            let bobsBytes = [UInt8](randomBytes(2_000)), d = sha256(bobsBytes)
+            let batch = ChunkBatch([ChunkBatch.Chunk(hash: d, bytes: bobsBytes)]).encoded()
+            #expect(try await client.send(.post, address, token: bob, raw: batch).status == .created)
+            var bobs = ItemUpdate(baseRevision: nil, name: "From Bob.bin", parent: "trip", kind: .file, modificationDate: 1_800_000_700,
+                                  manifest: Manifest(chunks: [ChunkReference(hash: d, size: 2_000)]))
+            bobs.type = "public.data"
+            let committed = try await client.send(.post, "/v1/shares/\(share.id)/commits", token: bob, json: CommitBatchRequest(commits: [ItemCommit(item: "bobs", update: bobs)]))
+            #expect(try committed.decode(CommitBatchResponse.self).results.first?.commit?.outcome == "current", "\(String(buffer: committed.body))")
+            #expect(try await server.storedChunk(d, of: "ada") == Data(bobsBytes))
+            #expect(try await server.storedChunk(d, of: "bob") == nil)
+            // Read-only: sends nothing.
+            let refused = try await client.send(.post, address, token: cy, raw: ChunkBatch([ChunkBatch.Chunk(hash: c, bytes: absentBytes)]).encoded())
+            #expect(refused.status == .forbidden && refused.errorCode == "readOnly")
+            #expect(try await server.storedChunk(c, of: "ada") == nil)
+        }
+    }
+
     /// An account makes at most 50 invitations an hour, whether or not the names have accounts.
     @Test(arguments: Backend.all) func invitationsAreLimitedAlikeForEveryName(backend: Backend) async throws {
         let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }

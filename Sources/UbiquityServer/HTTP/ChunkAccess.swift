@@ -9,11 +9,24 @@ extension SyncServices {
     /// of another container is answered as absent: its existence is not told).
     /// - Throws: ``SyncError`` 400 for a malformed hash, 404 naming the first chunk it lacks.
     func requireChunks(_ hashes: [String], of device: DeviceAuth) async throws {
+        var named: (@Sendable ([String]) async throws -> Set<String>)?
+        if let containers = device.containers {
+            let database = database, account = device.accountId
+            named = { hashes in try await database.chunksNamed(accountId: account, containers: containers, hashes: hashes) }
+        }
+        try await requireChunks(hashes, of: device, named: named)
+    }
+
+    /// Checks that `hashes` are well formed and chunks the device's account has — and, with
+    /// `named` (which of some hashes the items the device may read name), that each is named or
+    /// needed to make a named one (a chunk it may not read is answered as absent).
+    /// - Throws: ``SyncError`` 400 for a malformed hash, 404 naming the first chunk it lacks.
+    func requireChunks(_ hashes: [String], of device: DeviceAuth, named: (@Sendable ([String]) async throws -> Set<String>)?) async throws {
         for hash in hashes { try Validate.hash(hash) }
         let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: hashes))
         if let absent = hashes.first(where: lacking.contains) { throw SyncError.noSuchChunk(absent) }
-        if let containers = device.containers {
-            var named = try await database.chunksNamed(accountId: device.accountId, containers: containers, hashes: Array(Set(hashes)))
+        if let chunksNamed = named {
+            var named = try await chunksNamed(Array(Set(hashes)))
             // A chunk a named chunk's sealed patch changes (and so on down its bases) is read to
             // make that one: it may be read too. Walked up from each unnamed chunk, by the
             // chunks stored as patches of it, to one that is named.
@@ -21,7 +34,7 @@ extension SyncServices {
             for _ in 0..<Self.maximumPatchDepth where !frontier.isEmpty {
                 let patching = try await database.chunksPatching(accountId: device.accountId, bases: Array(frontier.keys))
                 guard !patching.isEmpty else { break }
-                let reached = try await database.chunksNamed(accountId: device.accountId, containers: containers, hashes: Array(patching.keys))
+                let reached = try await chunksNamed(Array(patching.keys))
                 var next: [String: Set<String>] = [:]
                 for (made, base) in patching {
                     let origins = frontier[base] ?? []

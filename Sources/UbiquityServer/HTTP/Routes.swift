@@ -246,58 +246,8 @@ extension SyncServices {
             return Response(status: .created)
         }
         // Many chunks in one body (docs/SyncProtocol.md, "Chunks in batches").
-        chunks.post { request, context -> Response in
-            let device = try context.requireDevice()
-            let sealed = try await sealedUpload(request, device: device)
-            try await bodies.gather(request, framing: ChunkBatch.framing) { body in
-                let batch: ChunkBatch
-                do {
-                    batch = try ChunkBatch(decoding: body, maximumChunkSize: Int(Validate.maximumChunkSize))
-                } catch let error as ChunkBatch.FormatError {
-                    throw SyncError.badRequest("badBatch", error.description)
-                }
-                guard !batch.chunks.isEmpty else { throw SyncError.badRequest("badBatch", "the batch holds no chunks") }
-                let payload = batch.chunks.reduce(0) { $0 + $1.bytes.count }
-                guard payload <= ChunkBatch.maximumBytes || batch.chunks.count == 1 else {
-                    throw SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
-                }
-                try await receive(batch.chunks, from: device, logger: context.logger, sealed: sealed)
-            }
-            return Response(status: .created)
-        }
-        chunks.post("fetch") { request, context -> Response in
-            let device = try context.requireDevice()
-            let asked = try await request.decode(as: ChunkFetchRequest.self, context: context)
-            guard !asked.hashes.isEmpty, asked.hashes.count <= ChunkBatch.maximumCount else {
-                throw SyncError.badRequest("tooMany", "ask for 1 to \(ChunkBatch.maximumCount) chunks at a time")
-            }
-            try await requireChunks(asked.hashes, of: device)
-            // Chunks stored as sealed patches go as they are stored, to a device that takes them
-            // (it names their bases in a header: a few per answer, the answer stopping before more).
-            var hashes = asked.hashes
-            let bases = try await database.chunkBases(accountId: device.accountId, hashes: hashes)
-            if !bases.isEmpty {
-                guard asked.patches == true else {
-                    throw SyncError(.conflict, "storedAsPatch", "chunk \(hashes.first { bases[$0] != nil } ?? "") is stored as a sealed patch: ask with patches=true (update this device's ubiquity)")
-                }
-                var patches = 0, kept = 0
-                for hash in hashes {
-                    if bases[hash] != nil { patches += 1 }
-                    if patches > ChunkFetchRequest.maximumPatchesPerAnswer { break }
-                    kept += 1
-                }
-                hashes.removeLast(hashes.count - kept)
-            }
-            // As many as fit, in the order asked; the client asks again for the rest.
-            // The batch read from storage straight into the body sent.
-            var body = ByteBuffer()
-            let loaded = try await self.chunks.loadBatch(hashes, account: device.accountId, upTo: ChunkBatch.maximumBytes, into: &body)
-            guard !loaded.isEmpty else { throw SyncError.noSuchChunk(hashes[0]) }
-            var headers: HTTPFields = [.contentType: "application/octet-stream"]
-            let sent = hashes.prefix(loaded.count).compactMap { hash in bases[hash].map { (made: hash, base: $0) } }
-            if !sent.isEmpty { headers[HTTPField.Name(ChunkFetchRequest.basesHeader)!] = ChunkFetchRequest.basesHeaderValue(sent) }
-            return Response(status: .ok, headers: headers, body: .init(byteBuffer: body))
-        }
+        chunks.post { request, context -> Response in try await receiveChunkBatch(request, context: context, device: try context.requireDevice()) }
+        chunks.post("fetch") { request, context -> Response in try await fetchChunkBatch(request, context: context, device: try context.requireDevice()) }
         // Chunks as changes of chunks the account has (docs/SyncProtocol.md, "Chunk patches").
         chunks.post("signatures") { request, context in
             let device = try context.requireDevice()
@@ -526,5 +476,66 @@ extension SyncServices {
         guard let text else { return value }
         guard let number = Int64(text) else { throw SyncError.badRequest("invalidCursor", "\(name) must be an integer") }
         return number
+    }
+}
+
+// A batch of chunks sent, and one fetched (docs/SyncProtocol.md, "Chunks in batches"): for a
+// device in its own account, and for one through a share (docs/Sharing.md).
+extension SyncServices {
+    /// `POST …/chunks`: every chunk of the body stored in `device`'s account, or none.
+    func receiveChunkBatch(_ request: Request, context: SyncContext, device: DeviceAuth) async throws -> Response {
+        let sealed = try await sealedUpload(request, device: device)
+        try await bodies.gather(request, framing: ChunkBatch.framing) { body in
+            let batch: ChunkBatch
+            do {
+                batch = try ChunkBatch(decoding: body, maximumChunkSize: Int(Validate.maximumChunkSize))
+            } catch let error as ChunkBatch.FormatError {
+                throw SyncError.badRequest("badBatch", error.description)
+            }
+            guard !batch.chunks.isEmpty else { throw SyncError.badRequest("badBatch", "the batch holds no chunks") }
+            let payload = batch.chunks.reduce(0) { $0 + $1.bytes.count }
+            guard payload <= ChunkBatch.maximumBytes || batch.chunks.count == 1 else {
+                throw SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
+            }
+            try await receive(batch.chunks, from: device, logger: context.logger, sealed: sealed)
+        }
+        return Response(status: .created)
+    }
+
+    /// `POST …/chunks/fetch`: as many of the chunks asked for as fit, in that order, from
+    /// `device`'s account — each one it may read (`named`: which the items it may read name;
+    /// nil: what its token's containers name, or all).
+    func fetchChunkBatch(_ request: Request, context: SyncContext, device: DeviceAuth,
+                         named: (@Sendable ([String]) async throws -> Set<String>)? = nil) async throws -> Response {
+        let asked = try await request.decode(as: ChunkFetchRequest.self, context: context)
+        guard !asked.hashes.isEmpty, asked.hashes.count <= ChunkBatch.maximumCount else {
+            throw SyncError.badRequest("tooMany", "ask for 1 to \(ChunkBatch.maximumCount) chunks at a time")
+        }
+        if let named { try await requireChunks(asked.hashes, of: device, named: named) } else { try await requireChunks(asked.hashes, of: device) }
+        // Chunks stored as sealed patches go as they are stored, to a device that takes them
+        // (it names their bases in a header: a few per answer, the answer stopping before more).
+        var hashes = asked.hashes
+        let bases = try await database.chunkBases(accountId: device.accountId, hashes: hashes)
+        if !bases.isEmpty {
+            guard asked.patches == true else {
+                throw SyncError(.conflict, "storedAsPatch", "chunk \(hashes.first { bases[$0] != nil } ?? "") is stored as a sealed patch: ask with patches=true (update this device's ubiquity)")
+            }
+            var patches = 0, kept = 0
+            for hash in hashes {
+                if bases[hash] != nil { patches += 1 }
+                if patches > ChunkFetchRequest.maximumPatchesPerAnswer { break }
+                kept += 1
+            }
+            hashes.removeLast(hashes.count - kept)
+        }
+        // As many as fit, in the order asked; the client asks again for the rest.
+        // The batch read from storage straight into the body sent.
+        var body = ByteBuffer()
+        let loaded = try await self.chunks.loadBatch(hashes, account: device.accountId, upTo: ChunkBatch.maximumBytes, into: &body)
+        guard !loaded.isEmpty else { throw SyncError.noSuchChunk(hashes[0]) }
+        var headers: HTTPFields = [.contentType: "application/octet-stream"]
+        let sent = hashes.prefix(loaded.count).compactMap { hash in bases[hash].map { (made: hash, base: $0) } }
+        if !sent.isEmpty { headers[HTTPField.Name(ChunkFetchRequest.basesHeader)!] = ChunkFetchRequest.basesHeaderValue(sent) }
+        return Response(status: .ok, headers: headers, body: .init(byteBuffer: body))
     }
 }

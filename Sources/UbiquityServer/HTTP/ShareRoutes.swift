@@ -164,20 +164,7 @@ extension SyncServices {
         // Changes through a share (its owner's, or a read-write participant's): kept in the
         // owner's container and counted against the owner, each only inside the share.
         shares.post(":share/commits") { request, context -> CommitBatchResponse in
-            let share = try await reachableShare(context)
-            let device = try context.requireDevice()
-            if share.accountId != device.accountId {
-                let now = Date().timeIntervalSince1970
-                let role = try await database.participations(accountId: device.accountId).first { $0.share.id == share.id && $0.participant.state(at: now) == .accepted }?.participant.role
-                guard role == .readWrite else {
-                    context.logger.notice("a change through a read-only share refused", metadata: ["share": "\(share.id)"])
-                    throw SyncError(.forbidden, "readOnly", "this share is read-only for you: nothing was changed")
-                }
-            }
-            // The participant's device acts in the owner's account (its own name on the revisions).
-            var acting = device
-            acting.accountId = share.accountId
-            acting.containers = [share.container]
+            let (share, acting) = try await acting(context, writing: true)
             var answer = try await commitBatch(request, context: context, container: share.container, device: acting) { commit in
                 try await self.throughShare(commit, share)
             }
@@ -185,6 +172,30 @@ extension SyncServices {
                 if let item = answer.results[index].commit?.item { answer.results[index].commit?.item = Self.seen(item, through: share) }
             }
             return answer
+        }
+        // Chunks through a share: what is sent is kept in the owner's account; what is read or
+        // asked about is only what a revision inside the share names — any other chunk of the
+        // owner's is answered as absent (whether the owner holds a file is not told).
+        shares.post(":share/chunks") { request, context -> Response in
+            let (_, acting) = try await acting(context, writing: true)
+            return try await receiveChunkBatch(request, context: context, device: acting)
+        }
+        shares.post(":share/chunks/missing") { request, context -> MissingChunksResponse in
+            let (share, acting) = try await acting(context, writing: false)
+            let asked = try await request.decode(as: MissingChunksRequest.self, context: context)
+            guard asked.hashes.count <= 100_000 else { throw SyncError.badRequest("tooMany", "at most 100,000 hashes per request") }
+            for hash in asked.hashes { try Validate.hash(hash) }
+            let lacking = Set(try await database.missingChunks(accountId: share.accountId, hashes: asked.hashes))
+            let named = try await database.chunksNamed(accountId: share.accountId, container: share.container, inside: share.item,
+                                                       hashes: asked.hashes.filter { !lacking.contains($0) })
+            return MissingChunksResponse(missing: asked.hashes.filter { lacking.contains($0) || !named.contains($0) })
+        }
+        shares.post(":share/chunks/fetch") { request, context -> Response in
+            let (share, acting) = try await acting(context, writing: false)
+            let database = database
+            return try await fetchChunkBatch(request, context: context, device: acting) { hashes in
+                try await database.chunksNamed(accountId: share.accountId, container: share.container, inside: share.item, hashes: hashes)
+            }
         }
         shares.post(":share/leave") { _, context -> HTTPResponse.Status in
             let device = try context.requireDevice()
@@ -247,6 +258,26 @@ extension SyncServices {
         }
         guard let folder = commit.update.parent, try await isInside(folder, share) else { throw outside }
         return commit
+    }
+
+    /// The share the route names, and the caller's device acting in its owner's account (its
+    /// own id and name kept: the revisions it makes are named with it), limited to the share's
+    /// container. `writing`: only for the owner and read-write participants (403 `readOnly`).
+    private func acting(_ context: SyncContext, writing: Bool) async throws -> (StoredShare, DeviceAuth) {
+        let share = try await reachableShare(context)
+        let device = try context.requireDevice()
+        if writing, share.accountId != device.accountId {
+            let now = Date().timeIntervalSince1970
+            let role = try await database.participations(accountId: device.accountId).first { $0.share.id == share.id && $0.participant.state(at: now) == .accepted }?.participant.role
+            guard role == .readWrite else {
+                context.logger.notice("a change through a read-only share refused", metadata: ["share": "\(share.id)"])
+                throw SyncError(.forbidden, "readOnly", "this share is read-only for you: nothing was changed")
+            }
+        }
+        var acting = device
+        acting.accountId = share.accountId
+        acting.containers = [share.container]
+        return (share, acting)
     }
 
     /// Whether item `id` of the share's owner's container is its root or inside it.

@@ -128,6 +128,20 @@ extension PostgresDatabase {
         }
     }
 
+    func chunksNamed(accountId: Int64, container: String, inside root: String, hashes: [String]) async throws -> Set<String> {
+        guard !hashes.isEmpty else { return [] }
+        return try await read { db in
+            Set(try await db.rows("""
+                WITH RECURSIVE place AS (SELECT id FROM container WHERE account_id = \(accountId) AND identifier = \(container)),
+                inside(id) AS (
+                    SELECT item.id FROM item WHERE item.container_id = (SELECT id FROM place) AND item.id = \(root)
+                    UNION SELECT item.id FROM item JOIN inside ON item.parent_key = inside.id WHERE item.container_id = (SELECT id FROM place))
+                SELECT DISTINCT revision_chunk.hash FROM inside JOIN revision ON revision.container_id = (SELECT id FROM place) AND revision.item_id = inside.id
+                JOIN revision_chunk ON revision_chunk.revision_id = revision.id AND revision_chunk.hash = ANY(\(hashes)::TEXT[])
+                """).map { try $0.get("hash", as: String.self) })
+        }
+    }
+
     func subtree(accountId: Int64, container: String, root: String, limit: Int) async throws -> Set<String>? {
         let most = limit + 1
         return try await read { db in

@@ -126,6 +126,28 @@ extension SQLiteDatabase {
         }
     }
 
+    func chunksNamed(accountId: Int64, container: String, inside root: String, hashes: [String]) async throws -> Set<String> {
+        guard !hashes.isEmpty else { return [] }
+        return try await pool.read { db in
+            guard let containerId = try Int64.fetchOne(db, sql: "SELECT id FROM container WHERE accountId = ? AND identifier = ?", arguments: [accountId, container]) else {
+                return []
+            }
+            var named = Set<String>()
+            for start in stride(from: 0, to: hashes.count, by: 500) {
+                let batch = Array(hashes[start..<min(start + 500, hashes.count)])
+                let marks = Array(repeating: "?", count: batch.count).joined(separator: ",")
+                named.formUnion(try String.fetchAll(db, sql: """
+                    WITH RECURSIVE inside(id) AS (
+                        SELECT id FROM item WHERE containerId = ? AND id = ?
+                        UNION SELECT item.id FROM item JOIN inside ON item.containerId = ? AND item.parentKey = inside.id)
+                    SELECT DISTINCT revisionChunk.hash FROM inside JOIN revision ON revision.containerId = ? AND revision.itemId = inside.id
+                    JOIN revisionChunk ON revisionChunk.revisionId = revision.id AND revisionChunk.hash IN (\(marks))
+                    """, arguments: StatementArguments([containerId, root, containerId, containerId] as [any DatabaseValueConvertible] + batch)))
+            }
+            return named
+        }
+    }
+
     func subtree(accountId: Int64, container: String, root: String, limit: Int) async throws -> Set<String>? {
         try await pool.read { db in
             guard let containerId = try Int64.fetchOne(db, sql: "SELECT id FROM container WHERE accountId = ? AND identifier = ?", arguments: [accountId, container]) else {

@@ -321,6 +321,10 @@ protocol SyncDatabase: Sendable {
     /// `through`, each with its move's sequence, in sequence order.
     func shareExits(shareId: String, after: Int64, through: Int64) async throws -> [(item: String, sequence: Int64)]
 
+    /// Which of `hashes` a revision of `root` of the account's `container`, or of an item
+    /// inside it, names (what a share's participants may read of the owner's chunks).
+    func chunksNamed(accountId: Int64, container: String, inside root: String, hashes: [String]) async throws -> Set<String>
+
     /// The server setting `name`, set to `value` first if it has none.
     func claimSetting(_ name: String, value: String) async throws -> String
     func createAccount(name: String, passwordHash: String, quotaBytes: Int64) async throws -> Account
