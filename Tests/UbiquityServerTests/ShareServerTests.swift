@@ -27,6 +27,17 @@ import UbiquityProtocol
         return (ada, try await client.signIn("bob", device: "phone").token, try await client.signIn("cy", device: "phone").token)
     }
 
+    /// Ada's "Trip" shared with Bob (read-write) and Cy (read-only), both having accepted.
+    private func tripShared(_ client: Client, by ada: String, with bob: String, readOnly cy: String) async throws -> ShareInfo {
+        let share = try await client.send(.post, "/v1/shares", token: ada, json: ShareCreateRequest(container: notes, item: "trip")).decode(ShareInfo.self)
+        for (name, role, token) in [("bob", ShareRole.readWrite, bob), ("cy", .readOnly, cy)] {
+            let invitation = try await client.send(.post, "/v1/shares/\(share.id)/participants", token: ada, json: ShareInviteRequest(name: name, role: role))
+                .decode(ShareInvitationResponse.self)
+            #expect(try await client.send(.post, "/v1/shares/invitations/\(invitation.id)/accept", token: token).status == .noContent)
+        }
+        return share
+    }
+
     private func list(_ client: Client, _ token: String) async throws -> SharesResponse {
         try await client.send(.get, "/v1/shares", token: token).decode(SharesResponse.self)
     }
@@ -158,12 +169,7 @@ import UbiquityProtocol
         let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.run { client in
             let (ada, bob, cy) = try await setUp(server, client)
-            let share = try await client.send(.post, "/v1/shares", token: ada, json: ShareCreateRequest(container: notes, item: "trip")).decode(ShareInfo.self)
-            for (name, role, token) in [("bob", ShareRole.readWrite, bob), ("cy", .readOnly, cy)] {
-                let invitation = try await client.send(.post, "/v1/shares/\(share.id)/participants", token: ada, json: ShareInviteRequest(name: name, role: role))
-                    .decode(ShareInvitationResponse.self)
-                #expect(try await client.send(.post, "/v1/shares/invitations/\(invitation.id)/accept", token: token).status == .noContent)
-            }
+            let share = try await tripShared(client, by: ada, with: bob, readOnly: cy)
             let commits = "/v1/shares/\(share.id)/commits"
             func commit(_ item: String, _ update: ItemUpdate, as token: String) async throws -> CommitResult {
                 let answer = try await client.send(.post, commits, token: token, json: CommitBatchRequest(commits: [ItemCommit(item: item, update: update)]))
@@ -205,12 +211,7 @@ import UbiquityProtocol
         let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
         try await server.run { client in
             let (ada, bob, cy) = try await setUp(server, client)
-            let share = try await client.send(.post, "/v1/shares", token: ada, json: ShareCreateRequest(container: notes, item: "trip")).decode(ShareInfo.self)
-            for (name, role, token) in [("bob", ShareRole.readWrite, bob), ("cy", .readOnly, cy)] {
-                let invitation = try await client.send(.post, "/v1/shares/\(share.id)/participants", token: ada, json: ShareInviteRequest(name: name, role: role))
-                    .decode(ShareInvitationResponse.self)
-                #expect(try await client.send(.post, "/v1/shares/invitations/\(invitation.id)/accept", token: token).status == .noContent)
-            }
+            let share = try await tripShared(client, by: ada, with: bob, readOnly: cy)
             let insideBytes = [UInt8](randomBytes(3_000)), outsideBytes = [UInt8](randomBytes(3_000)), absentBytes = [UInt8](randomBytes(3_000))
             var inside = fileUpdate("Inside.bin", [insideBytes])
             inside.parent = "trip"
