@@ -84,18 +84,23 @@ import UbiquityTestSupport
         return false
     }
 
-    /// Waits (up to 40 s) until `agent` logged `words`, `phone`'s app writing its store every
-    /// two seconds meanwhile (each write makes its agent sync the store).
-    static func until(_ agent: Agent, logs words: String, nudging phone: Device? = nil) async throws -> Bool {
+    /// Waits (up to 40 s) until `agent` logged `words` more than `times` times, `phone`'s app
+    /// writing its store every two seconds meanwhile (each write makes its agent sync the store).
+    static func until(_ agent: Agent, logs words: String, moreThan times: Int = 0, nudging phone: Device? = nil) async throws -> Bool {
         let deadline = ContinuousClock.now + .seconds(40)
         var nudge = 0
         while ContinuousClock.now < deadline {
-            if agent.logged.contains(words) { return true }
+            if occurrences(of: words, in: agent) > times { return true }
             if let phone, nudge % 4 == 0 { _ = try await phone.running(["kv", "set", store, "opened", "nudge \(nudge)"]) }
             nudge += 1
             try await Task.sleep(for: .milliseconds(500))
         }
         return false
+    }
+
+    /// How many times `agent` logged `words` so far.
+    static func occurrences(of words: String, in agent: Agent) -> Int {
+        agent.logged.components(separatedBy: words).count - 1
     }
 
     @Test(arguments: Attack.allCases) func thePhoneRefusesTheLie(attack: Attack) async throws {
