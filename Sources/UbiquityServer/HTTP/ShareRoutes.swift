@@ -131,7 +131,7 @@ extension SyncServices {
         // "Where it lives"): the owner's container's changes, only those inside the share; the
         // root at the top (no folder of the owner's named).
         shares.get(":share/changes") { request, context -> ChangesResponse in
-            let share = try await reachableShare(context)
+            let share = try await reachableShare(context).share
             let since = try Self.integer(request.uri.queryParameters["since"], name: "since", default: 0)
             let limit = try Self.integer(request.uri.queryParameters["limit"], name: "limit", default: 500)
             guard since >= 0, (1...5_000).contains(limit) else { throw SyncError.badRequest("invalidCursor", "since must be ≥ 0 and limit 1 to 5000") }
@@ -152,7 +152,7 @@ extension SyncServices {
             return page
         }
         shares.get(":share/items/:item") { request, context -> ItemState in
-            let share = try await reachableShare(context)
+            let share = try await reachableShare(context).share
             let id = try context.parameters.require("item")
             try Validate.identifier(id, field: "item")
             guard try await isInside(id, share),
@@ -181,7 +181,7 @@ extension SyncServices {
             return try await receiveChunkBatch(request, context: context, device: acting)
         }
         shares.post(":share/chunks/missing") { request, context -> MissingChunksResponse in
-            let (share, acting) = try await acting(context, writing: false)
+            let (share, _) = try await acting(context, writing: false)
             let asked = try await request.decode(as: MissingChunksRequest.self, context: context)
             guard asked.hashes.count <= 100_000 else { throw SyncError.badRequest("tooMany", "at most 100,000 hashes per request") }
             for hash in asked.hashes { try Validate.hash(hash) }
@@ -218,26 +218,29 @@ extension SyncServices {
         try Validate.identifier(id, field: "share")
         guard let share = try await database.share(id: id) else { throw Self.noSuchShare }
         if share.accountId == device.accountId, device.allows(share.container) { return (device, share) }
-        let now = Date().timeIntervalSince1970
-        if try await database.participations(accountId: device.accountId).contains(where: { $0.share.id == id && $0.participant.state(at: now) == .accepted }) {
+        if try await acceptedRole(of: device.accountId, in: id) != nil {
             throw SyncError(.forbidden, "notOwner", "only the share's owner changes who it is shared with")
         }
         throw Self.noSuchShare
     }
 
+    /// The role of `account` in share `id`, if it accepted the share and is still in it.
+    private func acceptedRole(of account: Int64, in id: String) async throws -> ShareRole? {
+        let now = Date().timeIntervalSince1970
+        return try await database.participations(accountId: account).first { $0.share.id == id && $0.participant.state(at: now) == .accepted }?.participant.role
+    }
+
     /// The share the route names, if the caller's account owns it or accepted it (and this
-    /// device may use its container); 404 otherwise, as for a share that does not exist.
-    private func reachableShare(_ context: SyncContext) async throws -> StoredShare {
+    /// device may use its container), with the caller's role (nil: its owner); 404 otherwise,
+    /// as for a share that does not exist.
+    private func reachableShare(_ context: SyncContext) async throws -> (share: StoredShare, role: ShareRole?) {
         let device = try context.requireDevice()
         let id = try context.parameters.require("share")
         try Validate.identifier(id, field: "share")
         guard let share = try await database.share(id: id), device.allows(share.container) else { throw Self.noSuchShare }
-        if share.accountId == device.accountId { return share }
-        let now = Date().timeIntervalSince1970
-        guard try await database.participations(accountId: device.accountId).contains(where: { $0.share.id == id && $0.participant.state(at: now) == .accepted }) else {
-            throw Self.noSuchShare
-        }
-        return share
+        if share.accountId == device.accountId { return (share, nil) }
+        guard let role = try await acceptedRole(of: device.accountId, in: id) else { throw Self.noSuchShare }
+        return (share, role)
     }
 
     /// A change made through `share`, checked and put in the owner's terms: an item already
@@ -264,11 +267,9 @@ extension SyncServices {
     /// own id and name kept: the revisions it makes are named with it), limited to the share's
     /// container. `writing`: only for the owner and read-write participants (403 `readOnly`).
     private func acting(_ context: SyncContext, writing: Bool) async throws -> (StoredShare, DeviceAuth) {
-        let share = try await reachableShare(context)
+        let (share, role) = try await reachableShare(context)
         let device = try context.requireDevice()
-        if writing, share.accountId != device.accountId {
-            let now = Date().timeIntervalSince1970
-            let role = try await database.participations(accountId: device.accountId).first { $0.share.id == share.id && $0.participant.state(at: now) == .accepted }?.participant.role
+        if writing, let role {
             guard role == .readWrite else {
                 context.logger.notice("a change through a read-only share refused", metadata: ["share": "\(share.id)"])
                 throw SyncError(.forbidden, "readOnly", "this share is read-only for you: nothing was changed")
