@@ -124,6 +124,7 @@ extension AccountSession {
                 // Pushes tell what changes from now on; the first round catches up on the rest.
                 for sync in containers.values { await sync.notePushes(live: true) }
                 trigger(nil)
+                await followShares()
                 await keyValues.trigger(nil)
             }
         case "changed":
@@ -146,6 +147,18 @@ extension AccountSession {
                 await sync.noteRemoteChange(upTo: nil)
                 self.trigger(container)
             }
+        case "shareChanged":
+            // A share this account joined moved on (its owner's or a participant's change).
+            guard let id = event.container, let key = shareScopes.first(where: { $0.value.contains { $0.id == id } }).map({ Self.shareEngineKey($0.key, id) }),
+                  let sync = containers[key] else { return }
+            Task {
+                if let sequence = event.sequence, await sync.cursor >= sequence { return }
+                await sync.noteRemoteChange(upTo: event.sequence)
+                self.trigger(key)
+            }
+        case "sharesChanged":
+            // Invited, accepted, removed, stopped, left: the shares kept here are read again.
+            Task { await self.followShares() }
         case "keyValueChanged":
             if let store = event.container { Task { await keyValues.trigger(store) } }
         case "keysChanged":

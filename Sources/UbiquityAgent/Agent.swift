@@ -166,7 +166,13 @@ actor AccountSession {
     let keys: SessionKeys
     /// The account's key-value stores on this device.
     let keyValues: KeyValueSync
+    /// The engines keeping containers in step, by container — and a share's, by
+    /// ``shareEngineKey(_:_:)`` (`CONTAINER#SHARE`).
     var containers: [String: ContainerSync] = [:]
+    /// The shares kept here, by container (docs/Sharing.md, "On a participant's devices").
+    var shareScopes: [String: [ShareScope]] = [:]
+    /// Whether the account's shares are being read, and whether they are to be read again after.
+    var followingShares = false, followSharesAgain = false
     var connected = false
     /// The push connection attempt in progress (events of earlier ones are ignored).
     var pushAttempt = 0
@@ -190,7 +196,7 @@ actor AccountSession {
     private let poke: AsyncStream<Void>.Continuation
     /// Containers whose items' statuses may have changed (for watching queries).
     private let statusChanges: AsyncStream<Void>
-    private let statusChanged: AsyncStream<Void>.Continuation
+    let statusChanged: AsyncStream<Void>.Continuation
 
     init(credentials: UbiquityCredentials, paths: UbiquityPaths, configuration: AgentConfiguration, logger: Logger, pushOpenTimeout: Duration = .seconds(20)) throws {
         self.pushOpenTimeout = pushOpenTimeout
@@ -217,6 +223,7 @@ actor AccountSession {
         } catch {
             logger.error("cannot open the account's containers", metadata: ["error": "\(error)"])
         }
+        await openKeptShares()
         let folder = containersFolder.standardizedFileURL.path
         let watcher: DirectoryWatcher?
         do {
@@ -279,6 +286,7 @@ actor AccountSession {
             group.addTask {
                 while !Task.isCancelled {
                     try? await quietSleep(for: .seconds(self.configuration.rescanSeconds)) // throws only when cancelled
+                    await self.followShares()
                     await self.trigger(nil, everything: true)
                     await keyValues.trigger(nil)
                 }
@@ -389,8 +397,10 @@ actor AccountSession {
         } catch {
             return // not a container's folder: nothing to keep in step
         }
-        await sync.noteChange(at: path)
-        trigger(identifier)
+        // (In a share's folder: that share's engine's.)
+        let key = engineKey(identifier, at: path)
+        await (containers[key] ?? sync).noteChange(at: path)
+        trigger(key)
     }
 
     /// Whether a change the watcher saw at `path` starts a round: not one in what the agent
@@ -404,9 +414,19 @@ actor AccountSession {
     /// The watcher paired a rename inside the container `identifier`'s folder: the next round
     /// keeps the item at `from` as the one at `to`, whatever the scan finds there.
     func moved(_ identifier: String, from: String, to: String) async {
-        guard let sync = containers[identifier] else { return }
-        await sync.noteMove(from: from, to: to)
-        trigger(identifier)
+        let (source, target) = (engineKey(identifier, at: from), engineKey(identifier, at: to))
+        guard let sync = containers[source] else { return }
+        guard source == target, let other = containers[target] else {
+            // Into or out of a share's folder: gone on one side, new on the other (nothing of
+            // one account crosses into the other's silently).
+            await sync.noteChange(at: from)
+            await containers[target]?.noteChange(at: to)
+            trigger(source)
+            trigger(target)
+            return
+        }
+        await other.noteMove(from: from, to: to)
+        trigger(target)
     }
 
     /// Asks for a round of `identifier` (nil: every container); `everything`: the round looks
@@ -480,8 +500,8 @@ actor AccountSession {
         switch request.operation {
         case .status:
             var statuses: [ContainerStatus] = []
-            for (identifier, sync) in containers.sorted(by: { $0.key < $1.key }) {
-                statuses.append(await sync.containerStatus(root: paths.container(identifier, account: credentials.identityToken)))
+            for (_, sync) in containers.sorted(by: { $0.key < $1.key }) {
+                statuses.append(await sync.containerStatus(root: sync.root))
             }
             return AgentResponse(status: AgentStatus(account: credentials.account, server: credentials.server.absoluteString, connected: connected,
                                                      greedy: configuration.greedy, containers: statuses, keyValueErrors: await keyValues.problems))
@@ -496,7 +516,7 @@ actor AccountSession {
         case .download:
             let (sync, name) = try locate(request.path)
             try await sync.requestDownload(name)
-            trigger(sync.container)
+            trigger(sync.storeKey)
             if request.wait == true { try await sync.waitForDownload(name) }
             return AgentResponse(items: await sync.status(ofName: name).map { [$0] })
         case .evict:
@@ -546,7 +566,9 @@ actor AccountSession {
         guard parts.count >= 2, parts.count > 2 || parts[1] != ContainerLayout.documentsFolder else {
             throw ContainerSyncError("\(path) is a container's folder, not an item in it", code: .badRequest)
         }
-        return (try container(parts[0]), parts[1...].joined(separator: "/"))
+        let relative = parts[1...].joined(separator: "/")
+        let own = try container(parts[0])
+        return (containers[engineKey(parts[0], at: relative)] ?? own, relative)
     }
 }
 

@@ -115,6 +115,12 @@ package final class AgentStore: Sendable {
                     sequence INTEGER NOT NULL, deleted INTEGER NOT NULL, PRIMARY KEY(container, item)) WITHOUT ROWID;
                 """)
         }
+        // The shares this device keeps, each under the name its folder has here (docs/Sharing.md).
+        migrator.registerMigration("v8-kept-shares") { db in
+            try db.execute(sql: """
+                CREATE TABLE keptShare (id TEXT PRIMARY KEY, container TEXT NOT NULL, root TEXT NOT NULL, name TEXT NOT NULL);
+                """)
+        }
         try migrator.migrate(pool)
     }
 
@@ -426,4 +432,37 @@ package struct LedgerCheckpoint: Sendable, Equatable {
     package var ledger: Data
     /// The signed changes past the cursor.
     package var pending: Data
+}
+
+// The shares this device keeps in step (docs/Sharing.md, "On a participant's devices").
+extension AgentStore {
+    /// The shares kept here, by container.
+    package func keptShares() throws -> [String: [ShareScope]] {
+        try pool.read { db in
+            var kept: [String: [ShareScope]] = [:]
+            for row in try Row.fetchAll(db, sql: "SELECT id, container, root, name FROM keptShare ORDER BY id") {
+                kept[row["container"], default: []].append(ShareScope(id: row["id"], root: row["root"], name: row["name"]))
+            }
+            return kept
+        }
+    }
+
+    /// Records that `scope` of `container` is kept here.
+    package func keep(_ scope: ShareScope, of container: String) throws {
+        try pool.write { db in
+            try db.execute(sql: "INSERT OR REPLACE INTO keptShare (id, container, root, name) VALUES (?, ?, ?, ?)",
+                           arguments: [scope.id, container, scope.root, scope.name])
+        }
+    }
+
+    /// Forgets a share kept here, and everything recorded of it under `key` (its engine's
+    /// ``ContainerSync/storeKey``).
+    package func forgetShare(_ id: String, key: String) throws {
+        try pool.write { db in
+            try db.execute(sql: "DELETE FROM keptShare WHERE id = ?", arguments: [id])
+            for table in ["containerState", "localFile", "downloadRequest", "conflictCopy", "syncMeta", "syncItem", "signedCommit", "ledgerCheckpoint", "signedOutcome"] {
+                try db.execute(sql: "DELETE FROM \(table) WHERE container = ?", arguments: [key])
+            }
+        }
+    }
 }

@@ -89,7 +89,7 @@ final class ConflictReconciler {
             for revision in copies.subtracting(known) {
                 guard await removeConflictVersion(revision, of: item, at: url, in: sync) else { continue } // kept; tried again next round
                 conflictCopies[item]?.remove(revision)
-                try sync.store.setConflictCopy(false, container: sync.container, item: item, revision: revision)
+                try sync.store.setConflictCopy(false, container: sync.storeKey, item: item, revision: revision)
                 sync.noteAttributes([.ubiquitousItemHasUnresolvedConflictsKey], at: path)
             }
             // Resolved here: tell the server.
@@ -113,7 +113,7 @@ final class ConflictReconciler {
                     for revision in resolved {
                         guard await removeConflictVersion(revision, of: item, at: url, in: sync) else { continue } // kept; tried again next round
                         conflictCopies[item]?.remove(revision)
-                        try sync.store.setConflictCopy(false, container: sync.container, item: item, revision: revision)
+                        try sync.store.setConflictCopy(false, container: sync.storeKey, item: item, revision: revision)
                         sync.noteAttributes([.ubiquitousItemHasUnresolvedConflictsKey], at: path)
                     }
                 } catch {
@@ -142,7 +142,7 @@ final class ConflictReconciler {
                     // Put there by an agent stopped before it recorded so: it is that version
                     // (adding it again failed every round, for good — found by `ubiquity-chaos`).
                     conflictCopies[item, default: []].insert(conflict.revision)
-                    try sync.store.setConflictCopy(true, container: sync.container, item: item, revision: conflict.revision)
+                    try sync.store.setConflictCopy(true, container: sync.storeKey, item: item, revision: conflict.revision)
                     sync.noteAttributes([.ubiquitousItemHasUnresolvedConflictsKey], at: path)
                     NSFileVersion.removeAbandonedStaging(nearItemAt: url) // the killed agent's staging folder
                     continue
@@ -163,7 +163,7 @@ final class ConflictReconciler {
                                                                  modificationDate: date, byMoving: true, identifier: identifier.rawValue)
                     }
                     conflictCopies[item, default: []].insert(conflict.revision)
-                    try sync.store.setConflictCopy(true, container: sync.container, item: item, revision: conflict.revision)
+                    try sync.store.setConflictCopy(true, container: sync.storeKey, item: item, revision: conflict.revision)
                     sync.noteAttributes([.ubiquitousItemHasUnresolvedConflictsKey], at: path)
                 } catch let error as SyncClientError {
                     sync.downloadErrors[item] = error.description

@@ -24,9 +24,9 @@ extension ContainerSync {
         checkpointNotBefore = ContinuousClock.now + Self.checkpointPause
         do {
             await sendSignedCommits()
-            guard unsavedSigned.isEmpty, try store.unsentSignedCommits(of: container, limit: 1).isEmpty,
+            guard unsavedSigned.isEmpty, try store.unsentSignedCommits(of: storeKey, limit: 1).isEmpty,
                   let history = try await readSignedCommits(), history.ledger.heads[signer.device] == (try lastSignedCommit()?.head) else { return }
-            var outcomes = try store.allSignedOutcomes(of: container)
+            var outcomes = try store.allSignedOutcomes(of: storeKey)
             for (item, unsaved) in unsavedOutcomes where unsaved.sequence > outcomes[item]?.sequence ?? Int64.min { outcomes[item] = unsaved }
             let parts = try CheckpointPart.parts(of: history.ledger, outcomes: outcomes.values.map {
                 CommitContent.Outcome(item: $0.item, folder: nil, recordHash: Array($0.recordHash), revision: $0.revision, base: nil, deleted: $0.deleted,

@@ -19,7 +19,7 @@ extension ContainerSync {
         guard let item = item(at: name) else {
             throw ContainerSyncError("\(name) is not an item of \(container)", code: .unknownItem)
         }
-        if requested.insert(item).inserted { try store.setDownloadRequested(true, container: container, item: item) }
+        if requested.insert(item).inserted { try store.setDownloadRequested(true, container: storeKey, item: item) }
         downloadErrors[item] = nil
         materialiser.pending?.insert(item)
         return item
@@ -136,7 +136,8 @@ extension ContainerSync {
             queued: state.persisted.sending.count + state.persisted.queued.count, idle: isIdle,
             errors: Dictionary(errors.map { (name($0.key), $0.value) } + downloadErrors.map { (name($0.key), "download: " + $0.value) },
                                uniquingKeysWith: { a, b in a + "; " + b }),
-            lastSync: lastSync?.timeIntervalSince1970, pending: Array(pending.prefix(ContainerStatus.pendingShown)), pendingCount: pending.count)
+            lastSync: lastSync?.timeIntervalSince1970, pending: Array(pending.prefix(ContainerStatus.pendingShown)), pendingCount: pending.count,
+            share: share.map { SharedFolderStatus(id: $0.id, name: $0.name) })
     }
 
     /// What is not in step yet and why, by path (one entry an item: the first reason that holds).

@@ -88,7 +88,7 @@ extension ContainerSync {
     /// This device's newest signed commit here (read from the store the first time).
     func lastSignedCommit() throws -> SignedCommit? {
         if let head = signedHead { return head }
-        let head = try store.lastSignedCommit(of: container).map { try SignedCommit(encoded: $0) }
+        let head = try store.lastSignedCommit(of: storeKey).map { try SignedCommit(encoded: $0) }
         signedHead = .some(head)
         return head
     }
@@ -98,10 +98,10 @@ extension ContainerSync {
     func sendSignedCommits() async {
         do {
             while true {
-                let unsent = try store.unsentSignedCommits(of: container, limit: SignedCommitsRequest.maximumCount)
+                let unsent = try store.unsentSignedCommits(of: storeKey, limit: SignedCommitsRequest.maximumCount)
                 guard !unsent.isEmpty else { return }
                 let positions = try await client.sendSignedCommits(container: container, unsent.map(\.upload))
-                try await store.markSent(zip(unsent, positions).map { (sequence: $0.sequence, position: $1) }, of: container)
+                try await store.markSent(zip(unsent, positions).map { (sequence: $0.sequence, position: $1) }, of: storeKey)
                 // A commit of this device the ledger has not read, kept at or before the place
                 // it read up to: the server's record of commits began again (restored from a
                 // backup, moved to another database). What was read is forgotten, and read
@@ -223,7 +223,7 @@ extension ContainerSync {
 
     /// Each of `items`' latest signed outcome: kept in the store, or read since the last write.
     func latestOutcomes(of items: [String]) throws -> [String: SignedOutcome] {
-        var latest = try store.signedOutcomes(of: container, items: items)
+        var latest = try store.signedOutcomes(of: storeKey, items: items)
         for item in items {
             if let unsaved = unsavedOutcomes[item], unsaved.sequence > latest[item]?.sequence ?? Int64.min { latest[item] = unsaved }
         }
@@ -371,7 +371,7 @@ extension ContainerSync {
     /// start).
     func keptSignedHistory() -> SignedHistory? {
         do {
-            guard let kept = try store.ledgerCheckpoint(of: container) else { return nil }
+            guard let kept = try store.ledgerCheckpoint(of: storeKey) else { return nil }
             let ledger = try CommitLedger(encoded: kept.ledger, container: container)
             let pending = try JSONDecoder().decode([String: [Int64]].self, from: kept.pending)
             return SignedHistory(ledger: ledger, position: kept.position, pending: pending)

@@ -49,6 +49,15 @@ package actor ContainerSync {
     package let root: URL
     /// Its `Documents` folder.
     package let documents: URL
+    /// The share this engine keeps in step, through the share's routes, in the share's folder
+    /// at the top of `Documents` (nil: the container's own items, in the rest of its folder).
+    package let share: ShareScope?
+    /// What this engine's records are kept under in the agent's store: the container, or the
+    /// container and the share (`CONTAINER#SHARE`).
+    package let storeKey: String
+    /// What part of the folder this engine keeps: the container's own engine passes over the
+    /// folders of the shares kept here; a share's engine keeps only its share's folder.
+    package private(set) var border: SyncBorder
     let client: SyncClient
     let store: AgentStore
     let logger: Logger
@@ -201,8 +210,12 @@ package actor ContainerSync {
     package init(container: String, root: URL, client: SyncClient, store: AgentStore, device: String, greedy: Bool = false,
                 packageExtensions: Set<String> = LocalScanner.standardPackageExtensions,
                 logger: Logger = Logger(label: "ubiquity.agent"), codecs: (@Sendable (String) async throws -> ChunkCodec)? = nil,
-                keysOutdated: (@Sendable () async -> Void)? = nil, onStatusChange: (@Sendable () -> Void)? = nil) throws {
+                keysOutdated: (@Sendable () async -> Void)? = nil, onStatusChange: (@Sendable () -> Void)? = nil,
+                share: ShareScope? = nil, border: SyncBorder = SyncBorder()) throws {
         self.container = container
+        self.share = share
+        storeKey = share.map { "\(container)#\($0.id)" } ?? container
+        self.border = share.map { SyncBorder(only: ContainerLayout.documentsFolder + "/" + $0.name) } ?? border
         self.codecs = codecs
         self.keysOutdated = keysOutdated
         statusObserver = onStatusChange
@@ -214,19 +227,30 @@ package actor ContainerSync {
         self.store = store
         self.logger = logger
         var interner = StringInterner() // ids, revisions, tokens and paths held once, not once a table
-        state = try store.state(of: container, interning: &interner).map(DeviceSyncState.init(restoring:)) ?? DeviceSyncState(device: device)
-        files = LocalFiles(try store.files(of: container, interning: &interner))
-        requested = try store.downloadRequests(of: container)
-        reconciler = ConflictReconciler(copies: try store.conflictCopies(of: container))
+        state = try store.state(of: storeKey, interning: &interner).map(DeviceSyncState.init(restoring:)) ?? DeviceSyncState(device: device)
+        files = LocalFiles(try store.files(of: storeKey, interning: &interner))
+        requested = try store.downloadRequests(of: storeKey)
+        reconciler = ConflictReconciler(copies: try store.conflictCopies(of: storeKey))
         try FileManager.default.createDirectory(at: documents, withIntermediateDirectories: true)
-        materialiser = Materialiser(placeholders: Placeholders(Materialiser.placeholdersOnDisk(in: root, packageExtensions: packageExtensions)))
+        materialiser = Materialiser(placeholders: Placeholders(Materialiser.placeholdersOnDisk(in: root, packageExtensions: packageExtensions, border: self.border)))
         materialiser.shown.update(Set(state.persisted.remote.keys).union(state.persisted.local.keys), from: state, onDisk: files.path(of:))
-        Materialiser.removeStagedDownloads(in: root, logger: logger)
+        Materialiser.removeStagedDownloads(in: root, border: self.border, logger: logger)
     }
 
-    /// A scanner of the container's folder (`Documents` walked through, not an item).
+    /// A scanner of the container's folder (`Documents` walked through, not an item), within
+    /// this engine's border.
     var scanner: LocalScanner {
-        LocalScanner(root: root, packageExtensions: packageExtensions, transparent: [ContainerLayout.documentsFolder])
+        var scanner = LocalScanner(root: root, packageExtensions: packageExtensions, transparent: [ContainerLayout.documentsFolder])
+        scanner.border = border
+        return scanner
+    }
+
+    /// Passes over `skipped` from now on (the folders of the shares kept here, each by a
+    /// share's engine): the container's own engine, told before a share's folder is made or
+    /// after it is gone.
+    package func passOver(_ skipped: Set<String>) {
+        guard share == nil, skipped != border.skipped else { return }
+        border.skipped = skipped
     }
 
     /// The conflict versions of the item at `path` (relative to the container's folder) as the server last
@@ -450,7 +474,7 @@ package actor ContainerSync {
         let (checkpoint, generation) = (ledgerCheckpointToKeep(), signedHistoryChanges)
         let outcomes = unsavedOutcomes
         do {
-            try await store.record(container, state: state.persisted, touched: touched, changed: changed,
+            try await store.record(storeKey, state: state.persisted, touched: touched, changed: changed,
                                    upsert: files.values.compactMap { $0 }, removed: files.filter { $0.value == nil }.map(\.key),
                                    signed: commits.map { (Int64(clamping: $0.commit.sequence), SignedCommitUpload(commit: $0.commit.encoded, content: $0.content.encoded)) },
                                    checkpoint: checkpoint, outcomes: Array(outcomes.values))

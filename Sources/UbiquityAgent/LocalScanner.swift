@@ -79,6 +79,9 @@ package struct LocalScanner: Sendable {
     /// `Documents`: what is in it syncs, the folder itself is always there).
     package let transparent: Set<String>
 
+    /// What part of the folder is walked (all of it, but what the border passes over).
+    package var border = SyncBorder()
+
     /// Package extensions known without being told: Apple's common package formats and those
     /// of this repository's example apps.
     package static let standardPackageExtensions: Set<String> = ["rtfd", "pages", "numbers", "key", "bundle", "package", "note", "mystuff"]
@@ -137,6 +140,7 @@ package struct LocalScanner: Sendable {
         for name in temporaries { Self.removeIfAbandoned(path + "/" + name) }
         for name in names.sorted() {
             let child = relative.isEmpty ? name : relative + "/" + name
+            guard border.includes(child) else { continue } // another engine's (a share's folder, or the container's)
             var info = stat()
             guard lstat(root.path + "/" + child, &info) == 0 else {
                 if errno == ENOENT { continue } // gone since the listing: the next scan sees it
@@ -284,4 +288,29 @@ package struct ScanError: Error, CustomStringConvertible, Equatable {
 
     /// A sentence saying so.
     package var description: String { "cannot read \(path): \(reason)" }
+}
+
+/// What part of a container's folder one of the agent's engines keeps in step: the container's
+/// own engine keeps all of it but the folders of the shares it joined (each kept by a share's
+/// engine); a share's engine keeps only its share's folder (docs/Sharing.md, "On a participant's
+/// devices"). Paths are relative to the container's folder.
+package struct SyncBorder: Sendable, Equatable {
+    /// What is passed over, with everything under it.
+    package var skipped: Set<String> = []
+    /// The one path kept, with everything under it (nil: everything but ``skipped``).
+    package var only: String?
+
+    /// A border; by default, none.
+    package init(skipped: Set<String> = [], only: String? = nil) {
+        self.skipped = skipped
+        self.only = only
+    }
+
+    /// Whether `path` is kept: it is not (under) what is passed over, and it is (under, or on
+    /// the way to) ``only``.
+    package func includes(_ path: String) -> Bool {
+        if !skipped.isEmpty, skipped.contains(where: { path == $0 || path.hasPrefix($0 + "/") }) { return false }
+        guard let only else { return true }
+        return path == only || path.hasPrefix(only + "/") || only.hasPrefix(path + "/")
+    }
 }

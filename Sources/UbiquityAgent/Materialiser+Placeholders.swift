@@ -48,13 +48,14 @@ extension Materialiser {
     }
 
     /// The placeholders in `folder` and its subfolders (not in packages), by path relative to it.
-    static func placeholdersOnDisk(in folder: URL, packageExtensions: Set<String>) -> [String: UbiquityPlaceholder] {
+    static func placeholdersOnDisk(in folder: URL, packageExtensions: Set<String>, border: SyncBorder = SyncBorder()) -> [String: UbiquityPlaceholder] {
         let scanner = LocalScanner(root: folder, packageExtensions: packageExtensions)
         var found: [String: UbiquityPlaceholder] = [:]
         func walk(_ relative: String) {
             let url = relative.isEmpty ? folder : folder.appendingPathComponent(relative)
             for name in (try? FileManager.default.contentsOfDirectory(atPath: url.path)) ?? [] { // unreadable: the scan reports it
                 let path = relative.isEmpty ? name : relative + "/" + name
+                guard border.includes(UbiquityPlaceholder.itemName(ofPlaceholder: name).map { relative.isEmpty ? $0 : relative + "/" + $0 } ?? path) else { continue }
                 if let itemName = UbiquityPlaceholder.itemName(ofPlaceholder: name) {
                     found[path] = UbiquityPlaceholder.read(for: url.appendingPathComponent(itemName)) ?? UbiquityPlaceholder(name: itemName, item: "", size: nil)
                 } else if !LocalScanner.isExcluded(name), !scanner.isPackage(name), scanner.fingerprint(of: path)?.kind == .directory {

@@ -42,9 +42,13 @@ final class Materialiser {
 
     /// Downloads a killed agent left half-written (`.ubiquity-download-…`: scans skip them, and
     /// nothing else uses them) are removed when the container is opened again.
-    static func removeStagedDownloads(in folder: URL, logger: Logger) {
+    static func removeStagedDownloads(in folder: URL, border: SyncBorder = SyncBorder(), logger: Logger) {
         guard let walker = FileManager.default.enumerator(atPath: folder.path) else { return }
         while let relative = walker.nextObject() as? String {
+            guard border.includes(relative) else {
+                walker.skipDescendants() // another engine's, which may be downloading there
+                continue
+            }
             let name = (relative as NSString).lastPathComponent
             guard name.hasPrefix(".ubiquity-download-") else { continue }
             walker.skipDescendants()
@@ -92,7 +96,7 @@ final class Materialiser {
         for (item, visible) in settled where visible.deleted {
             unwanted.insert(item)
             sync.downloadErrors[item] = nil // nothing left to download
-            if sync.requested.remove(item) != nil { try sync.store.setDownloadRequested(false, container: sync.container, item: item) }
+            if sync.requested.remove(item) != nil { try sync.store.setDownloadRequested(false, container: sync.storeKey, item: item) }
             guard let local = sync.files.file(of: item), local.fingerprint.kind != .directory else { continue }
             // Deleted elsewhere: its versions go with it (as they do with a file deleted on a Mac).
             let url = sync.root.appendingPathComponent(local.path)
@@ -102,7 +106,7 @@ final class Materialiser {
                 sync.logger.warning("cannot remove the versions of an item deleted elsewhere", metadata: ["path": "\(local.path)", "error": "\(error)"])
             }
             for revision in sync.reconciler.conflictCopies.removeValue(forKey: item) ?? [] {
-                try sync.store.setConflictCopy(false, container: sync.container, item: item, revision: revision)
+                try sync.store.setConflictCopy(false, container: sync.storeKey, item: item, revision: revision)
             }
             // Unless written since the scan: then it stays, and goes again as a new item.
             try await coordinatedRemove(local.path, ifStill: local.fingerprint, in: sync)
@@ -180,7 +184,7 @@ final class Materialiser {
             }
             unwanted.insert(download.item)
             sync.downloadErrors[download.item] = nil
-            if sync.requested.remove(download.item) != nil { try sync.store.setDownloadRequested(false, container: sync.container, item: download.item) }
+            if sync.requested.remove(download.item) != nil { try sync.store.setDownloadRequested(false, container: sync.storeKey, item: download.item) }
         }
 
         var emptied: [String] = []

@@ -31,6 +31,10 @@ package struct SyncClient: Sendable {
     /// Where each request is said at trace level (method, path, status, milliseconds, bytes).
     package var logger: Logger?
 
+    /// The share this client reaches the server's items through (nil: the containers its
+    /// requests name): see ``through(_:)``.
+    package private(set) var share: ShareScope?
+
     /// A client of `server`, signed in with `token` if given.
     package init(server: URL, token: String? = nil, http: HTTPClient = SyncClient.defaultHTTPClient) {
         self.server = server
@@ -55,14 +59,17 @@ package struct SyncClient: Sendable {
     /// tokens instead, ``ItemState/digest``); `inline`: with the bytes of flat files of at most
     /// that many bytes made by other devices (``ItemState/contents``).
     package func changes(container: String, since: Int64, brief: Bool = false, inline: Int = 0) async throws -> ChangesResponse {
-        try await json(.GET, "v1/containers/\(container)/changes?since=\(since)" + (brief ? "&brief=true" : "") + (inline > 0 ? "&inline=\(inline)" : ""))
+        var page: ChangesResponse = try await json(.GET, itemsPath(container) + "/changes?since=\(since)" + (brief ? "&brief=true" : "") + (inline > 0 ? "&inline=\(inline)" : ""))
+        if let share { page.items = page.items.map(share.seen) }
+        return page
     }
 
     /// An item's present state with its manifest — or, given a revision the device has
     /// (`since`), for a file, its chunk list as a difference from that revision's
     /// (``ItemState/manifestDelta``) when the server can make one.
     package func item(container: String, id: String, since: String? = nil) async throws -> ItemState {
-        try await json(.GET, "v1/containers/\(container)/items/\(id)" + (since.map { "?since=\($0)" } ?? ""))
+        let state: ItemState = try await json(.GET, itemsPath(container) + "/items/\(id)" + (since.map { "?since=\($0)" } ?? ""))
+        return share?.seen(state) ?? state
     }
 
     /// Commits a change of an item, whose chunks were uploaded first (the server refuses, 409
@@ -80,8 +87,13 @@ package struct SyncClient: Sendable {
     /// the word answers in full).
     package func commit(container: String, batch: [ItemCommit], brief: Bool = false, terse: Bool = false) async throws -> [CommitResult] {
         let query = [brief ? "brief=true" : nil, terse ? "terse=true" : nil].compactMap { $0 }.joined(separator: "&")
-        let answer: CommitBatchResponse = try await json(.POST, "v1/containers/\(container)/commits" + (query.isEmpty ? "" : "?" + query),
+        var answer: CommitBatchResponse = try await json(.POST, itemsPath(container) + "/commits" + (query.isEmpty ? "" : "?" + query),
                                                          body: CommitBatchRequest(commits: batch))
+        if let share {
+            for index in answer.results.indices {
+                if let item = answer.results[index].commit?.item { answer.results[index].commit?.item = share.seen(item) }
+            }
+        }
         guard answer.results.count == batch.count else {
             throw SyncClientError(status: 200, code: "badAnswer", message: "the server answered \(answer.results.count) results for \(batch.count) commits")
         }
@@ -91,31 +103,33 @@ package struct SyncClient: Sendable {
     /// Several items' present states with their manifests (at most
     /// ``ItemsFetchRequest/maximumCount``); unknown ids are left out.
     package func items(container: String, ids: [String]) async throws -> [ItemState] {
-        let answer: ItemsResponse = try await json(.POST, "v1/containers/\(container)/fetch", body: ItemsFetchRequest(ids: ids))
-        return answer.items
+        let answer: ItemsResponse = try await json(.POST, itemsPath(container) + "/fetch", body: ItemsFetchRequest(ids: ids))
+        return share.map { answer.items.map($0.seen) } ?? answer.items
     }
 
     /// An item's earlier revisions the server keeps, newest first.
     package func revisions(container: String, item: String) async throws -> [ItemRevision] {
-        let answer: ItemRevisionsResponse = try await json(.GET, "v1/containers/\(container)/items/\(item)/revisions")
+        let answer: ItemRevisionsResponse = try await json(.GET, itemsPath(container) + "/items/\(item)/revisions")
         return answer.revisions
     }
 
     /// One revision of an item with its manifest, to download it.
     package func revision(container: String, item: String, revision: String) async throws -> RevisionContentsResponse {
-        try await json(.GET, "v1/containers/\(container)/items/\(item)/revisions/\(revision)")
+        try await json(.GET, itemsPath(container) + "/items/\(item)/revisions/\(revision)")
     }
 
     /// Publishes an item's current revision: a link anyone can download it from — under
     /// Advanced, with the manifest this device sealed for the link's page (`request`).
     package func publish(container: String, item: String, request: PublishRequest = PublishRequest()) async throws -> PublishedLink {
-        try await json(.POST, "v1/containers/\(container)/items/\(item)/links", body: request)
+        try refusedThroughShare("publishing a link")
+        return try await json(.POST, "v1/containers/\(container)/items/\(item)/links", body: request)
     }
 
     /// Which of `hashes` the server keeps as sealed patches, of which chunks (down to chunks
     /// kept whole).
     package func chunkBases(_ hashes: [String]) async throws -> [String: String] {
         var bases: [String: String] = [:]
+        if share != nil { return bases } // (sealed patches are not kept through a share)
         for start in stride(from: 0, to: hashes.count, by: 50_000) {
             let answer: ChunkBasesResponse = try await json(.POST, "v1/chunks/bases", body: ChunkBasesRequest(hashes: Array(hashes[start..<min(start + 50_000, hashes.count)])))
             bases.merge(answer.bases) { first, _ in first }
@@ -125,7 +139,8 @@ package struct SyncClient: Sendable {
 
     /// Keeps one revision of an item and removes conflict versions.
     package func resolve(container: String, item: String, keep: String, remove: [String]) async throws -> ItemState {
-        try await json(.POST, "v1/containers/\(container)/items/\(item)/resolve", body: ResolveRequest(keep: keep, remove: remove))
+        let state: ItemState = try await json(.POST, itemsPath(container) + "/items/\(item)/resolve", body: ResolveRequest(keep: keep, remove: remove))
+        return share?.seen(state) ?? state
     }
 
     /// Key-value store `store`'s keys changed after sequence `since` (0: all of them).
@@ -141,12 +156,13 @@ package struct SyncClient: Sendable {
 
     /// Which of `hashes` the server lacks.
     package func missingChunks(_ hashes: [String]) async throws -> [String] {
-        let answer: MissingChunksResponse = try await json(.POST, "v1/chunks/missing", body: MissingChunksRequest(hashes: hashes))
+        let answer: MissingChunksResponse = try await json(.POST, chunksPath + "/missing", body: MissingChunksRequest(hashes: hashes))
         return answer.missing
     }
 
     /// Uploads one chunk (the server checks it against its hash).
     package func upload(_ bytes: [UInt8], hash: String) async throws {
+        try refusedThroughShare("sending one chunk alone")
         _ = try await send(.PUT, "v1/chunks/\(hash)", raw: bytes, expecting: [.created], timeout: timeout * 4)
     }
 
@@ -154,7 +170,7 @@ package struct SyncClient: Sendable {
     /// ``ChunkBatch/maximumBytes`` of chunks, or one larger chunk); the server checks each
     /// against its hash and keeps all or none.
     package func upload(_ batch: ChunkBatch) async throws {
-        _ = try await send(.POST, "v1/chunks", raw: batch.encoded(), expecting: [.created], timeout: timeout * 4)
+        _ = try await send(.POST, chunksPath, raw: batch.encoded(), expecting: [.created], timeout: timeout * 4)
     }
 
     /// Uploads a ``ChunkBatch`` already written as a body (framing and bytes, as
@@ -162,7 +178,7 @@ package struct SyncClient: Sendable {
     /// `sealed`: the chunks are sealed (an account whose devices hold its keys; the server
     /// keeps them as they come, with a SHA-256 of each to find damage by).
     package func upload(batchBody: ByteBuffer, sealed: Bool = false) async throws {
-        _ = try await send(.POST, sealed ? "v1/chunks?sealed=1" : "v1/chunks", payload: batchBody, expecting: [.created], timeout: timeout * 4)
+        _ = try await send(.POST, sealed ? chunksPath + "?sealed=1" : chunksPath, payload: batchBody, expecting: [.created], timeout: timeout * 4)
     }
 
     /// Downloads chunks, in the order asked, each checked against its hash: the server answers
@@ -196,7 +212,7 @@ package struct SyncClient: Sendable {
         while received < hashes.count {
             let asked = Array(hashes[received..<min(hashes.count, received + ChunkBatch.maximumCount)])
             var basesHeader: String?
-            let answer = try await send(.POST, "v1/chunks/fetch",
+            let answer = try await send(.POST, chunksPath + "/fetch",
                                         payload: ByteBuffer(bytes: try JSONEncoder().encode(ChunkFetchRequest(hashes: asked, patches: codec.opensSealed ? true : nil))),
                                         expecting: [.ok], timeout: timeout * 4, json: true, accumulation: spare.take(),
                                         headers: { basesHeader = $0.first(name: ChunkFetchRequest.basesHeader) })
@@ -286,6 +302,7 @@ package struct SyncClient: Sendable {
     /// base (``ChunkCodec/sealPatch(_:making:from:)``), which the server keeps in its place.
     /// - Throws: ``SyncClientError``: 404 for a base the server lacks, 409 `patchTooDeep`.
     package func upload(sealedPatches: [(hash: String, base: String, body: Data)]) async throws {
+        try refusedThroughShare("sending sealed patches")
         let batch = ChunkPatchBatch(sealedPatches.map { ChunkPatch(hash: $0.hash, base: $0.base, prefix: 0, suffix: 0, middle: [UInt8]($0.body)) })
         _ = try await send(.POST, "v1/chunks/patches?sealed=1", raw: batch.encoded(), expecting: [.created], timeout: timeout * 4)
     }
@@ -293,6 +310,7 @@ package struct SyncClient: Sendable {
     /// The block signatures of chunks the server has, in the order asked (asking again while
     /// the server answers fewer than asked).
     package func signatures(of hashes: [String]) async throws -> [ChunkSignature] {
+        try refusedThroughShare("asking for chunks' signatures")
         var signatures: [ChunkSignature] = []
         while signatures.count < hashes.count {
             let asked = Array(hashes[signatures.count..<min(hashes.count, signatures.count + ChunkSignaturesRequest.maximumCount)])
@@ -308,12 +326,14 @@ package struct SyncClient: Sendable {
     /// Uploads chunks as patches of chunks the server has (``ChunkPatchBatch``); the server
     /// makes each, checks it against its hash, and keeps all or none.
     package func upload(_ patches: ChunkPatchBatch) async throws {
+        try refusedThroughShare("sending patches")
         _ = try await send(.POST, "v1/chunks/patches", raw: patches.encoded(), expecting: [.created], timeout: timeout * 4)
     }
 
     /// Downloads chunks as patches of chunks this side has, in the order asked (asking again for
     /// the rest). Unchecked: apply each with ``ChunkPatch/made(from:)``, which checks the result.
     package func downloadPatches(_ wanted: [ChunkPatchRequest.Wanted]) async throws -> [ChunkPatch] {
+        try refusedThroughShare("asking for patches")
         var patches: [ChunkPatch] = []
         while patches.count < wanted.count {
             let asked = Array(wanted[patches.count..<min(wanted.count, patches.count + ChunkBatch.maximumCount)])
@@ -336,8 +356,34 @@ package struct SyncClient: Sendable {
 
     /// Downloads one chunk.
     package func download(_ hash: String) async throws -> [UInt8] {
+        try refusedThroughShare("fetching one chunk alone")
         let body = try await send(.GET, "v1/chunks/\(hash)", raw: nil, expecting: [.ok], timeout: timeout * 4)
         return Array(buffer: body)
+    }
+
+    /// This client reaching the server's items of one share, `scope`, instead of its containers'
+    /// (`/v1/shares/ID/…`, docs/Sharing.md): the same requests, answered for what is inside the
+    /// share; the share's top item shown under the name ``ShareScope/name`` this device gives it.
+    /// What a share does not carry (links, patches, signed commits) is refused here, unsent.
+    package func through(_ scope: ShareScope) -> SyncClient {
+        var client = self
+        client.share = scope
+        return client
+    }
+
+    /// Where a container's items are reached: through the share, if this client is for one.
+    private func itemsPath(_ container: String) -> String {
+        share.map { "v1/shares/\($0.id)" } ?? "v1/containers/\(container)"
+    }
+
+    /// Where chunks are sent and fetched: through the share, if this client is for one.
+    private var chunksPath: String {
+        share.map { "v1/shares/\($0.id)/chunks" } ?? "v1/chunks"
+    }
+
+    /// Refuses, unsent, what a share does not carry (the callers fall back: whole chunks).
+    private func refusedThroughShare(_ what: String) throws {
+        if share != nil { throw SyncClientError(status: 400, code: "notThroughShare", message: "\(what) is not done through a share") }
     }
 
     /// The process's HTTP client: a server that refuses connections is reported after 5 s of
@@ -516,6 +562,7 @@ extension SyncClient {
     /// Sends this device's signed commits of `container` (oldest first, at most
     /// ``SignedCommitsRequest/maximumCount``): where the server keeps each.
     package func sendSignedCommits(container: String, _ commits: [SignedCommitUpload]) async throws -> [Int64] {
+        try refusedThroughShare("sending signed commits")
         let answer: SignedCommitsResponse = try await json(.POST, "v1/containers/\(container)/signed-commits", body: SignedCommitsRequest(commits: commits))
         guard answer.positions.count == commits.count else {
             throw SyncClientError(status: 200, code: "badAnswer", message: "the server answered \(answer.positions.count) places for \(commits.count) commits")
@@ -525,6 +572,34 @@ extension SyncClient {
 
     /// The container's signed commits after place `position`, in the order they came.
     package func signedCommits(container: String, after position: Int64) async throws -> SignedCommitsPage {
-        try await json(.GET, "v1/containers/\(container)/signed-commits?after=\(position)")
+        try refusedThroughShare("reading signed commits")
+        return try await json(.GET, "v1/containers/\(container)/signed-commits?after=\(position)")
+    }
+}
+
+/// A share one of the account's devices keeps (docs/Sharing.md, "On a participant's devices"):
+/// its id, its top item, and the name this device shows that item by at the top of the
+/// container's `Documents` (the owner's name for it, or that with a suffix when it clashes).
+package struct ShareScope: Sendable, Hashable {
+    /// The share's id.
+    package var id: String
+    /// Its top item.
+    package var root: String
+    /// The name it is shown by here.
+    package var name: String
+
+    /// A scope.
+    package init(id: String, root: String, name: String) {
+        self.id = id
+        self.root = root
+        self.name = name
+    }
+
+    /// An item as this device shows it: the top item under ``name``.
+    package func seen(_ item: ItemState) -> ItemState {
+        guard item.id == root else { return item }
+        var shown = item
+        if !shown.deleted { shown.name = name }
+        return shown
     }
 }

@@ -167,13 +167,16 @@ public struct ContainerStatus: Codable, Sendable, Equatable {
     public var pending: [PendingItem]?
     /// How many items are not in step in all (``pending`` may show fewer).
     public var pendingCount: Int?
+    /// For a share another account shared with this one: the share's id and the name of its
+    /// folder at the top of the container's `Documents` (nil: the container's own items).
+    public var share: SharedFolderStatus?
 
     /// How many pending items a status lists at most.
     public static let pendingShown = 50
 
     /// Creates a status.
     public init(identifier: String, path: String, items: Int, queued: Int, idle: Bool, errors: [String: String], lastSync: Double?,
-                pending: [PendingItem]? = nil, pendingCount: Int? = nil) {
+                pending: [PendingItem]? = nil, pendingCount: Int? = nil, share: SharedFolderStatus? = nil) {
         self.identifier = identifier
         self.path = path
         self.items = items
@@ -183,6 +186,21 @@ public struct ContainerStatus: Codable, Sendable, Equatable {
         self.lastSync = lastSync
         self.pending = pending
         self.pendingCount = pendingCount
+        self.share = share
+    }
+}
+
+/// A share kept in step on this device, as ``ContainerStatus/share`` names it.
+public struct SharedFolderStatus: Codable, Sendable, Equatable {
+    /// The share's id.
+    public var id: String
+    /// Its folder's (or file's) name at the top of the container's `Documents`.
+    public var name: String
+
+    /// Creates a value.
+    public init(id: String, name: String) {
+        self.id = id
+        self.name = name
     }
 }
 

@@ -365,7 +365,9 @@ public struct ErrorResponse: Codable, Sendable {
 /// `{"type":"changed","container":…,"sequence":…}` whenever a container moves on. Devices then
 /// ask for the changes since their cursor.
 public struct PushEvent: Codable, Sendable, Equatable {
-    /// `connected`, `changed` (a container) or `keyValueChanged` (a key-value store).
+    /// `connected`, `changed` (a container), `keyValueChanged` (a key-value store),
+    /// `shareChanged` (a share the device's account owns or joined: ``container`` is the
+    /// share's id) or `sharesChanged` (the account's shares or invitations changed).
     public var type: String
     /// The container (or key-value store) that changed.
     public var container: String?

@@ -456,11 +456,12 @@ package struct EmbeddedServer: Sendable {
     package let url: URL
     let serving: Task<Void, any Error>
 
-    /// Creates the account in `dataDirectory` and starts serving.
+    /// Creates the account (and the `others`, with the same password) in `dataDirectory` and
+    /// starts serving.
     /// - Throws: storage errors; an error if the server stopped before it listened.
-    package static func start(dataDirectory: String, account: String, password: String, logger: Logger) async throws -> EmbeddedServer {
+    package static func start(dataDirectory: String, account: String, others: [String] = [], password: String, logger: Logger) async throws -> EmbeddedServer {
         let admin = try await ServerAdministration(dataDirectory: dataDirectory, bcryptCost: 4)
-        _ = try await admin.createAccount(name: account, password: password)
+        for name in [account] + others { _ = try await admin.createAccount(name: name, password: password) }
         await admin.close()
         let server = try await SyncServer(configuration: .init(dataDirectory: dataDirectory, host: "127.0.0.1", port: 0, bcryptCost: 4), logger: logger)
         let (ports, announce) = AsyncStream.makeStream(of: Int.self)

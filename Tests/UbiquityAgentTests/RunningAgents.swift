@@ -20,17 +20,20 @@ struct RunningAgents {
     ///   - greedy: Whether the agents keep every file (and ask for small files' bytes inline).
     ///   - agentLogger: The agents' logger (default: only critical messages, nowhere).
     ///   - sealedContents: Whether the agents seal the containers' chunks (``AgentConfiguration/sealedContents``).
+    ///   - rescanSeconds: How often the agents look at every file (and read their shares).
+    ///   - accounts: Each device's account, by device name (default: ada; every account named is made).
     static func start(_ names: [String], containers: [String], in dir: String, greedy: Bool = false, sealedContents: Bool = false,
-                      agentLogger: Logger? = nil) async throws -> RunningAgents {
+                      agentLogger: Logger? = nil, accounts: [String: String] = [:], rescanSeconds: Double = 60) async throws -> RunningAgents {
         var logger = Logger(label: "test")
         logger.logLevel = .critical
-        let server = try await EmbeddedServer.start(dataDirectory: dir + "/server", account: "ada", password: "correct horse", logger: logger)
+        let others = Set(accounts.values).subtracting(["ada"]).sorted()
+        let server = try await EmbeddedServer.start(dataDirectory: dir + "/server", account: "ada", others: others, password: "correct horse", logger: logger)
         var paths: [UbiquityPaths] = [], agents: [Task<Void, any Error>] = []
         for name in names {
             let root = URL(fileURLWithPath: dir).appendingPathComponent(name)
             let home = UbiquityPaths(configuration: root.appendingPathComponent("config"), data: root.appendingPathComponent("data"), runtime: root.appendingPathComponent("run"))
-            try await SyncClient(server: server.url).signIn(account: "ada", password: "correct horse", deviceName: name, savingTo: home)
-            let agent = Agent(paths: home, configuration: AgentConfiguration(containers: containers, greedy: greedy, rescanSeconds: 60, sealedContents: sealedContents), logger: agentLogger ?? logger)
+            try await SyncClient(server: server.url).signIn(account: accounts[name] ?? "ada", password: "correct horse", deviceName: name, savingTo: home)
+            let agent = Agent(paths: home, configuration: AgentConfiguration(containers: containers, greedy: greedy, rescanSeconds: rescanSeconds, sealedContents: sealedContents), logger: agentLogger ?? logger)
             agents.append(Task { try await agent.run() })
             paths.append(home)
         }

@@ -198,11 +198,17 @@ import UbiquityProtocol
             #expect(try await commit("beside", file("Beside.txt", in: nil), as: bob).error?.code == "outsideShare")
             let other = try await client.send(.get, "/v1/containers/\(notes)/items/other", token: ada).decode(ItemState.self)
             #expect(try await commit("other", file("Taken.txt", in: "trip", base: other.revision), as: bob).error?.code == "notFound")
-            // The top item keeps its name and its place; shown, and sent, at the top.
+            // The top item keeps its owner's name and place (a participant's device names it as
+            // it must at the top of its Documents; that name is not sent on), and is not deleted
+            // through the share; shown, and sent, at the top.
             let trip = try await client.send(.get, "/v1/shares/\(share.id)/items/trip", token: bob).decode(ItemState.self)
             let folder = { (name: String) in ItemUpdate(baseRevision: trip.revision, name: name, kind: .directory, modificationDate: 1_800_000_600, manifest: Manifest()) }
-            #expect(try await commit("trip", folder("Renamed"), as: bob).error?.code == "outsideShare")
-            #expect(try await commit("trip", folder("Trip"), as: bob).commit?.item.parent == nil)
+            var deletion = folder("Trip")
+            deletion.deleted = true
+            #expect(try await commit("trip", deletion, as: bob).error?.code == "outsideShare")
+            let top = try #require(try await commit("trip", folder("Trip (from ada)"), as: bob).commit?.item)
+            #expect(top.parent == nil && top.name == "Trip")
+            #expect(try await client.send(.get, "/v1/containers/\(notes)/items/trip", token: ada).decode(ItemState.self).name == "Trip")
             #expect(try await client.send(.get, "/v1/containers/\(notes)/items/other", token: ada).decode(ItemState.self).name == "Other.txt")
             #expect(try await client.send(.get, "/v1/containers/\(notes)/items/beside", token: ada).status == .notFound)
             // Read-only: refused whole, nothing changed.

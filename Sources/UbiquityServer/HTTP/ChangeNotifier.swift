@@ -165,6 +165,19 @@ final class ChangeNotifier: Sendable {
         for target in targets { target.mailbox.post(delivery) }
     }
 
+    /// Tells the connected devices of `accounts` that may use `container` (but `origin`) that
+    /// share `share` moved on to `sequence` (`{"type":"shareChanged","container":SHARE,…}`: they
+    /// read its changes), or, with no share, that their shares changed (`{"type":"sharesChanged"}`:
+    /// they read their list of shares again).
+    func publishShare(share: String?, sequence: Int64?, accounts: [Int64], container: String, except origin: String?) {
+        let event = PushEvent(type: share == nil ? "sharesChanged" : "shareChanged", container: share, sequence: sequence)
+        let delivery = PushMailbox.Delivery(event: event, text: PushMailbox.message(event))
+        let targets = subscribers.withLock { subscribers in
+            Set(accounts).flatMap { (subscribers[$0] ?? [:]).values.filter { $0.device.allows(container) && $0.device.deviceId != origin } }
+        }
+        for target in targets { target.mailbox.post(delivery) }
+    }
+
     func publishKeyRequest(account: Int64, except origin: String? = nil) {
         publishKeyEvent("keyRequest", account: account, except: origin)
     }

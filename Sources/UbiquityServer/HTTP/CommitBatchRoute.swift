@@ -77,6 +77,7 @@ extension SyncServices {
             metrics.count(.commits, by: fresh.count)
             notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId,
                              page: Self.pushedPage(fresh, inlineBytes: inlineBytes))
+            await publishToParticipants(of: device.accountId, container: container, changed: fresh.map(\.item), except: device.deviceId, logger: context.logger)
         }
         return CommitBatchResponse(results: results.map { $0! })
     }

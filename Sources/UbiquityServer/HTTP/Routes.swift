@@ -198,6 +198,7 @@ extension SyncServices {
             if !outcome.repeated { // a change sent again changed nothing: nothing to count or push
                 metrics.count(.commits)
                 notifier.publish(account: device.accountId, container: container, sequence: outcome.item.sequence, except: device.deviceId)
+                await publishToParticipants(of: device.accountId, container: container, changed: [outcome.item], except: device.deviceId, logger: context.logger)
             }
             return Self.answer(outcome, brief: Self.brief(request))
         }
@@ -225,6 +226,7 @@ extension SyncServices {
             for removed in resolution.remove { try Validate.identifier(removed, field: "remove") }
             let state = try await database.resolve(accountId: device.accountId, container: container, itemId: item, request: resolution)
             notifier.publish(account: device.accountId, container: container, sequence: state.sequence)
+            await publishToParticipants(of: device.accountId, container: container, changed: [state], except: nil, logger: context.logger)
             return state
         }
 

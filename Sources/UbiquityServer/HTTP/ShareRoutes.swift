@@ -21,6 +21,7 @@ extension SyncServices {
 
     func addShareRoutes(to v1: RouterGroup<SyncContext>) {
         let shares = v1.group("shares")
+        addShareItemRoutes(to: shares)
         // Share an item: the share made, or the one it is the root of already.
         shares.post { request, context -> ShareInfo in
             let asked = try await request.decode(as: ShareCreateRequest.self, context: context)
@@ -79,6 +80,7 @@ extension SyncServices {
                                 "at most \(invitationLimits.perHour) invitations an hour and \(invitationLimits.pending) waiting for an answer")
             }
             context.logger.info("invited to a share", metadata: ["share": "\(share.id)", "invitation": "\(invited.id)"])
+            publishSharesChanged(accounts: [invited.accountId, device.accountId], container: share.container)
             return EditedResponse(status: .created, response: ShareInvitationResponse(id: invited.id, expires: invited.expires))
         }
         // The owner changes a participant's role, or removes them.
@@ -87,28 +89,34 @@ extension SyncServices {
             let participant = try context.parameters.require("participant")
             try Validate.identifier(participant, field: "participant")
             let asked = try await request.decode(as: ShareRoleRequest.self, context: context)
+            let whom = try await database.participants(shareId: share.id).first { $0.id == participant }?.accountId
             guard try await database.updateParticipant(ParticipantMatch(id: participant, share: share.id, owner: device.accountId), from: [.invited, .accepted],
                                                        to: nil, role: asked.role, now: Date().timeIntervalSince1970) else {
                 throw SyncError(.notFound, "notFound", "no such participant")
             }
+            publishSharesChanged(accounts: [whom, device.accountId], container: share.container)
             return .noContent
         }
         shares.delete(":share/participants/:participant") { _, context -> HTTPResponse.Status in
             let (device, share) = try await ownersShare(context)
             let participant = try context.parameters.require("participant")
             try Validate.identifier(participant, field: "participant")
+            let whom = try await database.participants(shareId: share.id).first { $0.id == participant }?.accountId
             guard try await database.updateParticipant(ParticipantMatch(id: participant, share: share.id, owner: device.accountId), from: [.invited, .accepted],
                                                        to: .removed, role: nil, now: Date().timeIntervalSince1970) else {
                 throw SyncError(.notFound, "notFound", "no such participant")
             }
             context.logger.info("removed from a share", metadata: ["share": "\(share.id)", "invitation": "\(participant)"])
+            publishSharesChanged(accounts: [whom, device.accountId], container: share.container)
             return .noContent
         }
         // Stop sharing: every participant's access ends.
         shares.delete(":share") { _, context -> HTTPResponse.Status in
             let (device, share) = try await ownersShare(context)
+            let everyone = try await database.participants(shareId: share.id).map(\.accountId)
             guard try await database.stopShare(accountId: device.accountId, id: share.id) else { throw Self.noSuchShare }
             context.logger.info("stopped sharing", metadata: ["share": "\(share.id)"])
+            publishSharesChanged(accounts: everyone + [device.accountId], container: share.container)
             return .noContent
         }
         // A participant's answers: accept, decline; and leaving once accepted.
@@ -124,6 +132,7 @@ extension SyncServices {
                     throw SyncError(.notFound, "notFound", "no such invitation (or it expired)")
                 }
                 context.logger.info(to == .accepted ? "accepted a share" : "declined a share", metadata: ["share": "\(share.id)"])
+                publishSharesChanged(accounts: [share.accountId, device.accountId], container: share.container)
                 return .noContent
             }
         }
@@ -206,6 +215,9 @@ extension SyncServices {
                 throw Self.noSuchShare
             }
             context.logger.info("left a share", metadata: ["share": "\(id)"])
+            if let share = try await database.share(id: id) {
+                publishSharesChanged(accounts: [share.accountId, device.accountId], container: share.container)
+            }
             return .noContent
         }
     }
@@ -233,7 +245,7 @@ extension SyncServices {
     /// The share the route names, if the caller's account owns it or accepted it (and this
     /// device may use its container), with the caller's role (nil: its owner); 404 otherwise,
     /// as for a share that does not exist.
-    private func reachableShare(_ context: SyncContext) async throws -> (share: StoredShare, role: ShareRole?) {
+    func reachableShare(_ context: SyncContext) async throws -> (share: StoredShare, role: ShareRole?) {
         let device = try context.requireDevice()
         let id = try context.parameters.require("share")
         try Validate.identifier(id, field: "share")
@@ -252,8 +264,11 @@ extension SyncServices {
         var commit = commit
         let current = try await database.item(accountId: share.accountId, container: share.container, id: commit.item, brief: true)
         if commit.item == share.item {
-            guard let current, commit.update.parent == nil, commit.update.deleted != true, commit.update.name == current.name else { throw outside }
+            // The top item's name and place are the owner's: a participant's device shows it under
+            // a name of its own (a clash at the top of its Documents), which is not sent on.
+            guard let current, commit.update.parent == nil, commit.update.deleted != true else { throw outside }
             commit.update.parent = current.parent
+            commit.update.name = current.name
             return commit
         }
         if current != nil {
@@ -266,7 +281,7 @@ extension SyncServices {
     /// The share the route names, and the caller's device acting in its owner's account (its
     /// own id and name kept: the revisions it makes are named with it), limited to the share's
     /// container. `writing`: only for the owner and read-write participants (403 `readOnly`).
-    private func acting(_ context: SyncContext, writing: Bool) async throws -> (StoredShare, DeviceAuth) {
+    func acting(_ context: SyncContext, writing: Bool) async throws -> (StoredShare, DeviceAuth) {
         let (share, role) = try await reachableShare(context)
         let device = try context.requireDevice()
         if writing, let role {

@@ -1,0 +1,182 @@
+import Foundation
+import Logging
+import UbiquityClient
+import UbiquityProtocol
+import UbiquitySync
+
+// The shares an account joined, kept in step on its devices (docs/Sharing.md, "On a
+// participant's devices"): each by an engine of its own (a ``ContainerSync`` through the share's
+// routes, keeping only the share's folder at the top of the container's `Documents`), while the
+// container's own engine passes over that folder.
+extension AccountSession {
+    /// The key of the engine of share `id` of `container` (in ``containers``).
+    static func shareEngineKey(_ container: String, _ id: String) -> String { "\(container)#\(id)" }
+
+    /// The path of a share's folder (or file) relative to the container's folder.
+    static func sharePath(_ scope: ShareScope) -> String { ContainerLayout.documentsFolder + "/" + scope.name }
+
+    /// Which engine keeps `path` (relative to `container`'s folder): a share's, when it is its
+    /// folder, in it, or its placeholder; else the container's own.
+    func engineKey(_ container: String, at path: String) -> String {
+        for scope in shareScopes[container] ?? [] {
+            let top = Self.sharePath(scope)
+            if path == top || path.hasPrefix(top + "/") || path == LocalContents.placeholderPath(for: top) {
+                return Self.shareEngineKey(container, scope.id)
+            }
+        }
+        return container
+    }
+
+    /// Opens the engines of the shares kept here when the agent last ran (before any round: the
+    /// container's own engine must pass over their folders from its first look).
+    func openKeptShares() async {
+        do {
+            for (container, scopes) in try store.keptShares() where containers[container] != nil {
+                for scope in scopes { try await open(scope, of: container) }
+            }
+        } catch {
+            logger.error("cannot open the shares kept here", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Reads the account's shares and keeps in step here those it joined (of the containers
+    /// this device keeps); those it no longer has leave this device. At start, on a push
+    /// (`sharesChanged`) and on the slow timer; one at a time (asked meanwhile: once more after).
+    func followShares() async {
+        if followingShares {
+            followSharesAgain = true
+            return
+        }
+        followingShares = true
+        defer { followingShares = false }
+        repeat {
+            followSharesAgain = false
+            let answer: SharesResponse
+            do {
+                answer = try await client.shares()
+            } catch {
+                logger.warning("cannot read the account's shares", metadata: ["error": "\(error)"])
+                return
+            }
+            let joined = Dictionary(answer.joined.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
+            for (container, scopes) in shareScopes {
+                for scope in scopes where joined[scope.id]?.container != container { await close(scope, of: container) }
+            }
+            for info in answer.joined.sorted(by: { $0.id < $1.id }) where containers[info.container] != nil {
+                guard !(shareScopes[info.container] ?? []).contains(where: { $0.id == info.id }) else { continue }
+                do {
+                    guard Self.isIdentifier(info.id), Self.isIdentifier(info.item) else {
+                        throw ContainerSyncError("the server named a share or its item with something that is not an id", code: .failed)
+                    }
+                    let scope = ShareScope(id: info.id, root: info.item, name: shareName(info))
+                    try await open(scope, of: info.container)
+                    logger.info("keeping a share in step", metadata: ["container": "\(info.container)", "share": "\(info.id)"])
+                } catch {
+                    logger.error("cannot keep a share in step", metadata: ["container": "\(info.container)", "share": "\(info.id)", "error": "\(error)"])
+                }
+            }
+        } while followSharesAgain
+    }
+
+    /// The name a share's folder gets at the top of its container's `Documents`: its owner's
+    /// name for it — or, when that is not a plain file name or is taken here (by a file of this
+    /// account's own, or another share's), with " (from OWNER)" before its extension, then a
+    /// number. A sealed share's root has no name the server can tell: "Shared by OWNER".
+    func shareName(_ info: ShareInfo) -> String {
+        let documents = ((try? container(info.container))?.documents) // (the container is kept here: checked by the caller)
+        let owner = Self.plainName(info.owner) ?? "someone"
+        let base = info.name.flatMap(Self.plainName) ?? "Shared by \(owner)"
+        let taken = Set(shareScopes[info.container]?.map(\.name) ?? [])
+        func free(_ name: String) -> Bool {
+            guard !taken.contains(name), let documents else { return !taken.contains(name) }
+            let path = documents.appendingPathComponent(name).path
+            let placeholder = documents.appendingPathComponent(UbiquityPlaceholder.fileName(for: name)).path
+            return !FileManager.default.fileExists(atPath: path) && !FileManager.default.fileExists(atPath: placeholder)
+        }
+        if free(base) { return base }
+        let stem = (base as NSString).deletingPathExtension, ext = (base as NSString).pathExtension
+        let dotted = ext.isEmpty || stem.isEmpty ? "" : "." + ext
+        let (front, back) = dotted.isEmpty ? (base, "") : (stem, dotted)
+        for number in 1...999 {
+            let name = front + " (from \(owner))" + (number == 1 ? "" : " \(number)") + back
+            if free(name) { return name }
+        }
+        return base + " " + info.id.prefix(8)
+    }
+
+    /// Whether the server's id for a share or an item is one (it goes into request paths and
+    /// the store's keys): 1 to 128 letters, digits, `-`, `_` and `.` (as the server takes ids),
+    /// not only dots.
+    static func isIdentifier(_ id: String) -> Bool {
+        (1...128).contains(id.utf8.count) && !id.utf8.allSatisfy { $0 == 0x2E }
+            && id.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x41...0x5A).contains($0) || (0x61...0x7A).contains($0) || $0 == 0x2D || $0 == 0x5F || $0 == 0x2E }
+    }
+
+    /// `name` if it can name a file at the top of `Documents` that syncs (no slash, not hidden,
+    /// not `.`/`..`, not a name that stays local, at most 255 bytes); nil otherwise.
+    static func plainName(_ name: String) -> String? {
+        guard !name.isEmpty, name.utf8.count <= 255, !name.contains("/"), !name.contains("\0"), !name.hasPrefix("."),
+              !LocalScanner.isExcluded(name) else { return nil }
+        return name
+    }
+
+    /// Starts keeping `scope` of `container` in step: the container's own engine passes over
+    /// its folder first, then the share's engine opens.
+    func open(_ scope: ShareScope, of container: String) async throws {
+        let own = try self.container(container)
+        var scopes = shareScopes[container] ?? []
+        scopes.removeAll { $0.id == scope.id }
+        scopes.append(scope)
+        shareScopes[container] = scopes
+        await own.passOver(Set(scopes.map(Self.sharePath)))
+        let key = Self.shareEngineKey(container, scope.id)
+        guard containers[key] == nil else { return }
+        let sync = try ContainerSync(container: container, root: own.root, client: client.through(scope), store: store,
+                                     device: credentials.deviceId, greedy: configuration.greedy,
+                                     packageExtensions: configuration.allPackageExtensions, logger: logger,
+                                     onStatusChange: { [statusChanged] in statusChanged.yield() }, share: scope)
+        try store.keep(scope, of: container)
+        containers[key] = sync
+        if connected { await sync.notePushes(live: true) }
+        trigger(key)
+    }
+
+    /// Stops keeping `scope` of `container` in step (access ended: removed, stopped, left). Its
+    /// folder leaves this device — unless it holds changes the server did not take, when it is
+    /// kept beside, renamed, as this account's own (nothing the person typed is lost).
+    func close(_ scope: ShareScope, of container: String) async {
+        let key = Self.shareEngineKey(container, scope.id)
+        shareScopes[container]?.removeAll { $0.id == scope.id }
+        guard let sync = containers.removeValue(forKey: key) else { return }
+        let path = Self.sharePath(scope), root = sync.root
+        let unsent = await !sync.isIdle
+        let fileManager = FileManager.default
+        let folder = root.appendingPathComponent(path), placeholder = root.appendingPathComponent(LocalContents.placeholderPath(for: path))
+        do {
+            if unsent, fileManager.fileExists(atPath: folder.path) {
+                var kept = shareNameAside(scope.name, in: sync.documents)
+                if kept.isEmpty { kept = scope.name + " " + scope.id.prefix(8) }
+                try fileManager.moveItem(at: folder, to: sync.documents.appendingPathComponent(kept))
+                logger.notice("a share's access ended with changes not sent: kept as this account's own", metadata: ["container": "\(container)", "share": "\(scope.id)"])
+            } else if fileManager.fileExists(atPath: folder.path) {
+                try fileManager.removeItem(at: folder)
+            }
+            if fileManager.fileExists(atPath: placeholder.path) { try fileManager.removeItem(at: placeholder) }
+            try store.forgetShare(scope.id, key: key)
+        } catch {
+            logger.error("cannot remove a share's folder", metadata: ["container": "\(container)", "share": "\(scope.id)", "error": "\(error)"])
+        }
+        await containers[container]?.passOver(Set((shareScopes[container] ?? []).map(Self.sharePath)))
+        trigger(container)
+        logger.info("a share left this device", metadata: ["container": "\(container)", "share": "\(scope.id)"])
+    }
+
+    /// A free name beside a share's folder for what it held that the server did not take.
+    private func shareNameAside(_ name: String, in documents: URL) -> String {
+        for number in 1...999 {
+            let candidate = name + " (not shared)" + (number == 1 ? "" : " \(number)")
+            if !FileManager.default.fileExists(atPath: documents.appendingPathComponent(candidate).path) { return candidate }
+        }
+        return ""
+    }
+}

@@ -1,0 +1,53 @@
+import Foundation
+import NIOCore
+import NIOHTTP1
+import UbiquityProtocol
+
+// Sharing with other accounts (docs/Sharing.md): the requests of `ubiquity share`, `ubiquity
+// shares` and the agent.
+extension SyncClient {
+    /// The account's shares, those it joined and its invitations (of the containers this device may use).
+    package func shares() async throws -> SharesResponse {
+        try await json(.GET, "v1/shares")
+    }
+
+    /// Shares `item` of `container` (or answers the share it is the root of already).
+    package func makeShare(container: String, item: String) async throws -> ShareInfo {
+        try await json(.POST, "v1/shares", body: ShareCreateRequest(container: container, item: item))
+    }
+
+    /// Invites the account named `name` to `share` (answered alike whether or not one has the name).
+    package func invite(_ name: String, to share: String, role: ShareRole) async throws -> ShareInvitationResponse {
+        let body = try await send(.POST, "v1/shares/\(share)/participants", body: try JSONEncoder().encode(ShareInviteRequest(name: name, role: role)), expecting: [.created])
+        do {
+            return try JSONDecoder().decode(ShareInvitationResponse.self, from: Data(body.readableBytesView))
+        } catch {
+            throw SyncClientError(status: 201, code: "badAnswer", message: "the server's answer to an invitation is not what the protocol says: \(error)")
+        }
+    }
+
+    /// Changes a participant's role (the owner's).
+    package func setRole(_ role: ShareRole, of participant: String, in share: String) async throws {
+        _ = try await send(.PATCH, "v1/shares/\(share)/participants/\(participant)", body: try JSONEncoder().encode(ShareRoleRequest(role: role)), expecting: [.noContent])
+    }
+
+    /// Removes a participant from a share (the owner's).
+    package func remove(_ participant: String, from share: String) async throws {
+        _ = try await send(.DELETE, "v1/shares/\(share)/participants/\(participant)", body: nil, expecting: [.noContent])
+    }
+
+    /// Stops sharing (the owner's): every participant's access ends.
+    package func stopSharing(_ share: String) async throws {
+        _ = try await send(.DELETE, "v1/shares/\(share)", body: nil, expecting: [.noContent])
+    }
+
+    /// Accepts (or declines) an invitation.
+    package func answer(invitation: String, accept: Bool) async throws {
+        _ = try await send(.POST, "v1/shares/invitations/\(invitation)/\(accept ? "accept" : "decline")", body: nil, expecting: [.noContent])
+    }
+
+    /// Leaves a share joined.
+    package func leave(_ share: String) async throws {
+        _ = try await send(.POST, "v1/shares/\(share)/leave", body: nil, expecting: [.noContent])
+    }
+}
