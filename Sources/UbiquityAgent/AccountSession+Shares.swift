@@ -75,6 +75,10 @@ extension AccountSession {
                     logger.error("cannot keep a share in step", metadata: ["container": "\(info.container)", "share": "\(info.id)", "error": "\(error)"])
                 }
             }
+            // Each share's role as the server says it now (the owner may have changed it).
+            for info in answer.joined {
+                await containers[Self.shareEngineKey(info.container, info.id)]?.setReadOnly(info.role == .readOnly)
+            }
         } while followSharesAgain
     }
 

@@ -134,7 +134,8 @@ extension ContainerSync {
         return ContainerStatus(
             identifier: container, path: root.path, items: materialiser.shown.count,
             queued: state.persisted.sending.count + state.persisted.queued.count, idle: isIdle,
-            errors: Dictionary(errors.map { (name($0.key), $0.value) } + downloadErrors.map { (name($0.key), "download: " + $0.value) },
+            errors: Dictionary(errors.map { (name($0.key), $0.value) } + downloadErrors.map { (name($0.key), "download: " + $0.value) }
+                                + refusals.map { (LocalContents.name(of: $0.key), $0.value) },
                                uniquingKeysWith: { a, b in a + "; " + b }),
             lastSync: lastSync?.timeIntervalSince1970, pending: Array(pending.prefix(ContainerStatus.pendingShown)), pendingCount: pending.count,
             share: share.map { SharedFolderStatus(id: $0.id, name: $0.name) })

@@ -55,6 +55,13 @@ package actor ContainerSync {
     /// What this engine's records are kept under in the agent's store: the container, or the
     /// container and the share (`CONTAINER#SHARE`).
     package let storeKey: String
+    /// Whether the share this engine keeps is read-only for this account (see ``setReadOnly(_:)``).
+    package internal(set) var readOnly = false
+    /// Why changes made here were not sent, by path: a read-only share's (``keepRefused(_:)``),
+    /// shown by `ubiquity status` (not problems: the engine is idle with them).
+    package internal(set) var refusals: [String: String] = [:] {
+        didSet { statusVersion &+= 1 }
+    }
     /// What part of the folder this engine keeps: the container's own engine passes over the
     /// folders of the shares kept here; a share's engine keeps only its share's folder.
     package private(set) var border: SyncBorder
@@ -384,7 +391,11 @@ package actor ContainerSync {
         }
         try await finder.scanLocalChanges(in: self)
         marks.append(("scan", clock.now))
-        let sending = state.requests(fetch: false).compactMap { if case .commit(let change) = $0 { change } else { nil } }
+        var sending = state.requests(fetch: false).compactMap { if case .commit(let change) = $0 { change } else { nil } }
+        if readOnly, !sending.isEmpty {
+            try await keepRefused(sending) // (nothing of it may go: kept here, undone)
+            sending = []
+        }
         // Written ahead: a change goes on the wire only once it is recorded as sent. An agent
         // killed after the server made the commit, before the round's end, otherwise came back
         // with the change still queued — and a newer edit replaced it on a stale base, which the
@@ -451,6 +462,14 @@ package actor ContainerSync {
     func failed(commits changes: [LocalChange], _ error: SyncClientError) {
         guard !changes.isEmpty else { return }
         if error.code == "sealedOnly" { keysStale = true } // (sealed from the next round on)
+        if error.code == "readOnly", share != nil {
+            // The share became read-only for this account since it was last read: the changes
+            // are kept here and undone from the next round on.
+            readOnly = true
+            for change in changes { state.failed(.commit(change)) }
+            fetchDue = true
+            return
+        }
         for change in changes {
             state.failed(.commit(change))
             errors[change.item] = error.description

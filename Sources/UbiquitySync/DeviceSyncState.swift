@@ -311,6 +311,18 @@ package struct DeviceSyncState: Sendable {
         }
     }
 
+    /// Forgets every local change of `item` (sent, queued or not): the device shows the
+    /// server's state of it again. For a change nobody may make — a read-only share's — whose
+    /// bytes the caller kept elsewhere first.
+    package mutating func discardLocal(_ item: String) {
+        for change in [persisted.sending[item], persisted.queued[item]].compactMap({ $0 }) { inFlight.remove(change.changeId) }
+        persisted.sending[item] = nil
+        persisted.queued[item] = nil
+        persisted.local[item] = nil
+        touched.insert(item)
+        shownChanged.insert(item)
+    }
+
     /// The round that sent the requests on the wire ended with an error before their answers
     /// were taken in: none is in flight any more, and each is sent again next round (with its
     /// id: the server answers a change it already has as before). Without this, a change

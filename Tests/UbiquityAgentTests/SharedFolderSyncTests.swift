@@ -1,6 +1,8 @@
 import Foundation
 import Testing
+import UbiquityAgentProtocol
 import UbiquityClient
+import UbiquityCoordination
 import UbiquityProtocol
 import UbiquityTestSupport
 @testable import UbiquityAgent
@@ -103,5 +105,66 @@ import UbiquityTestSupport
         // Bob's own container never took the folder as his.
         try await Task.sleep(for: .seconds(2.5))
         #expect(try await bob.changes(container: notes, since: 0).items.filter { !$0.deleted }.map(\.name) == ["Mine.txt"])
+    }
+
+    /// A read-only participant's changes: the server would refuse them, so the agent keeps the
+    /// person's bytes (an edit as a conflict version of the file, a new file moved out to the
+    /// person's own Documents), puts the shared files back, and says why; once the owner makes
+    /// the share read-write, the participant's edits go through.
+    @Test(.timeLimit(.minutes(4))) func aReadOnlyParticipantsChangesAreKeptAndUndone() async throws {
+        let notes = notes
+        let dir = NSTemporaryDirectory() + "read-only-share-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let running = try await RunningAgents.start(["ada-laptop", "cy-laptop"], containers: [notes], in: dir, greedy: true, accounts: ["cy-laptop": "cy"])
+        defer { running.stop() }
+        let (devices, documents) = try await running.connectedDevices(containers: [notes])
+        let (adaLaptop, cyLaptop) = (documents[0], documents[1])
+        let ada = try Self.client(of: running.paths[0]), cy = try Self.client(of: running.paths[1])
+        try Self.write("dig, sow, water", to: adaLaptop.appendingPathComponent("Trip/plan.txt"))
+        try Self.write("tent", to: adaLaptop.appendingPathComponent("Trip/packing.txt"))
+        #expect(await arrives { (try? Data(contentsOf: adaLaptop.appendingPathComponent("Trip/packing.txt"))) != nil })
+        var trip: ItemState?
+        for _ in 0..<200 where trip == nil {
+            trip = try await ada.changes(container: notes, since: 0).items.first { $0.name == "Trip" && $0.parent == nil }
+            if trip == nil { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        let share = try await ada.makeShare(container: notes, item: try #require(trip).id)
+        let invitation = try await ada.invite("cy", to: share.id, role: .readOnly)
+        try await cy.answer(invitation: invitation.id, accept: true)
+        #expect(await arrives { Self.read(cyLaptop.appendingPathComponent("Trip/packing.txt")) == "tent" })
+
+        // Cy edits a file, makes one, and deletes one.
+        try Self.write("dig, sow, water — and my notes", to: cyLaptop.appendingPathComponent("Trip/plan.txt"))
+        try Self.write("my list", to: cyLaptop.appendingPathComponent("Trip/mine.txt"))
+        try FileManager.default.removeItem(at: cyLaptop.appendingPathComponent("Trip/packing.txt"))
+        // The shared files come back; the edit is a conflict version; the new file is Cy's own.
+        let plan = cyLaptop.appendingPathComponent("Trip/plan.txt")
+        #expect(await arrives {
+            Self.read(plan) == "dig, sow, water" && Self.read(cyLaptop.appendingPathComponent("Trip/packing.txt")) == "tent"
+                && Self.read(cyLaptop.appendingPathComponent("mine (not shared).txt")) == "my list"
+                && !FileManager.default.fileExists(atPath: cyLaptop.appendingPathComponent("Trip/mine.txt").path)
+        })
+        let kept = NSFileVersion.unresolvedConflictVersionsOfItem(at: plan) ?? []
+        #expect(kept.count == 1 && kept.first.flatMap { Self.read($0.url) } == "dig, sow, water — and my notes", "nothing Cy typed is lost")
+        #expect(await arrives { Self.read(adaLaptop.appendingPathComponent("Trip/plan.txt")) == "dig, sow, water" })
+        #expect(FileManager.default.fileExists(atPath: adaLaptop.appendingPathComponent("Trip/packing.txt").path)
+                && !FileManager.default.fileExists(atPath: adaLaptop.appendingPathComponent("Trip/mine.txt").path))
+        var cysOwn: [String] = []
+        for _ in 0..<400 where !cysOwn.contains("mine (not shared).txt") {
+            cysOwn = try await cy.changes(container: notes, since: 0).items.filter { !$0.deleted }.map(\.name)
+            if !cysOwn.contains("mine (not shared).txt") { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(cysOwn == ["mine (not shared).txt"], "\(cysOwn)")
+        // `ubiquity status` says why.
+        let status = try await onOwnThread { try devices[1].agent.send(AgentRequest(.status), timeout: .seconds(5)).status }
+        let said = status?.containers.first { $0.share?.id == share.id }?.errors ?? [:]
+        #expect(said["plan.txt"]?.contains("read-only") == true && said["mine.txt"]?.contains("mine (not shared).txt") == true, "\(said)")
+
+        // Made read-write: Cy's edit goes through.
+        let participant = try #require(try await ada.shares().owned.first?.participants?.first)
+        try await ada.setRole(.readWrite, of: participant.id, in: share.id)
+        try await Task.sleep(for: .milliseconds(300))
+        try Self.write("dig, sow, water, and Cy's part", to: plan)
+        #expect(await arrives { Self.read(adaLaptop.appendingPathComponent("Trip/plan.txt")) == "dig, sow, water, and Cy's part" })
     }
 }
