@@ -68,12 +68,17 @@ extension AccountSession {
                     guard Self.isIdentifier(info.id), Self.isIdentifier(info.item) else {
                         throw ContainerSyncError("the server named a share or its item with something that is not an id", code: .failed)
                     }
-                    let scope = ShareScope(id: info.id, root: info.item, name: shareName(info))
+                    let scope = ShareScope(id: info.id, root: info.item, name: shareName(info), owner: info.owner)
                     try await open(scope, of: info.container)
                     logger.info("keeping a share in step", metadata: ["container": "\(info.container)", "share": "\(info.id)"])
                 } catch {
                     logger.error("cannot keep a share in step", metadata: ["container": "\(info.container)", "share": "\(info.id)", "error": "\(error)"])
                 }
+            }
+            // The items this account shares, for Apple's shared-item values on its own items.
+            let owned = Dictionary(grouping: answer.owned, by: \.container)
+            for (container, sync) in containers where !container.contains("#") {
+                await sync.setSharedRoots(Set((owned[container] ?? []).filter { ($0.participants ?? []).contains { $0.state == .accepted || $0.state == .invited } }.map(\.item)))
             }
             // Each share's role as the server says it now (the owner may have changed it).
             for info in answer.joined {

@@ -310,9 +310,10 @@ actor AccountSession {
             return stream
         }
         let id = UUID()
+        _ = sync
         if told[container] == nil {
-            let version = await sync.statusVersion
-            told[container] = (version, Dictionary(await sync.statuses().map { ($0.path, $0) }, uniquingKeysWith: { $1 }))
+            let version = await statusVersion(of: container)
+            told[container] = (version, Dictionary(await statuses(of: container).map { ($0.path, $0) }, uniquingKeysWith: { $1 }))
         }
         // Released when the client goes (its stream with it): then it is forgotten here.
         let mailbox = StatusMailbox { [weak self] in Task { await self?.unwatch(container, id) } }
@@ -337,11 +338,11 @@ actor AccountSession {
             guard !watchers.isEmpty else { continue }
             try? await Task.sleep(for: .milliseconds(20)) // what else changes meanwhile goes in the same message
             for container in watchers.keys.sorted() {
-                guard let sync = containers[container], let last = told[container] else { continue }
-                let version = await sync.statusVersion
+                guard containers[container] != nil, let last = told[container] else { continue }
+                let version = await statusVersion(of: container)
                 guard version != last.version else { continue }
                 var now: [String: UbiquityItemStatus] = [:]
-                for status in await sync.statuses() { now[status.path] = status }
+                for status in await statuses(of: container) { now[status.path] = status }
                 let changed = now.values.filter { last.statuses[$0.path] != $0 }.sorted { $0.path < $1.path }
                 told[container] = (version, now)
                 guard !changed.isEmpty else { continue }
@@ -349,6 +350,26 @@ actor AccountSession {
             }
         }
         for watcher in watchers.values.flatMap(\.values) { watcher.mailbox?.finish() }
+    }
+
+    /// The engines of `container` kept here: its own, and those of the shares in it.
+    func engines(of container: String) -> [ContainerSync] {
+        ([containers[container]] + (shareScopes[container] ?? []).map { containers[Self.shareEngineKey(container, $0.id)] }).compactMap { $0 }
+    }
+
+    /// Every item of `container` with its state: its own and its shares'.
+    func statuses(of container: String) async -> [UbiquityItemStatus] {
+        var all: [UbiquityItemStatus] = []
+        for sync in engines(of: container) { all += await sync.statuses() }
+        return all
+    }
+
+    /// What changes whenever an item's state of `container` may have (its engines' versions,
+    /// and which engines there are).
+    func statusVersion(of container: String) async -> Int {
+        var version = 0
+        for sync in engines(of: container) { version = version &* 31 &+ (await sync.statusVersion) }
+        return version
     }
 
     /// Ends the status stream (the session stops).
@@ -507,8 +528,8 @@ actor AccountSession {
                                                      greedy: configuration.greedy, containers: statuses, keyValueErrors: await keyValues.problems))
         case .list:
             guard let identifier = request.container else { throw ContainerSyncError("list needs a container", code: .badRequest) }
-            guard let sync = containers[identifier] else { throw ContainerSyncError("\(identifier) is not a container kept here", code: .unknownContainer) }
-            return AgentResponse(items: await sync.statuses())
+            guard containers[identifier] != nil else { throw ContainerSyncError("\(identifier) is not a container kept here", code: .unknownContainer) }
+            return AgentResponse(items: await statuses(of: identifier))
         case .item:
             let (sync, name) = try locate(request.path)
             guard let status = await sync.status(ofName: name) else { throw ContainerSyncError("\(name) is not an item of \(sync.container)", code: .unknownItem) }

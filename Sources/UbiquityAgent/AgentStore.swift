@@ -118,7 +118,7 @@ package final class AgentStore: Sendable {
         // The shares this device keeps, each under the name its folder has here (docs/Sharing.md).
         migrator.registerMigration("v8-kept-shares") { db in
             try db.execute(sql: """
-                CREATE TABLE keptShare (id TEXT PRIMARY KEY, container TEXT NOT NULL, root TEXT NOT NULL, name TEXT NOT NULL);
+                CREATE TABLE keptShare (id TEXT PRIMARY KEY, container TEXT NOT NULL, root TEXT NOT NULL, name TEXT NOT NULL, owner TEXT NOT NULL);
                 """)
         }
         try migrator.migrate(pool)
@@ -440,8 +440,8 @@ extension AgentStore {
     package func keptShares() throws -> [String: [ShareScope]] {
         try pool.read { db in
             var kept: [String: [ShareScope]] = [:]
-            for row in try Row.fetchAll(db, sql: "SELECT id, container, root, name FROM keptShare ORDER BY id") {
-                kept[row["container"], default: []].append(ShareScope(id: row["id"], root: row["root"], name: row["name"]))
+            for row in try Row.fetchAll(db, sql: "SELECT id, container, root, name, owner FROM keptShare ORDER BY id") {
+                kept[row["container"], default: []].append(ShareScope(id: row["id"], root: row["root"], name: row["name"], owner: row["owner"]))
             }
             return kept
         }
@@ -450,8 +450,8 @@ extension AgentStore {
     /// Records that `scope` of `container` is kept here.
     package func keep(_ scope: ShareScope, of container: String) throws {
         try pool.write { db in
-            try db.execute(sql: "INSERT OR REPLACE INTO keptShare (id, container, root, name) VALUES (?, ?, ?, ?)",
-                           arguments: [scope.id, container, scope.root, scope.name])
+            try db.execute(sql: "INSERT OR REPLACE INTO keptShare (id, container, root, name, owner) VALUES (?, ?, ?, ?, ?)",
+                           arguments: [scope.id, container, scope.root, scope.name, scope.owner])
         }
     }
 

@@ -125,7 +125,7 @@ extension ContainerSync {
             uploaded: uploaded, uploading: unsent,
             percentDownloaded: local != nil ? 100 : transfer.flatMap { $0.downloading ? $0.percent : nil } ?? 0,
             percentUploaded: uploaded ? 100 : transfer.flatMap { $0.downloading ? nil : $0.percent } ?? 0,
-            conflicts: state.conflicts(item).count, downloadingError: downloadErrors[item], uploadingError: errors[item])
+            conflicts: state.conflicts(item).count, downloadingError: downloadErrors[item], uploadingError: errors[item], sharing: sharing(of: item))
     }
 
     /// The container's state for `ubiquity status`.

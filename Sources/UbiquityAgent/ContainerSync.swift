@@ -55,6 +55,9 @@ package actor ContainerSync {
     /// What this engine's records are kept under in the agent's store: the container, or the
     /// container and the share (`CONTAINER#SHARE`).
     package let storeKey: String
+    /// The top items of the shares this account owns in the container (for Apple's shared-item
+    /// values of them and of what they hold; a container's own engine).
+    package private(set) var sharedRoots: Set<String> = []
     /// Whether the share this engine keeps is read-only for this account (see ``setReadOnly(_:)``).
     package internal(set) var readOnly = false
     /// Why changes made here were not sent, by path: a read-only share's (``keepRefused(_:)``),
@@ -250,6 +253,27 @@ package actor ContainerSync {
         var scanner = LocalScanner(root: root, packageExtensions: packageExtensions, transparent: [ContainerLayout.documentsFolder])
         scanner.border = border
         return scanner
+    }
+
+    /// The top items of the shares this account owns in the container, as the server says now.
+    package func setSharedRoots(_ roots: Set<String>) {
+        guard roots != sharedRoots else { return }
+        sharedRoots = roots
+        statusVersion &+= 1
+    }
+
+    /// How `item` is shared, if it is: every item of a share's engine (another account's); an
+    /// item of the container's own that is, or is in, one of ``sharedRoots``.
+    func sharing(of item: String) -> ItemSharing? {
+        if let share { return ItemSharing(owned: false, readOnly: readOnly, owner: share.owner) }
+        guard !sharedRoots.isEmpty else { return nil }
+        var current: String? = item, walked = 0
+        while let id = current, walked < 256 {
+            if sharedRoots.contains(id) { return ItemSharing(owned: true, readOnly: false) }
+            current = state.visible(id)?.parent
+            walked += 1
+        }
+        return nil
     }
 
     /// Passes over `skipped` from now on (the folders of the shares kept here, each by a

@@ -587,12 +587,15 @@ package struct ShareScope: Sendable, Hashable {
     package var root: String
     /// The name it is shown by here.
     package var name: String
+    /// Its owner's account name.
+    package var owner: String
 
     /// A scope.
-    package init(id: String, root: String, name: String) {
+    package init(id: String, root: String, name: String, owner: String) {
         self.id = id
         self.root = root
         self.name = name
+        self.owner = owner
     }
 
     /// An item as this device shows it: the top item under ``name``.

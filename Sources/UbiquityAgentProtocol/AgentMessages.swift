@@ -268,11 +268,14 @@ public struct UbiquityItemStatus: Codable, Sendable, Equatable {
     public var downloadingError: String?
     /// Why the last upload failed, or nil.
     public var uploadingError: String?
+    /// Whether the item is shared with other accounts (it is a share's top item, or in one),
+    /// and how: nil when it is not.
+    public var sharing: ItemSharing?
 
     /// Creates an item's state.
     public init(container: String, path: String, size: Int64?, downloaded: Bool, current: Bool, downloading: Bool, downloadRequested: Bool,
                 uploaded: Bool, uploading: Bool, percentDownloaded: Double?, percentUploaded: Double?, conflicts: Int,
-                downloadingError: String?, uploadingError: String?) {
+                downloadingError: String?, uploadingError: String?, sharing: ItemSharing? = nil) {
         self.container = container
         self.path = path
         self.size = size
@@ -287,5 +290,27 @@ public struct UbiquityItemStatus: Codable, Sendable, Equatable {
         self.conflicts = conflicts
         self.downloadingError = downloadingError
         self.uploadingError = uploadingError
+        self.sharing = sharing
+    }
+}
+
+/// How an item is shared with other accounts (docs/Sharing.md): what Apple's
+/// `ubiquitousSharedItem…` resource values and `NSMetadataUbiquitousSharedItem…` attributes say.
+public struct ItemSharing: Codable, Sendable, Equatable {
+    /// Whether this account owns it (else it takes part in another account's share).
+    public var owned: Bool
+    /// Whether this account may only read it.
+    public var readOnly: Bool
+    /// The owner's account name, when it is not this account.
+    public var owner: String?
+    /// The account name of whoever made its current revision, when it is not this account.
+    public var lastEditor: String?
+
+    /// Creates a value.
+    public init(owned: Bool, readOnly: Bool, owner: String? = nil, lastEditor: String? = nil) {
+        self.owned = owned
+        self.readOnly = readOnly
+        self.owner = owner
+        self.lastEditor = lastEditor
     }
 }

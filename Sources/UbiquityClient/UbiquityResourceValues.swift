@@ -19,7 +19,48 @@ public struct URLUbiquitousItemDownloadingStatus: RawRepresentable, Hashable, Se
     public static let current = URLUbiquitousItemDownloadingStatus(rawValue: "NSURLUbiquitousItemDownloadingStatusCurrent")
 }
 
+/// The current user's role in a shared item: Apple's `URLUbiquitousSharedItemRole`.
+public struct URLUbiquitousSharedItemRole: RawRepresentable, Hashable, Sendable {
+    /// The role's name.
+    public let rawValue: String
+
+    /// A role by name.
+    public init(rawValue: String) {
+        self.rawValue = rawValue
+    }
+
+    /// The current user owns the shared item.
+    public static let owner = URLUbiquitousSharedItemRole(rawValue: "NSURLUbiquitousSharedItemRoleOwner")
+    /// The current user takes part in another user's share.
+    public static let participant = URLUbiquitousSharedItemRole(rawValue: "NSURLUbiquitousSharedItemRoleParticipant")
+}
+
+/// What the current user may do with a shared item: Apple's `URLUbiquitousSharedItemPermissions`.
+public struct URLUbiquitousSharedItemPermissions: RawRepresentable, Hashable, Sendable {
+    /// The permissions' name.
+    public let rawValue: String
+
+    /// Permissions by name.
+    public init(rawValue: String) {
+        self.rawValue = rawValue
+    }
+
+    /// The current user may only read the item.
+    public static let readOnly = URLUbiquitousSharedItemPermissions(rawValue: "NSURLUbiquitousSharedItemPermissionsReadOnly")
+    /// The current user may read and write the item.
+    public static let readWrite = URLUbiquitousSharedItemPermissions(rawValue: "NSURLUbiquitousSharedItemPermissionsReadWrite")
+}
+
 extension URLResourceKey {
+    /// The current user's role in a shared item (Apple's key; Foundation on Linux lacks it).
+    public static let ubiquitousSharedItemCurrentUserRoleKey = URLResourceKey(rawValue: "NSURLUbiquitousSharedItemCurrentUserRoleKey")
+    /// What the current user may do with a shared item (Apple's key).
+    public static let ubiquitousSharedItemCurrentUserPermissionsKey = URLResourceKey(rawValue: "NSURLUbiquitousSharedItemCurrentUserPermissionsKey")
+    /// The name components of a shared item's owner (Apple's key).
+    public static let ubiquitousSharedItemOwnerNameComponentsKey = URLResourceKey(rawValue: "NSURLUbiquitousSharedItemOwnerNameComponentsKey")
+    /// The name components of a shared item's most recent editor (Apple's key).
+    public static let ubiquitousSharedItemMostRecentEditorNameComponentsKey = URLResourceKey(rawValue: "NSURLUbiquitousSharedItemMostRecentEditorNameComponentsKey")
+
     /// Whether the item is excluded from sync (a `.nosync` name); read with
     /// ``Foundation/URL/ubiquityResourceValues(forKeys:)``.
     public static let ubiquitousItemIsExcludedFromSyncKey = URLResourceKey(rawValue: "NSURLUbiquitousItemIsExcludedFromSyncKey")
@@ -56,9 +97,22 @@ public struct UbiquityResourceValues: Sendable {
     public var ubiquitousItemUploadingError: CocoaError?
     /// `ubiquitousItemContainerDisplayNameKey`: the name of the item's container.
     public var ubiquitousItemContainerDisplayName: String?
-    /// `ubiquitousItemIsSharedKey`: false for every item (Ubiquity shares nothing with other
-    /// accounts: there are no shared items).
+    /// `ubiquitousItemIsSharedKey`: whether the item is shared with other accounts (a share's
+    /// top item, or in one; docs/Sharing.md).
     public var ubiquitousItemIsShared: Bool?
+    /// `ubiquitousSharedItemCurrentUserRoleKey`: the current user's role in the shared item
+    /// (nil: not shared).
+    public var ubiquitousSharedItemCurrentUserRole: URLUbiquitousSharedItemRole?
+    /// `ubiquitousSharedItemCurrentUserPermissionsKey`: what the current user may do with the
+    /// shared item (nil: not shared).
+    public var ubiquitousSharedItemCurrentUserPermissions: URLUbiquitousSharedItemPermissions?
+    /// `ubiquitousSharedItemOwnerNameComponentsKey`: the shared item's owner (their account name
+    /// as the given name; nil when not shared, or when the current user owns it).
+    public var ubiquitousSharedItemOwnerNameComponents: PersonNameComponents?
+    /// `ubiquitousSharedItemMostRecentEditorNameComponentsKey`: who made the shared item's
+    /// current version (their account name as the given name; nil when not shared, or when it
+    /// was the current user).
+    public var ubiquitousSharedItemMostRecentEditorNameComponents: PersonNameComponents?
     /// `ubiquitousItemIsExcludedFromSyncKey`.
     public var ubiquitousItemIsExcludedFromSync: Bool?
     /// `ubiquitousItemPercentDownloadedKey`.
@@ -100,6 +154,13 @@ extension UbiquityContainers {
                     CocoaError($0.contains("quota") ? .ubiquitousFileNotUploadedDueToQuota : .ubiquitousFileUbiquityServerNotAvailable,
                                userInfo: [NSLocalizedDescriptionKey: $0])
                 }
+                all.ubiquitousItemIsShared = status.sharing != nil
+                if let sharing = status.sharing {
+                    all.ubiquitousSharedItemCurrentUserRole = sharing.owned ? .owner : .participant
+                    all.ubiquitousSharedItemCurrentUserPermissions = sharing.readOnly ? .readOnly : .readWrite
+                    all.ubiquitousSharedItemOwnerNameComponents = sharing.owner.map(Self.nameComponents)
+                    all.ubiquitousSharedItemMostRecentEditorNameComponents = sharing.lastEditor.map(Self.nameComponents)
+                }
                 all.ubiquitousItemPercentDownloaded = status.percentDownloaded
                 all.ubiquitousItemPercentUploaded = status.percentUploaded
             } catch {
@@ -128,9 +189,23 @@ extension UbiquityContainers {
         take(.ubiquitousItemIsExcludedFromSyncKey, \.ubiquitousItemIsExcludedFromSync)
         take(.ubiquitousItemContainerDisplayNameKey, \.ubiquitousItemContainerDisplayName)
         take(.ubiquitousItemIsSharedKey, \.ubiquitousItemIsShared)
+        take(.ubiquitousSharedItemCurrentUserRoleKey, \.ubiquitousSharedItemCurrentUserRole)
+        take(.ubiquitousSharedItemCurrentUserPermissionsKey, \.ubiquitousSharedItemCurrentUserPermissions)
+        take(.ubiquitousSharedItemOwnerNameComponentsKey, \.ubiquitousSharedItemOwnerNameComponents)
+        take(.ubiquitousSharedItemMostRecentEditorNameComponentsKey, \.ubiquitousSharedItemMostRecentEditorNameComponents)
         take(.ubiquitousItemPercentDownloadedKey, \.ubiquitousItemPercentDownloaded)
         take(.ubiquitousItemPercentUploadedKey, \.ubiquitousItemPercentUploaded)
         return values
+    }
+}
+
+extension UbiquityContainers {
+    /// An account's name as Apple's person-name components: its given name (an account has no
+    /// other name on a Ubiquity server).
+    public static func nameComponents(_ account: String) -> PersonNameComponents {
+        var components = PersonNameComponents()
+        components.givenName = account
+        return components
     }
 }
 

@@ -46,7 +46,7 @@ import UbiquityTestSupport
         let running = try await RunningAgents.start(["ada-laptop", "ada-phone", "bob-laptop", "bob-phone"], containers: [notes], in: dir, greedy: true,
                                                     accounts: ["bob-laptop": "bob", "bob-phone": "bob"], rescanSeconds: 1)
         defer { running.stop() }
-        let documents = try await running.connectedDevices(containers: [notes]).documents
+        let (devices, documents) = try await running.connectedDevices(containers: [notes])
         let (adaLaptop, adaPhone, bobLaptop, bobPhone) = (documents[0], documents[1], documents[2], documents[3])
         let ada = try Self.client(of: running.paths[0]), bob = try Self.client(of: running.paths[2])
 
@@ -72,6 +72,23 @@ import UbiquityTestSupport
             #expect(Self.read(device.appendingPathComponent("Mine.txt")) == "bob's own")
         }
 
+        // Apple's shared-item values: Bob takes part in Ada's share (read-write); Ada owns it,
+        // and her file outside it is not shared.
+        let keys: Set<URLResourceKey> = [.ubiquitousItemIsSharedKey, .ubiquitousSharedItemCurrentUserRoleKey, .ubiquitousSharedItemCurrentUserPermissionsKey,
+                                         .ubiquitousSharedItemOwnerNameComponentsKey]
+        let bobs = try await onOwnThread { devices[2].resourceValues(of: bobLaptop.appendingPathComponent("Trip/plan.txt"), forKeys: keys) }
+        #expect(bobs.ubiquitousItemIsShared == true && bobs.ubiquitousSharedItemCurrentUserRole == .participant
+                && bobs.ubiquitousSharedItemCurrentUserPermissions == .readWrite && bobs.ubiquitousSharedItemOwnerNameComponents?.givenName == "ada")
+        var owned = false // (Ada's agent reads her shares on a push: a moment after the invitation)
+        for _ in 0..<300 where !owned {
+            let adas = try await onOwnThread { devices[0].resourceValues(of: adaLaptop.appendingPathComponent("Trip/plan.txt"), forKeys: keys) }
+            owned = adas.ubiquitousItemIsShared == true && adas.ubiquitousSharedItemCurrentUserRole == .owner && adas.ubiquitousSharedItemOwnerNameComponents == nil
+            if !owned { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        #expect(owned)
+        let outside = try await onOwnThread { devices[0].resourceValues(of: adaLaptop.appendingPathComponent("Private.txt"), forKeys: keys) }
+        #expect(outside.ubiquitousItemIsShared == false && outside.ubiquitousSharedItemCurrentUserRole == nil)
+
         // Bob edits, and adds a file: on both of Ada's devices (and Bob's other one).
         try Self.write("dig, sow, water, pick", to: bobLaptop.appendingPathComponent("Trip/plan.txt"))
         try Self.write("tent, stove", to: bobLaptop.appendingPathComponent("Trip/packing.txt"))
@@ -89,10 +106,10 @@ import UbiquityTestSupport
         // in Bob's own container (the agents look at every file every second), and Bob's own
         // file is not in Ada's.
         try await Task.sleep(for: .seconds(2.5))
-        let adas = try await ada.changes(container: notes, since: 0).items.filter { !$0.deleted }.map(\.name)
-        let bobs = try await bob.changes(container: notes, since: 0).items.filter { !$0.deleted }.map(\.name)
-        #expect(adas.contains("packing.txt") && !adas.contains("Mine.txt"), "\(adas)")
-        #expect(bobs.sorted() == ["Mine.txt"], "\(bobs)")
+        let adasItems = try await ada.changes(container: notes, since: 0).items.filter { !$0.deleted }.map(\.name)
+        let bobsItems = try await bob.changes(container: notes, since: 0).items.filter { !$0.deleted }.map(\.name)
+        #expect(adasItems.contains("packing.txt") && !adasItems.contains("Mine.txt"), "\(adasItems)")
+        #expect(bobsItems.sorted() == ["Mine.txt"], "\(bobsItems)")
 
         // Ada removes Bob: the folder leaves his devices (everything was sent), his own file stays.
         let participant = try #require(try await ada.shares().owned.first?.participants?.first { $0.name == "bob" })
@@ -144,6 +161,8 @@ import UbiquityTestSupport
                 && Self.read(cyLaptop.appendingPathComponent("mine (not shared).txt")) == "my list"
                 && !FileManager.default.fileExists(atPath: cyLaptop.appendingPathComponent("Trip/mine.txt").path)
         })
+        let permissions = try await onOwnThread { devices[1].resourceValues(of: plan, forKeys: [.ubiquitousSharedItemCurrentUserPermissionsKey]) }
+        #expect(permissions.ubiquitousSharedItemCurrentUserPermissions == .readOnly)
         let kept = NSFileVersion.unresolvedConflictVersionsOfItem(at: plan) ?? []
         #expect(kept.count == 1 && kept.first.flatMap { Self.read($0.url) } == "dig, sow, water — and my notes", "nothing Cy typed is lost")
         #expect(await arrives { Self.read(adaLaptop.appendingPathComponent("Trip/plan.txt")) == "dig, sow, water" })

@@ -58,6 +58,28 @@ public let NSMetadataUbiquitousItemURLInLocalContainerKey = "NSMetadataUbiquitou
 /// ``NSMetadataQueryAccessibleUbiquitousExternalDocumentsScope``: a `Bool`.
 public let NSMetadataUbiquitousItemIsExternalDocumentKey = "NSMetadataUbiquitousItemIsExternalDocumentKey"
 
+/// Whether the item is shared with other accounts (a share's top item, or in one): a `Bool`.
+public let NSMetadataUbiquitousItemIsSharedKey = "NSMetadataUbiquitousItemIsSharedKey"
+/// The current user's role in a shared item, or nil if it is not shared: one of
+/// ``NSMetadataUbiquitousSharedItemRoleOwner`` and ``NSMetadataUbiquitousSharedItemRoleParticipant``.
+public let NSMetadataUbiquitousSharedItemCurrentUserRoleKey = "NSMetadataUbiquitousSharedItemCurrentUserRoleKey"
+/// What the current user may do with a shared item, or nil if it is not shared: one of
+/// ``NSMetadataUbiquitousSharedItemPermissionsReadOnly`` and ``NSMetadataUbiquitousSharedItemPermissionsReadWrite``.
+public let NSMetadataUbiquitousSharedItemCurrentUserPermissionsKey = "NSMetadataUbiquitousSharedItemCurrentUserPermissionsKey"
+/// The name components of a shared item's owner, or nil if the current user owns it: a `PersonNameComponents`.
+public let NSMetadataUbiquitousSharedItemOwnerNameComponentsKey = "NSMetadataUbiquitousSharedItemOwnerNameComponentsKey"
+/// The name components of a shared item's most recent editor, or nil if it is the current
+/// user: a `PersonNameComponents`.
+public let NSMetadataUbiquitousSharedItemMostRecentEditorNameComponentsKey = "NSMetadataUbiquitousSharedItemMostRecentEditorNameComponentsKey"
+/// The current user owns the shared item.
+public let NSMetadataUbiquitousSharedItemRoleOwner = "NSMetadataUbiquitousSharedItemRoleOwner"
+/// The current user takes part in another user's share.
+public let NSMetadataUbiquitousSharedItemRoleParticipant = "NSMetadataUbiquitousSharedItemRoleParticipant"
+/// The current user may only read the shared item.
+public let NSMetadataUbiquitousSharedItemPermissionsReadOnly = "NSMetadataUbiquitousSharedItemPermissionsReadOnly"
+/// The current user may read and write the shared item.
+public let NSMetadataUbiquitousSharedItemPermissionsReadWrite = "NSMetadataUbiquitousSharedItemPermissionsReadWrite"
+
 /// The item is not downloaded: only its metadata is here.
 public let NSMetadataUbiquitousItemDownloadingStatusNotDownloaded = "NSMetadataUbiquitousItemDownloadingStatusNotDownloaded"
 /// A copy is here, but a newer version is on the server.

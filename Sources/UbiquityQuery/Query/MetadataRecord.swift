@@ -138,6 +138,20 @@ struct MetadataRecord: Sendable, Equatable {
         private var uploadedPercent: Float = .nan
         /// The transfer errors, when there are any (rare: one reference for both).
         private var errors: Errors?
+        /// How the item is shared, when it is (rare: one reference).
+        private var shared: Shared?
+
+        final class Shared: Sendable, Equatable {
+            let sharing: ItemSharing
+            init(_ sharing: ItemSharing) { self.sharing = sharing }
+            static func == (a: Shared, b: Shared) -> Bool { a.sharing == b.sharing }
+        }
+
+        /// How the item is shared with other accounts, if it is.
+        var sharing: ItemSharing? {
+            get { shared?.sharing }
+            set { shared = newValue.map(Shared.init) }
+        }
 
         final class Errors: Sendable, Equatable {
             let downloading: String?
@@ -173,7 +187,7 @@ struct MetadataRecord: Sendable, Equatable {
         static func == (a: UbiquitousStatus, b: UbiquitousStatus) -> Bool {
             a.downloading == b.downloading && a.isDownloading == b.isDownloading && a.isUploaded == b.isUploaded && a.isUploading == b.isUploading
                 && a.hasConflicts == b.hasConflicts && a.downloadRequested == b.downloadRequested
-                && a.percentDownloaded == b.percentDownloaded && a.percentUploaded == b.percentUploaded && a.errors == b.errors
+                && a.percentDownloaded == b.percentDownloaded && a.percentUploaded == b.percentUploaded && a.errors == b.errors && a.shared == b.shared
         }
     }
 
@@ -185,6 +199,8 @@ struct MetadataRecord: Sendable, Equatable {
         NSMetadataUbiquitousItemPercentUploadedKey, NSMetadataUbiquitousItemDownloadingStatusKey, NSMetadataUbiquitousItemDownloadingErrorKey,
         NSMetadataUbiquitousItemUploadingErrorKey, NSMetadataUbiquitousItemDownloadRequestedKey, NSMetadataUbiquitousItemContainerDisplayNameKey,
         NSMetadataUbiquitousItemIsDownloadedKey, NSMetadataUbiquitousItemURLInLocalContainerKey, NSMetadataUbiquitousItemIsExternalDocumentKey,
+        NSMetadataUbiquitousItemIsSharedKey, NSMetadataUbiquitousSharedItemCurrentUserRoleKey, NSMetadataUbiquitousSharedItemCurrentUserPermissionsKey,
+        NSMetadataUbiquitousSharedItemOwnerNameComponentsKey, NSMetadataUbiquitousSharedItemMostRecentEditorNameComponentsKey,
     ]
 
     /// The containers this process's queries found through the external documents scope
@@ -250,6 +266,13 @@ struct MetadataRecord: Sendable, Equatable {
         case NSMetadataUbiquitousItemIsDownloadedKey: return status.downloading != .notDownloaded
         case NSMetadataUbiquitousItemURLInLocalContainerKey: return URL(fileURLWithPath: path, isDirectory: isDirectory)
         case NSMetadataUbiquitousItemIsExternalDocumentKey: return Self.externalContainers.withLock { $0.contains(containerIndex) }
+        case NSMetadataUbiquitousItemIsSharedKey: return status.sharing != nil
+        case NSMetadataUbiquitousSharedItemCurrentUserRoleKey:
+            return status.sharing.map { $0.owned ? NSMetadataUbiquitousSharedItemRoleOwner : NSMetadataUbiquitousSharedItemRoleParticipant }
+        case NSMetadataUbiquitousSharedItemCurrentUserPermissionsKey:
+            return status.sharing.map { $0.readOnly ? NSMetadataUbiquitousSharedItemPermissionsReadOnly : NSMetadataUbiquitousSharedItemPermissionsReadWrite }
+        case NSMetadataUbiquitousSharedItemOwnerNameComponentsKey: return status.sharing?.owner.map(UbiquityContainers.nameComponents)
+        case NSMetadataUbiquitousSharedItemMostRecentEditorNameComponentsKey: return status.sharing?.lastEditor.map(UbiquityContainers.nameComponents)
         default: return nil
         }
     }

@@ -258,6 +258,7 @@ struct ContainerSource: MetadataSource {
         status.percentUploaded = known.percentUploaded
         status.downloadingError = known.downloadingError
         status.uploadingError = known.uploadingError
+        status.sharing = known.sharing
         return status
     }
 }
