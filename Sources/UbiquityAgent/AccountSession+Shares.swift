@@ -189,3 +189,83 @@ extension AccountSession {
         return ""
     }
 }
+
+// `ubiquity share` and `ubiquity shares` (docs/Sharing.md), answered by the agent: it knows
+// which item a path is and which share a folder is.
+extension AccountSession {
+    /// Answers a sharing request (``AgentRequest/Operation/share`` … ``AgentRequest/Operation/stopSharing``).
+    func answerSharing(_ request: AgentRequest, locate: (String?) throws -> (ContainerSync, String)) async throws -> AgentResponse {
+        switch request.operation {
+        case .share:
+            guard let name = request.participant, !name.isEmpty else { throw ContainerSyncError("share needs the name of the account to share with", code: .badRequest) }
+            let (sync, item) = try await ownItem(request.path, locate: locate)
+            let share = try await client.makeShare(container: sync.container, item: item)
+            _ = try await client.invite(name, to: share.id, role: request.readOnly == true ? .readOnly : .readWrite)
+            await followShares()
+            return AgentResponse(shares: try await summaries().filter { $0.id == share.id })
+        case .shares:
+            return AgentResponse(shares: try await summaries())
+        case .answerInvitation:
+            guard let id = request.share else { throw ContainerSyncError("answering an invitation needs its id", code: .badRequest) }
+            guard let invitation = try await client.shares().invitations.first(where: { $0.id == id || $0.invitation == id }), let answer = invitation.invitation else {
+                throw ContainerSyncError("no invitation \(id) (it may have expired)", code: .unknownItem)
+            }
+            try await client.answer(invitation: answer, accept: request.accept == true)
+            await followShares()
+            return AgentResponse(shares: try await summaries().filter { $0.id == invitation.id })
+        case .leaveShare:
+            let (sync, _) = try locate(request.path)
+            guard let scope = sync.share else { throw ContainerSyncError("\(request.path ?? "") is not in a share another account shared with you", code: .badRequest) }
+            try await client.leave(scope.id)
+            await followShares()
+            return AgentResponse(shares: try await summaries())
+        case .removeParticipant, .stopSharing:
+            let (sync, item) = try await ownItem(request.path, locate: locate)
+            guard let share = try await client.shares().owned.first(where: { $0.container == sync.container && $0.item == item }) else {
+                throw ContainerSyncError("\(request.path ?? "") is not shared", code: .unknownItem)
+            }
+            if request.operation == .stopSharing {
+                try await client.stopSharing(share.id)
+            } else {
+                guard let participant = (share.participants ?? []).first(where: { $0.name == request.participant && ($0.state == .accepted || $0.state == .invited) }) else {
+                    throw ContainerSyncError("\(request.participant ?? "nobody") is not in that share", code: .unknownItem)
+                }
+                try await client.remove(participant.id, from: share.id)
+            }
+            await followShares()
+            return AgentResponse(shares: try await summaries())
+        default:
+            throw ContainerSyncError("not a sharing request", code: .badRequest)
+        }
+    }
+
+    /// The container's own engine and the item at `path` in it (one of this account's own: a
+    /// share another account shared is not shared on, nor changed from here).
+    private func ownItem(_ path: String?, locate: (String?) throws -> (ContainerSync, String)) async throws -> (ContainerSync, String) {
+        let (sync, name) = try locate(path)
+        guard sync.share == nil else { throw ContainerSyncError("\(path ?? "") is in a share another account shared with you: only its owner shares it", code: .badRequest) }
+        guard let item = await sync.item(at: name) else { throw ContainerSyncError("\(name) is not an item of \(sync.container) yet", code: .unknownItem) }
+        return (sync, item)
+    }
+
+    /// The account's shares as `ubiquity shares list` shows them.
+    func summaries() async throws -> [ShareSummary] {
+        let answer = try await client.shares()
+        func participants(_ info: ShareInfo) -> [ShareParticipantSummary] {
+            (info.participants ?? []).map { ShareParticipantSummary(name: $0.name, readOnly: $0.role == .readOnly, state: $0.state.rawValue) }
+        }
+        var summaries = answer.owned.map {
+            ShareSummary(id: $0.id, standing: .owned, owner: $0.owner, container: $0.container, name: $0.name, participants: participants($0))
+        }
+        for info in answer.joined {
+            let scope = shareScopes[info.container]?.first { $0.id == info.id }
+            let path = scope.flatMap { containers[Self.shareEngineKey(info.container, $0.id)]?.documents.appendingPathComponent($0.name).path }
+            summaries.append(ShareSummary(id: info.id, standing: .joined, owner: info.owner, container: info.container, name: info.name, path: path,
+                                          readOnly: info.role == .readOnly))
+        }
+        summaries += answer.invitations.map {
+            ShareSummary(id: $0.id, standing: .invited, owner: $0.owner, container: $0.container, name: $0.name, readOnly: $0.role == .readOnly, expires: $0.expires)
+        }
+        return summaries
+    }
+}

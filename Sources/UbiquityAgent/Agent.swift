@@ -552,6 +552,8 @@ actor AccountSession {
             guard let revision = request.revision else { throw ContainerSyncError("downloadVersion needs a revision", code: .badRequest) }
             try await sync.downloadRemoteVersion(of: name, revision: revision)
             return AgentResponse()
+        case .share, .shares, .answerInvitation, .leaveShare, .removeParticipant, .stopSharing:
+            return try await answerSharing(request, locate: locate)
         case .publish:
             let (sync, name) = try locate(request.path)
             let (link, fragment) = try await sync.publish(name)
@@ -578,7 +580,7 @@ actor AccountSession {
     }
 
     /// The container and item path (relative to the container's folder) of an absolute path.
-    private func locate(_ path: String?) throws -> (ContainerSync, String) {
+    func locate(_ path: String?) throws -> (ContainerSync, String) {
         guard let path else { throw ContainerSyncError("the request needs a path", code: .badRequest) }
         let folder = containersFolder.standardizedFileURL.path + "/"
         let standard = URL(fileURLWithPath: path).standardizedFileURL.path

@@ -36,7 +36,16 @@ extension ContainerSync {
             defer { state.discardLocal(item) }
             guard let local else { continue } // deleted here (or moved out with its folder): put back
             if movedOut.contains(where: { local.path.hasPrefix($0 + "/") }) { continue } // went with its folder
-            if remote == nil || remote?.deleted == true {
+            if remote == nil || remote?.deleted == true, let replaced = materialiser.shown.item(at: local.path), replaced != item,
+               state.persisted.remote[replaced]?.deleted == false {
+                // A save that put a new file in place of a shared one (a new inode, seen before
+                // the old one's record followed it): an edit of that one — kept as a version of it.
+                try await keepAsVersion(local.path)
+                try FileManager.default.removeItem(at: root.appendingPathComponent(local.path))
+                removed.append(local.path)
+                state.discardLocal(replaced)
+                refuse(local.path, "this share is read-only for you: your version was kept as a conflict version, and the shared one put back")
+            } else if remote == nil || remote?.deleted == true {
                 let kept = try moveOut(local.path)
                 movedOut.append(local.path)
                 removed += files.fingerprints.keys.filter { $0 == local.path || $0.hasPrefix(local.path + "/") }

@@ -55,7 +55,7 @@ public struct AgentError: Error, Codable, Sendable, Equatable, CustomStringConve
 
 extension AgentResponse {
     private enum CodingKeys: String, CodingKey {
-        case error, status, items, versions, link
+        case error, status, items, versions, link, shares
     }
 
     /// Decodes an answer; an error given as a plain sentence (an agent older than error codes)
@@ -71,6 +71,7 @@ extension AgentResponse {
         items = try container.decodeIfPresent([UbiquityItemStatus].self, forKey: .items)
         versions = try container.decodeIfPresent([RemoteVersion].self, forKey: .versions)
         link = try container.decodeIfPresent(PublishedItemLink.self, forKey: .link)
+        shares = try container.decodeIfPresent([ShareSummary].self, forKey: .shares)
     }
 
     /// Encodes the answer (an error with its code and message).
@@ -81,5 +82,6 @@ extension AgentResponse {
         try container.encodeIfPresent(items, forKey: .items)
         try container.encodeIfPresent(versions, forKey: .versions)
         try container.encodeIfPresent(link, forKey: .link)
+        try container.encodeIfPresent(shares, forKey: .shares)
     }
 }

@@ -35,6 +35,20 @@ public struct AgentRequest: Codable, Sendable, Equatable {
         /// Publish an uploaded flat file (``path``): a link anyone can download its current
         /// revision from until it expires (``AgentResponse/link``).
         case publish
+        /// Share an item (``path``) with the account named ``participant`` (read-only with
+        /// ``readOnly``): the share made (or the one the item is the top of) in ``AgentResponse/shares``.
+        case share
+        /// The account's shares, those it joined and its invitations (``AgentResponse/shares``).
+        case shares
+        /// Accept (``accept`` true) or decline an invitation (``share``: the share's or the
+        /// invitation's id).
+        case answerInvitation
+        /// Leave the share whose folder is ``path`` (a participant's).
+        case leaveShare
+        /// Remove ``participant`` from the share whose top item is ``path`` (its owner's).
+        case removeParticipant
+        /// Stop sharing the item at ``path`` (its owner's): every participant's access ends.
+        case stopSharing
     }
 
     /// What is asked.
@@ -47,14 +61,27 @@ public struct AgentRequest: Codable, Sendable, Equatable {
     public var wait: Bool?
     /// For `downloadVersion`: the revision (a ``RemoteVersion/revision``).
     public var revision: String?
+    /// For `share` and `removeParticipant`: the other account's name.
+    public var participant: String?
+    /// For `share`: whether the participant may only read.
+    public var readOnly: Bool?
+    /// For `answerInvitation`: the share's (or the invitation's) id.
+    public var share: String?
+    /// For `answerInvitation`: accept (true) or decline.
+    public var accept: Bool?
 
     /// Creates a request.
-    public init(_ operation: Operation, container: String? = nil, path: String? = nil, wait: Bool? = nil, revision: String? = nil) {
+    public init(_ operation: Operation, container: String? = nil, path: String? = nil, wait: Bool? = nil, revision: String? = nil,
+                participant: String? = nil, readOnly: Bool? = nil, share: String? = nil, accept: Bool? = nil) {
         self.operation = operation
         self.container = container
         self.path = path
         self.wait = wait
         self.revision = revision
+        self.participant = participant
+        self.readOnly = readOnly
+        self.share = share
+        self.accept = accept
     }
 }
 
@@ -70,15 +97,81 @@ public struct AgentResponse: Codable, Sendable, Equatable {
     public var versions: [RemoteVersion]?
     /// For `publish`.
     public var link: PublishedItemLink?
+    /// For `share` and `shares`.
+    public var shares: [ShareSummary]?
 
     /// Creates an answer.
     public init(error: AgentError? = nil, status: AgentStatus? = nil, items: [UbiquityItemStatus]? = nil, versions: [RemoteVersion]? = nil,
-                link: PublishedItemLink? = nil) {
+                link: PublishedItemLink? = nil, shares: [ShareSummary]? = nil) {
         self.error = error
         self.status = status
         self.items = items
         self.versions = versions
         self.link = link
+        self.shares = shares
+    }
+}
+
+/// A share as `ubiquity shares list` shows it: one the account owns, joined, or is invited to.
+public struct ShareSummary: Codable, Sendable, Equatable {
+    /// How the account stands in it.
+    public enum Standing: String, Codable, Sendable {
+        /// The account owns it.
+        case owned
+        /// The account joined it.
+        case joined
+        /// The account is invited to it and has not answered.
+        case invited
+    }
+
+    /// The share's id.
+    public var id: String
+    /// How the account stands in it.
+    public var standing: Standing
+    /// Its owner's account name.
+    public var owner: String
+    /// Its container.
+    public var container: String
+    /// Its top item's name (nil when sealed: only devices can tell).
+    public var name: String?
+    /// Where it is on this device, when it is here.
+    public var path: String?
+    /// Whether the account may only read it (a participant's).
+    public var readOnly: Bool?
+    /// When an unanswered invitation expires (seconds since 1970).
+    public var expires: Double?
+    /// For its owner: who it is shared with.
+    public var participants: [ShareParticipantSummary]?
+
+    /// Creates a value.
+    public init(id: String, standing: Standing, owner: String, container: String, name: String? = nil, path: String? = nil, readOnly: Bool? = nil,
+                expires: Double? = nil, participants: [ShareParticipantSummary]? = nil) {
+        self.id = id
+        self.standing = standing
+        self.owner = owner
+        self.container = container
+        self.name = name
+        self.path = path
+        self.readOnly = readOnly
+        self.expires = expires
+        self.participants = participants
+    }
+}
+
+/// One person a share is with, as its owner sees them.
+public struct ShareParticipantSummary: Codable, Sendable, Equatable {
+    /// The account name invited.
+    public var name: String
+    /// Whether they may only read.
+    public var readOnly: Bool
+    /// `invited`, `accepted`, `declined`, `left`, `removed` or `expired`.
+    public var state: String
+
+    /// Creates a value.
+    public init(name: String, readOnly: Bool, state: String) {
+        self.name = name
+        self.readOnly = readOnly
+        self.state = state
     }
 }
 

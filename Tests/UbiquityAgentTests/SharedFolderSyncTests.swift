@@ -57,13 +57,15 @@ import UbiquityTestSupport
         #expect(await arrives { Self.read(adaPhone.appendingPathComponent("Trip/plan.txt")) == "dig, sow, water" })
         #expect(await arrives { Self.read(bobPhone.appendingPathComponent("Mine.txt")) == "bob's own" })
 
-        // Ada shares Trip with Bob, who accepts.
-        let trip = try #require(try await ada.changes(container: notes, since: 0).items.first { $0.name == "Trip" && $0.parent == nil })
-        let share = try await ada.makeShare(container: notes, item: trip.id)
-        _ = try await ada.invite("bob", to: share.id, role: .readWrite)
-        let invitation = try #require(try await bob.shares().invitations.first)
-        #expect(invitation.id == share.id && invitation.name == "Trip" && invitation.owner == "ada")
-        try await bob.answer(invitation: try #require(invitation.invitation), accept: true)
+        // Ada shares Trip with Bob (asking her agent, as `ubiquity share` does), who accepts.
+        let trip = adaLaptop.appendingPathComponent("Trip").path
+        let shared = try await onOwnThread { try devices[0].agent.send(AgentRequest(.share, path: trip, participant: "bob"), timeout: .seconds(30)) }
+        let share = try #require(shared.shares?.first)
+        #expect(share.standing == .owned && share.name == "Trip" && share.participants?.map(\.name) == ["bob"], "\(shared)")
+        let invited = try await onOwnThread { try devices[2].agent.send(AgentRequest(.shares), timeout: .seconds(30)).shares ?? [] }
+        let invitation = try #require(invited.first)
+        #expect(invitation.id == share.id && invitation.standing == .invited && invitation.name == "Trip" && invitation.owner == "ada", "\(invited)")
+        _ = try await onOwnThread { try devices[2].agent.send(AgentRequest(.answerInvitation, share: invitation.id, accept: true), timeout: .seconds(30)) }
 
         // The folder appears on both of Bob's devices; nothing else of Ada's does.
         for device in [bobLaptop, bobPhone] {

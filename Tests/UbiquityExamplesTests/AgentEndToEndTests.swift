@@ -27,9 +27,9 @@ final class TestDevice: @unchecked Sendable {
         try Data(#"{"containers": ["\#(container)"], "rescanSeconds": 30\#(settings.isEmpty ? "" : ", " + settings)}"#.utf8).write(to: paths.agentConfiguration)
     }
 
-    /// `ubiquity login` as ada.
-    func login(_ server: RunningServer) throws {
-        let login = try runUbiquity(["login", "--server", server.base.absoluteString, "--account", "ada", "--device-name", name, "--password-stdin"],
+    /// `ubiquity login` as `account` (ada unless told; password "correct horse").
+    func login(_ server: RunningServer, account: String = "ada") throws {
+        let login = try runUbiquity(["login", "--server", server.base.absoluteString, "--account", account, "--device-name", name, "--password-stdin"],
                                     environment: environment, input: "correct horse\n")
         #expect(login.status == 0, "\(login.output)")
     }

@@ -63,11 +63,11 @@ final class RunningServer: @unchecked Sendable { // its stored properties are co
         base = url
     }
 
-    /// `ubiquity account create ada` on `storage`.
-    static func createAccount(storage: [String]) throws {
+    /// `ubiquity account create NAME` on `storage` (ada unless told; password "correct horse").
+    static func createAccount(storage: [String], name: String = "ada") throws {
         let create = ChildProcess()
         create.executableURL = Self.binary
-        create.arguments = ["account", "create", "ada"] + storage + ["--password-stdin"]
+        create.arguments = ["account", "create", name] + storage + ["--password-stdin"]
         let input = Pipe()
         create.standardInput = input
         create.standardOutput = FileHandle.nullDevice
