@@ -158,7 +158,7 @@ extension AccountSession {
         shareScopes[container]?.removeAll { $0.id == scope.id }
         guard let sync = containers.removeValue(forKey: key) else { return }
         let path = Self.sharePath(scope), root = sync.root
-        let unsent = await !sync.isIdle
+        let unsent = await sync.holdsUnsentChanges()
         let fileManager = FileManager.default
         let folder = root.appendingPathComponent(path), placeholder = root.appendingPathComponent(LocalContents.placeholderPath(for: path))
         do {

@@ -460,7 +460,7 @@ extension AgentStore {
     package func forgetShare(_ id: String, key: String) throws {
         try pool.write { db in
             try db.execute(sql: "DELETE FROM keptShare WHERE id = ?", arguments: [id])
-            for table in ["containerState", "localFile", "downloadRequest", "conflictCopy", "syncMeta", "syncItem", "signedCommit", "ledgerCheckpoint", "signedOutcome"] {
+            for table in ["localFile", "downloadRequest", "conflictCopy", "syncMeta", "syncItem", "signedCommit", "ledgerCheckpoint", "signedOutcome"] {
                 try db.execute(sql: "DELETE FROM \(table) WHERE container = ?", arguments: [key])
             }
         }

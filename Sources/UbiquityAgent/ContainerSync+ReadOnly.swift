@@ -17,6 +17,21 @@ extension ContainerSync {
         statusVersion &+= 1
     }
 
+    /// Whether anything in this engine's part of the folder is not on the server — every file
+    /// looked at now, on the folder's turn: for a share whose access ends, whose folder goes
+    /// only when nothing in it would be lost. (When it cannot be told, it is taken as so.)
+    package func holdsUnsentChanges() async -> Bool {
+        await takeFolderTurn()
+        defer { endFolderTurn() }
+        finder.noteEverythingChanged()
+        do {
+            try await finder.scanLocalChanges(in: self)
+        } catch {
+            return true
+        }
+        return !state.persisted.local.isEmpty || !state.persisted.sending.isEmpty || !state.persisted.queued.isEmpty
+    }
+
     /// The most refusals ``refusals`` keeps (the oldest go).
     static let refusalsKept = 100
 

@@ -15,7 +15,8 @@ import UbiquityTestSupport
 
     /// A device of `account`, signed in, its agent running (every device keeps every file).
     static func device(_ name: String, of account: String, server: RunningServer, in dir: TemporaryDirectory) async throws -> TestDevice {
-        let device = try TestDevice(name, in: dir, container: container, settings: #""greedy": true"#)
+        // (Items in plaintext: sharing sealed items needs the share keys still to come.)
+        let device = try TestDevice(name, in: dir, container: container, settings: #""greedy": true, "sealedContents": false"#)
         try await onOwnThread { try device.login(server, account: account) }
         try await device.startAgent()
         return device
@@ -84,6 +85,11 @@ import UbiquityTestSupport
             #expect(!FileManager.default.fileExists(atPath: device.documents.appendingPathComponent("Private.txt").path))
         }
 
+        // Nothing outside the folder is reached from Bob's account: not Ada's other item by its
+        // id (through the share, or as if in his own container), not its chunk, not by moving
+        // an item of the share out of it.
+        try await Self.containmentHolds(server: server, owner: adaLaptop, participant: bobLaptop)
+
         // Edits both ways, to every device of every account.
         try Self.write("dig, sow, water, pick", to: bobPhone.documents.appendingPathComponent("Trip/plan.txt"))
         for device in everyone {
@@ -135,7 +141,7 @@ import UbiquityTestSupport
         }
         try await eventually("Bob's draft is his own, on both his devices", timeout: minute) {
             [bobLaptop, bobPhone].allSatisfy { device in
-                (try? FileManager.default.contentsOfDirectory(atPath: device.documents.path))?.contains { $0.hasPrefix("Trip (not shared)") } == true
+                Self.text(device.documents.appendingPathComponent("Trip (not shared)/draft.txt")) == "Bob's draft, never sent"
             }
         }
         #expect(!FileManager.default.fileExists(atPath: adaLaptop.documents.appendingPathComponent("Trip/draft.txt").path))
@@ -159,6 +165,55 @@ import UbiquityTestSupport
         #expect(Self.text(adaPhone.documents.appendingPathComponent("Trip/plan.txt")) == "dig, sow, water, pick")
         let listed = try await adaLaptop.running(["shares", "list"])
         #expect(listed.output.contains("no shares") || !listed.output.contains("yours"), "\(listed.output)")
+    }
+
+    /// Every way Bob's account could reach what Ada did not share is refused, and answered as for
+    /// what does not exist (docs/Sharing.md, "Where it lives").
+    static func containmentHolds(server: RunningServer, owner: TestDevice, participant: TestDevice) async throws {
+        let ada = try #require(try UbiquityCredentials.load(from: owner.paths)).token
+        let bob = try #require(try UbiquityCredentials.load(from: participant.paths)).token
+        let (_, changes) = try await server.request("v1/containers/\(container)/changes?since=0", token: ada)
+        let items = try JSONDecoder().decode(ChangesPage.self, from: Data(changes.utf8)).items
+        let secret = try #require(items.first { $0.name == "Private.txt" }), plan = try #require(items.first { $0.name == "plan.txt" })
+        let (_, listed) = try await server.request("v1/shares", token: bob)
+        let share = try #require(try JSONDecoder().decode(SharesPage.self, from: Data(listed.utf8)).joined.first).id
+        #expect(try await server.request("v1/shares/\(share)/items/\(secret.id)", token: bob).0 == 404)
+        #expect(try await server.request("v1/shares/\(share)/items/\(secret.id)/revisions", token: bob).0 == 404)
+        #expect(try await server.request("v1/containers/\(container)/items/\(secret.id)", token: bob).0 == 404)
+        let fetched = try await server.request("v1/shares/\(share)/fetch", method: "POST", json: #"{"ids":["\#(secret.id)"]}"#, token: bob)
+        #expect(fetched.0 == 200 && fetched.1.contains(#""items":[]"#), "\(fetched)")
+        do {
+            let hash = try #require(secret.manifest?.chunks?.first?.hash)
+            let asked = try await server.request("v1/shares/\(share)/chunks/missing", method: "POST", json: #"{"hashes":["\#(hash)"]}"#, token: bob)
+            #expect(asked.1.contains(hash), "the owner's chunk outside the share is answered as missing: \(asked)")
+            #expect(try await server.request("v1/shares/\(share)/chunks/fetch", method: "POST", json: #"{"hashes":["\#(hash)"]}"#, token: bob).0 == 404)
+        }
+        do {
+            let out = #"{"commits":[{"item":"\#(plan.id)","update":{"baseRevision":"\#(plan.revision)","name":"plan.txt","kind":"file","modificationDate":1,"manifest":{}}}]}"#
+            let moved = try await server.request("v1/shares/\(share)/commits", method: "POST", json: out, token: bob)
+            #expect(moved.1.contains("outsideShare"), "a move out of the share is refused: \(moved)")
+        }
+    }
+
+    /// The parts of a page of changes this test reads.
+    struct ChangesPage: Decodable {
+        struct Item: Decodable {
+            struct Manifest: Decodable {
+                struct Chunk: Decodable { var hash: String }
+                var chunks: [Chunk]?
+            }
+            var id: String
+            var name: String
+            var revision: String
+            var manifest: Manifest?
+        }
+        var items: [Item]
+    }
+
+    /// The parts of `GET /v1/shares` this test reads.
+    struct SharesPage: Decodable {
+        struct Share: Decodable { var id: String }
+        var joined: [Share]
     }
 
     /// Asks `attempt` until it answers (at most a minute).

@@ -3,6 +3,7 @@ import HummingbirdTesting
 import UbiquityTestSupport
 import Testing
 import UbiquityProtocol
+import UbiquitySync
 @testable import UbiquityServer
 
 /// Shares and their invitations on the server (issue 46, docs/Sharing.md), on both backends: an
@@ -303,6 +304,24 @@ import UbiquityProtocol
             #expect(try await database.participations(accountId: bob).first?.participant.state(at: 1_101) == .expired)
             #expect(try await !database.updateParticipant(ParticipantMatch(id: "p1", participant: bob), from: [.invited], to: .accepted, role: nil, now: 1_101))
             #expect(try await database.invite(shareId: share.id, ownerId: ada, name: "cy", role: .readOnly, id: "p3", now: 1_101, limits: limits) != nil)
+        }
+    }
+
+    /// An item sealed with the account's keys is not shared (the share keys that would let
+    /// participants open it are still to come): refused, rather than shared with people who
+    /// could not open it.
+    @Test(arguments: Backend.all) func aSealedItemIsNotSharedYet(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let root = try await SealedKeyValueServerTests().setUpKeys(client, laptop)
+            let records = try #require(ItemRecords.keyed(container: notes, rootKeys: [root], sealing: true))
+            let folder = ItemUpdate(baseRevision: nil, name: "Trip", parent: nil, kind: .directory, modificationDate: 1_800_000_000, manifest: Manifest())
+            let sealed = try records.sealed(folder, item: "trip", manifest: Manifest())
+            #expect(try await client.send(.put, "/v1/containers/\(notes)/items/trip", token: laptop.token, json: sealed).status == .ok)
+            let refused = try await client.send(.post, "/v1/shares", token: laptop.token, json: ShareCreateRequest(container: notes, item: "trip"))
+            #expect(refused.status == .conflict && refused.errorCode == "sealedShare", "\(String(buffer: refused.body))")
+            #expect(try await client.send(.get, "/v1/shares", token: laptop.token).decode(SharesResponse.self).owned.isEmpty)
         }
     }
 }

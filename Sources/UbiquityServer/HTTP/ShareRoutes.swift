@@ -30,6 +30,11 @@ extension SyncServices {
             guard let item = try await database.item(accountId: device.accountId, container: asked.container, id: asked.item, brief: true), !item.deleted else {
                 throw SyncError.notFound
             }
+            // Sealed items are shared under a share key of their own (docs/Sharing.md, "Keys"),
+            // which is not built yet: refused, rather than shared with people who cannot open them.
+            guard item.record == nil else {
+                throw SyncError(.conflict, "sealedShare", "this item is sealed with the account's keys; sharing sealed items needs share keys, which this server does not have yet")
+            }
             let roots = try await database.shareRoots(accountId: device.accountId, container: asked.container)
             if !roots.contains(asked.item) {
                 // Shares do not nest: not inside a shared item, nor around one.
