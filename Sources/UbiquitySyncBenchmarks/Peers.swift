@@ -37,12 +37,14 @@ final class UbiquityPeer: Peer {
     /// The two containers' folders (beside `Documents`).
     let rootA: URL
     let rootB: URL
+    /// Every device's container folder, in order (a, b, and c when there is a participant).
+    let roots: [URL]
     let devices: [UbiquityContainers]
     let processes: Mutex<[ChildProcess]>
     let processIDs: [pid_t]
     let relays: [RelayProxy]
 
-    let processNames = ["server", "agentA", "agentB"]
+    var processNames: [String] { Array(["server", "agentA", "agentB", "agentC"].prefix(processIDs.count)) }
 
     /// The devices' runtime folders (on tmpfs), removed when stopping.
     let runtimes: [URL]
@@ -59,6 +61,7 @@ final class UbiquityPeer: Peer {
         self.serverPort = serverPort
         rootA = roots[0]
         rootB = roots[1]
+        self.roots = roots
         sideA = roots[0].appendingPathComponent("Documents")
         sideB = roots[1].appendingPathComponent("Documents")
         self.devices = devices
@@ -77,13 +80,19 @@ final class UbiquityPeer: Peer {
     ///   once both agents run (the server then holds no key; devices hold back what no signed
     ///   commit names yet: docs/Encryption.md, "Coverage under Advanced").
     /// - Parameter binary: The `ubiquity` every process runs (another build's, to compare).
-    static func start(in folder: URL, sealed: Bool = false, advanced: Bool = false, binary: URL = executable) async throws -> UbiquityPeer {
+    /// - Parameter participant: Another account, made for a third device ("c", signed in as it):
+    ///   for the sharing figures.
+    static func start(in folder: URL, sealed: Bool = false, advanced: Bool = false, binary: URL = executable, participant: String? = nil) async throws -> UbiquityPeer {
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
             throw BenchError("\(binary.path) is missing: swift build -c release --product ubiquity")
         }
         let data = folder.appendingPathComponent("server").path
         let created = try run(binary, ["account", "create", "ada", "--data", data, "--password-stdin", "--quota", "\(Int64(1) << 40)"], input: "correct horse\n")
         guard created.status == 0 else { throw BenchError("ubiquity account create: \(created.output)") }
+        if let participant {
+            let other = try run(binary, ["account", "create", participant, "--data", data, "--password-stdin", "--quota", "\(Int64(1) << 40)"], input: "correct horse\n")
+            guard other.status == 0 else { throw BenchError("ubiquity account create: \(other.output)") }
+        }
 
         let server = ChildProcess()
         server.executableURL = binary
@@ -105,7 +114,7 @@ final class UbiquityPeer: Peer {
         var processes = [server], devices: [UbiquityContainers] = [], relays: [RelayProxy] = [], roots: [URL] = [], runtimes: [URL] = [], keyrings: [URL] = []
         var environments: [[String: String]] = []
         do {
-            for name in ["a", "b"] {
+            for name in ["a", "b"] + (participant == nil ? [] : ["c"]) {
                 let home = folder.appendingPathComponent(name)
                 // The runtime folder on tmpfs, as systemd gives every session (/run/user/UID):
                 // the agent's socket and the file coordination locks live there.
@@ -122,7 +131,8 @@ final class UbiquityPeer: Peer {
                 try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 600, "sealedContents": \#(sealed)}"#.utf8).write(to: paths.agentConfiguration)
                 let relay = try RelayProxy.start(to: port)
                 relays.append(relay)
-                let login = try run(binary, ["login", "--server", "http://127.0.0.1:\(relay.port)", "--account", "ada", "--device-name", name, "--password-stdin"],
+                let account = name == "c" ? participant ?? "ada" : "ada"
+                let login = try run(binary, ["login", "--server", "http://127.0.0.1:\(relay.port)", "--account", account, "--device-name", name, "--password-stdin"],
                                     environment: environment, input: "correct horse\n")
                 guard login.status == 0 else { throw BenchError("ubiquity login: \(login.output)") }
 

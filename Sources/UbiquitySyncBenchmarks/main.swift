@@ -9,6 +9,11 @@
 //     [--small N] [--syncthing-small N] [--burst N] [--folder N] [--big-folder N] [--large-mib M]
 //     [--large-runs N] [--cost-changes N] [--idle-items N] [--idle-seconds S] [--database-updates N] [--skip-syncthing]
 //     [--web-items N] [--web-only] [--sealed] [--advanced] [--reference-build DIR] [--directory DIR] [--keep]
+//     [--sharing-only [--sharing-items N] [--sharing-runs N]]
+//
+// `--sharing-only` measures only the sharing figures of issue 46 (ShareScenario.swift): sharing
+// a folder of N items (10,000) against one of 10, a participant's first listing, and an edit
+// through a share against one within an account, to the owner's other device.
 //
 // `--sealed` measures Ubiquity's sync scenarios a second time in the same run with the agents
 // sealing the container's chunks and records (`sealedContents`, issue 45), and the web figures
@@ -46,6 +51,10 @@ struct Options {
     var databaseUpdates = 20
     var webItems = 10_000
     var webOnly = false
+    /// Measure only the sharing figures (ShareScenario.swift).
+    var sharingOnly = false
+    var sharingItems = 10_000
+    var sharingRuns = 10
     var skipSyncthing = false
     /// Measure Ubiquity a second time with sealed contents.
     var sealed = false
@@ -84,6 +93,9 @@ struct Options {
             case "--database-updates": databaseUpdates = try count(argument, allowZero: true)
             case "--web-items": webItems = try count(argument)
             case "--web-only": webOnly = true
+            case "--sharing-only": sharingOnly = true
+            case "--sharing-items": sharingItems = try count(argument)
+            case "--sharing-runs": sharingRuns = try count(argument)
             case "--skip-syncthing": skipSyncthing = true
             case "--sealed": sealed = true
             case "--advanced": (sealed, advanced) = (true, true)
@@ -166,6 +178,16 @@ do {
 if !FileManager.default.isExecutableFile(atPath: UbiquityPeer.executable.path) {
     log("\(UbiquityPeer.executable.path) is missing: swift build -c release --product ubiquity")
     exit(2)
+}
+if options.sharingOnly {
+    try? FileManager.default.removeItem(at: options.directory)
+    try FileManager.default.createDirectory(at: options.directory, withIntermediateDirectories: true)
+    let figures = try await sharingFigures(in: options.directory.appendingPathComponent("sharing"), items: options.sharingItems, runs: options.sharingRuns)
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+    print(String(decoding: try encoder.encode(["sharing": figures]), as: UTF8.self))
+    if !options.keep { try? FileManager.default.removeItem(at: options.directory) }
+    exit(0)
 }
 if !options.skipSyncthing && !options.webOnly && SyncthingPeer.executable == nil {
     log("syncthing is not installed (apt-get install syncthing), or pass --skip-syncthing")
