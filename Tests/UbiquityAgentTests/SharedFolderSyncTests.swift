@@ -188,4 +188,41 @@ import UbiquityTestSupport
         try Self.write("dig, sow, water, and Cy's part", to: plan)
         #expect(await arrives { Self.read(adaLaptop.appendingPathComponent("Trip/plan.txt")) == "dig, sow, water, and Cy's part" })
     }
+
+    /// Sharing from the web page in a real browser (Tests/Browser/sharing_flow.py): Ada shares
+    /// her folder from its row (with Bob, and with a name nobody has — answered alike), Bob
+    /// accepts under Shared with Others, opens it and downloads a file; the folder then reaches
+    /// Bob's device; Ada's item outside it is not reached from Bob's session. Its screenshots go
+    /// to docs/screenshots/.
+    @Test(.enabled(if: RealBrowser.available, "no browser here: install Debian's chromium and chromium-driver and Selenium from PyPI (.ci/run does)"),
+          .timeLimit(.minutes(5)))
+    func aFolderIsSharedAndAcceptedFromTheWebPage() async throws {
+        let notes = notes
+        let dir = NSTemporaryDirectory() + "shared-web-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let running = try await RunningAgents.start(["ada-laptop", "bob-laptop"], containers: [notes], in: dir, greedy: true, accounts: ["bob-laptop": "bob"])
+        defer { running.stop() }
+        let documents = try await running.connectedDevices(containers: [notes]).documents
+        let ada = try Self.client(of: running.paths[0])
+        try Self.write("dig, sow, water", to: documents[0].appendingPathComponent("Trip/plan.txt"))
+        try Self.write("mine alone", to: documents[0].appendingPathComponent("Private.txt"))
+        var secret: String?
+        for _ in 0..<400 where secret == nil {
+            let items = try await ada.changes(container: notes, since: 0).items
+            if items.contains(where: { $0.name == "plan.txt" && $0.uploaded }) { secret = items.first { $0.name == "Private.txt" }?.id }
+            if secret == nil { try await Task.sleep(for: .milliseconds(50)) }
+        }
+        let repository = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        let arguments: [String: Any] = [
+            "url": running.server.url.absoluteString, "container": notes, "folder": "Trip", "file": "plan.txt", "text": "dig, sow, water",
+            "secret": try #require(secret), "work": dir + "/browser", "screenshots": repository.appendingPathComponent("docs/screenshots").path,
+        ]
+        let json = String(decoding: try JSONSerialization.data(withJSONObject: arguments), as: UTF8.self)
+        let (status, output) = try await RealBrowser.run(["/usr/bin/env", "python3", repository.appendingPathComponent("Tests/Browser/sharing_flow.py").path, json],
+                                                         timeout: .seconds(240))
+        print(output)
+        #expect(status == 0 && output.contains("all steps held"), "\(output)")
+        // Accepted in the page: the folder reaches Bob's device.
+        #expect(await arrives { Self.read(documents[1].appendingPathComponent("Trip/plan.txt")) == "dig, sow, water" })
+    }
 }

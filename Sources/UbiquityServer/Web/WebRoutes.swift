@@ -244,6 +244,21 @@ extension SyncServices {
                                        container: container, device: device, logger: context.logger)
         }
         addWebItemRoutes(to: api)
+        // Sharing from the page (docs/Sharing.md): the same routes as devices', under the
+        // session (`/web/api/shares…`), and a shared file's download.
+        addShareRoutes(to: api)
+        api.get("shares/:share/items/:item/download") { _, context -> Response in
+            let share = try await reachableShare(context).share
+            let id = try context.parameters.require("item")
+            try Validate.identifier(id, field: "item id")
+            var border = ShareBorder(share)
+            guard try await border.contains(id, in: database),
+                  let item = try await database.item(accountId: share.accountId, container: share.container, id: id, brief: false), !item.deleted else {
+                throw SyncError.notFound
+            }
+            return try await WebDownload.response(for: try await webRecords(ofAccount: share.accountId, container: share.container).open(item), chunks: chunks,
+                                                  account: share.accountId, opener: try await sealedChunkOpener(ofAccount: share.accountId, container: share.container))
+        }
         addWebApprovalRoutes(to: api)
         addWebAccountRoutes(to: api)
         addWebAdminRoutes(to: api)

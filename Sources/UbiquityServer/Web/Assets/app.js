@@ -17,7 +17,7 @@ let refreshing = null;
 let refreshAgain = false;
 
 function show(section) {
-  for (const id of ["sign-in", "containers", "folder", "versions", "deleted", "storage", "kv", "devices", "links", "admin"]) $(id).hidden = id !== section;
+  for (const id of ["sign-in", "containers", "folder", "versions", "deleted", "storage", "kv", "devices", "links", "shared", "share-folder", "admin"]) $(id).hidden = id !== section;
 }
 
 function say(text) {
@@ -92,6 +92,8 @@ function listen() {
     try { event = JSON.parse(message.data); } catch (ignored) { return; }
     if (event.type === "changed" && (view.container === null || view.container === event.container)) refresh();
     if (event.type === "keyValueChanged" && (view.kind === "kv" || view.kind === "storage")) refresh();
+    if (event.type === "sharesChanged" && (view.kind === "shared" || view.kind === "share")) refresh();
+    if (event.type === "shareChanged" && view.kind === "share" && view.share === event.container) refresh();
   };
   events.onerror = () => {
     // Closed for good (signed out or revoked elsewhere): ask who is signed in.
@@ -113,6 +115,10 @@ function route() {
     view = { kind: "deleted", container: null, folder: null };
   } else if (parts[0] === "storage" || parts[0] === "devices" || parts[0] === "links" || parts[0] === "admin") {
     view = { kind: parts[0], container: null, folder: null };
+  } else if (parts[0] === "shared") {
+    view = { kind: "shared", container: null, folder: null };
+  } else if (parts[0] === "s" && parts[1]) {
+    view = { kind: "share", share: parts[1], folder: parts[2] || null, container: null };
   } else if (parts[0] === "kv" && parts[1]) {
     view = { kind: "kv", store: parts[1], container: null, folder: null };
   } else {
@@ -135,6 +141,8 @@ function refresh() {
         else if (view.kind === "devices") await showDevices();
         else if (view.kind === "links") await showLinks();
         else if (view.kind === "admin") await showAdmin();
+        else if (view.kind === "shared") await showShared();
+        else if (view.kind === "share") await showShareFolder();
         else await showContainers();
       } catch (error) {
         failed(error);
@@ -319,6 +327,7 @@ function actionsCell(item) {
       location.hash = `#/v/${segment(view.container)}/${segment(item.id)}` + (view.folder ? "/" + segment(view.folder) : "");
     }));
   }
+  if (!sealed) list.append(button("Share with people…", () => shareWithPeople(item), "Share " + plainName(item.name) + " with people"));
   if (item.kind === "file" && item.uploaded) {
     list.append(button("Share link", () => sealed ? share(item, () => shareSealed(session, view.container, item)) : share(item), "Share a link to " + plainName(item.name)));
   }
@@ -700,6 +709,173 @@ async function showLinks() {
   $("no-links").hidden = answer.links.length > 0;
   document.title = "Shared Links — Ubiquity";
   show("links");
+}
+
+// MARK: Sharing with people (docs/Sharing.md)
+
+const permission = (role) => role === "readOnly" ? "Can view" : "Can make changes";
+
+// The Share dialog of an item: invite an account by name (answered alike whether or not it
+// exists), see who it is shared with, remove someone, stop sharing.
+async function shareWithPeople(item) {
+  const container = view.container, dialog = $("share-dialog");
+  let share = null;
+  const owned = async () => (await api("GET", "/web/api/shares")).owned.find((s) => s.container === container && s.item === item.id) || null;
+  const render = () => {
+    $("share-title").textContent = "Share “" + plainName(item.name) + "”";
+    const people = (share && share.participants || []).filter((p) => p.state === "invited" || p.state === "accepted");
+    $("share-people").replaceChildren(...(people.length ? people.map((person) => {
+      const line = document.createElement("li");
+      line.dataset.name = person.name;
+      line.append(nameNode(person.name), " — " + permission(person.role) + (person.state === "invited" ? " (invited)" : ""));
+      line.append(button("Remove", async () => {
+        await api("DELETE", `/web/api/shares/${segment(share.id)}/participants/${segment(person.id)}`);
+        say(plainName(person.name) + " no longer has it");
+        share = await owned();
+        render();
+      }, "Remove " + plainName(person.name)));
+      return line;
+    }) : [Object.assign(document.createElement("li"), { textContent: "Only you", className: "muted" })]));
+    $("share-stop").hidden = !share;
+  };
+  share = await owned();
+  $("share-name").value = "";
+  $("share-read-only").checked = false;
+  $("share-error").textContent = "";
+  render();
+  $("share-invite").onclick = async () => {
+    const name = $("share-name").value.trim();
+    if (!name) { $("share-error").textContent = "Type the name of the account to share with."; return; }
+    try {
+      const made = await api("POST", "/web/api/shares", { container, item: item.id });
+      await api("POST", `/web/api/shares/${segment(made.id)}/participants`, { name, role: $("share-read-only").checked ? "readOnly" : "readWrite" });
+      $("share-name").value = "";
+      $("share-error").textContent = "";
+      say("Invited " + plainName(name));
+      share = await owned();
+      render();
+    } catch (error) {
+      $("share-error").textContent = error.message || String(error);
+    }
+  };
+  $("share-stop").onclick = async () => {
+    if (!share || !confirm(`Stop sharing “${plainName(item.name)}”? It leaves everyone else's devices; nothing of yours is touched.`)) return;
+    await api("DELETE", `/web/api/shares/${segment(share.id)}`);
+    say("Stopped sharing " + plainName(item.name));
+    share = null;
+    render();
+  };
+  dialog.returnValue = "";
+  dialog.showModal();
+  await new Promise((resolve) => dialog.addEventListener("close", resolve, { once: true }));
+  refresh();
+}
+
+// Shared with Others: invitations to answer, what is shared with this account, what it shares.
+async function showShared() {
+  const answer = await api("GET", "/web/api/shares");
+  const named = (share) => share.name || "(sealed)";
+  $("invitation-rows").replaceChildren(...answer.invitations.map((share) => {
+    const row = document.createElement("tr");
+    const buttons = document.createElement("td");
+    buttons.append(button("Accept", async () => {
+      await api("POST", `/web/api/shares/invitations/${segment(share.invitation)}/accept`);
+      say("Accepted " + plainName(named(share)) + ": it appears on your devices");
+      refresh();
+    }, "Accept " + plainName(named(share))), button("Decline", async () => {
+      await api("POST", `/web/api/shares/invitations/${segment(share.invitation)}/decline`);
+      say("Declined " + plainName(named(share)));
+      refresh();
+    }, "Decline " + plainName(named(share))));
+    row.append(nameCell(named(share), row), cell(share.owner), cell(permission(share.role)), cell(share.expires ? formatDate(share.expires) : ""), buttons);
+    return row;
+  }));
+  $("no-invitations").hidden = answer.invitations.length > 0;
+  $("joined-rows").replaceChildren(...answer.joined.map((share) => {
+    const row = document.createElement("tr");
+    row.dataset.name = named(share);
+    const buttons = document.createElement("td");
+    buttons.append(button("Leave", async () => {
+      if (!confirm(`Leave “${plainName(named(share))}”? It leaves your devices.`)) return;
+      await api("POST", `/web/api/shares/${segment(share.id)}/leave`);
+      say("Left " + plainName(named(share)));
+      refresh();
+    }, "Leave " + plainName(named(share))));
+    row.append(linkCell(named(share), "#/s/" + segment(share.id)), cell(share.owner), cell(permission(share.role)), buttons);
+    return row;
+  }));
+  $("no-joined").hidden = answer.joined.length > 0;
+  $("owned-rows").replaceChildren(...answer.owned.map((share) => {
+    const row = document.createElement("tr");
+    const people = (share.participants || []).filter((p) => p.state === "invited" || p.state === "accepted")
+      .map((p) => p.name + " (" + permission(p.role).toLowerCase() + (p.state === "invited" ? ", invited" : "") + ")");
+    const buttons = document.createElement("td");
+    buttons.append(button("Stop sharing", async () => {
+      if (!confirm(`Stop sharing “${plainName(named(share))}”?`)) return;
+      await api("DELETE", `/web/api/shares/${segment(share.id)}`);
+      say("Stopped sharing " + plainName(named(share)));
+      refresh();
+    }, "Stop sharing " + plainName(named(share))));
+    row.append(nameCell(named(share), row), cell(share.container), cell(people.length ? people.join(", ") : "nobody"), buttons);
+    return row;
+  }));
+  $("no-owned").hidden = answer.owned.length > 0;
+  document.title = "Shared with Others — Ubiquity";
+  show("shared");
+}
+
+// A folder of a share another account shared with this one: its items, read through the share.
+async function showShareFolder() {
+  const shares = await api("GET", "/web/api/shares");
+  const share = shares.joined.find((s) => s.id === view.share) || shares.owned.find((s) => s.id === view.share);
+  if (!share) { location.hash = "#/shared"; return; }
+  const items = new Map();
+  let since = 0;
+  for (;;) {
+    const page = await api("GET", `/web/api/shares/${segment(share.id)}/changes?since=${since}&limit=5000&brief=true`);
+    for (const item of page.items) items.set(item.id, item);
+    since = page.sequence;
+    if (!page.more) break;
+  }
+  const folder = view.folder || share.item;
+  const path = [];
+  for (let id = folder, guard = 0; id && items.has(id) && guard < 256; guard++) {
+    path.unshift(items.get(id));
+    if (id === share.item) break;
+    id = items.get(id).parent;
+  }
+  const crumbs = [crumb("Shared with Others", "#/shared"), ...path.map((item) => crumb(item.name, `#/s/${segment(share.id)}/${segment(item.id)}`))];
+  $("share-crumbs").replaceChildren(...crumbs);
+  const here = items.get(folder);
+  $("share-folder-title").replaceChildren(nameNode(here ? here.name : named(share)));
+  $("share-folder-note").textContent = `Shared by ${share.owner} · ${share.role ? permission(share.role) : "yours"}`;
+  const children = [...items.values()].filter((item) => !item.deleted && item.parent === folder)
+    .sort((a, b) => (a.kind === "directory") === (b.kind === "directory") ? a.name.localeCompare(b.name) : (a.kind === "directory" ? -1 : 1));
+  const shown = here && here.kind !== "directory" ? [here] : children;
+  $("share-item-rows").replaceChildren(...shown.map((item) => {
+    const row = document.createElement("tr");
+    row.dataset.name = item.name;
+    const name = document.createElement("td");
+    const link = document.createElement("a");
+    link.append(nameNode(item.name));
+    if (item.kind === "directory") {
+      link.href = `#/s/${segment(share.id)}/${segment(item.id)}`;
+      link.classList.add("folder");
+    } else {
+      link.href = `/web/api/shares/${segment(share.id)}/items/${segment(item.id)}/download`;
+      link.setAttribute("download", "");
+    }
+    name.append(link);
+    const device = document.createElement("td");
+    device.append(nameNode(item.deviceName));
+    row.append(name, cell(formatDate(item.modificationDate)), cell(item.kind === "directory" ? "—" : formatBytes(item.size), "num"), device);
+    return row;
+  }));
+  $("share-folder-empty").hidden = shown.length > 0;
+  document.title = plainName(here ? here.name : named(share)) + " — Ubiquity";
+  show("share-folder");
+
+  function named(s) { return s.name || "(sealed)"; }
 }
 
 let filterTimer = null;
