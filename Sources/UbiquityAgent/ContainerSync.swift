@@ -552,7 +552,9 @@ package actor ContainerSync {
                     page = try await client.changes(container: container, since: cursor, brief: true, inline: inlineLimit)
                 }
                 pushedPage = nil
-                let pageEnd = page.items.last?.sequence // (items asked for by id are added after it)
+                // (Items asked for by id are added after it; through a share, the page may have
+                // passed over more than it lists: `next`.)
+                let pageEnd = page.next ?? page.items.last?.sequence
                 do {
                     // (The sealed records' hashes, which signed commits name, before they are opened.)
                     let recordHashes = Self.recordHashes(of: page.items)

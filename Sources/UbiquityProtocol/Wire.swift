@@ -285,14 +285,19 @@ public struct ChangesResponse: Codable, Sendable {
     public var sequence: Int64
     /// The changed items (their present state), in sequence order.
     public var items: [ItemState]
-    /// Whether more changes follow (ask again from the last item's sequence).
+    /// Whether more changes follow (ask again from ``next``, or else the last item's sequence).
     public var more: Bool
+    /// With `more`, where the next page starts when that is past the last item: through a
+    /// share, the owner's changes outside it are left out, and a page may list none of the
+    /// changes it passed over (or none at all). Nil: the last item's sequence.
+    public var next: Int64?
 
     /// Creates a value.
-    public init(sequence: Int64, items: [ItemState], more: Bool) {
+    public init(sequence: Int64, items: [ItemState], more: Bool, next: Int64? = nil) {
         self.sequence = sequence
         self.items = items
         self.more = more
+        self.next = next
     }
 }
 

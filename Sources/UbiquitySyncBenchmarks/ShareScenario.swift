@@ -77,8 +77,14 @@ func sharingFigures(in folder: URL, items: Int, runs: Int) async throws -> Shari
         visibleNames(in: peer.sideB.appendingPathComponent("Large"))?.count == items && visibleNames(in: peer.sideB.appendingPathComponent("Small"))?.count == 10
     }
     try await peer.settle()
-    let changes = object(try await request(port, "GET", "/v1/containers/\(container)/changes?since=0&limit=5000&brief=true", token: ada).body)
-    let tops = ((changes["items"] as? [[String: Any]]) ?? []).filter { $0["parent"] == nil }
+    var tops: [[String: Any]] = [], cursor = 0
+    while true {
+        let changes = object(try await request(port, "GET", "/v1/containers/\(container)/changes?since=\(cursor)&limit=5000&brief=true", token: ada).body)
+        let listed = (changes["items"] as? [[String: Any]]) ?? []
+        tops += listed.filter { $0["parent"] == nil }
+        if changes["more"] as? Bool != true { break }
+        cursor = listed.last?["sequence"] as? Int ?? cursor
+    }
     guard let largeId = tops.first(where: { $0["name"] as? String == "Large" })?["id"] as? String,
           let smallId = tops.first(where: { $0["name"] as? String == "Small" })?["id"] as? String else { throw BenchError("the folders' ids were not found") }
 
@@ -130,8 +136,9 @@ func sharingFigures(in folder: URL, items: Int, runs: Int) async throws -> Shari
     while true {
         let page = object(try await request(port, "GET", "/v1/shares/\(largeShare.id)/changes?since=\(since)&limit=5000&brief=true", token: bob).body)
         listed += (page["items"] as? [Any])?.count ?? 0
-        since = page["sequence"] as? Int ?? since
         if page["more"] as? Bool != true { break }
+        guard let next = page["next"] as? Int else { throw BenchError("a page with more to come named no next cursor") }
+        since = next
     }
     let serverListing = (ContinuousClock.now - listing).inMilliseconds
     guard listed >= items + 1 else { throw BenchError("the share listed \(listed) items, not \(items + 1)") }

@@ -149,6 +149,20 @@ import UbiquitySync
             _ = try await client.commit(notes, "beside", beside, token: ada)
             let next = try await client.send(.get, "\(address)/changes?since=\(first.sequence)", token: bob).decode(ChangesResponse.self)
             #expect(next.items.map(\.id) == ["plan"])
+            // Page by page, one change at a time: a page of the owner's changes outside the share
+            // lists nothing, and says where the next one starts; every page together lists what
+            // is inside, once.
+            var paged: [String] = [], cursor: Int64 = 0, pages = 0
+            while pages < 50 {
+                pages += 1
+                let page = try await client.send(.get, "\(address)/changes?since=\(cursor)&limit=1", token: bob).decode(ChangesResponse.self)
+                paged += page.items.map(\.id)
+                guard page.more else { break }
+                let following = try #require(page.next ?? page.items.last?.sequence, "a page with more to come says where it goes on")
+                #expect(following > cursor)
+                cursor = following
+            }
+            #expect(paged.sorted() == ["note", "plan", "trip"], "\(paged)")
             // The owner moves the note out of the share: to Bob it is gone, nothing of where it went;
             // moved back in, it is there again.
             let noteNow = try await client.send(.get, "/v1/containers/\(notes)/items/note", token: ada).decode(ItemState.self)

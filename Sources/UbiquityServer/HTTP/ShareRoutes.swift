@@ -163,6 +163,8 @@ extension SyncServices {
                                       deviceName: "", sequence: sequence, manifest: Manifest(), conflicts: []))
             }
             page.items = (page.items.filter { inside.contains($0.id) }.map { Self.seen($0, through: share) } + gone).sorted { $0.sequence < $1.sequence }
+            // (What was passed over outside the share counts: the next page starts after it.)
+            if page.more { page.next = through }
             return page
         }
         shares.get(":share/items/:item") { request, context -> ItemState in

@@ -834,8 +834,8 @@ async function showShareFolder() {
   for (;;) {
     const page = await api("GET", `/web/api/shares/${segment(share.id)}/changes?since=${since}&limit=5000&brief=true`);
     for (const item of page.items) items.set(item.id, item);
-    since = page.sequence;
     if (!page.more) break;
+    since = page.next ?? page.items[page.items.length - 1].sequence;
   }
   const folder = view.folder || share.item;
   const path = [];
