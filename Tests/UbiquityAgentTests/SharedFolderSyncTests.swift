@@ -21,6 +21,13 @@ import UbiquityTestSupport
         return SyncClient(server: credentials.server, token: credentials.token)
     }
 
+    /// Has each device's agent look at every file of the container now and sync (`ubiquity sync`).
+    static func lookEverywhere(_ devices: UbiquityContainers..., container: String) async throws {
+        for device in devices {
+            _ = try await onOwnThread { try device.agent.send(AgentRequest(.sync, container: container), timeout: .seconds(120)) }
+        }
+    }
+
     /// Waits up to a minute for `condition` (what the whole suite's busiest minute needs), and
     /// says how long it took.
     func arrives(line: Int = #line, _ condition: () -> Bool) async -> Bool {
@@ -44,7 +51,7 @@ import UbiquityTestSupport
         let dir = NSTemporaryDirectory() + "shared-folder-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let running = try await RunningAgents.start(["ada-laptop", "ada-phone", "bob-laptop", "bob-phone"], containers: [notes], in: dir, greedy: true,
-                                                    accounts: ["bob-laptop": "bob", "bob-phone": "bob"], rescanSeconds: 1)
+                                                    accounts: ["bob-laptop": "bob", "bob-phone": "bob"])
         defer { running.stop() }
         let (devices, documents) = try await running.connectedDevices(containers: [notes])
         let (adaLaptop, adaPhone, bobLaptop, bobPhone) = (documents[0], documents[1], documents[2], documents[3])
@@ -105,9 +112,9 @@ import UbiquityTestSupport
             #expect(await arrives { Self.read(device.appendingPathComponent("Trip/packing.txt")) == "tent, stove, map" }, "\(device.path)")
         }
         // What Bob made in the share is Ada's (kept in her container); nothing of the share is
-        // in Bob's own container (the agents look at every file every second), and Bob's own
-        // file is not in Ada's.
-        try await Task.sleep(for: .seconds(2.5))
+        // in Bob's own container (Bob's agents looked at every file of it: `ubiquity sync`), and
+        // Bob's own file is not in Ada's.
+        try await Self.lookEverywhere(devices[2], devices[3], container: notes)
         let adasItems = try await ada.changes(container: notes, since: 0).items.filter { !$0.deleted }.map(\.name)
         let bobsItems = try await bob.changes(container: notes, since: 0).items.filter { !$0.deleted }.map(\.name)
         #expect(adasItems.contains("packing.txt") && !adasItems.contains("Mine.txt"), "\(adasItems)")
@@ -122,7 +129,7 @@ import UbiquityTestSupport
         }
         #expect(Self.read(adaLaptop.appendingPathComponent("Trip/packing.txt")) == "tent, stove, map", "nothing of the owner's goes")
         // Bob's own container never took the folder as his.
-        try await Task.sleep(for: .seconds(2.5))
+        try await Self.lookEverywhere(devices[2], devices[3], container: notes)
         #expect(try await bob.changes(container: notes, since: 0).items.filter { !$0.deleted }.map(\.name) == ["Mine.txt"])
     }
 
@@ -184,7 +191,13 @@ import UbiquityTestSupport
         // Made read-write: Cy's edit goes through.
         let participant = try #require(try await ada.shares().owned.first?.participants?.first)
         try await ada.setRole(.readWrite, of: participant.id, in: share.id)
-        try await Task.sleep(for: .milliseconds(300))
+        var writable = false // (Cy's agent learns it by a push: an edit before then would be kept and undone)
+        for _ in 0..<600 where !writable {
+            writable = try await onOwnThread { devices[1].resourceValues(of: plan, forKeys: [.ubiquitousSharedItemCurrentUserPermissionsKey]) }
+                .ubiquitousSharedItemCurrentUserPermissions == .readWrite
+            if !writable { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(writable)
         try Self.write("dig, sow, water, and Cy's part", to: plan)
         #expect(await arrives { Self.read(adaLaptop.appendingPathComponent("Trip/plan.txt")) == "dig, sow, water, and Cy's part" })
     }
