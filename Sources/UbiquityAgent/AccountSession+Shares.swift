@@ -15,6 +15,26 @@ extension AccountSession {
     /// The path of a share's folder (or file) relative to the container's folder.
     static func sharePath(_ scope: ShareScope) -> String { ContainerLayout.documentsFolder + "/" + scope.name }
 
+    /// The engines of `container` kept here: its own, and those of the shares in it.
+    func engines(of container: String) -> [ContainerSync] {
+        ([containers[container]] + (shareScopes[container] ?? []).map { containers[Self.shareEngineKey(container, $0.id)] }).compactMap { $0 }
+    }
+
+    /// Every item of `container` with its state: its own and its shares'.
+    func statuses(of container: String) async -> [UbiquityItemStatus] {
+        var all: [UbiquityItemStatus] = []
+        for sync in engines(of: container) { all += await sync.statuses() }
+        return all
+    }
+
+    /// What changes whenever an item's state of `container` may have (its engines' versions,
+    /// and which engines there are).
+    func statusVersion(of container: String) async -> Int {
+        var version = 0
+        for sync in engines(of: container) { version = version &* 31 &+ (await sync.statusVersion) }
+        return version
+    }
+
     /// Which engine keeps `path` (relative to `container`'s folder): a share's, when it is its
     /// folder, in it, or its placeholder; else the container's own.
     func engineKey(_ container: String, at path: String) -> String {

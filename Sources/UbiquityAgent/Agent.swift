@@ -352,26 +352,6 @@ actor AccountSession {
         for watcher in watchers.values.flatMap(\.values) { watcher.mailbox?.finish() }
     }
 
-    /// The engines of `container` kept here: its own, and those of the shares in it.
-    func engines(of container: String) -> [ContainerSync] {
-        ([containers[container]] + (shareScopes[container] ?? []).map { containers[Self.shareEngineKey(container, $0.id)] }).compactMap { $0 }
-    }
-
-    /// Every item of `container` with its state: its own and its shares'.
-    func statuses(of container: String) async -> [UbiquityItemStatus] {
-        var all: [UbiquityItemStatus] = []
-        for sync in engines(of: container) { all += await sync.statuses() }
-        return all
-    }
-
-    /// What changes whenever an item's state of `container` may have (its engines' versions,
-    /// and which engines there are).
-    func statusVersion(of container: String) async -> Int {
-        var version = 0
-        for sync in engines(of: container) { version = version &* 31 &+ (await sync.statusVersion) }
-        return version
-    }
-
     /// Ends the status stream (the session stops).
     private func stopTellingWatchers() {
         statusChanged.finish()

@@ -160,3 +160,57 @@ extension ContainerSync {
         }.sorted { $0.path < $1.path }
     }
 }
+
+// Requests the server did not answer or refused.
+extension ContainerSync {
+    /// A request the server did not answer or refused: kept for the next round, and said.
+    func failed(_ request: SyncRequest, _ error: SyncClientError) {
+        state.failed(request)
+        if error.code == "sealedOnly" { keysStale = true } // (sealed from the next round on)
+        switch request {
+        case .commit(let change): errors[change.item] = error.description
+        case .fetch: errors[Self.fetchErrorKey] = error.description
+        case .resolve(let item, _, _): errors[item] = error.description
+        }
+        logger.warning("sync request failed", metadata: ["container": "\(container)", "error": "\(error)"])
+    }
+
+    /// A batch of commits the server did not answer or refused as a whole: each kept for the
+    /// next round, and said once (a batch of a thousand changes is one failure, not a
+    /// thousand warnings).
+    func failed(commits changes: [LocalChange], _ error: SyncClientError) {
+        guard !changes.isEmpty else { return }
+        if error.code == "sealedOnly" { keysStale = true } // (sealed from the next round on)
+        if error.code == "readOnly", share != nil {
+            // The share became read-only for this account since it was last read: the changes
+            // are kept here and undone from the next round on.
+            readOnly = true
+            for change in changes { state.failed(.commit(change)) }
+            fetchDue = true
+            return
+        }
+        for change in changes {
+            state.failed(.commit(change))
+            errors[change.item] = error.description
+        }
+        logger.warning("sync request failed", metadata: ["container": "\(container)", "changes": "\(changes.count)", "error": "\(error)"])
+    }
+}
+
+// Ubiquity attributes apps' presenters observe.
+extension ContainerSync {
+    /// Notes that ubiquity attributes of the item at `path` changed (announced at the round's end).
+    func noteAttributes(_ attributes: Set<URLResourceKey>, at path: String) {
+        attributeChanges[path, default: []].formUnion(attributes)
+    }
+
+    /// Tells the presenters of the items whose ubiquity attributes changed — in every process
+    /// of the user, those that observe them — what changed (Apple's
+    /// `presentedItemDidChangeUbiquityAttributes(_:)`), in one message per process.
+    func announceAttributeChanges() async {
+        guard !attributeChanges.isEmpty else { return }
+        let changes = Dictionary(uniqueKeysWithValues: attributeChanges.map { (root.appendingPathComponent($0.key), $0.value) })
+        attributeChanges = [:]
+        await coordination.run { NSFileCoordinator.items(didChangeUbiquityAttributes: changes) }
+    }
+}

@@ -57,7 +57,7 @@ package actor ContainerSync {
     package let storeKey: String
     /// The top items of the shares this account owns in the container (for Apple's shared-item
     /// values of them and of what they hold; a container's own engine).
-    package private(set) var sharedRoots: Set<String> = []
+    package internal(set) var sharedRoots: Set<String> = []
     /// Whether the share this engine keeps is read-only for this account (see ``setReadOnly(_:)``).
     package internal(set) var readOnly = false
     /// Why changes made here were not sent, by path: a read-only share's (``keepRefused(_:)``),
@@ -67,7 +67,7 @@ package actor ContainerSync {
     }
     /// What part of the folder this engine keeps: the container's own engine passes over the
     /// folders of the shares kept here; a share's engine keeps only its share's folder.
-    package private(set) var border: SyncBorder
+    package internal(set) var border: SyncBorder
     let client: SyncClient
     let store: AgentStore
     let logger: Logger
@@ -183,7 +183,7 @@ package actor ContainerSync {
     /// Where coordinated accesses to the folder run, which may wait for an app's presenters to
     /// save or let go: a thread of their own, so that a slow presenter never holds one of Swift
     /// concurrency's few threads.
-    private let coordination = WorkThread(name: "ubq-coordinate")
+    let coordination = WorkThread(name: "ubq-coordinate")
     /// When the last round finished.
     package private(set) var lastSync: Date?
     /// Whether a live push connection tells this container's changes: then a round fetches the
@@ -198,7 +198,7 @@ package actor ContainerSync {
     package private(set) var pushedChanges = 0
     /// Whether the next round fetches whatever pushes said: when the container is opened, when
     /// pushes (re)connect, when events may have been lost, after a failed fetch.
-    private var fetchDue = true
+    var fetchDue = true
     /// File records (nil: removed) a failed ``persist(upsert:removed:)`` could not write yet.
     private var unsavedFiles: [String: AgentStore.File?] = [:]
 
@@ -253,35 +253,6 @@ package actor ContainerSync {
         var scanner = LocalScanner(root: root, packageExtensions: packageExtensions, transparent: [ContainerLayout.documentsFolder])
         scanner.border = border
         return scanner
-    }
-
-    /// The top items of the shares this account owns in the container, as the server says now.
-    package func setSharedRoots(_ roots: Set<String>) {
-        guard roots != sharedRoots else { return }
-        sharedRoots = roots
-        statusVersion &+= 1
-    }
-
-    /// How `item` is shared, if it is: every item of a share's engine (another account's); an
-    /// item of the container's own that is, or is in, one of ``sharedRoots``.
-    func sharing(of item: String) -> ItemSharing? {
-        if let share { return ItemSharing(owned: false, readOnly: readOnly, owner: share.owner) }
-        guard !sharedRoots.isEmpty else { return nil }
-        var current: String? = item, walked = 0
-        while let id = current, walked < 256 {
-            if sharedRoots.contains(id) { return ItemSharing(owned: true, readOnly: false) }
-            current = state.visible(id)?.parent
-            walked += 1
-        }
-        return nil
-    }
-
-    /// Passes over `skipped` from now on (the folders of the shares kept here, each by a
-    /// share's engine): the container's own engine, told before a share's folder is made or
-    /// after it is gone.
-    package func passOver(_ skipped: Set<String>) {
-        guard share == nil, skipped != border.skipped else { return }
-        border.skipped = skipped
     }
 
     /// The conflict versions of the item at `path` (relative to the container's folder) as the server last
@@ -352,21 +323,6 @@ package actor ContainerSync {
     /// Runs `work` — coordinated accesses to the folder, which wait for presenters and locks —
     /// on a thread of its own, and returns what it returned (or throws what it threw). The
     /// caller has the folder's turn: nothing else in this agent changes the folder meanwhile.
-    /// Notes that ubiquity attributes of the item at `path` changed (announced at the round's end).
-    func noteAttributes(_ attributes: Set<URLResourceKey>, at path: String) {
-        attributeChanges[path, default: []].formUnion(attributes)
-    }
-
-    /// Tells the presenters of the items whose ubiquity attributes changed — in every process
-    /// of the user, those that observe them — what changed (Apple's
-    /// `presentedItemDidChangeUbiquityAttributes(_:)`), in one message per process.
-    func announceAttributeChanges() async {
-        guard !attributeChanges.isEmpty else { return }
-        let changes = Dictionary(uniqueKeysWithValues: attributeChanges.map { (root.appendingPathComponent($0.key), $0.value) })
-        attributeChanges = [:]
-        await coordination.run { NSFileCoordinator.items(didChangeUbiquityAttributes: changes) }
-    }
-
     func coordinated<T: Sendable>(_ work: @escaping @Sendable () throws -> T) async throws -> T {
         try await coordination.run(work)
     }
@@ -466,39 +422,6 @@ package actor ContainerSync {
             store.releaseMemory()
             FreedMemory.release()
         }
-    }
-
-    /// A request the server did not answer or refused: kept for the next round, and said.
-    func failed(_ request: SyncRequest, _ error: SyncClientError) {
-        state.failed(request)
-        if error.code == "sealedOnly" { keysStale = true } // (sealed from the next round on)
-        switch request {
-        case .commit(let change): errors[change.item] = error.description
-        case .fetch: errors[Self.fetchErrorKey] = error.description
-        case .resolve(let item, _, _): errors[item] = error.description
-        }
-        logger.warning("sync request failed", metadata: ["container": "\(container)", "error": "\(error)"])
-    }
-
-    /// A batch of commits the server did not answer or refused as a whole: each kept for the
-    /// next round, and said once (a batch of a thousand changes is one failure, not a
-    /// thousand warnings).
-    func failed(commits changes: [LocalChange], _ error: SyncClientError) {
-        guard !changes.isEmpty else { return }
-        if error.code == "sealedOnly" { keysStale = true } // (sealed from the next round on)
-        if error.code == "readOnly", share != nil {
-            // The share became read-only for this account since it was last read: the changes
-            // are kept here and undone from the next round on.
-            readOnly = true
-            for change in changes { state.failed(.commit(change)) }
-            fetchDue = true
-            return
-        }
-        for change in changes {
-            state.failed(.commit(change))
-            errors[change.item] = error.description
-        }
-        logger.warning("sync request failed", metadata: ["container": "\(container)", "changes": "\(changes.count)", "error": "\(error)"])
     }
 
     /// Writes what changed of the sync state, with the files that changed or went, in one

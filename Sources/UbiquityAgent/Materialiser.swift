@@ -40,27 +40,6 @@ final class Materialiser {
         self.placeholders = placeholders
     }
 
-    /// Downloads a killed agent left half-written (`.ubiquity-download-…`: scans skip them, and
-    /// nothing else uses them) are removed when the container is opened again.
-    static func removeStagedDownloads(in folder: URL, border: SyncBorder = SyncBorder(), logger: Logger) {
-        guard let walker = FileManager.default.enumerator(atPath: folder.path) else { return }
-        while let relative = walker.nextObject() as? String {
-            guard border.includes(relative) else {
-                walker.skipDescendants() // another engine's, which may be downloading there
-                continue
-            }
-            let name = (relative as NSString).lastPathComponent
-            guard name.hasPrefix(".ubiquity-download-") else { continue }
-            walker.skipDescendants()
-            do {
-                try FileManager.default.removeItem(at: folder.appendingPathComponent(relative))
-                logger.info("removed a download left unfinished", metadata: ["path": "\(relative)"])
-            } catch {
-                logger.warning("cannot remove a download left unfinished", metadata: ["path": "\(relative)", "error": "\(error)"])
-            }
-        }
-    }
-
     /// Brings the folder to what the server has for the items whose state changed (and those
     /// left for this round: their folder was not there yet, their download failed; every item
     /// in the first round), in an order that never needs a folder before it exists: deleted

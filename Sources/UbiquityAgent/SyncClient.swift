@@ -576,33 +576,3 @@ extension SyncClient {
         return try await json(.GET, "v1/containers/\(container)/signed-commits?after=\(position)")
     }
 }
-
-/// A share one of the account's devices keeps (docs/Sharing.md, "On a participant's devices"):
-/// its id, its top item, and the name this device shows that item by at the top of the
-/// container's `Documents` (the owner's name for it, or that with a suffix when it clashes).
-package struct ShareScope: Sendable, Hashable {
-    /// The share's id.
-    package var id: String
-    /// Its top item.
-    package var root: String
-    /// The name it is shown by here.
-    package var name: String
-    /// Its owner's account name.
-    package var owner: String
-
-    /// A scope.
-    package init(id: String, root: String, name: String, owner: String) {
-        self.id = id
-        self.root = root
-        self.name = name
-        self.owner = owner
-    }
-
-    /// An item as this device shows it: the top item under ``name``.
-    package func seen(_ item: ItemState) -> ItemState {
-        guard item.id == root else { return item }
-        var shown = item
-        if !shown.deleted { shown.name = name }
-        return shown
-    }
-}

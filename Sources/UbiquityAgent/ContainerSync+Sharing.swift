@@ -4,10 +4,40 @@ import UbiquityCoordination
 import UbiquityProtocol
 import UbiquitySync
 
-// A share that is read-only for this account (docs/Sharing.md): the server refuses every change
+// The engines and sharing (docs/Sharing.md): what part of the folder an engine keeps, which of
+// the container's items this account shares, and a share that is read-only for this account: the server refuses every change
 // made through it, and a file system cannot refuse a write — so what the person changed is kept
 // instead, and the share's files are put back as the server has them. Nothing typed is lost.
 extension ContainerSync {
+    /// The top items of the shares this account owns in the container, as the server says now.
+    package func setSharedRoots(_ roots: Set<String>) {
+        guard roots != sharedRoots else { return }
+        sharedRoots = roots
+        statusVersion &+= 1
+    }
+
+    /// How `item` is shared, if it is: every item of a share's engine (another account's); an
+    /// item of the container's own that is, or is in, one of ``sharedRoots``.
+    func sharing(of item: String) -> ItemSharing? {
+        if let share { return ItemSharing(owned: false, readOnly: readOnly, owner: share.owner) }
+        guard !sharedRoots.isEmpty else { return nil }
+        var current: String? = item, walked = 0
+        while let id = current, walked < 256 {
+            if sharedRoots.contains(id) { return ItemSharing(owned: true, readOnly: false) }
+            current = state.visible(id)?.parent
+            walked += 1
+        }
+        return nil
+    }
+
+    /// Passes over `skipped` from now on (the folders of the shares kept here, each by a
+    /// share's engine): the container's own engine, told before a share's folder is made or
+    /// after it is gone.
+    package func passOver(_ skipped: Set<String>) {
+        guard share == nil, skipped != border.skipped else { return }
+        border.skipped = skipped
+    }
+
     /// Whether this engine keeps a share that is read-only for this account: local changes are
     /// not sent but kept (``keepRefused(_:)``).
     package func setReadOnly(_ readOnly: Bool) {
