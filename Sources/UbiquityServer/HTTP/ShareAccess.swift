@@ -19,6 +19,8 @@ struct ShareBorder {
 
     /// Whether item `id` of the owner's container is the share's root or inside it (an item
     /// that does not exist is not).
+    /// - Throws: ``SyncError`` 400 `tooDeep` for an item more than
+    ///   ``SyncServices/maximumShareDepth`` folders deep (or in a cycle of folders).
     mutating func contains(_ id: String, in database: any SyncDatabase) async throws -> Bool {
         var walked: [String] = [], current = id, answer = false
         while true {
@@ -26,7 +28,9 @@ struct ShareBorder {
                 answer = found
                 break
             }
-            guard walked.count <= SyncServices.maximumShareDepth, !walked.contains(current) else { break } // too deep, or a cycle: outside
+            guard walked.count <= SyncServices.maximumShareDepth, !walked.contains(current) else {
+                throw SyncError.badRequest("tooDeep", "an item is at most \(SyncServices.maximumShareDepth) folders deep to be shared or reached through a share")
+            }
             walked.append(current)
             guard let parent = try await database.item(accountId: share.accountId, container: share.container, id: current, brief: true)?.parent else { break }
             current = parent
@@ -111,7 +115,8 @@ extension SyncServices {
             let now = Date().timeIntervalSince1970
             for share in shares {
                 var border = ShareBorder(share), touched = false
-                for item in changed where !touched { touched = try await border.contains(item.id, in: database) }
+                // (An item too deep to be inside is not: the others' pushes still go.)
+                for item in changed where !touched { touched = (try? await border.contains(item.id, in: database)) ?? false }
                 if !touched { touched = !(try await database.shareExits(shareId: share.id, after: first - 1, through: sequence)).isEmpty }
                 guard touched else { continue }
                 let accounts = try await database.participants(shareId: share.id).filter { $0.state(at: now) == .accepted }.compactMap(\.accountId)

@@ -303,10 +303,11 @@ extension SyncServices {
         return (share, acting)
     }
 
-    /// Whether item `id` of the share's owner's container is its root or inside it.
+    /// Whether item `id` of the share's owner's container is its root or inside it (one walk up
+    /// its folders: ``ShareBorder``).
     private func isInside(_ id: String, _ share: StoredShare) async throws -> Bool {
-        if id == share.item { return true }
-        return try await folders(around: id, accountId: share.accountId, container: share.container).contains(share.item)
+        var border = ShareBorder(share)
+        return try await border.contains(id, in: database)
     }
 
     /// An item as a share shows it: the root at the top, no folder of the owner's named.
