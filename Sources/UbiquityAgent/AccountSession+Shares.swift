@@ -163,7 +163,7 @@ extension AccountSession {
         let sync = try ContainerSync(container: container, root: own.root, client: client.through(scope), store: store,
                                      device: credentials.deviceId, greedy: configuration.greedy,
                                      packageExtensions: configuration.allPackageExtensions, logger: logger,
-                                     onStatusChange: { [statusChanged] in statusChanged.yield() }, share: scope)
+                                     onStatusChange: { [statusChanged] in statusChanged.yield() }, share: scope, account: credentials.account)
         try store.keep(scope, of: container)
         containers[key] = sync
         if connected { await sync.notePushes(live: true) }

@@ -380,7 +380,7 @@ actor AccountSession {
                                      device: credentials.deviceId, greedy: configuration.greedy,
                                      packageExtensions: configuration.allPackageExtensions, logger: logger,
                                      codecs: codecs, keysOutdated: { await keys.outdated() },
-                                     onStatusChange: { [statusChanged] in statusChanged.yield() })
+                                     onStatusChange: { [statusChanged] in statusChanged.yield() }, account: credentials.account)
         containers[identifier] = sync
         if connected { Task { await sync.notePushes(live: true) } }
         logger.info("keeping a container in step", metadata: ["container": "\(identifier)"])

@@ -158,9 +158,11 @@ final class ConflictReconciler {
                     let staging = folder.appendingPathComponent(LocalContents.name(of: path))
                     try FileManager.default.moveItem(at: staged, to: staging)
                     let (savedBy, date) = (conflict.deviceName, Date(timeIntervalSince1970: conflict.modificationDate))
+                    let originator = sync.otherPerson(conflict.editor)
                     try await sync.coordinated {
                         _ = try NSFileVersion.addConflictVersion(ofItemAt: url, withContentsOf: staging, savingComputer: savedBy,
-                                                                 modificationDate: date, byMoving: true, identifier: identifier.rawValue)
+                                                                 modificationDate: date, byMoving: true, identifier: identifier.rawValue,
+                                                                 originator: originator)
                     }
                     conflictCopies[item, default: []].insert(conflict.revision)
                     try sync.store.setConflictCopy(true, container: sync.storeKey, item: item, revision: conflict.revision)

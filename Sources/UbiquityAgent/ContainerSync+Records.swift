@@ -26,3 +26,30 @@ extension ContainerSync {
         return answer
     }
 }
+
+// MARK: Mapping
+
+extension ContainerSync {
+    /// What the sync decisions keep of an item the server sent.
+    static func snapshot(_ item: ItemState) -> ItemSnapshot {
+        ItemSnapshot(id: item.id, revision: item.revision, name: item.name, content: item.digest.map { ContentToken($0) } ?? LocalContents.token(item.manifest, kind: item.kind),
+                     deleted: item.deleted, sequence: item.sequence,
+                     conflicts: item.conflicts.map { ConflictSnapshot(revision: $0.revision, content: $0.digest.map { ContentToken($0) } ?? LocalContents.token($0.manifest, kind: item.kind)) },
+                     size: item.size, modificationDate: item.modificationDate, parent: item.parent, kind: item.kind, editor: item.editor)
+    }
+
+    /// The person a revision is named for — Apple's originator and most recent editor — from
+    /// its ``ItemState/editor``: the participant who made it, or through a share the owner
+    /// when none is named; nil when this account made it (as Apple's).
+    func otherPerson(_ editor: String?) -> String? {
+        guard let maker = editor ?? share?.owner, maker != account else { return nil }
+        return maker
+    }
+
+    /// The person who made the current revision of `item` as this device last heard, when that
+    /// is another person (``otherPerson(_:)``).
+    func otherPerson(of item: String) -> String? {
+        guard let remote = state.persisted.remote[item] else { return nil }
+        return otherPerson(remote.editor)
+    }
+}

@@ -19,11 +19,11 @@ extension ContainerSync {
     /// How `item` is shared, if it is: every item of a share's engine (another account's); an
     /// item of the container's own that is, or is in, one of ``sharedRoots``.
     func sharing(of item: String) -> ItemSharing? {
-        if let share { return ItemSharing(owned: false, readOnly: readOnly, owner: share.owner) }
+        if let share { return ItemSharing(owned: false, readOnly: readOnly, owner: share.owner, lastEditor: otherPerson(of: item)) }
         guard !sharedRoots.isEmpty else { return nil }
         var current: String? = item, walked = 0
         while let id = current, walked < 256 {
-            if sharedRoots.contains(id) { return ItemSharing(owned: true, readOnly: false) }
+            if sharedRoots.contains(id) { return ItemSharing(owned: true, readOnly: false, lastEditor: otherPerson(of: item)) }
             current = state.visible(id)?.parent
             walked += 1
         }

@@ -32,7 +32,8 @@ extension ContainerSync {
             }
         }
         return revisions.filter(\.uploaded).map {
-            RemoteVersion(revision: $0.revision, name: $0.name, deviceName: $0.deviceName, size: $0.size, modificationDate: $0.modificationDate)
+            RemoteVersion(revision: $0.revision, name: $0.name, deviceName: $0.deviceName, size: $0.size, modificationDate: $0.modificationDate,
+                          originator: otherPerson($0.editor))
         }
     }
 
@@ -122,7 +123,8 @@ extension ContainerSync {
                                                   reusing: files[name], in: self)
         defer { materialiser.removeStaged(staged, in: self) }
         let record = NonlocalVersionRecord(revision: revision, name: contents.name, savingComputer: contents.deviceName,
-                                           modificationDate: Date(timeIntervalSince1970: contents.modificationDate), size: contents.size)
+                                           modificationDate: Date(timeIntervalSince1970: contents.modificationDate), size: contents.size,
+                                           originator: otherPerson(contents.editor))
         do {
             try await coordinated { try NSFileVersion.storeNonlocalVersion(ofItemAt: url, contentsAt: staged, record: record) }
         } catch {

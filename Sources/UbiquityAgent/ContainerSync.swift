@@ -52,6 +52,8 @@ package actor ContainerSync {
     /// The share this engine keeps in step, through the share's routes, in the share's folder
     /// at the top of `Documents` (nil: the container's own items, in the rest of its folder).
     package let share: ShareScope?
+    /// The account this device is signed in to (whose own changes no one is named for).
+    package let account: String?
     /// What this engine's records are kept under in the agent's store: the container, or the
     /// container and the share (`CONTAINER#SHARE`).
     package let storeKey: String
@@ -221,8 +223,9 @@ package actor ContainerSync {
                 packageExtensions: Set<String> = LocalScanner.standardPackageExtensions,
                 logger: Logger = Logger(label: "ubiquity.agent"), codecs: (@Sendable (String) async throws -> ChunkCodec)? = nil,
                 keysOutdated: (@Sendable () async -> Void)? = nil, onStatusChange: (@Sendable () -> Void)? = nil,
-                share: ShareScope? = nil, border: SyncBorder = SyncBorder()) throws {
+                share: ShareScope? = nil, border: SyncBorder = SyncBorder(), account: String? = nil) throws {
         self.container = container
+        self.account = account
         self.share = share
         storeKey = share.map { "\(container)#\($0.id)" } ?? container
         self.border = share.map { SyncBorder(only: ContainerLayout.documentsFolder + "/" + $0.name) } ?? border
@@ -581,12 +584,4 @@ package actor ContainerSync {
     /// About how many bytes of chunks one request carries, each way (``ChunkBatch``).
     static let transferBatchBytes = 4 << 20
 
-    // MARK: Mapping
-
-    static func snapshot(_ item: ItemState) -> ItemSnapshot {
-        ItemSnapshot(id: item.id, revision: item.revision, name: item.name, content: item.digest.map { ContentToken($0) } ?? LocalContents.token(item.manifest, kind: item.kind),
-                     deleted: item.deleted, sequence: item.sequence,
-                     conflicts: item.conflicts.map { ConflictSnapshot(revision: $0.revision, content: $0.digest.map { ContentToken($0) } ?? LocalContents.token($0.manifest, kind: item.kind)) },
-                     size: item.size, modificationDate: item.modificationDate, parent: item.parent, kind: item.kind)
-    }
 }

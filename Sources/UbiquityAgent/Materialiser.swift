@@ -344,6 +344,7 @@ final class Materialiser {
                     try entry.writer.write(data, hash: chunk.hash)
                 }
                 NSFileVersion.recordSavingComputer(entry.savedBy, ofItemAt: entry.staged.path)
+                NSFileVersion.recordOriginator(sync.otherPerson(of: entry.download.item), ofItemAt: entry.staged.path)
                 written.append((entry.download, entry.revision, entry.members, entry.staged))
             } catch {
                 fail(entry.download, error)
@@ -428,6 +429,7 @@ final class Materialiser {
         let staged = try await stage(members, kind: download.kind, of: download.item, name: path, reusing: previous, given: given, in: sync)
         defer { removeStaged(staged, in: sync) } // still there if not moved into place
         NSFileVersion.recordSavingComputer(savedBy, ofItemAt: staged.path)
+        NSFileVersion.recordOriginator(sync.otherPerson(of: download.item), ofItemAt: staged.path)
         sync.localContents[download.content] = members
         guard let file = try await place(staged, as: download, revision: revision, in: sync) else { return nil }
         if let previous, previous.path != path {

@@ -103,7 +103,7 @@ struct Uploader {
                     continue
                 }
             }
-            if let answer = full ?? result.committed.map({ Self.answer($0, to: update, of: entry.change, members: entry.members) }) {
+            if let answer = full ?? result.committed.map({ Self.answer($0, to: update, of: entry.change, members: entry.members, editor: sync.share != nil ? sync.account : nil) }) {
                 accepted.append((entry.change, entry.members, answer))
             } else if result.error?.code == "nameTaken", try await renameClashing(entry.change, in: sync) {
                 // Renamed here ("Name 2.ext"): its change under the new name goes next round.
@@ -166,13 +166,15 @@ struct Uploader {
     }
 
     /// The whole answer a terse one stands for: the item is what the update said, at the new
-    /// revision and sequence, its contents this change's.
-    static func answer(_ committed: CommittedRevision, to update: ItemUpdate, of change: LocalChange, members: [LocalMember]) -> CommitResponse {
+    /// revision and sequence, its contents this change's, made by `editor` (this account
+    /// through a share; nil in the account's own container).
+    static func answer(_ committed: CommittedRevision, to update: ItemUpdate, of change: LocalChange, members: [LocalMember], editor: String?) -> CommitResponse {
         let size = members.reduce(Int64(0)) { total, member in member.chunks.reduce(total) { $0 + Int64($1.length) } }
         var item = ItemState(id: change.item, revision: committed.revision, name: update.name, parent: update.parent, kind: update.kind, size: size,
                              modificationDate: update.modificationDate, type: update.type, deleted: false, uploaded: true, deviceName: "",
                              sequence: committed.sequence, manifest: Manifest(), conflicts: [])
         item.digest = change.content.description
+        item.editor = editor
         return CommitResponse(revision: committed.revision, outcome: "current", item: item, missingChunks: [])
     }
 

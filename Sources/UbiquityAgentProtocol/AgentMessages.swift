@@ -202,9 +202,13 @@ public struct RemoteVersion: Codable, Sendable, Equatable {
     public var size: Int64
     /// When it was modified (seconds since 1970).
     public var modificationDate: Double
+    /// The account of the person who made it, when that is another person (a shared item's
+    /// owner or participant): `NSFileVersion.originatorNameComponents`.
+    public var originator: String?
 
     /// Creates a value.
-    public init(revision: String, name: String, deviceName: String, size: Int64, modificationDate: Double) {
+    public init(revision: String, name: String, deviceName: String, size: Int64, modificationDate: Double, originator: String? = nil) {
+        self.originator = originator
         self.revision = revision
         self.name = name
         self.deviceName = deviceName

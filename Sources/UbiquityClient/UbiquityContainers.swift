@@ -206,7 +206,7 @@ public struct UbiquityContainers: Sendable {
         }
         return (response.versions ?? []).map {
             NonlocalVersionRecord(revision: $0.revision, name: $0.name, savingComputer: $0.deviceName,
-                                  modificationDate: Date(timeIntervalSince1970: $0.modificationDate), size: $0.size)
+                                  modificationDate: Date(timeIntervalSince1970: $0.modificationDate), size: $0.size, originator: $0.originator)
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import UbiquityCoordination
 
 /// Whether an item's local copy is there and current: Apple's
 /// `URLUbiquitousItemDownloadingStatus`.
@@ -203,9 +204,7 @@ extension UbiquityContainers {
     /// An account's name as Apple's person-name components: its given name (an account has no
     /// other name on a Ubiquity server).
     public static func nameComponents(_ account: String) -> PersonNameComponents {
-        var components = PersonNameComponents()
-        components.givenName = account
-        return components
+        NSFileVersion.nameComponents(account)
     }
 }
 

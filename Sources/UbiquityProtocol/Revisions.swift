@@ -25,6 +25,9 @@ public struct ItemRevision: Codable, Sendable, Equatable {
     public var record: Data?
     /// Its folder (a sealed record is bound to it).
     public var parent: String?
+    /// The account whose device made it, when that is not the container's owner (a
+    /// participant of a share it is in); absent for the owner's own devices.
+    public var editor: String?
 
     /// Creates a value.
     public init(revision: String, name: String, kind: ItemKind, deviceName: String, size: Int64, modificationDate: Double, created: Double, uploaded: Bool) {
@@ -74,6 +77,9 @@ public struct RevisionContentsResponse: Codable, Sendable, Equatable {
     public var record: Data?
     /// Its folder (a sealed record is bound to it).
     public var parent: String?
+    /// The account whose device made it, when that is not the container's owner (a
+    /// participant of a share it is in); absent for the owner's own devices.
+    public var editor: String?
 
     /// Creates a value.
     public init(revision: String, name: String, deviceName: String, size: Int64, modificationDate: Double, kind: ItemKind, manifest: Manifest, uploaded: Bool) {

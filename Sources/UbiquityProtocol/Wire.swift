@@ -206,6 +206,9 @@ public struct ItemState: Codable, Sendable, Equatable {
     /// ``name``, ``type``, ``modificationDate``, ``size``, ``digest`` and the manifest's sizes
     /// are then what the server knows, and the truth is inside.
     public var record: Data?
+    /// The account whose device made the current revision, when that is not the container's
+    /// owner (a participant of a share it is in); absent for the owner's own devices.
+    public var editor: String?
 
     /// Creates a value.
     public init(id: String, revision: String, name: String, parent: String? = nil, kind: ItemKind, size: Int64, modificationDate: Double, type: String? = nil, deleted: Bool, uploaded: Bool, deviceName: String, sequence: Int64, manifest: Manifest, conflicts: [ConflictVersion]) {
@@ -246,6 +249,9 @@ public struct ConflictVersion: Codable, Sendable, Equatable {
     public var record: Data?
     /// Its folder, when that is not the item's current one (a sealed record is bound to it).
     public var parent: String?
+    /// The account whose device made it, when that is not the container's owner (a
+    /// participant of a share it is in); absent for the owner's own devices.
+    public var editor: String?
 
     /// Creates a value.
     public init(revision: String, deviceName: String, modificationDate: Double, size: Int64, uploaded: Bool, manifest: Manifest) {
@@ -526,7 +532,7 @@ extension ItemUpdate {
 extension ItemState {
     private enum CodingKeys: String, CodingKey {
         case id, revision, name, parent, kind, size, modificationDate, type, deleted, uploaded, deviceName, sequence, manifest, conflicts
-        case digest, manifestDelta, deltaBase, contents, text, record
+        case digest, manifestDelta, deltaBase, contents, text, record, editor
     }
 
     /// Reads a state (its contents as `text` or base64 `contents`).
@@ -551,6 +557,7 @@ extension ItemState {
         deltaBase = try container.decodeIfPresent(String.self, forKey: .deltaBase)
         contents = try InlineContents.decode(text: .text, base64: .contents, from: container)
         record = try container.decodeIfPresent(Data.self, forKey: .record)
+        editor = try container.decodeIfPresent(String.self, forKey: .editor)
     }
 
     /// Writes the state (UTF-8 contents as `text`).
@@ -575,5 +582,6 @@ extension ItemState {
         try container.encodeIfPresent(deltaBase, forKey: .deltaBase)
         try InlineContents.encode(contents, text: .text, base64: .contents, into: &container)
         try container.encodeIfPresent(record, forKey: .record)
+        try container.encodeIfPresent(editor, forKey: .editor)
     }
 }

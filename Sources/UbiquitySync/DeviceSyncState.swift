@@ -15,6 +15,9 @@ package struct ItemSnapshot: Sendable, Equatable, Codable {
     package var content: ContentToken
     /// The folder item it is in (nil: the container's top level).
     package var parent: String?
+    /// The account whose device made the current revision, when that is not the container's
+    /// owner (``ItemState/editor``: a share's participant).
+    package var editor: String?
     /// The container's sequence at its last change (newer snapshots have greater ones).
     package var sequence: Int64
     /// Its unresolved conflict versions.
@@ -30,8 +33,9 @@ package struct ItemSnapshot: Sendable, Equatable, Codable {
 
     /// Creates a snapshot.
     package init(id: String, revision: String, name: String, content: ContentToken, deleted: Bool, sequence: Int64, conflicts: [ConflictSnapshot],
-                size: Int64? = nil, modificationDate: Double? = nil, parent: String? = nil, kind: ItemKind? = nil) {
+                size: Int64? = nil, modificationDate: Double? = nil, parent: String? = nil, kind: ItemKind? = nil, editor: String? = nil) {
         self.parent = parent
+        self.editor = editor
         self.kind = kind
         self.size = size
         self.modificationDate = modificationDate

@@ -46,6 +46,23 @@ import UbiquityTestSupport
         try Data(text.utf8).write(to: url, options: .atomic)
     }
 
+    /// Expects the most recent editor of each file (a path in `documents`) that `device` names —
+    /// its resource value and its current version's originator — to be the account given (nil:
+    /// this account made it), waiting up to a minute for the agent to hear.
+    static func expectEditors(on device: UbiquityContainers, at documents: URL, _ expected: [String: String?]) async throws {
+        for (path, person) in expected {
+            let url = documents.appendingPathComponent(path)
+            var seen: (editor: String?, originator: String?) = (nil, nil)
+            for _ in 0..<600 {
+                let values = try await onOwnThread { device.resourceValues(of: url, forKeys: [.ubiquitousSharedItemMostRecentEditorNameComponentsKey]) }
+                seen = (values.ubiquitousSharedItemMostRecentEditorNameComponents?.givenName, NSFileVersion.currentVersionOfItem(at: url)?.originatorNameComponents?.givenName)
+                if seen.editor == person && seen.originator == person { break }
+                try await Task.sleep(for: .milliseconds(100))
+            }
+            #expect(seen.editor == person && seen.originator == person, "\(path): \(seen), expected \(person ?? "none")")
+        }
+    }
+
     @Test(.timeLimit(.minutes(4))) func aSharedFolderSyncsBetweenTwoAccountsAndLeavesWhenAccessEnds() async throws {
         let notes = notes
         let dir = NSTemporaryDirectory() + "shared-folder-\(UUID().uuidString.prefix(8))"
@@ -110,6 +127,15 @@ import UbiquityTestSupport
         try Self.write("tent, stove, map", to: adaPhone.appendingPathComponent("Trip/packing.txt"))
         for device in [bobLaptop, bobPhone, adaLaptop] {
             #expect(await arrives { Self.read(device.appendingPathComponent("Trip/packing.txt")) == "tent, stove, map" }, "\(device.path)")
+        }
+        // Who made what, as Apple's values say it: the other person, never oneself.
+        try await Self.expectEditors(on: devices[0], at: adaLaptop, ["Trip/plan.txt": "bob", "Trip/packing.txt": nil])
+        try await Self.expectEditors(on: devices[2], at: bobLaptop, ["Trip/plan.txt": nil, "Trip/packing.txt": "ada"])
+        // The earlier revision of packing.txt (Bob made it): named on Ada's device, not on Bob's.
+        for (device, folder, expected) in [(devices[0], adaLaptop, "bob" as String?), (devices[2], bobLaptop, nil)] {
+            let path = folder.appendingPathComponent("Trip/packing.txt").path
+            let versions = try await onOwnThread { try device.agent.send(AgentRequest(.versions, path: path), timeout: .seconds(30)).versions ?? [] }
+            #expect(!versions.isEmpty && versions.allSatisfy { $0.originator == expected }, "\(versions)")
         }
         // What Bob made in the share is Ada's (kept in her container); nothing of the share is
         // in Bob's own container (Bob's agents looked at every file of it: `ubiquity sync`), and

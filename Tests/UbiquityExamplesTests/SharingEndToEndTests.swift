@@ -115,6 +115,13 @@ import UbiquityTestSupport
                 return current.map { Set([$0] + versions) == both } ?? false
             }
             winners.insert(Self.text(packing) ?? "")
+            // Each version names the person who made it, unless that is this device's account.
+            let me = String(device.name.prefix { $0 != "-" })
+            let versions = [NSFileVersion.currentVersionOfItem(at: packing)].compactMap { $0 } + (NSFileVersion.unresolvedConflictVersionsOfItem(at: packing) ?? [])
+            for version in versions {
+                let maker = (Self.text(version.url) ?? "").hasSuffix("(Ada)") ? "ada" : "bob"
+                #expect(version.originatorNameComponents?.givenName == (maker == me ? nil : maker), "\(device.name): \(version)")
+            }
         }
         #expect(winners.count == 1, "the same winner everywhere: \(winners)")
 

@@ -233,6 +233,49 @@ import UbiquitySync
         }
     }
 
+    /// Who made each revision: a participant's change is named with the participant's account
+    /// (the current revision, a conflict version, an earlier revision and its contents, read by
+    /// the owner or through the share); the owner's own are named with none.
+    @Test(arguments: Backend.all) func eachRevisionNamesTheParticipantWhoMadeIt(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.run { client in
+            let (ada, bob, cy) = try await setUp(server, client)
+            let share = try await tripShared(client, by: ada, with: bob, readOnly: cy)
+            let (own, shared) = ("/v1/containers/\(notes)/items/note", "/v1/shares/\(share.id)/items/note")
+            let before = try await client.send(.get, own, token: ada).decode(ItemState.self)
+            #expect(before.editor == nil, "the owner's own revision names no one")
+            func edit(_ base: String, at date: Double, as token: String, bytes: [UInt8] = []) async throws -> CommitResult {
+                let chunks = bytes.isEmpty ? [] : [ChunkReference(hash: sha256(bytes), size: Int64(bytes.count))]
+                let update = ItemUpdate(baseRevision: base, name: "Note.txt", parent: "trip", kind: .file, modificationDate: date, manifest: Manifest(chunks: chunks))
+                let path = token == ada ? "/v1/containers/\(notes)/commits" : "/v1/shares/\(share.id)/commits"
+                let answer = try await client.send(.post, path, token: token, json: CommitBatchRequest(commits: [ItemCommit(item: "note", update: update)]))
+                return try #require(try answer.decode(CommitBatchResponse.self).results.first, "\(String(buffer: answer.body))")
+            }
+            let bobs = try #require(try await edit(before.revision, at: 1_800_000_100, as: bob).commit?.revision)
+            for (path, token) in [(own, ada), (shared, bob), (shared, cy)] {
+                let seen = try await client.send(.get, path, token: token).decode(ItemState.self)
+                #expect(seen.revision == bobs && seen.editor == "bob", "\(path)")
+            }
+            let changes = try await client.send(.get, "/v1/containers/\(notes)/changes?since=0", token: ada).decode(ChangesResponse.self)
+            #expect(changes.items.first { $0.id == "note" }?.editor == "bob")
+            // Ada edits it again: hers names no one; Bob's is now an earlier revision, named.
+            let adas = try #require(try await edit(bobs, at: 1_800_000_200, as: ada).commit?.revision)
+            #expect(try await client.send(.get, own, token: ada).decode(ItemState.self).editor == nil)
+            let earlier = try await client.send(.get, "\(shared)/revisions", token: bob).decode(ItemRevisionsResponse.self).revisions
+            #expect(earlier.first { $0.revision == bobs }?.editor == "bob" && earlier.first { $0.revision == before.revision }?.editor == nil, "\(earlier)")
+            let contents = try await client.send(.get, "\(own)/revisions/\(bobs)", token: ada).decode(RevisionContentsResponse.self)
+            #expect(contents.editor == "bob")
+            // Both change Ada's revision at once: whichever loses, each version names its maker.
+            let (hers, his) = ([UInt8](randomBytes(100)), [UInt8](randomBytes(100)))
+            for bytes in [hers, his] { #expect(try await client.upload(bytes, token: ada).status == .created) } // (the owner's account holds both)
+            _ = try await edit(adas, at: 1_800_000_300, as: ada, bytes: hers)
+            let late = try #require(try await edit(adas, at: 1_800_000_250, as: bob, bytes: his).commit?.revision)
+            let both = try await client.send(.get, own, token: ada).decode(ItemState.self)
+            let named = [(both.revision, both.editor)] + both.conflicts.map { ($0.revision, $0.editor) }
+            #expect(both.conflicts.count == 1 && named.allSatisfy { ($0.0 == late) == ($0.1 == "bob") }, "\(named)")
+        }
+    }
+
     /// Chunks through a share: a participant reads only the chunks a revision inside the share
     /// names — any other chunk of the owner's is answered as absent, fetched or asked about —
     /// and what it sends is kept in the owner's account (a read-only participant sends nothing).

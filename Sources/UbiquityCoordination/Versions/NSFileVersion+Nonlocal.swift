@@ -15,9 +15,12 @@ package struct NonlocalVersionRecord: Sendable, Equatable {
     package var modificationDate: Date
     /// Bytes of contents.
     package var size: Int64
+    /// The account of the person who made it, when that is another person (a shared item).
+    package var originator: String?
 
     /// Creates a record.
-    package init(revision: String, name: String, savingComputer: String, modificationDate: Date, size: Int64) {
+    package init(revision: String, name: String, savingComputer: String, modificationDate: Date, size: Int64, originator: String? = nil) {
+        self.originator = originator
         self.revision = revision
         self.name = name
         self.savingComputer = savingComputer
@@ -30,7 +33,7 @@ extension NonlocalVersionRecord {
     /// The record a nonlocal version keeps in the item's store (the server's revision as its id).
     var versionRecord: VersionRecord {
         VersionRecord(id: revision, kind: .other, isResolved: true, isDiscardable: true, localizedName: name,
-                      savingComputer: savingComputer, modificationDate: modificationDate, addedDate: Date(), size: size)
+                      savingComputer: savingComputer, modificationDate: modificationDate, addedDate: Date(), size: size, originator: originator)
     }
 }
 

@@ -90,9 +90,12 @@ public final class NSFileVersion: NSObject, @unchecked Sendable { // unchecked: 
     public var persistentIdentifier: any NSCoding { NSString(string: versionIdentifier.rawValue) }
     /// Whether the version has a thumbnail: never (Ubiquity makes none).
     public var hasThumbnail: Bool { false }
-    /// The name of the person who saved the version, for a shared document; nil for the
-    /// account's own documents (Ubiquity shares none).
-    public var originatorNameComponents: PersonNameComponents? { nil }
+    /// The name of the person who made the version, for a shared item another person changed
+    /// (a share's owner or participant: their account name as `givenName`); nil when the item
+    /// is not shared or this account made it, as Apple's.
+    public var originatorNameComponents: PersonNameComponents? { originator.map(Self.nameComponents) }
+    /// The account of the person who made the version, when that is another person.
+    private let originator: String?
     /// Whether this is a conflict version (made elsewhere at the same time as the current one).
     public let isConflict: Bool
     /// Whether the contents are on this device: false for a nonlocal version
@@ -146,6 +149,7 @@ public final class NSFileVersion: NSObject, @unchecked Sendable { // unchecked: 
         url = URL(fileURLWithPath: store.contentsPath(of: record.id))
         localizedName = record.localizedName
         localizedNameOfSavingComputer = record.savingComputer
+        originator = record.originator
         modificationDate = record.modificationDate
         versionIdentifier = PersistentIdentifier(record.id)
         isConflict = record.kind == .conflict
@@ -163,6 +167,7 @@ public final class NSFileVersion: NSObject, @unchecked Sendable { // unchecked: 
         url = URL(fileURLWithPath: store.nonlocalContentsPath(record.id))
         localizedName = record.localizedName
         localizedNameOfSavingComputer = record.savingComputer
+        originator = record.originator
         modificationDate = record.modificationDate
         versionIdentifier = PersistentIdentifier(Self.nonlocalPrefix + record.id)
         isConflict = false
@@ -178,6 +183,7 @@ public final class NSFileVersion: NSObject, @unchecked Sendable { // unchecked: 
         url = item
         localizedName = item.lastPathComponent
         localizedNameOfSavingComputer = Self.savingComputer(ofItemAt: item.path) ?? Self.thisComputer
+        originator = Self.attribute(Self.originatorAttribute, ofItemAt: item.path)
         modificationDate = status.modificationDate
         versionIdentifier = .current
         isConflict = false
@@ -261,7 +267,7 @@ public final class NSFileVersion: NSObject, @unchecked Sendable { // unchecked: 
     /// Adds a version on behalf of the sync agent or local history.
     package class func add(
         ofItemAt url: URL, contents contentsURL: URL, conflict: Bool, savingComputer: String?,
-        modificationDate: Date?, byMoving: Bool, discardable: Bool, allowLink: Bool = false, identifier: String? = nil
+        modificationDate: Date?, byMoving: Bool, discardable: Bool, allowLink: Bool = false, identifier: String? = nil, originator: String? = nil
     ) throws -> NSFileVersion {
         let item = url.standardizedFileURL
         let store = try VersionStore(item: item)
@@ -270,7 +276,7 @@ public final class NSFileVersion: NSObject, @unchecked Sendable { // unchecked: 
         let record = try store.add(contentsOf: source, byMoving: byMoving, allowLink: allowLink, identifier: identifier) { id, size in
             VersionRecord(
                 id: id, kind: conflict ? .conflict : .other, isResolved: false, isDiscardable: discardable, localizedName: item.lastPathComponent,
-                savingComputer: savingComputer, modificationDate: modified, addedDate: Date(), size: size)
+                savingComputer: savingComputer, modificationDate: modified, addedDate: Date(), size: size, originator: originator)
         }
         do { try store.enforce(limit: maximumStorageBytesPerItem) } catch {
             VersionStore.logger.warning("could not bring the version store within its limit", metadata: ["item": "\(item.path)", "error": "\(error)"])
@@ -287,11 +293,14 @@ public final class NSFileVersion: NSObject, @unchecked Sendable { // unchecked: 
     ///   - byMoving: Move `contentsURL` into the store instead of copying it.
     ///   - identifier: The version's persistent identifier (letters, digits, `-`; at most 64),
     ///     so the agent finds it again; nil for a new unique one.
+    ///   - originator: The account of the person who made it, when that is another person (a
+    ///     shared item's owner or participant).
     package class func addConflictVersion(
-        ofItemAt url: URL, withContentsOf contentsURL: URL, savingComputer: String, modificationDate: Date, byMoving: Bool = false, identifier: String? = nil
+        ofItemAt url: URL, withContentsOf contentsURL: URL, savingComputer: String, modificationDate: Date, byMoving: Bool = false, identifier: String? = nil,
+        originator: String? = nil
     ) throws -> NSFileVersion {
         try add(ofItemAt: url, contents: contentsURL, conflict: true, savingComputer: savingComputer, modificationDate: modificationDate, byMoving: byMoving,
-                discardable: false, identifier: identifier)
+                discardable: false, identifier: identifier, originator: originator)
     }
 
     /// Removes what processes that died left where versions of `url` are prepared (see
@@ -432,15 +441,45 @@ public final class NSFileVersion: NSObject, @unchecked Sendable { // unchecked: 
     }
 
     package static func forgetSavingComputer(ofItemAt path: String) {
-        _ = ubq_remove_attribute(path, savingComputerAttribute) // none recorded (or no extended attributes): nothing to forget
+        // None recorded (or no extended attributes): nothing to forget. This account saved it.
+        _ = ubq_remove_attribute(path, savingComputerAttribute)
+        _ = ubq_remove_attribute(path, originatorAttribute)
+    }
+
+    /// The extended attribute naming the account of the person who made an item's current
+    /// contents, when that is another person (a shared item): the current version's
+    /// ``originatorNameComponents``.
+    static let originatorAttribute = "user.ubiquity.originator"
+
+    /// Records (or, nil, forgets) that another person's account made the contents of the item at
+    /// `path` — a shared item's owner or participant. Best effort, as ``recordSavingComputer(_:ofItemAt:)``.
+    package static func recordOriginator(_ account: String?, ofItemAt path: String) {
+        guard let account else {
+            _ = ubq_remove_attribute(path, originatorAttribute)
+            return
+        }
+        let bytes = Array(account.utf8.prefix(255))
+        _ = ubq_set_attribute(path, originatorAttribute, bytes, UInt(bytes.count))
     }
 
     /// The device that saved the current contents of the item at `path`, if recorded.
-    static func savingComputer(ofItemAt path: String) -> String? {
+    static func savingComputer(ofItemAt path: String) -> String? { attribute(savingComputerAttribute, ofItemAt: path) }
+
+    /// A name recorded in extended attribute `name` of the item at `path`, if any.
+    private static func attribute(_ name: String, ofItemAt path: String) -> String? {
         var buffer = [UInt8](repeating: 0, count: 256)
-        let count = ubq_get_attribute(path, savingComputerAttribute, &buffer, UInt(buffer.count))
+        let count = ubq_get_attribute(path, name, &buffer, UInt(buffer.count))
         guard count > 0 else { return nil }
         return String(decoding: buffer.prefix(count), as: UTF8.self)
+    }
+
+    /// An account's name as Apple's person-name values carry it: the name as `givenName`.
+    /// - Parameter account: The account's name.
+    /// - Returns: Its name components.
+    package static func nameComponents(_ account: String) -> PersonNameComponents {
+        var components = PersonNameComponents()
+        components.givenName = account
+        return components
     }
 
     /// This computer's name, as recorded for versions saved here.

@@ -27,6 +27,9 @@ struct VersionRecord: Codable, Sendable, Equatable {
     var addedDate: Date
     /// Bytes of its contents.
     var size: Int64
+    /// The account of the person who saved it, when that is another person (a shared item):
+    /// ``NSFileVersion/originatorNameComponents``.
+    var originator: String? = nil
 }
 
 /// One item's versions, kept beside it in `DIR/.ubiquity-versions/NAME/`.

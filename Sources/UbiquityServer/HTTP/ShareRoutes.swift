@@ -237,29 +237,29 @@ extension SyncServices {
         try Validate.identifier(id, field: "share")
         guard let share = try await database.share(id: id) else { throw Self.noSuchShare }
         if share.accountId == device.accountId, device.allows(share.container) { return (device, share) }
-        if try await acceptedRole(of: device.accountId, in: id) != nil {
+        if try await acceptance(of: device.accountId, in: id) != nil {
             throw SyncError(.forbidden, "notOwner", "only the share's owner changes who it is shared with")
         }
         throw Self.noSuchShare
     }
 
     /// The role of `account` in share `id`, if it accepted the share and is still in it.
-    private func acceptedRole(of account: Int64, in id: String) async throws -> ShareRole? {
+    private func acceptance(of account: Int64, in id: String) async throws -> StoredParticipant? {
         let now = Date().timeIntervalSince1970
-        return try await database.participations(accountId: account).first { $0.share.id == id && $0.participant.state(at: now) == .accepted }?.participant.role
+        return try await database.participations(accountId: account).first { $0.share.id == id && $0.participant.state(at: now) == .accepted }?.participant
     }
 
     /// The share the route names, if the caller's account owns it or accepted it (and this
     /// device may use its container), with the caller's role (nil: its owner); 404 otherwise,
     /// as for a share that does not exist.
-    func reachableShare(_ context: SyncContext) async throws -> (share: StoredShare, role: ShareRole?) {
+    func reachableShare(_ context: SyncContext) async throws -> (share: StoredShare, role: ShareRole?, participant: String?) {
         let device = try context.requireDevice()
         let id = try context.parameters.require("share")
         try Validate.identifier(id, field: "share")
         guard let share = try await database.share(id: id), device.allows(share.container) else { throw Self.noSuchShare }
-        if share.accountId == device.accountId { return (share, nil) }
-        guard let role = try await acceptedRole(of: device.accountId, in: id) else { throw Self.noSuchShare }
-        return (share, role)
+        if share.accountId == device.accountId { return (share, nil, nil) }
+        guard let accepted = try await acceptance(of: device.accountId, in: id) else { throw Self.noSuchShare }
+        return (share, accepted.role, accepted.name)
     }
 
     /// A change made through `share`, checked and put in the owner's terms: an item already
@@ -289,7 +289,7 @@ extension SyncServices {
     /// own id and name kept: the revisions it makes are named with it), limited to the share's
     /// container. `writing`: only for the owner and read-write participants (403 `readOnly`).
     func acting(_ context: SyncContext, writing: Bool) async throws -> (StoredShare, DeviceAuth) {
-        let (share, role) = try await reachableShare(context)
+        let (share, role, participant) = try await reachableShare(context)
         let device = try context.requireDevice()
         if writing, let role {
             guard role == .readWrite else {
@@ -300,6 +300,7 @@ extension SyncServices {
         var acting = device
         acting.accountId = share.accountId
         acting.containers = [share.container]
+        acting.editor = participant
         return (share, acting)
     }
 

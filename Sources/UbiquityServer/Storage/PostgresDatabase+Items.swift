@@ -299,7 +299,7 @@ extension PostgresDatabase {
             guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container),
                   try await db.rows("SELECT 1 FROM item WHERE container_id = \(containerId) AND id = \(item)").first != nil else { return nil }
             return try await db.rows("""
-                SELECT id, name, kind, device_name, size, modification_date, created, complete, record, parent FROM revision
+                SELECT id, name, kind, device_name, size, modification_date, created, complete, record, parent, editor FROM revision
                 WHERE container_id = \(containerId) AND item_id = \(item) AND state IN ('replaced', 'resolved', 'superseded') AND NOT deleted
                     AND kind <> 'directory' AND created >= \(since)
                 ORDER BY created DESC LIMIT \(limit)
@@ -310,6 +310,7 @@ extension PostgresDatabase {
                                             uploaded: try row.get("complete"))
                 revision.record = try Self.record(row)
                 revision.parent = try row.get("parent")
+                revision.editor = try row.get("editor")
                 return revision
             }
         }
@@ -320,7 +321,7 @@ extension PostgresDatabase {
             try await db.rows("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
             guard let containerId = try await Self.containerId(db, accountId: accountId, identifier: container),
                   let row = try await db.rows("""
-                    SELECT name, device_name, size, modification_date, kind, deleted, complete, digest, manifest, record, parent FROM revision WHERE container_id = \(containerId) AND item_id = \(item) AND id = \(revision)
+                    SELECT name, device_name, size, modification_date, kind, deleted, complete, digest, manifest, record, parent, editor FROM revision WHERE container_id = \(containerId) AND item_id = \(item) AND id = \(revision)
                     """).first,
                   let kind = ItemKind(rawValue: try row.get("kind", as: String.self)), kind != .directory, !(try row.get("deleted", as: Bool.self)) else { return nil }
             var contents = RevisionContentsResponse(revision: revision, name: try row.get("name"), deviceName: try row.get("device_name"), size: try row.get("size"),
@@ -328,6 +329,7 @@ extension PostgresDatabase {
                                                     uploaded: try row.get("complete"))
             contents.record = try Self.record(row)
             contents.parent = try row.get("parent")
+            contents.editor = try row.get("editor")
             return contents
         }
     }
@@ -420,7 +422,7 @@ extension PostgresDatabase {
             """).first else { return nil }
         let kind = ItemKind(rawValue: try row.get("kind")) ?? .file
         let conflicts = try await db.rows("""
-            SELECT id, device_name, modification_date, size, complete, manifest, digest, record, parent FROM revision
+            SELECT id, device_name, modification_date, size, complete, manifest, digest, record, parent, editor FROM revision
             WHERE container_id = \(containerId) AND item_id = \(id) AND state = 'conflict' ORDER BY modification_date, id
             """).map {
             let contents = try Self.contents($0, kind: kind, brief: brief)
@@ -428,6 +430,7 @@ extension PostgresDatabase {
                                           size: try $0.get("size"), uploaded: try $0.get("complete"), manifest: contents.manifest)
             version.digest = contents.digest
             version.sealed(try Self.record($0), parent: try $0.get("parent"))
+            version.editor = try $0.get("editor")
             return version
         }
         let contents = try Self.contents(row, kind: kind, brief: brief)
@@ -438,6 +441,7 @@ extension PostgresDatabase {
             sequence: try row.get("item_sequence"), manifest: contents.manifest, conflicts: conflicts)
         state.digest = contents.digest
         state.record = try Self.record(row)
+        state.editor = try row.get("editor")
         return state
     }
 

@@ -67,7 +67,7 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
         """
         json_build_object('id', r.id, 'name', r.name, 'parent', r.parent, 'kind', r.kind, 'size', r.size, 'modificationDate', r.modification_date,
             'type', r.type, 'deleted', r.deleted, 'complete', r.complete, 'deviceId', r.device_id, 'deviceName', r.device_name, 'digest', r.digest,
-            'baseRevision', r.base_revision, 'record', translate(encode(r.record, 'base64'), E'\\n', ''),
+            'baseRevision', r.base_revision, 'record', translate(encode(r.record, 'base64'), E'\\n', ''), 'editor', r.editor,
             'manifest', \(manifests ? "translate(encode(r.manifest, 'base64'), E'\\n', '')" : "NULL"))
         """
     }
@@ -120,11 +120,11 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
         guard let answer = try await db.rows("""
             WITH rev AS (
                     INSERT INTO revision (id, container_id, item_id, base_revision, device_id, device_name, name, parent, kind, size,
-                        modification_date, type, manifest, deleted, complete, state, created, change_id, digest, cost, record)
+                        modification_date, type, manifest, deleted, complete, state, created, change_id, digest, cost, record, editor)
                     VALUES (\(id), \(c), \(revision.item), \(update.baseRevision), \(revision.device.deviceId), \(revision.device.deviceName),
                         \(revision.name), \(update.parent), \(update.kind.rawValue), \(commit.size), \(update.modificationDate), \(update.type), \(commit.manifest),
                         \(commit.deleted), TRUE, \(revision.state), \(revision.created.timeIntervalSince1970), \(update.changeId),
-                        \(commit.digest), \(revision.cost), \(update.record))),
+                        \(commit.digest), \(revision.cost), \(update.record), \(revision.device.editor))),
                 refs AS (INSERT INTO revision_chunk (revision_id, account_id, hash) SELECT \(id), \(a), unnest(\(commit.hashes)::TEXT[])),
                 demote AS (UPDATE revision SET state = \(record.demoted?.state) WHERE id = \(record.demoted?.id)),
                 seq AS (UPDATE container SET sequence = sequence + 1 WHERE id = \(c) RETURNING sequence),

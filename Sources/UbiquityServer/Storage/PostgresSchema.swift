@@ -250,6 +250,10 @@ extension PostgresDatabase {
                 PRIMARY KEY (share_id, sequence, item))
             """,
         ]),
+        // Who made a revision through a share: the participant's account name (NULL: the owner).
+        ("v23-revision-editor", [
+            "ALTER TABLE revision ADD COLUMN editor TEXT",
+        ]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

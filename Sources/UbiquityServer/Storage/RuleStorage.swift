@@ -281,6 +281,8 @@ struct RevisionRow: Sendable, Codable, Equatable {
     var baseRevision: String? = nil
     /// Its sealed item record (``ItemUpdate/record``), if its device sealed one.
     var record: Data? = nil
+    /// The share participant's account that made it (nil: the container's owner).
+    var editor: String? = nil
 }
 
 /// What a change id says of where it was made.

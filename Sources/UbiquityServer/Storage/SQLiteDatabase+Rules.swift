@@ -128,7 +128,7 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
         if let change = question.change { facts.earlier = try revision(container: container, item: question.item, device: question.device, account: question.account, change: change) }
         if let base = question.base { facts.baseComplete = try isComplete(base, container: container, item: question.item) }
         facts.stored = try storedSizes(account: question.account, hashes: question.hashes)
-        let columns = "revision.id, revision.name, revision.parent, revision.kind, revision.size, revision.modificationDate, revision.type, revision.deleted, revision.complete, revision.deviceId, revision.deviceName, revision.digest, revision.baseRevision, revision.record"
+        let columns = "revision.id, revision.name, revision.parent, revision.kind, revision.size, revision.modificationDate, revision.type, revision.deleted, revision.complete, revision.deviceId, revision.deviceName, revision.digest, revision.baseRevision, revision.record, revision.editor"
         facts.current = try Row.fetchOne(db.cachedStatement(sql: """
             SELECT \(columns) FROM item JOIN revision ON revision.id = item.currentRevision WHERE item.containerId = ? AND item.id = ?
             """), arguments: [container, question.item]).map { try revisionRow($0, manifest: question.manifests) }
@@ -146,7 +146,7 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
             ? try Data.fetchOne(db.cachedStatement(sql: "SELECT manifest FROM revisionManifest WHERE revisionId = ?"), arguments: [id]) : nil
         return RevisionRow(id: id, name: row["name"], parent: row["parent"], kind: row["kind"], size: row["size"], modificationDate: row["modificationDate"],
                            type: row["type"], deleted: row["deleted"], complete: row["complete"], deviceId: row["deviceId"], deviceName: row["deviceName"],
-                           digest: row["digest"], manifest: stored, baseRevision: row["baseRevision"], record: row["record"])
+                           digest: row["digest"], manifest: stored, baseRevision: row["baseRevision"], record: row["record"], editor: row["editor"])
     }
 
     func record(_ record: CommitRecord) throws -> Int64 {
@@ -224,12 +224,12 @@ struct SQLiteRuleStorage: RuleStorage, @unchecked Sendable {
         let commit = revision.commit, update = commit.update
         try db.cachedStatement(sql: """
             INSERT INTO revision (id, containerId, itemId, baseRevision, deviceId, deviceName, name, parent, kind, size,
-                modificationDate, type, deleted, complete, state, created, changeId, digest, cost, record)
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                modificationDate, type, deleted, complete, state, created, changeId, digest, cost, record, editor)
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """).execute(arguments: [revision.id, revision.container, revision.item, update.baseRevision, revision.device.deviceId,
                              revision.device.deviceName, revision.name, update.parent, update.kind.rawValue, commit.size, update.modificationDate,
                              update.type, commit.deleted, true, revision.state, revision.created.timeIntervalSince1970,
-                             update.changeId, commit.digest, revision.cost, update.record])
+                             update.changeId, commit.digest, revision.cost, update.record, revision.device.editor])
         try db.cachedStatement(sql: "INSERT INTO revisionManifest (revisionId, manifest) VALUES (?, ?)").execute(arguments: [revision.id, commit.manifest])
         try insertReferences(revision: revision.id, account: revision.account, container: revision.container, hashes: commit.hashes,
                              containerChunks: revision.containerChunks)

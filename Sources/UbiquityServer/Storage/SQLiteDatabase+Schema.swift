@@ -335,6 +335,11 @@ extension SQLiteDatabase {
                     PRIMARY KEY (shareId, sequence, item)) WITHOUT ROWID;
                 """)
         }
+        migrator.registerMigration("v29-revision-editor") { db in
+            // Who made a revision through a share (issue 46): the participant's account name,
+            // kept with it (NULL: the container's owner).
+            try db.execute(sql: "ALTER TABLE revision ADD COLUMN editor TEXT")
+        }
         return migrator
     }
 }

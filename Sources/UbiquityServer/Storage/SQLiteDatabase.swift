@@ -295,7 +295,7 @@ final class SQLiteDatabase: SyncDatabase {
             guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container),
                   try Bool.fetchOne(db.cachedStatement(sql: "SELECT 1 FROM item WHERE containerId = ? AND id = ?"), arguments: [containerId, item]) != nil else { return nil }
             return try Row.fetchAll(db.cachedStatement(sql: """
-                SELECT id, name, kind, deviceName, size, modificationDate, created, complete, record, parent FROM revision
+                SELECT id, name, kind, deviceName, size, modificationDate, created, complete, record, parent, editor FROM revision
                 WHERE containerId = ? AND itemId = ? AND state IN ('replaced', 'resolved', 'superseded') AND deleted = 0
                     AND kind != 'directory' AND created >= ?
                 ORDER BY created DESC LIMIT ?
@@ -305,6 +305,7 @@ final class SQLiteDatabase: SyncDatabase {
                                             modificationDate: row["modificationDate"], created: row["created"], uploaded: row["complete"])
                 revision.record = row["record"]
                 revision.parent = row["parent"]
+                revision.editor = row["editor"]
                 return revision
             }
         }
@@ -313,13 +314,14 @@ final class SQLiteDatabase: SyncDatabase {
     func revisionContents(accountId: Int64, container: String, item: String, revision: String) async throws -> RevisionContentsResponse? {
         try await pool.read { db in
             guard let containerId = try Self.containerId(db, accountId: accountId, identifier: container),
-                  let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT name, deviceName, size, modificationDate, kind, deleted, complete, record, parent FROM revision WHERE containerId = ? AND itemId = ? AND id = ?"),
+                  let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT name, deviceName, size, modificationDate, kind, deleted, complete, record, parent, editor FROM revision WHERE containerId = ? AND itemId = ? AND id = ?"),
                                              arguments: [containerId, item, revision]),
                   let kind = ItemKind(rawValue: row["kind"]), kind != .directory, !(row["deleted"] as Bool) else { return nil }
             var contents = RevisionContentsResponse(revision: revision, name: row["name"], deviceName: row["deviceName"], size: row["size"], modificationDate: row["modificationDate"],
                                                     kind: kind, manifest: try Self.manifest(db, of: revision), uploaded: row["complete"])
             contents.record = row["record"]
             contents.parent = row["parent"]
+            contents.editor = row["editor"]
             return contents
         }
     }
@@ -477,7 +479,7 @@ final class SQLiteDatabase: SyncDatabase {
             """), arguments: [containerId, id]) else { return nil }
         let kind = ItemKind(rawValue: row["kind"]) ?? .file
         let conflicts = try Row.fetchAll(db.cachedStatement(sql: """
-            SELECT id, deviceName, modificationDate, size, complete, digest, record, parent FROM revision
+            SELECT id, deviceName, modificationDate, size, complete, digest, record, parent, editor FROM revision
             WHERE containerId = ? AND itemId = ? AND state = 'conflict' ORDER BY modificationDate, id
             """), arguments: [containerId, id]).map {
             let contents = try Self.contents(db, $0, kind: kind, brief: brief)
@@ -485,6 +487,7 @@ final class SQLiteDatabase: SyncDatabase {
                                           uploaded: $0["complete"], manifest: contents.manifest)
             version.digest = contents.digest
             version.sealed($0["record"], parent: $0["parent"])
+            version.editor = $0["editor"]
             return version
         }
         let contents = try Self.contents(db, row, kind: kind, brief: brief)
@@ -495,6 +498,7 @@ final class SQLiteDatabase: SyncDatabase {
             manifest: contents.manifest, conflicts: conflicts)
         state.digest = contents.digest
         state.record = row["record"]
+        state.editor = row["editor"]
         return state
     }
 

@@ -179,7 +179,7 @@ enum ServerRules {
         let written = RevisionRow(id: revision.id, name: revision.name, parent: update.parent, kind: update.kind.rawValue, size: commit.size,
                                   modificationDate: update.modificationDate, type: update.type, deleted: commit.deleted, complete: true,
                                   deviceId: revision.device.deviceId, deviceName: revision.device.deviceName, digest: commit.digest, manifest: commit.manifest,
-                                  record: update.record)
+                                  record: update.record, editor: revision.device.editor)
         var conflicts = facts.conflicts
         let current: RevisionRow
         switch placement.state {
@@ -483,6 +483,7 @@ enum ItemStates {
                                           size: conflict.size, uploaded: conflict.complete, manifest: their.manifest)
             version.digest = their.digest
             version.sealed(conflict.record, parent: conflict.parent)
+            version.editor = conflict.editor
             versions.append(version)
         }
         var state = ItemState(id: item, revision: current.id, name: current.name, parent: current.parent, kind: kind, size: current.size,
@@ -490,6 +491,7 @@ enum ItemStates {
                               deviceName: current.deviceName, sequence: sequence, manifest: contents.manifest, conflicts: versions)
         state.digest = contents.digest
         state.record = current.record
+        state.editor = current.editor
         return state
     }
 

@@ -63,6 +63,9 @@ package struct DeviceAuth: Sendable, Equatable {
     package var accountId: Int64
     /// The containers its token may use (nil: all).
     package var containers: [String]?
+    /// The account it acts for when that is not the container's owner (a share's
+    /// participant): its name, kept with each revision it makes (``ItemState/editor``).
+    package var editor: String? = nil
 
     /// Whether the token may use `container`.
     func allows(_ container: String) -> Bool { containers?.contains(container) ?? true }
