@@ -52,7 +52,11 @@ extension AccountSession {
     func openKeptShares() async {
         do {
             for (container, scopes) in try store.keptShares() where containers[container] != nil {
-                for scope in scopes { try await open(scope, of: container) }
+                for scope in scopes {
+                    do { try await open(scope, of: container) } catch {
+                        logger.error("cannot keep a share in step", metadata: ["container": "\(container)", "share": "\(scope.id)", "error": "\(error)"])
+                    }
+                }
             }
         } catch {
             logger.error("cannot open the shares kept here", metadata: ["error": "\(error)"])
@@ -150,7 +154,8 @@ extension AccountSession {
     }
 
     /// Starts keeping `scope` of `container` in step: the container's own engine passes over
-    /// its folder first, then the share's engine opens.
+    /// its folder first, then the share's engine opens. If it cannot (its store cannot be
+    /// written: a full disk), nothing of it stays, and the next look at the shares tries again.
     func open(_ scope: ShareScope, of container: String) async throws {
         let own = try self.container(container)
         var scopes = shareScopes[container] ?? []
@@ -160,11 +165,23 @@ extension AccountSession {
         await own.passOver(Set(scopes.map(Self.sharePath)))
         let key = Self.shareEngineKey(container, scope.id)
         guard containers[key] == nil else { return }
-        let sync = try ContainerSync(container: container, root: own.root, client: client.through(scope), store: store,
+        let sync: ContainerSync
+        do {
+            // A share not kept here starts from nothing: records an earlier time it was kept
+            // left under its key are not of the folder it gets now.
+            if try !(store.keptShares()[container] ?? []).contains(where: { $0.id == scope.id }) { try store.forgetShare(scope.id, key: key) }
+            sync = try ContainerSync(container: container, root: own.root, client: client.through(scope), store: store,
                                      device: credentials.deviceId, greedy: configuration.greedy,
                                      packageExtensions: configuration.allPackageExtensions, logger: logger,
                                      onStatusChange: { [statusChanged] in statusChanged.yield() }, share: scope, account: credentials.account)
-        try store.keep(scope, of: container)
+            try store.keep(scope, of: container)
+        } catch {
+            // Left in the scopes, the share would be taken for kept here, and never tried again
+            // (found by `ubiquity-chaos --share`: accepted again while the disk was full).
+            shareScopes[container]?.removeAll { $0.id == scope.id }
+            await own.passOver(Set((shareScopes[container] ?? []).map(Self.sharePath)))
+            throw error
+        }
         containers[key] = sync
         if connected { await sync.notePushes(live: true) }
         trigger(key)
@@ -182,6 +199,9 @@ extension AccountSession {
         let fileManager = FileManager.default
         let folder = root.appendingPathComponent(path), placeholder = root.appendingPathComponent(LocalContents.placeholderPath(for: path))
         do {
+            // Its records go first: records kept of a folder that went would take every file
+            // for deleted here if the share came back (a failure here leaves the folder).
+            try store.forgetShare(scope.id, key: key)
             if unsent, fileManager.fileExists(atPath: folder.path) {
                 var kept = shareNameAside(scope.name, in: sync.documents)
                 if kept.isEmpty { kept = scope.name + " " + scope.id.prefix(8) }
@@ -191,7 +211,6 @@ extension AccountSession {
                 try fileManager.removeItem(at: folder)
             }
             if fileManager.fileExists(atPath: placeholder.path) { try fileManager.removeItem(at: placeholder) }
-            try store.forgetShare(scope.id, key: key)
         } catch {
             logger.error("cannot remove a share's folder", metadata: ["container": "\(container)", "share": "\(scope.id)", "error": "\(error)"])
         }

@@ -240,7 +240,12 @@ package actor ContainerSync {
         self.store = store
         self.logger = logger
         var interner = StringInterner() // ids, revisions, tokens and paths held once, not once a table
-        state = try store.state(of: storeKey, interning: &interner).map(DeviceSyncState.init(restoring:)) ?? DeviceSyncState(device: device)
+        // A new state's change ids carry an incarnation of their own: the server answers a
+        // change id it has seen with that change's first answer, and a state begun again (a
+        // share accepted again after its records went, a store rebuilt) counts from 1 again
+        // (found by `ubiquity-chaos --share`: an edit answered as an old one, then lost).
+        state = try store.state(of: storeKey, interning: &interner).map(DeviceSyncState.init(restoring:))
+            ?? DeviceSyncState(device: "\(device).\(RandomIdentifier.make())")
         files = LocalFiles(try store.files(of: storeKey, interning: &interner))
         requested = try store.downloadRequests(of: storeKey)
         reconciler = ConflictReconciler(copies: try store.conflictCopies(of: storeKey))

@@ -40,6 +40,8 @@ struct RunCommand: AsyncParsableCommand {
     @Option(help: "MiB of the small filesystem each device's home is on (the disk-full faults fill them); the server's is this or 64 MiB per minute of writing, whichever is more.") var diskMegabytes = 768
     @Option(help: "Seconds the last device's clock is off (libfaketime; 0: none).") var skewSeconds = 240
     @Flag(help: "Keep the working folder even when the run passes.") var keep = false
+    @Flag(help: "Share the folder every device writes into with a second account, the last device's; remove and invite it again, and kill a move on an owner's device, each round.")
+    var share = false
     @Option(help: "Fault kinds to leave out, comma-separated (e.g. signOut).") var without: String?
     @Flag(help: ArgumentHelp("Delete one of the first device's files behind its writer's back (the checks must fail).", visibility: .hidden))
     var sabotage = false
@@ -49,6 +51,7 @@ struct RunCommand: AsyncParsableCommand {
             throw ValidationError("unknown fault kind \(name) (known: \(FaultKind.allCases.map(\.rawValue).joined(separator: ", ")))")
         }
         guard (1...8).contains(devices) else { throw ValidationError("--devices is 1 to 8") }
+        guard !share || devices >= 2 else { throw ValidationError("--share needs at least 2 devices (the last is the other account's)") }
         guard rounds > 0, roundSeconds >= 1, settleSeconds >= 1, paceMilliseconds >= 0 else { throw ValidationError("rounds and seconds are positive") }
         guard (1...4).contains(servers), servers == 1 || database != nil else { throw ValidationError("--servers is 1 to 4, more than one only with --database (they share its storage)") }
     }
@@ -57,7 +60,7 @@ struct RunCommand: AsyncParsableCommand {
         let folder = work.map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: "/tmp/ubiquity-chaos-\(getpid())")
         let settings = ChaosSettings(seed: seed, devices: devices, rounds: rounds, roundSeconds: roundSeconds, settleSeconds: settleSeconds, minutes: minutes,
                                      paceMilliseconds: paceMilliseconds, database: database, servers: servers, work: folder, keep: keep, diskMegabytes: diskMegabytes, skewSeconds: skewSeconds, sabotage: sabotage,
-                                     without: Set((without ?? "").split(separator: ",").compactMap { FaultKind(rawValue: String($0)) }))
+                                     without: Set((without ?? "").split(separator: ",").compactMap { FaultKind(rawValue: String($0)) }), share: share)
         let harness = Harness(settings: settings)
         // Interrupted, the harness leaves no process or mount behind.
         var interruptions: [any DispatchSourceSignal] = []

@@ -61,6 +61,23 @@ struct Snapshot: Equatable, Sendable {
     }
 
     init() {}
+
+    /// What of it is in the shared folder (what another account that takes part in it holds too).
+    var shared: Snapshot {
+        var part = Snapshot()
+        part.files = files.filter { Layout.isShared($0.key) }
+        part.folders = folders.filter { $0 == Layout.shared || Layout.isShared($0) }
+        part.conflicts = conflicts.filter { Layout.isShared($0.key) }
+        return part
+    }
+
+    /// Whether every device holds the same as the others of its account, and every account the
+    /// same shared folder (`accounts`: each device's).
+    static func agree(_ snapshots: [Snapshot], accounts: [String]) -> Bool {
+        let groups = Checks.groups(accounts)
+        return groups.allSatisfy { group in group.allSatisfy { snapshots[$0] == snapshots[group[0]] } }
+            && groups.allSatisfy { snapshots[$0[0]].shared == snapshots[groups[0][0]].shared }
+    }
 }
 
 /// A broken promise found by the checks.
@@ -71,10 +88,17 @@ struct Violation: Codable, Sendable, CustomStringConvertible {
     var description: String { "\(kind): \(detail)" }
 }
 
-/// What the checks need of a device: its name, and its container's folder (if signed in).
+/// What the checks need of a device: its name, its container's folder (if signed in), and its
+/// account (devices of one account hold the same; accounts hold the same shared folder).
 protocol CheckedDevice {
     var name: String { get }
     var root: URL? { get }
+    var account: String { get }
+}
+
+extension CheckedDevice {
+    /// The harness's own account, unless the device says otherwise.
+    var account: String { Harness.owner }
 }
 
 extension ChaosDevice: CheckedDevice {}
@@ -93,14 +117,36 @@ struct Checks {
         violations.append(Violation(kind: kind, detail: detail))
     }
 
-    /// Every device's tree is the same, without strays or placeholders.
+    /// Device indices by account, in the order the accounts first appear.
+    static func groups(_ accounts: [String]) -> [[Int]] {
+        var order: [String] = [], members: [String: [Int]] = [:]
+        for (index, account) in accounts.enumerated() {
+            if members[account] == nil { order.append(account) }
+            members[account, default: []].append(index)
+        }
+        return order.map { members[$0]! }
+    }
+
+    /// The devices' indices by account.
+    private var groups: [[Int]] { Self.groups(devices.map(\.account)) }
+
+    /// Every device's tree is the same as the others' of its account, and the shared folder the
+    /// same for every account, without strays or placeholders.
     mutating func checkTrees(_ snapshots: [Snapshot]) {
         for (device, snapshot) in zip(devices, snapshots) {
             for stray in snapshot.strays { violate("stray", "\(device.name): \(stray)") }
             for placeholder in snapshot.placeholders { violate("placeholder", "\(device.name): \(placeholder) was never downloaded") }
         }
-        guard let first = snapshots.first else { return }
-        for (device, snapshot) in zip(devices, snapshots).dropFirst() {
+        let groups = self.groups
+        for group in groups { compare(group.map { (devices[$0], snapshots[$0]) }) }
+        if groups.count > 1 { compare(groups.map { (devices[$0[0]], snapshots[$0[0]].shared) }) }
+    }
+
+    /// Reports where each of `held` differs from the first.
+    private mutating func compare(_ held: [(device: any CheckedDevice, snapshot: Snapshot)]) {
+        guard let (firstDevice, first) = held.first else { return }
+        let devices = [firstDevice]
+        for (device, snapshot) in held.dropFirst() {
             let paths = Set(first.files.keys).union(snapshot.files.keys)
             for path in paths.sorted() where first.files[path] != snapshot.files[path] {
                 violate("diverged", "\(path): \(devices[0].name) \(first.files[path].map { String($0.prefix(12)) } ?? "absent"), \(device.name) \(snapshot.files[path].map { String($0.prefix(12)) } ?? "absent")")
@@ -119,7 +165,7 @@ struct Checks {
         for (device, model) in zip(devices, models) {
             for save in model.torn { violate("torn", "\(device.name): an app killed mid-save left \(save)") }
             let prefix = Layout.owned(by: device.name) + "/"
-            for (holder, snapshot) in zip(devices, snapshots) {
+            for (holder, snapshot) in zip(devices, snapshots) where holder.account == device.account {
                 let actual = snapshot.files.filter { $0.key.hasPrefix(prefix) }
                 for (path, sha) in model.files.sorted(by: { $0.key < $1.key }) {
                     expected += 1
@@ -158,6 +204,14 @@ struct Checks {
                 if !everywhere.contains(sha) { missing.append((device.name, path, sha)) }
             }
         }
+        // A participant's write that its device kept aside when the share left it (in the
+        // person's own "shared (not shared)", on every device of the account) is not lost.
+        missing.removeAll { entry in
+            guard let writer = devices.first(where: { $0.name == entry.device }), writer.account != devices[0].account else { return false }
+            return zip(devices, snapshots).filter { $0.0.account == writer.account }.allSatisfy { _, snapshot in
+                snapshot.files.contains { $0.key.hasPrefix(Layout.shared + " (not shared") && $0.value == entry.sha }
+            }
+        }
         guard !missing.isEmpty, let root = devices[0].root, let first = snapshots.first else { return }
         var kept = Set<String>()
         for path in first.files.keys.filter(Layout.isShared).sorted() {
@@ -176,8 +230,13 @@ struct Checks {
         }
     }
 
-    /// The key-value stores are the same everywhere; each device's own key holds what it last set.
+    /// The key-value stores are the same on every device of an account (each account has its
+    /// own); each device's own key holds what it last set.
     mutating func checkKeyValues(_ stores: [[String: String]], models: [LedgerModel]) {
+        for group in groups { checkKeyValues(group.map { stores[$0] }, models: group.map { models[$0] }, of: group.map { devices[$0] }) }
+    }
+
+    private mutating func checkKeyValues(_ stores: [[String: String]], models: [LedgerModel], of devices: [any CheckedDevice]) {
         for (device, store) in zip(devices, stores).dropFirst() where store != stores[0] {
             violate("keyValue", "\(device.name)'s store differs from \(devices[0].name)'s: \(store.sorted { $0.key < $1.key }) vs \(stores[0].sorted { $0.key < $1.key })")
         }
@@ -197,10 +256,15 @@ struct Checks {
         }
     }
 
-    /// Every device's database holds the same rows, agrees with its logs, waits for nothing;
-    /// each device's own notes are as it last committed them (its deleted ones gone); each
-    /// tally holds a value some device committed to it.
+    /// Every device's database holds the same rows as the others' of its account (each account
+    /// has its own), agrees with its logs, waits for nothing; each device's own notes are as it
+    /// last committed them (its deleted ones gone); each tally holds a value some device of the
+    /// account committed to it.
     mutating func checkDatabases(_ states: [DatabaseState], models: [LedgerModel]) {
+        for group in groups { checkDatabases(group.map { states[$0] }, models: group.map { models[$0] }, of: group.map { devices[$0] }) }
+    }
+
+    private mutating func checkDatabases(_ states: [DatabaseState], models: [LedgerModel], of devices: [any CheckedDevice]) {
         for (device, state) in zip(devices, states) {
             for (author, reason) in state.waiting.sorted(by: { $0.key < $1.key }) { violate("database", "\(device.name) still waits for \(author)'s log: \(reason)") }
             for (author, problem) in state.problems.sorted(by: { $0.key < $1.key }) { violate("database", "\(device.name) cannot read \(author)'s log: \(problem)") }

@@ -129,12 +129,20 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
     let relay: RelayProxy
     let container: String
     let keyValueStore: String
+    /// The account it signs in to: the harness's own (`ada`), or with `--share` the last
+    /// device's, `bob`, whom Ada's shared folder is shared with.
+    let account: String
+    /// Whether it takes part in another account's shared folder (its writer then never makes
+    /// that folder: the share's engine does).
+    var isParticipant: Bool { account != Harness.owner }
     private let lock = NSLock()
     private var agent: ChildProcess?
     private var writer: ChildProcess?
 
-    init(index: Int, folder: URL, container: String, keyValueStore: String, serverPort: Int, skew: Int = 0) throws {
+    init(index: Int, folder: URL, container: String, keyValueStore: String, serverPort: Int, skew: Int = 0, account: String = Harness.owner,
+         sealing: Bool? = nil) throws {
         self.index = index
+        self.account = account
         name = "device\(index)"
         self.container = container
         self.keyValueStore = keyValueStore
@@ -153,7 +161,9 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
         // The first device sends documents in plaintext (an agent of an older build, or one told
         // not to seal), which the server seals in place (the `sealInPlace` fault); the others
         // seal them (the default): each reads what the others cut at other points.
-        let sealing = index == 0 ? "false" : "true"
+        // A folder shared with another account is plaintext until share keys are built
+        // (docs/Sharing.md): with `--share`, the owner's devices do not seal.
+        let sealing = sealing.map { "\($0)" } ?? (index == 0 ? "false" : "true")
         try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 15, "sealedContents": \#(sealing)}"#.utf8).write(to: paths.agentConfiguration)
         relay = try RelayProxy.start(to: serverPort)
     }
@@ -168,7 +178,7 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
 
     /// `ubiquity login` through the relay.
     func login() async throws {
-        let login = try await runUbiquity(["login", "--server", "http://127.0.0.1:\(relay.port)", "--account", "ada", "--device-name", name, "--password-stdin"],
+        let login = try await runUbiquity(["login", "--server", "http://127.0.0.1:\(relay.port)", "--account", account, "--device-name", name, "--password-stdin"],
                                           environment: environment, input: "correct horse\n")
         guard login.status == 0 else { throw ChaosError("\(name): ubiquity login: \(login.output)") }
         lock.withLock { signedIn = true }
@@ -258,7 +268,8 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
 
     private func spawnWriter(seed: UInt64, pace: Int) throws {
         let process = try spawn(Binaries.chaos, ["write", "--container", container, "--key-value-store", keyValueStore, "--device", name, "--seed", "\(seed)",
-                                                 "--ledger", ledger.path, "--stop-file", stopFile.path, "--pace-milliseconds", "\(pace)"], log: "writer.log")
+                                                 "--ledger", ledger.path, "--stop-file", stopFile.path, "--pace-milliseconds", "\(pace)"]
+                                                 + (isParticipant ? ["--participant"] : []), log: "writer.log")
         lock.withLock { writer = process }
     }
 

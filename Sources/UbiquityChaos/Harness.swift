@@ -42,6 +42,12 @@ enum FaultKind: String, CaseIterable, Codable, Sendable {
     /// plaintext revision, however young, sealed in place with the escrow key while devices
     /// edit from them), SIGKILLed 0–2 s in unless it ends first.
     case sealInPlace
+    /// With `--share`: the owner removes the other account from the shared folder, and 2–6 s
+    /// later invites it again and it accepts (its devices' agents see the folder go and come).
+    case shareRemoval
+    /// With `--share`: a file in the shared folder moved (renamed inside it) on one of the
+    /// owner's devices, and that device's agent SIGKILLed at once, started again 0–2 s later.
+    case moveKill
 
     /// How often it is picked (out of the sum).
     var weight: Int {
@@ -60,8 +66,13 @@ enum FaultKind: String, CaseIterable, Codable, Sendable {
         case .flood: 1
         case .signOut: 1
         case .sealInPlace: 2
+        case .shareRemoval: 1
+        case .moveKill: 2
         }
     }
+
+    /// Whether it needs a folder shared with another account (`--share`).
+    var needsShare: Bool { self == .shareRemoval || self == .moveKill }
 }
 
 /// One round's outcome.
@@ -121,6 +132,9 @@ struct ChaosSettings: Sendable {
     var sabotage = false
     /// Fault kinds left out (`--without`).
     var without: Set<FaultKind> = []
+    /// The first device's account shares the folder every device writes into with a second
+    /// account, the last device's (`--share`; docs/Sharing.md).
+    var share = false
 
     var replay: String {
         var words = ["ubiquity-chaos", "--seed", "\(seed)", "--devices", "\(devices)", "--round-seconds", "\(Int(roundSeconds))", "--pace-milliseconds", "\(paceMilliseconds)"]
@@ -128,6 +142,7 @@ struct ChaosSettings: Sendable {
         if skewSeconds != 240 { words += ["--skew-seconds", "\(skewSeconds)"] }
         if servers != 1 { words += ["--servers", "\(servers)"] }
         if !without.isEmpty { words += ["--without", without.map(\.rawValue).sorted().joined(separator: ",")] }
+        if share { words += ["--share"] }
         if database != nil { words += ["--database", "\"$DATABASE_URL\""] }
         return words.joined(separator: " ")
     }
@@ -159,7 +174,9 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
     private let busyDisks = Mutex<Set<String>>([])
     /// Devices whose agent is being killed and started again (a second kill meanwhile would
     /// only make the restart report a kill of its own).
-    private let busyAgents = Mutex<Set<Int>>([])
+    let busyAgents = Mutex<Set<Int>>([])
+    /// Whether the shared folder's participant is being removed and invited again.
+    let sharingBusy = Mutex(false)
     /// Devices whose writer is being killed and started again.
     private let busyWriters = Mutex<Set<Int>>([])
 
@@ -236,12 +253,21 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         }
         if settings.database != nil { unavailable.append("serverDiskFull: the server's storage is PostgreSQL (its disk is not the harness's)") }
         for line in unavailable { say("left out: \(line)") }
-        let created = try await runUbiquity(["account", "create", "ada"] + server.storage + ["--password-stdin", "--quota", "\(Int64(1) << 40)"], input: "correct horse\n")
-        guard created.status == 0 else { throw ChaosError("ubiquity account create: \(created.output)") }
+        if settings.share {
+            let line = "sealInPlace: a folder shared with another account stays plaintext until share keys are built (docs/Sharing.md)"
+            unavailable.append(line)
+            say("left out: \(line)")
+        }
+        for account in [Self.owner] + (settings.share ? [Self.participant] : []) {
+            let created = try await runUbiquity(["account", "create", account] + server.storage + ["--password-stdin", "--quota", "\(Int64(1) << 40)"], input: "correct horse\n")
+            guard created.status == 0 else { throw ChaosError("ubiquity account create: \(created.output)") }
+        }
         for instance in servers { try await instance.start() }
         for index in 0..<settings.devices {
+            let participant = settings.share && index == settings.devices - 1
             let device = try ChaosDevice(index: index, folder: settings.work, container: container, keyValueStore: keyValueStore, serverPort: server.port,
-                                         skew: index == settings.devices - 1 ? skew : 0)
+                                         skew: index == settings.devices - 1 ? skew : 0, account: participant ? Self.participant : Self.owner,
+                                         sealing: settings.share ? participant : nil)
             if device.skew != 0 { skewed = device }
             device.relay.targets = servers.map(\.port)
             try await device.login()
@@ -249,6 +275,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
             devices.append(device)
         }
         for device in devices { device.containers.installDownloader() }
+        if settings.share { try await shareFolder() }
 
         var rounds: [RoundReport] = []
         var round = 0
@@ -318,7 +345,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         }
         note("round \(round): writers start")
         let end = ContinuousClock.now + .seconds(settings.roundSeconds)
-        var faults: [Task<Void, Never>] = []
+        var faults: [Task<Void, Never>] = settings.share ? sharedFolderFaults(roundEnd: end) : []
         while ContinuousClock.now < end {
             try await Task.sleep(for: .milliseconds(Int.random(in: 300...2_000, using: &random)))
             if let fault = pickFault(roundEnd: end) { faults.append(fault) }
@@ -398,7 +425,9 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
             if idle {
                 snapshots = devices.map { Snapshot(root: $0.root!) }
                 stores = devices.map(keyValues)
-                if snapshots.allSatisfy({ $0 == snapshots[0] && $0.placeholders.isEmpty && $0.strays.isEmpty }) && stores.allSatisfy({ $0 == stores[0] }) {
+                let accounts = devices.map(\.account)
+                let storesAgree = Checks.groups(accounts).allSatisfy { group in group.allSatisfy { stores[$0] == stores[group[0]] } }
+                if Snapshot.agree(snapshots, accounts: accounts) && snapshots.allSatisfy({ $0.placeholders.isEmpty && $0.strays.isEmpty }) && storesAgree {
                     return ((ContinuousClock.now - healed).seconds, snapshots, stores)
                 }
             }
@@ -417,7 +446,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
 
     /// Counts a fault and notes it in the timeline (`faults.log` in the working folder: when,
     /// what, where — to read beside the agents' and the server's logs).
-    private func count(_ kind: FaultKind, _ target: String = "", _ detail: String = "") {
+    func count(_ kind: FaultKind, _ target: String = "", _ detail: String = "") {
         faultCounts.withLock { $0[kind.rawValue, default: 0] += 1 }
         note("\(kind.rawValue) \(target) \(detail)")
     }
@@ -440,7 +469,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
 
     /// Picks a fault from the seed and starts it; nil when its target is busy with another.
     private func pickFault(roundEnd: ContinuousClock.Instant) -> Task<Void, Never>? {
-        let kinds = FaultKind.allCases.filter { !settings.without.contains($0) }
+        let kinds = FaultKind.allCases.filter { !settings.without.contains($0) && (settings.share ? $0 != .sealInPlace : !$0.needsShare) }
         let total = kinds.map(\.weight).reduce(0, +)
         guard total > 0 else { return nil }
         var roll = Int.random(in: 0..<total, using: &random)
@@ -512,8 +541,11 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
                 }
                 self.busyDisks.withLock { _ = $0.remove(folder.path) }
             }
+        case .shareRemoval, .moveKill:
+            return sharedFolderFault(kind, pause: pause)
         case .signOut:
-            guard device.isSignedIn, busyLinks.withLock({ $0.insert(device.index).inserted }) else { return nil }
+            // (A participant's device signing out and in is not in the profile yet: docs/Reliability.md.)
+            guard device.isSignedIn, !device.isParticipant, busyLinks.withLock({ $0.insert(device.index).inserted }) else { return nil }
             let seconds = 2 + pause * 4
             count(kind, device.name, String(format: "for %.1f s", seconds))
             return Task {

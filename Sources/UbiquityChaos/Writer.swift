@@ -35,6 +35,8 @@ struct WriteCommand: AsyncParsableCommand {
     @Option(help: "Stop when this file exists.") var stopFile: String
     @Option(help: "Milliseconds between steps (at most).") var paceMilliseconds = 200
     @Option(help: "How many files every device writes to.") var sharedFiles = 3
+    @Flag(help: "The shared folder is another account's, shared with this one: never made here (while it is not here, shared writes fail and are not recorded).")
+    var participant = false
 
     @MainActor func run() async throws {
         // Launched again (after `appKill`) while its device is signed out: an app then has no
@@ -82,7 +84,7 @@ struct WriteCommand: AsyncParsableCommand {
         store = NSUbiquitousKeyValueStore(identifier: command.keyValueStore, containers: containers)
         random = SeededGenerator(seed: command.seed)
         try FileManager.default.createDirectory(at: root.appendingPathComponent(Layout.owned(by: command.device) + "/sub"), withIntermediateDirectories: true)
-        try FileManager.default.createDirectory(at: root.appendingPathComponent(Layout.shared), withIntermediateDirectories: true)
+        if !command.participant { try FileManager.default.createDirectory(at: root.appendingPathComponent(Layout.shared), withIntermediateDirectories: true) }
     }
 
     mutating func run() async throws {

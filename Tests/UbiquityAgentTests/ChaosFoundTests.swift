@@ -523,6 +523,39 @@ import UbiquityTestSupport
         }
     }
 
+    /// Found by `ubiquity-chaos --share` (seed 12): a share accepted again starts its records
+    /// afresh, and its change ids counted from 1 again — the server answered an edit with the
+    /// first answer to the old change of that id, the device took it as sent, and the next
+    /// download replaced it: lost. A state begun again (here: the same device's records gone)
+    /// names its changes anew.
+    @Test func aStateBegunAgainDoesNotReuseItsChangeIds() async throws {
+        try await ContainerSyncTests().withServer { base, dir in
+            let notes = ContainerSyncTests().notes
+            let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: "laptop").token
+            func engine(_ name: String) throws -> (ContainerSync, URL) {
+                let root = URL(fileURLWithPath: dir).appendingPathComponent(name)
+                let sync = try ContainerSync(container: notes, root: root, client: SyncClient(server: base, token: token),
+                                             store: try AgentStore(path: dir + "/\(name).sqlite"), device: "laptop", greedy: true)
+                return (sync, root.appendingPathComponent("Documents/a.txt"))
+            }
+            let (first, a) = try engine("first")
+            for text in ["one", "two"] {
+                try Data(text.utf8).write(to: a)
+                try await first.syncOnce()
+            }
+            // The same device, its records gone: it downloads the file and edits it.
+            let (again, b) = try engine("again")
+            try await again.syncOnce()
+            #expect(try String(contentsOf: b, encoding: .utf8) == "two")
+            try Data("three".utf8).write(to: b)
+            try await again.syncOnce()
+            try await again.syncOnce()
+            let item = try await SyncClient(server: base, token: token).changes(container: notes, since: 0).items.first { $0.name == "a.txt" }
+            #expect(item?.size == 5 && item?.conflicts.isEmpty == true, "the edit is the current revision: \(String(describing: item))")
+            #expect(try String(contentsOf: b, encoding: .utf8) == "three")
+        }
+    }
+
     /// Found with seeds 8 and 13 (a full disk, then a kill): a scan whose store write failed
     /// dropped its file records (here: a rename) while the sync state was written with the next
     /// write; the store kept the old record beside the new one, and an agent started on it took

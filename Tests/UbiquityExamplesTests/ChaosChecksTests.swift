@@ -10,6 +10,7 @@ import Testing
     struct Device: CheckedDevice {
         var name: String
         var root: URL? { nil }
+        var account = "ada"
     }
 
     let devices = [Device(name: "device0"), Device(name: "device1")]
@@ -51,6 +52,29 @@ import Testing
         let snapshot = { () -> Snapshot in var snapshot = Snapshot(); snapshot.files = ["Documents/device0/a.txt": "2222"]; return snapshot }()
         checks.checkOwnedFiles([snapshot, snapshot], models: models)
         #expect(checks.violations.map(\.kind) == ["torn"], "\(checks.violations)")
+    }
+
+    /// With a folder shared between accounts, each account's devices hold the same as each
+    /// other (not as the other account's), and every account the same shared folder.
+    @Test func accountsAreComparedOnTheirOwnFilesAndOnTheSharedFolder() {
+        let devices = [Device(name: "device0"), Device(name: "device1", account: "bob")]
+        func snapshot(_ files: [String: String]) -> Snapshot {
+            var snapshot = Snapshot()
+            snapshot.files = files
+            snapshot.folders = [Layout.shared]
+            return snapshot
+        }
+        let ada = snapshot(["Documents/device0/a.txt": "1111", "Documents/shared/note-0.txt": "2222"])
+        let bob = snapshot(["Documents/device1/b.txt": "3333", "Documents/shared/note-0.txt": "2222"])
+        var checks = Checks(devices: devices)
+        checks.checkTrees([ada, bob])
+        #expect(checks.violations.isEmpty && Snapshot.agree([ada, bob], accounts: ["ada", "bob"]), "\(checks.violations)")
+        var apart = bob
+        apart.files["Documents/shared/note-0.txt"] = "4444"
+        checks = Checks(devices: devices)
+        checks.checkTrees([ada, apart])
+        #expect(checks.violations.map(\.kind) == ["diverged"] && !Snapshot.agree([ada, apart], accounts: ["ada", "bob"]), "\(checks.violations)")
+        #expect(!Snapshot.agree([ada, bob], accounts: ["ada", "ada"]), "one account's devices hold the same")
     }
 
     @Test func anIntentLastInTheLedgerDoesNotCountAsAnEdit() {

@@ -85,6 +85,20 @@ import UbiquityTestSupport
         print(run.summary)
     }
 
+    /// The shared-folder profile (issue 46): the folder every device writes into is Ada's,
+    /// shared with Bob's account (the last device); each round Ada removes Bob and invites him
+    /// again while he writes, and one of her devices is killed just after a move inside the
+    /// folder — with the other faults around. Each account must hold its own files, both the
+    /// shared folder, and nothing written by anyone with write access at the time is lost.
+    @Test(.timeLimit(.minutes(4))) func aFolderSharedBetweenTwoAccountsLosesNothing() async throws {
+        let run = try await chaos(["--seed", "12", "--devices", "3", "--rounds", "2", "--round-seconds", "12", "--settle-seconds", "90", "--pace-milliseconds", "400", "--share"])
+        #expect(run.status == 0 && run.report["passed"] as? Bool == true, "\(run.summary)")
+        let faults = run.report["faults"] as? [String: Int] ?? [:]
+        #expect((faults["shareRemoval"] ?? 0) >= 2 && (faults["moveKill"] ?? 0) >= 2, "each round removes the participant and kills a move: \(faults)")
+        #expect((run.report["edits"] as? Int ?? 0) >= 100, "a run that did little proves little: \(run.summary)")
+        print(run.summary)
+    }
+
     /// A harness that cannot fail proves nothing: a file removed behind its writer's back (the
     /// agent then syncs the removal everywhere) is reported lost, with the seed and a replay.
     @Test(.timeLimit(.minutes(3))) func theHarnessReportsALoss() async throws {

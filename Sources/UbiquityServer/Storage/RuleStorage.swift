@@ -287,9 +287,10 @@ struct RevisionRow: Sendable, Codable, Equatable {
 
 /// What a change id says of where it was made.
 enum ChangeIdentity {
-    /// The device an agent's change id (`DEVICE.N`) was first made on; "" for ids of another form.
+    /// The device an agent's change id (`DEVICE.N`, or `DEVICE.INCARNATION.N`) was first made
+    /// on; "" for ids of another form.
     static func madeOn(_ change: String) -> String {
-        guard let dot = change.lastIndex(of: ".") else { return "" }
+        guard let dot = change.firstIndex(of: ".") else { return "" }
         return String(change[..<dot])
     }
 }
