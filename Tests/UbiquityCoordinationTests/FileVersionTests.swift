@@ -234,6 +234,24 @@ import Glibc
         #expect(!FileManager.default.fileExists(atPath: scratch.file("folder/.ubiquity-versions/renamed.txt").path))
     }
 
+    /// A downloaded nonlocal version follows its item to a new name, found there by its
+    /// revision (found by `ubiquity-chaos --share`: left under the old name, it was never found
+    /// again, and each download of it was lost).
+    @Test func aDownloadedNonlocalVersionFollowsAMove() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        let item = try item(scratch)
+        let downloaded = scratch.file("download")
+        try Data("earlier".utf8).write(to: downloaded)
+        try NSFileVersion.storeNonlocalVersion(ofItemAt: item, contentsAt: downloaded,
+                                               record: NonlocalVersionRecord(revision: "rev1", name: item.lastPathComponent, savingComputer: "desktop",
+                                                                             modificationDate: Date(), size: 7))
+        let moved = scratch.file("renamed.txt")
+        try FileManager.default.moveItem(at: item, to: moved) // a program that does not coordinate
+        try NSFileVersion.carryVersions(ofItemMovedFrom: item, to: moved) // what the agent does when it sees the move
+        let version = try #require(NSFileVersion.downloadedNonlocalVersion(ofItemAt: moved, revision: "rev1"), "the version is found at the new name")
+        #expect(try text(version.url) == "earlier" && version.url.lastPathComponent == "renamed.txt")
+    }
+
     @Test func presentersHearAboutVersionsAddedResolvedAndRemovedByAnotherProcess() async throws {
         await TestTurns.presenterProcesses.take(); defer { TestTurns.presenterProcesses.give() }
         let scratch = try Scratch(); defer { scratch.remove() }

@@ -81,6 +81,58 @@ import UbiquityProtocol
     }
 }
 
+extension ScaleOutTests {
+    /// A share's events reach the devices connected to the other instance: Bob, on the second,
+    /// hears that he was invited (`sharesChanged`) and that Ada, on the first, changed something
+    /// inside the share (`shareChanged`); Ada hears his answer.
+    @Test(.enabled(if: Backend.all.contains(.postgres))) func aSharesEventsReachTheOtherInstance() async throws {
+        let first = try await TestServer.withAccount("ada", on: .postgres); defer { first.remove() }
+        _ = try await first.admin.createAccount(name: "bob", password: "correct horse")
+        let second = try await first.secondInstance()
+        let relay = Task { await second.relayChanges() }
+        defer {
+            relay.cancel()
+            Task { await second.close() }
+        }
+        let deadline = ContinuousClock.now + .seconds(10)
+        while !(first.server.services.notifier.isRelaying && second.services.notifier.isRelaying) {
+            guard ContinuousClock.now < deadline else { Issue.record("the instances never started listening"); return }
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        try await first.server.makeApplication().test(.live) { rawFirst in
+            try await second.makeApplication().test(.live) { rawSecond in
+                let one = Client(client: rawFirst), two = Client(client: rawSecond)
+                let ada = try await one.signIn("ada", device: "laptop"), bob = try await two.signIn("bob", device: "phone")
+                let folder = ItemUpdate(baseRevision: nil, name: "Trip", kind: .directory, modificationDate: 1_800_000_000, manifest: Manifest())
+                _ = try await one.commit(notes, "trip", folder, token: ada.token)
+                let share = try await one.send(.post, "/v1/shares", token: ada.token, json: ShareCreateRequest(container: notes, item: "trip")).decode(ShareInfo.self)
+
+                let connected = Confirmations()
+                async let bobEvents = PushTests().listen(rawSecond, token: bob.token) { events in
+                    if events.count == 1 { connected.mark("bob") }
+                    return events.contains { $0.type == "shareChanged" }
+                }
+                async let adaEvents = PushTests().listen(rawFirst, token: ada.token) { events in
+                    if events.count == 1 { connected.mark("ada") }
+                    return events.contains { $0.type == "sharesChanged" }
+                }
+                try await connected.wait(for: ["bob", "ada"])
+                let invitation = try await one.send(.post, "/v1/shares/\(share.id)/participants", token: ada.token, json: ShareInviteRequest(name: "bob", role: .readWrite))
+                    .decode(ShareInvitationResponse.self)
+                #expect(try await two.send(.post, "/v1/shares/invitations/\(invitation.id)/accept", token: bob.token).status == .noContent)
+                var note = fileUpdate("Note.txt", [])
+                note.parent = "trip"
+                let made = try await one.commit(notes, "note", note, token: ada.token)
+
+                let heardByBob = try await bobEvents
+                #expect(heardByBob.contains { $0.type == "sharesChanged" }, "Bob was told he was invited: \(heardByBob)")
+                #expect(heardByBob.contains(PushEvent(type: "shareChanged", container: share.id, sequence: made.item.sequence)), "\(heardByBob)")
+                #expect(try await adaEvents.contains { $0.type == "sharesChanged" }, "Ada was told Bob answered")
+            }
+        }
+    }
+}
+
 /// PostgreSQL going away and coming back, on a cluster of the test's own. (Alone it takes 15 s;
 /// in the whole suite on two cores, making the cluster and its schema took 130–160 s: the limit
 /// is for a hang, not a pace.)

@@ -270,11 +270,18 @@ struct VersionStore: Sendable {
                 try POSIX.copyTree(folder, to: destination.folder, allowLink: false)
                 try POSIX.removeTree(folder)
             }
-            // Contents are named like the item.
+            // Contents are named like the item: the versions' and the downloaded nonlocal ones'
+            // (left under the old name, a nonlocal version was downloaded again and never found:
+            // found by `ubiquity-chaos --share`, a shared file renamed by a program that does not
+            // coordinate).
             if destination.name != name {
                 for entry in try POSIX.directoryEntries(destination.folder) where !entry.hasPrefix(".") && entry != Self.generationName {
                     let old = destination.folder + "/" + entry + "/" + name
                     if try POSIX.status(old) != nil { try POSIX.rename(old, destination.folder + "/" + entry + "/" + destination.name) }
+                }
+                for entry in (try? POSIX.directoryEntries(destination.nonlocalFolder)) ?? [] where !entry.hasPrefix(".") {
+                    let old = destination.nonlocalFolder + "/" + entry + "/" + name
+                    if try POSIX.status(old) != nil { try POSIX.rename(old, destination.nonlocalFolder + "/" + entry + "/" + destination.name) }
                 }
             }
             try? POSIX.sync(destination.root, directory: true) // moved; only its durability across a crash is in doubt

@@ -121,6 +121,7 @@ extension SyncServices {
                 guard touched else { continue }
                 let accounts = try await database.participants(shareId: share.id).filter { $0.state(at: now) == .accepted }.compactMap(\.accountId)
                 notifier.publishShare(share: share.id, sequence: sequence, accounts: accounts, container: container, except: origin)
+                try await database.relayShare(share: share.id, sequence: sequence, accounts: accounts, container: container, except: origin)
             }
         } catch {
             logger.warning("cannot tell participants of a shared change", metadata: ["error": "\(error)"])
@@ -131,7 +132,14 @@ extension SyncServices {
     /// joined or are invited to changed (`{"type":"sharesChanged"}`): they read their shares
     /// again — the device that made the change too (its agent may not be what made it: a
     /// command, a page).
-    func publishSharesChanged(accounts: [Int64?], container: String) {
-        notifier.publishShare(share: nil, sequence: nil, accounts: accounts.compactMap { $0 }, container: container, except: nil)
+    func publishSharesChanged(accounts: [Int64?], container: String, logger: Logger) {
+        let accounts = accounts.compactMap { $0 }
+        notifier.publishShare(share: nil, sequence: nil, accounts: accounts, container: container, except: nil)
+        // The devices connected to other instances: told there (failing that, their slow timers catch up).
+        Task { [database] in
+            do { try await database.relayShare(share: nil, sequence: nil, accounts: accounts, container: container, except: nil) } catch {
+                logger.warning("cannot tell the other server instances that shares changed", metadata: ["error": "\(error)"])
+            }
+        }
     }
 }

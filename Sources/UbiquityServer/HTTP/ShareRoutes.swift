@@ -85,7 +85,7 @@ extension SyncServices {
                                 "at most \(invitationLimits.perHour) invitations an hour and \(invitationLimits.pending) waiting for an answer")
             }
             context.logger.info("invited to a share", metadata: ["share": "\(share.id)", "invitation": "\(invited.id)"])
-            publishSharesChanged(accounts: [invited.accountId, device.accountId], container: share.container)
+            publishSharesChanged(accounts: [invited.accountId, device.accountId], container: share.container, logger: context.logger)
             return EditedResponse(status: .created, response: ShareInvitationResponse(id: invited.id, expires: invited.expires))
         }
         // The owner changes a participant's role, or removes them.
@@ -99,7 +99,7 @@ extension SyncServices {
                                                        to: nil, role: asked.role, now: Date().timeIntervalSince1970) else {
                 throw SyncError(.notFound, "notFound", "no such participant")
             }
-            publishSharesChanged(accounts: [whom, device.accountId], container: share.container)
+            publishSharesChanged(accounts: [whom, device.accountId], container: share.container, logger: context.logger)
             return .noContent
         }
         shares.delete(":share/participants/:participant") { _, context -> HTTPResponse.Status in
@@ -112,7 +112,7 @@ extension SyncServices {
                 throw SyncError(.notFound, "notFound", "no such participant")
             }
             context.logger.info("removed from a share", metadata: ["share": "\(share.id)", "invitation": "\(participant)"])
-            publishSharesChanged(accounts: [whom, device.accountId], container: share.container)
+            publishSharesChanged(accounts: [whom, device.accountId], container: share.container, logger: context.logger)
             return .noContent
         }
         // Stop sharing: every participant's access ends.
@@ -121,7 +121,7 @@ extension SyncServices {
             let everyone = try await database.participants(shareId: share.id).map(\.accountId)
             guard try await database.stopShare(accountId: device.accountId, id: share.id) else { throw Self.noSuchShare }
             context.logger.info("stopped sharing", metadata: ["share": "\(share.id)"])
-            publishSharesChanged(accounts: everyone + [device.accountId], container: share.container)
+            publishSharesChanged(accounts: everyone + [device.accountId], container: share.container, logger: context.logger)
             return .noContent
         }
         // A participant's answers: accept, decline; and leaving once accepted.
@@ -137,7 +137,7 @@ extension SyncServices {
                     throw SyncError(.notFound, "notFound", "no such invitation (or it expired)")
                 }
                 context.logger.info(to == .accepted ? "accepted a share" : "declined a share", metadata: ["share": "\(share.id)"])
-                publishSharesChanged(accounts: [share.accountId, device.accountId], container: share.container)
+                publishSharesChanged(accounts: [share.accountId, device.accountId], container: share.container, logger: context.logger)
                 return .noContent
             }
         }
@@ -149,10 +149,14 @@ extension SyncServices {
             let since = try Self.integer(request.uri.queryParameters["since"], name: "since", default: 0)
             let limit = try Self.integer(request.uri.queryParameters["limit"], name: "limit", default: 500)
             guard since >= 0, (1...5_000).contains(limit) else { throw SyncError.badRequest("invalidCursor", "since must be ≥ 0 and limit 1 to 5000") }
+            // The page first, then what is inside: an item made inside after the page was read
+            // is in the next page; one made before is in this page and inside (read the other
+            // way round, an item made between the two reads was left out while the cursor
+            // passed it — never shown: found by `ubiquity-chaos --share`).
+            var page = try await database.changes(accountId: share.accountId, container: share.container, since: since, limit: Int(limit), brief: Self.brief(request))
             guard let inside = try await database.subtree(accountId: share.accountId, container: share.container, root: share.item, limit: Self.maximumSharedItems) else {
                 throw SyncError(.contentTooLarge, "shareTooLarge", "a share holds at most \(Self.maximumSharedItems) items")
             }
-            var page = try await database.changes(accountId: share.accountId, container: share.container, since: since, limit: Int(limit), brief: Self.brief(request))
             // What left the share by a move within the page's span: shown as gone, nothing of
             // where it went.
             let through = page.more ? page.items.last?.sequence ?? page.sequence : page.sequence
@@ -162,7 +166,10 @@ extension SyncServices {
                 gone.append(ItemState(id: id, revision: "exit-\(sequence)", name: "", kind: kind, size: 0, modificationDate: 0, deleted: true, uploaded: true,
                                       deviceName: "", sequence: sequence, manifest: Manifest(), conflicts: []))
             }
-            page.items = (page.items.filter { inside.contains($0.id) }.map { Self.seen($0, through: share) } + gone).sorted { $0.sequence < $1.sequence }
+            // Inside now, and inside as the page has it (one moved in since is in the next page,
+            // not shown here in a folder of the owner's outside the share).
+            let shown = page.items.filter { inside.contains($0.id) && ($0.id == share.item || $0.parent.map(inside.contains) == true) }
+            page.items = (shown.map { Self.seen($0, through: share) } + gone).sorted { $0.sequence < $1.sequence }
             // (What was passed over outside the share counts: the next page starts after it.)
             if page.more { page.next = through }
             return page
@@ -223,7 +230,7 @@ extension SyncServices {
             }
             context.logger.info("left a share", metadata: ["share": "\(id)"])
             if let share = try await database.share(id: id) {
-                publishSharesChanged(accounts: [share.accountId, device.accountId], container: share.container)
+                publishSharesChanged(accounts: [share.accountId, device.accountId], container: share.container, logger: context.logger)
             }
             return .noContent
         }

@@ -103,7 +103,10 @@ extension PostgresDatabase {
                         // Another version's notification: its devices catch up on their next request.
                         guard let change = try? JSONDecoder().decode(RelayedChange.self, from: Data(notification.payload.utf8)),
                               change.instance != instance else { continue }
-                        if change.type == "keyRequest" {
+                        if change.type == "shareChanged" || change.type == "sharesChanged" {
+                            notifier.publishShare(share: change.share, sequence: change.type == "shareChanged" ? change.sequence : nil, accounts: change.accounts ?? [],
+                                                  container: change.container, except: change.device)
+                        } else if change.type == "keyRequest" {
                             notifier.publishKeyRequest(account: change.account, except: change.device)
                         } else if change.type == "keysChanged" {
                             notifier.publishKeysChanged(account: change.account, except: change.device)
@@ -148,8 +151,25 @@ struct RelayedChange: Codable, Sendable {
     var keyValue: Bool
     /// The device that made the change (not told of it again), if one did.
     var device: String?
-    /// What else than a container's change it announces: `keyRequest` (a request to join).
+    /// What else than a container's change it announces: `keyRequest` (a request to join),
+    /// `keysChanged`, `shareChanged` (a share moved on to ``sequence``), `sharesChanged`.
     var type: String? = nil
+    /// A `shareChanged`'s share.
+    var share: String? = nil
+    /// The accounts whose devices a share's event is for.
+    var accounts: [Int64]? = nil
+}
+
+extension PostgresDatabase {
+    func relayShare(share: String?, sequence: Int64?, accounts: [Int64], container: String, except origin: String?) async throws {
+        guard !accounts.isEmpty else { return }
+        var change = RelayedChange(instance: instance, account: 0, container: container, sequence: sequence ?? 0, keyValue: false, device: origin,
+                                   type: share == nil ? "sharesChanged" : "shareChanged")
+        change.share = share
+        change.accounts = accounts
+        let payload = String(decoding: try JSONEncoder().encode(change), as: UTF8.self)
+        _ = try await read { [channel] db in try await db.rows("SELECT pg_notify(\(channel), \(payload))") }
+    }
 }
 
 /// Chunk contents in PostgreSQL (`chunk_content`), so every instance serves every chunk.

@@ -435,6 +435,8 @@ final class SQLiteDatabase: SyncDatabase {
     /// One process serves an SQLite database: nothing to relay.
     func relayChanges(to notifier: ChangeNotifier) async {}
 
+    func relayShare(share: String?, sequence: Int64?, accounts: [Int64], container: String, except origin: String?) async throws {}
+
     func ping() async throws {
         _ = try await pool.read { db in try Int.fetchOne(db.cachedStatement(sql: "SELECT 1")) }
     }

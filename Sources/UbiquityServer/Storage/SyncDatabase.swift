@@ -501,6 +501,10 @@ protocol SyncDatabase: Sendable {
     /// Delivers changes committed by other server instances to this one's connected devices,
     /// until cancelled (returns at once where there are no other instances).
     func relayChanges(to notifier: ChangeNotifier) async
+    /// Tells the other server instances of a share's event (``ChangeNotifier/publishShare(share:sequence:accounts:container:except:)``),
+    /// for the devices connected to them (nothing where there are no other instances).
+    /// - Throws: When the other instances cannot be told (their devices catch up on their slow timers).
+    func relayShare(share: String?, sequence: Int64?, accounts: [Int64], container: String, except origin: String?) async throws
     /// Throws unless the database answers (`/health`).
     func ping() async throws
     /// Closes connections (the database is not used afterwards).
