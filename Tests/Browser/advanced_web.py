@@ -69,6 +69,15 @@ def row_action(name, label):
     eventually(find, "the action %s of %s" % (label, name))
 
 
+def press(element_id, what):
+    """Clicks the element once it can be clicked (a page still drawing a folder, or a dialog
+    still closing, answers "not interactable" for a moment under load)."""
+    def attempt():
+        driver.find_element(By.ID, element_id).click()
+        return True
+    eventually(attempt, what)
+
+
 def answer_dialog(text=None):
     """Accepts the page's confirm or prompt (typing `text` into a prompt)."""
     alert = WebDriverWait(driver, 10).until(lambda d: d.switch_to.alert)
@@ -112,7 +121,7 @@ try:
     eventually(lambda: driver.find_element(By.TAG_NAME, "body").get_attribute("data-state") in ("ready", "failed"), "the link's page")
     if driver.find_element(By.TAG_NAME, "body").get_attribute("data-state") != "ready":
         raise RuntimeError("the shared link did not open: " + driver.find_element(By.ID, "link-error").text)
-    driver.find_element(By.ID, "link-download").click()
+    press("link-download", "the link's download button")
     eventually(lambda: os.path.exists(target) and not os.path.exists(target + ".crdownload") and os.path.getsize(target) > 0, "the shared link's download", 120)
     time.sleep(0.5)
     with open(target, "rb") as handle:
@@ -165,7 +174,7 @@ try:
     # The page's own changes (it seals their records, tags their names and signs what they made
     # with its key, which the laptop let into the roster): a new folder, a file renamed and moved
     # into it, another folder made and deleted.
-    driver.find_element(By.ID, "new-folder").click()
+    press("new-folder", "the new-folder button")
     answer_dialog("Made in the page")
     eventually(lambda: "Made in the page" in names_shown(), "the new folder listed")
     row_action(args["rename"], "Rename")
@@ -174,9 +183,9 @@ try:
     row_action(args["renamed"], "Move")
     eventually(lambda: driver.find_element(By.ID, "move-dialog").is_displayed(), "the move dialog")
     Select(driver.find_element(By.ID, "move-target")).select_by_visible_text("Made in the page")
-    driver.find_element(By.ID, "move-confirm").click()
+    press("move-confirm", "the move dialog's button")
     eventually(lambda: args["renamed"] not in names_shown(), "the file moved away")
-    driver.find_element(By.ID, "new-folder").click()
+    press("new-folder", "the new-folder button")
     answer_dialog("Doomed")
     eventually(lambda: "Doomed" in names_shown(), "the second folder listed")
     row_action("Doomed", "Delete")
