@@ -16,7 +16,9 @@ import UbiquityProtocol
 /// Two server instances on one PostgreSQL database: a change committed through one reaches
 /// devices connected to the other (LISTEN/NOTIFY), containers and key-value stores alike.
 @Suite struct ScaleOutTests {
-    @Test(.enabled(if: Backend.all.contains(.postgres))) func aChangeThroughOneInstanceIsPushedFromTheOther() async throws {
+    /// Two instances on one database (Ada's and Bob's accounts), each listening to the other:
+    /// `body` gets a live test client of each.
+    func twoInstances(_ body: @escaping @Sendable (any TestClientProtocol & Sendable, any TestClientProtocol & Sendable) async throws -> Void) async throws {
         let first = try await TestServer.withAccount("ada", on: .postgres); defer { first.remove() }
         _ = try await first.admin.createAccount(name: "bob", password: "correct horse")
         let second = try await first.secondInstance()
@@ -31,52 +33,56 @@ import UbiquityProtocol
             try await Task.sleep(for: .milliseconds(5))
         }
         try await first.server.makeApplication().test(.live) { rawFirst in
-            try await second.makeApplication().test(.live) { rawSecond in
-                let one = Client(client: rawFirst), two = Client(client: rawSecond)
-                let laptop = try await one.signIn("ada", device: "laptop")  // on the first instance
-                let phone = try await two.signIn("ada", device: "phone")    // on the second
-                let bob = try await two.signIn("bob")
+            try await second.makeApplication().test(.live) { rawSecond in try await body(rawFirst, rawSecond) }
+        }
+    }
 
-                let connected = Confirmations()
-                async let phoneEvents = PushTests().listen(rawSecond, token: phone.token) { events in
-                    if events.count == 1 { connected.mark("phone") }
-                    return events.contains { $0.type == "keyValueChanged" } && events.contains { $0.type == "changed" && $0.sequence == 1 }
-                        && events.contains { $0.type == "keysChanged" }
-                }
-                async let laptopEvents = PushTests().listen(rawFirst, token: laptop.token) { events in
-                    if events.count == 1 { connected.mark("laptop") }
-                    return events.contains { $0.type == "keyValueChanged" }
-                }
-                async let bobEvents = PushTests().listen(rawSecond, token: bob.token) { events in
-                    if events.count == 1 { connected.mark("bob") }
-                    return events.contains { $0.type == "changed" }
-                }
-                try await connected.wait(for: ["phone", "laptop", "bob"])
+    @Test(.enabled(if: Backend.all.contains(.postgres))) func aChangeThroughOneInstanceIsPushedFromTheOther() async throws {
+        try await twoInstances { rawFirst, rawSecond in
+            let one = Client(client: rawFirst), two = Client(client: rawSecond)
+            let laptop = try await one.signIn("ada", device: "laptop")  // on the first instance
+            let phone = try await two.signIn("ada", device: "phone")    // on the second
+            let bob = try await two.signIn("bob")
 
-                // An upload and its commit through the first instance; a key-value change through the second.
-                let chunk: [UInt8] = [7, 7, 7]
-                let commit = try await one.commit(notes, "doc", fileUpdate("a.txt", [chunk]), token: laptop.token)
-                // Both instances see the same item, whoever asks.
-                let seen = try await two.changes(notes, token: phone.token)
-                #expect(seen.items.map(\.revision) == [commit.revision] && seen.items.first?.uploaded == true)
-                #expect(try await two.send(.get, "/v1/chunks/\(sha256(chunk))", token: phone.token).body == ByteBuffer(bytes: chunk))
-                let store = "ABCDE12345.com.example.notes"
-                let kv = try await two.send(.post, "/v1/kv/\(store)", token: phone.token,
-                                            json: KeyValueUpdate(changes: [KeyValueChange(key: "theme", value: .string("dark"), timestamp: 1_800_000_000)]))
-                #expect(kv.status == .ok, "kv: \(String(buffer: kv.body))")
-                // The laptop sets the account's keys up through the first instance: the phone, on the second, is told.
-                _ = try await SealedKeyValueServerTests().setUpKeys(one, laptop)
-
-                let heardByPhone = try await phoneEvents
-                let expected = [PushEvent.connected, PushEvent(type: "changed", container: notes, sequence: 1), PushEvent(type: "keyValueChanged", container: store, sequence: 1),
-                                PushEvent(type: "keysChanged")]
-                #expect(Set(heardByPhone.map { "\($0)" }) == Set(expected.map { "\($0)" }) && heardByPhone.count == 4, "the phone heard \(heardByPhone)")
-                #expect(try await laptopEvents == [.connected, PushEvent(type: "keyValueChanged", container: store, sequence: 1)],
-                        "the device that made a change is not told of it (by either instance); it hears the phone's")
-                let bobsPhone = try await one.signIn("bob", device: "phone")
-                _ = try await one.commit(notes, "b", fileUpdate("b.txt", []), token: bobsPhone.token)
-                #expect(try await bobEvents == [.connected, PushEvent(type: "changed", container: notes, sequence: 1)], "Bob heard only his own account")
+            let connected = Confirmations()
+            async let phoneEvents = PushTests().listen(rawSecond, token: phone.token) { events in
+                if events.count == 1 { connected.mark("phone") }
+                return events.contains { $0.type == "keyValueChanged" } && events.contains { $0.type == "changed" && $0.sequence == 1 }
+                    && events.contains { $0.type == "keysChanged" }
             }
+            async let laptopEvents = PushTests().listen(rawFirst, token: laptop.token) { events in
+                if events.count == 1 { connected.mark("laptop") }
+                return events.contains { $0.type == "keyValueChanged" }
+            }
+            async let bobEvents = PushTests().listen(rawSecond, token: bob.token) { events in
+                if events.count == 1 { connected.mark("bob") }
+                return events.contains { $0.type == "changed" }
+            }
+            try await connected.wait(for: ["phone", "laptop", "bob"])
+
+            // An upload and its commit through the first instance; a key-value change through the second.
+            let chunk: [UInt8] = [7, 7, 7]
+            let commit = try await one.commit(notes, "doc", fileUpdate("a.txt", [chunk]), token: laptop.token)
+            // Both instances see the same item, whoever asks.
+            let seen = try await two.changes(notes, token: phone.token)
+            #expect(seen.items.map(\.revision) == [commit.revision] && seen.items.first?.uploaded == true)
+            #expect(try await two.send(.get, "/v1/chunks/\(sha256(chunk))", token: phone.token).body == ByteBuffer(bytes: chunk))
+            let store = "ABCDE12345.com.example.notes"
+            let kv = try await two.send(.post, "/v1/kv/\(store)", token: phone.token,
+                                        json: KeyValueUpdate(changes: [KeyValueChange(key: "theme", value: .string("dark"), timestamp: 1_800_000_000)]))
+            #expect(kv.status == .ok, "kv: \(String(buffer: kv.body))")
+            // The laptop sets the account's keys up through the first instance: the phone, on the second, is told.
+            _ = try await SealedKeyValueServerTests().setUpKeys(one, laptop)
+
+            let heardByPhone = try await phoneEvents
+            let expected = [PushEvent.connected, PushEvent(type: "changed", container: notes, sequence: 1), PushEvent(type: "keyValueChanged", container: store, sequence: 1),
+                            PushEvent(type: "keysChanged")]
+            #expect(Set(heardByPhone.map { "\($0)" }) == Set(expected.map { "\($0)" }) && heardByPhone.count == 4, "the phone heard \(heardByPhone)")
+            #expect(try await laptopEvents == [.connected, PushEvent(type: "keyValueChanged", container: store, sequence: 1)],
+                    "the device that made a change is not told of it (by either instance); it hears the phone's")
+            let bobsPhone = try await one.signIn("bob", device: "phone")
+            _ = try await one.commit(notes, "b", fileUpdate("b.txt", []), token: bobsPhone.token)
+            #expect(try await bobEvents == [.connected, PushEvent(type: "changed", container: notes, sequence: 1)], "Bob heard only his own account")
         }
     }
 }
@@ -86,49 +92,34 @@ extension ScaleOutTests {
     /// hears that he was invited (`sharesChanged`) and that Ada, on the first, changed something
     /// inside the share (`shareChanged`); Ada hears his answer.
     @Test(.enabled(if: Backend.all.contains(.postgres))) func aSharesEventsReachTheOtherInstance() async throws {
-        let first = try await TestServer.withAccount("ada", on: .postgres); defer { first.remove() }
-        _ = try await first.admin.createAccount(name: "bob", password: "correct horse")
-        let second = try await first.secondInstance()
-        let relay = Task { await second.relayChanges() }
-        defer {
-            relay.cancel()
-            Task { await second.close() }
-        }
-        let deadline = ContinuousClock.now + .seconds(10)
-        while !(first.server.services.notifier.isRelaying && second.services.notifier.isRelaying) {
-            guard ContinuousClock.now < deadline else { Issue.record("the instances never started listening"); return }
-            try await Task.sleep(for: .milliseconds(5))
-        }
-        try await first.server.makeApplication().test(.live) { rawFirst in
-            try await second.makeApplication().test(.live) { rawSecond in
-                let one = Client(client: rawFirst), two = Client(client: rawSecond)
-                let ada = try await one.signIn("ada", device: "laptop"), bob = try await two.signIn("bob", device: "phone")
-                let folder = ItemUpdate(baseRevision: nil, name: "Trip", kind: .directory, modificationDate: 1_800_000_000, manifest: Manifest())
-                _ = try await one.commit(notes, "trip", folder, token: ada.token)
-                let share = try await one.send(.post, "/v1/shares", token: ada.token, json: ShareCreateRequest(container: notes, item: "trip")).decode(ShareInfo.self)
+        try await twoInstances { rawFirst, rawSecond in
+            let one = Client(client: rawFirst), two = Client(client: rawSecond)
+            let ada = try await one.signIn("ada", device: "laptop"), bob = try await two.signIn("bob", device: "phone")
+            let folder = ItemUpdate(baseRevision: nil, name: "Trip", kind: .directory, modificationDate: 1_800_000_000, manifest: Manifest())
+            _ = try await one.commit(notes, "trip", folder, token: ada.token)
+            let share = try await one.send(.post, "/v1/shares", token: ada.token, json: ShareCreateRequest(container: notes, item: "trip")).decode(ShareInfo.self)
 
-                let connected = Confirmations()
-                async let bobEvents = PushTests().listen(rawSecond, token: bob.token) { events in
-                    if events.count == 1 { connected.mark("bob") }
-                    return events.contains { $0.type == "shareChanged" }
-                }
-                async let adaEvents = PushTests().listen(rawFirst, token: ada.token) { events in
-                    if events.count == 1 { connected.mark("ada") }
-                    return events.contains { $0.type == "sharesChanged" }
-                }
-                try await connected.wait(for: ["bob", "ada"])
-                let invitation = try await one.send(.post, "/v1/shares/\(share.id)/participants", token: ada.token, json: ShareInviteRequest(name: "bob", role: .readWrite))
-                    .decode(ShareInvitationResponse.self)
-                #expect(try await two.send(.post, "/v1/shares/invitations/\(invitation.id)/accept", token: bob.token).status == .noContent)
-                var note = fileUpdate("Note.txt", [])
-                note.parent = "trip"
-                let made = try await one.commit(notes, "note", note, token: ada.token)
-
-                let heardByBob = try await bobEvents
-                #expect(heardByBob.contains { $0.type == "sharesChanged" }, "Bob was told he was invited: \(heardByBob)")
-                #expect(heardByBob.contains(PushEvent(type: "shareChanged", container: share.id, sequence: made.item.sequence)), "\(heardByBob)")
-                #expect(try await adaEvents.contains { $0.type == "sharesChanged" }, "Ada was told Bob answered")
+            let connected = Confirmations()
+            async let bobEvents = PushTests().listen(rawSecond, token: bob.token) { events in
+                if events.count == 1 { connected.mark("bob") }
+                return events.contains { $0.type == "shareChanged" }
             }
+            async let adaEvents = PushTests().listen(rawFirst, token: ada.token) { events in
+                if events.count == 1 { connected.mark("ada") }
+                return events.contains { $0.type == "sharesChanged" }
+            }
+            try await connected.wait(for: ["bob", "ada"])
+            let invitation = try await one.send(.post, "/v1/shares/\(share.id)/participants", token: ada.token, json: ShareInviteRequest(name: "bob", role: .readWrite))
+                .decode(ShareInvitationResponse.self)
+            #expect(try await two.send(.post, "/v1/shares/invitations/\(invitation.id)/accept", token: bob.token).status == .noContent)
+            var note = fileUpdate("Note.txt", [])
+            note.parent = "trip"
+            let made = try await one.commit(notes, "note", note, token: ada.token)
+
+            let heardByBob = try await bobEvents
+            #expect(heardByBob.contains { $0.type == "sharesChanged" }, "Bob was told he was invited: \(heardByBob)")
+            #expect(heardByBob.contains(PushEvent(type: "shareChanged", container: share.id, sequence: made.item.sequence)), "\(heardByBob)")
+            #expect(try await adaEvents.contains { $0.type == "sharesChanged" }, "Ada was told Bob answered")
         }
     }
 }
