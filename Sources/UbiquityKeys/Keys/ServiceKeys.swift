@@ -34,11 +34,17 @@ public struct AccountRootKey: Sendable {
 
     /// The key of one service, for `purpose` within `scope` (a container, a store, a database).
     func derive(_ purpose: ServicePurpose, scope: String) -> SecretKey {
+        Self.derive(purpose, scope: scope, from: key, salt: "ubiquity epoch", epoch: epoch)
+    }
+
+    /// HKDF-SHA256 of `key` for `purpose` within `scope`, salted with `salt` and `epoch` (each
+    /// kind of root key its own salt: an account's, a share's).
+    static func derive(_ purpose: ServicePurpose, scope: String, from key: SecretKey, salt label: String, epoch: UInt32) -> SecretKey {
         var info = Data("ubiquity/1/".utf8)
         info.append(contentsOf: Array(purpose.rawValue.utf8))
         info.append(0)
         info.append(contentsOf: Array(scope.utf8))
-        var salt = Data("ubiquity epoch".utf8)
+        var salt = Data(label.utf8)
         Swift.withUnsafeBytes(of: epoch.bigEndian) { salt.append(contentsOf: $0) }
         return SecretKey(HKDF<SHA256>.deriveKey(inputKeyMaterial: key.symmetric, salt: salt, info: info, outputByteCount: 32))
     }
