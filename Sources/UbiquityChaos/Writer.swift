@@ -63,7 +63,8 @@ struct WriteCommand: AsyncParsableCommand {
     var model: LedgerModel
     var random: SeededGenerator
     /// Key-value pairs set but not yet written to the device's store, and the account they were set under.
-    var unwritten: (account: String?, values: [String: String]) = (nil, [:])
+    /// (Each value with when it was set: the store's timestamp, which decides which value wins.)
+    var unwritten: (account: String?, values: [String: (value: String, time: Double)]) = (nil, [:])
     let coordinator = NSFileCoordinator(filePresenter: nil)
     /// The step a kill cut short in an earlier run of this writer (its ledger's last entry is
     /// its intent), to recover from before anything else.
@@ -393,7 +394,7 @@ struct WriteCommand: AsyncParsableCommand {
         try intend("keyValue", keys[0], value: value)
         for key in keys {
             store.set(value, forKey: key)
-            unwritten.values[key] = value
+            unwritten.values[key] = (value, Date().timeIntervalSince1970)
         }
         try synchronize()
     }
@@ -413,7 +414,9 @@ struct WriteCommand: AsyncParsableCommand {
             FileHandle.standardError.write(Data("writer \(command.device): step \(model.steps): values not written yet (recorded once they are)\n".utf8))
             return
         }
-        for (key, value) in unwritten.values.sorted(by: { $0.key < $1.key }) { try record(.keyValue, key, value: value) }
+        // Recorded at the time each was set (a value written late, after a full disk, still
+        // competes with the others by when it was set: found by `ubiquity-chaos --share`).
+        for (key, set) in unwritten.values.sorted(by: { $0.key < $1.key }) { try record(.keyValue, key, value: set.value, time: set.time) }
         unwritten.values = [:]
     }
 }
