@@ -108,6 +108,15 @@ extension AccountSession {
             for info in answer.joined {
                 await containers[Self.shareEngineKey(info.container, info.id)]?.setReadOnly(info.role == .readOnly)
             }
+            // The key of each share this account owns, sealed to whoever accepted it (an
+            // account that seals: docs/Sharing.md, "Keys").
+            for info in answer.owned where (info.participants ?? []).contains(where: { $0.state == .accepted }) {
+                do {
+                    _ = try await sharingKeys.provide(info)
+                } catch {
+                    logger.warning("cannot give a share its key", metadata: ["share": "\(info.id)", "error": "\(error)"])
+                }
+            }
         } while followSharesAgain
     }
 
@@ -273,6 +282,15 @@ extension AccountSession {
             }
             await followShares()
             return AgentResponse(shares: try await summaries())
+        case .verifySharing:
+            guard let name = request.participant, !name.isEmpty else { throw ContainerSyncError("verify needs the name of the account to compare codes with", code: .badRequest) }
+            do {
+                return AgentResponse(sharingCode: try await sharingKeys.verify(name, confirm: request.accept == true))
+            } catch let error as SyncClientError where error.status == 404 {
+                throw ContainerSyncError("this account shares nothing with an account named \(name) (or it has no sharing key yet)", code: .unknownItem)
+            } catch let error as SharingKeys.Refusal {
+                throw ContainerSyncError(error.description, code: .failed)
+            }
         default:
             throw ContainerSyncError("not a sharing request", code: .badRequest)
         }
@@ -293,14 +311,22 @@ extension AccountSession {
         func participants(_ info: ShareInfo) -> [ShareParticipantSummary] {
             (info.participants ?? []).map { ShareParticipantSummary(name: $0.name, readOnly: $0.role == .readOnly, state: $0.state.rawValue) }
         }
-        var summaries = answer.owned.map {
-            ShareSummary(id: $0.id, standing: .owned, owner: $0.owner, container: $0.container, name: $0.name, participants: participants($0))
+        var summaries: [ShareSummary] = []
+        for info in answer.owned {
+            var key: ShareKeyStanding?
+            do {
+                key = try await sharingKeys.provide(info)
+            } catch {
+                key = ShareKeyStanding(epoch: info.epoch, held: [], problem: "\(error)")
+            }
+            summaries.append(ShareSummary(id: info.id, standing: .owned, owner: info.owner, container: info.container, name: info.name,
+                                          participants: participants(info), key: key))
         }
         for info in answer.joined {
             let scope = shareScopes[info.container]?.first { $0.id == info.id }
             let path = scope.flatMap { containers[Self.shareEngineKey(info.container, $0.id)]?.documents.appendingPathComponent($0.name).path }
             summaries.append(ShareSummary(id: info.id, standing: .joined, owner: info.owner, container: info.container, name: info.name, path: path,
-                                          readOnly: info.role == .readOnly))
+                                          readOnly: info.role == .readOnly, key: await sharingKeys.standing(ofJoined: info)))
         }
         summaries += answer.invitations.map {
             ShareSummary(id: $0.id, standing: .invited, owner: $0.owner, container: $0.container, name: $0.name, readOnly: $0.role == .readOnly, expires: $0.expires)

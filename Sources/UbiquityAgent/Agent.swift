@@ -164,6 +164,8 @@ actor AccountSession {
     let containersFolder: URL
     /// The account's keys as this session uses them.
     let keys: SessionKeys
+    /// The keys of sharing on this device: the account's sharing identity, others' pinned, shares' keys.
+    let sharingKeys: SharingKeys
     /// The account's key-value stores on this device.
     let keyValues: KeyValueSync
     /// The engines keeping containers in step, by container — and a share's, by
@@ -212,6 +214,7 @@ actor AccountSession {
         containersFolder = account.appendingPathComponent("containers")
         keys = SessionKeys(keys: AccountKeys(credentials: credentials, paths: paths, client: client, logger: logger), deviceName: credentials.deviceName, logger: logger)
         keyValues = KeyValueSync(client: client, folder: account.appendingPathComponent("kv"), keys: keys, logger: logger)
+        sharingKeys = SharingKeys(account: credentials.account, client: client, keys: keys, pinsURL: paths.sharingPins, logger: logger)
         (signal, poke) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
         (statusChanges, statusChanged) = AsyncStream.makeStream(of: Void.self, bufferingPolicy: .bufferingNewest(1))
     }
@@ -274,8 +277,10 @@ actor AccountSession {
         defer { storeWatcher?.stop() }
         trigger(nil)
         // The account's keys: set up or joined now if this device signed in before it had any.
-        Task { [keys, logger] in
+        // Then its sharing identity: published by the first of its devices that holds them.
+        Task { [keys, sharingKeys, logger] in
             do { _ = try await keys.current() } catch { logger.error("cannot read the account's keys", metadata: ["error": "\(error)"]) }
+            do { _ = try await sharingKeys.ownIdentity() } catch { logger.debug("no sharing identity yet", metadata: ["error": "\(error)"]) }
         }
         await keyValues.trigger(nil)
         await withTaskGroup(of: Void.self) { group in
@@ -532,7 +537,7 @@ actor AccountSession {
             guard let revision = request.revision else { throw ContainerSyncError("downloadVersion needs a revision", code: .badRequest) }
             try await sync.downloadRemoteVersion(of: name, revision: revision)
             return AgentResponse()
-        case .share, .shares, .answerInvitation, .leaveShare, .removeParticipant, .stopSharing:
+        case .share, .shares, .answerInvitation, .leaveShare, .removeParticipant, .stopSharing, .verifySharing:
             return try await answerSharing(request, locate: locate)
         case .publish:
             let (sync, name) = try locate(request.path)

@@ -50,6 +50,31 @@ extension SyncClient {
     package func leave(_ share: String) async throws {
         _ = try await send(.POST, "v1/shares/\(share)/leave", body: nil, expecting: [.noContent])
     }
+
+    /// This account's sharing identity, with its private keys sealed (404 `noIdentity`: none yet).
+    package func sharingIdentity() async throws -> SharingIdentityRecord {
+        try await json(.GET, "v1/sharing/identity")
+    }
+
+    /// Publishes this account's sharing identity (409 `identityChanged`: another device's stands).
+    package func publishSharingIdentity(_ request: SharingIdentityPublishRequest) async throws -> SharingIdentityRecord {
+        try await json(.PUT, "v1/sharing/identity", body: request)
+    }
+
+    /// The sharing identity of an account this one shares with (404 for any other name).
+    package func sharingIdentity(of name: String) async throws -> SharingIdentityRecord {
+        try await json(.GET, "v1/sharing/identities/\(name.addingPercentEncoding(withAllowedCharacters: .alphanumerics) ?? name)")
+    }
+
+    /// The share's key envelopes sealed to this account, and to its owner who waits for one.
+    package func shareKeys(_ share: String) async throws -> ShareKeysResponse {
+        try await json(.GET, "v1/shares/\(share)/keys")
+    }
+
+    /// Keeps envelopes of the share's current epoch's key (its owner's).
+    package func publishShareKeys(_ share: String, _ request: ShareKeysPublishRequest) async throws -> ShareKeysResponse {
+        try await json(.PUT, "v1/shares/\(share)/keys", body: request)
+    }
 }
 
 /// A share one of the account's devices keeps (docs/Sharing.md, "On a participant's devices"):

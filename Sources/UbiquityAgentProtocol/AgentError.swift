@@ -55,7 +55,7 @@ public struct AgentError: Error, Codable, Sendable, Equatable, CustomStringConve
 
 extension AgentResponse {
     private enum CodingKeys: String, CodingKey {
-        case error, status, items, versions, link, shares
+        case error, status, items, versions, link, shares, sharingCode
     }
 
     /// Decodes an answer; an error given as a plain sentence (an agent older than error codes)
@@ -72,6 +72,7 @@ extension AgentResponse {
         versions = try container.decodeIfPresent([RemoteVersion].self, forKey: .versions)
         link = try container.decodeIfPresent(PublishedItemLink.self, forKey: .link)
         shares = try container.decodeIfPresent([ShareSummary].self, forKey: .shares)
+        sharingCode = try container.decodeIfPresent(SharingCodeSummary.self, forKey: .sharingCode)
     }
 
     /// Encodes the answer (an error with its code and message).
@@ -83,5 +84,6 @@ extension AgentResponse {
         try container.encodeIfPresent(versions, forKey: .versions)
         try container.encodeIfPresent(link, forKey: .link)
         try container.encodeIfPresent(shares, forKey: .shares)
+        try container.encodeIfPresent(sharingCode, forKey: .sharingCode)
     }
 }

@@ -49,6 +49,11 @@ public struct AgentRequest: Codable, Sendable, Equatable {
         case removeParticipant
         /// Stop sharing the item at ``path`` (its owner's): every participant's access ends.
         case stopSharing
+        /// The safety code of this account and ``participant`` (an account it shares with), to
+        /// compare with that person's; with ``accept``, the person says they compared it and it
+        /// matched: that account's sharing key is pinned as confirmed, a changed one accepted
+        /// (``AgentResponse/sharingCode``).
+        case verifySharing
     }
 
     /// What is asked.
@@ -61,13 +66,13 @@ public struct AgentRequest: Codable, Sendable, Equatable {
     public var wait: Bool?
     /// For `downloadVersion`: the revision (a ``RemoteVersion/revision``).
     public var revision: String?
-    /// For `share` and `removeParticipant`: the other account's name.
+    /// For `share`, `removeParticipant` and `verifySharing`: the other account's name.
     public var participant: String?
     /// For `share`: whether the participant may only read.
     public var readOnly: Bool?
     /// For `answerInvitation`: the share's (or the invitation's) id.
     public var share: String?
-    /// For `answerInvitation`: accept (true) or decline.
+    /// For `answerInvitation`: accept (true) or decline; for `verifySharing`: the code was compared and matched.
     public var accept: Bool?
 
     /// Creates a request.
@@ -99,10 +104,13 @@ public struct AgentResponse: Codable, Sendable, Equatable {
     public var link: PublishedItemLink?
     /// For `share` and `shares`.
     public var shares: [ShareSummary]?
+    /// For `verifySharing`.
+    public var sharingCode: SharingCodeSummary?
 
     /// Creates an answer.
     public init(error: AgentError? = nil, status: AgentStatus? = nil, items: [UbiquityItemStatus]? = nil, versions: [RemoteVersion]? = nil,
-                link: PublishedItemLink? = nil, shares: [ShareSummary]? = nil) {
+                link: PublishedItemLink? = nil, shares: [ShareSummary]? = nil, sharingCode: SharingCodeSummary? = nil) {
+        self.sharingCode = sharingCode
         self.error = error
         self.status = status
         self.items = items
@@ -142,10 +150,13 @@ public struct ShareSummary: Codable, Sendable, Equatable {
     public var expires: Double?
     /// For its owner: who it is shared with.
     public var participants: [ShareParticipantSummary]?
+    /// Where the share's key stands on this device (an account that seals; nil otherwise).
+    public var key: ShareKeyStanding?
 
     /// Creates a value.
     public init(id: String, standing: Standing, owner: String, container: String, name: String? = nil, path: String? = nil, readOnly: Bool? = nil,
-                expires: Double? = nil, participants: [ShareParticipantSummary]? = nil) {
+                expires: Double? = nil, participants: [ShareParticipantSummary]? = nil, key: ShareKeyStanding? = nil) {
+        self.key = key
         self.id = id
         self.standing = standing
         self.owner = owner
@@ -155,6 +166,60 @@ public struct ShareSummary: Codable, Sendable, Equatable {
         self.readOnly = readOnly
         self.expires = expires
         self.participants = participants
+    }
+}
+
+/// Where a share's key stands on one device (docs/Sharing.md, "Keys").
+public struct ShareKeyStanding: Codable, Sendable, Equatable {
+    /// The share's current epoch.
+    public var epoch: Int64
+    /// The epochs whose key this device opened.
+    public var held: [Int64]
+    /// For its owner: the participants who accepted and have no key of the current epoch yet.
+    public var waiting: [String]?
+    /// Why a key is not held or not given, when one is not (a sharing key that changed, an
+    /// account with no sharing key yet).
+    public var problem: String?
+
+    /// Creates a value.
+    public init(epoch: Int64, held: [Int64], waiting: [String]? = nil, problem: String? = nil) {
+        self.epoch = epoch
+        self.held = held
+        self.waiting = waiting
+        self.problem = problem
+    }
+}
+
+/// The safety code of this account and another (`ubiquity shares verify NAME`).
+public struct SharingCodeSummary: Codable, Sendable, Equatable {
+    /// What this device knows of the other account's sharing key.
+    public enum Standing: String, Codable, Sendable {
+        /// Seen for the first time now: pinned, not compared yet.
+        case new
+        /// The key pinned before, not compared yet.
+        case pinned
+        /// The key pinned and compared: the people said the codes matched.
+        case confirmed
+        /// Not the key pinned before: refused until the people compare the code again.
+        case changed
+    }
+
+    /// The other account's name.
+    public var account: String
+    /// Twelve digits in three groups, the same on both people's devices when nobody put a key
+    /// in between.
+    public var code: String
+    /// What this device knew of the other account's key when asked (before a confirmation).
+    public var standing: Standing
+    /// Whether the key is pinned as confirmed now.
+    public var confirmed: Bool
+
+    /// Creates a value.
+    public init(account: String, code: String, standing: Standing, confirmed: Bool) {
+        self.account = account
+        self.code = code
+        self.standing = standing
+        self.confirmed = confirmed
     }
 }
 

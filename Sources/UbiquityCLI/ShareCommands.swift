@@ -31,8 +31,8 @@ struct ShareCommand: AsyncParsableCommand {
 struct SharesCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "shares",
-        abstract: "List the shares you own, joined or are invited to; answer invitations; leave, remove people, stop sharing.",
-        subcommands: [List.self, Accept.self, Decline.self, Leave.self, Remove.self, Stop.self],
+        abstract: "List the shares you own, joined or are invited to; answer invitations; leave, remove people, stop sharing; compare codes.",
+        subcommands: [List.self, Accept.self, Decline.self, Leave.self, Remove.self, Stop.self, Verify.self],
         defaultSubcommand: List.self
     )
 
@@ -61,6 +61,11 @@ struct SharesCommand: AsyncParsableCommand {
                 case .invited:
                     let until = share.expires.map { " until " + ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: $0)) } ?? ""
                     print("\(share.id)  invited  \(name)  from \(share.owner)\(share.readOnly == true ? " (read-only)" : "")\(until): ubiquity shares accept \(share.id)")
+                }
+                if let key = share.key {
+                    let waiting = (key.waiting ?? []).isEmpty ? "" : "; waiting for it: \((key.waiting ?? []).joined(separator: ", "))"
+                    print("    key: epoch \(key.epoch), \(key.held.contains(key.epoch) ? "held here" : "not held here")\(waiting)")
+                    if let problem = key.problem { print("    \(problem)") }
                 }
             }
         }
@@ -114,6 +119,32 @@ struct SharesCommand: AsyncParsableCommand {
         func run() async throws {
             _ = try AgentConnection().send(AgentRequest(.stopSharing, path: absolutePath(path)), timeout: .seconds(60))
             print("stopped sharing \(absolutePath(path))")
+        }
+    }
+
+    struct Verify: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "verify",
+            abstract: "Show the code to compare with someone you share with; --confirm once it matched.",
+            discussion: """
+                Both of you run `ubiquity shares verify` with the other's name and compare the twelve digits (in person, \
+                or over a call). If they match, nobody put a key in between: run it again with --confirm. If their \
+                sharing key changes later, nothing is sealed to it or opened from it until you compare and confirm again.
+                """)
+        @Argument(help: "The account you share with (or that shares with you).") var name: String
+        @Flag(help: "You compared the codes and they matched.") var confirm = false
+
+        func run() async throws {
+            guard let code = try AgentConnection().send(AgentRequest(.verifySharing, participant: name, accept: confirm), timeout: .seconds(60)).sharingCode else {
+                throw ValidationError("the agent gave no code")
+            }
+            print("code with \(code.account): \(code.code)")
+            switch (code.standing, confirm) {
+            case (.changed, false): print("\(code.account)'s sharing key changed since it was pinned: nothing is sealed to it or opened from it until you compare this code with theirs and confirm")
+            case (_, true): print("confirmed: \(code.account)'s sharing key is pinned")
+            case (.confirmed, false): print("compared and confirmed before")
+            case (.new, false), (.pinned, false): print("not compared yet: compare it with \(code.account)'s, then run this again with --confirm")
+            }
         }
     }
 }

@@ -48,6 +48,8 @@ public struct UbiquityPaths: Sendable, Equatable {
     /// The device's keys for the signed-in account: its device keys, the roster head it pinned
     /// and the account's root keys it holds (mode 0600).
     public var keyring: URL { configuration.appendingPathComponent("keyring.json") }
+    /// The sharing identities of other accounts this account's device pinned (docs/Sharing.md, "Keys").
+    public var sharingPins: URL { configuration.appendingPathComponent("sharing-pins.json") }
 
     /// Everything kept for one account, apart from every other account's: named by the
     /// account's identity token, so signing in to another account shows none of it.

@@ -32,6 +32,8 @@ public struct EncryptionError: Error, Sendable, Equatable, CustomStringConvertib
         public static let withheld = Code(rawValue: "withheld")
         /// A key file that cannot be used.
         public static let keyFileUnusable = Code(rawValue: "keyFileUnusable")
+        /// The object is sealed in an epoch whose key this device does not hold.
+        public static let keyUnavailable = Code(rawValue: "keyUnavailable")
     }
 
     /// What failed.

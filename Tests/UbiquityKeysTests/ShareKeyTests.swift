@@ -84,4 +84,28 @@ import Testing
         text = text.replacingOccurrences(of: #""signing":["#, with: #""signing":[1,"#)
         expectRefused(.malformed) { _ = try IdentityPins(encoded: Data(text.utf8)) }
     }
+
+    @Test func anAccountsSealedIdentityOpensOnlyForItsAccountWithItsPublishedKeys() throws {
+        let roots = [AccountRootKey(epoch: 0), AccountRootKey(epoch: 1)]
+        let sealed = try SealedSharingIdentity.seal(adaIdentity, account: "ada", under: roots[1])
+        #expect(sealed.count == SealedSharingIdentity.size && sealed.first == SealedSharingIdentity.format)
+        #expect(try SealedSharingIdentity.epoch(of: sealed) == 1)
+        let opened = try SealedSharingIdentity.open(sealed, account: "ada", published: adaIdentity.publicKeys, rootKeys: roots)
+        #expect(opened.publicKeys == adaIdentity.publicKeys)
+        // The server publishes its own key beside Ada's sealed identity: her devices notice.
+        expectRefused(.authenticationFailed) { _ = try SealedSharingIdentity.open(sealed, account: "ada", published: serversKey.publicKeys, rootKeys: roots) }
+        // Another account's name, a flipped bit, another account's root key, an epoch not held, a cut, another format.
+        expectRefused(.authenticationFailed) { _ = try SealedSharingIdentity.open(sealed, account: "bob", published: adaIdentity.publicKeys, rootKeys: roots) }
+        var flipped = sealed
+        flipped[flipped.count - 20] ^= 1
+        expectRefused(.authenticationFailed) { _ = try SealedSharingIdentity.open(flipped, account: "ada", published: adaIdentity.publicKeys, rootKeys: roots) }
+        expectRefused(.authenticationFailed) {
+            _ = try SealedSharingIdentity.open(sealed, account: "ada", published: adaIdentity.publicKeys, rootKeys: [AccountRootKey(epoch: 1)])
+        }
+        expectRefused(.keyUnavailable) { _ = try SealedSharingIdentity.open(sealed, account: "ada", published: adaIdentity.publicKeys, rootKeys: [roots[0]]) }
+        expectRefused(.malformed) { _ = try SealedSharingIdentity.open(sealed.dropLast(), account: "ada", published: adaIdentity.publicKeys, rootKeys: roots) }
+        var newer = sealed
+        newer[0] = 2
+        expectRefused(.unsupportedFormat) { _ = try SealedSharingIdentity.open(newer, account: "ada", published: adaIdentity.publicKeys, rootKeys: roots) }
+    }
 }

@@ -82,4 +82,5 @@ enum ServicePurpose: String {
     case keyValueName = "kv-name"
     case keyValueValue = "kv-value"
     case databaseLog = "database-log"
+    case sharingIdentity = "sharing-identity"
 }

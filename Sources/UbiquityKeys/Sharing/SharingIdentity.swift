@@ -118,6 +118,23 @@ public struct IdentityPins: Sendable, Equatable {
         return try encoder.encode(File(format: Self.format, pins: pins))
     }
 
+    /// Writes the pins to `url` (mode 0600, replaced atomically, on disk before this returns).
+    /// - Throws: What writing throws.
+    public func write(to url: URL) throws {
+        try PrivateFile.write(try encoded(), to: url)
+    }
+
+    /// The pins kept at `url`; none when there is no file yet.
+    /// - Throws: ``EncryptionError``: `.keyFileUnusable` (readable by others), or what
+    ///   ``init(encoded:)`` throws.
+    public init(contentsOf url: URL) throws {
+        guard FileManager.default.fileExists(atPath: url.path) else {
+            self.init()
+            return
+        }
+        try self.init(encoded: try PrivateFile.read(url, what: "pinned sharing identities"))
+    }
+
     /// Pins from ``encoded()``.
     /// - Throws: ``EncryptionError``: `.unsupportedFormat` for another format, `.malformed` for
     ///   damaged pins or keys that are not 32 bytes.

@@ -22,6 +22,7 @@ extension SyncServices {
     func addShareRoutes(to v1: RouterGroup<SyncContext>) {
         let shares = v1.group("shares")
         addShareItemRoutes(to: shares)
+        addShareKeyRoutes(to: v1, shares: shares)
         // Share an item: the share made, or the one it is the root of already.
         shares.post { request, context -> ShareInfo in
             let asked = try await request.decode(as: ShareCreateRequest.self, context: context)
@@ -106,11 +107,15 @@ extension SyncServices {
             let (device, share) = try await ownersShare(context)
             let participant = try context.parameters.require("participant")
             try Validate.identifier(participant, field: "participant")
-            let whom = try await database.participants(shareId: share.id).first { $0.id == participant }?.accountId
+            let now = Date().timeIntervalSince1970
+            let removed = try await database.participants(shareId: share.id).first { $0.id == participant }
+            let whom = removed?.accountId
             guard try await database.updateParticipant(ParticipantMatch(id: participant, share: share.id, owner: device.accountId), from: [.invited, .accepted],
-                                                       to: .removed, role: nil, now: Date().timeIntervalSince1970) else {
+                                                       to: .removed, role: nil, now: now) else {
                 throw SyncError(.notFound, "notFound", "no such participant")
             }
+            // Whoever held the share's key: what is written from now on is sealed with a new one.
+            if removed?.state(at: now) == .accepted { try await database.advanceShareEpoch(shareId: share.id, removed: whom) }
             context.logger.info("removed from a share", metadata: ["share": "\(share.id)", "invitation": "\(participant)"])
             publishSharesChanged(accounts: [whom, device.accountId], container: share.container, logger: context.logger)
             return .noContent
@@ -229,6 +234,7 @@ extension SyncServices {
                 throw Self.noSuchShare
             }
             context.logger.info("left a share", metadata: ["share": "\(id)"])
+            try await database.advanceShareEpoch(shareId: id, removed: device.accountId)
             if let share = try await database.share(id: id) {
                 publishSharesChanged(accounts: [share.accountId, device.accountId], container: share.container, logger: context.logger)
             }
@@ -238,7 +244,7 @@ extension SyncServices {
 
     /// The share the route names, if the caller's account owns it: 403 `notOwner` for one of
     /// its participants, 404 for anyone else (as for a share that does not exist).
-    private func ownersShare(_ context: SyncContext) async throws -> (DeviceAuth, StoredShare) {
+    func ownersShare(_ context: SyncContext) async throws -> (DeviceAuth, StoredShare) {
         let device = try context.requireDevice()
         let id = try context.parameters.require("share")
         try Validate.identifier(id, field: "share")

@@ -254,6 +254,22 @@ extension PostgresDatabase {
         ("v23-revision-editor", [
             "ALTER TABLE revision ADD COLUMN editor TEXT",
         ]),
+        // The keys of sharing: each account's sharing identity (its private keys sealed under the
+        // account's root key) and each share's key envelopes.
+        ("v24-sharing-keys", [
+            """
+            CREATE TABLE sharing_identity (
+                account_id BIGINT PRIMARY KEY REFERENCES account(id) ON DELETE CASCADE,
+                signing BYTEA NOT NULL, agreement BYTEA NOT NULL, sealed BYTEA NOT NULL, updated DOUBLE PRECISION NOT NULL)
+            """,
+            """
+            CREATE TABLE share_key (
+                share_id TEXT NOT NULL REFERENCES share(id) ON DELETE CASCADE, epoch BIGINT NOT NULL,
+                account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE, envelope BYTEA NOT NULL,
+                PRIMARY KEY (share_id, epoch, account_id))
+            """,
+            "CREATE INDEX share_key_account ON share_key (account_id)",
+        ]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

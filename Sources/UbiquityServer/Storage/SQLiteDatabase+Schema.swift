@@ -340,6 +340,20 @@ extension SQLiteDatabase {
             // kept with it (NULL: the container's owner).
             try db.execute(sql: "ALTER TABLE revision ADD COLUMN editor TEXT")
         }
+        migrator.registerMigration("v30-sharing-keys") { db in
+            // The keys of sharing (issue 46): each account's sharing identity (its private keys
+            // sealed under the account's root key) and each share's key envelopes.
+            try db.execute(sql: """
+                CREATE TABLE sharingIdentity (
+                    accountId INTEGER PRIMARY KEY REFERENCES account(id) ON DELETE CASCADE,
+                    signing BLOB NOT NULL, agreement BLOB NOT NULL, sealed BLOB NOT NULL, updated REAL NOT NULL);
+                CREATE TABLE shareKey (
+                    shareId TEXT NOT NULL REFERENCES share(id) ON DELETE CASCADE, epoch INTEGER NOT NULL,
+                    accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE, envelope BLOB NOT NULL,
+                    PRIMARY KEY (shareId, epoch, accountId)) WITHOUT ROWID;
+                CREATE INDEX shareKey_account ON shareKey(accountId);
+                """)
+        }
         return migrator
     }
 }

@@ -57,6 +57,7 @@ extension SQLiteDatabase {
         try await pool.write { db in
             try db.execute(sql: "DELETE FROM shareParticipant WHERE shareId IN (SELECT id FROM share WHERE id = ? AND accountId = ?)", arguments: [id, accountId])
             try db.execute(sql: "DELETE FROM shareExit WHERE shareId IN (SELECT id FROM share WHERE id = ? AND accountId = ?)", arguments: [id, accountId])
+            try db.execute(sql: "DELETE FROM shareKey WHERE shareId IN (SELECT id FROM share WHERE id = ? AND accountId = ?)", arguments: [id, accountId])
             try db.execute(sql: "DELETE FROM share WHERE id = ? AND accountId = ?", arguments: [id, accountId])
             return db.changesCount > 0
         }

@@ -78,3 +78,34 @@ package struct InvitationLimits: Sendable, Equatable {
     /// The default limits.
     package init() {}
 }
+
+/// An account's sharing identity as stored: public keys and the private keys sealed under its
+/// root key (the server opens nothing of it).
+package struct StoredSharingIdentity: Sendable, Equatable {
+    /// The Ed25519 public key.
+    package var signing: Data
+    /// The X25519 public key.
+    package var agreement: Data
+    /// The private keys, sealed.
+    package var sealed: Data
+
+    /// An identity.
+    package init(signing: Data, agreement: Data, sealed: Data) {
+        self.signing = signing
+        self.agreement = agreement
+        self.sealed = sealed
+    }
+}
+
+/// What ``SyncDatabase/keepShareKeyEnvelopes(shareId:ownerId:epoch:envelopes:)`` did.
+package enum ShareKeyKeeping: Sendable, Equatable {
+    /// Kept.
+    case kept
+    /// The epoch is not the share's current one (or there is no such share of the owner's).
+    case staleEpoch(current: Int64?)
+    /// The owner's envelope of this epoch is another one: the epoch's key stands (it is given
+    /// back, to seal the others with).
+    case ownerKeyDiffers(standing: Data)
+    /// No envelope to the owner of this epoch yet, and none given.
+    case ownerKeyMissing
+}

@@ -328,6 +328,23 @@ protocol SyncDatabase: Sendable {
     /// inside it, names (what a share's participants may read of the owner's chunks).
     func chunksNamed(accountId: Int64, container: String, inside root: String, hashes: [String]) async throws -> Set<String>
 
+    // MARK: Sharing keys (issue 46, docs/Sharing.md "Keys")
+
+    /// The account's published sharing identity.
+    func sharingIdentity(accountId: Int64) async throws -> StoredSharingIdentity?
+    /// Publishes the account's sharing identity unless one is published whose signing key is
+    /// not `replacing` (nil: none may be). Returns the one published afterwards.
+    func publishSharingIdentity(accountId: Int64, _ identity: StoredSharingIdentity, replacing: Data?, now: Double) async throws -> StoredSharingIdentity
+    /// The key envelopes of the share sealed to the account, oldest epoch first.
+    func shareKeyEnvelopes(shareId: String, accountId: Int64) async throws -> [(epoch: Int64, envelope: Data)]
+    /// The accounts that hold an envelope of the share's key of `epoch`.
+    func shareKeyHolders(shareId: String, epoch: Int64) async throws -> Set<Int64>
+    /// Keeps envelopes of the share's key of `epoch` (its current one), each to an account: the
+    /// owner's own first — the first one kept stands — and those to others once it is there.
+    func keepShareKeyEnvelopes(shareId: String, ownerId: Int64, epoch: Int64, envelopes: [(accountId: Int64, envelope: Data)]) async throws -> ShareKeyKeeping
+    /// Starts the share's next epoch; the envelopes sealed to `removed` go.
+    func advanceShareEpoch(shareId: String, removed: Int64?) async throws
+
     /// The server setting `name`, set to `value` first if it has none.
     func claimSetting(_ name: String, value: String) async throws -> String
     func createAccount(name: String, passwordHash: String, quotaBytes: Int64) async throws -> Account
