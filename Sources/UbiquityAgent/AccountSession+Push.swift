@@ -149,8 +149,14 @@ extension AccountSession {
             }
         case "shareChanged":
             // A share this account joined moved on (its owner's or a participant's change).
-            guard let id = event.container, let key = shareScopes.first(where: { $0.value.contains { $0.id == id } }).map({ Self.shareEngineKey($0.key, id) }),
-                  let sync = containers[key] else { return }
+            guard let id = event.container else { return }
+            guard let key = shareScopes.first(where: { $0.value.contains { $0.id == id } }).map({ Self.shareEngineKey($0.key, id) }),
+                  let sync = containers[key] else {
+                // A sealed share joined and not kept here yet (its top item not sealed with the
+                // share's keys when it was read): read the shares again.
+                Task { await self.followShares() }
+                return
+            }
             Task {
                 if let sequence = event.sequence, await sync.cursor >= sequence { return }
                 await sync.noteRemoteChange(upTo: event.sequence)

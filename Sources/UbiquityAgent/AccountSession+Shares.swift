@@ -92,7 +92,14 @@ extension AccountSession {
                     guard Self.isIdentifier(info.id), Self.isIdentifier(info.item) else {
                         throw ContainerSyncError("the server named a share or its item with something that is not an id", code: .failed)
                     }
-                    let scope = ShareScope(id: info.id, root: info.item, name: shareName(info), owner: info.owner)
+                    var named = info
+                    if info.sealed == true {
+                        // Its name is in its top item's record: kept here once that opens (the
+                        // owner's device gave this account the share's key and sealed it with it).
+                        guard let name = await sealedRootName(info) else { continue }
+                        named.name = name
+                    }
+                    let scope = ShareScope(id: info.id, root: info.item, name: shareName(named), owner: info.owner)
                     try await open(scope, of: info.container)
                     logger.info("keeping a share in step", metadata: ["container": "\(info.container)", "share": "\(info.id)"])
                 } catch {
@@ -109,21 +116,45 @@ extension AccountSession {
                 await containers[Self.shareEngineKey(info.container, info.id)]?.setReadOnly(info.role == .readOnly)
             }
             // The key of each share this account owns, sealed to whoever accepted it (an
-            // account that seals: docs/Sharing.md, "Keys").
-            for info in answer.owned where (info.participants ?? []).contains(where: { $0.state == .accepted }) {
+            // account that seals: docs/Sharing.md, "Keys"); what is sealed in the shares it
+            // owns goes sealed with their keys.
+            await sharingKeys.noteShares(sealed: Set((answer.owned + answer.joined).filter { $0.sealed == true }.map(\.id)))
+            var sealedOwned: [String: [String: ChunkCodec]] = [:]
+            for info in answer.owned where info.sealed == true || (info.participants ?? []).contains(where: { $0.state == .accepted }) {
                 do {
                     _ = try await sharingKeys.provide(info)
+                    if info.sealed == true {
+                        sealedOwned[info.container, default: [:]][info.item] = try await sharingKeys.codec(ofShare: info.id, owner: info.owner, container: info.container)
+                    }
                 } catch {
                     logger.warning("cannot give a share its key", metadata: ["share": "\(info.id)", "error": "\(error)"])
                 }
             }
+            for container in sealedOwned.keys where containers[container] == nil { _ = try? self.container(container) }
+            for (container, sync) in containers where !container.contains("#") {
+                if await sync.setOwnedShareCodecs(sealedOwned[container] ?? [:]) { trigger(container) }
+            }
         } while followSharesAgain
+    }
+
+    /// The name of a sealed share's top item, opened with the share's keys; nil until it opens
+    /// (no key of the share here yet, or the item not sealed with it yet).
+    func sealedRootName(_ info: ShareInfo) async -> String? {
+        do {
+            guard let records = try await sharingKeys.codec(ofShare: info.id, owner: info.owner, container: info.container).records else { return nil }
+            let scope = ShareScope(id: info.id, root: info.item, name: "", owner: info.owner)
+            return try records.opened(try await client.through(scope).item(container: info.container, id: info.item)).name
+        } catch {
+            logger.info("a sealed share is not kept here until its top item opens with the share's keys", metadata: ["share": "\(info.id)", "error": "\(error)"])
+            return nil
+        }
     }
 
     /// The name a share's folder gets at the top of its container's `Documents`: its owner's
     /// name for it — or, when that is not a plain file name or is taken here (by a file of this
     /// account's own, or another share's), with " (from OWNER)" before its extension, then a
-    /// number. A sealed share's root has no name the server can tell: "Shared by OWNER".
+    /// number. (A sealed share's root is named by its record: ``sealedRootName(_:)``; without a
+    /// name, "Shared by OWNER".)
     func shareName(_ info: ShareInfo) -> String {
         let documents = ((try? container(info.container))?.documents) // (the container is kept here: checked by the caller)
         let owner = Self.plainName(info.owner) ?? "someone"
@@ -182,6 +213,7 @@ extension AccountSession {
             sync = try ContainerSync(container: container, root: own.root, client: client.through(scope), store: store,
                                      device: credentials.deviceId, greedy: configuration.greedy,
                                      packageExtensions: configuration.allPackageExtensions, logger: logger,
+                                     codecs: { [sharingKeys] container in try await sharingKeys.codec(ofShare: scope.id, owner: scope.owner, container: container) },
                                      onStatusChange: { [statusChanged] in statusChanged.yield() }, share: scope, account: credentials.account)
             try store.keep(scope, of: container)
         } catch {

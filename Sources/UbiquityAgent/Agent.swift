@@ -275,6 +275,16 @@ actor AccountSession {
             storeWatcher = nil
         }
         defer { storeWatcher?.stop() }
+        // The shares first (for at most two seconds: a server that does not answer is not waited
+        // for): what is written into a sealed share this account owns goes sealed with its keys
+        // from the first round on.
+        let following = Task { await self.followShares() }
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await following.value }
+            group.addTask { try? await Task.sleep(for: .seconds(2)) }
+            await group.next()
+            group.cancelAll()
+        }
         trigger(nil)
         // The account's keys: set up or joined now if this device signed in before it had any.
         // Then its sharing identity: published by the first of its devices that holds them.

@@ -403,7 +403,7 @@ final class ChangeFinder {
             for file in group {
                 guard let state = states[file.item], state.revision == file.revision, state.uploaded, !state.deleted, state.kind == file.print.kind,
                       LocalContents.holds(sync.root.appendingPathComponent(file.path), kind: state.kind, manifest: state.manifest, scanner: sync.scanner,
-                                          relative: file.path, codec: sync.codec) else { continue }
+                                          relative: file.path, codec: sync.codec(at: file.path)) else { continue }
                 held[file.item] = state
             }
         }
@@ -419,7 +419,8 @@ final class ChangeFinder {
         // (On a device that holds the account's keys, from the name's keyed tag — whether it seals
         // or not, so that both kinds of device make one folder: the id the server sees says
         // nothing of the name.)
-        let id = sync.codec.records.map { FolderIdentity.id(nameTag: $0.tag(name, parent: parent)) } ?? FolderIdentity.id(parent: parent, name: name)
+        let records = sync.ownedShareRoot(of: nil, parent: parent).flatMap { sync.ownedShareCodecs[$0]?.records } ?? sync.codec.records
+        let id = records.map { FolderIdentity.id(nameTag: $0.tag(name, parent: parent)) } ?? FolderIdentity.id(parent: parent, name: name)
         if sync.files.contains(item: id) { return RandomIdentifier.make() }
         if let known = sync.state.visible(id), !known.deleted, known.parent != parent || NameCollision.key(known.name) != NameCollision.key(name) {
             return RandomIdentifier.make()

@@ -13,12 +13,13 @@ extension ContainerSync {
         guard kind != .directory else { return LocalContents.folderToken }
         let members: [LocalMember]
         do {
-            members = try LocalContents.cut(root.appendingPathComponent(path), kind: kind, scanner: scanner, relative: path, codec: codec)
+            members = try LocalContents.cut(root.appendingPathComponent(path), kind: kind, scanner: scanner, relative: path, codec: codec(at: path))
         } catch where scanner.fingerprint(of: path)?.kind != kind {
             return nil
         }
         let content = LocalContents.token(LocalContents.manifest(members, kind: kind), kind: kind)
         localContents[content] = members
+        if ownedShareRoot(at: path) != nil { sharesCut.insert(content) } // (cut by a share's codec)
         return content
     }
 

@@ -9,7 +9,23 @@ extension ContainerSync {
     /// - Throws: ``ItemRecordError`` for a record that does not open or does not fit what the
     ///   server says beside it (nothing of the answer is used), or one this device cannot open.
     func opened(_ state: ItemState) throws -> ItemState {
-        if let records = codec.records { return try records.opened(state) }
+        if let records = codec.records {
+            if let share, state.id == share.root, state.record != nil {
+                // A sealed share's top item: shown under this device's name for it, once opened.
+                var opened = try records.opened(state)
+                if !opened.deleted { opened.name = share.name }
+                return opened
+            }
+            guard !ownedShareCodecs.isEmpty else { return try records.opened(state) }
+            let opened: ItemState
+            do {
+                opened = try records.opened(state)
+            } catch {
+                return try openedInOwnedShare(state, failure: error)
+            }
+            noteSealedBeforeSharing(state)
+            return opened
+        }
         guard state.record == nil, !state.conflicts.contains(where: { $0.record != nil }) else {
             throw ItemRecordError(item: state.id, reason: "it is sealed and this device holds no key of the account")
         }

@@ -22,9 +22,13 @@ extension ContainerSync {
         if revisions.contains(where: { $0.record != nil }) {
             try await refreshCodec()
             do {
-                revisions = try revisions.map { revision in
-                    guard let records = codec.records else { throw ItemRecordError(item: item, reason: "it is sealed and this device holds no key of the account") }
-                    return try records.opened(revision, item: item)
+                revisions = try revisions.compactMap { revision in
+                    guard let records = records(of: item) else { throw ItemRecordError(item: item, reason: "it is sealed and this device holds no key of the account") }
+                    do {
+                        return try records.opened(revision, item: item)
+                    } catch let error as ItemRecordError where error.unheldEpoch != nil && records.passesOverUnheldConflicts {
+                        return nil // (a share's revision its owner sealed with the container's keys: the owner's alone)
+                    }
                 }
             } catch {
                 logger.error("the server's list of versions was refused", metadata: ["container": "\(container)", "error": "\(error)"])
@@ -69,7 +73,7 @@ extension ContainerSync {
             throw ContainerSyncError("\(name) has not reached the server yet: publish it once it is uploaded", code: .badRequest)
         }
         try await refreshCodec()
-        guard let records = codec.records, !codec.heldKeys.isEmpty else {
+        guard let records = records(of: item), !codec.heldKeys.isEmpty else {
             throw ContainerSyncError("cannot publish \(name): this device holds no key of the account", code: .badRequest)
         }
         var contents = try await client.revision(container: container, item: item, revision: revision)
@@ -109,7 +113,7 @@ extension ContainerSync {
         }
         if contents.record != nil {
             do {
-                guard let records = codec.records else { throw ItemRecordError(item: item, reason: "it is sealed and this device holds no key of the account") }
+                guard let records = records(of: item) else { throw ItemRecordError(item: item, reason: "it is sealed and this device holds no key of the account") }
                 contents = try records.opened(contents, item: item)
             } catch {
                 logger.error("a version from the server was refused", metadata: ["container": "\(container)", "error": "\(error)"])
@@ -143,5 +147,11 @@ extension ContainerSync {
     private static func versionError(_ error: SyncClientError, name: String) -> ContainerSyncError {
         if error.status == 404 { return ContainerSyncError("the server has no such item or version: \(name)", code: .unknownItem) }
         return ContainerSyncError("cannot ask the server for versions of \(name): \(error)", code: .downloadFailed)
+    }
+
+    /// The records `item`'s revisions open with: an owned sealed share's (which open what the
+    /// container's keys sealed too), else the container's (or the share's, on a share's engine).
+    func records(of item: String) -> ItemRecords? {
+        ownedShareRoot(of: item, parent: state.visible(item)?.parent).flatMap { ownedShareCodecs[$0]?.records } ?? codec.records
     }
 }

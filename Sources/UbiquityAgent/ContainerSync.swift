@@ -60,6 +60,10 @@ package actor ContainerSync {
     /// The top items of the shares this account owns in the container (for Apple's shared-item
     /// values of them and of what they hold; a container's own engine).
     package internal(set) var sharedRoots: Set<String> = []
+    /// The codecs of the sealed shares this account owns here, by top item; the items in them
+    /// to seal again with their keys, those not known to be, the contents their codecs cut and
+    /// the files sent with contents cut otherwise (``setOwnedShareCodecs(_:)``).
+    var (ownedShareCodecs, resealDue, sealingUnknown, sharesCut, recutDue): ([String: ChunkCodec], Set<String>, Set<String>, Set<ContentToken>, Set<String>) = ([:], [], [], [], [])
     /// Whether the share this engine keeps is read-only for this account (see ``setReadOnly(_:)``).
     package internal(set) var readOnly = false
     /// Why changes made here were not sent, by path: a read-only share's (``keepRefused(_:)``),
@@ -341,7 +345,8 @@ package actor ContainerSync {
     ///   (nothing is sent or taken until it does).
     func refreshCodec() async throws {
         guard let codecs else { return }
-        let now = try await codecs(container)
+        var now = try await codecs(container)
+        if !ownedShareCodecs.isEmpty { now = now.alsoSealing(ownedShareCodecs.keys.sorted().compactMap { ownedShareCodecs[$0] }) }
         if now.sealed != codec.sealed {
             logger.info(now.sealed ? "this container's chunks go sealed from now on" : "this container's chunks go in plaintext",
                         metadata: ["container": "\(container)"])
@@ -377,6 +382,7 @@ package actor ContainerSync {
                 logger.debug("round", metadata: metadata)
             }
         }
+        await sealAgainInShares()
         try await finder.scanLocalChanges(in: self)
         marks.append(("scan", clock.now))
         var sending = state.requests(fetch: false).compactMap { if case .commit(let change) = $0 { change } else { nil } }

@@ -34,7 +34,7 @@ extension Materialiser {
         if let known = sync.localContents[file.content]?.first { return known.chunks }
         let url = sync.root.appendingPathComponent(file.path)
         // Unreadable counts as changed: the caller then takes the whole list from the server.
-        guard let chunks = try? sync.codec.chunks(ofFileAt: url), LocalContents.token(chunks.map(\.reference)) == file.content else { return nil }
+        guard let chunks = try? sync.codec(at: file.path).chunks(ofFileAt: url), LocalContents.token(chunks.map(\.reference)) == file.content else { return nil }
         sync.localContents[file.content] = [LocalMember(path: "", chunks: chunks)]
         return chunks
     }
@@ -53,7 +53,7 @@ extension Materialiser {
             let scanner = sync.scanner
             // The previous copy only saves downloading what it has: unreadable, every chunk comes from the server.
             known = sync.localContents[previous.content]
-                ?? (try? LocalContents.cut(url, kind: previous.fingerprint.kind, scanner: scanner, relative: previous.path, codec: sync.codec)) ?? []
+                ?? (try? LocalContents.cut(url, kind: previous.fingerprint.kind, scanner: scanner, relative: previous.path, codec: sync.codec(at: previous.path))) ?? []
             for member in known {
                 for chunk in member.chunks { local[chunk.hash] = (member.path.isEmpty ? url : url.appendingPathComponent(member.path), chunk) }
             }

@@ -98,9 +98,10 @@ package struct ShareScope: Sendable, Hashable {
         self.owner = owner
     }
 
-    /// An item as this device shows it: the top item under ``name``.
+    /// An item as this device shows it: the top item under ``name`` (a sealed one once its
+    /// record is opened: its name is a tag the record is checked against).
     package func seen(_ item: ItemState) -> ItemState {
-        guard item.id == root else { return item }
+        guard item.id == root, item.record == nil else { return item }
         var shown = item
         if !shown.deleted { shown.name = name }
         return shown

@@ -9,8 +9,7 @@ extension Uploader {
     /// The update as it goes to the server: with its record sealed (``ItemRecords``) when this
     /// device seals, else as it is.
     func wire(_ update: ItemUpdate, of item: String, members: [LocalMember], in sync: isolated ContainerSync) throws -> ItemUpdate {
-        guard let records = sync.codec.records, records.seals else { return update }
-        return try records.sealed(update, item: item, manifest: LocalContents.manifest(members, kind: update.kind))
+        try sync.sealedRecord(update, of: item, manifest: LocalContents.manifest(members, kind: update.kind))
     }
 
     /// A sealed name the server refused because it clashes with another item's in its folder

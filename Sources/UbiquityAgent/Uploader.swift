@@ -206,7 +206,7 @@ struct Uploader {
         if let known = sync.localContents[change.content] { return known }
         let kind = change.kind ?? .file
         guard kind != .directory, let path = sync.files.path(of: change.item) else { return [] }
-        let members = try LocalContents.cut(sync.root.appendingPathComponent(path), kind: kind, scanner: sync.scanner, relative: path, codec: sync.codec)
+        let members = try LocalContents.cut(sync.root.appendingPathComponent(path), kind: kind, scanner: sync.scanner, relative: path, codec: sync.codec(at: path))
         sync.localContents[LocalContents.token(LocalContents.manifest(members, kind: kind), kind: kind)] = members
         return members
     }
@@ -283,7 +283,7 @@ struct Uploader {
                   kind != .directory else { continue }
             let url = sync.root.appendingPathComponent(path)
             // A file that cannot be cut now (removed or replaced meanwhile) goes with its next change.
-            guard let members = try? LocalContents.cut(url, kind: kind, scanner: sync.scanner, relative: path, codec: sync.codec),
+            guard let members = try? LocalContents.cut(url, kind: kind, scanner: sync.scanner, relative: path, codec: sync.codec(at: path)),
                   LocalContents.token(LocalContents.manifest(members, kind: kind), kind: kind) == file.content else { continue }
             let hashes = Array(Set(members.flatMap { $0.chunks.map(\.hash) }))
             let missing = try await sync.client.missingChunks(hashes)

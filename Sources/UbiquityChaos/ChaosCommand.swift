@@ -42,6 +42,8 @@ struct RunCommand: AsyncParsableCommand {
     @Flag(help: "Keep the working folder even when the run passes.") var keep = false
     @Flag(help: "Share the folder every device writes into with a second account, the last device's; remove and invite it again, and kill a move on an owner's device, each round.")
     var share = false
+    @Flag(help: "With --share: the owner's devices seal too, so the folder is shared sealed, with the share's own keys.")
+    var sealedShare = false
     @Option(help: "Fault kinds to leave out, comma-separated (e.g. signOut).") var without: String?
     @Flag(help: ArgumentHelp("Delete one of the first device's files behind its writer's back (the checks must fail).", visibility: .hidden))
     var sabotage = false
@@ -60,7 +62,7 @@ struct RunCommand: AsyncParsableCommand {
         let folder = work.map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: "/tmp/ubiquity-chaos-\(getpid())")
         let settings = ChaosSettings(seed: seed, devices: devices, rounds: rounds, roundSeconds: roundSeconds, settleSeconds: settleSeconds, minutes: minutes,
                                      paceMilliseconds: paceMilliseconds, database: database, servers: servers, work: folder, keep: keep, diskMegabytes: diskMegabytes, skewSeconds: skewSeconds, sabotage: sabotage,
-                                     without: Set((without ?? "").split(separator: ",").compactMap { FaultKind(rawValue: String($0)) }), share: share)
+                                     without: Set((without ?? "").split(separator: ",").compactMap { FaultKind(rawValue: String($0)) }), share: share || sealedShare, sealedShare: sealedShare)
         let harness = Harness(settings: settings)
         // Interrupted, the harness leaves no process or mount behind.
         var interruptions: [any DispatchSourceSignal] = []

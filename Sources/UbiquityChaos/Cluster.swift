@@ -56,8 +56,12 @@ final class ChaosServer: @unchecked Sendable { // state behind `lock`
     private var process: ChildProcess?
     private(set) var port = 0
 
-    init(storage: [String], log: URL) {
+    /// More arguments for `ubiquity serve` only.
+    let serving: [String]
+
+    init(storage: [String], serving: [String] = [], log: URL) {
         self.storage = storage
+        self.serving = serving
         self.log = log
     }
 
@@ -65,10 +69,10 @@ final class ChaosServer: @unchecked Sendable { // state behind `lock`
 
     /// Starts it and waits until it says where it listens (on any free port).
     func start() async throws {
-        let (process, port) = try await blocking { [storage, log] in
+        let (process, port) = try await blocking { [storage, serving, log] in
             let process = ChildProcess()
             process.executableURL = Binaries.ubiquity
-            process.arguments = ["serve"] + storage + ["--port", "0", "--log-level", "warning"]
+            process.arguments = ["serve"] + storage + serving + ["--port", "0", "--log-level", "warning"]
             let output = Pipe()
             process.standardOutput = output
             if !FileManager.default.fileExists(atPath: log.path) { _ = FileManager.default.createFile(atPath: log.path, contents: nil) }
@@ -161,8 +165,8 @@ final class ChaosDevice: @unchecked Sendable { // state behind `lock`
         // The first device sends documents in plaintext (an agent of an older build, or one told
         // not to seal), which the server seals in place (the `sealInPlace` fault); the others
         // seal them (the default): each reads what the others cut at other points.
-        // A folder shared with another account is plaintext until share keys are built
-        // (docs/Sharing.md): with `--share`, the owner's devices do not seal.
+        // With `--share` the owner's devices do not seal (the folder is shared in plaintext);
+        // with `--sealed-share` they do (it is shared sealed, with the share's keys).
         let sealing = sealing.map { "\($0)" } ?? (index == 0 ? "false" : "true")
         try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 15, "sealedContents": \#(sealing)}"#.utf8).write(to: paths.agentConfiguration)
         relay = try RelayProxy.start(to: serverPort)

@@ -135,6 +135,8 @@ struct ChaosSettings: Sendable {
     /// The first device's account shares the folder every device writes into with a second
     /// account, the last device's (`--share`; docs/Sharing.md).
     var share = false
+    /// The owner's devices seal, so that the share is sealed with its own keys (`--sealed-share`).
+    var sealedShare = false
 
     var replay: String {
         var words = ["ubiquity-chaos", "--seed", "\(seed)", "--devices", "\(devices)", "--round-seconds", "\(Int(roundSeconds))", "--pace-milliseconds", "\(paceMilliseconds)"]
@@ -142,7 +144,7 @@ struct ChaosSettings: Sendable {
         if skewSeconds != 240 { words += ["--skew-seconds", "\(skewSeconds)"] }
         if servers != 1 { words += ["--servers", "\(servers)"] }
         if !without.isEmpty { words += ["--without", without.map(\.rawValue).sorted().joined(separator: ",")] }
-        if share { words += ["--share"] }
+        if share { words += [sealedShare ? "--sealed-share" : "--share"] }
         if database != nil { words += ["--database", "\"$DATABASE_URL\""] }
         return words.joined(separator: " ")
     }
@@ -193,7 +195,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         let storage = settings.database.map { ["--database", $0, "--escrow-key", settings.work.appendingPathComponent("escrow.key").path] }
             ?? ["--data", settings.work.appendingPathComponent("server").path]
         servers = (0..<settings.servers).map { index in
-            ChaosServer(storage: storage, log: settings.work.appendingPathComponent(settings.servers == 1 ? "logs/server.log" : "logs/server\(index).log"))
+            ChaosServer(storage: storage, serving: settings.sealedShare ? ["--sealed-shares"] : [], log: settings.work.appendingPathComponent(settings.servers == 1 ? "logs/server.log" : "logs/server\(index).log"))
         }
     }
 
@@ -254,7 +256,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         if settings.database != nil { unavailable.append("serverDiskFull: the server's storage is PostgreSQL (its disk is not the harness's)") }
         for line in unavailable { say("left out: \(line)") }
         if settings.share {
-            let line = "sealInPlace: a folder shared with another account stays plaintext until share keys are built (docs/Sharing.md)"
+            let line = "sealInPlace: the server would seal a shared folder with the owner's container keys, which the other account never holds (docs/Sharing.md)"
             unavailable.append(line)
             say("left out: \(line)")
         }
@@ -267,7 +269,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
             let participant = settings.share && index == settings.devices - 1
             let device = try ChaosDevice(index: index, folder: settings.work, container: container, keyValueStore: keyValueStore, serverPort: server.port,
                                          skew: index == settings.devices - 1 ? skew : 0, account: participant ? Self.participant : Self.owner,
-                                         sealing: settings.share ? participant : nil)
+                                         sealing: settings.share ? (participant || settings.sealedShare) : nil)
             if device.skew != 0 { skewed = device }
             device.relay.targets = servers.map(\.port)
             try await device.login()

@@ -116,10 +116,14 @@ public struct ShareInfo: Codable, Sendable, Equatable {
     public var expires: Double?
     /// For its owner: every invitation, answered or not.
     public var participants: [ShareParticipantInfo]?
+    /// Whether what it holds is sealed (its owner's account seals): its members' devices seal
+    /// and open it with the share's keys (docs/Sharing.md, "Keys"). Absent: not sealed.
+    public var sealed: Bool?
 
     /// Creates a value.
     public init(id: String, owner: String, container: String, item: String, name: String?, epoch: Int64, role: ShareRole?,
-                invitation: String? = nil, expires: Double? = nil, participants: [ShareParticipantInfo]? = nil) {
+                invitation: String? = nil, expires: Double? = nil, participants: [ShareParticipantInfo]? = nil, sealed: Bool? = nil) {
+        self.sealed = sealed
         self.id = id
         self.owner = owner
         self.container = container

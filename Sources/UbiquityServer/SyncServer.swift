@@ -60,6 +60,9 @@ package struct SyncServer: Sendable {
         /// escrow's keys (``SealInPlace``; Standard accounts only). Default every 10 minutes,
         /// from the start; nil: only by `ubiquity seal-in-place`.
         package var sealInPlaceInterval: Duration? = .seconds(600)
+        /// Whether items sealed with their account's keys may be shared (`--sealed-shares`:
+        /// docs/Sharing.md, "Keys"). Default false: refused with 409 `sealedShare`.
+        package var sealedShares = false
 
         /// Where the escrow key's file is.
         package var escrowKeyPath: String { escrowKeyFile ?? (dataDirectory as NSString).appendingPathComponent("escrow.key") }
@@ -93,12 +96,14 @@ package struct SyncServer: Sendable {
         let hasher = PasswordHasher(cost: configuration.bcryptCost)
         let notifier = ChangeNotifier()
         let metrics = ServerMetrics()
-        services = SyncServices(
+        var services = SyncServices(
             database: storage.database, chunks: VerifiedChunks(base: storage.chunks, database: storage.database, notifier: notifier, logger: logger),
             metrics: metrics, notifier: notifier,
             signIns: SignInGuard(database: storage.database, hasher: hasher, policy: configuration.signInPolicy, logger: logger),
             accountLimits: configuration.accountLimits, retention: configuration.retention, share: AccountShare(limits: configuration.accountShare, metrics: metrics),
             escrow: escrow)
+        services.sealedShares = configuration.sealedShares
+        self.services = services
         Task { await hasher.prepareDecoy() } // before the first unknown account asks
     }
 
@@ -459,11 +464,14 @@ package struct EmbeddedServer: Sendable {
     /// Creates the account (and the `others`, with the same password) in `dataDirectory` and
     /// starts serving.
     /// - Throws: storage errors; an error if the server stopped before it listened.
-    package static func start(dataDirectory: String, account: String, others: [String] = [], password: String, logger: Logger) async throws -> EmbeddedServer {
+    package static func start(dataDirectory: String, account: String, others: [String] = [], password: String, sealedShares: Bool = false,
+                              logger: Logger) async throws -> EmbeddedServer {
         let admin = try await ServerAdministration(dataDirectory: dataDirectory, bcryptCost: 4)
         for name in [account] + others { _ = try await admin.createAccount(name: name, password: password) }
         await admin.close()
-        let server = try await SyncServer(configuration: .init(dataDirectory: dataDirectory, host: "127.0.0.1", port: 0, bcryptCost: 4), logger: logger)
+        var configuration = SyncServer.Configuration(dataDirectory: dataDirectory, host: "127.0.0.1", port: 0, bcryptCost: 4)
+        configuration.sealedShares = sealedShares
+        let server = try await SyncServer(configuration: configuration, logger: logger)
         let (ports, announce) = AsyncStream.makeStream(of: Int.self)
         let serving = Task {
             defer { announce.finish() }

@@ -24,11 +24,13 @@ package struct ChunkCodec: Sendable {
     /// The container's chunk keys of every epoch held, newest first (empty without keys): what
     /// a public link's manifest derives each chunk's own key from (``LinkManifest``).
     package var heldKeys: [ChunkKeys] = []
-    private let choosing: @Sendable (Int) -> ContentChunker
-    private let sealing: (@Sendable (UnsafeRawBufferPointer, String, Bool) throws -> Data)?
+    let choosing: @Sendable (Int) -> ContentChunker
+    let sealing: (@Sendable (UnsafeRawBufferPointer, String, Bool) throws -> Data)?
     private let opening: (@Sendable (UnsafeRawBufferPointer, String) throws -> Data)?
     private let recognising: (@Sendable (UnsafeRawBufferPointer, String) -> Bool)?
     private let patches: Patches?
+    /// Whether patches are sealed (not beside a share's keys: ``alsoSealing(_:)``).
+    var patchesSealed = true
 
     /// How sealed patches are sealed and opened: the patch's bytes, the chunk it makes and the
     /// chunk it changes (its base).
@@ -53,7 +55,7 @@ package struct ChunkCodec: Sendable {
     /// sealing or not: the account's devices need not all seal to read each other's files).
     package var opensSealed: Bool { opening != nil }
 
-    private init(sealed: Bool, choosing: @escaping @Sendable (Int) -> ContentChunker,
+    init(sealed: Bool, choosing: @escaping @Sendable (Int) -> ContentChunker,
                  sealing: (@Sendable (UnsafeRawBufferPointer, String, Bool) throws -> Data)?,
                  opening: (@Sendable (UnsafeRawBufferPointer, String) throws -> Data)?,
                  recognising: (@Sendable (UnsafeRawBufferPointer, String) -> Bool)?, patches: Patches?) {
@@ -95,7 +97,7 @@ package struct ChunkCodec: Sendable {
     }
 
     /// Whether this device seals patches of changed chunks (a sealing codec that knows how).
-    package var sealsPatches: Bool { sealed && patches != nil }
+    package var sealsPatches: Bool { sealed && patches != nil && patchesSealed }
 
     /// The stored body of the patch `bytes` that makes chunk `name` from chunk `base`.
     /// - Throws: ``ChunkCodecError`` for a codec that does not seal patches; what sealing throws.

@@ -75,6 +75,14 @@ package struct ItemRecords: Sendable {
     private let opening: @Sendable (Data, _ item: String, _ parent: String) throws -> Data
     private let tagging: @Sendable (_ name: String, _ parent: String) -> String
     private let sealedSize: @Sendable (Int) -> Int
+    /// Tags that also name an item (an owner's container keys, for what it named before the
+    /// item was shared): a name shown with one of them is its name too.
+    private var otherTagging: [@Sendable (_ name: String, _ parent: String) -> String] = []
+
+    /// Whether `shown` is the tag of `name` in `parent`.
+    private func isTag(_ shown: String, of name: String, in parent: String) -> Bool {
+        tagging(name, parent) == shown || otherTagging.contains { $0(name, parent) == shown }
+    }
 
     /// Records sealed by `seal` (nil: this device opens them only), opened by `open`, both bound
     /// to the item and its folder (`""` at the top); names tagged by `tag`; a chunk of a
@@ -95,6 +103,12 @@ package struct ItemRecords: Sendable {
     /// downgrade — the server naming an item, or putting in one of its own — and refused. A
     /// deletion needs none.
     package var sealedOnly = false
+
+    /// Whether a conflict version sealed in an epoch of which no key is held is passed over
+    /// rather than refusing its item: a share's records on a participant's device, where its
+    /// owner's device may have sealed a version with the container's keys before the share's
+    /// reached it (that version is the owner's alone; everything else of the item is shown).
+    package var passesOverUnheldConflicts = false
 
     /// Refuses a plaintext state of `item` when ``sealedOnly``.
     private func refuseDowngrade(item: String, what: String) throws {
@@ -164,8 +178,17 @@ package struct ItemRecords: Sendable {
         var opened = state
         if state.record == nil, !state.deleted { try refuseDowngrade(item: state.id, what: "its state") }
         if let sealed = state.record {
-            let record = try open(sealed, item: state.id, parent: state.parent)
-            guard tagging(record.name, state.parent ?? "") == state.name else {
+            let record: ItemRecord
+            do {
+                record = try open(sealed, item: state.id, parent: state.parent)
+            } catch let error as ItemRecordError where error.unheldEpoch != nil && passesOverUnheldConflicts && state.deleted {
+                // A share's item its owner deleted with a record sealed with the container's keys:
+                // gone all the same (nothing of it is shown).
+                opened.record = nil
+                opened.conflicts = []
+                return opened
+            }
+            guard isTag(state.name, of: record.name, in: state.parent ?? "") else {
                 throw ItemRecordError(item: state.id, reason: "the name the server shows is not its name's tag")
             }
             opened.name = record.name
@@ -181,13 +204,18 @@ package struct ItemRecords: Sendable {
                 opened.manifest = try plaintext(state.manifest, kind: state.kind, record: record, item: state.id)
             }
         }
-        opened.conflicts = try state.conflicts.map { version in
+        opened.conflicts = try state.conflicts.compactMap { version in
             guard let sealed = version.record else {
                 try refuseDowngrade(item: state.id, what: "its conflict version \(version.revision)")
                 return version
             }
             let parent = version.parent ?? state.parent
-            let record = try open(sealed, item: state.id, parent: parent)
+            let record: ItemRecord
+            do {
+                record = try open(sealed, item: state.id, parent: parent)
+            } catch let error as ItemRecordError where error.unheldEpoch != nil && passesOverUnheldConflicts {
+                return nil // (a share's: sealed by its owner's device with the container's keys — the owner's alone)
+            }
             var opened = version
             opened.modificationDate = record.date
             opened.size = record.size
@@ -218,7 +246,7 @@ package struct ItemRecords: Sendable {
             listed = (whole.format, whole.name, whole.size, whole.date)
         }
         try Self.checkFormat(listed.format, item: item)
-        guard tagging(listed.name, parent ?? "") == shown else {
+        guard isTag(shown, of: listed.name, in: parent ?? "") else {
             throw ItemRecordError(item: item, reason: "the name the server shows is not its name's tag")
         }
         return (listed.name, listed.size, listed.date)
@@ -400,8 +428,27 @@ extension ItemRecords {
     /// Which revision is current is the signed commits' to say.
     package static func keyed(container: String, rootKeys: [AccountRootKey], sealing: Bool) -> ItemRecords? {
         guard let newest = rootKeys.max(by: { $0.epoch < $1.epoch }), let first = rootKeys.min(by: { $0.epoch < $1.epoch }) else { return nil }
-        let current = newest.recordKey(container: container), naming = first.recordKey(container: container)
-        let held = Dictionary(rootKeys.map { ($0.epoch, $0.recordKey(container: container)) }, uniquingKeysWith: { first, _ in first })
+        return keyed(container: container, current: newest.recordKey(container: container), naming: first.recordKey(container: container),
+                     held: rootKeys.map { ($0.epoch, $0.recordKey(container: container)) }, sealing: sealing)
+    }
+
+    /// The records of a share (docs/Sharing.md, "Keys") of `container` on a holder of its `keys`:
+    /// sealed with the newest epoch's key, opened with the key of the epoch their header names
+    /// — or with one of `alsoOpening` (the owner's container keys, for what was sealed before
+    /// the item was shared) — names tagged with the share's first epoch's key. Nil without keys.
+    package static func shared(container: String, keys: [ShareKey], alsoOpening: [RecordKey] = []) -> ItemRecords? {
+        guard let newest = keys.max(by: { $0.epoch < $1.epoch }), let first = keys.min(by: { $0.epoch < $1.epoch }) else { return nil }
+        var records = keyed(container: container, current: newest.recordKey, naming: first.recordKey,
+                            held: keys.map { ($0.epoch, $0.recordKey) } + alsoOpening.map { ($0.epoch, $0) }, sealing: true)
+        records.otherTagging = alsoOpening.min { $0.epoch < $1.epoch }.map { naming in [{ naming.nameClashTag($0, parent: $1) }] } ?? []
+        return records
+    }
+
+    /// Records sealed with `current`, tagged with `naming`, opened with the keys of the epoch
+    /// their header names (each of `held` of that epoch tried in turn: a share's and an
+    /// account's epochs are numbered alike).
+    private static func keyed(container: String, current: RecordKey, naming: RecordKey, held pairs: [(UInt32, RecordKey)], sealing: Bool) -> ItemRecords {
+        let held = Dictionary(grouping: pairs, by: \.0).mapValues { $0.map(\.1) }
         var seal: (@Sendable (Data, String, String) throws -> Data)?
         if sealing {
             seal = { (record: Data, item: String, parent: String) throws -> Data in
@@ -410,8 +457,14 @@ extension ItemRecords {
         }
         let open: @Sendable (Data, String, String) throws -> Data = { sealed, item, parent in
             let epoch = try RecordKey.epoch(of: sealed)
-            guard let key = held[epoch] else { throw ItemRecordError(item: item, reason: "it is sealed in epoch \(epoch), whose key this device does not hold", unheldEpoch: epoch) }
-            return try key.open(sealed, for: RecordBinding(container: container, item: item, parent: parent, revision: ""))
+            guard let keys = held[epoch], let last = keys.last else {
+                throw ItemRecordError(item: item, reason: "it is sealed in epoch \(epoch), whose key this device does not hold", unheldEpoch: epoch)
+            }
+            let binding = RecordBinding(container: container, item: item, parent: parent, revision: "")
+            for key in keys.dropLast() {
+                if let opened = try? key.open(sealed, for: binding) { return opened }
+            }
+            return try last.open(sealed, for: binding)
         }
         return ItemRecords(seal: seal, open: open, tag: { name, parent in naming.nameClashTag(name, parent: parent) },
                            sealedSize: { ChunkKeys.sealedSize(ofPlaintext: $0) })

@@ -22,9 +22,22 @@ extension ChunkCodec {
     /// epoch opens. Nil without keys.
     package static func sealed(container: String, rootKeys: [AccountRootKey]) -> ChunkCodec? {
         guard let newest = rootKeys.max(by: { $0.epoch < $1.epoch }) else { return nil }
-        let current = newest.chunkKeys(container: container)
         // Newest first: what is read is mostly what was written lately.
-        let held = rootKeys.sorted { $0.epoch > $1.epoch }.map { $0.chunkKeys(container: container) }
+        return sealed(current: newest.chunkKeys(container: container), held: rootKeys.sorted { $0.epoch > $1.epoch }.map { $0.chunkKeys(container: container) })
+    }
+
+    /// The sealed codec of a share (docs/Sharing.md, "Keys") for a holder of its `keys` (a
+    /// member's device): the newest epoch's keyed chunker cuts and names, and its keys seal;
+    /// every epoch held opens — and so do `alsoOpening` (the owner's container keys, for what
+    /// was sealed before the item was shared). Nil without keys.
+    package static func shared(_ keys: [ShareKey], alsoOpening: [ChunkKeys] = []) -> ChunkCodec? {
+        guard let newest = keys.max(by: { $0.epoch < $1.epoch }) else { return nil }
+        return sealed(current: newest.chunkKeys, held: keys.sorted { $0.epoch > $1.epoch }.map(\.chunkKeys) + alsoOpening)
+    }
+
+    /// The sealed codec that cuts, names and seals with `current` and opens with each of
+    /// `held` (`current` first among them).
+    private static func sealed(current: ChunkKeys, held: [ChunkKeys]) -> ChunkCodec {
         let name: @Sendable (UnsafeRawBufferPointer) -> String = { current.identifier(of: $0).bytes.lowercaseHex }
         func chunker(_ sizes: KeyedChunker.Sizes) -> ContentChunker {
             let keyed = KeyedChunker(keys: current, sizes: sizes)
@@ -39,10 +52,15 @@ extension ChunkCodec {
                 // again: bytes that are not the chunk asked for (the file changed since it was
                 // cut) are never stored under its name.
                 guard let named = ChunkIdentifier(hex: asked) else { throw ChunkCodecError(name: asked, reason: "not a chunk name") }
-                if !unchanged, current.identifier(of: bytes) != named {
-                    throw ChunkCodecError(name: asked, reason: "the bytes read are another chunk's (the file changed since it was cut)")
+                // (Trusted unchanged only with one epoch held: with more, it may have been named
+                // by an earlier one, and is named again to know which.)
+                if (unchanged && held.count == 1) || current.identifier(of: bytes) == named { return try current.seal(bytes, as: named) }
+                // Named by an earlier epoch's keys (cut before the epoch changed): sealed with
+                // that epoch's, which name it — a chunk's name and seal are always one epoch's.
+                if let earlier = held.first(where: { $0.epoch != current.epoch && $0.identifier(of: bytes) == named }) {
+                    return try earlier.seal(bytes, as: named)
                 }
-                return try current.seal(bytes, as: named)
+                throw ChunkCodecError(name: asked, reason: "the bytes read are another chunk's (the file changed since it was cut)")
             },
             open: { body, asked in
                 guard let id = ChunkIdentifier(hex: asked) else { throw ChunkCodecError(name: asked, reason: "not a chunk name") }
@@ -98,5 +116,55 @@ extension ChunkCodec {
                 }
                 throw ChunkCodecError(name: name, reason: "its patch does not open: " + (failure.map { ($0 as? EncryptionError).map { "\($0.code)" } ?? "\($0)" } ?? "no key of this account opens it"))
             })
+    }
+}
+
+extension ChunkCodec {
+    /// This codec, also opening and sealing what `shares` do (docs/Sharing.md, "Keys"): the
+    /// codec of a container on its owner's devices, whose items inside the shares it owns go
+    /// sealed with those shares' keys. It cuts as this codec does (a file in a share is cut by
+    /// the share's codec: the caller chooses by path); it seals each chunk with the keys that
+    /// named it; it opens and recognises with its own keys, then each share's. Patches of
+    /// changed chunks are opened, never sealed (a patch does not say which keys named its
+    /// chunk): changed chunks go whole.
+    package func alsoSealing(_ shares: [ChunkCodec]) -> ChunkCodec {
+        guard !shares.isEmpty else { return self }
+        let own = self
+        var codec = ChunkCodec(
+            sealed: sealed, choosing: choosing,
+            sealing: { bytes, name, unchanged in
+                if own.recognises(bytes, as: name) || own.sealing == nil { return try own.seal(bytes, as: name, unchanged: unchanged) }
+                // (Named again there: sealed with the epoch's keys that named it.)
+                for share in shares where share.recognises(bytes, as: name) { return try share.seal(bytes, as: name, unchanged: false) }
+                return try own.seal(bytes, as: name, unchanged: false) // (refused: bytes no key named so)
+            },
+            opening: { body, name in
+                do {
+                    return try own.open(body, as: name)
+                } catch {
+                    for share in shares {
+                        if let opened = try? share.open(body, as: name) { return opened }
+                    }
+                    throw error
+                }
+            },
+            recognising: { bytes, name in own.recognises(bytes, as: name) || shares.contains { $0.recognises(bytes, as: name) } },
+            patches: Patches(
+                seal: { _, name, _ in throw ChunkCodecError(name: name, reason: "patches are not sealed beside a share's keys") },
+                open: { body, name, base in
+                    do {
+                        return try own.openPatch(body, making: name, from: base)
+                    } catch {
+                        for share in shares {
+                            if let opened = try? share.openPatch(body, making: name, from: base) { return opened }
+                        }
+                        throw error
+                    }
+                }))
+        codec.patchesSealed = false
+        codec.records = records
+        codec.signer = signer
+        codec.heldKeys = heldKeys
+        return codec
     }
 }

@@ -23,11 +23,12 @@ struct RunningAgents {
     ///   - rescanSeconds: How often the agents look at every file (and read their shares).
     ///   - accounts: Each device's account, by device name (default: ada; every account named is made).
     static func start(_ names: [String], containers: [String], in dir: String, greedy: Bool = false, sealedContents: Bool = false,
-                      agentLogger: Logger? = nil, accounts: [String: String] = [:], rescanSeconds: Double = 60) async throws -> RunningAgents {
+                      agentLogger: Logger? = nil, accounts: [String: String] = [:], rescanSeconds: Double = 60, sealedShares: Bool = false) async throws -> RunningAgents {
         var logger = Logger(label: "test")
         logger.logLevel = .critical
         let others = Set(accounts.values).subtracting(["ada"]).sorted()
-        let server = try await EmbeddedServer.start(dataDirectory: dir + "/server", account: "ada", others: others, password: "correct horse", logger: logger)
+        let server = try await EmbeddedServer.start(dataDirectory: dir + "/server", account: "ada", others: others, password: "correct horse", sealedShares: sealedShares,
+                                                    logger: logger)
         var paths: [UbiquityPaths] = [], agents: [Task<Void, any Error>] = []
         for name in names {
             let root = URL(fileURLWithPath: dir).appendingPathComponent(name)

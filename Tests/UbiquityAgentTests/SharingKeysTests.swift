@@ -1,4 +1,5 @@
 import Foundation
+import Logging
 import Testing
 import UbiquityAgentProtocol
 import UbiquityClient
@@ -30,6 +31,13 @@ import UbiquityTestSupport
             try await Task.sleep(for: .milliseconds(500))
         }
         return last
+    }
+
+    static var debugLogger: Logger? {
+        guard ProcessInfo.processInfo.environment["SHARE_DEBUG"] != nil else { return nil }
+        var logger = Logger(label: "agent") { StreamLogHandler.standardError(label: $0) }
+        logger.logLevel = .info
+        return logger
     }
 
     /// New random public keys (what a server would put in someone's name).
@@ -119,5 +127,52 @@ import UbiquityTestSupport
                                                                                 sealed: Data(repeating: 2, count: 97), replacing: adaIdentity.signing))
         let bobs = try await Self.summary(bobLaptop, share.id)
         #expect(bobs?.key?.held.isEmpty == true && bobs?.key?.problem?.contains("ada's sharing key is not the one pinned") == true, "\(String(describing: bobs))")
+    }
+
+    @Test(.timeLimit(.minutes(5))) func aSealedFolderIsSealedAgainWithTheSharesKeysAndEditsGoBothWays() async throws {
+        let dir = NSTemporaryDirectory() + "sealed-share-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let running = try await RunningAgents.start(["ada-laptop", "ada-phone", "bob-laptop", "bob-phone"], containers: [notes], in: dir, greedy: true,
+                                                    sealedContents: true, agentLogger: Self.debugLogger, accounts: ["bob-laptop": "bob", "bob-phone": "bob"],
+                                                    sealedShares: true)
+        defer { running.stop() }
+        let (devices, documents) = try await running.connectedDevices(containers: [notes])
+        let bob = try SharedFolderSyncTests.client(of: running.paths[2])
+        func read(_ device: Int, _ path: String) -> String? { SharedFolderSyncTests.read(documents[device].appendingPathComponent(path)) }
+
+        // Ada's sealed folder, and a file of hers beside it.
+        try SharedFolderSyncTests.write("dig, sow, water", to: documents[0].appendingPathComponent("Trip/plan.txt"))
+        try SharedFolderSyncTests.write("a long list of things to pack", to: documents[0].appendingPathComponent("Trip/Lists/packing.txt"))
+        try SharedFolderSyncTests.write("mine alone", to: documents[0].appendingPathComponent("Private.txt"))
+        #expect(await eventually(60) { read(1, "Trip/Lists/packing.txt") != nil && read(1, "Private.txt") != nil })
+
+        // Shared with Bob, who accepts: the owner's device seals the folder again with the
+        // share's keys, and Bob's devices open it.
+        let trip = documents[0].appendingPathComponent("Trip").path
+        let share = try #require(try await onOwnThread { try devices[0].agent.send(AgentRequest(.share, path: trip, participant: "bob"), timeout: .seconds(60)).shares?.first })
+        _ = try await onOwnThread { try devices[2].agent.send(AgentRequest(.answerInvitation, share: share.id, accept: true), timeout: .seconds(60)) }
+        for device in [2, 3] {
+            #expect(await eventually(60) { read(device, "Trip/plan.txt") == "dig, sow, water" && read(device, "Trip/Lists/packing.txt") == "a long list of things to pack" },
+                    "device \(device): \(String(describing: read(device, "Trip/plan.txt")))")
+            #expect(read(device, "Private.txt") == nil)
+        }
+        // What the server holds of it names nothing: every name a tag, every record sealed.
+        let listed = try await bob.through(ShareScope(id: share.id, root: "", name: "Trip", owner: "ada")).changes(container: notes, since: 0)
+        #expect(!listed.items.isEmpty && listed.items.allSatisfy { $0.record != nil && $0.name.count == 32 && $0.name.allSatisfy(\.isHexDigit) }, "\(listed.items.map(\.name))")
+        // Both of Ada's devices sealed it again, alike: no conflict came of it.
+        #expect(listed.items.allSatisfy { $0.conflicts.isEmpty }, "\(listed.items.map { ($0.id, $0.conflicts.count) })")
+
+        // Edits both ways, and new files.
+        try SharedFolderSyncTests.write("dig, sow, water, wait", to: documents[3].appendingPathComponent("Trip/plan.txt"))
+        #expect(await eventually(60) { read(1, "Trip/plan.txt") == "dig, sow, water, wait" && read(0, "Trip/plan.txt") == "dig, sow, water, wait" })
+        try SharedFolderSyncTests.write("bring boots", to: documents[1].appendingPathComponent("Trip/Lists/more.txt"))
+        #expect(await eventually(60) { read(2, "Trip/Lists/more.txt") == "bring boots" && read(3, "Trip/Lists/more.txt") == "bring boots" })
+        try SharedFolderSyncTests.write("from bob", to: documents[2].appendingPathComponent("Trip/bob.txt"))
+        #expect(await eventually(60) { read(0, "Trip/bob.txt") == "from bob" && read(1, "Trip/bob.txt") == "from bob" })
+        // Ada moves a file of hers into the shared folder: it is sealed again for Bob too.
+        try FileManager.default.moveItem(at: documents[0].appendingPathComponent("Private.txt"), to: documents[0].appendingPathComponent("Trip/Private.txt"))
+        #expect(await eventually(90) { read(3, "Trip/Private.txt") == "mine alone" }, "\(String(describing: read(3, "Trip/Private.txt")))")
+        let after = try await bob.through(ShareScope(id: share.id, root: "", name: "Trip", owner: "ada")).changes(container: notes, since: 0)
+        #expect(after.items.count == 7 && after.items.allSatisfy { $0.record != nil && $0.conflicts.isEmpty }, "\(after.items.map { ($0.id, $0.conflicts.count) })")
     }
 }

@@ -136,6 +136,12 @@ import UbiquitySync
             #expect(try await client.send(.get, keys, token: cy).status == .notFound)
             _ = try await client.send(.put, keys, token: ada, json: ShareKeysPublishRequest(epoch: 2, envelopes: [envelope("ada", 5, epoch: 2), envelope("bob", 6, epoch: 2)]))
             #expect(try await client.send(.get, keys, token: bob).decode(ShareKeysResponse.self).envelopes == [envelope("bob", 2), envelope("bob", 6, epoch: 2)])
+            // An earlier epoch's key to a participant (one who joins reads what was sealed before);
+            // never the owner's earlier one again.
+            #expect(try await client.send(.put, keys, token: ada, json: ShareKeysPublishRequest(epoch: 2, envelopes: [envelope("bob", 7, epoch: 1)])).status == .ok)
+            #expect(try await client.send(.get, keys, token: bob).decode(ShareKeysResponse.self).envelopes == [envelope("bob", 7), envelope("bob", 6, epoch: 2)])
+            #expect(try await client.send(.put, keys, token: ada, json: ShareKeysPublishRequest(epoch: 2, envelopes: [envelope("ada", 8, epoch: 1)])).errorCode == "badEnvelopes")
+            #expect(try await client.send(.get, keys, token: ada).decode(ShareKeysResponse.self).envelopes == [envelope("ada", 1), envelope("ada", 5, epoch: 2)])
             // Removing someone who never accepted held no key: no new epoch.
             let toDan = try await client.send(.post, "/v1/shares/\(share.id)/participants", token: ada, json: ShareInviteRequest(name: "dan", role: .readOnly))
                 .decode(ShareInvitationResponse.self)

@@ -364,11 +364,11 @@ import UbiquitySync
         }
     }
 
-    /// An item sealed with the account's keys is not shared (the share keys that would let
-    /// participants open it are still to come): refused, rather than shared with people who
-    /// could not open it.
-    @Test(arguments: Backend.all) func aSealedItemIsNotSharedYet(backend: Backend) async throws {
-        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+    /// An item sealed with the account's keys is shared sealed where the server is told to
+    /// (`--sealed-shares`): the server names nothing of it and says so (its members' devices
+    /// seal it with the share's keys: docs/Sharing.md, "Keys"); elsewhere refused.
+    @Test(arguments: Backend.all, [false, true]) func aSealedItemIsSharedSealedWhereTheServerDoes(backend: Backend, sealedShares: Bool) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend, sealedShares: sealedShares); defer { server.remove() }
         try await server.run { client in
             let laptop = try await client.signIn("ada", device: "laptop")
             let root = try await SealedKeyValueServerTests().setUpKeys(client, laptop)
@@ -376,9 +376,15 @@ import UbiquitySync
             let folder = ItemUpdate(baseRevision: nil, name: "Trip", parent: nil, kind: .directory, modificationDate: 1_800_000_000, manifest: Manifest())
             let sealed = try records.sealed(folder, item: "trip", manifest: Manifest())
             #expect(try await client.send(.put, "/v1/containers/\(notes)/items/trip", token: laptop.token, json: sealed).status == .ok)
-            let refused = try await client.send(.post, "/v1/shares", token: laptop.token, json: ShareCreateRequest(container: notes, item: "trip"))
-            #expect(refused.status == .conflict && refused.errorCode == "sealedShare", "\(String(buffer: refused.body))")
-            #expect(try await client.send(.get, "/v1/shares", token: laptop.token).decode(SharesResponse.self).owned.isEmpty)
+            let made = try await client.send(.post, "/v1/shares", token: laptop.token, json: ShareCreateRequest(container: notes, item: "trip"))
+            guard sealedShares else {
+                #expect(made.status == .conflict && made.errorCode == "sealedShare", "\(String(buffer: made.body))")
+                #expect(try await client.send(.get, "/v1/shares", token: laptop.token).decode(SharesResponse.self).owned.isEmpty)
+                return
+            }
+            let share = try made.decode(ShareInfo.self)
+            #expect(share.sealed == true && share.name == nil, "\(share)")
+            #expect(try await client.send(.get, "/v1/shares", token: laptop.token).decode(SharesResponse.self).owned.map(\.sealed) == [true])
         }
     }
 }

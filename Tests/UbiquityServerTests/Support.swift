@@ -52,7 +52,7 @@ struct TestServer {
     init(_ backend: Backend = .sqlite, postgresURL: String? = nil, signInPolicy: SignInPolicy = SignInPolicy(),
          connectionLimits: ConnectionLimits = ConnectionLimits(), requestLimits: RequestLimits = RequestLimits(), trustedProxies: TrustedProxies = TrustedProxies(),
          accountLimits: AccountLimits = AccountLimits(), accountShare: AccountShareLimits = AccountShareLimits(), directory: String? = nil,
-         logger: Logger = Logger(label: "ubiquity.server")) async throws {
+         sealedShares: Bool = false, logger: Logger = Logger(label: "ubiquity.server")) async throws {
         self.backend = backend
         self.directory = directory ?? NSTemporaryDirectory() + "ubiquity-server-\(UUID().uuidString.prefix(8))"
         var configuration = SyncServer.Configuration(dataDirectory: self.directory, port: 0, bcryptCost: 4)
@@ -62,6 +62,7 @@ struct TestServer {
         configuration.trustedProxies = trustedProxies
         configuration.accountLimits = accountLimits
         configuration.accountShare = accountShare
+        configuration.sealedShares = sealedShares
         if backend == .postgres { configuration.database = try postgresURL ?? Backend.postgresURL() }
         self.configuration = configuration
         server = try await SyncServer(configuration: configuration, logger: logger)
@@ -75,8 +76,8 @@ struct TestServer {
     }
 
     /// A server with one account (password "correct horse").
-    static func withAccount(_ name: String, on backend: Backend = .sqlite, accountLimits: AccountLimits = AccountLimits()) async throws -> TestServer {
-        let server = try await TestServer(backend, accountLimits: accountLimits)
+    static func withAccount(_ name: String, on backend: Backend = .sqlite, accountLimits: AccountLimits = AccountLimits(), sealedShares: Bool = false) async throws -> TestServer {
+        let server = try await TestServer(backend, accountLimits: accountLimits, sealedShares: sealedShares)
         _ = try await server.admin.createAccount(name: name, password: "correct horse")
         return server
     }

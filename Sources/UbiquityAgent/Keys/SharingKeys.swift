@@ -3,6 +3,7 @@ import Logging
 import UbiquityAgentProtocol
 import UbiquityKeys
 import UbiquityProtocol
+import UbiquitySync
 
 /// The keys of sharing on this device (docs/Sharing.md, "Keys"): the account's sharing
 /// identity — published by the first of its devices that holds the account's keys, its private
@@ -23,6 +24,10 @@ actor SharingKeys {
     private var identity: DeviceKeys?
     /// The share keys opened, by share and epoch.
     private var opened: [String: [UInt32: ShareKey]] = [:]
+    /// The shares whose items are sealed, as the server last said, and the codecs made from
+    /// their keys (made again once the shares were read again: keys may have come).
+    private var sealedShares: Set<String> = []
+    private var codecs: [String: ChunkCodec] = [:]
 
     init(account: String, client: SyncClient, keys: SessionKeys, pinsURL: URL, logger: Logger) {
         self.account = account
@@ -168,7 +173,7 @@ actor SharingKeys {
     }
 
     /// Gives the share's current epoch a key (the owner's device; the first one kept stands)
-    /// and seals it to each participant who accepted and waits — unless that participant's
+    /// and seals it, with every earlier epoch's, to each participant who accepted and waits — unless that participant's
     /// sharing key changed since it was pinned (refused until compared) or they have none yet.
     /// - Returns: Where the share's key stands now.
     func provide(_ share: ShareInfo) async throws -> ShareKeyStanding? {
@@ -192,8 +197,12 @@ actor SharingKeys {
                         problems.append("\(name)'s sharing key is not the one pinned: compare your code with theirs (`ubiquity shares verify \(name)`) before the share's key is sealed to it")
                         continue
                     }
-                    envelopes.append(ShareKeyEnvelopeRecord(account: name, epoch: answer.epoch,
-                                                            envelope: try ShareKeyEnvelope.seal(held[epoch]!, to: identity, from: (account, own))))
+                    // Every epoch's key: one who joins (or joins again) reads what is in the share,
+                    // whenever it was sealed.
+                    for (sealedIn, key) in held.sorted(by: { $0.key < $1.key }) {
+                        envelopes.append(ShareKeyEnvelopeRecord(account: name, epoch: Int64(sealedIn),
+                                                                envelope: try ShareKeyEnvelope.seal(key, to: identity, from: (account, own))))
+                    }
                 } catch let error as SyncClientError where error.status == 404 {
                     problems.append("\(name)'s account has no sharing key yet (its devices publish one once they hold its keys)")
                 }
@@ -226,5 +235,34 @@ actor SharingKeys {
         } catch {
             return ShareKeyStanding(epoch: share.epoch, held: [], problem: "\(error)")
         }
+    }
+
+    /// Notes which shares are sealed (read from the server now); the codecs made so far are
+    /// made again when next asked for.
+    func noteShares(sealed: Set<String>) {
+        sealedShares = sealed
+        codecs = [:]
+    }
+
+    /// The codec of a share's items on this device: plain for a share that is not sealed; for
+    /// a sealed one, from the share's keys this account holds — the newest epoch's sealing,
+    /// every one's opening.
+    /// - Throws: ``Refusal`` while this account holds no key of the share (its owner's device
+    ///   has not sealed one to it yet, or the owner's key changed: nothing is synced until then).
+    func codec(ofShare share: String, owner: String, container: String) async throws -> ChunkCodec {
+        guard sealedShares.contains(share) else { return .plain }
+        if let made = codecs[share] { return made }
+        let keys = Array(try await keys(of: share, owner: owner).values)
+        // The owner's devices open what the container's keys sealed too (what was sealed before
+        // the item was shared, or before the share's keys reached a device); a participant's
+        // pass over a conflict version sealed so.
+        let roots = owner == account ? try await rootKeys() ?? [] : []
+        guard var codec = ChunkCodec.shared(keys, alsoOpening: roots.map { $0.chunkKeys(container: container) }) else {
+            throw Refusal(description: "waiting for \(owner)'s device to seal the share's key to this account")
+        }
+        codec.records = ItemRecords.shared(container: container, keys: keys, alsoOpening: roots.map { $0.recordKey(container: container) })
+        codec.records?.passesOverUnheldConflicts = owner != account
+        codecs[share] = codec
+        return codec
     }
 }

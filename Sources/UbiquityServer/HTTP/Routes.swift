@@ -35,6 +35,10 @@ struct SyncServices: Sendable {
     var share = AccountShare()
     /// The limits on the invitations to shares one account makes (docs/Sharing.md).
     var invitationLimits = InvitationLimits()
+    /// Whether items sealed with their account's keys may be shared (sealed with the share's
+    /// keys by the owner's devices: docs/Sharing.md, "Keys"). Off by default until the chaos
+    /// harness's `--sealed-share` profile runs clean.
+    var sealedShares = false
     /// When devices were last heard from.
     var sightings = DeviceSightings()
     /// How often an address may open published links.

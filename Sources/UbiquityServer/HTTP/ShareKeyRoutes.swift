@@ -71,22 +71,23 @@ extension SyncServices {
             let (device, share) = try await ownersShare(context)
             let asked = try await request.decode(as: ShareKeysPublishRequest.self, context: context)
             guard (1...Self.shareKeyEnvelopesPerRequest).contains(asked.envelopes.count),
-                  asked.envelopes.allSatisfy({ $0.epoch == asked.epoch && (1...Self.shareKeyObjectBytes).contains($0.envelope.count) }),
-                  Set(asked.envelopes.map(\.account)).count == asked.envelopes.count else {
+                  asked.epoch >= 1, asked.envelopes.allSatisfy({ (1...asked.epoch).contains($0.epoch) && (1...Self.shareKeyObjectBytes).contains($0.envelope.count) }),
+                  Set(asked.envelopes.map { "\($0.account)\u{0}\($0.epoch)" }).count == asked.envelopes.count,
+                  !asked.envelopes.contains(where: { $0.account == share.owner && $0.epoch != asked.epoch }) else {
                 throw SyncError.badRequest("badEnvelopes",
-                                           "1 to \(Self.shareKeyEnvelopesPerRequest) envelopes of the request's epoch, one per account, each at most \(Self.shareKeyObjectBytes) bytes")
+                                           "1 to \(Self.shareKeyEnvelopesPerRequest) envelopes of the request's epoch or earlier ones (the owner's of the request's only), one per account and epoch, each at most \(Self.shareKeyObjectBytes) bytes")
             }
             let now = Date().timeIntervalSince1970
             var accepted: [String: Int64] = [:]
             for participant in try await database.participants(shareId: share.id) where participant.state(at: now) == .accepted {
                 if let account = participant.accountId { accepted[participant.name] = account }
             }
-            var envelopes: [(accountId: Int64, envelope: Data)] = []
+            var envelopes: [(accountId: Int64, epoch: Int64, envelope: Data)] = []
             for envelope in asked.envelopes {
                 if envelope.account == share.owner {
-                    envelopes.append((share.accountId, envelope.envelope))
+                    envelopes.append((share.accountId, envelope.epoch, envelope.envelope))
                 } else if let account = accepted[envelope.account] {
-                    envelopes.append((account, envelope.envelope))
+                    envelopes.append((account, envelope.epoch, envelope.envelope))
                 } else {
                     throw SyncError(.conflict, "notAccepted", "an envelope is to an account that has not accepted this share (or left it): nothing was kept")
                 }

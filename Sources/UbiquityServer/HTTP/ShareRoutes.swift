@@ -31,10 +31,11 @@ extension SyncServices {
             guard let item = try await database.item(accountId: device.accountId, container: asked.container, id: asked.item, brief: true), !item.deleted else {
                 throw SyncError.notFound
             }
-            // Sealed items are shared under a share key of their own (docs/Sharing.md, "Keys"),
-            // which is not built yet: refused, rather than shared with people who cannot open them.
-            guard item.record == nil else {
-                throw SyncError(.conflict, "sealedShare", "this item is sealed with the account's keys; sharing sealed items needs share keys, which this server does not have yet")
+            // A sealed item is shared sealed: its owner's devices seal it again with the share's
+            // keys, which they seal to each participant (docs/Sharing.md, "Keys") — where the
+            // server is told to (`--sealed-shares`).
+            guard item.record == nil || sealedShares else {
+                throw SyncError(.conflict, "sealedShare", "this item is sealed with the account's keys, and this server does not share sealed items yet (ubiquity serve --sealed-shares)")
             }
             let roots = try await database.shareRoots(accountId: device.accountId, container: asked.container)
             if !roots.contains(asked.item) {
@@ -51,7 +52,7 @@ extension SyncServices {
             let share = try await database.makeShare(accountId: device.accountId, container: asked.container, item: asked.item,
                                                      id: Self.shareIdentifier(), now: Date().timeIntervalSince1970)
             context.logger.info("shared an item", metadata: ["share": "\(share.id)"])
-            return try await ownerInfo(share, name: item.record == nil ? item.name : nil)
+            return try await ownerInfo(share, root: (item.record == nil ? item.name : nil, item.record != nil))
         }
         // The account's shares, those it joined and its invitations (of containers this device may use).
         shares.get { _, context -> SharesResponse in
@@ -59,15 +60,16 @@ extension SyncServices {
             let now = Date().timeIntervalSince1970
             var owned: [ShareInfo] = []
             for share in try await database.ownedShares(accountId: device.accountId) where device.allows(share.container) {
-                owned.append(try await ownerInfo(share, name: try await rootName(of: share)))
+                owned.append(try await ownerInfo(share, root: try await root(of: share)))
             }
             var joined: [ShareInfo] = [], invitations: [ShareInfo] = []
             for (share, participant) in try await database.participations(accountId: device.accountId) where device.allows(share.container) {
                 let state = participant.state(at: now)
                 guard state == .accepted || state == .invited else { continue }
-                let info = ShareInfo(id: share.id, owner: share.owner, container: share.container, item: share.item, name: try await rootName(of: share),
+                let root = try await root(of: share)
+                let info = ShareInfo(id: share.id, owner: share.owner, container: share.container, item: share.item, name: root.name,
                                      epoch: share.epoch, role: participant.role, invitation: participant.id,
-                                     expires: state == .invited ? participant.expires : nil)
+                                     expires: state == .invited ? participant.expires : nil, sealed: root.sealed ? true : nil)
                 if state == .accepted { joined.append(info) } else { invitations.append(info) }
             }
             return SharesResponse(owned: owned, joined: joined, invitations: invitations)
@@ -337,19 +339,19 @@ extension SyncServices {
     static let maximumSharedItems = 1_000_000
 
     /// The share as its owner sees it: every invitation.
-    private func ownerInfo(_ share: StoredShare, name: String?) async throws -> ShareInfo {
+    private func ownerInfo(_ share: StoredShare, root: (name: String?, sealed: Bool)) async throws -> ShareInfo {
         let now = Date().timeIntervalSince1970
         let participants = try await database.participants(shareId: share.id).map {
             ShareParticipantInfo(id: $0.id, name: $0.name, role: $0.role, state: $0.state(at: now), invited: $0.invited, expires: $0.expires)
         }
-        return ShareInfo(id: share.id, owner: share.owner, container: share.container, item: share.item, name: name, epoch: share.epoch, role: nil,
-                         participants: participants)
+        return ShareInfo(id: share.id, owner: share.owner, container: share.container, item: share.item, name: root.name, epoch: share.epoch, role: nil,
+                         participants: participants, sealed: root.sealed ? true : nil)
     }
 
-    /// The share's root's name, when it is not sealed.
-    private func rootName(of share: StoredShare) async throws -> String? {
-        guard let root = try await database.item(accountId: share.accountId, container: share.container, id: share.item, brief: true), root.record == nil else { return nil }
-        return root.name
+    /// The share's root's name, when it is not sealed; and whether it is.
+    private func root(of share: StoredShare) async throws -> (name: String?, sealed: Bool) {
+        guard let root = try await database.item(accountId: share.accountId, container: share.container, id: share.item, brief: true) else { return (nil, false) }
+        return root.record == nil ? (root.name, false) : (nil, true)
     }
 
     /// The folders `item` is in, innermost first (at most ``maximumShareDepth``: deeper is refused).

@@ -43,7 +43,7 @@ extension PostgresDatabase {
         }
     }
 
-    func keepShareKeyEnvelopes(shareId: String, ownerId: Int64, epoch: Int64, envelopes: [(accountId: Int64, envelope: Data)]) async throws -> ShareKeyKeeping {
+    func keepShareKeyEnvelopes(shareId: String, ownerId: Int64, epoch: Int64, envelopes: [(accountId: Int64, epoch: Int64, envelope: Data)]) async throws -> ShareKeyKeeping {
         try await transaction { db in
             // The share's row is the lock: its epoch does not move meanwhile, and two devices of
             // the owner never both keep the epoch's key.
@@ -52,12 +52,12 @@ extension PostgresDatabase {
             let standing = try await db.rows("""
                 SELECT envelope FROM share_key WHERE share_id = \(shareId) AND epoch = \(epoch) AND account_id = \(ownerId)
                 """).first?.get("envelope", as: Data.self)
-            let owners = envelopes.first { $0.accountId == ownerId }?.envelope
+            let owners = envelopes.first { $0.accountId == ownerId && $0.epoch == epoch }?.envelope
             if let standing, let owners, owners != standing { return .ownerKeyDiffers(standing: standing) }
             guard standing != nil || owners != nil else { return .ownerKeyMissing }
-            for (account, envelope) in envelopes where !(account == ownerId && standing != nil) {
+            for (account, sealedIn, envelope) in envelopes where account != ownerId || (sealedIn == epoch && standing == nil) {
                 _ = try await db.rows("""
-                    INSERT INTO share_key (share_id, epoch, account_id, envelope) VALUES (\(shareId), \(epoch), \(account), \(envelope))
+                    INSERT INTO share_key (share_id, epoch, account_id, envelope) VALUES (\(shareId), \(sealedIn), \(account), \(envelope))
                     ON CONFLICT (share_id, epoch, account_id) DO UPDATE SET envelope = EXCLUDED.envelope
                     """)
             }

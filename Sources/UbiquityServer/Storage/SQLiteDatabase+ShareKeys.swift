@@ -39,20 +39,20 @@ extension SQLiteDatabase {
         }
     }
 
-    func keepShareKeyEnvelopes(shareId: String, ownerId: Int64, epoch: Int64, envelopes: [(accountId: Int64, envelope: Data)]) async throws -> ShareKeyKeeping {
+    func keepShareKeyEnvelopes(shareId: String, ownerId: Int64, epoch: Int64, envelopes: [(accountId: Int64, epoch: Int64, envelope: Data)]) async throws -> ShareKeyKeeping {
         try await pool.write { db in
             let current = try Int64.fetchOne(db, sql: "SELECT epoch FROM share WHERE id = ? AND accountId = ?", arguments: [shareId, ownerId])
             guard current == epoch else { return .staleEpoch(current: current) }
             let standing = try Data.fetchOne(db, sql: "SELECT envelope FROM shareKey WHERE shareId = ? AND epoch = ? AND accountId = ?",
                                              arguments: [shareId, epoch, ownerId])
-            let owners = envelopes.first { $0.accountId == ownerId }?.envelope
+            let owners = envelopes.first { $0.accountId == ownerId && $0.epoch == epoch }?.envelope
             if let standing, let owners, owners != standing { return .ownerKeyDiffers(standing: standing) }
             guard standing != nil || owners != nil else { return .ownerKeyMissing }
-            for (account, envelope) in envelopes where !(account == ownerId && standing != nil) {
+            for (account, sealedIn, envelope) in envelopes where account != ownerId || (sealedIn == epoch && standing == nil) {
                 try db.execute(sql: """
                     INSERT INTO shareKey (shareId, epoch, accountId, envelope) VALUES (?, ?, ?, ?)
                     ON CONFLICT (shareId, epoch, accountId) DO UPDATE SET envelope = excluded.envelope
-                    """, arguments: [shareId, epoch, account, envelope])
+                    """, arguments: [shareId, sealedIn, account, envelope])
             }
             return .kept
         }

@@ -339,9 +339,10 @@ protocol SyncDatabase: Sendable {
     func shareKeyEnvelopes(shareId: String, accountId: Int64) async throws -> [(epoch: Int64, envelope: Data)]
     /// The accounts that hold an envelope of the share's key of `epoch`.
     func shareKeyHolders(shareId: String, epoch: Int64) async throws -> Set<Int64>
-    /// Keeps envelopes of the share's key of `epoch` (its current one), each to an account: the
-    /// owner's own first — the first one kept stands — and those to others once it is there.
-    func keepShareKeyEnvelopes(shareId: String, ownerId: Int64, epoch: Int64, envelopes: [(accountId: Int64, envelope: Data)]) async throws -> ShareKeyKeeping
+    /// Keeps envelopes of the share's keys, each to an account and of an epoch up to `epoch`
+    /// (the share's current one): the owner's own of `epoch` first — the first one kept stands
+    /// — and those to others once it is there.
+    func keepShareKeyEnvelopes(shareId: String, ownerId: Int64, epoch: Int64, envelopes: [(accountId: Int64, epoch: Int64, envelope: Data)]) async throws -> ShareKeyKeeping
     /// Starts the share's next epoch; the envelopes sealed to `removed` go.
     func advanceShareEpoch(shareId: String, removed: Int64?) async throws
 
