@@ -133,8 +133,10 @@ extension ChunkCodec {
         var codec = ChunkCodec(
             sealed: sealed, choosing: choosing,
             sealing: { bytes, name, unchanged in
-                if own.recognises(bytes, as: name) || own.sealing == nil { return try own.seal(bytes, as: name, unchanged: unchanged) }
-                // (Named again there: sealed with the epoch's keys that named it.)
+                // The container's own (its keys', or SHA-256 on a device that sends them in
+                // plaintext) as it would; a share's — always keyed — with the share's keys, named
+                // again there to seal it with the epoch's that named it.
+                if own.recognises(bytes, as: name) { return try own.seal(bytes, as: name, unchanged: unchanged) }
                 for share in shares where share.recognises(bytes, as: name) { return try share.seal(bytes, as: name, unchanged: false) }
                 return try own.seal(bytes, as: name, unchanged: false) // (refused: bytes no key named so)
             },

@@ -44,6 +44,18 @@ import UbiquityProtocol
             }
             #expect(opens(member, late, as: olderChunks[0].hash) && opens(older, late, as: olderChunks[0].hash), "unchanged: \(unchanged)")
         }
+        // On the owner's device: a share's chunks sealed with the share's keys, the container's
+        // with its own — and a device that sends the container's chunks in plaintext still seals
+        // the share's.
+        for container in [owners, try #require(ChunkCodec.reading(container: Self.container, rootKeys: [account]))] {
+            let both = container.alsoSealing([member])
+            let shareBody = try bytes[chunks[0].offset..<(chunks[0].offset + chunks[0].length)].withUnsafeBytes { try both.seal($0, as: chunks[0].hash) }
+            #expect(opens(member, shareBody, as: chunks[0].hash) && shareBody != bytes[chunks[0].offset..<(chunks[0].offset + chunks[0].length)])
+            let ownChunk = container.chunks(of: bytes)[0]
+            let ownBody = try bytes[ownChunk.offset..<(ownChunk.offset + ownChunk.length)].withUnsafeBytes { try both.seal($0, as: ownChunk.hash) }
+            #expect(opens(container, ownBody, as: ownChunk.hash) && opens(both, ownBody, as: ownChunk.hash) && opens(both, shareBody, as: chunks[0].hash))
+            #expect(!both.sealsPatches)
+        }
         // Another share's key of the same epoch opens nothing.
         #expect(!opens(try #require(ChunkCodec.shared([ShareKey(share: "s2", epoch: 2)])), newBody, as: chunks[0].hash))
     }
