@@ -124,15 +124,28 @@ extension AccountSession {
                 do {
                     _ = try await sharingKeys.provide(info)
                     if info.sealed == true {
-                        sealedOwned[info.container, default: [:]][info.item] = try await sharingKeys.codec(ofShare: info.id, owner: info.owner, container: info.container)
+                        sealedOwned[info.container, default: [:]][info.item] = try await sharingKeys.codec(ofShare: info.id, owner: info.owner, container: info.container,
+                                                                                                         justProvided: true)
                     }
                 } catch {
                     logger.warning("cannot give a share its key", metadata: ["share": "\(info.id)", "error": "\(error)"])
                 }
             }
-            for container in sealedOwned.keys where containers[container] == nil { _ = try? self.container(container) }
+            // (A container whose folder is here and whose engine is not running yet: its engine
+            // starts. One this device does not use stays so.)
+            for container in sealedOwned.keys where containers[container] == nil
+                && FileManager.default.fileExists(atPath: paths.container(container, account: credentials.identityToken).path) {
+                do {
+                    _ = try self.container(container)
+                } catch {
+                    logger.warning("cannot keep a container in step", metadata: ["container": "\(container)", "error": "\(error)"])
+                }
+            }
+            // (Every sealed share it owns, its keys here or not: what is sent into one whose keys
+            // are not waits for them.)
+            let sealedRoots = Dictionary(grouping: answer.owned.filter { $0.sealed == true }, by: \.container).mapValues { Set($0.map(\.item)) }
             for (container, sync) in containers where !container.contains("#") {
-                if await sync.setOwnedShareCodecs(sealedOwned[container] ?? [:]) { trigger(container) }
+                if await sync.setOwnedShareCodecs(sealedOwned[container] ?? [:], sealedRoots: sealedRoots[container] ?? []) { trigger(container) }
             }
         } while followSharesAgain
     }
@@ -244,6 +257,12 @@ extension AccountSession {
             // for deleted here if the share came back (a failure here leaves the folder).
             try store.forgetShare(scope.id, key: key)
             if unsent, fileManager.fileExists(atPath: folder.path) {
+                // Placeholders of the share's items never downloaded go: they hold nothing of the
+                // person's, and kept they named items this account cannot reach (found by
+                // `ubiquity-chaos --sealed-share`: one stayed a placeholder on the device for ever).
+                for placeholder in Materialiser.placeholdersOnDisk(in: folder, packageExtensions: sync.packageExtensions).keys {
+                    try fileManager.removeItem(at: folder.appendingPathComponent(placeholder))
+                }
                 var kept = shareNameAside(scope.name, in: sync.documents)
                 if kept.isEmpty { kept = scope.name + " " + scope.id.prefix(8) }
                 try fileManager.moveItem(at: folder, to: sync.documents.appendingPathComponent(kept))

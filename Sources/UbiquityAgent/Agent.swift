@@ -394,7 +394,12 @@ actor AccountSession {
         let sync = try ContainerSync(container: identifier, root: paths.container(identifier, account: credentials.identityToken), client: client, store: store,
                                      device: credentials.deviceId, greedy: configuration.greedy,
                                      packageExtensions: configuration.allPackageExtensions, logger: logger,
-                                     codecs: codecs, keysOutdated: { await keys.outdated() },
+                                     codecs: codecs, keysOutdated: { [weak self] in
+                                         // (The container's keys, and those of the shares it owns: a record sealed
+                                         // in an epoch not held here may be either's.)
+                                         await keys.outdated()
+                                         Task { await self?.followShares() }
+                                     },
                                      onStatusChange: { [statusChanged] in statusChanged.yield() }, account: credentials.account)
         containers[identifier] = sync
         if connected { Task { await sync.notePushes(live: true) } }

@@ -121,6 +121,13 @@ package final class AgentStore: Sendable {
                 CREATE TABLE keptShare (id TEXT PRIMARY KEY, container TEXT NOT NULL, root TEXT NOT NULL, name TEXT NOT NULL, owner TEXT NOT NULL);
                 """)
         }
+        // The top items of the sealed shares this account owns, by container: what is in them
+        // waits for their keys after a start, however long the server takes to say which they are.
+        migrator.registerMigration("v9-owned-sealed-shares") { db in
+            try db.execute(sql: """
+                CREATE TABLE ownedSealedShare (container TEXT NOT NULL, root TEXT NOT NULL, PRIMARY KEY(container, root)) WITHOUT ROWID;
+                """)
+        }
         try migrator.migrate(pool)
     }
 
@@ -452,6 +459,21 @@ extension AgentStore {
         try pool.write { db in
             try db.execute(sql: "INSERT OR REPLACE INTO keptShare (id, container, root, name, owner) VALUES (?, ?, ?, ?, ?)",
                            arguments: [scope.id, container, scope.root, scope.name, scope.owner])
+        }
+    }
+
+    /// The top items of the sealed shares this account owns in `container`, as last read.
+    package func ownedSealedShareRoots(of container: String) throws -> Set<String> {
+        try pool.read { db in Set(try String.fetchAll(db, sql: "SELECT root FROM ownedSealedShare WHERE container = ?", arguments: [container])) }
+    }
+
+    /// Records the top items of the sealed shares this account owns in `container`.
+    package func setOwnedSealedShareRoots(_ roots: Set<String>, of container: String) throws {
+        try pool.write { db in
+            try db.execute(sql: "DELETE FROM ownedSealedShare WHERE container = ?", arguments: [container])
+            for root in roots.sorted() {
+                try db.execute(sql: "INSERT INTO ownedSealedShare (container, root) VALUES (?, ?)", arguments: [container, root])
+            }
         }
     }
 

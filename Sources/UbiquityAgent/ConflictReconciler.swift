@@ -23,6 +23,12 @@ final class ConflictReconciler {
     /// describes as this device last heard): the container is not idle, and the next round
     /// fetches first.
     private(set) var owed: Set<String> = []
+    /// Items whose conflict versions failed to come down, with how many times in a row and
+    /// when they are tried again: not every round — a version whose contents cannot be opened
+    /// (damaged, or sealed with keys this device does not hold) was fetched again at every
+    /// round the download's own staging files set off, several times a second (found by
+    /// `ubiquity-chaos --sealed-share`).
+    private var retries: [String: (failures: Int, after: ContinuousClock.Instant)] = [:]
 
     /// A reconciler that knows the conflict versions `copies` are on disk (as recorded).
     init(copies: [String: Set<String>]) {
@@ -129,10 +135,15 @@ final class ConflictReconciler {
             if sync.errors[item]?.hasPrefix(Self.resolutionError) == true { sync.errors[item] = nil }
             // New conflict versions: their contents come down into the version store.
             let missing = known.subtracting(copies)
-            guard !missing.isEmpty else { continue }
+            guard !missing.isEmpty else {
+                retries[item] = nil
+                continue
+            }
+            if let retry = retries[item], retry.after > .now { continue } // (its error stands meanwhile)
             let details: ItemState
             do { details = try sync.opened(try await sync.client.item(container: sync.container, id: item)) } catch {
                 sync.downloadErrors[item] = "\(error)"
+                backOff(item)
                 continue
             }
             sync.downloadErrors[item] = nil // an earlier attempt's failure no longer stands (set again below if one fails)
@@ -171,7 +182,15 @@ final class ConflictReconciler {
                     sync.downloadErrors[item] = error.description
                 }
             }
+            if sync.downloadErrors[item] != nil { backOff(item) } else { retries[item] = nil }
         }
+    }
+
+    /// Puts off the next try of `item`'s conflict versions: a second, then twice as long each
+    /// time, at most a minute.
+    private func backOff(_ item: String) {
+        let failures = (retries[item]?.failures ?? 0) + 1
+        retries[item] = (failures, .now + .seconds(min(60, 1 << min(failures - 1, 6))))
     }
 
     /// Notes which of `items` still differ from the server's list of conflict versions (see

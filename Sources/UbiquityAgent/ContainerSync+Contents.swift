@@ -8,9 +8,15 @@ import UbiquitySync
 extension ContainerSync {
     /// Cuts the contents of the file or package at `path` into chunks (remembered for the
     /// upload) and returns their token; nil if it vanished meanwhile (a temporary renamed
-    /// away: the next scan sees what it became).
+    /// away: the next scan sees what it became) or waits for the keys of the sealed share it
+    /// is in (``waitsForShareKeys(at:)``).
     func cut(_ path: String, kind: ItemKind, scanner: LocalScanner) throws -> ContentToken? {
         guard kind != .directory else { return LocalContents.folderToken }
+        if waitsForShareKeys(at: path) {
+            errors[path] = Self.waitingForShareKeys // (looked at again once they come)
+            return nil
+        }
+        if errors[path] == Self.waitingForShareKeys { errors[path] = nil }
         let members: [LocalMember]
         do {
             members = try LocalContents.cut(root.appendingPathComponent(path), kind: kind, scanner: scanner, relative: path, codec: codec(at: path))

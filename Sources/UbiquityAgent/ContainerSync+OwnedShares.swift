@@ -12,14 +12,31 @@ import UbiquitySync
 // or moved in — is sealed again: a new revision with the same contents.
 extension ContainerSync {
     /// The codecs of the sealed shares this account owns in the container, by top item (each
-    /// made from the share's keys this device opened). Sealing again what is inside them and
-    /// not sealed with their keys yet. Returns whether they changed (a round is due).
+    /// made from the share's keys this device opened), and the top items of every sealed share
+    /// it owns here (`sealedRoots`: those whose keys are not here too). Sealing again what is
+    /// inside them and not sealed with their keys yet; what is sent into a sealed share whose
+    /// keys are not here waits for them. Returns whether they changed (a round is due).
     @discardableResult
-    package func setOwnedShareCodecs(_ codecs: [String: ChunkCodec]) async -> Bool {
-        guard share == nil, Set(codecs.keys) != Set(ownedShareCodecs.keys) || codecs.contains(where: { ownedShareCodecs[$0.key]?.heldKeys.count != $0.value.heldKeys.count }) else {
-            return false
+    package func setOwnedShareCodecs(_ codecs: [String: ChunkCodec], sealedRoots: Set<String>) async -> Bool {
+        guard share == nil else { return false }
+        let roots = sealedRoots.union(codecs.keys)
+        var changed = false
+        if roots != knownSealedRoots() {
+            do {
+                try store.setOwnedSealedShareRoots(roots, of: storeKey)
+            } catch {
+                logger.warning("cannot record which shares are sealed", metadata: ["container": "\(container)", "error": "\(error)"])
+            }
+            ownedSealedRoots = roots
+            changed = true
+        }
+        guard Set(codecs.keys) != Set(ownedShareCodecs.keys) || codecs.contains(where: { ownedShareCodecs[$0.key]?.heldKeys.count != $0.value.heldKeys.count }) else {
+            return changed
         }
         ownedShareCodecs = codecs
+        // Files that waited for a share's keys are looked at again (said again if they still wait).
+        for (key, value) in errors where value == Self.waitingForShareKeys { errors[key] = nil }
+        noteEverythingChanged()
         do {
             try await refreshCodec()
         } catch {
@@ -36,10 +53,58 @@ extension ContainerSync {
     /// the first of the folders above `parent` that is one.
     func ownedShareRoot(of item: String?, parent: String?) -> String? {
         guard !ownedShareCodecs.isEmpty else { return nil }
-        if let item, ownedShareCodecs[item] != nil { return item }
+        return enclosing(item, parent: parent) { ownedShareCodecs[$0] != nil }
+    }
+
+    /// The top item of the sealed share this account owns that `item` is in (or is) and whose
+    /// keys are not on this device, if any: what is sent into it waits until they are (after a
+    /// start, before the server said which shares are sealed; found by `ubiquity-chaos
+    /// --sealed-share`: an edit made then went sealed with the container's keys, and its
+    /// conflict version stayed unreadable to the share's other members).
+    func sealedShareWithoutKeys(of item: String, parent: String?) -> String? {
+        let roots = knownSealedRoots()
+        guard !roots.isEmpty else { return nil }
+        return enclosing(item, parent: parent) { roots.contains($0) && ownedShareCodecs[$0] == nil }
+    }
+
+    /// What a file's status says while it waits for the keys of the sealed share it is in.
+    static let waitingForShareKeys = "not sent yet: it is in a sealed share whose keys are not on this device yet"
+
+    /// Whether the file or folder at `path` (relative to the container's folder) is in a sealed
+    /// share this account owns whose keys are not on this device: it is not cut (nor sent)
+    /// until they are — cut by the container's chunker, its chunks would be sealed with keys the
+    /// share's members never hold.
+    func waitsForShareKeys(at path: String) -> Bool {
+        let roots = knownSealedRoots()
+        guard !roots.isEmpty else { return false }
+        for root in roots where ownedShareCodecs[root] == nil {
+            guard let top = files.path(of: root) else { continue }
+            if path == top || path.hasPrefix(top + "/") { return true }
+        }
+        return false
+    }
+
+    /// The top items of the sealed shares this account owns here, as last read (from the store
+    /// the first time).
+    func knownSealedRoots() -> Set<String> {
+        if let ownedSealedRoots { return ownedSealedRoots }
+        let stored: Set<String>
+        do {
+            stored = try store.ownedSealedShareRoots(of: storeKey)
+        } catch {
+            logger.warning("cannot read which shares are sealed", metadata: ["container": "\(container)", "error": "\(error)"])
+            return []
+        }
+        ownedSealedRoots = stored
+        return stored
+    }
+
+    /// `item` if `isRoot` says it is one, else the first folder above `parent` that is one.
+    private func enclosing(_ item: String?, parent: String?, isRoot: (String) -> Bool) -> String? {
+        if let item, isRoot(item) { return item }
         var current = parent, walked = 0
         while let id = current, walked < 256 {
-            if ownedShareCodecs[id] != nil { return id }
+            if isRoot(id) { return id }
             current = state.visible(id)?.parent
             walked += 1
         }
@@ -67,8 +132,10 @@ extension ContainerSync {
     /// it), else with the container's; as it is when this device does not seal.
     func sealedRecord(_ update: ItemUpdate, of item: String, manifest: Manifest) throws -> ItemUpdate {
         if let root = ownedShareRoot(of: item, parent: update.parent), let records = ownedShareCodecs[root]?.records {
-            // Contents cut before the share's keys were here (just after a start): sent as they
-            // are, then cut again by the share's chunker and sent as a new revision.
+            // Contents cut before the share's keys were here (a change made as the folder was
+            // shared): sent as they are, then cut again by the share's chunker and sent as a
+            // new revision. (A file in a sealed share known here is not cut until its keys are:
+            // see ``cut(_:kind:scanner:)``.)
             if update.kind != .directory, !manifest.allChunks.isEmpty, !sharesCut.contains(LocalContents.token(manifest, kind: update.kind)) {
                 recutDue.insert(item)
             }
@@ -83,6 +150,9 @@ extension ContainerSync {
             var sealed = try records.sealed(top, item: item, manifest: manifest)
             sealed.parent = update.parent
             return sealed
+        }
+        if sealedShareWithoutKeys(of: item, parent: update.parent) != nil {
+            throw ContainerSyncError("it is in a sealed share whose keys are not on this device yet: it is sent once they are", code: .failed)
         }
         guard let records = codec.records, records.seals else { return update }
         return try records.sealed(update, item: item, manifest: manifest)
@@ -178,7 +248,15 @@ extension ContainerSync {
             if (remote.kind ?? .file) == .directory {
                 state.rename(item: item, to: remote.name, date: remote.modificationDate ?? Date().timeIntervalSince1970)
             } else if let path = files.path(of: item), let file = files.file(of: item) {
-                cutAgain(file, at: path)
+                if file.content == remote.content && sharesCut.contains(file.content) {
+                    // Cut by the share's chunker already (its chunks sealed with the share's
+                    // keys), its record not: the record goes again (found by `ubiquity-chaos
+                    // --sealed-share`: a file moved in just before a restart was cut again,
+                    // unchanged, every round, and never sent).
+                    state.rename(item: item, to: remote.name, date: remote.modificationDate ?? Date().timeIntervalSince1970)
+                } else {
+                    cutAgain(file, at: path)
+                }
             } else {
                 continue // not here yet
             }

@@ -62,8 +62,9 @@ package actor ContainerSync {
     package internal(set) var sharedRoots: Set<String> = []
     /// The codecs of the sealed shares this account owns here, by top item; the items in them
     /// to seal again with their keys, those not known to be, the contents their codecs cut and
-    /// the files sent with contents cut otherwise (``setOwnedShareCodecs(_:)``).
-    var (ownedShareCodecs, resealDue, sealingUnknown, sharesCut, recutDue): ([String: ChunkCodec], Set<String>, Set<String>, Set<ContentToken>, Set<String>) = ([:], [], [], [], [])
+    /// the files sent with contents cut otherwise, and the top items of every sealed share it owns
+    /// here as last read (kept in the store; nil: not read from it yet) (``setOwnedShareCodecs(_:sealedRoots:)``).
+    var (ownedShareCodecs, resealDue, sealingUnknown, sharesCut, recutDue, ownedSealedRoots): ([String: ChunkCodec], Set<String>, Set<String>, Set<ContentToken>, Set<String>, Set<String>?) = ([:], [], [], [], [], nil)
     /// Whether the share this engine keeps is read-only for this account (see ``setReadOnly(_:)``).
     package internal(set) var readOnly = false
     /// Why changes made here were not sent, by path: a read-only share's (``keepRefused(_:)``),

@@ -433,9 +433,19 @@ struct ServerStorage: Sendable {
         }
         try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         keepPrivate(dataDirectory, logger: logger)
+        prepareDatabaseFile(dataDirectory + "/ubiquity.sqlite", logger: logger)
         let database = try SQLiteDatabase(path: dataDirectory + "/ubiquity.sqlite")
-        for file in ["ubiquity.sqlite", "ubiquity.sqlite-wal", "ubiquity.sqlite-shm"] { keepPrivate(dataDirectory + "/" + file, logger: logger) }
-        return ServerStorage(database: database, chunks: try FileChunkStore(directory: dataDirectory + "/chunks"))
+        return ServerStorage(database: database, chunks: try FileChunkStore(directory: dataDirectory + "/chunks", logger: logger))
+    }
+
+    /// Makes the SQLite database at `path` this user's alone before SQLite opens it: created
+    /// empty with mode 0600 if missing — SQLite gives its `-wal` and `-shm` files the
+    /// database's mode, so none of them is ever readable by others, whatever the umask (the
+    /// chunk index was made 0644 under umask 022) — and an older one's files tightened.
+    static func prepareDatabaseFile(_ path: String, logger: Logger) {
+        let made = Glibc.open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        if made >= 0 { close(made) } // (SQLite takes an empty file for a new database)
+        for file in [path, path + "-wal", path + "-shm"] { keepPrivate(file, logger: logger) }
     }
 
     /// Makes the data directory (0700) and the database's files (0600) this user's alone — what

@@ -34,7 +34,9 @@ struct RunningAgents {
             let root = URL(fileURLWithPath: dir).appendingPathComponent(name)
             let home = UbiquityPaths(configuration: root.appendingPathComponent("config"), data: root.appendingPathComponent("data"), runtime: root.appendingPathComponent("run"))
             try await SyncClient(server: server.url).signIn(account: accounts[name] ?? "ada", password: "correct horse", deviceName: name, savingTo: home)
-            let agent = Agent(paths: home, configuration: AgentConfiguration(containers: containers, greedy: greedy, rescanSeconds: rescanSeconds, sealedContents: sealedContents), logger: agentLogger ?? logger)
+            var named = agentLogger ?? logger
+            named[metadataKey: "device"] = "\(name)" // (whose line it is, in a shared log)
+            let agent = Agent(paths: home, configuration: AgentConfiguration(containers: containers, greedy: greedy, rescanSeconds: rescanSeconds, sealedContents: sealedContents), logger: named)
             agents.append(Task { try await agent.run() })
             paths.append(home)
         }

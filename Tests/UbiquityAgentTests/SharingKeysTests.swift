@@ -1,5 +1,4 @@
 import Foundation
-import Logging
 import Testing
 import UbiquityAgentProtocol
 import UbiquityClient
@@ -31,13 +30,6 @@ import UbiquityTestSupport
             try await Task.sleep(for: .milliseconds(500))
         }
         return last
-    }
-
-    static var debugLogger: Logger? {
-        guard ProcessInfo.processInfo.environment["SHARE_DEBUG"] != nil else { return nil }
-        var logger = Logger(label: "agent") { StreamLogHandler.standardError(label: $0) }
-        logger.logLevel = .info
-        return logger
     }
 
     /// New random public keys (what a server would put in someone's name).
@@ -133,7 +125,7 @@ import UbiquityTestSupport
         let dir = NSTemporaryDirectory() + "sealed-share-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let running = try await RunningAgents.start(["ada-laptop", "ada-phone", "bob-laptop", "bob-phone"], containers: [notes], in: dir, greedy: true,
-                                                    sealedContents: true, agentLogger: Self.debugLogger, accounts: ["bob-laptop": "bob", "bob-phone": "bob"],
+                                                    sealedContents: true, accounts: ["bob-laptop": "bob", "bob-phone": "bob"],
                                                     sealedShares: true)
         defer { running.stop() }
         let (devices, documents) = try await running.connectedDevices(containers: [notes])

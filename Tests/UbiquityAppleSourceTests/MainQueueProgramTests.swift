@@ -87,7 +87,7 @@ enum EntryPoint: String, CaseIterable, Sendable, CustomTestStringConvertible {
         }
         try credentials(identity: "identity-bob").save(to: paths)
 
-        let ended = await program.waitFor({ $0 == "done" || $0.hasPrefix("failures") })
+        let ended = await program.waitFor(timeout: 360, { $0 == "done" || $0.hasPrefix("failures") })
         let lines = program.transcript
         #expect(!lines.contains { $0.hasPrefix("failed") }, "\(lines.filter { $0.hasPrefix("failed") })")
         #expect(ended == "done", "\(entry) with observers on \(queue): \(lines.filter { !$0.hasPrefix("ok") && !$0.contains("queue=right") })")

@@ -152,6 +152,17 @@ extension ChunkIntegrityTests {
             // Its own containers' chunks, also one another container names too: read.
             #expect(Array(buffer: try await client.send(.get, "/v1/chunks/\(sha256(shared))", token: notesOnly.token).body) == shared)
             #expect(try await client.send(.post, "/v1/chunks/fetch", token: notesOnly.token, json: ChunkFetchRequest(hashes: [sha256(own), sha256(shared)])).status == .ok)
+            // Asked whether it is there, the same: absent — sent again, it is kept once, and
+            // once an item of its own containers names it, there.
+            func missing(_ hashes: [String]) async throws -> [String] {
+                try await client.send(.post, "/v1/chunks/missing", token: notesOnly.token, json: MissingChunksRequest(hashes: hashes)).decode(MissingChunksResponse.self).missing
+            }
+            #expect(try await missing([hash, sha256(shared), sha256(own)]) == [hash])
+            #expect(try await client.upload(secret, token: notesOnly.token).status == .created)
+            #expect(try await missing([hash]) == [hash])
+            _ = try await client.commit(notes, "copied", fileUpdate("Copied.jpg", [secret]), token: notesOnly.token)
+            #expect(try await missing([hash]) == [])
+            #expect(try await client.send(.post, "/v1/chunks/missing", token: laptop.token, json: MissingChunksRequest(hashes: [hash])).decode(MissingChunksResponse.self).missing == [])
             // A token for every container reads all.
             #expect(Array(buffer: try await client.send(.get, "/v1/chunks/\(hash)", token: laptop.token).body) == secret)
         }

@@ -472,6 +472,8 @@ import UbiquityProtocol
     /// The data directory and the database files are the server's user's alone (they hold
     /// everyone's documents and the password hashes); a directory left looser is tightened.
     @Test func theDataIsPrivate() async throws {
+        let umasked = umask(0o022)
+        defer { umask(umasked) }
         let directory = NSTemporaryDirectory() + "ubiquity-private-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: directory) }
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o755])
@@ -483,6 +485,13 @@ import UbiquityProtocol
         func mode(_ path: String) -> Int? { (try? FileManager.default.attributesOfItem(atPath: directory + path)[.posixPermissions] as? Int) ?? nil }
         #expect(mode("") == 0o700 && mode("/ubiquity.sqlite") == 0o600 && mode("/chunks") == 0o700)
         for file in ["/ubiquity.sqlite-wal", "/ubiquity.sqlite-shm"] { #expect(mode(file) == nil || mode(file) == 0o600, "\(file)") }
+        // Every file the server wrote — the chunk index and its journals, the packs — whatever
+        // the umask (the test runs under 022, which left the chunk index 0644).
+        let walked = FileManager.default.enumerator(atPath: directory)?.allObjects.compactMap { $0 as? String } ?? []
+        #expect(walked.contains("chunks/index.sqlite"))
+        for path in walked {
+            #expect(mode("/" + path).map { $0 & 0o077 == 0 } == true, "\(path) is mode \(String(mode("/" + path) ?? 0, radix: 8))")
+        }
     }
 
     @Test func healthAnswersHead() async throws {

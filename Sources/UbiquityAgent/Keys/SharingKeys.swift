@@ -144,9 +144,10 @@ actor SharingKeys {
     /// The share's keys this account holds, every epoch's, opened — sealed by its owner's
     /// identity, which must not have changed since it was pinned.
     /// - Throws: ``Refusal`` for an owner's key that changed; what the server answered.
-    func keys(of share: String, owner: String) async throws -> [UInt32: ShareKey] {
+    func keys(of share: String, owner: String, answer read: ShareKeysResponse? = nil) async throws -> [UInt32: ShareKey] {
         guard let own = try await ownIdentity() else { return [:] }
-        let answer = try await client.shareKeys(share)
+        let answer: ShareKeysResponse
+        if let read { answer = read } else { answer = try await client.shareKeys(share) }
         guard answer.share == share, answer.owner == owner else { throw Refusal(description: "the server answered for another share") }
         let sealer: SharingIdentity
         if owner == account {
@@ -182,7 +183,7 @@ actor SharingKeys {
         for _ in 0..<3 {
             let answer = try await client.shareKeys(share.id)
             guard let epoch = UInt32(exactly: answer.epoch) else { throw Refusal(description: "the server named an epoch out of range") }
-            var held = try await keys(of: share.id, owner: account)
+            var held = try await keys(of: share.id, owner: account, answer: answer)
             var envelopes: [ShareKeyEnvelopeRecord] = []
             if held[epoch] == nil {
                 let made = ShareKey(share: share.id, epoch: epoch)
@@ -249,10 +250,14 @@ actor SharingKeys {
     /// every one's opening.
     /// - Throws: ``Refusal`` while this account holds no key of the share (its owner's device
     ///   has not sealed one to it yet, or the owner's key changed: nothing is synced until then).
-    func codec(ofShare share: String, owner: String, container: String) async throws -> ChunkCodec {
+    /// `justProvided`: ``provide(_:)`` read the share's keys a moment ago (what it opened is
+    /// used, not read again).
+    func codec(ofShare share: String, owner: String, container: String, justProvided: Bool = false) async throws -> ChunkCodec {
         guard sealedShares.contains(share) else { return .plain }
         if let made = codecs[share] { return made }
-        let keys = Array(try await keys(of: share, owner: owner).values)
+        let held: [UInt32: ShareKey]
+        if justProvided, let opened = opened[share] { held = opened } else { held = try await keys(of: share, owner: owner) }
+        let keys = Array(held.values)
         // The owner's devices open what the container's keys sealed too (what was sealed before
         // the item was shared, or before the share's keys reached a device); a participant's
         // pass over a conflict version sealed so.

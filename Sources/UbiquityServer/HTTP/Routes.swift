@@ -244,7 +244,7 @@ extension SyncServices {
             let asked = try await request.decode(as: MissingChunksRequest.self, context: context)
             guard asked.hashes.count <= 100_000 else { throw SyncError.badRequest("tooMany", "at most 100,000 hashes per request") }
             for hash in asked.hashes { try Validate.hash(hash) }
-            return MissingChunksResponse(missing: try await database.missingChunks(accountId: device.accountId, hashes: asked.hashes))
+            return MissingChunksResponse(missing: try await missingChunks(asked.hashes, of: device))
         }
         chunks.put(":hash") { request, context -> Response in
             let device = try context.requireDevice()

@@ -1,5 +1,6 @@
 import Crypto
 import Foundation
+import Logging
 import GRDB
 import Hummingbird
 import NIOPosix
@@ -148,10 +149,12 @@ struct FileChunkStore: ChunkStorage {
     let freshPacks: FreshPacks
 
     /// The store in `directory` (made if missing), remembering the packs it writes in `freshPacks`.
-    init(directory: String, freshPacks: FreshPacks = FreshPacks()) throws {
+    init(directory: String, freshPacks: FreshPacks = FreshPacks(), logger: Logger = Logger(label: "ubiquity.server")) throws {
         self.directory = directory
         self.freshPacks = freshPacks
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        ServerStorage.keepPrivate(directory, logger: logger)
+        ServerStorage.prepareDatabaseFile(directory + "/index.sqlite", logger: logger)
         var configuration = Configuration()
         configuration.busyMode = .timeout(10)
         // What is deleted is overwritten (the names of plaintext chunks sealed in place go).

@@ -179,6 +179,9 @@ extension AppleApp {
         try database.synchronize()
     }
 
+    /// How long a step waits for the test (playing the agent) to do its part.
+    static let testsTurn: Double = 150
+
     /// The key-value store: a change from another device (which the test, playing the agent,
     /// writes once told the app is ready).
     func keyValueStoreSteps() async {
@@ -188,7 +191,9 @@ extension AppleApp {
         check(store.synchronize(), "key-value-store-synchronized")
         let mark = ear.count("key-value-store-changed-externally")
         Self.say("ready key-value-store")
-        await expect("key-value-store-changed-externally", after: mark)
+        // The test writes the change once it reads "ready": under a full suite's load its
+        // process can take far longer than a user's agent would (a CI run missed it in 30 s).
+        await expect("key-value-store-changed-externally", after: mark, within: Self.testsTurn)
     }
 
     /// The identity token: signing in as another account (which the test does once told).
@@ -197,6 +202,6 @@ extension AppleApp {
         check(FileManager.default.ubiquityIdentityToken != nil, "signed-in")
         let mark = ear.count("identity-did-change")
         Self.say("ready identity")
-        await expect("identity-did-change", after: mark)
+        await expect("identity-did-change", after: mark, within: Self.testsTurn)
     }
 }
