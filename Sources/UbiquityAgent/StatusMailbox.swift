@@ -1,5 +1,5 @@
 import UbiquityAgentProtocol
-import UbiquityFiles
+@_spi(UbiquityInternal) import UbiquityFiles
 
 /// What one client following a container's statuses (`watch`) has not been sent yet: statuses
 /// merged by path, a newer one of an item replacing the older (a ``CoalescingMailbox``). However

@@ -5,20 +5,38 @@ import Synchronization
 /// reader falls, what waits is at most one value per key, and the reader takes all of them at
 /// once, in the order their keys were first posted. The server's push connections
 /// (`PushMailbox`) and the agent's status watchers (`StatusMailbox`) are made of one.
-package final class CoalescingMailbox<Key: Hashable & Sendable, Value: Sendable>: Sendable {
-    private struct State {
-        var pending: [Key: Value] = [:]
-        var order: [Key] = []
+///
+/// Posting is inlinable, so each module that posts has it specialized for its types: the
+/// server posts once per connected device for every commit, and the generic code, called from
+/// another module, spent most of that time looking up its types' metadata (a thousand devices'
+/// posts took about 10 ms a commit — `ubiquity-load`, issue 49).
+@_spi(UbiquityInternal) public final class CoalescingMailbox<Key: Hashable & Sendable, Value: Sendable>: Sendable {
+    @usableFromInline
+    struct State {
+        @usableFromInline var pending: [Key: Value] = [:]
+        @usableFromInline var order: [Key] = []
         /// The next ``next(notBefore:)`` answers even with nothing waiting.
-        var due = false
-        var waiter: CheckedContinuation<Void, Never>?
-        var finished = false
+        @usableFromInline var due = false
+        @usableFromInline var waiter: CheckedContinuation<Void, Never>?
+        @usableFromInline var finished = false
 
-        var isReady: Bool { !order.isEmpty || due }
+        @inlinable init() {}
+
+        @inlinable var isReady: Bool { !order.isEmpty || due }
+
+        /// Adds `value` under `key`, merged with one waiting under it.
+        @inlinable mutating func add(_ value: Value, for key: Key, merge: (Value, Value) -> Value) {
+            if let earlier = pending[key] {
+                pending[key] = merge(earlier, value)
+            } else {
+                pending[key] = value
+                order.append(key)
+            }
+        }
     }
 
-    private let state = Mutex(State())
-    private let merge: @Sendable (_ earlier: Value, _ later: Value) -> Value
+    @usableFromInline let state = Mutex(State())
+    @usableFromInline let merge: @Sendable (_ earlier: Value, _ later: Value) -> Value
 
     /// An empty mailbox; `merge` makes one value of two posted for the same key.
     package init(merge: @escaping @Sendable (_ earlier: Value, _ later: Value) -> Value = { $1 }) {
@@ -26,24 +44,23 @@ package final class CoalescingMailbox<Key: Hashable & Sendable, Value: Sendable>
     }
 
     /// Leaves values for the reader (nothing once finished).
-    package func post(_ values: some Sequence<(key: Key, value: Value)>) {
+    @inlinable
+    @_spi(UbiquityInternal) public func post(_ values: some Sequence<(key: Key, value: Value)>) {
         changeAndWake { state in
             guard !state.finished else { return false }
-            for (key, value) in values {
-                if let earlier = state.pending[key] {
-                    state.pending[key] = merge(earlier, value)
-                } else {
-                    state.pending[key] = value
-                    state.order.append(key)
-                }
-            }
+            for (key, value) in values { state.add(value, for: key, merge: merge) }
             return state.isReady
         }
     }
 
     /// Leaves one value for the reader.
-    package func post(_ value: Value, for key: Key) {
-        post(CollectionOfOne((key: key, value: value)))
+    @inlinable
+    @_spi(UbiquityInternal) public func post(_ value: Value, for key: Key) {
+        changeAndWake { state in
+            guard !state.finished else { return false }
+            state.add(value, for: key, merge: merge)
+            return state.isReady
+        }
     }
 
     /// Makes the next ``next(notBefore:)`` answer at once, even with nothing waiting.
@@ -63,7 +80,8 @@ package final class CoalescingMailbox<Key: Hashable & Sendable, Value: Sendable>
     }
 
     /// Applies `change`; when it says so, the waiting reader (if any) is resumed (outside the lock).
-    private func changeAndWake(_ change: (inout State) -> Bool) {
+    @inlinable
+    func changeAndWake(_ change: (inout State) -> Bool) {
         let waiter = state.withLock { state -> CheckedContinuation<Void, Never>? in
             guard change(&state) else { return nil }
             defer { state.waiter = nil }

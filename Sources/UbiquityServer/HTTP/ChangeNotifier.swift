@@ -3,7 +3,7 @@ import Foundation
 import NIOCore
 import NIOFoundationCompat
 import Synchronization
-import UbiquityFiles
+@_spi(UbiquityInternal) import UbiquityFiles
 import UbiquityProtocol
 
 /// The events waiting for one connected device, coalesced: of several changes to a container
@@ -39,7 +39,18 @@ final class PushMailbox: Sendable {
 
     /// Leaves an event already encoded (``message(_:)``) for the device.
     func post(_ delivery: Delivery) {
-        waiting.post(delivery, for: "\(delivery.event.type)\u{0}\(delivery.event.container ?? "")")
+        post(delivery, key: Self.key(of: delivery.event))
+    }
+
+    /// Leaves an event already encoded for the device under its ``key(of:)`` (made once for
+    /// every device an event goes to).
+    func post(_ delivery: Delivery, key: String) {
+        waiting.post(delivery, for: key)
+    }
+
+    /// What an event waits under: its kind and container (a later one of both replaces it).
+    static func key(of event: PushEvent) -> String {
+        "\(event.type)\u{0}\(event.container ?? "")"
     }
 
     /// An event as the push message's JSON text.
@@ -136,17 +147,18 @@ final class ChangeNotifier: Sendable {
         // Each form of the page is encoded once, for every device that takes it.
         var withContents: PushMailbox.Delivery?, withoutContents: PushMailbox.Delivery?
         let largest = page?.contents.values.map(\.count).max()
+        let key = PushMailbox.key(of: event)
         for target in targets {
             guard target.pages, let page else {
-                target.mailbox.post(delivery)
+                target.mailbox.post(delivery, key: key)
                 continue
             }
             if let largest, target.inline >= largest {
                 if withContents == nil { withContents = Self.delivery(event, page, contents: true) ?? delivery }
-                target.mailbox.post(withContents ?? delivery)
+                target.mailbox.post(withContents ?? delivery, key: key)
             } else {
                 if withoutContents == nil { withoutContents = Self.delivery(event, page, contents: false) ?? delivery }
-                target.mailbox.post(withoutContents ?? delivery)
+                target.mailbox.post(withoutContents ?? delivery, key: key)
             }
         }
     }
