@@ -391,15 +391,12 @@ actor AccountSession {
         // Sealed under Advanced always, under Standard when the settings say so.
         let keys = self.keys, sealing = configuration.sealedContents
         let codecs: @Sendable (String) async throws -> ChunkCodec = { container in try await keys.codec(of: container, sealing: sealing) }
+        // (A record sealed in an epoch not held here is the container's or a share's: both are read again.)
+        let outdated: @Sendable () async -> Void = { [weak self] in await keys.outdated(); Task { await self?.followShares() } }
         let sync = try ContainerSync(container: identifier, root: paths.container(identifier, account: credentials.identityToken), client: client, store: store,
                                      device: credentials.deviceId, greedy: configuration.greedy,
                                      packageExtensions: configuration.allPackageExtensions, logger: logger,
-                                     codecs: codecs, keysOutdated: { [weak self] in
-                                         // (The container's keys, and those of the shares it owns: a record sealed
-                                         // in an epoch not held here may be either's.)
-                                         await keys.outdated()
-                                         Task { await self?.followShares() }
-                                     },
+                                     codecs: codecs, keysOutdated: outdated,
                                      onStatusChange: { [statusChanged] in statusChanged.yield() }, account: credentials.account)
         containers[identifier] = sync
         if connected { Task { await sync.notePushes(live: true) } }

@@ -269,6 +269,14 @@ extension ContainerSync {
         }
     }
 
+    /// A change of `item` was answered: if it was due to be sealed again with its share's keys,
+    /// whether the server now holds it so is asked at the next round (a terse answer does not
+    /// say; due until then, it was sealed again every round — found by `SharingKeysTests`: the
+    /// extra revisions made a member's edit a conflict version).
+    func noteSentAgain(_ item: String) {
+        if resealDue.remove(item) != nil { sealingUnknown.insert(item) }
+    }
+
     /// Has the next look at the folder take the file at `path` for changed: cut by the share's
     /// chunker, its contents are new (the same bytes, sealed with the share's keys).
     private func cutAgain(_ file: AgentStore.File, at path: String) {

@@ -142,11 +142,7 @@ struct Uploader {
                                                  revision: entry.answer.revision, base: entry.change.base, deleted: entry.change.deleted,
                                                  conflict: entry.answer.outcome == "conflict", sequence: entry.answer.item.sequence))
             sync.errors[entry.change.item] = nil
-            // An item of an owned sealed share that was due to be sealed again: whether the server
-            // now holds it sealed with the share's key is asked at the next round (a terse answer
-            // does not say; due until then, it was sealed again every round — found by
-            // `SharingKeysTests`: the extra revisions made a member's edit a conflict version).
-            if sync.resealDue.remove(entry.change.item) != nil { sync.sealingUnknown.insert(entry.change.item) }
+            sync.noteSentAgain(entry.change.item)
             if let path = sync.files.path(of: entry.change.item) {
                 sync.noteAttributes([.ubiquitousItemIsUploadedKey, .ubiquitousItemIsUploadingKey], at: path)
             }
