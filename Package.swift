@@ -81,11 +81,26 @@ let package = Package(
             ]
         ),
 
+        // An S3-compatible object store's client (issue 47): Signature V4, conditional PUT, ranged
+        // GET, HEAD, DELETE, batch delete, ListObjectsV2. The server's; never the core libraries'.
+        .target(
+            name: "UbiquityObjectStore",
+            dependencies: [
+                logging,
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOFoundationCompat", package: "swift-nio"),
+            ]
+        ),
+
         // The sync server: accounts, devices, containers, items, revisions, chunks (iCloud's role).
         .target(
             name: "UbiquityServer",
             dependencies: [
                 "UbiquityFiles",
+                "UbiquityObjectStore",
                 "UbiquityKeys",
                 "UbiquityProtocol",
                 "UbiquitySync",
@@ -157,6 +172,7 @@ let package = Package(
         .testTarget(name: "UbiquityKeysTests", dependencies: ["UbiquityKeys", "UbiquityTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "UbiquitySyncTests", dependencies: ["UbiquitySync", "UbiquityProtocol", "UbiquityKeys", "UbiquityTestSupport", .product(name: "Crypto", package: "swift-crypto")]),
         .testTarget(name: "UbiquityAgentProtocolTests", dependencies: ["UbiquityAgentProtocol"]),
+        .testTarget(name: "UbiquityObjectStoreTests", dependencies: ["UbiquityObjectStore", "UbiquityTestSupport", logging, .product(name: "NIOCore", package: "swift-nio")]),
         .testTarget(name: "UbiquityClientTests", dependencies: ["UbiquityClient", "UbiquityTestSupport"]),
         .testTarget(name: "UbiquityQueryTests", dependencies: ["UbiquityQuery", "UbiquityClient", "UbiquityTestSupport"]),
         .testTarget(
@@ -179,6 +195,7 @@ let package = Package(
             name: "UbiquityServerTests",
             dependencies: [
                 "UbiquityServer",
+                "UbiquityObjectStore",
                 "UbiquityKeys",
                 "UbiquityProtocol",
                 "UbiquitySync",

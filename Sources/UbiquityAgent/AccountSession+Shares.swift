@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import UbiquityCoordination
 import UbiquityClient
 import UbiquityProtocol
 import UbiquitySync
@@ -266,6 +267,7 @@ extension AccountSession {
                 var kept = shareNameAside(scope.name, in: sync.documents)
                 if kept.isEmpty { kept = scope.name + " " + scope.id.prefix(8) }
                 try fileManager.moveItem(at: folder, to: sync.documents.appendingPathComponent(kept))
+                NSFileVersion.removeThisProcessStaging(under: sync.documents.appendingPathComponent(kept))
                 logger.notice("a share's access ended with changes not sent: kept as this account's own", metadata: ["container": "\(container)", "share": "\(scope.id)"])
             } else if fileManager.fileExists(atPath: folder.path) {
                 try fileManager.removeItem(at: folder)

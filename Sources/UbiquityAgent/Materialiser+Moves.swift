@@ -3,14 +3,17 @@ import UbiquityCoordination
 
 extension Materialiser {
     /// Moves a file, package or folder (with everything in it) to `path`, as a coordinated move.
-    /// Returns false if it must wait for its folder to be made; a local item of that name is
-    /// said in ``errors`` (the server settles the clash).
+    /// Returns false if it must wait: for its folder to be made, or for a local item of that
+    /// name (said in ``errors``) to go — the server settles a clash, or that item moves on; the
+    /// move is tried again each round until then (tried once and dropped, it never came when
+    /// the name was freed by another item's move — found by `ubiquity-chaos --sealed-share`
+    /// seed 12).
     @discardableResult
     func relocate(_ file: AgentStore.File, to path: String, in sync: isolated ContainerSync) async throws -> Bool {
         let from = sync.root.appendingPathComponent(file.path), to = sync.root.appendingPathComponent(path)
         guard !FileManager.default.fileExists(atPath: to.path) else {
             sync.errors[file.item] = "cannot move \(file.path) to \(path): a local item has that name"
-            return true
+            return false
         }
         guard FileManager.default.fileExists(atPath: to.deletingLastPathComponent().path) else { return false } // its folder comes first
         let scanner = sync.scanner, recorded = file.fingerprint, oldPath = file.path

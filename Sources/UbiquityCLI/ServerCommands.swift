@@ -20,9 +20,27 @@ struct StorageOptions: ParsableArguments {
         discussion: "The password may come from PGPASSWORD rather than the URL."))
     var database: String?
 
+    @Option(name: .long, help: ArgumentHelp(
+        "Keep chunk contents in an S3-compatible object store: http[s]://HOST[:PORT]/BUCKET[/PREFIX][?region=R&style=path|virtual]. Needs --database.",
+        discussion: "Credentials come from AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (and AWS_SESSION_TOKEN), or --object-store-credentials; never from a flag."))
+    var objectStore: String?
+
+    @Option(name: .long, help: "A credentials file in AWS's shared form ([default] aws_access_key_id = …, aws_secret_access_key = …), readable by its owner only.")
+    var objectStoreCredentials: String?
+
+    /// The object store's settings, when one is given.
+    func objectStoreSettings() throws -> ObjectStoreSettings? {
+        guard let objectStore else {
+            if objectStoreCredentials != nil { throw ValidationError("--object-store-credentials needs --object-store") }
+            return nil
+        }
+        guard database != nil else { throw ValidationError("--object-store keeps its index in PostgreSQL: give --database postgres://… too") }
+        return try ObjectStoreSettings(url: objectStore, credentialsFile: objectStoreCredentials)
+    }
+
     /// Runs `body` with the server's administration, then closes its connections.
     func withAdministration<T: Sendable>(_ body: (ServerAdministration) async throws -> T) async throws -> T {
-        let admin = try await ServerAdministration(dataDirectory: data, database: database)
+        let admin = try await ServerAdministration(dataDirectory: data, database: database, objectStore: try objectStoreSettings())
         do {
             let result = try await body(admin)
             await admin.close()
@@ -36,7 +54,9 @@ struct StorageOptions: ParsableArguments {
     /// How the storage shows in messages (no password).
     var shown: String {
         guard let database else { return "data: \(data)" }
-        return "database: " + ((try? PostgresLocation(url: database).redacted) ?? "postgres")
+        let shown = "database: " + ((try? PostgresLocation(url: database).redacted) ?? "postgres")
+        guard let objectStore else { return shown }
+        return shown + ", object store: " + (ObjectStoreSettings.shown(objectStore) ?? "(not a URL)")
     }
 }
 
@@ -115,6 +135,7 @@ struct ServeCommand: AsyncParsableCommand {
         logger.logLevel = level
         var configuration = SyncServer.Configuration(dataDirectory: storage.data, host: host, port: port)
         configuration.database = storage.database
+        configuration.objectStore = try storage.objectStoreSettings()
         configuration.escrowKeyFile = escrowKey
         configuration.retention = retentionDays * 86_400
         guard sealInPlaceMinutes >= 0 else { throw ValidationError("--seal-in-place-minutes is 0 or more") }
@@ -382,6 +403,9 @@ struct CheckCommand: AsyncParsableCommand {
             for line in lines.prefix(20) { print("  \(line)") }
             if lines.count > 20 { print("  … and \(lines.count - 20) more") }
         }
+        if let listed = report.objectsListed { print("listed \(listed) object(s) in the object store") }
+        say("live pack(s) whose object is missing", report.missingPacks)
+        say("object(s) no pack names, older than a day", report.unnamedObjects)
         say("damaged chunk(s)", report.damaged.map { "account \($0.account) \($0.hash) (\($0.size) bytes)" })
         say("missing chunk(s)", report.missing.map { "account \($0.account) \($0.hash) (\($0.size) bytes)" })
         say("unreferenced chunk(s)", report.unreferenced.map { "account \($0.account) \($0.hash) (\($0.size) bytes)" })

@@ -19,7 +19,7 @@ struct UbiquityCommand: AsyncParsableCommand {
         commandName: "ubiquity",
         abstract: "Apple's document architecture and iCloud-style document sync for Swift on Linux.",
         version: UbiquityVersion.current,
-        subcommands: [DemoCommand.self, VersionsCommand.self, ResolveCommand.self, ServeCommand.self, AccountCommand.self, DeviceCommand.self, RecoverCommand.self, GarbageCommand.self, CheckCommand.self, SealInPlaceCommand.self, LoginCommand.self, LogoutCommand.self, StatusCommand.self, AgentCommand.self, ListCommand.self, DownloadCommand.self, EvictCommand.self, PublishCommand.self, ShareCommand.self, SharesCommand.self, FindCommand.self, KeyValueCommand.self, ActivitiesCommand.self, ProtectionCommand.self, DevicesCommand.self, RecoveryKeyCommand.self]
+        subcommands: [DemoCommand.self, VersionsCommand.self, ResolveCommand.self, ServeCommand.self, AccountCommand.self, DeviceCommand.self, RecoverCommand.self, GarbageCommand.self, CheckCommand.self, StorageCommand.self, SealInPlaceCommand.self, LoginCommand.self, LogoutCommand.self, StatusCommand.self, AgentCommand.self, ListCommand.self, DownloadCommand.self, EvictCommand.self, PublishCommand.self, ShareCommand.self, SharesCommand.self, FindCommand.self, KeyValueCommand.self, ActivitiesCommand.self, ProtectionCommand.self, DevicesCommand.self, RecoveryKeyCommand.self]
     )
 }
 

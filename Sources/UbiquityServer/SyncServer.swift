@@ -4,6 +4,7 @@ import NIOCore
 import ServiceLifecycle
 import UbiquityProtocol
 import UbiquitySync
+import UbiquityObjectStore
 import Hummingbird
 import HummingbirdBcrypt
 import HummingbirdCore
@@ -63,6 +64,9 @@ package struct SyncServer: Sendable {
         /// Whether items sealed with their account's keys may be shared (`--sealed-shares`:
         /// docs/Sharing.md, "Keys"). Default false: refused with 409 `sealedShare`.
         package var sealedShares = false
+        /// Chunk contents in an S3-compatible object store instead of the database's rows
+        /// (`--object-store`; needs ``database``). Default nil.
+        package var objectStore: ObjectStoreSettings?
 
         /// Where the escrow key's file is.
         package var escrowKeyPath: String { escrowKeyFile ?? (dataDirectory as NSString).appendingPathComponent("escrow.key") }
@@ -91,7 +95,7 @@ package struct SyncServer: Sendable {
     package init(configuration: Configuration, logger: Logger = Logger(label: "ubiquity.server")) async throws {
         self.configuration = configuration
         self.logger = logger
-        storage = try await ServerStorage.open(dataDirectory: configuration.dataDirectory, database: configuration.database, logger: logger)
+        storage = try await ServerStorage.open(dataDirectory: configuration.dataDirectory, database: configuration.database, objectStore: configuration.objectStore, logger: logger)
         let escrow = try await Self.openEscrow(configuration: configuration, database: storage.database, logger: logger)
         let hasher = PasswordHasher(cost: configuration.bcryptCost)
         let notifier = ChangeNotifier()
@@ -137,9 +141,9 @@ package struct SyncServer: Sendable {
         await storage.database.relayChanges(to: services.notifier)
     }
 
-    /// Closes the database connections.
+    /// Closes the database's and the object store's connections.
     package func close() async {
-        await storage.database.close()
+        await storage.close()
     }
 
     /// The router with every route and middleware (also what tests drive).
@@ -204,6 +208,12 @@ package struct SyncServer: Sendable {
                                                   interval: interval))]
     }
 
+    /// With an object store: its housekeeping (packing, collection, compaction, the sweep).
+    private var objectStoreService: [ServiceGroupConfiguration.ServiceConfiguration] {
+        guard let store = storage.chunks as? ObjectChunkStore else { return [] }
+        return [.init(service: ObjectStoreHousekeepingService(store: store, logger: logger))]
+    }
+
     package func run(onServerRunning: (@Sendable (Int) async -> Void)? = nil) async throws {
         // Shut down in reverse order: relaying and collecting stop, then the connections close.
         var group = ServiceGroupConfiguration(
@@ -211,7 +221,7 @@ package struct SyncServer: Sendable {
                 .init(service: try makeApplication(onServerRunning: onServerRunning)),
                 .init(service: GarbageCollectionService(storage: storage, retention: configuration.retention, logger: logger)),
                 .init(service: ChangeRelayService(database: storage.database, notifier: services.notifier)),
-            ] + sealingService,
+            ] + sealingService + objectStoreService,
             gracefulShutdownSignals: [.sigterm, .sigint],
             logger: logger)
         // Devices keep push connections open and reconnect: after this long the rest is cut, so
@@ -258,14 +268,14 @@ package struct ServerAdministration: Sendable {
     ///   - dataDirectory: The server's data directory.
     ///   - database: The server's PostgreSQL URL, if it uses PostgreSQL.
     ///   - bcryptCost: bcrypt's cost for new passwords.
-    package init(dataDirectory: String, database: String? = nil, bcryptCost: UInt8 = 12) async throws {
-        storage = try await ServerStorage.open(dataDirectory: dataDirectory, database: database, logger: Logger(label: "ubiquity.admin"))
+    package init(dataDirectory: String, database: String? = nil, objectStore: ObjectStoreSettings? = nil, bcryptCost: UInt8 = 12) async throws {
+        storage = try await ServerStorage.open(dataDirectory: dataDirectory, database: database, objectStore: objectStore, logger: Logger(label: "ubiquity.admin"))
         self.bcryptCost = bcryptCost
     }
 
-    /// Closes the database connections.
+    /// Closes the database's and the object store's connections.
     package func close() async {
-        await storage.database.close()
+        await storage.close()
     }
 
     /// Creates an account.
@@ -425,11 +435,24 @@ struct ServerStorage: Sendable {
     let database: any SyncDatabase
     let chunks: any ChunkStorage
 
-    /// The data directory's SQLite database and chunk files, or, with `database`, PostgreSQL.
-    static func open(dataDirectory: String, database url: String?, logger: Logger) async throws -> ServerStorage {
+    /// Closes the database's connections, and the object store's.
+    func close() async {
+        await database.close()
+        if let objects = (chunks as? ObjectChunkStore)?.objects { try? await objects.shutdown() }
+    }
+
+    /// The data directory's SQLite database and chunk files, or, with `database`, PostgreSQL —
+    /// and with `objectStore` too, chunk contents in that object store.
+    static func open(dataDirectory: String, database url: String?, objectStore: ObjectStoreSettings? = nil, logger: Logger) async throws -> ServerStorage {
         if let url {
             let database = try await PostgresDatabase(location: try PostgresLocation(url: url), logger: logger)
-            return ServerStorage(database: database, chunks: PostgresChunkStore(database: database))
+            guard let objectStore else { return ServerStorage(database: database, chunks: PostgresChunkStore(database: database)) }
+            let objects = S3Client(location: objectStore.location, credentials: objectStore.credentials, logger: Logger(label: "ubiquity.objectstore"))
+            logger.info("chunk contents in an object store", metadata: ["objectStore": "\(objectStore.location)"])
+            return ServerStorage(database: database, chunks: ObjectChunkStore(database: database, objects: objects, logger: logger))
+        }
+        if objectStore != nil {
+            throw SyncError(.badRequest, "objectStoreNeedsDatabase", "an object store keeps its index in PostgreSQL: give --database postgres://… too")
         }
         try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         keepPrivate(dataDirectory, logger: logger)
@@ -444,7 +467,7 @@ struct ServerStorage: Sendable {
     /// chunk index was made 0644 under umask 022) — and an older one's files tightened.
     static func prepareDatabaseFile(_ path: String, logger: Logger) {
         let made = Glibc.open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
-        if made >= 0 { close(made) } // (SQLite takes an empty file for a new database)
+        if made >= 0 { Glibc.close(made) } // (SQLite takes an empty file for a new database)
         for file in [path, path + "-wal", path + "-shm"] { keepPrivate(file, logger: logger) }
     }
 

@@ -53,6 +53,23 @@ import Glibc
         #expect(!FileManager.default.fileExists(atPath: dead.path))
     }
 
+    /// A folder the agent moved away while it prepared a version inside: what this process
+    /// staged anywhere in it goes (its writer then worked on the old path and could not remove
+    /// it — found by `ubiquity-chaos --sealed-share`, seed 12); another living process's stays.
+    @Test func thisProcessesStagingInAMovedFolderGoes() throws {
+        let scratch = try Scratch(); defer { scratch.remove() }
+        try FileManager.default.createDirectory(at: scratch.file("shared/sub"), withIntermediateDirectories: true)
+        let top = try item(scratch, "shared/note.txt"), deep = try item(scratch, "shared/sub/deep.txt")
+        let mine = [NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: top), NSFileVersion.temporaryDirectoryURLForNewVersionOfItem(at: deep)]
+        let theirs = mine[0].deletingLastPathComponent().appendingPathComponent("1-\(UUID().uuidString)") // init never exits
+        try FileManager.default.createDirectory(at: theirs, withIntermediateDirectories: true)
+        let moved = scratch.file("shared (not shared)")
+        try FileManager.default.moveItem(at: scratch.file("shared"), to: moved)
+        NSFileVersion.removeThisProcessStaging(under: moved)
+        let left = try FileManager.default.subpathsOfDirectory(atPath: moved.path).filter { $0.contains(".staging/") }
+        #expect(left == [".ubiquity-versions/.staging/" + theirs.lastPathComponent], "\(left)")
+    }
+
     @Test func addingListingAndFindingVersions() throws {
         let scratch = try Scratch(); defer { scratch.remove() }
         let item = try item(scratch)

@@ -1,6 +1,8 @@
 import Foundation
 import Testing
 import UbiquityTestSupport
+import Crypto
+import UbiquityProtocol
 
 #if canImport(FoundationNetworking)
 import FoundationNetworking
@@ -213,6 +215,57 @@ final class RunningServer: @unchecked Sendable { // its stored properties are co
         // A database nobody listens on: a clear error at once, naming where it looked.
         let (code, output) = try await runProcess(RunningServer.binary.path, ["serve", "--database", "postgres://nobody@127.0.0.1:1/none?sslmode=disable", "--port", "0"], includingErrors: true)
         #expect(code != 0 && output.contains("cannot connect to PostgreSQL at postgres://nobody@127.0.0.1:1/none"), "\(output)")
+    }
+
+    /// Two `ubiquity serve` processes on one PostgreSQL database keep chunk contents in one real
+    /// object store (SeaweedFS): chunks one uploads, the other serves — a large batch as a pack
+    /// of its own at once, small ones from the database until packed. `ubiquity fsck` lists the
+    /// bucket and finds nothing wrong. A credentials file others may read is refused at start.
+    @Test(.enabled(if: ServeCommandTests.storages.contains("postgres") && TestObjectStore.configured))
+    func twoServeProcessesShareChunksThroughAnObjectStore() async throws {
+        let database = try Self.postgresURL(), store = try TestObjectStore.fresh()
+        let objectStore = ["--object-store", store.url, "--object-store-credentials", store.credentialsFile]
+        let first = try await RunningServer.start(storage: ["--database", database], extraArguments: objectStore)
+        let second = try await RunningServer.start(storage: ["--database", database], createAccount: false, extraArguments: objectStore)
+        defer { first.stop(); second.stop() }
+        let token = try await first.token()
+        func chunk(_ seed: UInt64, _ size: Int) -> ChunkBatch.Chunk {
+            var generator = SeededGenerator(seed: seed)
+            let bytes = (0..<size).map { _ in UInt8.random(in: 0...255, using: &generator) }
+            return ChunkBatch.Chunk(hash: SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined(), bytes: bytes)
+        }
+        let large = (1...3).map { chunk($0, 500_000) }, small = (10...12).map { chunk($0, 2_000) }
+        for batch in [large, small] {
+            var upload = URLRequest(url: first.base.appendingPathComponent("v1/chunks"))
+            upload.httpMethod = "POST"
+            upload.httpBody = Data(ChunkBatch(batch).encoded())
+            upload.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+            upload.setValue("application/octet-stream", forHTTPHeaderField: "Content-Type")
+            let (body, response) = try await URLSession.shared.data(for: upload)
+            #expect((response as? HTTPURLResponse)?.statusCode == 201, "\(String(decoding: body, as: UTF8.self))")
+        }
+        var fetch = URLRequest(url: second.base.appendingPathComponent("v1/chunks/fetch"))
+        fetch.httpMethod = "POST"
+        fetch.httpBody = try JSONEncoder().encode(ChunkFetchRequest(hashes: (large + small).map(\.hash)))
+        fetch.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization")
+        fetch.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        let (body, _) = try await URLSession.shared.data(for: fetch)
+        let fetched = try ChunkBatch(decoding: [UInt8](body), maximumChunkSize: 1 << 22)
+        #expect(fetched.chunks.map(\.hash) == (large + small).map(\.hash))
+        #expect(fetched.chunks.map { Array($0.bytes) } == (large + small).map { Array($0.bytes) }, "the other instance serves every chunk whole")
+
+        let (code, output) = try await runProcess(RunningServer.binary.path, ["fsck", "--database", database] + objectStore, includingErrors: true)
+        #expect(code == 0 && output.contains("listed 1 object(s) in the object store") && output.contains("no problems found"), "\(output)")
+
+        let loose = NSTemporaryDirectory() + "loose-credentials-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: loose) }
+        try FileManager.default.copyItem(atPath: store.credentialsFile, toPath: loose)
+        try FileManager.default.setAttributes([.posixPermissions: 0o644], ofItemAtPath: loose)
+        let (refused, said) = try await runProcess(RunningServer.binary.path, ["serve", "--database", database, "--port", "0", "--object-store", store.url,
+                                                                               "--object-store-credentials", loose], includingErrors: true)
+        #expect(refused != 0 && said.contains("chmod 600"), "\(said)")
+        #expect(!said.contains(try String(contentsOfFile: store.credentialsFile, encoding: .utf8).split(separator: "=").last!.trimmingCharacters(in: .whitespacesAndNewlines)),
+                "the secret is never printed")
     }
 
     /// schemathesis (PyPI; `.ci/run` installs it) fuzzes every operation of docs/openapi.yaml

@@ -310,6 +310,14 @@ public final class NSFileVersion: NSObject, @unchecked Sendable { // unchecked: 
         VersionStore.removeAbandonedStaging(nearItemAt: url)
     }
 
+    /// Removes what this process was preparing anywhere in `folder`'s version stores: a folder
+    /// the agent moved away while it prepared a version inside (its writer then worked on the
+    /// old path, and could not clean up after itself — found by `ubiquity-chaos --sealed-share`,
+    /// seed 12: a share's folder kept aside when access ended).
+    package class func removeThisProcessStaging(under folder: URL) {
+        VersionStore.removeThisProcessStaging(under: folder)
+    }
+
     /// A new, empty directory on the item's file system in which to prepare a version's
     /// contents for ``addOfItem(at:withContentsOf:options:)`` with `.byMoving`.
     /// - Parameter url: The item.

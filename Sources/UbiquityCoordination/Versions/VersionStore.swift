@@ -389,6 +389,20 @@ struct VersionStore: Sendable {
         store.removeStaleStaging(store.root + "/.staging")
     }
 
+    /// See ``NSFileVersion/removeThisProcessStaging(under:)``.
+    static func removeThisProcessStaging(under folder: URL) {
+        guard let names = FileManager.default.enumerator(atPath: folder.path) else { return }
+        let mine = "\(getpid())-"
+        while let path = names.nextObject() as? String {
+            guard (path as NSString).lastPathComponent == directoryName else { continue }
+            names.skipDescendants()
+            let staging = folder.path + "/" + path + "/.staging"
+            for entry in (try? POSIX.directoryEntries(staging)) ?? [] where entry.hasPrefix(mine) {
+                try? POSIX.removeTree(staging + "/" + entry)
+            }
+        }
+    }
+
     private func bumpGeneration() {
         do {
             try SafeSave.write(Data(UUID().uuidString.utf8), to: URL(fileURLWithPath: folder + "/" + Self.generationName))

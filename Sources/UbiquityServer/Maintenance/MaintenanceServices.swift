@@ -80,3 +80,34 @@ struct ChangeRelayService: Service {
         try? await gracefulShutdown() // throws only when cancelled: the group stops anyway
     }
 }
+
+/// With an object store: packs waiting chunks, collects dead packs and compacts sparse ones
+/// every ``interval``, and sweeps the bucket every ``sweepInterval`` (the first a while after
+/// the start) — on every instance at once, each taking its share (``ObjectChunkStore``).
+struct ObjectStoreHousekeepingService: Service {
+    let store: ObjectChunkStore
+    let logger: Logger
+    var interval: Duration = .seconds(15)
+    var sweepInterval: TimeInterval = 86_400
+
+    func run() async {
+        await cancelWhenGracefulShutdown {
+            var nextSweep = Date().addingTimeInterval(600)
+            while !Task.isCancelled {
+                do {
+                    try await store.housekeep(now: Date())
+                    if Date() >= nextSweep {
+                        nextSweep = Date().addingTimeInterval(sweepInterval)
+                        try await store.sweep(now: Date())
+                    }
+                } catch is CancellationError {
+                    return
+                } catch {
+                    if Task.isCancelled { return }
+                    logger.error("object store housekeeping failed; tried again shortly", metadata: ["error": "\(error)"])
+                }
+                do { try await Task.sleep(for: interval) } catch { return } // cancelled: the server stops
+            }
+        }
+    }
+}

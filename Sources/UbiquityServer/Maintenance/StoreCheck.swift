@@ -26,11 +26,19 @@ package struct StoreCheckReport: Sendable {
     /// Chunks revisions marked uploaded name that the database does not list: recorded again
     /// when their bytes are stored and sound, else their revisions wait for them again.
     package var unlisted: [UnlistedReference] = []
+    /// With an object store: the objects its bucket lists under `chunks/`.
+    package var objectsListed: Int?
+    /// Live packs whose object is not in the bucket (their chunks are counted missing too).
+    package var missingPacks: [String] = []
+    /// Objects no pack names, older than a day (removed when repairing).
+    package var unnamedObjects: [String] = []
     /// Whether the problems were mended.
     package var repaired = false
 
     /// Whether nothing was wrong.
-    package var isClean: Bool { damaged.isEmpty && missing.isEmpty && unreferenced.isEmpty && unlisted.isEmpty }
+    package var isClean: Bool {
+        damaged.isEmpty && missing.isEmpty && unreferenced.isEmpty && unlisted.isEmpty && missingPacks.isEmpty && unnamedObjects.isEmpty
+    }
 }
 
 extension ServerAdministration {
@@ -46,6 +54,12 @@ extension ServerAdministration {
     package func checkStore(repair: Bool, now: Date = Date()) async throws -> StoreCheckReport {
         struct Key: Hashable { var account: Int64, hash: String }
         var report = StoreCheckReport()
+        if let objects = storage.chunks as? ObjectChunkStore {
+            let sweep = try await objects.sweep(now: now, removing: repair)
+            report.objectsListed = sweep.listed
+            report.missingPacks = sweep.missing
+            report.unnamedObjects = sweep.unnamed
+        }
         let unlisted = try await database.unlistedReferences()
         let listed = try await database.listedChunks()
         let stored = try await storage.chunks.storedChunks()

@@ -270,6 +270,30 @@ extension PostgresDatabase {
             """,
             "CREATE INDEX share_key_account ON share_key (account_id)",
         ]),
+        // Chunk contents in an object store (issue 47, `--object-store`): each pack an immutable
+        // object, recorded before it is written (`writing`), `live` once written and its chunks
+        // pointed at it in the same transaction, `doomed` when nothing in it is live (its object
+        // goes after a grace longer than any fetch). No foreign key to the account: an account
+        // removed leaves its packs to be collected. Chunks waiting to be packed stay in
+        // chunk_content (`packing`: until when a packer holds them).
+        ("v25-object-packs", [
+            """
+            CREATE TABLE pack (
+                id BIGSERIAL PRIMARY KEY, account_id BIGINT NOT NULL, object_key TEXT NOT NULL UNIQUE, state TEXT NOT NULL,
+                size BIGINT NOT NULL, live_bytes BIGINT NOT NULL, created DOUBLE PRECISION NOT NULL, changed DOUBLE PRECISION NOT NULL,
+                claimed_until DOUBLE PRECISION)
+            """,
+            "CREATE INDEX pack_state ON pack (state, changed)",
+            "CREATE INDEX pack_account ON pack (account_id)",
+            """
+            CREATE TABLE packed_chunk (
+                account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE, hash TEXT NOT NULL,
+                pack_id BIGINT NOT NULL REFERENCES pack(id), pack_offset BIGINT NOT NULL, length INTEGER NOT NULL, digest BYTEA,
+                created DOUBLE PRECISION NOT NULL, PRIMARY KEY (account_id, hash))
+            """,
+            "CREATE INDEX packed_chunk_pack ON packed_chunk (pack_id)",
+            "ALTER TABLE chunk_content ADD COLUMN packing DOUBLE PRECISION",
+        ]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare
