@@ -44,6 +44,8 @@ struct RunCommand: AsyncParsableCommand {
     var share = false
     @Flag(help: "With --share: the owner's devices seal too, so the folder is shared sealed, with the share's own keys.")
     var sealedShare = false
+    @Flag(help: "With --database: chunk contents in a real object store (SeaweedFS's weed, on the PATH) that the faults stop, stall, make answer 503 SlowDown, and whose answers they lose.")
+    var objectStore = false
     @Option(help: "Fault kinds to leave out, comma-separated (e.g. signOut).") var without: String?
     @Flag(help: ArgumentHelp("Delete one of the first device's files behind its writer's back (the checks must fail).", visibility: .hidden))
     var sabotage = false
@@ -55,6 +57,7 @@ struct RunCommand: AsyncParsableCommand {
         guard (1...8).contains(devices) else { throw ValidationError("--devices is 1 to 8") }
         guard !share || devices >= 2 else { throw ValidationError("--share needs at least 2 devices (the last is the other account's)") }
         guard rounds > 0, roundSeconds >= 1, settleSeconds >= 1, paceMilliseconds >= 0 else { throw ValidationError("rounds and seconds are positive") }
+        guard !objectStore || database != nil else { throw ValidationError("--object-store keeps its index in PostgreSQL: give --database too") }
         guard (1...4).contains(servers), servers == 1 || database != nil else { throw ValidationError("--servers is 1 to 4, more than one only with --database (they share its storage)") }
     }
 
@@ -62,8 +65,8 @@ struct RunCommand: AsyncParsableCommand {
         let folder = work.map { URL(fileURLWithPath: $0) } ?? URL(fileURLWithPath: "/tmp/ubiquity-chaos-\(getpid())")
         let settings = ChaosSettings(seed: seed, devices: devices, rounds: rounds, roundSeconds: roundSeconds, settleSeconds: settleSeconds, minutes: minutes,
                                      paceMilliseconds: paceMilliseconds, database: database, servers: servers, work: folder, keep: keep, diskMegabytes: diskMegabytes, skewSeconds: skewSeconds, sabotage: sabotage,
-                                     without: Set((without ?? "").split(separator: ",").compactMap { FaultKind(rawValue: String($0)) }), share: share || sealedShare, sealedShare: sealedShare)
-        let harness = Harness(settings: settings)
+                                     without: Set((without ?? "").split(separator: ",").compactMap { FaultKind(rawValue: String($0)) }), share: share || sealedShare, sealedShare: sealedShare, objectStore: objectStore)
+        let harness = try Harness(settings: settings)
         // Interrupted, the harness leaves no process or mount behind.
         var interruptions: [any DispatchSourceSignal] = []
         for number: Int32 in [SIGINT, SIGTERM] {

@@ -48,6 +48,16 @@ enum FaultKind: String, CaseIterable, Codable, Sendable {
     /// With `--share`: a file in the shared folder moved (renamed inside it) on one of the
     /// owner's devices, and that device's agent SIGKILLed at once, started again 0–2 s later.
     case moveKill
+    /// With `--object-store`: the object store stopped for 1–4 s, then started again.
+    case storeDown
+    /// With `--object-store`: the servers' link to the object store silent for 1–5 s.
+    case storeStall
+    /// With `--object-store`: the object store answering every new request 503 `SlowDown` for
+    /// 1–4 s (open connections reset).
+    case storeErrors
+    /// With `--object-store`: requests reach the object store (PUTs land) but no answer comes
+    /// back for 1–3 s; then the connections reset.
+    case storeLostAnswers
 
     /// How often it is picked (out of the sum).
     var weight: Int {
@@ -68,11 +78,17 @@ enum FaultKind: String, CaseIterable, Codable, Sendable {
         case .sealInPlace: 2
         case .shareRemoval: 1
         case .moveKill: 2
+        case .storeDown: 2
+        case .storeStall: 3
+        case .storeErrors: 3
+        case .storeLostAnswers: 3
         }
     }
 
     /// Whether it needs a folder shared with another account (`--share`).
     var needsShare: Bool { self == .shareRemoval || self == .moveKill }
+    /// Whether it needs an object store (`--object-store`).
+    var needsObjectStore: Bool { [.storeDown, .storeStall, .storeErrors, .storeLostAnswers].contains(self) }
 }
 
 /// One round's outcome.
@@ -137,6 +153,8 @@ struct ChaosSettings: Sendable {
     var share = false
     /// The owner's devices seal, so that the share is sealed with its own keys (`--sealed-share`).
     var sealedShare = false
+    /// The servers keep chunk contents in a real object store the harness breaks (`--object-store`).
+    var objectStore = false
 
     var replay: String {
         var words = ["ubiquity-chaos", "--seed", "\(seed)", "--devices", "\(devices)", "--round-seconds", "\(Int(roundSeconds))", "--pace-milliseconds", "\(paceMilliseconds)"]
@@ -145,6 +163,7 @@ struct ChaosSettings: Sendable {
         if servers != 1 { words += ["--servers", "\(servers)"] }
         if !without.isEmpty { words += ["--without", without.map(\.rawValue).sorted().joined(separator: ",")] }
         if share { words += [sealedShare ? "--sealed-share" : "--share"] }
+        if objectStore { words += ["--object-store"] }
         if database != nil { words += ["--database", "\"$DATABASE_URL\""] }
         return words.joined(separator: " ")
     }
@@ -165,6 +184,10 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
     let servers: [ChaosServer]
     /// The first instance (the one that creates the account and checks the storage).
     var server: ChaosServer { servers[0] }
+    /// With `--object-store`: the store the servers keep chunk contents in.
+    let objectStore: ChaosObjectStore?
+    /// Whether an object-store fault holds the store now.
+    let objectStoreTurn = Mutex(false)
     var devices: [ChaosDevice] = []
     private var random: SeededGenerator
     private let faultCounts = Mutex<[String: Int]>([:])
@@ -188,12 +211,13 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
     private(set) var unavailable: [String] = []
     private var skewed: ChaosDevice?
 
-    init(settings: ChaosSettings) {
+    init(settings: ChaosSettings) throws {
         self.settings = settings
         random = SeededGenerator(seed: settings.seed)
+        objectStore = settings.objectStore ? try ChaosObjectStore(folder: settings.work.appendingPathComponent("objects")) : nil
         // Every instance on one database shares one escrow key file (in the run's folder).
-        let storage = settings.database.map { ["--database", $0, "--escrow-key", settings.work.appendingPathComponent("escrow.key").path] }
-            ?? ["--data", settings.work.appendingPathComponent("server").path]
+        let storage = (settings.database.map { ["--database", $0, "--escrow-key", settings.work.appendingPathComponent("escrow.key").path] }
+            ?? ["--data", settings.work.appendingPathComponent("server").path]) + (objectStore?.arguments ?? [])
         servers = (0..<settings.servers).map { index in
             ChaosServer(storage: storage, serving: settings.sealedShare ? ["--sealed-shares"] : [], log: settings.work.appendingPathComponent(settings.servers == 1 ? "logs/server.log" : "logs/server\(index).log"))
         }
@@ -260,6 +284,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
             unavailable.append(line)
             say("left out: \(line)")
         }
+        if let objectStore { try await objectStore.start() }
         for account in [Self.owner] + (settings.share ? [Self.participant] : []) {
             let created = try await runUbiquity(["account", "create", account] + server.storage + ["--password-stdin", "--quota", "\(Int64(1) << 40)"], input: "correct horse\n")
             guard created.status == 0 else { throw ChaosError("ubiquity account create: \(created.output)") }
@@ -324,6 +349,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
     func emergencyStop() {
         for device in devices { device.killNow() }
         for instance in servers { instance.killNow() }
+        objectStore?.killNow()
         for disk in disks { Faults.unmount(disk) }
     }
 
@@ -335,6 +361,8 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
             device.relay.stop()
         }
         for instance in servers { await instance.kill() }
+        await objectStore?.stop()
+        objectStore?.relay.stop()
     }
 
     /// Writers run while faults come; then the faults end, the writers stop, everything is
@@ -366,6 +394,10 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         }
         // Heal: every link carries bytes again, every process runs.
         for device in devices { device.relay.mode = .pass }
+        if let objectStore {
+            objectStore.relay.mode = .pass
+            if !objectStore.isRunning { try await objectStore.start() }
+        }
         for instance in servers where !instance.isRunning { try await instance.start() }
         for device in devices { device.relay.targets = servers.map(\.port) }
         for device in devices where !device.isSignedIn { try await device.loginRetrying() }
@@ -471,7 +503,9 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
 
     /// Picks a fault from the seed and starts it; nil when its target is busy with another.
     private func pickFault(roundEnd: ContinuousClock.Instant) -> Task<Void, Never>? {
-        let kinds = FaultKind.allCases.filter { !settings.without.contains($0) && (settings.share ? $0 != .sealInPlace : !$0.needsShare) }
+        let kinds = FaultKind.allCases.filter {
+            !settings.without.contains($0) && (settings.share ? $0 != .sealInPlace : !$0.needsShare) && (settings.objectStore || !$0.needsObjectStore)
+        }
         let total = kinds.map(\.weight).reduce(0, +)
         guard total > 0 else { return nil }
         var roll = Int.random(in: 0..<total, using: &random)
@@ -545,6 +579,8 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
             }
         case .shareRemoval, .moveKill:
             return sharedFolderFault(kind, pause: pause)
+        case .storeDown, .storeStall, .storeErrors, .storeLostAnswers:
+            return objectStoreFault(kind, pause: pause)
         case .signOut:
             // (A participant's device signing out and in is not in the profile yet: docs/Reliability.md.)
             guard device.isSignedIn, !device.isParticipant, busyLinks.withLock({ $0.insert(device.index).inserted }) else { return nil }

@@ -99,7 +99,9 @@ package struct SyncServer: Sendable {
         let escrow = try await Self.openEscrow(configuration: configuration, database: storage.database, logger: logger)
         let hasher = PasswordHasher(cost: configuration.bcryptCost)
         let notifier = ChangeNotifier()
-        let metrics = ServerMetrics()
+        var objectStoreRequests: (@Sendable () -> [String: Int])?
+        if let store = storage.chunks as? ObjectChunkStore { objectStoreRequests = { store.objects.requestsSent } }
+        let metrics = ServerMetrics(objectStoreRequests: objectStoreRequests)
         var services = SyncServices(
             database: storage.database, chunks: VerifiedChunks(base: storage.chunks, database: storage.database, notifier: notifier, logger: logger),
             metrics: metrics, notifier: notifier,

@@ -82,21 +82,23 @@ final class UbiquityPeer: Peer {
     /// - Parameter binary: The `ubiquity` every process runs (another build's, to compare).
     /// - Parameter participant: Another account, made for a third device ("c", signed in as it):
     ///   for the sharing figures.
-    static func start(in folder: URL, sealed: Bool = false, advanced: Bool = false, binary: URL = executable, participant: String? = nil) async throws -> UbiquityPeer {
+    /// - Parameter storage: The server's storage arguments (default: `--data` in `folder`).
+    static func start(in folder: URL, sealed: Bool = false, advanced: Bool = false, binary: URL = executable, participant: String? = nil,
+                      storage: [String]? = nil) async throws -> UbiquityPeer {
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
             throw BenchError("\(binary.path) is missing: swift build -c release --product ubiquity")
         }
-        let data = folder.appendingPathComponent("server").path
-        let created = try run(binary, ["account", "create", "ada", "--data", data, "--password-stdin", "--quota", "\(Int64(1) << 40)"], input: "correct horse\n")
+        let storage = storage ?? ["--data", folder.appendingPathComponent("server").path]
+        let created = try run(binary, ["account", "create", "ada"] + storage + ["--password-stdin", "--quota", "\(Int64(1) << 40)"], input: "correct horse\n")
         guard created.status == 0 else { throw BenchError("ubiquity account create: \(created.output)") }
         if let participant {
-            let other = try run(binary, ["account", "create", participant, "--data", data, "--password-stdin", "--quota", "\(Int64(1) << 40)"], input: "correct horse\n")
+            let other = try run(binary, ["account", "create", participant] + storage + ["--password-stdin", "--quota", "\(Int64(1) << 40)"], input: "correct horse\n")
             guard other.status == 0 else { throw BenchError("ubiquity account create: \(other.output)") }
         }
 
         let server = ChildProcess()
         server.executableURL = binary
-        server.arguments = ["serve", "--data", data, "--port", "0", "--log-level", "error"]
+        server.arguments = ["serve"] + storage + ["--port", "0", "--log-level", "error"]
         let output = Pipe()
         server.standardOutput = output
         try server.run()

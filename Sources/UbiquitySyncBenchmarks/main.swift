@@ -10,10 +10,17 @@
 //     [--large-runs N] [--cost-changes N] [--idle-items N] [--idle-seconds S] [--database-updates N] [--skip-syncthing]
 //     [--web-items N] [--web-only] [--sealed] [--advanced] [--reference-build DIR] [--directory DIR] [--keep]
 //     [--sharing-only [--sharing-items N] [--sharing-runs N]]
+//     [--storage-only --database URL --object-store URL --object-store-credentials FILE [--storage-runs N]]
 //
 // `--sharing-only` measures only the sharing figures of issue 46 (ShareScenario.swift): sharing
 // a folder of N items (10,000) against one of 10, a participant's first listing, and an edit
 // through a share against one within an account, to the owner's other device.
+//
+// `--storage-only` measures only the storage figures of issue 47 (StorageScenario.swift): the
+// same server on PostgreSQL with chunk contents in its rows, then in an object store
+// (`--object-store`, e.g. the SeaweedFS `.ci/seaweedfs start` runs), in one run: a new
+// `--large-mib` file (median of `--storage-runs`), `--small` new 4 KiB files, the server's
+// memory, and the object store's requests per GiB uploaded.
 //
 // `--sealed` measures Ubiquity's sync scenarios a second time in the same run with the agents
 // sealing the container's chunks and records (`sealedContents`, issue 45), and the web figures
@@ -62,6 +69,13 @@ struct Options {
     var advanced = false
     /// Another build's folder (its `ubiquity`), measured a third time beside this one.
     var referenceBuild: URL?
+    /// Only the storage figures of issue 47 (StorageScenario.swift): chunk contents in
+    /// PostgreSQL's rows, then in an object store, in one run.
+    var storageOnly = false
+    var storageDatabase: String?
+    var storageObjectStore: String?
+    var storageCredentials: String?
+    var storageRuns = 5
     /// Leave the run's folder (homes, logs, data) in place afterwards.
     var keep = false
     var directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("ubiquity-sync-bench-\(getpid())")
@@ -102,6 +116,11 @@ struct Options {
             case "--keep": keep = true
             case "--reference-build": referenceBuild = URL(fileURLWithPath: try value(argument)).appendingPathComponent("ubiquity")
             case "--directory": directory = URL(fileURLWithPath: try value(argument))
+            case "--storage-only": storageOnly = true
+            case "--database": storageDatabase = try value(argument)
+            case "--object-store": storageObjectStore = try value(argument)
+            case "--object-store-credentials": storageCredentials = try value(argument)
+            case "--storage-runs": storageRuns = try count(argument)
             default: throw BenchError("unknown argument \(argument); see the comment at the top of Sources/UbiquitySyncBenchmarks/main.swift")
             }
         }
@@ -186,6 +205,21 @@ if options.sharingOnly {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
     print(String(decoding: try encoder.encode(["sharing": figures]), as: UTF8.self))
+    if !options.keep { try? FileManager.default.removeItem(at: options.directory) }
+    exit(0)
+}
+if options.storageOnly {
+    guard let database = options.storageDatabase, let objectStore = options.storageObjectStore, let credentials = options.storageCredentials else {
+        log("--storage-only needs --database, --object-store and --object-store-credentials (.ci/postgres start, .ci/seaweedfs start)")
+        exit(2)
+    }
+    try? FileManager.default.removeItem(at: options.directory)
+    try FileManager.default.createDirectory(at: options.directory, withIntermediateDirectories: true)
+    let figures = try await storageFigures(in: options.directory, postgres: database, objectStore: objectStore, credentials: credentials,
+                                           mib: options.largeMiB, runs: options.storageRuns, small: options.small)
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+    print(String(decoding: try encoder.encode(["storage": figures]), as: UTF8.self))
     if !options.keep { try? FileManager.default.removeItem(at: options.directory) }
     exit(0)
 }

@@ -32,6 +32,10 @@ public final class RelayProxy: Sendable {
         /// The client's bytes reach the server; the server's answers are held (a request that
         /// went out on a connection that died before its answer came back).
         case answersHeld
+        /// An HTTP server that is overloaded: open connections reset, each new one's request
+        /// answered `503 SlowDown` (S3's error, in its XML) and closed — the request never reaches
+        /// the server.
+        case slowDown
     }
 
     /// The port to connect to instead of the target's.
@@ -80,7 +84,7 @@ public final class RelayProxy: Sendable {
         get { Mode(rawValue: modeValue.load(ordering: .relaxed)) ?? .pass }
         set {
             modeValue.store(newValue.rawValue, ordering: .relaxed)
-            if newValue == .cut { resetAll() }
+            if newValue == .cut || newValue == .slowDown { resetAll() }
         }
     }
 
@@ -114,6 +118,10 @@ public final class RelayProxy: Sendable {
                 Pair.abort(client)
                 continue
             }
+            if mode == .slowDown {
+                Thread { Self.answerSlowDown(client) }.start()
+                continue
+            }
             guard let port = targets.randomElement() else {
                 Pair.abort(client)
                 continue
@@ -139,6 +147,27 @@ public final class RelayProxy: Sendable {
             Thread { self.pump(from: client, to: server, pair: pair, answers: false) }.start()
             Thread { self.pump(from: server, to: client, pair: pair, answers: true) }.start()
         }
+    }
+
+    /// Reads a request's head from `client` (for at most a second), answers it 503 `SlowDown`
+    /// as S3 does, and closes the connection.
+    private static func answerSlowDown(_ client: Int32) {
+        var timeout = timeval(tv_sec: 1, tv_usec: 0)
+        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var head: [UInt8] = [], buffer = [UInt8](repeating: 0, count: 16 << 10)
+        func complete() -> Bool { head.count >= 4 && (0...(head.count - 4)).contains { head[$0] == 13 && head[$0 + 1] == 10 && head[$0 + 2] == 13 && head[$0 + 3] == 10 } }
+        while head.count < 64 << 10, !complete() {
+            let count = SystemCall.retrying { recv(client, &buffer, buffer.count, 0) }
+            guard count > 0 else { break }
+            head += buffer[0..<count]
+        }
+        let body = "<?xml version=\"1.0\" encoding=\"UTF-8\"?><Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+        let answer = "HTTP/1.1 503 Slow Down\r\nContent-Type: application/xml\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n" + body
+        _ = Array(answer.utf8).withUnsafeBytes { SystemCall.sendAll(client, $0) }
+        shutdown(client, Int32(SHUT_WR))
+        // The rest of the request (a body being sent) is read and dropped until the client closes.
+        while SystemCall.retrying({ recv(client, &buffer, buffer.count, 0) }) > 0 {}
+        close(client)
     }
 
     /// The two sockets of one relayed connection, closed when both directions ended.
@@ -208,7 +237,7 @@ public final class RelayProxy: Sendable {
             var slice = count - sent
             switch mode {
             case .pass: break
-            case .cut: return false
+            case .cut, .slowDown: return false
             case .stall:
                 usleep(20_000)
                 continue

@@ -253,6 +253,8 @@ final class RunningServer: @unchecked Sendable { // its stored properties are co
         let fetched = try ChunkBatch(decoding: [UInt8](body), maximumChunkSize: 1 << 22)
         #expect(fetched.chunks.map(\.hash) == (large + small).map(\.hash))
         #expect(fetched.chunks.map { Array($0.bytes) } == (large + small).map { Array($0.bytes) }, "the other instance serves every chunk whole")
+        let (_, metrics) = try await first.request("metrics")
+        #expect(metrics.contains("ubiquity_object_store_requests_total{method=\"PUT\"} 1\n"), "the large batch was one PUT: \(metrics)")
 
         let (code, output) = try await runProcess(RunningServer.binary.path, ["fsck", "--database", database] + objectStore, includingErrors: true)
         #expect(code == 0 && output.contains("listed 1 object(s) in the object store") && output.contains("no problems found"), "\(output)")

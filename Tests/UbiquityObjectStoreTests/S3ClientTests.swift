@@ -108,6 +108,30 @@ struct S3ClientTests {
         #expect(try await direct.head("packs/landed")?.etag == etag)
     }
 
+    /// A store answering 503 `SlowDown` (a relay in front of the real one, answering for it) is
+    /// tried again, with growing waits, until it takes the request.
+    @Test func aStoreThatSaysSlowDownIsTriedAgainUntilItTakesTheRequest() async throws {
+        let direct = try TestStore.client()
+        defer { Task { try? await direct.shutdown() } }
+        let relay = try RelayProxy.start(to: try #require(direct.location.port))
+        defer { relay.stop() }
+        var location = direct.location
+        location.port = relay.port
+        let file = try #require(ProcessInfo.processInfo.environment["UBIQUITY_TEST_S3_CREDENTIALS"])
+        let store = S3Client(location: location, credentials: try ObjectStoreCredentials.read(file: file),
+                             retry: S3Client.RetryPolicy(attempts: 10, baseDelay: .milliseconds(100), maximumDelay: .milliseconds(400)))
+        defer { Task { try? await store.shutdown() } }
+        relay.mode = .slowDown
+        let healed = Task {
+            try await Task.sleep(for: .milliseconds(800))
+            relay.mode = .pass
+        }
+        try await store.put("busy", body: bytes(1_000, 3))
+        try await healed.value
+        #expect(try await direct.get("busy") == bytes(1_000, 3))
+        #expect((store.requestsSent["PUT"] ?? 0) > 1, "answered SlowDown first: \(store.requestsSent)")
+    }
+
     @Test func anUnreachableStoreIsTriedAgainThenSaidUnavailable() async throws {
         // A port nothing listens on (bound, then closed).
         let location = ObjectStoreLocation(scheme: "http", host: "127.0.0.1", port: 9, bucket: "ubiquity-test")

@@ -21,6 +21,12 @@ final class ServerMetrics: Sendable {
     private let values = Mutex<[Counter: Int]>([:])
     /// When the server started counting (its start).
     let started = ContinuousClock.now
+    /// With an object store: the requests sent to it so far, by method.
+    let objectStoreRequests: (@Sendable () -> [String: Int])?
+
+    init(objectStoreRequests: (@Sendable () -> [String: Int])? = nil) {
+        self.objectStoreRequests = objectStoreRequests
+    }
 
     func count(_ counter: Counter, by amount: Int = 1) {
         values.withLock { $0[counter, default: 0] += amount }
@@ -30,7 +36,12 @@ final class ServerMetrics: Sendable {
 
     func exposition() -> String {
         let snapshot = values.withLock { $0 }
-        return Counter.allCases.map { "# TYPE \($0.rawValue) counter\n\($0.rawValue) \(snapshot[$0] ?? 0)\n" }.joined()
+        var text = Counter.allCases.map { "# TYPE \($0.rawValue) counter\n\($0.rawValue) \(snapshot[$0] ?? 0)\n" }.joined()
+        if let requests = objectStoreRequests?() {
+            text += "# TYPE ubiquity_object_store_requests_total counter\n"
+            text += requests.sorted { $0.key < $1.key }.map { "ubiquity_object_store_requests_total{method=\"\($0.key)\"} \($0.value)\n" }.joined()
+        }
+        return text
     }
 }
 

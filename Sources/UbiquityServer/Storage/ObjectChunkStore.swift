@@ -307,6 +307,11 @@ final class ObjectChunkStore: ChunkStorage {
     func remove(hash: String, account: Int64) async throws {
         let now = Date().timeIntervalSince1970
         try await database.transaction { db in
+            // The waiting copy first: a packer taking it holds its row until its pack is
+            // recorded, so this waits for that and then finds the chunk in its pack (the other
+            // order let a chunk packed in between come back — found by
+            // `twoInstancesHousekeepingAtOnceLoseNothing` under CI's load).
+            try await db.rows("DELETE FROM chunk_content WHERE account_id = \(account) AND hash = \(hash)")
             for row in try await db.rows("DELETE FROM packed_chunk WHERE account_id = \(account) AND hash = \(hash) RETURNING pack_id, length") {
                 let pack = try row.get("pack_id", as: Int64.self), length = Int64(try row.get("length", as: Int32.self))
                 try await db.rows("""
@@ -315,7 +320,6 @@ final class ObjectChunkStore: ChunkStorage {
                     WHERE id = \(pack)
                     """)
             }
-            try await db.rows("DELETE FROM chunk_content WHERE account_id = \(account) AND hash = \(hash)")
         }
     }
 
