@@ -78,10 +78,10 @@ enum FaultKind: String, CaseIterable, Codable, Sendable {
         case .sealInPlace: 2
         case .shareRemoval: 1
         case .moveKill: 2
-        case .storeDown: 2
-        case .storeStall: 3
-        case .storeErrors: 3
-        case .storeLostAnswers: 3
+        case .storeDown: 3
+        case .storeStall: 5
+        case .storeErrors: 5
+        case .storeLostAnswers: 5
         }
     }
 
@@ -186,6 +186,8 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
     var server: ChaosServer { servers[0] }
     /// With `--object-store`: the store the servers keep chunk contents in.
     let objectStore: ChaosObjectStore?
+    /// `--escrow-key FILE` on PostgreSQL (one file for every instance), for the commands that take it.
+    let escrowArguments: [String]
     /// Whether an object-store fault holds the store now.
     let objectStoreTurn = Mutex(false)
     var devices: [ChaosDevice] = []
@@ -216,10 +218,10 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         random = SeededGenerator(seed: settings.seed)
         objectStore = settings.objectStore ? try ChaosObjectStore(folder: settings.work.appendingPathComponent("objects")) : nil
         // Every instance on one database shares one escrow key file (in the run's folder).
-        let storage = (settings.database.map { ["--database", $0, "--escrow-key", settings.work.appendingPathComponent("escrow.key").path] }
-            ?? ["--data", settings.work.appendingPathComponent("server").path]) + (objectStore?.arguments ?? [])
-        servers = (0..<settings.servers).map { index in
-            ChaosServer(storage: storage, serving: settings.sealedShare ? ["--sealed-shares"] : [], log: settings.work.appendingPathComponent(settings.servers == 1 ? "logs/server.log" : "logs/server\(index).log"))
+        escrowArguments = settings.database == nil ? [] : ["--escrow-key", settings.work.appendingPathComponent("escrow.key").path]
+        let storage = (settings.database.map { ["--database", $0] } ?? ["--data", settings.work.appendingPathComponent("server").path]) + (objectStore?.arguments ?? [])
+        servers = (0..<settings.servers).map { [escrowArguments] index in
+            ChaosServer(storage: storage, serving: escrowArguments + (settings.sealedShare ? ["--sealed-shares"] : []), log: settings.work.appendingPathComponent(settings.servers == 1 ? "logs/server.log" : "logs/server\(index).log"))
         }
     }
 
@@ -324,7 +326,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
             let status = await instance.stop()
             if status != 0 { closing.record("server", "server \(index) exited with \(status) on SIGTERM") }
         }
-        let fsck = try await runUbiquity(["fsck"] + server.storage)
+        let fsck = try await runUbiquity(["fsck"] + server.storage + escrowArguments)
         if fsck.status != 0 { closing.record("server", "ubiquity fsck: \(fsck.output)") }
         if settings.database == nil { closing.checkServerDatabases(data: settings.work.appendingPathComponent("server")) }
         if !closing.violations.isEmpty, !rounds.isEmpty { rounds[rounds.count - 1].violations += closing.violations }
@@ -557,7 +559,7 @@ final class Harness: @unchecked Sendable { // used from one task at a time, faul
         case .sealInPlace:
             guard sealing.withLock({ busy in defer { busy = true }; return !busy }) else { return nil }
             count(kind, "server", String(format: "killed after %.1f s unless done", pause * 2))
-            return Task { [storage = servers[0].storage, log = settings.work.appendingPathComponent("logs/seal-in-place.log")] in
+            return Task { [storage = servers[0].storage + escrowArguments, log = settings.work.appendingPathComponent("logs/seal-in-place.log")] in
                 do { try await Faults.sealInPlace(storage: storage, killedAfter: .seconds(pause * 2), log: log) } catch { say("sealing in place did not start: \(error)") }
                 self.sealing.withLock { $0 = false }
             }

@@ -83,8 +83,9 @@ final class UbiquityPeer: Peer {
     /// - Parameter participant: Another account, made for a third device ("c", signed in as it):
     ///   for the sharing figures.
     /// - Parameter storage: The server's storage arguments (default: `--data` in `folder`).
+    /// - Parameter serving: More arguments for `ubiquity serve` only (an escrow key's file).
     static func start(in folder: URL, sealed: Bool = false, advanced: Bool = false, binary: URL = executable, participant: String? = nil,
-                      storage: [String]? = nil) async throws -> UbiquityPeer {
+                      storage: [String]? = nil, serving: [String] = []) async throws -> UbiquityPeer {
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
             throw BenchError("\(binary.path) is missing: swift build -c release --product ubiquity")
         }
@@ -98,7 +99,7 @@ final class UbiquityPeer: Peer {
 
         let server = ChildProcess()
         server.executableURL = binary
-        server.arguments = ["serve"] + storage + ["--port", "0", "--log-level", "error"]
+        server.arguments = ["serve"] + storage + serving + ["--port", "0", "--log-level", "error"]
         let output = Pipe()
         server.standardOutput = output
         try server.run()

@@ -53,8 +53,7 @@ func storageFigures(in folder: URL, postgres: String, objectStore: String, crede
         let database = postgres + (postgres.contains("?") ? "&" : "?") + "search_path=\(schema)"
         let home = folder.appendingPathComponent(name)
         try FileManager.default.createDirectory(at: home, withIntermediateDirectories: true)
-        let storage = ["--database", database, "--escrow-key", home.appendingPathComponent("escrow.key").path] + extra
-        let peer = try await UbiquityPeer.start(in: home, storage: storage)
+        let peer = try await UbiquityPeer.start(in: home, storage: ["--database", database] + extra, serving: ["--escrow-key", home.appendingPathComponent("escrow.key").path])
         defer { Task { await peer.stop() } }
         log("\(name): \(runs) new \(mib) MiB files, one at a time")
         var runsMs: [Double] = []
