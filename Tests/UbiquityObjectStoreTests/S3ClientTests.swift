@@ -13,6 +13,17 @@ enum TestStore {
         if let secret { credentials.secretAccessKey = secret }
         return S3Client(location: try ObjectStoreLocation(parsing: store.url), credentials: credentials, retry: retry)
     }
+
+    /// A client straight to the store, a relay in front of it, and a client through the relay
+    /// (same prefix and credentials) — for faults between client and store.
+    static func relayed(retry: S3Client.RetryPolicy, timeout: TimeAmount = .seconds(60)) throws -> (direct: S3Client, relay: RelayProxy, through: S3Client) {
+        let store = try TestObjectStore.fresh()
+        let location = try ObjectStoreLocation(parsing: store.url), credentials = try ObjectStoreCredentials.read(file: store.credentialsFile)
+        let relay = try RelayProxy.start(to: location.port ?? 80)
+        var relayed = location
+        relayed.port = relay.port
+        return (S3Client(location: location, credentials: credentials), relay, S3Client(location: relayed, credentials: credentials, retry: retry, timeout: timeout))
+    }
 }
 
 @Suite(.enabled(if: TestObjectStore.configured, "needs SeaweedFS: eval \"$(.ci/seaweedfs start)\""))
@@ -86,16 +97,9 @@ struct S3ClientTests {
     /// tried again; the store then says an object is there — ours: the write counts as done, not
     /// as a clash. (With the check of the object's bytes off, this PUT throws `alreadyExists`.)
     @Test func aPutWhoseAnswerWasLostIsTriedAgainAndCountsAsDone() async throws {
-        let direct = try TestStore.client()
-        defer { Task { try? await direct.shutdown() } }
-        let relay = try RelayProxy.start(to: try #require(direct.location.port))
-        defer { relay.stop() }
-        var location = direct.location
-        location.port = relay.port
-        let file = try #require(ProcessInfo.processInfo.environment["UBIQUITY_TEST_S3_CREDENTIALS"])
-        let store = S3Client(location: location, credentials: try ObjectStoreCredentials.read(file: file),
-                             retry: S3Client.RetryPolicy(attempts: 8, baseDelay: .milliseconds(200), maximumDelay: .milliseconds(400)), timeout: .seconds(1))
-        defer { Task { try? await store.shutdown() } }
+        let (direct, relay, store) = try TestStore.relayed(retry: S3Client.RetryPolicy(attempts: 8, baseDelay: .milliseconds(200), maximumDelay: .milliseconds(400)),
+                                                          timeout: .seconds(1))
+        defer { relay.stop(); Task { try? await store.shutdown(); try? await direct.shutdown() } }
         relay.mode = .answersHeld
         let healed = Task {
             try await Task.sleep(for: .milliseconds(1500))
@@ -111,16 +115,8 @@ struct S3ClientTests {
     /// A store answering 503 `SlowDown` (a relay in front of the real one, answering for it) is
     /// tried again, with growing waits, until it takes the request.
     @Test func aStoreThatSaysSlowDownIsTriedAgainUntilItTakesTheRequest() async throws {
-        let direct = try TestStore.client()
-        defer { Task { try? await direct.shutdown() } }
-        let relay = try RelayProxy.start(to: try #require(direct.location.port))
-        defer { relay.stop() }
-        var location = direct.location
-        location.port = relay.port
-        let file = try #require(ProcessInfo.processInfo.environment["UBIQUITY_TEST_S3_CREDENTIALS"])
-        let store = S3Client(location: location, credentials: try ObjectStoreCredentials.read(file: file),
-                             retry: S3Client.RetryPolicy(attempts: 10, baseDelay: .milliseconds(100), maximumDelay: .milliseconds(400)))
-        defer { Task { try? await store.shutdown() } }
+        let (direct, relay, store) = try TestStore.relayed(retry: S3Client.RetryPolicy(attempts: 10, baseDelay: .milliseconds(100), maximumDelay: .milliseconds(400)))
+        defer { relay.stop(); Task { try? await store.shutdown(); try? await direct.shutdown() } }
         relay.mode = .slowDown
         let healed = Task {
             try await Task.sleep(for: .milliseconds(800))
