@@ -94,7 +94,8 @@ extension ObjectChunkStore {
                     return (claimed, damaged)
                 }
                 for hash in damaged {
-                    logger.error("a waiting chunk's bytes do not match its name: not packed (ubiquity fsck)", metadata: ["account": "\(account)", "hash": "\(hash)"])
+                    // (Not its name: a plaintext chunk's is the SHA-256 of its bytes.)
+                    logger.error("a waiting chunk's bytes do not match its name: not packed (ubiquity fsck)", metadata: ["account": "\(account)"])
                     done.damaged.append((account, hash))
                 }
                 guard !claimed.isEmpty else {
@@ -216,7 +217,7 @@ extension ObjectChunkStore {
                 let bytes = try await read(rows.map(\.hash), places: places)
                 for row in rows {
                     guard let data = bytes[row.hash], Self.isSound(data, hash: row.hash, digest: row.digest) else {
-                        logger.error("a chunk read for compaction is damaged or missing: the pack is left as it is", metadata: ["pack": "\(old.key)", "hash": "\(row.hash)"])
+                        logger.error("a chunk read for compaction is damaged or missing: the pack is left as it is", metadata: ["pack": "\(old.key)"])
                         chunks = []
                         break
                     }

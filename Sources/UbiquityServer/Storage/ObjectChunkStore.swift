@@ -221,8 +221,10 @@ final class ObjectChunkStore: ChunkStorage {
             let again = try await self.places(of: lost, account: account)
             for (hash, place) in again { places[hash] = place }
             for (hash, data) in try await read(lost.filter { again[$0] != nil }, places: again) { bytes[hash] = data }
-            for hash in lost where bytes[hash] == nil && again[hash] != nil {
-                logger.error("a chunk's pack is missing from the object store", metadata: ["account": "\(account)", "hash": "\(hash)"])
+            // (The pack named, not the chunk: a plaintext chunk's name is the SHA-256 of its bytes.)
+            for hash in lost where bytes[hash] == nil {
+                guard case .packed(let key, _, _)? = again[hash] else { continue }
+                logger.error("a chunk's pack is missing from the object store", metadata: ["account": "\(account)", "pack": "\(key)"])
             }
         }
         var loaded: [Data] = []
