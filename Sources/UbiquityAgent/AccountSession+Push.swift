@@ -31,76 +31,98 @@ extension AccountSession {
         configuration.autoPing = .enabled(timePeriod: Self.pushPingPeriod)
         var delay = 1.0
         var warned = false
-        var abandoned: [(connection: Task<Void, any Error>, ended: EndFlag)] = []
+        // Each attempt that does not open in time gives the next one twice as long (up to eight
+        // times the first): a slow link or a loaded server still gets a connection opened.
+        var openTimeout = pushOpenTimeout
         while !Task.isCancelled {
-            pushAttempt += 1
-            let attempt = pushAttempt
-            let ended = EndFlag()
-            let connection = Task {
-                defer { ended.set() }
-                let close = try await WebSocketClient.connect(url: url, configuration: configuration, logger: self.logger) { inbound, _, _ in
-                    for try await message in inbound.messages(maxSize: Self.pushMessageBytes) {
-                        let json: Data
-                        switch message {
-                        case .text(let text): json = Data(text.utf8)
-                        case .binary(var compressed): // an event with its page of changes, gzip-compressed
-                            do {
-                                json = Data(buffer: try compressed.decompress(with: .gzip(), maxSize: Self.pushPageBytes))
-                            } catch {
-                                self.logger.warning("push page not readable; ignored (the changes are fetched)", metadata: ["bytes": "\(compressed.readableBytes)", "error": "\(error)"])
-                                continue
-                            }
-                        }
-                        do {
-                            await self.pushed(try JSONDecoder().decode(PushEvent.self, from: json), attempt: attempt)
-                        } catch {
-                            // A newer server's event, or a broken one: the rescan timer still catches up.
-                            self.logger.warning("push message not understood; ignored", metadata: ["message": "\(String(decoding: json.prefix(200), as: UTF8.self))", "error": "\(error)"])
-                        }
-                    }
-                }
-                // Closed without an error (by the server, or by this side on a frame it would not
-                // take): said, since every one costs a reconnection; the loop reconnects.
-                if !Task.isCancelled {
-                    self.logger.notice("push connection closed; reconnecting", metadata: ["code": "\(close.map { "\($0.closeCode)" } ?? "none")", "reason": "\(close?.reason ?? "")"])
-                }
-            }
             // Opening is bounded: an attempt made while the network dropped packets can wait for
             // an answer for ever (no timeout covers the WebSocket handshake) — found by
             // `ubiquity-chaos`: a device that never heard of changes again. Such an attempt is
-            // left behind (it cannot be cancelled; at most a few are kept) and another is made.
-            let deadline = ContinuousClock.now + pushOpenTimeout
-            while !connected && !ended.isSet && ContinuousClock.now < deadline && !Task.isCancelled {
-                try? await quietSleep(for: .milliseconds(200))
+            // left behind (it cannot be cancelled; at most a few are kept) and another is made;
+            // whichever opens first speaks for the server (one left behind that opens late is
+            // taken, not ignored: under load, every attempt may take longer than the first wait).
+            // (One left behind that opened during the pause is taken rather than another made.)
+            var ended: EndFlag?
+            if push.live == nil {
+                let attempt = openPushConnection(url: url, configuration: configuration)
+                let flag = push.opening[attempt]!.ended
+                ended = flag
+                let deadline = ContinuousClock.now + openTimeout
+                while push.live == nil && !flag.isSet && ContinuousClock.now < deadline && !Task.isCancelled {
+                    try? await quietSleep(for: .milliseconds(200))
+                }
+                if push.live == nil && !flag.isSet && !Task.isCancelled {
+                    logger.warning("push connection did not open in time; trying again", metadata: ["seconds": "\(openTimeout.components.seconds)"])
+                    openTimeout = min(openTimeout * 2, pushOpenTimeout * 8)
+                    // Bounded: past a few stuck attempts, wait for one to end (or open) before another.
+                    if push.opening.count > Self.abandonedAttemptsKept {
+                        while push.live == nil && !push.opening.values.contains(where: { $0.ended.isSet }) && !Task.isCancelled {
+                            try? await quietSleep(for: .seconds(1))
+                        }
+                    }
+                }
             }
-            if connected || ended.isSet {
+            if let open = push.live.flatMap({ push.opening[$0] }) ?? push.opening.values.first(where: { $0.ended === ended && $0.ended.isSet }) {
                 do {
                     // (The connection is a task of its own: the agent stopping must end it.)
-                    try await withTaskCancellationHandler { try await connection.value } onCancel: { connection.cancel() }
+                    try await withTaskCancellationHandler { try await open.connection.value } onCancel: { open.connection.cancel() }
                 } catch {
                     if Task.isCancelled { break }
                     if !warned { logger.warning("push connection lost; reconnecting", metadata: ["error": "\(error)"]) }
                     warned = true
                 }
-            } else if Task.isCancelled {
-                connection.cancel()
-            } else {
-                connection.cancel()
-                abandoned.removeAll { $0.ended.isSet }
-                abandoned.append((connection, ended))
-                logger.warning("push connection did not open in time; trying again", metadata: ["seconds": "\(pushOpenTimeout.components.seconds)"])
-                // Bounded: past a few stuck attempts, wait for the oldest to end before another.
-                if abandoned.count > Self.abandonedAttemptsKept {
-                    let oldest = abandoned.removeFirst()
-                    while !oldest.ended.isSet && !Task.isCancelled { try? await quietSleep(for: .seconds(1)) }
-                }
             }
-            if connected { delay = 1; warned = false }
+            push.opening = push.opening.filter { !$0.value.ended.isSet }
+            if connected { delay = 1; warned = false; openTimeout = pushOpenTimeout }
             connected = false
+            push.live = nil
             for sync in containers.values { await sync.notePushes(live: false) } // every round fetches meanwhile
             try? await quietSleep(for: .seconds(delay)) // throws only when cancelled: the loop ends
             delay = min(delay * 2, 30)
         }
+        // Stopping: attempts still opening are given up.
+        for left in push.opening.values { left.connection.cancel() }
+        push.opening = [:]
+    }
+
+    /// Starts one attempt at the push connection (kept in ``PushAttempts/opening`` until it
+    /// ends); its number.
+    private func openPushConnection(url: String, configuration: WebSocketClientConfiguration) -> Int {
+        push.current += 1
+        let attempt = push.current
+        let ended = EndFlag()
+        let connection = Task {
+            defer { ended.set() }
+            let close = try await WebSocketClient.connect(url: url, configuration: configuration, logger: self.logger) { inbound, _, _ in
+                for try await message in inbound.messages(maxSize: Self.pushMessageBytes) {
+                    let json: Data
+                    switch message {
+                    case .text(let text): json = Data(text.utf8)
+                    case .binary(var compressed): // an event with its page of changes, gzip-compressed
+                        do {
+                            json = Data(buffer: try compressed.decompress(with: .gzip(), maxSize: Self.pushPageBytes))
+                        } catch {
+                            self.logger.warning("push page not readable; ignored (the changes are fetched)", metadata: ["bytes": "\(compressed.readableBytes)", "error": "\(error)"])
+                            continue
+                        }
+                    }
+                    do {
+                        // An attempt that opened while another speaks for the server closes.
+                        guard await self.pushed(try JSONDecoder().decode(PushEvent.self, from: json), attempt: attempt) else { return }
+                    } catch {
+                        // A newer server's event, or a broken one: the rescan timer still catches up.
+                        self.logger.warning("push message not understood; ignored", metadata: ["message": "\(String(decoding: json.prefix(200), as: UTF8.self))", "error": "\(error)"])
+                    }
+                }
+            }
+            // Closed without an error (by the server, or by this side on a frame it would not
+            // take): said, since every one costs a reconnection; the loop reconnects.
+            if !Task.isCancelled && self.push.live == attempt {
+                self.logger.notice("push connection closed; reconnecting", metadata: ["code": "\(close.map { "\($0.closeCode)" } ?? "none")", "reason": "\(close?.reason ?? "")"])
+            }
+        }
+        push.opening[attempt] = PushAttempts.Attempt(connection: connection, ended: ended)
+        return attempt
     }
 
     /// The most bytes one push message takes as it comes (a compressed page of changes).
@@ -113,9 +135,17 @@ extension AccountSession {
     /// How many stuck opening attempts are left behind before the agent waits for one to end.
     static let abandonedAttemptsKept = 4
 
-    private func pushed(_ event: PushEvent, attempt: Int) {
-        // An attempt given up on that opened after all: the current one speaks for the server.
-        guard attempt == pushAttempt else { return }
+    /// Takes one push event; false when the attempt it came on is not the one that speaks for
+    /// the server (it is to close).
+    private func pushed(_ event: PushEvent, attempt: Int) -> Bool {
+        if event.type == "connected" {
+            // The first attempt to open while none is open speaks for the server — the one in
+            // progress, or one left behind that opened late.
+            guard push.live == nil, push.opening[attempt] != nil else { return false }
+            push.live = attempt
+        } else if attempt != push.live {
+            return false
+        }
         switch event.type {
         case "connected":
             connected = true
@@ -129,7 +159,7 @@ extension AccountSession {
             }
         case "changed":
             // Another device changed a container; a push for a change already fetched is old news.
-            guard let container = event.container, let sync = containers[container] else { return }
+            guard let container = event.container, let sync = containers[container] else { return true }
             Task {
                 if let sequence = event.sequence, await sync.cursor >= sequence { return }
                 await sync.noteRemoteChange(upTo: event.sequence)
@@ -141,7 +171,7 @@ extension AccountSession {
         case "signed":
             // Signed commits of a container were kept: one holding back states no commit named
             // yet (under Advanced) looks again now.
-            guard let container = event.container, let sync = containers[container] else { return }
+            guard let container = event.container, let sync = containers[container] else { return true }
             Task {
                 guard await sync.isAwaitingSignatures else { return }
                 await sync.noteRemoteChange(upTo: nil)
@@ -149,13 +179,13 @@ extension AccountSession {
             }
         case "shareChanged":
             // A share this account joined moved on (its owner's or a participant's change).
-            guard let id = event.container else { return }
+            guard let id = event.container else { return true }
             guard let key = shareScopes.first(where: { $0.value.contains { $0.id == id } }).map({ Self.shareEngineKey($0.key, id) }),
                   let sync = containers[key] else {
                 // A sealed share joined and not kept here yet (its top item not sealed with the
                 // share's keys when it was read): read the shares again.
                 Task { await self.followShares() }
-                return
+                return true
             }
             Task {
                 if let sequence = event.sequence, await sync.cursor >= sequence { return }
@@ -196,7 +226,26 @@ extension AccountSession {
         default:
             break
         }
+        return true
     }
+}
+
+/// The push connection's attempts: the one in progress, those left behind still opening, and
+/// the one that speaks for the server.
+struct PushAttempts {
+    /// One attempt's connection, and whether it ended.
+    struct Attempt {
+        /// The connection's task (ends when the connection does).
+        let connection: Task<Void, any Error>
+        /// Set once the task ended.
+        let ended: EndFlag
+    }
+    /// The attempt most recently made.
+    var current = 0
+    /// The attempt that opened and speaks for the server (nil: none is open).
+    var live: Int?
+    /// The attempts not ended yet, by number.
+    var opening: [Int: Attempt] = [:]
 }
 
 /// Whether a task has ended (set by the task, read by whoever waits for it without awaiting it).

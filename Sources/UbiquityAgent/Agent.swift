@@ -176,8 +176,8 @@ actor AccountSession {
     /// Whether the account's shares are being read, and whether they are to be read again after.
     var followingShares = false, followSharesAgain = false
     var connected = false
-    /// The push connection attempt in progress (events of earlier ones are ignored).
-    var pushAttempt = 0
+    /// The push connection's attempts (the one in progress, and those left behind still opening).
+    var push = PushAttempts()
     /// How long a push connection may take to open before another attempt is made.
     let pushOpenTimeout: Duration
     /// Containers due for a round (nil: all).

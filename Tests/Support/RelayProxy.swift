@@ -36,7 +36,13 @@ public final class RelayProxy: Sendable {
         /// answered `503 SlowDown` (S3's error, in its XML) and closed — the request never reaches
         /// the server.
         case slowDown
+        /// Each connection's answers held until it is ``slowAnswerSeconds`` old (a server too
+        /// loaded to answer a new connection quickly); the client's bytes pass.
+        case slowToAnswer
     }
+
+    /// How old a connection is before its answers pass in ``Mode/slowToAnswer``.
+    public static let slowAnswerSeconds = 2.5
 
     /// The port to connect to instead of the target's.
     public let port: Int
@@ -177,6 +183,8 @@ public final class RelayProxy: Sendable {
         private let aborted = Atomic<Bool>(false)
         /// This connection's own delay in ``Mode/jitter`` (microseconds).
         let jitter = UInt32.random(in: 0...150_000)
+        /// When the connection was accepted (``Mode/slowToAnswer``).
+        let accepted = ContinuousClock.now
 
         init(client: Int32, server: Int32) {
             self.client = client
@@ -243,6 +251,11 @@ public final class RelayProxy: Sendable {
                 continue
             case .answersHeld:
                 guard !answers else {
+                    usleep(20_000)
+                    continue
+                }
+            case .slowToAnswer:
+                if answers && ContinuousClock.now < pair.accepted + .seconds(Self.slowAnswerSeconds) {
                     usleep(20_000)
                     continue
                 }

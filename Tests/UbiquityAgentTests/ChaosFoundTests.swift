@@ -106,6 +106,41 @@ import UbiquityTestSupport
         #expect(connected, "the push connection never opened after the server became reachable; last status: \(answer)\nthe agent said:\n\(log)")
     }
 
+    /// Found in CI, under the whole suite's load: every push connection took longer to open
+    /// than the agent waited, and each one that opened late was ignored as not the attempt in
+    /// progress — until five were left behind, when the agent waited for the oldest (on a
+    /// server that never answers) for ever. Here every connection's answer comes 2.5 s late and
+    /// the agent waits 1 s: the wait grows, and an attempt that opens late is taken.
+    @Test(.timeLimit(.minutes(2))) func aPushConnectionSlowerToOpenThanTheWaitIsTaken() async throws {
+        let dir = NSTemporaryDirectory() + "push-slow-\(UUID().uuidString.prefix(8))"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var quiet = Logger(label: "test")
+        quiet.logLevel = .critical
+        let server = try await EmbeddedServer.start(dataDirectory: dir + "/server", account: "ada", password: "correct horse", logger: quiet)
+        defer { server.cancel() }
+        let relay = try RelayProxy.start(to: try #require(server.url.port))
+        defer { relay.stop() }
+        let root = URL(fileURLWithPath: dir).appendingPathComponent("laptop")
+        let home = UbiquityPaths(configuration: root.appendingPathComponent("config"), data: root.appendingPathComponent("data"), runtime: root.appendingPathComponent("run"))
+        try await SyncClient(server: URL(string: "http://127.0.0.1:\(relay.port)")!).signIn(account: "ada", password: "correct horse", deviceName: "laptop", savingTo: home)
+        relay.mode = .slowToAnswer
+        let said = LogCapture(level: .info)
+        let agent = Agent(paths: home, configuration: AgentConfiguration(containers: ["ABCDE12345.com.example.notes"], rescanSeconds: 60),
+                          logger: said.logger(label: "agent"), pushOpenTimeout: .seconds(1))
+        let running = Task { try await agent.run() }
+        defer { running.cancel() }
+        let device = UbiquityContainers(paths: home, entitlements: UbiquityEntitlements(containers: ["ABCDE12345.com.example.notes"]))
+        var connected = false
+        let deadline = ContinuousClock.now + .seconds(60)
+        while !connected && ContinuousClock.now < deadline {
+            let status = try await onOwnThread { Result { try device.agent.send(AgentRequest(.status), timeout: .seconds(10)).status } }
+            connected = (try? status.get())?.connected == true
+            if !connected { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        let log = said.lines.withLock { $0.map { "\($0.level) \($0.message) \($0.metadata)" } }.suffix(40).joined(separator: "\n")
+        #expect(connected, "the push connection never opened; the agent said:\n\(log)")
+    }
+
     /// Found with seed 1: a conflict resolution the server refused once (here: no network; in
     /// the run, `notAVersion` — the device's view of the item was behind) left its error in the
     /// item's status after a later attempt succeeded, or after the conflict was resolved
