@@ -589,11 +589,4 @@ package actor ContainerSync {
     /// ``PushEvent/maximumPageItems`` items and ``PushEvent/maximumPageContentBytes`` of contents:
     /// a few MiB at most are held).
     static let joinedPageItems = 4_096
-
-    /// How many batches of chunks travel at once, each way.
-    static let transferConcurrency = 4
-
-    /// About how many bytes of chunks one request carries, each way (``ChunkBatch``).
-    static let transferBatchBytes = 4 << 20
-
 }

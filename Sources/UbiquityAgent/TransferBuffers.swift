@@ -1,5 +1,6 @@
 import NIOCore
 import Synchronization
+import UbiquityProtocol
 
 /// The buffers of one large transfer's batches, used again from batch to batch.
 ///
@@ -43,4 +44,21 @@ final class TransferBuffers: Sendable {
             buffer.withLock { $0.take() } ?? ByteBuffer()
         }
     }
+}
+
+extension ContainerSync {
+    /// How many batches of chunks are fetched at once.
+    static let transferConcurrency = 4
+
+    /// About how many bytes of chunks one fetch carries, and one upload of patches
+    /// (``ChunkBatch``).
+    static let transferBatchBytes = 4 << 20
+
+    /// About how many bytes of chunks one upload carries: the most a batch may (a server
+    /// keeping chunks in an object store writes each upload of 1 MiB or more as one object —
+    /// 16 MiB batches are 64 requests a GiB where 4 MiB ones were 256).
+    static let uploadBatchBytes = ChunkBatch.maximumBytes
+
+    /// How many uploads of chunks travel at once (as many bytes in flight as four fetches).
+    static let uploadConcurrency = 2
 }

@@ -305,7 +305,7 @@ struct Uploader {
     }
 
     /// Uploads the missing chunks of several items' contents (a file, or a package's members),
-    /// in shared batches of about ``transferBatchBytes``, ``transferConcurrency`` at a time.
+    /// in shared batches of about ``uploadBatchBytes``, ``uploadConcurrency`` at a time.
     /// An item whose file changed since it was cut stops being read: its next change sends the
     /// new contents.
     func upload(_ uploads: [Upload], in sync: isolated ContainerSync) async throws {
@@ -335,7 +335,7 @@ struct Uploader {
             }
             func dispatch(in sync: isolated ContainerSync) async throws {
                 guard chunkCount > 0 else { return }
-                if inFlight == ContainerSync.transferConcurrency, let done = try await group.next() { finished(done, in: sync) }
+                if inFlight == ContainerSync.uploadConcurrency, let done = try await group.next() { finished(done, in: sync) }
                 let items = carried
                 let sending = TransferBuffers.Handoff(body)
                 group.addTask {
@@ -371,7 +371,7 @@ struct Uploader {
                     defer { try? handle.close() } // read-only: closing cannot lose anything
                     var trusted = recorded.flatMap { Self.fingerprint(of: handle) == $0 ? $0 : nil }
                     for chunk in chunks where !patched.contains(chunk.hash) {
-                        if chunkCount > 0 && (payload + chunk.length > ContainerSync.transferBatchBytes || chunkCount == ChunkBatch.maximumCount) { try await dispatch(in: sync) }
+                        if chunkCount > 0 && (payload + chunk.length > ContainerSync.uploadBatchBytes || chunkCount == ChunkBatch.maximumCount) { try await dispatch(in: sync) }
                         // Changed since the scan: the next round sends the new contents.
                         guard try Self.read(chunk, from: handle, trusting: &trusted, into: &body, codec: codec, prints: prints) else { break reading }
                         chunkCount += 1
@@ -385,9 +385,9 @@ struct Uploader {
         }
     }
 
-    /// Room for a batch body of ``ContainerSync/transferBatchBytes`` of chunks of the standard
+    /// Room for a batch body of ``ContainerSync/uploadBatchBytes`` of chunks of the standard
     /// sizes, framing included (a batch of smaller chunks grows its body).
-    static let batchBodyCapacity = ContainerSync.transferBatchBytes + (ContainerSync.transferBatchBytes / ContentChunker.standard.minimumSize + 1) * ChunkBatch.framing
+    static let batchBodyCapacity = ContainerSync.uploadBatchBytes + (ContainerSync.uploadBatchBytes / ContentChunker.standard.minimumSize + 1) * ChunkBatch.framing
 
     /// The fingerprint of the open file `handle` reads (nil if it cannot be had).
     static func fingerprint(of handle: FileHandle) -> LocalFingerprint? { LocalScanner.fingerprint(descriptor: handle.fileDescriptor) }

@@ -84,8 +84,9 @@ final class UbiquityPeer: Peer {
     ///   for the sharing figures.
     /// - Parameter storage: The server's storage arguments (default: `--data` in `folder`).
     /// - Parameter serving: More arguments for `ubiquity serve` only (an escrow key's file).
+    /// - Parameter link: The shape of each device's link to the server (nil: loopback as it is).
     static func start(in folder: URL, sealed: Bool = false, advanced: Bool = false, binary: URL = executable, participant: String? = nil,
-                      storage: [String]? = nil, serving: [String] = []) async throws -> UbiquityPeer {
+                      storage: [String]? = nil, serving: [String] = [], link: LinkShape? = nil) async throws -> UbiquityPeer {
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
             throw BenchError("\(binary.path) is missing: swift build -c release --product ubiquity")
         }
@@ -132,7 +133,7 @@ final class UbiquityPeer: Peer {
                 environments.append(environment)
                 try FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true)
                 try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 600, "sealedContents": \#(sealed)}"#.utf8).write(to: paths.agentConfiguration)
-                let relay = try RelayProxy.start(to: port)
+                let relay = try RelayProxy.start(to: port, shape: link)
                 relays.append(relay)
                 let account = name == "c" ? participant ?? "ada" : "ada"
                 let login = try run(binary, ["login", "--server", "http://127.0.0.1:\(relay.port)", "--account", account, "--device-name", name, "--password-stdin"],
@@ -245,7 +246,8 @@ final class SyncthingPeer: Peer {
 
     static let executable = ["/usr/bin/syncthing", "/usr/local/bin/syncthing"].first { FileManager.default.isExecutableFile(atPath: $0) }
 
-    static func start(in folder: URL) async throws -> SyncthingPeer {
+    /// Two instances, A dialling B — through A's link then B's when `link` is given.
+    static func start(in folder: URL, link: LinkShape? = nil) async throws -> SyncthingPeer {
         guard let executable else { throw BenchError("syncthing is not installed (apt-get install syncthing), or pass --skip-syncthing") }
         let binary = URL(fileURLWithPath: executable)
         let version = try run(binary, ["--version"]).output.split(separator: "\n").first.map(String.init) ?? "syncthing"
@@ -259,7 +261,7 @@ final class SyncthingPeer: Peer {
             ids.append(id)
         }
         let listen = [try freePort(), try freePort()], gui = [try freePort(), try freePort()]
-        let relay = try RelayProxy.start(to: listen[1])
+        let relay = try RelayProxy.start(to: listen[1], shape: link.map { $0.path(to: $0) })
         let dial = ["dynamic", "tcp://127.0.0.1:\(relay.port)"]
         var processes: [ChildProcess] = [], rest: [(url: String, key: String, other: String)] = [], sides: [URL] = []
         for (index, name) in ["a", "b"].enumerated() {

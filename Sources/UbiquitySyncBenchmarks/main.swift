@@ -11,6 +11,13 @@
 //     [--web-items N] [--web-only] [--sealed] [--advanced] [--reference-build DIR] [--directory DIR] [--keep]
 //     [--sharing-only [--sharing-items N] [--sharing-runs N]]
 //     [--storage-only --database URL --object-store URL --object-store-credentials FILE [--storage-runs N]]
+//     [--link home|office] [--up-mbit M] [--down-mbit M] [--delay-ms D] [--jitter-ms J] [--loss P] [--check-link]
+//
+// `--link` measures only the figures of issue 48 on shaped links (LinkScenario.swift): `home`
+// is 20 Mbit/s up, 100 down, 20 ms each way; `office` 100 Mbit/s both ways, 5 ms each way; the
+// explicit flags change either (or, alone, shape a link of their own). Every leg of both
+// systems goes through a user-space shaping relay; the relay's own check comes first.
+// `--check-link` runs only that check.
 //
 // `--sharing-only` measures only the sharing figures of issue 46 (ShareScenario.swift): sharing
 // a folder of N items (10,000) against one of 10, a participant's first listing, and an edit
@@ -39,6 +46,7 @@
 import Foundation
 import Ubiquity
 import UbiquityFiles
+import UbiquityTestSupport
 
 #if canImport(Glibc)
 import Glibc
@@ -76,6 +84,10 @@ struct Options {
     var storageObjectStore: String?
     var storageCredentials: String?
     var storageRuns = 5
+    /// Every leg on a link of this shape (issue 48's figures only; LinkScenario.swift).
+    var link: LinkShape?
+    /// Only the shaping relay's own check.
+    var checkLink = false
     /// Leave the run's folder (homes, logs, data) in place afterwards.
     var keep = false
     var directory = URL(fileURLWithPath: NSTemporaryDirectory()).appendingPathComponent("ubiquity-sync-bench-\(getpid())")
@@ -92,8 +104,30 @@ struct Options {
             }
             return number
         }
+        func number(_ flag: String) throws -> Double {
+            guard let number = Double(try value(flag)), number >= 0, number.isFinite else { throw BenchError("\(flag) needs a number ≥ 0") }
+            return number
+        }
+        var shape: LinkShape?
+        func shaping(_ change: (inout LinkShape) -> Void) {
+            var changed = shape ?? .office
+            change(&changed)
+            shape = changed
+        }
         while let argument = rest.next() {
             switch argument {
+            case "--link":
+                switch try value(argument) {
+                case "home": shape = .home
+                case "office": shape = .office
+                case let other: throw BenchError("--link is home or office, not \(other)")
+                }
+            case "--up-mbit": let mbit = try number(argument); shaping { $0.up.bitsPerSecond = mbit * 1_000_000 }
+            case "--down-mbit": let mbit = try number(argument); shaping { $0.down.bitsPerSecond = mbit * 1_000_000 }
+            case "--delay-ms": let ms = try number(argument); shaping { ($0.up.delaySeconds, $0.down.delaySeconds) = (ms / 1_000, ms / 1_000) }
+            case "--jitter-ms": let ms = try number(argument); shaping { ($0.up.jitterSeconds, $0.down.jitterSeconds) = (ms / 1_000, ms / 1_000) }
+            case "--loss": let rate = try number(argument); shaping { ($0.up.lossRate, $0.down.lossRate) = (rate, rate) }
+            case "--check-link": checkLink = true
             case "--small": small = try count(argument)
             case "--syncthing-small": syncthingSmall = try count(argument)
             case "--burst": burst = try count(argument)
@@ -124,6 +158,9 @@ struct Options {
             default: throw BenchError("unknown argument \(argument); see the comment at the top of Sources/UbiquitySyncBenchmarks/main.swift")
             }
         }
+        if checkLink && shape == nil { shape = .home }
+        link = shape
+        if let shape, shape.up.bitsPerSecond <= 0 || shape.down.bitsPerSecond <= 0 { throw BenchError("a link's bandwidth must be above 0") }
     }
 }
 
@@ -220,6 +257,24 @@ if options.storageOnly {
     let encoder = JSONEncoder()
     encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
     print(String(decoding: try encoder.encode(["storage": figures]), as: UTF8.self))
+    if !options.keep { try? FileManager.default.removeItem(at: options.directory) }
+    exit(0)
+}
+if let link = options.link {
+    let encoder = JSONEncoder()
+    encoder.outputFormatting = [.prettyPrinted, .sortedKeys]
+    if options.checkLink {
+        print(String(decoding: try encoder.encode(["check": try checkLink(link, bytes: 8 << 20)]), as: UTF8.self))
+        exit(0)
+    }
+    if !options.skipSyncthing && SyncthingPeer.executable == nil {
+        log("syncthing is not installed (apt-get install syncthing), or pass --skip-syncthing")
+        exit(2)
+    }
+    try? FileManager.default.removeItem(at: options.directory)
+    try FileManager.default.createDirectory(at: options.directory, withIntermediateDirectories: true)
+    let figures = try await linkFigures(link, options: options)
+    print(String(decoding: try encoder.encode(["link": figures]), as: UTF8.self))
     if !options.keep { try? FileManager.default.removeItem(at: options.directory) }
     exit(0)
 }

@@ -47,23 +47,28 @@ public final class RelayProxy: Sendable {
     /// The port to connect to instead of the target's.
     public let port: Int
     private let listener: Int32
-    private let counter = Atomic<Int64>(0)
+    let counter = Atomic<Int64>(0)
     private let stopped = Atomic<Bool>(false)
     private let modeValue = Atomic<UInt8>(Mode.pass.rawValue)
     private let targetPorts: Mutex<[Int]>
-    private let connections = Mutex<[ObjectIdentifier: Pair]>([:])
+    let connections = Mutex<[ObjectIdentifier: Pair]>([:])
+    /// The link's two directions, when the relay shapes its bytes as a link (``LinkShape``).
+    let pacers: (up: LinkPacer, down: LinkPacer)?
     private let resets = Atomic<Int>(0)
 
-    private init(port: Int, listener: Int32, target: Int) {
+    private init(port: Int, listener: Int32, target: Int, shape: LinkShape?) {
         self.port = port
         self.listener = listener
         targetPorts = Mutex([target])
+        pacers = shape.map { (LinkPacer($0.up), LinkPacer($0.down)) }
     }
 
-    /// Starts relaying 127.0.0.1:`target`.
-    public static func start(to target: Int) throws -> RelayProxy {
+    /// Starts relaying 127.0.0.1:`target` — shaped as `shape` (what connecting clients send
+    /// goes up the link, what they are sent comes down it), every connection sharing the link;
+    /// a shaped relay takes no ``Mode``.
+    public static func start(to target: Int, shape: LinkShape? = nil) throws -> RelayProxy {
         let (listener, port) = try loopbackSocket(listening: 64)
-        let proxy = RelayProxy(port: port, listener: listener, target: target)
+        let proxy = RelayProxy(port: port, listener: listener, target: target, shape: shape)
         Thread { proxy.accepting() }.start()
         return proxy
     }
@@ -150,6 +155,10 @@ public final class RelayProxy: Sendable {
             }
             let pair = Pair(client: client, server: server)
             connections.withLock { $0[ObjectIdentifier(pair)] = pair }
+            if let pacers {
+                shape(pair, pacers: pacers)
+                continue
+            }
             Thread { self.pump(from: client, to: server, pair: pair, answers: false) }.start()
             Thread { self.pump(from: server, to: client, pair: pair, answers: true) }.start()
         }
@@ -177,7 +186,7 @@ public final class RelayProxy: Sendable {
     }
 
     /// The two sockets of one relayed connection, closed when both directions ended.
-    private final class Pair: Sendable {
+    final class Pair: Sendable {
         let client: Int32, server: Int32
         private let open = Atomic<Int>(2)
         private let aborted = Atomic<Bool>(false)

@@ -27,7 +27,7 @@ import UbiquityProtocol
         struct Refused: Error {}
         await #expect(throws: Refused.self) { try await bodies.gather(request(small), framing: ChunkBatch.framing) { _ in throw Refused() } }
         #expect(bodies.keptArrays == 1, "given back after a refusal too")
-        let large = [UInt8](repeating: 8, count: 9 << 20)
+        let large = [UInt8](repeating: 8, count: BatchBodies.keptCapacity + 1)
         #expect(try await bodies.gather(request(large), framing: ChunkBatch.framing) { $0.count } == large.count)
         #expect(bodies.keptArrays == 0, "a larger array goes back to the allocator (and the kept one was used for it)")
     }

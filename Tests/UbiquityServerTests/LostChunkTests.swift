@@ -1,5 +1,7 @@
 import Foundation
 import Logging
+import NIOCore
+import Synchronization
 import Testing
 import UbiquityTestSupport
 import UbiquityProtocol
@@ -73,4 +75,74 @@ import UbiquityProtocol
             #expect(try await client.changes(notes, since: sequence, token: laptop.token).items.first?.uploaded == true)
         }
     }
+
+    /// Collected while sent: an upload found the account had a chunk (so did not store its
+    /// bytes), garbage collection forgot the chunk and removed its bytes, then the upload
+    /// recorded it — listed, bytes gone (found by `ubiquity-chaos --object-store`, seed 50).
+    /// The upload stores again what it finds listed only now.
+    @Test(arguments: Backend.all)
+    func aChunkCollectedWhileADeviceSendsItIsStoredAgain(backend: Backend) async throws {
+        let capture = LogCapture()
+        let server = try await TestServer(backend, logger: capture.logger()); defer { server.remove() }
+        let account = try await server.admin.createAccount(name: "ann", password: "correct horse")
+        let kept = (0..<60_000).map { UInt8(truncatingIfNeeded: $0 &* 29 &+ 1) }, other = (0..<9_000).map { UInt8(truncatingIfNeeded: $0 &* 7) }
+        let hash = sha256(kept)
+        let deviceId = try await server.run { client in
+            let laptop = try await client.signIn("ann")
+            #expect(try await client.upload(kept, token: laptop.token).status == .created) // named by no commit: garbage
+            return laptop.deviceId
+        }
+        let storage = server.admin.storage
+        var services = server.server.services
+        services.chunks = CollectedOnStore(base: services.chunks) {
+            // Between the upload's look and its record: the collection runs (its grace long past).
+            let collected = try await storage.database.collectGarbage(now: Date() + 3 * 86_400, retention: 0, grace: 86_400)
+            #expect(collected.chunks.map(\.1) == [hash])
+            _ = await ChunkRemoval.remove(collected.chunks.map { (account: $0.0, hash: $0.1) }, database: storage.database, chunks: storage.chunks, logger: Logger(label: "test"))
+        }
+        let device = DeviceAuth(deviceId: deviceId, deviceName: "laptop", accountId: account.id)
+        try await services.receive([ChunkBatch.Chunk(hash: hash, bytes: ArraySlice(kept)), ChunkBatch.Chunk(hash: sha256(other), bytes: ArraySlice(other))],
+                                   from: device, logger: capture.logger())
+        #expect(try await storage.database.missingChunks(accountId: account.id, hashes: [hash]).isEmpty)
+        #expect(try await storage.chunks.load(hash: hash, account: account.id) == Data(kept), "listed, and its bytes stored")
+        let check = try await server.admin.checkStore(repair: false)
+        #expect(check.missing.isEmpty && check.isClean, "\(check.missing)")
+        #expect(!capture.lines.withLock { $0 }.contains { "\($0.message) \($0.metadata)".contains(hash) }, "no chunk's name in the log")
+    }
+}
+
+/// Chunk storage that runs `before` once, the first time chunks are stored (between an upload's
+/// look at what the account has and its record of what it sent).
+private final class CollectedOnStore: ChunkStorage {
+    let base: any ChunkStorage
+    let before: @Sendable () async throws -> Void
+    private let ran = Mutex(false)
+
+    init(base: any ChunkStorage, before: @escaping @Sendable () async throws -> Void) {
+        self.base = base
+        self.before = before
+    }
+
+    func store(_ chunks: [ChunkBatch.Chunk], account: Int64, checked: Bool, sealed: Bool) async throws {
+        let first = ran.withLock { ran in
+            defer { ran = true }
+            return !ran
+        }
+        if first { try await before() }
+        try await base.store(chunks, account: account, checked: checked, sealed: sealed)
+    }
+    func sealedDigests(of hashes: [String], account: Int64) async throws -> [String: [UInt8]] { try await base.sealedDigests(of: hashes, account: account) }
+    func load(hash: String, account: Int64) async throws -> Data? { try await base.load(hash: hash, account: account) }
+    func load(_ hashes: [String], account: Int64, upTo limit: Int) async throws -> [Data] { try await base.load(hashes, account: account, upTo: limit) }
+    func loadBatch(_ hashes: [String], account: Int64, upTo limit: Int, into batch: inout ByteBuffer) async throws -> [Range<Int>] {
+        try await base.loadBatch(hashes, account: account, upTo: limit, into: &batch)
+    }
+    func loadVouchedBatch(_ hashes: [String], account: Int64, upTo limit: Int, into batch: inout ByteBuffer) async throws -> (places: [Range<Int>], vouched: [Bool]) {
+        try await base.loadVouchedBatch(hashes, account: account, upTo: limit, into: &batch)
+    }
+    func remove(hash: String, account: Int64) async throws { try await base.remove(hash: hash, account: account) }
+    func removeAccount(_ account: Int64) async throws { try await base.removeAccount(account) }
+    func compact(orphanAge: TimeInterval) async throws -> Int64 { try await base.compact(orphanAge: orphanAge) }
+    func quarantine(hash: String, account: Int64, damaged: Data) async throws -> String? { try await base.quarantine(hash: hash, account: account, damaged: damaged) }
+    func storedChunks() async throws -> [ChunkEntry] { try await base.storedChunks() }
 }

@@ -99,6 +99,43 @@ struct ObjectChunkStoreTests {
         #expect(trailer.format == 1 && trailer.account == fixture.account && Set(trailer.chunks.map(\.hash)) == Set(small.map(\.hash)))
     }
 
+    /// A pack fetched in parts is read from the store once (the first part reads ahead to the
+    /// pack's end), and ten fetches of it at once on another instance share one read.
+    @Test func aPackFetchedInPartsIsReadOnceAndFetchesAtOnceShareARead() async throws {
+        let fixture = try await Fixture()
+        defer { Task { await fixture.close() } }
+        var settings = Fixture.settings
+        settings.readAheadMinimum = 150_000
+        settings.directPackMinimum = 64 << 10
+        let chunks = (0..<8).map { Self.chunk(200 + $0, size: 100_000) }
+        try await fixture.store(settings).store(chunks, account: fixture.account)
+        #expect(try await fixture.packs().count == 1)
+        let gets = { fixture.objects.requestsSent["GET"] ?? 0 }
+
+        let reader = fixture.store(settings)
+        var before = gets()
+        for first in stride(from: 0, to: 8, by: 2) {
+            let loaded = try await reader.load(chunks[first..<(first + 2)].map(\.hash), account: fixture.account, upTo: .max)
+            #expect(loaded == chunks[first..<(first + 2)].map { Data($0.bytes) })
+        }
+        #expect(gets() - before == 1, "one GET for the pack, not one per fetch")
+        #expect(reader.cache.hits == 3)
+
+        let other = fixture.store(settings)
+        before = gets()
+        let all = chunks.map(\.hash), wanted = chunks.map { Data($0.bytes) }
+        try await withThrowingTaskGroup(of: [Data].self) { group in
+            for _ in 0..<10 { group.addTask { try await other.load(all, account: fixture.account, upTo: .max) } }
+            for try await loaded in group { #expect(loaded == wanted) }
+        }
+        #expect(gets() - before == 1, "ten fetches at once, one GET")
+        // Small reads are not kept: a single chunk is read as it is.
+        let single = fixture.store(settings)
+        before = gets()
+        for _ in 0..<2 { _ = try await single.load(hash: chunks[3].hash, account: fixture.account) }
+        #expect(gets() - before == 2 && single.cache.keptBytes == 0)
+    }
+
     @Test func removalDoomsAPackAndCompactionAndCollectionFreeTheRoom() async throws {
         let fixture = try await Fixture()
         defer { Task { await fixture.close() } }

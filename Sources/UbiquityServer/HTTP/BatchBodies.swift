@@ -2,15 +2,15 @@ import Hummingbird
 import Synchronization
 import UbiquityProtocol
 
-/// The arrays chunk batches are gathered into, used again: a 4 MiB body gathered into a new
-/// array costs a thousand page faults as it fills (and a fresh block from the allocator every
-/// time); a few kept arrays cost their capacity once.
+/// The arrays chunk batches are gathered into, used again: a 16 MiB body gathered into a new
+/// array costs four thousand page faults as it fills (and a fresh block from the allocator
+/// every time); a few kept arrays cost their capacity once.
 final class BatchBodies: Sendable {
     /// Arrays kept between requests (more at once are made and given back to the allocator).
-    static let kept = 4
-    /// The largest array kept (an agent's batch is 4 MiB of chunks and their framing; a larger
-    /// body's array goes back to the allocator): at most 32 MiB held between uploads.
-    static let keptCapacity = 8 << 20
+    static let kept = 2
+    /// The largest array kept (an agent's upload is at most 16 MiB of chunks and their framing;
+    /// a larger body's array goes back to the allocator): at most 36 MiB held between uploads.
+    static let keptCapacity = 18 << 20
     private let arrays = Mutex<[[UInt8]]>([])
     /// How many arrays are kept now.
     var keptArrays: Int { arrays.withLock { $0.count } }

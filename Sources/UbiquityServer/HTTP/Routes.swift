@@ -23,7 +23,7 @@ extension RevisionContentsResponse: ResponseEncodable {}
 /// What every route needs.
 struct SyncServices: Sendable {
     let database: any SyncDatabase
-    let chunks: any ChunkStorage
+    var chunks: any ChunkStorage
     let metrics: ServerMetrics
     let notifier: ChangeNotifier
     let signIns: SignInGuard
@@ -416,21 +416,34 @@ extension SyncServices {
             guard usage.used - usage.pendingBytes + adding <= usage.quota else { throw SyncError.quotaExceeded(used: usage.used, quota: usage.quota, adding: adding) }
         }
         try await chunks.store(fresh, account: device.accountId, checked: checked, sealed: sealed)
-        let completed: [String: Int64]
+        let recorded: ChunksRecorded
         do {
-            completed = try await database.chunksStored(accountId: device.accountId, chunks: received.map { StoredChunk(hash: $0.hash, size: Int64($0.bytes.count), base: bases[$0.hash]) }, now: Date())
+            recorded = try await database.chunksStored(accountId: device.accountId, chunks: received.map { StoredChunk(hash: $0.hash, size: Int64($0.bytes.count), base: bases[$0.hash]) }, now: Date())
         } catch let error as SyncError where error.code == "quotaExceeded" {
             // Another upload used the room meanwhile: the bytes are not kept.
             let recorded = Set(received.map(\.hash)).subtracting(try await database.missingChunks(accountId: device.accountId, hashes: fresh.map(\.hash)))
             for chunk in fresh where !recorded.contains(chunk.hash) {
                 do { try await chunks.remove(hash: chunk.hash, account: device.accountId) } catch {
                     // Unrecorded bytes count against nothing; `ubiquity gc` removes them later.
-                    logger.error("cannot remove a chunk refused for quota", metadata: ["hash": "\(chunk.hash)", "error": "\(error)"])
+                    // (Not its name: a plaintext chunk's is the SHA-256 of its bytes.)
+                    logger.error("cannot remove a chunk refused for quota", metadata: ["account": "\(device.accountId)", "error": "\(error)"])
                 }
             }
             throw error
         }
-        for (container, sequence) in completed { notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId) }
+        // Chunks the account had when this upload looked, that garbage collection forgot before
+        // they were recorded here (it removes their bytes, or already did): stored again. One
+        // whose bytes it removes after this is caught by its check once it removed them
+        // (``ChunkRemoval``: listed again, bytes gone — asked of the devices once more).
+        let relisted = recorded.listed.subtracting(fresh.map(\.hash))
+        if !relisted.isEmpty {
+            var again: [ChunkBatch.Chunk] = [], storing = Set<String>()
+            for chunk in received where relisted.contains(chunk.hash) && storing.insert(chunk.hash).inserted { again.append(chunk) }
+            // (Each was checked against its hash above, or by the caller.)
+            try await chunks.store(again, account: device.accountId, checked: true, sealed: sealed)
+            logger.notice("chunks collected while a device sent them were stored again", metadata: ["account": "\(device.accountId)", "chunks": "\(again.count)"])
+        }
+        for (container, sequence) in recorded.sequences { notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId) }
         metrics.count(.chunkBytesReceived, by: received.reduce(0) { $0 + $1.bytes.count })
     }
 

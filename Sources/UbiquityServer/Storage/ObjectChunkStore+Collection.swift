@@ -214,7 +214,7 @@ extension ObjectChunkStore {
             var chunks: [(hash: String, bytes: ArraySlice<UInt8>, digest: [UInt8]?)] = []
             if !rows.isEmpty {
                 let places = Dictionary(uniqueKeysWithValues: rows.map { ($0.hash, Place.packed(key: old.key, offset: $0.offset, length: $0.length)) })
-                let bytes = try await read(rows.map(\.hash), places: places)
+                let bytes = try await read(rows.map(\.hash), places: places, caching: false)
                 for row in rows {
                     guard let data = bytes[row.hash], Self.isSound(data, hash: row.hash, digest: row.digest) else {
                         logger.error("a chunk read for compaction is damaged or missing: the pack is left as it is", metadata: ["pack": "\(old.key)"])

@@ -42,6 +42,11 @@ final class ObjectChunkStore: ChunkStorage {
         var largestRead = 16 << 20
         /// GETs in flight for one load.
         var readsInFlight = 4
+        /// A read of at least this many bytes of a pack reads ahead to the pack's end (at most
+        /// ``largestRead``), kept in the read cache for the next fetches.
+        var readAheadMinimum = 1 << 20
+        /// The most bytes of packs kept for the next fetches (``PackReadCache``).
+        var readCacheBytes = 64 << 20
         /// A pack whose live bytes fell below this share of its size is compacted.
         var compactBelow = 0.5
     }
@@ -55,6 +60,8 @@ final class ObjectChunkStore: ChunkStorage {
     let logger: Logger
     /// Called after each step of writing a pack; a test throws there to stop as a crash would.
     let afterStep: (@Sendable (Step) async throws -> Void)?
+    /// Ranges of packs lately read, for the next fetches.
+    let cache: PackReadCache
 
     init(database: PostgresDatabase, objects: S3Client, settings: Settings = Settings(), logger: Logger,
          afterStep: (@Sendable (Step) async throws -> Void)? = nil) {
@@ -63,6 +70,7 @@ final class ObjectChunkStore: ChunkStorage {
         self.settings = settings
         self.logger = logger
         self.afterStep = afterStep
+        cache = PackReadCache(capacity: settings.readCacheBytes)
     }
 
     // MARK: Storing
@@ -163,12 +171,13 @@ final class ObjectChunkStore: ChunkStorage {
 
     /// Where a chunk is: in a pack, or waiting in the database with its bytes.
     enum Place: Sendable {
-        case packed(key: String, offset: Int, length: Int)
+        /// In the pack `key` (of `packSize` bytes; nil: not known).
+        case packed(key: String, offset: Int, length: Int, packSize: Int? = nil)
         case waiting(Data)
 
         var length: Int {
             switch self {
-            case .packed(_, _, let length): length
+            case .packed(_, _, let length, _): length
             case .waiting(let data): data.count
             }
         }
@@ -183,13 +192,14 @@ final class ObjectChunkStore: ChunkStorage {
         return try await database.read { db in
             var places: [String: Place] = [:]
             for row in try await db.rows("""
-                SELECT packed_chunk.hash, pack_offset, length, object_key, NULL::BYTEA AS data FROM packed_chunk JOIN pack ON pack.id = packed_chunk.pack_id
+                SELECT packed_chunk.hash, pack_offset, length, object_key, pack.size, NULL::BYTEA AS data FROM packed_chunk JOIN pack ON pack.id = packed_chunk.pack_id
                 WHERE packed_chunk.account_id = \(account) AND packed_chunk.hash = ANY(\(unique)::TEXT[])
-                UNION ALL SELECT hash, NULL, NULL, NULL, data FROM chunk_content WHERE account_id = \(account) AND hash = ANY(\(unique)::TEXT[])
+                UNION ALL SELECT hash, NULL, NULL, NULL, NULL, data FROM chunk_content WHERE account_id = \(account) AND hash = ANY(\(unique)::TEXT[])
                 """) {
                 let hash = try row.get("hash", as: String.self)
                 if let key = try row.get("object_key", as: String?.self) {
-                    places[hash] = .packed(key: key, offset: Int(try row.get("pack_offset", as: Int64.self)), length: Int(try row.get("length", as: Int32.self)))
+                    places[hash] = .packed(key: key, offset: Int(try row.get("pack_offset", as: Int64.self)), length: Int(try row.get("length", as: Int32.self)),
+                                           packSize: Int(try row.get("size", as: Int64.self)))
                 } else if places[hash] == nil, let data = try row.get("data", as: ByteBuffer?.self) {
                     places[hash] = .waiting(Data(data.readableBytesView))
                 }
@@ -223,7 +233,7 @@ final class ObjectChunkStore: ChunkStorage {
             for (hash, data) in try await read(lost.filter { again[$0] != nil }, places: again) { bytes[hash] = data }
             // (The pack named, not the chunk: a plaintext chunk's name is the SHA-256 of its bytes.)
             for hash in lost where bytes[hash] == nil {
-                guard case .packed(let key, _, _)? = again[hash] else { continue }
+                guard case .packed(let key, _, _, _)? = again[hash] else { continue }
                 logger.error("a chunk's pack is missing from the object store", metadata: ["account": "\(account)", "pack": "\(key)"])
             }
         }
@@ -235,14 +245,19 @@ final class ObjectChunkStore: ChunkStorage {
         return loaded
     }
 
-    /// The bytes of `hashes` at `places` (a pack that is gone leaves its chunks out).
-    func read(_ hashes: [String], places: [String: Place]) async throws -> [String: Data] {
+    /// The bytes of `hashes` at `places` (a pack that is gone leaves its chunks out). A large
+    /// read goes through the read cache, reading ahead to its pack's end, unless not `caching`
+    /// (compaction's reads, which no fetch will ask for again).
+    func read(_ hashes: [String], places: [String: Place], caching: Bool = true) async throws -> [String: Data] {
         var bytes: [String: Data] = [:]
         var wanted: [String: [(hash: String, offset: Int, length: Int)]] = [:]
+        var packSizes: [String: Int] = [:]
         for hash in Set(hashes) {
             switch places[hash] {
             case .waiting(let data)?: bytes[hash] = data
-            case .packed(let key, let offset, let length)?: wanted[key, default: []].append((hash, offset, length))
+            case .packed(let key, let offset, let length, let packSize)?:
+                wanted[key, default: []].append((hash, offset, length))
+                packSizes[key] = packSize
             case nil: break
             }
         }
@@ -265,10 +280,18 @@ final class ObjectChunkStore: ChunkStorage {
                 guard next < reads.endIndex else { return }
                 let read = reads[next]
                 next += 1
-                group.addTask { [objects] in
+                // A large read reads ahead, through the cache (at most `largestRead`, never
+                // past the pack's end).
+                let ahead = read.range.lowerBound..<max(read.range.upperBound, min(packSizes[read.key] ?? 0, read.range.lowerBound + settings.largestRead))
+                let cached = caching && read.range.count >= settings.readAheadMinimum
+                group.addTask { [objects, cache] in
                     let body: ByteBuffer
                     do {
-                        body = try await objects.get(read.key, range: read.range)
+                        if cached {
+                            body = try await cache.bytes(of: read.key, read.range, readingAhead: ahead) { try await objects.get(read.key, range: $0) }
+                        } else {
+                            body = try await objects.get(read.key, range: read.range)
+                        }
                     } catch ObjectStoreError.notFound {
                         return [:] // compacted meanwhile: looked up again
                     } catch let error as ObjectStoreError {

@@ -51,7 +51,7 @@ extension SQLiteDatabase {
         }
     }
 
-    func chunksStored(accountId: Int64, chunks: [StoredChunk], now: Date) async throws -> [String: Int64] {
+    func chunksStored(accountId: Int64, chunks: [StoredChunk], now: Date) async throws -> ChunksRecorded {
         try await rules { storage in try await ServerRules.chunksStored(account: accountId, chunks: chunks, now: now, in: storage) }
     }
 

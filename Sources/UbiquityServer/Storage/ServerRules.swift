@@ -317,8 +317,9 @@ enum ServerRules {
 
     /// Lists chunks whose contents are now stored, within the quota (a lost chunk revisions
     /// wait for is already counted), and completes the revisions that were
-    /// waiting only for them. Returns the sequence each changed container is at.
-    static func chunksStored(account: Int64, chunks: [StoredChunk], now: Date, in storage: some RuleStorage) async throws -> [String: Int64] {
+    /// waiting only for them. Returns the sequence each changed container is at, and the chunks
+    /// listed only now.
+    static func chunksStored(account: Int64, chunks: [StoredChunk], now: Date, in storage: some RuleStorage) async throws -> ChunksRecorded {
         guard let figures = try await storage.account(account) else { throw SyncError.unauthorized }
         let hashes = chunks.map(\.hash)
         let stored = try await storage.storedSizes(account: account, hashes: hashes)
@@ -345,7 +346,7 @@ enum ServerRules {
             guard place.state == "current" || place.state == "conflict" else { continue }
             changed[place.container] = try await advance(container: place.container, item: place.item, in: storage)
         }
-        return try await announce(changed, account: account, in: storage)
+        return ChunksRecorded(sequences: try await announce(changed, account: account, in: storage), listed: Set(fresh.keys))
     }
 
     /// Forgets a chunk the account lost (found damaged and put aside): the revisions naming it

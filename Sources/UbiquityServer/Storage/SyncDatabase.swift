@@ -469,9 +469,10 @@ protocol SyncDatabase: Sendable {
     /// The chunks stored as sealed patches of any of `bases`, each with its base.
     func chunksPatching(accountId: Int64, bases: [String]) async throws -> [String: String]
     /// Records stored chunks, all or none, with one quota check for those the account did not
-    /// have; returns the containers whose items became downloadable, with their sequences now.
+    /// have; returns the containers whose items became downloadable, with their sequences now,
+    /// and which chunks were listed only now.
     /// - Throws: ``SyncError`` `quotaExceeded` (nothing recorded) when the new ones do not fit.
-    func chunksStored(accountId: Int64, chunks: [StoredChunk], now: Date) async throws -> [String: Int64]
+    func chunksStored(accountId: Int64, chunks: [StoredChunk], now: Date) async throws -> ChunksRecorded
     /// Forgets a chunk found damaged (and put aside): the account no longer holds it (it stops
     /// counting against the quota, and `missingChunks` names it, so a device sends it again), and
     /// every revision naming it waits for it again, not uploaded. Returns the containers whose
@@ -527,4 +528,12 @@ protocol SyncDatabase: Sendable {
     func ping() async throws
     /// Closes connections (the database is not used afterwards).
     func close() async
+}
+
+/// What recording stored chunks did (``SyncDatabase/chunksStored(accountId:chunks:now:)``).
+struct ChunksRecorded: Sendable {
+    /// The containers whose items became downloadable, with their sequences now.
+    var sequences: [String: Int64]
+    /// The chunks the account did not list until now.
+    var listed: Set<String>
 }
