@@ -99,6 +99,7 @@ let package = Package(
         .target(
             name: "UbiquityServer",
             dependencies: [
+                "CUbiquitySystem",
                 "UbiquityFiles",
                 "UbiquityObjectStore",
                 "UbiquityKeys",

@@ -143,7 +143,7 @@ void ubq_limit_retained_memory(int arenas, int mapped_from, int kept) {
 #ifdef __GLIBC__
     mallopt(M_MMAP_THRESHOLD, mapped_from);
     mallopt(M_TRIM_THRESHOLD, kept);
-    mallopt(M_ARENA_MAX, arenas);
+    if (arenas > 0) mallopt(M_ARENA_MAX, arenas);
 #else
     (void)arenas;
     (void)mapped_from;

@@ -131,6 +131,7 @@ struct ServeCommand: AsyncParsableCommand {
 
     func run() async throws {
         guard let level = Logger.Level(rawValue: logLevel) else { throw ValidationError("unknown log level \(logLevel)") }
+        SyncServer.limitRetainedMemory() // a process that serves for months gives back what it frees
         var logger = Logger(label: "ubiquity.server")
         logger.logLevel = level
         var configuration = SyncServer.Configuration(dataDirectory: storage.data, host: host, port: port)

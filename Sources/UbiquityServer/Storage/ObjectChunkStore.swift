@@ -38,15 +38,17 @@ final class ObjectChunkStore: ChunkStorage {
         var intentTimeout: TimeInterval = 3_600
         /// Ranges of one pack at most this far apart are read with one GET.
         var mergeGap = 256 << 10
-        /// The most bytes one GET reads.
-        var largestRead = 16 << 20
+        /// The most bytes one GET reads (a whole pack of one 16 MiB upload, its trailer too).
+        var largestRead = 20 << 20
         /// GETs in flight for one load.
         var readsInFlight = 4
-        /// A read of at least this many bytes of a pack reads ahead to the pack's end (at most
-        /// ``largestRead``), kept in the read cache for the next fetches.
+        /// A read of at least this many bytes of a pack reads the whole pack (or, from a pack
+        /// larger than ``largestRead``, that much from the read on), kept in the read cache
+        /// for the next fetches.
         var readAheadMinimum = 1 << 20
-        /// The most bytes of packs kept for the next fetches (``PackReadCache``).
-        var readCacheBytes = 64 << 20
+        /// The most bytes of packs kept for the next fetches (``PackReadCache``): a pack of a
+        /// 16 MiB upload, and a part of the next.
+        var readCacheBytes = 24 << 20
         /// A pack whose live bytes fell below this share of its size is compacted.
         var compactBelow = 0.5
     }
@@ -280,15 +282,21 @@ final class ObjectChunkStore: ChunkStorage {
                 guard next < reads.endIndex else { return }
                 let read = reads[next]
                 next += 1
-                // A large read reads ahead, through the cache (at most `largestRead`, never
-                // past the pack's end).
-                let ahead = read.range.lowerBound..<max(read.range.upperBound, min(packSizes[read.key] ?? 0, read.range.lowerBound + settings.largestRead))
+                // A large read reads its whole pack, through the cache (fetches of a large file
+                // come in any order, several at once: each finds the pack read or being read);
+                // from a pack larger than `largestRead`, that much from the read on.
+                let packSize = packSizes[read.key] ?? 0
+                let ahead = packSize == 0 ? read.range : packSize <= settings.largestRead
+                    ? 0..<max(read.range.upperBound, packSize)
+                    : read.range.lowerBound..<max(read.range.upperBound, min(packSize, read.range.lowerBound + settings.largestRead))
                 let cached = caching && read.range.count >= settings.readAheadMinimum
                 group.addTask { [objects, cache] in
                     let body: ByteBuffer
                     do {
                         if cached {
                             body = try await cache.bytes(of: read.key, read.range, readingAhead: ahead) { try await objects.get(read.key, range: $0) }
+                        } else if caching, let kept = try await cache.lookUp(read.key, read.range) {
+                            body = kept // (a small read of a pack read lately: what is left of a fetch)
                         } else {
                             body = try await objects.get(read.key, range: read.range)
                         }

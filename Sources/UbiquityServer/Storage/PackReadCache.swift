@@ -82,6 +82,29 @@ final class PackReadCache: Sendable {
         return Self.slice(body, from: reading.range, range)
     }
 
+    /// The bytes of `range` of the pack `key` if a kept range or a read in progress holds them
+    /// (nil: the store is to be asked; nothing is read here).
+    func lookUp(_ key: String, _ range: Range<Int>) async throws -> ByteBuffer? {
+        let found: (bytes: ByteBuffer?, reading: Reading?)? = state.withLock { state in
+            state.clock += 1
+            if let index = state.kept[key]?.firstIndex(where: { $0.range.lowerBound <= range.lowerBound && range.upperBound <= $0.range.upperBound }) {
+                state.kept[key]![index].used = state.clock
+                state.hits += 1
+                let kept = state.kept[key]![index]
+                return (Self.slice(kept.bytes, from: kept.range, range), nil)
+            }
+            if let reading = state.reading[key]?.first(where: { $0.range.lowerBound <= range.lowerBound && range.upperBound <= $0.range.upperBound }) {
+                state.hits += 1
+                return (nil, reading)
+            }
+            return nil
+        }
+        guard let found else { return nil }
+        if let bytes = found.bytes { return bytes }
+        guard let reading = found.reading, let body = try? await reading.task.value else { return nil } // (its reader says why it failed)
+        return Self.slice(body, from: reading.range, range)
+    }
+
     /// `range` out of `bytes`, which hold `whole`.
     private static func slice(_ bytes: ByteBuffer, from whole: Range<Int>, _ range: Range<Int>) -> ByteBuffer {
         bytes.getSlice(at: bytes.readerIndex + range.lowerBound - whole.lowerBound, length: range.count) ?? ByteBuffer()
