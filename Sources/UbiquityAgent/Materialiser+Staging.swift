@@ -60,9 +60,22 @@ extension Materialiser {
         }
         let folder = sync.root.appendingPathComponent(LocalContents.folder(of: name))
         let staged = folder.appendingPathComponent(Self.stagingName())
+        // A large file's download cut short is kept (`.ubiquity-partial-…`, named for the item
+        // and these contents) and taken up again by the next attempt, after a restart too: what
+        // it holds is checked chunk by chunk, and only the rest is fetched.
+        let partial = Self.partial(of: item, members: members, kind: kind).map { folder.appendingPathComponent($0) }
+        let resumed = partial.map { rename($0.path, staged.path) == 0 } ?? false
         var done = false
-        defer { if !done { removeStaged(staged, in: sync) } }
-        let writer = try StagedWriter(at: staged, members: members, kind: kind)
+        defer {
+            if !done {
+                if let partial, rename(staged.path, partial.path) == 0 {
+                    sync.logger.info("a large download cut short is kept for the next attempt", metadata: ["container": "\(sync.container)", "item": "\(item)"])
+                } else {
+                    removeStaged(staged, in: sync)
+                }
+            }
+        }
+        let writer = try StagedWriter(at: staged, members: members, kind: kind, reopening: resumed)
         defer { writer.close() }
 
         defer { sync.transfers[item] = nil }
@@ -75,6 +88,13 @@ extension Materialiser {
             if !handled.isEmpty {
                 sync.transfers[item]?.done += Int64(members.flatMap(\.chunks).reduce(0) { $0 + (handled.contains($1.hash) ? $1.length : 0) })
             }
+        }
+        if resumed {
+            // What the download cut short brought, where each chunk goes, if it is that chunk.
+            let kept = Self.chunksHeld(by: staged, of: members, codec: sync.codec, skipping: handled)
+            handled.formUnion(kept)
+            sync.transfers[item]?.done += Int64(members.flatMap(\.chunks).reduce(0) { $0 + (kept.contains($1.hash) ? $1.length : 0) })
+            sync.logger.info("a large download cut short goes on", metadata: ["container": "\(sync.container)", "item": "\(item)", "chunksKept": "\(kept.count)"])
         }
         for chunk in members.flatMap(\.chunks) where handled.insert(chunk.hash).inserted {
             if let bytes = given[chunk.hash] {
@@ -149,6 +169,43 @@ extension Materialiser {
         try writer.finish()
         done = true
         return staged
+    }
+
+    /// Downloads at least this large are kept when cut short, and taken up again.
+    static let resumableBytes = 16 << 20
+
+    /// The name a flat file's download cut short is kept under (nil: not kept — a package, or
+    /// contents under ``resumableBytes``): `.ubiquity-partial-` and a digest of the item and its
+    /// contents' chunk list, so only a download of the very same contents takes it up.
+    static func partial(of item: String, members: [LocalMember], kind: ItemKind) -> String? {
+        guard kind == .file, members.count == 1, members[0].path.isEmpty, members[0].chunks.reduce(0, { $0 + $1.length }) >= resumableBytes else { return nil }
+        let named = ContentToken("partial\n\(item)\n\(ContentToken.of(members[0].chunks.map(\.reference)))")
+        return ".ubiquity-partial-" + String(named.description.prefix(24))
+    }
+
+    /// The chunks of `members` (one flat file) that the staged file at `url` holds where they
+    /// go — each read back and checked against its name — leaving out `skipping`.
+    static func chunksHeld(by url: URL, of members: [LocalMember], codec: ChunkCodec, skipping: Set<String>) -> Set<String> {
+        guard let handle = try? FileHandle(forReadingFrom: url) else { return [] }
+        defer { try? handle.close() } // read-only: closing cannot lose anything
+        var held = Set<String>(), checked = Set<String>()
+        for chunk in members[0].chunks where !skipping.contains(chunk.hash) && checked.insert(chunk.hash).inserted {
+            guard (try? handle.seek(toOffset: UInt64(chunk.offset))) != nil, let data = try? handle.read(upToCount: chunk.length), data.count == chunk.length else { continue }
+            // (Every place the chunk goes must hold it: a chunk repeated is written everywhere at once.)
+            if data.withUnsafeBytes({ codec.recognises($0, as: chunk.hash) }) { held.insert(chunk.hash) }
+        }
+        // A chunk counts only if each of its places holds it.
+        let places = Dictionary(grouping: members[0].chunks.filter { held.contains($0.hash) }, by: \.hash)
+        for (hash, chunks) in places where chunks.count > 1 {
+            for chunk in chunks.dropFirst() {
+                guard (try? handle.seek(toOffset: UInt64(chunk.offset))) != nil, let data = try? handle.read(upToCount: chunk.length),
+                      data.withUnsafeBytes({ codec.recognises($0, as: hash) }) else {
+                    held.remove(hash)
+                    break
+                }
+            }
+        }
+        return held
     }
 
     /// The bytes of `piece` of the file at `url`, or nil if they cannot be read (unchecked).
@@ -247,7 +304,11 @@ struct ReplacedFile: Sendable {
 
 extension Materialiser {
     /// Downloads a killed agent left half-written (`.ubiquity-download-…`: scans skip them, and
-    /// nothing else uses them) are removed when the container is opened again.
+    /// nothing else uses them) are removed when the container is opened again — and large ones
+    /// kept to be taken up again (`.ubiquity-partial-…`) once a day has passed without that.
+    static let partialDownloadAge: TimeInterval = 86_400
+
+    /// Removes what ``partialDownloadAge`` says.
     static func removeStagedDownloads(in folder: URL, border: SyncBorder = SyncBorder(), logger: Logger) {
         guard let walker = FileManager.default.enumerator(atPath: folder.path) else { return }
         while let relative = walker.nextObject() as? String {
@@ -256,7 +317,12 @@ extension Materialiser {
                 continue
             }
             let name = (relative as NSString).lastPathComponent
-            guard name.hasPrefix(".ubiquity-download-") else { continue }
+            if name.hasPrefix(".ubiquity-partial-") {
+                let changed = (walker.fileAttributes?[.modificationDate] as? Date) ?? .distantPast
+                guard Date().timeIntervalSince(changed) > partialDownloadAge else { continue }
+            } else {
+                guard name.hasPrefix(".ubiquity-download-") else { continue }
+            }
             walker.skipDescendants()
             do {
                 try FileManager.default.removeItem(at: folder.appendingPathComponent(relative))

@@ -24,8 +24,9 @@ struct StagedWriter: Sendable {
     }
 
     /// Creates the staged file (or folder with its members and their folders), each member
-    /// already at its final length.
-    init(at root: URL, members: [LocalMember], kind: ItemKind) throws {
+    /// already at its final length — or, `reopening`, opens the staged flat file at `root` as
+    /// it is (a download resumed: what it holds is checked before it is trusted).
+    init(at root: URL, members: [LocalMember], kind: ItemKind, reopening: Bool = false) throws {
         self.root = root
         var descriptors: [Int32] = [], places: [String: [Place]] = [:]
         if kind == .package { try FileManager.default.createDirectory(at: root, withIntermediateDirectories: false) }
@@ -41,8 +42,8 @@ struct StagedWriter: Sendable {
                     continue
                 }
                 if kind == .package { try FileManager.default.createDirectory(at: url.deletingLastPathComponent(), withIntermediateDirectories: true) }
-                let fd = open(url.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
-                guard fd >= 0 else { throw Self.failure("create", url) }
+                let fd = reopening && kind == .file ? open(url.path, O_RDWR | O_NOFOLLOW | O_CLOEXEC) : open(url.path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o644)
+                guard fd >= 0 else { throw Self.failure(reopening ? "open" : "create", url) }
                 descriptors.append(fd)
                 let length = member.chunks.reduce(0) { $0 + $1.length }
                 guard ftruncate(fd, off_t(length)) == 0 else { throw Self.failure("size", url) }

@@ -84,12 +84,15 @@ public struct ChunkBatch: Sendable, Equatable {
     }
 
     /// Reads a body's framing: every chunk whole, its hash well formed, at most
-    /// ``maximumCount`` chunks of at most `maximumChunkSize` bytes each.
+    /// ``maximumCount`` chunks of at most `maximumChunkSize` bytes each. `cut`: the body ended
+    /// early (its connection was cut) — the chunks that came whole, the one it ended inside left
+    /// out.
     /// - Throws: ``FormatError`` saying what is wrong.
-    public static func frames(in body: UnsafeRawBufferPointer, maximumChunkSize: Int) throws -> [Frame] {
+    public static func frames(in body: UnsafeRawBufferPointer, maximumChunkSize: Int, cut: Bool = false) throws -> [Frame] {
         var frames: [Frame] = []
         var index = 0
         while index < body.count {
+            if cut && (body.count - index < framing || body.count - index - framing < body[(index + 64)..<(index + 68)].reduce(0, { $0 << 8 | Int($1) })) { break }
             guard frames.count < maximumCount else { throw FormatError(description: "a batch holds at most \(maximumCount) chunks") }
             guard body.count - index >= framing else { throw FormatError(description: "the batch ends inside chunk \(frames.count + 1)'s framing") }
             let hashBytes = UnsafeRawBufferPointer(rebasing: body[index..<index + 64])

@@ -17,19 +17,29 @@ final class BatchBodies: Sendable {
 
     /// Gathers `request`'s body (as ``SyncServices/batchBody(of:framing:into:)`` does) into a
     /// kept array and hands it to `use`; the array is kept again afterwards, whatever `use` did.
-    func gather<Result>(_ request: Request, framing: Int, _ use: ([UInt8]) async throws -> Result) async throws -> Result {
+    /// A body cut short (its connection gone) is handed to `cut` as far as it came, before the
+    /// error is thrown.
+    func gather<Result>(_ request: Request, framing: Int, cut: (([UInt8]) async -> Void)? = nil, _ use: ([UInt8]) async throws -> Result) async throws -> Result {
         var bytes = arrays.withLock { $0.popLast() } ?? []
         defer {
             // (Not unique when `use` kept some of it: then this makes a new array, no harm done.)
             bytes.removeAll(keepingCapacity: true)
             if bytes.capacity > 0 && bytes.capacity <= Self.keptCapacity { arrays.withLock { if $0.count < Self.kept { $0.append(bytes) } } }
         }
-        try await SyncServices.batchBody(of: request, framing: framing, into: &bytes)
+        do {
+            try await SyncServices.batchBody(of: request, framing: framing, into: &bytes)
+        } catch let error as SyncError where error.code == SyncServices.bodyCut {
+            await cut?(bytes)
+            throw error
+        }
         return try await use(bytes)
     }
 }
 
 extension SyncServices {
+    /// The error code of a batch body whose connection ended before it did.
+    static let bodyCut = "bodyCut"
+
     /// The body of a chunk or patch batch (`framing` bytes per entry): at most 16 MiB of chunks
     /// (or one chunk of up to ``Validate/maximumChunkSize``) and the framing of as many entries
     /// as a batch holds. Gathered straight into one array (room for the declared length, when
@@ -39,7 +49,8 @@ extension SyncServices {
         let limit = ChunkBatch.maximumBytes + Int(Validate.maximumChunkSize) + ChunkBatch.maximumCount * framing
         let tooLarge = SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
         bytes.removeAll(keepingCapacity: true)
-        if let declared = request.headers[.contentLength].flatMap({ Int($0) }) {
+        let declared = request.headers[.contentLength].flatMap { Int($0) }
+        if let declared {
             guard declared <= limit else { throw tooLarge }
             // Rounded up to whole MiB: a kept array then fits the next batches, whose sizes vary
             // by a few kilobytes, without being made anew.
@@ -53,7 +64,10 @@ extension SyncServices {
         } catch let error as SyncError {
             throw error
         } catch {
-            throw SyncError.badRequest("badBatch", "the body did not arrive whole: \(error)")
+            throw SyncError.badRequest(bodyCut, "the body did not arrive whole: \(error)")
+        }
+        if let declared, bytes.count < declared {
+            throw SyncError.badRequest(bodyCut, "the body ended after \(bytes.count) of the \(declared) bytes it declared")
         }
     }
 }

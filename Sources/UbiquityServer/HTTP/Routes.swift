@@ -501,10 +501,23 @@ extension SyncServices {
 // A batch of chunks sent, and one fetched (docs/SyncProtocol.md, "Chunks in batches"): for a
 // device in its own account, and for one through a share (docs/Sharing.md).
 extension SyncServices {
-    /// `POST …/chunks`: every chunk of the body stored in `device`'s account, or none.
+    /// `POST …/chunks`: every chunk of the body stored in `device`'s account, or none — but for
+    /// a body cut short (its connection gone; nobody hears the answer): the chunks that came
+    /// whole are stored, each checked as always, so the device sends only the rest again (a
+    /// 16 MiB batch cut near its end is not sent whole twice).
     func receiveChunkBatch(_ request: Request, context: SyncContext, device: DeviceAuth) async throws -> Response {
         let sealed = try await sealedUpload(request, device: device)
-        try await bodies.gather(request, framing: ChunkBatch.framing) { body in
+        let logger = context.logger
+        try await bodies.gather(request, framing: ChunkBatch.framing, cut: { body in
+            let frames = (try? body.withUnsafeBytes { try ChunkBatch.frames(in: $0, maximumChunkSize: Int(Validate.maximumChunkSize), cut: true) }) ?? []
+            guard !frames.isEmpty else { return }
+            do {
+                try await receive(frames.map { ChunkBatch.Chunk(hash: $0.hash, bytes: body[$0.bytes]) }, from: device, logger: logger, sealed: sealed)
+                logger.info("kept the whole chunks of an upload cut short", metadata: ["chunks": "\(frames.count)", "bytes": "\(frames.reduce(0) { $0 + $1.bytes.count })"])
+            } catch {
+                logger.info("the whole chunks of an upload cut short were not kept", metadata: ["error": "\(error)"])
+            }
+        }) { body in
             let batch: ChunkBatch
             do {
                 batch = try ChunkBatch(decoding: body, maximumChunkSize: Int(Validate.maximumChunkSize))
