@@ -47,6 +47,8 @@ struct SyncServices: Sendable {
     var linkChunks = LinkThrottle(limit: LinkThrottle.chunksPerMinute)
     /// The arrays chunk batches are gathered into.
     var bodies = BatchBodies()
+    /// Fetches of the same chunks at once, sharing one read.
+    var fetches = SharedFetches()
     /// The server's escrow key (nil: none; devices then let new devices in themselves).
     var escrow: ServerEscrow?
     /// What the web pages read from sealed records before (Standard only; in memory).
@@ -561,12 +563,20 @@ extension SyncServices {
             hashes.removeLast(hashes.count - kept)
         }
         // As many as fit, in the order asked; the client asks again for the rest.
-        // The batch read from storage straight into the body sent.
-        var body = ByteBuffer()
-        let loaded = try await self.chunks.loadBatch(hashes, account: device.accountId, upTo: ChunkBatch.maximumBytes, into: &body)
-        guard !loaded.isEmpty else { throw SyncError.noSuchChunk(hashes[0]) }
+        // The batch read from storage straight into the body sent — once for fetches of the
+        // same chunks at once (devices bringing down the same new file).
+        let (chunks, metrics, account) = (self.chunks, self.metrics, device.accountId), asking = hashes
+        let answer = try await fetches.answer(hashes, account: account) {
+            var body = ByteBuffer()
+            let loaded = try await chunks.loadBatch(asking, account: account, upTo: ChunkBatch.maximumBytes, into: &body)
+            metrics.count(.chunkBytesRead, by: loaded.reduce(0) { $0 + $1.count })
+            return SharedFetches.Answer(body: body, count: loaded.count)
+        }
+        guard answer.count > 0 else { throw SyncError.noSuchChunk(hashes[0]) }
+        metrics.count(.chunkBytesSent, by: answer.body.readableBytes)
+        let body = answer.body
         var headers: HTTPFields = [.contentType: "application/octet-stream"]
-        let sent = hashes.prefix(loaded.count).compactMap { hash in bases[hash].map { (made: hash, base: $0) } }
+        let sent = hashes.prefix(answer.count).compactMap { hash in bases[hash].map { (made: hash, base: $0) } }
         if !sent.isEmpty { headers[HTTPField.Name(ChunkFetchRequest.basesHeader)!] = ChunkFetchRequest.basesHeaderValue(sent) }
         return Response(status: .ok, headers: headers, body: .init(byteBuffer: body))
     }

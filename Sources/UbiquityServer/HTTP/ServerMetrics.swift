@@ -12,6 +12,11 @@ final class ServerMetrics: Sendable {
         case serverErrors = "ubiquity_http_server_errors_total"
         case commits = "ubiquity_commits_total"
         case chunkBytesReceived = "ubiquity_chunk_bytes_received_total"
+        /// Chunk bytes read from storage to answer fetches (fetches of the same chunks at once
+        /// share a read: ``SharedFetches``).
+        case chunkBytesRead = "ubiquity_chunk_bytes_read_total"
+        /// Chunk batch bytes sent in answer to fetches.
+        case chunkBytesSent = "ubiquity_chunk_bytes_sent_total"
         /// Requests that waited for a turn of their account's share (``AccountShare``).
         case accountShareWaits = "ubiquity_account_share_waits_total"
         /// Requests refused (429) because their account already had too many waiting.
