@@ -16,8 +16,7 @@ import UbiquityTestSupport
     @Test func aLargeDownloadCutShortGoesOnAfterARestart() async throws {
         try await ContainerSyncTests().withServer { base, dir in
             let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
-            var generator = SeededGenerator(seed: 48)
-            let bytes = Data((0..<Self.size).map { _ in UInt8.random(in: 0...255, using: &generator) })
+            let bytes = randomBytes(Self.size)
             try laptop.write("Film.mov", bytes)
             try await laptop.sync.syncOnce()
 
@@ -62,8 +61,7 @@ import UbiquityTestSupport
     @Test func aKeptDownloadIsCheckedBeforeItIsTrusted() async throws {
         try await ContainerSyncTests().withServer { base, dir in
             let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
-            var generator = SeededGenerator(seed: 49)
-            let bytes = Data((0..<(20 << 20)).map { _ in UInt8.random(in: 0...255, using: &generator) })
+            let bytes = randomBytes((20 << 20))
             try laptop.write("Big.bin", bytes)
             try await laptop.sync.syncOnce()
             let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
@@ -85,8 +83,7 @@ import UbiquityTestSupport
             let relay = try RelayProxy.start(to: try #require(base.port))
             defer { relay.stop() }
             let laptop = try await ContainerSyncTests().device("laptop", base: URL(string: "http://127.0.0.1:\(relay.port)")!, dir: dir, greedy: true)
-            var generator = SeededGenerator(seed: 50)
-            let bytes = Data((0..<Self.size).map { _ in UInt8.random(in: 0...255, using: &generator) })
+            let bytes = randomBytes(Self.size)
             try laptop.write("Film.mov", bytes)
             let start = relay.bytes
             let round = Task { try await laptop.sync.syncOnce() }

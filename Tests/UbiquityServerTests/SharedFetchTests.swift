@@ -13,8 +13,7 @@ import UbiquityTestSupport
         let server = try await TestServer(backend); defer { server.remove() }
         _ = try await server.admin.createAccount(name: "ann", password: "correct horse")
         _ = try await server.admin.createAccount(name: "bob", password: "correct horse")
-        var generator = SeededGenerator(seed: 10)
-        let chunks = (0..<48).map { _ in (0..<(256 << 10)).map { _ in UInt8.random(in: 0...255, using: &generator) } } // 12 MiB
+        let chunks = (0..<48).map { _ in [UInt8](randomBytes(256 << 10)) } // 12 MiB
         let size = chunks.reduce(0) { $0 + $1.count }
         let hashes = chunks.map(sha256)
         try await server.run { client in
