@@ -6,6 +6,7 @@ import UbiquityServer
 import UbiquityClient
 import UbiquityCoordination
 import UbiquitySync
+import UbiquityTestSupport
 @testable import UbiquityAgent
 
 /// Two devices keeping one container in step through a real server (over loopback): create,
@@ -15,13 +16,16 @@ import UbiquitySync
 
     /// Runs `body` with a live server (account "ada", password "correct horse") in a fresh
     /// directory: its base URL and the directory, for the devices' folders and stores.
-    func withServer(accountLimits: AccountLimits = AccountLimits(), _ body: @Sendable (URL, String) async throws -> Void) async throws {
+    /// Runs `body` with a live server's URL and a folder for the devices: on SQLite, or with
+    /// `storage` "postgres" on a fresh schema of the test cluster.
+    func withServer(accountLimits: AccountLimits = AccountLimits(), storage: String = "sqlite", _ body: @Sendable (URL, String) async throws -> Void) async throws {
         let dir = NSTemporaryDirectory() + "container-sync-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: dir) }
         var configuration = SyncServer.Configuration(dataDirectory: dir + "/server", port: 0, bcryptCost: 4)
         configuration.accountLimits = accountLimits
+        if storage == "postgres" { configuration.database = try TestPostgres.freshURL(prefix: "agent") }
         let server = try await SyncServer(configuration: configuration)
-        let admin = try await ServerAdministration(dataDirectory: dir + "/server", bcryptCost: 4)
+        let admin = try await ServerAdministration(dataDirectory: dir + "/server", database: configuration.database, bcryptCost: 4)
         _ = try await admin.createAccount(name: "ada", password: "correct horse")
         try await server.makeApplication().test(.live) { client in
             try await body(URL(string: "http://127.0.0.1:\(try #require(client.port))")!, dir)

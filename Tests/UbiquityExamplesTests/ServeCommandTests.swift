@@ -305,16 +305,10 @@ final class RunningServer: @unchecked Sendable { // its stored properties are co
     }
 
     /// SQLite always; PostgreSQL when `UBIQUITY_TEST_POSTGRES` is set, and always under CI.
-    static let storages: [String] = {
-        let environment = ProcessInfo.processInfo.environment
-        return environment["UBIQUITY_TEST_POSTGRES"] != nil || environment["CI"] != nil ? ["sqlite", "postgres"] : ["sqlite"]
-    }()
+    static let storages = TestPostgres.storages
 
     /// A fresh schema in the test cluster.
-    static func postgresURL() throws -> String {
-        let url = try #require(ProcessInfo.processInfo.environment["UBIQUITY_TEST_POSTGRES"], "set UBIQUITY_TEST_POSTGRES (.ci/postgres start)")
-        return url + (url.contains("?") ? "&" : "?") + "search_path=serve_\(UUID().uuidString.prefix(8).lowercased())"
-    }
+    static func postgresURL() throws -> String { try TestPostgres.freshURL(prefix: "serve") }
 
     static var schemathesis: String? {
         let path = ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin"

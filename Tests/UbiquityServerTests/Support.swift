@@ -11,6 +11,7 @@ import Glibc
 #endif
 import UbiquityKeys
 import UbiquityProtocol
+import UbiquityTestSupport
 @testable import UbiquityServer
 
 /// Where a test server keeps its data. Every server test runs on each backend: SQLite always,
@@ -19,23 +20,12 @@ import UbiquityProtocol
 enum Backend: String, Sendable, CustomTestStringConvertible {
     case sqlite, postgres
 
-    static let all: [Backend] = {
-        let environment = ProcessInfo.processInfo.environment
-        return environment["UBIQUITY_TEST_POSTGRES"] != nil || environment["CI"] != nil ? [.sqlite, .postgres] : [.sqlite]
-    }()
+    static let all: [Backend] = TestPostgres.storages.compactMap(Backend.init(rawValue:))
 
     var testDescription: String { rawValue }
 
     /// A database URL of its own for one test server: a fresh schema in the test cluster.
-    static func postgresURL() throws -> String {
-        guard let url = ProcessInfo.processInfo.environment["UBIQUITY_TEST_POSTGRES"] else {
-            throw SyncError(.serviceUnavailable, "noTestDatabase", "set UBIQUITY_TEST_POSTGRES (eval \"$(.ci/postgres start)\") to test on PostgreSQL")
-        }
-        let schema = "test_\(getpid())_\(UUID().uuidString.prefix(8).lowercased())"
-        // (A request waits up to 30 s for a connection: with the whole suite on two cores the
-        // production default of 5 s was met by load alone, seen in CI.)
-        return url + (url.contains("?") ? "&" : "?") + "search_path=\(schema)&connect_timeout=30"
-    }
+    static func postgresURL() throws -> String { try TestPostgres.freshURL() }
 }
 
 /// A server on a fresh data directory (or a fresh PostgreSQL schema), driven through

@@ -514,7 +514,9 @@ extension SyncServices {
             let frames = (try? body.withUnsafeBytes { try ChunkBatch.frames(in: $0, maximumChunkSize: Int(Validate.maximumChunkSize), cut: true) }) ?? []
             guard !frames.isEmpty else { return }
             do {
-                try await receive(frames.map { ChunkBatch.Chunk(hash: $0.hash, bytes: body[$0.bytes]) }, from: device, logger: logger, sealed: sealed)
+                // (Its own task: the request's may be cancelled with its connection.)
+                let chunks = frames.map { ChunkBatch.Chunk(hash: $0.hash, bytes: body[$0.bytes]) }
+                try await Task { try await receive(chunks, from: device, logger: logger, sealed: sealed) }.value
                 logger.info("kept the whole chunks of an upload cut short", metadata: ["chunks": "\(frames.count)", "bytes": "\(frames.reduce(0) { $0 + $1.bytes.count })"])
             } catch {
                 logger.info("the whole chunks of an upload cut short were not kept", metadata: ["error": "\(error)"])
@@ -531,7 +533,10 @@ extension SyncServices {
             guard payload <= ChunkBatch.maximumBytes || batch.chunks.count == 1 else {
                 throw SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
             }
-            try await receive(batch.chunks, from: device, logger: context.logger, sealed: sealed)
+            // A body that came whole is stored even if its connection goes meanwhile (in a task of
+            // its own: the request's may be cancelled with its connection), so that the device,
+            // asking which chunks the server lacks, sends none of it again.
+            try await Task { try await receive(batch.chunks, from: device, logger: logger, sealed: sealed) }.value
         }
         return Response(status: .created)
     }

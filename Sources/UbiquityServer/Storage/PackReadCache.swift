@@ -53,24 +53,17 @@ final class PackReadCache: Sendable {
     func bytes(of key: String, _ range: Range<Int>, readingAhead ahead: Range<Int>,
                read: @escaping @Sendable (Range<Int>) async throws -> ByteBuffer) async throws -> ByteBuffer {
         precondition(ahead.lowerBound <= range.lowerBound && range.upperBound <= ahead.upperBound, "the range read holds the one asked for")
-        let found: (bytes: ByteBuffer?, reading: Reading?) = state.withLock { state in
-            state.clock += 1
-            if let index = state.kept[key]?.firstIndex(where: { $0.range.lowerBound <= range.lowerBound && range.upperBound <= $0.range.upperBound }) {
-                state.kept[key]![index].used = state.clock
-                state.hits += 1
-                let kept = state.kept[key]![index]
-                return (Self.slice(kept.bytes, from: kept.range, range), nil)
-            }
-            if let reading = state.reading[key]?.first(where: { $0.range.lowerBound <= range.lowerBound && range.upperBound <= $0.range.upperBound }) {
-                state.hits += 1
-                return (nil, reading)
-            }
+        let found: Found = state.withLock { state in
+            if let found = Self.find(key, range, in: &state) { return found }
             let reading = Reading(range: ahead, task: Task { try await read(ahead) })
             state.reading[key, default: []].append(reading)
-            return (nil, reading)
+            return .reading(reading)
         }
-        if let bytes = found.bytes { return bytes }
-        guard let reading = found.reading else { preconditionFailure("a kept range or a read") }
+        let reading: Reading
+        switch found {
+        case .kept(let bytes): return bytes
+        case .reading(let read): reading = read
+        }
         let body: ByteBuffer
         do {
             body = try await reading.task.value
@@ -85,24 +78,33 @@ final class PackReadCache: Sendable {
     /// The bytes of `range` of the pack `key` if a kept range or a read in progress holds them
     /// (nil: the store is to be asked; nothing is read here).
     func lookUp(_ key: String, _ range: Range<Int>) async throws -> ByteBuffer? {
-        let found: (bytes: ByteBuffer?, reading: Reading?)? = state.withLock { state in
-            state.clock += 1
-            if let index = state.kept[key]?.firstIndex(where: { $0.range.lowerBound <= range.lowerBound && range.upperBound <= $0.range.upperBound }) {
-                state.kept[key]![index].used = state.clock
-                state.hits += 1
-                let kept = state.kept[key]![index]
-                return (Self.slice(kept.bytes, from: kept.range, range), nil)
-            }
-            if let reading = state.reading[key]?.first(where: { $0.range.lowerBound <= range.lowerBound && range.upperBound <= $0.range.upperBound }) {
-                state.hits += 1
-                return (nil, reading)
-            }
-            return nil
+        switch state.withLock({ Self.find(key, range, in: &$0) }) {
+        case nil: return nil
+        case .kept(let bytes)?: return bytes
+        case .reading(let reading)?:
+            guard let body = try? await reading.task.value else { return nil } // (its reader says why it failed)
+            return Self.slice(body, from: reading.range, range)
         }
-        guard let found else { return nil }
-        if let bytes = found.bytes { return bytes }
-        guard let reading = found.reading, let body = try? await reading.task.value else { return nil } // (its reader says why it failed)
-        return Self.slice(body, from: reading.range, range)
+    }
+
+    /// Where `range` of the pack `key` is to be had without reading it: a kept range (its
+    /// use noted), or a read in progress that holds it.
+    private enum Found {
+        case kept(ByteBuffer)
+        case reading(Reading)
+    }
+
+    private static func find(_ key: String, _ range: Range<Int>, in state: inout State) -> Found? {
+        state.clock += 1
+        if let index = state.kept[key]?.firstIndex(where: { $0.range.lowerBound <= range.lowerBound && range.upperBound <= $0.range.upperBound }) {
+            state.kept[key]![index].used = state.clock
+            state.hits += 1
+            let kept = state.kept[key]![index]
+            return .kept(slice(kept.bytes, from: kept.range, range))
+        }
+        guard let reading = state.reading[key]?.first(where: { $0.range.lowerBound <= range.lowerBound && range.upperBound <= $0.range.upperBound }) else { return nil }
+        state.hits += 1
+        return .reading(reading)
     }
 
     /// `range` out of `bytes`, which hold `whole`.
