@@ -139,10 +139,6 @@ func linkFigures(_ shape: LinkShape, options: Options) async throws -> LinkFigur
         }
     }
     let ours = figures.ubiquity, theirs = figures.syncthing, roundTripMs = shape.roundTripSeconds * 1_000
-    func ratio(_ a: Double?, _ b: Double?) -> Double? {
-        guard let a, let b, b > 0 else { return nil }
-        return (a / b).rounded(toPlaces: 3)
-    }
     figures.ratios["newLargeFileOverOneLeg"] = ratio(ours?.large?.newFile.ms, oneLeg * 1_000)
     figures.ratios["syncthingNewLargeFileOverOneLeg"] = ratio(theirs?.large?.newFile.ms, oneLeg * 1_000)
     figures.ratios["newLargeFile"] = ratio(ours?.large?.newFile.ms, theirs?.large?.newFile.ms)
