@@ -97,7 +97,14 @@ package struct SyncServer: Sendable {
         self.configuration = configuration
         self.logger = logger
         storage = try await ServerStorage.open(dataDirectory: configuration.dataDirectory, database: configuration.database, objectStore: configuration.objectStore, logger: logger)
-        let escrow = try await Self.openEscrow(configuration: configuration, database: storage.database, logger: logger)
+        let escrow: ServerEscrow
+        do {
+            try await InstallationMove.refuseUnfinished(storage)
+            escrow = try await Self.openEscrow(configuration: configuration, database: storage.database, logger: logger)
+        } catch {
+            await storage.close() // (its clients must be shut down before they go)
+            throw error
+        }
         let hasher = PasswordHasher(cost: configuration.bcryptCost)
         let notifier = ChangeNotifier()
         var objectStoreRequests: (@Sendable () -> [String: Int])?
@@ -448,11 +455,14 @@ extension SyncServer {
 struct ServerStorage: Sendable {
     let database: any SyncDatabase
     let chunks: any ChunkStorage
+    /// The data directory's lock, held shared while the embedded storage is open (nil on PostgreSQL).
+    var lock: DataDirectoryLock? = nil
 
-    /// Closes the database's connections, and the object store's.
+    /// Closes the database's connections, and the object store's; lets the data directory go.
     func close() async {
         await database.close()
         if let objects = (chunks as? ObjectChunkStore)?.objects { try? await objects.shutdown() }
+        lock?.release()
     }
 
     /// The data directory's SQLite database and chunk files, or, with `database`, PostgreSQL —
@@ -470,9 +480,17 @@ struct ServerStorage: Sendable {
         }
         try FileManager.default.createDirectory(atPath: dataDirectory, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         keepPrivate(dataDirectory, logger: logger)
-        prepareDatabaseFile(dataDirectory + "/ubiquity.sqlite", logger: logger)
-        let database = try SQLiteDatabase(path: dataDirectory + "/ubiquity.sqlite")
-        return ServerStorage(database: database, chunks: try FileChunkStore(directory: dataDirectory + "/chunks", logger: logger))
+        // Shared with every other server and command on the directory; refused while it is
+        // being moved to PostgreSQL (`ubiquity storage migrate --from-data`).
+        let lock = try DataDirectoryLock(directory: dataDirectory, exclusive: false)
+        do {
+            prepareDatabaseFile(dataDirectory + "/ubiquity.sqlite", logger: logger)
+            let database = try SQLiteDatabase(path: dataDirectory + "/ubiquity.sqlite")
+            return ServerStorage(database: database, chunks: try FileChunkStore(directory: dataDirectory + "/chunks", logger: logger), lock: lock)
+        } catch {
+            lock.release()
+            throw error
+        }
     }
 
     /// Makes the SQLite database at `path` this user's alone before SQLite opens it: created

@@ -270,6 +270,38 @@ final class RunningServer: @unchecked Sendable { // its stored properties are co
                 "the secret is never printed")
     }
 
+    /// `ubiquity storage migrate --from-data`: an embedded installation moved into PostgreSQL
+    /// and the object store by the real commands — a pass while its server serves, the final
+    /// pass refused until that server stops — after which `ubiquity serve` on the new storage
+    /// knows the device's token and serves its item.
+    @Test(.enabled(if: ServeCommandTests.storages.contains("postgres") && TestObjectStore.configured))
+    func anEmbeddedInstallationMovesToPostgreSQLAndAnObjectStore() async throws {
+        let dir = try TemporaryDirectory("move"); defer { dir.remove() }
+        let data = dir.file("data").path, database = try Self.postgresURL(), store = try TestObjectStore.fresh()
+        let target = ["--database", database, "--object-store", store.url, "--object-store-credentials", store.credentialsFile]
+        let old = try await RunningServer.start(data: data)
+        let token = try await old.token()
+        let container = "ABCDE12345.com.example.notes"
+        let (status, _) = try await old.request("v1/containers/\(container)/items/doc", method: "PUT", json: """
+            {"name":"a.txt","kind":"file","modificationDate":1800000000,"manifest":{"chunks":[]}}
+            """, token: token)
+        #expect(status == 200)
+        let migrate = [RunningServer.binary.path, "storage", "migrate", "--from-data", data] + target
+        let (code, said) = try await runProcess(migrate[0], Array(migrate.dropFirst()), includingErrors: true)
+        #expect(code == 0 && said.contains("run this again with --final"), "\(said)")
+        let (refused, why) = try await runProcess(migrate[0], Array(migrate.dropFirst()) + ["--final"], includingErrors: true)
+        #expect(refused != 0 && why.contains("is in use"), "\(why)")
+        #expect(try await old.stopped() == (.exit, 0))
+        let (finished, output) = try await runProcess(migrate[0], Array(migrate.dropFirst()) + ["--final"], includingErrors: true)
+        #expect(finished == 0 && output.contains("copied item: 1 row(s)") && output.contains("--escrow-key \(data)/escrow.key"), "\(output)")
+
+        let new = try await RunningServer.start(storage: ["--database", database], createAccount: false,
+                                                extraArguments: Array(target.dropFirst(2)) + ["--escrow-key", data + "/escrow.key"])
+        defer { new.stop() }
+        let (seen, changes) = try await new.request("v1/containers/\(container)/changes?since=0", token: token)
+        #expect(seen == 200 && changes.contains("\"name\":\"a.txt\""), "the device's token and item moved: \(changes)")
+    }
+
     /// schemathesis (PyPI; `.ci/run` installs it) fuzzes every operation of docs/openapi.yaml
     /// against a live server, on each storage: no 5xx, answers as documented.
     @Test(.enabled(if: ProcessInfo.processInfo.environment["CI"] != nil || ServeCommandTests.schemathesis != nil, "schemathesis is not installed"),

@@ -302,7 +302,7 @@ struct ObjectChunkStoreTests {
 }
 
 /// Counts calls, from any task.
-private final class Counter: Sendable {
+final class Counter: Sendable {
     let value = Mutex(0)
     /// One more; the count so far.
     func next() -> Int { value.withLock { $0 += 1; return $0 } }
