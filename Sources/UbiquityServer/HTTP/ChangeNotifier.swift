@@ -171,7 +171,18 @@ final class ChangeNotifier: Sendable {
     /// at its next round — a commit is stored a few milliseconds after the change it signs,
     /// whose push came first.
     func publishSigned(account: Int64, container: String, except origin: String? = nil) {
-        let event = PushEvent(type: "signed", container: container, sequence: nil)
+        publishContainerEvent("signed", account: account, container: container, except: origin)
+    }
+
+    /// Tells every connected device that may use `container` (but `origin`, which uploads it)
+    /// that its incoming revisions changed (`{"type":"incoming","container":…}`): one was
+    /// announced, more of its chunks landed, or it was withdrawn. They read the list again.
+    func publishIncoming(account: Int64, container: String, except origin: String? = nil) {
+        publishContainerEvent("incoming", account: account, container: container, except: origin)
+    }
+
+    private func publishContainerEvent(_ type: String, account: Int64, container: String, except origin: String?) {
+        let event = PushEvent(type: type, container: container, sequence: nil)
         let delivery = PushMailbox.Delivery(event: event, text: PushMailbox.message(event))
         let targets = subscribers.withLock { ($0[account] ?? [:]).values.filter { $0.device.allows(container) && $0.device.deviceId != origin } }
         for target in targets { target.mailbox.post(delivery) }

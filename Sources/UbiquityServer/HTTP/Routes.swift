@@ -135,6 +135,7 @@ extension SyncServices {
 
         let containers = v1.group("containers/:container")
         addSignedCommitRoutes(to: containers)
+        addIncomingRoutes(to: containers)
         containers.get("changes") { request, context in
             let container = try context.parameters.require("container")
             let device = try context.requireDevice(for: container)

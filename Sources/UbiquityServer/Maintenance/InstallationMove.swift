@@ -51,11 +51,10 @@ package struct InstallationMove {
         ("shareExit", "share_exit"), ("sharingIdentity", "sharing_identity"), ("shareKey", "share_key"),
     ]
     /// Embedded tables PostgreSQL keeps otherwise: manifests are a column of `revision`; the
-    /// chunks revisions wait for and each container's chunks are found by joining `revision_chunk`.
-    static let sourceOnly: Set<String> = ["revisionManifest", "revisionWaiting", "containerChunk", "grdb_migrations"]
-    /// PostgreSQL's tables the embedded database has no counterpart of (chunk contents live in
-    /// the chunk folder there).
-    static let targetOnly: Set<String> = ["ubiquity_migration", "chunk_content", "pack", "packed_chunk"]
+    /// chunks revisions wait for and each container's chunks are found by joining
+    /// `revision_chunk`. And one not moved: announced uploads last two minutes (their devices
+    /// announce them again).
+    static let sourceOnly: Set<String> = ["revisionManifest", "revisionWaiting", "containerChunk", "grdb_migrations", "incoming"]
     /// The tables whose ids PostgreSQL draws from a sequence (set past the copied ids).
     static let serialTables = ["account", "container", "kv_store"]
     /// The setting that marks a database being filled (`copying`) or filled (`done`).

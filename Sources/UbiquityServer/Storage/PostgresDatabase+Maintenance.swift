@@ -110,6 +110,8 @@ extension PostgresDatabase {
                             notifier.publishKeyRequest(account: change.account, except: change.device)
                         } else if change.type == "keysChanged" {
                             notifier.publishKeysChanged(account: change.account, except: change.device)
+                        } else if change.type == "incoming" {
+                            notifier.publishIncoming(account: change.account, container: change.container, except: change.device)
                         } else {
                             notifier.publish(account: change.account, container: change.container, sequence: change.sequence, keyValue: change.keyValue,
                                              except: change.device)
@@ -152,7 +154,8 @@ struct RelayedChange: Codable, Sendable {
     /// The device that made the change (not told of it again), if one did.
     var device: String?
     /// What else than a container's change it announces: `keyRequest` (a request to join),
-    /// `keysChanged`, `shareChanged` (a share moved on to ``sequence``), `sharesChanged`.
+    /// `keysChanged`, `shareChanged` (a share moved on to ``sequence``), `sharesChanged`,
+    /// `incoming` (a container's incoming revisions changed).
     var type: String? = nil
     /// A `shareChanged`'s share.
     var share: String? = nil

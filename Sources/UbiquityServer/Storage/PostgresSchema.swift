@@ -294,6 +294,17 @@ extension PostgresDatabase {
             "CREATE INDEX packed_chunk_pack ON packed_chunk (pack_id)",
             "ALTER TABLE chunk_content ADD COLUMN packing DOUBLE PRECISION",
         ]),
+        // Revisions devices are uploading now (issue 48, IncomingStorage): announced before their
+        // chunks, so that other devices fetch them as they land.
+        ("v26-incoming", [
+            """
+            CREATE TABLE incoming (
+                account_id BIGINT NOT NULL REFERENCES account(id) ON DELETE CASCADE, container TEXT NOT NULL, item TEXT NOT NULL,
+                device_id TEXT NOT NULL, device_name TEXT NOT NULL, body BYTEA NOT NULL, touched DOUBLE PRECISION NOT NULL,
+                expires DOUBLE PRECISION NOT NULL, PRIMARY KEY (account_id, container, item, device_id))
+            """,
+            "CREATE INDEX incoming_expires ON incoming (expires)",
+        ]),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

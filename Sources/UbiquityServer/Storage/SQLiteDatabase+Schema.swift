@@ -354,6 +354,17 @@ extension SQLiteDatabase {
                 CREATE INDEX shareKey_account ON shareKey(accountId);
                 """)
         }
+        migrator.registerMigration("v31-incoming") { db in
+            // Revisions devices are uploading now (issue 48, IncomingStorage): announced before
+            // their chunks, so that other devices fetch them as they land.
+            try db.execute(sql: """
+                CREATE TABLE incoming (
+                    accountId INTEGER NOT NULL REFERENCES account(id) ON DELETE CASCADE, container TEXT NOT NULL, item TEXT NOT NULL,
+                    deviceId TEXT NOT NULL, deviceName TEXT NOT NULL, body BLOB NOT NULL, touched REAL NOT NULL, expires REAL NOT NULL,
+                    PRIMARY KEY (accountId, container, item, deviceId));
+                CREATE INDEX incoming_expires ON incoming(expires);
+                """)
+        }
         return migrator
     }
 }
