@@ -177,6 +177,11 @@ extension AccountSession {
                 await sync.noteRemoteChange(upTo: nil)
                 self.trigger(container)
             }
+        case "incoming":
+            // Another device is uploading into a container (or more of it landed, or it ended):
+            // what this device will download is fetched as it lands.
+            guard let container = event.container, let sync = containers[container] else { return true }
+            Task { await sync.noteIncoming() }
         case "shareChanged":
             // A share this account joined moved on (its owner's or a participant's change).
             guard let id = event.container else { return true }

@@ -169,6 +169,8 @@ package actor ContainerSync {
     let finder = ChangeFinder()
     let uploader = Uploader()
     let materialiser: Materialiser
+    /// Incoming revisions fetched ahead of their commits (ContainerSync+Incoming).
+    var prefetches = IncomingPrefetches()
     let reconciler: ConflictReconciler
     /// Counts what an item's status could show changing (transfers, errors, rounds): the
     /// agent compares it to tell watchers (metadata queries) only when something changed.

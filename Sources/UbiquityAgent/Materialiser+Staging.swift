@@ -64,7 +64,22 @@ extension Materialiser {
         // and these contents) and taken up again by the next attempt, after a restart too: what
         // it holds is checked chunk by chunk, and only the rest is fetched.
         let partial = Self.partial(of: item, members: members, kind: kind).map { folder.appendingPathComponent($0) }
-        let resumed = partial.map { rename($0.path, staged.path) == 0 } ?? false
+        var resumed = partial.map { rename($0.path, staged.path) == 0 } ?? false
+        // An incoming revision fetched ahead of its commit (ContainerSync+Incoming) waits at the
+        // container's top: taken up, unread when it is as its fetch left it.
+        var fetchedAhead = false
+        if kind == .file, members.count == 1 {
+            await sync.settlePrefetch(of: item, members: members)
+            let name = Self.partialName(of: item, members: members), ahead = sync.root.appendingPathComponent(name)
+            let recorded = sync.prefetches.fetched.removeValue(forKey: name)
+            if !resumed, FileManager.default.fileExists(atPath: ahead.path) {
+                let fd = open(ahead.path, O_RDONLY | O_CLOEXEC)
+                let now = fd >= 0 ? LocalScanner.fingerprint(descriptor: fd) : nil
+                if fd >= 0 { close(fd) }
+                resumed = rename(ahead.path, staged.path) == 0
+                fetchedAhead = resumed && recorded != nil && now == recorded
+            }
+        }
         var done = false
         defer {
             if !done {
@@ -90,8 +105,10 @@ extension Materialiser {
             }
         }
         if resumed {
-            // What the download cut short brought, where each chunk goes, if it is that chunk.
-            let kept = Self.chunksHeld(by: staged, of: members, codec: sync.codec, skipping: handled)
+            // What the download cut short brought, where each chunk goes, if it is that chunk
+            // (every chunk, unread, of a file fetched ahead whole and untouched since).
+            let kept = fetchedAhead ? Set(members[0].chunks.map(\.hash)).subtracting(handled)
+                : Self.chunksHeld(by: staged, of: members, codec: sync.codec, skipping: handled)
             handled.formUnion(kept)
             sync.transfers[item]?.done += Int64(members.flatMap(\.chunks).reduce(0) { $0 + (kept.contains($1.hash) ? $1.length : 0) })
             sync.logger.info("a large download cut short goes on", metadata: ["container": "\(sync.container)", "item": "\(item)", "chunksKept": "\(kept.count)"])
@@ -179,7 +196,13 @@ extension Materialiser {
     /// contents' chunk list, so only a download of the very same contents takes it up.
     static func partial(of item: String, members: [LocalMember], kind: ItemKind) -> String? {
         guard kind == .file, members.count == 1, members[0].path.isEmpty, members[0].chunks.reduce(0, { $0 + $1.length }) >= resumableBytes else { return nil }
-        let named = ContentToken("partial\n\(item)\n\(ContentToken.of(members[0].chunks.map(\.reference)))")
+        return partialName(of: item, members: members)
+    }
+
+    /// The name of a flat file's partial contents (``partial(of:members:kind:)``, and a
+    /// revision fetched ahead of its commit), whatever their size.
+    static func partialName(of item: String, members: [LocalMember]) -> String {
+        let named = ContentToken("partial\n\(item)\n\(ContentToken.of(members.first?.chunks.map(\.reference) ?? []))")
         return ".ubiquity-partial-" + String(named.description.prefix(24))
     }
 

@@ -382,7 +382,7 @@ package struct SyncClient: Sendable {
     }
 
     /// Refuses, unsent, what a share does not carry (the callers fall back: whole chunks).
-    private func refusedThroughShare(_ what: String) throws {
+    func refusedThroughShare(_ what: String) throws {
         if share != nil { throw SyncClientError(status: 400, code: "notThroughShare", message: "\(what) is not done through a share") }
     }
 

@@ -95,4 +95,24 @@ import UbiquityTestSupport
         #expect(try await storage.announceIncoming(accountId: account, container: notes, item: "item2", device: laptop, update: nil,
                                                    now: start.addingTimeInterval(10 + IncomingRevision.lifetime)) == nil, "an expired one is not kept alive")
     }
+
+    /// Chunks kept as they land: only while the account has an announcement, at most the
+    /// capacity (the oldest out first), and a plaintext chunk whose bytes are not its name's is
+    /// never given out.
+    @Test func landingChunksAreBoundedAndChecked() {
+        let landing = LandingChunks(capacity: 250_000)
+        #expect(!landing.isWatched(account: 1))
+        landing.watch(account: 1, until: Date().timeIntervalSince1970 + 60)
+        landing.watch(account: 2, until: Date().timeIntervalSince1970 - 1)
+        #expect(landing.isWatched(account: 1) && !landing.isWatched(account: 2))
+        let chunks = (0..<4).map { [UInt8](randomBytes(100_000 + $0)) }
+        for chunk in chunks { chunk.withUnsafeBytes { landing.land(account: 1, hash: sha256(chunk), bytes: $0, sealed: false) } }
+        #expect(landing.keptBytes <= 250_000)
+        let kept = landing.take(Set(chunks.map(sha256)), account: 1)
+        #expect(kept.count == 2 && kept[sha256(chunks[3])] == chunks[3] && kept[sha256(chunks[0])] == nil, "the oldest went")
+        #expect(landing.take([sha256(chunks[3])], account: 2).isEmpty, "another account's are not its")
+        let forged = [UInt8](randomBytes(1_000))
+        forged.withUnsafeBytes { landing.land(account: 1, hash: sha256(chunks[0]), bytes: $0, sealed: false) }
+        #expect(landing.take([sha256(chunks[0])], account: 1).isEmpty, "bytes that are not the chunk named are never given out")
+    }
 }

@@ -19,7 +19,8 @@ final class BatchBodies: Sendable {
     /// kept array and hands it to `use`; the array is kept again afterwards, whatever `use` did.
     /// A body cut short (its connection gone) is handed to `cut` as far as it came, before the
     /// error is thrown.
-    func gather<Result>(_ request: Request, framing: Int, cut: (([UInt8]) async -> Void)? = nil, _ use: ([UInt8]) async throws -> Result) async throws -> Result {
+    func gather<Result>(_ request: Request, framing: Int, landed: ((String, UnsafeRawBufferPointer) -> Void)? = nil, cut: (([UInt8]) async -> Void)? = nil,
+                        _ use: ([UInt8]) async throws -> Result) async throws -> Result {
         var bytes = arrays.withLock { $0.popLast() } ?? []
         defer {
             // (Not unique when `use` kept some of it: then this makes a new array, no harm done.)
@@ -27,7 +28,7 @@ final class BatchBodies: Sendable {
             if bytes.capacity > 0 && bytes.capacity <= Self.keptCapacity { arrays.withLock { if $0.count < Self.kept { $0.append(bytes) } } }
         }
         do {
-            try await SyncServices.batchBody(of: request, framing: framing, into: &bytes)
+            try await SyncServices.batchBody(of: request, framing: framing, into: &bytes, landed: landed)
         } catch let error as SyncError where error.code == SyncServices.bodyCut {
             await cut?(bytes)
             throw error
@@ -45,7 +46,9 @@ extension SyncServices {
     /// as a batch holds. Gathered straight into one array (room for the declared length, when
     /// it is within the limit, asked for once), which the decoded chunks share.
     /// - Throws: ``SyncError`` 413 `batchTooLarge` for a longer body.
-    static func batchBody(of request: Request, framing: Int, into bytes: inout [UInt8]) async throws {
+    /// `landed`: told of each chunk (its hash and bytes) as soon as it has come whole (a chunk
+    /// batch's framing; a body that turns out malformed is refused whole all the same).
+    static func batchBody(of request: Request, framing: Int, into bytes: inout [UInt8], landed: ((String, UnsafeRawBufferPointer) -> Void)? = nil) async throws {
         let limit = ChunkBatch.maximumBytes + Int(Validate.maximumChunkSize) + ChunkBatch.maximumCount * framing
         let tooLarge = SyncError(.contentTooLarge, "batchTooLarge", "a batch carries at most \(ChunkBatch.maximumBytes) bytes of chunks (or one chunk of up to \(Validate.maximumChunkSize))")
         bytes.removeAll(keepingCapacity: true)
@@ -57,9 +60,11 @@ extension SyncServices {
             bytes.reserveCapacity(min(limit, (declared + (1 << 20) - 1) & ~((1 << 20) - 1)))
         }
         do {
+            var parsed = 0
             for try await fragment in request.body {
                 guard fragment.readableBytes <= limit - bytes.count else { throw tooLarge }
                 bytes.append(contentsOf: fragment.readableBytesView)
+                if let landed { parsed = Self.land(bytes, from: parsed, to: landed) }
             }
         } catch let error as SyncError {
             throw error
@@ -68,6 +73,18 @@ extension SyncServices {
         }
         if let declared, bytes.count < declared {
             throw SyncError.badRequest(bodyCut, "the body ended after \(bytes.count) of the \(declared) bytes it declared")
+        }
+    }
+
+    /// Tells `landed` of the chunks of `bytes` that came whole since `start` (where a chunk's
+    /// framing begins); returns where the next one begins. Stops at anything malformed (the
+    /// whole body's reading says what).
+    static func land(_ bytes: [UInt8], from start: Int, to landed: (String, UnsafeRawBufferPointer) -> Void) -> Int {
+        bytes.withUnsafeBytes { all in
+            let rest = UnsafeRawBufferPointer(rebasing: all[start...])
+            guard let frames = try? ChunkBatch.frames(in: rest, maximumChunkSize: Int(Validate.maximumChunkSize), cut: true), let last = frames.last else { return start }
+            for frame in frames { landed(frame.hash, UnsafeRawBufferPointer(rebasing: rest[frame.bytes])) }
+            return start + last.bytes.upperBound
         }
     }
 }

@@ -25,6 +25,7 @@ extension SyncServices {
             let body = try JSONEncoder().encode(update)
             let expires = try await incomingStorage.announceIncoming(accountId: device.accountId, container: container, item: item, device: device,
                                                                      update: body, now: Date())
+            landing.watch(account: device.accountId, until: expires ?? 0)
             notifier.publishIncoming(account: device.accountId, container: container, except: device.deviceId)
             return try Self.expiring(expires ?? 0)
         }
@@ -34,6 +35,7 @@ extension SyncServices {
                                                                            update: nil, now: Date()) else {
                 throw SyncError(.notFound, "noSuchIncoming", "this device announces no revision of that item (it expired: announce it again)")
             }
+            landing.watch(account: device.accountId, until: expires)
             notifier.publishIncoming(account: device.accountId, container: container, except: device.deviceId)
             return try Self.expiring(expires)
         }
@@ -72,5 +74,35 @@ extension SyncServices {
     static func expiring(_ expires: Double) throws -> Response {
         Response(status: .ok, headers: [.contentType: "application/json"],
                  body: ResponseBody(byteBuffer: ByteBuffer(bytes: try JSONEncoder().encode(["expires": expires]))))
+    }
+
+    /// The answer to a fetch whose chunks are stored or landing (``LandingChunks``), in the
+    /// order asked; nil when none of them is landing (the stored path answers).
+    /// - Throws: ``SyncError`` 404 naming the first chunk neither stored nor landed.
+    func landedAnswer(_ hashes: [String], of device: DeviceAuth) async throws -> Response? {
+        for hash in hashes { try Validate.hash(hash) }
+        let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: hashes))
+        guard !lacking.isEmpty else { return nil }
+        // (Chunks stored as sealed patches go by the stored path, which says what they are.)
+        guard try await database.chunkBases(accountId: device.accountId, hashes: hashes).isEmpty else { return nil }
+        let landed = landing.take(lacking, account: device.accountId)
+        if let absent = hashes.first(where: { lacking.contains($0) && landed[$0] == nil }) { throw SyncError.noSuchChunk(absent) }
+        var body = ByteBuffer(), total = 0
+        for hash in hashes {
+            let bytes: [UInt8]
+            if let ahead = landed[hash] {
+                bytes = ahead
+            } else {
+                // (Stored; checked as any stored chunk is.)
+                guard let stored = try await chunks.load(hash: hash, account: device.accountId) else { throw SyncError.noSuchChunk(hash) }
+                bytes = [UInt8](stored)
+            }
+            if total > 0 && total + bytes.count > ChunkBatch.maximumBytes { break }
+            body.writeBytes(ChunkBatch.frame(hash: hash, length: bytes.count))
+            body.writeBytes(bytes)
+            total += bytes.count
+        }
+        metrics.count(.chunkBytesSent, by: body.readableBytes)
+        return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: body))
     }
 }

@@ -49,6 +49,8 @@ struct SyncServices: Sendable {
     var bodies = BatchBodies()
     /// Fetches of the same chunks at once, sharing one read.
     var fetches = SharedFetches()
+    /// Chunks of uploads in progress as they land, for devices fetching ahead (issue 48).
+    var landing = LandingChunks()
     /// The server's escrow key (nil: none; devices then let new devices in themselves).
     var escrow: ServerEscrow?
     /// What the web pages read from sealed records before (Standard only; in memory).
@@ -511,7 +513,12 @@ extension SyncServices {
     func receiveChunkBatch(_ request: Request, context: SyncContext, device: DeviceAuth) async throws -> Response {
         let sealed = try await sealedUpload(request, device: device)
         let logger = context.logger
-        try await bodies.gather(request, framing: ChunkBatch.framing, cut: { body in
+        // While an incoming revision of the account is announced, each chunk is kept as it
+        // lands, for the devices fetching it ahead (LandingChunks).
+        let landing = self.landing, account = device.accountId
+        let landed: ((String, UnsafeRawBufferPointer) -> Void)? = landing.isWatched(account: account)
+            ? { hash, bytes in landing.land(account: account, hash: hash, bytes: bytes, sealed: sealed) } : nil
+        try await bodies.gather(request, framing: ChunkBatch.framing, landed: landed, cut: { body in
             let frames = (try? body.withUnsafeBytes { try ChunkBatch.frames(in: $0, maximumChunkSize: Int(Validate.maximumChunkSize), cut: true) }) ?? []
             guard !frames.isEmpty else { return }
             do {
@@ -550,6 +557,9 @@ extension SyncServices {
         let asked = try await request.decode(as: ChunkFetchRequest.self, context: context)
         guard !asked.hashes.isEmpty, asked.hashes.count <= ChunkBatch.maximumCount else {
             throw SyncError.badRequest("tooMany", "ask for 1 to \(ChunkBatch.maximumCount) chunks at a time")
+        }
+        if named == nil, device.containers == nil, landing.holds(account: device.accountId), let ahead = try await landedAnswer(asked.hashes, of: device) {
+            return ahead
         }
         if let named { try await requireChunks(asked.hashes, of: device, named: named) } else { try await requireChunks(asked.hashes, of: device) }
         // Chunks stored as sealed patches go as they are stored, to a device that takes them
