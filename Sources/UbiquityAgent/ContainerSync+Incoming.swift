@@ -183,9 +183,9 @@ extension ContainerSync {
         prefetches.commitGrace = grace
     }
 
-    /// Fetches the revision's chunks into its partial file as they land, a few batches at a
-    /// time, in order; waits for word of more (or ``prefetchPatience``) when the next are not
-    /// there yet. Ends when every chunk is here (the file synced), or when the revision is
+    /// Fetches the revision's chunks into its partial file as they land: each round asks for
+    /// the rest and gets what is there now (``SyncClient/downloadAvailable(_:codec:each:)``, up
+    /// to 16 MiB); a round that gets nothing waits for word of more (or ``prefetchPatience``). Ends when every chunk is here (the file synced), or when the revision is
     /// withdrawn or lapses and the next chunks are not there.
     func fetchAhead(_ prefetch: IncomingPrefetches.Prefetch) async {
         let url = root.appendingPathComponent(prefetch.name)
@@ -200,7 +200,6 @@ extension ContainerSync {
         defer { writer.close() }
         var held = reopening ? Materialiser.chunksHeld(by: url, of: prefetch.members, codec: codec, skipping: []) : []
         let client = client, codec = codec
-        let sizes = Dictionary(prefetch.members[0].chunks.map { ($0.hash, $0.length) }) { first, _ in first }
         while !Task.isCancelled {
             var needed: [String] = [], seen = Set<String>()
             for chunk in prefetch.members[0].chunks where !held.contains(chunk.hash) && seen.insert(chunk.hash).inserted { needed.append(chunk.hash) }
@@ -218,36 +217,15 @@ extension ContainerSync {
                 }
                 return
             }
-            // The next batches, in order; one not there yet ends the round.
-            var batches: [[String]] = [], current: [String] = [], bytes = 0
-            for hash in needed {
-                if !current.isEmpty && bytes + (sizes[hash] ?? 0) > Self.transferBatchBytes {
-                    batches.append(current)
-                    current = []
-                    bytes = 0
-                    if batches.count == Self.transferConcurrency { break }
-                }
-                current.append(hash)
-                bytes += sizes[hash] ?? 0
+            // What is there of the rest now (stored, or landing from the upload), in one answer.
+            let got: Set<String>
+            do {
+                got = try await client.downloadAvailable(needed, codec: codec) { hash, bytes in try writer.write(bytes, hash: hash) }
+            } catch {
+                got = [] // the link failed: the next round sees
             }
-            if !current.isEmpty && batches.count < Self.transferConcurrency { batches.append(current) }
-            let got = await withTaskGroup(of: Set<String>?.self) { group in
-                for batch in batches {
-                    group.addTask {
-                        do {
-                            for chunk in try await client.download(batch, codec: codec) { try writer.write(chunk.bytes, hash: chunk.hash) }
-                            return Set(batch)
-                        } catch {
-                            return nil // not landed yet (404), or the link failed: the next round sees
-                        }
-                    }
-                }
-                var got: [Set<String>?] = []
-                for await result in group { got.append(result) }
-                return got
-            }
-            for batch in got.compactMap({ $0 }) { held.formUnion(batch) }
-            guard got.contains(where: { $0 == nil }) else { continue }
+            held.formUnion(got)
+            if !got.isEmpty { continue }
             if prefetch.withdrawn || Date().timeIntervalSince1970 > prefetch.expires { return }
             await prefetch.wakeUp.wait(upTo: Self.prefetchPatience)
         }

@@ -1,4 +1,6 @@
 import Foundation
+import UbiquityFiles
+import UbiquitySync
 import NIOCore
 import NIOHTTP1
 import UbiquityProtocol
@@ -39,5 +41,47 @@ extension SyncClient {
         try refusedThroughShare("announcing an upload")
         let answer: IncomingResponse = try await json(.GET, "v1/containers/\(container)/incoming")
         return answer.incoming
+    }
+
+    /// Those of `hashes` the server has now — stored, or landing from an upload in progress —
+    /// each checked against its name (a sealed one opened) and handed to `each` as plaintext, in
+    /// the order they came (at most 16 MiB of them; none when none is there yet). Returns the
+    /// hashes handed on. One request: asked again, it answers what landed since.
+    /// - Throws: ``SyncClientError`` `hashMismatch` for a damaged chunk or one not asked for,
+    ///   `badAnswer` for a body that is not a batch, or what `each` throws.
+    package func downloadAvailable(_ hashes: [String], codec: ChunkCodec = .plain, each: (String, UnsafeRawBufferPointer) throws -> Void) async throws -> Set<String> {
+        try refusedThroughShare("fetching ahead")
+        let asked = Array(hashes.prefix(ChunkBatch.maximumCount)), wanted = Set(asked)
+        let answer = try await send(.POST, "v1/chunks/fetch", payload: ByteBuffer(bytes: try JSONEncoder().encode(ChunkFetchRequest(hashes: asked, available: true))),
+                                    expecting: [.ok], timeout: timeout * 4, json: true)
+        return try answer.withUnsafeReadableBytes { body in
+            let frames: [ChunkBatch.Frame]
+            do {
+                frames = try ChunkBatch.frames(in: body, maximumChunkSize: Self.maximumAnswerBytes)
+            } catch {
+                throw SyncClientError(status: 200, code: "badAnswer", message: "the server's chunk batch is not what the protocol says: \(error)")
+            }
+            var got = Set<String>()
+            for frame in frames {
+                guard wanted.contains(frame.hash), got.insert(frame.hash).inserted else {
+                    throw SyncClientError(status: 200, code: "hashMismatch", message: "the server answered chunk \(frame.hash), not asked for")
+                }
+                let bytes = UnsafeRawBufferPointer(rebasing: body[frame.bytes])
+                if !codec.sealed, ContentChunker.hash(bytes) == frame.hash {
+                    try each(frame.hash, bytes)
+                } else if codec.opensSealed {
+                    let plaintext: Data
+                    do {
+                        plaintext = try codec.open(bytes, as: frame.hash)
+                    } catch {
+                        throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(frame.hash) arrived damaged or is not the chunk asked for")
+                    }
+                    try plaintext.withUnsafeBytes { try each(frame.hash, $0) }
+                } else {
+                    throw SyncClientError(status: 200, code: "hashMismatch", message: "chunk \(frame.hash) arrived damaged")
+                }
+            }
+            return got
+        }
     }
 }

@@ -138,11 +138,17 @@ public struct ChunkFetchRequest: Codable, Sendable, Equatable {
     /// each patch changes (at most ``maximumPatchesPerAnswer`` per answer). Without it a chunk
     /// stored so is answered 409 `storedAsPatch`.
     public var patches: Bool?
+    /// Whether to answer only those of the chunks that are there now — stored, or landing from
+    /// an upload in progress (docs/SyncProtocol.md, "Incoming revisions") — in the order asked,
+    /// leaving out the others instead of answering 404 (an empty answer: none is there yet).
+    /// Chunks stored as sealed patches are left out too.
+    public var available: Bool?
 
     /// A request for these chunks.
-    public init(hashes: [String], patches: Bool? = nil) {
+    public init(hashes: [String], patches: Bool? = nil, available: Bool? = nil) {
         self.hashes = hashes
         self.patches = patches
+        self.available = available
     }
 
     /// The answer's header naming, for each chunk of it stored as a sealed patch, the chunk the

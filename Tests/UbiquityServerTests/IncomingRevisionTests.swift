@@ -38,6 +38,15 @@ import UbiquityTestSupport
             #expect(try ChunkBatch(decoding: Array(buffer: first.body), maximumChunkSize: 1 << 22).chunks.map { Array($0.bytes) } == [chunks[0]])
             let rest = try await client.send(.post, "/v1/chunks/fetch", token: phone.token, json: ChunkFetchRequest(hashes: [sha256(chunks[1])]))
             #expect(rest.status == .notFound)
+            // Asked for what is there now: the one that landed, the others left out; none there: an empty answer.
+            let available = try await client.send(.post, "/v1/chunks/fetch", token: phone.token, json: ChunkFetchRequest(hashes: chunks.map(sha256), available: true))
+            #expect(available.status == .ok)
+            #expect(try ChunkBatch(decoding: Array(buffer: available.body), maximumChunkSize: 1 << 22).chunks.map(\.hash) == [sha256(chunks[0])])
+            let none = try await client.send(.post, "/v1/chunks/fetch", token: phone.token, json: ChunkFetchRequest(hashes: [sha256(chunks[2])], available: true))
+            #expect(none.status == .ok && none.body.readableBytes == 0)
+            let otherApp = try await client.signIn("ann", device: "other app", containers: ["ABCDE12345.com.example.other"])
+            let outside = try await client.send(.post, "/v1/chunks/fetch", token: otherApp.token, json: ChunkFetchRequest(hashes: [sha256(chunks[0])], available: true))
+            #expect(outside.status == .ok && outside.body.readableBytes == 0, "a chunk no item of its containers names is not there for a limited token")
 
             // Committed and withdrawn: the item changes, and nothing is incoming.
             #expect(try await client.commit(notes, "film", update, token: laptop.token).item.uploaded)

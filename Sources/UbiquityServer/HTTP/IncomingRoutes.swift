@@ -76,31 +76,41 @@ extension SyncServices {
                  body: ResponseBody(byteBuffer: ByteBuffer(bytes: try JSONEncoder().encode(["expires": expires]))))
     }
 
-    /// The answer to a fetch whose chunks are stored or landing (``LandingChunks``), in the
-    /// order asked; nil when none of them is landing (the stored path answers).
-    /// - Throws: ``SyncError`` 404 naming the first chunk neither stored nor landed.
-    func landedAnswer(_ hashes: [String], of device: DeviceAuth) async throws -> Response? {
+    /// The answer to a fetch of what is there now (``ChunkFetchRequest/available``): of
+    /// `hashes`, in the order asked, those stored that the device may read, and — for a device
+    /// of the whole account — those landing from an upload in progress (``LandingChunks``);
+    /// at most ``ChunkBatch/maximumBytes``. Chunks stored as sealed patches are left out.
+    func availableAnswer(_ hashes: [String], of device: DeviceAuth, named: (@Sendable ([String]) async throws -> Set<String>)?) async throws -> Response {
         for hash in hashes { try Validate.hash(hash) }
-        let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: hashes))
-        guard !lacking.isEmpty else { return nil }
-        // (Chunks stored as sealed patches go by the stored path, which says what they are.)
-        guard try await database.chunkBases(accountId: device.accountId, hashes: hashes).isEmpty else { return nil }
-        let landed = landing.take(lacking, account: device.accountId)
-        if let absent = hashes.first(where: { lacking.contains($0) && landed[$0] == nil }) { throw SyncError.noSuchChunk(absent) }
+        var absent: Set<String>
+        if let named {
+            let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: hashes))
+            let stored = Array(Set(hashes).subtracting(lacking))
+            absent = lacking.union(Set(stored).subtracting(stored.isEmpty ? [] : try await named(stored)))
+        } else {
+            absent = Set(try await missingChunks(hashes, of: device))
+        }
+        var landed: [String: [UInt8]] = [:]
+        if device.containers == nil, named == nil, !absent.isEmpty, landing.holds(account: device.accountId) {
+            landed = landing.take(absent, account: device.accountId)
+            absent.subtract(landed.keys)
+        }
+        absent.formUnion(try await database.chunkBases(accountId: device.accountId, hashes: hashes).keys)
+        // What landed first, then what is stored, read as any fetch reads it (each frame names
+        // its chunk: the asker takes them in any order).
         var body = ByteBuffer(), total = 0
-        for hash in hashes {
-            let bytes: [UInt8]
-            if let ahead = landed[hash] {
-                bytes = ahead
-            } else {
-                // (Stored; checked as any stored chunk is.)
-                guard let stored = try await chunks.load(hash: hash, account: device.accountId) else { throw SyncError.noSuchChunk(hash) }
-                bytes = [UInt8](stored)
-            }
-            if total > 0 && total + bytes.count > ChunkBatch.maximumBytes { break }
-            body.writeBytes(ChunkBatch.frame(hash: hash, length: bytes.count))
-            body.writeBytes(bytes)
-            total += bytes.count
+        let landedHashes = Set(landed.keys)
+        for hash in hashes where !absent.contains(hash) {
+            guard let ahead = landed.removeValue(forKey: hash) else { continue }
+            if total > 0 && total + ahead.count > ChunkBatch.maximumBytes { break }
+            body.writeBytes(ChunkBatch.frame(hash: hash, length: ahead.count))
+            body.writeBytes(ahead)
+            total += ahead.count
+        }
+        let stored = hashes.filter { !absent.contains($0) && !landedHashes.contains($0) }
+        if !stored.isEmpty && total < ChunkBatch.maximumBytes {
+            let loaded = try await chunks.loadBatch(stored, account: device.accountId, upTo: ChunkBatch.maximumBytes - total, into: &body)
+            metrics.count(.chunkBytesRead, by: loaded.reduce(0) { $0 + $1.count })
         }
         metrics.count(.chunkBytesSent, by: body.readableBytes)
         return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: body))

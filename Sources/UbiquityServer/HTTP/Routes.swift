@@ -558,9 +558,7 @@ extension SyncServices {
         guard !asked.hashes.isEmpty, asked.hashes.count <= ChunkBatch.maximumCount else {
             throw SyncError.badRequest("tooMany", "ask for 1 to \(ChunkBatch.maximumCount) chunks at a time")
         }
-        if named == nil, device.containers == nil, landing.holds(account: device.accountId), let ahead = try await landedAnswer(asked.hashes, of: device) {
-            return ahead
-        }
+        if asked.available == true { return try await availableAnswer(asked.hashes, of: device, named: named) }
         if let named { try await requireChunks(asked.hashes, of: device, named: named) } else { try await requireChunks(asked.hashes, of: device) }
         // Chunks stored as sealed patches go as they are stored, to a device that takes them
         // (it names their bases in a header: a few per answer, the answer stopping before more).
