@@ -397,7 +397,8 @@ actor AccountSession {
                                      device: credentials.deviceId, greedy: configuration.greedy,
                                      packageExtensions: configuration.allPackageExtensions, logger: logger,
                                      codecs: codecs, keysOutdated: outdated,
-                                     onStatusChange: { [statusChanged] in statusChanged.yield() }, account: credentials.account)
+                                     onStatusChange: { [statusChanged] in statusChanged.yield() }, account: credentials.account,
+                                     streamsUploads: configuration.streamUploads)
         containers[identifier] = sync
         if connected { Task { await sync.notePushes(live: true) } }
         logger.info("keeping a container in step", metadata: ["container": "\(identifier)"])

@@ -6,7 +6,7 @@ import UbiquityClient
 ///
 /// ```json
 /// { "containers": ["TEAMID.com.example.notes"], "greedy": true, "rescanSeconds": 60, "packageExtensions": ["sketchbook"],
-///   "sealedContents": true }
+///   "sealedContents": true, "streamUploads": true }
 /// ```
 package struct AgentConfiguration: Codable, Sendable, Equatable {
     /// Containers to keep in step even before an app asks for them (the entitled containers of
@@ -28,6 +28,10 @@ package struct AgentConfiguration: Codable, Sendable, Equatable {
     /// device sends them in plaintext (the server seals them in place later) and opens what the
     /// others sealed.
     package var sealedContents: Bool
+    /// Announce a large file's upload before its chunks, and fetch the others' as they land
+    /// (docs/SyncProtocol.md, "Incoming revisions"). On by default; off, files travel store and
+    /// forward: the others fetch a file once it is committed.
+    package var streamUploads: Bool
 
     /// Every extension that makes a folder a package here.
     package var allPackageExtensions: Set<String> {
@@ -35,7 +39,9 @@ package struct AgentConfiguration: Codable, Sendable, Equatable {
     }
 
     /// Settings.
-    package init(containers: [String] = [], greedy: Bool = false, rescanSeconds: Double = 60, packageExtensions: [String] = [], sealedContents: Bool = true) {
+    package init(containers: [String] = [], greedy: Bool = false, rescanSeconds: Double = 60, packageExtensions: [String] = [], sealedContents: Bool = true,
+                 streamUploads: Bool = true) {
+        self.streamUploads = streamUploads
         self.packageExtensions = packageExtensions
         self.sealedContents = sealedContents
         self.containers = containers
@@ -50,6 +56,7 @@ package struct AgentConfiguration: Codable, Sendable, Equatable {
         rescanSeconds = try values.decodeIfPresent(Double.self, forKey: .rescanSeconds) ?? 60
         packageExtensions = try values.decodeIfPresent([String].self, forKey: .packageExtensions) ?? []
         sealedContents = try values.decodeIfPresent(Bool.self, forKey: .sealedContents) ?? true
+        streamUploads = try values.decodeIfPresent(Bool.self, forKey: .streamUploads) ?? true
         if let bad = packageExtensions.first(where: { $0.isEmpty || $0.contains("/") || $0.contains(".") }) {
             throw DecodingError.dataCorruptedError(forKey: .packageExtensions, in: values, debugDescription: "“\(bad)” is not a file name extension (no dot, no slash)")
         }

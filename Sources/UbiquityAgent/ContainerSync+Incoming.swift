@@ -24,7 +24,9 @@ final class WakeUp: Sendable {
     /// Returns when woken, or after `limit`.
     func wait(upTo limit: Duration) async {
         let timer = Task { [weak self] in
-            try? await Task.sleep(for: limit)
+            // (Cancelled — woken before — it says nothing: a wake-up from it would be kept and
+            // end the next wait at once, and waits in a row would spin.)
+            guard (try? await Task.sleep(for: limit)) != nil else { return }
             self?.signal()
         }
         defer { timer.cancel() }
@@ -67,6 +69,9 @@ struct IncomingPrefetches {
         }
     }
 
+    /// Whether this device announces its large uploads and fetches the others' ahead
+    /// (``AgentConfiguration/streamUploads``).
+    var streams = true
     var running: [String: Prefetch] = [:]
     /// How long after an incoming revision is withdrawn its commit may take to be read here
     /// before what was fetched of it goes (a commit and its withdrawal are pushed apart).
@@ -97,7 +102,7 @@ extension ContainerSync {
     /// those this device would download at their commit; tells the running ones that more
     /// landed, and stops those no longer announced.
     package func noteIncoming() async {
-        guard share == nil else { return }
+        guard share == nil, prefetches.streams else { return }
         if prefetches.looking {
             prefetches.lookAgain = true
             return

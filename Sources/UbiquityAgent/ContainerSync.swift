@@ -230,7 +230,8 @@ package actor ContainerSync {
                 packageExtensions: Set<String> = LocalScanner.standardPackageExtensions,
                 logger: Logger = Logger(label: "ubiquity.agent"), codecs: (@Sendable (String) async throws -> ChunkCodec)? = nil,
                 keysOutdated: (@Sendable () async -> Void)? = nil, onStatusChange: (@Sendable () -> Void)? = nil,
-                share: ShareScope? = nil, border: SyncBorder = SyncBorder(), account: String? = nil) throws {
+                share: ShareScope? = nil, border: SyncBorder = SyncBorder(), account: String? = nil, streamsUploads: Bool = true) throws {
+        prefetches.streams = streamsUploads
         self.container = container
         self.account = account
         self.share = share

@@ -14,7 +14,7 @@ extension Uploader {
     /// server that does not know announcements, or one that fails to take one, leaves the
     /// others to fetch at the commit, as before.
     func announce(_ uploads: [Upload], of commits: [ItemCommit], in sync: isolated ContainerSync) async -> Set<String> {
-        guard sync.share == nil else { return [] } // (a share's participants get the item at its commit)
+        guard sync.share == nil, sync.prefetches.streams else { return [] } // (a share's participants get the item at its commit)
         var announced = Set<String>()
         for upload in uploads where upload.members.count == 1 && upload.members[0].path.isEmpty {
             let bytes = upload.members[0].chunks.reduce(0) { $0 + (upload.missing.contains($1.hash) ? $1.length : 0) }

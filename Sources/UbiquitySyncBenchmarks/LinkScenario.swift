@@ -37,6 +37,9 @@ struct LinkFigures: Encodable {
     /// A round trip of a device's link (its delays up and down).
     var roundTripMs: Double
     var ubiquity: Figures?
+    /// Ubiquity with `streamUploads` off (store and forward: the file fetched once committed),
+    /// one new large file: the plot's other series.
+    var ubiquityStoreAndForward: LargeFigures?
     var syncthing: Figures?
     var ratios: [String: Double]
     var goals: [String: Bool]
@@ -127,6 +130,17 @@ func linkFigures(_ shape: LinkShape, options: Options) async throws -> LinkFigur
         log("Ubiquity could not be started: \(error)")
         figures.ubiquity = Figures(failure: "\(error)", notes: "")
     }
+    do {
+        log("ubiquity, store and forward: one new \(options.largeMiB) MiB file")
+        let storeAndForward = try await UbiquityPeer.start(in: options.directory.appendingPathComponent("ubiquity-store-and-forward"), link: shape, streamUploads: false)
+        let warm = Data("warm".utf8)
+        try warm.write(to: storeAndForward.sideA.appendingPathComponent("warm-up.txt"), options: .atomic)
+        _ = try await until("store and forward syncs the warm-up file") { (try? Data(contentsOf: storeAndForward.sideB.appendingPathComponent("warm-up.txt"))) == warm }
+        figures.ubiquityStoreAndForward = try await largeFiles(storeAndForward, mib: options.largeMiB, runs: 1)
+        await storeAndForward.stop()
+    } catch {
+        log("Ubiquity (store and forward) could not be measured: \(error)")
+    }
     if !options.skipSyncthing {
         do {
             let syncthing = try await SyncthingPeer.start(in: options.directory.appendingPathComponent("syncthing"), link: shape)
@@ -141,6 +155,7 @@ func linkFigures(_ shape: LinkShape, options: Options) async throws -> LinkFigur
     let ours = figures.ubiquity, theirs = figures.syncthing, roundTripMs = shape.roundTripSeconds * 1_000
     figures.ratios["newLargeFileOverOneLeg"] = ratio(ours?.large?.newFile.ms, oneLeg * 1_000)
     figures.ratios["syncthingNewLargeFileOverOneLeg"] = ratio(theirs?.large?.newFile.ms, oneLeg * 1_000)
+    figures.ratios["storeAndForwardNewLargeFileOverOneLeg"] = ratio(figures.ubiquityStoreAndForward?.newFile.ms, oneLeg * 1_000)
     figures.ratios["newLargeFile"] = ratio(ours?.large?.newFile.ms, theirs?.large?.newFile.ms)
     figures.ratios["newFolder"] = ratio(ours?.newFolder?.transfer.ms, theirs?.newFolder?.transfer.ms)
     figures.ratios["newSmallFileP50"] = ratio(ours?.newSmallFile?.p50Ms, theirs?.newSmallFile?.p50Ms)

@@ -23,6 +23,8 @@ protocol Peer: Sendable {
     var processNames: [String] { get }
     /// Bytes on each leg so far (both directions of each).
     func legs() -> [String: Int64]
+    /// Bytes on device B's link so far (both directions: what arrives is most of it).
+    func arrivingBytes() -> Int64
     func settle() async throws
     func stop() async
 }
@@ -86,7 +88,7 @@ final class UbiquityPeer: Peer {
     /// - Parameter serving: More arguments for `ubiquity serve` only (an escrow key's file).
     /// - Parameter link: The shape of each device's link to the server (nil: loopback as it is).
     static func start(in folder: URL, sealed: Bool = false, advanced: Bool = false, binary: URL = executable, participant: String? = nil,
-                      storage: [String]? = nil, serving: [String] = [], link: LinkShape? = nil) async throws -> UbiquityPeer {
+                      storage: [String]? = nil, serving: [String] = [], link: LinkShape? = nil, streamUploads: Bool = true) async throws -> UbiquityPeer {
         guard FileManager.default.isExecutableFile(atPath: binary.path) else {
             throw BenchError("\(binary.path) is missing: swift build -c release --product ubiquity")
         }
@@ -132,7 +134,7 @@ final class UbiquityPeer: Peer {
                 keyrings.append(paths.keyring)
                 environments.append(environment)
                 try FileManager.default.createDirectory(at: paths.configuration, withIntermediateDirectories: true)
-                try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 600, "sealedContents": \#(sealed)}"#.utf8).write(to: paths.agentConfiguration)
+                try Data(#"{"containers": ["\#(container)"], "greedy": true, "rescanSeconds": 600, "sealedContents": \#(sealed), "streamUploads": \#(streamUploads)}"#.utf8).write(to: paths.agentConfiguration)
                 let relay = try RelayProxy.start(to: port, shape: link)
                 relays.append(relay)
                 let account = name == "c" ? participant ?? "ada" : "ada"
@@ -191,6 +193,8 @@ final class UbiquityPeer: Peer {
         ["deviceAWithServer": relays[0].bytes, "serverWithDeviceB": relays[1].bytes]
     }
 
+    func arrivingBytes() -> Int64 { relays[1].bytes }
+
     /// Until both agents are connected and have nothing queued.
     func settle() async throws {
         _ = try await until("both agents are idle", limit: .seconds(600), every: .milliseconds(5)) {
@@ -243,6 +247,7 @@ final class SyncthingPeer: Peer {
     }
 
     func legs() -> [String: Int64] { ["deviceAWithDeviceB": relay.bytes] }
+    func arrivingBytes() -> Int64 { relay.bytes }
 
     static let executable = ["/usr/bin/syncthing", "/usr/local/bin/syncthing"].first { FileManager.default.isExecutableFile(atPath: $0) }
 

@@ -153,6 +153,38 @@ struct LargeFile: Encodable {
     var cpuMsByProcess: [String: Double]
     /// The bytes on the wire of the run in the middle by time.
     var bytesOnWire: Int64
+    /// The first run's bytes on device B's link over time (every 100 ms from the file's arrival
+    /// in A's folder until it is whole on B): the plot of issue 48.
+    var arrival: Arrival?
+}
+
+/// Bytes on device B's link over time, from the start of a transfer.
+struct Arrival: Encodable {
+    var seconds: [Double] = []
+    var mib: [Double] = []
+}
+
+/// Samples `peer`'s bytes on device B's link every 100 ms while `body` runs.
+func sampleArrival(_ peer: some Peer, during body: () async throws -> Transfer) async throws -> (Transfer, Arrival) {
+    let base = peer.arrivingBytes(), start = ContinuousClock.now
+    let sampler = Task {
+        var arrival = Arrival()
+        while !Task.isCancelled {
+            arrival.seconds.append(((ContinuousClock.now - start).inMilliseconds / 1_000).rounded(toPlaces: 2))
+            arrival.mib.append((Double(peer.arrivingBytes() - base) / Double(1 << 20)).rounded(toPlaces: 3))
+            try? await Task.sleep(for: .milliseconds(100))
+        }
+        return arrival
+    }
+    let transfer: Transfer
+    do {
+        transfer = try await body()
+    } catch {
+        sampler.cancel()
+        throw error
+    }
+    sampler.cancel()
+    return (transfer, await sampler.value)
 }
 
 struct Edit: Encodable {
@@ -184,7 +216,7 @@ func largeFiles(_ peer: some Peer, mib: Int, runs: Int) async throws -> LargeFig
     log("\(peer.name): \(runs) new \(mib) MiB files, one at a time")
     let size = mib << 20
     var large = Data()
-    var transfers: [Transfer] = []
+    var transfers: [Transfer] = [], arrival: Arrival?
     var target = peer.sideB
     for run in 0..<runs {
         let name = "large-\(run).bin"
@@ -197,18 +229,22 @@ func largeFiles(_ peer: some Peer, mib: Int, runs: Int) async throws -> LargeFig
         // the clock starts with the file whole in the folder.
         let staged = peer.sideA.deletingLastPathComponent().deletingLastPathComponent().appendingPathComponent(".bench-new-\(run).tmp")
         try large.write(to: staged)
-        transfers.append(try await transfer(peer) { [large, target] in
-            guard rename(staged.path, source.path) == 0 else { throw BenchError("rename \(staged.path): errno \(errno)") }
-            _ = try await until("\(peer.name) syncs \(name)", limit: .seconds(600)) {
-                guard byte(at: size - 1, of: target, size: size) != nil else { return false }
-                return (try? Data(contentsOf: target)) == large
+        let (made, sampled) = try await sampleArrival(peer) {
+            try await transfer(peer) { [large, target] in
+                guard rename(staged.path, source.path) == 0 else { throw BenchError("rename \(staged.path): errno \(errno)") }
+                _ = try await until("\(peer.name) syncs \(name)", limit: .seconds(600)) {
+                    guard byte(at: size - 1, of: target, size: size) != nil else { return false }
+                    return (try? Data(contentsOf: target)) == large
+                }
             }
-        })
+        }
+        transfers.append(made)
+        if run == 0 { arrival = sampled }
     }
     let middle = transfers.sorted { $0.ms < $1.ms }[transfers.count / 2]
     let middleByCpu = transfers.sorted { $0.cpuMs < $1.cpuMs }[transfers.count / 2]
     let newFile = LargeFile(mib: mib, ms: middle.ms, runsMs: transfers.map(\.ms), cpuMs: middleByCpu.cpuMs, runsCpuMs: transfers.map(\.cpuMs),
-                            cpuMsByProcess: middleByCpu.cpuMsByProcess, bytesOnWire: middle.bytesOnWire)
+                            cpuMsByProcess: middleByCpu.cpuMsByProcess, bytesOnWire: middle.bytesOnWire, arrival: arrival)
 
     log("\(peer.name): \(runs) 1-byte edits in the \(mib) MiB file, saved safely")
     let source = peer.sideA.appendingPathComponent(target.lastPathComponent)

@@ -110,3 +110,30 @@ import UbiquityTestSupport
         }
     }
 }
+
+/// The wake-up a prefetch waits on: a wait woken early leaves nothing behind, so waits in a row
+/// each wait (found by the link benchmark: a cancelled timer's wake-up ended the next wait at
+/// once, and a prefetch waiting for its commit spun, starving the agent's network).
+@Suite struct WakeUpTests {
+    @Test func aWaitWokenEarlyLeavesNothingBehind() async {
+        let wakeUp = WakeUp()
+        let clock = ContinuousClock()
+        for _ in 0..<3 {
+            Task {
+                try? await Task.sleep(for: .milliseconds(10))
+                wakeUp.signal()
+            }
+            let woken = clock.now
+            await wakeUp.wait(upTo: .seconds(5))
+            #expect(clock.now - woken < .seconds(1), "woken by the signal")
+            try? await Task.sleep(for: .milliseconds(20)) // (its timer, cancelled, has run by now)
+            let start = clock.now
+            await wakeUp.wait(upTo: .milliseconds(60))
+            #expect(clock.now - start >= .milliseconds(50), "a wait ended early: \(clock.now - start)")
+        }
+        wakeUp.signal()
+        let start = clock.now
+        await wakeUp.wait(upTo: .seconds(5))
+        #expect(clock.now - start < .seconds(1), "a wake-up given before the wait ends it")
+    }
+}
