@@ -26,10 +26,10 @@ def main():
     if len(sys.argv) != 3:
         sys.exit(__doc__)
     with open(sys.argv[1]) as handle:
-        figures = json.load(handle)
+        figures = json.load(handle)["link"]
     link = figures["link"]
-    title = "A new large file reaching device B: {} Mbit/s up, {} down, {} ms each way".format(
-        link["up"]["megabits"], link["down"]["megabits"], link["up"]["delayMilliseconds"])
+    title = "A new large file reaching device B: {:g} Mbit/s up, {:g} down, {:g} ms each way".format(
+        link["up"]["bitsPerSecond"] / 1e6, link["down"]["bitsPerSecond"] / 1e6, link["up"]["delaySeconds"] * 1000)
     lines = [
         ("Ubiquity, streaming through the server", series(figures, "ubiquity", "large", "newFile", "arrival"), "tab:blue"),
         ("Ubiquity, store and forward", series(figures, "ubiquityStoreAndForward", "newFile", "arrival"), "tab:orange"),

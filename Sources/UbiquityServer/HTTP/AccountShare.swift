@@ -1,3 +1,4 @@
+import Synchronization
 import Foundation
 import Hummingbird
 import Logging
@@ -51,8 +52,50 @@ final class AccountShare: Sendable {
             throw SyncError(.tooManyRequests, "tooManyRequests", "this account has too many requests under way: try again shortly", retryAfter: 1)
         }
         if waited { metrics?.count(.accountShareWaits) }
-        defer { turns.giveBack(device.accountId) }
-        return try await work()
+        let lease = Lease(turns: turns, account: device.accountId)
+        defer { lease.end() }
+        return try await Self.$lease.withValue(lease) { try await work() }
+    }
+
+    /// The turn the running request holds, if it runs in one.
+    @TaskLocal static var lease: Lease?
+
+    /// A request's turn, which it may give back while it only waits (``away(_:)``).
+    final class Lease: Sendable {
+        let turns: Turns<Int64>
+        let account: Int64
+        private let held = Mutex(true)
+
+        init(turns: Turns<Int64>, account: Int64) {
+            self.turns = turns
+            self.account = account
+        }
+
+        /// Gives the turn back, if held.
+        func end() {
+            if held.withLock({ held in defer { held = false }; return held }) { turns.giveBack(account) }
+        }
+
+        /// Takes a turn again (after ``end()``).
+        /// - Throws: ``SyncError`` 429 when too many of the account's requests wait.
+        func retake() async throws {
+            guard await turns.take(account) != nil else {
+                throw SyncError(.tooManyRequests, "tooManyRequests", "this account has too many requests under way: try again shortly", retryAfter: 1)
+            }
+            held.withLock { $0 = true }
+        }
+    }
+
+    /// Runs `body` — which only waits (for something another request does) — without the
+    /// request's turn, then takes a turn again: a request that waits long must not keep the
+    /// account's other requests (among them the one it waits for) from running.
+    static func away<T: Sendable>(_ body: () async throws -> T) async throws -> T {
+        guard let lease else { return try await body() }
+        lease.end()
+        let result: Result<T, any Error>
+        do { result = .success(try await body()) } catch { result = .failure(error) }
+        try await lease.retake()
+        return try result.get()
     }
 
     /// How many of `account`'s requests are handled now, and how many wait (for tests).

@@ -80,8 +80,14 @@ extension SyncServices {
     /// `hashes`, in the order asked, those stored that the device may read, and — for a device
     /// of the whole account — those landing from an upload in progress (``LandingChunks``);
     /// at most ``ChunkBatch/maximumBytes``. Chunks stored as sealed patches are left out.
-    func availableAnswer(_ hashes: [String], of device: DeviceAuth, named: (@Sendable ([String]) async throws -> Set<String>)?) async throws -> Response {
+    ///
+    /// None there yet while an upload of the account lands here: the answer waits (at most
+    /// ``availableWait``) for its next chunk, so that a device fetching ahead hears of each
+    /// chunk as it lands instead of asking again and again.
+    func availableAnswer(_ hashes: [String], of device: DeviceAuth, named: (@Sendable ([String]) async throws -> Set<String>)?,
+                         waiting: Bool = true) async throws -> Response {
         for hash in hashes { try Validate.hash(hash) }
+        let landings = landing.landings(of: device.accountId)
         var absent: Set<String>
         if let named {
             let lacking = Set(try await database.missingChunks(accountId: device.accountId, hashes: hashes))
@@ -112,7 +118,15 @@ extension SyncServices {
             let loaded = try await chunks.loadBatch(stored, account: device.accountId, upTo: ChunkBatch.maximumBytes - total, into: &body)
             metrics.count(.chunkBytesRead, by: loaded.reduce(0) { $0 + $1.count })
         }
+        if body.readableBytes == 0, waiting, landing.isWatched(account: device.accountId) {
+            // (Without the request's turn of its account: the upload it waits for needs turns.)
+            try await AccountShare.away { await landing.waitForLanding(account: device.accountId, after: landings, upTo: Self.availableWait) }
+            return try await availableAnswer(hashes, of: device, named: named, waiting: false)
+        }
         metrics.count(.chunkBytesSent, by: body.readableBytes)
         return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: body))
     }
+
+    /// How long a fetch of what is there waits for the next chunk to land.
+    static let availableWait: Duration = .seconds(2)
 }

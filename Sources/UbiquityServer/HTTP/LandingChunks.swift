@@ -35,6 +35,10 @@ final class LandingChunks: Sendable {
         var total = 0
         /// Accounts whose chunks land here, until when (seconds since 1970).
         var watched: [Int64: Double] = [:]
+        /// How many chunks of each account landed so far (what a waiting fetch compares).
+        var landings: [Int64: Int] = [:]
+        /// Fetches waiting for the next chunk of an account to land.
+        var waiters: [Int64: [UUID: CheckedContinuation<Void, Never>]] = [:]
     }
 
     /// The most bytes of chunks kept.
@@ -67,13 +71,41 @@ final class LandingChunks: Sendable {
     func land(account: Int64, hash: String, bytes: UnsafeRawBufferPointer, sealed: Bool) {
         guard bytes.count <= capacity else { return }
         let entry = Entry(bytes: Array(bytes), sealed: sealed, landed: .now)
-        state.withLock { state in
+        let waiting = state.withLock { state -> [CheckedContinuation<Void, Never>] in
             let key = Key(account: account, hash: hash)
-            guard state.entries[key] == nil else { return }
+            guard state.entries[key] == nil else { return [] }
             state.entries[key] = entry
             state.order.append(key)
             state.total += entry.bytes.count
+            state.landings[account, default: 0] += 1
             Self.trim(&state, capacity: capacity, before: .now - keptSeconds)
+            return state.waiters.removeValue(forKey: account).map { Array($0.values) } ?? []
+        }
+        for waiter in waiting { waiter.resume() }
+    }
+
+    /// How many chunks of the account landed so far (give it to ``waitForLanding(account:after:upTo:)``).
+    func landings(of account: Int64) -> Int {
+        state.withLock { $0.landings[account] ?? 0 }
+    }
+
+    /// Returns once a chunk of the account lands after the count `seen` (at once if one did
+    /// already), or after `limit`.
+    func waitForLanding(account: Int64, after seen: Int, upTo limit: Duration) async {
+        let id = UUID()
+        let timer = Task { [weak self] in
+            guard (try? await Task.sleep(for: limit)) != nil else { return }
+            let waiter = self?.state.withLock { $0.waiters[account]?.removeValue(forKey: id) }
+            waiter?.resume()
+        }
+        defer { timer.cancel() }
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            let now = state.withLock { state -> Bool in
+                guard (state.landings[account] ?? 0) == seen else { return true }
+                state.waiters[account, default: [:]][id] = continuation
+                return false
+            }
+            if now { continuation.resume() }
         }
     }
 
