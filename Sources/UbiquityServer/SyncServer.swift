@@ -53,6 +53,9 @@ package struct SyncServer: Sendable {
         package var accountLimits = AccountLimits()
         /// How many of one account's requests are handled at once, and how many may wait.
         package var accountShare = AccountShareLimits()
+        /// How long a fetch of what is there waits for the next chunk of an upload in progress
+        /// (docs/SyncProtocol.md, "Incoming revisions").
+        package var landingWait: Duration = .seconds(2)
         /// The escrow key's file (Standard Data Protection): made on first start (mode 0600),
         /// never in the database. Default nil: `escrow.key` in ``dataDirectory`` (also with
         /// ``database``: every instance must have the same file, and one with another is refused).
@@ -117,6 +120,7 @@ package struct SyncServer: Sendable {
             accountLimits: configuration.accountLimits, retention: configuration.retention, share: AccountShare(limits: configuration.accountShare, metrics: metrics),
             escrow: escrow)
         services.sealedShares = configuration.sealedShares
+        services.landingWait = configuration.landingWait
         self.services = services
         Task { await hasher.prepareDecoy() } // before the first unknown account asks
     }

@@ -42,7 +42,7 @@ struct TestServer {
     init(_ backend: Backend = .sqlite, postgresURL: String? = nil, signInPolicy: SignInPolicy = SignInPolicy(),
          connectionLimits: ConnectionLimits = ConnectionLimits(), requestLimits: RequestLimits = RequestLimits(), trustedProxies: TrustedProxies = TrustedProxies(),
          accountLimits: AccountLimits = AccountLimits(), accountShare: AccountShareLimits = AccountShareLimits(), directory: String? = nil,
-         sealedShares: Bool = false, logger: Logger = Logger(label: "ubiquity.server")) async throws {
+         sealedShares: Bool = false, landingWait: Duration = .seconds(2), logger: Logger = Logger(label: "ubiquity.server")) async throws {
         self.backend = backend
         self.directory = directory ?? NSTemporaryDirectory() + "ubiquity-server-\(UUID().uuidString.prefix(8))"
         var configuration = SyncServer.Configuration(dataDirectory: self.directory, port: 0, bcryptCost: 4)
@@ -53,6 +53,7 @@ struct TestServer {
         configuration.accountLimits = accountLimits
         configuration.accountShare = accountShare
         configuration.sealedShares = sealedShares
+        configuration.landingWait = landingWait
         if backend == .postgres { configuration.database = try postgresURL ?? Backend.postgresURL() }
         self.configuration = configuration
         server = try await SyncServer(configuration: configuration, logger: logger)

@@ -82,7 +82,7 @@ extension SyncServices {
     /// at most ``ChunkBatch/maximumBytes``. Chunks stored as sealed patches are left out.
     ///
     /// None there yet while an upload of the account lands here: the answer waits (at most
-    /// ``availableWait``) for its next chunk, so that a device fetching ahead hears of each
+    /// ``landingWait``) for its next chunk, so that a device fetching ahead hears of each
     /// chunk as it lands instead of asking again and again.
     func availableAnswer(_ hashes: [String], of device: DeviceAuth, named: (@Sendable ([String]) async throws -> Set<String>)?,
                          waiting: Bool = true) async throws -> Response {
@@ -120,13 +120,11 @@ extension SyncServices {
         }
         if body.readableBytes == 0, waiting, landing.isWatched(account: device.accountId) {
             // (Without the request's turn of its account: the upload it waits for needs turns.)
-            try await AccountShare.away { await landing.waitForLanding(account: device.accountId, after: landings, upTo: Self.availableWait) }
+            try await AccountShare.away { await landing.waitForLanding(account: device.accountId, after: landings, upTo: landingWait) }
             return try await availableAnswer(hashes, of: device, named: named, waiting: false)
         }
         metrics.count(.chunkBytesSent, by: body.readableBytes)
         return Response(status: .ok, headers: [.contentType: "application/octet-stream"], body: .init(byteBuffer: body))
     }
 
-    /// How long a fetch of what is there waits for the next chunk to land.
-    static let availableWait: Duration = .seconds(2)
 }

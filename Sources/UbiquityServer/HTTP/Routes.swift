@@ -51,6 +51,8 @@ struct SyncServices: Sendable {
     var fetches = SharedFetches()
     /// Chunks of uploads in progress as they land, for devices fetching ahead (issue 48).
     var landing = LandingChunks()
+    /// How long a fetch of what is there waits for the next chunk to land.
+    var landingWait: Duration = .seconds(2)
     /// The server's escrow key (nil: none; devices then let new devices in themselves).
     var escrow: ServerEscrow?
     /// What the web pages read from sealed records before (Standard only; in memory).
