@@ -47,6 +47,13 @@ import UbiquityTestSupport
             let otherApp = try await client.signIn("ann", device: "other app", containers: ["ABCDE12345.com.example.other"])
             let outside = try await client.send(.post, "/v1/chunks/fetch", token: otherApp.token, json: ChunkFetchRequest(hashes: [sha256(chunks[0])], available: true))
             #expect(outside.status == .ok && outside.body.readableBytes == 0, "a chunk no item of its containers names is not there for a limited token")
+            // A chunk landing (its upload under way): there for a device of the whole account, not
+            // for one limited to some containers (no item of them names it).
+            chunks[1].withUnsafeBytes { server.server.services.landing.land(account: account, hash: sha256(chunks[1]), bytes: $0, sealed: false) }
+            let landed = try await client.send(.post, "/v1/chunks/fetch", token: phone.token, json: ChunkFetchRequest(hashes: [sha256(chunks[1])], available: true))
+            #expect(try ChunkBatch(decoding: Array(buffer: landed.body), maximumChunkSize: 1 << 22).chunks.map { Array($0.bytes) } == [chunks[1]])
+            let limited = try await client.send(.post, "/v1/chunks/fetch", token: otherApp.token, json: ChunkFetchRequest(hashes: [sha256(chunks[1])], available: true))
+            #expect(limited.status == .ok && limited.body.readableBytes == 0, "a landing chunk is not given to a token limited to some containers")
 
             // Committed and withdrawn: the item changes, and nothing is incoming.
             #expect(try await client.commit(notes, "film", update, token: laptop.token).item.uploaded)
