@@ -8,7 +8,7 @@
 //   swift build -c release --product ubiquity && swift run -c release ubiquity-sync-bench
 //     [--small N] [--syncthing-small N] [--burst N] [--folder N] [--big-folder N] [--large-mib M]
 //     [--large-runs N] [--cost-changes N] [--idle-items N] [--idle-seconds S] [--database-updates N] [--skip-syncthing]
-//     [--web-items N] [--web-only] [--sealed] [--advanced] [--reference-build DIR] [--directory DIR] [--keep]
+//     [--web-items N] [--web-only] [--sealed] [--advanced] [--reference-build DIR] [--directory DIR] [--keep] [--skip-fan-out]
 //     [--sharing-only [--sharing-items N] [--sharing-runs N]]
 //     [--storage-only --database URL --object-store URL --object-store-credentials FILE [--storage-runs N]]
 //     [--link home|office] [--up-mbit M] [--down-mbit M] [--delay-ms D] [--jitter-ms J] [--loss P] [--check-link]
@@ -41,6 +41,9 @@
 // same scenarios in the same run: `ubiquityReference` in the JSON, and the sealed run over it
 // (`sealedOverReference…`, issue 45: a new 64 MiB file's CPU at most 1.2 times today's).
 //
+// A whole run ends with the server's figure for 1,000 devices of one account (FanOutScenario.swift:
+// a short `ubiquity-load --devices 1000`, so build that product too), unless `--skip-fan-out`.
+//
 // `--web-only` measures only the web interface's figures (WebScenario.swift) on Ubiquity's
 // server (with `--sealed`, on the sealed run's server too): no sync scenarios, no Syncthing.
 import Foundation
@@ -71,6 +74,8 @@ struct Options {
     var sharingItems = 10_000
     var sharingRuns = 10
     var skipSyncthing = false
+    /// Leave out the 1,000-device figure (`ubiquity-load`).
+    var skipFanOut = false
     /// Measure Ubiquity a second time with sealed contents.
     var sealed = false
     /// That second time under Advanced Data Protection (the account switched by device A).
@@ -145,6 +150,7 @@ struct Options {
             case "--sharing-items": sharingItems = try count(argument)
             case "--sharing-runs": sharingRuns = try count(argument)
             case "--skip-syncthing": skipSyncthing = true
+            case "--skip-fan-out": skipFanOut = true
             case "--sealed": sealed = true
             case "--advanced": (sealed, advanced) = (true, true)
             case "--keep": keep = true
@@ -278,6 +284,10 @@ if let link = options.link {
     if !options.keep { try? FileManager.default.removeItem(at: options.directory) }
     exit(0)
 }
+if !options.skipFanOut && !options.webOnly && !FileManager.default.isExecutableFile(atPath: loadExecutable.path) {
+    log("\(loadExecutable.path) is missing: swift build -c release --product ubiquity-load, or pass --skip-fan-out")
+    exit(2)
+}
 if !options.skipSyncthing && !options.webOnly && SyncthingPeer.executable == nil {
     log("syncthing is not installed (apt-get install syncthing), or pass --skip-syncthing")
     exit(2)
@@ -352,6 +362,16 @@ if !options.skipSyncthing && !options.webOnly {
     }
 }
 
+// Last, on a quiet machine: the server's figure with 1,000 devices connected.
+var fanOut: FanOutFigures?
+if !options.skipFanOut && !options.webOnly {
+    do {
+        fanOut = try fanOutFigures()
+    } catch {
+        log("The 1,000-device figure could not be measured: \(error)")
+    }
+}
+
 #if DEBUG
 let buildConfiguration = "debug"
 #else
@@ -369,6 +389,8 @@ struct Report: Encodable {
     /// The sync scenarios with another build's processes (`--reference-build`).
     var ubiquityReference: Figures?
     var syncthing: Figures?
+    /// The server with 1,000 devices of one account connected (`ubiquity-load`).
+    var serverFanOut: FanOutFigures?
     /// Ubiquity's figure divided by Syncthing's (below 1: Ubiquity is better).
     var ratios: [String: Double]
     var goals: [String: Bool]
@@ -488,11 +510,12 @@ if let web = results["ubiquitySealed"]?.web {
     goals["sealedWebFirstPageOf10000ItemFolderAtMost100ms"] = web.firstPageP50Ms <= 100
     if let plain = results["ubiquity"]?.web { ratios["sealedOverPlainWebFirstPage"] = ratio(web.firstPageP50Ms, plain.firstPageP50Ms) }
 }
+if let fanOut { goals["fanOut1000DevicesAtLeast400CommitsPerSecondP99AtMost100ms"] = fanOut.goal.met }
 let report = Report(
     machine: ["cores": "\(ProcessInfo.processInfo.activeProcessorCount)", "memoryGiB": "\(ProcessInfo.processInfo.physicalMemory >> 30)",
               "build": buildConfiguration, "syncthing": syncthingVersion ?? "skipped"],
     loopbackCopyMs: loopbackCopyMs, ubiquity: results["ubiquity"], ubiquitySealed: results["ubiquitySealed"],
-    ubiquityReference: results["ubiquityReference"], syncthing: results["syncthing"],
+    ubiquityReference: results["ubiquityReference"], syncthing: results["syncthing"], serverFanOut: fanOut,
     ratios: ratios, goals: goals)
 let encoder = JSONEncoder()
 encoder.outputFormatting = [.prettyPrinted, .sortedKeys]

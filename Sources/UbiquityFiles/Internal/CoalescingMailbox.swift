@@ -93,11 +93,14 @@ import Synchronization
     /// The values waiting, in the order their keys were first posted, as soon as there are any
     /// and not before `notBefore` (what comes meanwhile joins them); nil when finished (or when
     /// the task is cancelled) with nothing waiting. One reader at a time.
-    package func next(notBefore: ContinuousClock.Instant? = nil) async -> [Value]? {
+    /// - Parameter sleep: Waits until the instant it is given (by default `Task.sleep`; the
+    ///   server's push connections share one clock instead of a timer each).
+    package func next(notBefore: ContinuousClock.Instant? = nil,
+                      sleep: (ContinuousClock.Instant) async -> Void = { try? await Task.sleep(until: $0) }) async -> [Value]? {
         while true {
             let (ready, finished) = state.withLock { state in (state.isReady, state.finished) }
             if ready {
-                if let notBefore, notBefore > .now { try? await Task.sleep(until: notBefore) } // (cancelled: what waits goes now)
+                if let notBefore, notBefore > .now { await sleep(notBefore) } // (cancelled: what waits goes now)
                 return state.withLock { state -> [Value] in
                     defer { state.pending = [:]; state.order = []; state.due = false }
                     return state.order.compactMap { state.pending[$0] }

@@ -27,6 +27,14 @@ final class PushMailbox: Sendable {
     /// many devices connected.)
     static let pace: Duration = .milliseconds(20)
 
+    /// What paced reads wait on (nil: a timer of their own).
+    private let clock: PushClock?
+
+    /// An empty mailbox whose paced reads wait on `clock`.
+    init(clock: PushClock? = nil) {
+        self.clock = clock
+    }
+
     /// By kind and container; a later event replaces an earlier one unless its sequence is lower.
     private let waiting = CoalescingMailbox<String, Delivery> { earlier, later in
         (later.event.sequence ?? 0) >= (earlier.event.sequence ?? 0) ? later : earlier
@@ -61,6 +69,20 @@ final class PushMailbox: Sendable {
         return (try? String(decoding: encoder.encode(event), as: UTF8.self)) ?? "{}"
     }
 
+    /// The events waiting, no sooner than `pace` after the last ones this reader took (see
+    /// ``PushPacer``); nil when finished or cancelled.
+    func next(pacedBy pacer: inout PushPacer, pace: Duration) async -> [Delivery]? {
+        let waited: [Delivery]?
+        if let clock {
+            waited = await waiting.next(notBefore: pacer.notBefore) { await clock.sleep(until: $0) }
+        } else {
+            waited = await waiting.next(notBefore: pacer.notBefore)
+        }
+        guard let waiting = waited else { return nil }
+        pacer.delivered(at: .now, pace: pace)
+        return waiting
+    }
+
     /// No more events: ``next(notBefore:)`` answers nil once what is waiting was taken.
     func finish() {
         waiting.finish()
@@ -71,6 +93,28 @@ final class PushMailbox: Sendable {
     /// task is cancelled).
     func next(notBefore: ContinuousClock.Instant? = nil) async -> [Delivery]? {
         await waiting.next(notBefore: notBefore)
+    }
+}
+
+/// When one device's next push message may go: ``PushMailbox/pace`` after its last one.
+///
+/// A device that was idle hears the next change at once, and so does every other idle device
+/// of the account, all woken by the same commit. Paced alike from then on, they would stay
+/// together: a thousand messages written at once every pace, during which the account's
+/// commits wait for the processor, and idle time between. So the message after one that woke
+/// an idle device comes after a random part (half to all) of the pace: the devices' messages
+/// spread evenly over the pace and stay spread while changes keep coming (issue 49). No
+/// device waits longer than the pace.
+struct PushPacer: Sendable {
+    /// The next message waits until then.
+    private(set) var notBefore = ContinuousClock.now
+
+    /// The reader took messages at `now`.
+    mutating func delivered(at now: ContinuousClock.Instant, pace: Duration) {
+        // Later than due by more than a quarter of the pace: the device had nothing waiting, and
+        // the change that woke it woke the others too.
+        let wokenFromIdle = now - notBefore > pace / 4
+        notBefore = now + (wokenFromIdle ? pace * Double.random(in: 0.5...1) : pace)
     }
 }
 
@@ -95,9 +139,42 @@ final class ChangeNotifier: Sendable {
         var contents: [String: Data]
     }
 
-    /// By account, then by connection.
-    private let subscribers = Mutex<[Int64: [UUID: Subscriber]]>([:])
+    /// One connection as a commit's push reaches it.
+    private struct Target {
+        var deviceId: String
+        var mailbox: PushMailbox
+        var pages: Bool
+        var inline: Int
+    }
+
+    /// The connected devices, and for each account and container the connections that may use
+    /// it: a commit reaches a thousand devices without looking at each one's token (issue 49).
+    private struct Connections {
+        /// By account, then by connection.
+        var accounts: [Int64: [UUID: Subscriber]] = [:]
+        /// ``Target``s by account and container, made when first needed; an account's are
+        /// dropped whenever its connections change.
+        var targets: [Int64: [String: [Target]]] = [:]
+
+        /// How many containers' targets are kept for an account at most.
+        static let containersKept = 64
+
+        /// The connections of `account` that may use `container`.
+        mutating func targets(account: Int64, container: String) -> [Target] {
+            if let cached = targets[account]?[container] { return cached }
+            let made = (accounts[account] ?? [:]).values.filter { $0.device.allows(container) }
+                .map { Target(deviceId: $0.device.deviceId, mailbox: $0.mailbox, pages: $0.pages, inline: $0.inline) }
+            // (Bounded: an account's many containers make it start again, not grow.)
+            if targets[account]?.count ?? 0 >= Self.containersKept { targets[account] = nil }
+            targets[account, default: [:]][container] = made
+            return made
+        }
+    }
+
+    private let connections = Mutex(Connections())
     private let relayState = Mutex(false)
+    /// What every connection's pace waits on.
+    private let clock = PushClock()
 
     /// Whether other server instances' changes are being heard (PostgreSQL's LISTEN is active).
     var isRelaying: Bool {
@@ -108,7 +185,7 @@ final class ChangeNotifier: Sendable {
     /// Connections listening now (devices' push connections and pages' event streams), and the
     /// accounts they belong to.
     var listening: (connections: Int, accounts: Int) {
-        subscribers.withLock { subscribers in (subscribers.values.reduce(0) { $0 + $1.count }, subscribers.count) }
+        connections.withLock { connections in (connections.accounts.values.reduce(0) { $0 + $1.count }, connections.accounts.count) }
     }
 
     /// The mailbox of the events the device may see; finish it with ``unsubscribe(_:)``.
@@ -117,16 +194,20 @@ final class ChangeNotifier: Sendable {
     ///   - inline: Up to how many bytes a small file's contents come inline in them.
     func subscribe(_ device: DeviceAuth, pages: Bool = false, inline: Int = 0) -> (UUID, PushMailbox) {
         let id = UUID()
-        let mailbox = PushMailbox()
-        subscribers.withLock { $0[device.accountId, default: [:]][id] = Subscriber(device: device, mailbox: mailbox, pages: pages, inline: inline) }
+        let mailbox = PushMailbox(clock: clock)
+        connections.withLock {
+            $0.accounts[device.accountId, default: [:]][id] = Subscriber(device: device, mailbox: mailbox, pages: pages, inline: inline)
+            $0.targets[device.accountId] = nil
+        }
         return (id, mailbox)
     }
 
     func unsubscribe(_ id: UUID) {
-        let removed = subscribers.withLock { subscribers -> Subscriber? in
-            for (account, connections) in subscribers where connections[id] != nil {
-                let removed = subscribers[account]?.removeValue(forKey: id)
-                if subscribers[account]?.isEmpty == true { subscribers[account] = nil }
+        let removed = connections.withLock { connections -> Subscriber? in
+            for (account, subscribers) in connections.accounts where subscribers[id] != nil {
+                let removed = connections.accounts[account]?.removeValue(forKey: id)
+                if connections.accounts[account]?.isEmpty == true { connections.accounts[account] = nil }
+                connections.targets[account] = nil
                 return removed
             }
             return nil
@@ -141,14 +222,12 @@ final class ChangeNotifier: Sendable {
     func publish(account: Int64, container: String, sequence: Int64, keyValue: Bool = false, except origin: String? = nil, page: PushedPage? = nil) {
         let event = PushEvent(type: keyValue ? "keyValueChanged" : "changed", container: container, sequence: sequence)
         let delivery = PushMailbox.Delivery(event: event, text: PushMailbox.message(event)) // encoded once for all
-        let targets = subscribers.withLock { subscribers in
-            (subscribers[account] ?? [:]).values.filter { $0.device.allows(container) && $0.device.deviceId != origin }
-        }
+        let targets = connections.withLock { $0.targets(account: account, container: container) }
         // Each form of the page is encoded once, for every device that takes it.
         var withContents: PushMailbox.Delivery?, withoutContents: PushMailbox.Delivery?
         let largest = page?.contents.values.map(\.count).max()
         let key = PushMailbox.key(of: event)
-        for target in targets {
+        for target in targets where target.deviceId != origin {
             guard target.pages, let page else {
                 target.mailbox.post(delivery, key: key)
                 continue
@@ -184,7 +263,7 @@ final class ChangeNotifier: Sendable {
     private func publishContainerEvent(_ type: String, account: Int64, container: String, except origin: String?) {
         let event = PushEvent(type: type, container: container, sequence: nil)
         let delivery = PushMailbox.Delivery(event: event, text: PushMailbox.message(event))
-        let targets = subscribers.withLock { ($0[account] ?? [:]).values.filter { $0.device.allows(container) && $0.device.deviceId != origin } }
+        let targets = connections.withLock { ($0.accounts[account] ?? [:]).values.filter { $0.device.allows(container) && $0.device.deviceId != origin } }
         for target in targets { target.mailbox.post(delivery) }
     }
 
@@ -195,8 +274,8 @@ final class ChangeNotifier: Sendable {
     func publishShare(share: String?, sequence: Int64?, accounts: [Int64], container: String, except origin: String?) {
         let event = PushEvent(type: share == nil ? "sharesChanged" : "shareChanged", container: share, sequence: sequence)
         let delivery = PushMailbox.Delivery(event: event, text: PushMailbox.message(event))
-        let targets = subscribers.withLock { subscribers in
-            Set(accounts).flatMap { (subscribers[$0] ?? [:]).values.filter { $0.device.allows(container) && $0.device.deviceId != origin } }
+        let targets = connections.withLock { connections in
+            Set(accounts).flatMap { (connections.accounts[$0] ?? [:]).values.filter { $0.device.allows(container) && $0.device.deviceId != origin } }
         }
         for target in targets { target.mailbox.post(delivery) }
     }
@@ -215,7 +294,7 @@ final class ChangeNotifier: Sendable {
     private func publishKeyEvent(_ type: String, account: Int64, except origin: String?) {
         let event = PushEvent(type: type)
         let delivery = PushMailbox.Delivery(event: event, text: PushMailbox.message(event))
-        let targets = subscribers.withLock { ($0[account] ?? [:]).values.filter { $0.device.deviceId != origin } }
+        let targets = connections.withLock { ($0.accounts[account] ?? [:]).values.filter { $0.device.deviceId != origin } }
         for target in targets { target.mailbox.post(delivery) }
     }
 
@@ -240,7 +319,7 @@ final class ChangeNotifier: Sendable {
     /// Tells every connected device to catch up with `changes` (as if it had just connected):
     /// events from other server instances may have been missed while their relay was down.
     func catchUpAll() {
-        let targets = subscribers.withLock { $0.values.flatMap { $0.values.map(\.mailbox) } }
+        let targets = connections.withLock { $0.accounts.values.flatMap { $0.values.map(\.mailbox) } }
         let delivery = PushMailbox.Delivery(event: .connected, text: PushMailbox.message(.connected))
         for mailbox in targets { mailbox.post(delivery) }
     }
@@ -255,25 +334,27 @@ final class ChangeNotifier: Sendable {
     /// or longer when so many of its devices are connected that they would get more than
     /// ``messagesPerAccountPerSecond`` between them (1,000 devices: 40 ms).
     func pace(forAccount account: Int64) -> Duration {
-        let devices = subscribers.withLock { $0[account]?.count ?? 0 }
+        let devices = connections.withLock { $0.accounts[account]?.count ?? 0 }
         return max(PushMailbox.pace, .microseconds(devices * 1_000_000 / Self.messagesPerAccountPerSecond))
     }
 
     /// How many devices are connected.
-    var connected: Int { subscribers.withLock { $0.values.reduce(0) { $0 + $1.count } } }
+    var connected: Int { connections.withLock { $0.accounts.values.reduce(0) { $0 + $1.count } } }
 
     /// The devices connected now.
-    var connectedDevices: Set<String> { subscribers.withLock { Set($0.values.flatMap { $0.values.map(\.device.deviceId) }) } }
+    var connectedDevices: Set<String> { connections.withLock { Set($0.accounts.values.flatMap { $0.values.map(\.device.deviceId) }) } }
 
     /// Ends the push connections of `devices` (revoked, signed out, their account deleted):
     /// their streams finish, and the connections close.
     func disconnect(_ devices: Set<String>) {
-        let ended = subscribers.withLock { subscribers in
+        let ended = connections.withLock { connections in
             var ended: [PushMailbox] = []
-            for account in Array(subscribers.keys) {
-                let ids = subscribers[account, default: [:]].filter { devices.contains($0.value.device.deviceId) }.map(\.key)
-                ended += ids.compactMap { subscribers[account]?.removeValue(forKey: $0)?.mailbox }
-                if subscribers[account]?.isEmpty == true { subscribers[account] = nil }
+            for account in Array(connections.accounts.keys) {
+                let ids = connections.accounts[account, default: [:]].filter { devices.contains($0.value.device.deviceId) }.map(\.key)
+                guard !ids.isEmpty else { continue }
+                ended += ids.compactMap { connections.accounts[account]?.removeValue(forKey: $0)?.mailbox }
+                if connections.accounts[account]?.isEmpty == true { connections.accounts[account] = nil }
+                connections.targets[account] = nil
             }
             return ended
         }

@@ -118,16 +118,15 @@ extension SyncServices {
                 }
                 group.addTask {
                     try await outbound.write(.text(PushMailbox.message(.connected)))
-                    var notBefore = ContinuousClock.now
-                    while let waiting = await events.next(notBefore: notBefore) {
+                    var pacer = PushPacer()
+                    while let waiting = await events.next(pacedBy: &pacer, pace: notifier.pace(forAccount: device.accountId)) {
                         for delivery in waiting {
-                        if let page = delivery.page {
-                            try await outbound.write(.binary(ByteBuffer(bytes: page)))
-                        } else {
-                            try await outbound.write(.text(delivery.text))
+                            if let page = delivery.page {
+                                try await outbound.write(.binary(ByteBuffer(bytes: page)))
+                            } else {
+                                try await outbound.write(.text(delivery.text))
+                            }
                         }
-                    }
-                        notBefore = .now + notifier.pace(forAccount: device.accountId)
                     }
                     // The stream ended: the device was revoked or signed out.
                     try await outbound.close(.policyViolation, reason: "signed out")

@@ -173,7 +173,7 @@ extension PostgresDatabase {
 
     func device(tokenHash: String) async throws -> DeviceAuth? {
         try await read { db in
-            guard let row = try await db.rows("SELECT id, name, account_id, containers FROM device WHERE token_hash = \(tokenHash) AND NOT revoked").first else { return nil }
+            guard let row = try await db.rows(prepared: Prepared.Device(query: "SELECT id, name, account_id, containers FROM device WHERE token_hash = \(tokenHash) AND NOT revoked")).first else { return nil }
             let list: String? = try row.get("containers")
             return DeviceAuth(
                 deviceId: try row.get("id"), deviceName: try row.get("name"), accountId: try row.get("account_id"),

@@ -5,14 +5,23 @@ import UbiquityProtocol
 // PostgreSQL's record of each account's keys (as the embedded database's).
 extension PostgresDatabase {
     func accountKeys(accountId: Int64, recipients: [String]) async throws -> StoredAccountKeys {
+        // One statement (one round trip, one snapshot): a plaintext commit asks twice — whether
+        // the account takes plaintext, and the escrow's keys for its names' tags (issue 49).
         try await read { db in
-            let roster = try await db.rows("SELECT body FROM roster_entry WHERE account_id = \(accountId) ORDER BY idx").map { try $0.get("body", as: Data.self) }
-            let envelopes = try await db.rows("""
-                SELECT * FROM key_envelope WHERE account_id = \(accountId) AND recipient = ANY(\(recipients)::TEXT[]) ORDER BY epoch, recipient
-                """).map {
-                KeyEnvelopeRecord(epoch: try $0.get("epoch"), recipient: try $0.get("recipient"), sender: try $0.get("sender"), body: try $0.get("body"))
+            var stored = StoredAccountKeys(roster: [], envelopes: [])
+            for row in try await db.rows(prepared: Prepared.AccountKeys(query: """
+                SELECT TRUE AS roster, idx AS epoch, NULL::TEXT AS recipient, NULL::TEXT AS sender, body FROM roster_entry WHERE account_id = \(accountId)
+                UNION ALL
+                SELECT FALSE, epoch, recipient, sender, body FROM key_envelope WHERE account_id = \(accountId) AND recipient = ANY(\(recipients)::TEXT[])
+                ORDER BY roster DESC, epoch, recipient
+                """)) {
+                if try row.get("roster", as: Bool.self) {
+                    stored.roster.append(try row.get("body", as: Data.self))
+                } else {
+                    stored.envelopes.append(KeyEnvelopeRecord(epoch: try row.get("epoch"), recipient: try row.get("recipient"), sender: try row.get("sender"), body: try row.get("body")))
+                }
             }
-            return StoredAccountKeys(roster: roster, envelopes: envelopes)
+            return stored
         }
     }
 

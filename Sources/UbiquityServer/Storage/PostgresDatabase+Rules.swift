@@ -76,7 +76,7 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
     func commitFacts(_ question: CommitQuestion) async throws -> CommitFacts {
         let (a, item, keys) = (question.account, question.item, question.nameKeys)
         let row = Self.rowJSON(manifests: question.manifests)
-        guard let answer = try await db.rows("""
+        let statement: PostgresQuery = """
             WITH acc AS (SELECT * FROM account WHERE id = \(a) FOR UPDATE),
                 con AS (SELECT id FROM container WHERE account_id = \(a) AND identifier = \(question.container) FOR UPDATE)
             SELECT
@@ -95,7 +95,10 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
                     WHERE r.item_id = \(item) AND r.state = 'conflict') AS conflicts,
                 (SELECT json_agg(json_build_array(i.id, r.name))::TEXT FROM item i JOIN con ON i.container_id = con.id JOIN revision r ON r.id = i.current_revision
                     WHERE i.parent_key = \(question.parent ?? "") AND i.name_key = ANY(\(keys)::TEXT[])) AS siblings
-            """).first else { return CommitFacts() }
+            """
+        let rows = question.manifests ? try await db.rows(prepared: Prepared.CommitFactsWithManifests(query: statement))
+            : try await db.rows(prepared: Prepared.CommitFacts(query: statement))
+        guard let answer = rows.first else { return CommitFacts() }
         let decoder = JSONDecoder()
         func decoded<T: Decodable>(_ column: String, as type: T.Type) throws -> T? {
             try answer.get(column, as: String?.self).map { try decoder.decode(T.self, from: Data($0.utf8)) }
@@ -117,7 +120,7 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
         let (a, c, id, change) = (revision.account, revision.container, revision.id, record.change)
         let keys = record.currentKeys ?? ("", "")
         let announce = record.announce
-        guard let answer = try await db.rows("""
+        guard let answer = try await db.rows(prepared: Prepared.CommitRecord(query: """
             WITH rev AS (
                     INSERT INTO revision (id, container_id, item_id, base_revision, device_id, device_name, name, parent, kind, size,
                         modification_date, type, manifest, deleted, complete, state, created, change_id, digest, cost, record, editor)
@@ -141,7 +144,7 @@ struct PostgresRuleStorage: RuleStorage, Sendable {
                     'container', \(announce?.container ?? "")::TEXT, 'sequence', seq.sequence, 'keyValue', FALSE, 'device', \(announce?.device)::TEXT)::TEXT)
                     WHERE \(announce != nil)) AS notices) AS announced
             FROM seq
-            """).first else { throw SyncError(.internalServerError, "internal", "the container vanished during a commit") }
+            """)).first else { throw SyncError(.internalServerError, "internal", "the container vanished during a commit") }
         return try answer.get("sequence", as: Int64.self)
     }
 

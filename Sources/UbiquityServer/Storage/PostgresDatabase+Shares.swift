@@ -41,10 +41,10 @@ extension PostgresDatabase {
 
     func ownedShares(accountId: Int64) async throws -> [StoredShare] {
         try await read { db in
-            try await db.rows("""
+            try await db.rows(prepared: Prepared.OwnedShares(query: """
                 SELECT share.id, share.account_id, account.name AS owner, share.container, share.item, share.epoch, share.created
                 FROM share JOIN account ON account.id = share.account_id WHERE share.account_id = \(accountId) ORDER BY share.created, share.id
-                """).map(Self.share)
+                """)).map(Self.share)
         }
     }
 

@@ -147,10 +147,9 @@ extension SyncServices {
             let body = ResponseBody { [notifier] writer in
                 defer { notifier.unsubscribe(id) }
                 try await writer.write(ByteBuffer(string: "retry: 2000\n\n"))
-                var notBefore = ContinuousClock.now
-                while let waiting = await events.next(notBefore: notBefore) {
+                var pacer = PushPacer()
+                while let waiting = await events.next(pacedBy: &pacer, pace: pace) {
                     for delivery in waiting { try await writer.write(ByteBuffer(string: "data: \(delivery.text)\n\n")) }
-                    notBefore = .now + pace
                 }
                 try await writer.finish(nil) // signed out or revoked: the stream ends
             }
