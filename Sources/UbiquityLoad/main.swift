@@ -3,7 +3,7 @@
 // account's other devices (p50, p99).
 //
 //   swift run -c release ubiquity-load [--devices 100,1000] [--seconds 10] [--writers 4]
-//                                      [--database postgres://… [--instances 2]]
+//                                      [--database postgres://… [--instances 2 [--shared-pace]]]
 //   swift run -c release ubiquity-load --sign-in [--database postgres://…]
 //   swift run -c release ubiquity-load --connections [--slow 300] [--idle 5000]
 //   swift run -c release ubiquity-load --folder [--folder-items 10000] [--database postgres://…]
@@ -14,7 +14,9 @@
 // push WebSocket, then lets `writers` devices commit metadata-only revisions as fast as the
 // server takes them for `seconds`. With `--instances N` (PostgreSQL), N server instances share
 // the database; devices and writers are spread over them round-robin, so most pushes cross
-// from one instance to another through LISTEN/NOTIFY.
+// from one instance to another through LISTEN/NOTIFY. Each instance paces its own devices' pushes
+// to the whole of an account's budget (two instances on this one machine: twice the messages of
+// one); `--shared-pace` divides it among them.
 //
 // `--sign-in` measures sign-in as an attacker meets it, with passwords at bcrypt's default cost
 // (12): the time of a wrong password for an existing account against that of an unknown account
@@ -55,6 +57,9 @@ struct Options {
     var writers = 4
     var database: String?
     var instances = 1
+    /// `--shared-pace`: the instances divide one account's push budget among them (as instances
+    /// sharing one host may be told to), instead of each pacing its own devices to the whole of it.
+    var sharedPace = false
     var signIn = false
     var connections = false
     var folder = false
@@ -73,6 +78,7 @@ struct Options {
             case "--writers": writers = Int(rest.popFirst() ?? "") ?? writers
             case "--database": database = rest.popFirst()
             case "--instances": instances = Int(rest.popFirst() ?? "") ?? 0
+            case "--shared-pace": sharedPace = true
             case "--sign-in": signIn = true
             case "--connections": connections = true
             case "--folder": folder = true
@@ -81,7 +87,7 @@ struct Options {
             case "--flooders": flooders = max(1, Int(rest.popFirst() ?? "") ?? flooders)
             case "--slow": slowConnections = Int(rest.popFirst() ?? "") ?? slowConnections
             case "--idle": idleConnections = Int(rest.popFirst() ?? "") ?? idleConnections
-            default: throw LoadError("usage: ubiquity-load [--devices 100,1000] [--seconds S] [--writers W] [--database postgres://… [--instances N]] | --sign-in [--database postgres://…] | --connections [--slow N] [--idle N] | --folder [--folder-items N] [--database postgres://…] | --share [--flooders N] [--seconds S] [--database postgres://…]")
+            default: throw LoadError("usage: ubiquity-load [--devices 100,1000] [--seconds S] [--writers W] [--database postgres://… [--instances N [--shared-pace]]] | --sign-in [--database postgres://…] | --connections [--slow N] [--idle N] | --folder [--folder-items N] [--database postgres://…] | --share [--flooders N] [--seconds S] [--database postgres://…]")
             }
         }
         guard !devices.isEmpty, devices.allSatisfy({ $0 >= 2 }), writers >= 1, seconds > 0, instances >= 1 else { throw LoadError("bad options") }
@@ -185,6 +191,9 @@ func run(devices count: Int, options: Options) async throws -> [String: Any] {
     var configuration = SyncServer.Configuration(dataDirectory: directory, port: 0, bcryptCost: 4)
     if let database = options.database {
         configuration.database = database + (database.contains("?") ? "&" : "?") + "search_path=load_\(UUID().uuidString.prefix(8).lowercased())"
+    }
+    if options.sharedPace {
+        configuration.pushMessagesPerAccountPerSecond /= options.instances
     }
     // Every device signs in from this one address, 32 at a time: not an attack.
     configuration.signInPolicy.addressAttempts = 1_000_000
@@ -334,7 +343,7 @@ func run(devices count: Int, options: Options) async throws -> [String: Any] {
     for server in servers { await server.close() }
     let rate = (Double(commits) / elapsed).rounded(), p99 = percentile(latencies, 0.99)
     var report: [String: Any] = [
-        "devices": count, "writers": writers, "instances": options.instances, "seconds": (elapsed * 1000).rounded() / 1000,
+        "devices": count, "writers": writers, "instances": options.instances, "sharedPace": options.sharedPace, "seconds": (elapsed * 1000).rounded() / 1000,
         "commits": commits, "commitsPerSecond": rate,
         "pushesExpected": expected, "pushesRead": pushesRead, "commitsHeard": latencies.count, "devicesCaughtUp": devicesCaughtUp,
         "commitToPushSeconds": ["p50": percentile(latencies, 0.5), "p99": p99, "max": latencies.last ?? 0],

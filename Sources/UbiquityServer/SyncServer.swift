@@ -56,6 +56,10 @@ package struct SyncServer: Sendable {
         /// How long a fetch of what is there waits for the next chunk of an upload in progress
         /// (docs/SyncProtocol.md, "Incoming revisions").
         package var landingWait: Duration = .seconds(2)
+        /// How many push messages one account's devices connected to this instance get a second
+        /// between them, at most (their pace lengthens past it: docs/Scaling.md). Instances on
+        /// one host may divide the default among them.
+        package var pushMessagesPerAccountPerSecond = ChangeNotifier.defaultMessagesPerAccountPerSecond
         /// The escrow key's file (Standard Data Protection): made on first start (mode 0600),
         /// never in the database. Default nil: `escrow.key` in ``dataDirectory`` (also with
         /// ``database``: every instance must have the same file, and one with another is refused).
@@ -109,7 +113,7 @@ package struct SyncServer: Sendable {
             throw error
         }
         let hasher = PasswordHasher(cost: configuration.bcryptCost)
-        let notifier = ChangeNotifier()
+        let notifier = ChangeNotifier(messagesPerAccountPerSecond: configuration.pushMessagesPerAccountPerSecond)
         var objectStoreRequests: (@Sendable () -> [String: Int])?
         if let store = storage.chunks as? ObjectChunkStore { objectStoreRequests = { store.objects.requestsSent } }
         let metrics = ServerMetrics(objectStoreRequests: objectStoreRequests)

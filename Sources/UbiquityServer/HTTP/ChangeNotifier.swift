@@ -328,14 +328,24 @@ final class ChangeNotifier: Sendable {
     /// most, however fast its containers change: pushes say "container C is at sequence N", so
     /// the latest says what the ones before it said, and the work of telling every device is
     /// bounded by devices × messages, not devices × commits.
-    static let messagesPerAccountPerSecond = 15_000
+    /// This instance's: several instances each pace their own share of an account's devices.
+    static let defaultMessagesPerAccountPerSecond = 15_000
+
+    /// ``defaultMessagesPerAccountPerSecond`` or what the server was configured with.
+    let messagesPerAccountPerSecond: Int
+
+    /// - Parameter messagesPerAccountPerSecond: How many push messages an account's devices
+    ///   connected to this instance get a second between them, at most.
+    init(messagesPerAccountPerSecond: Int = ChangeNotifier.defaultMessagesPerAccountPerSecond) {
+        self.messagesPerAccountPerSecond = max(1, messagesPerAccountPerSecond)
+    }
 
     /// The shortest time between two messages to a device of `account`: ``PushMailbox/pace``,
     /// or longer when so many of its devices are connected that they would get more than
     /// ``messagesPerAccountPerSecond`` between them (1,000 devices: 40 ms).
     func pace(forAccount account: Int64) -> Duration {
         let devices = connections.withLock { $0.accounts[account]?.count ?? 0 }
-        return max(PushMailbox.pace, .microseconds(devices * 1_000_000 / Self.messagesPerAccountPerSecond))
+        return max(PushMailbox.pace, .microseconds(devices * 1_000_000 / messagesPerAccountPerSecond))
     }
 
     /// How many devices are connected.
