@@ -57,8 +57,8 @@ package struct SyncServer: Sendable {
         /// (docs/SyncProtocol.md, "Incoming revisions").
         package var landingWait: Duration = .seconds(2)
         /// How many push messages one account's devices connected to this instance get a second
-        /// between them, at most (their pace lengthens past it: docs/Scaling.md). Instances on
-        /// one host may divide the default among them.
+        /// between them, at most (their pace lengthens past it: docs/Benchmarks.md, "Server load").
+        /// Instances on one host may divide the default among them.
         package var pushMessagesPerAccountPerSecond = ChangeNotifier.defaultMessagesPerAccountPerSecond
         /// The escrow key's file (Standard Data Protection): made on first start (mode 0600),
         /// never in the database. Default nil: `escrow.key` in ``dataDirectory`` (also with
