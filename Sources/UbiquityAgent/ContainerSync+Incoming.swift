@@ -230,6 +230,8 @@ extension ContainerSync {
                 got = [] // the link failed: the next round sees
             }
             held.formUnion(got)
+            // (Written back as it comes: the file's last sync, just before the commit is placed, is then short.)
+            if !got.isEmpty { writer.startWriteback(of: Array(got)) }
             if !got.isEmpty { continue }
             if prefetch.withdrawn || Date().timeIntervalSince1970 > prefetch.expires { return }
             await prefetch.wakeUp.wait(upTo: Self.prefetchPatience)

@@ -83,8 +83,10 @@ struct Uploader {
         let results: [CommitResult]
         var announced = Set<String>()
         do {
-            let uploads = try await contentsBeforeCommit(of: sent.filter { !inlinedItems.contains($0.change.item) }, in: sync)
-            announced = await announce(uploads, of: commits, in: sync)
+            let sending = sent.filter { !inlinedItems.contains($0.change.item) }
+            // Announced first (the others start fetching while the server is asked what it lacks).
+            announced = await announce(sending, of: commits, in: sync)
+            let uploads = try await contentsBeforeCommit(of: sending, in: sync)
             try await upload(uploads, announced: announced, in: sync)
             results = try await sync.client.commit(container: sync.container, batch: commits, brief: true, terse: true)
             await withdraw(announced, in: sync)
