@@ -100,12 +100,13 @@ import UbiquityTestSupport
 
     static func hash(_ bytes: Data) -> String { SHA256.hash(data: bytes).map { String(format: "%02x", $0) }.joined() }
 
-    /// Waits (up to 20 s) until `condition` holds.
-    func waitUntil(_ condition: () throws -> Bool) async throws {
-        let deadline = ContinuousClock.now + .seconds(20)
+    /// Waits (up to 90 s: alone each wait takes under 3 s, but in CI's whole suite on two busy
+    /// cores one took more than 20 s) until `condition` holds.
+    func waitUntil(_ condition: () throws -> Bool, sourceLocation: SourceLocation = #_sourceLocation) async throws {
+        let deadline = ContinuousClock.now + .seconds(90)
         while try !condition() {
             guard ContinuousClock.now < deadline else {
-                Issue.record("waited 20 s in vain")
+                Issue.record("waited 90 s in vain", sourceLocation: sourceLocation)
                 return
             }
             try await Task.sleep(for: .milliseconds(50))
