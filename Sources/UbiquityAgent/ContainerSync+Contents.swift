@@ -19,7 +19,9 @@ extension ContainerSync {
         if errors[path] == Self.waitingForShareKeys { errors[path] = nil }
         let members: [LocalMember]
         do {
-            members = try LocalContents.cut(root.appendingPathComponent(path), kind: kind, scanner: scanner, relative: path, codec: codec(at: path))
+            // A flat file's chunks before this change, when still known, guide its cut.
+            let previous = kind == .file ? files[path].flatMap { localContents[$0.content] }.flatMap { $0.count == 1 && $0[0].path.isEmpty ? $0[0].chunks : nil } : nil
+            members = try LocalContents.cut(root.appendingPathComponent(path), kind: kind, scanner: scanner, relative: path, codec: codec(at: path), previous: previous)
         } catch where scanner.fingerprint(of: path)?.kind != kind {
             return nil
         }

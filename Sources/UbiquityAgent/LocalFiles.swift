@@ -99,12 +99,15 @@ enum LocalContents {
     static let folderToken = ContentToken.folder
 
     /// The contents of the file or package at `url` (nothing for a folder).
-    /// `codec`: how the container's chunks are cut and named now.
-    static func cut(_ url: URL, kind: ItemKind, scanner: LocalScanner, relative: String, codec: ChunkCodec = .plain) throws -> [LocalMember] {
+    /// `codec`: how the container's chunks are cut and named now; `previous`: a flat file's
+    /// chunks before it changed, as `codec` cut them, if known (the cut is then guided by them:
+    /// the same list, the cutter run only around what changed).
+    static func cut(_ url: URL, kind: ItemKind, scanner: LocalScanner, relative: String, codec: ChunkCodec = .plain, previous: [ContentChunk]? = nil) throws -> [LocalMember] {
         switch kind {
         case .directory:
             return []
         case .file:
+            if let previous { return [LocalMember(path: "", chunks: try codec.chunks(ofFileAt: url, guidedBy: previous))] }
             return [LocalMember(path: "", chunks: try codec.chunks(ofFileAt: url))]
         case .package:
             return try scanner.members(of: relative).map { member in

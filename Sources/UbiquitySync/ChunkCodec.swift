@@ -124,6 +124,14 @@ package struct ChunkCodec: Sendable {
         try ContentChunker.chunks(ofFileAt: url, sizeWhenOpened: nil, choosing: choosing)
     }
 
+    /// The chunks of the file at `url`, exactly as ``chunks(ofFileAt:)`` gives them, worked out
+    /// from `previous` — what this codec cut the file into before an edit — where those are
+    /// found again: the cutter runs only around what changed (see ``ContentChunker``'s guided cut).
+    /// - Throws: The file's read errors.
+    package func chunks(ofFileAt url: URL, guidedBy previous: [ContentChunk]) throws -> [ContentChunk] {
+        try ContentChunker.chunks(ofFileAt: url, guidedBy: previous, choosing: choosing)
+    }
+
     /// The chunks of `data`, cut and named.
     package func chunks(of data: Data) -> [ContentChunk] {
         choosing(data.count).chunks(of: data)

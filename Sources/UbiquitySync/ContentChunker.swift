@@ -100,7 +100,7 @@ package struct ContentChunker: Sendable {
     }
 
     /// A read error of the file at `url`, from `errno`.
-    private static func readError(_ url: URL) -> CocoaError {
+    static func readError(_ url: URL) -> CocoaError {
         CocoaError(.fileReadUnknown, userInfo: [NSFilePathErrorKey: url.path, NSUnderlyingErrorKey: POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO)])
     }
 
