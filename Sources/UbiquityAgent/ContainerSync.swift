@@ -513,6 +513,7 @@ package actor ContainerSync {
                     throw error
                 }
                 materialiser.keepInlined(page.items, in: self)
+                materialiser.keepPushedDeltas(page.items)
                 for item in page.items where !item.uploaded && !item.deleted && item.kind != .directory && files.file(of: item.id)?.revision == item.revision {
                     unuploadedOwn.insert(item.id)
                 }

@@ -34,6 +34,8 @@ final class Materialiser {
     /// it is recorded (where an app's save made at once after lands).
     var placedForTesting: ((String) -> Void)?
     private var inlinedBytes = 0
+    /// Files' chunk-list differences a pushed page brought this round, by item (``keepPushedDeltas(_:)``).
+    var pushedDeltas: [String: ItemState] = [:]
 
     /// A materialiser for the folder whose placeholders on disk are `placeholders`.
     init(placeholders: Placeholders) {
@@ -271,7 +273,9 @@ final class Materialiser {
                 let members = [LocalMember(path: "", chunks: held.chunks)]
                 outcomes.append((download, await outcome(in: sync) { try await self.install(download, revision: held.revision, savedBy: held.savedBy, members: members, given: held.pieces, in: sync) }))
             } else {
-                outcomes.append((download, await outcome(in: sync) { try await self.download(download, state: nil, in: sync) }))
+                // (A small edit's chunk-list difference that came with its push saves asking for it.)
+                let pushed = pushedDelta(for: download)
+                outcomes.append((download, await outcome(in: sync) { try await self.download(download, state: pushed, in: sync) }))
             }
         }
         return outcomes
@@ -394,8 +398,10 @@ final class Materialiser {
         }
         if let delta = current.manifestDelta {
             // The chunk list as a difference from the revision the local copy is.
+            // (One that came with a push is taken only if it makes the contents the page named.)
             if let previous, current.deltaBase == previous.revision, let old = try localChunks(of: previous, in: sync),
-               let chunks = try? delta.apply(to: old) { // a delta that does not fit: the whole list is asked for below
+               let chunks = try? delta.apply(to: old), known == nil || LocalContents.token(chunks.map(\.reference)) == download.content {
+                // (a delta that does not fit: the whole list is asked for below)
                 current.manifest = Manifest(chunks: chunks.map(\.reference))
             } else {
                 current = try sync.opened(try await sync.client.item(container: sync.container, id: item))
@@ -578,5 +584,6 @@ final class Materialiser {
     func forgetInlined() {
         inlined = [:]
         inlinedBytes = 0
+        pushedDeltas = [:]
     }
 }

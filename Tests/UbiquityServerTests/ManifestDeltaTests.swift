@@ -1,6 +1,7 @@
 import Foundation
 import Testing
 import UbiquityProtocol
+import UbiquitySync
 @testable import UbiquityServer
 
 /// Chunk lists as differences on the wire, both ways, and brief answers (tokens, not manifests).
@@ -104,5 +105,49 @@ import UbiquityProtocol
             #expect(try JSONDecoder().decode(Manifest.self, from: PreparedCommit.stored(manifest)) == manifest)
         }
         #expect(String(decoding: try PreparedCommit.stored(Manifest(chunks: [ChunkReference(hash: "ab", size: 3)])), as: UTF8.self) == #"{"chunks":[{"hash":"ab","size":3}]}"#)
+    }
+}
+
+/// A small edit's chunk-list difference is pushed along with its change: a device whose copy is
+/// the base needs not ask for it. Only a commit as a difference that made its revision current
+/// carries one; a whole list does not (the device asks, as before).
+@Suite struct PushedDeltaTests {
+    @Test(arguments: Backend.all) func aSmallEditsDifferenceComesWithItsPush(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        try await server.server.makeApplication().test(.live) { raw in
+            let client = Client(client: raw)
+            let laptop = try await client.signIn("ada", device: "laptop")
+            let phone = try await client.signIn("ada", device: "phone")
+            let parts: [[UInt8]] = (0..<6).map { Array("film part \($0) ".utf8) }
+            for part in parts { _ = try await client.upload(part, token: laptop.token) }
+            let created = try await client.commit(notes, "film", fileUpdate("Film.raw", parts), token: laptop.token)
+            let changed = Array("film part three, edited".utf8)
+            _ = try await client.upload(changed, token: laptop.token)
+
+            let connected = Confirmations()
+            async let heard = PushTests().listen(raw, token: phone.token, query: "?pages=gzip") { events in
+                if events.count == 1 { connected.mark("phone") }
+                return events.filter { $0.type == "changed" }.count == 2
+            }
+            try await connected.wait(for: ["phone"])
+            // The edit as a difference from the first revision, then a whole list.
+            var edit = fileUpdate("Film.raw", [], base: created.revision, date: 1_800_000_100)
+            edit.manifestDelta = ChunkListDelta(operations: [.copy(from: 0, count: 3), .add(hash: sha256(changed), length: changed.count), .copy(from: 4, count: 2)])
+            let edited = try await client.send(.post, "/v1/containers/\(notes)/commits?brief=true", token: laptop.token,
+                                               json: CommitBatchRequest(commits: [ItemCommit(item: "film", update: edit)])).decode(CommitBatchResponse.self)
+            let revision = try #require(edited.results.first?.commit?.revision ?? edited.results.first?.committed?.revision)
+            let whole = fileUpdate("Film.raw", parts, base: revision, date: 1_800_000_200)
+            #expect(try await client.send(.post, "/v1/containers/\(notes)/commits?brief=true", token: laptop.token,
+                                          json: CommitBatchRequest(commits: [ItemCommit(item: "film", update: whole)])).status == .ok)
+
+            let pages = try await heard.filter { $0.type == "changed" }
+            let first = try #require(pages.first?.items?.first)
+            #expect(first.deltaBase == created.revision && first.revision == revision)
+            let old = parts.map { ChunkReference(hash: sha256($0), size: Int64($0.count)) }
+            let rebuilt = try #require(try first.manifestDelta?.apply(to: old))
+            #expect(ContentToken.of(rebuilt).description == first.digest, "the difference makes the contents the page names")
+            let second = try #require(pages.last?.items?.first)
+            #expect(second.manifestDelta == nil && second.deltaBase == nil, "a whole list is asked for, as before")
+        }
     }
 }

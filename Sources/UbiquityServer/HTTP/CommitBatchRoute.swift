@@ -36,13 +36,17 @@ extension SyncServices {
         // Each update checked on its own: one refused is answered with its error, the others go on.
         var results = [CommitResult?](repeating: nil, count: batch.commits.count)
         var accepted: [(index: Int, commit: ItemCommit)] = [], items = Set<String>(), inline: [ChunkBatch.Chunk] = []
-        var inlineBytes: [String: Data] = [:]
+        var inlineBytes: [String: Data] = [:], deltas: [String: (base: String, delta: ChunkListDelta)] = [:]
         for (index, asked) in batch.commits.enumerated() {
             do {
                 try Validate.identifier(asked.item, field: "item id")
                 guard items.insert(asked.item).inserted else { throw SyncError.badRequest("duplicateItem", "item \(asked.item) appears twice in the batch") }
                 // (Through a share: only what is inside it, its root's place the owner's.)
                 let commit = try await check?(asked) ?? asked
+                if let delta = commit.update.manifestDelta, let base = commit.update.baseRevision, commit.update.record == nil,
+                   delta.operations.count <= Self.pushedDeltaOperations {
+                    deltas[commit.item] = (base, delta) // (pushed along if it makes the item current: below)
+                }
                 var update = try await prepared(commit.update, of: commit.item, in: container, for: device)
                 let bytes = update.contents
                 inline += try Self.inlineChunks(of: &update)
@@ -76,9 +80,39 @@ extension SyncServices {
         if let sequence = fresh.map(\.item.sequence).max() {
             metrics.count(.commits, by: fresh.count)
             notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId,
-                             page: Self.pushedPage(fresh, inlineBytes: inlineBytes))
+                             page: Self.pushedPage(fresh, inlineBytes: inlineBytes, deltas: deltas))
             await publishToParticipants(of: device.accountId, container: container, changed: fresh.map(\.item), except: device.deviceId, logger: context.logger)
         }
         return CommitBatchResponse(results: results.map { $0! })
+    }
+
+    /// The most steps of a file's chunk-list difference pushed along with its change.
+    static let pushedDeltaOperations = 32
+
+    /// The changes of a commit batch as a page to push along with its event, when they are
+    /// small and are all the container's changes from before the batch to after it (their
+    /// sequences follow each other); nil otherwise (devices then fetch them). A file committed
+    /// as a small difference from its base revision's chunk list (`deltas`, by item) that made
+    /// that revision current carries the difference: a device whose copy is the base rebuilds
+    /// the list without asking for it (docs/SyncProtocol.md, "Pushed pages").
+    static func pushedPage(_ outcomes: [CommitOutcome], inlineBytes: [String: Data], deltas: [String: (base: String, delta: ChunkListDelta)] = [:]) -> ChangeNotifier.PushedPage? {
+        guard !outcomes.isEmpty, outcomes.count <= PushEvent.maximumPageItems else { return nil }
+        let states = outcomes.map(\.item).sorted { $0.sequence < $1.sequence }
+        let since = states[0].sequence - 1
+        guard states.enumerated().allSatisfy({ $0.element.sequence == since + 1 + Int64($0.offset) }) else { return nil }
+        var contents: [String: Data] = [:], total = 0
+        for outcome in outcomes where outcome.isCurrent && outcome.item.revision == outcome.revision && outcome.item.uploaded && !outcome.item.deleted {
+            guard let bytes = inlineBytes[outcome.item.id], Int64(bytes.count) == outcome.item.size, total + bytes.count <= PushEvent.maximumPageContentBytes else { continue }
+            contents[outcome.item.id] = bytes
+            total += bytes.count
+        }
+        var items = states.map(Self.brief)
+        for (index, item) in items.enumerated() {
+            guard let (base, delta) = deltas[item.id], item.kind == .file, !item.deleted, item.record == nil,
+                  let outcome = outcomes.first(where: { $0.item.id == item.id }), outcome.isCurrent, outcome.item.revision == outcome.revision else { continue }
+            items[index].manifestDelta = delta
+            items[index].deltaBase = base
+        }
+        return ChangeNotifier.PushedPage(since: since, items: items, contents: contents)
     }
 }

@@ -353,23 +353,6 @@ extension SyncServices {
         return update
     }
 
-    /// The changes of a commit batch as a page to push along with its event, when they are
-    /// small and are all the container's changes from before the batch to after it (their
-    /// sequences follow each other); nil otherwise (devices then fetch them).
-    static func pushedPage(_ outcomes: [CommitOutcome], inlineBytes: [String: Data]) -> ChangeNotifier.PushedPage? {
-        guard !outcomes.isEmpty, outcomes.count <= PushEvent.maximumPageItems else { return nil }
-        let states = outcomes.map(\.item).sorted { $0.sequence < $1.sequence }
-        let since = states[0].sequence - 1
-        guard states.enumerated().allSatisfy({ $0.element.sequence == since + 1 + Int64($0.offset) }) else { return nil }
-        var contents: [String: Data] = [:], total = 0
-        for outcome in outcomes where outcome.isCurrent && outcome.item.revision == outcome.revision && outcome.item.uploaded && !outcome.item.deleted {
-            guard let bytes = inlineBytes[outcome.item.id], Int64(bytes.count) == outcome.item.size, total + bytes.count <= PushEvent.maximumPageContentBytes else { continue }
-            contents[outcome.item.id] = bytes
-            total += bytes.count
-        }
-        return ChangeNotifier.PushedPage(since: since, items: states.map(Self.brief), contents: contents)
-    }
-
     /// The terse answer to a commit that made its item exactly what `update` said (`terse=true`):
     /// nil when anything differs, and the whole answer goes.
     static func committed(_ outcome: CommitOutcome, as update: ItemUpdate, by device: DeviceAuth) -> CommittedRevision? {
