@@ -164,7 +164,7 @@ extension AccountSession {
                 if let sequence = event.sequence, await sync.cursor >= sequence { return }
                 await sync.noteRemoteChange(upTo: event.sequence)
                 if let since = event.since, let sequence = event.sequence, let items = event.items {
-                    await sync.notePushedPage(ChangesResponse(sequence: sequence, items: items, more: false), since: since)
+                    await sync.notePushedPage(ChangesResponse(sequence: sequence, items: items, more: false, signedCommits: event.signedCommits), since: since)
                 }
                 self.trigger(container)
             }

@@ -127,10 +127,11 @@ extension ContainerSync {
     /// (the last page, or a change the cursor is already past: its commit came late) has the
     /// item asked for by id, and refused if the server still shows it older — or leaves out an
     /// item this device has alive (only deleted items are ever collected). Nothing to check
-    /// without the account's roster.
+    /// without the account's roster. `readUpTo`: where the container's signed commits end, as
+    /// the push that brought the page said (none past it: none is asked for).
     /// - Throws: ``EncryptionError`` naming what failed; the server's errors.
-    func checkSigned(_ items: [ItemState], recordHashes: [String: [UInt8]], since cursor: Int64, upTo high: Int64, final: Bool) async throws -> [ItemState] {
-        guard var history = try await readSignedCommits() else { return items }
+    func checkSigned(_ items: [ItemState], recordHashes: [String: [UInt8]], since cursor: Int64, upTo high: Int64, final: Bool, readUpTo end: Int64? = nil) async throws -> [ItemState] {
+        guard var history = try await readSignedCommits(knownEnd: end) else { return items }
         let read = history.pending
         let shown = Dictionary(items.map { ($0.id, $0.sequence) }, uniquingKeysWith: max)
         func known(_ item: String) -> Int64 { state.persisted.remote[item]?.sequence ?? Int64.min }
@@ -251,7 +252,11 @@ extension ContainerSync {
     /// container's history (nil: nothing to read without the account's roster).
     /// - Throws: ``EncryptionError`` for a forged, withheld, forked or replayed commit (after a
     ///   withheld or forked one the history is read from the start next time); the server's errors.
-    func readSignedCommits() async throws -> SignedHistory? {
+    ///
+    /// `knownEnd`: where the commits end, as a push said; when this device has read up to
+    /// there, nothing is asked (a server that says less than it keeps withholds, as it could by
+    /// answering with less: the heads later commits name show it).
+    func readSignedCommits(knownEnd: Int64? = nil) async throws -> SignedHistory? {
         guard var roster = codec.signer?.roster else { return nil }
         var rosterRead = false
         // (The store's checkpoint at the first look of this run only: later, nil means the
@@ -265,6 +270,10 @@ extension ContainerSync {
             if signedHistory?.position != before?.position || signedHistory?.pending != before?.pending || signedHistory?.ledger.heads != before?.ledger.heads {
                 signedHistoryChanges += 1
             }
+        }
+        if let knownEnd, history.position >= knownEnd {
+            signedHistory = history
+            return history
         }
         while true {
             let page = try await client.signedCommits(container: container, after: history.position)

@@ -501,7 +501,7 @@ package actor ContainerSync {
                     let recordHashes = Self.recordHashes(of: page.items)
                     page.items = try opened(page.items)
                     page.items = try await checkSigned(page.items, recordHashes: recordHashes, since: cursor,
-                                                       upTo: page.more ? (pageEnd ?? cursor) : page.sequence, final: !page.more)
+                                                       upTo: page.more ? (pageEnd ?? cursor) : page.sequence, final: !page.more, readUpTo: page.signedCommits)
                 } catch let error as SyncClientError {
                     throw error // (reading the commits failed: the round fails as a fetch does)
                 } catch {
@@ -583,7 +583,8 @@ package actor ContainerSync {
         guard page.sequence > cursor else { return }
         if let kept = pushedPage, !kept.page.more, since == kept.page.sequence, kept.page.items.count + page.items.count <= Self.joinedPageItems {
             let newer = Set(page.items.map(\.id))
-            pushedPage = (kept.since, ChangesResponse(sequence: page.sequence, items: kept.page.items.filter { !newer.contains($0.id) } + page.items, more: page.more))
+            pushedPage = (kept.since, ChangesResponse(sequence: page.sequence, items: kept.page.items.filter { !newer.contains($0.id) } + page.items, more: page.more,
+                                                            signedCommits: page.signedCommits))
         } else if since == cursor || pushedPage?.since != cursor {
             pushedPage = (since, page)
         } // else: the kept page still starts at the cursor; this one is fetched when its turn comes

@@ -297,13 +297,17 @@ public struct ChangesResponse: Codable, Sendable {
     /// share, the owner's changes outside it are left out, and a page may list none of the
     /// changes it passed over (or none at all). Nil: the last item's sequence.
     public var next: Int64?
+    /// On a page a push brought (``PushEvent/signedCommits``): the place of the container's
+    /// newest signed commit kept then. Nil: not said (a device reads them as usual).
+    public var signedCommits: Int64?
 
     /// Creates a value.
-    public init(sequence: Int64, items: [ItemState], more: Bool, next: Int64? = nil) {
+    public init(sequence: Int64, items: [ItemState], more: Bool, next: Int64? = nil, signedCommits: Int64? = nil) {
         self.sequence = sequence
         self.items = items
         self.more = more
         self.next = next
+        self.signedCommits = signedCommits
     }
 }
 
@@ -393,6 +397,10 @@ public struct PushEvent: Codable, Sendable, Equatable {
     /// The changed items (see ``since``), brief, with small files' bytes inline for a
     /// connection that asked for them (`inline=N`).
     public var items: [ItemState]?
+    /// With a page (``since``): the place of the container's newest signed commit kept (0:
+    /// none). A device that has read the signed commits up to there need not ask for more
+    /// before it takes the page (docs/Encryption.md, "Signed commits").
+    public var signedCommits: Int64?
 
     /// The first message on a push connection.
     public static let connected = PushEvent(type: "connected", container: nil, sequence: nil)

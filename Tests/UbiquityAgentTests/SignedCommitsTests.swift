@@ -128,3 +128,47 @@ extension ContainerSyncTests {
         }
     }
 }
+
+/// A page a push brought says where the container's signed commits ended when it was made: a
+/// device that has read up to there takes the page without asking for commits (one round trip
+/// less for every pushed change); one that has not reads them first, as before, and the commit
+/// signed after the push is read at the next look.
+extension ContainerSyncTests {
+    @Test func aPushedPageSaysWhereTheSignedCommitsEnd() async throws {
+        try await withServer { base, dir in
+            let laptop = try await sealingDevice("laptop", base: base, dir: dir)
+            let phone = try await sealingDevice("phone", base: base, dir: dir)
+            await phone.sync.notePushes(live: true)
+            try laptop.write("Note.txt", Data("one".utf8))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            func requests() -> Int { phone.client.traffic.snapshot.requests }
+            func lastPosition() async throws -> Int64 { try await laptop.client.signedCommits(container: notes, after: 0).commits.last?.position ?? 0 }
+
+            /// An edit by the laptop, pushed to the phone with `hint` (given where the commits
+            /// ended before the edit): the phone's requests for it, and its commits read.
+            func edit(_ text: String, hint: (Int64) -> Int64?) async throws -> (requests: Int, read: Int) {
+                let ended = try await lastPosition()
+                try laptop.write("Note.txt", Data(text.utf8))
+                try await laptop.sync.syncOnce() // (its signed commit kept after the commit, as a push would precede it)
+                let since = await phone.sync.cursor
+                var page = try await phone.client.changes(container: notes, since: since, brief: true, inline: ItemUpdate.maximumInlineBytes)
+                page.signedCommits = hint(ended)
+                let (before, read) = (requests(), await phone.sync.signedCommitsRead)
+                await phone.sync.noteRemoteChange(upTo: page.sequence)
+                await phone.sync.notePushedPage(page, since: since)
+                try await phone.sync.syncOnce()
+                #expect(phone.read("Note.txt") == text)
+                return (requests() - before, await phone.sync.signedCommitsRead - read)
+            }
+            let (_, caughtUp) = try await edit("two", hint: { _ in nil }) // the phone reads what it had not yet
+            #expect(caughtUp >= 1)
+            let unsaid = try await edit("three", hint: { _ in nil })
+            let said = try await edit("four", hint: { $0 })
+            #expect(said.requests == unsaid.requests - 1, "read up to where the push said they end: not asked (\(said.requests), \(unsaid.requests) unsaid)")
+            #expect(said.read == 0)
+            let ahead = try await edit("five", hint: { $0 + 1 })
+            #expect(ahead.requests == unsaid.requests && ahead.read == 2, "behind where the push said: read, the one not read before too")
+        }
+    }
+}

@@ -148,6 +148,7 @@ import UbiquitySync
             #expect(ContentToken.of(rebuilt).description == first.digest, "the difference makes the contents the page names")
             let second = try #require(pages.last?.items?.first)
             #expect(second.manifestDelta == nil && second.deltaBase == nil, "a whole list is asked for, as before")
+            #expect(pages.allSatisfy { $0.signedCommits == 0 }, "where the signed commits end goes along (none kept: 0)")
         }
     }
 }

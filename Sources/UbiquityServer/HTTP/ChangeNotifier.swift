@@ -137,6 +137,8 @@ final class ChangeNotifier: Sendable {
         var items: [ItemState]
         /// Small files' bytes, by item id.
         var contents: [String: Data]
+        /// The place of the container's newest signed commit kept (``PushEvent/signedCommits``).
+        var signedCommits: Int64?
     }
 
     /// One connection as a commit's push reaches it.
@@ -306,6 +308,7 @@ final class ChangeNotifier: Sendable {
         var paged = event
         paged.since = page.since
         paged.items = items
+        paged.signedCommits = page.signedCommits
         do {
             var body = ByteBuffer(bytes: try JSONEncoder().encode(paged))
             let compressed = try body.compress(with: SyncResponseEncoder.gzip)

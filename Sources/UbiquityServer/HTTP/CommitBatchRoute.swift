@@ -79,8 +79,10 @@ extension SyncServices {
         }
         if let sequence = fresh.map(\.item.sequence).max() {
             metrics.count(.commits, by: fresh.count)
-            notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId,
-                             page: Self.pushedPage(fresh, inlineBytes: inlineBytes, deltas: deltas))
+            var page = Self.pushedPage(fresh, inlineBytes: inlineBytes, deltas: deltas)
+            // (Devices that read the signed commits up to there take the page without asking: unknown, they ask.)
+            page?.signedCommits = try? await database.lastCommitPosition(accountId: device.accountId, container: container)
+            notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId, page: page)
             await publishToParticipants(of: device.accountId, container: container, changed: fresh.map(\.item), except: device.deviceId, logger: context.logger)
         }
         return CommitBatchResponse(results: results.map { $0! })

@@ -95,6 +95,14 @@ extension PostgresDatabase {
         }
     }
 
+    func lastCommitPosition(accountId: Int64, container: String) async throws -> Int64 {
+        try await read { db in
+            try await db.rows("""
+                SELECT position FROM signed_commit WHERE account_id = \(accountId) AND container = \(container) ORDER BY position DESC LIMIT 1
+                """).first.map { try $0.get("position", as: Int64.self) } ?? 0
+        }
+    }
+
     func keptCommits(accountId: Int64, container: String, after position: Int64, limit: Int) async throws -> [StoredSignedCommit] {
         try await read { db in
             try await db.rows("""

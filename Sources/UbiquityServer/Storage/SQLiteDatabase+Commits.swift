@@ -89,6 +89,13 @@ extension SQLiteDatabase {
         }
     }
 
+    func lastCommitPosition(accountId: Int64, container: String) async throws -> Int64 {
+        try await pool.read { db in
+            try Int64.fetchOne(db, sql: "SELECT position FROM signedCommit WHERE accountId = ? AND container = ? ORDER BY position DESC LIMIT 1",
+                               arguments: [accountId, container]) ?? 0
+        }
+    }
+
     func keptCommits(accountId: Int64, container: String, after position: Int64, limit: Int) async throws -> [StoredSignedCommit] {
         try await pool.read { db in
             try Row.fetchAll(db, sql: """

@@ -258,6 +258,8 @@ protocol SyncDatabase: Sendable {
     /// The running total of the container's kept commits (its newest's), and its last whole
     /// checkpoint, if any (the commits before it are dropped).
     func commitFigures(accountId: Int64, container: String) async throws -> (total: Int64, checkpoint: CommitCheckpoint?)
+    /// The place of the container's newest kept signed commit (0: none).
+    func lastCommitPosition(accountId: Int64, container: String) async throws -> Int64
 
     /// The account's roster entries in order, and its envelopes for `recipients`.
     func accountKeys(accountId: Int64, recipients: [String]) async throws -> StoredAccountKeys
