@@ -84,11 +84,12 @@ package struct SyncClient: Sendable {
     /// commit's answer or the reason it was refused; `brief`: answers without manifests.
     /// `terse`: a commit that made its item exactly what its update said is answered by its
     /// revision and sequence alone (``CommitResult/committed``; a server that does not know
-    /// the word answers in full).
-    package func commit(container: String, batch: [ItemCommit], brief: Bool = false, terse: Bool = false) async throws -> [CommitResult] {
+    /// the word answers in full). `patches`: chunks as patches, made by the server before the
+    /// commits (``CommitBatchRequest/patches``).
+    package func commit(container: String, batch: [ItemCommit], brief: Bool = false, terse: Bool = false, patches: ChunkPatchBatch? = nil) async throws -> [CommitResult] {
         let query = [brief ? "brief=true" : nil, terse ? "terse=true" : nil].compactMap { $0 }.joined(separator: "&")
         var answer: CommitBatchResponse = try await json(.POST, itemsPath(container) + "/commits" + (query.isEmpty ? "" : "?" + query),
-                                                         body: CommitBatchRequest(commits: batch))
+                                                         body: CommitBatchRequest(commits: batch, patches: patches.map { Data($0.encoded()) }))
         if let share {
             for index in answer.results.indices {
                 if let item = answer.results[index].commit?.item { answer.results[index].commit?.item = share.seen(item) }

@@ -20,8 +20,11 @@ extension Uploader {
     /// new contents.
     /// Items in `announced` are incoming revisions (``announce(_:of:in:)``): after each batch
     /// that carried chunks of one, the server is told that more of it landed.
-    func upload(_ uploads: [Upload], announced: Set<String> = [], in sync: isolated ContainerSync) async throws {
-        guard !uploads.isEmpty else { return }
+    /// With `patchesInline`, a small batch of patches is not sent but returned, for the commit
+    /// to carry (``uploadPatches(_:inline:in:)``).
+    @discardableResult
+    func upload(_ uploads: [Upload], announced: Set<String> = [], patchesInline: Bool = false, in sync: isolated ContainerSync) async throws -> ChunkPatchBatch? {
+        guard !uploads.isEmpty else { return nil }
         var sent = Set<String>()
         let wanted = uploads.map { upload in
             (upload, upload.members.map { member in (member, member.chunks.filter { upload.missing.contains($0.hash) && sent.insert($0.hash).inserted }) })
@@ -30,7 +33,8 @@ extension Uploader {
             sync.transfers[upload.item] = ContainerSync.Transfer(downloading: false, done: 0, total: members.reduce(0) { $0 + $1.1.reduce(0) { $0 + Int64($1.length) } })
         }
         defer { for upload in uploads { sync.transfers[upload.item] = nil } }
-        let patched = try await uploadPatches(wanted, in: sync)
+        var inline: ChunkPatchBatch? = patchesInline ? ChunkPatchBatch() : nil
+        let patched = try await uploadPatches(wanted, inline: &inline, in: sync)
         let client = sync.client, codec = sync.codec, prints = sync.prints
         // Each batch is written as the body it goes as (framing, then the chunk read from its
         // file straight into place: no copy of it is made here), and the few bodies in flight
@@ -97,6 +101,7 @@ extension Uploader {
             try await dispatch(in: sync)
             while let done = try await group.next() { finished(done, in: sync) }
         }
+        return inline.flatMap { $0.patches.isEmpty ? nil : $0 }
     }
 
     /// Room for a batch body of ``ContainerSync/uploadBatchBytes`` of chunks of the standard

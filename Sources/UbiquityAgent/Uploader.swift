@@ -87,8 +87,16 @@ struct Uploader {
             // Announced first (the others start fetching while the server is asked what it lacks).
             announced = await announce(sending, of: commits, in: sync)
             let uploads = try await contentsBeforeCommit(of: sending, in: sync)
-            try await upload(uploads, announced: announced, in: sync)
-            results = try await sync.client.commit(container: sync.container, batch: commits, brief: true, terse: true)
+            // A small edit's patches go with the commit (plaintext: the server makes the chunks).
+            let patches = try await upload(uploads, announced: announced, patchesInline: !sync.codec.sealed, in: sync)
+            do {
+                results = try await sync.client.commit(container: sync.container, batch: commits, brief: true, terse: true, patches: patches)
+            } catch let error as SyncClientError where patches != nil && [400, 404, 413].contains(error.status) {
+                // The server could not make them (an old chunk it no longer has): the usual way.
+                sync.logger.debug("patches with the commit refused: sent the usual way", metadata: ["container": "\(sync.container)", "error": "\(error)"])
+                try await upload(uploads, announced: announced, in: sync)
+                results = try await sync.client.commit(container: sync.container, batch: commits, brief: true, terse: true)
+            }
             await withdraw(announced, in: sync)
         } catch let error as SyncClientError {
             await withdraw(announced, in: sync)
@@ -368,7 +376,9 @@ struct Uploader {
     /// travel (a 1-byte edit: about 1 KiB, not 16). Returns the hashes sent so; the others,
     /// and any the server could not make (an old chunk it lacks, a block hash that collided),
     /// go whole. Chunks changed since the scan are left to the next round, as whole ones are.
-    func uploadPatches(_ wanted: [(Upload, [(LocalMember, [ContentChunk])])], in sync: isolated ContainerSync) async throws -> Set<String> {
+    /// With `inline`, plaintext patches that make one small batch (at most
+    /// ``CommitBatchRequest/maximumPatchBytes``) are not sent but put there, for the commit to carry.
+    func uploadPatches(_ wanted: [(Upload, [(LocalMember, [ContentChunk])])], inline: inout ChunkPatchBatch?, in sync: isolated ContainerSync) async throws -> Set<String> {
         // The server cannot make a sealed chunk from a patch: a sealing device makes its own.
         guard !sync.codec.sealed || sync.codec.sealsPatches else { return [] }
         let codec = sync.codec
@@ -415,6 +425,10 @@ struct Uploader {
             made += candidate.bytes.count
         }
         if !batch.patches.isEmpty { batches.append((batch, carried)) }
+        if inline != nil, batches.count == 1, batches[0].patches.encoded().count <= CommitBatchRequest.maximumPatchBytes {
+            inline = batches[0].patches // (sent with the commit: one round trip less)
+            return Set(batches[0].patches.patches.map(\.hash))
+        }
         var sent = Set<String>()
         for (patches, carried) in batches {
             do {

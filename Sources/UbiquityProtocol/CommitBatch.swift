@@ -22,13 +22,22 @@ public struct CommitBatchRequest: Codable, Sendable {
     /// The updates, each of a different item, in the order they are applied (a folder before
     /// what goes into it). At most ``maximumCount``.
     public var commits: [ItemCommit]
+    /// Plaintext chunks as patches of chunks the account holds (a `POST /v1/chunks/patches`
+    /// body, at most ``maximumPatchBytes``), made and stored before the commits: a small edit of
+    /// a large file goes up in one request. The whole request is refused (400 `badPatch`, 404)
+    /// when one cannot be made; the device then sends them the usual way.
+    public var patches: Data?
 
     /// The most updates one batch carries.
     public static let maximumCount = 1_000
 
+    /// The most bytes of patches a batch carries.
+    public static let maximumPatchBytes = 64 << 10
+
     /// Creates a value.
-    public init(commits: [ItemCommit]) {
+    public init(commits: [ItemCommit], patches: Data? = nil) {
         self.commits = commits
+        self.patches = patches
     }
 }
 

@@ -52,3 +52,26 @@ extension ContainerSyncTests {
         }
     }
 }
+
+/// A small edit of a large file goes up in two requests: the old chunk's block signatures, and
+/// the commit carrying the patch (it used to be three: the patch went on its own first).
+extension ContainerSyncTests {
+    @Test func aSmallEditGoesUpWithItsPatchInItsCommit() async throws {
+        try await withServer { base, dir in
+            let laptop = try await device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await device("phone", base: base, dir: dir, greedy: true)
+            var bytes = randomBytes(3 << 20)
+            try laptop.write("Film.mov", bytes)
+            try await laptop.sync.syncOnce()
+            bytes[1 << 20] ^= 0x5a
+            try laptop.write("Film.mov", bytes)
+            let before = laptop.client.traffic.snapshot
+            try await laptop.sync.syncOnce()
+            let after = laptop.client.traffic.snapshot
+            #expect(after.requests - before.requests == 2, "signatures, then the commit with the patch: \(after.requests - before.requests) requests")
+            #expect(after.sent - before.sent < 8 << 10, "a patch, not the chunk: \(after.sent - before.sent) bytes sent")
+            try await phone.sync.syncOnce()
+            #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Film.mov")) == bytes)
+        }
+    }
+}

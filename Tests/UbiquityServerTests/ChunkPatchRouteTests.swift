@@ -85,3 +85,45 @@ import UbiquitySync
         }
     }
 }
+
+/// Patches carried by a commit batch (``CommitBatchRequest/patches``): the chunks are made and
+/// stored before the commits, so a small edit of a large file goes up in one request; a patch
+/// that cannot be made refuses the whole request and commits nothing (the device then sends
+/// them the usual way); another account's chunk is no base.
+@Suite struct CommitPatchTests {
+    @Test(arguments: Backend.all) func aCommitCarriesItsPatches(backend: Backend) async throws {
+        let server = try await TestServer.withAccount("ada", on: backend); defer { server.remove() }
+        _ = try await server.admin.createAccount(name: "bob", password: "correct horse", quotaBytes: 1 << 30)
+        try await server.run { client in
+            let ada = try await client.signIn("ada"), bob = try await client.signIn("bob")
+            let base = ChunkPatchRouteTests.base, edited = ChunkPatchRouteTests.edited
+            #expect(try await client.send(.post, "/v1/chunks", token: ada.token, raw: ChunkBatch([.init(hash: sha256(base), bytes: base)]).encoded()).status == .created)
+            let created = try await client.commit(notes, "film", fileUpdate("Film.raw", [base]), token: ada.token)
+            let patch = ChunkPatch(making: edited, hash: sha256(edited), from: base, baseHash: sha256(base))
+            func commit(_ token: String, patches: [ChunkPatch], raw: Data? = nil) async throws -> Client.Answer {
+                let edit = ItemCommit(item: "film", update: fileUpdate("Film.raw", [edited], base: created.revision, date: 1_800_000_100))
+                return try await client.send(.post, "/v1/containers/\(notes)/commits?brief=true", token: token,
+                                             json: CommitBatchRequest(commits: [edit], patches: raw ?? Data(ChunkPatchBatch(patches).encoded())))
+            }
+
+            // Bob cannot make Ada's chunk his base; a wrong patch, or too many bytes of them, refuse it all.
+            #expect(try await commit(bob.token, patches: [patch]).status == .notFound)
+            var wrong = patch
+            wrong.middle = [0x11]
+            #expect(try await commit(ada.token, patches: [wrong]).status == .badRequest)
+            #expect(try await commit(ada.token, patches: [], raw: Data(count: CommitBatchRequest.maximumPatchBytes + 1)).errorCode == "badPatch")
+            #expect(try await commit(ada.token, patches: [], raw: Data([1, 2, 3])).errorCode == "badPatch")
+            #expect(try await server.storedChunk(sha256(edited), of: "ada") == nil)
+            #expect(try await client.changes(notes, token: ada.token).items.first?.revision == created.revision, "nothing committed")
+
+            // The right patch: the chunk made, the revision complete at once.
+            let answer = try await commit(ada.token, patches: [patch])
+            #expect(answer.status == .ok)
+            let result = try #require(try answer.decode(CommitBatchResponse.self).results.first)
+            #expect(result.error == nil && (result.commit?.missingChunks ?? []).isEmpty)
+            #expect(try await server.storedChunk(sha256(edited), of: "ada") == Data(edited))
+            let now = try #require(try await client.changes(notes, token: ada.token).items.first)
+            #expect(now.revision != created.revision && now.uploaded)
+        }
+    }
+}

@@ -33,6 +33,19 @@ extension SyncServices {
             throw SyncError.badRequest("notSealed", "every change from this page carries its record sealed, and no bytes inline")
         }
         try await refusePlaintext(batch.commits.map(\.update), of: device)
+        if let patches = batch.patches {
+            // Chunks as patches, made and stored before the commits that name them.
+            guard !sealedOnly, patches.count <= CommitBatchRequest.maximumPatchBytes else {
+                throw SyncError.badRequest("badPatch", "a batch carries at most \(CommitBatchRequest.maximumPatchBytes) bytes of plaintext patches")
+            }
+            let decoded: ChunkPatchBatch
+            do {
+                decoded = try ChunkPatchBatch(decoding: [UInt8](patches), maximumChunkSize: Int(Validate.maximumChunkSize), maximumTotal: ChunkBatch.maximumBytes)
+            } catch let error as ChunkPatchBatch.FormatError {
+                throw SyncError.badRequest("badPatch", error.description)
+            }
+            if !decoded.patches.isEmpty { try await receivePatches(decoded, from: device, logger: context.logger) }
+        }
         // Each update checked on its own: one refused is answered with its error, the others go on.
         var results = [CommitResult?](repeating: nil, count: batch.commits.count)
         var accepted: [(index: Int, commit: ItemCommit)] = [], items = Set<String>(), inline: [ChunkBatch.Chunk] = []

@@ -283,23 +283,7 @@ extension SyncServices {
                 try await receiveSealedPatches(request, from: device, logger: context.logger)
                 return Response(status: .created)
             }
-            let batch = try await Self.patchBatch(of: request)
-            try await requireChunks(batch.patches.map(\.base), of: device)
-            // One base at a time; what is read for them is bounded too (a base may be large and named often).
-            var made: [ChunkBatch.Chunk] = [], read = 0
-            for patch in batch.patches {
-                let base = try await loadChunk(patch.base, of: device)
-                read += base.count
-                guard read <= 4 * ChunkBatch.maximumBytes || made.isEmpty else {
-                    throw SyncError(.contentTooLarge, "batchTooLarge", "the patches' bases are more than \(4 * ChunkBatch.maximumBytes) bytes: send fewer at a time")
-                }
-                do {
-                    made.append(ChunkBatch.Chunk(hash: patch.hash, bytes: try patch.applied(to: base)))
-                } catch let error as ChunkPatchBatch.FormatError {
-                    throw SyncError.badRequest("badPatch", error.description)
-                }
-            }
-            try await receive(made, from: device, logger: context.logger) // each checked against its hash
+            try await receivePatches(try await Self.patchBatch(of: request), from: device, logger: context.logger)
             return Response(status: .created)
         }
         chunks.post("patches/fetch") { request, context -> Response in
@@ -351,6 +335,29 @@ extension SyncServices {
         }
         try Validate.update(update)
         return update
+    }
+
+    /// Makes the chunks of plaintext `batch` from their bases (which the device must be able
+    /// to read) and stores them, each checked against its hash.
+    /// - Throws: 404 for a base the device cannot read, 400 `badPatch` for a patch that does not
+    ///   apply, 413 when the bases read are more than four batches; the storing's errors.
+    func receivePatches(_ batch: ChunkPatchBatch, from device: DeviceAuth, logger: Logger) async throws {
+        try await requireChunks(batch.patches.map(\.base), of: device)
+        // One base at a time; what is read for them is bounded too (a base may be large and named often).
+        var made: [ChunkBatch.Chunk] = [], read = 0
+        for patch in batch.patches {
+            let base = try await loadChunk(patch.base, of: device)
+            read += base.count
+            guard read <= 4 * ChunkBatch.maximumBytes || made.isEmpty else {
+                throw SyncError(.contentTooLarge, "batchTooLarge", "the patches' bases are more than \(4 * ChunkBatch.maximumBytes) bytes: send fewer at a time")
+            }
+            do {
+                made.append(ChunkBatch.Chunk(hash: patch.hash, bytes: try patch.applied(to: base)))
+            } catch let error as ChunkPatchBatch.FormatError {
+                throw SyncError.badRequest("badPatch", error.description)
+            }
+        }
+        try await receive(made, from: device, logger: logger) // each checked against its hash
     }
 
     /// The terse answer to a commit that made its item exactly what `update` said (`terse=true`):
