@@ -261,6 +261,7 @@ package actor ContainerSync {
         materialiser = Materialiser(placeholders: Placeholders(Materialiser.placeholdersOnDisk(in: root, packageExtensions: packageExtensions, border: self.border)))
         materialiser.shown.update(Set(state.persisted.remote.keys).union(state.persisted.local.keys), from: state, onDisk: files.path(of:))
         Materialiser.removeStagedDownloads(in: root, border: self.border, logger: logger)
+        Materialiser.settleWritesInPlace(in: root, storeKey: storeKey, files: files, logger: logger)
     }
 
     /// A scanner of the container's folder (`Documents` walked through, not an item), within

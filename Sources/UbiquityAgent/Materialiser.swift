@@ -432,6 +432,19 @@ final class Materialiser {
     /// them in place and records the file.
     private func install(_ download: Download, revision: String, savedBy: String, members: [LocalMember], given: [String: [UInt8]] = [:], in sync: isolated ContainerSync) async throws -> AgentStore.File? {
         let (path, previous) = (download.path, download.previous)
+        if given.isEmpty {
+            // A small edit of a large file: written into the local copy where it changed.
+            switch try await writeInPlace(download, revision: revision, savedBy: savedBy, members: members, in: sync) {
+            case .placed(let file, let journal):
+                try await sync.persist(upsert: [file])
+                try? FileManager.default.removeItem(at: journal) // (recorded: nothing to settle)
+                return file
+            case .gaveWay:
+                return nil
+            case .staged:
+                break
+            }
+        }
         let staged = try await stage(members, kind: download.kind, of: download.item, name: path, reusing: previous, given: given, in: sync)
         defer { removeStaged(staged, in: sync) } // still there if not moved into place
         NSFileVersion.recordSavingComputer(savedBy, ofItemAt: staged.path)
@@ -486,7 +499,7 @@ final class Materialiser {
 
     /// The record of a download just put in place (`print`: its fingerprint there, read while
     /// its write was coordinated), not yet stored.
-    private func placed(_ download: Download, revision: String, print: LocalFingerprint, in sync: isolated ContainerSync) -> AgentStore.File? {
+    func placed(_ download: Download, revision: String, print: LocalFingerprint, in sync: isolated ContainerSync) -> AgentStore.File? {
         placedForTesting?(download.path)
         sync.logger.debug("a download is in place", metadata: ["path": "\(download.path)", "item": "\(download.item)", "revision": "\(revision)",
                                                             "over": "\(download.previous?.path ?? "nothing")"])
