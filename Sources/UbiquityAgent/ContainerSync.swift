@@ -85,6 +85,9 @@ package actor ContainerSync {
     /// or received), which its sealed patches are made against (in memory: after a restart an
     /// edit of a chunk not seen since goes whole).
     let prints = BlockPrintCache()
+    /// The block signatures of plaintext chunks this device made or received by an edit lately,
+    /// which its next patches of them are made against without asking the server.
+    let signatures = ChunkSignatureCache()
     var localContents: [ContentToken: [LocalMember]] = [:]
     /// How this container's chunks are cut, named and carried now (sealed once the account's
     /// keys are held and sealing is on: ``refreshCodec()``).

@@ -128,6 +128,7 @@ extension Materialiser {
             }
             newBytes.merge(fetched) { first, _ in first }
         }
+        if !sync.codec.sealed { for (hash, bytes) in newBytes { sync.signatures.note(bytes, as: hash) } } // (an edit here next goes as a patch of them)
         var journal = InPlaceJournal(format: InPlaceJournal.currentFormat, path: download.path, after: download.content.description, writes: [])
         for chunk in changed {
             guard let bytes = newBytes[chunk.hash], bytes.count == chunk.length, let before = oldBytes[chunk.offset] else { return .staged }

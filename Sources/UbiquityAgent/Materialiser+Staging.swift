@@ -270,6 +270,7 @@ extension Materialiser {
         for patch in patches {
             // A base that cannot be read, or a patch that does not make its chunk: the chunk comes whole.
             guard let (url, piece) = local[patch.base], let base = Self.read(piece, of: url), let bytes = patch.made(from: base) else { continue }
+            sync.signatures.note(bytes, as: patch.hash) // (an edit here next goes as a patch of it)
             try writer.write(bytes, hash: patch.hash)
             sync.transfers[item]?.done += Int64(writer.occurrences(of: patch.hash) * bytes.count)
             made.insert(patch.hash)

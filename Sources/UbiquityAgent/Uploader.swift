@@ -403,14 +403,21 @@ struct Uploader {
         }
         guard !candidates.isEmpty else { return [] }
         if codec.sealed { return try await uploadSealedPatches(candidates, in: sync) }
-        let signatures: [String: ChunkSignature]
-        do {
-            let bases = Array(Set(candidates.map(\.base)))
-            signatures = Dictionary(try await sync.client.signatures(of: bases).map { ($0.hash, $0) }, uniquingKeysWith: { first, _ in first })
-        } catch let error as SyncClientError where error.status != 0 {
-            sync.logger.debug("chunk signatures refused: the chunks go whole", metadata: ["container": "\(sync.container)", "error": "\(error)"])
-            return []
+        // The old chunks' signatures: those of chunks this device made or received by an edit
+        // lately are known here; the server is asked for the others.
+        var signatures: [String: ChunkSignature] = [:]
+        for base in Set(candidates.map(\.base)) { signatures[base] = sync.signatures[base] }
+        let unknown = Set(candidates.map(\.base)).subtracting(signatures.keys)
+        if !unknown.isEmpty {
+            do {
+                for signature in try await sync.client.signatures(of: Array(unknown)) where signatures[signature.hash] == nil { signatures[signature.hash] = signature }
+            } catch let error as SyncClientError where error.status != 0 {
+                sync.logger.debug("chunk signatures refused: the chunks go whole", metadata: ["container": "\(sync.container)", "error": "\(error)"])
+                return []
+            }
         }
+        // (Its next edit here is made against these.)
+        for candidate in candidates { sync.signatures.note(candidate.bytes, as: candidate.hash) }
         var batches: [(patches: ChunkPatchBatch, bytes: [String: Int64])] = [], batch = ChunkPatchBatch(), carried: [String: Int64] = [:], made = 0
         for candidate in candidates {
             // Worth it only when well under half the chunk travels.

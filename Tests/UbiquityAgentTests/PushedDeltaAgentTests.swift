@@ -72,6 +72,24 @@ extension ContainerSyncTests {
             #expect(after.sent - before.sent < 8 << 10, "a patch, not the chunk: \(after.sent - before.sent) bytes sent")
             try await phone.sync.syncOnce()
             #expect(try Data(contentsOf: phone.documents.appendingPathComponent("Film.mov")) == bytes)
+
+            // Edited again at the same place: the signature of the chunk it made is known here.
+            bytes[(1 << 20) + 1] ^= 0x5a
+            try laptop.write("Film.mov", bytes)
+            let again = laptop.client.traffic.snapshot.requests
+            try await laptop.sync.syncOnce()
+            #expect(laptop.client.traffic.snapshot.requests - again == 1, "the commit with the patch alone")
+            // And the phone, which made that chunk from a patch, edits it back the same way.
+            bytes[(1 << 20) + 2] ^= 0x5a
+            try await phone.sync.syncOnce()
+            try phone.write("Film.mov", bytes)
+            let phoneBefore = phone.client.traffic.snapshot
+            try await phone.sync.syncOnce()
+            let phoneAfter = phone.client.traffic.snapshot
+            #expect(phoneAfter.requests - phoneBefore.requests == 1 && phoneAfter.sent - phoneBefore.sent < 8 << 10,
+                    "\(phoneAfter.requests - phoneBefore.requests) requests, \(phoneAfter.sent - phoneBefore.sent) bytes")
+            try await laptop.sync.syncOnce()
+            #expect(try Data(contentsOf: laptop.documents.appendingPathComponent("Film.mov")) == bytes)
         }
     }
 }
