@@ -41,6 +41,8 @@ struct LinkFigures: Encodable {
     /// one new large file: the plot's other series.
     var ubiquityStoreAndForward: LargeFigures?
     var syncthing: Figures?
+    /// Ten more devices fetching a new large file at once: the server's store reads.
+    var tenDevices: TenDeviceFetch?
     var ratios: [String: Double]
     var goals: [String: Bool]
 }
@@ -125,6 +127,11 @@ func linkFigures(_ shape: LinkShape, options: Options) async throws -> LinkFigur
         let ubiquity = try await UbiquityPeer.start(in: options.directory.appendingPathComponent("ubiquity"), link: shape)
         figures.ubiquity = await measureOnLink(ubiquity, options: options, small: options.small,
                                                notes: "ubiquity serve (embedded SQLite) and two ubiquity agent --greedy processes, each device on its own shaped link to the server")
+        do {
+            figures.tenDevices = try await tenDeviceFetch(ubiquity, shape: shape, mib: options.largeMiB)
+        } catch {
+            log("ubiquity: ten devices could not be measured: \(error)")
+        }
         await ubiquity.stop()
     } catch {
         log("Ubiquity could not be started: \(error)")
@@ -170,5 +177,6 @@ func linkFigures(_ shape: LinkShape, options: Options) async throws -> LinkFigur
     if let edit = ours?.large?.oneByteEditInPlace.transfer.ms { figures.goals["oneByteEditInPlaceWithin4RoundTripsPlus50ms"] = edit <= 4 * roundTripMs + 50 }
     if let edit = ours?.large?.oneByteEditSafeSave.transfer.ms { figures.goals["oneByteEditSafeSaveWithin4RoundTripsPlus50ms"] = edit <= 4 * roundTripMs + 50 }
     figures.goals["relayWithin5Percent"] = check.within5Percent
+    if let ten = figures.tenDevices { figures.goals["tenDevicesStoreReadAtMost1.2xFile"] = ten.storeReadOverFile <= ten.goalAtMost }
     return figures
 }

@@ -16,7 +16,9 @@
 // `--link` measures only the figures of issue 48 on shaped links (LinkScenario.swift): `home`
 // is 20 Mbit/s up, 100 down, 20 ms each way; `office` 100 Mbit/s both ways, 5 ms each way; the
 // explicit flags change either (or, alone, shape a link of their own). Every leg of both
-// systems goes through a user-space shaping relay; the relay's own check comes first.
+// systems goes through a user-space shaping relay; the relay's own check comes first. Ubiquity's
+// run ends with ten more devices fetching a new large file at once (TenDeviceScenario.swift:
+// the server's store reads against the file's size).
 // `--check-link` runs only that check.
 //
 // `--sharing-only` measures only the sharing figures of issue 46 (ShareScenario.swift): sharing
