@@ -146,7 +146,7 @@ extension ContainerSyncTests {
             func lastPosition() async throws -> Int64 { try await laptop.client.signedCommits(container: notes, after: 0).commits.last?.position ?? 0 }
 
             /// An edit by the laptop, pushed to the phone with `hint` (given where the commits
-            /// ended before the edit): the phone's requests for it, and its commits read.
+            /// ended before the edit): the phone's commits read for it.
             func edit(_ text: String, hint: (Int64) -> Int64?) async throws -> (requests: Int, read: Int) {
                 let ended = try await lastPosition()
                 try laptop.write("Note.txt", Data(text.utf8))
@@ -161,14 +161,17 @@ extension ContainerSyncTests {
                 #expect(phone.read("Note.txt") == text)
                 return (requests() - before, await phone.sync.signedCommitsRead - read)
             }
+            // (Commits read, not requests counted: a keyed device reads the account's keys again
+            // once a minute, which a slow run meets. Asked, the phone would read the commit the
+            // laptop signed after the push: none read means none asked for.)
             let (_, caughtUp) = try await edit("two", hint: { _ in nil }) // the phone reads what it had not yet
             #expect(caughtUp >= 1)
             let unsaid = try await edit("three", hint: { _ in nil })
+            #expect(unsaid.read == 1, "unsaid: the commit signed after the push is read first")
             let said = try await edit("four", hint: { $0 })
-            #expect(said.requests == unsaid.requests - 1, "read up to where the push said they end: not asked (\(said.requests), \(unsaid.requests) unsaid)")
-            #expect(said.read == 0)
+            #expect(said.read == 0, "read up to where the push said they end: not asked")
             let ahead = try await edit("five", hint: { $0 + 1 })
-            #expect(ahead.requests == unsaid.requests && ahead.read == 2, "behind where the push said: read, the one not read before too")
+            #expect(ahead.read == 2, "behind where the push said: read, the one not read before too")
         }
     }
 }
