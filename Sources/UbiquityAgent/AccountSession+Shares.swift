@@ -74,6 +74,7 @@ extension AccountSession {
         }
         followingShares = true
         defer { followingShares = false }
+        var held = false // (a share whose access ended could not be let go yet)
         repeat {
             followSharesAgain = false
             let answer: SharesResponse
@@ -85,7 +86,9 @@ extension AccountSession {
             }
             let joined = Dictionary(answer.joined.map { ($0.id, $0) }, uniquingKeysWith: { first, _ in first })
             for (container, scopes) in shareScopes {
-                for scope in scopes where joined[scope.id]?.container != container { await close(scope, of: container) }
+                for scope in scopes where joined[scope.id]?.container != container {
+                    if !(await close(scope, of: container)) { held = true }
+                }
             }
             for info in answer.joined.sorted(by: { $0.id < $1.id }) where containers[info.container] != nil {
                 guard !(shareScopes[info.container] ?? []).contains(where: { $0.id == info.id }) else { continue }
@@ -149,6 +152,18 @@ extension AccountSession {
                 if await sync.setOwnedShareCodecs(sealedOwned[container] ?? [:], sealedRoots: sealedRoots[container] ?? []) { trigger(container) }
             }
         } while followSharesAgain
+        if held {
+            // Read again soon (a second, then twice as long each time, at most a minute): a
+            // full disk is not for ever, and the slow timer is minutes away.
+            let delay = min((shareRetryDelay ?? .milliseconds(500)) * 2, .seconds(60))
+            shareRetryDelay = delay
+            Task {
+                try? await Task.sleep(for: delay)
+                await self.followShares()
+            }
+        } else {
+            shareRetryDelay = nil
+        }
     }
 
     /// The name of a sealed share's top item, opened with the share's keys; nil until it opens
@@ -222,8 +237,13 @@ extension AccountSession {
         let sync: ContainerSync
         do {
             // A share not kept here starts from nothing: records an earlier time it was kept
-            // left under its key are not of the folder it gets now.
-            if try !(store.keptShares()[container] ?? []).contains(where: { $0.id == scope.id }) { try store.forgetShare(scope.id, key: key) }
+            // left under its key are not of the folder it gets now. Nor are records of the
+            // share kept under another name: they name files where its folder is not (found
+            // by `ubiquity-chaos --sealed-share`, seed 39: a folder the full disk kept when
+            // access ended took the name, the share came back as "shared (from ada)", and its
+            // engine took every file it had recorded at the old name for deleted there — and
+            // deleted them for everyone).
+            if try !(store.keptShares()[container] ?? []).contains(where: { $0.id == scope.id && $0.name == scope.name }) { try store.forgetShare(scope.id, key: key) }
             sync = try ContainerSync(container: container, root: own.root, client: client.through(scope), store: store,
                                      device: credentials.deviceId, greedy: configuration.greedy,
                                      packageExtensions: configuration.allPackageExtensions, logger: logger,
@@ -245,18 +265,32 @@ extension AccountSession {
     /// Stops keeping `scope` of `container` in step (access ended: removed, stopped, left). Its
     /// folder leaves this device — unless it holds changes the server did not take, when it is
     /// kept beside, renamed, as this account's own (nothing the person typed is lost).
-    func close(_ scope: ShareScope, of container: String) async {
+    /// Its records go first: if they cannot (a full disk), nothing changes — the engine keeps
+    /// the folder, the container's own engine still passes over it — and the next look at the
+    /// shares tries again. (Let go before, the folder stayed, the container's own engine took
+    /// it for this account's own, and the share, back, got another name while its engine
+    /// kept the old name's records: found by `ubiquity-chaos --sealed-share`, seed 39.)
+    /// - Returns: False when it could not be let go yet.
+    @discardableResult
+    func close(_ scope: ShareScope, of container: String) async -> Bool {
         let key = Self.shareEngineKey(container, scope.id)
-        shareScopes[container]?.removeAll { $0.id == scope.id }
-        guard let sync = containers.removeValue(forKey: key) else { return }
-        let path = Self.sharePath(scope), root = sync.root
+        guard let sync = containers[key] else {
+            shareScopes[container]?.removeAll { $0.id == scope.id }
+            return true
+        }
         let unsent = await sync.holdsUnsentChanges()
+        do {
+            try store.forgetShare(scope.id, key: key)
+        } catch {
+            logger.error("cannot let a share go yet; the next look at the shares tries again", metadata: ["container": "\(container)", "share": "\(scope.id)", "error": "\(error)"])
+            return false
+        }
+        shareScopes[container]?.removeAll { $0.id == scope.id }
+        containers[key] = nil
+        let path = Self.sharePath(scope), root = sync.root
         let fileManager = FileManager.default
         let folder = root.appendingPathComponent(path), placeholder = root.appendingPathComponent(LocalContents.placeholderPath(for: path))
         do {
-            // Its records go first: records kept of a folder that went would take every file
-            // for deleted here if the share came back (a failure here leaves the folder).
-            try store.forgetShare(scope.id, key: key)
             if unsent, fileManager.fileExists(atPath: folder.path) {
                 // Placeholders of the share's items never downloaded go: they hold nothing of the
                 // person's, and kept they named items this account cannot reach (found by
@@ -279,6 +313,7 @@ extension AccountSession {
         await containers[container]?.passOver(Set((shareScopes[container] ?? []).map(Self.sharePath)))
         trigger(container)
         logger.info("a share left this device", metadata: ["container": "\(container)", "share": "\(scope.id)"])
+        return true
     }
 
     /// A free name beside a share's folder for what it held that the server did not take.

@@ -173,8 +173,8 @@ actor AccountSession {
     var containers: [String: ContainerSync] = [:]
     /// The shares kept here, by container (docs/Sharing.md, "On a participant's devices").
     var shareScopes: [String: [ShareScope]] = [:]
-    /// Whether the account's shares are being read, and whether they are to be read again after.
-    var followingShares = false, followSharesAgain = false
+    /// Whether the account's shares are being read, whether they are to be read again after, and the wait before the next read when a share could not be let go.
+    var followingShares = false, followSharesAgain = false, shareRetryDelay: Duration?
     var connected = false
     /// The push connection's attempts (the one in progress, and those left behind still opening).
     var push = PushAttempts()

@@ -341,6 +341,7 @@ final class ChangeFinder {
             guard let file = before[path] else { continue }
             if sync.files[path]?.item == file.item { sync.files[path] = nil }
             if sync.files.contains(item: file.item) { continue } // still here under another name
+            await sync.reconciler.detach(file.item, at: path, in: sync) // (its conflict versions do not stay for the next file of that name)
             sync.state.delete(item: file.item, date: Date().timeIntervalSince1970)
         }
         // A placeholder removed by someone else than the agent: the item not downloaded was deleted.

@@ -61,6 +61,31 @@ final class ConflictReconciler {
         }
     }
 
+    /// Takes the conflict versions put in the version store at `path` for `item` out of it: the
+    /// item's file went from there without a move the agent saw (removed, or moved by a
+    /// program that does not coordinate and seen as removed). They are copies of revisions the
+    /// server keeps — nothing is lost — and come down again wherever the item is next. Left,
+    /// they became the conflict versions of whatever file next had that name, unknown to the
+    /// reconciler and never removed (found by `ubiquity-chaos --sealed-share`, seed 30: a new
+    /// file at the name, renamed for a clash, carried the old item's three conflict versions
+    /// to a name no other device had them at).
+    func detach(_ item: String, at path: String, in sync: isolated ContainerSync) async {
+        guard let copies = conflictCopies[item], !copies.isEmpty else { return }
+        let url = sync.root.appendingPathComponent(path)
+        for revision in copies.sorted() {
+            guard await removeConflictVersion(revision, of: item, at: url, in: sync) else { continue } // kept; its record stays (tried again with the next removal)
+            conflictCopies[item]?.remove(revision)
+            do {
+                try sync.store.setConflictCopy(false, container: sync.storeKey, item: item, revision: revision)
+            } catch {
+                sync.logger.warning("cannot record a conflict version taken away", metadata: ["container": "\(sync.container)", "item": "\(item)", "error": "\(error)"])
+            }
+        }
+        if conflictCopies[item]?.isEmpty == true { conflictCopies[item] = nil }
+        if sync.errors[item]?.hasPrefix(Self.versionRemovalError) == true { sync.errors[item] = nil } // (the item is gone from here)
+        sync.noteAttributes([.ubiquitousItemHasUnresolvedConflictsKey], at: path)
+    }
+
     /// Keeps each downloaded item's conflict versions on disk as the server has them: new
     /// conflict revisions are downloaded into its version store; versions resolved here
     /// (removed, or marked resolved) are resolved on the server; those resolved elsewhere go.

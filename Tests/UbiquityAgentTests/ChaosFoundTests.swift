@@ -669,6 +669,31 @@ import UbiquityTestSupport
         }
     }
 
+    /// Found by `ubiquity-chaos --sealed-share`, seed 30: a file with conflict versions moved by
+    /// a program that does not coordinate while the agent was stopped was seen as removed (and
+    /// the moved file as new), its conflict versions left in the store at its old name. The next
+    /// file written there took them for its own; renamed for a clash, it carried three conflict
+    /// versions to a name where no other device had any, for good. A file that goes takes its
+    /// conflict versions (copies of revisions the server keeps) with it.
+    @Test func aRemovedFilesConflictVersionsAreNotTheNextFilesOfThatName() async throws {
+        try await ContainerSyncTests().withServer { base, dir in
+            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
+            try await makeConflict(laptop, phone)
+            let trip = phone.documents.appendingPathComponent("Trip.txt")
+            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: trip)?.count == 1)
+
+            try FileManager.default.removeItem(at: trip) // (not coordinated: the agent finds out by looking)
+            try await phone.sync.syncOnce()
+            try phone.write("Trip.txt", Data("a new trip".utf8))
+            try await phone.sync.syncOnce()
+            try await laptop.sync.syncOnce()
+            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: trip)?.isEmpty != false, "the removed file's conflict version stayed for the new one")
+            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: laptop.documents.appendingPathComponent("Trip.txt"))?.isEmpty != false)
+            #expect(await phone.sync.isIdle)
+        }
+    }
+
     @Test func conflictVersionsFollowARenameFromElsewhere() async throws {
         try await ContainerSyncTests().withServer { base, dir in
             let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
