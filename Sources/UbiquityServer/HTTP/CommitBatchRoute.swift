@@ -73,7 +73,7 @@ extension SyncServices {
         // (one quota check, one write): complete when committed.
         if !inline.isEmpty { try await receive(inline, from: device, logger: context.logger, checked: true) }
         let brief = Self.brief(request), terse = request.uri.queryParameters["terse"] == "true"
-        let tags = await nameTags(of: accepted.map { ($0.commit.item, $0.commit.update) }, account: device.accountId, container: container)
+        let tags = await nameTags(of: accepted.map { ($0.commit.item, $0.commit.update) }, device: device, container: container)
         let verdicts = accepted.isEmpty ? [] : try await database.commit(accountId: device.accountId, container: container, commits: accepted.map(\.commit),
                                                                           device: device, now: Date(), brief: brief, limits: accountLimits, nameTags: tags)
         var fresh: [CommitOutcome] = []
@@ -96,7 +96,7 @@ extension SyncServices {
             // (Devices that read the signed commits up to there take the page without asking: unknown, they ask.)
             page?.signedCommits = try? await database.lastCommitPosition(accountId: device.accountId, container: container)
             notifier.publish(account: device.accountId, container: container, sequence: sequence, except: device.deviceId, page: page)
-            await publishToParticipants(of: device.accountId, container: container, changed: fresh.map(\.item), except: device.deviceId, logger: context.logger)
+            await publishToParticipants(of: device.accountId, container: container, changed: fresh.map(\.item), except: device.deviceId, acting: device, logger: context.logger)
         }
         return CommitBatchResponse(results: results.map { $0! })
     }

@@ -16,7 +16,7 @@ extension SyncServices {
             let device = try context.requireDevice(for: store)
             let update = try await request.decode(as: KeyValueUpdate.self, context: context)
             try Validate.keyValues(update)
-            if update.changes.contains(where: { $0.sealed == nil }), let why = try await sealedOnly(device.accountId) {
+            if update.changes.contains(where: { $0.sealed == nil }), let why = try await sealedOnly(device) {
                 // Under Advanced the server keeps nothing it could read, and once the devices
                 // require everything sealed they would refuse it: an older build's plaintext is refused.
                 context.logger.warning("refused plaintext key-value changes for an account that takes none", metadata: ["store": "\(store)", "why": "\(why)"])

@@ -57,6 +57,8 @@ struct SyncServices: Sendable {
     var escrow: ServerEscrow?
     /// What the web pages read from sealed records before (Standard only; in memory).
     var openedRecords = OpenedRecordCache()
+    /// What every commit reads of its account and seldom changes, per generation (in memory).
+    var accountFacts = AccountFacts()
 }
 
 /// `GET /health`.
@@ -202,13 +204,13 @@ extension SyncServices {
             var update = try await prepared(asked, of: item, in: container, for: device)
             let inline = try Self.inlineChunks(of: &update)
             if !inline.isEmpty { try await receive(inline, from: device, logger: context.logger, checked: true) } // checked as they were taken out; stored before the commit: complete when committed
-            let tags = await nameTags(of: [(item, update)], account: device.accountId, container: container)
+            let tags = await nameTags(of: [(item, update)], device: device, container: container)
             let outcome = try await database.commit(accountId: device.accountId, container: container, itemId: item, update: update, device: device, now: Date(),
                                                     brief: Self.brief(request), limits: accountLimits, nameTags: tags[item])
             if !outcome.repeated { // a change sent again changed nothing: nothing to count or push
                 metrics.count(.commits)
                 notifier.publish(account: device.accountId, container: container, sequence: outcome.item.sequence, except: device.deviceId)
-                await publishToParticipants(of: device.accountId, container: container, changed: [outcome.item], except: device.deviceId, logger: context.logger)
+                await publishToParticipants(of: device.accountId, container: container, changed: [outcome.item], except: device.deviceId, acting: device, logger: context.logger)
             }
             return Self.answer(outcome, brief: Self.brief(request))
         }

@@ -28,8 +28,9 @@ extension SyncServices {
     /// Advanced Data Protection (the server could not seal them), or its devices require
     /// everything sealed (``Roster/sealedOnlyFormat``: a plaintext one would be refused by
     /// every device as a downgrade).
-    func sealedOnly(_ accountId: Int64) async throws -> String? {
-        guard let roster = try await roster(ofAccount: accountId) else { return nil }
+    /// (Read as ``AccountFacts`` keeps it for the device's account.)
+    func sealedOnly(_ device: DeviceAuth) async throws -> String? {
+        guard let roster = try await accountFacts.roster(of: device, load: { try await roster(ofAccount: device.accountId) }) else { return nil }
         if roster.custody == .advanced { return "the account uses Advanced Data Protection" }
         if roster.requiresSealing { return "the account's devices require everything sealed" }
         return nil
@@ -42,7 +43,7 @@ extension SyncServices {
     /// - Throws: ``SyncError`` 409 `sealedOnly`.
     func refusePlaintext(_ updates: [ItemUpdate], of device: DeviceAuth) async throws {
         guard updates.contains(where: { $0.record == nil && $0.deleted != true }) else { return }
-        if let why = try await sealedOnly(device.accountId) {
+        if let why = try await sealedOnly(device) {
             throw SyncError(.conflict, "sealedOnly", "\(why): its devices seal every name (update this device's ubiquity)")
         }
     }

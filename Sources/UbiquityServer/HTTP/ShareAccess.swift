@@ -107,11 +107,16 @@ extension SyncServices {
     /// on (`{"type":"shareChanged","container":SHARE,"sequence":N}`) — only the shares that
     /// something of `changed` is inside, or left by a move: a participant learns nothing of the
     /// owner's other work. A failure to read the shares is logged; the devices' slow timers
-    /// catch up.
-    func publishToParticipants(of owner: Int64, container: String, changed: [ItemState], except origin: String?, logger: Logger) async {
+    /// catch up. `acting`: the owner's device that made the change, whose account's shares
+    /// are read as ``AccountFacts`` keeps them.
+    func publishToParticipants(of owner: Int64, container: String, changed: [ItemState], except origin: String?, acting: DeviceAuth? = nil,
+                               logger: Logger) async {
         guard let sequence = changed.map(\.sequence).max(), let first = changed.map(\.sequence).min() else { return }
         do {
-            let shares = try await database.ownedShares(accountId: owner).filter { $0.container == container }
+            let database = database
+            let load = { try await database.ownedShares(accountId: owner) }
+            let owned = if let acting, acting.accountId == owner { try await accountFacts.ownedShares(of: acting, load: load) } else { try await load() }
+            let shares = owned.filter { $0.container == container }
             let now = Date().timeIntervalSince1970
             for share in shares {
                 var border = ShareBorder(share), touched = false

@@ -173,11 +173,14 @@ extension PostgresDatabase {
 
     func device(tokenHash: String) async throws -> DeviceAuth? {
         try await read { db in
-            guard let row = try await db.rows(prepared: Prepared.Device(query: "SELECT id, name, account_id, containers FROM device WHERE token_hash = \(tokenHash) AND NOT revoked")).first else { return nil }
+            guard let row = try await db.rows(prepared: Prepared.Device(query: """
+                SELECT device.id, device.name, device.account_id, device.containers, account.generation FROM device JOIN account ON account.id = device.account_id
+                WHERE device.token_hash = \(tokenHash) AND NOT device.revoked
+                """)).first else { return nil }
             let list: String? = try row.get("containers")
             return DeviceAuth(
                 deviceId: try row.get("id"), deviceName: try row.get("name"), accountId: try row.get("account_id"),
-                containers: try list.map { try JSONDecoder().decode([String].self, from: Data($0.utf8)) })
+                containers: try list.map { try JSONDecoder().decode([String].self, from: Data($0.utf8)) }, generation: try row.get("generation"))
         }
     }
 

@@ -305,6 +305,25 @@ extension PostgresDatabase {
             """,
             "CREATE INDEX incoming_expires ON incoming (expires)",
         ]),
+        // What every commit reads of its account and seldom changes — its roster, its key
+        // envelopes, the shares it owns — is kept in memory per generation (issue 49,
+        // AccountFacts): the database itself counts each change of them.
+        ("v32-account-generation", [
+            "ALTER TABLE account ADD COLUMN generation BIGINT NOT NULL DEFAULT 0",
+            """
+            CREATE FUNCTION account_generation_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                IF TG_OP = 'DELETE' THEN
+                    UPDATE account SET generation = generation + 1 WHERE id = OLD.account_id;
+                    RETURN OLD;
+                END IF;
+                UPDATE account SET generation = generation + 1 WHERE id = NEW.account_id;
+                RETURN NEW;
+            END $$
+            """,
+        ] + ["roster_entry", "key_envelope", "share"].map {
+            "CREATE TRIGGER \($0)_generation AFTER INSERT OR UPDATE OR DELETE ON \($0) FOR EACH ROW EXECUTE FUNCTION account_generation_changed()"
+        }),
     ]
 
     /// Records the chunks incomplete revisions wait for, at the sizes their manifests declare

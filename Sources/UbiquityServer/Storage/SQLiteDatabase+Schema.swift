@@ -365,6 +365,21 @@ extension SQLiteDatabase {
                 CREATE INDEX incoming_expires ON incoming(expires);
                 """)
         }
+        migrator.registerMigration("v32-account-generation") { db in
+            // What every commit reads of its account and seldom changes — its roster, its key
+            // envelopes, the shares it owns — is kept in memory per generation (issue 49,
+            // AccountFacts): the database itself counts each change of them.
+            var statements = ["ALTER TABLE account ADD COLUMN generation INTEGER NOT NULL DEFAULT 0"]
+            for table in ["rosterEntry", "keyEnvelope", "share"] {
+                for (event, row) in [("INSERT", "NEW"), ("UPDATE", "NEW"), ("DELETE", "OLD")] {
+                    statements.append("""
+                        CREATE TRIGGER \(table)_generation_\(event.lowercased()) AFTER \(event) ON \(table)
+                        BEGIN UPDATE account SET generation = generation + 1 WHERE id = \(row).accountId; END
+                        """)
+                }
+            }
+            for statement in statements { try db.execute(sql: statement) }
+        }
         return migrator
     }
 }

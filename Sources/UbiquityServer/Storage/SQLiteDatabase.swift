@@ -173,11 +173,14 @@ final class SQLiteDatabase: SyncDatabase {
 
     func device(tokenHash: String) async throws -> DeviceAuth? {
         try await pool.read { db in
-            guard let row = try Row.fetchOne(db.cachedStatement(sql: "SELECT id, name, accountId, containers FROM device WHERE tokenHash = ? AND revoked = 0"), arguments: [tokenHash]) else { return nil }
+            guard let row = try Row.fetchOne(db.cachedStatement(sql: """
+                SELECT device.id, device.name, device.accountId, device.containers, account.generation FROM device JOIN account ON account.id = device.accountId
+                WHERE device.tokenHash = ? AND device.revoked = 0
+                """), arguments: [tokenHash]) else { return nil }
             let list: String? = row["containers"]
             return DeviceAuth(
                 deviceId: row["id"], deviceName: row["name"], accountId: row["accountId"],
-                containers: try list.map { try JSONDecoder().decode([String].self, from: Data($0.utf8)) })
+                containers: try list.map { try JSONDecoder().decode([String].self, from: Data($0.utf8)) }, generation: row["generation"])
         }
     }
 

@@ -66,6 +66,9 @@ package struct DeviceAuth: Sendable, Equatable {
     /// The account it acts for when that is not the container's owner (a share's
     /// participant): its name, kept with each revision it makes (``ItemState/editor``).
     package var editor: String? = nil
+    /// Its account's generation when it was looked up: counts every change of the account's
+    /// roster, key envelopes and owned shares (what ``AccountFacts`` keeps; nil: not known).
+    package var generation: Int64? = nil
 
     /// Whether the token may use `container`.
     func allows(_ container: String) -> Bool { containers?.contains(container) ?? true }

@@ -241,7 +241,7 @@ extension SyncServices {
             commits.append(ItemCommit(item: id, update: try await prepared(try records.sealed(update, item: id), of: id, in: container, for: device)))
         }
         // (Sealed by the escrow's keys when the account has keys: names compared by their tags.)
-        let tags = await nameTags(of: commits.map { ($0.item, $0.update) }, account: device.accountId, container: container)
+        let tags = await nameTags(of: commits.map { ($0.item, $0.update) }, device: device, container: container)
         let verdicts = try await database.commit(accountId: device.accountId, container: container, commits: commits, device: device, now: Date(),
                                                  brief: true, limits: accountLimits, nameTags: tags)
         let outcomes = try verdicts.map { try $0.get() }
