@@ -125,9 +125,9 @@ struct ServeCommand: AsyncParsableCommand {
         discussion: "Names, sizes and dates go into sealed records and plaintext chunks are sealed with the escrow key; nothing is uploaded again."))
     var sealInPlaceMinutes = 10
 
-    @Flag(name: .long, help: ArgumentHelp("Share items sealed with their account's keys (their owners' devices seal them again with each share's keys).",
-                                          discussion: "Off by default while the chaos harness's sealed-share profile still finds faults (docs/Sharing.md)."))
-    var sealedShares = false
+    @Flag(name: .long, inversion: .prefixedNo, help: ArgumentHelp("Share items sealed with their account's keys (their owners' devices seal them again with each share's keys).",
+                                                                  discussion: "On by default; --no-sealed-shares refuses to share them (409 sealedShare). docs/Sharing.md, \"Keys\"."))
+    var sealedShares = true
 
     func run() async throws {
         guard let level = Logger.Level(rawValue: logLevel) else { throw ValidationError("unknown log level \(logLevel)") }

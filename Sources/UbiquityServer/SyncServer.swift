@@ -69,9 +69,10 @@ package struct SyncServer: Sendable {
         /// escrow's keys (``SealInPlace``; Standard accounts only). Default every 10 minutes,
         /// from the start; nil: only by `ubiquity seal-in-place`.
         package var sealInPlaceInterval: Duration? = .seconds(600)
-        /// Whether items sealed with their account's keys may be shared (`--sealed-shares`:
-        /// docs/Sharing.md, "Keys"). Default false: refused with 409 `sealedShare`.
-        package var sealedShares = false
+        /// Whether items sealed with their account's keys may be shared, sealed again by their
+        /// owners' devices with each share's keys (docs/Sharing.md, "Keys"). Default true;
+        /// false (`--no-sealed-shares`): refused with 409 `sealedShare`.
+        package var sealedShares = true
         /// Chunk contents in an S3-compatible object store instead of the database's rows
         /// (`--object-store`; needs ``database``). Default nil.
         package var objectStore: ObjectStoreSettings?
@@ -537,7 +538,7 @@ package struct EmbeddedServer: Sendable {
     /// Creates the account (and the `others`, with the same password) in `dataDirectory` and
     /// starts serving.
     /// - Throws: storage errors; an error if the server stopped before it listened.
-    package static func start(dataDirectory: String, account: String, others: [String] = [], password: String, sealedShares: Bool = false,
+    package static func start(dataDirectory: String, account: String, others: [String] = [], password: String, sealedShares: Bool = true,
                               logger: Logger) async throws -> EmbeddedServer {
         let admin = try await ServerAdministration(dataDirectory: dataDirectory, bcryptCost: 4)
         for name in [account] + others { _ = try await admin.createAccount(name: name, password: password) }

@@ -70,9 +70,9 @@ package struct ChunkCodec: Sendable {
     /// A sealed codec.
     /// - Parameters:
     ///   - sealedCutting: The chunker for a file of a given size (every device chooses alike).
-    ///   - seal: The stored body of the chunk whose plaintext and name are given (the name
-    ///     trusted when the third argument says the bytes are known unchanged since they were
-    ///     named; otherwise named again, and refused if it differs).
+    ///   - seal: The stored body of the chunk whose plaintext and name are given (the third
+    ///     argument says whether the bytes are known unchanged since they were cut; the keyed
+    ///     codecs name them again all the same, and refuse a name their keys did not make).
     ///   - open: The plaintext of a stored body asked for by a name, checked against it (a
     ///     chunk named by SHA-256 before the account had keys comes back as it is); throws
     ///     what failed.
@@ -144,7 +144,8 @@ package struct ChunkCodec: Sendable {
 
     /// What goes to the server for the chunk `name` whose plaintext is `bytes` (sealed; as it
     /// is for ``plain``). `unchanged`: the bytes are known to be the ones that were named (the
-    /// file's fingerprint has not changed since it was cut), so the name is not made again.
+    /// file's fingerprint has not changed since it was cut) — not trusted to skip naming them
+    /// again: the name may be another key's (a share's, cut before a restart).
     /// - Throws: What sealing throws; ``ChunkCodecError`` for bytes that are not the chunk named.
     package func seal(_ bytes: UnsafeRawBufferPointer, as name: String, unchanged: Bool = false) throws -> Data {
         try sealing?(bytes, name, unchanged) ?? Data(bytes)

@@ -47,14 +47,16 @@ extension ChunkCodec {
         let standard = chunker(.standard), large = chunker(.large)
         var codec = ChunkCodec(
             sealedCutting: { $0 >= KeyedChunker.largeFileSize ? large : standard },
-            seal: { bytes, asked, unchanged in
-                // Unless the bytes are known unchanged since they were named, they are named
-                // again: bytes that are not the chunk asked for (the file changed since it was
-                // cut) are never stored under its name.
+            seal: { bytes, asked, _ in
+                // Always named again, even bytes known unchanged since they were cut: bytes that
+                // are not the chunk asked for (the file changed since it was cut) are never
+                // stored under its name, and neither is a chunk other keys named. (Trusted once
+                // unchanged with one epoch held, a file of an owned sealed share cut by the
+                // share's keys before a restart went sealed with the container's keys under the
+                // share's name after it, before the share's keys were back: no device could open
+                // it — found by `ubiquity-chaos --sealed-share`, seed 57, 19 edits lost.)
                 guard let named = ChunkIdentifier(hex: asked) else { throw ChunkCodecError(name: asked, reason: "not a chunk name") }
-                // (Trusted unchanged only with one epoch held: with more, it may have been named
-                // by an earlier one, and is named again to know which.)
-                if (unchanged && held.count == 1) || current.identifier(of: bytes) == named { return try current.seal(bytes, as: named) }
+                if current.identifier(of: bytes) == named { return try current.seal(bytes, as: named) }
                 // Named by an earlier epoch's keys (cut before the epoch changed): sealed with
                 // that epoch's, which name it — a chunk's name and seal are always one epoch's.
                 if let earlier = held.first(where: { $0.epoch != current.epoch && $0.identifier(of: bytes) == named }) {

@@ -23,7 +23,7 @@ struct RunningAgents {
     ///   - rescanSeconds: How often the agents look at every file (and read their shares).
     ///   - accounts: Each device's account, by device name (default: ada; every account named is made).
     static func start(_ names: [String], containers: [String], in dir: String, greedy: Bool = false, sealedContents: Bool = false,
-                      agentLogger: Logger? = nil, accounts: [String: String] = [:], rescanSeconds: Double = 60, sealedShares: Bool = false) async throws -> RunningAgents {
+                      agentLogger: Logger? = nil, accounts: [String: String] = [:], rescanSeconds: Double = 60, sealedShares: Bool = true) async throws -> RunningAgents {
         var logger = Logger(label: "test")
         logger.logLevel = .critical
         let others = Set(accounts.values).subtracting(["ada"]).sorted()

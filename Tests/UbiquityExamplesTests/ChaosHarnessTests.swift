@@ -90,8 +90,11 @@ import UbiquityTestSupport
     /// again while he writes, and one of her devices is killed just after a move inside the
     /// folder — with the other faults around. Each account must hold its own files, both the
     /// shared folder, and nothing written by anyone with write access at the time is lost.
-    @Test(.timeLimit(.minutes(4))) func aFolderSharedBetweenTwoAccountsLosesNothing() async throws {
-        let run = try await chaos(["--seed", "12", "--devices", "3", "--rounds", "2", "--round-seconds", "12", "--settle-seconds", "90", "--pace-milliseconds", "400", "--share"])
+    /// Both ways: in plaintext (`--share`: Ada's devices do not seal), and sealed
+    /// (`--sealed-share`: her devices seal, and the folder is shared sealed with the share's own
+    /// keys, a new epoch each time Bob is removed — the server's default).
+    @Test(.timeLimit(.minutes(4)), arguments: ["--share", "--sealed-share"]) func aFolderSharedBetweenTwoAccountsLosesNothing(profile: String) async throws {
+        let run = try await chaos(["--seed", "12", "--devices", "3", "--rounds", "2", "--round-seconds", "12", "--settle-seconds", "90", "--pace-milliseconds", "400", profile])
         #expect(run.status == 0 && run.report["passed"] as? Bool == true, "\(run.summary)")
         let faults = run.report["faults"] as? [String: Int] ?? [:]
         #expect((faults["shareRemoval"] ?? 0) >= 2 && (faults["moveKill"] ?? 0) >= 2, "each round removes the participant and kills a move: \(faults)")

@@ -42,7 +42,7 @@ struct TestServer {
     init(_ backend: Backend = .sqlite, postgresURL: String? = nil, signInPolicy: SignInPolicy = SignInPolicy(),
          connectionLimits: ConnectionLimits = ConnectionLimits(), requestLimits: RequestLimits = RequestLimits(), trustedProxies: TrustedProxies = TrustedProxies(),
          accountLimits: AccountLimits = AccountLimits(), accountShare: AccountShareLimits = AccountShareLimits(), directory: String? = nil,
-         sealedShares: Bool = false, landingWait: Duration = .seconds(2), logger: Logger = Logger(label: "ubiquity.server")) async throws {
+         sealedShares: Bool = true, landingWait: Duration = .seconds(2), logger: Logger = Logger(label: "ubiquity.server")) async throws {
         self.backend = backend
         self.directory = directory ?? NSTemporaryDirectory() + "ubiquity-server-\(UUID().uuidString.prefix(8))"
         var configuration = SyncServer.Configuration(dataDirectory: self.directory, port: 0, bcryptCost: 4)
@@ -67,7 +67,7 @@ struct TestServer {
     }
 
     /// A server with one account (password "correct horse").
-    static func withAccount(_ name: String, on backend: Backend = .sqlite, accountLimits: AccountLimits = AccountLimits(), sealedShares: Bool = false) async throws -> TestServer {
+    static func withAccount(_ name: String, on backend: Backend = .sqlite, accountLimits: AccountLimits = AccountLimits(), sealedShares: Bool = true) async throws -> TestServer {
         let server = try await TestServer(backend, accountLimits: accountLimits, sealedShares: sealedShares)
         _ = try await server.admin.createAccount(name: name, password: "correct horse")
         return server

@@ -90,4 +90,26 @@ import UbiquityProtocol
         // Bound to the item: moved to another id, refused.
         #expect(throws: (any Error).self) { try member.opened(stored(wire, item: "other")) }
     }
+
+    /// Found by `ubiquity-chaos --sealed-share`, seed 57: an owner's device cut a file of its
+    /// sealed share with the share's keys, was killed, and after its restart — the share's keys
+    /// not back yet — sent the chunk through the container's codec, which trusted the name of
+    /// bytes known unchanged and sealed them with the container's keys under the share's name:
+    /// no device could open it (the owner's: another identifier; the participant's: other keys).
+    /// A codec seals only under a name its own keys make of the bytes, whatever it is told.
+    @Test func aChunkIsNeverSealedUnderANameItsKeysDidNotMake() throws {
+        let bytes = Data((0..<50_000).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ $0 >> 5) })
+        let share = try #require(ChunkCodec.shared([first]))
+        let container = try #require(ChunkCodec.sealed(container: Self.container, rootKeys: [account]))
+        let chunk = share.chunks(of: bytes)[0]
+        let plaintext = bytes[chunk.offset..<(chunk.offset + chunk.length)]
+        for unchanged in [false, true] {
+            #expect(throws: ChunkCodecError.self, "unchanged: \(unchanged)") {
+                try plaintext.withUnsafeBytes { try container.seal($0, as: chunk.hash, unchanged: unchanged) }
+            }
+        }
+        // With the share's codec beside it (the share's keys back): sealed with the share's keys.
+        let body = try plaintext.withUnsafeBytes { try container.alsoSealing([share]).seal($0, as: chunk.hash, unchanged: true) }
+        #expect(try body.withUnsafeBytes { try share.open($0, as: chunk.hash) } == Data(plaintext))
+    }
 }

@@ -36,9 +36,8 @@ struct SyncServices: Sendable {
     /// The limits on the invitations to shares one account makes (docs/Sharing.md).
     var invitationLimits = InvitationLimits()
     /// Whether items sealed with their account's keys may be shared (sealed with the share's
-    /// keys by the owner's devices: docs/Sharing.md, "Keys"). Off by default until the chaos
-    /// harness's `--sealed-share` profile runs clean.
-    var sealedShares = false
+    /// keys by the owner's devices: docs/Sharing.md, "Keys"); off only by `--no-sealed-shares`.
+    var sealedShares = true
     /// When devices were last heard from.
     var sightings = DeviceSightings()
     /// How often an address may open published links.

@@ -32,10 +32,10 @@ extension SyncServices {
                 throw SyncError.notFound
             }
             // A sealed item is shared sealed: its owner's devices seal it again with the share's
-            // keys, which they seal to each participant (docs/Sharing.md, "Keys") — where the
-            // server is told to (`--sealed-shares`).
+            // keys, which they seal to each participant (docs/Sharing.md, "Keys") — unless the
+            // server is told not to (`--no-sealed-shares`).
             guard item.record == nil || sealedShares else {
-                throw SyncError(.conflict, "sealedShare", "this item is sealed with the account's keys, and this server does not share sealed items yet (ubiquity serve --sealed-shares)")
+                throw SyncError(.conflict, "sealedShare", "this item is sealed with the account's keys, and this server shares no sealed items (ubiquity serve --no-sealed-shares)")
             }
             let roots = try await database.shareRoots(accountId: device.accountId, container: asked.container)
             if !roots.contains(asked.item) {
