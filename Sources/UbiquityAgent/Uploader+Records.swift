@@ -21,10 +21,24 @@ extension Uploader {
     /// item holding the name took its place (found by `ubiquity-chaos`: the change kept the
     /// refused name and was refused for good) — is sent under the name it has, if that is free.
     /// False when it cannot be (not a sealing device, a deletion, the file gone or its new place
-    /// taken): the change waits, saying why.
+    /// taken): the change waits, saying why. It waits too, unrenamed, while the item holding the
+    /// name on the server is one this device moves away or deletes, and the server has not
+    /// taken that yet: the name is free once it has (renamed at once, a file moved out of its
+    /// folder and back while its agent was killed twice came back as "Name 2.ext" beside the
+    /// next file of its name — found by `ubiquity-chaos --sealed-share`, seed 56).
     func renameClashing(_ change: LocalChange, in sync: isolated ContainerSync) async throws -> Bool {
         guard sync.codec.records?.seals == true, !change.deleted, let file = sync.files.file(of: change.item),
               let current = file.path.split(separator: "/").last.map(String.init) else { return false }
+        let asked = NameCollision.key(change.name)
+        let remote = sync.state.persisted.remote
+        if let leaving = remote.keys.first(where: { id in
+            guard id != change.item, let held = remote[id], !held.deleted, held.parent == change.parent, NameCollision.key(held.name) == asked else { return false }
+            return sync.state.visible(id).map { $0.deleted || $0.parent != change.parent || NameCollision.key($0.name) != asked } == true
+        }) {
+            // (Its status says the server's refusal until then.)
+            sync.logger.debug("a change waits for its name to be freed by this device's own change", metadata: ["container": "\(sync.container)", "item": "\(change.item)", "holder": "\(leaving)"])
+            return false
+        }
         let folder = LocalContents.folder(of: file.path)
         // (Moved to another folder since: its own change says so.)
         guard case .some(let parent) = sync.parent(ofFolder: folder), parent == change.parent else { return false }

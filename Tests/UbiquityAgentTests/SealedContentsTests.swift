@@ -139,6 +139,33 @@ extension ContainerSyncTests {
         }
     }
 
+    /// Found by `ubiquity-chaos --sealed-share`, seed 56: a file removed and another written
+    /// under its name (here: by case only, one sealed tag) in one look. The new one's change was
+    /// refused as clashing before the removal reached the server, and the device renamed it
+    /// "Name 2.ext" for good, though the name was about to be free. A change waits while the item
+    /// that holds its name is one this device is taking away; then it goes under its own name.
+    @Test func aNameThisDeviceIsFreeingIsWaitedForNotRenamed() async throws {
+        try await withServer { base, dir in
+            let laptop = try await sealingDevice("laptop", base: base, dir: dir)
+            let phone = try await sealingDevice("phone", base: base, dir: dir)
+            for name in ["Plan.txt", "Zebra.txt"] {
+                try laptop.write(name, Data("old \(name)".utf8))
+            }
+            try await laptop.sync.syncOnce()
+            for name in ["Plan.txt", "Zebra.txt"] {
+                try FileManager.default.removeItem(at: laptop.documents.appendingPathComponent(name))
+                try laptop.write(name.uppercased(), Data("new \(name)".utf8))
+            }
+            for _ in 0..<4 { try await laptop.sync.syncOnce() }
+            try await phone.sync.syncOnce()
+            let onLaptop = try FileManager.default.contentsOfDirectory(atPath: laptop.documents.path).sorted()
+            #expect(onLaptop == ["PLAN.TXT", "ZEBRA.TXT"], "\(onLaptop)")
+            #expect(try FileManager.default.contentsOfDirectory(atPath: phone.documents.path).sorted() == onLaptop)
+            let errors = await laptop.sync.errors
+            #expect(errors.isEmpty, "\(errors)")
+        }
+    }
+
     /// The server answering one sealed chunk's bytes for another (its index edited: each
     /// chunk's place and digest swapped, so its own damage check passes): the device opens and
     /// checks what comes, refuses it and writes nothing; the file it had stays as it was.
