@@ -639,79 +639,6 @@ import UbiquityTestSupport
             }
         }
     }
-
-    /// Found with seed 8: an item renamed elsewhere (here; in the run, by the server for a name
-    /// collision) was moved to its new name without its conflict versions, which stayed with the
-    /// old name — and became the versions of whatever next had that name, on that device only.
-    /// Each conflict version staged also left an empty folder behind. A file the agent moves
-    /// takes its versions along (and its presenters hear of it); staging folders go.
-    /// Found by the long profile (seed 60): an agent killed after it put a conflict version in
-    /// the item's version store and before it recorded so came back and added it again — which
-    /// the store refuses (the identifier is taken): every round failed there, for good, and the
-    /// device fell behind (its later edits unsent).
-    @Test func aConflictVersionAddedButNotRecordedIsTakenAsIs() async throws {
-        try await ContainerSyncTests().withServer { base, dir in
-            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
-            let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
-            try await makeConflict(laptop, phone)
-            let trip = phone.documents.appendingPathComponent("Trip.txt")
-            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: trip)?.count == 1)
-            try await phone.sync.forgetConflictCopiesForTest()
-            await phone.sync.noteEverythingChanged()
-            try await phone.sync.syncOnce()
-            #expect(await phone.sync.isIdle)
-            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: trip)?.count == 1)
-            // It is recorded again: resolving it here resolves it on the server.
-            try NSFileVersion.removeOtherVersionsOfItem(at: trip)
-            try await phone.sync.syncOnce()
-            try await laptop.sync.syncOnce()
-            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: laptop.documents.appendingPathComponent("Trip.txt"))?.isEmpty != false)
-        }
-    }
-
-    /// Found by `ubiquity-chaos --sealed-share`, seed 30: a file with conflict versions moved by
-    /// a program that does not coordinate while the agent was stopped was seen as removed (and
-    /// the moved file as new), its conflict versions left in the store at its old name. The next
-    /// file written there took them for its own; renamed for a clash, it carried three conflict
-    /// versions to a name where no other device had any, for good. A file that goes takes its
-    /// conflict versions (copies of revisions the server keeps) with it.
-    @Test func aRemovedFilesConflictVersionsAreNotTheNextFilesOfThatName() async throws {
-        try await ContainerSyncTests().withServer { base, dir in
-            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
-            let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
-            try await makeConflict(laptop, phone)
-            let trip = phone.documents.appendingPathComponent("Trip.txt")
-            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: trip)?.count == 1)
-
-            try FileManager.default.removeItem(at: trip) // (not coordinated: the agent finds out by looking)
-            try await phone.sync.syncOnce()
-            try phone.write("Trip.txt", Data("a new trip".utf8))
-            try await phone.sync.syncOnce()
-            try await laptop.sync.syncOnce()
-            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: trip)?.isEmpty != false, "the removed file's conflict version stayed for the new one")
-            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: laptop.documents.appendingPathComponent("Trip.txt"))?.isEmpty != false)
-            #expect(await phone.sync.isIdle)
-        }
-    }
-
-    @Test func conflictVersionsFollowARenameFromElsewhere() async throws {
-        try await ContainerSyncTests().withServer { base, dir in
-            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
-            let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
-            try await makeConflict(laptop, phone)
-            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: phone.documents.appendingPathComponent("Trip.txt"))?.count == 1)
-
-            try FileManager.default.moveItem(at: laptop.documents.appendingPathComponent("Trip.txt"), to: laptop.documents.appendingPathComponent("Journey.txt"))
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
-            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: phone.documents.appendingPathComponent("Journey.txt"))?.count == 1, "the version went with the file")
-            #expect(!FileManager.default.fileExists(atPath: phone.documents.appendingPathComponent(".ubiquity-versions/Trip.txt").path), "none left at the old name")
-            let staging = (try? FileManager.default.contentsOfDirectory(atPath: phone.documents.appendingPathComponent(".ubiquity-versions/.staging").path)) ?? []
-            #expect(staging.isEmpty, "staging folders left: \(staging)")
-            // The laptop's own versions (its plain rename, seen by its scan) went along too.
-            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: laptop.documents.appendingPathComponent("Journey.txt"))?.count == 1)
-        }
-    }
 }
 
 /// `name` made on the laptop ("one") and brought to the phone, then written again on the
@@ -724,20 +651,6 @@ private func editTwiceOnTheLaptop(_ name: String, _ laptop: ContainerSyncTests.D
     try await laptop.sync.syncOnce()
 }
 
-/// Trip.txt made on the laptop, then edited on both before either hears of the other, and
-/// every device told: one conflict (the phone's edit current, the laptop's a conflict version).
-func makeConflict(_ laptop: ContainerSyncTests.Device, _ phone: ContainerSyncTests.Device) async throws {
-    try laptop.write("Trip.txt", Data("pack the tent".utf8))
-    try await laptop.sync.syncOnce()
-    try await phone.sync.syncOnce()
-    try laptop.write("Trip.txt", Data("from the laptop".utf8))
-    try await Task.sleep(for: .milliseconds(20))
-    try phone.write("Trip.txt", Data("from the phone".utf8))
-    try await laptop.sync.syncOnce()
-    try await phone.sync.syncOnce()
-    try await laptop.sync.syncOnce()
-    try await phone.sync.syncOnce()
-}
 
 /// A device's container sync (no watcher: each round looks at everything) and its folder.
 private func laptop(base: URL, dir: String) async throws -> (ContainerSync, URL) {
@@ -757,7 +670,7 @@ extension ContainerSync {
 
     /// Forgets which conflict versions are on disk (an agent killed after adding them, before
     /// recording so).
-    fileprivate func forgetConflictCopiesForTest() throws {
+    func forgetConflictCopiesForTest() throws {
         for (item, revisions) in reconciler.conflictCopies {
             for revision in revisions { try store.setConflictCopy(false, container: container, item: item, revision: revision) }
         }
