@@ -25,6 +25,11 @@ final class ChangeFinder {
     /// new item (found by `ubiquity-chaos`).
     private var vanished: Set<String> = []
 
+    /// Whether the last look left files it could not settle: files whose bytes may be the
+    /// server's contents cut elsewhere, and the server could not be asked. They may hold
+    /// changes (``ContainerSync/holdsUnsentChanges()`` counts them).
+    private(set) var unsettled = false
+
     /// Renames the watcher paired, `to` → `from`, for the next round.
     private var renames: [String: String] = [:]
 
@@ -97,6 +102,7 @@ final class ChangeFinder {
     /// removed files, folders and packages (a folder's items follow it). Looks only in the
     /// folders a watcher named, unless everything is to be looked at.
     func scanLocalChanges(in sync: isolated ContainerSync) async throws {
+        unsettled = false
         let scope = changedFolders, trees = changedTrees
         changedFolders = watched ? [] : nil
         changedTrees = []
@@ -309,6 +315,7 @@ final class ChangeFinder {
                     // The server cannot be asked now: the file stays as it was recorded (or
                     // unrecorded), and the next look sees it again.
                     changedFolders?.insert(folder)
+                    unsettled = true
                     continue
                 }
                 if let state = held[file.item] {

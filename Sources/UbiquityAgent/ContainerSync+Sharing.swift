@@ -59,7 +59,11 @@ extension ContainerSync {
         } catch {
             return true
         }
-        return !state.persisted.local.isEmpty || !state.persisted.sending.isEmpty || !state.persisted.queued.isEmpty
+        // (A file the look could not settle — the server, which no longer lets this account
+        // in, could not be asked whether it holds its contents — may hold the person's edit:
+        // found by `ubiquity-chaos --sealed-share` under the whole suite's load, a participant's
+        // write made just as access ended deleted with the folder.)
+        return finder.unsettled || !state.persisted.local.isEmpty || !state.persisted.sending.isEmpty || !state.persisted.queued.isEmpty
     }
 
     /// The most refusals ``refusals`` keeps (the oldest go).

@@ -78,4 +78,33 @@ extension ContainerSyncTests {
             #expect(try AgentStore(path: dir + "/phone.sqlite").files(of: notes)["Documents/Note.txt"]?.revision == revision)
         }
     }
+
+    /// Found by `ubiquity-chaos --sealed-share` under the whole suite's load: a participant's
+    /// write made as its access ended was deleted with the share's folder. The file's record
+    /// named an older revision than the one the device knew (its download not recorded yet), so
+    /// the look before the folder went had to ask the server whether the bytes were that
+    /// revision's — and the server, which no longer let the account in, could not be asked: the
+    /// file was left unsettled, not counted as a change, and the folder taken for having none.
+    /// A file the look cannot settle counts as unsent.
+    @Test func aFileTheLookCannotSettleCountsAsUnsent() async throws {
+        try await withServer { base, dir in
+            let laptop = try await keyedDevice("laptop", base: base, dir: dir, chunks: .plain)
+            let phone = try await keyedDevice("phone", base: base, dir: dir, chunks: .plain)
+            try laptop.write("Note.txt", Data("the first note".utf8))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            let recorded = try #require(try AgentStore(path: dir + "/phone.sqlite").files(of: notes)["Documents/Note.txt"])
+            try laptop.write("Note.txt", Data("the laptop's second note".utf8))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            // The newer revision's download put in place and not recorded (the store put back),
+            // then the person's own words written over it; and the server out of reach.
+            let store = try AgentStore(path: dir + "/phone.sqlite")
+            let state = try #require(try store.state(of: notes))
+            try await store.record(notes, state: state, touched: [], changed: false, upsert: [recorded])
+            try phone.write("Note.txt", Data("the phone's own words".utf8))
+            let cutOff = try await keyedDevice("phone", base: URL(string: "http://127.0.0.1:1")!, dir: dir, chunks: .plain)
+            #expect(await cutOff.sync.holdsUnsentChanges(), "the person's words would go with the folder")
+        }
+    }
 }
