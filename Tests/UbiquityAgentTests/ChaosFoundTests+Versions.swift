@@ -16,12 +16,8 @@ extension ChaosFoundTests {
     /// the store refuses (the identifier is taken): every round failed there, for good, and the
     /// device fell behind (its later edits unsent).
     @Test func aConflictVersionAddedButNotRecordedIsTakenAsIs() async throws {
-        try await ContainerSyncTests().withServer { base, dir in
-            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
-            let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
-            try await makeConflict(laptop, phone)
+        try await withConflict { laptop, phone in
             let trip = phone.documents.appendingPathComponent("Trip.txt")
-            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: trip)?.count == 1)
             try await phone.sync.forgetConflictCopiesForTest()
             await phone.sync.noteEverythingChanged()
             try await phone.sync.syncOnce()
@@ -42,12 +38,8 @@ extension ChaosFoundTests {
     /// versions to a name where no other device had any, for good. A file that goes takes its
     /// conflict versions (copies of revisions the server keeps) with it.
     @Test func aRemovedFilesConflictVersionsAreNotTheNextFilesOfThatName() async throws {
-        try await ContainerSyncTests().withServer { base, dir in
-            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
-            let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
-            try await makeConflict(laptop, phone)
+        try await withConflict { laptop, phone in
             let trip = phone.documents.appendingPathComponent("Trip.txt")
-            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: trip)?.count == 1)
 
             try FileManager.default.removeItem(at: trip) // (not coordinated: the agent finds out by looking)
             try await phone.sync.syncOnce()
@@ -61,12 +53,7 @@ extension ChaosFoundTests {
     }
 
     @Test func conflictVersionsFollowARenameFromElsewhere() async throws {
-        try await ContainerSyncTests().withServer { base, dir in
-            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
-            let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
-            try await makeConflict(laptop, phone)
-            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: phone.documents.appendingPathComponent("Trip.txt"))?.count == 1)
-
+        try await withConflict { laptop, phone in
             try FileManager.default.moveItem(at: laptop.documents.appendingPathComponent("Trip.txt"), to: laptop.documents.appendingPathComponent("Journey.txt"))
             try await laptop.sync.syncOnce()
             try await phone.sync.syncOnce()
@@ -76,6 +63,18 @@ extension ChaosFoundTests {
             #expect(staging.isEmpty, "staging folders left: \(staging)")
             // The laptop's own versions (its plain rename, seen by its scan) went along too.
             #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: laptop.documents.appendingPathComponent("Journey.txt"))?.count == 1)
+        }
+    }
+
+    /// A server, a laptop and a phone (each downloading everything), and the conflict of
+    /// ``makeConflict(_:_:)``: the phone holds Trip.txt with one conflict version.
+    private func withConflict(_ body: @escaping @Sendable (ContainerSyncTests.Device, ContainerSyncTests.Device) async throws -> Void) async throws {
+        try await ContainerSyncTests().withServer { base, dir in
+            let laptop = try await ContainerSyncTests().device("laptop", base: base, dir: dir, greedy: true)
+            let phone = try await ContainerSyncTests().device("phone", base: base, dir: dir, greedy: true)
+            try await makeConflict(laptop, phone)
+            #expect(NSFileVersion.unresolvedConflictVersionsOfItem(at: phone.documents.appendingPathComponent("Trip.txt"))?.count == 1)
+            try await body(laptop, phone)
         }
     }
 }

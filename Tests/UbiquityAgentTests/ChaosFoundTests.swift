@@ -599,13 +599,9 @@ import UbiquityTestSupport
     /// byte, which needs root to mount; without it the test says so and checks nothing.)
     @Test func fileRecordsAFailedStoreWriteHadAreWrittenWithTheNext() async throws {
         try await ContainerSyncTests().withServer { base, dir in
-            let disk = URL(fileURLWithPath: dir).appendingPathComponent("store")
-            try FileManager.default.createDirectory(at: disk, withIntermediateDirectories: true)
-            guard mount("tmpfs", disk.path, "tmpfs", 0, "size=4m") == 0 else {
-                print("skipped: cannot mount a tmpfs (errno \(errno)): needs root")
-                return
-            }
-            defer { _ = umount2(disk.path, Int32(MNT_DETACH)) }
+            guard let small = try SmallDisk(at: URL(fileURLWithPath: dir).appendingPathComponent("store"), megabytes: 4) else { return }
+            defer { small.unmount() }
+            let disk = small.folder
             let notes = ContainerSyncTests().notes
             let token = try await SyncClient(server: base).signIn(account: "ada", password: "correct horse", deviceName: "laptop").token
             let root = URL(fileURLWithPath: dir).appendingPathComponent("laptop")
@@ -619,14 +615,10 @@ import UbiquityTestSupport
             try await sync?.syncOnce()
 
             // The disk fills; the rename's records cannot be written.
-            let ballast = disk.appendingPathComponent("ballast")
-            let fd = Glibc.open(ballast.path, O_CREAT | O_WRONLY, 0o600)
-            var block = [UInt8](repeating: 0, count: 64 << 10)
-            while write(fd, &block, block.count) > 0 {}
-            close(fd)
+            small.fill()
             try FileManager.default.moveItem(at: documents.appendingPathComponent("a.txt"), to: documents.appendingPathComponent("b.txt"))
             try? await sync?.syncOnce() // (fails: the disk is full)
-            try FileManager.default.removeItem(at: ballast)
+            try small.empty()
             try await sync?.syncOnce()
             sync = nil // the agent stops
 

@@ -1,7 +1,4 @@
 import Foundation
-#if canImport(Glibc)
-import Glibc
-#endif
 import Logging
 import Testing
 import UbiquityAgentProtocol
@@ -27,13 +24,8 @@ import UbiquityTestSupport
         let notes = notes
         let dir = NSTemporaryDirectory() + "share-disk-full-\(UUID().uuidString.prefix(8))"
         defer { try? FileManager.default.removeItem(atPath: dir) }
-        let disk = URL(fileURLWithPath: dir).appendingPathComponent("bob-laptop")
-        try FileManager.default.createDirectory(at: disk, withIntermediateDirectories: true)
-        guard mount("tmpfs", disk.path, "tmpfs", 0, "size=16m") == 0 else {
-            print("skipped: cannot mount a tmpfs (errno \(errno)): needs root")
-            return
-        }
-        defer { _ = umount2(disk.path, Int32(MNT_DETACH)) }
+        guard let disk = try SmallDisk(at: URL(fileURLWithPath: dir).appendingPathComponent("bob-laptop"), megabytes: 16) else { return }
+        defer { disk.unmount() }
         let log = LogCapture(level: .error)
         let running = try await RunningAgents.start(["ada-laptop", "bob-laptop"], containers: [notes], in: dir, greedy: true,
                                                     agentLogger: log.logger(label: "ubiquity.agent"), accounts: ["bob-laptop": "bob"])
@@ -54,13 +46,7 @@ import UbiquityTestSupport
         #expect(await SharedFolderSyncTests().arrives { files.allSatisfy { SharedFolderSyncTests.read(bobLaptop.appendingPathComponent("Trip/\($0.key)")) == $0.value } })
 
         // Bob's disk fills to the last byte; Ada removes him.
-        let ballast = disk.appendingPathComponent("ballast")
-        let fd = Glibc.open(ballast.path, O_CREAT | O_WRONLY, 0o600)
-        var block = [UInt8](repeating: 0, count: 64 << 10)
-        while write(fd, &block, block.count) > 0 {}
-        block = [0]
-        while write(fd, &block, 1) > 0 {}
-        close(fd)
+        disk.fill()
         let participant = try #require(try await ada.shares().owned.first?.participants?.first { $0.name == "bob" })
         try await ada.remove(participant.id, from: share.id)
         // (Before the fix the line said the folder could not be removed.)
@@ -68,7 +54,7 @@ import UbiquityTestSupport
         print("ShareAccessEndTests: the share's records could not be forgotten on the full disk: \(held)")
 
         // His disk has room again; he is invited again and accepts.
-        try FileManager.default.removeItem(at: ballast)
+        try disk.empty()
         try await bob.answer(invitation: try await ada.invite("bob", to: share.id, role: .readWrite).id, accept: true)
 
         // The folder is his again under its own name, and nothing of Ada's was deleted.
