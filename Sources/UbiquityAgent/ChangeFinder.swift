@@ -296,6 +296,18 @@ final class ChangeFinder {
                     // Maybe that download, cut elsewhere: the bytes are checked below.
                     unproven.append(Unproven(path: path, item: file.item, revision: remote.revision, print: print, content: content, arrived: nil))
                     continue
+                } else if file.content != content, let revision = file.revision, !sync.state.hasLocalChanges(file.item),
+                          let remote = sync.state.persisted.remote[file.item], remote.revision == revision, !remote.deleted,
+                          (remote.kind ?? .file) == print.kind, case let verdict = unchanged(file, now: content, print: print, in: sync), verdict != false {
+                    // Bytes that may be the revision this device knows still, cut elsewhere (by a
+                    // device that does not seal, or sealed in place): looked at again — an app
+                    // saved them unchanged, say — they are not an edit. Taken for one, they went
+                    // on a stale base after another device had moved the item, and undid the
+                    // move everywhere (found by `ubiquity-chaos`).
+                    if verdict == nil { // (this device cannot tell alone: the server is asked)
+                        unproven.append(Unproven(path: path, item: file.item, revision: revision, print: print, content: content, arrived: nil))
+                        continue
+                    }
                 } else if file.content != content {
                     sync.state.save(item: file.item, content: content, date: Double(print.modified) / 1e9)
                     file.revision = nil
@@ -311,21 +323,32 @@ final class ChangeFinder {
             let held = await proven(unproven, in: sync)
             for file in unproven {
                 let folder = LocalContents.folder(of: file.path)
-                guard let held else {
+                let proof = held.map { $0[file.item] } ?? .undecided
+                var contents: (token: ContentToken, revision: String)?
+                switch proof {
+                case .undecided:
                     // The server cannot be asked now: the file stays as it was recorded (or
                     // unrecorded), and the next look sees it again.
                     changedFolders?.insert(folder)
                     unsettled = true
                     continue
-                }
-                if let state = held[file.item] {
+                case .current(let state):
                     let token = LocalContents.token(state.manifest, kind: state.kind)
                     sync.state.relearn(ContainerSync.snapshot(state)) // (the list the server has now, if sealed in place since)
                     sync.localContents[token] = LocalContents.members(state.manifest, kind: state.kind)
+                    contents = (token, state.revision)
+                case .known(let revision, let manifest, let kind):
+                    let token = LocalContents.token(manifest, kind: kind)
+                    sync.localContents[token] = LocalContents.members(manifest, kind: kind)
+                    contents = (token, revision)
+                case nil:
+                    break
+                }
+                if let contents {
                     if let arrived = file.arrived {
-                        try await adopt(file.item, at: file.path, print: file.print, content: token, leftover: arrived.leftover, revision: state.revision)
+                        try await adopt(file.item, at: file.path, print: file.print, content: contents.token, leftover: arrived.leftover, revision: contents.revision)
                     } else if var record = sync.files[file.path] {
-                        (record.content, record.revision, record.fingerprint) = (token, state.revision, file.print)
+                        (record.content, record.revision, record.fingerprint) = (contents.token, contents.revision, file.print)
                         sync.files[file.path] = record
                         upsert.append(record)
                     }
@@ -361,61 +384,6 @@ final class ChangeFinder {
             sync.state.delete(item: placeholder.item, date: Date().timeIntervalSince1970)
         }
         try await sync.persist(upsert: upsert, removed: changes.removed + changes.moved.map(\.from) + adoptedFrom)
-    }
-
-    /// A file that may hold its item's contents on the server though its chunk list differs: a
-    /// download put in place and not recorded (the agent stopped between), the list cut
-    /// elsewhere — by another device's chunker (one that does not seal, an earlier epoch's) or
-    /// sealed in place by the server. Found by `ubiquity-chaos` with sealed contents on: taken
-    /// for a new item, the file clashed with the item itself and was kept as "Name 2".
-    struct Unproven {
-        /// Where the file is.
-        var path: String
-        /// The item it may be.
-        var item: String
-        /// The item's revision on the server, as this device knows it.
-        var revision: String
-        /// The file's fingerprint and its contents as cut here.
-        var print: LocalFingerprint
-        var content: ContentToken
-        /// For a file not recorded: the item shown here's file recorded elsewhere (gone or
-        /// untouched there), the file's name and folder. Nil: a recorded file changed.
-        var arrived: (leftover: String?, name: String, parent: String?)?
-    }
-
-    /// Of `unproven`, the items whose present server state each file holds, by item: their
-    /// states fetched by id (a thousand a request), opened as any page's, and the file's bytes
-    /// checked at each list's cut points (``LocalContents/holds(_:kind:manifest:scanner:relative:codec:)``).
-    /// Only the revision this device knows counts (the server moved on since: the next fetch
-    /// says to what, and the file is what it is). A record that does not open proves nothing.
-    /// Nil: the server could not be asked.
-    private func proven(_ unproven: [Unproven], in sync: isolated ContainerSync) async -> [String: ItemState]? {
-        var held: [String: ItemState] = [:]
-        var start = 0
-        while start < unproven.count {
-            let group = Array(unproven[start..<min(unproven.count, start + ItemsFetchRequest.maximumCount)])
-            start += group.count
-            let fetched: [ItemState]
-            do {
-                fetched = try await sync.client.items(container: sync.container, ids: group.map(\.item))
-            } catch {
-                sync.logger.warning("cannot ask the server whether files hold its contents", metadata: ["container": "\(sync.container)", "error": "\(error)"])
-                return nil
-            }
-            var states: [String: ItemState] = [:]
-            for state in fetched {
-                do { states[state.id] = try sync.opened(state) } catch {
-                    sync.logger.error("an item's record was refused", metadata: ["container": "\(sync.container)", "item": "\(state.id)", "error": "\(error)"])
-                }
-            }
-            for file in group {
-                guard let state = states[file.item], state.revision == file.revision, state.uploaded, !state.deleted, state.kind == file.print.kind,
-                      LocalContents.holds(sync.root.appendingPathComponent(file.path), kind: state.kind, manifest: state.manifest, scanner: sync.scanner,
-                                          relative: file.path, codec: sync.codec(at: file.path)) else { continue }
-                held[file.item] = state
-            }
-        }
-        return held
     }
 
     /// The id of an item new here: a folder's comes from where it is

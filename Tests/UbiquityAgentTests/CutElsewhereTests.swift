@@ -107,4 +107,87 @@ extension ContainerSyncTests {
             #expect(await cutOff.sync.holdsUnsentChanges(), "the person's words would go with the folder")
         }
     }
+
+    /// Found by `ubiquity-chaos` (CI's profile, seed 11, twice): a file whose bytes were still
+    /// its item's revision as this device knew it, cut elsewhere (by a device that does not
+    /// seal), looked changed — an app saved the same bytes again — after another device had
+    /// moved the item. Taken for an edit made here, it went on its stale base, won as the newer
+    /// change, and the move was undone on every device (and the mover's later edits with it).
+    /// Bytes that are a known revision's are that revision, not an edit.
+    @Test func unchangedBytesCutElsewhereAreNotAnEditOnAStaleBase() async throws {
+        try await withServer { base, dir in
+            let laptop = try await keyedDevice("laptop", base: base, dir: dir, chunks: .reading)
+            let phone = try await keyedDevice("phone", base: base, dir: dir, chunks: .sealing)
+            let words = Data("the laptop's note, cut in plaintext".utf8)
+            try laptop.write("Note.txt", words)
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(phone.read("Note.txt") == String(decoding: words, as: UTF8.self))
+            let item = try #require(try await laptop.client.changes(container: notes, since: 0).items.first { $0.name == "Note.txt" }?.id)
+
+            // The laptop moves it; the phone has not heard when its app saves the same bytes.
+            try FileManager.default.moveItem(at: laptop.documents.appendingPathComponent("Note.txt"), to: laptop.documents.appendingPathComponent("Moved.txt"))
+            try await laptop.sync.syncOnce()
+            let moved = try #require(try await laptop.client.items(container: notes, ids: [item]).first)
+            #expect(moved.name == "Moved.txt")
+            try await Task.sleep(for: .milliseconds(20)) // (a later modification time)
+            try phone.write("Note.txt", words)
+            try await phone.sync.syncOnce()
+
+            let now = try #require(try await laptop.client.items(container: notes, ids: [item]).first)
+            #expect(now.revision == moved.revision && now.conflicts.isEmpty, "nothing sent: the phone's file was the revision it knew")
+            try await phone.sync.syncOnce()
+            try await laptop.sync.syncOnce()
+            #expect(phone.read("Moved.txt") == String(decoding: words, as: UTF8.self) && !phone.exists("Note.txt"), "the move stands on the phone")
+            #expect(laptop.exists("Moved.txt") && !laptop.exists("Note.txt"), "and on the laptop")
+
+            // Bytes of the same size that are not the revision the phone knows are its edit,
+            // sent though the laptop has moved the item again: kept, with the laptop's move.
+            try FileManager.default.moveItem(at: laptop.documents.appendingPathComponent("Moved.txt"), to: laptop.documents.appendingPathComponent("Final.txt"))
+            try await laptop.sync.syncOnce()
+            let edit = Data(String(repeating: "e", count: words.count).utf8)
+            try phone.write("Moved.txt", edit)
+            try await phone.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            let after = try #require(try await laptop.client.items(container: notes, ids: [item]).first)
+            #expect(after.conflicts.count == 1, "the phone's edit and the laptop's move are both kept: \(after.conflicts.count) conflict versions")
+            try await laptop.sync.syncOnce()
+            let shown = ["Moved.txt", "Final.txt"].compactMap { laptop.read($0) }
+            #expect(shown.contains(String(decoding: edit, as: UTF8.self)), "the phone's edit is the laptop's file: \(shown)")
+        }
+    }
+
+    /// The same when the file is a download put in place and not recorded (the agent stopped
+    /// between), and the server has moved on from that revision since: the bytes are the
+    /// revision this device knew, checked against its list, and the move made since stands.
+    @Test func aDownloadNotRecordedIsNotAnEditOnceTheServerMovedOn() async throws {
+        try await withServer { base, dir in
+            let laptop = try await keyedDevice("laptop", base: base, dir: dir, chunks: .reading)
+            let phone = try await keyedDevice("phone", base: base, dir: dir, chunks: .sealing)
+            try laptop.write("Note.txt", Data("the laptop's first note".utf8))
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            let recorded = try #require(try AgentStore(path: dir + "/phone.sqlite").files(of: notes)["Documents/Note.txt"])
+            let second = Data("the laptop's second note, longer".utf8)
+            try laptop.write("Note.txt", second)
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            #expect(phone.read("Note.txt") == String(decoding: second, as: UTF8.self))
+            // The second revision's download in place, its record not (the store put back); and
+            // the laptop moves the item meanwhile.
+            let store = try AgentStore(path: dir + "/phone.sqlite")
+            let state = try #require(try store.state(of: notes))
+            try await store.record(notes, state: state, touched: [], changed: false, upsert: [recorded])
+            try FileManager.default.moveItem(at: laptop.documents.appendingPathComponent("Note.txt"), to: laptop.documents.appendingPathComponent("Moved.txt"))
+            try await laptop.sync.syncOnce()
+            let moved = try #require(try await laptop.client.items(container: notes, ids: [recorded.item]).first)
+
+            let restarted = try await keyedDevice("phone", base: base, dir: dir, chunks: .sealing)
+            try await restarted.sync.syncOnce()
+            let now = try #require(try await laptop.client.items(container: notes, ids: [recorded.item]).first)
+            #expect(now.revision == moved.revision && now.conflicts.isEmpty, "nothing sent: the file was the revision the phone knew")
+            try await restarted.sync.syncOnce()
+            #expect(restarted.read("Moved.txt") == String(decoding: second, as: UTF8.self) && !restarted.exists("Note.txt"), "the move stands")
+        }
+    }
 }
