@@ -338,6 +338,7 @@ final class ChangeFinder {
                     sync.localContents[token] = LocalContents.members(state.manifest, kind: state.kind)
                     contents = (token, state.revision)
                 case .known(let revision, let manifest, let kind):
+                    sync.logger.debug("bytes cut elsewhere are the revision known here, not an edit", metadata: ["item": "\(file.item)", "revision": "\(revision)"])
                     let token = LocalContents.token(manifest, kind: kind)
                     sync.localContents[token] = LocalContents.members(manifest, kind: kind)
                     contents = (token, revision)
