@@ -71,7 +71,7 @@ extension ChangeFinder {
             for file in group {
                 guard let state = states[file.item], state.kind == file.print.kind else { continue }
                 guard state.revision == file.revision else {
-                    if !state.deleted { movedOn.append(file) }
+                    movedOn.append(file) // (deleted since, too: unchanged bytes do not bring it back)
                     continue
                 }
                 guard state.uploaded, !state.deleted, holds(file, manifest: state.manifest, kind: state.kind, in: sync) else { continue }

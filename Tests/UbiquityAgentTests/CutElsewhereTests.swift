@@ -190,4 +190,27 @@ extension ContainerSyncTests {
             #expect(restarted.read("Moved.txt") == String(decoding: second, as: UTF8.self) && !restarted.exists("Note.txt"), "the move stands")
         }
     }
+
+    /// And when the other device deleted the item: bytes that are still the revision this
+    /// device knew do not bring it back (an edit made here would, and would be kept).
+    @Test func unchangedBytesCutElsewhereDoNotUndoADelete() async throws {
+        try await withServer { base, dir in
+            let laptop = try await keyedDevice("laptop", base: base, dir: dir, chunks: .reading)
+            let phone = try await keyedDevice("phone", base: base, dir: dir, chunks: .sealing)
+            let words = Data("the laptop's note, deleted soon".utf8)
+            try laptop.write("Note.txt", words)
+            try await laptop.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            let item = try #require(try await laptop.client.changes(container: notes, since: 0).items.first { $0.name == "Note.txt" }?.id)
+            try FileManager.default.removeItem(at: laptop.documents.appendingPathComponent("Note.txt"))
+            try await laptop.sync.syncOnce()
+            try await Task.sleep(for: .milliseconds(20)) // (a later modification time)
+            try phone.write("Note.txt", words)
+            try await phone.sync.syncOnce()
+            try await phone.sync.syncOnce()
+            let now = try #require(try await laptop.client.items(container: notes, ids: [item]).first)
+            #expect(now.deleted && now.conflicts.isEmpty, "the delete stands")
+            #expect(!phone.exists("Note.txt"), "and the phone's copy of the deleted revision went")
+        }
+    }
 }
