@@ -122,18 +122,32 @@ extension ChangeFinder {
     /// device that opens only plaintext chunks (every list it holds was cut as it cuts); a list
     /// sharing a chunk with the record's (the same chunker: what differs, changed); and, when
     /// the record's list is not kept, a file whose item this device knows as the server has it
-    /// now (pushes live, nothing heard of beyond what was fetched): the edit's base is current,
-    /// and unchanged bytes sent again change nothing.
+    /// now (pushes live and caught up with since they came up, nothing heard of beyond what was
+    /// fetched): the edit's base is current, and unchanged bytes sent again change nothing.
     func unchanged(_ record: AgentStore.File, now content: ContentToken, print: LocalFingerprint, in sync: isolated ContainerSync) -> Bool? {
         if print.kind == .file, print.size != record.fingerprint.size { return false }
         let codec = sync.codec(at: record.path)
         guard codec.opensSealed else { return false }
         guard let known = sync.localContents[record.content] else {
-            return sync.pushesLive && sync.heardOf <= sync.state.persisted.cursor ? false : nil
+            // (Not while a fetch is due: pushes that have just come up, after a start or a
+            // reconnection, have said nothing of what changed before them — found by
+            // `ubiquity-chaos`: an agent restarted with its push connection up before its
+            // first look sent hundreds of unchanged files as edits on stale bases.)
+            return sync.pushesLive && !sync.fetchDue && sync.heardOf <= sync.state.persisted.cursor ? false : nil
         }
         let cut = Set((sync.localContents[content] ?? []).flatMap { $0.chunks.map(\.hash) })
         if known.contains(where: { $0.chunks.contains { cut.contains($0.hash) } }) { return false }
         return LocalContents.holds(sync.root.appendingPathComponent(record.path), kind: print.kind, manifest: LocalContents.manifest(known, kind: print.kind),
                                    scanner: sync.scanner, relative: record.path, codec: codec)
+    }
+
+    /// Says at debug level why a recorded file's bytes are taken for an edit made here: what
+    /// its record and the server's state (as this device knows it) say of it.
+    func noteEdit(_ record: AgentStore.File, print: LocalFingerprint, in sync: isolated ContainerSync) {
+        let remote = sync.state.persisted.remote[record.item]
+        sync.logger.debug("bytes taken for an edit made here", metadata: [
+            "path": "\(record.path)", "item": "\(record.item)", "recorded": "\(record.revision ?? "none")", "known": "\(remote?.revision ?? "none")",
+            "size": "\(record.fingerprint.size)→\(print.size)", "pending": "\(sync.state.hasLocalChanges(record.item))",
+        ])
     }
 }

@@ -136,6 +136,12 @@ final class ChangeFinder {
         var before: [String: AgentStore.File] = [:]
         for path in changes.removed { before[path] = sync.files[path] }
         if !changes.isEmpty { sync.logger.debug("local changes", metadata: ["container": "\(sync.container)", "changes": "\(changes)"]) }
+        if changes.modified.count >= 100, sync.logger.logLevel <= .debug {
+            // (What moved in the fingerprints of so many files at once, for whoever reads the log.)
+            for path in changes.modified.prefix(3) {
+                sync.logger.debug("a file looked at as changed", metadata: ["path": "\(path)", "recorded": "\(old[path].map { "\($0)" } ?? "-")", "now": "\(now[path].map { "\($0)" } ?? "-")"])
+            }
+        }
         var upsert: [AgentStore.File] = []
         var moved: [String: AgentStore.File] = [:]
         for (from, to) in changes.moved {
@@ -309,6 +315,7 @@ final class ChangeFinder {
                         continue
                     }
                 } else if file.content != content {
+                    if sync.logger.logLevel <= .debug { noteEdit(file, print: print, in: sync) }
                     sync.state.save(item: file.item, content: content, date: Double(print.modified) / 1e9)
                     file.revision = nil
                     NSFileVersion.forgetSavingComputer(ofItemAt: sync.root.appendingPathComponent(path).path) // written here in place

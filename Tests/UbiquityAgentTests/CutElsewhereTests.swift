@@ -132,6 +132,8 @@ extension ContainerSyncTests {
             #expect(moved.name == "Moved.txt")
             try await Task.sleep(for: .milliseconds(20)) // (a later modification time)
             try phone.write("Note.txt", words)
+            // (Its push connection has just come up: it has said nothing of the move yet.)
+            await phone.sync.notePushes(live: true)
             try await phone.sync.syncOnce()
 
             let now = try #require(try await laptop.client.items(container: notes, ids: [item]).first)
