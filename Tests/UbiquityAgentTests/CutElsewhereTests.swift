@@ -90,18 +90,10 @@ extension ContainerSyncTests {
         try await withServer { base, dir in
             let laptop = try await keyedDevice("laptop", base: base, dir: dir, chunks: .plain)
             let phone = try await keyedDevice("phone", base: base, dir: dir, chunks: .plain)
-            try laptop.write("Note.txt", Data("the first note".utf8))
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
-            let recorded = try #require(try AgentStore(path: dir + "/phone.sqlite").files(of: notes)["Documents/Note.txt"])
-            try laptop.write("Note.txt", Data("the laptop's second note".utf8))
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
-            // The newer revision's download put in place and not recorded (the store put back),
-            // then the person's own words written over it; and the server out of reach.
-            let store = try AgentStore(path: dir + "/phone.sqlite")
-            let state = try #require(try store.state(of: notes))
-            try await store.record(notes, state: state, touched: [], changed: false, upsert: [recorded])
+            // The newer revision's download put in place and not recorded, then the person's
+            // own words written over it; and the server out of reach.
+            _ = try await downloadLeftUnrecorded("Note.txt", first: Data("the first note".utf8), second: Data("the laptop's second note".utf8),
+                                                 laptop: laptop, phone: phone, dir: dir)
             try phone.write("Note.txt", Data("the phone's own words".utf8))
             let cutOff = try await keyedDevice("phone", base: URL(string: "http://127.0.0.1:1")!, dir: dir, chunks: .plain)
             #expect(await cutOff.sync.holdsUnsentChanges(), "the person's words would go with the folder")
@@ -166,20 +158,12 @@ extension ContainerSyncTests {
         try await withServer { base, dir in
             let laptop = try await keyedDevice("laptop", base: base, dir: dir, chunks: .reading)
             let phone = try await keyedDevice("phone", base: base, dir: dir, chunks: .sealing)
-            try laptop.write("Note.txt", Data("the laptop's first note".utf8))
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
-            let recorded = try #require(try AgentStore(path: dir + "/phone.sqlite").files(of: notes)["Documents/Note.txt"])
+            // The second revision's download in place, its record not; and the laptop moves the
+            // item meanwhile.
             let second = Data("the laptop's second note, longer".utf8)
-            try laptop.write("Note.txt", second)
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
+            let recorded = try await downloadLeftUnrecorded("Note.txt", first: Data("the laptop's first note".utf8), second: second,
+                                                            laptop: laptop, phone: phone, dir: dir)
             #expect(phone.read("Note.txt") == String(decoding: second, as: UTF8.self))
-            // The second revision's download in place, its record not (the store put back); and
-            // the laptop moves the item meanwhile.
-            let store = try AgentStore(path: dir + "/phone.sqlite")
-            let state = try #require(try store.state(of: notes))
-            try await store.record(notes, state: state, touched: [], changed: false, upsert: [recorded])
             try FileManager.default.moveItem(at: laptop.documents.appendingPathComponent("Note.txt"), to: laptop.documents.appendingPathComponent("Moved.txt"))
             try await laptop.sync.syncOnce()
             let moved = try #require(try await laptop.client.items(container: notes, ids: [recorded.item]).first)
@@ -214,5 +198,22 @@ extension ContainerSyncTests {
             #expect(now.deleted && now.conflicts.isEmpty, "the delete stands")
             #expect(!phone.exists("Note.txt"), "and the phone's copy of the deleted revision went")
         }
+    }
+
+    /// The laptop writes `first` at `name` and the phone brings it down, then `second`, brought
+    /// down too — and the phone's store is put back to its record of `first`: the second's
+    /// download in place, not recorded (the agent stopped between). Returns that record.
+    func downloadLeftUnrecorded(_ name: String, first: Data, second: Data, laptop: Device, phone: Device, dir: String) async throws -> AgentStore.File {
+        try laptop.write(name, first)
+        try await laptop.sync.syncOnce()
+        try await phone.sync.syncOnce()
+        let recorded = try #require(try AgentStore(path: dir + "/phone.sqlite").files(of: notes)["Documents/" + name])
+        try laptop.write(name, second)
+        try await laptop.sync.syncOnce()
+        try await phone.sync.syncOnce()
+        let store = try AgentStore(path: dir + "/phone.sqlite")
+        let state = try #require(try store.state(of: notes))
+        try await store.record(notes, state: state, touched: [], changed: false, upsert: [recorded])
+        return recorded
     }
 }
