@@ -150,7 +150,18 @@ extension Harness {
             } else {
                 await store.stop()
                 try? await Task.sleep(for: .seconds(seconds))
-                do { try await store.start() } catch { say("the object store did not restart: \(error)") }
+                // (`weed` exits at once when a port it derives — a gRPC port, its own + 10000 — is
+                // held for a moment by another connection's end: started again, as a service
+                // manager would, up to five times.)
+                for attempt in 1...5 {
+                    do {
+                        try await store.start()
+                        break
+                    } catch {
+                        guard attempt < 5 else { say("the object store did not restart: \(error)"); break }
+                        try? await Task.sleep(for: .seconds(1))
+                    }
+                }
             }
             self.objectStoreTurn.withLock { $0 = false }
         }
