@@ -111,11 +111,8 @@ extension ContainerSyncTests {
             let laptop = try await keyedDevice("laptop", base: base, dir: dir, chunks: .reading)
             let phone = try await keyedDevice("phone", base: base, dir: dir, chunks: .sealing)
             let words = Data("the laptop's note, cut in plaintext".utf8)
-            try laptop.write("Note.txt", words)
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
+            let item = try await noteOnBoth(words, laptop: laptop, phone: phone)
             #expect(phone.read("Note.txt") == String(decoding: words, as: UTF8.self))
-            let item = try #require(try await laptop.client.changes(container: notes, since: 0).items.first { $0.name == "Note.txt" }?.id)
 
             // The laptop moves it; the phone has not heard when its app saves the same bytes.
             try FileManager.default.moveItem(at: laptop.documents.appendingPathComponent("Note.txt"), to: laptop.documents.appendingPathComponent("Moved.txt"))
@@ -184,10 +181,7 @@ extension ContainerSyncTests {
             let laptop = try await keyedDevice("laptop", base: base, dir: dir, chunks: .reading)
             let phone = try await keyedDevice("phone", base: base, dir: dir, chunks: .sealing)
             let words = Data("the laptop's note, deleted soon".utf8)
-            try laptop.write("Note.txt", words)
-            try await laptop.sync.syncOnce()
-            try await phone.sync.syncOnce()
-            let item = try #require(try await laptop.client.changes(container: notes, since: 0).items.first { $0.name == "Note.txt" }?.id)
+            let item = try await noteOnBoth(words, laptop: laptop, phone: phone)
             try FileManager.default.removeItem(at: laptop.documents.appendingPathComponent("Note.txt"))
             try await laptop.sync.syncOnce()
             try await Task.sleep(for: .milliseconds(20)) // (a later modification time)
@@ -215,5 +209,13 @@ extension ContainerSyncTests {
         let state = try #require(try store.state(of: notes))
         try await store.record(notes, state: state, touched: [], changed: false, upsert: [recorded])
         return recorded
+    }
+
+    /// The laptop writes `words` as Note.txt and both devices sync; returns the item's id.
+    func noteOnBoth(_ words: Data, laptop: Device, phone: Device) async throws -> String {
+        try laptop.write("Note.txt", words)
+        try await laptop.sync.syncOnce()
+        try await phone.sync.syncOnce()
+        return try #require(try await laptop.client.changes(container: notes, since: 0).items.first { $0.name == "Note.txt" }?.id)
     }
 }
